@@ -1,0 +1,688 @@
+//! `MapReduce` phases (`setup`, `map`, `reduce`), `merge`, and the error policy with its
+//! top-level convenience keys.
+
+use std::time::Duration;
+
+use super::{Fields, Lowerer, handler_names, step::Ctx};
+use crate::ast::{
+    CaptureFormat, CaptureSource, CircuitBreaker, ErrorCollection, ErrorPolicy, ItemFailure,
+    MapPhase, MaxParallel, Merge, Multiline, NamedSteps, PolicyRetry, Setup, SetupCapture,
+    TimeoutAction, TimeoutConfig, TimeoutPolicy,
+};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::source::Spanned;
+use crate::syntax::{Node, Scalar};
+
+const POLICY_KEYS: &[&str] = &[
+    "on_item_failure",
+    "continue_on_failure",
+    "max_failures",
+    "failure_threshold",
+    "error_collection",
+    "circuit_breaker",
+    "retry_config",
+];
+
+/// The keys that may also stand at the top level of a `MapReduce` workflow.
+const CONVENIENCE_KEYS: &[&str] = &[
+    "on_item_failure",
+    "continue_on_failure",
+    "max_failures",
+    "failure_threshold",
+    "error_collection",
+];
+
+impl Lowerer {
+    /// `setup`: a list of steps, or `{commands, timeout, capture_outputs}`.
+    pub(crate) fn setup(&mut self, node: &Node) -> Option<Setup> {
+        if node.as_map().is_none() {
+            let commands = self.steps(node, "`setup`", Ctx::default());
+            return Some(Setup {
+                commands,
+                timeout: None,
+                capture_outputs: Vec::new(),
+            });
+        }
+        let fields = self.fields(node, "`setup`", &["commands", "timeout", "capture_outputs"])?;
+        let commands = if let Some(c) = fields.get("commands") {
+            self.steps(c, "`setup.commands`", Ctx::default())
+        } else {
+            self.missing(
+                node.span,
+                "`setup`",
+                "commands",
+                "list the setup steps under `commands:`",
+            );
+            Vec::new()
+        };
+        let timeout = fields
+            .get("timeout")
+            .and_then(|n| self.duration(n, "`setup.timeout`"));
+        let capture_outputs = match fields.get("capture_outputs") {
+            Some(n) => self.capture_outputs(n, commands.len()),
+            None => Vec::new(),
+        };
+        Some(Setup {
+            commands,
+            timeout,
+            capture_outputs,
+        })
+    }
+
+    fn capture_outputs(&mut self, node: &Node, n_commands: usize) -> Vec<SetupCapture> {
+        let Some(map) = node.as_map() else {
+            self.wrong_type(
+                node,
+                "`capture_outputs`",
+                "a mapping of variable names to command indexes",
+            );
+            return Vec::new();
+        };
+        let max_index = i64::try_from(n_commands.saturating_sub(1)).unwrap_or(i64::MAX);
+        let mut out = Vec::new();
+        for entry in map {
+            let Some(name) = self.string(&entry.key, "a variable name") else {
+                continue;
+            };
+            let mut capture = SetupCapture {
+                name,
+                command_index: Spanned::new(0, entry.value.span),
+                format: CaptureFormat::String,
+                source: CaptureSource::Stdout,
+                pattern: None,
+                json_path: None,
+                max_size: 1024 * 1024,
+                default: None,
+                multiline: Multiline::Preserve,
+            };
+            let index_node = if entry.value.as_map().is_some() {
+                let keys = [
+                    "command_index",
+                    "format",
+                    "source",
+                    "pattern",
+                    "json_path",
+                    "max_size",
+                    "default",
+                    "multiline",
+                ];
+                let Some(f) = self.fields(&entry.value, "a `capture_outputs` entry", &keys) else {
+                    continue;
+                };
+                self.capture_output_fields(&f, &mut capture);
+                let Some(index) = f.get("command_index") else {
+                    self.missing(
+                        entry.value.span,
+                        "a `capture_outputs` entry",
+                        "command_index",
+                        "add `command_index: 0` for the first setup step",
+                    );
+                    continue;
+                };
+                index
+            } else {
+                &entry.value
+            };
+            if n_commands == 0 {
+                continue;
+            }
+            let what = format!(
+                "the command index of `{}` (setup has {n_commands} steps)",
+                capture.name.value
+            );
+            if let Some(i) = self.integer(index_node, &what, 0, max_index) {
+                capture.command_index = Spanned::new(u64::try_from(i.value).unwrap_or(0), i.span);
+                out.push(capture);
+            }
+        }
+        out
+    }
+
+    fn capture_output_fields(&mut self, f: &Fields<'_>, capture: &mut SetupCapture) {
+        if let Some(n) = f.get("format") {
+            let choices = [
+                ("string", CaptureFormat::String),
+                ("number", CaptureFormat::Number),
+                ("json", CaptureFormat::Json),
+                ("lines", CaptureFormat::Lines),
+                ("boolean", CaptureFormat::Boolean),
+            ];
+            if let Some(c) = self.choice(n, "`format`", &choices) {
+                capture.format = c.value;
+            }
+        }
+        if let Some(n) = f.get("source") {
+            let choices = [
+                ("stdout", CaptureSource::Stdout),
+                ("stderr", CaptureSource::Stderr),
+                ("both", CaptureSource::Both),
+                ("combined", CaptureSource::Combined),
+            ];
+            if let Some(c) = self.choice(n, "`source`", &choices) {
+                capture.source = c.value;
+            }
+        }
+        capture.pattern = f.get("pattern").and_then(|n| self.string(n, "`pattern`"));
+        if let Some(p) = capture.pattern.clone() {
+            self.regex(&p);
+        }
+        capture.json_path = f
+            .get("json_path")
+            .and_then(|n| self.string(n, "`json_path`"));
+        if let Some(n) = f
+            .get("max_size")
+            .and_then(|n| self.size(n, "`max_size`", 1))
+        {
+            capture.max_size = n.value;
+        }
+        capture.default = f.get("default").and_then(|n| self.string(n, "`default`"));
+        if let Some(n) = f.get("multiline") {
+            let choices = [
+                ("preserve", Multiline::Preserve),
+                ("join", Multiline::Join),
+                ("first_line", Multiline::FirstLine),
+                ("last_line", Multiline::LastLine),
+                ("array", Multiline::Array),
+            ];
+            if let Some(c) = self.choice(n, "`multiline`", &choices) {
+                capture.multiline = c.value;
+            }
+        }
+    }
+
+    /// `map`.
+    pub(crate) fn map_phase(&mut self, node: &Node) -> Option<MapPhase> {
+        let keys = [
+            "input",
+            "json_path",
+            "filter",
+            "sort_by",
+            "max_items",
+            "offset",
+            "distinct",
+            "max_parallel",
+            "agent_timeout_secs",
+            "timeout_config",
+            "agent_template",
+        ];
+        let fields = self.fields(node, "`map`", &keys)?;
+        let input = if let Some(n) = fields.get("input") {
+            self.string(n, "`map.input`")
+        } else {
+            self.missing(
+                node.span,
+                "`map`",
+                "input",
+                "add `input:` with a JSON file or a command that lists the items",
+            );
+            None
+        };
+        let agent_template = if let Some(n) = fields.get("agent_template") {
+            self.phase_steps(n, "`agent_template`")
+        } else {
+            self.missing(
+                node.span,
+                "`map`",
+                "agent_template",
+                "add `agent_template:` with the steps each item runs",
+            );
+            Vec::new()
+        };
+        let max_parallel = match fields.get("max_parallel") {
+            None => MaxParallel::Fixed(Spanned::new(10, node.span)),
+            Some(n) => self.max_parallel(n),
+        };
+        let timeout_config = fields
+            .get("timeout_config")
+            .and_then(|n| self.timeout_config(n));
+        let agent_timeout = fields
+            .get("agent_timeout_secs")
+            .and_then(|n| self.duration(n, "`agent_timeout_secs`"));
+        if let (Some(e), Some(_)) = (
+            fields.entry("agent_timeout_secs"),
+            timeout_config
+                .as_ref()
+                .and_then(|t| t.agent_timeout.as_ref()),
+        ) {
+            self.no_effect(
+                e,
+                "`timeout_config.agent_timeout_secs` overrides it",
+                "keep one of the two agent timeouts",
+            );
+        }
+        let string = |lw: &mut Self, key: &str| {
+            fields
+                .get(key)
+                .and_then(|n| lw.string(n, &format!("`{key}`")))
+        };
+        let json_path = string(self, "json_path");
+        let filter = string(self, "filter");
+        let sort_by = string(self, "sort_by");
+        let distinct = string(self, "distinct");
+        let max_items = fields
+            .get("max_items")
+            .and_then(|n| self.size(n, "`max_items`", 0));
+        let offset = fields
+            .get("offset")
+            .and_then(|n| self.size(n, "`offset`", 0));
+        Some(MapPhase {
+            span: node.span,
+            input: input?,
+            json_path,
+            filter,
+            sort_by,
+            max_items,
+            offset,
+            distinct,
+            max_parallel,
+            agent_timeout,
+            timeout_config,
+            agent_template,
+        })
+    }
+
+    fn max_parallel(&mut self, node: &Node) -> MaxParallel {
+        if let Some(Scalar::Str(text)) = node.scalar()
+            && text.contains('$')
+        {
+            return MaxParallel::Variable(Spanned::new(text.to_owned(), node.span));
+        }
+        let n = self
+            .size(node, "`max_parallel`", 1)
+            .unwrap_or(Spanned::new(10, node.span));
+        MaxParallel::Fixed(n)
+    }
+
+    fn timeout_config(&mut self, node: &Node) -> Option<TimeoutConfig> {
+        let keys = [
+            "agent_timeout_secs",
+            "command_timeouts",
+            "timeout_policy",
+            "cleanup_grace_period_secs",
+            "timeout_action",
+            "enable_monitoring",
+        ];
+        let f = self.fields(node, "`timeout_config`", &keys)?;
+        let mut command_timeouts = Vec::new();
+        if let Some(map) = f.get("command_timeouts") {
+            match map.as_map() {
+                Some(entries) => {
+                    for e in entries {
+                        let Some(name) = self.string(&e.key, "a command name") else {
+                            continue;
+                        };
+                        if let Some(d) = self.duration(&e.value, "a command timeout") {
+                            command_timeouts.push((name, d.value));
+                        }
+                    }
+                }
+                None => self.wrong_type(
+                    map,
+                    "`command_timeouts`",
+                    "a mapping of command names to seconds",
+                ),
+            }
+        }
+        let policy = f
+            .get("timeout_policy")
+            .and_then(|n| {
+                self.choice(
+                    n,
+                    "`timeout_policy`",
+                    &[
+                        ("PerAgent", TimeoutPolicy::PerAgent),
+                        ("PerCommand", TimeoutPolicy::PerCommand),
+                        ("Hybrid", TimeoutPolicy::Hybrid),
+                        ("per_agent", TimeoutPolicy::PerAgent),
+                        ("per_command", TimeoutPolicy::PerCommand),
+                    ],
+                )
+            })
+            .map_or(TimeoutPolicy::PerAgent, |c| c.value);
+        let action = f
+            .get("timeout_action")
+            .and_then(|n| {
+                self.choice(
+                    n,
+                    "`timeout_action`",
+                    &[
+                        ("Dlq", TimeoutAction::Dlq),
+                        ("Skip", TimeoutAction::Skip),
+                        ("Fail", TimeoutAction::Fail),
+                        ("GracefulTerminate", TimeoutAction::GracefulTerminate),
+                        ("graceful_terminate", TimeoutAction::GracefulTerminate),
+                    ],
+                )
+            })
+            .map_or(TimeoutAction::Dlq, |c| c.value);
+        Some(TimeoutConfig {
+            agent_timeout: f
+                .get("agent_timeout_secs")
+                .and_then(|n| self.duration(n, "`agent_timeout_secs`")),
+            command_timeouts,
+            policy,
+            cleanup_grace_period: f
+                .get("cleanup_grace_period_secs")
+                .and_then(|n| self.duration(n, "`cleanup_grace_period_secs`"))
+                .map_or(Duration::from_secs(30), |d| d.value),
+            action,
+            enable_monitoring: self.flag(f.get("enable_monitoring"), "`enable_monitoring`", true),
+        })
+    }
+
+    /// `merge`: a list of steps or `{commands, timeout}`.
+    pub(crate) fn merge(&mut self, node: &Node) -> Option<Merge> {
+        if node.as_map().is_none() {
+            let commands = self.steps(node, "`merge`", Ctx::default());
+            return Some(Merge {
+                commands,
+                timeout: None,
+            });
+        }
+        let f = self.fields(node, "`merge`", &["commands", "timeout"])?;
+        let commands = if let Some(c) = f.get("commands") {
+            self.steps(c, "`merge.commands`", Ctx::default())
+        } else {
+            self.missing(
+                node.span,
+                "`merge`",
+                "commands",
+                "list the merge steps under `commands:`",
+            );
+            Vec::new()
+        };
+        let timeout = f
+            .get("timeout")
+            .and_then(|n| self.duration(n, "`merge.timeout`"));
+        Some(Merge { commands, timeout })
+    }
+
+    /// `error_policy` with the top-level convenience keys folded in.
+    pub(crate) fn error_policy(
+        &mut self,
+        top: &Fields<'_>,
+        mapreduce: bool,
+        handlers: &[NamedSteps],
+    ) -> Option<ErrorPolicy> {
+        let policy_entry = top.entry("error_policy");
+        let convenience: Vec<_> = CONVENIENCE_KEYS
+            .iter()
+            .filter_map(|k| top.entry(k).map(|e| (*k, e)))
+            .collect();
+        if policy_entry.is_none() && convenience.is_empty() {
+            return None;
+        }
+        if !mapreduce {
+            let entries = policy_entry
+                .into_iter()
+                .chain(convenience.iter().map(|(_, e)| *e));
+            for e in entries {
+                self.no_effect(
+                    e,
+                    "the error policy applies to MapReduce items only",
+                    "use `on_failure` or `retry_config` on the steps of a standard workflow",
+                );
+            }
+            return None;
+        }
+        let inner = match policy_entry {
+            Some(e) => Some(self.fields(&e.value, "`error_policy`", POLICY_KEYS)?),
+            None => None,
+        };
+        let span = policy_entry.map_or_else(|| convenience[0].1.key.span, |e| e.value.span);
+        // A key set in both places is an error; otherwise take it from where it is.
+        let pick = |lw: &mut Self, key: &str| -> Option<&Node> {
+            let nested = inner.as_ref().and_then(|f| f.entry(key));
+            let outer = top.entry(key);
+            if let (Some(n), Some(o)) = (nested, outer) {
+                lw.push(
+                    Diagnostic::new(Code::ConvenienceConflict, format!("`{key}` is set twice"))
+                        .with_primary(o.key.span, "set at the top level")
+                        .with_label(n.key.span, "and inside `error_policy`")
+                        .with_help(format!("keep `{key}` in one place; the top-level key is shorthand for `error_policy.{key}`")),
+                );
+            }
+            nested.or(outer).map(|e| &e.value)
+        };
+        let names: Vec<&str> = handler_names(handlers).collect();
+        let mut policy = ErrorPolicy {
+            span,
+            ..ErrorPolicy::default()
+        };
+        if let Some(n) = pick(self, "on_item_failure") {
+            policy.on_item_failure = self.item_failure(n);
+            if let Some(Spanned {
+                value: ItemFailure::Custom(name),
+                span,
+            }) = &policy.on_item_failure
+            {
+                self.check_handler_name(&Spanned::new(name.clone(), *span), &names);
+            }
+        }
+        if let Some(n) = pick(self, "continue_on_failure") {
+            policy.continue_on_failure = self
+                .boolean(n, "`continue_on_failure`")
+                .map(|b| Spanned::new(b, n.span));
+        }
+        if let Some(n) = pick(self, "max_failures") {
+            policy.max_failures = self.size(n, "`max_failures`", 1);
+        }
+        if let Some(n) = pick(self, "failure_threshold") {
+            policy.failure_threshold = self.number(n, "`failure_threshold`", 0.0, 1.0);
+        }
+        if let Some(n) = pick(self, "error_collection") {
+            policy.error_collection = self.error_collection(n);
+        }
+        if let Some(f) = &inner {
+            policy.circuit_breaker = f
+                .get("circuit_breaker")
+                .and_then(|n| self.circuit_breaker(n));
+            policy.retry_config = f.get("retry_config").and_then(|n| self.policy_retry(n));
+        }
+        Some(policy)
+    }
+
+    fn item_failure(&mut self, node: &Node) -> Option<Spanned<ItemFailure>> {
+        const CHOICES: &[&str] = &["dlq", "retry", "skip", "stop", "custom:<handler>"];
+        let custom = |name: &str, node: &Node| {
+            Some(Spanned::new(
+                ItemFailure::Custom(name.trim().to_owned()),
+                node.span,
+            ))
+        };
+        if node.tag.as_deref() == Some("custom") {
+            return custom(node.text()?, node);
+        }
+        if let Some(map) = node.as_map() {
+            if let [entry] = map
+                && entry.key.text() == Some("custom")
+            {
+                return custom(
+                    self.string(&entry.value, "`custom`")?.value.as_str(),
+                    &entry.value,
+                );
+            }
+            self.wrong_type(
+                node,
+                "`on_item_failure`",
+                "`dlq`, `retry`, `skip`, `stop` or `custom:<handler>`",
+            );
+            return None;
+        }
+        let text = self.string(node, "`on_item_failure`")?;
+        let value = text.value.trim();
+        if let Some(name) = value.strip_prefix("custom:") {
+            return custom(name, node);
+        }
+        let simple = match value.to_ascii_lowercase().as_str() {
+            "dlq" => ItemFailure::Dlq,
+            "retry" => ItemFailure::Retry,
+            "skip" => ItemFailure::Skip,
+            "stop" => ItemFailure::Stop,
+            _ => {
+                self.unknown_variant(node, "`on_item_failure`", value, CHOICES);
+                return None;
+            }
+        };
+        Some(Spanned::new(simple, node.span))
+    }
+
+    fn error_collection(&mut self, node: &Node) -> Option<Spanned<ErrorCollection>> {
+        const CHOICES: &[&str] = &["aggregate", "immediate", "batched"];
+        let batched = |lw: &mut Self, params: &Node| -> Option<Spanned<ErrorCollection>> {
+            let size_node = if params.as_map().is_some() {
+                let f = lw.fields(params, "`batched`", &["size"])?;
+                let Some(size) = f.get("size") else {
+                    lw.missing(
+                        params.span,
+                        "`batched`",
+                        "size",
+                        "write `batched: {size: 10}`",
+                    );
+                    return None;
+                };
+                size
+            } else {
+                params
+            };
+            let size = lw.size(size_node, "the batch size", 1)?;
+            Some(Spanned::new(
+                ErrorCollection::Batched(size.value),
+                node.span,
+            ))
+        };
+        if node.tag.as_deref() == Some("batched") {
+            return batched(self, node);
+        }
+        if let Some(map) = node.as_map() {
+            if let [entry] = map
+                && entry.key.text() == Some("batched")
+            {
+                return batched(self, &entry.value);
+            }
+            self.wrong_type(
+                node,
+                "`error_collection`",
+                "`aggregate`, `immediate`, `batched:N` or `{batched: {size: N}}`",
+            );
+            return None;
+        }
+        let text = self.string(node, "`error_collection`")?;
+        let value = text.value.trim().to_ascii_lowercase();
+        if let Some(size) = value.strip_prefix("batched:") {
+            return match size.trim().parse::<u64>() {
+                Ok(n) if n >= 1 => Some(Spanned::new(ErrorCollection::Batched(n), node.span)),
+                _ => {
+                    self.push(
+                        Diagnostic::new(
+                            Code::OutOfRange,
+                            "the batch size must be a whole number of at least 1",
+                        )
+                        .with_primary(node.span, format!("`{size}` is not a batch size"))
+                        .with_help("write `batched:10` or `{batched: {size: 10}}`"),
+                    );
+                    None
+                }
+            };
+        }
+        match value.as_str() {
+            "aggregate" => Some(Spanned::new(ErrorCollection::Aggregate, node.span)),
+            "immediate" => Some(Spanned::new(ErrorCollection::Immediate, node.span)),
+            "batched" => {
+                self.missing(
+                    node.span,
+                    "`batched`",
+                    "size",
+                    "write `batched:10` or `{batched: {size: 10}}`",
+                );
+                None
+            }
+            _ => {
+                self.unknown_variant(node, "`error_collection`", &value, CHOICES);
+                None
+            }
+        }
+    }
+
+    fn circuit_breaker(&mut self, node: &Node) -> Option<CircuitBreaker> {
+        let keys = [
+            "failure_threshold",
+            "success_threshold",
+            "timeout",
+            "half_open_requests",
+        ];
+        let f = self.fields(node, "`circuit_breaker`", &keys)?;
+        let count = |lw: &mut Self, key: &str, default: u32| {
+            f.get(key)
+                .and_then(|n| lw.count(n, &format!("`{key}`"), 1))
+                .map_or(default, |c| c.value)
+        };
+        let failure_threshold = count(self, "failure_threshold", 5);
+        let success_threshold = count(self, "success_threshold", 3);
+        let half_open_requests = count(self, "half_open_requests", 3);
+        let timeout = f
+            .get("timeout")
+            .and_then(|n| self.duration(n, "`timeout`"))
+            .map_or(Duration::from_secs(30), |d| d.value);
+        Some(CircuitBreaker {
+            span: node.span,
+            failure_threshold,
+            success_threshold,
+            timeout,
+            half_open_requests,
+        })
+    }
+
+    fn policy_retry(&mut self, node: &Node) -> Option<PolicyRetry> {
+        let keys = [
+            "max_attempts",
+            "backoff",
+            "max_delay",
+            "jitter",
+            "jitter_factor",
+        ];
+        let f = self.fields(node, "`error_policy.retry_config`", &keys)?;
+        let mut out = PolicyRetry {
+            span: node.span,
+            max_attempts: 3,
+            backoff: crate::ast::Backoff::Exponential {
+                initial: None,
+                base: 2.0,
+            },
+            max_delay: None,
+            jitter: false,
+            jitter_factor: 0.3,
+        };
+        if let Some(n) = f
+            .get("max_attempts")
+            .and_then(|n| self.count(n, "`max_attempts`", 1))
+        {
+            out.max_attempts = n.value;
+        }
+        out.max_delay = f
+            .get("max_delay")
+            .and_then(|n| self.duration(n, "`max_delay`"))
+            .map(|d| d.value);
+        if let Some((backoff, max_delay)) = f.get("backoff").and_then(|n| self.backoff(n)) {
+            out.backoff = backoff;
+            if max_delay.is_some() {
+                out.max_delay = max_delay;
+            }
+        }
+        out.jitter = self.flag(f.get("jitter"), "`jitter`", false);
+        if let Some(v) = f
+            .get("jitter_factor")
+            .and_then(|n| self.number(n, "`jitter_factor`", 0.0, 1.0))
+        {
+            out.jitter_factor = v.value;
+        }
+        if let Some(e) = f.entry("jitter_factor").filter(|_| !out.jitter) {
+            self.no_effect(
+                e,
+                "jitter is off",
+                "add `jitter: true`, or remove `jitter_factor`",
+            );
+        }
+        Some(out)
+    }
+}

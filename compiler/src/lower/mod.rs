@@ -1,0 +1,437 @@
+//! Lowering: spanned YAML tree → [`ast::Workflow`].
+//!
+//! Lowering applies aliases, legacy forms and defaults, and collects every problem in one pass:
+//! it never stops at the first.
+//! Unknown keys are errors with a did-you-mean; known keys without effect in their place are
+//! warnings, so that no field is ever silently ignored.
+//! It must not do I/O.
+
+mod env;
+mod mapreduce;
+mod step;
+mod values;
+
+use crate::ast::{self, Mode, Workflow};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::source::{Span, Spanned};
+use crate::syntax::{Entry, Node, NodeKind};
+
+pub use step::STEP_KEYS;
+
+/// Lowers a parsed document. Returns `None` when the root is missing or not a workflow.
+pub fn lower(root: Option<&Node>) -> (Option<Workflow>, Vec<Diagnostic>) {
+    let mut lw = Lowerer {
+        diagnostics: Vec::new(),
+        step_ids: Vec::new(),
+    };
+    let workflow = root.and_then(|root| lw.workflow(root));
+    (workflow, lw.diagnostics)
+}
+
+/// Top-level keys of any workflow.
+pub const WORKFLOW_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "mode",
+    "commands",
+    "steps",
+    "env",
+    "secrets",
+    "env_files",
+    "profiles",
+    "handlers",
+    "merge",
+    "error_policy",
+    "setup",
+    "map",
+    "reduce",
+    "on_item_failure",
+    "continue_on_failure",
+    "max_failures",
+    "failure_threshold",
+    "error_collection",
+];
+
+/// The state of one lowering pass.
+pub(crate) struct Lowerer {
+    pub(crate) diagnostics: Vec<Diagnostic>,
+    /// Every step `id` seen, to report duplicates.
+    step_ids: Vec<Spanned<String>>,
+}
+
+/// A mapping whose keys have been checked against a list of known keys.
+pub(crate) struct Fields<'n> {
+    entries: Vec<(&'n str, &'n Entry)>,
+}
+
+impl<'n> Fields<'n> {
+    /// The entry for a key.
+    pub(crate) fn entry(&self, key: &str) -> Option<&'n Entry> {
+        self.entries
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, e)| *e)
+    }
+
+    /// The value node for a key.
+    pub(crate) fn get(&self, key: &str) -> Option<&'n Node> {
+        self.entry(key).map(|e| &e.value)
+    }
+
+    /// Whether a key is present.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.entry(key).is_some()
+    }
+
+    /// The keys present, in source order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = (&'n str, &'n Entry)> + '_ {
+        self.entries.iter().copied()
+    }
+}
+
+/// The best suggestion for a misspelt word among candidates, if one is close enough.
+pub(crate) fn suggest<'c>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'c str>,
+) -> Option<&'c str> {
+    let word_lower = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| {
+            (
+                c,
+                strsim::damerau_levenshtein(&word_lower, &c.to_ascii_lowercase()),
+            )
+        })
+        .filter(|(c, d)| {
+            let longest = word.chars().count().max(c.chars().count());
+            *d <= 2.max(longest / 3) && *d < longest
+        })
+        .min_by_key(|(_, d)| *d)
+        .map(|(c, _)| c)
+}
+
+/// "`a`, `b` or `c`".
+pub(crate) fn one_of(choices: &[&str]) -> String {
+    let quoted: Vec<String> = choices.iter().map(|c| format!("`{c}`")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+impl Lowerer {
+    pub(crate) fn push(&mut self, diagnostic: Diagnostic) {
+        self.diagnostics.push(diagnostic);
+    }
+
+    /// Checks that `node` is a mapping whose keys are all in `known`, reporting the others.
+    /// `what` names the mapping in messages ("a step", "`retry_config`").
+    pub(crate) fn fields<'n>(
+        &mut self,
+        node: &'n Node,
+        what: &str,
+        known: &[&str],
+    ) -> Option<Fields<'n>> {
+        let Some(map) = node.as_map() else {
+            self.wrong_type(node, what, "a mapping");
+            return None;
+        };
+        let mut entries = Vec::with_capacity(map.len());
+        for entry in map {
+            let Some(key) = entry.key.text().filter(|_| entry.key.as_map().is_none()) else {
+                self.push(
+                    Diagnostic::new(Code::WrongType, format!("keys of {what} must be strings"))
+                        .with_primary(entry.key.span, format!("found {}", entry.key.describe()))
+                        .with_help("write a plain key such as `name:`"),
+                );
+                continue;
+            };
+            if known.contains(&key) {
+                entries.push((key, entry));
+            } else {
+                self.unknown_key(entry, key, what, known);
+            }
+        }
+        Some(Fields { entries })
+    }
+
+    fn unknown_key(&mut self, entry: &Entry, key: &str, what: &str, known: &[&str]) {
+        let help = match suggest(key, known.iter().copied()) {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => format!("{what} accepts {}", one_of(known)),
+        };
+        self.push(
+            Diagnostic::new(Code::UnknownKey, format!("unknown key `{key}` in {what}"))
+                .with_primary(entry.key.span, "unknown key")
+                .with_help(help),
+        );
+    }
+
+    /// Reports a value of the wrong shape. `expected` lists the accepted forms.
+    pub(crate) fn wrong_type(&mut self, node: &Node, what: &str, expected: &str) {
+        self.push(
+            Diagnostic::new(Code::WrongType, format!("{what} must be {expected}"))
+                .with_primary(node.span, format!("found {}", node.describe()))
+                .with_help(format!("write {what} as {expected}")),
+        );
+    }
+
+    /// Reports a missing required key on a mapping.
+    pub(crate) fn missing(&mut self, at: Span, what: &str, key: &str, help: &str) {
+        self.push(
+            Diagnostic::new(Code::MissingKey, format!("{what} is missing `{key}`"))
+                .with_primary(at, format!("`{key}` is required here"))
+                .with_help(help.to_owned()),
+        );
+    }
+
+    /// Reports a known key that has no effect where it is.
+    pub(crate) fn no_effect(&mut self, entry: &Entry, why: &str, help: &str) {
+        let key = entry.key.text().unwrap_or("?");
+        self.push(
+            Diagnostic::new(Code::NoEffect, format!("`{key}` has no effect here"))
+                .with_primary(entry.key.span, why.to_owned())
+                .with_help(help.to_owned()),
+        );
+    }
+
+    /// Reports a deprecated form.
+    pub(crate) fn deprecated(&mut self, span: Span, message: &str, help: &str) {
+        self.push(
+            Diagnostic::new(Code::Deprecated, message.to_owned())
+                .with_primary(span, "deprecated")
+                .with_help(help.to_owned()),
+        );
+    }
+
+    /// Records a step id and reports a duplicate.
+    pub(crate) fn step_id(&mut self, id: &Spanned<String>) {
+        if let Some(first) = self.step_ids.iter().find(|s| s.value == id.value) {
+            let first_span = first.span;
+            self.push(
+                Diagnostic::new(
+                    Code::DuplicateStepId,
+                    format!("duplicate step id `{}`", id.value),
+                )
+                .with_primary(id.span, "this id is already used")
+                .with_label(first_span, "first used here")
+                .with_help("give each step a unique `id`; later steps refer to it by name"),
+            );
+        } else {
+            self.step_ids.push(id.clone());
+        }
+    }
+
+    fn workflow(&mut self, root: &Node) -> Option<Workflow> {
+        match &root.kind {
+            NodeKind::Seq(_) => {
+                let commands = self.steps(root, "the workflow", step::Ctx::default());
+                if root.as_seq().is_some_and(<[Node]>::is_empty) {
+                    self.empty_workflow(root.span);
+                }
+                Some(Workflow {
+                    commands,
+                    span: root.span,
+                    ..Workflow::default()
+                })
+            }
+            NodeKind::Map(_) => self.workflow_map(root),
+            NodeKind::Scalar { .. } => {
+                self.push(
+                    Diagnostic::new(
+                        Code::NotAWorkflow,
+                        "a workflow must be a list of steps or a mapping",
+                    )
+                    .with_primary(root.span, format!("found {}", root.describe()))
+                    .with_help("start the file with `commands:` followed by a list of steps"),
+                );
+                None
+            }
+        }
+    }
+
+    fn empty_workflow(&mut self, span: Span) {
+        self.push(
+            Diagnostic::new(Code::EmptyWorkflow, "the workflow has no steps")
+                .with_primary(span, "nothing to run")
+                .with_help("add a step such as `- shell: \"make test\"`"),
+        );
+    }
+
+    fn workflow_map(&mut self, root: &Node) -> Option<Workflow> {
+        let fields = self.fields(root, "the workflow", WORKFLOW_KEYS)?;
+        let mut wf = Workflow {
+            span: root.span,
+            ..Workflow::default()
+        };
+        wf.name = fields.get("name").and_then(|n| self.string(n, "`name`"));
+        wf.description = fields
+            .get("description")
+            .and_then(|n| self.string(n, "`description`"));
+        if let Some(mode) = fields.get("mode") {
+            wf.mode = self
+                .choice(
+                    mode,
+                    "`mode`",
+                    &[("standard", Mode::Standard), ("mapreduce", Mode::MapReduce)],
+                )
+                .map_or(Mode::Standard, |m| m.value);
+        }
+        let mapreduce = wf.mode == Mode::MapReduce;
+        let mode_key = fields.entry("mode");
+
+        // Keys that belong to one mode only.
+        let standard_only = ["commands", "steps"];
+        let mapreduce_only = ["setup", "map", "reduce"];
+        for (key, entry) in fields.keys() {
+            if mapreduce && standard_only.contains(&key) {
+                self.push(
+                    Diagnostic::new(
+                        Code::WrongMode,
+                        format!("`{key}` is not part of a MapReduce workflow"),
+                    )
+                    .with_primary(
+                        entry.key.span,
+                        "a MapReduce workflow runs `setup`, `map`, `reduce`",
+                    )
+                    .with_help("move these steps into `setup:` or `map.agent_template:`"),
+                );
+            }
+            // Without `mode` but with `map`, the V006 fix-it below says all there is to say.
+            if !mapreduce && !fields.has("map") && mapreduce_only.contains(&key) {
+                let mut d =
+                    Diagnostic::new(Code::WrongMode, format!("`{key}` needs `mode: mapreduce`"))
+                        .with_primary(entry.key.span, "only MapReduce workflows have this phase");
+                d = match mode_key {
+                    Some(m) => d.with_label(m.value.span, "the workflow is standard"),
+                    None => d,
+                };
+                self.push(d.with_help(
+                    "add `mode: mapreduce` at the top level, or move the steps into `commands:`",
+                ));
+            }
+        }
+
+        if !mapreduce {
+            match (fields.entry("commands"), fields.entry("steps")) {
+                (Some(c), Some(s)) => {
+                    self.push(
+                        Diagnostic::new(
+                            Code::DuplicateKey,
+                            "`commands` and `steps` are the same key",
+                        )
+                        .with_primary(s.key.span, "`steps` is an alias of `commands`")
+                        .with_label(c.key.span, "`commands` is set here")
+                        .with_help("keep one of the two lists"),
+                    );
+                    wf.commands = self.steps(&c.value, "`commands`", step::Ctx::default());
+                }
+                (Some(e), None) | (None, Some(e)) => {
+                    wf.commands = self.steps(&e.value, "`commands`", step::Ctx::default());
+                    if e.value.as_seq().is_some_and(<[Node]>::is_empty) {
+                        self.empty_workflow(e.value.span);
+                    }
+                }
+                (None, None) => {
+                    if let Some(map) = fields.entry("map") {
+                        let mut d = Diagnostic::new(
+                            Code::MapWithoutMapReduce,
+                            "`map` needs `mode: mapreduce`",
+                        )
+                        .with_primary(map.key.span, "a map phase in a standard workflow");
+                        if let Some(m) = mode_key {
+                            d = d.with_label(m.value.span, "the mode is set here");
+                        }
+                        self.push(
+                            d.with_help("add `mode: mapreduce` at the top level of the workflow"),
+                        );
+                    } else if !misspelt(root, &["commands", "steps"]) {
+                        // A misspelt `comands:` already has its own did-you-mean.
+                        self.missing(
+                            first_key_span(root),
+                            "the workflow",
+                            "commands",
+                            "list the steps under `commands:`",
+                        );
+                    }
+                }
+            }
+            if let Some(map) = fields
+                .entry("map")
+                .filter(|_| fields.has("commands") || fields.has("steps"))
+            {
+                self.push(
+                    Diagnostic::new(Code::MapWithoutMapReduce, "`map` needs `mode: mapreduce`")
+                        .with_primary(map.key.span, "a map phase in a standard workflow")
+                        .with_help("add `mode: mapreduce` at the top level of the workflow"),
+                );
+            }
+        } else if fields.get("map").is_none() {
+            let at = mode_key.map_or(root.span, |m| m.value.span);
+            self.push(
+                Diagnostic::new(
+                    Code::MapReduceWithoutMap,
+                    "a MapReduce workflow needs a `map` phase",
+                )
+                .with_primary(at, "`mode: mapreduce` is set here")
+                .with_help(
+                    "add `map:` with `input:` and `agent_template:`, or remove `mode: mapreduce`",
+                ),
+            );
+        }
+
+        if let Some(env) = fields.get("env") {
+            wf.env = self.env_map(env, "`env`");
+        }
+        if let Some(secrets) = fields.get("secrets") {
+            wf.secrets = self.secrets(secrets);
+        }
+        if let Some(files) = fields.get("env_files") {
+            wf.env_files = self.string_list(files, "`env_files`");
+        }
+        if let Some(profiles) = fields.get("profiles") {
+            wf.profiles = self.profiles(profiles);
+        }
+        if let Some(handlers) = fields.get("handlers") {
+            wf.handlers = self.handlers(handlers);
+        }
+        if let Some(merge) = fields.get("merge") {
+            wf.merge = self.merge(merge);
+        }
+        wf.error_policy = self.error_policy(&fields, mapreduce, &wf.handlers);
+        if mapreduce {
+            if let Some(setup) = fields.get("setup") {
+                wf.setup = self.setup(setup);
+            }
+            if let Some(map) = fields.get("map") {
+                wf.map = self.map_phase(map);
+            }
+            if let Some(reduce) = fields.get("reduce") {
+                wf.reduce = Some(self.phase_steps(reduce, "`reduce`"));
+            }
+        }
+        Some(wf)
+    }
+}
+
+/// Whether an unknown key of `node` looks like a misspelling of one of `keys`.
+fn misspelt(node: &Node, keys: &[&str]) -> bool {
+    node.as_map()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e.key.text())
+        .any(|k| !WORKFLOW_KEYS.contains(&k) && suggest(k, keys.iter().copied()).is_some())
+}
+
+fn first_key_span(node: &Node) -> Span {
+    node.as_map()
+        .and_then(|m| m.first())
+        .map_or(node.span, |e| e.key.span)
+}
+
+/// Lowered handler lists, by name, for `custom:<name>` checks.
+pub(crate) fn handler_names(handlers: &[ast::NamedSteps]) -> impl Iterator<Item = &str> {
+    handlers.iter().map(|h| h.name.value.as_str())
+}

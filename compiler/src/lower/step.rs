@@ -1,0 +1,1814 @@
+//! Steps, in every context, and the per-step structures: `on_failure`, `retry_config`,
+//! `validate`, `step_validate`, captures, `write_file` and `foreach`.
+
+use super::{Fields, Lowerer, one_of};
+use crate::ast::{
+    Backoff, Capture, CaptureFormat, CaptureStreams, Command, CommitConfig, EnvVar,
+    ExitCodeHandler, Foreach, ForeachInput, Matcher, OnFailure, OnFailureForm, OnIncomplete,
+    RetryConfig, RetryExhausted, Step, StepOutput, StepValidate, Strategy, SuccessCriteria,
+    Validate, ValidationCheck, WriteFile, WriteFormat,
+};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::source::{Span, Spanned};
+use crate::syntax::{Entry, Node, NodeKind, Scalar};
+use std::time::Duration;
+
+/// Every key a step mapping accepts.
+pub const STEP_KEYS: &[&str] = &[
+    // Command kinds.
+    "shell",
+    "claude",
+    "write_file",
+    "foreach",
+    "test",
+    "command",
+    // Removed command kinds, reported with a help line.
+    "analyze",
+    "goal_seek",
+    // Fields.
+    "id",
+    "name",
+    "description",
+    "timeout",
+    "working_dir",
+    "env",
+    "clear_env",
+    "temporary",
+    "when",
+    "capture",
+    "capture_format",
+    "capture_streams",
+    "capture_output",
+    "output_file",
+    "output",
+    "on_success",
+    "on_failure",
+    "on_exit_code",
+    "retry_config",
+    "retry",
+    "commit_required",
+    "auto_commit",
+    "commit_config",
+    "validate",
+    "step_validate",
+    "skip_validation",
+    "validation_timeout",
+    "ignore_validation_failure",
+    "outputs",
+    "allow_failure",
+    "continue_on_error",
+    "max_attempts",
+    "fail_workflow",
+    // Legacy `{name: X}` form.
+    "args",
+    "options",
+    "metadata",
+    "analysis",
+    // `foreach` written flat beside its items.
+    "do",
+    "parallel",
+    "max_items",
+];
+
+const COMMAND_KINDS: &[&str] = &[
+    "shell",
+    "claude",
+    "write_file",
+    "foreach",
+    "test",
+    "command",
+];
+
+/// Where a step sits, for the few keys whose meaning depends on it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Ctx {
+    /// A command of a handler list, where `continue_on_error` moves on to the next command.
+    pub(crate) handler_command: bool,
+}
+
+impl Lowerer {
+    /// A list of steps.
+    pub(crate) fn steps(&mut self, node: &Node, what: &str, ctx: Ctx) -> Vec<Step> {
+        let Some(items) = node.as_seq() else {
+            if node.is_null() {
+                return Vec::new();
+            }
+            self.wrong_type(node, what, "a list of steps");
+            return Vec::new();
+        };
+        items
+            .iter()
+            .filter_map(|item| self.step(item, ctx))
+            .collect()
+    }
+
+    /// A phase's steps: a list, or the deprecated `{commands: [...]}` form.
+    pub(crate) fn phase_steps(&mut self, node: &Node, what: &str) -> Vec<Step> {
+        if node.as_map().is_some() {
+            let Some(fields) = self.fields(node, what, &["commands"]) else {
+                return Vec::new();
+            };
+            let Some(entry) = fields.entry("commands") else {
+                self.missing(
+                    node.span,
+                    what,
+                    "commands",
+                    "list the steps directly under the phase",
+                );
+                return Vec::new();
+            };
+            self.deprecated(
+                entry.key.span,
+                &format!("nested `commands:` under {what} is deprecated"),
+                &format!("list the steps directly under {what}"),
+            );
+            return self.steps(&entry.value, what, Ctx::default());
+        }
+        self.steps(node, what, Ctx::default())
+    }
+
+    /// One step. A mapping with both `shell` and `claude` is an error here; handler positions
+    /// split it with [`Lowerer::handler_steps`].
+    pub(crate) fn step(&mut self, node: &Node, ctx: Ctx) -> Option<Step> {
+        match node.scalar() {
+            Some(Scalar::Str(text)) => {
+                // A plain string step is a Claude command, upstream's legacy form.
+                let text = Spanned::new(text.to_owned(), node.span);
+                return Some(Step::new(node.span, Command::Claude(text)));
+            }
+            Some(_) => {
+                self.wrong_type(
+                    node,
+                    "a step",
+                    "a mapping such as `shell: \"make\"` or a command string",
+                );
+                return None;
+            }
+            None => {}
+        }
+        let fields = self.fields(node, "a step", STEP_KEYS)?;
+        // A step whose command is wrong still has its other fields checked.
+        let command = self.command(&fields, node).unwrap_or(Command::Invalid);
+        let mut step = Step::new(node.span, command);
+        self.step_fields(&fields, &mut step, ctx);
+        Some(step)
+    }
+
+    /// Steps in a handler position (`on_success`, `on_exit_code`): a step, a list of steps, or a
+    /// mapping with both `shell` and `claude`, which runs the shell command and then Claude.
+    pub(crate) fn handler_steps(&mut self, node: &Node, what: &str) -> Vec<Step> {
+        if node.as_seq().is_some() {
+            return self.steps(node, what, Ctx::default());
+        }
+        if let Some(map) = node.as_map() {
+            let has = |k: &str| map.iter().any(|e| e.key.text() == Some(k));
+            let others = COMMAND_KINDS
+                .iter()
+                .filter(|k| !matches!(**k, "shell" | "claude"))
+                .any(|k| has(k));
+            if has("shell") && has("claude") && !others {
+                return ["claude", "shell"]
+                    .iter()
+                    .filter_map(|drop| self.step(&without_key(node, drop), Ctx::default()))
+                    .collect();
+            }
+        }
+        self.step(node, Ctx::default()).into_iter().collect()
+    }
+
+    fn command(&mut self, fields: &Fields<'_>, node: &Node) -> Option<Command> {
+        for removed in ["analyze", "goal_seek"] {
+            if let Some(entry) = fields.entry(removed) {
+                let help = if removed == "analyze" {
+                    "remove the step; analysis was removed in Prodigy 0.3, run an analysis tool with `shell:` instead"
+                } else {
+                    "replace it with a step that has `validate:` and `on_incomplete:`, which loop until a threshold is met"
+                };
+                self.push(
+                    Diagnostic::new(
+                        Code::RemovedFeature,
+                        format!("`{removed}` steps were removed"),
+                    )
+                    .with_primary(entry.key.span, format!("`{removed}` no longer exists"))
+                    .with_help(help),
+                );
+                return None;
+            }
+        }
+        let kinds: Vec<(&str, &Entry)> = COMMAND_KINDS
+            .iter()
+            .filter_map(|k| fields.entry(k).map(|e| (*k, e)))
+            .collect();
+        match kinds.as_slice() {
+            [] => {
+                if let Some(name) = fields.get("name") {
+                    return self.legacy_named(fields, name);
+                }
+                let at = node
+                    .as_map()
+                    .and_then(|m| m.first())
+                    .map_or(node.span, |e| e.key.span);
+                self.push(
+                    Diagnostic::new(Code::NoCommand, "a step needs a command")
+                        .with_primary(at, "this step runs nothing")
+                        .with_help(format!("add one of {}", one_of(&COMMAND_KINDS[..5]))),
+                );
+                None
+            }
+            [(kind, entry)] => self.command_of(kind, entry, fields),
+            [(first, first_entry), (second, second_entry), ..] => {
+                self.push(
+                    Diagnostic::new(
+                        Code::MultipleCommands,
+                        format!("a step has both `{first}` and `{second}`"),
+                    )
+                    .with_primary(second_entry.key.span, "second command")
+                    .with_label(first_entry.key.span, "first command")
+                    .with_help("split them into two steps; each step runs exactly one command"),
+                );
+                None
+            }
+        }
+    }
+
+    fn command_of(&mut self, kind: &str, entry: &Entry, fields: &Fields<'_>) -> Option<Command> {
+        let value = &entry.value;
+        Some(match kind {
+            "shell" => Command::Shell(self.string(value, "`shell`")?),
+            "claude" => Command::Claude(self.string(value, "`claude`")?),
+            "command" => {
+                self.deprecated(
+                    entry.key.span,
+                    "`command` is a deprecated spelling of `claude`",
+                    "write `claude:` instead",
+                );
+                Command::Claude(self.string(value, "`command`")?)
+            }
+            "write_file" => Command::WriteFile(self.write_file(value)?),
+            "foreach" => Command::Foreach(Box::new(self.foreach(value, fields)?)),
+            // `test` is rewritten in `step_fields`, where its `on_failure` lands on the step.
+            _ => {
+                self.deprecated(
+                    entry.key.span,
+                    "`test` steps are deprecated",
+                    "write `shell:` with an `on_failure:` handler instead",
+                );
+                let test = self.fields(value, "`test`", &["command", "on_failure"])?;
+                let Some(command) = test.get("command") else {
+                    self.missing(
+                        value.span,
+                        "`test`",
+                        "command",
+                        "add `command: \"cargo test\"`",
+                    );
+                    return None;
+                };
+                Command::Shell(self.string(command, "`test.command`")?)
+            }
+        })
+    }
+
+    /// `{name: X, args, options}`: the Claude command `/X args --option value`.
+    fn legacy_named(&mut self, fields: &Fields<'_>, name: &Node) -> Option<Command> {
+        let name = self.string(name, "`name`")?;
+        let mut text = if name.value.starts_with('/') {
+            name.value.clone()
+        } else {
+            format!("/{}", name.value)
+        };
+        if let Some(args) = fields.get("args") {
+            for arg in self.string_list(args, "`args`") {
+                text.push(' ');
+                text.push_str(&arg.value);
+            }
+        }
+        if let Some(options) = fields.get("options") {
+            for (key, value) in options
+                .as_map()
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|e| Some((e.key.text()?, &e.value)))
+            {
+                match value.scalar() {
+                    Some(Scalar::Bool(true)) => {
+                        text.push_str(" --");
+                        text.push_str(key);
+                    }
+                    Some(Scalar::Bool(false) | Scalar::Null) => {}
+                    _ => {
+                        if let Some(v) = self.string(value, "an option value") {
+                            text.push_str(" --");
+                            text.push_str(key);
+                            text.push(' ');
+                            text.push_str(&v.value);
+                        }
+                    }
+                }
+            }
+            if options.as_map().is_none() {
+                self.wrong_type(options, "`options`", "a mapping of option names to values");
+            }
+        }
+        Some(Command::Claude(Spanned::new(text, name.span)))
+    }
+
+    fn step_fields(&mut self, fields: &Fields<'_>, step: &mut Step, ctx: Ctx) {
+        let legacy_named = !COMMAND_KINDS.iter().any(|k| fields.has(k));
+        if let Some(id) = fields.get("id").and_then(|n| self.string(n, "`id`")) {
+            self.step_id(&id);
+            step.id = Some(id);
+        }
+        if !legacy_named {
+            step.name = fields.get("name").and_then(|n| self.string(n, "`name`"));
+            for key in ["args", "options"] {
+                if let Some(entry) = fields.entry(key) {
+                    self.no_effect(
+                        entry,
+                        "only the legacy `name:` form appends `args` and `options` to its command",
+                        "put the arguments in the command text, which runs as written",
+                    );
+                }
+            }
+        }
+        step.description = fields
+            .get("description")
+            .and_then(|n| self.string(n, "`description`"));
+        step.timeout = fields
+            .get("timeout")
+            .and_then(|n| self.duration(n, "`timeout`"));
+        step.working_dir = fields
+            .get("working_dir")
+            .and_then(|n| self.string(n, "`working_dir`"));
+        if let Some(env) = fields.get("env") {
+            step.env = self.env_map(env, "step `env`");
+        }
+        step.clear_env = self.flag(fields.get("clear_env"), "`clear_env`", false);
+        // `temporary` asks for what is already the rule: a step's env never outlives the step.
+        let _ = self.flag(fields.get("temporary"), "`temporary`", false);
+        step.when = fields.get("when").and_then(|n| self.string(n, "`when`"));
+        self.captures(fields, step);
+        match (fields.entry("output_file"), fields.entry("output")) {
+            (Some(e), other) => {
+                step.output_file = self.string(&e.value, "`output_file`");
+                if let Some(o) = other {
+                    self.no_effect(
+                        o,
+                        "`output_file` is set too",
+                        "remove `output`; it is an alias of `output_file`",
+                    );
+                }
+            }
+            (None, Some(e)) => step.output_file = self.string(&e.value, "`output`"),
+            (None, None) => {}
+        }
+        if let Some(node) = fields.get("on_success") {
+            step.on_success = self.handler_steps(node, "`on_success`");
+        }
+        if let Some(node) = fields.get("on_exit_code") {
+            step.on_exit_code = self.exit_codes(node);
+        }
+        match (fields.entry("retry_config"), fields.entry("retry")) {
+            (Some(a), Some(b)) => {
+                self.push(
+                    Diagnostic::new(
+                        Code::DuplicateKey,
+                        "`retry` and `retry_config` are the same key",
+                    )
+                    .with_primary(b.key.span, "`retry` is an alias of `retry_config`")
+                    .with_label(a.key.span, "`retry_config` is set here")
+                    .with_help("keep one of the two"),
+                );
+                step.retry = self.retry_config(&a.value);
+            }
+            (Some(e), None) | (None, Some(e)) => step.retry = self.retry_config(&e.value),
+            (None, None) => {}
+        }
+        step.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
+        step.auto_commit = self.flag(fields.get("auto_commit"), "`auto_commit`", false);
+        step.commit_config = fields
+            .get("commit_config")
+            .and_then(|n| self.commit_config(n));
+        if let Some(e) = fields.entry("commit_config").filter(|_| !step.auto_commit) {
+            self.no_effect(
+                e,
+                "`commit_config` shapes the commits of `auto_commit`",
+                "add `auto_commit: true`",
+            );
+        }
+        step.validate = fields.get("validate").and_then(|n| self.validate(n));
+        self.step_validate(fields, step);
+        if let Some(outputs) = fields.get("outputs") {
+            step.outputs = self.outputs(outputs);
+            if step.id.is_none() && !step.outputs.is_empty() {
+                self.missing(
+                    fields.entry("outputs").map_or(step.span, |e| e.key.span),
+                    "a step with `outputs`",
+                    "id",
+                    "add `id:`; outputs are read as `${ID.NAME}`",
+                );
+            }
+        }
+        if let Some(e) = fields.entry("analysis") {
+            self.no_effect(
+                e,
+                "analysis caching was removed in Prodigy 0.3",
+                "remove `analysis:`",
+            );
+        }
+        self.failure_fields(fields, step, ctx);
+        if let Some(metadata) = fields.get("metadata") {
+            self.metadata(metadata, step);
+        }
+    }
+
+    /// `on_failure` and the keys that stand in for it.
+    fn failure_fields(&mut self, fields: &Fields<'_>, step: &mut Step, ctx: Ctx) {
+        // `test: {command, on_failure}` carries its handler inside.
+        let test_handler = fields
+            .get("test")
+            .and_then(Node::as_map)
+            .and_then(|m| m.iter().find(|e| e.key.text() == Some("on_failure")));
+        if let Some(handler) = test_handler {
+            step.on_failure = self.on_failure(&handler.value, 3);
+        }
+        if let Some(node) = fields.get("on_failure") {
+            step.on_failure = self.on_failure(node, 1);
+        }
+        let ignore = |on_failure: &mut Option<OnFailure>, span: Span| {
+            *on_failure = Some(OnFailure::ignore(span));
+        };
+        if let Some(e) = fields.entry("allow_failure")
+            && self.boolean(&e.value, "`allow_failure`") == Some(true)
+        {
+            if step.on_failure.is_some() {
+                self.no_effect(
+                    e,
+                    "`on_failure` is set too",
+                    "remove `allow_failure`, or write `on_failure: true`",
+                );
+            } else {
+                ignore(&mut step.on_failure, e.value.span);
+            }
+        }
+        if let Some(e) = fields.entry("continue_on_error") {
+            let value = self.boolean(&e.value, "`continue_on_error`") == Some(true);
+            if ctx.handler_command {
+                step.continue_on_error = value;
+            } else if value {
+                if step.on_failure.is_some() {
+                    self.no_effect(
+                        e,
+                        "`on_failure` is set too",
+                        "remove `continue_on_error`, or write `on_failure: true`",
+                    );
+                } else {
+                    ignore(&mut step.on_failure, e.value.span);
+                }
+            }
+        }
+        // `max_attempts` and `fail_workflow` beside `on_failure` configure it (seed 000).
+        for key in ["max_attempts", "fail_workflow"] {
+            let Some(e) = fields.entry(key) else { continue };
+            let Some(on_failure) = step.on_failure.as_mut().filter(|h| !h.handler.is_empty())
+            else {
+                // `fail_workflow: false` on a step without a handler asks to go on after a failure.
+                if key == "fail_workflow" && step.on_failure.is_none() {
+                    if self.boolean(&e.value, "`fail_workflow`") == Some(false) {
+                        step.on_failure = Some(OnFailure::ignore(e.value.span));
+                    }
+                    continue;
+                }
+                self.no_effect(
+                    e,
+                    "it configures an `on_failure` handler and this step has none",
+                    "add an `on_failure:` handler, or use `retry_config.attempts` to retry the command",
+                );
+                continue;
+            };
+            if key == "max_attempts" {
+                if let Some(n) = self.count(&e.value, "`max_attempts`", 1) {
+                    on_failure.max_attempts = n.value;
+                }
+            } else if let Some(b) = self.boolean(&e.value, "`fail_workflow`") {
+                on_failure.fail_workflow = b;
+            }
+        }
+    }
+
+    fn metadata(&mut self, node: &Node, step: &mut Step) {
+        let keys = [
+            "continue_on_error",
+            "retries",
+            "timeout",
+            "env",
+            "commit_required",
+            "analysis",
+        ];
+        let Some(fields) = self.fields(node, "`metadata`", &keys) else {
+            return;
+        };
+        if fields
+            .get("continue_on_error")
+            .and_then(|n| self.boolean(n, "`continue_on_error`"))
+            == Some(true)
+            && step.on_failure.is_none()
+        {
+            step.on_failure = Some(OnFailure::ignore(node.span));
+        }
+        if let Some(n) = fields
+            .get("retries")
+            .and_then(|n| self.count(n, "`retries`", 0))
+            && n.value > 0
+            && step.retry.is_none()
+        {
+            step.retry = Some(RetryConfig {
+                attempts: n.value + 1,
+                ..RetryConfig::defaults(n.span)
+            });
+        }
+        if let Some(t) = fields
+            .get("timeout")
+            .and_then(|n| self.duration(n, "`timeout`"))
+        {
+            step.timeout.get_or_insert(t);
+        }
+        if let Some(env) = fields.get("env") {
+            let env = self.env_map(env, "`metadata.env`");
+            step.env.extend(env);
+        }
+        if self.flag(fields.get("commit_required"), "`commit_required`", false) {
+            step.commit_required = true;
+        }
+        if let Some(e) = fields.entry("analysis") {
+            self.no_effect(
+                e,
+                "analysis caching was removed in Prodigy 0.3",
+                "remove `analysis:`",
+            );
+        }
+    }
+
+    fn captures(&mut self, fields: &Fields<'_>, step: &mut Step) {
+        let format = fields.get("capture_format").and_then(|n| {
+            self.choice(
+                n,
+                "`capture_format`",
+                &[
+                    ("string", CaptureFormat::String),
+                    ("number", CaptureFormat::Number),
+                    ("json", CaptureFormat::Json),
+                    ("lines", CaptureFormat::Lines),
+                    ("boolean", CaptureFormat::Boolean),
+                ],
+            )
+        });
+        let streams = fields
+            .get("capture_streams")
+            .and_then(|n| self.capture_streams(n));
+        if let Some(name) = fields
+            .get("capture")
+            .and_then(|n| self.string(n, "`capture`"))
+        {
+            step.capture = Some(Capture {
+                name,
+                format: format.map_or(CaptureFormat::String, |f| f.value),
+                streams: streams.unwrap_or_default(),
+            });
+        } else {
+            for key in ["capture_format", "capture_streams"] {
+                if let Some(e) = fields.entry(key).filter(|_| !fields.has("capture")) {
+                    self.no_effect(
+                        e,
+                        "it shapes a `capture` and this step has none",
+                        "add `capture: NAME`",
+                    );
+                }
+            }
+        }
+        if let Some(node) = fields.get("capture_output") {
+            let default_name = match step.command {
+                Command::Claude(_) => "claude.output",
+                _ => "shell.output",
+            };
+            step.capture_output = match node.scalar() {
+                Some(Scalar::Bool(true)) => Some(Spanned::new(default_name.to_owned(), node.span)),
+                Some(Scalar::Bool(false)) => None,
+                _ => self.string(node, "`capture_output`"),
+            };
+        }
+    }
+
+    fn capture_streams(&mut self, node: &Node) -> Option<CaptureStreams> {
+        if node.as_map().is_some() {
+            let keys = ["stdout", "stderr", "exit_code", "success", "duration"];
+            let fields = self.fields(node, "`capture_streams`", &keys)?;
+            let d = CaptureStreams::default();
+            return Some(CaptureStreams {
+                stdout: self.flag(fields.get("stdout"), "`stdout`", d.stdout),
+                stderr: self.flag(fields.get("stderr"), "`stderr`", d.stderr),
+                exit_code: self.flag(fields.get("exit_code"), "`exit_code`", d.exit_code),
+                success: self.flag(fields.get("success"), "`success`", d.success),
+                duration: self.flag(fields.get("duration"), "`duration`", d.duration),
+            });
+        }
+        let base = CaptureStreams::default();
+        let choices = [
+            ("stdout", base),
+            (
+                "stderr",
+                CaptureStreams {
+                    stdout: false,
+                    stderr: true,
+                    ..base
+                },
+            ),
+            (
+                "both",
+                CaptureStreams {
+                    stderr: true,
+                    ..base
+                },
+            ),
+        ];
+        self.choice(node, "`capture_streams`", &choices)
+            .map(|c| c.value)
+    }
+
+    fn exit_codes(&mut self, node: &Node) -> Vec<ExitCodeHandler> {
+        let Some(map) = node.as_map() else {
+            self.wrong_type(node, "`on_exit_code`", "a mapping from exit codes to steps");
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for entry in map {
+            let code = match entry.key.scalar() {
+                Some(Scalar::Int(i)) => i32::try_from(i).ok(),
+                Some(Scalar::Str(s)) => s.trim().parse::<i32>().ok(),
+                _ => None,
+            };
+            let Some(code) = code.filter(|c| (0..=255).contains(c)) else {
+                self.push(
+                    Diagnostic::new(
+                        Code::InvalidExitCode,
+                        format!("`{}` is not an exit code", entry.key.text().unwrap_or("?")),
+                    )
+                    .with_primary(entry.key.span, "expected a whole number from 0 to 255")
+                    .with_help("key `on_exit_code` entries by exit code, such as `1:` or `127:`"),
+                );
+                continue;
+            };
+            let steps = self.handler_steps(&entry.value, "an `on_exit_code` handler");
+            out.push(ExitCodeHandler {
+                code: Spanned::new(code, entry.key.span),
+                steps,
+            });
+        }
+        out
+    }
+
+    /// A handler command written as a string: a leading `/` means Claude, else shell.
+    fn command_string(&mut self, node: &Node, what: &str) -> Option<Step> {
+        let text = self.string(node, what)?;
+        let command = if text.value.trim_start().starts_with('/') {
+            Command::Claude(text)
+        } else {
+            Command::Shell(text)
+        };
+        Some(Step::new(node.span, command))
+    }
+
+    /// A list of handler commands: strings or steps.
+    fn handler_commands(&mut self, node: &Node, what: &str) -> Vec<Step> {
+        let Some(items) = node.as_seq() else {
+            self.wrong_type(node, what, "a list of commands");
+            return Vec::new();
+        };
+        items
+            .iter()
+            .filter_map(|item| {
+                if item.as_map().is_some() {
+                    self.step(
+                        item,
+                        Ctx {
+                            handler_command: true,
+                        },
+                    )
+                } else {
+                    self.command_string(item, what)
+                }
+            })
+            .collect()
+    }
+
+    /// `on_failure` in all six forms. `default_attempts` is 3 for the deprecated `test:` form.
+    pub(crate) fn on_failure(&mut self, node: &Node, default_attempts: u32) -> Option<OnFailure> {
+        let base = OnFailure {
+            span: node.span,
+            form: OnFailureForm::Bool,
+            handler: Vec::new(),
+            fail_workflow: false,
+            max_attempts: 1,
+            strategy: Strategy::Recovery,
+            handler_failure_fatal: false,
+            timeout: None,
+            capture: Vec::new(),
+            commit_required: false,
+        };
+        match &node.kind {
+            NodeKind::Scalar { .. } => {
+                if let Some(Scalar::Bool(b)) = node.scalar() {
+                    return Some(OnFailure {
+                        fail_workflow: !b,
+                        ..base
+                    });
+                }
+                let step = self.command_string(node, "`on_failure`")?;
+                Some(OnFailure {
+                    form: OnFailureForm::Single,
+                    handler: vec![step],
+                    ..base
+                })
+            }
+            NodeKind::Seq(_) => {
+                let handler = self.handler_commands(node, "`on_failure`");
+                Some(OnFailure {
+                    form: OnFailureForm::List,
+                    handler,
+                    ..base
+                })
+            }
+            NodeKind::Map(_) => {
+                let detailed = node
+                    .as_map()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|e| e.key.text() == Some("commands"));
+                let keys: &[&str] = if detailed {
+                    &[
+                        "commands",
+                        "strategy",
+                        "timeout",
+                        "handler_failure_fatal",
+                        "fail_workflow",
+                        "capture",
+                        "max_attempts",
+                        "max_retries",
+                        "commit_required",
+                    ]
+                } else {
+                    &[
+                        "shell",
+                        "claude",
+                        "fail_workflow",
+                        "max_attempts",
+                        "max_retries",
+                        "commit_required",
+                        "timeout",
+                        "retry_original",
+                        "strategy",
+                        "handler_failure_fatal",
+                        "capture",
+                    ]
+                };
+                let fields = self.fields(node, "`on_failure`", keys)?;
+                let mut out = OnFailure {
+                    form: OnFailureForm::Advanced,
+                    max_attempts: default_attempts,
+                    ..base
+                };
+                if detailed {
+                    out.form = OnFailureForm::Detailed;
+                    if let Some(commands) = fields.get("commands") {
+                        out.handler = self.handler_commands(commands, "`on_failure.commands`");
+                    }
+                } else {
+                    for kind in ["shell", "claude"] {
+                        if let Some(text) = fields
+                            .get(kind)
+                            .and_then(|n| self.string(n, &format!("`{kind}`")))
+                        {
+                            let command = if kind == "shell" {
+                                Command::Shell(text)
+                            } else {
+                                Command::Claude(text)
+                            };
+                            out.handler.push(Step::new(node.span, command));
+                        }
+                    }
+                }
+                match (fields.entry("max_attempts"), fields.entry("max_retries")) {
+                    (Some(a), Some(b)) => {
+                        self.push(
+                            Diagnostic::new(
+                                Code::DuplicateKey,
+                                "`max_retries` and `max_attempts` are the same key",
+                            )
+                            .with_primary(b.key.span, "`max_retries` is an alias of `max_attempts`")
+                            .with_label(a.key.span, "`max_attempts` is set here")
+                            .with_help("keep `max_attempts`"),
+                        );
+                        if let Some(n) = self.count(&a.value, "`max_attempts`", 1) {
+                            out.max_attempts = n.value;
+                        }
+                    }
+                    (Some(e), None) | (None, Some(e)) => {
+                        if let Some(n) = self.count(&e.value, "`max_attempts`", 1) {
+                            out.max_attempts = n.value;
+                        }
+                    }
+                    (None, None) => {}
+                }
+                if let Some(e) = fields.entry("retry_original") {
+                    self.deprecated(
+                        e.key.span,
+                        "`retry_original` is deprecated",
+                        "set `max_attempts: 2` or more; the command is retried after the handler",
+                    );
+                    if self.boolean(&e.value, "`retry_original`") == Some(true) {
+                        out.max_attempts = out.max_attempts.max(2);
+                    }
+                }
+                out.fail_workflow =
+                    self.flag(fields.get("fail_workflow"), "`fail_workflow`", false);
+                out.handler_failure_fatal = self.flag(
+                    fields.get("handler_failure_fatal"),
+                    "`handler_failure_fatal`",
+                    false,
+                );
+                out.commit_required =
+                    self.flag(fields.get("commit_required"), "`commit_required`", false);
+                out.timeout = fields
+                    .get("timeout")
+                    .and_then(|n| self.duration(n, "`timeout`"));
+                if let Some(n) = fields.get("capture") {
+                    out.capture = self.handler_capture(n);
+                }
+                if let Some(s) = fields.get("strategy") {
+                    let choices = [
+                        ("recovery", Strategy::Recovery),
+                        ("fallback", Strategy::Fallback),
+                        ("cleanup", Strategy::Cleanup),
+                        ("custom", Strategy::Custom),
+                    ];
+                    if let Some(s) = self.choice(s, "`strategy`", &choices) {
+                        out.strategy = s.value;
+                    }
+                }
+                if out.handler.is_empty() {
+                    for key in [
+                        "max_attempts",
+                        "max_retries",
+                        "timeout",
+                        "strategy",
+                        "capture",
+                        "handler_failure_fatal",
+                    ] {
+                        if let Some(e) = fields.entry(key) {
+                            self.no_effect(
+                                e,
+                                "this `on_failure` has no handler command",
+                                "add `shell:` or `claude:` to run on failure, or use `retry_config` to retry",
+                            );
+                        }
+                    }
+                }
+                Some(out)
+            }
+        }
+    }
+
+    /// `on_failure.capture`: a name, a list of names, or a mapping whose keys are the names
+    /// (seed 000 writes `error_log: "handler_output"`).
+    fn handler_capture(&mut self, node: &Node) -> Vec<Spanned<String>> {
+        let Some(map) = node.as_map() else {
+            return self.string_list(node, "`capture`");
+        };
+        map.iter()
+            .filter_map(|e| {
+                self.string(&e.value, "a capture source")?;
+                self.string(&e.key, "a variable name")
+            })
+            .collect()
+    }
+
+    /// Command-level `retry_config`.
+    pub(crate) fn retry_config(&mut self, node: &Node) -> Option<RetryConfig> {
+        let keys = [
+            "attempts",
+            "max_attempts",
+            "backoff",
+            "initial_delay",
+            "max_delay",
+            "jitter",
+            "jitter_factor",
+            "retry_on",
+            "retry_budget",
+            "on_failure",
+        ];
+        let fields = self.fields(node, "`retry_config`", &keys)?;
+        let mut out = RetryConfig::defaults(node.span);
+        let attempts = match (fields.get("attempts"), fields.get("max_attempts")) {
+            (Some(n), _) | (None, Some(n)) => self.count(n, "`attempts`", 1),
+            (None, None) => None,
+        };
+        if let Some(n) = attempts {
+            out.attempts = n.value;
+        }
+        if let Some(d) = fields
+            .get("initial_delay")
+            .and_then(|n| self.duration(n, "`initial_delay`"))
+        {
+            out.initial_delay = d.value;
+        }
+        if let Some(d) = fields
+            .get("max_delay")
+            .and_then(|n| self.duration(n, "`max_delay`"))
+        {
+            out.max_delay = d.value;
+        }
+        if let Some(b) = fields.get("backoff")
+            && let Some((backoff, max_delay)) = self.backoff(b)
+        {
+            out.backoff = backoff;
+            if let Some(d) = max_delay {
+                out.max_delay = d;
+            }
+        }
+        out.jitter = self.flag(fields.get("jitter"), "`jitter`", false);
+        if let Some(f) = fields
+            .get("jitter_factor")
+            .and_then(|n| self.number(n, "`jitter_factor`", 0.0, 1.0))
+        {
+            out.jitter_factor = f.value;
+        }
+        if let Some(e) = fields.entry("jitter_factor").filter(|_| !out.jitter) {
+            self.no_effect(
+                e,
+                "jitter is off",
+                "add `jitter: true`, or remove `jitter_factor`",
+            );
+        }
+        if let Some(list) = fields.get("retry_on") {
+            out.retry_on = self.matchers(list);
+        }
+        out.retry_budget = fields
+            .get("retry_budget")
+            .and_then(|n| self.duration(n, "`retry_budget`"))
+            .map(|d| d.value);
+        if let Some(n) = fields.get("on_failure")
+            && let Some(action) = self.retry_exhausted(n)
+        {
+            out.on_failure = action;
+        }
+        Some(out)
+    }
+
+    /// A backoff in any of its spellings: `exponential`, `{exponential: {base: 2}}`,
+    /// `{type: exponential, base: 2}`, or `!exponential {base: 2}`.
+    /// Returns the strategy and a `max_delay` given inside it.
+    pub(crate) fn backoff(&mut self, node: &Node) -> Option<(Backoff, Option<Duration>)> {
+        const KINDS: &[&str] = &["fixed", "linear", "exponential", "fibonacci", "custom"];
+        let (kind, kind_node, params): (String, &Node, Option<Node>) = if let Some(tag) = &node.tag
+        {
+            (tag.clone(), node, (!node.is_null()).then(|| node.clone()))
+        } else if let Some(text) = node.text() {
+            (text.trim().to_owned(), node, None)
+        } else if let Some(map) = node.as_map() {
+            if let Some(type_entry) = map.iter().find(|e| e.key.text() == Some("type")) {
+                let Some(kind) = type_entry.value.text() else {
+                    self.wrong_type(&type_entry.value, "`backoff.type`", &one_of(KINDS));
+                    return None;
+                };
+                (
+                    kind.trim().to_owned(),
+                    &type_entry.value,
+                    Some(without_key(node, "type")),
+                )
+            } else if let [single] = map {
+                let kind = single.key.text().unwrap_or_default().to_owned();
+                (
+                    kind,
+                    &single.key,
+                    (!single.value.is_null()).then(|| single.value.clone()),
+                )
+            } else {
+                self.wrong_type(
+                    node,
+                    "`backoff`",
+                    "a strategy name such as `exponential`, `{exponential: {base: 2}}` or `{type: exponential, base: 2}`",
+                );
+                return None;
+            }
+        } else {
+            self.wrong_type(node, "`backoff`", "a strategy name or mapping");
+            return None;
+        };
+        let Some(kind) = KINDS.iter().find(|k| k.eq_ignore_ascii_case(&kind)) else {
+            self.unknown_variant(kind_node, "backoff strategy", &kind, KINDS);
+            return None;
+        };
+        let param_keys: &[&str] = match *kind {
+            "fixed" => &["delay", "max_delay"],
+            "linear" => &["initial", "increment", "max_delay"],
+            "exponential" => &["initial", "base", "multiplier", "max_delay"],
+            "fibonacci" => &["initial", "max_delay"],
+            _ => &["delays", "max_delay"],
+        };
+        let what = format!("`{kind}` backoff");
+        let fields = match &params {
+            Some(p) => Some(self.fields(p, &what, param_keys)?),
+            None => None,
+        };
+        let get = |k: &str| fields.as_ref().and_then(|f| f.get(k));
+        let dur = |lw: &mut Self, k: &str| {
+            get(k)
+                .and_then(|n| lw.duration(n, &format!("`{k}`")))
+                .map(|d| d.value)
+        };
+        let max_delay = dur(self, "max_delay");
+        let backoff = match *kind {
+            "fixed" => Backoff::Fixed {
+                delay: dur(self, "delay"),
+            },
+            "linear" => Backoff::Linear {
+                initial: dur(self, "initial"),
+                increment: dur(self, "increment"),
+            },
+            "exponential" => {
+                let factor = get("base").or_else(|| get("multiplier"));
+                let base = factor
+                    .and_then(|n| self.number(n, "`base`", 1.0, f64::MAX))
+                    .map_or(2.0, |b| b.value);
+                Backoff::Exponential {
+                    initial: dur(self, "initial"),
+                    base,
+                }
+            }
+            "fibonacci" => Backoff::Fibonacci {
+                initial: dur(self, "initial"),
+            },
+            _ => {
+                let delays = match get("delays") {
+                    Some(list) if list.as_seq().is_some() => list
+                        .as_seq()
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|n| self.duration(n, "a custom delay").map(|d| d.value))
+                        .collect(),
+                    Some(other) => {
+                        self.wrong_type(other, "`delays`", "a list of durations");
+                        Vec::new()
+                    }
+                    None => Vec::new(),
+                };
+                Backoff::Custom { delays }
+            }
+        };
+        Some((backoff, max_delay))
+    }
+
+    fn matchers(&mut self, node: &Node) -> Vec<Matcher> {
+        let items: Vec<&Node> = match node.as_seq() {
+            Some(items) => items.iter().collect(),
+            None => vec![node],
+        };
+        let named = [
+            ("network", Matcher::Network),
+            ("timeout", Matcher::Timeout),
+            ("server_error", Matcher::ServerError),
+            ("rate_limit", Matcher::RateLimit),
+        ];
+        let mut out = Vec::new();
+        for item in items {
+            let pattern = if item.tag.as_deref() == Some("pattern") {
+                self.string(item, "`pattern`")
+            } else if item.as_map().is_some() {
+                self.fields(item, "a `retry_on` matcher", &["pattern"])
+                    .and_then(|f| f.get("pattern"))
+                    .and_then(|n| self.string(n, "`pattern`"))
+            } else {
+                if let Some(m) = self.choice(item, "`retry_on` matcher", &named) {
+                    out.push(m.value);
+                }
+                continue;
+            };
+            if let Some(p) = pattern
+                && self.regex(&p)
+            {
+                out.push(Matcher::Pattern(p));
+            }
+        }
+        out
+    }
+
+    /// Checks that a regular expression compiles.
+    pub(crate) fn regex(&mut self, pattern: &Spanned<String>) -> bool {
+        match regex::Regex::new(&pattern.value) {
+            Ok(_) => true,
+            Err(err) => {
+                let detail = err.to_string();
+                let last = detail
+                    .lines()
+                    .last()
+                    .unwrap_or("invalid")
+                    .trim()
+                    .trim_start_matches("error: ");
+                self.push(
+                    Diagnostic::new(Code::InvalidRegex, "invalid regular expression")
+                        .with_primary(pattern.span, last.to_owned())
+                        .with_help("fix the pattern; escape literal characters such as `(` or `[` with `\\`"),
+                );
+                false
+            }
+        }
+    }
+
+    fn retry_exhausted(&mut self, node: &Node) -> Option<RetryExhausted> {
+        let fallback_of = |lw: &mut Self, value: &Node| -> Option<RetryExhausted> {
+            if value.as_map().is_some() {
+                let f = lw.fields(value, "`fallback`", &["command"])?;
+                let Some(c) = f.get("command") else {
+                    lw.missing(
+                        value.span,
+                        "`fallback`",
+                        "command",
+                        "add `command: \"...\"`",
+                    );
+                    return None;
+                };
+                lw.string(c, "`fallback.command`")
+                    .map(RetryExhausted::Fallback)
+            } else {
+                lw.string(value, "`fallback`").map(RetryExhausted::Fallback)
+            }
+        };
+        if node.tag.as_deref() == Some("fallback") {
+            return fallback_of(self, node);
+        }
+        if let Some(map) = node.as_map() {
+            let f = self.fields(node, "`retry_config.on_failure`", &["fallback"])?;
+            let _ = map;
+            let Some(value) = f.get("fallback") else {
+                self.missing(
+                    node.span,
+                    "`retry_config.on_failure`",
+                    "fallback",
+                    "write `stop`, `continue` or `{fallback: {command: \"...\"}}`",
+                );
+                return None;
+            };
+            return fallback_of(self, value);
+        }
+        self.choice(
+            node,
+            "`retry_config.on_failure`",
+            &[
+                ("stop", RetryExhausted::Stop),
+                ("continue", RetryExhausted::Continue),
+            ],
+        )
+        .map(|c| c.value)
+    }
+
+    fn commit_config(&mut self, node: &Node) -> Option<CommitConfig> {
+        let keys = [
+            "message_template",
+            "message_pattern",
+            "sign",
+            "author",
+            "include_files",
+            "exclude_files",
+            "squash",
+        ];
+        let fields = self.fields(node, "`commit_config`", &keys)?;
+        let message_pattern = fields
+            .get("message_pattern")
+            .and_then(|n| self.string(n, "`message_pattern`"));
+        if let Some(p) = &message_pattern {
+            self.regex(p);
+        }
+        Some(CommitConfig {
+            message_template: fields
+                .get("message_template")
+                .and_then(|n| self.string(n, "`message_template`")),
+            message_pattern,
+            sign: self.flag(fields.get("sign"), "`sign`", false),
+            author: fields
+                .get("author")
+                .and_then(|n| self.string(n, "`author`")),
+            include_files: fields
+                .get("include_files")
+                .map(|n| self.string_list(n, "`include_files`"))
+                .unwrap_or_default(),
+            exclude_files: fields
+                .get("exclude_files")
+                .map(|n| self.string_list(n, "`exclude_files`"))
+                .unwrap_or_default(),
+            squash: self.flag(fields.get("squash"), "`squash`", false),
+        })
+    }
+
+    /// A command written inline in `validate` / `on_incomplete`: `shell`, `claude` or `commands`.
+    fn inline_commands(&mut self, fields: &Fields<'_>, what: &str) -> Vec<Step> {
+        let mut present: Vec<(&str, &Entry)> = Vec::new();
+        for key in ["shell", "claude", "command", "commands"] {
+            if let Some(e) = fields.entry(key) {
+                present.push((key, e));
+            }
+        }
+        if let [(first, a), (second, b), ..] = present.as_slice() {
+            self.push(
+                Diagnostic::new(
+                    Code::MultipleCommands,
+                    format!("{what} has both `{first}` and `{second}`"),
+                )
+                .with_primary(b.key.span, "second command")
+                .with_label(a.key.span, "first command")
+                .with_help("keep one; list several steps under `commands:`"),
+            );
+        }
+        let Some((key, entry)) = present.first() else {
+            return Vec::new();
+        };
+        match *key {
+            "commands" => self.handler_commands(&entry.value, &format!("{what}.commands")),
+            "claude" => self
+                .string(&entry.value, "`claude`")
+                .map(|t| vec![Step::new(entry.value.span, Command::Claude(t))])
+                .unwrap_or_default(),
+            _ => {
+                if *key == "command" {
+                    self.deprecated(
+                        entry.key.span,
+                        "`command` is a deprecated spelling of `shell`",
+                        "write `shell:` instead",
+                    );
+                }
+                self.string(&entry.value, "`shell`")
+                    .map(|t| vec![Step::new(entry.value.span, Command::Shell(t))])
+                    .unwrap_or_default()
+            }
+        }
+    }
+
+    fn validate(&mut self, node: &Node) -> Option<Validate> {
+        let mut out = Validate {
+            span: node.span,
+            commands: Vec::new(),
+            result_file: None,
+            threshold: 100.0,
+            timeout: None,
+            expected_schema: None,
+            on_incomplete: None,
+        };
+        if node.as_seq().is_some() {
+            out.commands = self.handler_commands(node, "`validate`");
+            return Some(out);
+        }
+        let keys = [
+            "shell",
+            "claude",
+            "command",
+            "commands",
+            "result_file",
+            "threshold",
+            "timeout",
+            "expected_schema",
+            "on_incomplete",
+        ];
+        let fields = self.fields(node, "`validate`", &keys)?;
+        out.commands = self.inline_commands(&fields, "`validate`");
+        out.result_file = fields
+            .get("result_file")
+            .and_then(|n| self.string(n, "`result_file`"));
+        if out.commands.is_empty() && out.result_file.is_none() {
+            self.missing(
+                fields.entry("on_incomplete").map_or(node.span, |e| e.key.span),
+                "`validate`",
+                "shell",
+                "add `shell:`, `claude:` or `commands:` that check the work, or `result_file:` that the step writes",
+            );
+        }
+        if let Some(t) = fields
+            .get("threshold")
+            .and_then(|n| self.number(n, "`threshold`", 0.0, 100.0))
+        {
+            out.threshold = t.value;
+        }
+        out.timeout = fields
+            .get("timeout")
+            .and_then(|n| self.duration(n, "`timeout`"));
+        out.expected_schema = fields.get("expected_schema").map(to_json);
+        if let Some(n) = fields.get("on_incomplete") {
+            out.on_incomplete = self.on_incomplete(n);
+        }
+        Some(out)
+    }
+
+    fn on_incomplete(&mut self, node: &Node) -> Option<OnIncomplete> {
+        let mut out = OnIncomplete {
+            commands: Vec::new(),
+            max_attempts: 2,
+            fail_workflow: true,
+            commit_required: false,
+            prompt: None,
+        };
+        if node.as_seq().is_some() {
+            out.commands = self.handler_commands(node, "`on_incomplete`");
+            return Some(out);
+        }
+        let keys = [
+            "shell",
+            "claude",
+            "commands",
+            "max_attempts",
+            "fail_workflow",
+            "commit_required",
+            "prompt",
+        ];
+        let fields = self.fields(node, "`on_incomplete`", &keys)?;
+        out.commands = self.inline_commands(&fields, "`on_incomplete`");
+        if out.commands.is_empty() && !fields.has("prompt") {
+            self.missing(
+                node.span,
+                "`on_incomplete`",
+                "claude",
+                "add `claude:`, `shell:` or `commands:` that complete the work",
+            );
+        }
+        if let Some(n) = fields
+            .get("max_attempts")
+            .and_then(|n| self.count(n, "`max_attempts`", 1))
+        {
+            out.max_attempts = n.value;
+        }
+        out.fail_workflow = self.flag(fields.get("fail_workflow"), "`fail_workflow`", true);
+        out.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
+        out.prompt = fields
+            .get("prompt")
+            .and_then(|n| self.string(n, "`prompt`"));
+        Some(out)
+    }
+
+    fn step_validate(&mut self, fields: &Fields<'_>, step: &mut Step) {
+        let Some(node) = fields.get("step_validate") else {
+            for key in [
+                "skip_validation",
+                "validation_timeout",
+                "ignore_validation_failure",
+            ] {
+                if let Some(e) = fields.entry(key) {
+                    self.no_effect(
+                        e,
+                        "it configures `step_validate` and this step has none",
+                        "add `step_validate:` or remove it",
+                    );
+                }
+            }
+            return;
+        };
+        let mut out = StepValidate {
+            span: node.span,
+            checks: Vec::new(),
+            success_criteria: SuccessCriteria::All,
+            max_attempts: 1,
+            retry_delay: Duration::from_secs(5),
+            skip: self.flag(fields.get("skip_validation"), "`skip_validation`", false),
+            timeout: fields
+                .get("validation_timeout")
+                .and_then(|n| self.duration(n, "`validation_timeout`")),
+            ignore_failure: self.flag(
+                fields.get("ignore_validation_failure"),
+                "`ignore_validation_failure`",
+                false,
+            ),
+        };
+        let check_of = |text: Spanned<String>| ValidationCheck {
+            command: text,
+            claude: false,
+            expect_output: None,
+            expect_exit_code: 0,
+        };
+        if node.as_map().is_none() {
+            out.checks = self
+                .string_list(node, "`step_validate`")
+                .into_iter()
+                .map(check_of)
+                .collect();
+            step.step_validate = Some(out);
+            return;
+        }
+        let keys = [
+            "commands",
+            "success_criteria",
+            "max_attempts",
+            "retry_delay",
+        ];
+        let Some(f) = self.fields(node, "`step_validate`", &keys) else {
+            return;
+        };
+        if let Some(list) = f.get("commands") {
+            for item in list.as_seq().unwrap_or_default() {
+                if item.as_map().is_none() {
+                    out.checks
+                        .extend(self.string(item, "a validation command").map(check_of));
+                    continue;
+                }
+                let ck = [
+                    "command",
+                    "expect_output",
+                    "expect_exit_code",
+                    "command_type",
+                ];
+                let Some(c) = self.fields(item, "a validation command", &ck) else {
+                    continue;
+                };
+                let Some(command) = c.get("command").and_then(|n| self.string(n, "`command`"))
+                else {
+                    if !c.has("command") {
+                        self.missing(
+                            item.span,
+                            "a validation command",
+                            "command",
+                            "add `command: \"...\"`",
+                        );
+                    }
+                    continue;
+                };
+                let expect_output = c
+                    .get("expect_output")
+                    .and_then(|n| self.string(n, "`expect_output`"));
+                if let Some(p) = &expect_output {
+                    self.regex(p);
+                }
+                let claude = c
+                    .get("command_type")
+                    .and_then(|n| {
+                        self.choice(n, "`command_type`", &[("shell", false), ("claude", true)])
+                    })
+                    .is_some_and(|c| c.value);
+                let expect_exit_code = c
+                    .get("expect_exit_code")
+                    .and_then(|n| self.integer(n, "`expect_exit_code`", 0, 255))
+                    .map_or(0, |n| i32::try_from(n.value).unwrap_or(0));
+                out.checks.push(ValidationCheck {
+                    command,
+                    claude,
+                    expect_output,
+                    expect_exit_code,
+                });
+            }
+            if list.as_seq().is_none() {
+                self.wrong_type(list, "`step_validate.commands`", "a list of commands");
+            }
+        }
+        if let Some(n) = f.get("success_criteria") {
+            out.success_criteria = self.success_criteria(n).unwrap_or(SuccessCriteria::All);
+        }
+        if let Some(n) = f
+            .get("max_attempts")
+            .and_then(|n| self.count(n, "`max_attempts`", 1))
+        {
+            out.max_attempts = n.value;
+        }
+        if let Some(d) = f
+            .get("retry_delay")
+            .and_then(|n| self.duration(n, "`retry_delay`"))
+        {
+            out.retry_delay = d.value;
+        }
+        step.step_validate = Some(out);
+    }
+
+    fn success_criteria(&mut self, node: &Node) -> Option<SuccessCriteria> {
+        if node.as_map().is_some() {
+            let f = self.fields(node, "`success_criteria`", &["atleast", "at_least"])?;
+            let n = f.get("atleast").or_else(|| f.get("at_least"))?;
+            return self
+                .count(n, "`at_least`", 1)
+                .map(|n| SuccessCriteria::AtLeast(n.value));
+        }
+        self.choice(
+            node,
+            "`success_criteria`",
+            &[("all", SuccessCriteria::All), ("any", SuccessCriteria::Any)],
+        )
+        .map(|c| c.value)
+    }
+
+    fn outputs(&mut self, node: &Node) -> Vec<StepOutput> {
+        let Some(map) = node.as_map() else {
+            self.wrong_type(
+                node,
+                "`outputs`",
+                "a mapping of names to `{file_pattern: GLOB}`",
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for entry in map {
+            let Some(name) = self.string(&entry.key, "an output name") else {
+                continue;
+            };
+            let Some(f) = self.fields(&entry.value, "an output", &["file_pattern"]) else {
+                continue;
+            };
+            let Some(pattern) = f
+                .get("file_pattern")
+                .and_then(|n| self.string(n, "`file_pattern`"))
+            else {
+                if !f.has("file_pattern") {
+                    self.missing(
+                        entry.value.span,
+                        "an output",
+                        "file_pattern",
+                        "add `file_pattern: \"*.md\"`",
+                    );
+                }
+                continue;
+            };
+            out.push(StepOutput {
+                name,
+                file_pattern: pattern,
+            });
+        }
+        out
+    }
+
+    fn write_file(&mut self, node: &Node) -> Option<WriteFile> {
+        let fields = self.fields(
+            node,
+            "`write_file`",
+            &["path", "content", "format", "mode", "create_dirs"],
+        )?;
+        let path = if let Some(n) = fields.get("path") {
+            self.string(n, "`path`")
+        } else {
+            self.missing(
+                node.span,
+                "`write_file`",
+                "path",
+                "add `path: \"out/result.json\"`",
+            );
+            None
+        };
+        let content = if let Some(n) = fields.get("content") {
+            self.string(n, "`content`")
+        } else {
+            self.missing(
+                node.span,
+                "`write_file`",
+                "content",
+                "add `content: \"...\"`",
+            );
+            None
+        };
+        if let Some(p) = &path {
+            let escapes =
+                p.value.starts_with('/') || p.value.split(['/', '\\']).any(|part| part == "..");
+            if escapes {
+                self.push(
+                    Diagnostic::new(
+                        Code::PathEscapes,
+                        "`write_file` paths must stay inside the working directory",
+                    )
+                    .with_primary(p.span, "this path leaves the working directory")
+                    .with_help("use a relative path without `..`, such as `out/result.json`"),
+                );
+            }
+        }
+        let format = fields
+            .get("format")
+            .and_then(|n| {
+                self.choice(
+                    n,
+                    "`format`",
+                    &[
+                        ("text", WriteFormat::Text),
+                        ("json", WriteFormat::Json),
+                        ("yaml", WriteFormat::Yaml),
+                    ],
+                )
+            })
+            .map_or(WriteFormat::Text, |f| f.value);
+        let mode = fields
+            .get("mode")
+            .and_then(|n| self.file_mode(n))
+            .unwrap_or(0o644);
+        let create_dirs = self.flag(fields.get("create_dirs"), "`create_dirs`", false);
+        Some(WriteFile {
+            path: path?,
+            content: content?,
+            format,
+            mode,
+            create_dirs,
+        })
+    }
+
+    fn file_mode(&mut self, node: &Node) -> Option<u32> {
+        let text = node.text().unwrap_or_default().trim();
+        let digits = text.strip_prefix("0o").unwrap_or(text);
+        match u32::from_str_radix(digits, 8) {
+            Ok(mode) if mode <= 0o7777 && !digits.is_empty() && node.as_map().is_none() => {
+                Some(mode)
+            }
+            _ => {
+                self.push(
+                    Diagnostic::new(
+                        Code::InvalidFileMode,
+                        format!("`{text}` is not a file mode"),
+                    )
+                    .with_primary(node.span, "expected octal permission bits")
+                    .with_help(
+                        "write the mode as an octal string such as `\"0644\"` or `\"0755\"`",
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn foreach(&mut self, node: &Node, step: &Fields<'_>) -> Option<Foreach> {
+        // Nested form: `foreach: {foreach|input|items, parallel, do, continue_on_error, max_items}`.
+        // Flat form: `foreach: CMD|LIST` with `do`, `parallel`, ... beside it in the step.
+        let nested = if node.as_map().is_some() {
+            let keys = [
+                "foreach",
+                "input",
+                "items",
+                "parallel",
+                "do",
+                "continue_on_error",
+                "max_items",
+            ];
+            Some(self.fields(node, "`foreach`", &keys)?)
+        } else {
+            None
+        };
+        let get = |k: &str| match &nested {
+            Some(f) => f.get(k),
+            None => step.get(k),
+        };
+        let source = match &nested {
+            None => node,
+            Some(f) => {
+                let Some(source) = f
+                    .get("foreach")
+                    .or_else(|| f.get("input"))
+                    .or_else(|| f.get("items"))
+                else {
+                    self.missing(
+                        node.span,
+                        "`foreach`",
+                        "foreach",
+                        "add `foreach:` with a command or a list of items",
+                    );
+                    return None;
+                };
+                source
+            }
+        };
+        let input = if source.as_seq().is_some() {
+            ForeachInput::List(self.string_list(source, "`foreach` items"))
+        } else {
+            ForeachInput::Command(self.string(source, "`foreach`")?)
+        };
+        let parallel = match get("parallel") {
+            None => 1,
+            Some(n) => match n.scalar() {
+                Some(Scalar::Bool(true)) => 10,
+                Some(Scalar::Bool(false)) => 1,
+                _ => self.count(n, "`parallel`", 1).map_or(1, |c| c.value),
+            },
+        };
+        let Some(do_node) = get("do") else {
+            self.missing(
+                node.span,
+                "`foreach`",
+                "do",
+                "add `do:` with the steps to run for each item",
+            );
+            return None;
+        };
+        let steps = self.steps(do_node, "`do`", Ctx::default());
+        let continue_on_error = get("continue_on_error")
+            .and_then(|n| self.boolean(n, "`continue_on_error`"))
+            .unwrap_or(false);
+        let max_items = get("max_items")
+            .and_then(|n| self.size(n, "`max_items`", 1))
+            .map(|n| n.value);
+        Some(Foreach {
+            input,
+            parallel,
+            steps,
+            continue_on_error,
+            max_items,
+        })
+    }
+}
+
+impl Step {
+    /// A step with a command and every field at its default.
+    pub fn new(span: Span, command: Command) -> Self {
+        Step {
+            span,
+            command,
+            id: None,
+            name: None,
+            description: None,
+            timeout: None,
+            working_dir: None,
+            env: Vec::<EnvVar>::new(),
+            clear_env: false,
+            when: None,
+            capture: None,
+            capture_output: None,
+            output_file: None,
+            on_success: Vec::new(),
+            on_failure: None,
+            on_exit_code: Vec::new(),
+            retry: None,
+            commit_required: false,
+            auto_commit: false,
+            commit_config: None,
+            validate: None,
+            step_validate: None,
+            outputs: Vec::new(),
+            continue_on_error: false,
+        }
+    }
+}
+
+impl OnFailure {
+    /// `on_failure: true`.
+    pub fn ignore(span: Span) -> Self {
+        OnFailure {
+            span,
+            form: OnFailureForm::Bool,
+            handler: Vec::new(),
+            fail_workflow: false,
+            max_attempts: 1,
+            strategy: Strategy::Recovery,
+            handler_failure_fatal: false,
+            timeout: None,
+            capture: Vec::new(),
+            commit_required: false,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The documented defaults.
+    pub fn defaults(span: Span) -> Self {
+        RetryConfig {
+            span,
+            attempts: 3,
+            backoff: Backoff::Exponential {
+                initial: None,
+                base: 2.0,
+            },
+            initial_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(30),
+            jitter: false,
+            jitter_factor: 0.3,
+            retry_on: Vec::new(),
+            retry_budget: None,
+            on_failure: RetryExhausted::Stop,
+        }
+    }
+}
+
+/// A copy of a mapping node without one key.
+fn without_key(node: &Node, key: &str) -> Node {
+    let mut copy = node.clone();
+    if let NodeKind::Map(entries) = &mut copy.kind {
+        entries.retain(|e| e.key.text() != Some(key));
+    }
+    copy
+}
+
+/// A YAML node as JSON (for `expected_schema`).
+pub(crate) fn to_json(node: &Node) -> serde_json::Value {
+    match &node.kind {
+        NodeKind::Seq(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
+        NodeKind::Map(entries) => serde_json::Value::Object(
+            entries
+                .iter()
+                .map(|e| {
+                    (
+                        e.key.text().unwrap_or_default().to_owned(),
+                        to_json(&e.value),
+                    )
+                })
+                .collect(),
+        ),
+        NodeKind::Scalar { .. } => match node.scalar() {
+            Some(Scalar::Bool(b)) => serde_json::Value::Bool(b),
+            Some(Scalar::Int(i)) => serde_json::Value::from(i),
+            Some(Scalar::Float(f)) => serde_json::Number::from_f64(f)
+                .map_or(serde_json::Value::Null, serde_json::Value::Number),
+            Some(Scalar::Str(s)) => serde_json::Value::String(s.to_owned()),
+            Some(Scalar::Null) | None => serde_json::Value::Null,
+        },
+    }
+}

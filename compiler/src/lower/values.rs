@@ -1,0 +1,241 @@
+//! Scalar values: strings, booleans, numbers, durations and enum choices.
+
+use std::time::Duration;
+
+use super::{Lowerer, one_of, suggest};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::source::Spanned;
+use crate::syntax::{Node, Scalar};
+
+impl Lowerer {
+    /// A string; numbers and booleans are taken as their text, as YAML authors expect.
+    pub(crate) fn string(&mut self, node: &Node, what: &str) -> Option<Spanned<String>> {
+        match node.scalar() {
+            Some(Scalar::Null) | None => {
+                self.wrong_type(node, what, "a string");
+                None
+            }
+            Some(_) => node.text().map(|t| Spanned::new(t.to_owned(), node.span)),
+        }
+    }
+
+    /// A list of strings; a single string is accepted as a list of one.
+    pub(crate) fn string_list(&mut self, node: &Node, what: &str) -> Vec<Spanned<String>> {
+        match node.as_seq() {
+            Some(items) => items.iter().filter_map(|n| self.string(n, what)).collect(),
+            None if node.as_map().is_none() && !node.is_null() => {
+                self.string(node, what).into_iter().collect()
+            }
+            None => {
+                self.wrong_type(node, what, "a list of strings");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A boolean.
+    pub(crate) fn boolean(&mut self, node: &Node, what: &str) -> Option<bool> {
+        if let Some(Scalar::Bool(b)) = node.scalar() {
+            return Some(b);
+        }
+        // `"true"` quoted is a common slip; accept it as the boolean it spells.
+        match node.scalar() {
+            Some(Scalar::Str("true")) => Some(true),
+            Some(Scalar::Str("false")) => Some(false),
+            _ => {
+                self.wrong_type(node, what, "`true` or `false`");
+                None
+            }
+        }
+    }
+
+    /// A boolean field of a mapping, with a default.
+    pub(crate) fn flag(&mut self, node: Option<&Node>, what: &str, default: bool) -> bool {
+        node.and_then(|n| self.boolean(n, what)).unwrap_or(default)
+    }
+
+    /// A whole number in `min..=max`.
+    pub(crate) fn integer(
+        &mut self,
+        node: &Node,
+        what: &str,
+        min: i64,
+        max: i64,
+    ) -> Option<Spanned<i64>> {
+        let value = match node.scalar() {
+            Some(Scalar::Int(i)) => i,
+            Some(Scalar::Str(s)) if s.trim().parse::<i64>().is_ok() => s.trim().parse().ok()?,
+            Some(Scalar::Float(f)) if f.fract() == 0.0 && f.abs() < 9e15 => {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "checked to be a small whole number"
+                )]
+                let i = f as i64;
+                i
+            }
+            _ => {
+                self.wrong_type(node, what, "a whole number");
+                return None;
+            }
+        };
+        if value < min || value > max {
+            let range = if max == i64::MAX {
+                format!("at least {min}")
+            } else {
+                format!("from {min} to {max}")
+            };
+            self.push(
+                Diagnostic::new(Code::OutOfRange, format!("{what} must be {range}"))
+                    .with_primary(node.span, format!("{value} is out of range"))
+                    .with_help(format!("use a value {range}")),
+            );
+            return None;
+        }
+        Some(Spanned::new(value, node.span))
+    }
+
+    /// A whole number ≥ `min` that fits in `u32`.
+    pub(crate) fn count(&mut self, node: &Node, what: &str, min: u32) -> Option<Spanned<u32>> {
+        self.integer(node, what, i64::from(min), i64::from(u32::MAX))
+            .and_then(|n| u32::try_from(n.value).ok().map(|v| Spanned::new(v, n.span)))
+    }
+
+    /// A whole number ≥ `min` as `u64`.
+    pub(crate) fn size(&mut self, node: &Node, what: &str, min: u64) -> Option<Spanned<u64>> {
+        self.integer(node, what, i64::try_from(min).unwrap_or(0), i64::MAX)
+            .and_then(|n| u64::try_from(n.value).ok().map(|v| Spanned::new(v, n.span)))
+    }
+
+    /// A number in `min..=max`.
+    pub(crate) fn number(
+        &mut self,
+        node: &Node,
+        what: &str,
+        min: f64,
+        max: f64,
+    ) -> Option<Spanned<f64>> {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "YAML integers used as numbers are small"
+        )]
+        let value = match node.scalar() {
+            Some(Scalar::Int(i)) => i as f64,
+            Some(Scalar::Float(f)) if f.is_finite() => f,
+            Some(Scalar::Str(s)) if s.trim().parse::<f64>().is_ok_and(f64::is_finite) => {
+                s.trim().parse().ok()?
+            }
+            _ => {
+                self.wrong_type(node, what, "a number");
+                return None;
+            }
+        };
+        if value < min || value > max {
+            let range = if max >= f64::MAX {
+                format!("at least {min}")
+            } else {
+                format!("from {min} to {max}")
+            };
+            self.push(
+                Diagnostic::new(Code::OutOfRange, format!("{what} must be {range}"))
+                    .with_primary(node.span, format!("{value} is out of range"))
+                    .with_help(format!("use a value {range}")),
+            );
+            return None;
+        }
+        Some(Spanned::new(value, node.span))
+    }
+
+    /// A duration: a humantime string (`30s`, `1m 30s`, `500ms`), a number of seconds, or
+    /// serde's `{secs, nanos}` form that upstream's error policy uses.
+    pub(crate) fn duration(&mut self, node: &Node, what: &str) -> Option<Spanned<Duration>> {
+        let parsed = match node.scalar() {
+            Some(Scalar::Int(i)) if i >= 0 => Some(Duration::from_secs(i.unsigned_abs())),
+            Some(Scalar::Float(f)) if f >= 0.0 && f.is_finite() => Some(Duration::from_secs_f64(f)),
+            Some(Scalar::Str(s)) => {
+                let s = s.trim();
+                s.parse::<u64>()
+                    .ok()
+                    .map(Duration::from_secs)
+                    .or_else(|| humantime::parse_duration(s).ok())
+            }
+            Some(Scalar::Int(_) | Scalar::Float(_)) => {
+                self.push(
+                    Diagnostic::new(Code::InvalidDuration, format!("{what} cannot be negative"))
+                        .with_primary(node.span, "a negative duration")
+                        .with_help("use a duration such as `30s` or a number of seconds"),
+                );
+                return None;
+            }
+            Some(Scalar::Null | Scalar::Bool(_)) => None,
+            None => return self.secs_nanos(node, what),
+        };
+        if parsed.is_none() {
+            let text = node.text().unwrap_or_default();
+            self.push(
+                Diagnostic::new(Code::InvalidDuration, format!("{what} is not a duration"))
+                    .with_primary(node.span, format!("`{text}` is not a duration"))
+                    .with_help("write a number of seconds or a duration such as `30s`, `1m 30s` or `500ms`"),
+            );
+        }
+        parsed.map(|d| Spanned::new(d, node.span))
+    }
+
+    fn secs_nanos(&mut self, node: &Node, what: &str) -> Option<Spanned<Duration>> {
+        if node.as_map().is_none() {
+            self.wrong_type(
+                node,
+                what,
+                "a duration such as `30s` or a number of seconds",
+            );
+            return None;
+        }
+        let fields = self.fields(node, what, &["secs", "nanos"])?;
+        let secs = fields
+            .get("secs")
+            .and_then(|n| self.size(n, "`secs`", 0))
+            .map_or(0, |s| s.value);
+        let nanos = fields
+            .get("nanos")
+            .and_then(|n| self.count(n, "`nanos`", 0))
+            .map_or(0, |s| s.value);
+        Some(Spanned::new(Duration::new(secs, nanos), node.span))
+    }
+
+    /// One of a fixed set of words (case-insensitive), with a did-you-mean otherwise.
+    pub(crate) fn choice<T: Clone>(
+        &mut self,
+        node: &Node,
+        what: &str,
+        choices: &[(&str, T)],
+    ) -> Option<Spanned<T>> {
+        let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+        let Some(text) = node.text().filter(|_| !node.is_null()) else {
+            self.wrong_type(node, what, &one_of(&names));
+            return None;
+        };
+        if let Some((_, value)) = choices
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(text.trim()))
+        {
+            return Some(Spanned::new(value.clone(), node.span));
+        }
+        self.unknown_variant(node, what, text, &names);
+        None
+    }
+
+    /// Reports a value that is not one of `names`.
+    pub(crate) fn unknown_variant(&mut self, node: &Node, what: &str, text: &str, names: &[&str]) {
+        let help = match suggest(text, names.iter().copied()) {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => format!("use {}", one_of(names)),
+        };
+        self.push(
+            Diagnostic::new(
+                Code::UnknownVariant,
+                format!("`{text}` is not a valid {what}"),
+            )
+            .with_primary(node.span, format!("expected {}", one_of(names)))
+            .with_help(help),
+        );
+    }
+}

@@ -1,0 +1,211 @@
+//! The `prodigy` binary as users run it: exit codes, output formats, `explain`.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn prodigy() -> Command {
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn clean_file_exits_zero() {
+    prodigy()
+        .args(["check", "workflows/ok/seed-000-on-failure-simple-forms.yml"])
+        .assert()
+        .code(0)
+        .stderr(predicate::str::contains(
+            "checked 1 file: no problems found",
+        ));
+}
+
+#[test]
+fn errors_exit_one_with_the_place_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "w.yml",
+        "commands:\n  - shell: make\n    retry_config:\n      max_attemps: 3\n",
+    );
+    prodigy()
+        .arg("check")
+        .arg(&path)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "unknown key `max_attemps` in `retry_config`",
+        ))
+        .stdout(predicate::str::contains("w.yml:4:7"))
+        .stdout(predicate::str::contains("did you mean `max_attempts`?"))
+        .stderr(predicate::str::contains("1 error"));
+}
+
+#[test]
+fn warnings_pass_unless_denied() {
+    let warn = "workflows/err/W003-empty-workflow.yml";
+    prodigy()
+        .args(["check", warn])
+        .assert()
+        .code(0)
+        .stderr(predicate::str::contains("1 warning"));
+    prodigy()
+        .args(["check", "--deny", "warnings", warn])
+        .assert()
+        .code(1);
+}
+
+#[test]
+fn unreadable_file_exits_two() {
+    prodigy()
+        .args(["check", "does/not/exist.yml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot read `does/not/exist.yml`"));
+}
+
+#[test]
+fn usage_error_exits_two() {
+    prodigy().args(["check"]).assert().code(2);
+    prodigy()
+        .args(["check", "--format", "xml", "x.yml"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn json_output_follows_the_contract() {
+    let output = prodigy()
+        .args([
+            "check",
+            "--format",
+            "json",
+            "workflows/err/V001-unknown-key.yml",
+            "workflows/ok/seed-002-setup-simple-array.yml",
+        ])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert_eq!(json["version"], 1);
+    let diagnostics = json["diagnostics"].as_array().unwrap();
+    assert!(!diagnostics.is_empty());
+    let first = &diagnostics[0];
+    for key in [
+        "file",
+        "code",
+        "severity",
+        "message",
+        "help",
+        "line",
+        "column",
+        "end_line",
+        "end_column",
+        "labels",
+    ] {
+        assert!(first.get(key).is_some(), "missing `{key}` in {first}");
+    }
+    assert_eq!(first["file"], "workflows/err/V001-unknown-key.yml");
+    assert_eq!(first["code"], "V001");
+    assert_eq!(first["severity"], "error");
+    assert!(first["line"].as_u64().unwrap() >= 1);
+    assert!(first["labels"][0]["primary"].as_bool().unwrap());
+}
+
+#[test]
+fn json_positions_are_one_based_lines_and_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "w.yml", "name: x\ncomands:\n  - shell: make\n");
+    let output = prodigy()
+        .args(["check", "--format", "json"])
+        .arg(&path)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    let d = &json["diagnostics"][0];
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(
+        (d["end_line"].as_u64(), d["end_column"].as_u64()),
+        (Some(2), Some(8))
+    );
+    assert_eq!(d["help"], "did you mean `commands`?");
+}
+
+#[test]
+fn explain_prints_the_long_explanation() {
+    prodigy()
+        .args(["explain", "v001"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("# V001"));
+    prodigy()
+        .args(["explain"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("W002"));
+    prodigy()
+        .args(["explain", "X999"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown code `X999`"));
+}
+
+#[test]
+fn every_problem_is_reported_in_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "commands:\n  - shell: a\n    claude: b\n    timeout: soon\n  - shell: c\n    capture_format: jsn\n    capture: x\n";
+    let path = write(&dir, "w.yml", text);
+    let output = prodigy()
+        .args(["check", "--format", "json"])
+        .arg(&path)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    let codes: Vec<&str> = json["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["V004", "V102", "V104"]);
+}
+
+#[test]
+fn billion_laughs_is_rejected() {
+    let mut text = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..12 {
+        let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+        writeln!(text, "a{i}: &a{i} [{refs}]").unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "bomb.yml", &text);
+    prodigy()
+        .arg("check")
+        .arg(&path)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("P002"));
+}
