@@ -1,4 +1,4 @@
-//! Fixture workflows: `workflows/ok/` must compile with no diagnostic at all;
+//! Fixture workflows: `workflows/ok/` and `workflows/examples/` must compile with no diagnostic;
 //! `workflows/err/CODE-*.yml` must report `CODE`, and its rendered report is a snapshot.
 
 #![expect(
@@ -39,7 +39,7 @@ fn load(path: &Path) -> SourceFile {
 #[test]
 fn ok_fixtures_have_no_diagnostics() {
     let mut failures = Vec::new();
-    for path in fixtures("ok") {
+    for path in fixtures("ok").into_iter().chain(fixtures("examples")) {
         let file = load(&path);
         let checked = prodigy_compiler::check(&file);
         if !checked.diagnostics.is_empty() || checked.workflow.is_none() {
