@@ -109,17 +109,19 @@ impl Lowerer {
             let source = if entry.value.as_map().is_some() {
                 self.secret_provider(&entry.value)
             } else {
-                self.string(&entry.value, "a secret").map(|s| {
-                    let var = s
-                        .value
-                        .trim()
-                        .strip_prefix("${env:")
-                        .or_else(|| s.value.trim().strip_prefix("${env."))
-                        .and_then(|rest| rest.strip_suffix('}'))
-                        .unwrap_or(s.value.trim())
-                        .to_owned();
-                    SecretSource::Env(Spanned::new(var, s.span))
-                })
+                self.string(&entry.value, "a secret")
+                    .map(|s| {
+                        let var = s
+                            .value
+                            .trim()
+                            .strip_prefix("${env:")
+                            .or_else(|| s.value.trim().strip_prefix("${env."))
+                            .and_then(|rest| rest.strip_suffix('}'))
+                            .unwrap_or(s.value.trim())
+                            .to_owned();
+                        SecretSource::Env(Spanned::new(var, s.span))
+                    })
+                    .filter(|source| self.env_var_name(source))
             };
             if let Some(source) = source {
                 out.push(Secret { name, source });
@@ -159,6 +161,30 @@ impl Lowerer {
         } else {
             SecretSource::File(key)
         })
+    }
+
+    /// Checks that a secret read from the environment names a variable.
+    fn env_var_name(&mut self, source: &SecretSource) -> bool {
+        let SecretSource::Env(name) = source else {
+            return true;
+        };
+        let valid = name
+            .value
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name
+                .value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            self.push(
+                Diagnostic::new(Code::WrongType, format!("`{}` is not an environment variable name", name.value))
+                    .with_primary(name.span, "a secret names the variable that holds it")
+                    .with_help("write the variable's name, such as `API_TOKEN` or `${env:API_TOKEN}`, never the secret itself"),
+            );
+        }
+        valid
     }
 
     /// `profiles`: names to env overlays with an optional `description`.

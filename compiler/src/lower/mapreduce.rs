@@ -333,8 +333,6 @@ impl Lowerer {
                         ("PerAgent", TimeoutPolicy::PerAgent),
                         ("PerCommand", TimeoutPolicy::PerCommand),
                         ("Hybrid", TimeoutPolicy::Hybrid),
-                        ("per_agent", TimeoutPolicy::PerAgent),
-                        ("per_command", TimeoutPolicy::PerCommand),
                     ],
                 )
             })
@@ -350,7 +348,6 @@ impl Lowerer {
                         ("Skip", TimeoutAction::Skip),
                         ("Fail", TimeoutAction::Fail),
                         ("GracefulTerminate", TimeoutAction::GracefulTerminate),
-                        ("graceful_terminate", TimeoutAction::GracefulTerminate),
                     ],
                 )
             })
@@ -450,7 +447,7 @@ impl Lowerer {
             ..ErrorPolicy::default()
         };
         if let Some(n) = pick(self, "on_item_failure") {
-            policy.on_item_failure = self.item_failure(n);
+            policy.on_item_failure = self.item_failure(n, &names);
             if let Some(Spanned {
                 value: ItemFailure::Custom(name),
                 span,
@@ -482,7 +479,7 @@ impl Lowerer {
         Some(policy)
     }
 
-    fn item_failure(&mut self, node: &Node) -> Option<Spanned<ItemFailure>> {
+    fn item_failure(&mut self, node: &Node, handlers: &[&str]) -> Option<Spanned<ItemFailure>> {
         const CHOICES: &[&str] = &["dlq", "retry", "skip", "stop", "custom:<handler>"];
         let custom = |name: &str, node: &Node| {
             Some(Spanned::new(
@@ -519,6 +516,19 @@ impl Lowerer {
             "retry" => ItemFailure::Retry,
             "skip" => ItemFailure::Skip,
             "stop" => ItemFailure::Stop,
+            _ if handlers.contains(&value) => {
+                self.push(
+                    Diagnostic::new(
+                        Code::UnknownVariant,
+                        format!("`{value}` is not a valid `on_item_failure`"),
+                    )
+                    .with_primary(node.span, format!("`{value}` names a handler"))
+                    .with_help(format!(
+                        "write `custom:{value}` to run the handler for failed items"
+                    )),
+                );
+                return None;
+            }
             _ => {
                 self.unknown_variant(node, "`on_item_failure`", value, CHOICES);
                 return None;
@@ -665,8 +675,17 @@ impl Lowerer {
             .map(|d| d.value);
         if let Some((backoff, max_delay)) = f.get("backoff").and_then(|n| self.backoff(n)) {
             out.backoff = backoff;
-            if max_delay.is_some() {
-                out.max_delay = max_delay;
+            if let Some(d) = max_delay {
+                if let Some(outer) = f.entry("max_delay") {
+                    self.duplicate(
+                        d.span,
+                        outer.key.span,
+                        "max_delay",
+                        "`backoff`",
+                        "`retry_config`",
+                    );
+                }
+                out.max_delay = Some(d.value);
             }
         }
         out.jitter = self.flag(f.get("jitter"), "`jitter`", false);

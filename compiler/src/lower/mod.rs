@@ -9,6 +9,8 @@
 mod env;
 mod mapreduce;
 mod step;
+#[cfg(test)]
+mod tests;
 mod values;
 
 use crate::ast::{self, Mode, Workflow};
@@ -22,7 +24,7 @@ pub use step::STEP_KEYS;
 pub fn lower(root: Option<&Node>) -> (Option<Workflow>, Vec<Diagnostic>) {
     let mut lw = Lowerer {
         diagnostics: Vec::new(),
-        step_ids: Vec::new(),
+        step_ids: std::collections::BTreeMap::new(),
     };
     let workflow = root.and_then(|root| lw.workflow(root));
     (workflow, lw.diagnostics)
@@ -55,8 +57,8 @@ pub const WORKFLOW_KEYS: &[&str] = &[
 /// The state of one lowering pass.
 pub(crate) struct Lowerer {
     pub(crate) diagnostics: Vec<Diagnostic>,
-    /// Every step `id` seen, to report duplicates.
-    step_ids: Vec<Spanned<String>>,
+    /// Every step `id` seen, with where, to report duplicates.
+    step_ids: std::collections::BTreeMap<String, Span>,
 }
 
 /// A mapping whose keys have been checked against a list of known keys.
@@ -206,21 +208,62 @@ impl Lowerer {
         );
     }
 
+    /// The entry for `key` or its alias; both together are an error (the key wins).
+    pub(crate) fn aliased<'n>(
+        &mut self,
+        fields: &Fields<'n>,
+        key: &str,
+        alias: &str,
+    ) -> Option<&'n Entry> {
+        match (fields.entry(key), fields.entry(alias)) {
+            (Some(k), Some(a)) => {
+                self.push(
+                    Diagnostic::new(
+                        Code::DuplicateKey,
+                        format!("`{alias}` and `{key}` are the same key"),
+                    )
+                    .with_primary(a.key.span, format!("`{alias}` is an alias of `{key}`"))
+                    .with_label(k.key.span, format!("`{key}` is set here"))
+                    .with_help(format!("keep `{key}` and remove `{alias}`")),
+                );
+                Some(k)
+            }
+            (Some(e), None) | (None, Some(e)) => Some(e),
+            (None, None) => None,
+        }
+    }
+
+    /// Reports one setting written in two places.
+    pub(crate) fn duplicate(
+        &mut self,
+        here: Span,
+        there: Span,
+        key: &str,
+        inner: &str,
+        outer: &str,
+    ) {
+        self.push(
+            Diagnostic::new(Code::DuplicateKey, format!("`{key}` is set twice"))
+                .with_primary(here, format!("set in {inner}"))
+                .with_label(there, format!("and in {outer}"))
+                .with_help(format!("keep one `{key}`")),
+        );
+    }
+
     /// Records a step id and reports a duplicate.
     pub(crate) fn step_id(&mut self, id: &Spanned<String>) {
-        if let Some(first) = self.step_ids.iter().find(|s| s.value == id.value) {
-            let first_span = first.span;
+        if let Some(first) = self.step_ids.get(&id.value).copied() {
             self.push(
                 Diagnostic::new(
                     Code::DuplicateStepId,
                     format!("duplicate step id `{}`", id.value),
                 )
                 .with_primary(id.span, "this id is already used")
-                .with_label(first_span, "first used here")
+                .with_label(first, "first used here")
                 .with_help("give each step a unique `id`; later steps refer to it by name"),
             );
         } else {
-            self.step_ids.push(id.clone());
+            self.step_ids.insert(id.value.clone(), id.span);
         }
     }
 
@@ -315,26 +358,14 @@ impl Lowerer {
         }
 
         if !mapreduce {
-            match (fields.entry("commands"), fields.entry("steps")) {
-                (Some(c), Some(s)) => {
-                    self.push(
-                        Diagnostic::new(
-                            Code::DuplicateKey,
-                            "`commands` and `steps` are the same key",
-                        )
-                        .with_primary(s.key.span, "`steps` is an alias of `commands`")
-                        .with_label(c.key.span, "`commands` is set here")
-                        .with_help("keep one of the two lists"),
-                    );
-                    wf.commands = self.steps(&c.value, "`commands`", step::Ctx::default());
-                }
-                (Some(e), None) | (None, Some(e)) => {
+            match self.aliased(&fields, "commands", "steps") {
+                Some(e) => {
                     wf.commands = self.steps(&e.value, "`commands`", step::Ctx::default());
                     if e.value.as_seq().is_some_and(<[Node]>::is_empty) {
                         self.empty_workflow(e.value.span);
                     }
                 }
-                (None, None) => {
+                None => {
                     if let Some(map) = fields.entry("map") {
                         let mut d = Diagnostic::new(
                             Code::MapWithoutMapReduce,

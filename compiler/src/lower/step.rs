@@ -344,22 +344,19 @@ impl Lowerer {
         }
         step.clear_env = self.flag(fields.get("clear_env"), "`clear_env`", false);
         // `temporary` asks for what is already the rule: a step's env never outlives the step.
-        let _ = self.flag(fields.get("temporary"), "`temporary`", false);
+        if let Some(e) = fields.entry("temporary")
+            && self.boolean(&e.value, "`temporary`") == Some(false)
+        {
+            self.no_effect(
+                e,
+                "a step's `env` never outlives the step",
+                "remove `temporary: false`; step environments are always temporary",
+            );
+        }
         step.when = fields.get("when").and_then(|n| self.string(n, "`when`"));
         self.captures(fields, step);
-        match (fields.entry("output_file"), fields.entry("output")) {
-            (Some(e), other) => {
-                step.output_file = self.string(&e.value, "`output_file`");
-                if let Some(o) = other {
-                    self.no_effect(
-                        o,
-                        "`output_file` is set too",
-                        "remove `output`; it is an alias of `output_file`",
-                    );
-                }
-            }
-            (None, Some(e)) => step.output_file = self.string(&e.value, "`output`"),
-            (None, None) => {}
+        if let Some(e) = self.aliased(fields, "output_file", "output") {
+            step.output_file = self.string(&e.value, "`output_file`");
         }
         if let Some(node) = fields.get("on_success") {
             step.on_success = self.handler_steps(node, "`on_success`");
@@ -367,21 +364,8 @@ impl Lowerer {
         if let Some(node) = fields.get("on_exit_code") {
             step.on_exit_code = self.exit_codes(node);
         }
-        match (fields.entry("retry_config"), fields.entry("retry")) {
-            (Some(a), Some(b)) => {
-                self.push(
-                    Diagnostic::new(
-                        Code::DuplicateKey,
-                        "`retry` and `retry_config` are the same key",
-                    )
-                    .with_primary(b.key.span, "`retry` is an alias of `retry_config`")
-                    .with_label(a.key.span, "`retry_config` is set here")
-                    .with_help("keep one of the two"),
-                );
-                step.retry = self.retry_config(&a.value);
-            }
-            (Some(e), None) | (None, Some(e)) => step.retry = self.retry_config(&e.value),
-            (None, None) => {}
+        if let Some(e) = self.aliased(fields, "retry_config", "retry") {
+            step.retry = self.retry_config(&e.value);
         }
         step.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
         step.auto_commit = self.flag(fields.get("auto_commit"), "`auto_commit`", false);
@@ -423,6 +407,8 @@ impl Lowerer {
 
     /// `on_failure` and the keys that stand in for it.
     fn failure_fields(&mut self, fields: &Fields<'_>, step: &mut Step, ctx: Ctx) {
+        // Which key decided what a failure does, for messages about the keys that come after.
+        let mut decided_by: Option<&str> = None;
         // `test: {command, on_failure}` carries its handler inside.
         let test_handler = fields
             .get("test")
@@ -430,43 +416,49 @@ impl Lowerer {
             .and_then(|m| m.iter().find(|e| e.key.text() == Some("on_failure")));
         if let Some(handler) = test_handler {
             step.on_failure = self.on_failure(&handler.value, 3);
+            decided_by = Some("test.on_failure");
         }
-        if let Some(node) = fields.get("on_failure") {
-            step.on_failure = self.on_failure(node, 1);
+        if let Some(e) = fields.entry("on_failure") {
+            if let Some(inner) = test_handler {
+                self.duplicate(
+                    e.key.span,
+                    inner.key.span,
+                    "on_failure",
+                    "the step",
+                    "`test`",
+                );
+            }
+            step.on_failure = self.on_failure(&e.value, 1);
+            decided_by = Some("on_failure");
         }
-        let ignore = |on_failure: &mut Option<OnFailure>, span: Span| {
-            *on_failure = Some(OnFailure::ignore(span));
-        };
-        if let Some(e) = fields.entry("allow_failure")
-            && self.boolean(&e.value, "`allow_failure`") == Some(true)
-        {
-            if step.on_failure.is_some() {
+        // Keys that mean `on_failure: true`.
+        for key in ["allow_failure", "continue_on_error"] {
+            let Some(e) = fields.entry(key) else { continue };
+            let value = self.boolean(&e.value, &format!("`{key}`")) == Some(true);
+            if key == "continue_on_error" && ctx.handler_command {
+                step.continue_on_error = value;
+                continue;
+            }
+            if !value {
+                continue;
+            }
+            if let Some(first) = decided_by {
                 self.no_effect(
                     e,
-                    "`on_failure` is set too",
-                    "remove `allow_failure`, or write `on_failure: true`",
+                    &format!("`{first}` already decides what a failure does"),
+                    &format!("remove `{key}`, or `{first}`"),
                 );
             } else {
-                ignore(&mut step.on_failure, e.value.span);
-            }
-        }
-        if let Some(e) = fields.entry("continue_on_error") {
-            let value = self.boolean(&e.value, "`continue_on_error`") == Some(true);
-            if ctx.handler_command {
-                step.continue_on_error = value;
-            } else if value {
-                if step.on_failure.is_some() {
-                    self.no_effect(
-                        e,
-                        "`on_failure` is set too",
-                        "remove `continue_on_error`, or write `on_failure: true`",
-                    );
-                } else {
-                    ignore(&mut step.on_failure, e.value.span);
-                }
+                step.on_failure = Some(OnFailure::ignore(e.value.span));
+                decided_by = Some(key);
             }
         }
         // `max_attempts` and `fail_workflow` beside `on_failure` configure it (seed 000).
+        let inner_keys: Vec<&str> = fields
+            .get("on_failure")
+            .and_then(Node::as_map)
+            .map(|m| m.iter().filter_map(|e| e.key.text()).collect())
+            .unwrap_or_default();
         for key in ["max_attempts", "fail_workflow"] {
             let Some(e) = fields.entry(key) else { continue };
             let Some(on_failure) = step.on_failure.as_mut().filter(|h| !h.handler.is_empty())
@@ -485,6 +477,14 @@ impl Lowerer {
                 );
                 continue;
             };
+            if inner_keys.contains(&key) {
+                self.no_effect(
+                    e,
+                    &format!("`on_failure` sets `{key}` itself"),
+                    &format!("keep `{key}` inside `on_failure` only"),
+                );
+                continue;
+            }
             if key == "max_attempts" {
                 if let Some(n) = self.count(&e.value, "`max_attempts`", 1) {
                     on_failure.max_attempts = n.value;
@@ -495,6 +495,7 @@ impl Lowerer {
         }
     }
 
+    /// The legacy `metadata` block; each key that the step also sets directly is reported.
     fn metadata(&mut self, node: &Node, step: &mut Step) {
         let keys = [
             "continue_on_error",
@@ -507,34 +508,59 @@ impl Lowerer {
         let Some(fields) = self.fields(node, "`metadata`", &keys) else {
             return;
         };
-        if fields
-            .get("continue_on_error")
-            .and_then(|n| self.boolean(n, "`continue_on_error`"))
-            == Some(true)
-            && step.on_failure.is_none()
+        let shadowed = |lw: &mut Self, e: &Entry, field: &str| {
+            lw.no_effect(
+                e,
+                &format!("the step sets `{field}` itself"),
+                &format!("remove `metadata.{}`", e.key.text().unwrap_or_default()),
+            );
+        };
+        if let Some(e) = fields.entry("continue_on_error")
+            && self.boolean(&e.value, "`continue_on_error`") == Some(true)
         {
-            step.on_failure = Some(OnFailure::ignore(node.span));
+            if step.on_failure.is_some() {
+                shadowed(self, e, "on_failure");
+            } else {
+                step.on_failure = Some(OnFailure::ignore(e.value.span));
+            }
         }
-        if let Some(n) = fields
-            .get("retries")
-            .and_then(|n| self.count(n, "`retries`", 0))
+        if let Some(e) = fields.entry("retries")
+            && let Some(n) = self.count(&e.value, "`retries`", 0)
             && n.value > 0
-            && step.retry.is_none()
         {
-            step.retry = Some(RetryConfig {
-                attempts: n.value + 1,
-                ..RetryConfig::defaults(n.span)
-            });
+            if step.retry.is_some() {
+                shadowed(self, e, "retry_config");
+            } else {
+                step.retry = Some(RetryConfig {
+                    attempts: n.value + 1,
+                    ..RetryConfig::defaults(n.span)
+                });
+            }
         }
-        if let Some(t) = fields
-            .get("timeout")
-            .and_then(|n| self.duration(n, "`timeout`"))
+        if let Some(e) = fields.entry("timeout")
+            && let Some(t) = self.duration(&e.value, "`timeout`")
         {
-            step.timeout.get_or_insert(t);
+            if step.timeout.is_some() {
+                shadowed(self, e, "timeout");
+            } else {
+                step.timeout = Some(t);
+            }
         }
         if let Some(env) = fields.get("env") {
-            let env = self.env_map(env, "`metadata.env`");
-            step.env.extend(env);
+            for var in self.env_map(env, "`metadata.env`") {
+                if let Some(own) = step.env.iter().find(|v| v.name.value == var.name.value) {
+                    let own_span = own.name.span;
+                    self.duplicate(
+                        var.name.span,
+                        own_span,
+                        &var.name.value,
+                        "`metadata.env`",
+                        "the step's `env`",
+                    );
+                } else {
+                    step.env.push(var);
+                }
+            }
         }
         if self.flag(fields.get("commit_required"), "`commit_required`", false) {
             step.commit_required = true;
@@ -796,27 +822,10 @@ impl Lowerer {
                         }
                     }
                 }
-                match (fields.entry("max_attempts"), fields.entry("max_retries")) {
-                    (Some(a), Some(b)) => {
-                        self.push(
-                            Diagnostic::new(
-                                Code::DuplicateKey,
-                                "`max_retries` and `max_attempts` are the same key",
-                            )
-                            .with_primary(b.key.span, "`max_retries` is an alias of `max_attempts`")
-                            .with_label(a.key.span, "`max_attempts` is set here")
-                            .with_help("keep `max_attempts`"),
-                        );
-                        if let Some(n) = self.count(&a.value, "`max_attempts`", 1) {
-                            out.max_attempts = n.value;
-                        }
-                    }
-                    (Some(e), None) | (None, Some(e)) => {
-                        if let Some(n) = self.count(&e.value, "`max_attempts`", 1) {
-                            out.max_attempts = n.value;
-                        }
-                    }
-                    (None, None) => {}
+                if let Some(e) = self.aliased(&fields, "max_attempts", "max_retries")
+                    && let Some(n) = self.count(&e.value, "`max_attempts`", 1)
+                {
+                    out.max_attempts = n.value;
                 }
                 if let Some(e) = fields.entry("retry_original") {
                     self.deprecated(
@@ -907,11 +916,8 @@ impl Lowerer {
         ];
         let fields = self.fields(node, "`retry_config`", &keys)?;
         let mut out = RetryConfig::defaults(node.span);
-        let attempts = match (fields.get("attempts"), fields.get("max_attempts")) {
-            (Some(n), _) | (None, Some(n)) => self.count(n, "`attempts`", 1),
-            (None, None) => None,
-        };
-        if let Some(n) = attempts {
+        let attempts = self.aliased(&fields, "attempts", "max_attempts");
+        if let Some(n) = attempts.and_then(|e| self.count(&e.value, "`attempts`", 1)) {
             out.attempts = n.value;
         }
         if let Some(d) = fields
@@ -931,7 +937,16 @@ impl Lowerer {
         {
             out.backoff = backoff;
             if let Some(d) = max_delay {
-                out.max_delay = d;
+                if let Some(outer) = fields.entry("max_delay") {
+                    self.duplicate(
+                        d.span,
+                        outer.key.span,
+                        "max_delay",
+                        "`backoff`",
+                        "`retry_config`",
+                    );
+                }
+                out.max_delay = d.value;
             }
         }
         out.jitter = self.flag(fields.get("jitter"), "`jitter`", false);
@@ -966,7 +981,7 @@ impl Lowerer {
     /// A backoff in any of its spellings: `exponential`, `{exponential: {base: 2}}`,
     /// `{type: exponential, base: 2}`, or `!exponential {base: 2}`.
     /// Returns the strategy and a `max_delay` given inside it.
-    pub(crate) fn backoff(&mut self, node: &Node) -> Option<(Backoff, Option<Duration>)> {
+    pub(crate) fn backoff(&mut self, node: &Node) -> Option<(Backoff, Option<Spanned<Duration>>)> {
         const KINDS: &[&str] = &["fixed", "linear", "exponential", "fibonacci", "custom"];
         let (kind, kind_node, params): (String, &Node, Option<Node>) = if let Some(tag) = &node.tag
         {
@@ -1025,7 +1040,7 @@ impl Lowerer {
                 .and_then(|n| lw.duration(n, &format!("`{k}`")))
                 .map(|d| d.value)
         };
-        let max_delay = dur(self, "max_delay");
+        let max_delay = get("max_delay").and_then(|n| self.duration(n, "`max_delay`"));
         let backoff = match *kind {
             "fixed" => Backoff::Fixed {
                 delay: dur(self, "delay"),
@@ -1035,7 +1050,12 @@ impl Lowerer {
                 increment: dur(self, "increment"),
             },
             "exponential" => {
-                let factor = get("base").or_else(|| get("multiplier"));
+                let factor = match (&fields, get("base"), get("multiplier")) {
+                    (Some(f), Some(_), Some(_)) => {
+                        self.aliased(f, "base", "multiplier").map(|e| &e.value)
+                    }
+                    (_, base, multiplier) => base.or(multiplier),
+                };
                 let base = factor
                     .and_then(|n| self.number(n, "`base`", 1.0, f64::MAX))
                     .map_or(2.0, |b| b.value);
@@ -1483,7 +1503,7 @@ impl Lowerer {
     fn success_criteria(&mut self, node: &Node) -> Option<SuccessCriteria> {
         if node.as_map().is_some() {
             let f = self.fields(node, "`success_criteria`", &["atleast", "at_least"])?;
-            let n = f.get("atleast").or_else(|| f.get("at_least"))?;
+            let n = &self.aliased(&f, "atleast", "at_least")?.value;
             return self
                 .count(n, "`at_least`", 1)
                 .map(|n| SuccessCriteria::AtLeast(n.value));

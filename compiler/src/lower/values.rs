@@ -213,10 +213,7 @@ impl Lowerer {
             self.wrong_type(node, what, &one_of(&names));
             return None;
         };
-        if let Some((_, value)) = choices
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(text.trim()))
-        {
+        if let Some((_, value)) = choices.iter().find(|(n, _)| fold(n) == fold(text)) {
             return Some(Spanned::new(value.clone(), node.span));
         }
         self.unknown_variant(node, what, text, &names);
@@ -238,4 +235,13 @@ impl Lowerer {
             .with_help(help),
         );
     }
+}
+
+/// Case and underscores do not matter in choices: `PerAgent`, `per_agent` and `peragent` are one word.
+fn fold(word: &str) -> String {
+    word.trim()
+        .chars()
+        .filter(|c| *c != '_')
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }

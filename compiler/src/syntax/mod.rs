@@ -494,6 +494,8 @@ impl Builder<'_> {
     /// Resolves merge keys and reports duplicate keys.
     fn resolve_map(&mut self, entries: Vec<Entry>) -> Vec<Entry> {
         let mut out: Vec<Entry> = Vec::with_capacity(entries.len());
+        // Key text → index in `out`, so that large mappings stay linear.
+        let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         let mut merged: Vec<Entry> = Vec::new();
         for entry in entries {
             let is_merge = entry.key.tag.is_none()
@@ -521,7 +523,12 @@ impl Builder<'_> {
                 }
                 continue;
             }
-            if let Some(prev) = out.iter().find(|e| same_key(&e.key, &entry.key)) {
+            let prev = entry
+                .key
+                .text()
+                .and_then(|k| seen.get(k))
+                .and_then(|i| out.get(*i));
+            if let Some(prev) = prev {
                 self.diagnostics.push(
                     Diagnostic::new(
                         Code::DuplicateKey,
@@ -533,22 +540,20 @@ impl Builder<'_> {
                 );
                 continue;
             }
+            if let Some(k) = entry.key.text() {
+                seen.insert(k.to_owned(), out.len());
+            }
             out.push(entry);
         }
         // Explicit keys win over merged ones; among merged ones, the first wins.
         for entry in merged {
-            if !out.iter().any(|e| same_key(&e.key, &entry.key)) {
+            let Some(k) = entry.key.text() else { continue };
+            if !seen.contains_key(k) {
+                seen.insert(k.to_owned(), out.len());
                 out.push(entry);
             }
         }
         out
-    }
-}
-
-fn same_key(a: &Node, b: &Node) -> bool {
-    match (a.text(), b.text()) {
-        (Some(x), Some(y)) => x == y,
-        _ => false,
     }
 }
 

@@ -1,0 +1,312 @@
+//! Lowering, one behaviour per test.
+
+use std::time::Duration;
+
+use crate::ast::{
+    Backoff, Command, ErrorCollection, ItemFailure, MaxParallel, OnFailureForm, RetryExhausted,
+    Step, Strategy, Workflow,
+};
+use crate::diagnostics::Code;
+use crate::source::SourceFile;
+
+#[track_caller]
+fn lower_ok(text: &str) -> Workflow {
+    let checked = crate::check(&SourceFile::new("t.yml", text));
+    let codes: Vec<_> = checked
+        .diagnostics
+        .iter()
+        .map(|d| (d.code, d.message.clone()))
+        .collect();
+    assert!(codes.is_empty(), "unexpected diagnostics: {codes:?}");
+    checked.workflow.unwrap()
+}
+
+#[track_caller]
+fn codes(text: &str) -> Vec<Code> {
+    crate::check(&SourceFile::new("t.yml", text))
+        .diagnostics
+        .iter()
+        .map(|d| d.code)
+        .collect()
+}
+
+#[track_caller]
+fn first_step(text: &str) -> Step {
+    lower_ok(text).commands.into_iter().next().unwrap()
+}
+
+#[test]
+fn every_backoff_spelling_means_the_same() {
+    let expected = Backoff::Exponential {
+        initial: None,
+        base: 3.0,
+    };
+    for spelling in [
+        "{exponential: {base: 3}}",
+        "{type: exponential, base: 3}",
+        "!exponential {base: 3}",
+        "{exponential: {multiplier: 3}}",
+    ] {
+        let step = first_step(&format!(
+            "- shell: x\n  retry_config:\n    backoff: {spelling}\n"
+        ));
+        assert_eq!(step.retry.unwrap().backoff, expected, "{spelling}");
+    }
+    let plain = first_step("- shell: x\n  retry: {backoff: fibonacci}\n");
+    assert_eq!(
+        plain.retry.unwrap().backoff,
+        Backoff::Fibonacci { initial: None }
+    );
+}
+
+#[test]
+fn retry_config_defaults_follow_the_spec() {
+    let retry = first_step("- shell: x\n  retry_config: {}\n")
+        .retry
+        .unwrap();
+    assert_eq!(retry.attempts, 3);
+    assert_eq!(retry.initial_delay, Duration::from_secs(1));
+    assert_eq!(retry.max_delay, Duration::from_secs(30));
+    assert!(!retry.jitter);
+    assert_eq!(retry.on_failure, RetryExhausted::Stop);
+}
+
+#[test]
+fn durations_accept_humantime_and_seconds() {
+    for (text, secs) in [
+        ("30", 30.0),
+        ("1.5", 1.5),
+        ("\"1m 30s\"", 90.0),
+        ("500ms", 0.5),
+        ("{secs: 2, nanos: 0}", 2.0),
+    ] {
+        let step = first_step(&format!("- shell: x\n  timeout: {text}\n"));
+        assert_eq!(
+            step.timeout.unwrap().value,
+            Duration::from_secs_f64(secs),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        codes("- shell: x\n  timeout: soon\n"),
+        [Code::InvalidDuration]
+    );
+    assert_eq!(
+        codes("- shell: x\n  timeout: -3\n"),
+        [Code::InvalidDuration]
+    );
+}
+
+#[test]
+fn on_failure_forms() {
+    let form = |text: &str| {
+        first_step(&format!("- shell: x\n  on_failure: {text}\n"))
+            .on_failure
+            .unwrap()
+    };
+    let ignore = form("true");
+    assert!(!ignore.fail_workflow && ignore.handler.is_empty());
+    assert!(form("false").fail_workflow);
+    let single = form("\"/fix\"");
+    assert_eq!(single.form, OnFailureForm::Single);
+    assert!(matches!(single.handler[0].command, Command::Claude(_)));
+    let list = form("[\"a\", \"/b\", {shell: c}]");
+    assert_eq!(list.handler.len(), 3);
+    assert!(matches!(list.handler[0].command, Command::Shell(_)));
+    let advanced = form("{shell: a, claude: b, max_retries: 3}");
+    assert_eq!(
+        (advanced.form, advanced.handler.len(), advanced.max_attempts),
+        (OnFailureForm::Advanced, 2, 3)
+    );
+    assert!(
+        !advanced.fail_workflow,
+        "a handler defaults to fail_workflow: false"
+    );
+    let detailed = form(
+        "{commands: [{shell: a, continue_on_error: true}], strategy: cleanup, handler_failure_fatal: true}",
+    );
+    assert_eq!(detailed.form, OnFailureForm::Detailed);
+    assert_eq!(detailed.strategy, Strategy::Cleanup);
+    assert!(detailed.handler_failure_fatal && detailed.handler[0].continue_on_error);
+}
+
+#[test]
+fn legacy_keys_have_their_documented_meaning() {
+    let allow = first_step("- shell: x\n  allow_failure: true\n");
+    assert!(!allow.on_failure.unwrap().fail_workflow);
+    let named =
+        first_step("- name: prodigy-lint\n  args: [src]\n  options: {fix: true, level: 2}\n");
+    assert_eq!(
+        named.command,
+        Command::Claude(crate::source::Spanned::new(
+            "/prodigy-lint src --fix --level 2".into(),
+            named_span(&named)
+        ))
+    );
+    let meta =
+        first_step("- shell: x\n  metadata: {retries: 2, continue_on_error: true, timeout: 5}\n");
+    assert_eq!(meta.retry.unwrap().attempts, 3);
+    assert!(!meta.on_failure.unwrap().fail_workflow);
+    assert_eq!(meta.timeout.unwrap().value, Duration::from_secs(5));
+    let display = first_step("- name: Build\n  shell: make\n");
+    assert!(
+        matches!(display.command, Command::Shell(_)),
+        "`name` beside `shell` is a display name"
+    );
+    assert_eq!(display.name.unwrap().value, "Build");
+}
+
+fn named_span(step: &Step) -> crate::source::Span {
+    match &step.command {
+        Command::Claude(t) => t.span,
+        _ => step.span,
+    }
+}
+
+#[test]
+fn test_steps_become_shell_with_a_handler() {
+    let text = "- test:\n    command: cargo test\n    on_failure:\n      claude: /fix\n";
+    let checked = crate::check(&SourceFile::new("t.yml", text));
+    assert_eq!(
+        checked
+            .diagnostics
+            .iter()
+            .map(|d| d.code)
+            .collect::<Vec<_>>(),
+        [Code::Deprecated]
+    );
+    let step = checked.workflow.unwrap().commands.remove(0);
+    assert!(matches!(step.command, Command::Shell(_)));
+    assert_eq!(step.on_failure.unwrap().max_attempts, 3);
+}
+
+#[test]
+fn on_success_with_shell_and_claude_runs_both() {
+    let step = first_step("- shell: x\n  on_success:\n    shell: a\n    claude: /b\n");
+    let kinds: Vec<bool> = step
+        .on_success
+        .iter()
+        .map(|s| matches!(s.command, Command::Shell(_)))
+        .collect();
+    assert_eq!(kinds, [true, false]);
+}
+
+#[test]
+fn error_policy_and_convenience_keys_merge() {
+    let wf = lower_ok(
+        "name: x\nmode: mapreduce\nmap: {input: i.json, agent_template: [{shell: a}], max_parallel: \"${N}\"}\n\
+         on_item_failure: skip\nerror_collection: batched:5\nerror_policy:\n  max_failures: 3\n  circuit_breaker: {failure_threshold: 2}\n",
+    );
+    let policy = wf.error_policy.unwrap();
+    assert_eq!(policy.on_item_failure.unwrap().value, ItemFailure::Skip);
+    assert_eq!(
+        policy.error_collection.unwrap().value,
+        ErrorCollection::Batched(5)
+    );
+    assert_eq!(policy.max_failures.unwrap().value, 3);
+    let breaker = policy.circuit_breaker.unwrap();
+    assert_eq!(
+        (
+            breaker.failure_threshold,
+            breaker.success_threshold,
+            breaker.half_open_requests
+        ),
+        (2, 3, 3)
+    );
+    assert!(matches!(
+        wf.map.unwrap().max_parallel,
+        MaxParallel::Variable(_)
+    ));
+}
+
+#[test]
+fn custom_item_failure_needs_a_handler() {
+    let base = "name: x\nmode: mapreduce\nmap: {input: i.json, agent_template: [{shell: a}]}\non_item_failure: custom:fixer\n";
+    assert_eq!(codes(base), [Code::UnknownHandler]);
+    let with_handler = format!("{base}handlers:\n  fixer:\n    - shell: echo fix\n");
+    let policy = lower_ok(&with_handler).error_policy.unwrap();
+    assert_eq!(
+        policy.on_item_failure.unwrap().value,
+        ItemFailure::Custom("fixer".into())
+    );
+}
+
+#[test]
+fn mode_mistakes_have_one_diagnostic_each() {
+    assert_eq!(
+        codes("name: x\nmap: {input: a, agent_template: [{shell: b}]}\nreduce: [{shell: c}]\n"),
+        [Code::MapWithoutMapReduce]
+    );
+    assert_eq!(
+        codes("name: x\nmode: mapreduce\n"),
+        [Code::MapReduceWithoutMap]
+    );
+    assert_eq!(
+        codes("name: x\ncommands: [{shell: a}]\nsetup: [{shell: b}]\n"),
+        [Code::WrongMode]
+    );
+    assert_eq!(
+        codes("name: x\ncommands: [{shell: a}]\nerror_policy: {max_failures: 2}\n"),
+        [Code::NoEffect]
+    );
+}
+
+#[test]
+fn anchors_and_merge_keys_work_in_workflows() {
+    let wf =
+        lower_ok("env: &d {A: b}\ncommands:\n  - shell: x\n    env:\n      <<: *d\n      C: d\n");
+    let names: Vec<&str> = wf.commands[0]
+        .env
+        .iter()
+        .map(|v| v.name.value.as_str())
+        .collect();
+    assert_eq!(names, ["C", "A"]);
+}
+
+#[test]
+fn an_alias_and_its_key_together_are_an_error() {
+    for text in [
+        "steps: [{shell: a}]\ncommands: [{shell: b}]\n",
+        "- shell: x\n  retry: {}\n  retry_config: {}\n",
+        "- shell: x\n  output: a\n  output_file: b\n",
+        "- shell: x\n  retry_config: {attempts: 2, max_attempts: 3}\n",
+        "- shell: x\n  retry_config: {backoff: {exponential: {base: 2, multiplier: 3}}}\n",
+        "- shell: x\n  on_failure: {shell: y, max_attempts: 2, max_retries: 3}\n",
+    ] {
+        assert_eq!(codes(text), [Code::DuplicateKey], "{text}");
+    }
+}
+
+#[test]
+fn overridden_settings_are_reported() {
+    assert_eq!(
+        codes("- shell: x\n  timeout: 5\n  metadata: {timeout: 9}\n"),
+        [Code::NoEffect]
+    );
+    assert_eq!(
+        codes("- shell: x\n  on_failure: {shell: y, max_attempts: 2}\n  max_attempts: 3\n"),
+        [Code::NoEffect]
+    );
+    assert_eq!(codes("- shell: x\n  temporary: false\n"), [Code::NoEffect]);
+    assert_eq!(
+        codes("- shell: x\n  retry_config: {max_delay: 5s, backoff: {fixed: {max_delay: 9s}}}\n"),
+        [Code::DuplicateKey]
+    );
+}
+
+#[test]
+fn secrets_name_environment_variables() {
+    let wf = lower_ok("secrets:\n  A: TOKEN\n  B: \"${env:OTHER}\"\ncommands: [{shell: x}]\n");
+    let vars: Vec<String> = wf
+        .secrets
+        .iter()
+        .map(|s| match &s.source {
+            crate::ast::SecretSource::Env(v) | crate::ast::SecretSource::File(v) => v.value.clone(),
+        })
+        .collect();
+    assert_eq!(vars, ["TOKEN", "OTHER"]);
+    assert_eq!(
+        codes("secrets:\n  A: \"a literal value\"\ncommands: [{shell: x}]\n"),
+        [Code::WrongType]
+    );
+}
