@@ -15,6 +15,23 @@ fn prodigy() -> Command {
     cmd
 }
 
+/// Runs `prodigy check --format json ARGS`, expects exit `code`, and parses stdout.
+fn check_json<I, S>(args: I, code: i32) -> serde_json::Value
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let output = prodigy()
+        .args(["check", "--format", "json"])
+        .args(args)
+        .assert()
+        .code(code)
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&output).unwrap()
+}
+
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.path().join(name);
     std::fs::write(&path, text).unwrap();
@@ -87,20 +104,13 @@ fn usage_error_exits_two() {
 
 #[test]
 fn json_output_follows_the_contract() {
-    let output = prodigy()
-        .args([
-            "check",
-            "--format",
-            "json",
+    let json = check_json(
+        [
             "workflows/err/V001-unknown-key.yml",
             "workflows/ok/seed-002-setup-simple-array.yml",
-        ])
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+        ],
+        1,
+    );
     assert_eq!(json["version"], 1);
     let diagnostics = json["diagnostics"].as_array().unwrap();
     assert!(!diagnostics.is_empty());
@@ -130,15 +140,7 @@ fn json_output_follows_the_contract() {
 fn json_positions_are_one_based_lines_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, "w.yml", "name: x\ncomands:\n  - shell: make\n");
-    let output = prodigy()
-        .args(["check", "--format", "json"])
-        .arg(&path)
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    let json = check_json([&path], 1);
     let d = &json["diagnostics"][0];
     assert_eq!(
         (d["line"].as_u64(), d["column"].as_u64()),
@@ -175,15 +177,7 @@ fn every_problem_is_reported_in_one_pass() {
     let dir = tempfile::tempdir().unwrap();
     let text = "commands:\n  - shell: a\n    claude: b\n    timeout: soon\n  - shell: c\n    capture_format: jsn\n    capture: x\n";
     let path = write(&dir, "w.yml", text);
-    let output = prodigy()
-        .args(["check", "--format", "json"])
-        .arg(&path)
-        .assert()
-        .code(1)
-        .get_output()
-        .stdout
-        .clone();
-    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    let json = check_json([&path], 1);
     let codes: Vec<&str> = json["diagnostics"]
         .as_array()
         .unwrap()

@@ -44,17 +44,17 @@ impl Lowerer {
             });
         }
         let fields = self.fields(node, "`setup`", &["commands", "timeout", "capture_outputs"])?;
-        let commands = if let Some(c) = fields.get("commands") {
-            self.steps(c, "`setup.commands`", Ctx::default())
-        } else {
-            self.missing(
-                node.span,
+        let commands = self
+            .required(
+                &fields,
+                node,
                 "`setup`",
                 "commands",
                 "list the setup steps under `commands:`",
-            );
-            Vec::new()
-        };
+            )
+            .map_or_else(Vec::new, |c| {
+                self.steps(c, "`setup.commands`", Ctx::default())
+            });
         let timeout = fields
             .get("timeout")
             .and_then(|n| self.duration(n, "`setup.timeout`"));
@@ -206,28 +206,24 @@ impl Lowerer {
             "agent_template",
         ];
         let fields = self.fields(node, "`map`", &keys)?;
-        let input = if let Some(n) = fields.get("input") {
-            self.string(n, "`map.input`")
-        } else {
-            self.missing(
-                node.span,
+        let input = self
+            .required(
+                &fields,
+                node,
                 "`map`",
                 "input",
                 "add `input:` with a JSON file or a command that lists the items",
-            );
-            None
-        };
-        let agent_template = if let Some(n) = fields.get("agent_template") {
-            self.phase_steps(n, "`agent_template`")
-        } else {
-            self.missing(
-                node.span,
+            )
+            .and_then(|n| self.string(n, "`map.input`"));
+        let agent_template = self
+            .required(
+                &fields,
+                node,
                 "`map`",
                 "agent_template",
                 "add `agent_template:` with the steps each item runs",
-            );
-            Vec::new()
-        };
+            )
+            .map_or_else(Vec::new, |n| self.phase_steps(n, "`agent_template`"));
         let max_parallel = match fields.get("max_parallel") {
             None => MaxParallel::Fixed(Spanned::new(10, node.span)),
             Some(n) => self.max_parallel(n),
@@ -377,17 +373,17 @@ impl Lowerer {
             });
         }
         let f = self.fields(node, "`merge`", &["commands", "timeout"])?;
-        let commands = if let Some(c) = f.get("commands") {
-            self.steps(c, "`merge.commands`", Ctx::default())
-        } else {
-            self.missing(
-                node.span,
+        let commands = self
+            .required(
+                &f,
+                node,
                 "`merge`",
                 "commands",
                 "list the merge steps under `commands:`",
-            );
-            Vec::new()
-        };
+            )
+            .map_or_else(Vec::new, |c| {
+                self.steps(c, "`merge.commands`", Ctx::default())
+            });
         let timeout = f
             .get("timeout")
             .and_then(|n| self.duration(n, "`merge.timeout`"));

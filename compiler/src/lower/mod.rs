@@ -189,6 +189,22 @@ impl Lowerer {
         );
     }
 
+    /// The value of a required key, or a [`Code::MissingKey`] diagnostic on `node`.
+    pub(crate) fn required<'n>(
+        &mut self,
+        fields: &Fields<'n>,
+        node: &Node,
+        what: &str,
+        key: &str,
+        help: &str,
+    ) -> Option<&'n Node> {
+        let value = fields.get(key);
+        if value.is_none() {
+            self.missing(node.span, what, key, help);
+        }
+        value
+    }
+
     /// Reports a known key that has no effect where it is.
     pub(crate) fn no_effect(&mut self, entry: &Entry, why: &str, help: &str) {
         let key = entry.key.text().unwrap_or("?");

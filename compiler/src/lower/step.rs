@@ -1561,28 +1561,24 @@ impl Lowerer {
             "`write_file`",
             &["path", "content", "format", "mode", "create_dirs"],
         )?;
-        let path = if let Some(n) = fields.get("path") {
-            self.string(n, "`path`")
-        } else {
-            self.missing(
-                node.span,
+        let path = self
+            .required(
+                &fields,
+                node,
                 "`write_file`",
                 "path",
                 "add `path: \"out/result.json\"`",
-            );
-            None
-        };
-        let content = if let Some(n) = fields.get("content") {
-            self.string(n, "`content`")
-        } else {
-            self.missing(
-                node.span,
+            )
+            .and_then(|n| self.string(n, "`path`"));
+        let content = self
+            .required(
+                &fields,
+                node,
                 "`write_file`",
                 "content",
                 "add `content: \"...\"`",
-            );
-            None
-        };
+            )
+            .and_then(|n| self.string(n, "`content`"));
         if let Some(p) = &path {
             let escapes =
                 p.value.starts_with('/') || p.value.split(['/', '\\']).any(|part| part == "..");

@@ -79,19 +79,30 @@ impl Lowerer {
             }
         };
         if value < min || value > max {
-            let range = if max == i64::MAX {
-                format!("at least {min}")
-            } else {
-                format!("from {min} to {max}")
-            };
-            self.push(
-                Diagnostic::new(Code::OutOfRange, format!("{what} must be {range}"))
-                    .with_primary(node.span, format!("{value} is out of range"))
-                    .with_help(format!("use a value {range}")),
-            );
+            let max = (max < i64::MAX).then_some(max);
+            self.out_of_range(node, what, value, min, max);
             return None;
         }
         Some(Spanned::new(value, node.span))
+    }
+
+    fn out_of_range<T: std::fmt::Display>(
+        &mut self,
+        node: &Node,
+        what: &str,
+        value: T,
+        min: T,
+        max: Option<T>,
+    ) {
+        let range = match max {
+            Some(max) => format!("from {min} to {max}"),
+            None => format!("at least {min}"),
+        };
+        self.push(
+            Diagnostic::new(Code::OutOfRange, format!("{what} must be {range}"))
+                .with_primary(node.span, format!("{value} is out of range"))
+                .with_help(format!("use a value {range}")),
+        );
     }
 
     /// A whole number ≥ `min` that fits in `u32`.
@@ -130,16 +141,8 @@ impl Lowerer {
             }
         };
         if value < min || value > max {
-            let range = if max >= f64::MAX {
-                format!("at least {min}")
-            } else {
-                format!("from {min} to {max}")
-            };
-            self.push(
-                Diagnostic::new(Code::OutOfRange, format!("{what} must be {range}"))
-                    .with_primary(node.span, format!("{value} is out of range"))
-                    .with_help(format!("use a value {range}")),
-            );
+            let max = (max < f64::MAX).then_some(max);
+            self.out_of_range(node, what, value, min, max);
             return None;
         }
         Some(Spanned::new(value, node.span))
