@@ -93,7 +93,11 @@ fn check(args: &CheckArgs) -> u8 {
                 continue;
             }
         };
-        let mut checked = prodigy_compiler::check(&file);
+        let file_exists = |path: &str| std::path::Path::new(path).is_file();
+        let surroundings = prodigy_compiler::Surroundings {
+            file_exists: &file_exists,
+        };
+        let mut checked = prodigy_compiler::check_in(&file, &surroundings);
         if deny_warnings {
             for d in &mut checked.diagnostics {
                 d.severity = Severity::Error;

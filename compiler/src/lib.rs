@@ -43,3 +43,37 @@ pub fn check(file: &SourceFile) -> Checked {
         diagnostics,
     }
 }
+
+/// What the checks may learn about the world outside the file.
+///
+/// The compiler does no I/O of its own; the caller answers these questions.
+pub struct Surroundings<'a> {
+    /// Whether a path, relative to the project directory, names an existing file.
+    pub file_exists: &'a dyn Fn(&str) -> bool,
+}
+
+/// [`check`], plus the checks that need to know about the project directory:
+/// `env_files` that do not exist.
+pub fn check_in(file: &SourceFile, surroundings: &Surroundings<'_>) -> Checked {
+    let mut checked = check(file);
+    if let Some(workflow) = &checked.workflow {
+        for path in &workflow.env_files {
+            // A templated path is only known at run time.
+            if path.value.contains('$') || (surroundings.file_exists)(&path.value) {
+                continue;
+            }
+            checked.diagnostics.push(
+                Diagnostic::new(
+                    diagnostics::Code::MissingEnvFile,
+                    format!("env file `{}` does not exist", path.value),
+                )
+                .with_primary(path.span, "no such file in the project directory")
+                .with_help(
+                    "create the file, fix the path (relative to where prodigy runs), or remove the entry",
+                ),
+            );
+        }
+        diagnostics::sort(&mut checked.diagnostics);
+    }
+    checked
+}

@@ -41,7 +41,11 @@ fn ok_fixtures_have_no_diagnostics() {
     let mut failures = Vec::new();
     for path in fixtures("ok").into_iter().chain(fixtures("examples")) {
         let file = load(&path);
-        let checked = prodigy_compiler::check(&file);
+        let file_exists = |p: &str| root().join(p).is_file();
+        let surroundings = prodigy_compiler::Surroundings {
+            file_exists: &file_exists,
+        };
+        let checked = prodigy_compiler::check_in(&file, &surroundings);
         if !checked.diagnostics.is_empty() || checked.workflow.is_none() {
             failures.push(render_human(&file, &checked.diagnostics, 100, false));
         }
@@ -61,7 +65,11 @@ fn err_fixtures_report_their_code() {
         let code_text = stem.split('-').next().unwrap();
         let code = Code::parse(code_text)
             .unwrap_or_else(|| panic!("{stem}: `{code_text}` is not a registered code"));
-        let checked = prodigy_compiler::check(&file);
+        let file_exists = |p: &str| root().join(p).is_file();
+        let surroundings = prodigy_compiler::Surroundings {
+            file_exists: &file_exists,
+        };
+        let checked = prodigy_compiler::check_in(&file, &surroundings);
         assert!(
             checked.diagnostics.iter().any(|d| d.code == code),
             "{stem}: expected {code}, got {:?}",

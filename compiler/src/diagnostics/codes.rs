@@ -76,6 +76,7 @@ codes! {
     Deprecated = "W001", Warning, "a deprecated form that still works";
     NoEffect = "W002", Warning, "a setting that has no effect where it is";
     EmptyWorkflow = "W003", Warning, "a workflow without steps";
+    MissingEnvFile = "W004", Warning, "an `env_files` entry names a file that does not exist";
     Internal = "ICE", Error, "an internal error in prodigy";
 }
 

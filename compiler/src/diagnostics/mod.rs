@@ -194,13 +194,19 @@ pub fn render_human(
         .with_width(width)
         .with_links(false);
     let mut out = String::new();
-    for diagnostic in diagnostics {
+    for (i, diagnostic) in diagnostics.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
         let bound = Bound {
             diagnostic,
             source: miette::NamedSource::new(&file.name, Text(file.text.clone())),
         };
         if handler.render_report(&mut out, &bound).is_err() {
-            let _ = writeln!(out, "{}: {}", diagnostic.code, diagnostic.message);
+            let _ = write!(out, "{}: {}", diagnostic.code, diagnostic.message);
+        }
+        if !out.ends_with('\n') {
+            out.push('\n');
         }
     }
     out
