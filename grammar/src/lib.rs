@@ -1,5 +1,47 @@
-//! The small languages inside workflow strings: `${...}` interpolation, the filter and `when`
-//! language, and sort specifications.
+//! The small languages inside workflow strings.
 //!
-//! This crate knows nothing about YAML and will expose no pest types.
-//! Until its grammars land, the compiler keeps these strings as spanned text.
+//! - [`template`]: `${...}` interpolation, `$NAME` and `$$`, with filters and list modifiers.
+//! - [`expr`]: the filter language of `map.filter`, also used by `when:` and env conditions.
+//! - [`sort`]: `map.sort_by` specifications.
+//! - [`jsonpath`]: `map.json_path`, through the `jsonpath-rust` crate.
+//!
+//! Each language has a typed AST generic over its span type (`S = Span` from the parsers,
+//! `S = ()` in tests), a canonical printer (`Display`) and an evaluator over
+//! `serde_json::Value`.
+//! This crate knows nothing about YAML and exposes no pest types: parse errors are
+//! [`ParseError`]s with spans local to the parsed string.
+
+mod error;
+pub mod expr;
+pub mod jsonpath;
+mod lower;
+pub mod path;
+pub mod pipeline;
+pub mod sort;
+pub mod template;
+pub mod value;
+
+pub use error::{ParseError, ParseErrorKind};
+pub use path::{Path, Segment};
+
+/// A byte range inside the parsed string.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Span {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+}
+
+impl Span {
+    /// A span from two offsets.
+    pub fn new(start: usize, end: usize) -> Self {
+        Span {
+            start,
+            end: end.max(start),
+        }
+    }
+}
+
+/// How deeply parentheses, brackets and `${` may nest in one expression.
+pub const MAX_DEPTH: usize = 64;

@@ -1,0 +1,95 @@
+//! `map.json_path`, through the `jsonpath-rust` crate (RFC 9535 syntax).
+
+use serde_json::Value;
+
+use crate::{ParseError, ParseErrorKind, Span};
+
+/// A parsed JSON path.
+#[derive(Clone, Debug)]
+pub struct JsonPath {
+    text: String,
+    query: jsonpath_rust::parser::model::JpQuery,
+}
+
+impl PartialEq for JsonPath {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl JsonPath {
+    /// Parses a path such as `$.items[*]` or `$..files[?@.score > 5]`.
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        crate::error::check_depth(text, ParseErrorKind::JsonPath)?;
+        let trimmed = text.trim();
+        // Upstream accepts `items[*]` for `$.items[*]`; so do we.
+        let (query_text, implicit_root) = if trimmed.starts_with('$') {
+            (trimmed.to_owned(), 0)
+        } else {
+            (format!("$.{trimmed}"), 2)
+        };
+        match jsonpath_rust::parser::parse_json_path(&query_text) {
+            Ok(query) => Ok(JsonPath {
+                text: query_text,
+                query,
+            }),
+            Err(err) => {
+                let offset = (text.len() - text.trim_start().len()).saturating_sub(implicit_root);
+                let at = (crate::lower::jsonpath_error_position(&err)
+                    .map_or(0, |p| p.min(query_text.len()))
+                    + offset)
+                    .min(text.len());
+                let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+                Err(ParseError::new(
+                    ParseErrorKind::JsonPath,
+                    "invalid JSON path",
+                    Span::new(at, end),
+                    "the path cannot be read from here",
+                )
+                .help("write an RFC 9535 path such as `$.items[*]` or `$.items[?@.score > 5]`"))
+            }
+        }
+    }
+
+    /// The path as written (trimmed).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The values the path selects, in document order.
+    pub fn select(&self, value: &Value) -> Vec<Value> {
+        jsonpath_rust::query::js_path_process(&self.query, value)
+            .map(|refs| refs.into_iter().map(|r| r.val().clone()).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn selects_with_rfc_9535_semantics() {
+        let data = json!({"items": [{"n": 1, "s": 7}, {"n": 2, "s": 3}], "name": "root"});
+        assert_eq!(
+            JsonPath::parse("$.items[*].n").unwrap().select(&data),
+            [json!(1), json!(2)]
+        );
+        assert_eq!(
+            JsonPath::parse("$.items[?@.s > 5].n")
+                .unwrap()
+                .select(&data),
+            [json!(1)]
+        );
+        assert_eq!(
+            JsonPath::parse("$..n").unwrap().select(&data),
+            [json!(1), json!(2)]
+        );
+        assert!(JsonPath::parse("$.items[").is_err());
+        assert_eq!(
+            JsonPath::parse("items[*].n").unwrap().select(&data),
+            [json!(1), json!(2)]
+        );
+    }
+}

@@ -1,0 +1,117 @@
+//! The map input pipeline: `json_path`, `filter`, `sort_by`, `distinct`, `offset`,
+//! `max_items`, in that order.
+
+use serde_json::Value;
+
+use crate::expr::Expr;
+use crate::jsonpath::JsonPath;
+use crate::path::Path;
+use crate::sort::SortSpec;
+
+/// A compiled pipeline.
+#[derive(Clone, Debug, Default)]
+pub struct Pipeline {
+    /// `json_path`; absent: an array input yields its elements, anything else one item.
+    pub json_path: Option<JsonPath>,
+    /// `filter`.
+    pub filter: Option<Expr>,
+    /// `sort_by`.
+    pub sort_by: Option<SortSpec>,
+    /// `distinct`: keep the first item for each value of this path.
+    pub distinct: Option<Path>,
+    /// `offset`.
+    pub offset: Option<usize>,
+    /// `max_items`.
+    pub max_items: Option<usize>,
+}
+
+/// How many items survived each stage, for `check --input` and progress output.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StageCounts {
+    /// After `json_path`.
+    pub selected: usize,
+    /// After `filter`.
+    pub filtered: usize,
+    /// After `distinct`.
+    pub distinct: usize,
+    /// After `offset` and `max_items`.
+    pub kept: usize,
+}
+
+impl Pipeline {
+    /// Runs the pipeline over an input document.
+    pub fn apply(&self, input: &Value) -> (Vec<Value>, StageCounts) {
+        let mut counts = StageCounts::default();
+        let mut items = match &self.json_path {
+            Some(path) => path.select(input),
+            None => match input {
+                Value::Array(items) => items.clone(),
+                other => vec![other.clone()],
+            },
+        };
+        counts.selected = items.len();
+        if let Some(filter) = &self.filter {
+            items.retain(|item| filter.matches_item(item));
+        }
+        counts.filtered = items.len();
+        if let Some(sort) = &self.sort_by {
+            sort.sort(&mut items);
+        }
+        if let Some(path) = &self.distinct {
+            let mut seen = std::collections::HashSet::new();
+            items.retain(|item| {
+                let key = crate::expr::Context::path(&crate::expr::Item(item), path)
+                    .unwrap_or(Value::Null);
+                seen.insert(canonical(&key))
+            });
+        }
+        counts.distinct = items.len();
+        let offset = self.offset.unwrap_or(0).min(items.len());
+        items.drain(..offset);
+        if let Some(max) = self.max_items {
+            items.truncate(max);
+        }
+        counts.kept = items.len();
+        (items, counts)
+    }
+}
+
+/// A text key under which equal values (by [`crate::value::equal`]) coincide.
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Number(n) => n
+            .as_f64()
+            .map_or_else(|| n.to_string(), |f| format!("{f:?}")),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        Value::Object(map) => {
+            let mut entries: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{k:?}:{}", canonical(v)))
+                .collect();
+            entries.sort();
+            format!("{{{}}}", entries.join(","))
+        }
+        Value::Null | Value::Bool(_) | Value::String(_) => value.to_string(),
+    }
+}
+
+/// The input document made from a command's stdout: the whole output when it is JSON,
+/// otherwise an array with one string per non-blank line.
+pub fn input_from_output(stdout: &str) -> Value {
+    if let Ok(value) = serde_json::from_str::<Value>(stdout.trim())
+        && !stdout.trim().is_empty()
+    {
+        return value;
+    }
+    Value::Array(
+        stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| Value::String(l.to_owned()))
+            .collect(),
+    )
+}

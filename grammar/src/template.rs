@@ -1,0 +1,334 @@
+//! `${...}` interpolation templates: AST, canonical printer and renderer.
+//!
+//! Syntax: `${path}`, `${path:-default}` (the default is itself a template),
+//! `${path:json}` / `${path:lines}` / `${path:GLOB}` for list variables,
+//! `${path|shell}` / `|json` / `|trim` / `|default:VALUE` filters, `$NAME` (bare), and `$$`
+//! for a literal `$`. `${env:NAME}` is the same as `${env.NAME}`.
+
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::path::Path;
+use crate::{ParseError, Span, value};
+
+/// A parsed template.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Template<S = Span> {
+    /// Text and references in order.
+    pub parts: Vec<Part<S>>,
+}
+
+/// One piece of a template.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub enum Part<S = Span> {
+    /// Literal text (never contains `${`).
+    Text(String),
+    /// `$$`: a literal `$`.
+    Dollar,
+    /// `$NAME`: a Prodigy variable if one has that name, otherwise left for the shell.
+    Bare {
+        /// The name.
+        name: String,
+        /// Where it was written.
+        span: S,
+    },
+    /// `${...}`.
+    Var(Var<S>),
+}
+
+/// A `${...}` reference.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Var<S = Span> {
+    /// The variable path.
+    pub path: Path,
+    /// `:-default`.
+    pub default: Option<Template<S>>,
+    /// `:json`, `:lines` or `:GLOB`.
+    pub modifier: Option<Modifier>,
+    /// `|filter`s, applied in order.
+    pub filters: Vec<Filter>,
+    /// The whole `${...}`.
+    pub span: S,
+    /// The path alone.
+    pub path_span: S,
+}
+
+/// A list modifier.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Modifier {
+    /// `:json`: a JSON array.
+    Json,
+    /// `:lines`: one entry per line.
+    Lines,
+    /// `:GLOB`: the entries matching the glob.
+    Glob(String),
+}
+
+/// A `|filter`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Filter {
+    /// POSIX single-quote escaping.
+    Shell,
+    /// JSON encoding.
+    Json,
+    /// Surrounding whitespace removed.
+    Trim,
+    /// This text when the variable is undefined or null.
+    Default(String),
+}
+
+/// Filter names, for messages and suggestions.
+pub const FILTERS: &[&str] = &["shell", "json", "trim", "default"];
+
+impl Template<Span> {
+    /// Parses a template.
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        crate::lower::parse_template(text, 0)
+    }
+}
+
+impl<S: Clone> Template<S> {
+    /// The same template without spans, for comparisons in tests.
+    pub fn strip(&self) -> Template<()> {
+        Template {
+            parts: self.parts.iter().map(Part::strip).collect(),
+        }
+    }
+
+    /// Every `${...}` reference, nested defaults included.
+    pub fn vars(&self) -> Vec<&Var<S>> {
+        let mut out = Vec::new();
+        for part in &self.parts {
+            if let Part::Var(var) = part {
+                out.push(var);
+                if let Some(default) = &var.default {
+                    out.extend(default.vars());
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the template is plain text with no reference at all.
+    pub fn is_literal(&self) -> bool {
+        self.parts
+            .iter()
+            .all(|p| matches!(p, Part::Text(_) | Part::Dollar))
+    }
+}
+
+impl<S: Clone> Part<S> {
+    fn strip(&self) -> Part<()> {
+        match self {
+            Part::Text(t) => Part::Text(t.clone()),
+            Part::Dollar => Part::Dollar,
+            Part::Bare { name, .. } => Part::Bare {
+                name: name.clone(),
+                span: (),
+            },
+            Part::Var(v) => Part::Var(Var {
+                path: v.path.clone(),
+                default: v.default.as_ref().map(Template::strip),
+                modifier: v.modifier.clone(),
+                filters: v.filters.clone(),
+                span: (),
+                path_span: (),
+            }),
+        }
+    }
+}
+
+impl<S> fmt::Display for Template<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => f.write_str(t)?,
+                Part::Dollar => f.write_str("$$")?,
+                Part::Bare { name, .. } => write!(f, "${name}")?,
+                Part::Var(var) => {
+                    write!(f, "${{{}", var.path)?;
+                    if let Some(default) = &var.default {
+                        write!(f, ":-{default}")?;
+                    }
+                    match &var.modifier {
+                        None => {}
+                        Some(Modifier::Json) => f.write_str(":json")?,
+                        Some(Modifier::Lines) => f.write_str(":lines")?,
+                        Some(Modifier::Glob(g)) => write!(f, ":{g}")?,
+                    }
+                    for filter in &var.filters {
+                        match filter {
+                            Filter::Shell => f.write_str("|shell")?,
+                            Filter::Json => f.write_str("|json")?,
+                            Filter::Trim => f.write_str("|trim")?,
+                            Filter::Default(v) => write!(f, "|default:{v}")?,
+                        }
+                    }
+                    f.write_str("}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a template finds its variables.
+pub trait Scope {
+    /// The value of a path, or `None` when the variable does not exist.
+    fn get(&self, path: &Path) -> Option<Value>;
+}
+
+impl Scope for Value {
+    fn get(&self, path: &Path) -> Option<Value> {
+        path.lookup(self).cloned()
+    }
+}
+
+/// Why a template could not be rendered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// A `${...}` names a variable that does not exist and has no default.
+    #[error("undefined variable `{name}`")]
+    Undefined {
+        /// The path as written.
+        name: String,
+    },
+    /// A glob modifier that does not compile.
+    #[error("invalid glob `{glob}`")]
+    BadGlob {
+        /// The glob.
+        glob: String,
+    },
+}
+
+impl<S> Template<S> {
+    /// Renders the template. An undefined `${...}` without a default is an error; an
+    /// undefined `$NAME` is left for the shell.
+    pub fn render(&self, scope: &dyn Scope) -> Result<String, RenderError> {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Dollar => out.push('$'),
+                Part::Bare { name, .. } => {
+                    if let Some(v) = scope.get(&Path::name(name.clone())) {
+                        out.push_str(&value::render(&v));
+                    } else {
+                        out.push('$');
+                        out.push_str(name);
+                    }
+                }
+                Part::Var(var) => out.push_str(&var.render(scope)?),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl<S> Var<S> {
+    /// Renders one reference.
+    pub fn render(&self, scope: &dyn Scope) -> Result<String, RenderError> {
+        let fallback = self.filters.iter().find_map(|f| match f {
+            Filter::Default(v) => Some(v.clone()),
+            _ => None,
+        });
+        let mut current = match scope.get(&self.path) {
+            Some(v) => v,
+            None => match (&self.default, &fallback) {
+                (Some(default), _) => return default.render(scope),
+                (None, Some(v)) => Value::String(v.clone()),
+                (None, None) => {
+                    return Err(RenderError::Undefined {
+                        name: self.path.to_string(),
+                    });
+                }
+            },
+        };
+        if let Some(modifier) = &self.modifier {
+            current = apply_modifier(current, modifier)?;
+        }
+        for filter in &self.filters {
+            current = match filter {
+                Filter::Shell => Value::String(value::shell_quote(&value::render(&current))),
+                Filter::Json => Value::String(current.to_string()),
+                Filter::Trim => Value::String(value::render(&current).trim().to_owned()),
+                Filter::Default(v) if current.is_null() => Value::String(v.clone()),
+                Filter::Default(_) => current,
+            };
+        }
+        Ok(value::render(&current))
+    }
+}
+
+fn apply_modifier(current: Value, modifier: &Modifier) -> Result<Value, RenderError> {
+    let items = match current {
+        Value::Array(items) => items,
+        Value::Null => Vec::new(),
+        Value::String(s) => s
+            .split_whitespace()
+            .map(|w| Value::String(w.to_owned()))
+            .collect(),
+        other => vec![other],
+    };
+    Ok(match modifier {
+        Modifier::Json => Value::String(Value::Array(items).to_string()),
+        Modifier::Lines => Value::String(
+            items
+                .iter()
+                .map(value::render)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Modifier::Glob(glob) => {
+            let matcher = globset::Glob::new(glob)
+                .map_err(|_| RenderError::BadGlob { glob: glob.clone() })?
+                .compile_matcher();
+            Value::Array(
+                items
+                    .into_iter()
+                    .filter(|v| v.as_str().is_some_and(|s| matcher.is_match(s)))
+                    .collect(),
+            )
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[track_caller]
+    fn check(template: &str, vars: &Value, expect: &str) {
+        let parsed = Template::parse(template).unwrap();
+        assert_eq!(parsed.render(vars).unwrap(), expect);
+    }
+
+    #[test]
+    fn renders_paths_defaults_filters_and_modifiers() {
+        let vars = json!({"name": "Al", "n": 5, "item": {"a": {"b": [1, 2]}}, "files": ["a.md", "b.rs"], "q": "it's"});
+        check("Hi ${name}, $name and $$HOME", &vars, "Hi Al, Al and $HOME");
+        check("${item.a.b[1]} ${n}", &vars, "2 5");
+        check("${missing:-${name}!}", &vars, "Al!");
+        check(
+            "${files:*.md} ${files:json}",
+            &vars,
+            "a.md [\"a.md\",\"b.rs\"]",
+        );
+        check("echo ${q|shell}", &vars, "echo 'it'\\''s'");
+        check("${missing|default:none} $UNKNOWN", &vars, "none $UNKNOWN");
+        check("${env:HOME}", &json!({"env": {"HOME": "/h"}}), "/h");
+    }
+
+    #[test]
+    fn undefined_variables_are_errors() {
+        let parsed = Template::parse("echo ${nope}").unwrap();
+        assert_eq!(
+            parsed.render(&json!({})),
+            Err(RenderError::Undefined {
+                name: "nope".into()
+            })
+        );
+    }
+}
