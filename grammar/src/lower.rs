@@ -285,15 +285,51 @@ pub(crate) fn parse_expr(text: &str) -> Result<Expr, ParseError> {
     }
     let mut pairs = ex::P::parse(ex::Rule::expression, text).map_err(|e| expr_error(text, &e))?;
     let top = pairs.next().and_then(|p| p.into_inner().next());
-    match top {
-        Some(pair) => expr(pair),
-        None => Err(ParseError::new(
+    let Some(pair) = top else {
+        return Err(ParseError::new(
             ParseErrorKind::Expression,
             "empty expression",
             Span::new(0, text.len()),
             "nothing to evaluate",
-        )),
+        ));
+    };
+    let parsed = expr(pair)?;
+    // Long `&&` chains and `!` runs nest without brackets; bound the tree so that every
+    // recursive walk over it (evaluation, printing, dropping) stays shallow.
+    if depth(&parsed) > MAX_TREE_DEPTH {
+        return Err(ParseError::new(
+            ParseErrorKind::TooDeep,
+            "the expression nests too deeply",
+            Span::new(0, text.len()),
+            format!("more than {MAX_TREE_DEPTH} levels"),
+        )
+        .help("split the condition into simpler parts"));
     }
+    Ok(parsed)
+}
+
+/// How deep an expression tree may be.
+const MAX_TREE_DEPTH: usize = 256;
+
+/// The depth of an expression tree, walked with an explicit stack.
+fn depth(root: &Expr) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(root, 1usize)];
+    while let Some((e, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match e {
+            Expr::Literal { .. } | Expr::Path { .. } | Expr::Var { .. } => {}
+            Expr::Not { expr, .. } => stack.push((expr, d + 1)),
+            Expr::Binary { lhs, rhs, .. } => {
+                stack.push((lhs, d + 1));
+                stack.push((rhs, d + 1));
+            }
+            Expr::List { items, .. } | Expr::Call { args: items, .. } => {
+                stack.extend(items.iter().map(|i| (i, d + 1)));
+            }
+        }
+    }
+    deepest
 }
 
 fn expr(pair: Pair<'_, ex::Rule>) -> Result<Expr, ParseError> {

@@ -1,7 +1,7 @@
 //! `${...}` interpolation templates: AST, canonical printer and renderer.
 //!
 //! Syntax: `${path}`, `${path:-default}` (the default is itself a template),
-//! `${path:json}` / `${path:lines}` / `${path:GLOB}` for list variables,
+//! `${path:json}` / `${path:lines}` / `${path:GLOB}` for list variables (before a default),
 //! `${path|shell}` / `|json` / `|trim` / `|default:VALUE` filters, `$NAME` (bare), and `$$`
 //! for a literal `$`. `${env:NAME}` is the same as `${env.NAME}`.
 
@@ -148,14 +148,14 @@ impl<S> fmt::Display for Template<S> {
                 Part::Bare { name, .. } => write!(f, "${name}")?,
                 Part::Var(var) => {
                     write!(f, "${{{}", var.path)?;
-                    if let Some(default) = &var.default {
-                        write!(f, ":-{default}")?;
-                    }
                     match &var.modifier {
                         None => {}
                         Some(Modifier::Json) => f.write_str(":json")?,
                         Some(Modifier::Lines) => f.write_str(":lines")?,
                         Some(Modifier::Glob(g)) => write!(f, ":{g}")?,
+                    }
+                    if let Some(default) = &var.default {
+                        write!(f, ":-{default}")?;
                     }
                     for filter in &var.filters {
                         match filter {

@@ -1,0 +1,214 @@
+//! Property tests: printing any AST and parsing the text gives the same AST back, and no
+//! input makes a parser panic or overflow the stack.
+
+use prodigy_grammar::expr::{BinOp, Expr, Func};
+use prodigy_grammar::path::{Path, Segment};
+use prodigy_grammar::sort::{Nulls, SortKey, SortSpec};
+use prodigy_grammar::template::{Filter, Modifier, Part, Template, Var};
+use prodigy_grammar::{ParseErrorKind, jsonpath::JsonPath};
+use proptest::prelude::*;
+use serde_json::Value;
+
+const KEYWORDS: &[&str] = &["and", "or", "not", "in", "true", "false", "null"];
+
+fn ident() -> impl Strategy<Value = String> {
+    "[a-z_][a-z0-9_]{0,6}".prop_filter("not a keyword", |s| !KEYWORDS.contains(&s.as_str()))
+}
+
+fn path() -> impl Strategy<Value = Path> {
+    let segment = prop_oneof![
+        ident().prop_map(Segment::Field),
+        (0i64..20).prop_map(Segment::Index)
+    ];
+    (ident(), prop::collection::vec(segment, 0..3))
+        .prop_map(|(root, segments)| Path { root, segments })
+}
+
+fn literal() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<i32>().prop_map(Value::from),
+        (-1000.0f64..1000.0).prop_map(|f| Value::from((f * 8.0).round() / 8.0 + 0.5)),
+        "[a-zA-Z0-9 .,'\"\\\\-]{0,8}".prop_map(Value::String),
+        any::<bool>().prop_map(Value::Bool),
+        Just(Value::Null),
+    ]
+}
+
+fn expr() -> impl Strategy<Value = Expr<()>> {
+    let leaf = prop_oneof![
+        literal().prop_map(|value| Expr::Literal { value, span: () }),
+        path().prop_map(|path| Expr::Path { path, span: () }),
+        path().prop_map(|path| Expr::Var { path, span: () }),
+    ];
+    leaf.prop_recursive(4, 24, 3, |inner| {
+        let op = prop_oneof![
+            Just(BinOp::Or),
+            Just(BinOp::And),
+            Just(BinOp::Eq),
+            Just(BinOp::Ne),
+            Just(BinOp::Lt),
+            Just(BinOp::Ge),
+            Just(BinOp::In),
+            Just(BinOp::NotIn),
+        ];
+        let unary_func = prop_oneof![Just(Func::IsNull), Just(Func::IsString), Just(Func::Length)];
+        prop_oneof![
+            (op, inner.clone(), inner.clone()).prop_map(|(op, l, r)| Expr::Binary {
+                op,
+                lhs: Box::new(l),
+                rhs: Box::new(r),
+                span: ()
+            }),
+            inner.clone().prop_map(|e| Expr::Not {
+                expr: Box::new(e),
+                span: ()
+            }),
+            prop::collection::vec(inner.clone(), 0..3)
+                .prop_map(|items| Expr::List { items, span: () }),
+            (unary_func, inner.clone()).prop_map(|(func, a)| Expr::Call {
+                func,
+                args: vec![a],
+                regex: None,
+                span: ()
+            }),
+            (inner.clone(), inner).prop_map(|(a, b)| Expr::Call {
+                func: Func::Contains,
+                args: vec![a, b],
+                regex: None,
+                span: ()
+            }),
+        ]
+    })
+}
+
+fn template() -> impl Strategy<Value = Template<()>> {
+    let modifier = prop_oneof![
+        Just(None),
+        Just(Some(Modifier::Json)),
+        Just(Some(Modifier::Lines)),
+        Just(Some(Modifier::Glob("*.md".into())))
+    ];
+    let filter = prop_oneof![
+        Just(Filter::Shell),
+        Just(Filter::Json),
+        Just(Filter::Trim),
+        "[a-z0-9 ]{0,5}".prop_map(Filter::Default)
+    ];
+    let var = (
+        path(),
+        modifier,
+        prop::collection::vec(filter, 0..3),
+        prop::option::of("[a-z ]{0,6}"),
+    )
+        .prop_map(|(path, modifier, filters, default)| Var {
+            path,
+            default: default.map(|d| Template {
+                parts: if d.is_empty() {
+                    vec![]
+                } else {
+                    vec![Part::Text(d)]
+                },
+            }),
+            modifier,
+            filters,
+            span: (),
+            path_span: (),
+        });
+    let part = prop_oneof![
+        "[a-zA-Z0-9 {}:|.,'\"-]{1,8}".prop_map(Part::Text),
+        Just(Part::Dollar),
+        ident().prop_map(|name| Part::Bare { name, span: () }),
+        var.prop_map(Part::Var),
+    ];
+    prop::collection::vec(part, 0..6).prop_map(normalize)
+}
+
+/// Merges adjacent text and drops text that would glue onto a preceding `$NAME`, the way
+/// the parser reads it back.
+fn normalize(parts: Vec<Part<()>>) -> Template<()> {
+    let mut out: Vec<Part<()>> = Vec::new();
+    for part in parts {
+        match (out.last_mut(), part) {
+            (Some(Part::Text(prev)), Part::Text(next)) => prev.push_str(&next),
+            (Some(Part::Bare { .. }), Part::Text(next))
+                if next.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') => {}
+            (Some(Part::Bare { .. }), Part::Bare { .. }) => {}
+            (_, part) => out.push(part),
+        }
+    }
+    Template { parts: out }
+}
+
+fn sort_spec() -> impl Strategy<Value = SortSpec<()>> {
+    let nulls = prop_oneof![
+        Just(None),
+        Just(Some(Nulls::First)),
+        Just(Some(Nulls::Last))
+    ];
+    let key = (path(), any::<bool>(), nulls).prop_map(|(path, descending, nulls)| SortKey {
+        path,
+        descending,
+        nulls,
+        span: (),
+    });
+    prop::collection::vec(key, 1..4).prop_map(|keys| SortSpec { keys })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn expressions_round_trip(e in expr()) {
+        let text = e.to_string();
+        let parsed = Expr::parse(&text).map_err(|err| TestCaseError::fail(format!("{text}: {err}")))?;
+        prop_assert_eq!(parsed.strip(), e, "{}", text);
+    }
+
+    #[test]
+    fn templates_round_trip(t in template()) {
+        let text = t.to_string();
+        let parsed = Template::parse(&text).map_err(|err| TestCaseError::fail(format!("{text}: {err}")))?;
+        prop_assert_eq!(parsed.strip(), t, "{}", text);
+    }
+
+    #[test]
+    fn sort_specs_round_trip(s in sort_spec()) {
+        let text = s.to_string();
+        let parsed = SortSpec::parse(&text).map_err(|err| TestCaseError::fail(format!("{text}: {err}")))?;
+        prop_assert_eq!(parsed.strip(), s, "{}", text);
+    }
+
+    #[test]
+    fn parsers_never_panic(text in "[ -~]{0,40}") {
+        let _ = Expr::parse(&text);
+        let _ = Template::parse(&text);
+        let _ = SortSpec::parse(&text);
+        let _ = JsonPath::parse(&text);
+    }
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    let deep = format!("{}a{}", "(".repeat(10_000), ")".repeat(10_000));
+    assert_eq!(
+        Expr::parse(&deep).unwrap_err().kind,
+        ParseErrorKind::TooDeep
+    );
+    let chain = vec!["a"; 5_000].join(" && ");
+    assert_eq!(
+        Expr::parse(&chain).unwrap_err().kind,
+        ParseErrorKind::TooDeep
+    );
+    let nots = format!("{}a", "!".repeat(5_000));
+    assert_eq!(
+        Expr::parse(&nots).unwrap_err().kind,
+        ParseErrorKind::TooDeep
+    );
+    let nested = format!("{}x{}", "${a:-".repeat(1_000), "}".repeat(1_000));
+    assert_eq!(
+        Template::parse(&nested).unwrap_err().kind,
+        ParseErrorKind::TooDeep
+    );
+    let path = format!("$.a{}", "[?@.b".repeat(1_000));
+    assert!(JsonPath::parse(&path).is_err());
+}
