@@ -3,15 +3,82 @@
 //! Lowering ([`crate::lower`]) fills these types from the spanned YAML tree, applying aliases,
 //! legacy forms and defaults, so that later stages see one normalised shape per concept.
 //! Every node keeps the span of its YAML origin.
-//! Template, filter and sort strings are kept as spanned strings until the expression
-//! grammars parse them.
+//! Every string in one of the small languages arrives parsed ([`Parsed`]): templates,
+//! `when` conditions, filters, sort specifications and JSON paths.
 
 use std::time::Duration;
 
 use crate::source::{Span, Spanned};
 
-/// A spanned string that may contain `${...}` interpolation.
-pub type Template = Spanned<String>;
+/// A string parsed by one of the expression grammars, with its text and YAML span.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Parsed<T> {
+    /// The text as the YAML scalar holds it.
+    pub value: String,
+    /// Where the scalar is in the file.
+    pub span: Span,
+    /// The parsed form.
+    pub parsed: T,
+    /// Whether `value` lies in the file as written (plain, single-quoted and literal block
+    /// scalars), so that a range inside it maps onto exact file positions; otherwise
+    /// diagnostics inside the string label the whole scalar.
+    #[serde(skip)]
+    pub exact: bool,
+}
+
+impl<T> Parsed<T> {
+    /// The file span of a byte range inside the string; `source` is the whole file.
+    pub fn rebase(&self, source: &str, local: prodigy_grammar::Span) -> Span {
+        if !self.exact {
+            return self.span;
+        }
+        let scalar = source
+            .get(self.span.start as usize..self.span.end as usize)
+            .unwrap_or("");
+        match (
+            align(&self.value, scalar, local.start),
+            align(&self.value, scalar, local.end),
+        ) {
+            (Some(start), Some(end)) => Span::new(
+                self.span.start as usize + start,
+                self.span.start as usize + end.max(start),
+            ),
+            _ => self.span,
+        }
+    }
+}
+
+/// The offset in `source` of byte `at` of `value`, where `value` is `source` with quotes,
+/// indentation and line folding removed: characters are matched in order, skipping what
+/// the YAML scanner dropped.
+fn align(value: &str, source: &str, at: usize) -> Option<usize> {
+    let mut j = 0;
+    for (i, c) in value.char_indices() {
+        if i >= at {
+            return Some(j);
+        }
+        loop {
+            let rest = source.get(j..)?;
+            if rest.starts_with(c) {
+                j += c.len_utf8();
+                break;
+            }
+            // A folded line break reads as a space.
+            if c == ' ' && rest.starts_with('\n') {
+                j += rest.len() - rest.trim_start().len();
+                break;
+            }
+            j += rest.chars().next()?.len_utf8();
+        }
+    }
+    (at >= value.len()).then_some(j)
+}
+
+/// A `${...}` template: command text, paths, env values, messages.
+pub type Template = Parsed<prodigy_grammar::template::Template>;
+
+/// A `when:` or env condition, in the filter language.
+pub type Condition = Parsed<prodigy_grammar::expr::Expr>;
 
 /// A whole workflow file.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -85,7 +152,7 @@ pub enum EnvValue {
     /// `{condition, when_true, when_false}`.
     Conditional {
         /// A `when`-language expression.
-        condition: Template,
+        condition: Condition,
         /// Value when true.
         when_true: Template,
         /// Value when false.
@@ -157,7 +224,7 @@ pub struct Step {
     /// `clear_env`: start from an empty environment plus the step's `env` and `PATH`.
     pub clear_env: bool,
     /// `when`.
-    pub when: Option<Template>,
+    pub when: Option<Condition>,
     /// Typed `capture`.
     pub capture: Option<Capture>,
     /// Legacy `capture_output`: the variable name it stores stdout under.
@@ -644,17 +711,17 @@ pub struct MapPhase {
     /// A JSON file or a command.
     pub input: Template,
     /// `json_path`.
-    pub json_path: Option<Spanned<String>>,
+    pub json_path: Option<Parsed<prodigy_grammar::jsonpath::JsonPath>>,
     /// `filter`.
-    pub filter: Option<Spanned<String>>,
+    pub filter: Option<Parsed<prodigy_grammar::expr::Expr>>,
     /// `sort_by`.
-    pub sort_by: Option<Spanned<String>>,
+    pub sort_by: Option<Parsed<prodigy_grammar::sort::SortSpec>>,
     /// `max_items`.
     pub max_items: Option<Spanned<u64>>,
     /// `offset`.
     pub offset: Option<Spanned<u64>>,
-    /// `distinct`.
-    pub distinct: Option<Spanned<String>>,
+    /// `distinct`: a path into each item.
+    pub distinct: Option<Parsed<prodigy_grammar::path::Path>>,
     /// `max_parallel`.
     pub max_parallel: MaxParallel,
     /// The agent timeout.

@@ -9,7 +9,9 @@
 pub mod ast;
 pub mod diagnostics;
 pub mod lower;
+pub mod scope;
 pub mod source;
+pub mod suppress;
 pub mod syntax;
 
 use diagnostics::Diagnostic;
@@ -31,19 +33,6 @@ impl Checked {
     }
 }
 
-/// Parses and lowers a file, collecting every diagnostic.
-pub fn check(file: &SourceFile) -> Checked {
-    let document = syntax::parse(file);
-    let mut diagnostics = document.diagnostics;
-    let (workflow, lowered) = lower::lower(document.root.as_ref());
-    diagnostics.extend(lowered);
-    diagnostics::sort(&mut diagnostics);
-    Checked {
-        workflow,
-        diagnostics,
-    }
-}
-
 /// What the checks may learn about the world outside the file.
 ///
 /// The compiler does no I/O of its own; the caller answers these questions.
@@ -52,28 +41,46 @@ pub struct Surroundings<'a> {
     pub file_exists: &'a dyn Fn(&str) -> bool,
 }
 
+/// Parses and lowers a file, collecting every diagnostic.
+pub fn check(file: &SourceFile) -> Checked {
+    compile(file, None)
+}
+
 /// [`check`], plus the checks that need to know about the project directory:
 /// `env_files` that do not exist.
 pub fn check_in(file: &SourceFile, surroundings: &Surroundings<'_>) -> Checked {
-    let mut checked = check(file);
-    if let Some(workflow) = &checked.workflow {
-        for path in &workflow.env_files {
-            // A templated path is only known at run time.
-            if path.value.contains('$') || (surroundings.file_exists)(&path.value) {
-                continue;
-            }
-            checked.diagnostics.push(
-                Diagnostic::new(
-                    diagnostics::Code::MissingEnvFile,
-                    format!("env file `{}` does not exist", path.value),
-                )
-                .with_primary(path.span, "no such file in the project directory")
-                .with_help(
-                    "create the file, fix the path (relative to where prodigy runs), or remove the entry",
-                ),
-            );
+    compile(file, Some(surroundings))
+}
+
+fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checked {
+    let document = syntax::parse(file);
+    let mut diagnostics = document.diagnostics;
+    let (workflow, lowered) = lower::lower(&file.text, document.root.as_ref());
+    diagnostics.extend(lowered);
+    if let Some(workflow) = &workflow {
+        diagnostics.extend(scope::check(workflow, &file.text));
+        if let Some(surroundings) = surroundings {
+            diagnostics.extend(missing_env_files(workflow, surroundings));
         }
-        diagnostics::sort(&mut checked.diagnostics);
     }
-    checked
+    suppress::apply(file, &mut diagnostics);
+    diagnostics::sort(&mut diagnostics);
+    Checked {
+        workflow,
+        diagnostics,
+    }
+}
+
+fn missing_env_files(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Vec<Diagnostic> {
+    workflow
+        .env_files
+        .iter()
+        // A templated path is only known at run time.
+        .filter(|path| !path.value.contains('$') && !(surroundings.file_exists)(&path.value))
+        .map(|path| {
+            Diagnostic::new(diagnostics::Code::MissingEnvFile, format!("env file `{}` does not exist", path.value))
+                .with_primary(path.span, "no such file in the project directory")
+                .with_help("create the file, fix the path (relative to where prodigy runs), or remove the entry")
+        })
+        .collect()
 }

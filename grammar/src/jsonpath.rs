@@ -93,3 +93,9 @@ mod tests {
         );
     }
 }
+
+impl serde::Serialize for JsonPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}

@@ -54,6 +54,11 @@ codes! {
     MultipleDocuments = "P004", Error, "a file holds more than one YAML document";
     TooDeep = "P005", Error, "the YAML nests too deeply";
     NotAWorkflow = "P006", Error, "the document is neither a list of steps nor a workflow mapping";
+    TemplateSyntax = "P101", Error, "a `${...}` template that does not parse";
+    ExpressionSyntax = "P102", Error, "a filter or `when` expression that does not parse";
+    SortSyntax = "P103", Error, "a `sort_by` specification that does not parse";
+    JsonPathSyntax = "P104", Error, "a `json_path` that does not parse";
+    ExpressionTooDeep = "P105", Error, "an expression that nests too deeply";
     UnknownKey = "V001", Error, "a key that means nothing in its place";
     MissingKey = "V002", Error, "a required key is missing";
     NoCommand = "V003", Error, "a step has no command";
@@ -65,6 +70,7 @@ codes! {
     RemovedFeature = "V009", Error, "a feature that Prodigy no longer has";
     WrongMode = "V010", Error, "a key that belongs to the other workflow mode";
     UnknownHandler = "V011", Error, "`custom:<name>` names no handler under `handlers`";
+    UndefinedVariable = "V012", Error, "a variable that cannot exist where it is used";
     WrongType = "V101", Error, "a value of the wrong type or shape";
     InvalidDuration = "V102", Error, "a value that is not a duration";
     OutOfRange = "V103", Error, "a number outside its allowed range";
@@ -77,6 +83,9 @@ codes! {
     NoEffect = "W002", Warning, "a setting that has no effect where it is";
     EmptyWorkflow = "W003", Warning, "a workflow without steps";
     MissingEnvFile = "W004", Warning, "an `env_files` entry names a file that does not exist";
+    MaybeUndefined = "W005", Warning, "a variable that nothing in the workflow defines";
+    UnquotedInterpolation = "W006", Warning, "untrusted text spliced into a shell command unquoted";
+    UselessSuppression = "W007", Warning, "a `# prodigy: ignore[...]` comment that suppresses nothing";
     Internal = "ICE", Error, "an internal error in prodigy";
 }
 

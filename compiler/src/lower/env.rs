@@ -6,7 +6,7 @@ use crate::diagnostics::{Code, Diagnostic};
 use crate::source::Spanned;
 use crate::syntax::{Node, Scalar};
 
-impl Lowerer {
+impl Lowerer<'_> {
     /// An `env` mapping: names to strings, numbers, booleans, or the masked, dynamic and
     /// conditional forms.
     pub(crate) fn env_map(&mut self, node: &Node, what: &str) -> Vec<EnvVar> {
@@ -38,13 +38,13 @@ impl Lowerer {
                 );
                 return None;
             }
-            return self.string(node, "an env value").map(EnvValue::Static);
+            return self.template(node, "an env value").map(EnvValue::Static);
         }
         let map = node.as_map().unwrap_or_default();
         let has = |k: &str| map.iter().any(|e| e.key.text() == Some(k));
         if has("command") {
             let f = self.fields(node, "a dynamic env value", &["command", "cache"])?;
-            let command = self.string(f.get("command")?, "`command`")?;
+            let command = self.template(f.get("command")?, "`command`")?;
             let cache = self.flag(f.get("cache"), "`cache`", false);
             return Some(EnvValue::Dynamic { command, cache });
         }
@@ -54,10 +54,10 @@ impl Lowerer {
                 "a conditional env value",
                 &["condition", "when_true", "when_false"],
             )?;
-            let condition = self.string(f.get("condition")?, "`condition`")?;
+            let condition = self.condition(f.get("condition")?, "`condition`")?;
             let branch = |lw: &mut Self, key: &str| {
                 if let Some(n) = f.get(key) {
-                    lw.string(n, &format!("`{key}`"))
+                    lw.template(n, &format!("`{key}`"))
                 } else {
                     lw.missing(
                         node.span,
@@ -86,7 +86,7 @@ impl Lowerer {
             );
             return None;
         };
-        let value = self.string(value, "`value`")?;
+        let value = self.template(value, "`value`")?;
         let secret = self.flag(f.get("secret"), "`secret`", false);
         Some(if secret {
             EnvValue::Masked(value)
@@ -227,7 +227,7 @@ impl Lowerer {
                     self.wrong_type(&var.value, "a profile value", "a string, number or boolean");
                     continue;
                 }
-                if let Some(value) = self.string(&var.value, "a profile value") {
+                if let Some(value) = self.template(&var.value, "a profile value") {
                     profile.env.push(EnvVar {
                         name: var_name,
                         value: EnvValue::Static(value),

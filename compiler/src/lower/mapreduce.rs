@@ -32,7 +32,7 @@ const CONVENIENCE_KEYS: &[&str] = &[
     "error_collection",
 ];
 
-impl Lowerer {
+impl Lowerer<'_> {
     /// `setup`: a list of steps, or `{commands, timeout, capture_outputs}`.
     pub(crate) fn setup(&mut self, node: &Node) -> Option<Setup> {
         if node.as_map().is_none() {
@@ -214,7 +214,7 @@ impl Lowerer {
                 "input",
                 "add `input:` with a JSON file or a command that lists the items",
             )
-            .and_then(|n| self.string(n, "`map.input`"));
+            .and_then(|n| self.template(n, "`map.input`"));
         let agent_template = self
             .required(
                 &fields,
@@ -246,15 +246,21 @@ impl Lowerer {
                 "keep one of the two agent timeouts",
             );
         }
-        let string = |lw: &mut Self, key: &str| {
-            fields
-                .get(key)
-                .and_then(|n| lw.string(n, &format!("`{key}`")))
-        };
-        let json_path = string(self, "json_path");
-        let filter = string(self, "filter");
-        let sort_by = string(self, "sort_by");
-        let distinct = string(self, "distinct");
+        let json_path = fields
+            .get("json_path")
+            .filter(|n| n.text().is_some_and(|t| !t.trim().is_empty()))
+            .and_then(|n| {
+                self.parsed(n, "`json_path`", prodigy_grammar::jsonpath::JsonPath::parse)
+            });
+        let filter = fields
+            .get("filter")
+            .and_then(|n| self.parsed(n, "`filter`", prodigy_grammar::expr::Expr::parse));
+        let sort_by = fields
+            .get("sort_by")
+            .and_then(|n| self.parsed(n, "`sort_by`", prodigy_grammar::sort::SortSpec::parse));
+        let distinct = fields
+            .get("distinct")
+            .and_then(|n| self.parsed(n, "`distinct`", distinct_path));
         let max_items = fields
             .get("max_items")
             .and_then(|n| self.size(n, "`max_items`", 0));
@@ -281,7 +287,10 @@ impl Lowerer {
         if let Some(Scalar::Str(text)) = node.scalar()
             && text.contains('$')
         {
-            return MaxParallel::Variable(Spanned::new(text.to_owned(), node.span));
+            return match self.template(node, "`max_parallel`") {
+                Some(t) => MaxParallel::Variable(t),
+                None => MaxParallel::Fixed(Spanned::new(10, node.span)),
+            };
         }
         let n = self
             .size(node, "`max_parallel`", 1)
@@ -699,5 +708,19 @@ impl Lowerer {
             );
         }
         Some(out)
+    }
+}
+
+/// `distinct`: one path, such as `id` or `item.location.file`.
+fn distinct_path(text: &str) -> Result<prodigy_grammar::path::Path, prodigy_grammar::ParseError> {
+    match prodigy_grammar::expr::Expr::parse(text)? {
+        prodigy_grammar::expr::Expr::Path { path, .. } => Ok(path),
+        other => Err(prodigy_grammar::ParseError {
+            kind: prodigy_grammar::ParseErrorKind::Expression,
+            message: "`distinct` takes one path".to_owned(),
+            span: prodigy_grammar::Span::new(0, text.len()),
+            label: format!("`{other}` is not a path"),
+            help: Some("write the field to deduplicate on, such as `id` or `item.file`".to_owned()),
+        }),
     }
 }

@@ -8,6 +8,7 @@
 
 mod env;
 mod mapreduce;
+mod parsed;
 mod step;
 #[cfg(test)]
 mod tests;
@@ -21,8 +22,9 @@ use crate::syntax::{Entry, Node, NodeKind};
 pub use step::STEP_KEYS;
 
 /// Lowers a parsed document. Returns `None` when the root is missing or not a workflow.
-pub fn lower(root: Option<&Node>) -> (Option<Workflow>, Vec<Diagnostic>) {
+pub fn lower(text: &str, root: Option<&Node>) -> (Option<Workflow>, Vec<Diagnostic>) {
     let mut lw = Lowerer {
+        text,
         diagnostics: Vec::new(),
         step_ids: std::collections::BTreeMap::new(),
     };
@@ -55,7 +57,9 @@ pub const WORKFLOW_KEYS: &[&str] = &[
 ];
 
 /// The state of one lowering pass.
-pub(crate) struct Lowerer {
+pub(crate) struct Lowerer<'a> {
+    /// The whole file, to map positions inside strings back onto it.
+    pub(crate) text: &'a str,
     pub(crate) diagnostics: Vec<Diagnostic>,
     /// Every step `id` seen, with where, to report duplicates.
     step_ids: std::collections::BTreeMap<String, Span>,
@@ -92,10 +96,7 @@ impl<'n> Fields<'n> {
 }
 
 /// The best suggestion for a misspelt word among candidates, if one is close enough.
-pub(crate) fn suggest<'c>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'c str>,
-) -> Option<&'c str> {
+pub fn suggest<'c>(word: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
     let word_lower = word.to_ascii_lowercase();
     candidates
         .into_iter()
@@ -123,7 +124,7 @@ pub(crate) fn one_of(choices: &[&str]) -> String {
     }
 }
 
-impl Lowerer {
+impl Lowerer<'_> {
     pub(crate) fn push(&mut self, diagnostic: Diagnostic) {
         self.diagnostics.push(diagnostic);
     }
@@ -436,7 +437,7 @@ impl Lowerer {
             wf.secrets = self.secrets(secrets);
         }
         if let Some(files) = fields.get("env_files") {
-            wf.env_files = self.string_list(files, "`env_files`");
+            wf.env_files = self.template_list(files, "`env_files`");
         }
         if let Some(profiles) = fields.get("profiles") {
             wf.profiles = self.profiles(profiles);

@@ -6,7 +6,7 @@ use crate::ast::{
     Backoff, Capture, CaptureFormat, CaptureStreams, Command, CommitConfig, EnvVar,
     ExitCodeHandler, Foreach, ForeachInput, Matcher, OnFailure, OnFailureForm, OnIncomplete,
     RetryConfig, RetryExhausted, Step, StepOutput, StepValidate, Strategy, SuccessCriteria,
-    Validate, ValidationCheck, WriteFile, WriteFormat,
+    Template, Validate, ValidationCheck, WriteFile, WriteFormat,
 };
 use crate::diagnostics::{Code, Diagnostic};
 use crate::source::{Span, Spanned};
@@ -86,7 +86,7 @@ pub(crate) struct Ctx {
     pub(crate) handler_command: bool,
 }
 
-impl Lowerer {
+impl Lowerer<'_> {
     /// A list of steps.
     pub(crate) fn steps(&mut self, node: &Node, what: &str, ctx: Ctx) -> Vec<Step> {
         let Some(items) = node.as_seq() else {
@@ -133,8 +133,11 @@ impl Lowerer {
         match node.scalar() {
             Some(Scalar::Str(text)) => {
                 // A plain string step is a Claude command, upstream's legacy form.
-                let text = Spanned::new(text.to_owned(), node.span);
-                return Some(Step::new(node.span, Command::Claude(text)));
+                let _ = text;
+                let command = self
+                    .template(node, "a step")
+                    .map_or(Command::Invalid, Command::Claude);
+                return Some(Step::new(node.span, command));
             }
             Some(_) => {
                 self.wrong_type(
@@ -234,15 +237,15 @@ impl Lowerer {
     fn command_of(&mut self, kind: &str, entry: &Entry, fields: &Fields<'_>) -> Option<Command> {
         let value = &entry.value;
         Some(match kind {
-            "shell" => Command::Shell(self.string(value, "`shell`")?),
-            "claude" => Command::Claude(self.string(value, "`claude`")?),
+            "shell" => Command::Shell(self.template(value, "`shell`")?),
+            "claude" => Command::Claude(self.template(value, "`claude`")?),
             "command" => {
                 self.deprecated(
                     entry.key.span,
                     "`command` is a deprecated spelling of `claude`",
                     "write `claude:` instead",
                 );
-                Command::Claude(self.string(value, "`command`")?)
+                Command::Claude(self.template(value, "`command`")?)
             }
             "write_file" => Command::WriteFile(self.write_file(value)?),
             "foreach" => Command::Foreach(Box::new(self.foreach(value, fields)?)),
@@ -263,7 +266,7 @@ impl Lowerer {
                     );
                     return None;
                 };
-                Command::Shell(self.string(command, "`test.command`")?)
+                Command::Shell(self.template(command, "`test.command`")?)
             }
         })
     }
@@ -309,7 +312,7 @@ impl Lowerer {
                 self.wrong_type(options, "`options`", "a mapping of option names to values");
             }
         }
-        Some(Command::Claude(Spanned::new(text, name.span)))
+        self.synthesized(text, name.span).map(Command::Claude)
     }
 
     fn step_fields(&mut self, fields: &Fields<'_>, step: &mut Step, ctx: Ctx) {
@@ -338,7 +341,7 @@ impl Lowerer {
             .and_then(|n| self.duration(n, "`timeout`"));
         step.working_dir = fields
             .get("working_dir")
-            .and_then(|n| self.string(n, "`working_dir`"));
+            .and_then(|n| self.template(n, "`working_dir`"));
         if let Some(env) = fields.get("env") {
             step.env = self.env_map(env, "step `env`");
         }
@@ -353,10 +356,10 @@ impl Lowerer {
                 "remove `temporary: false`; step environments are always temporary",
             );
         }
-        step.when = fields.get("when").and_then(|n| self.string(n, "`when`"));
+        step.when = fields.get("when").and_then(|n| self.condition(n, "`when`"));
         self.captures(fields, step);
         if let Some(e) = self.aliased(fields, "output_file", "output") {
-            step.output_file = self.string(&e.value, "`output_file`");
+            step.output_file = self.template(&e.value, "`output_file`");
         }
         if let Some(node) = fields.get("on_success") {
             step.on_success = self.handler_steps(node, "`on_success`");
@@ -694,7 +697,7 @@ impl Lowerer {
 
     /// A handler command written as a string: a leading `/` means Claude, else shell.
     fn command_string(&mut self, node: &Node, what: &str) -> Option<Step> {
-        let text = self.string(node, what)?;
+        let text = self.template(node, what)?;
         let command = if text.value.trim_start().starts_with('/') {
             Command::Claude(text)
         } else {
@@ -811,7 +814,7 @@ impl Lowerer {
                     for kind in ["shell", "claude"] {
                         if let Some(text) = fields
                             .get(kind)
-                            .and_then(|n| self.string(n, &format!("`{kind}`")))
+                            .and_then(|n| self.template(n, &format!("`{kind}`")))
                         {
                             let command = if kind == "shell" {
                                 Command::Shell(text)
@@ -1156,10 +1159,11 @@ impl Lowerer {
                     );
                     return None;
                 };
-                lw.string(c, "`fallback.command`")
+                lw.template(c, "`fallback.command`")
                     .map(RetryExhausted::Fallback)
             } else {
-                lw.string(value, "`fallback`").map(RetryExhausted::Fallback)
+                lw.template(value, "`fallback`")
+                    .map(RetryExhausted::Fallback)
             }
         };
         if node.tag.as_deref() == Some("fallback") {
@@ -1210,12 +1214,12 @@ impl Lowerer {
         Some(CommitConfig {
             message_template: fields
                 .get("message_template")
-                .and_then(|n| self.string(n, "`message_template`")),
+                .and_then(|n| self.template(n, "`message_template`")),
             message_pattern,
             sign: self.flag(fields.get("sign"), "`sign`", false),
             author: fields
                 .get("author")
-                .and_then(|n| self.string(n, "`author`")),
+                .and_then(|n| self.template(n, "`author`")),
             include_files: fields
                 .get("include_files")
                 .map(|n| self.string_list(n, "`include_files`"))
@@ -1253,7 +1257,7 @@ impl Lowerer {
         match *key {
             "commands" => self.handler_commands(&entry.value, &format!("{what}.commands")),
             "claude" => self
-                .string(&entry.value, "`claude`")
+                .template(&entry.value, "`claude`")
                 .map(|t| vec![Step::new(entry.value.span, Command::Claude(t))])
                 .unwrap_or_default(),
             _ => {
@@ -1264,7 +1268,7 @@ impl Lowerer {
                         "write `shell:` instead",
                     );
                 }
-                self.string(&entry.value, "`shell`")
+                self.template(&entry.value, "`shell`")
                     .map(|t| vec![Step::new(entry.value.span, Command::Shell(t))])
                     .unwrap_or_default()
             }
@@ -1300,7 +1304,7 @@ impl Lowerer {
         out.commands = self.inline_commands(&fields, "`validate`");
         out.result_file = fields
             .get("result_file")
-            .and_then(|n| self.string(n, "`result_file`"));
+            .and_then(|n| self.template(n, "`result_file`"));
         if out.commands.is_empty() && out.result_file.is_none() {
             self.missing(
                 fields.entry("on_incomplete").map_or(node.span, |e| e.key.span),
@@ -1366,7 +1370,7 @@ impl Lowerer {
         out.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
         out.prompt = fields
             .get("prompt")
-            .and_then(|n| self.string(n, "`prompt`"));
+            .and_then(|n| self.template(n, "`prompt`"));
         Some(out)
     }
 
@@ -1403,7 +1407,7 @@ impl Lowerer {
                 false,
             ),
         };
-        let check_of = |text: Spanned<String>| ValidationCheck {
+        let check_of = |text: Template| ValidationCheck {
             command: text,
             claude: false,
             expect_output: None,
@@ -1411,7 +1415,7 @@ impl Lowerer {
         };
         if node.as_map().is_none() {
             out.checks = self
-                .string_list(node, "`step_validate`")
+                .template_list(node, "`step_validate`")
                 .into_iter()
                 .map(check_of)
                 .collect();
@@ -1431,7 +1435,7 @@ impl Lowerer {
             for item in list.as_seq().unwrap_or_default() {
                 if item.as_map().is_none() {
                     out.checks
-                        .extend(self.string(item, "a validation command").map(check_of));
+                        .extend(self.template(item, "a validation command").map(check_of));
                     continue;
                 }
                 let ck = [
@@ -1443,7 +1447,7 @@ impl Lowerer {
                 let Some(c) = self.fields(item, "a validation command", &ck) else {
                     continue;
                 };
-                let Some(command) = c.get("command").and_then(|n| self.string(n, "`command`"))
+                let Some(command) = c.get("command").and_then(|n| self.template(n, "`command`"))
                 else {
                     if !c.has("command") {
                         self.missing(
@@ -1569,7 +1573,7 @@ impl Lowerer {
                 "path",
                 "add `path: \"out/result.json\"`",
             )
-            .and_then(|n| self.string(n, "`path`"));
+            .and_then(|n| self.template(n, "`path`"));
         let content = self
             .required(
                 &fields,
@@ -1578,7 +1582,7 @@ impl Lowerer {
                 "content",
                 "add `content: \"...\"`",
             )
-            .and_then(|n| self.string(n, "`content`"));
+            .and_then(|n| self.template(n, "`content`"));
         if let Some(p) = &path {
             let escapes =
                 p.value.starts_with('/') || p.value.split(['/', '\\']).any(|part| part == "..");
@@ -1685,9 +1689,9 @@ impl Lowerer {
             }
         };
         let input = if source.as_seq().is_some() {
-            ForeachInput::List(self.string_list(source, "`foreach` items"))
+            ForeachInput::List(self.template_list(source, "`foreach` items"))
         } else {
-            ForeachInput::Command(self.string(source, "`foreach`")?)
+            ForeachInput::Command(self.template(source, "`foreach`")?)
         };
         let parallel = match get("parallel") {
             None => 1,

@@ -7,7 +7,7 @@ use crate::diagnostics::{Code, Diagnostic};
 use crate::source::Spanned;
 use crate::syntax::{Node, Scalar};
 
-impl Lowerer {
+impl Lowerer<'_> {
     /// A string; numbers and booleans are taken as their text, as YAML authors expect.
     pub(crate) fn string(&mut self, node: &Node, what: &str) -> Option<Spanned<String>> {
         match node.scalar() {

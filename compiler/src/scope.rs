@@ -1,0 +1,695 @@
+//! Scope analysis: which variables exist at each step (SPEC §5), and untrusted text spliced
+//! into shell commands unquoted.
+//!
+//! A reference is an error ([`Code::UndefinedVariable`]) only when the compiler can prove it
+//! cannot exist: a phase variable outside its phase (`${item}` outside map agents, `${map.*}`
+//! outside reduce and merge), a field a closed namespace does not have, a dotted path on an
+//! unknown root, or a capture read before the step that makes it.
+//! A simple lowercase name that nothing defines may still come from `--param`, so it is a
+//! warning ([`Code::MaybeUndefined`]); upper-case names are process environment variables and
+//! are never reported. References with a default (`:-` or `|default:`) are never reported.
+
+use std::collections::BTreeMap;
+
+use prodigy_grammar::path::{Path, Segment};
+use prodigy_grammar::template::{Filter, Part};
+
+use crate::ast::{
+    CaptureFormat, Command, Condition, EnvValue, ForeachInput, MaxParallel, OnFailure, Parsed,
+    RetryExhausted, Step, Template, Workflow,
+};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::lower::suggest;
+use crate::source::Span;
+
+const MAP_FIELDS: &[&str] = &[
+    "results",
+    "successful",
+    "failed",
+    "skipped",
+    "total",
+    "failure_rate",
+    "success_rate",
+    "dlq_count",
+    "duration",
+];
+const MERGE_FIELDS: &[&str] = &[
+    "worktree",
+    "source_branch",
+    "target_branch",
+    "session_id",
+    "commits",
+    "commit_count",
+    "commit_ids",
+    "file_list",
+    "file_count",
+    "modified_files",
+];
+const GIT_FIELDS: &[&str] = &[
+    "files_added",
+    "files_modified",
+    "files_deleted",
+    "files_changed",
+    "commits",
+    "commit_count",
+    "insertions",
+    "deletions",
+];
+const SHELL_FIELDS: &[&str] = &["output", "stderr", "exit_code"];
+const CLAUDE_FIELDS: &[&str] = &["output"];
+const ERROR_FIELDS: &[&str] = &["message", "exit_code", "step", "timestamp"];
+const CAPTURE_FIELDS: &[&str] = &["exit_code", "success", "stderr", "duration"];
+
+/// What a name in scope is.
+#[derive(Clone, Debug)]
+enum Var {
+    /// Text with no fields (env values, secrets, setup outputs, legacy output captures).
+    Plain,
+    /// A typed capture: its fields are the metadata, plus any path when it is JSON.
+    Capture { json: bool },
+    /// A step's `outputs`, read as `${ID.NAME}`.
+    Outputs(Vec<String>),
+}
+
+/// Where a step stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Standard,
+    Setup,
+    Map,
+    Reduce,
+    Merge,
+    /// A named handler run for a failed map item.
+    ItemHandler,
+}
+
+#[derive(Clone, Debug)]
+struct Scope {
+    phase: Phase,
+    names: BTreeMap<String, Var>,
+    /// Inside an `on_failure` handler: `error.*` and `attempt`.
+    handler: bool,
+    /// Some step ran before: `shell.*`, `claude.*`.
+    after_step: bool,
+    /// A `validate` ran: `validation.*`.
+    validation: bool,
+    /// Inside `foreach.do`: `item`, `index`, `total`.
+    foreach: bool,
+}
+
+struct Checker<'a> {
+    source: &'a str,
+    diagnostics: Vec<Diagnostic>,
+    /// Every capture name in the workflow with where it is defined, for "defined later".
+    all_captures: BTreeMap<String, Span>,
+}
+
+/// Checks every reference in the workflow against the variables in scope where it is used.
+pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
+    let mut checker = Checker {
+        source,
+        diagnostics: Vec::new(),
+        all_captures: BTreeMap::new(),
+    };
+    let all_steps = workflow
+        .commands
+        .iter()
+        .chain(workflow.setup.iter().flat_map(|s| &s.commands))
+        .chain(workflow.map.iter().flat_map(|m| &m.agent_template))
+        .chain(workflow.reduce.iter().flatten());
+    for step in all_steps {
+        collect_captures(step, &mut checker.all_captures);
+    }
+
+    let mut global = Scope {
+        phase: Phase::Standard,
+        names: BTreeMap::new(),
+        handler: false,
+        after_step: false,
+        validation: false,
+        foreach: false,
+    };
+    for var in workflow
+        .env
+        .iter()
+        .chain(workflow.profiles.iter().flat_map(|p| &p.env))
+    {
+        global.names.insert(var.name.value.clone(), Var::Plain);
+    }
+    for secret in &workflow.secrets {
+        global.names.insert(secret.name.value.clone(), Var::Plain);
+    }
+    // Env values see the process environment and each other.
+    for var in &workflow.env {
+        checker.env_value(&var.value, &global);
+    }
+    for template in &workflow.env_files {
+        checker.template(template, &global, false);
+    }
+
+    if workflow.map.is_none() {
+        checker.steps(&workflow.commands, &mut global.clone());
+    } else {
+        let mut scope = Scope {
+            phase: Phase::Setup,
+            ..global.clone()
+        };
+        if let Some(setup) = &workflow.setup {
+            checker.steps(&setup.commands, &mut scope);
+            for capture in &setup.capture_outputs {
+                scope.names.insert(capture.name.value.clone(), Var::Plain);
+            }
+        }
+        // Setup's variables reach every later phase; `shell.*` of setup's last step does not.
+        let after_setup = Scope {
+            after_step: false,
+            validation: false,
+            ..scope
+        };
+        if let Some(map) = &workflow.map {
+            checker.template(&map.input, &after_setup, false);
+            if let MaxParallel::Variable(t) = &map.max_parallel {
+                checker.template(t, &after_setup, false);
+            }
+            checker.steps(
+                &map.agent_template,
+                &mut Scope {
+                    phase: Phase::Map,
+                    ..after_setup.clone()
+                },
+            );
+        }
+        if let Some(reduce) = &workflow.reduce {
+            checker.steps(
+                reduce,
+                &mut Scope {
+                    phase: Phase::Reduce,
+                    ..after_setup.clone()
+                },
+            );
+        }
+        for handler in &workflow.handlers {
+            let mut scope = Scope {
+                phase: Phase::ItemHandler,
+                handler: true,
+                ..after_setup.clone()
+            };
+            checker.steps(&handler.steps, &mut scope);
+        }
+        global = after_setup;
+    }
+    if workflow.map.is_none() {
+        for handler in &workflow.handlers {
+            checker.steps(
+                &handler.steps,
+                &mut Scope {
+                    handler: true,
+                    ..global.clone()
+                },
+            );
+        }
+    }
+    if let Some(merge) = &workflow.merge {
+        checker.steps(
+            &merge.commands,
+            &mut Scope {
+                phase: Phase::Merge,
+                ..global
+            },
+        );
+    }
+    checker.diagnostics
+}
+
+fn collect_captures(step: &Step, out: &mut BTreeMap<String, Span>) {
+    if let Some(c) = &step.capture {
+        out.entry(c.name.value.clone()).or_insert(c.name.span);
+    }
+    if let Some(c) = &step.capture_output {
+        out.entry(c.value.clone()).or_insert(c.span);
+    }
+    for nested in step
+        .on_success
+        .iter()
+        .chain(step.on_exit_code.iter().flat_map(|h| &h.steps))
+    {
+        collect_captures(nested, out);
+    }
+}
+
+impl Checker<'_> {
+    fn steps(&mut self, steps: &[Step], scope: &mut Scope) {
+        for step in steps {
+            self.step(step, scope);
+            define(step, scope);
+            scope.after_step = true;
+            if step.validate.is_some() {
+                scope.validation = true;
+            }
+        }
+    }
+
+    fn step(&mut self, step: &Step, scope: &Scope) {
+        let shell = matches!(step.command, Command::Shell(_));
+        match &step.command {
+            Command::Shell(t) | Command::Claude(t) => self.template(t, scope, shell),
+            Command::WriteFile(w) => {
+                self.template(&w.path, scope, false);
+                self.template(&w.content, scope, false);
+            }
+            Command::Foreach(f) => {
+                match &f.input {
+                    ForeachInput::Command(t) => self.template(t, scope, true),
+                    ForeachInput::List(items) => {
+                        items.iter().for_each(|t| self.template(t, scope, false))
+                    }
+                }
+                let mut inner = Scope {
+                    foreach: true,
+                    ..scope.clone()
+                };
+                self.steps(&f.steps, &mut inner);
+            }
+            Command::Invalid => {}
+        }
+        for t in step.working_dir.iter().chain(&step.output_file) {
+            self.template(t, scope, false);
+        }
+        for var in &step.env {
+            self.env_value(&var.value, scope);
+        }
+        if let Some(when) = &step.when {
+            self.condition(when, scope);
+        }
+        if let Some(config) = &step.commit_config {
+            for t in config.message_template.iter().chain(&config.author) {
+                self.template(t, scope, false);
+            }
+        }
+        // What the step itself captures is there for its handlers.
+        let mut after = scope.clone();
+        define(step, &mut after);
+        after.after_step = true;
+        if let Some(validate) = &step.validate {
+            let mut inner = after.clone();
+            self.steps(&validate.commands, &mut inner);
+            if let Some(t) = &validate.result_file {
+                self.template(t, &after, false);
+            }
+            if let Some(on_incomplete) = &validate.on_incomplete {
+                let mut inner = Scope {
+                    validation: true,
+                    ..after.clone()
+                };
+                self.steps(&on_incomplete.commands, &mut inner);
+            }
+        }
+        if let Some(check) = &step.step_validate {
+            for c in &check.checks {
+                self.template(&c.command, &after, !c.claude);
+            }
+        }
+        if let Some(on_failure) = &step.on_failure {
+            self.handler(on_failure, &after);
+        }
+        if let Some(retry) = &step.retry {
+            if let RetryExhausted::Fallback(t) = &retry.on_failure {
+                self.template(
+                    t,
+                    &Scope {
+                        handler: true,
+                        ..after.clone()
+                    },
+                    true,
+                );
+            }
+        }
+        let mut on_success = after.clone();
+        self.steps(&step.on_success, &mut on_success);
+        for handler in &step.on_exit_code {
+            self.steps(&handler.steps, &mut after.clone());
+        }
+    }
+
+    fn handler(&mut self, on_failure: &OnFailure, scope: &Scope) {
+        let mut inner = Scope {
+            handler: true,
+            ..scope.clone()
+        };
+        self.steps(&on_failure.handler, &mut inner);
+    }
+
+    fn env_value(&mut self, value: &EnvValue, scope: &Scope) {
+        match value {
+            EnvValue::Static(t) | EnvValue::Masked(t) => self.template(t, scope, false),
+            EnvValue::Dynamic { command, .. } => self.template(command, scope, true),
+            EnvValue::Conditional {
+                condition,
+                when_true,
+                when_false,
+            } => {
+                self.condition(condition, scope);
+                self.template(when_true, scope, false);
+                self.template(when_false, scope, false);
+            }
+        }
+    }
+
+    fn condition(&mut self, condition: &Condition, scope: &Scope) {
+        for (path, local, _) in condition.parsed.references() {
+            let span = condition.rebase(self.source, local);
+            self.reference(path, span, scope);
+        }
+    }
+
+    fn template(&mut self, template: &Template, scope: &Scope, shell: bool) {
+        let mut quote = QuoteState::default();
+        for part in &template.parsed.parts {
+            match part {
+                Part::Text(text) => quote.feed(text),
+                Part::Dollar | Part::Bare { .. } => {}
+                Part::Var(var) => {
+                    let span = template.rebase(self.source, var.path_span);
+                    let has_default = var.default.is_some()
+                        || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
+                    if !has_default {
+                        self.reference(&var.path, span, scope);
+                    }
+                    if let Some(default) = &var.default {
+                        let nested = Parsed {
+                            value: template.value.clone(),
+                            span: template.span,
+                            parsed: default.clone(),
+                            exact: template.exact,
+                        };
+                        self.template(&nested, scope, false);
+                    }
+                    let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
+                    if shell && !escaped && !quote.single && untrusted(&var.path, scope) {
+                        self.unquoted(&var.path, span);
+                    }
+                }
+            }
+        }
+    }
+
+    fn unquoted(&mut self, path: &Path, span: Span) {
+        let exported: String = path
+            .to_string()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>()
+            .trim_end_matches('_')
+            .to_owned();
+        self.diagnostics.push(
+            Diagnostic::new(
+                Code::UnquotedInterpolation,
+                format!("`${{{path}}}` is spliced into a shell command unquoted"),
+            )
+            .with_primary(
+                span,
+                "untrusted text: quotes or `;` in it would run as shell syntax",
+            )
+            .with_help(format!(
+                "write `${{{path}|shell}}`, or use the exported variable: \"${exported}\""
+            )),
+        );
+    }
+
+    fn reference(&mut self, path: &Path, span: Span, scope: &Scope) {
+        let root = path.root.as_str();
+        let field = match path.segments.first() {
+            Some(Segment::Field(f)) => Some(f.as_str()),
+            Some(Segment::Index(_)) | None => None,
+        };
+        let closed = |lw: &mut Self, fields: &[&str], what: &str| {
+            if let Some(f) = field {
+                if !fields.contains(&f) {
+                    let help = match suggest(f, fields.iter().copied()) {
+                        Some(s) => format!("did you mean `{root}.{s}`?"),
+                        None => format!(
+                            "{what} has {}",
+                            fields
+                                .iter()
+                                .map(|f| format!("`{root}.{f}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    };
+                    lw.error(
+                        span,
+                        format!("`{root}` has no field `{f}`"),
+                        "no such field",
+                        help,
+                    );
+                }
+            }
+        };
+        // Names defined by the workflow shadow nothing special; they come first.
+        if let Some(var) = scope.names.get(root) {
+            match var {
+                Var::Plain => {}
+                Var::Capture { json: true } => {}
+                Var::Capture { json: false } => {
+                    if let Some(f) = field {
+                        if !CAPTURE_FIELDS.contains(&f) {
+                            self.error(
+                                span,
+                                format!("capture `{root}` has no field `{f}`"),
+                                "only `json` captures have fields",
+                                format!("add `capture_format: json` to the step that captures `{root}`, or use `${{{root}.exit_code}}`, `.success`, `.stderr` or `.duration`"),
+                            );
+                        }
+                    }
+                }
+                Var::Outputs(names) => {
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    closed(self, &names, "this step's `outputs`");
+                }
+            }
+            return;
+        }
+        match root {
+            "env" | "workflow" | "step" | "git" => match root {
+                "workflow" | "step" => {
+                    let mut fields: Vec<&str> = vec!["name", "id", "index"];
+                    fields.extend_from_slice(GIT_FIELDS);
+                    closed(self, &fields, &format!("`{root}`"));
+                }
+                "git" => closed(self, &["staged", "modified"], "`git`"),
+                _ => {}
+            },
+            "item" | "item_index" | "item_total" | "item_id" | "item_json" => {
+                let in_map = matches!(scope.phase, Phase::Map | Phase::ItemHandler);
+                let foreach_var = root == "item" && scope.foreach;
+                if !in_map && !foreach_var {
+                    self.error(span, format!("`{root}` is only defined in map agents"), "no map item here", "use it in `map.agent_template` steps, or inside `foreach.do` for `${item}`".to_owned());
+                }
+            }
+            "index" | "total" if scope.foreach => {}
+            "map" => {
+                if matches!(scope.phase, Phase::Reduce | Phase::Merge) {
+                    closed(self, MAP_FIELDS, "`map`");
+                } else {
+                    self.error(
+                        span,
+                        format!("`{path}` is only defined in `reduce` and `merge`"),
+                        "the map phase's results do not exist here",
+                        "move the step into `reduce:`".to_owned(),
+                    );
+                }
+            }
+            "merge" => {
+                if scope.phase == Phase::Merge {
+                    closed(self, MERGE_FIELDS, "`merge`");
+                } else {
+                    self.error(
+                        span,
+                        format!("`{path}` is only defined in `merge` steps"),
+                        "no merge is running here",
+                        "move the step into `merge:`".to_owned(),
+                    );
+                }
+            }
+            "shell" | "claude" => {
+                if scope.after_step || scope.handler {
+                    closed(
+                        self,
+                        if root == "shell" {
+                            SHELL_FIELDS
+                        } else {
+                            CLAUDE_FIELDS
+                        },
+                        &format!("`{root}`"),
+                    );
+                } else {
+                    self.error(
+                        span,
+                        format!("`{path}` needs a step before it"),
+                        "no step has run yet",
+                        "read it in an `on_failure` handler or a later step".to_owned(),
+                    );
+                }
+            }
+            "error" | "attempt" => {
+                if scope.handler {
+                    if root == "error" {
+                        closed(self, ERROR_FIELDS, "`error`");
+                    }
+                } else {
+                    self.error(
+                        span,
+                        format!("`{path}` is only defined in failure handlers"),
+                        "no failure is being handled here",
+                        "read it inside `on_failure:`".to_owned(),
+                    );
+                }
+            }
+            "validation" => {
+                if !scope.validation {
+                    self.error(
+                        span,
+                        format!("`{path}` needs a `validate` before it"),
+                        "no validation has run yet",
+                        "read it in `on_incomplete` or a step after one with `validate:`"
+                            .to_owned(),
+                    );
+                }
+            }
+            _ => self.unknown(path, span, scope),
+        }
+    }
+
+    fn unknown(&mut self, path: &Path, span: Span, scope: &Scope) {
+        let root = path.root.as_str();
+        if let Some(defined) = self.all_captures.get(root) {
+            let defined = *defined;
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::UndefinedVariable,
+                    format!("`{root}` is not captured yet"),
+                )
+                .with_primary(span, "used before the step that captures it")
+                .with_label(defined, "captured here")
+                .with_help("move the capture earlier, or this reference later"),
+            );
+            return;
+        }
+        let env_like = root
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if env_like && path.segments.is_empty() {
+            return;
+        }
+        let candidates: Vec<&str> = scope.names.keys().map(String::as_str).collect();
+        let suggestion = suggest(root, candidates.iter().copied());
+        if path.segments.is_empty() {
+            let help = match suggestion {
+                Some(s) => format!(
+                    "did you mean `${{{s}}}`? Otherwise define it with `env:`, a capture, or `--param {root}=...`"
+                ),
+                None => format!(
+                    "for a shell variable write `${root}` or `$${{{root}}}`; otherwise define it with `env:`, a capture or `--param {root}=...`"
+                ),
+            };
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::MaybeUndefined,
+                    format!("nothing in the workflow defines `{root}`"),
+                )
+                .with_primary(span, "not defined here")
+                .with_help(help),
+            );
+        } else {
+            let help = match suggestion {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => "define it with a `capture:` (with `capture_format: json` for fields) before this step".to_owned(),
+            };
+            self.error(
+                span,
+                format!("undefined variable `{path}`"),
+                "nothing defines this",
+                help,
+            );
+        }
+    }
+
+    fn error(&mut self, span: Span, message: String, label: &str, help: String) {
+        self.diagnostics.push(
+            Diagnostic::new(Code::UndefinedVariable, message)
+                .with_primary(span, label)
+                .with_help(help),
+        );
+    }
+}
+
+/// Adds what a step defines for the steps after it.
+fn define(step: &Step, scope: &mut Scope) {
+    if let Some(capture) = &step.capture {
+        scope.names.insert(
+            capture.name.value.clone(),
+            Var::Capture {
+                json: capture.format == CaptureFormat::Json,
+            },
+        );
+    }
+    if let Some(name) = &step.capture_output {
+        if !name.value.contains('.') {
+            scope.names.insert(name.value.clone(), Var::Plain);
+        }
+    }
+    if let Some(on_failure) = &step.on_failure {
+        for name in &on_failure.capture {
+            scope.names.insert(name.value.clone(), Var::Plain);
+        }
+    }
+    if let Some(id) = &step.id {
+        if !step.outputs.is_empty() {
+            let names = step.outputs.iter().map(|o| o.name.value.clone()).collect();
+            scope.names.insert(id.value.clone(), Var::Outputs(names));
+        }
+    }
+}
+
+/// Text from outside the workflow: items, captured output, command output, error messages.
+fn untrusted(path: &Path, scope: &Scope) -> bool {
+    let field = |names: &[&str]| matches!(path.segments.first(), Some(Segment::Field(f)) if names.contains(&f.as_str()));
+    match path.root.as_str() {
+        "item" | "item_json" => true,
+        "shell" => field(&["output", "stderr"]),
+        "claude" => field(&["output"]),
+        "error" => field(&["message"]),
+        root => match scope.names.get(root) {
+            Some(Var::Capture { .. }) => !field(&["exit_code", "success", "duration"]),
+            Some(Var::Plain | Var::Outputs(_)) | None => false,
+        },
+    }
+}
+
+/// Whether the text so far leaves us inside single quotes, as `sh` reads it.
+#[derive(Default)]
+struct QuoteState {
+    single: bool,
+    double: bool,
+}
+
+impl QuoteState {
+    fn feed(&mut self, text: &str) {
+        let mut escaped = false;
+        for c in text.chars() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if !self.single => escaped = true,
+                '\'' if !self.double => self.single = !self.single,
+                '"' if !self.single => self.double = !self.double,
+                _ => {}
+            }
+        }
+    }
+}
