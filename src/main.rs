@@ -29,6 +29,12 @@ enum Command {
     /// Exit status: 0 when no file has errors, 1 when one has (or has warnings under
     /// `--deny warnings`), 2 for usage errors and unreadable files.
     Check(CheckArgs),
+    /// Print the items a `MapReduce` workflow's map phase will process, one JSON value per line.
+    ///
+    /// Runs the input pipeline of SPEC §7 on the input file: `json_path`, `filter`, `sort_by`,
+    /// `distinct`, `offset`, `max_items`. The workflow must check without errors. Stage counts
+    /// go to stderr.
+    Items(ItemsArgs),
     /// Explain a diagnostic code, e.g. `prodigy explain V001`.
     Explain {
         /// The code, such as `V001` (case-insensitive). Without it, list every code.
@@ -50,6 +56,17 @@ struct CheckArgs {
     deny: Vec<Deny>,
 }
 
+#[derive(clap::Args)]
+struct ItemsArgs {
+    /// A `MapReduce` workflow.
+    #[arg(value_name = "WORKFLOW")]
+    workflow: PathBuf,
+    /// The input JSON file, instead of the workflow's `map.input` (needed when that is a
+    /// command, which `items` does not run).
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
     Human,
@@ -65,6 +82,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Check(args) => check(&args),
+        Command::Items(args) => items(&args),
         Command::Explain { code } => explain(code.as_deref()),
     };
     ExitCode::from(code)
@@ -154,4 +172,73 @@ fn explain(code: Option<&str>) -> u8 {
         ));
         exit_code::USAGE
     }
+}
+
+fn items(args: &ItemsArgs) -> u8 {
+    let file = match SourceFile::load(&args.workflow) {
+        Ok(file) => file,
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::USAGE;
+        }
+    };
+    let checked = prodigy_compiler::check(&file);
+    if checked.has_errors() {
+        out(&output::human(&file, &checked.diagnostics, false));
+        err("error: the workflow has errors; fix them first (see above)\n");
+        return exit_code::PROBLEMS;
+    }
+    let Some(map) = checked.workflow.as_ref().and_then(|w| w.map.as_ref()) else {
+        err("error: the workflow has no `map` phase\n");
+        return exit_code::USAGE;
+    };
+    let input_path = match &args.input {
+        Some(path) => path.clone(),
+        None if map.input.parsed.is_literal() => {
+            let base = args
+                .workflow
+                .parent()
+                .unwrap_or_else(|| std::path::Path::new("."));
+            base.join(&map.input.value)
+        }
+        None => {
+            err(&format!(
+                "error: `map.input` is `{}`, which needs variables or a command; pass the input with `--input FILE`\n",
+                map.input.value
+            ));
+            return exit_code::USAGE;
+        }
+    };
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the command line reads the input file the user names"
+    )]
+    let read = std::fs::read_to_string(&input_path);
+    let text = match read {
+        Ok(text) => text,
+        Err(e) => {
+            err(&format!(
+                "error: cannot read `{}`: {e}\n",
+                input_path.display()
+            ));
+            return exit_code::USAGE;
+        }
+    };
+    let input: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(value) => value,
+        Err(_) => prodigy_grammar::pipeline::input_from_output(&text),
+    };
+    let (items, counts) = map.pipeline().apply(&input);
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    for item in &items {
+        if serde_json::to_writer(&mut stdout, item).is_err() || stdout.write_all(b"\n").is_err() {
+            return exit_code::OK;
+        }
+    }
+    let _ = stdout.flush();
+    err(&format!(
+        "items: {} selected, {} after filter, {} after distinct, {} kept\n",
+        counts.selected, counts.filtered, counts.distinct, counts.kept
+    ));
+    exit_code::OK
 }

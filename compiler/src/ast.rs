@@ -872,3 +872,23 @@ pub struct PolicyRetry {
     /// Spread of the jitter.
     pub jitter_factor: f64,
 }
+
+impl MapPhase {
+    /// The input pipeline this phase describes (everything after loading the input).
+    pub fn pipeline(&self) -> prodigy_grammar::pipeline::Pipeline {
+        prodigy_grammar::pipeline::Pipeline {
+            json_path: self.json_path.as_ref().map(|p| p.parsed.clone()),
+            filter: self.filter.as_ref().map(|p| p.parsed.clone()),
+            sort_by: self.sort_by.as_ref().map(|p| p.parsed.clone()),
+            distinct: self.distinct.as_ref().map(|p| p.parsed.clone()),
+            offset: self
+                .offset
+                .as_ref()
+                .and_then(|n| usize::try_from(n.value).ok()),
+            max_items: self
+                .max_items
+                .as_ref()
+                .and_then(|n| usize::try_from(n.value).ok()),
+        }
+    }
+}

@@ -84,6 +84,10 @@ enum Phase {
 }
 
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one flag per variable family of SPEC §5"
+)]
 struct Scope {
     phase: Phase,
     names: BTreeMap<String, Var>,
@@ -261,7 +265,9 @@ impl Checker<'_> {
                 match &f.input {
                     ForeachInput::Command(t) => self.template(t, scope, true),
                     ForeachInput::List(items) => {
-                        items.iter().for_each(|t| self.template(t, scope, false))
+                        for t in items {
+                            self.template(t, scope, false);
+                        }
                     }
                 }
                 let mut inner = Scope {
@@ -312,17 +318,17 @@ impl Checker<'_> {
         if let Some(on_failure) = &step.on_failure {
             self.handler(on_failure, &after);
         }
-        if let Some(retry) = &step.retry {
-            if let RetryExhausted::Fallback(t) = &retry.on_failure {
-                self.template(
-                    t,
-                    &Scope {
-                        handler: true,
-                        ..after.clone()
-                    },
-                    true,
-                );
-            }
+        if let Some(retry) = &step.retry
+            && let RetryExhausted::Fallback(t) = &retry.on_failure
+        {
+            self.template(
+                t,
+                &Scope {
+                    handler: true,
+                    ..after.clone()
+                },
+                true,
+            );
         }
         let mut on_success = after.clone();
         self.steps(&step.on_success, &mut on_success);
@@ -372,9 +378,14 @@ impl Checker<'_> {
                     let span = template.rebase(self.source, var.path_span);
                     let has_default = var.default.is_some()
                         || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
+                    let before = self.diagnostics.len();
                     if !has_default {
                         self.reference(&var.path, span, scope);
                     }
+                    // A reference that cannot exist is reported once, as that.
+                    let exists = self.diagnostics[before..]
+                        .iter()
+                        .all(|d| d.code != Code::UndefinedVariable);
                     if let Some(default) = &var.default {
                         let nested = Parsed {
                             value: template.value.clone(),
@@ -385,7 +396,7 @@ impl Checker<'_> {
                         self.template(&nested, scope, false);
                     }
                     let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
-                    if shell && !escaped && !quote.single && untrusted(&var.path, scope) {
+                    if shell && exists && !escaped && !quote.single && untrusted(&var.path, scope) {
                         self.unquoted(&var.path, span);
                     }
                 }
@@ -429,43 +440,42 @@ impl Checker<'_> {
             Some(Segment::Index(_)) | None => None,
         };
         let closed = |lw: &mut Self, fields: &[&str], what: &str| {
-            if let Some(f) = field {
-                if !fields.contains(&f) {
-                    let help = match suggest(f, fields.iter().copied()) {
-                        Some(s) => format!("did you mean `{root}.{s}`?"),
-                        None => format!(
-                            "{what} has {}",
-                            fields
-                                .iter()
-                                .map(|f| format!("`{root}.{f}`"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    };
-                    lw.error(
-                        span,
-                        format!("`{root}` has no field `{f}`"),
-                        "no such field",
-                        help,
-                    );
-                }
+            if let Some(f) = field
+                && !fields.contains(&f)
+            {
+                let help = match suggest(f, fields.iter().copied()) {
+                    Some(s) => format!("did you mean `{root}.{s}`?"),
+                    None => format!(
+                        "{what} has {}",
+                        fields
+                            .iter()
+                            .map(|f| format!("`{root}.{f}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                lw.error(
+                    span,
+                    format!("`{root}` has no field `{f}`"),
+                    "no such field",
+                    help,
+                );
             }
         };
         // Names defined by the workflow shadow nothing special; they come first.
         if let Some(var) = scope.names.get(root) {
             match var {
-                Var::Plain => {}
-                Var::Capture { json: true } => {}
+                Var::Plain | Var::Capture { json: true } => {}
                 Var::Capture { json: false } => {
-                    if let Some(f) = field {
-                        if !CAPTURE_FIELDS.contains(&f) {
-                            self.error(
+                    if let Some(f) = field
+                        && !CAPTURE_FIELDS.contains(&f)
+                    {
+                        self.error(
                                 span,
                                 format!("capture `{root}` has no field `{f}`"),
                                 "only `json` captures have fields",
                                 format!("add `capture_format: json` to the step that captures `{root}`, or use `${{{root}.exit_code}}`, `.success`, `.stderr` or `.duration`"),
                             );
-                        }
                     }
                 }
                 Var::Outputs(names) => {
@@ -639,21 +649,21 @@ fn define(step: &Step, scope: &mut Scope) {
             },
         );
     }
-    if let Some(name) = &step.capture_output {
-        if !name.value.contains('.') {
-            scope.names.insert(name.value.clone(), Var::Plain);
-        }
+    if let Some(name) = &step.capture_output
+        && !name.value.contains('.')
+    {
+        scope.names.insert(name.value.clone(), Var::Plain);
     }
     if let Some(on_failure) = &step.on_failure {
         for name in &on_failure.capture {
             scope.names.insert(name.value.clone(), Var::Plain);
         }
     }
-    if let Some(id) = &step.id {
-        if !step.outputs.is_empty() {
-            let names = step.outputs.iter().map(|o| o.name.value.clone()).collect();
-            scope.names.insert(id.value.clone(), Var::Outputs(names));
-        }
+    if let Some(id) = &step.id
+        && !step.outputs.is_empty()
+    {
+        let names = step.outputs.iter().map(|o| o.name.value.clone()).collect();
+        scope.names.insert(id.value.clone(), Var::Outputs(names));
     }
 }
 

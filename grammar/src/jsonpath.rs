@@ -64,6 +64,12 @@ impl JsonPath {
     }
 }
 
+impl serde::Serialize for JsonPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,11 +97,5 @@ mod tests {
             JsonPath::parse("items[*].n").unwrap().select(&data),
             [json!(1), json!(2)]
         );
-    }
-}
-
-impl serde::Serialize for JsonPath {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.text)
     }
 }
