@@ -3,6 +3,10 @@
 //! Parses arguments, wires the library crates together and maps outcomes to exit codes.
 //! Logic that a library could test lives in the library crates.
 
+/// Map inputs are one JSON value per item, allocation-heavy; mimalloc makes that cheap.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod exit_code;
 mod output;
 
@@ -228,7 +232,7 @@ fn items(args: &ItemsArgs) -> u8 {
         Ok(value) => value,
         Err(_) => prodigy_grammar::pipeline::input_from_output(&text),
     };
-    let (items, counts) = map.pipeline().apply(&input);
+    let (items, counts) = map.pipeline().apply(input);
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     for item in &items {
         if serde_json::to_writer(&mut stdout, item).is_err() || stdout.write_all(b"\n").is_err() {

@@ -6,6 +6,7 @@
 //! Numbers compare by value, different types are never equal (and never ordered), a
 //! missing path is `null`, and a bare value is tested for truthiness.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde_json::Value;
@@ -375,10 +376,10 @@ impl<S> fmt::Display for Expr<S> {
 /// Where an expression finds the values of its paths and variables.
 pub trait Context {
     /// The value of a bare path (`a.b`): in filters a field of the item (with an optional
-    /// `item.` prefix), in `when` a variable. A missing field is `Ok(Value::Null)`.
-    fn path(&self, path: &Path) -> Result<Value, EvalError>;
+    /// `item.` prefix), in `when` a variable. A missing field is `null`.
+    fn path(&self, path: &Path) -> Result<Cow<'_, Value>, EvalError>;
     /// The typed value of `${a.b}`.
-    fn var(&self, path: &Path) -> Result<Value, EvalError> {
+    fn var(&self, path: &Path) -> Result<Cow<'_, Value>, EvalError> {
         self.path(path)
     }
 }
@@ -396,47 +397,48 @@ pub enum EvalError {
 pub struct Item<'a>(pub &'a Value);
 
 impl Context for Item<'_> {
-    fn path(&self, path: &Path) -> Result<Value, EvalError> {
-        Ok(match path.without_item_prefix() {
-            None => {
-                crate::path::lookup_segments(self.0, path.segments.get(1..).unwrap_or_default())
-                    .cloned()
-            }
-            Some(p) => p.lookup(self.0).cloned(),
-        }
-        .unwrap_or(Value::Null))
+    fn path(&self, path: &Path) -> Result<Cow<'_, Value>, EvalError> {
+        Ok(item_field(self.0, path).map_or(Cow::Owned(Value::Null), Cow::Borrowed))
     }
 }
 
+/// A field of a map item; the `item.` prefix is optional and `item` alone is the item.
+pub fn item_field<'v>(item: &'v Value, path: &Path) -> Option<&'v Value> {
+    if path.root == "item" {
+        return crate::path::lookup_segments(item, &path.segments);
+    }
+    crate::path::lookup_segments(item.get(&path.root)?, &path.segments)
+}
+
 impl<S> Expr<S> {
-    /// Evaluates to a value.
-    pub fn eval(&self, ctx: &dyn Context) -> Result<Value, EvalError> {
+    /// Evaluates to a value, borrowing from the expression and the context where it can.
+    pub fn eval<'a>(&'a self, ctx: &'a dyn Context) -> Result<Cow<'a, Value>, EvalError> {
         Ok(match self {
-            Expr::Literal { value, .. } => value.clone(),
+            Expr::Literal { value, .. } => Cow::Borrowed(value),
             Expr::Path { path, .. } => ctx.path(path)?,
             Expr::Var { path, .. } => ctx.var(path)?,
-            Expr::List { items, .. } => Value::Array(
+            Expr::List { items, .. } => Cow::Owned(Value::Array(
                 items
                     .iter()
-                    .map(|e| e.eval(ctx))
+                    .map(|e| e.eval(ctx).map(Cow::into_owned))
                     .collect::<Result<_, _>>()?,
-            ),
-            Expr::Not { expr, .. } => Value::Bool(!expr.test(ctx)?),
+            )),
+            Expr::Not { expr, .. } => Cow::Owned(Value::Bool(!expr.test(ctx)?)),
             Expr::Binary {
                 op: BinOp::And,
                 lhs,
                 rhs,
                 ..
-            } => Value::Bool(lhs.test(ctx)? && rhs.test(ctx)?),
+            } => Cow::Owned(Value::Bool(lhs.test(ctx)? && rhs.test(ctx)?)),
             Expr::Binary {
                 op: BinOp::Or,
                 lhs,
                 rhs,
                 ..
-            } => Value::Bool(lhs.test(ctx)? || rhs.test(ctx)?),
+            } => Cow::Owned(Value::Bool(lhs.test(ctx)? || rhs.test(ctx)?)),
             Expr::Binary { op, lhs, rhs, .. } => {
                 let (a, b) = (lhs.eval(ctx)?, rhs.eval(ctx)?);
-                Value::Bool(compare(*op, &a, &b))
+                Cow::Owned(Value::Bool(compare(*op, &a, &b)))
             }
             Expr::Call {
                 func, args, regex, ..
@@ -445,14 +447,15 @@ impl<S> Expr<S> {
                     .iter()
                     .map(|e| e.eval(ctx))
                     .collect::<Result<Vec<_>, _>>()?;
-                call(*func, &values, regex.as_ref())
+                let refs: Vec<&Value> = values.iter().map(AsRef::as_ref).collect();
+                Cow::Owned(call(*func, &refs, regex.as_ref()))
             }
         })
     }
 
     /// Evaluates and tests for truthiness.
     pub fn test(&self, ctx: &dyn Context) -> Result<bool, EvalError> {
-        Ok(value::truthy(&self.eval(ctx)?))
+        Ok(value::truthy(self.eval(ctx)?.as_ref()))
     }
 
     /// Whether a map item passes this filter. Filters cannot fail: a missing field is null.
@@ -487,9 +490,9 @@ fn contains(haystack: &Value, needle: &Value) -> bool {
     }
 }
 
-fn call(func: Func, args: &[Value], regex: Option<&Regex>) -> Value {
-    let first = args.first().unwrap_or(&Value::Null);
-    let second = args.get(1).unwrap_or(&Value::Null);
+fn call(func: Func, args: &[&Value], regex: Option<&Regex>) -> Value {
+    let first = args.first().copied().unwrap_or(&Value::Null);
+    let second = args.get(1).copied().unwrap_or(&Value::Null);
     let strings = || Some((first.as_str()?, second.as_str()?));
     Value::Bool(match func {
         Func::Contains => contains(first, second),
@@ -532,28 +535,27 @@ fn call(func: Func, args: &[Value], regex: Option<&Regex>) -> Value {
 pub struct Vars<'a>(pub &'a serde_json::Map<String, Value>);
 
 impl Context for Vars<'_> {
-    fn path(&self, path: &Path) -> Result<Value, EvalError> {
+    fn path(&self, path: &Path) -> Result<Cow<'_, Value>, EvalError> {
         if let Some(crate::path::Segment::Field(last)) = path.segments.last()
             && last == "exists"
         {
             let mut base = path.clone();
             base.segments.pop();
-            return Ok(Value::Bool(self.lookup(&base).is_ok()));
+            return Ok(Cow::Owned(Value::Bool(self.lookup(&base).is_ok())));
         }
         self.lookup(path)
     }
 }
 
 impl Vars<'_> {
-    fn lookup(&self, path: &Path) -> Result<Value, EvalError> {
+    fn lookup(&self, path: &Path) -> Result<Cow<'_, Value>, EvalError> {
         // The longest flat key that prefixes the path wins: `build.success` may be stored whole.
         for n in (1..=path.segments.len() + 1).rev() {
             let key = path.prefix_text(n);
             if let Some(value) = self.0.get(&key) {
                 let rest = path.segments.get(n - 1..).unwrap_or_default();
                 return Ok(crate::path::lookup_segments(value, rest)
-                    .cloned()
-                    .unwrap_or(Value::Null));
+                    .map_or(Cow::Owned(Value::Null), Cow::Borrowed));
             }
         }
         Err(EvalError::Undefined(path.to_string()))

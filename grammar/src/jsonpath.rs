@@ -56,12 +56,45 @@ impl JsonPath {
         &self.text
     }
 
+    /// The values the path selects, taking them out of `value`: `$.a.b[*]` (and `$[*]`)
+    /// moves the array's elements without copying them; other paths copy the selection.
+    pub fn select_owned(&self, mut value: Value) -> Vec<Value> {
+        if let Some(fields) = simple_wildcard(&self.text) {
+            let mut target = &mut value;
+            for field in &fields {
+                match target.get_mut(field) {
+                    Some(next) => target = next,
+                    None => return Vec::new(),
+                }
+            }
+            return match target.take() {
+                Value::Array(items) => items,
+                Value::Object(map) => map.into_iter().map(|(_, v)| v).collect(),
+                _ => Vec::new(),
+            };
+        }
+        self.select(&value)
+    }
+
     /// The values the path selects, in document order.
     pub fn select(&self, value: &Value) -> Vec<Value> {
         jsonpath_rust::query::js_path_process(&self.query, value)
             .map(|refs| refs.into_iter().map(|r| r.val().clone()).collect())
             .unwrap_or_default()
     }
+}
+
+/// The field names of a path of the form `$.a.b[*]` (plain names only), if it is one.
+fn simple_wildcard(text: &str) -> Option<Vec<&str>> {
+    let inner = text.strip_prefix('$')?.strip_suffix("[*]")?;
+    if inner.is_empty() {
+        return Some(Vec::new());
+    }
+    let fields: Vec<&str> = inner.strip_prefix('.')?.split('.').collect();
+    fields
+        .iter()
+        .all(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then_some(fields)
 }
 
 impl serde::Serialize for JsonPath {

@@ -40,13 +40,13 @@ pub struct StageCounts {
 
 impl Pipeline {
     /// Runs the pipeline over an input document.
-    pub fn apply(&self, input: &Value) -> (Vec<Value>, StageCounts) {
+    pub fn apply(&self, input: Value) -> (Vec<Value>, StageCounts) {
         let mut counts = StageCounts::default();
         let mut items = match &self.json_path {
-            Some(path) => path.select(input),
+            Some(path) => path.select_owned(input),
             None => match input {
-                Value::Array(items) => items.clone(),
-                other => vec![other.clone()],
+                Value::Array(items) => items,
+                other => vec![other],
             },
         };
         counts.selected = items.len();
@@ -60,9 +60,8 @@ impl Pipeline {
         if let Some(path) = &self.distinct {
             let mut seen = std::collections::HashSet::new();
             items.retain(|item| {
-                let key = crate::expr::Context::path(&crate::expr::Item(item), path)
-                    .unwrap_or(Value::Null);
-                seen.insert(canonical(&key))
+                let key = crate::expr::item_field(item, path).unwrap_or(&Value::Null);
+                seen.insert(canonical(key))
             });
         }
         counts.distinct = items.len();

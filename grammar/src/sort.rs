@@ -87,28 +87,22 @@ impl<S> fmt::Display for SortSpec<S> {
 }
 
 fn field<'v>(item: &'v Value, path: &Path) -> Option<&'v Value> {
-    match path.without_item_prefix() {
-        None => crate::path::lookup_segments(item, path.segments.get(1..).unwrap_or_default()),
-        Some(p) => p.lookup(item),
-    }
-    .filter(|v| !v.is_null())
+    crate::expr::item_field(item, path).filter(|v| !v.is_null())
 }
 
 impl<S> SortSpec<S> {
     /// Sorts items in place, stably.
     pub fn sort(&self, items: &mut Vec<Value>) {
-        // Decorate once, so that 1,000,000 items do not walk their paths n·log n times.
-        let keys: Vec<Vec<Option<Value>>> = items
-            .iter()
-            .map(|item| {
-                self.keys
-                    .iter()
-                    .map(|k| field(item, &k.path).cloned())
-                    .collect()
-            })
-            .collect();
-        let mut order: Vec<usize> = (0..items.len()).collect();
-        order.sort_by(|&a, &b| self.compare(&keys[a], &keys[b]));
+        // Look every key up once, so that 1,000,000 items do not walk their paths n·log n times.
+        let order: Vec<usize> = {
+            let keys: Vec<Vec<Option<&Value>>> = items
+                .iter()
+                .map(|item| self.keys.iter().map(|k| field(item, &k.path)).collect())
+                .collect();
+            let mut order: Vec<usize> = (0..items.len()).collect();
+            order.sort_by(|&a, &b| self.compare(&keys[a], &keys[b]));
+            order
+        };
         let mut taken: Vec<Option<Value>> = std::mem::take(items).into_iter().map(Some).collect();
         items.extend(
             order
@@ -117,12 +111,9 @@ impl<S> SortSpec<S> {
         );
     }
 
-    fn compare(&self, a: &[Option<Value>], b: &[Option<Value>]) -> Ordering {
+    fn compare(&self, a: &[Option<&Value>], b: &[Option<&Value>]) -> Ordering {
         for (i, key) in self.keys.iter().enumerate() {
-            let (x, y) = (
-                a.get(i).and_then(Option::as_ref),
-                b.get(i).and_then(Option::as_ref),
-            );
+            let (x, y) = (a.get(i).copied().flatten(), b.get(i).copied().flatten());
             let nulls_first = key.nulls == Some(Nulls::First);
             let ord = match (x, y) {
                 (None, None) => Ordering::Equal,

@@ -595,7 +595,7 @@ fn pipeline(row: &Value) -> String {
     };
     match build() {
         Err(_) => "\"error\"".into(),
-        Ok(p) => Value::Array(p.apply(&row["input"]).0).to_string(),
+        Ok(p) => Value::Array(p.apply(row["input"].clone()).0).to_string(),
     }
 }
 
