@@ -703,3 +703,144 @@ impl QuoteState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::diagnostics::Code;
+    use crate::source::SourceFile;
+
+    #[track_caller]
+    fn codes(text: &str) -> Vec<Code> {
+        crate::check(&SourceFile::new("t.yml", text))
+            .diagnostics
+            .iter()
+            .map(|d| d.code)
+            .collect()
+    }
+
+    fn mapreduce(agent: &str, reduce: &str) -> String {
+        format!(
+            "name: x\nmode: mapreduce\nmap:\n  input: i.json\n  agent_template:\n    - {agent}\nreduce:\n  - {reduce}\n"
+        )
+    }
+
+    #[test]
+    fn phase_variables_exist_only_in_their_phase() {
+        assert_eq!(
+            codes(&mapreduce(
+                "claude: '/fix ${item.file}'",
+                "shell: 'echo ${map.total}'"
+            )),
+            []
+        );
+        assert_eq!(
+            codes(&mapreduce(
+                "claude: '/fix ${map.total}'",
+                "shell: 'echo ${item.file}'"
+            )),
+            [Code::UndefinedVariable, Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes("- shell: 'echo ${item}'\n"),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes(&mapreduce("claude: '/a'", "shell: 'echo ${map.totl}'")),
+            [Code::UndefinedVariable]
+        );
+    }
+
+    #[test]
+    fn step_variables_follow_the_step_order() {
+        assert_eq!(
+            codes("- shell: 'echo ${shell.output}'\n"),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes("- shell: make\n- claude: '/fix ${shell.output}'\n"),
+            []
+        );
+        assert_eq!(
+            codes("- shell: make\n  on_failure:\n    claude: '/fix ${error.message} ${attempt}'\n"),
+            []
+        );
+        assert_eq!(
+            codes("- claude: '/a ${error.message}'\n"),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes("- claude: '/a ${v}'\n- shell: date\n  capture: v\n"),
+            [Code::UndefinedVariable]
+        );
+    }
+
+    #[test]
+    fn captures_have_fields_only_when_json() {
+        let text = |format: &str| {
+            format!(
+                "- shell: cat x\n  capture: data\n  capture_format: {format}\n- claude: '/a ${{data.name}} ${{data.exit_code}}'\n"
+            )
+        };
+        assert_eq!(codes(&text("json")), []);
+        assert_eq!(codes(&text("string")), [Code::UndefinedVariable]);
+    }
+
+    #[test]
+    fn unknown_names_are_warnings_unless_they_look_like_environment_variables() {
+        assert_eq!(codes("- claude: '/a ${branch}'\n"), [Code::MaybeUndefined]);
+        assert_eq!(
+            codes("- claude: '/a ${GITHUB_TOKEN} $branch ${branch:-main}'\n"),
+            []
+        );
+        assert_eq!(
+            codes("- claude: '/a ${build.target}'\n"),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes(
+                "env:\n  TARGET: x\ncommands:\n  - claude: '/a ${TARGET} ${env.HOME} ${workflow.name}'\n"
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn foreach_items_are_in_scope_inside_do() {
+        assert_eq!(
+            codes(
+                "- foreach:\n    foreach: [a, b]\n    do:\n      - claude: '/x ${item} ${index} ${total}'\n"
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn untrusted_text_in_shell_commands_must_be_quoted() {
+        let agent = |cmd: &str| mapreduce(&format!("shell: {cmd}"), "shell: 'true'");
+        assert_eq!(
+            codes(&agent("\"rm ${item.f}\"")),
+            [Code::UnquotedInterpolation]
+        );
+        assert_eq!(
+            codes(&agent("\"rm \\\"${item.f}\\\"\"")),
+            [Code::UnquotedInterpolation]
+        );
+        assert_eq!(codes(&agent("\"rm ${item.f|shell}\"")), []);
+        assert_eq!(codes(&agent("\"rm '${item.f}'\"")), []);
+        assert_eq!(codes(&agent("\"echo ${item_index}\"")), []);
+    }
+
+    #[test]
+    fn when_conditions_read_variables() {
+        assert_eq!(
+            codes(
+                "- shell: make\n  capture: build\n  capture_format: json\n- claude: /a\n  when: \"${build.ok} && build.target == 'release'\"\n"
+            ),
+            []
+        );
+        assert_eq!(
+            codes("- claude: /a\n  when: \"${item.ok}\"\n"),
+            [Code::UndefinedVariable]
+        );
+    }
+}
