@@ -28,7 +28,7 @@ STEP = """\
       initial_delay: 1s
       max_delay: 30s
     on_failure:
-      shell: 'echo "step {i} failed: ${{shell.stderr}} (exit ${{shell.exit_code}})" >&2'
+      shell: 'echo "step {i} failed: ${{shell.stderr|shell}} (exit ${{shell.exit_code}})" >&2'
       max_attempts: 2
       fail_workflow: false
 """
@@ -37,7 +37,7 @@ STEP = """\
 def step(i: int) -> str:
     command = f"cargo {SUBCOMMANDS[i % 3]} --bin app-{i} --target ${{TARGET}}"
     if i > 0:
-        command += f" && echo ${{out_{i - 1}}}"
+        command += f" && echo ${{out_{i - 1}|shell}}"
     return STEP.format(
         i=i,
         command=command,

@@ -89,6 +89,9 @@ enum Phase {
     reason = "one flag per variable family of SPEC §5"
 )]
 struct Scope {
+    /// Names inserted since the start, with what they replaced, so that nested contexts can
+    /// be undone without copying the whole scope for every step.
+    undo: Vec<(String, Option<Var>)>,
     phase: Phase,
     names: BTreeMap<String, Var>,
     /// Inside an `on_failure` handler: `error.*` and `attempt`.
@@ -99,6 +102,52 @@ struct Scope {
     validation: bool,
     /// Inside `foreach.do`: `item`, `index`, `total`.
     foreach: bool,
+}
+
+/// A point to return to: the undo log's length and the flags.
+#[expect(clippy::struct_excessive_bools, reason = "a copy of the scope's flags")]
+struct Mark {
+    undo: usize,
+    phase: Phase,
+    handler: bool,
+    after_step: bool,
+    validation: bool,
+    foreach: bool,
+}
+
+impl Scope {
+    fn insert(&mut self, name: String, var: Var) {
+        let previous = self.names.insert(name.clone(), var);
+        self.undo.push((name, previous));
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            undo: self.undo.len(),
+            phase: self.phase,
+            handler: self.handler,
+            after_step: self.after_step,
+            validation: self.validation,
+            foreach: self.foreach,
+        }
+    }
+
+    fn restore(&mut self, mark: Mark) {
+        while self.undo.len() > mark.undo {
+            let Some((name, previous)) = self.undo.pop() else {
+                break;
+            };
+            match previous {
+                Some(var) => self.names.insert(name, var),
+                None => self.names.remove(&name),
+            };
+        }
+        self.phase = mark.phase;
+        self.handler = mark.handler;
+        self.after_step = mark.after_step;
+        self.validation = mark.validation;
+        self.foreach = mark.foreach;
+    }
 }
 
 struct Checker<'a> {
@@ -126,6 +175,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
     }
 
     let mut global = Scope {
+        undo: Vec::new(),
         phase: Phase::Standard,
         names: BTreeMap::new(),
         handler: false,
@@ -253,7 +303,7 @@ impl Checker<'_> {
         }
     }
 
-    fn step(&mut self, step: &Step, scope: &Scope) {
+    fn step(&mut self, step: &Step, scope: &mut Scope) {
         let shell = matches!(step.command, Command::Shell(_));
         match &step.command {
             Command::Shell(t) | Command::Claude(t) => self.template(t, scope, shell),
@@ -270,11 +320,10 @@ impl Checker<'_> {
                         }
                     }
                 }
-                let mut inner = Scope {
-                    foreach: true,
-                    ..scope.clone()
-                };
-                self.steps(&f.steps, &mut inner);
+                let mark = scope.mark();
+                scope.foreach = true;
+                self.steps(&f.steps, scope);
+                scope.restore(mark);
             }
             Command::Invalid => {}
         }
@@ -293,56 +342,51 @@ impl Checker<'_> {
             }
         }
         // What the step itself captures is there for its handlers.
-        let mut after = scope.clone();
-        define(step, &mut after);
-        after.after_step = true;
+        let after = scope.mark();
+        define(step, scope);
+        scope.after_step = true;
         if let Some(validate) = &step.validate {
-            let mut inner = after.clone();
-            self.steps(&validate.commands, &mut inner);
+            self.nested(&validate.commands, scope, |_| {});
             if let Some(t) = &validate.result_file {
-                self.template(t, &after, false);
+                self.template(t, scope, false);
             }
             if let Some(on_incomplete) = &validate.on_incomplete {
-                let mut inner = Scope {
-                    validation: true,
-                    ..after.clone()
-                };
-                self.steps(&on_incomplete.commands, &mut inner);
+                self.nested(&on_incomplete.commands, scope, |s| s.validation = true);
             }
         }
         if let Some(check) = &step.step_validate {
             for c in &check.checks {
-                self.template(&c.command, &after, !c.claude);
+                self.template(&c.command, scope, !c.claude);
             }
         }
         if let Some(on_failure) = &step.on_failure {
-            self.handler(on_failure, &after);
+            self.handler(on_failure, scope);
         }
         if let Some(retry) = &step.retry
             && let RetryExhausted::Fallback(t) = &retry.on_failure
         {
-            self.template(
-                t,
-                &Scope {
-                    handler: true,
-                    ..after.clone()
-                },
-                true,
-            );
+            let mark = scope.mark();
+            scope.handler = true;
+            self.template(t, scope, true);
+            scope.restore(mark);
         }
-        let mut on_success = after.clone();
-        self.steps(&step.on_success, &mut on_success);
+        self.nested(&step.on_success, scope, |_| {});
         for handler in &step.on_exit_code {
-            self.steps(&handler.steps, &mut after.clone());
+            self.nested(&handler.steps, scope, |_| {});
         }
+        scope.restore(after);
     }
 
-    fn handler(&mut self, on_failure: &OnFailure, scope: &Scope) {
-        let mut inner = Scope {
-            handler: true,
-            ..scope.clone()
-        };
-        self.steps(&on_failure.handler, &mut inner);
+    /// Checks a nested list of steps; what it defines does not outlive it.
+    fn nested(&mut self, steps: &[Step], scope: &mut Scope, adjust: impl FnOnce(&mut Scope)) {
+        let mark = scope.mark();
+        adjust(scope);
+        self.steps(steps, scope);
+        scope.restore(mark);
+    }
+
+    fn handler(&mut self, on_failure: &OnFailure, scope: &mut Scope) {
+        self.nested(&on_failure.handler, scope, |s| s.handler = true);
     }
 
     fn env_value(&mut self, value: &EnvValue, scope: &Scope) {
@@ -642,7 +686,7 @@ impl Checker<'_> {
 /// Adds what a step defines for the steps after it.
 fn define(step: &Step, scope: &mut Scope) {
     if let Some(capture) = &step.capture {
-        scope.names.insert(
+        scope.insert(
             capture.name.value.clone(),
             Var::Capture {
                 json: capture.format == CaptureFormat::Json,
@@ -652,18 +696,18 @@ fn define(step: &Step, scope: &mut Scope) {
     if let Some(name) = &step.capture_output
         && !name.value.contains('.')
     {
-        scope.names.insert(name.value.clone(), Var::Plain);
+        scope.insert(name.value.clone(), Var::Plain);
     }
     if let Some(on_failure) = &step.on_failure {
         for name in &on_failure.capture {
-            scope.names.insert(name.value.clone(), Var::Plain);
+            scope.insert(name.value.clone(), Var::Plain);
         }
     }
     if let Some(id) = &step.id
         && !step.outputs.is_empty()
     {
         let names = step.outputs.iter().map(|o| o.name.value.clone()).collect();
-        scope.names.insert(id.value.clone(), Var::Outputs(names));
+        scope.insert(id.value.clone(), Var::Outputs(names));
     }
 }
 

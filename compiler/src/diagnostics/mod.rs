@@ -108,9 +108,32 @@ pub fn sort(diagnostics: &mut [Diagnostic]) {
     diagnostics.sort_by_key(Diagnostic::sort_key);
 }
 
-/// The shared text of a file, as miette wants it.
-#[derive(Debug)]
-struct Text(Arc<str>);
+/// A file's text as miette reads it. miette's own reader scans from the start of the text
+/// for every label, which is quadratic for a large file with many diagnostics; this one hands
+/// it only the lines around the span and shifts the positions back.
+#[derive(Clone, Debug)]
+struct Text {
+    text: Arc<str>,
+    line_starts: Arc<[usize]>,
+}
+
+impl Text {
+    fn new(text: Arc<str>) -> Self {
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Text {
+            text,
+            line_starts: line_starts.into(),
+        }
+    }
+
+    fn line_of(&self, offset: usize) -> usize {
+        match self.line_starts.binary_search(&offset) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        }
+    }
+}
 
 impl SourceCode for Text {
     fn read_span<'a>(
@@ -119,9 +142,35 @@ impl SourceCode for Text {
         context_lines_before: usize,
         context_lines_after: usize,
     ) -> Result<Box<dyn miette::SpanContents<'a> + 'a>, miette::MietteError> {
-        self.0
-            .as_ref()
-            .read_span(span, context_lines_before, context_lines_after)
+        let (start, end) = (span.offset(), span.offset() + span.len());
+        if end > self.text.len() {
+            return Err(miette::MietteError::OutOfBounds);
+        }
+        // A window of whole lines with room to spare on both sides.
+        let first = self.line_of(start).saturating_sub(context_lines_before + 2);
+        let last = self.line_of(end) + context_lines_after + 2;
+        let base = self.line_starts.get(first).copied().unwrap_or(0);
+        let stop = self
+            .line_starts
+            .get(last + 1)
+            .copied()
+            .unwrap_or(self.text.len());
+        let window = self
+            .text
+            .get(base..stop)
+            .ok_or(miette::MietteError::OutOfBounds)?;
+        let local = miette::SourceSpan::new((start - base).into(), span.len());
+        let contents = window.read_span(&local, context_lines_before, context_lines_after)?;
+        Ok(Box::new(miette::MietteSpanContents::new(
+            contents.data(),
+            miette::SourceSpan::new(
+                (contents.span().offset() + base).into(),
+                contents.span().len(),
+            ),
+            contents.line() + first,
+            contents.column(),
+            contents.line_count() + first,
+        )))
     }
 }
 
@@ -194,13 +243,14 @@ pub fn render_human(
         .with_width(width)
         .with_links(false);
     let mut out = String::new();
+    let text = Text::new(file.text.clone());
     for (i, diagnostic) in diagnostics.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
         let bound = Bound {
             diagnostic,
-            source: miette::NamedSource::new(&file.name, Text(file.text.clone())),
+            source: miette::NamedSource::new(&file.name, text.clone()),
         };
         if handler.render_report(&mut out, &bound).is_err() {
             let _ = write!(out, "{}: {}", diagnostic.code, diagnostic.message);
@@ -210,4 +260,68 @@ pub fn render_human(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renders with miette's own reader over the whole text, for comparison.
+    fn reference(file: &SourceFile, diagnostic: &Diagnostic) -> String {
+        #[derive(Debug)]
+        struct Plain<'a>(&'a Diagnostic, miette::NamedSource<String>);
+        impl std::fmt::Display for Plain<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0.message)
+            }
+        }
+        impl std::error::Error for Plain<'_> {}
+        impl miette::Diagnostic for Plain<'_> {
+            fn source_code(&self) -> Option<&dyn SourceCode> {
+                Some(&self.1)
+            }
+            fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+                let l = self.0.primary.as_ref()?;
+                Some(Box::new(std::iter::once(
+                    LabeledSpan::new_primary_with_span(Some(l.text.clone()), l.span),
+                )))
+            }
+        }
+        let handler =
+            GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor()).with_width(100);
+        let mut out = String::new();
+        let plain = Plain(
+            diagnostic,
+            miette::NamedSource::new(&file.name, file.text.to_string()),
+        );
+        handler.render_report(&mut out, &plain).unwrap();
+        out
+    }
+
+    #[test]
+    fn windowed_source_renders_like_the_whole_text() {
+        let mut text = String::new();
+        for i in 0..300 {
+            writeln!(text, "line_{i}: value {i}").unwrap();
+        }
+        let file = SourceFile::new("big.yml", text.clone());
+        for line in [0usize, 1, 2, 150, 298, 299] {
+            let start = text
+                .match_indices('\n')
+                .nth(line.wrapping_sub(1))
+                .map_or(0, |(i, _)| i + 1);
+            let diagnostic = Diagnostic::new(Code::UnknownKey, "x")
+                .with_primary(Span::new(start, start + 4), "here");
+            let ours = render_human(&file, std::slice::from_ref(&diagnostic), 100, false);
+            let theirs = reference(&file, &diagnostic);
+            // Ours adds the code header; compare the source excerpt.
+            let excerpt = |s: &str| {
+                s.lines()
+                    .filter(|l| l.contains('│') || l.contains('·'))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(excerpt(&ours), excerpt(&theirs), "line {line}");
+        }
+    }
 }
