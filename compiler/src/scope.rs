@@ -105,6 +105,7 @@ struct Scope {
 }
 
 /// A point to return to: the undo log's length and the flags.
+#[derive(Clone, Copy)]
 #[expect(clippy::struct_excessive_bools, reason = "a copy of the scope's flags")]
 struct Mark {
     undo: usize,
