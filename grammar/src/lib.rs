@@ -45,3 +45,17 @@ impl Span {
 
 /// How deeply parentheses, brackets and `${` may nest in one expression.
 pub const MAX_DEPTH: usize = 64;
+
+/// Compiles a regular expression, or says in one line why it does not compile.
+pub fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(pattern).map_err(|err| {
+        let detail = err.to_string();
+        detail
+            .lines()
+            .last()
+            .unwrap_or("invalid")
+            .trim()
+            .trim_start_matches("error: ")
+            .to_owned()
+    })
+}

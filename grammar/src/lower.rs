@@ -565,22 +565,14 @@ fn call(pair: Pair<'_, ex::Rule>, span: Span) -> Result<Expr, ParseError> {
             span: at,
         }) = args.get(1)
     {
-        match regex::Regex::new(pattern) {
+        match crate::compile_regex(pattern) {
             Ok(re) => regex = Some(Regex(re)),
-            Err(err) => {
-                let detail = err.to_string();
-                let last = detail
-                    .lines()
-                    .last()
-                    .unwrap_or("invalid")
-                    .trim()
-                    .trim_start_matches("error: ")
-                    .to_owned();
+            Err(why) => {
                 return Err(ParseError::new(
                     ParseErrorKind::Expression,
                     "invalid regular expression",
                     *at,
-                    last,
+                    why,
                 )
                 .help("fix the pattern; escape literal characters such as `(` or `[` with `\\`"));
             }

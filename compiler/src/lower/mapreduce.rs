@@ -328,35 +328,27 @@ impl Lowerer<'_> {
                 ),
             }
         }
-        let policy = f
-            .get("timeout_policy")
-            .and_then(|n| {
-                self.choice(
-                    n,
-                    "`timeout_policy`",
-                    &[
-                        ("PerAgent", TimeoutPolicy::PerAgent),
-                        ("PerCommand", TimeoutPolicy::PerCommand),
-                        ("Hybrid", TimeoutPolicy::Hybrid),
-                    ],
-                )
-            })
-            .map_or(TimeoutPolicy::PerAgent, |c| c.value);
-        let action = f
-            .get("timeout_action")
-            .and_then(|n| {
-                self.choice(
-                    n,
-                    "`timeout_action`",
-                    &[
-                        ("Dlq", TimeoutAction::Dlq),
-                        ("Skip", TimeoutAction::Skip),
-                        ("Fail", TimeoutAction::Fail),
-                        ("GracefulTerminate", TimeoutAction::GracefulTerminate),
-                    ],
-                )
-            })
-            .map_or(TimeoutAction::Dlq, |c| c.value);
+        let policy = self.choice_or(
+            f.get("timeout_policy"),
+            "`timeout_policy`",
+            &[
+                ("PerAgent", TimeoutPolicy::PerAgent),
+                ("PerCommand", TimeoutPolicy::PerCommand),
+                ("Hybrid", TimeoutPolicy::Hybrid),
+            ],
+            TimeoutPolicy::PerAgent,
+        );
+        let action = self.choice_or(
+            f.get("timeout_action"),
+            "`timeout_action`",
+            &[
+                ("Dlq", TimeoutAction::Dlq),
+                ("Skip", TimeoutAction::Skip),
+                ("Fail", TimeoutAction::Fail),
+                ("GracefulTerminate", TimeoutAction::GracefulTerminate),
+            ],
+            TimeoutAction::Dlq,
+        );
         Some(TimeoutConfig {
             agent_timeout: f
                 .get("agent_timeout_secs")

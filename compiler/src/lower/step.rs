@@ -1126,19 +1126,12 @@ impl Lowerer<'_> {
 
     /// Checks that a regular expression compiles.
     pub(crate) fn regex(&mut self, pattern: &Spanned<String>) -> bool {
-        match regex::Regex::new(&pattern.value) {
+        match prodigy_grammar::compile_regex(&pattern.value) {
             Ok(_) => true,
-            Err(err) => {
-                let detail = err.to_string();
-                let last = detail
-                    .lines()
-                    .last()
-                    .unwrap_or("invalid")
-                    .trim()
-                    .trim_start_matches("error: ");
+            Err(why) => {
                 self.push(
                     Diagnostic::new(Code::InvalidRegex, "invalid regular expression")
-                        .with_primary(pattern.span, last.to_owned())
+                        .with_primary(pattern.span, why)
                         .with_help("fix the pattern; escape literal characters such as `(` or `[` with `\\`"),
                 );
                 false
@@ -1597,20 +1590,16 @@ impl Lowerer<'_> {
                 );
             }
         }
-        let format = fields
-            .get("format")
-            .and_then(|n| {
-                self.choice(
-                    n,
-                    "`format`",
-                    &[
-                        ("text", WriteFormat::Text),
-                        ("json", WriteFormat::Json),
-                        ("yaml", WriteFormat::Yaml),
-                    ],
-                )
-            })
-            .map_or(WriteFormat::Text, |f| f.value);
+        let format = self.choice_or(
+            fields.get("format"),
+            "`format`",
+            &[
+                ("text", WriteFormat::Text),
+                ("json", WriteFormat::Json),
+                ("yaml", WriteFormat::Yaml),
+            ],
+            WriteFormat::Text,
+        );
         let mode = fields
             .get("mode")
             .and_then(|n| self.file_mode(n))

@@ -223,6 +223,18 @@ impl Lowerer<'_> {
         None
     }
 
+    /// One of a fixed set of words when the key is present, else `default`.
+    pub(crate) fn choice_or<T: Clone>(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+        choices: &[(&str, T)],
+        default: T,
+    ) -> T {
+        node.and_then(|n| self.choice(n, what, choices))
+            .map_or(default, |c| c.value)
+    }
+
     /// Reports a value that is not one of `names`.
     pub(crate) fn unknown_variant(&mut self, node: &Node, what: &str, text: &str, names: &[&str]) {
         let help = match suggest(text, names.iter().copied()) {
