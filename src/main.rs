@@ -33,6 +33,12 @@ enum Command {
     /// Exit status: 0 when no file has errors, 1 when one has (or has warnings under
     /// `--deny warnings`), 2 for usage errors and unreadable files.
     Check(CheckArgs),
+    /// Draw every path a run can take: steps, handlers, retries, the map fan-out, the breaker
+    /// and the dead letter queue.
+    ///
+    /// `prodigy graph workflow.yml | dot -Tsvg > plan.svg` renders it with Graphviz;
+    /// `--format mermaid` prints a flowchart for GitHub. The output is the same on every run.
+    Graph(GraphArgs),
     /// Print the items a `MapReduce` workflow's map phase will process, one JSON value per line.
     ///
     /// Runs the input pipeline of SPEC §7 on the input file: `json_path`, `filter`, `sort_by`,
@@ -58,6 +64,35 @@ struct CheckArgs {
     /// Treat warnings as errors.
     #[arg(long, value_enum, value_name = "WHAT")]
     deny: Vec<Deny>,
+    /// Print the compiled plan as JSON (the runtime's input) instead of diagnostics, when the
+    /// file has no errors.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    emit: Option<Emit>,
+    /// Print each retry policy's delay schedule and worst-case total time, as a table.
+    #[arg(long)]
+    explain_retries: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Emit {
+    Plan,
+}
+
+#[derive(clap::Args)]
+struct GraphArgs {
+    /// A workflow file.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// `dot` (Graphviz), `mermaid` (GitHub's flowchart syntax) or `json`.
+    #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+    format: GraphFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum GraphFormat {
+    Dot,
+    Mermaid,
+    Json,
 }
 
 #[derive(clap::Args)]
@@ -86,6 +121,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Check(args) => check(&args),
+        Command::Graph(args) => graph(&args),
         Command::Items(args) => items(&args),
         Command::Explain { code } => explain(code.as_deref()),
     };
@@ -106,6 +142,17 @@ fn check(args: &CheckArgs) -> u8 {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let (mut errors, mut warnings, mut unreadable) = (0, 0, false);
     let mut json = Vec::new();
+    // `check` learns about the project directory (the current one) through these.
+    let file_exists = |p: &str| std::path::Path::new(p).is_file();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the command line reads the project's files for `check`"
+    )]
+    let read_file = |p: &str| std::fs::read_to_string(p).ok();
+    let surroundings = prodigy_compiler::Surroundings {
+        file_exists: &file_exists,
+        read_file: &read_file,
+    };
     for path in &args.files {
         let file = match SourceFile::load(path) {
             Ok(file) => file,
@@ -115,10 +162,6 @@ fn check(args: &CheckArgs) -> u8 {
                 continue;
             }
         };
-        let file_exists = |path: &str| std::path::Path::new(path).is_file();
-        let surroundings = prodigy_compiler::Surroundings {
-            file_exists: &file_exists,
-        };
         let mut checked = prodigy_compiler::check_in(&file, &surroundings);
         if deny_warnings {
             for d in &mut checked.diagnostics {
@@ -127,6 +170,18 @@ fn check(args: &CheckArgs) -> u8 {
         }
         errors += checked.diagnostics.iter().filter(|d| d.is_error()).count();
         warnings += checked.diagnostics.iter().filter(|d| !d.is_error()).count();
+        if let (Some(Emit::Plan), Some(plan)) = (args.emit, &checked.plan) {
+            match serde_json::to_string_pretty(plan) {
+                Ok(text) => out(&format!("{text}\n")),
+                Err(e) => err(&format!("error: cannot write the plan: {e}\n")),
+            }
+            continue;
+        }
+        if args.explain_retries
+            && let Some(plan) = &checked.plan
+        {
+            out(&output::retry_table(&file, plan));
+        }
         match args.format {
             Format::Human => out(&output::human(&file, &checked.diagnostics, color)),
             Format::Json => json.extend(output::to_json(&file, &checked.diagnostics)),
@@ -244,5 +299,33 @@ fn items(args: &ItemsArgs) -> u8 {
         "items: {} selected, {} after filter, {} after distinct, {} kept\n",
         counts.selected, counts.filtered, counts.distinct, counts.kept
     ));
+    exit_code::OK
+}
+
+fn graph(args: &GraphArgs) -> u8 {
+    let file = match SourceFile::load(&args.file) {
+        Ok(file) => file,
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::USAGE;
+        }
+    };
+    let checked = prodigy_compiler::check(&file);
+    let (Some(plan), Some(graph)) = (&checked.plan, &checked.graph) else {
+        out(&output::human(&file, &checked.diagnostics, false));
+        err("error: the workflow has errors; fix them first (see above)\n");
+        return exit_code::PROBLEMS;
+    };
+    let text = match args.format {
+        GraphFormat::Dot => prodigy_compiler::emit::dot(graph, plan),
+        GraphFormat::Mermaid => prodigy_compiler::emit::mermaid(graph, plan),
+        GraphFormat::Json => {
+            let value = prodigy_compiler::emit::json(graph, plan, &file);
+            serde_json::to_string_pretty(&value)
+                .map(|t| t + "\n")
+                .unwrap_or_default()
+        }
+    };
+    out(&text);
     exit_code::OK
 }

@@ -113,3 +113,104 @@ pub(crate) fn summary(errors: usize, warnings: usize, files: usize) -> String {
         ),
     }
 }
+
+/// The `--explain-retries` table: every retry policy with its schedule and worst case.
+pub(crate) fn retry_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan) -> String {
+    use prodigy_compiler::emit::duration;
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    for step in &plan.steps {
+        let at = file.line_col(step.origin.start);
+        let place = format!("{}:{}", at.line, at.column);
+        if let Some(retry) = &step.retry {
+            let delays: std::time::Duration = retry.schedule.iter().sum();
+            let runs = step
+                .timeout
+                .map(|t| t.saturating_mul(retry.config.attempts));
+            let worst = match runs {
+                Some(runs) => format!(
+                    "{} ({} delays + {} runs)",
+                    duration(delays + runs),
+                    duration(delays),
+                    duration(runs)
+                ),
+                None => format!("{} of delays + the runs", duration(delays)),
+            };
+            let schedule = if retry.schedule.is_empty() {
+                "none".to_owned()
+            } else {
+                retry
+                    .schedule
+                    .iter()
+                    .map(|d| duration(*d))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            rows.push([
+                place.clone(),
+                step.label.clone(),
+                "retry_config".into(),
+                retry.config.attempts.to_string(),
+                schedule,
+                worst,
+            ]);
+        }
+        if let Some(f) = &step.on_failure
+            && f.max_attempts > 1
+        {
+            rows.push([
+                place,
+                step.label.clone(),
+                "on_failure".into(),
+                f.max_attempts.to_string(),
+                "immediately, after the handler".into(),
+                "the runs and handlers".into(),
+            ]);
+        }
+    }
+    if let Some(retry) = plan
+        .error_policy
+        .as_ref()
+        .and_then(|p| p.retry_config.as_ref())
+    {
+        let at = file.line_col(retry.span.start);
+        rows.push([
+            format!("{}:{}", at.line, at.column),
+            "map items".into(),
+            "error_policy".into(),
+            retry.max_attempts.to_string(),
+            "per item, with the policy's backoff".into(),
+            "—".into(),
+        ]);
+    }
+    if rows.is_empty() {
+        return format!("{}: no retry policies\n", file.name);
+    }
+    let header = [
+        "where",
+        "step",
+        "policy",
+        "runs",
+        "delays before each retry",
+        "worst case",
+    ];
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut text = format!("{}\n", file.name);
+    text.push_str(&line(&header.map(String::from)));
+    for row in &rows {
+        text.push_str(&line(row));
+    }
+    text
+}

@@ -7,8 +7,12 @@
 //! [`source::SourceFile::load`].
 
 pub mod ast;
+pub mod checks;
 pub mod diagnostics;
+pub mod emit;
+pub mod ir;
 pub mod lower;
+pub mod plan;
 pub mod scope;
 pub mod source;
 pub mod suppress;
@@ -22,6 +26,10 @@ use source::SourceFile;
 pub struct Checked {
     /// The workflow, when the file was well-formed enough to lower.
     pub workflow: Option<ast::Workflow>,
+    /// The plan, when the workflow has no errors.
+    pub plan: Option<plan::Plan>,
+    /// The IR graph, when the workflow has no errors.
+    pub graph: Option<ir::Graph>,
     /// Every problem found, sorted by position.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -39,6 +47,8 @@ impl Checked {
 pub struct Surroundings<'a> {
     /// Whether a path, relative to the project directory, names an existing file.
     pub file_exists: &'a dyn Fn(&str) -> bool,
+    /// The text of a file relative to the project directory, if it can be read.
+    pub read_file: &'a dyn Fn(&str) -> Option<String>,
 }
 
 /// Parses and lowers a file, collecting every diagnostic.
@@ -57,18 +67,54 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
     let mut diagnostics = document.diagnostics;
     let (workflow, lowered) = lower::lower(&file.text, document.root.as_ref());
     diagnostics.extend(lowered);
+    let mut compiled = None;
     if let Some(workflow) = &workflow {
         diagnostics.extend(scope::check(workflow, &file.text));
         if let Some(surroundings) = surroundings {
             diagnostics.extend(missing_env_files(workflow, surroundings));
         }
+        if !diagnostics.iter().any(Diagnostic::is_error) {
+            let plan = plan::plan(workflow, &file.name);
+            let graph = ir::build(&plan);
+            if graph.has_unbounded_cycle() {
+                diagnostics.push(
+                    Diagnostic::new(
+                        diagnostics::Code::Internal,
+                        "internal error: the workflow graph has a cycle that is not a retry",
+                    )
+                    .with_primary(workflow.span, "while compiling this workflow")
+                    .with_help("this is a bug in prodigy; please report it with the file"),
+                );
+            }
+            diagnostics.extend(checks::check(&plan, &graph));
+            if let Some(surroundings) = surroundings
+                && let Some(count) = static_item_count(workflow, surroundings)
+            {
+                diagnostics.extend(checks::breaker(&plan, count));
+            }
+            compiled = Some((plan, graph));
+        }
     }
     suppress::apply(file, &mut diagnostics);
     diagnostics::sort(&mut diagnostics);
+    let (plan, graph) = compiled.map_or((None, None), |(p, g)| (Some(p), Some(g)));
     Checked {
         workflow,
+        plan,
+        graph,
         diagnostics,
     }
+}
+
+/// The number of map items, when the input is a file that can be read now.
+fn static_item_count(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Option<usize> {
+    let map = workflow.map.as_ref()?;
+    if !map.input.parsed.is_literal() {
+        return None;
+    }
+    let text = (surroundings.read_file)(&map.input.value)?;
+    let input = serde_json::from_str(&text).ok()?;
+    Some(map.pipeline().apply(input).0.len())
 }
 
 fn missing_env_files(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Vec<Diagnostic> {

@@ -203,3 +203,73 @@ fn billion_laughs_is_rejected() {
         .code(1)
         .stdout(predicate::str::contains("P002"));
 }
+
+#[test]
+fn graph_draws_dot_mermaid_and_json() {
+    let example = "workflows/examples/build-and-test.yml";
+    prodigy()
+        .args(["graph", example])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("digraph workflow {"))
+        .stdout(predicate::str::contains("retry ×2: 100ms, 200ms"));
+    prodigy()
+        .args(["graph", "--format", "mermaid", example])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("flowchart TD"));
+    let output = prodigy()
+        .args(["graph", "--format", "json", example])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert!(
+        json["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "retry")
+    );
+    prodigy()
+        .args(["graph", "workflows/err/V001-unknown-key.yml"])
+        .assert()
+        .code(1);
+}
+
+#[test]
+fn check_emits_the_plan_and_explains_retries() {
+    let example = "workflows/examples/build-and-test.yml";
+    let output = prodigy()
+        .args(["check", "--emit", "plan", example])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let plan: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert_eq!(plan["version"], 1);
+    assert_eq!(plan["commands"].as_array().unwrap().len(), 4);
+    prodigy()
+        .args(["check", "--explain-retries", example])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("100ms, 200ms"))
+        .stdout(predicate::str::contains("worst case"));
+}
+
+#[test]
+fn circuit_breakers_are_checked_against_the_real_input() {
+    prodigy()
+        .args([
+            "check",
+            "--format",
+            "json",
+            "workflows/err/G004-breaker-never-opens.yml",
+        ])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("\"G004\""));
+}

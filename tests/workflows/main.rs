@@ -3,6 +3,7 @@
 
 #![expect(
     clippy::unwrap_used,
+    clippy::panic,
     clippy::disallowed_methods,
     reason = "test helpers fail loudly and read fixtures directly"
 )]
@@ -15,6 +16,14 @@ use prodigy_compiler::source::SourceFile;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The repository as the project directory: fixtures name files relative to it.
+fn surroundings() -> prodigy_compiler::Surroundings<'static> {
+    prodigy_compiler::Surroundings {
+        file_exists: &|p: &str| root().join(p).is_file(),
+        read_file: &|p: &str| std::fs::read_to_string(root().join(p)).ok(),
+    }
 }
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
@@ -41,11 +50,7 @@ fn ok_fixtures_have_no_diagnostics() {
     let mut failures = Vec::new();
     for path in fixtures("ok").into_iter().chain(fixtures("examples")) {
         let file = load(&path);
-        let file_exists = |p: &str| root().join(p).is_file();
-        let surroundings = prodigy_compiler::Surroundings {
-            file_exists: &file_exists,
-        };
-        let checked = prodigy_compiler::check_in(&file, &surroundings);
+        let checked = prodigy_compiler::check_in(&file, &surroundings());
         if !checked.diagnostics.is_empty() || checked.workflow.is_none() {
             failures.push(render_human(&file, &checked.diagnostics, 100, false));
         }
@@ -65,11 +70,7 @@ fn err_fixtures_report_their_code() {
         let code_text = stem.split('-').next().unwrap();
         let code = Code::parse(code_text)
             .unwrap_or_else(|| panic!("{stem}: `{code_text}` is not a registered code"));
-        let file_exists = |p: &str| root().join(p).is_file();
-        let surroundings = prodigy_compiler::Surroundings {
-            file_exists: &file_exists,
-        };
-        let checked = prodigy_compiler::check_in(&file, &surroundings);
+        let checked = prodigy_compiler::check_in(&file, &surroundings());
         assert!(
             checked.diagnostics.iter().any(|d| d.code == code),
             "{stem}: expected {code}, got {:?}",
@@ -114,4 +115,132 @@ fn every_code_has_a_fixture() {
         missing.is_empty(),
         "codes without a fixture under workflows/err/: {missing:?}"
     );
+}
+
+/// Graphviz must accept the DOT; it is installed by `.ci/run`, and optional elsewhere.
+fn dot_accepts(name: &str, dot: &str) {
+    use std::io::Write as _;
+    let child = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(_) if std::env::var_os("CI").is_none() => return,
+        Err(e) => panic!("Graphviz `dot` is missing in CI: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(dot.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{name}: dot rejected the graph: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A small checker for the Mermaid `flowchart` syntax we emit: every line is a node, an edge,
+/// or a subgraph bracket, labels are quoted without raw quotes or bars, and every edge joins
+/// declared nodes.
+fn mermaid_is_valid(name: &str, text: &str) {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("flowchart TD"), "{name}: header");
+    let label = r#""[^"|]*""#;
+    let node = regex::Regex::new(&format!(
+        r"^(n\d+)(\(\({label}\)\)|\(\(\({label}\)\)\)|\[/{label}/\]|\{{\{{{label}\}}\}}|\[\({label}\)\]|\[{label}\])$"
+    ))
+    .unwrap();
+    let edge =
+        regex::Regex::new(&format!(r"^(n\d+) (-->|==>|-\.->)(?:\|{label}\|)? (n\d+)$")).unwrap();
+    let subgraph = regex::Regex::new(&format!(r"^subgraph \w+\[{label}\]$")).unwrap();
+    let mut declared = BTreeSet::new();
+    let mut depth = 0;
+    for line in lines {
+        let line = line.trim();
+        if let Some(c) = node.captures(line) {
+            declared.insert(c[1].to_owned());
+        } else if let Some(c) = edge.captures(line) {
+            assert!(
+                declared.contains(&c[1]) && declared.contains(&c[3]),
+                "{name}: edge to an undeclared node: {line}"
+            );
+        } else if subgraph.is_match(line) {
+            depth += 1;
+        } else if line == "end" {
+            depth -= 1;
+        } else {
+            panic!("{name}: not flowchart syntax: {line}");
+        }
+    }
+    assert_eq!(depth, 0, "{name}: unbalanced subgraph");
+}
+
+#[test]
+fn ok_fixtures_draw_valid_deterministic_graphs() {
+    for path in fixtures("ok").into_iter().chain(fixtures("examples")) {
+        let file = load(&path);
+        let checked = prodigy_compiler::check(&file);
+        let (plan, graph) = (checked.plan.unwrap(), checked.graph.unwrap());
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        let dot = prodigy_compiler::emit::dot(&graph, &plan);
+        let mermaid = prodigy_compiler::emit::mermaid(&graph, &plan);
+        // The same graph again, byte for byte.
+        let again = prodigy_compiler::check(&file);
+        assert_eq!(
+            dot,
+            prodigy_compiler::emit::dot(
+                again.graph.as_ref().unwrap(),
+                again.plan.as_ref().unwrap()
+            )
+        );
+        dot_accepts(&stem, &dot);
+        mermaid_is_valid(&stem, &mermaid);
+        let dir = if path.starts_with(root().join("workflows/ok")) {
+            "ok"
+        } else {
+            "examples"
+        };
+        insta::with_settings!({
+            snapshot_path => format!("../../workflows/{dir}/snapshots"),
+            prepend_module_to_snapshot => false,
+            omit_expression => true,
+        }, {
+            insta::assert_snapshot!(format!("{stem}.dot"), dot);
+            insta::assert_snapshot!(format!("{stem}.mermaid"), mermaid);
+        });
+    }
+}
+
+#[test]
+fn plans_of_the_examples() {
+    for path in fixtures("examples").into_iter().chain(
+        [
+            "seed-002-complete-structure.yml",
+            "seed-000-on-failure-detailed-handler.yml",
+        ]
+        .iter()
+        .map(|f| root().join("workflows/ok").join(f)),
+    ) {
+        let file = load(&path);
+        let plan = prodigy_compiler::check(&file).plan.unwrap();
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        let dir = if path.starts_with(root().join("workflows/ok")) {
+            "ok"
+        } else {
+            "examples"
+        };
+        insta::with_settings!({
+            snapshot_path => format!("../../workflows/{dir}/snapshots"),
+            prepend_module_to_snapshot => false,
+            omit_expression => true,
+        }, {
+            insta::assert_json_snapshot!(format!("{stem}.plan"), plan);
+        });
+    }
 }

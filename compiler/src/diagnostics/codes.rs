@@ -79,6 +79,11 @@ codes! {
     InvalidRegex = "V106", Error, "a regular expression that does not compile";
     InvalidFileMode = "V107", Error, "a `write_file` mode that is not an octal permission";
     PathEscapes = "V108", Error, "a `write_file` path that leaves the working directory";
+    Unreachable = "G001", Warning, "a step or handler that can never run";
+    RetryNeverFires = "G002", Warning, "a retry policy that can never retry";
+    RetryOutlastsTimeout = "G003", Warning, "a retry schedule longer than the time allowed for it";
+    BreakerNeverTrips = "G004", Warning, "a circuit breaker that can never open";
+    RetryWithoutPolicy = "G005", Warning, "`on_item_failure: retry` without an `error_policy.retry_config`";
     Deprecated = "W001", Warning, "a deprecated form that still works";
     NoEffect = "W002", Warning, "a setting that has no effect where it is";
     EmptyWorkflow = "W003", Warning, "a workflow without steps";

@@ -1,0 +1,431 @@
+//! Renders the IR graph as DOT (Graphviz), Mermaid (`flowchart`) or JSON.
+//!
+//! Output is deterministic: nodes and edges come in the graph's insertion order.
+//! The map phase's agent is drawn once, inside a cluster, however many items there are.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::ir::{Edge, Graph, Node, Phase};
+use crate::plan::{Plan, PlanCommand, StepId};
+use crate::source::SourceFile;
+
+/// A duration as people write it: `500ms`, `1s`, `1.5s`, `2m`, `1m30s`, `1h5m`.
+pub fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if !ms.is_multiple_of(1000) && ms < 60_000 {
+        let text = format!("{:.3}", d.as_secs_f64());
+        return format!("{}s", text.trim_end_matches('0').trim_end_matches('.'));
+    }
+    let secs = d.as_secs();
+    match (secs / 3600, (secs % 3600) / 60, secs % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, _) => format!("{h}h"),
+        (h, m, _) => format!("{h}h{m}m"),
+    }
+}
+
+/// The label of a retry edge: `retry ×3: 1s, 2s, 4s`.
+pub fn retry_label(retries: u32, schedule: &[Duration]) -> String {
+    if schedule.is_empty() {
+        return format!("retry ×{retries}");
+    }
+    let delays: Vec<String> = schedule.iter().map(|d| duration(*d)).collect();
+    format!("retry ×{retries}: {}", delays.join(", "))
+}
+
+struct Labels<'a> {
+    plan: &'a Plan,
+}
+
+impl Labels<'_> {
+    fn node(&self, node: &Node) -> String {
+        match node {
+            Node::Start => "start".to_owned(),
+            Node::Success => "success".to_owned(),
+            Node::Failure => "failed".to_owned(),
+            Node::Phase {
+                phase: Phase::Setup,
+                ..
+            } => "setup".to_owned(),
+            Node::Phase {
+                phase: Phase::Map, ..
+            } => match &self.plan.map {
+                Some(map) => {
+                    let parallel = match &map.max_parallel {
+                        crate::ast::MaxParallel::Fixed(n) => n.value.to_string(),
+                        crate::ast::MaxParallel::Variable(t) => t.value.clone(),
+                    };
+                    format!(
+                        "map: one agent per item of {} (max_parallel {parallel})",
+                        map.input.value
+                    )
+                }
+                None => "map".to_owned(),
+            },
+            Node::Phase {
+                phase: Phase::Reduce,
+                ..
+            } => "reduce".to_owned(),
+            Node::Phase {
+                phase: Phase::Merge,
+                ..
+            } => "merge".to_owned(),
+            Node::Step { step } => self.step(*step),
+            Node::Fallback { step } => format!("fallback of {}", self.step(*step)),
+            Node::Breaker { .. } => match self
+                .plan
+                .error_policy
+                .as_ref()
+                .and_then(|p| p.circuit_breaker.as_ref())
+            {
+                Some(b) => format!(
+                    "circuit breaker: opens after {} failures in a row, for {}",
+                    b.failure_threshold,
+                    duration(b.timeout)
+                ),
+                None => "circuit breaker".to_owned(),
+            },
+            Node::Dlq => "dead letter queue".to_owned(),
+        }
+    }
+
+    fn step(&self, id: StepId) -> String {
+        let Some(step) = self.plan.step(id) else {
+            return format!("step {}", id.0);
+        };
+        let kind = match &step.command {
+            PlanCommand::Shell(_) => "shell",
+            PlanCommand::Claude(_) => "claude",
+            PlanCommand::WriteFile(_) => "write_file",
+            PlanCommand::Foreach { .. } => "foreach",
+        };
+        let mut label = format!("{kind}: {}", step.label);
+        if step.when.is_some() {
+            label.push_str(" (when …)");
+        }
+        label
+    }
+
+    fn tooltip(&self, node: &Node) -> Option<String> {
+        let Node::Step { step } = node else {
+            return None;
+        };
+        let step = self.plan.step(*step)?;
+        if let Some(d) = &step.description {
+            return Some(d.clone());
+        }
+        match &step.command {
+            PlanCommand::Shell(t) | PlanCommand::Claude(t) => Some(t.value.clone()),
+            PlanCommand::WriteFile(_) | PlanCommand::Foreach { .. } => None,
+        }
+    }
+
+    fn edge(edge: &Edge) -> Option<String> {
+        match edge {
+            Edge::Next => None,
+            Edge::OnSuccess => Some("on success".to_owned()),
+            Edge::OnFailure => Some("on failure".to_owned()),
+            Edge::OnExitCode { code } => Some(format!("exit {code}")),
+            Edge::Retry { retries, schedule } => Some(retry_label(*retries, schedule)),
+            Edge::Fallback => Some("retries exhausted".to_owned()),
+            Edge::FanOut => Some("each item".to_owned()),
+            Edge::FanIn => Some("all done".to_owned()),
+            Edge::Continue => Some("failure ignored".to_owned()),
+            Edge::Reject => Some("rejects items while open".to_owned()),
+        }
+    }
+}
+
+/// Steps that belong to the map agent (drawn inside its cluster).
+fn agent_steps(plan: &Plan) -> BTreeSet<StepId> {
+    let mut out = BTreeSet::new();
+    let mut stack: Vec<StepId> = plan
+        .map
+        .iter()
+        .flat_map(|m| m.steps.iter().copied())
+        .collect();
+    while let Some(id) = stack.pop() {
+        if !out.insert(id) {
+            continue;
+        }
+        let Some(step) = plan.step(id) else { continue };
+        stack.extend(step.on_success.iter().copied());
+        stack.extend(
+            step.on_exit_code
+                .iter()
+                .flat_map(|(_, s)| s.iter().copied()),
+        );
+        if let Some(f) = &step.on_failure {
+            stack.extend(f.handler.iter().copied());
+        }
+        if let Some(v) = &step.validate {
+            stack.extend(v.commands.iter().copied());
+            stack.extend(
+                v.on_incomplete
+                    .iter()
+                    .flat_map(|o| o.commands.iter().copied()),
+            );
+        }
+        if let PlanCommand::Foreach { steps, .. } = &step.command {
+            stack.extend(steps.iter().copied());
+        }
+    }
+    out
+}
+
+fn in_agent(node: &Node, agent: &BTreeSet<StepId>) -> bool {
+    match node {
+        Node::Step { step } | Node::Fallback { step } => agent.contains(step),
+        Node::Start
+        | Node::Success
+        | Node::Failure
+        | Node::Phase { .. }
+        | Node::Breaker { .. }
+        | Node::Dlq => false,
+    }
+}
+
+fn dot_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Renders DOT for Graphviz.
+pub fn dot(graph: &Graph, plan: &Plan) -> String {
+    let labels = Labels { plan };
+    let agent = agent_steps(plan);
+    let mut out = String::new();
+    let title = plan.name.clone().unwrap_or_else(|| plan.source.clone());
+    let _ = writeln!(out, "digraph workflow {{");
+    let _ = writeln!(out, "  label=\"{}\";", dot_escape(&title));
+    let _ = writeln!(out, "  labelloc=t;");
+    let _ = writeln!(
+        out,
+        "  node [shape=box, style=rounded, fontname=\"Helvetica\"];"
+    );
+    let _ = writeln!(out, "  edge [fontname=\"Helvetica\", fontsize=10];");
+    let node_line = |index: usize, node: &Node| {
+        let mut attrs = format!("label=\"{}\"", dot_escape(&labels.node(node)));
+        let shape = match node {
+            Node::Start => Some("circle"),
+            Node::Success | Node::Failure => Some("doublecircle"),
+            Node::Phase { .. } => Some("folder"),
+            Node::Breaker { .. } => Some("octagon"),
+            Node::Dlq => Some("cylinder"),
+            Node::Step { .. } | Node::Fallback { .. } => None,
+        };
+        if let Some(shape) = shape {
+            let _ = write!(attrs, ", shape={shape}");
+        }
+        if matches!(node, Node::Failure) {
+            attrs.push_str(", color=red");
+        }
+        if let Some(tip) = labels.tooltip(node) {
+            let _ = write!(attrs, ", tooltip=\"{}\"", dot_escape(&tip));
+        }
+        format!("n{index} [{attrs}];")
+    };
+    let mut cluster = Vec::new();
+    for (index, node) in graph.nodes() {
+        if in_agent(node, &agent) {
+            cluster.push(node_line(index.index(), node));
+        } else {
+            let _ = writeln!(out, "  {}", node_line(index.index(), node));
+        }
+    }
+    if !cluster.is_empty() {
+        let _ = writeln!(out, "  subgraph cluster_agent {{");
+        let _ = writeln!(
+            out,
+            "    label=\"map agent (drawn once, runs for every item)\";"
+        );
+        let _ = writeln!(out, "    style=dashed;");
+        for line in cluster {
+            let _ = writeln!(out, "    {line}");
+        }
+        let _ = writeln!(out, "  }}");
+    }
+    for (from, to, edge) in graph.edges() {
+        let mut attrs = Vec::new();
+        if let Some(label) = Labels::edge(edge) {
+            attrs.push(format!("label=\"{}\"", dot_escape(&label)));
+        }
+        match edge {
+            Edge::OnFailure | Edge::Fallback | Edge::Reject => attrs.push("color=red".to_owned()),
+            Edge::Retry { .. } => attrs.push("color=orange, style=dashed".to_owned()),
+            Edge::Continue => attrs.push("color=gray, style=dashed".to_owned()),
+            Edge::OnSuccess | Edge::OnExitCode { .. } => attrs.push("color=darkgreen".to_owned()),
+            Edge::Next | Edge::FanOut | Edge::FanIn => {}
+        }
+        let attrs = if attrs.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", attrs.join(", "))
+        };
+        let _ = writeln!(out, "  n{} -> n{}{attrs};", from.index(), to.index());
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn mermaid_escape(text: &str) -> String {
+    text.replace('"', "#quot;")
+        .replace('\n', " ")
+        .replace('|', "#124;")
+        .replace('<', "#lt;")
+        .replace('>', "#gt;")
+}
+
+/// Renders a Mermaid `flowchart`, as GitHub renders it.
+pub fn mermaid(graph: &Graph, plan: &Plan) -> String {
+    let labels = Labels { plan };
+    let agent = agent_steps(plan);
+    let mut out = String::from("flowchart TD\n");
+    let node_line = |index: usize, node: &Node| {
+        let text = mermaid_escape(&labels.node(node));
+        match node {
+            Node::Start | Node::Success => format!("n{index}((\"{text}\"))"),
+            Node::Failure => format!("n{index}(((\"{text}\")))"),
+            Node::Phase { .. } => format!("n{index}[/\"{text}\"/]"),
+            Node::Breaker { .. } => format!("n{index}{{{{\"{text}\"}}}}"),
+            Node::Dlq => format!("n{index}[(\"{text}\")]"),
+            Node::Step { .. } | Node::Fallback { .. } => format!("n{index}[\"{text}\"]"),
+        }
+    };
+    let mut cluster = Vec::new();
+    for (index, node) in graph.nodes() {
+        if in_agent(node, &agent) {
+            cluster.push(node_line(index.index(), node));
+        } else {
+            let _ = writeln!(out, "  {}", node_line(index.index(), node));
+        }
+    }
+    if !cluster.is_empty() {
+        let _ = writeln!(
+            out,
+            "  subgraph agent[\"map agent (drawn once, runs for every item)\"]"
+        );
+        for line in cluster {
+            let _ = writeln!(out, "    {line}");
+        }
+        let _ = writeln!(out, "  end");
+    }
+    for (from, to, edge) in graph.edges() {
+        let arrow = match edge {
+            Edge::Retry { .. } | Edge::Continue => "-.->",
+            Edge::OnFailure | Edge::Fallback | Edge::Reject => "==>",
+            Edge::Next | Edge::OnSuccess | Edge::OnExitCode { .. } | Edge::FanOut | Edge::FanIn => {
+                "-->"
+            }
+        };
+        match Labels::edge(edge) {
+            Some(label) => {
+                let _ = writeln!(
+                    out,
+                    "  n{} {arrow}|\"{}\"| n{}",
+                    from.index(),
+                    mermaid_escape(&label),
+                    to.index()
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  n{} {arrow} n{}", from.index(), to.index());
+            }
+        }
+    }
+    out
+}
+
+/// Renders the graph as JSON: nodes with labels and origins, edges with kinds and labels.
+pub fn json(graph: &Graph, plan: &Plan, file: &SourceFile) -> serde_json::Value {
+    let labels = Labels { plan };
+    let origin = |node: &Node| {
+        let span = match node {
+            Node::Step { step } | Node::Fallback { step } => plan.step(*step).map(|s| s.origin),
+            Node::Phase { origin, .. } | Node::Breaker { origin } => Some(*origin),
+            Node::Start | Node::Success | Node::Failure | Node::Dlq => None,
+        }?;
+        let at = file.line_col(span.start);
+        Some(serde_json::json!({"line": at.line, "column": at.column}))
+    };
+    let nodes: Vec<serde_json::Value> = graph
+        .nodes()
+        .map(|(index, node)| {
+            let mut value = serde_json::to_value(node).unwrap_or(serde_json::Value::Null);
+            if let Some(map) = value.as_object_mut() {
+                map.insert("id".into(), format!("n{}", index.index()).into());
+                map.insert("label".into(), labels.node(node).into());
+                map.insert(
+                    "origin".into(),
+                    origin(node).unwrap_or(serde_json::Value::Null),
+                );
+            }
+            value
+        })
+        .collect();
+    let edges: Vec<serde_json::Value> = graph
+        .edges()
+        .map(|(from, to, edge)| {
+            let mut value = serde_json::to_value(edge).unwrap_or(serde_json::Value::Null);
+            if let Some(map) = value.as_object_mut() {
+                map.insert("from".into(), format!("n{}", from.index()).into());
+                map.insert("to".into(), format!("n{}", to.index()).into());
+                map.insert(
+                    "label".into(),
+                    Labels::edge(edge).map_or(serde_json::Value::Null, Into::into),
+                );
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({"version": 1, "nodes": nodes, "edges": edges})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_written() {
+        let d = |ms: u64| duration(Duration::from_millis(ms));
+        assert_eq!(
+            [
+                d(500),
+                d(1000),
+                d(1500),
+                d(60_000),
+                d(90_000),
+                d(3_600_000),
+                d(3_900_000)
+            ],
+            ["500ms", "1s", "1.5s", "1m", "1m30s", "1h", "1h5m"]
+        );
+        assert_eq!(
+            retry_label(
+                3,
+                &[
+                    Duration::from_secs(1),
+                    Duration::from_secs(2),
+                    Duration::from_secs(4)
+                ]
+            ),
+            "retry ×3: 1s, 2s, 4s"
+        );
+    }
+}

@@ -1,0 +1,408 @@
+//! The IR graph: every path a run can take, as a `petgraph` graph over the plan's steps.
+//!
+//! Nodes are the start and the two ends, phases, steps (by [`StepId`]), fallbacks, the
+//! circuit breaker and the dead letter queue; edges say how control moves between them.
+//! The graph feeds `prodigy graph` and the graph checks; the runtime walks the [`Plan`].
+
+use std::time::Duration;
+
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
+
+use crate::ast::ItemFailure;
+use crate::plan::{Plan, PlanCommand, StepId};
+use crate::source::Span;
+
+/// A node of the graph.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Node {
+    /// Where a run starts.
+    Start,
+    /// The run succeeded.
+    Success,
+    /// The run failed.
+    Failure,
+    /// A phase of a MapReduce workflow.
+    Phase {
+        /// Which phase.
+        phase: Phase,
+        /// Where it was written.
+        origin: Span,
+    },
+    /// A step.
+    Step {
+        /// The plan's step.
+        step: StepId,
+    },
+    /// The fallback command of a step's `retry_config`.
+    Fallback {
+        /// The step it belongs to.
+        step: StepId,
+    },
+    /// The circuit breaker of the map phase.
+    Breaker {
+        /// Where it was written.
+        origin: Span,
+    },
+    /// The dead letter queue.
+    Dlq,
+}
+
+/// A phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// `setup`.
+    Setup,
+    /// `map`.
+    Map,
+    /// `reduce`.
+    Reduce,
+    /// `merge`.
+    Merge,
+}
+
+/// How control moves.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Edge {
+    /// The next step.
+    Next,
+    /// After success.
+    OnSuccess,
+    /// After failure.
+    OnFailure,
+    /// After an exit code.
+    OnExitCode {
+        /// The code.
+        code: i32,
+    },
+    /// Run again.
+    Retry {
+        /// Retries at most (runs minus one).
+        retries: u32,
+        /// Delays before each retry, when known.
+        schedule: Vec<Duration>,
+    },
+    /// To the fallback command.
+    Fallback,
+    /// To each item's agent (or `foreach` body).
+    FanOut,
+    /// Back from the agents (or the body).
+    FanIn,
+    /// A failure that the workflow goes past.
+    Continue,
+    /// Items the open circuit breaker turns away.
+    Reject,
+}
+
+/// The graph of a plan.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    /// The graph itself.
+    pub graph: StableDiGraph<Node, Edge>,
+    /// The start node.
+    pub start: NodeIndex,
+}
+
+/// Builds the graph of a plan.
+pub fn build(plan: &Plan) -> Graph {
+    let mut b = Builder {
+        plan,
+        g: StableDiGraph::new(),
+    };
+    let start = b.g.add_node(Node::Start);
+    let success = b.g.add_node(Node::Success);
+    let failure = b.g.add_node(Node::Failure);
+    let ends = Ends {
+        item_failure: failure,
+    };
+    let mut exit = Exit::at(start);
+    if plan.map.is_none() {
+        exit = b.chain(exit, &plan.commands, Edge::Next, ends);
+    }
+    if let Some(setup) = &plan.setup {
+        let node = b.g.add_node(Node::Phase {
+            phase: Phase::Setup,
+            origin: span_of(plan, &setup.steps),
+        });
+        b.link(&exit, node, Edge::Next);
+        exit = b.chain(Exit::at(node), &setup.steps, Edge::Next, ends);
+    }
+    if let Some(map) = &plan.map {
+        let node = b.g.add_node(Node::Phase {
+            phase: Phase::Map,
+            origin: map.input.span,
+        });
+        b.link(&exit, node, Edge::Next);
+        let policy = plan.error_policy.as_ref();
+        let dlq = b.g.add_node(Node::Dlq);
+        let action = policy
+            .and_then(|p| p.on_item_failure.as_ref())
+            .map(|a| a.value.clone());
+        let item_failure = match action {
+            Some(ItemFailure::Stop) => failure,
+            Some(
+                ItemFailure::Dlq | ItemFailure::Retry | ItemFailure::Skip | ItemFailure::Custom(_),
+            )
+            | None => dlq,
+        };
+        if let Some(breaker) = policy.and_then(|p| p.circuit_breaker.as_ref()) {
+            let breaker = b.g.add_node(Node::Breaker {
+                origin: breaker.span,
+            });
+            b.g.add_edge(node, breaker, Edge::Next);
+            b.g.add_edge(breaker, item_failure, Edge::Reject);
+        }
+        let agents = b.chain(
+            Exit::at(node),
+            &map.steps,
+            Edge::FanOut,
+            Ends { item_failure },
+        );
+        let reduce = b.g.add_node(Node::Phase {
+            phase: Phase::Reduce,
+            origin: map.input.span,
+        });
+        b.link(&agents, reduce, Edge::FanIn);
+        if let Some(ItemFailure::Custom(name)) = policy
+            .and_then(|p| p.on_item_failure.as_ref())
+            .map(|a| &a.value)
+            && let Some((_, steps)) = plan.handlers.iter().find(|(n, _)| n == name)
+        {
+            let handled = b.chain(Exit::at(dlq), steps, Edge::OnFailure, ends);
+            b.link(&handled, reduce, Edge::FanIn);
+        } else {
+            b.g.add_edge(dlq, reduce, Edge::FanIn);
+        }
+        exit = b.chain(Exit::at(reduce), &plan.reduce, Edge::Next, ends);
+    }
+    if let Some(merge) = &plan.merge {
+        let node = b.g.add_node(Node::Phase {
+            phase: Phase::Merge,
+            origin: span_of(plan, &merge.steps),
+        });
+        b.link(&exit, node, Edge::Next);
+        exit = b.chain(Exit::at(node), &merge.steps, Edge::Next, ends);
+    }
+    b.link(&exit, success, Edge::Next);
+    if b.g
+        .neighbors_directed(failure, petgraph::Direction::Incoming)
+        .next()
+        .is_none()
+    {
+        b.g.remove_node(failure);
+    }
+    // Named handlers that nothing runs are still drawn (and reported as unreachable).
+    for (_, steps) in &plan.handlers {
+        let drawn =
+            b.g.node_indices()
+                .any(|n| matches!(b.g[n], Node::Step { step } if steps.contains(&step)));
+        if !drawn && let Some(&first) = steps.first() {
+            let node = b.g.add_node(Node::Step { step: first });
+            let after = b.after(first, node, ends);
+            let _ = b.chain(after, steps.get(1..).unwrap_or_default(), Edge::Next, ends);
+        }
+    }
+    Graph { graph: b.g, start }
+}
+
+fn span_of(plan: &Plan, steps: &[StepId]) -> Span {
+    steps
+        .first()
+        .and_then(|s| plan.step(*s))
+        .map(|s| s.origin)
+        .unwrap_or_default()
+}
+
+#[derive(Clone, Copy)]
+struct Ends {
+    /// Where an unhandled failure goes: the failed end, or for map agents the item's fate
+    /// (the DLQ, or the failed end under `on_item_failure: stop`).
+    item_failure: NodeIndex,
+}
+
+/// Where control leaves a chain: its last node, and the nodes whose failure is ignored,
+/// which also go on to whatever comes next.
+struct Exit {
+    node: NodeIndex,
+    continuing: Vec<NodeIndex>,
+}
+
+impl Exit {
+    fn at(node: NodeIndex) -> Self {
+        Exit {
+            node,
+            continuing: Vec::new(),
+        }
+    }
+}
+
+struct Builder<'p> {
+    plan: &'p Plan,
+    g: StableDiGraph<Node, Edge>,
+}
+
+impl Builder<'_> {
+    /// Connects an exit to the next node.
+    fn link(&mut self, exit: &Exit, to: NodeIndex, edge: Edge) {
+        self.g.add_edge(exit.node, to, edge);
+        for &from in &exit.continuing {
+            self.g.add_edge(from, to, Edge::Continue);
+        }
+    }
+
+    /// Links `steps` in order after `exit`; `first` is the edge into the first step.
+    fn chain(&mut self, mut exit: Exit, steps: &[StepId], first: Edge, ends: Ends) -> Exit {
+        let mut edge = first;
+        for &step in steps {
+            let node = self.g.add_node(Node::Step { step });
+            self.link(&exit, node, edge);
+            edge = Edge::Next;
+            exit = self.after(step, node, ends);
+        }
+        exit
+    }
+
+    /// Wires a step's loops and handlers; returns where control leaves it.
+    fn after(&mut self, id: StepId, node: NodeIndex, ends: Ends) -> Exit {
+        let Some(step) = self.plan.step(id) else {
+            return Exit::at(node);
+        };
+        // In a map agent every unhandled failure fails the item; elsewhere, the run.
+        let unhandled = ends.item_failure;
+        let mut exit = Exit::at(node);
+        if let PlanCommand::Foreach { steps, .. } = &step.command {
+            let body = self.chain(Exit::at(node), steps, Edge::FanOut, ends);
+            self.link(&body, node, Edge::FanIn);
+        }
+        if let Some(retry) = &step.retry {
+            if retry.config.attempts > 1 {
+                let edge = Edge::Retry {
+                    retries: retry.config.attempts - 1,
+                    schedule: retry.schedule.clone(),
+                };
+                self.g.add_edge(node, node, edge);
+            }
+            if let crate::ast::RetryExhausted::Fallback(_) = &retry.config.on_failure {
+                let fallback = self.g.add_node(Node::Fallback { step: id });
+                self.g.add_edge(node, fallback, Edge::Fallback);
+                exit.continuing.push(fallback);
+            }
+        }
+        if let Some(validate) = &step.validate {
+            let checked = self.chain(Exit::at(node), &validate.commands, Edge::Next, ends);
+            if let Some(on_incomplete) = &validate.on_incomplete {
+                let fix = self.chain(
+                    Exit::at(checked.node),
+                    &on_incomplete.commands,
+                    Edge::OnFailure,
+                    ends,
+                );
+                let retries = on_incomplete.max_attempts.saturating_sub(1);
+                self.g.add_edge(
+                    fix.node,
+                    checked.node,
+                    Edge::Retry {
+                        retries,
+                        schedule: Vec::new(),
+                    },
+                );
+                if on_incomplete.fail_workflow {
+                    self.g.add_edge(checked.node, unhandled, Edge::OnFailure);
+                }
+            }
+            exit.node = checked.node;
+            exit.continuing.extend(checked.continuing);
+        }
+        if !step.on_success.is_empty() {
+            let done = self.chain(
+                Exit {
+                    node: exit.node,
+                    continuing: Vec::new(),
+                },
+                &step.on_success,
+                Edge::OnSuccess,
+                ends,
+            );
+            exit.node = done.node;
+            exit.continuing.extend(done.continuing);
+        }
+        for (code, steps) in &step.on_exit_code {
+            let done = self.chain(
+                Exit::at(node),
+                steps,
+                Edge::OnExitCode { code: *code },
+                ends,
+            );
+            exit.continuing.push(done.node);
+            exit.continuing.extend(done.continuing);
+        }
+        match &step.on_failure {
+            Some(f) if !f.handler.is_empty() => {
+                let handled = self.chain(Exit::at(node), &f.handler, Edge::OnFailure, ends);
+                if f.max_attempts > 1 {
+                    self.g.add_edge(
+                        handled.node,
+                        node,
+                        Edge::Retry {
+                            retries: f.max_attempts - 1,
+                            schedule: Vec::new(),
+                        },
+                    );
+                }
+                if f.fail_workflow {
+                    self.g.add_edge(handled.node, unhandled, Edge::OnFailure);
+                } else {
+                    exit.continuing.push(handled.node);
+                }
+                exit.continuing.extend(handled.continuing);
+            }
+            Some(f) if !f.fail_workflow => exit.continuing.push(node),
+            // A failing handler command is judged by the step it handles.
+            None if step.role == crate::plan::Role::Handler => {}
+            Some(_) | None => {
+                self.g.add_edge(node, unhandled, Edge::OnFailure);
+            }
+        }
+        exit
+    }
+}
+
+impl Graph {
+    /// Nodes in a stable order (insertion order).
+    pub fn nodes(&self) -> impl Iterator<Item = (NodeIndex, &Node)> {
+        self.graph.node_indices().map(|n| (n, &self.graph[n]))
+    }
+
+    /// Edges in a stable order.
+    pub fn edges(&self) -> impl Iterator<Item = (NodeIndex, NodeIndex, &Edge)> {
+        (&self.graph)
+            .edge_references()
+            .map(|e| (e.source(), e.target(), e.weight()))
+    }
+
+    /// Nodes that no path from the start reaches.
+    pub fn unreachable(&self) -> Vec<NodeIndex> {
+        let mut seen = vec![false; self.graph.node_bound()];
+        let mut stack = vec![self.start];
+        while let Some(n) = stack.pop() {
+            if std::mem::replace(&mut seen[n.index()], true) {
+                continue;
+            }
+            stack.extend(self.graph.neighbors(n));
+        }
+        self.graph
+            .node_indices()
+            .filter(|n| !seen[n.index()])
+            .collect()
+    }
+
+    /// Whether the graph has a cycle other than retries (which are bounded by definition).
+    pub fn has_unbounded_cycle(&self) -> bool {
+        let mut filtered = self.graph.clone();
+        filtered.retain_edges(|g, e| !matches!(g[e], Edge::Retry { .. } | Edge::FanIn));
+        petgraph::algo::is_cyclic_directed(&filtered)
+    }
+}
