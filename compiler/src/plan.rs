@@ -88,7 +88,10 @@ pub enum Role {
 
 /// One step.
 #[derive(Clone, Debug, serde::Serialize)]
-#[expect(clippy::struct_excessive_bools, reason = "each flag is a documented step field")]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each flag is a documented step field"
+)]
 pub struct PlanStep {
     /// This step's id.
     pub id: StepId,
