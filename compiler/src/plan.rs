@@ -64,6 +64,59 @@ pub struct Plan {
     pub handlers: Vec<(String, Vec<StepId>)>,
     /// The error policy (MapReduce).
     pub error_policy: Option<ErrorPolicy>,
+    /// Every variable the workflow reads, resolved to where its value comes from; steps
+    /// refer to these slots in [`PlanStep::reads`].
+    pub variables: Vec<Variable>,
+}
+
+/// A slot in [`Plan::variables`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Slot(pub u32);
+
+/// A variable the workflow reads, by the name its references start with.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Variable {
+    /// The first name of the references (`item` for `${item.file}`).
+    pub name: String,
+    /// Where its value comes from.
+    pub source: VarSource,
+}
+
+/// Where a variable's value comes from at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VarSource {
+    /// Workflow or profile `env`.
+    Env,
+    /// `secrets` (masked).
+    Secret,
+    /// A step's `capture`, `capture_output` or handler `capture`.
+    Capture,
+    /// A step's `outputs` (`${ID.NAME}`).
+    Outputs,
+    /// Setup's `capture_outputs`.
+    SetupOutput,
+    /// The map item (`item`, `item_id`, ...).
+    Item,
+    /// `foreach` item variables.
+    Foreach,
+    /// The map phase's results (`map.*`).
+    MapResults,
+    /// The last command's result (`shell.*`, `claude.*`).
+    LastCommand,
+    /// The failure being handled (`error.*`, `attempt`).
+    Failure,
+    /// The last validation (`validation.*`).
+    Validation,
+    /// The merge being run (`merge.*`).
+    Merge,
+    /// Run metadata and git context (`workflow.*`, `step.*`, `git.*`).
+    Context,
+    /// The process environment (`env.*`, and upper-case names nothing defines).
+    Process,
+    /// A `--param`/`--args` value, or nothing (an error at run time).
+    Param,
 }
 
 /// Where a step sits.
@@ -145,6 +198,8 @@ pub struct PlanStep {
     pub outputs: Vec<StepOutput>,
     /// `continue_on_error` of a handler command.
     pub continue_on_error: bool,
+    /// The variables this step's own fields read (not its handlers'), as slots.
+    pub reads: Vec<Slot>,
 }
 
 /// What a step runs.
@@ -386,6 +441,142 @@ pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
         merge,
         handlers,
         error_policy: workflow.error_policy.clone(),
+        variables: Vec::new(),
+    }
+    .with_variables(workflow)
+}
+
+impl Plan {
+    /// Fills the variable table and each step's `reads`.
+    fn with_variables(mut self, workflow: &ast::Workflow) -> Self {
+        let mut known: std::collections::BTreeMap<String, VarSource> =
+            std::collections::BTreeMap::new();
+        for var in workflow
+            .env
+            .iter()
+            .chain(workflow.profiles.iter().flat_map(|p| &p.env))
+        {
+            known.insert(var.name.value.clone(), VarSource::Env);
+        }
+        for secret in &workflow.secrets {
+            known.insert(secret.name.value.clone(), VarSource::Secret);
+        }
+        for capture in workflow.setup.iter().flat_map(|s| &s.capture_outputs) {
+            known.insert(capture.name.value.clone(), VarSource::SetupOutput);
+        }
+        for step in &self.steps {
+            if let Some(c) = &step.capture {
+                known.insert(c.name.value.clone(), VarSource::Capture);
+            }
+            if let Some(name) = &step.capture_output {
+                known.insert(name.clone(), VarSource::Capture);
+            }
+            for name in step.on_failure.iter().flat_map(|f| &f.capture) {
+                known.insert(name.clone(), VarSource::Capture);
+            }
+            if let (Some(id), false) = (&step.step_id, step.outputs.is_empty()) {
+                known.insert(id.clone(), VarSource::Outputs);
+            }
+        }
+        let mut table: Vec<Variable> = Vec::new();
+        for i in 0..self.steps.len() {
+            let roots = step_roots(&self.steps[i]);
+            let mut reads = Vec::new();
+            for (root, bare) in roots {
+                // A bare `$NAME` that the workflow does not define is the shell's.
+                if bare && !known.contains_key(&root) {
+                    continue;
+                }
+                let source = known
+                    .get(&root)
+                    .copied()
+                    .unwrap_or_else(|| builtin(&root, &self.steps[i]));
+                let slot = if let Some(p) = table.iter().position(|v| v.name == root) {
+                    p
+                } else {
+                    table.push(Variable { name: root, source });
+                    table.len() - 1
+                };
+                let slot = Slot(u32::try_from(slot).unwrap_or(u32::MAX));
+                if !reads.contains(&slot) {
+                    reads.push(slot);
+                }
+            }
+            self.steps[i].reads = reads;
+        }
+        self.variables = table;
+        self
+    }
+}
+
+/// The first names of every variable a step's own fields read, and whether each was a bare
+/// `$NAME`.
+fn step_roots(step: &PlanStep) -> Vec<(String, bool)> {
+    let mut templates: Vec<&Template> = Vec::new();
+    match &step.command {
+        PlanCommand::Shell(t)
+        | PlanCommand::Claude(t)
+        | PlanCommand::Foreach {
+            input: ast::ForeachInput::Command(t),
+            ..
+        } => templates.push(t),
+        PlanCommand::WriteFile(w) => templates.extend([&w.path, &w.content]),
+        PlanCommand::Foreach {
+            input: ast::ForeachInput::List(items),
+            ..
+        } => templates.extend(items),
+    }
+    templates.extend(step.working_dir.iter().chain(&step.output_file));
+    for var in &step.env {
+        if let ast::EnvValue::Static(t) | ast::EnvValue::Masked(t) = &var.value {
+            templates.push(t);
+        }
+    }
+    let mut roots: Vec<(String, bool)> = Vec::new();
+    for template in templates {
+        for var in template.parsed.vars() {
+            roots.push((var.path.root.clone(), false));
+        }
+        for part in &template.parsed.parts {
+            if let prodigy_grammar::template::Part::Bare { name, .. } = part {
+                roots.push((name.clone(), true));
+            }
+        }
+    }
+    if let Some(when) = &step.when {
+        roots.extend(
+            when.parsed
+                .references()
+                .into_iter()
+                .map(|(p, _, _)| (p.root.clone(), false)),
+        );
+    }
+    roots
+}
+
+/// Where a name that the workflow does not define comes from.
+fn builtin(root: &str, step: &PlanStep) -> VarSource {
+    match root {
+        "item" | "item_index" | "item_total" | "item_id" | "item_json"
+            if step.role != Role::Foreach =>
+        {
+            VarSource::Item
+        }
+        "item" | "index" | "total" => VarSource::Foreach,
+        "map" => VarSource::MapResults,
+        "shell" | "claude" => VarSource::LastCommand,
+        "error" | "attempt" => VarSource::Failure,
+        "validation" => VarSource::Validation,
+        "merge" => VarSource::Merge,
+        "workflow" | "step" | "git" => VarSource::Context,
+        "env" => VarSource::Process,
+        name if name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') =>
+        {
+            VarSource::Process
+        }
+        _ => VarSource::Param,
     }
 }
 
@@ -445,6 +636,7 @@ impl Builder {
             step_validate: step.step_validate.clone(),
             outputs: step.outputs.clone(),
             continue_on_error: step.continue_on_error,
+            reads: Vec::new(),
         });
         let on_failure = step.on_failure.as_ref().map(|f| PlanOnFailure {
             handler: self.list(&f.handler, Role::Handler),
