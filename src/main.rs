@@ -57,8 +57,9 @@ struct CheckArgs {
     /// Workflow files (`.yml`, `.yaml`; JSON is YAML too).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
-    /// Output format: `human` (miette reports) or `json` (`{"version": 1, "diagnostics": [...]}`,
-    /// the stable contract for editors and CI, described in the README).
+    /// Output format: `human` (miette reports), `json` (`{"version": 1, "diagnostics": [...]}`,
+    /// the stable contract for editors and CI, described in the README), `sarif` (SARIF
+    /// 2.1.0, for GitHub code scanning) or `github` (workflow-command annotations).
     #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,
     /// Treat warnings as errors.
@@ -110,6 +111,8 @@ struct ItemsArgs {
 enum Format {
     Human,
     Json,
+    Sarif,
+    Github,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -142,6 +145,7 @@ fn check(args: &CheckArgs) -> u8 {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let (mut errors, mut warnings, mut unreadable) = (0, 0, false);
     let mut json = Vec::new();
+    let mut sarif = Vec::new();
     // `check` learns about the project directory (the current one) through these.
     let file_exists = |p: &str| std::path::Path::new(p).is_file();
     #[expect(
@@ -185,13 +189,24 @@ fn check(args: &CheckArgs) -> u8 {
         match args.format {
             Format::Human => out(&output::human(&file, &checked.diagnostics, color)),
             Format::Json => json.extend(output::to_json(&file, &checked.diagnostics)),
+            Format::Github => out(&output::github(&file, &checked.diagnostics)),
+            Format::Sarif => sarif.push((file, checked.diagnostics)),
         }
     }
     match args.format {
-        Format::Human => err(&format!(
-            "{}\n",
-            output::summary(errors, warnings, args.files.len())
-        )),
+        Format::Human | Format::Github => {
+            err(&format!(
+                "{}\n",
+                output::summary(errors, warnings, args.files.len())
+            ));
+        }
+        Format::Sarif => match serde_json::to_string_pretty(&output::sarif(&sarif)) {
+            Ok(text) => out(&format!("{text}\n")),
+            Err(e) => {
+                err(&format!("error: cannot write SARIF: {e}\n"));
+                return exit_code::USAGE;
+            }
+        },
         Format::Json => {
             let report = output::JsonReport {
                 version: output::JSON_VERSION,

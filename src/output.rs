@@ -3,6 +3,7 @@
 use prodigy_compiler::diagnostics::{Diagnostic, Label, Severity, render_human};
 use prodigy_compiler::source::{SourceFile, Span};
 use serde::Serialize;
+use std::fmt::Write as _;
 
 /// Version of the JSON output contract; bump only on breaking changes.
 pub(crate) const JSON_VERSION: u32 = 1;
@@ -213,4 +214,120 @@ pub(crate) fn retry_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan
         text.push_str(&line(row));
     }
     text
+}
+
+/// The SARIF 2.1.0 log of a `check` run: one run, every code as a rule, one result per
+/// diagnostic, for GitHub code scanning and other SARIF consumers.
+pub(crate) fn sarif(files: &[(SourceFile, Vec<Diagnostic>)]) -> serde_json::Value {
+    use prodigy_compiler::diagnostics::Code;
+    let rules: Vec<serde_json::Value> = Code::ALL
+        .iter()
+        .map(|code| {
+            serde_json::json!({
+                "id": code.as_str(),
+                "name": code.summary(),
+                "shortDescription": {"text": code.summary()},
+                "fullDescription": {"text": code.explanation().lines().skip(2).take_while(|l| !l.starts_with("## ")).collect::<Vec<_>>().join(" ").trim()},
+                "help": {"text": code.explanation(), "markdown": code.explanation()},
+                "defaultConfiguration": {"level": level(code.default_severity())},
+            })
+        })
+        .collect();
+    let region = |file: &SourceFile, span: Span| {
+        let (line, column, end_line, end_column) = positions(file, span);
+        serde_json::json!({"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column})
+    };
+    let location = |file: &SourceFile, span: Span| serde_json::json!({"physicalLocation": {"artifactLocation": {"uri": uri(&file.name)}, "region": region(file, span)}});
+    let mut results = Vec::new();
+    for (file, diagnostics) in files {
+        for d in diagnostics {
+            let mut text = d.message.clone();
+            if let Some(help) = &d.help {
+                text.push_str(". ");
+                text.push_str(help);
+            }
+            let mut result = serde_json::json!({
+                "ruleId": d.code.as_str(),
+                "ruleIndex": Code::ALL.iter().position(|c| *c == d.code),
+                "level": level(d.severity),
+                "message": {"text": text},
+                "locations": [location(file, d.primary.as_ref().map(|l| l.span).unwrap_or_default())],
+            });
+            if !d.labels.is_empty()
+                && let Some(map) = result.as_object_mut()
+            {
+                let related: Vec<serde_json::Value> = d
+                    .labels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        let mut loc = location(file, l.span);
+                        if let Some(m) = loc.as_object_mut() {
+                            m.insert("id".into(), i.into());
+                            m.insert("message".into(), serde_json::json!({"text": l.text}));
+                        }
+                        loc
+                    })
+                    .collect();
+                map.insert("relatedLocations".into(), related.into());
+            }
+            results.push(result);
+        }
+    }
+    serde_json::json!({
+        "version": "2.1.0",
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "runs": [{
+            "tool": {"driver": {"name": "prodigy", "version": env!("CARGO_PKG_VERSION"), "rules": rules}},
+            "results": results,
+        }],
+    })
+}
+
+fn level(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    }
+}
+
+/// A relative path as a SARIF URI (forward slashes).
+fn uri(name: &str) -> String {
+    name.replace('\\', "/")
+}
+
+/// GitHub Actions workflow commands: `::error file=…,line=…::message`, one per diagnostic.
+pub(crate) fn github(file: &SourceFile, diagnostics: &[Diagnostic]) -> String {
+    let mut out = String::new();
+    for d in diagnostics {
+        let (line, column, end_line, end_column) =
+            positions(file, d.primary.as_ref().map(|l| l.span).unwrap_or_default());
+        let command = match d.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let mut message = d.message.clone();
+        if let Some(help) = &d.help {
+            message.push_str(": ");
+            message.push_str(help);
+        }
+        let _ = writeln!(
+            out,
+            "::{command} file={},line={line},col={column},endLine={end_line},endColumn={end_column},title={}::{}",
+            escape_property(&file.name),
+            escape_property(&format!("{} {}", d.code, d.code.summary())),
+            escape_data(&message),
+        );
+    }
+    out
+}
+
+fn escape_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+fn escape_property(text: &str) -> String {
+    escape_data(text).replace(':', "%3A").replace(',', "%2C")
 }

@@ -14,6 +14,7 @@ pub mod ir;
 pub mod lower;
 pub mod plan;
 pub mod scope;
+pub mod shapes;
 pub mod source;
 pub mod suppress;
 pub mod syntax;
@@ -95,7 +96,8 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
             compiled = Some((plan, graph));
         }
     }
-    suppress::apply(file, &mut diagnostics);
+    let steps = workflow.as_ref().map(step_spans).unwrap_or_default();
+    suppress::apply(file, &steps, &mut diagnostics);
     diagnostics::sort(&mut diagnostics);
     let (plan, graph) = compiled.map_or((None, None), |(p, g)| (Some(p), Some(g)));
     Checked {
@@ -104,6 +106,48 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
         graph,
         diagnostics,
     }
+}
+
+/// The span of every step, nested ones included.
+fn step_spans(workflow: &ast::Workflow) -> Vec<source::Span> {
+    fn walk(steps: &[ast::Step], out: &mut Vec<source::Span>) {
+        for step in steps {
+            out.push(step.span);
+            walk(&step.on_success, out);
+            for h in &step.on_exit_code {
+                walk(&h.steps, out);
+            }
+            if let Some(f) = &step.on_failure {
+                walk(&f.handler, out);
+            }
+            if let Some(v) = &step.validate {
+                walk(&v.commands, out);
+                if let Some(o) = &v.on_incomplete {
+                    walk(&o.commands, out);
+                }
+            }
+            if let ast::Command::Foreach(f) = &step.command {
+                walk(&f.steps, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&workflow.commands, &mut out);
+    for list in [
+        workflow.setup.as_ref().map(|s| &s.commands),
+        workflow.map.as_ref().map(|m| &m.agent_template),
+        workflow.reduce.as_ref(),
+        workflow.merge.as_ref().map(|m| &m.commands),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        walk(list, &mut out);
+    }
+    for handler in &workflow.handlers {
+        walk(&handler.steps, &mut out);
+    }
+    out
 }
 
 /// The number of map items, when the input is a file that can be read now.

@@ -1,7 +1,8 @@
 //! Inline suppression: `# prodigy: ignore[CODE, ...] reason`.
 //!
 //! A suppression comment at the end of a line silences the listed codes on that line; on a
-//! line of its own it silences them on the next line.
+//! line of its own it silences them on the next line. When that line starts a step, it
+//! silences them in the whole step.
 //! It needs a reason, so that the file says why a warning is accepted; one that silences
 //! nothing (or gives no reason) is itself reported, so suppressions do not outlive their cause.
 
@@ -9,8 +10,8 @@ use crate::diagnostics::{Code, Diagnostic, Severity};
 use crate::source::{SourceFile, Span};
 
 struct Suppression {
-    /// The 1-based line whose diagnostics it silences.
-    target: usize,
+    /// The 1-based lines whose diagnostics it silences.
+    target: std::ops::RangeInclusive<usize>,
     codes: Vec<(String, Span)>,
     comment: Span,
     reason: bool,
@@ -18,11 +19,26 @@ struct Suppression {
 }
 
 /// Removes suppressed diagnostics (warnings only: errors cannot be silenced) and reports
-/// useless suppressions.
-pub fn apply(file: &SourceFile, diagnostics: &mut Vec<Diagnostic>) {
+/// useless suppressions. `steps` are the spans of every step, for step-wide suppressions.
+pub fn apply(file: &SourceFile, steps: &[Span], diagnostics: &mut Vec<Diagnostic>) {
     let mut suppressions = parse(file);
     if suppressions.is_empty() {
         return;
+    }
+    // A suppression on the line where a step starts covers the whole step.
+    for s in &mut suppressions {
+        let line = *s.target.start();
+        let widest = steps
+            .iter()
+            .filter(|span| file.line_col(span.start).line == line)
+            .map(|span| {
+                file.line_col(span.end.saturating_sub(1).max(span.start))
+                    .line
+            })
+            .max();
+        if let Some(end) = widest {
+            s.target = line..=end.max(line);
+        }
     }
     diagnostics.retain(|d| {
         let Some(primary) = &d.primary else {
@@ -34,7 +50,7 @@ pub fn apply(file: &SourceFile, diagnostics: &mut Vec<Diagnostic>) {
         let line = file.line_col(primary.span.start).line;
         for s in suppressions
             .iter_mut()
-            .filter(|s| s.target == line && s.reason)
+            .filter(|s| s.target.contains(&line) && s.reason)
         {
             if let Some(i) = s
                 .codes
@@ -100,7 +116,11 @@ fn parse(file: &SourceFile) -> Vec<Suppression> {
         let reason = !line[close + 1..].trim().is_empty();
         let used = vec![false; codes.len()];
         out.push(Suppression {
-            target: if own_line { i + 2 } else { i + 1 },
+            target: if own_line {
+                (i + 2)..=(i + 2)
+            } else {
+                (i + 1)..=(i + 1)
+            },
             codes,
             comment: Span::new(line_start + at, line_start + line.trim_end().len()),
             reason,
@@ -143,5 +163,7 @@ mod tests {
         );
         let above = "name: x\nmode: mapreduce\nmap:\n  input: i.json\n  agent_template:\n    # prodigy: ignore[W006] ids are numeric\n    - shell: \"echo ${item}\"\n";
         assert_eq!(check(above), []);
+        let step_wide = "name: x\nmode: mapreduce\nmap:\n  input: i.json\n  agent_template:\n    # prodigy: ignore[W006] trusted input\n    - shell: \"echo ${item}\"\n      on_failure:\n        shell: \"echo ${item.id} failed\"\n";
+        assert_eq!(check(step_wide), []);
     }
 }

@@ -273,3 +273,50 @@ fn circuit_breakers_are_checked_against_the_real_input() {
         .code(0)
         .stdout(predicate::str::contains("\"G004\""));
 }
+
+#[test]
+fn sarif_output_has_rules_and_results() {
+    let output = prodigy()
+        .args([
+            "check",
+            "--format",
+            "sarif",
+            "workflows/err/V004-multiple-commands.yml",
+            "workflows/err/W006-unquoted-item.yml",
+        ])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let sarif: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert_eq!(sarif["version"], "2.1.0");
+    let run = &sarif["runs"][0];
+    let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
+    assert!(rules.iter().any(|r| r["id"] == "W006"));
+    let results = run["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["ruleId"], "V004");
+    assert_eq!(results[0]["level"], "error");
+    assert_eq!(
+        results[0]["locations"][0]["physicalLocation"]["region"]["startLine"],
+        3
+    );
+    assert_eq!(results[1]["level"], "warning");
+    // Every result points at a rule by its index.
+    for r in results {
+        let index = usize::try_from(r["ruleIndex"].as_u64().unwrap()).unwrap();
+        assert_eq!(rules[index]["id"], r["ruleId"]);
+    }
+}
+
+#[test]
+fn github_output_is_workflow_commands() {
+    prodigy()
+        .args(["check", "--format", "github", "workflows/err/V004-multiple-commands.yml"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::starts_with(
+            "::error file=workflows/err/V004-multiple-commands.yml,line=3,col=3,endLine=3,endColumn=9,title=V004 ",
+        ));
+}
