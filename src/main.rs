@@ -8,6 +8,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod exit_code;
+mod lsp;
 mod output;
 
 use std::io::{IsTerminal, Write};
@@ -45,6 +46,12 @@ enum Command {
     /// `distinct`, `offset`, `max_items`. The workflow must check without errors. Stage counts
     /// go to stderr.
     Items(ItemsArgs),
+    /// Run the language server on stdin/stdout, for editors: diagnostics as you type, key
+    /// documentation on hover, completion of keys and variables.
+    Lsp,
+    /// Print the JSON Schema (draft 2020-12) of the workflow format, for editors such as
+    /// yaml-language-server (see the README).
+    Schema,
     /// Explain a diagnostic code, e.g. `prodigy explain V001`.
     Explain {
         /// The code, such as `V001` (case-insensitive). Without it, list every code.
@@ -126,6 +133,15 @@ fn main() -> ExitCode {
         Command::Check(args) => check(&args),
         Command::Graph(args) => graph(&args),
         Command::Items(args) => items(&args),
+        Command::Lsp => lsp::run(),
+        Command::Schema => {
+            let schema = prodigy_compiler::schema::schema();
+            out(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
+            ));
+            exit_code::OK
+        }
         Command::Explain { code } => explain(code.as_deref()),
     };
     ExitCode::from(code)

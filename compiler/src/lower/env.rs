@@ -3,6 +3,7 @@
 use super::{Lowerer, step::Ctx};
 use crate::ast::{EnvValue, EnvVar, NamedSteps, Profile, Secret, SecretSource};
 use crate::diagnostics::{Code, Diagnostic};
+use crate::shapes;
 use crate::source::Spanned;
 use crate::syntax::{Node, Scalar};
 
@@ -43,17 +44,13 @@ impl Lowerer<'_> {
         let map = node.as_map().unwrap_or_default();
         let has = |k: &str| map.iter().any(|e| e.key.text() == Some(k));
         if has("command") {
-            let f = self.fields(node, "a dynamic env value", &["command", "cache"])?;
+            let f = self.fields(node, "a dynamic env value", &shapes::ENV_DYNAMIC)?;
             let command = self.template(f.get("command")?, "`command`")?;
             let cache = self.flag(f.get("cache"), "`cache`", false);
             return Some(EnvValue::Dynamic { command, cache });
         }
         if has("condition") {
-            let f = self.fields(
-                node,
-                "a conditional env value",
-                &["condition", "when_true", "when_false"],
-            )?;
+            let f = self.fields(node, "a conditional env value", &shapes::ENV_CONDITIONAL)?;
             let condition = self.condition(f.get("condition")?, "`condition`")?;
             let branch = |lw: &mut Self, key: &str| {
                 if let Some(n) = f.get(key) {
@@ -76,7 +73,7 @@ impl Lowerer<'_> {
                 when_false: when_false?,
             });
         }
-        let f = self.fields(node, "a masked env value", &["secret", "value"])?;
+        let f = self.fields(node, "a masked env value", &shapes::ENV_MASKED)?;
         let Some(value) = f.get("value") else {
             self.missing(
                 node.span,
@@ -131,7 +128,7 @@ impl Lowerer<'_> {
     }
 
     fn secret_provider(&mut self, node: &Node) -> Option<SecretSource> {
-        let f = self.fields(node, "a secret", &["provider", "key", "version"])?;
+        let f = self.fields(node, "a secret", &shapes::SECRET_PROVIDER)?;
         let provider = match f.get("provider") {
             Some(p) => {
                 self.choice(p, "secret provider", &[("env", true), ("file", false)])?

@@ -10,18 +10,9 @@ use crate::ast::{
     TimeoutAction, TimeoutConfig, TimeoutPolicy,
 };
 use crate::diagnostics::{Code, Diagnostic};
+use crate::shapes;
 use crate::source::Spanned;
 use crate::syntax::{Node, Scalar};
-
-const POLICY_KEYS: &[&str] = &[
-    "on_item_failure",
-    "continue_on_failure",
-    "max_failures",
-    "failure_threshold",
-    "error_collection",
-    "circuit_breaker",
-    "retry_config",
-];
 
 /// The keys that may also stand at the top level of a `MapReduce` workflow.
 const CONVENIENCE_KEYS: &[&str] = &[
@@ -43,7 +34,7 @@ impl Lowerer<'_> {
                 capture_outputs: Vec::new(),
             });
         }
-        let fields = self.fields(node, "`setup`", &["commands", "timeout", "capture_outputs"])?;
+        let fields = self.fields(node, "`setup`", &shapes::SETUP)?;
         let commands = self
             .required(
                 &fields,
@@ -96,17 +87,11 @@ impl Lowerer<'_> {
                 multiline: Multiline::Preserve,
             };
             let index_node = if entry.value.as_map().is_some() {
-                let keys = [
-                    "command_index",
-                    "format",
-                    "source",
-                    "pattern",
-                    "json_path",
-                    "max_size",
-                    "default",
-                    "multiline",
-                ];
-                let Some(f) = self.fields(&entry.value, "a `capture_outputs` entry", &keys) else {
+                let Some(f) = self.fields(
+                    &entry.value,
+                    "a `capture_outputs` entry",
+                    &shapes::CAPTURE_OUTPUT,
+                ) else {
                     continue;
                 };
                 self.capture_output_fields(&f, &mut capture);
@@ -192,20 +177,7 @@ impl Lowerer<'_> {
 
     /// `map`.
     pub(crate) fn map_phase(&mut self, node: &Node) -> Option<MapPhase> {
-        let keys = [
-            "input",
-            "json_path",
-            "filter",
-            "sort_by",
-            "max_items",
-            "offset",
-            "distinct",
-            "max_parallel",
-            "agent_timeout_secs",
-            "timeout_config",
-            "agent_template",
-        ];
-        let fields = self.fields(node, "`map`", &keys)?;
+        let fields = self.fields(node, "`map`", &shapes::MAP)?;
         let input = self
             .required(
                 &fields,
@@ -299,15 +271,7 @@ impl Lowerer<'_> {
     }
 
     fn timeout_config(&mut self, node: &Node) -> Option<TimeoutConfig> {
-        let keys = [
-            "agent_timeout_secs",
-            "command_timeouts",
-            "timeout_policy",
-            "cleanup_grace_period_secs",
-            "timeout_action",
-            "enable_monitoring",
-        ];
-        let f = self.fields(node, "`timeout_config`", &keys)?;
+        let f = self.fields(node, "`timeout_config`", &shapes::TIMEOUT_CONFIG)?;
         let mut command_timeouts = Vec::new();
         if let Some(map) = f.get("command_timeouts") {
             match map.as_map() {
@@ -373,7 +337,7 @@ impl Lowerer<'_> {
                 timeout: None,
             });
         }
-        let f = self.fields(node, "`merge`", &["commands", "timeout"])?;
+        let f = self.fields(node, "`merge`", &shapes::MERGE)?;
         let commands = self
             .required(
                 &f,
@@ -420,7 +384,7 @@ impl Lowerer<'_> {
             return None;
         }
         let inner = match policy_entry {
-            Some(e) => Some(self.fields(&e.value, "`error_policy`", POLICY_KEYS)?),
+            Some(e) => Some(self.fields(&e.value, "`error_policy`", &shapes::ERROR_POLICY)?),
             None => None,
         };
         let span = policy_entry.map_or_else(|| convenience[0].1.key.span, |e| e.value.span);
@@ -538,7 +502,7 @@ impl Lowerer<'_> {
         const CHOICES: &[&str] = &["aggregate", "immediate", "batched"];
         let batched = |lw: &mut Self, params: &Node| -> Option<Spanned<ErrorCollection>> {
             let size_node = if params.as_map().is_some() {
-                let f = lw.fields(params, "`batched`", &["size"])?;
+                let f = lw.fields(params, "`batched`", &shapes::BATCHED)?;
                 let Some(size) = f.get("size") else {
                     lw.missing(
                         params.span,
@@ -612,13 +576,7 @@ impl Lowerer<'_> {
     }
 
     fn circuit_breaker(&mut self, node: &Node) -> Option<CircuitBreaker> {
-        let keys = [
-            "failure_threshold",
-            "success_threshold",
-            "timeout",
-            "half_open_requests",
-        ];
-        let f = self.fields(node, "`circuit_breaker`", &keys)?;
+        let f = self.fields(node, "`circuit_breaker`", &shapes::CIRCUIT_BREAKER)?;
         let count = |lw: &mut Self, key: &str, default: u32| {
             f.get(key)
                 .and_then(|n| lw.count(n, &format!("`{key}`"), 1))
@@ -641,14 +599,7 @@ impl Lowerer<'_> {
     }
 
     fn policy_retry(&mut self, node: &Node) -> Option<PolicyRetry> {
-        let keys = [
-            "max_attempts",
-            "backoff",
-            "max_delay",
-            "jitter",
-            "jitter_factor",
-        ];
-        let f = self.fields(node, "`error_policy.retry_config`", &keys)?;
+        let f = self.fields(node, "`error_policy.retry_config`", &shapes::POLICY_RETRY)?;
         let mut out = PolicyRetry {
             span: node.span,
             max_attempts: 3,

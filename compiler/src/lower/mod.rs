@@ -16,10 +16,9 @@ mod values;
 
 use crate::ast::{self, Mode, Workflow};
 use crate::diagnostics::{Code, Diagnostic};
+use crate::shapes::{self, Shape};
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind};
-
-pub use step::STEP_KEYS;
 
 /// Lowers a parsed document. Returns `None` when the root is missing or not a workflow.
 pub fn lower(text: &str, root: Option<&Node>) -> (Option<Workflow>, Vec<Diagnostic>) {
@@ -31,30 +30,6 @@ pub fn lower(text: &str, root: Option<&Node>) -> (Option<Workflow>, Vec<Diagnost
     let workflow = root.and_then(|root| lw.workflow(root));
     (workflow, lw.diagnostics)
 }
-
-/// Top-level keys of any workflow.
-pub const WORKFLOW_KEYS: &[&str] = &[
-    "name",
-    "description",
-    "mode",
-    "commands",
-    "steps",
-    "env",
-    "secrets",
-    "env_files",
-    "profiles",
-    "handlers",
-    "merge",
-    "error_policy",
-    "setup",
-    "map",
-    "reduce",
-    "on_item_failure",
-    "continue_on_failure",
-    "max_failures",
-    "failure_threshold",
-    "error_collection",
-];
 
 /// The state of one lowering pass.
 pub(crate) struct Lowerer<'a> {
@@ -135,12 +110,14 @@ impl Lowerer<'_> {
         &mut self,
         node: &'n Node,
         what: &str,
-        known: &[&str],
+        shape: &Shape,
     ) -> Option<Fields<'n>> {
         let Some(map) = node.as_map() else {
             self.wrong_type(node, what, "a mapping");
             return None;
         };
+        let known = shape.names();
+        let known = known.as_slice();
         let mut entries = Vec::with_capacity(map.len());
         for entry in map {
             let Some(key) = entry.key.text().filter(|_| entry.key.as_map().is_none()) else {
@@ -321,7 +298,7 @@ impl Lowerer<'_> {
     }
 
     fn workflow_map(&mut self, root: &Node) -> Option<Workflow> {
-        let fields = self.fields(root, "the workflow", WORKFLOW_KEYS)?;
+        let fields = self.fields(root, "the workflow", &shapes::WORKFLOW)?;
         let mut wf = Workflow {
             span: root.span,
             ..Workflow::default()
@@ -470,7 +447,7 @@ fn misspelt(node: &Node, keys: &[&str]) -> bool {
         .unwrap_or_default()
         .iter()
         .filter_map(|e| e.key.text())
-        .any(|k| !WORKFLOW_KEYS.contains(&k) && suggest(k, keys.iter().copied()).is_some())
+        .any(|k| shapes::WORKFLOW.key(k).is_none() && suggest(k, keys.iter().copied()).is_some())
 }
 
 fn first_key_span(node: &Node) -> Span {

@@ -9,66 +9,10 @@ use crate::ast::{
     Template, Validate, ValidationCheck, WriteFile, WriteFormat,
 };
 use crate::diagnostics::{Code, Diagnostic};
+use crate::shapes::{self, Shape};
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind, Scalar};
 use std::time::Duration;
-
-/// Every key a step mapping accepts.
-pub const STEP_KEYS: &[&str] = &[
-    // Command kinds.
-    "shell",
-    "claude",
-    "write_file",
-    "foreach",
-    "test",
-    "command",
-    // Removed command kinds, reported with a help line.
-    "analyze",
-    "goal_seek",
-    // Fields.
-    "id",
-    "name",
-    "description",
-    "timeout",
-    "working_dir",
-    "env",
-    "clear_env",
-    "temporary",
-    "when",
-    "capture",
-    "capture_format",
-    "capture_streams",
-    "capture_output",
-    "output_file",
-    "output",
-    "on_success",
-    "on_failure",
-    "on_exit_code",
-    "retry_config",
-    "retry",
-    "commit_required",
-    "auto_commit",
-    "commit_config",
-    "validate",
-    "step_validate",
-    "skip_validation",
-    "validation_timeout",
-    "ignore_validation_failure",
-    "outputs",
-    "allow_failure",
-    "continue_on_error",
-    "max_attempts",
-    "fail_workflow",
-    // Legacy `{name: X}` form.
-    "args",
-    "options",
-    "metadata",
-    "analysis",
-    // `foreach` written flat beside its items.
-    "do",
-    "parallel",
-    "max_items",
-];
 
 const COMMAND_KINDS: &[&str] = &[
     "shell",
@@ -105,7 +49,7 @@ impl Lowerer<'_> {
     /// A phase's steps: a list, or the deprecated `{commands: [...]}` form.
     pub(crate) fn phase_steps(&mut self, node: &Node, what: &str) -> Vec<Step> {
         if node.as_map().is_some() {
-            let Some(fields) = self.fields(node, what, &["commands"]) else {
+            let Some(fields) = self.fields(node, what, &shapes::PHASE_COMMANDS) else {
                 return Vec::new();
             };
             let Some(entry) = fields.entry("commands") else {
@@ -149,7 +93,7 @@ impl Lowerer<'_> {
             }
             None => {}
         }
-        let fields = self.fields(node, "a step", STEP_KEYS)?;
+        let fields = self.fields(node, "a step", &shapes::STEP)?;
         // A step whose command is wrong still has its other fields checked.
         let command = self.command(&fields, node).unwrap_or(Command::Invalid);
         let mut step = Step::new(node.span, command);
@@ -256,7 +200,7 @@ impl Lowerer<'_> {
                     "`test` steps are deprecated",
                     "write `shell:` with an `on_failure:` handler instead",
                 );
-                let test = self.fields(value, "`test`", &["command", "on_failure"])?;
+                let test = self.fields(value, "`test`", &shapes::TEST)?;
                 let Some(command) = test.get("command") else {
                     self.missing(
                         value.span,
@@ -333,6 +277,7 @@ impl Lowerer<'_> {
                 }
             }
         }
+        self.flat_foreach_keys(fields);
         step.description = fields
             .get("description")
             .and_then(|n| self.string(n, "`description`"));
@@ -500,15 +445,7 @@ impl Lowerer<'_> {
 
     /// The legacy `metadata` block; each key that the step also sets directly is reported.
     fn metadata(&mut self, node: &Node, step: &mut Step) {
-        let keys = [
-            "continue_on_error",
-            "retries",
-            "timeout",
-            "env",
-            "commit_required",
-            "analysis",
-        ];
-        let Some(fields) = self.fields(node, "`metadata`", &keys) else {
+        let Some(fields) = self.fields(node, "`metadata`", &shapes::METADATA) else {
             return;
         };
         let shadowed = |lw: &mut Self, e: &Entry, field: &str| {
@@ -629,8 +566,7 @@ impl Lowerer<'_> {
 
     fn capture_streams(&mut self, node: &Node) -> Option<CaptureStreams> {
         if node.as_map().is_some() {
-            let keys = ["stdout", "stderr", "exit_code", "success", "duration"];
-            let fields = self.fields(node, "`capture_streams`", &keys)?;
+            let fields = self.fields(node, "`capture_streams`", &shapes::CAPTURE_STREAMS)?;
             let d = CaptureStreams::default();
             return Some(CaptureStreams {
                 stdout: self.flag(fields.get("stdout"), "`stdout`", d.stdout),
@@ -772,34 +708,12 @@ impl Lowerer<'_> {
                     .unwrap_or_default()
                     .iter()
                     .any(|e| e.key.text() == Some("commands"));
-                let keys: &[&str] = if detailed {
-                    &[
-                        "commands",
-                        "strategy",
-                        "timeout",
-                        "handler_failure_fatal",
-                        "fail_workflow",
-                        "capture",
-                        "max_attempts",
-                        "max_retries",
-                        "commit_required",
-                    ]
+                let shape = if detailed {
+                    &shapes::ON_FAILURE_DETAILED
                 } else {
-                    &[
-                        "shell",
-                        "claude",
-                        "fail_workflow",
-                        "max_attempts",
-                        "max_retries",
-                        "commit_required",
-                        "timeout",
-                        "retry_original",
-                        "strategy",
-                        "handler_failure_fatal",
-                        "capture",
-                    ]
+                    &shapes::ON_FAILURE_ADVANCED
                 };
-                let fields = self.fields(node, "`on_failure`", keys)?;
+                let fields = self.fields(node, "`on_failure`", shape)?;
                 let mut out = OnFailure {
                     form: OnFailureForm::Advanced,
                     max_attempts: default_attempts,
@@ -905,19 +819,7 @@ impl Lowerer<'_> {
 
     /// Command-level `retry_config`.
     pub(crate) fn retry_config(&mut self, node: &Node) -> Option<RetryConfig> {
-        let keys = [
-            "attempts",
-            "max_attempts",
-            "backoff",
-            "initial_delay",
-            "max_delay",
-            "jitter",
-            "jitter_factor",
-            "retry_on",
-            "retry_budget",
-            "on_failure",
-        ];
-        let fields = self.fields(node, "`retry_config`", &keys)?;
+        let fields = self.fields(node, "`retry_config`", &shapes::RETRY_CONFIG)?;
         let mut out = RetryConfig::defaults(node.span);
         let attempts = self.aliased(&fields, "attempts", "max_attempts");
         if let Some(n) = attempts.and_then(|e| self.count(&e.value, "`attempts`", 1)) {
@@ -1025,16 +927,16 @@ impl Lowerer<'_> {
             self.unknown_variant(kind_node, "backoff strategy", &kind, KINDS);
             return None;
         };
-        let param_keys: &[&str] = match *kind {
-            "fixed" => &["delay", "max_delay"],
-            "linear" => &["initial", "increment", "max_delay"],
-            "exponential" => &["initial", "base", "multiplier", "max_delay"],
-            "fibonacci" => &["initial", "max_delay"],
-            _ => &["delays", "max_delay"],
+        let param_shape: &Shape = match *kind {
+            "fixed" => &shapes::BACKOFF_FIXED,
+            "linear" => &shapes::BACKOFF_LINEAR,
+            "exponential" => &shapes::BACKOFF_EXPONENTIAL,
+            "fibonacci" => &shapes::BACKOFF_FIBONACCI,
+            _ => &shapes::BACKOFF_CUSTOM,
         };
         let what = format!("`{kind}` backoff");
         let fields = match &params {
-            Some(p) => Some(self.fields(p, &what, param_keys)?),
+            Some(p) => Some(self.fields(p, &what, param_shape)?),
             None => None,
         };
         let get = |k: &str| fields.as_ref().and_then(|f| f.get(k));
@@ -1106,7 +1008,7 @@ impl Lowerer<'_> {
             let pattern = if item.tag.as_deref() == Some("pattern") {
                 self.string(item, "`pattern`")
             } else if item.as_map().is_some() {
-                self.fields(item, "a `retry_on` matcher", &["pattern"])
+                self.fields(item, "a `retry_on` matcher", &shapes::RETRY_ON_PATTERN)
                     .and_then(|f| f.get("pattern"))
                     .and_then(|n| self.string(n, "`pattern`"))
             } else {
@@ -1142,7 +1044,7 @@ impl Lowerer<'_> {
     fn retry_exhausted(&mut self, node: &Node) -> Option<RetryExhausted> {
         let fallback_of = |lw: &mut Self, value: &Node| -> Option<RetryExhausted> {
             if value.as_map().is_some() {
-                let f = lw.fields(value, "`fallback`", &["command"])?;
+                let f = lw.fields(value, "`fallback`", &shapes::FALLBACK)?;
                 let Some(c) = f.get("command") else {
                     lw.missing(
                         value.span,
@@ -1163,7 +1065,7 @@ impl Lowerer<'_> {
             return fallback_of(self, node);
         }
         if let Some(map) = node.as_map() {
-            let f = self.fields(node, "`retry_config.on_failure`", &["fallback"])?;
+            let f = self.fields(node, "`retry_config.on_failure`", &shapes::RETRY_EXHAUSTED)?;
             let _ = map;
             let Some(value) = f.get("fallback") else {
                 self.missing(
@@ -1188,16 +1090,7 @@ impl Lowerer<'_> {
     }
 
     fn commit_config(&mut self, node: &Node) -> Option<CommitConfig> {
-        let keys = [
-            "message_template",
-            "message_pattern",
-            "sign",
-            "author",
-            "include_files",
-            "exclude_files",
-            "squash",
-        ];
-        let fields = self.fields(node, "`commit_config`", &keys)?;
+        let fields = self.fields(node, "`commit_config`", &shapes::COMMIT_CONFIG)?;
         let message_pattern = fields
             .get("message_pattern")
             .and_then(|n| self.string(n, "`message_pattern`"));
@@ -1282,18 +1175,7 @@ impl Lowerer<'_> {
             out.commands = self.handler_commands(node, "`validate`");
             return Some(out);
         }
-        let keys = [
-            "shell",
-            "claude",
-            "command",
-            "commands",
-            "result_file",
-            "threshold",
-            "timeout",
-            "expected_schema",
-            "on_incomplete",
-        ];
-        let fields = self.fields(node, "`validate`", &keys)?;
+        let fields = self.fields(node, "`validate`", &shapes::VALIDATE)?;
         out.commands = self.inline_commands(&fields, "`validate`");
         out.result_file = fields
             .get("result_file")
@@ -1315,7 +1197,7 @@ impl Lowerer<'_> {
         out.timeout = fields
             .get("timeout")
             .and_then(|n| self.duration(n, "`timeout`"));
-        out.expected_schema = fields.get("expected_schema").map(to_json);
+        out.expected_schema = fields.get("expected_schema").map(Node::to_json);
         if let Some(n) = fields.get("on_incomplete") {
             out.on_incomplete = self.on_incomplete(n);
         }
@@ -1334,16 +1216,7 @@ impl Lowerer<'_> {
             out.commands = self.handler_commands(node, "`on_incomplete`");
             return Some(out);
         }
-        let keys = [
-            "shell",
-            "claude",
-            "commands",
-            "max_attempts",
-            "fail_workflow",
-            "commit_required",
-            "prompt",
-        ];
-        let fields = self.fields(node, "`on_incomplete`", &keys)?;
+        let fields = self.fields(node, "`on_incomplete`", &shapes::ON_INCOMPLETE)?;
         out.commands = self.inline_commands(&fields, "`on_incomplete`");
         if out.commands.is_empty() && !fields.has("prompt") {
             self.missing(
@@ -1415,13 +1288,7 @@ impl Lowerer<'_> {
             step.step_validate = Some(out);
             return;
         }
-        let keys = [
-            "commands",
-            "success_criteria",
-            "max_attempts",
-            "retry_delay",
-        ];
-        let Some(f) = self.fields(node, "`step_validate`", &keys) else {
+        let Some(f) = self.fields(node, "`step_validate`", &shapes::STEP_VALIDATE) else {
             return;
         };
         if let Some(list) = f.get("commands") {
@@ -1431,13 +1298,9 @@ impl Lowerer<'_> {
                         .extend(self.template(item, "a validation command").map(check_of));
                     continue;
                 }
-                let ck = [
-                    "command",
-                    "expect_output",
-                    "expect_exit_code",
-                    "command_type",
-                ];
-                let Some(c) = self.fields(item, "a validation command", &ck) else {
+                let Some(c) =
+                    self.fields(item, "a validation command", &shapes::VALIDATION_COMMAND)
+                else {
                     continue;
                 };
                 let Some(command) = c.get("command").and_then(|n| self.template(n, "`command`"))
@@ -1499,7 +1362,7 @@ impl Lowerer<'_> {
 
     fn success_criteria(&mut self, node: &Node) -> Option<SuccessCriteria> {
         if node.as_map().is_some() {
-            let f = self.fields(node, "`success_criteria`", &["atleast", "at_least"])?;
+            let f = self.fields(node, "`success_criteria`", &shapes::AT_LEAST)?;
             let n = &self.aliased(&f, "atleast", "at_least")?.value;
             return self
                 .count(n, "`at_least`", 1)
@@ -1527,7 +1390,7 @@ impl Lowerer<'_> {
             let Some(name) = self.string(&entry.key, "an output name") else {
                 continue;
             };
-            let Some(f) = self.fields(&entry.value, "an output", &["file_pattern"]) else {
+            let Some(f) = self.fields(&entry.value, "an output", &shapes::OUTPUT) else {
                 continue;
             };
             let Some(pattern) = f
@@ -1553,11 +1416,7 @@ impl Lowerer<'_> {
     }
 
     fn write_file(&mut self, node: &Node) -> Option<WriteFile> {
-        let fields = self.fields(
-            node,
-            "`write_file`",
-            &["path", "content", "format", "mode", "create_dirs"],
-        )?;
+        let fields = self.fields(node, "`write_file`", &shapes::WRITE_FILE)?;
         let path = self
             .required(
                 &fields,
@@ -1637,20 +1496,29 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `do`, `parallel` and `max_items` belong to a flat `foreach` (`foreach: CMD` beside them).
+    fn flat_foreach_keys(&mut self, fields: &Fields<'_>) {
+        let flat = fields.get("foreach").is_some_and(|n| n.as_map().is_none());
+        if flat {
+            return;
+        }
+        for key in ["do", "parallel", "max_items"] {
+            if let Some(e) = fields.entry(key) {
+                let why = if fields.has("foreach") {
+                    "this `foreach` is a mapping; the key belongs inside it"
+                } else {
+                    "it belongs to a `foreach` step"
+                };
+                self.no_effect(e, why, "move it under `foreach:`, or remove it");
+            }
+        }
+    }
+
     fn foreach(&mut self, node: &Node, step: &Fields<'_>) -> Option<Foreach> {
         // Nested form: `foreach: {foreach|input|items, parallel, do, continue_on_error, max_items}`.
         // Flat form: `foreach: CMD|LIST` with `do`, `parallel`, ... beside it in the step.
         let nested = if node.as_map().is_some() {
-            let keys = [
-                "foreach",
-                "input",
-                "items",
-                "parallel",
-                "do",
-                "continue_on_error",
-                "max_items",
-            ];
-            Some(self.fields(node, "`foreach`", &keys)?)
+            Some(self.fields(node, "`foreach`", &shapes::FOREACH)?)
         } else {
             None
         };
@@ -1661,11 +1529,24 @@ impl Lowerer<'_> {
         let source = match &nested {
             None => node,
             Some(f) => {
-                let Some(source) = f
-                    .get("foreach")
-                    .or_else(|| f.get("input"))
-                    .or_else(|| f.get("items"))
-                else {
+                let sources: Vec<&Entry> = ["foreach", "input", "items"]
+                    .iter()
+                    .filter_map(|k| f.entry(k))
+                    .collect();
+                if let [first, second, ..] = sources.as_slice() {
+                    let (a, b) = (
+                        first.key.text().unwrap_or("?"),
+                        second.key.text().unwrap_or("?"),
+                    );
+                    self.duplicate(
+                        second.key.span,
+                        first.key.span,
+                        a,
+                        &format!("`{b}`"),
+                        "the same `foreach`",
+                    );
+                }
+                let Some(source) = sources.first().map(|e| &e.value) else {
                     self.missing(
                         node.span,
                         "`foreach`",
@@ -1794,30 +1675,4 @@ fn without_key(node: &Node, key: &str) -> Node {
         entries.retain(|e| e.key.text() != Some(key));
     }
     copy
-}
-
-/// A YAML node as JSON (for `expected_schema`).
-pub(crate) fn to_json(node: &Node) -> serde_json::Value {
-    match &node.kind {
-        NodeKind::Seq(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
-        NodeKind::Map(entries) => serde_json::Value::Object(
-            entries
-                .iter()
-                .map(|e| {
-                    (
-                        e.key.text().unwrap_or_default().to_owned(),
-                        to_json(&e.value),
-                    )
-                })
-                .collect(),
-        ),
-        NodeKind::Scalar { .. } => match node.scalar() {
-            Some(Scalar::Bool(b)) => serde_json::Value::Bool(b),
-            Some(Scalar::Int(i)) => serde_json::Value::from(i),
-            Some(Scalar::Float(f)) => serde_json::Number::from_f64(f)
-                .map_or(serde_json::Value::Null, serde_json::Value::Number),
-            Some(Scalar::Str(s)) => serde_json::Value::String(s.to_owned()),
-            Some(Scalar::Null) | None => serde_json::Value::Null,
-        },
-    }
 }

@@ -300,3 +300,26 @@ fn secrets_name_environment_variables() {
         [Code::WrongType]
     );
 }
+
+#[test]
+fn foreach_keys_outside_a_flat_foreach_are_reported() {
+    assert_eq!(codes("- shell: x\n  parallel: 2\n"), [Code::NoEffect]);
+    assert_eq!(
+        codes("- foreach:\n    foreach: [a]\n    do: [{shell: echo}]\n  max_items: 3\n"),
+        [Code::NoEffect]
+    );
+    assert_eq!(
+        codes("- foreach: [a, b]\n  parallel: 2\n  do:\n    - shell: echo\n"),
+        []
+    );
+    assert_eq!(
+        codes("- foreach:\n    foreach: [a]\n    items: [b]\n    do: [{shell: echo}]\n"),
+        [Code::DuplicateKey]
+    );
+    assert_eq!(
+        codes(
+            "- shell: x\n  validate:\n    shell: check\n    on_incomplete:\n      command: fix\n"
+        ),
+        [Code::Deprecated]
+    );
+}

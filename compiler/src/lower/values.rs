@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::{Lowerer, one_of, suggest};
 use crate::diagnostics::{Code, Diagnostic};
+use crate::shapes;
 use crate::source::Spanned;
 use crate::syntax::{Node, Scalar};
 
@@ -192,7 +193,7 @@ impl Lowerer<'_> {
             );
             return None;
         }
-        let fields = self.fields(node, what, &["secs", "nanos"])?;
+        let fields = self.fields(node, what, &shapes::SECS_NANOS)?;
         let secs = fields
             .get("secs")
             .and_then(|n| self.size(n, "`secs`", 0))

@@ -161,6 +161,35 @@ impl Node {
         }
     }
 
+    /// The node as JSON, scalars typed by the core schema (for `expected_schema`, the JSON
+    /// Schema tests and anything else that wants the data without positions).
+    pub fn to_json(&self) -> serde_json::Value {
+        match &self.kind {
+            NodeKind::Seq(items) => {
+                serde_json::Value::Array(items.iter().map(Node::to_json).collect())
+            }
+            NodeKind::Map(entries) => serde_json::Value::Object(
+                entries
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.key.text().unwrap_or_default().to_owned(),
+                            e.value.to_json(),
+                        )
+                    })
+                    .collect(),
+            ),
+            NodeKind::Scalar { .. } => match self.scalar() {
+                Some(Scalar::Bool(b)) => serde_json::Value::Bool(b),
+                Some(Scalar::Int(i)) => serde_json::Value::from(i),
+                Some(Scalar::Float(f)) => serde_json::Number::from_f64(f)
+                    .map_or(serde_json::Value::Null, serde_json::Value::Number),
+                Some(Scalar::Str(s)) => serde_json::Value::String(s.to_owned()),
+                Some(Scalar::Null) | None => serde_json::Value::Null,
+            },
+        }
+    }
+
     fn size(&self) -> usize {
         match &self.kind {
             NodeKind::Scalar { .. } => 1,

@@ -1,0 +1,407 @@
+//! Editor support: the documentation of the key under the cursor, and completions.
+//!
+//! Both walk the spanned YAML tree from the root along the shape tables of [`crate::shapes`],
+//! the same tables lowering checks keys against. A half-typed document still gets answers:
+//! when the text does not parse, the line under the cursor is blanked and parsing retried.
+
+use crate::shapes::{self, Shape, Ty};
+use crate::source::SourceFile;
+use crate::syntax::{self, Node, NodeKind};
+
+/// What a completion inserts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// A mapping key.
+    Key,
+    /// A variable inside `${`.
+    Variable,
+}
+
+/// One completion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The text offered.
+    pub label: String,
+    /// A line of documentation.
+    pub detail: String,
+    /// What it is.
+    pub kind: CompletionKind,
+}
+
+/// Where a value sits: a type to interpret it with.
+#[derive(Clone, Copy)]
+enum At {
+    Ty(&'static Ty),
+    Shape(&'static Shape),
+    Steps,
+    Step,
+}
+
+/// The shape a mapping node has, given what is expected there.
+fn shape_of(at: At, node: &Node) -> Option<&'static Shape> {
+    match at {
+        At::Shape(shape) => Some(shape),
+        At::Step | At::Steps => Some(&shapes::STEP),
+        At::Ty(ty) => match ty {
+            Ty::Object(shape) => Some(shape),
+            Ty::Step | Ty::Steps => Some(&shapes::STEP),
+            Ty::OneOf(options) => {
+                // `on_failure`: the detailed form is the mapping with `commands`.
+                let has_commands = node
+                    .as_map()
+                    .is_some_and(|m| m.iter().any(|e| e.key.text() == Some("commands")));
+                let shapes: Vec<&'static Shape> = options
+                    .iter()
+                    .filter_map(|o| match o {
+                        Ty::Object(s) => Some(*s),
+                        Ty::Step | Ty::Steps => Some(&shapes::STEP),
+                        _ => None,
+                    })
+                    .collect();
+                shapes
+                    .iter()
+                    .find(|s| s.key("commands").is_some() == has_commands)
+                    .or_else(|| shapes.first())
+                    .copied()
+            }
+            _ => None,
+        },
+    }
+}
+
+/// What is expected inside a value of `at` for a child (a mapping value or a list item).
+fn child(at: At, node: &Node, key: Option<&str>) -> Option<At> {
+    match (at, key) {
+        (At::Steps, None) => Some(At::Step),
+        (At::Ty(Ty::Steps | Ty::OneOf(_)), None) if node.as_seq().is_some() => {
+            // A list where steps are expected (`on_failure: [...]`, `on_success: [...]`).
+            match at {
+                At::Ty(Ty::OneOf(options)) => options.iter().find_map(|o| match o {
+                    Ty::Steps => Some(At::Step),
+                    Ty::List(inner) => Some(At::Ty(inner)),
+                    _ => None,
+                }),
+                _ => Some(At::Step),
+            }
+        }
+        (At::Ty(Ty::List(inner)), None) | (At::Ty(Ty::Map(inner)), Some(_)) => Some(At::Ty(inner)),
+        (_, Some(key)) => {
+            let shape = shape_of(at, node)?;
+            let k = shape.key(key)?;
+            Some(match &k.ty {
+                Ty::Steps => At::Steps,
+                Ty::Step => At::Step,
+                other => At::Ty(other),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Walks from the root to the deepest node containing `offset`: calls `visit` with each
+/// mapping, the expectation there, and the entry key under the cursor (if on a key).
+fn walk<'n>(node: &'n Node, at: At, offset: u32, found: &mut Vec<(&'n Node, At)>) {
+    found.push((node, at));
+    match &node.kind {
+        NodeKind::Map(entries) => {
+            for entry in entries {
+                let value = &entry.value;
+                if value.span.start <= offset
+                    && offset <= value.span.end
+                    && value.span != entry.key.span
+                {
+                    if let Some(next) = child(at, node, entry.key.text()) {
+                        walk(value, next, offset, found);
+                    }
+                    return;
+                }
+            }
+        }
+        NodeKind::Seq(items) => {
+            for item in items {
+                if item.span.start <= offset && offset <= item.span.end {
+                    if let Some(next) = child(at, node, None) {
+                        walk(item, next, offset, found);
+                    }
+                    return;
+                }
+            }
+        }
+        NodeKind::Scalar { .. } => {}
+    }
+}
+
+fn root_at(root: &Node) -> At {
+    if root.as_seq().is_some() {
+        At::Steps
+    } else {
+        At::Shape(&shapes::WORKFLOW)
+    }
+}
+
+/// The documentation of the key under the cursor, as Markdown.
+pub fn hover(text: &str, offset: usize) -> Option<String> {
+    let file = SourceFile::new("hover.yml", text);
+    let root = syntax::parse(&file).root?;
+    let offset = u32::try_from(offset).ok()?;
+    let mut path = Vec::new();
+    walk(&root, root_at(&root), offset, &mut path);
+    for (node, at) in path.iter().rev() {
+        let Some(entries) = node.as_map() else {
+            continue;
+        };
+        let Some(entry) = entries
+            .iter()
+            .find(|e| e.key.span.start <= offset && offset <= e.key.span.end)
+        else {
+            continue;
+        };
+        let name = entry.key.text()?;
+        let shape = shape_of(*at, node)?;
+        let key = shape.key(name)?;
+        return Some(format!("**`{name}`** ({})\n\n{}", shape.doc, key.doc));
+    }
+    None
+}
+
+/// Completions at the cursor: variables inside `${`, else the keys the mapping may still take.
+pub fn completions(text: &str, offset: usize) -> Vec<Completion> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let before = &text[line_start..offset];
+    if let Some(open) = before.rfind("${")
+        && !before[open..].contains('}')
+    {
+        return variables(text, &before[open + 2..]);
+    }
+    keys(text, offset, line_start)
+}
+
+fn keys(text: &str, offset: usize, line_start: usize) -> Vec<Completion> {
+    // Parse as it is; if that fails, without the line being typed.
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let typed = &text[line_start..offset];
+    let indent = typed.len() - typed.trim_start().len();
+    let item_indent = typed.trim_start().strip_prefix("- ").map(|_| indent + 2);
+    let column = u32::try_from(item_indent.unwrap_or(indent)).unwrap_or(0);
+    let blanked: String =
+        text[..line_start].to_owned() + &" ".repeat(line_end - line_start) + &text[line_end..];
+    let file = SourceFile::new("complete.yml", blanked.as_str());
+    let Some(root) = syntax::parse(&file).root.or_else(|| {
+        let cut = SourceFile::new("complete.yml", &text[..line_start]);
+        syntax::parse(&cut).root
+    }) else {
+        return top_level(None);
+    };
+    let cursor_line = file.line_col(u32::try_from(offset).unwrap_or(0)).line;
+    // The deepest mapping whose keys start at the cursor's column and that ends at or above
+    // the cursor's line.
+    let mut best: Option<(&Node, At)> = None;
+    let mut stack: Vec<(&Node, At)> = vec![(&root, root_at(&root))];
+    while let Some((node, at)) = stack.pop() {
+        match &node.kind {
+            NodeKind::Map(entries) => {
+                if let Some(first) = entries.first() {
+                    let start = file.line_col(first.key.span.start);
+                    let end = file.line_col(node.span.end);
+                    if u32::try_from(start.column - 1).unwrap_or(0) == column
+                        && start.line <= cursor_line
+                        && end.line + 1 >= cursor_line
+                    {
+                        best = Some((node, at));
+                    }
+                }
+                for entry in entries {
+                    if let Some(next) = child(at, node, entry.key.text()) {
+                        stack.push((&entry.value, next));
+                    }
+                }
+            }
+            NodeKind::Seq(items) => {
+                for item in items {
+                    if let Some(next) = child(at, node, None) {
+                        stack.push((item, next));
+                    }
+                }
+            }
+            NodeKind::Scalar { .. } => {}
+        }
+    }
+    match best {
+        Some((node, at)) => {
+            let present: Vec<&str> = node
+                .as_map()
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|e| e.key.text())
+                .collect();
+            shape_of(at, node).map_or_else(Vec::new, |shape| key_items(shape, &present))
+        }
+        None if column == 0 => top_level(Some(&root)),
+        None if item_indent.is_some() => key_items(&shapes::STEP, &[]),
+        None => Vec::new(),
+    }
+}
+
+fn top_level(root: Option<&Node>) -> Vec<Completion> {
+    let present: Vec<&str> = root
+        .and_then(Node::as_map)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e.key.text())
+        .collect();
+    key_items(&shapes::WORKFLOW, &present)
+}
+
+fn key_items(shape: &Shape, present: &[&str]) -> Vec<Completion> {
+    shape
+        .keys
+        .iter()
+        .filter(|k| !present.contains(&k.name) && !k.doc.starts_with("Removed"))
+        .map(|k| Completion {
+            label: k.name.to_owned(),
+            detail: k.doc.to_owned(),
+            kind: CompletionKind::Key,
+        })
+        .collect()
+}
+
+/// Variables for `${`: what the workflow defines, and the built-in roots.
+fn variables(text: &str, typed: &str) -> Vec<Completion> {
+    let file = SourceFile::new("complete.yml", text);
+    let mut names: Vec<(String, &str)> = Vec::new();
+    let checked = crate::check(&file);
+    if let Some(workflow) = &checked.workflow {
+        for var in workflow
+            .env
+            .iter()
+            .chain(workflow.profiles.iter().flat_map(|p| &p.env))
+        {
+            names.push((var.name.value.clone(), "workflow env"));
+        }
+        for secret in &workflow.secrets {
+            names.push((secret.name.value.clone(), "secret (masked in output)"));
+        }
+        for capture in workflow.setup.iter().flat_map(|s| &s.capture_outputs) {
+            names.push((capture.name.value.clone(), "setup capture_outputs"));
+        }
+        let mut captures = std::collections::BTreeMap::new();
+        for step in workflow
+            .commands
+            .iter()
+            .chain(workflow.setup.iter().flat_map(|s| &s.commands))
+            .chain(workflow.map.iter().flat_map(|m| &m.agent_template))
+            .chain(workflow.reduce.iter().flatten())
+        {
+            if let Some(c) = &step.capture {
+                captures.insert(c.name.value.clone(), "step capture");
+            }
+            if let Some(c) = &step.capture_output {
+                captures.insert(c.value.clone(), "step capture_output");
+            }
+        }
+        names.extend(captures);
+        let mapreduce = workflow.map.is_some();
+        if mapreduce {
+            names.extend(
+                [
+                    ("item", "the map item (map agents)"),
+                    ("item_id", "the item's id"),
+                    ("item_index", "the item's index"),
+                    ("item_json", "the item as JSON"),
+                ]
+                .map(|(n, d)| (n.to_owned(), d)),
+            );
+            names.extend(
+                [
+                    "results",
+                    "successful",
+                    "failed",
+                    "skipped",
+                    "total",
+                    "failure_rate",
+                    "success_rate",
+                    "dlq_count",
+                ]
+                .map(|f| (format!("map.{f}"), "map results (reduce and merge)")),
+            );
+        }
+    }
+    names.extend(
+        [
+            ("shell.output", "the last shell command's output"),
+            ("shell.stderr", "the last shell command's stderr"),
+            ("shell.exit_code", "the last shell command's exit code"),
+            ("error.message", "the failure being handled (on_failure)"),
+            ("workflow.name", "the workflow's name"),
+            ("step.name", "the current step's name"),
+            ("env.", "a process environment variable: `${env.NAME}`"),
+        ]
+        .map(|(n, d)| (n.to_owned(), d)),
+    );
+    names
+        .into_iter()
+        .filter(|(n, _)| n.starts_with(typed))
+        .map(|(label, detail)| Completion {
+            label,
+            detail: detail.to_owned(),
+            kind: CompletionKind::Variable,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(items: &[Completion]) -> Vec<&str> {
+        items.iter().map(|c| c.label.as_str()).collect()
+    }
+
+    #[test]
+    fn hover_documents_keys_in_context() {
+        let text = "commands:\n  - shell: make\n    retry_config:\n      attempts: 3\n";
+        let doc = hover(text, text.find("attempts").unwrap() + 2).unwrap();
+        assert!(doc.contains("`attempts`"), "{doc}");
+        let doc = hover(text, text.find("retry_config").unwrap()).unwrap();
+        assert!(doc.contains("`retry_config`"), "{doc}");
+        assert_eq!(hover(text, text.find("make").unwrap()), None);
+    }
+
+    #[test]
+    fn completes_the_keys_a_mapping_may_still_take() {
+        let text = "commands:\n  - shell: make\n    ti\n";
+        let at = text.find("ti").unwrap() + 2;
+        let items = completions(text, at);
+        assert!(labels(&items).contains(&"timeout"), "{:?}", labels(&items));
+        assert!(!labels(&items).contains(&"shell"));
+        let top = "name: x\nco";
+        assert!(labels(&completions(top, top.len())).contains(&"commands"));
+    }
+
+    #[test]
+    fn completes_variables_inside_templates() {
+        let text = "env:\n  TARGET: prod\ncommands:\n  - shell: make\n    capture: build\n  - shell: echo ${TA";
+        let items = completions(text, text.len());
+        assert_eq!(labels(&items), ["TARGET"]);
+        let all = completions(text, text.len() - 2);
+        assert!(labels(&all).contains(&"build"));
+    }
+
+    #[test]
+    fn half_typed_documents_do_not_break_anything() {
+        for text in [
+            "commands:\n  - shell: \"unclosed\n    ",
+            "- shell: x\n  on_failure:\n    ",
+            ":\n  - [",
+            "${",
+        ] {
+            for offset in 0..=text.len() {
+                if text.is_char_boundary(offset) {
+                    let _ = completions(text, offset);
+                    let _ = hover(text, offset);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! `prodigy lsp` driven by a real client over stdio: JSON-RPC with Content-Length framing.
+
+#![expect(clippy::unwrap_used, reason = "a test client fails loudly")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    messages: Receiver<Value>,
+    next_id: i64,
+}
+
+impl Client {
+    fn start() -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_prodigy"))
+            .arg("lsp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, messages) = channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut length = None;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(n) = line.strip_prefix("Content-Length: ") {
+                        length = n.parse::<usize>().ok();
+                    }
+                }
+                let mut body = vec![0; length.unwrap()];
+                reader.read_exact(&mut body).unwrap();
+                if tx.send(serde_json::from_slice(&body).unwrap()).is_err() {
+                    return;
+                }
+            }
+        });
+        Client {
+            child,
+            stdin,
+            messages,
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, message: &Value) {
+        let body = message.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "callers build the params inline"
+    )]
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "callers build the params inline"
+    )]
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let message = self.messages.recv_timeout(Duration::from_secs(20)).unwrap();
+            if message["id"] == id {
+                return message["result"].clone();
+            }
+        }
+    }
+
+    /// The next diagnostics published for a document.
+    fn diagnostics(&mut self) -> Vec<Value> {
+        loop {
+            let message = self.messages.recv_timeout(Duration::from_secs(20)).unwrap();
+            if message["method"] == "textDocument/publishDiagnostics" {
+                return message["params"]["diagnostics"].as_array().unwrap().clone();
+            }
+        }
+    }
+}
+
+const URI: &str = "file:///tmp/prodigy-lsp-test/workflow.yml";
+
+fn start_session(encodings: &[&str]) -> Client {
+    let mut client = Client::start();
+    let result = client.request(
+        "initialize",
+        json!({"processId": null, "rootUri": null, "capabilities": {"general": {"positionEncodings": encodings}}}),
+    );
+    assert!(
+        result["capabilities"]["hoverProvider"]
+            .as_bool()
+            .unwrap_or(false)
+            || result["capabilities"]["hoverProvider"].is_object()
+    );
+    client.notify("initialized", json!({}));
+    client
+}
+
+fn open(client: &mut Client, text: &str) {
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "yaml", "version": 1, "text": text}}),
+    );
+}
+
+fn change(client: &mut Client, version: i64, text: &str) {
+    client.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": URI, "version": version}, "contentChanges": [{"text": text}]}),
+    );
+}
+
+fn finish(mut client: Client) {
+    client.request("shutdown", Value::Null);
+    client.notify("exit", Value::Null);
+    let status = client.child.wait().unwrap();
+    assert!(status.success(), "the server exited with {status}");
+}
+
+#[test]
+fn diagnostics_appear_and_clear_as_the_document_changes() {
+    let mut client = start_session(&["utf-16"]);
+    open(
+        &mut client,
+        "commands:\n  - shell: make\n    retry_config:\n      max_attemps: 3\n",
+    );
+    let diagnostics = client.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    let d = &diagnostics[0];
+    assert_eq!(d["code"], "V001");
+    assert_eq!(d["source"], "prodigy");
+    assert_eq!(
+        d["range"],
+        json!({"start": {"line": 3, "character": 6}, "end": {"line": 3, "character": 17}})
+    );
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `max_attempts`?")
+    );
+
+    change(
+        &mut client,
+        2,
+        "commands:\n  - shell: make\n    retry_config:\n      attempts: 3\n",
+    );
+    assert_eq!(client.diagnostics(), Vec::<Value>::new());
+
+    // Secondary labels arrive as related information.
+    change(&mut client, 3, "commands:\n  - shell: a\n    claude: b\n");
+    let diagnostics = client.diagnostics();
+    assert_eq!(diagnostics[0]["code"], "V004");
+    assert_eq!(
+        diagnostics[0]["relatedInformation"][0]["message"],
+        "first command"
+    );
+    finish(client);
+}
+
+#[test]
+fn ranges_count_utf16_units_unless_utf8_is_negotiated() {
+    // `claude` comes after `é` (2 bytes, 1 UTF-16 unit) and `😀` (4 bytes, 2 units).
+    let text = "- {shell: \"é😀\", claude: x}\n";
+    for (encodings, column) in [(&["utf-16"][..], 17), (&["utf-8", "utf-16"][..], 20)] {
+        let mut client = start_session(encodings);
+        open(&mut client, text);
+        let d = client.diagnostics();
+        assert_eq!(d[0]["code"], "V004");
+        assert_eq!(
+            d[0]["range"]["start"],
+            json!({"line": 0, "character": column}),
+            "{encodings:?}"
+        );
+        finish(client);
+    }
+}
+
+#[test]
+fn hover_and_completion() {
+    let mut client = start_session(&["utf-16"]);
+    let text = "env:\n  TARGET: prod\ncommands:\n  - shell: make\n    retry_config:\n      attempts: 3\n  - shell: echo ${TA}\n";
+    open(&mut client, text);
+    let _ = client.diagnostics();
+    let hover = client.request(
+        "textDocument/hover",
+        json!({"textDocument": {"uri": URI}, "position": {"line": 4, "character": 6}}),
+    );
+    assert!(
+        hover["contents"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("`retry_config`"),
+        "{hover}"
+    );
+    let completion = client.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": URI}, "position": {"line": 6, "character": 20}}),
+    );
+    let labels: Vec<&str> = completion
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["TARGET"]);
+
+    // A half-typed key: the document does not parse, completion still answers.
+    change(&mut client, 2, "commands:\n  - shell: make\n    ti\n");
+    let _ = client.diagnostics();
+    let completion = client.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": URI}, "position": {"line": 2, "character": 6}}),
+    );
+    let labels: Vec<&str> = completion
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    assert!(labels.contains(&"timeout"), "{labels:?}");
+
+    // Garbage never takes the server down.
+    for (version, garbage) in ["{{{", ":\n - [", "${", "\u{0}", "- shell: \"${item"]
+        .iter()
+        .enumerate()
+    {
+        change(&mut client, 3 + i64::try_from(version).unwrap(), garbage);
+        let _ = client.diagnostics();
+        let _ = client.request(
+            "textDocument/hover",
+            json!({"textDocument": {"uri": URI}, "position": {"line": 0, "character": 2}}),
+        );
+        let _ = client.request(
+            "textDocument/completion",
+            json!({"textDocument": {"uri": URI}, "position": {"line": 0, "character": 2}}),
+        );
+    }
+    finish(client);
+}

@@ -1,0 +1,87 @@
+//! `prodigy schema` with a real JSON Schema validator: every valid workflow passes, wrong
+//! types and unknown keys fail.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::disallowed_methods,
+    reason = "a test reads fixtures and fails loudly"
+)]
+
+use std::path::PathBuf;
+
+use prodigy_compiler::source::SourceFile;
+use serde_json::Value;
+
+fn validator() -> jsonschema::Validator {
+    let schema = prodigy_compiler::schema::schema();
+    jsonschema::draft202012::new(&schema).unwrap()
+}
+
+fn as_json(text: &str) -> Value {
+    let file = SourceFile::new("x.yml", text);
+    prodigy_compiler::syntax::parse(&file)
+        .root
+        .unwrap()
+        .to_json()
+}
+
+fn files(dir: &str) -> Vec<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_valid_workflow_passes() {
+    let validator = validator();
+    for path in files("workflows/ok")
+        .into_iter()
+        .chain(files("workflows/examples"))
+    {
+        let value = as_json(&std::fs::read_to_string(&path).unwrap());
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| format!("{} at {}", e, e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+    }
+}
+
+#[test]
+fn wrong_types_and_unknown_keys_fail() {
+    let validator = validator();
+    for text in [
+        "commands: \"echo hi\"\n",
+        "commands:\n  - shell: make\n    timeout: [1]\n",
+        "commands:\n  - shell: make\n    retry_config:\n      attempts: many\n",
+        "commands:\n  - shell: make\n    retry_config:\n      max_attemps: 3\n",
+        "comands:\n  - shell: make\n",
+        "name: x\nmode: mapreduce\nmap:\n  input: i.json\n  agent_template: [{shell: a}]\nerror_policy:\n  failure_threshold: 1.5\n",
+        "- shell: make\n  capture_format: jsn\n",
+    ] {
+        assert!(
+            !validator.is_valid(&as_json(text)),
+            "the schema accepts:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_command_prints_the_schema() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_prodigy"))
+        .arg("schema")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let schema: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert!(jsonschema::draft202012::meta::is_valid(&schema));
+}
