@@ -1,4 +1,5 @@
 //! The Prodigy interpreter: walks a compiled plan as explicit state machines.
 //!
-//! It consumes only the compiler's plan and never reads YAML.
-//! Until the plan exists, this crate is empty.
+//! It consumes only the compiler's [`prodigy_compiler::plan::Plan`] and never reads YAML.
+
+pub mod machine;

@@ -1,0 +1,997 @@
+//! The state machine of one step: its command runs, retries with backoff, handlers, and the
+//! outcome, following the flowchart of seed 000 and SPEC §3–§4.
+//!
+//! Transitions are pure: [`StepMachine::on_event`] takes an event and the current time and
+//! returns what to do next. Every `(state, event)` pair is decided explicitly, with no
+//! catch-all arm; a pair that cannot happen is [`Action::Invalid`], which the driver reports
+//! as an internal error.
+//!
+//! Two loops compose (SPEC §4): `retry_config` retries one *run* of the command
+//! (inner attempts, with delays); `on_failure.max_attempts` re-runs the command after the
+//! handler (outer attempts). A run is one inner loop.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+/// What a finished command did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// Exit code, if the process exited.
+    pub code: Option<i32>,
+    /// The step's timeout killed it.
+    pub timed_out: bool,
+    /// It could not be started.
+    pub spawn_error: bool,
+    /// Standard output followed by standard error, for `retry_on` matching.
+    pub text: String,
+}
+
+impl Exit {
+    /// Whether the command succeeded.
+    pub fn success(&self) -> bool {
+        self.code == Some(0) && !self.timed_out && !self.spawn_error
+    }
+}
+
+/// Which failures `retry_config` retries.
+#[derive(Clone, Debug)]
+pub enum Matcher {
+    /// `network`.
+    Network,
+    /// `timeout`.
+    Timeout,
+    /// `server_error`.
+    ServerError,
+    /// `rate_limit`.
+    RateLimit,
+    /// `{pattern: REGEX}`.
+    Pattern(regex::Regex),
+}
+
+impl Matcher {
+    fn matches(&self, exit: &Exit) -> bool {
+        let lower = exit.text.to_lowercase();
+        let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+        match self {
+            Matcher::Network => any(&["network", "connection", "refused", "unreachable"]),
+            Matcher::Timeout => exit.timed_out || any(&["timeout", "timed out"]),
+            Matcher::ServerError => any(&["500", "502", "503", "504", "server error"]),
+            Matcher::RateLimit => any(&["rate limit", "429", "too many requests"]),
+            Matcher::Pattern(re) => re.is_match(&exit.text),
+        }
+    }
+}
+
+/// What happens when `retry_config`'s attempts run out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exhausted {
+    /// The run fails (then `on_failure` applies).
+    Stop,
+    /// The step is recorded failed and the workflow goes on.
+    Continue,
+    /// Run the fallback command; its result is the run's.
+    Fallback,
+}
+
+/// `retry_config`, as the machine needs it.
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Runs of the command in one run of the step, counting the first.
+    pub attempts: u32,
+    /// Nominal delay before retry n (index n-1), already capped at `max_delay`.
+    pub delays: Vec<Duration>,
+    /// The cap.
+    pub max_delay: Duration,
+    /// Spread jitter by this factor (only when `Some`).
+    pub jitter: Option<f64>,
+    /// Which failures are retried (empty: all).
+    pub retry_on: Vec<Matcher>,
+    /// Total time for all attempts and delays.
+    pub budget: Option<Duration>,
+    /// After the last attempt.
+    pub exhausted: Exhausted,
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        RetryPolicy {
+            attempts: 1,
+            delays: Vec::new(),
+            max_delay: Duration::ZERO,
+            jitter: None,
+            retry_on: Vec::new(),
+            budget: None,
+            exhausted: Exhausted::Stop,
+        }
+    }
+
+    /// The delay before retry `n` (1-based), with jitter when enabled: uniform in
+    /// `[d·(1-f), d·(1+f)]`, clamped to `0..=max_delay`.
+    pub fn delay(&self, n: u32, rng: &mut impl Rng) -> Duration {
+        let nominal = self
+            .delays
+            .get((n as usize).saturating_sub(1))
+            .copied()
+            .unwrap_or(self.max_delay);
+        let Some(factor) = self.jitter else {
+            return nominal;
+        };
+        let d = nominal.as_secs_f64();
+        let low = (d * (1.0 - factor)).max(0.0);
+        let high = (d * (1.0 + factor)).max(low);
+        let value = if high > low {
+            rng.random_range(low..=high)
+        } else {
+            low
+        };
+        Duration::from_secs_f64(value).min(self.max_delay.max(Duration::ZERO))
+    }
+
+    fn retries(&self, exit: &Exit) -> bool {
+        self.retry_on.is_empty() || self.retry_on.iter().any(|m| m.matches(exit))
+    }
+}
+
+/// `on_failure`, as the machine needs it.
+#[derive(Clone, Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one flag per documented field"
+)]
+pub struct HandlerPolicy {
+    /// There are handler commands to run.
+    pub has_handler: bool,
+    /// Runs of the command, counting the first.
+    pub max_attempts: u32,
+    /// Fail the workflow when attempts are exhausted.
+    pub fail_workflow: bool,
+    /// A failing handler fails the workflow.
+    pub handler_failure_fatal: bool,
+    /// A successful handler recovers the step (strategies `recovery` and `fallback`).
+    pub recovers: bool,
+}
+
+impl HandlerPolicy {
+    /// No `on_failure`: a failure fails the workflow.
+    pub fn none() -> Self {
+        HandlerPolicy {
+            has_handler: false,
+            max_attempts: 1,
+            fail_workflow: true,
+            handler_failure_fatal: false,
+            recovers: false,
+        }
+    }
+
+    /// `on_failure: true`: a failure is ignored.
+    pub fn ignore() -> Self {
+        HandlerPolicy {
+            fail_workflow: false,
+            ..HandlerPolicy::none()
+        }
+    }
+}
+
+/// How a step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The command succeeded.
+    Succeeded,
+    /// A handler recovered the failure.
+    Recovered,
+    /// The step failed and the workflow goes on.
+    FailedContinued,
+    /// The step failed and so does the workflow.
+    Failed,
+    /// `when` was false.
+    Skipped,
+    /// Cancelled by a signal.
+    Cancelled,
+}
+
+impl Outcome {
+    /// Whether the workflow may go on after this step.
+    pub fn continues(self) -> bool {
+        match self {
+            Outcome::Succeeded
+            | Outcome::Recovered
+            | Outcome::FailedContinued
+            | Outcome::Skipped => true,
+            Outcome::Failed | Outcome::Cancelled => false,
+        }
+    }
+}
+
+/// Where a step is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepState {
+    /// Not started.
+    Pending,
+    /// The command is running: outer run `run`, inner attempt `attempt`.
+    Running {
+        /// On-failure run (1-based).
+        run: u32,
+        /// Retry attempt within the run (1-based).
+        attempt: u32,
+        /// When this run started (for the budget).
+        run_started: Duration,
+    },
+    /// Waiting before the next attempt.
+    Backoff {
+        /// On-failure run.
+        run: u32,
+        /// The attempt that comes next.
+        next: u32,
+        /// When the run started.
+        run_started: Duration,
+    },
+    /// The fallback command of `retry_config` is running.
+    Fallback {
+        /// On-failure run.
+        run: u32,
+    },
+    /// The `on_failure` handler is running after run `run` failed.
+    Handling {
+        /// On-failure run that failed.
+        run: u32,
+    },
+    /// Finished.
+    Done(Outcome),
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepEvent {
+    /// Start the step.
+    Start,
+    /// `when` was false.
+    Skip,
+    /// The command (or the fallback) finished.
+    Exited(Exit),
+    /// The backoff delay passed.
+    TimerFired,
+    /// The handler finished.
+    HandlerDone {
+        /// Every handler command succeeded (or continued on error).
+        ok: bool,
+    },
+    /// A signal: stop now.
+    Cancel,
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Action {
+    /// Run the command.
+    Spawn {
+        /// On-failure run.
+        run: u32,
+        /// Retry attempt within the run.
+        attempt: u32,
+    },
+    /// Wait, then send [`StepEvent::TimerFired`].
+    Wait {
+        /// How long.
+        delay: Duration,
+        /// The attempt that comes next.
+        next: u32,
+    },
+    /// Run the `retry_config` fallback command, then send its [`StepEvent::Exited`].
+    RunFallback,
+    /// Run the `on_failure` handler, then send [`StepEvent::HandlerDone`].
+    RunHandler {
+        /// The run that failed.
+        run: u32,
+    },
+    /// The step is over.
+    Finish(Outcome),
+    /// Kill what is running; the step ends [`Outcome::Cancelled`].
+    Kill,
+    /// An event that cannot happen in this state; the driver reports an internal error.
+    Invalid,
+}
+
+/// One step's machine.
+#[derive(Clone, Debug)]
+pub struct StepMachine {
+    state: StepState,
+    retry: RetryPolicy,
+    handler: HandlerPolicy,
+}
+
+impl StepMachine {
+    /// A machine for a step with these policies.
+    pub fn new(retry: RetryPolicy, handler: HandlerPolicy) -> Self {
+        StepMachine {
+            state: StepState::Pending,
+            retry,
+            handler,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> &StepState {
+        &self.state
+    }
+
+    /// Feeds an event at time `now`, drawing jitter from `rng`.
+    pub fn on_event(&mut self, event: StepEvent, now: Duration, rng: &mut impl Rng) -> Action {
+        let (next, action) = self.transition(event, now, rng);
+        if let Some(next) = next {
+            self.state = next;
+        }
+        action
+    }
+
+    fn finish(outcome: Outcome) -> (Option<StepState>, Action) {
+        (Some(StepState::Done(outcome)), Action::Finish(outcome))
+    }
+
+    /// After run `run` failed for good: the handler, another run, or the end.
+    fn run_failed(&self, run: u32, now: Duration) -> (Option<StepState>, Action) {
+        if self.handler.has_handler {
+            return (
+                Some(StepState::Handling { run }),
+                Action::RunHandler { run },
+            );
+        }
+        self.runs_exhausted_or_rerun(run, false, now)
+    }
+
+    fn runs_exhausted_or_rerun(
+        &self,
+        run: u32,
+        handler_ok: bool,
+        now: Duration,
+    ) -> (Option<StepState>, Action) {
+        if run < self.handler.max_attempts {
+            let next = run + 1;
+            return (
+                Some(StepState::Running {
+                    run: next,
+                    attempt: 1,
+                    run_started: now,
+                }),
+                Action::Spawn {
+                    run: next,
+                    attempt: 1,
+                },
+            );
+        }
+        if handler_ok && self.handler.recovers && self.handler.max_attempts == 1 {
+            return Self::finish(Outcome::Recovered);
+        }
+        Self::finish(if self.handler.fail_workflow {
+            Outcome::Failed
+        } else {
+            Outcome::FailedContinued
+        })
+    }
+
+    #[expect(
+        clippy::match_same_arms,
+        reason = "one group of arms per state reads as the transition table"
+    )]
+    fn transition(
+        &self,
+        event: StepEvent,
+        now: Duration,
+        rng: &mut impl Rng,
+    ) -> (Option<StepState>, Action) {
+        use StepEvent as E;
+        use StepState as S;
+        match (&self.state, event) {
+            (S::Pending, E::Start) => (
+                Some(S::Running {
+                    run: 1,
+                    attempt: 1,
+                    run_started: now,
+                }),
+                Action::Spawn { run: 1, attempt: 1 },
+            ),
+            (S::Pending, E::Skip) => Self::finish(Outcome::Skipped),
+            (S::Pending, E::Cancel) => Self::finish(Outcome::Cancelled),
+            (S::Pending, E::Exited(_) | E::TimerFired | E::HandlerDone { .. }) => {
+                (None, Action::Invalid)
+            }
+
+            (S::Running { .. }, E::Exited(exit)) if exit.success() => {
+                Self::finish(Outcome::Succeeded)
+            }
+            (
+                S::Running {
+                    run,
+                    attempt,
+                    run_started,
+                },
+                E::Exited(exit),
+            ) => {
+                let (run, attempt, run_started) = (*run, *attempt, *run_started);
+                if attempt < self.retry.attempts && self.retry.retries(&exit) {
+                    let delay = self.retry.delay(attempt, rng);
+                    let within_budget = self
+                        .retry
+                        .budget
+                        .is_none_or(|b| now.saturating_sub(run_started) + delay <= b);
+                    if within_budget {
+                        let next = attempt + 1;
+                        return (
+                            Some(S::Backoff {
+                                run,
+                                next,
+                                run_started,
+                            }),
+                            Action::Wait { delay, next },
+                        );
+                    }
+                }
+                match self.retry.exhausted {
+                    Exhausted::Stop => self.run_failed(run, now),
+                    Exhausted::Continue => Self::finish(Outcome::FailedContinued),
+                    Exhausted::Fallback => (Some(S::Fallback { run }), Action::RunFallback),
+                }
+            }
+            (S::Running { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
+            (S::Running { .. }, E::Start | E::Skip | E::TimerFired | E::HandlerDone { .. }) => {
+                (None, Action::Invalid)
+            }
+
+            (
+                S::Backoff {
+                    run,
+                    next,
+                    run_started,
+                },
+                E::TimerFired,
+            ) => (
+                Some(S::Running {
+                    run: *run,
+                    attempt: *next,
+                    run_started: *run_started,
+                }),
+                Action::Spawn {
+                    run: *run,
+                    attempt: *next,
+                },
+            ),
+            (S::Backoff { .. }, E::Cancel) => Self::finish(Outcome::Cancelled),
+            (S::Backoff { .. }, E::Start | E::Skip | E::Exited(_) | E::HandlerDone { .. }) => {
+                (None, Action::Invalid)
+            }
+
+            (S::Fallback { .. }, E::Exited(exit)) if exit.success() => {
+                Self::finish(Outcome::Recovered)
+            }
+            (S::Fallback { run }, E::Exited(_)) => self.run_failed(*run, now),
+            (S::Fallback { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
+            (S::Fallback { .. }, E::Start | E::Skip | E::TimerFired | E::HandlerDone { .. }) => {
+                (None, Action::Invalid)
+            }
+
+            (S::Handling { .. }, E::HandlerDone { ok: false })
+                if self.handler.handler_failure_fatal =>
+            {
+                Self::finish(Outcome::Failed)
+            }
+            (S::Handling { run }, E::HandlerDone { ok }) => {
+                self.runs_exhausted_or_rerun(*run, ok, now)
+            }
+            (S::Handling { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
+            (S::Handling { .. }, E::Start | E::Skip | E::Exited(_) | E::TimerFired) => {
+                (None, Action::Invalid)
+            }
+
+            (
+                S::Done(_),
+                E::Start
+                | E::Skip
+                | E::Exited(_)
+                | E::TimerFired
+                | E::HandlerDone { .. }
+                | E::Cancel,
+            ) => (None, Action::Invalid),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    fn fail() -> Exit {
+        Exit {
+            code: Some(1),
+            timed_out: false,
+            spawn_error: false,
+            text: "boom".into(),
+        }
+    }
+
+    fn ok() -> Exit {
+        Exit {
+            code: Some(0),
+            timed_out: false,
+            spawn_error: false,
+            text: String::new(),
+        }
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// Drives a machine with a script of events, checking each action.
+    #[track_caller]
+    fn script(mut m: StepMachine, steps: &[(StepEvent, Action)]) -> StepMachine {
+        let mut rng = StdRng::seed_from_u64(7);
+        for (i, (event, expect)) in steps.iter().enumerate() {
+            let got = m.on_event(event.clone(), secs(i as u64), &mut rng);
+            assert_eq!(&got, expect, "step {i}: {event:?} in {:?}", m.state());
+        }
+        m
+    }
+
+    fn retry(attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            attempts,
+            delays: vec![secs(1), secs(2), secs(4)],
+            max_delay: secs(30),
+            ..RetryPolicy::none()
+        }
+    }
+
+    fn handler(max_attempts: u32, fail_workflow: bool) -> HandlerPolicy {
+        HandlerPolicy {
+            has_handler: true,
+            max_attempts,
+            fail_workflow,
+            handler_failure_fatal: false,
+            recovers: true,
+        }
+    }
+
+    #[test]
+    fn success_on_the_first_run() {
+        script(
+            StepMachine::new(RetryPolicy::none(), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(ok()), Action::Finish(Outcome::Succeeded)),
+            ],
+        );
+    }
+
+    #[test]
+    fn no_handler_fails_the_workflow_and_on_failure_true_continues() {
+        script(
+            StepMachine::new(RetryPolicy::none(), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::Finish(Outcome::Failed)),
+            ],
+        );
+        script(
+            StepMachine::new(RetryPolicy::none(), HandlerPolicy::ignore()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (
+                    StepEvent::Exited(fail()),
+                    Action::Finish(Outcome::FailedContinued),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn retries_wait_their_delays_then_stop() {
+        script(
+            StepMachine::new(retry(3), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (
+                    StepEvent::Exited(fail()),
+                    Action::Wait {
+                        delay: secs(1),
+                        next: 2,
+                    },
+                ),
+                (StepEvent::TimerFired, Action::Spawn { run: 1, attempt: 2 }),
+                (
+                    StepEvent::Exited(fail()),
+                    Action::Wait {
+                        delay: secs(2),
+                        next: 3,
+                    },
+                ),
+                (StepEvent::TimerFired, Action::Spawn { run: 1, attempt: 3 }),
+                (StepEvent::Exited(fail()), Action::Finish(Outcome::Failed)),
+            ],
+        );
+    }
+
+    #[test]
+    fn retry_on_narrows_what_is_retried() {
+        let policy = RetryPolicy {
+            retry_on: vec![Matcher::Network],
+            ..retry(3)
+        };
+        script(
+            StepMachine::new(policy.clone(), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::Finish(Outcome::Failed)),
+            ],
+        );
+        let refused = Exit {
+            text: "connection refused".into(),
+            ..fail()
+        };
+        script(
+            StepMachine::new(policy, HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (
+                    StepEvent::Exited(refused),
+                    Action::Wait {
+                        delay: secs(1),
+                        next: 2,
+                    },
+                ),
+            ],
+        );
+        let timeouts = RetryPolicy {
+            retry_on: vec![Matcher::Timeout],
+            ..retry(2)
+        };
+        let timed_out = Exit {
+            code: None,
+            timed_out: true,
+            ..fail()
+        };
+        script(
+            StepMachine::new(timeouts, HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (
+                    StepEvent::Exited(timed_out),
+                    Action::Wait {
+                        delay: secs(1),
+                        next: 2,
+                    },
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_retry_past_the_budget_is_not_started() {
+        // Attempt 1 fails at t=1s; the 1s delay would end at 2s > budget 1.5s.
+        let policy = RetryPolicy {
+            budget: Some(Duration::from_millis(1500)),
+            ..retry(3)
+        };
+        let mut m = StepMachine::new(policy, HandlerPolicy::none());
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(
+            m.on_event(StepEvent::Start, secs(0), &mut rng),
+            Action::Spawn { run: 1, attempt: 1 }
+        );
+        assert_eq!(
+            m.on_event(StepEvent::Exited(fail()), secs(1), &mut rng),
+            Action::Finish(Outcome::Failed)
+        );
+    }
+
+    #[test]
+    fn exhausted_retries_continue_or_fall_back() {
+        let cont = RetryPolicy {
+            exhausted: Exhausted::Continue,
+            ..retry(1)
+        };
+        script(
+            StepMachine::new(cont, HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (
+                    StepEvent::Exited(fail()),
+                    Action::Finish(Outcome::FailedContinued),
+                ),
+            ],
+        );
+        let fallback = RetryPolicy {
+            exhausted: Exhausted::Fallback,
+            ..retry(1)
+        };
+        script(
+            StepMachine::new(fallback.clone(), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunFallback),
+                (StepEvent::Exited(ok()), Action::Finish(Outcome::Recovered)),
+            ],
+        );
+        script(
+            StepMachine::new(fallback, HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunFallback),
+                (StepEvent::Exited(fail()), Action::Finish(Outcome::Failed)),
+            ],
+        );
+    }
+
+    #[test]
+    fn the_handler_runs_after_every_failed_run_and_max_attempts_counts_the_first() {
+        // Seed 000: `max_attempts: 3` → at most 3 runs, the handler after each failure.
+        script(
+            StepMachine::new(RetryPolicy::none(), handler(3, false)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Spawn { run: 2, attempt: 1 },
+                ),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 2 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Spawn { run: 3, attempt: 1 },
+                ),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 3 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Finish(Outcome::FailedContinued),
+                ),
+            ],
+        );
+        script(
+            StepMachine::new(RetryPolicy::none(), handler(2, true)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: false },
+                    Action::Spawn { run: 2, attempt: 1 },
+                ),
+                (StepEvent::Exited(ok()), Action::Finish(Outcome::Succeeded)),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_successful_handler_recovers_a_single_run_and_a_fatal_one_fails() {
+        script(
+            StepMachine::new(RetryPolicy::none(), handler(1, true)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Finish(Outcome::Recovered),
+                ),
+            ],
+        );
+        let cleanup = HandlerPolicy {
+            recovers: false,
+            ..handler(1, true)
+        };
+        script(
+            StepMachine::new(RetryPolicy::none(), cleanup),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Finish(Outcome::Failed),
+                ),
+            ],
+        );
+        let fatal = HandlerPolicy {
+            handler_failure_fatal: true,
+            ..handler(3, false)
+        };
+        script(
+            StepMachine::new(RetryPolicy::none(), fatal),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: false },
+                    Action::Finish(Outcome::Failed),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn retries_and_handler_runs_compose() {
+        // Each run is a retried execution: 2 attempts per run, 2 runs.
+        script(
+            StepMachine::new(retry(2), handler(2, true)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (
+                    StepEvent::Exited(fail()),
+                    Action::Wait {
+                        delay: secs(1),
+                        next: 2,
+                    },
+                ),
+                (StepEvent::TimerFired, Action::Spawn { run: 1, attempt: 2 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Spawn { run: 2, attempt: 1 },
+                ),
+                (
+                    StepEvent::Exited(fail()),
+                    Action::Wait {
+                        delay: secs(1),
+                        next: 2,
+                    },
+                ),
+                (StepEvent::TimerFired, Action::Spawn { run: 2, attempt: 2 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 2 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Finish(Outcome::Failed),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn skip_and_cancel() {
+        script(
+            StepMachine::new(RetryPolicy::none(), HandlerPolicy::none()),
+            &[(StepEvent::Skip, Action::Finish(Outcome::Skipped))],
+        );
+        script(
+            StepMachine::new(retry(3), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Cancel, Action::Kill),
+            ],
+        );
+        script(
+            StepMachine::new(retry(3), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (
+                    StepEvent::Exited(fail()),
+                    Action::Wait {
+                        delay: secs(1),
+                        next: 2,
+                    },
+                ),
+                (StepEvent::Cancel, Action::Finish(Outcome::Cancelled)),
+            ],
+        );
+    }
+
+    /// Every (state, event) pair is decided: impossible pairs say `Invalid`, nothing panics.
+    #[test]
+    fn every_state_event_pair_is_decided() {
+        let states = [
+            StepState::Pending,
+            StepState::Running {
+                run: 1,
+                attempt: 1,
+                run_started: Duration::ZERO,
+            },
+            StepState::Backoff {
+                run: 1,
+                next: 2,
+                run_started: Duration::ZERO,
+            },
+            StepState::Fallback { run: 1 },
+            StepState::Handling { run: 1 },
+            StepState::Done(Outcome::Succeeded),
+        ];
+        let events = [
+            StepEvent::Start,
+            StepEvent::Skip,
+            StepEvent::Exited(ok()),
+            StepEvent::Exited(fail()),
+            StepEvent::TimerFired,
+            StepEvent::HandlerDone { ok: true },
+            StepEvent::HandlerDone { ok: false },
+            StepEvent::Cancel,
+        ];
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut valid = 0;
+        for state in &states {
+            for event in &events {
+                let mut m = StepMachine::new(
+                    RetryPolicy {
+                        exhausted: Exhausted::Fallback,
+                        ..retry(3)
+                    },
+                    handler(2, true),
+                );
+                m.state = state.clone();
+                let action = m.on_event(event.clone(), secs(1), &mut rng);
+                let expect_invalid = matches!(
+                    (state, event),
+                    (
+                        StepState::Pending,
+                        StepEvent::Exited(_)
+                            | StepEvent::TimerFired
+                            | StepEvent::HandlerDone { .. }
+                    ) | (
+                        StepState::Running { .. },
+                        StepEvent::Start
+                            | StepEvent::Skip
+                            | StepEvent::TimerFired
+                            | StepEvent::HandlerDone { .. }
+                    ) | (
+                        StepState::Backoff { .. },
+                        StepEvent::Start
+                            | StepEvent::Skip
+                            | StepEvent::Exited(_)
+                            | StepEvent::HandlerDone { .. }
+                    ) | (
+                        StepState::Fallback { .. },
+                        StepEvent::Start
+                            | StepEvent::Skip
+                            | StepEvent::TimerFired
+                            | StepEvent::HandlerDone { .. }
+                    ) | (
+                        StepState::Handling { .. },
+                        StepEvent::Start
+                            | StepEvent::Skip
+                            | StepEvent::Exited(_)
+                            | StepEvent::TimerFired
+                    ) | (StepState::Done(_), _)
+                );
+                assert_eq!(
+                    action == Action::Invalid,
+                    expect_invalid,
+                    "{state:?} + {event:?} → {action:?}"
+                );
+                if action == Action::Invalid {
+                    assert_eq!(m.state(), state, "an invalid event leaves the state alone");
+                } else {
+                    valid += 1;
+                }
+            }
+        }
+        // 6 states × 8 events, of which 34 cannot happen.
+        assert_eq!(valid, 48 - 34);
+    }
+
+    #[test]
+    fn jitter_stays_in_range_and_is_reproducible() {
+        let policy = RetryPolicy {
+            jitter: Some(0.5),
+            ..retry(4)
+        };
+        let draw = |seed| {
+            let mut rng = StdRng::seed_from_u64(seed);
+            (1..=3)
+                .map(|n| policy.delay(n, &mut rng))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(9), draw(9));
+        for (n, d) in draw(9).iter().enumerate() {
+            let nominal = policy.delays[n].as_secs_f64();
+            assert!(
+                (nominal * 0.5..=nominal * 1.5).contains(&d.as_secs_f64()),
+                "{d:?}"
+            );
+        }
+        let plain = retry(4);
+        let mut rng = StdRng::seed_from_u64(9);
+        assert_eq!(
+            plain.delay(2, &mut rng),
+            secs(2),
+            "no jitter unless enabled"
+        );
+    }
+}
