@@ -10,6 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod exit_code;
 mod lsp;
 mod output;
+mod run;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -52,6 +53,15 @@ enum Command {
     /// Print the JSON Schema (draft 2020-12) of the workflow format, for editors such as
     /// yaml-language-server (see the README).
     Schema,
+    /// Run a workflow: compile it, then run its steps, recording events and a checkpoint
+    /// after every step under `$PRODIGY_HOME` (default `~/.prodigy`).
+    ///
+    /// Exit status: 0 when the workflow succeeds, 1 when it has errors or a step fails it,
+    /// 2 for usage problems, 130/143 when interrupted by SIGINT/SIGTERM (the last line says
+    /// how to resume).
+    Run(run::RunArgs),
+    /// Continue a standard workflow's session after its last completed step.
+    Resume(run::ResumeArgs),
     /// Explain a diagnostic code, e.g. `prodigy explain V001`.
     Explain {
         /// The code, such as `V001` (case-insensitive). Without it, list every code.
@@ -134,6 +144,8 @@ fn main() -> ExitCode {
         Command::Graph(args) => graph(&args),
         Command::Items(args) => items(&args),
         Command::Lsp => lsp::run(),
+        Command::Run(args) => run::run(&args),
+        Command::Resume(args) => run::resume(&args),
         Command::Schema => {
             let schema = prodigy_compiler::schema::schema();
             out(&format!(
@@ -148,11 +160,11 @@ fn main() -> ExitCode {
 }
 
 /// Writes to stdout, ignoring a closed pipe (as `prodigy check ... | head` expects).
-fn out(text: &str) {
+pub(crate) fn out(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
-fn err(text: &str) {
+pub(crate) fn err(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 

@@ -2,4 +2,8 @@
 //!
 //! It consumes only the compiler's [`prodigy_compiler::plan::Plan`] and never reads YAML.
 
+pub mod exec;
 pub mod machine;
+pub mod runner;
+pub mod store;
+pub mod vars;

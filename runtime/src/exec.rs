@@ -1,0 +1,298 @@
+//! Executors: run a shell command, the Claude CLI, or a file write, and report what happened.
+//!
+//! Every command runs in its own process group. A timeout or a cancellation sends SIGTERM
+//! to the whole group, waits a grace period, then sends SIGKILL, so no child outlives it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+use crate::machine::Exit;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Command {
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The working directory.
+    pub cwd: PathBuf,
+    /// Variables added to the environment.
+    pub env: Vec<(String, String)>,
+    /// Start from an empty environment (plus `PATH` and `env`).
+    pub clear_env: bool,
+    /// Kill the process group after this long.
+    pub timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+}
+
+/// What a command produced.
+#[derive(Clone, Debug, Default)]
+pub struct Output {
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Killed by the timeout.
+    pub timed_out: bool,
+    /// Killed by a cancellation.
+    pub cancelled: bool,
+    /// Could not start; the reason is in `stderr`.
+    pub spawn_error: bool,
+    /// Wall time.
+    pub duration: Duration,
+}
+
+impl Output {
+    /// The failure as the machine sees it.
+    pub fn exit(&self) -> Exit {
+        Exit {
+            code: self.code,
+            timed_out: self.timed_out,
+            spawn_error: self.spawn_error || self.cancelled,
+            text: format!("{}{}", self.stdout, self.stderr),
+        }
+    }
+
+    /// A failure that happened before any process ran (an undefined variable, a bad path).
+    pub fn error(message: impl Into<String>) -> Self {
+        Output {
+            stderr: message.into(),
+            spawn_error: true,
+            ..Output::default()
+        }
+    }
+}
+
+/// The shell command `sh -c TEXT`.
+pub fn shell(text: &str) -> (String, Vec<String>) {
+    ("sh".to_owned(), vec!["-c".to_owned(), text.to_owned()])
+}
+
+/// The Claude CLI with TEXT: `PRODIGY_CLAUDE_COMMAND` (program and leading arguments) or
+/// `claude`, then `--print --dangerously-skip-permissions TEXT`.
+pub fn claude(text: &str, override_command: Option<&str>) -> (String, Vec<String>) {
+    let words: Vec<String> = override_command
+        .unwrap_or("claude")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let (program, mut args) = match words.split_first() {
+        Some((p, rest)) => (p.clone(), rest.to_vec()),
+        None => ("claude".to_owned(), Vec::new()),
+    };
+    args.extend([
+        "--print".to_owned(),
+        "--dangerously-skip-permissions".to_owned(),
+        text.to_owned(),
+    ]);
+    (program, args)
+}
+
+/// Whether a program can be found on `PATH` (or is a path that exists).
+pub fn program_exists(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Runs a command to completion, or until its timeout or `cancel` fires.
+pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Output {
+    let started = Instant::now();
+    let mut process = tokio::process::Command::new(&command.program);
+    process
+        .args(&command.args)
+        .current_dir(&command.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if command.clear_env {
+        process.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            process.env("PATH", path);
+        }
+    }
+    process.envs(command.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut child = match process.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return Output {
+                stderr: format!("cannot start `{}`: {e}", command.program),
+                spawn_error: true,
+                duration: started.elapsed(),
+                ..Output::default()
+            };
+        }
+    };
+    let pid = child.id().and_then(|id| i32::try_from(id).ok());
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let read_out = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_end(&mut buf).await;
+        }
+        buf
+    });
+    let read_err = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.read_to_end(&mut buf).await;
+        }
+        buf
+    });
+    let deadline = async {
+        match command.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut output = Output::default();
+    let status = tokio::select! {
+        status = child.wait() => status.ok(),
+        () = deadline => {
+            output.timed_out = true;
+            terminate(&mut child, pid, command.grace).await
+        }
+        () = cancelled(cancel) => {
+            output.cancelled = true;
+            terminate(&mut child, pid, command.grace).await
+        }
+    };
+    if output.timed_out || output.cancelled {
+        // Whatever the group left behind goes too.
+        signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+    // A background child may hold the pipes open; do not wait for it forever.
+    let grace = Duration::from_millis(200);
+    output.stdout = String::from_utf8_lossy(
+        &tokio::time::timeout(grace, read_out)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+    )
+    .into_owned();
+    output.stderr = String::from_utf8_lossy(
+        &tokio::time::timeout(grace, read_err)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+    )
+    .into_owned();
+    output.code = status.and_then(|s| s.code());
+    if output.timed_out
+        && let Some(t) = command.timeout
+    {
+        output.stderr.push_str("\nprodigy: timed out after ");
+        output
+            .stderr
+            .push_str(&humantime::format_duration(t).to_string());
+    }
+    output.duration = started.elapsed();
+    output
+}
+
+async fn cancelled(cancel: &mut watch::Receiver<bool>) {
+    loop {
+        if *cancel.borrow() {
+            return;
+        }
+        if cancel.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn signal_group(pid: Option<i32>, signal: nix::sys::signal::Signal) {
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
+/// SIGTERM to the group, a grace period, then SIGKILL.
+async fn terminate(
+    child: &mut tokio::process::Child,
+    pid: Option<i32>,
+    grace: Duration,
+) -> Option<std::process::ExitStatus> {
+    signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+        return status.ok();
+    }
+    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    child.wait().await.ok()
+}
+
+/// `write_file`: the path must stay inside `cwd`; JSON and YAML are validated (JSON is
+/// pretty-printed); `mode` sets the permission bits.
+pub fn write_file(
+    cwd: &Path,
+    path: &str,
+    content: &str,
+    format: prodigy_compiler::ast::WriteFormat,
+    mode: u32,
+    create_dirs: bool,
+) -> Output {
+    use prodigy_compiler::ast::WriteFormat;
+    let relative = Path::new(path);
+    if relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Output::error(format!(
+            "`write_file` path `{path}` leaves the working directory"
+        ));
+    }
+    let text = match format {
+        WriteFormat::Text => content.to_owned(),
+        WriteFormat::Json => match serde_json::from_str::<serde_json::Value>(content) {
+            Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default() + "\n",
+            Err(e) => return Output::error(format!("`write_file` content is not valid JSON: {e}")),
+        },
+        WriteFormat::Yaml => {
+            let file = prodigy_compiler::source::SourceFile::new(path, content);
+            let parsed = prodigy_compiler::syntax::parse(&file);
+            if let Some(d) = parsed.diagnostics.first() {
+                return Output::error(format!(
+                    "`write_file` content is not valid YAML: {}",
+                    d.message
+                ));
+            }
+            content.to_owned()
+        }
+    };
+    let target = cwd.join(relative);
+    if create_dirs
+        && let Some(parent) = target.parent()
+        && let Err(e) = std::fs::create_dir_all(parent)
+    {
+        return Output::error(format!("cannot create `{}`: {e}", parent.display()));
+    }
+    if let Err(e) = std::fs::write(&target, &text) {
+        return Output::error(format!("cannot write `{path}`: {e}"));
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode));
+    }
+    Output {
+        stdout: format!("Wrote {} bytes to {path}\n", text.len()),
+        code: Some(0),
+        ..Output::default()
+    }
+}

@@ -1,0 +1,1176 @@
+//! The driver: walks a standard workflow's plan step by step, feeding each step's
+//! [`StepMachine`] with what the executors report, recording every event before acting on
+//! it, and writing a checkpoint after every step.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use futures::StreamExt;
+use futures::future::LocalBoxFuture as BoxFuture;
+use prodigy_compiler::ast::{self, CaptureFormat, EnvValue, SecretSource};
+use prodigy_compiler::plan::{Plan, PlanCommand, PlanStep, StepId};
+use prodigy_grammar::template::Template;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::exec::{self, Command, Output};
+use crate::machine::{
+    Action, Exhausted, HandlerPolicy, Matcher, Outcome, RetryPolicy, StepEvent, StepMachine,
+};
+use crate::store::{Checkpoint, EventLog, Layout};
+use crate::vars::Vars;
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The workflow file (for checkpoints and resume).
+    pub workflow: PathBuf,
+    /// A hash of the workflow text.
+    pub workflow_hash: String,
+    /// Where commands run.
+    pub project: PathBuf,
+    /// `$PRODIGY_HOME` and the project name.
+    pub layout: Layout,
+    /// `--param K=V`.
+    pub params: Vec<(String, String)>,
+    /// `--args`.
+    pub args: Vec<String>,
+    /// `--profile`.
+    pub profile: Option<String>,
+    /// `PRODIGY_CLAUDE_COMMAND`.
+    pub claude_command: Option<String>,
+    /// `-v` (1: step output; 2: also commands and timings).
+    pub verbose: u8,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// Seed for jitter.
+    pub seed: u64,
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Every step succeeded or was allowed to fail.
+    Succeeded,
+    /// A step failed the workflow.
+    Failed,
+    /// A signal stopped it.
+    Interrupted,
+}
+
+/// What a run reports.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// The session.
+    pub session_id: String,
+    /// The step that failed, if one did.
+    pub failed_step: Option<String>,
+    /// The event log.
+    pub events: PathBuf,
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A secret's source is missing.
+    #[error("secret `{name}`: {why}")]
+    Secret {
+        /// The secret.
+        name: String,
+        /// What is missing.
+        why: String,
+    },
+    /// The Claude program is missing.
+    #[error(
+        "the workflow has `claude` steps but `{program}` is not installed; install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
+    )]
+    ClaudeMissing {
+        /// The program looked for.
+        program: String,
+    },
+    /// An env value could not be computed.
+    #[error("env `{name}`: {why}")]
+    Env {
+        /// The variable.
+        name: String,
+        /// Why.
+        why: String,
+    },
+    /// `--profile` names no profile.
+    #[error("no profile named `{0}`")]
+    Profile(String),
+    /// The store could not be written.
+    #[error("cannot write under {path}: {source}")]
+    Store {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// One run of a plan.
+pub struct Runner {
+    plan: Arc<Plan>,
+    opts: Options,
+    session: String,
+    log: Mutex<EventLog>,
+    cancel: watch::Receiver<bool>,
+    rng: Mutex<StdRng>,
+    started: Instant,
+    started_at: String,
+    secrets: Mutex<Vec<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Runner {
+    /// A runner for a new session, or for the session of `resume`.
+    pub fn new(
+        plan: Arc<Plan>,
+        opts: Options,
+        cancel: watch::Receiver<bool>,
+        resume: Option<&Checkpoint>,
+    ) -> Result<Self, StartError> {
+        let session = resume.map_or_else(crate::store::session_id, |c| c.session_id.clone());
+        let log = EventLog::open(&opts.layout, &session).map_err(|source| StartError::Store {
+            path: opts.layout.home.clone(),
+            source,
+        })?;
+        let seed = opts.seed;
+        Ok(Runner {
+            plan,
+            opts,
+            session,
+            log: Mutex::new(log),
+            cancel,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            started: Instant::now(),
+            started_at: resume.map_or_else(crate::store::timestamp, |c| c.started_at.clone()),
+            secrets: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The session id.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    fn mask(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in lock(&self.secrets).iter() {
+            out = out.replace(secret.as_str(), "***");
+        }
+        out
+    }
+
+    fn record(&self, event: &str, fields: Value) {
+        let secrets = lock(&self.secrets).clone();
+        let masked = if secrets.is_empty() {
+            fields
+        } else {
+            Vars {
+                secrets,
+                ..Vars::default()
+            }
+            .mask_json(&fields)
+        };
+        lock(&self.log).record(event, masked);
+    }
+
+    fn say(&self, text: &str) {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), "{}", self.mask(text));
+    }
+
+    fn cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// The variables a run starts with: env files, workflow env, profile, secrets, args and
+    /// params (SPEC §1 precedence, lowest first).
+    pub async fn initial_vars(&self) -> Result<Vars, StartError> {
+        let mut vars = Vars::default();
+        for file in &self.plan.env_files {
+            let path = self.opts.project.join(&file.value);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                for line in text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                {
+                    if let Some((k, v)) = line.split_once('=') {
+                        let v = v.trim().trim_matches('"').trim_matches('\'');
+                        vars.set_exported(
+                            k.trim().trim_start_matches("export ").trim(),
+                            Value::String(v.to_owned()),
+                        );
+                    }
+                }
+            }
+        }
+        for (i, arg) in self.opts.args.iter().enumerate() {
+            if i == 0 {
+                vars.set_exported("ARG", Value::String(arg.clone()));
+            }
+            vars.set_exported(format!("ARG_{}", i + 1), Value::String(arg.clone()));
+        }
+        for (k, v) in &self.opts.params {
+            vars.set_exported(k.clone(), Value::String(v.clone()));
+        }
+        let mut secrets = Vec::new();
+        for secret in &self.plan.secrets {
+            let value = match &secret.source {
+                SecretSource::Env(name) => {
+                    std::env::var(&name.value).map_err(|_| StartError::Secret {
+                        name: secret.name.value.clone(),
+                        why: format!("environment variable `{}` is not set", name.value),
+                    })?
+                }
+                SecretSource::File(path) => {
+                    std::fs::read_to_string(self.opts.project.join(&path.value))
+                        .map(|t| t.trim().to_owned())
+                        .map_err(|e| StartError::Secret {
+                            name: secret.name.value.clone(),
+                            why: format!("cannot read `{}`: {e}", path.value),
+                        })?
+                }
+            };
+            vars.add_secret(&value);
+            lock(&self.secrets).push(value.clone());
+            secrets.push((secret.name.value.clone(), value));
+        }
+        for var in &self.plan.env {
+            let value = self
+                .env_value(&var.name.value, &var.value, &mut vars)
+                .await?;
+            vars.set_exported(var.name.value.clone(), value);
+        }
+        if let Some(name) = &self.opts.profile {
+            let profile = self
+                .plan
+                .profiles
+                .iter()
+                .find(|p| &p.name.value == name)
+                .ok_or_else(|| StartError::Profile(name.clone()))?;
+            for var in &profile.env {
+                let value = self
+                    .env_value(&var.name.value, &var.value, &mut vars)
+                    .await?;
+                vars.set_exported(var.name.value.clone(), value);
+            }
+        }
+        // Secrets last: they win over everything.
+        for (name, value) in secrets {
+            vars.set_exported(name, Value::String(value));
+        }
+        vars.secrets.clone_from(&lock(&self.secrets));
+        Ok(vars)
+    }
+
+    async fn env_value(
+        &self,
+        name: &str,
+        value: &EnvValue,
+        vars: &mut Vars,
+    ) -> Result<Value, StartError> {
+        let render = |t: &ast::Template, vars: &Vars| {
+            t.parsed.render(vars).map_err(|e| StartError::Env {
+                name: name.to_owned(),
+                why: e.to_string(),
+            })
+        };
+        Ok(match value {
+            EnvValue::Static(t) => Value::String(render(t, vars)?),
+            EnvValue::Masked(t) => {
+                let text = render(t, vars)?;
+                vars.add_secret(&text);
+                lock(&self.secrets).push(text.clone());
+                Value::String(text)
+            }
+            EnvValue::Dynamic { command, .. } => {
+                let text = render(command, vars)?;
+                let (program, args) = exec::shell(&text);
+                let cmd = Command {
+                    program,
+                    args,
+                    cwd: self.opts.project.clone(),
+                    env: vars.environment(),
+                    clear_env: false,
+                    timeout: Some(Duration::from_mins(5)),
+                    grace: self.opts.grace,
+                };
+                let out = exec::run(&cmd, &mut self.cancel.clone()).await;
+                if out.code != Some(0) {
+                    return Err(StartError::Env {
+                        name: name.to_owned(),
+                        why: format!("`{text}` failed: {}", out.stderr.trim()),
+                    });
+                }
+                Value::String(out.stdout.trim().to_owned())
+            }
+            EnvValue::Conditional {
+                condition,
+                when_true,
+                when_false,
+            } => {
+                let test = condition.parsed.test(vars).map_err(|e| StartError::Env {
+                    name: name.to_owned(),
+                    why: e.to_string(),
+                })?;
+                Value::String(render(if test { when_true } else { when_false }, vars)?)
+            }
+        })
+    }
+
+    /// Checks what must hold before the first step: the Claude program.
+    pub fn preflight(&self) -> Result<(), StartError> {
+        let uses_claude = self
+            .plan
+            .steps
+            .iter()
+            .any(|s| matches!(s.command, PlanCommand::Claude(_)));
+        if uses_claude {
+            let (program, _) = exec::claude("", self.opts.claude_command.as_deref());
+            if !exec::program_exists(&program) {
+                return Err(StartError::ClaudeMissing { program });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the standard workflow's steps from `start` (0 for a new run).
+    pub async fn run(&self, mut vars: Vars, start: usize) -> Report {
+        self.record("workflow_started", json!({"workflow": self.plan.name, "session_id": self.session, "resumed_at_step": start, "steps": self.plan.commands.len()}));
+        let total = self.plan.commands.len();
+        let mut outcome = RunOutcome::Succeeded;
+        let mut failed_step = None;
+        let mut next = start;
+        for (index, &id) in self.plan.commands.iter().enumerate().skip(start) {
+            if self.cancelled() {
+                outcome = RunOutcome::Interrupted;
+                break;
+            }
+            let label = self
+                .plan
+                .step(id)
+                .map(|s| s.label.clone())
+                .unwrap_or_default();
+            vars.set("step", json!({"name": label, "index": index}));
+            self.say(&format!("[{}/{total}] {label}", index + 1));
+            let step_outcome = self.run_step(id, &mut vars, Some(index)).await;
+            match step_outcome {
+                Outcome::Cancelled => {
+                    outcome = RunOutcome::Interrupted;
+                    break;
+                }
+                o if o.continues() => next = index + 1,
+                _ => {
+                    outcome = RunOutcome::Failed;
+                    failed_step = Some(label);
+                    break;
+                }
+            }
+            self.checkpoint(&vars, next, "running");
+        }
+        let status = match outcome {
+            RunOutcome::Succeeded => "completed",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Interrupted => "interrupted",
+        };
+        self.checkpoint(&vars, next, status);
+        self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "duration_secs": self.started.elapsed().as_secs_f64()}));
+        let events = lock(&self.log).path.clone();
+        Report {
+            outcome,
+            session_id: self.session.clone(),
+            failed_step,
+            events,
+        }
+    }
+
+    fn checkpoint(&self, vars: &Vars, next_step: usize, status: &str) {
+        let secrets = lock(&self.secrets).clone();
+        let masked = Vars {
+            secrets,
+            ..Vars::default()
+        };
+        let checkpoint = Checkpoint {
+            version: 1,
+            session_id: self.session.clone(),
+            workflow: self.opts.workflow.clone(),
+            project: self.opts.project.clone(),
+            workflow_hash: self.opts.workflow_hash.clone(),
+            next_step,
+            status: status.to_owned(),
+            variables: masked.mask_json(&json!({"values": vars.values, "meta": vars.meta})),
+            params: self.opts.params.clone(),
+            args: self.opts.args.clone(),
+            profile: self.opts.profile.clone(),
+            started_at: self.started_at.clone(),
+            updated_at: crate::store::timestamp(),
+        };
+        match checkpoint.save(&self.opts.layout) {
+            Ok(path) => self.record(
+                "checkpoint_saved",
+                json!({"next_step": next_step, "status": status, "path": path}),
+            ),
+            Err(e) => self.say(&format!("warning: cannot write the checkpoint: {e}")),
+        }
+    }
+
+    /// Runs one step to its outcome.
+    pub fn run_step<'a>(
+        &'a self,
+        id: StepId,
+        vars: &'a mut Vars,
+        index: Option<usize>,
+    ) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            let Some(step) = self.plan.step(id) else {
+                return Outcome::Failed;
+            };
+            let fields = crate::store::step_fields(index, &step.label, id.0);
+            self.record("step_started", fields.clone());
+            if let Some(when) = &step.when {
+                match when.parsed.test(vars) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.record(
+                            "step_skipped",
+                            json!({"step": step.label, "when": when.value}),
+                        );
+                        if self.opts.verbose > 0 {
+                            self.say(&format!("  skipped: `when: {}` is false", when.value));
+                        }
+                        return Outcome::Skipped;
+                    }
+                    Err(e) => {
+                        self.record(
+                            "step_failed",
+                            json!({"step": step.label, "error": format!("when: {e}")}),
+                        );
+                        self.say(&format!("  error: `when` of `{}`: {e}", step.label));
+                        return Outcome::Failed;
+                    }
+                }
+            }
+            let head_before = if step.commit_required || step.auto_commit {
+                git_head(&self.opts.project)
+            } else {
+                None
+            };
+            let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
+            let mut last: Option<Output> = None;
+            let mut action = machine.on_event(
+                StepEvent::Start,
+                self.started.elapsed(),
+                &mut *lock(&self.rng),
+            );
+            let mut outcome = loop {
+                match action {
+                    Action::Spawn { run, attempt } => {
+                        self.record(
+                            "attempt_started",
+                            json!({"step": step.label, "run": run, "attempt": attempt}),
+                        );
+                        let out = self.execute(step, vars).await;
+                        self.record(
+                            "attempt_finished",
+                            json!({"step": step.label, "run": run, "attempt": attempt, "exit_code": out.code, "timed_out": out.timed_out, "success": out.exit().success(), "duration_secs": out.duration.as_secs_f64()}),
+                        );
+                        self.show_output(step, &out);
+                        set_last_command(vars, step, &out);
+                        let event = if out.cancelled {
+                            StepEvent::Cancel
+                        } else {
+                            StepEvent::Exited(out.exit())
+                        };
+                        last = Some(out);
+                        action =
+                            machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
+                    }
+                    Action::Wait { delay, next } => {
+                        self.record("retry_scheduled", json!({"step": step.label, "next_attempt": next, "delay_secs": delay.as_secs_f64()}));
+                        if self.opts.verbose > 0 {
+                            self.say(&format!(
+                                "  retrying in {} (attempt {next})",
+                                humantime::format_duration(delay)
+                            ));
+                        }
+                        let mut cancel = self.cancel.clone();
+                        let event = tokio::select! {
+                            () = tokio::time::sleep(delay) => StepEvent::TimerFired,
+                            () = wait_cancel(&mut cancel) => StepEvent::Cancel,
+                        };
+                        action =
+                            machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
+                    }
+                    Action::RunFallback => {
+                        let out = match step.retry.as_ref().map(|r| &r.config.on_failure) {
+                            Some(ast::RetryExhausted::Fallback(t)) => {
+                                self.record("fallback_started", json!({"step": step.label}));
+                                self.run_command(&exec::shell, t, step, vars).await
+                            }
+                            _ => Output::error("internal error: no fallback command"),
+                        };
+                        set_last_command(vars, step, &out);
+                        let event = StepEvent::Exited(out.exit());
+                        last = Some(out);
+                        action =
+                            machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
+                    }
+                    Action::RunHandler { run } => {
+                        let ok = self.handle_failure(step, vars, run, last.as_ref()).await;
+                        if self.cancelled() {
+                            break Outcome::Cancelled;
+                        }
+                        action = machine.on_event(
+                            StepEvent::HandlerDone { ok },
+                            self.started.elapsed(),
+                            &mut *lock(&self.rng),
+                        );
+                    }
+                    Action::Finish(outcome) => break outcome,
+                    Action::Kill => break Outcome::Cancelled,
+                    Action::Invalid => {
+                        self.record(
+                            "internal_error",
+                            json!({"step": step.label, "state": format!("{:?}", machine.state())}),
+                        );
+                        self.say(&format!(
+                            "internal error in step `{}`: please report it",
+                            step.label
+                        ));
+                        break Outcome::Failed;
+                    }
+                }
+            };
+            if let Some(out) = &last
+                && outcome != Outcome::Cancelled
+                && let Err(why) = self.capture(step, vars, out)
+            {
+                self.say(&format!("  error: {why}"));
+                self.record("capture_failed", json!({"step": step.label, "error": why}));
+                outcome = Outcome::Failed;
+            }
+            if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
+                outcome = self.after_success(step, vars, head_before, outcome).await;
+            }
+            if let (Some(out), true) = (&last, outcome.continues()) {
+                for (code, steps) in &step.on_exit_code {
+                    if out.code == Some(*code) {
+                        self.record(
+                            "exit_code_handler_started",
+                            json!({"step": step.label, "exit_code": code}),
+                        );
+                        if !self.run_list(steps, vars).await {
+                            outcome = Outcome::Failed;
+                        }
+                    }
+                }
+            }
+            self.record(
+                "step_finished",
+                json!({"step": step.label, "outcome": outcome}),
+            );
+            if !outcome.continues() && outcome != Outcome::Cancelled {
+                let detail = last
+                    .as_ref()
+                    .map(|o| o.stderr.trim().lines().last().unwrap_or("").to_owned())
+                    .unwrap_or_default();
+                self.say(&format!(
+                    "  failed: {}{}",
+                    step.label,
+                    if detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {detail}")
+                    }
+                ));
+            }
+            outcome
+        })
+    }
+
+    /// Runs a list of steps in order; false when one fails the list.
+    fn run_list<'a>(&'a self, steps: &'a [StepId], vars: &'a mut Vars) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            for &id in steps {
+                if !self.run_step(id, vars, None).await.continues() {
+                    return false;
+                }
+            }
+            true
+        })
+    }
+
+    async fn handle_failure(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        run: u32,
+        last: Option<&Output>,
+    ) -> bool {
+        let Some(on_failure) = &step.on_failure else {
+            return true;
+        };
+        let error = last.map_or_else(|| json!({}), |o| {
+            json!({"message": o.stderr.trim_end(), "exit_code": o.code.unwrap_or(-1), "step": step.label, "timestamp": crate::store::timestamp()})
+        });
+        vars.set("error", error);
+        vars.set("attempt", json!(run));
+        self.record(
+            "handler_started",
+            json!({"step": step.label, "run": run, "strategy": on_failure.strategy}),
+        );
+        let mut ok = true;
+        let mut combined = String::new();
+        for &id in &on_failure.handler {
+            let continue_on_error = self.plan.step(id).is_some_and(|s| s.continue_on_error);
+            let outcome = self.run_step(id, vars, None).await;
+            if let Some(Value::Object(shell)) = vars.values.get("shell") {
+                combined.push_str(shell.get("output").and_then(Value::as_str).unwrap_or(""));
+            }
+            if !matches!(
+                outcome,
+                Outcome::Succeeded | Outcome::Recovered | Outcome::Skipped
+            ) && !continue_on_error
+            {
+                ok = false;
+                break;
+            }
+        }
+        for name in &on_failure.capture {
+            vars.set(name.clone(), Value::String(combined.clone()));
+        }
+        vars.values.remove("error");
+        self.record(
+            "handler_finished",
+            json!({"step": step.label, "run": run, "success": ok}),
+        );
+        ok
+    }
+
+    /// Validation, commits and `on_success` after a successful run.
+    async fn after_success(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        head_before: Option<String>,
+        mut outcome: Outcome,
+    ) -> Outcome {
+        if let Some(validate) = &step.validate {
+            outcome = self.validate(step, validate, vars, outcome).await;
+            if !outcome.continues() {
+                return outcome;
+            }
+        }
+        if step.auto_commit {
+            let message = step
+                .commit_config
+                .as_ref()
+                .and_then(|c| c.message_template.as_ref())
+                .and_then(|t| t.parsed.render(vars).ok())
+                .unwrap_or_else(|| format!("prodigy: {}", step.label));
+            auto_commit(&self.opts.project, &message);
+        }
+        if step.commit_required {
+            let head_after = git_head(&self.opts.project);
+            if head_after.is_none() || head_after == head_before {
+                self.record(
+                    "step_failed",
+                    json!({"step": step.label, "error": "CommitValidationFailed"}),
+                );
+                self.say(&format!(
+                    "  error: `{}` requires a commit and made none (CommitValidationFailed)",
+                    step.label
+                ));
+                return Outcome::Failed;
+            }
+        }
+        if !step.on_success.is_empty() {
+            self.record("success_handler_started", json!({"step": step.label}));
+            if !self.run_list(&step.on_success, vars).await {
+                return Outcome::Failed;
+            }
+        }
+        outcome
+    }
+
+    async fn validate(
+        &self,
+        step: &PlanStep,
+        validate: &prodigy_compiler::plan::PlanValidate,
+        vars: &mut Vars,
+        outcome: Outcome,
+    ) -> Outcome {
+        let rounds = validate
+            .on_incomplete
+            .as_ref()
+            .map_or(1, |o| o.max_attempts.max(1));
+        for round in 1..=rounds {
+            let ok = self.run_list(&validate.commands, vars).await;
+            let result = self.validation_result(validate, vars, ok);
+            let completion = result
+                .get("completion_percentage")
+                .and_then(Value::as_f64)
+                .unwrap_or(if ok { 100.0 } else { 0.0 });
+            let complete = completion >= validate.threshold;
+            let missing = result.get("missing").cloned().unwrap_or(json!([]));
+            vars.set(
+                "validation",
+                json!({"completion": completion, "missing": missing, "gaps": result.get("gaps").cloned().unwrap_or(json!({})), "status": result.get("status").cloned().unwrap_or(json!(if complete {"complete"} else {"incomplete"})), "attempt_number": round}),
+            );
+            self.record("validation_finished", json!({"step": step.label, "round": round, "completion": completion, "complete": complete}));
+            if complete {
+                return outcome;
+            }
+            let Some(on_incomplete) = &validate.on_incomplete else {
+                self.say(&format!(
+                    "  warning: validation of `{}` is incomplete ({completion}% < {}%)",
+                    step.label, validate.threshold
+                ));
+                return outcome;
+            };
+            if round == rounds {
+                if on_incomplete.fail_workflow {
+                    self.say(&format!("  error: validation of `{}` still incomplete after {rounds} attempts ({completion}%)", step.label));
+                    return Outcome::Failed;
+                }
+                self.say(&format!(
+                    "  warning: validation of `{}` still incomplete ({completion}%)",
+                    step.label
+                ));
+                return outcome;
+            }
+            if !self.run_list(&on_incomplete.commands, vars).await {
+                return Outcome::Failed;
+            }
+        }
+        outcome
+    }
+
+    fn validation_result(
+        &self,
+        validate: &prodigy_compiler::plan::PlanValidate,
+        vars: &Vars,
+        ok: bool,
+    ) -> Value {
+        let text = match &validate.result_file {
+            Some(t) => t
+                .parsed
+                .render(vars)
+                .ok()
+                .and_then(|p| std::fs::read_to_string(self.opts.project.join(p)).ok()),
+            None => vars
+                .values
+                .get("shell")
+                .and_then(|s| s.get("output"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        };
+        text.and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_else(|| json!({"completion_percentage": if ok {100.0} else {0.0}}))
+    }
+
+    /// Renders and runs a step's command.
+    async fn execute(&self, step: &PlanStep, vars: &mut Vars) -> Output {
+        match &step.command {
+            PlanCommand::Shell(t) => self.run_command(&exec::shell, t, step, vars).await,
+            PlanCommand::Claude(t) => {
+                let claude = |text: &str| exec::claude(text, self.opts.claude_command.as_deref());
+                self.run_command(&claude, t, step, vars).await
+            }
+            PlanCommand::WriteFile(w) => {
+                let (path, content) =
+                    match (w.path.parsed.render(vars), w.content.parsed.render(vars)) {
+                        (Ok(p), Ok(c)) => (p, c),
+                        (Err(e), _) | (_, Err(e)) => return Output::error(e.to_string()),
+                    };
+                let cwd = self.cwd(step, vars);
+                exec::write_file(&cwd, &path, &content, w.format, w.mode, w.create_dirs)
+            }
+            PlanCommand::Foreach {
+                input,
+                parallel,
+                steps,
+                continue_on_error,
+                max_items,
+            } => {
+                self.foreach(
+                    step,
+                    vars,
+                    input,
+                    *parallel,
+                    steps,
+                    *continue_on_error,
+                    *max_items,
+                )
+                .await
+            }
+        }
+    }
+
+    fn cwd(&self, step: &PlanStep, vars: &Vars) -> PathBuf {
+        match step
+            .working_dir
+            .as_ref()
+            .and_then(|t| t.parsed.render(vars).ok())
+        {
+            Some(dir) => self.opts.project.join(dir),
+            None => self.opts.project.clone(),
+        }
+    }
+
+    async fn run_command(
+        &self,
+        build: &dyn Fn(&str) -> (String, Vec<String>),
+        template: &ast::Template,
+        step: &PlanStep,
+        vars: &Vars,
+    ) -> Output {
+        let text = match template.parsed.render(vars) {
+            Ok(text) => text,
+            Err(e) => return Output::error(format!("{e} in `{}`", self.mask(&template.value))),
+        };
+        if self.opts.verbose > 1 {
+            self.say(&format!("  $ {text}"));
+        }
+        let (program, args) = build(&text);
+        let mut env = vars.environment();
+        for var in &step.env {
+            if let EnvValue::Static(t) | EnvValue::Masked(t) = &var.value {
+                match t.parsed.render(vars) {
+                    Ok(v) => env.push((var.name.value.clone(), v)),
+                    Err(e) => return Output::error(format!("env `{}`: {e}", var.name.value)),
+                }
+            }
+        }
+        if matches!(step.command, PlanCommand::Claude(_)) {
+            env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
+        }
+        // Secrets win over step env.
+        for (name, value) in vars.environment() {
+            if vars.exported.contains(&name)
+                && self.plan.secrets.iter().any(|s| s.name.value == name)
+            {
+                env.push((name, value));
+            }
+        }
+        let command = Command {
+            program,
+            args,
+            cwd: self.cwd(step, vars),
+            env,
+            clear_env: step.clear_env,
+            timeout: step.timeout,
+            grace: self.opts.grace,
+        };
+        let output = exec::run(&command, &mut self.cancel.clone()).await;
+        if let Some(file) = step
+            .output_file
+            .as_ref()
+            .and_then(|t| t.parsed.render(vars).ok())
+        {
+            let _ = std::fs::write(self.opts.project.join(file), self.mask(&output.stdout));
+        }
+        output
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the fields of a foreach, unpacked"
+    )]
+    async fn foreach(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        input: &ast::ForeachInput,
+        parallel: u32,
+        steps: &[StepId],
+        continue_on_error: bool,
+        max_items: Option<u64>,
+    ) -> Output {
+        let mut items: Vec<String> = match input {
+            ast::ForeachInput::Command(t) => {
+                let out = self.run_command(&exec::shell, t, step, vars).await;
+                if out.code != Some(0) {
+                    return out;
+                }
+                out.stdout
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
+            ast::ForeachInput::List(list) => match list
+                .iter()
+                .map(|t| t.parsed.render(vars))
+                .collect::<Result<Vec<_>, _>>()
+            {
+                Ok(items) => items,
+                Err(e) => return Output::error(e.to_string()),
+            },
+        };
+        if let Some(max) = max_items.and_then(|m| usize::try_from(m).ok()) {
+            items.truncate(max);
+        }
+        let total = items.len();
+        let failed = std::sync::atomic::AtomicUsize::new(0);
+        let halted = std::sync::atomic::AtomicBool::new(false);
+        let base = vars.clone();
+        let results = futures::stream::iter(items.into_iter().enumerate())
+            .map(|(index, item)| {
+                let mut item_vars = base.clone();
+                let failed = &failed;
+                let halted = &halted;
+                async move {
+                    if halted.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    item_vars.set("item", Value::String(item));
+                    item_vars.set("index", json!(index));
+                    item_vars.set("total", json!(total));
+                    if !self.run_list(steps, &mut item_vars).await {
+                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if !continue_on_error {
+                            halted.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(usize::try_from(parallel.max(1)).unwrap_or(1));
+        results.collect::<Vec<()>>().await;
+        let failed = failed.into_inner();
+        let summary = format!(
+            "foreach: {total} items, {} succeeded, {failed} failed\n",
+            total.saturating_sub(failed)
+        );
+        Output {
+            stdout: summary,
+            code: Some(i32::from(failed > 0)),
+            ..Output::default()
+        }
+    }
+
+    fn show_output(&self, step: &PlanStep, out: &Output) {
+        if self.opts.verbose > 0 {
+            for line in out.stdout.lines().chain(out.stderr.lines()) {
+                self.say(&format!("  │ {line}"));
+            }
+            if self.opts.verbose > 1 {
+                self.say(&format!(
+                    "  {} exited {:?} in {:.3}s",
+                    step.label,
+                    out.code,
+                    out.duration.as_secs_f64()
+                ));
+            }
+        }
+    }
+
+    /// Typed `capture` and legacy `capture_output` of the last run.
+    fn capture(&self, step: &PlanStep, vars: &mut Vars, out: &Output) -> Result<(), String> {
+        let trim = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
+        if let Some(capture) = &step.capture {
+            let streams = capture.streams;
+            let text = match (streams.stdout, streams.stderr) {
+                (true, true) => format!("{}{}", out.stdout, out.stderr),
+                (false, true) => out.stderr.clone(),
+                (_, false) => out.stdout.clone(),
+            };
+            let text = trim(&text);
+            let name = &capture.name.value;
+            let value = match capture.format {
+                CaptureFormat::String => Value::String(text),
+                CaptureFormat::Number => {
+                    let t = text.trim();
+                    t.parse::<i64>()
+                        .map(Value::from)
+                        .ok()
+                        .or_else(|| {
+                            t.parse::<f64>()
+                                .ok()
+                                .and_then(serde_json::Number::from_f64)
+                                .map(Value::Number)
+                        })
+                        .ok_or_else(|| format!("capture `{name}`: `{t}` is not a number"))?
+                }
+                CaptureFormat::Json => serde_json::from_str(&text)
+                    .map_err(|e| format!("capture `{name}`: not JSON ({e})"))?,
+                CaptureFormat::Lines => {
+                    Value::Array(text.lines().map(|l| Value::String(l.to_owned())).collect())
+                }
+                CaptureFormat::Boolean => match text.trim() {
+                    "true" => Value::Bool(true),
+                    "false" => Value::Bool(false),
+                    _ => Value::Bool(out.exit().success()),
+                },
+            };
+            let mut meta = serde_json::Map::new();
+            if streams.exit_code {
+                meta.insert("exit_code".into(), json!(out.code.unwrap_or(-1)));
+            }
+            if streams.success {
+                meta.insert("success".into(), json!(out.exit().success()));
+            }
+            if streams.duration {
+                meta.insert("duration".into(), json!(out.duration.as_secs_f64()));
+            }
+            meta.insert("stderr".into(), Value::String(trim(&out.stderr)));
+            self.record(
+                "variable_captured",
+                json!({"step": step.label, "name": name, "format": capture.format}),
+            );
+            vars.set(name.clone(), value);
+            vars.meta.insert(name.clone(), Value::Object(meta));
+        }
+        if let Some(name) = &step.capture_output {
+            match name.split_once('.') {
+                Some((root, field)) => {
+                    let mut object = vars
+                        .values
+                        .get(root)
+                        .cloned()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
+                    if let Some(map) = object.as_object_mut() {
+                        map.insert(field.to_owned(), Value::String(trim(&out.stdout)));
+                    }
+                    vars.set(root.to_owned(), object);
+                }
+                None => vars.set(name.clone(), Value::String(trim(&out.stdout))),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `shell.*` / `claude.*` after every command, for handlers and the next step.
+fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
+    let trimmed = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
+    let value = json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": out.code.unwrap_or(-1)});
+    let root = if matches!(step.command, PlanCommand::Claude(_)) {
+        "claude"
+    } else {
+        "shell"
+    };
+    vars.set(root, value);
+}
+
+async fn wait_cancel(cancel: &mut watch::Receiver<bool>) {
+    loop {
+        if *cancel.borrow() {
+            return;
+        }
+        if cancel.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn retry_policy(step: &PlanStep) -> RetryPolicy {
+    let Some(retry) = &step.retry else {
+        return RetryPolicy::none();
+    };
+    let config = &retry.config;
+    RetryPolicy {
+        attempts: config.attempts.max(1),
+        delays: retry.schedule.clone(),
+        max_delay: config.max_delay,
+        jitter: config.jitter.then_some(config.jitter_factor),
+        retry_on: config
+            .retry_on
+            .iter()
+            .filter_map(|m| match m {
+                ast::Matcher::Network => Some(Matcher::Network),
+                ast::Matcher::Timeout => Some(Matcher::Timeout),
+                ast::Matcher::ServerError => Some(Matcher::ServerError),
+                ast::Matcher::RateLimit => Some(Matcher::RateLimit),
+                ast::Matcher::Pattern(p) => regex::Regex::new(&p.value).ok().map(Matcher::Pattern),
+            })
+            .collect(),
+        budget: config.retry_budget,
+        exhausted: match &config.on_failure {
+            ast::RetryExhausted::Stop => Exhausted::Stop,
+            ast::RetryExhausted::Continue => Exhausted::Continue,
+            ast::RetryExhausted::Fallback(_) => Exhausted::Fallback,
+        },
+    }
+}
+
+fn handler_policy(step: &PlanStep) -> HandlerPolicy {
+    match &step.on_failure {
+        None => HandlerPolicy::none(),
+        Some(f) => HandlerPolicy {
+            has_handler: !f.handler.is_empty(),
+            max_attempts: f.max_attempts.max(1),
+            fail_workflow: f.fail_workflow,
+            handler_failure_fatal: f.handler_failure_fatal,
+            recovers: matches!(
+                f.strategy,
+                ast::Strategy::Recovery | ast::Strategy::Fallback
+            ),
+        },
+    }
+}
+
+fn git_head(project: &Path) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(project)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn auto_commit(project: &Path, message: &str) {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(project)
+            .output()
+    };
+    let _ = git(&["add", "-A"]);
+    let clean = git(&["diff", "--cached", "--quiet"]).is_ok_and(|o| o.status.success());
+    if !clean {
+        let _ = git(&["commit", "-q", "-m", message]);
+    }
+}
+
+/// Renders a template for `--dry-run`: references that cannot be resolved yet stay as written.
+pub fn preview(template: &Template, vars: &Vars) -> String {
+    let mut out = String::new();
+    for part in &template.parts {
+        match part {
+            prodigy_grammar::template::Part::Text(t) => out.push_str(t),
+            prodigy_grammar::template::Part::Dollar => out.push('$'),
+            prodigy_grammar::template::Part::Bare { name, .. } => {
+                out.push('$');
+                out.push_str(name);
+            }
+            prodigy_grammar::template::Part::Var(var) => {
+                if let Ok(text) = var.render(vars) {
+                    out.push_str(&text);
+                } else {
+                    out.push_str("${");
+                    out.push_str(&var.path.to_string());
+                    out.push('}');
+                }
+            }
+        }
+    }
+    vars.mask(&out)
+}

@@ -1,0 +1,234 @@
+//! What a run keeps on disk under `$PRODIGY_HOME` (SPEC §9): events as JSON lines, and a
+//! checkpoint after every step, written atomically.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde_json::{Map, Value, json};
+
+/// Where runs of one project keep their files.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// `$PRODIGY_HOME` (default `~/.prodigy`).
+    pub home: PathBuf,
+    /// The project directory's name.
+    pub repo: String,
+}
+
+impl Layout {
+    /// `$PRODIGY_HOME`, else `~/.prodigy`.
+    pub fn home() -> PathBuf {
+        std::env::var_os("PRODIGY_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".prodigy")))
+            .unwrap_or_else(|| PathBuf::from(".prodigy"))
+    }
+
+    /// `events/{repo}/{job_id}/`.
+    pub fn events_dir(&self, job: &str) -> PathBuf {
+        self.home.join("events").join(&self.repo).join(job)
+    }
+
+    /// `state/{repo}/sessions/{session}/`.
+    pub fn session_dir(&self, session: &str) -> PathBuf {
+        self.home
+            .join("state")
+            .join(&self.repo)
+            .join("sessions")
+            .join(session)
+    }
+
+    /// Finds a session's checkpoint in any project.
+    pub fn find_session(home: &Path, session: &str) -> Option<PathBuf> {
+        let state = home.join("state");
+        std::fs::read_dir(state)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|repo| {
+                repo.path()
+                    .join("sessions")
+                    .join(session)
+                    .join("checkpoint.json")
+            })
+            .find(|p| p.is_file())
+    }
+}
+
+/// The time now, as RFC 3339 with milliseconds.
+pub fn timestamp() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// Appends events, one JSON object per line.
+#[derive(Debug)]
+pub struct EventLog {
+    file: Option<File>,
+    job: String,
+    /// The file's path.
+    pub path: PathBuf,
+}
+
+impl EventLog {
+    /// Opens `events-{timestamp}.jsonl` for a job (a session id for standard runs).
+    pub fn open(layout: &Layout, job: &str) -> std::io::Result<Self> {
+        let dir = layout.events_dir(job);
+        std::fs::create_dir_all(&dir)?;
+        let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+            .to_string()
+            .replace(':', "");
+        let path = dir.join(format!("events-{stamp}.jsonl"));
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(EventLog {
+            file: Some(file),
+            job: job.to_owned(),
+            path,
+        })
+    }
+
+    /// An event log that keeps nothing (dry runs).
+    pub fn none() -> Self {
+        EventLog {
+            file: None,
+            job: String::new(),
+            path: PathBuf::new(),
+        }
+    }
+
+    /// Appends an event: `timestamp`, `event_type`, `job_id`, and `fields`. The line is
+    /// written before the caller acts on what it records.
+    pub fn record(&mut self, event_type: &str, fields: Value) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        let mut object = Map::new();
+        object.insert("timestamp".into(), Value::String(timestamp()));
+        object.insert("event_type".into(), Value::String(event_type.to_owned()));
+        object.insert("job_id".into(), Value::String(self.job.clone()));
+        if let Value::Object(extra) = fields {
+            object.extend(extra);
+        }
+        let mut line = Value::Object(object).to_string();
+        line.push('\n');
+        let _ = file.write_all(line.as_bytes());
+    }
+}
+
+/// Writes a file atomically: a temporary file in the same directory, fsync, rename, fsync
+/// of the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+/// A standard run's checkpoint.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Checkpoint {
+    /// Format version.
+    pub version: u32,
+    /// The session.
+    pub session_id: String,
+    /// The workflow file (absolute).
+    pub workflow: PathBuf,
+    /// The project directory (absolute).
+    pub project: PathBuf,
+    /// A hash of the workflow text: resuming a changed workflow is refused.
+    pub workflow_hash: String,
+    /// The index (into the workflow's steps) of the next step to run.
+    pub next_step: usize,
+    /// `running`, `completed`, `failed`, `interrupted`.
+    pub status: String,
+    /// Variables captured so far (secrets masked).
+    pub variables: Value,
+    /// `--param` values.
+    pub params: Vec<(String, String)>,
+    /// `--args` values.
+    pub args: Vec<String>,
+    /// `--profile`.
+    pub profile: Option<String>,
+    /// When the run started.
+    pub started_at: String,
+    /// When this checkpoint was written.
+    pub updated_at: String,
+}
+
+impl Checkpoint {
+    /// Writes the checkpoint atomically.
+    pub fn save(&self, layout: &Layout) -> std::io::Result<PathBuf> {
+        let path = layout.session_dir(&self.session_id).join("checkpoint.json");
+        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        write_atomic(&path, &text)?;
+        Ok(path)
+    }
+
+    /// Reads a checkpoint.
+    pub fn load(path: &Path) -> std::io::Result<Self> {
+        let text = std::fs::read(path)?;
+        serde_json::from_slice(&text).map_err(std::io::Error::other)
+    }
+}
+
+/// A short stable hash of a text (FNV-1a, 64 bits), to notice a changed workflow.
+pub fn hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// A new session id: the time, the process and a counter, so runs started in the same
+/// second (in one process or several) differ.
+pub fn session_id() -> String {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "session-{}-{:05x}{:05x}{n}",
+        now.as_secs(),
+        std::process::id() & 0xfffff,
+        now.subsec_micros()
+    )
+}
+
+/// `json!` of a step's identity for events.
+pub fn step_fields(index: Option<usize>, label: &str, id: u32) -> Value {
+    json!({"step": label, "step_index": index, "step_id": id})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_writes_replace_whole_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("a")).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn session_ids_differ_within_a_second() {
+        assert_ne!(session_id(), session_id());
+    }
+}

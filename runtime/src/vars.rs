@@ -1,0 +1,222 @@
+//! The variables a run has: workflow env, secrets, captures, handler and item variables,
+//! and how they are read by templates and conditions, exported to processes, and masked.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use prodigy_grammar::expr::{Context, EvalError};
+use prodigy_grammar::path::{Path, Segment, lookup_segments};
+use prodigy_grammar::template::Scope;
+use serde_json::Value;
+
+/// Capture metadata fields, read as `${NAME.exit_code}` and so on.
+const META: &[&str] = &["exit_code", "success", "stderr", "duration"];
+
+/// The variables of a run (or of one map item, or one `foreach` item).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Vars {
+    /// Name → value: env, secrets, captures, `shell`, `error`, `item`, ...
+    pub values: BTreeMap<String, Value>,
+    /// Capture name → `{exit_code, success, stderr, duration}`.
+    pub meta: BTreeMap<String, Value>,
+    /// Secret values, masked as `***` in everything prodigy prints or writes.
+    #[serde(skip)]
+    pub secrets: Vec<String>,
+    /// Names that are exported to processes (workflow env, profile, secrets).
+    #[serde(skip)]
+    pub exported: Vec<String>,
+}
+
+impl Vars {
+    /// Sets a variable.
+    pub fn set(&mut self, name: impl Into<String>, value: Value) {
+        self.values.insert(name.into(), value);
+    }
+
+    /// Sets a variable that processes see in their environment too.
+    pub fn set_exported(&mut self, name: impl Into<String>, value: Value) {
+        let name = name.into();
+        if !self.exported.contains(&name) {
+            self.exported.push(name.clone());
+        }
+        self.values.insert(name, value);
+    }
+
+    /// Registers a secret value for masking.
+    pub fn add_secret(&mut self, value: &str) {
+        if !value.is_empty() && !self.secrets.iter().any(|s| s == value) {
+            self.secrets.push(value.to_owned());
+            // Longer secrets first, so that one containing another is masked whole.
+            self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+    }
+
+    /// Replaces every secret value in `text` with `***`.
+    pub fn mask(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "***");
+            }
+        }
+        out
+    }
+
+    /// Masks secrets inside a JSON value.
+    pub fn mask_json(&self, value: &Value) -> Value {
+        if self.secrets.is_empty() {
+            return value.clone();
+        }
+        match value {
+            Value::String(s) => Value::String(self.mask(s)),
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.mask_json(v)).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), self.mask_json(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// The value of a path, or `None` when the variable does not exist.
+    pub fn lookup(&self, path: &Path) -> Option<Cow<'_, Value>> {
+        // `${env.NAME}`: the process environment.
+        if path.root == "env" && !self.values.contains_key("env") {
+            let Some(Segment::Field(name)) = path.segments.first() else {
+                return None;
+            };
+            return std::env::var(name)
+                .ok()
+                .map(|v| Cow::Owned(Value::String(v)));
+        }
+        if let (Some(meta), Some(Segment::Field(field))) =
+            (self.meta.get(&path.root), path.segments.first())
+            && META.contains(&field.as_str())
+        {
+            return lookup_segments(meta, &path.segments).map(Cow::Borrowed);
+        }
+        if let Some(value) = self.values.get(&path.root) {
+            // A missing field of an existing variable is null, never undefined.
+            return Some(
+                lookup_segments(value, &path.segments)
+                    .map_or(Cow::Owned(Value::Null), Cow::Borrowed),
+            );
+        }
+        // A name nothing in the workflow defines may be an inherited environment variable.
+        if path.segments.is_empty() {
+            return std::env::var(&path.root)
+                .ok()
+                .map(|v| Cow::Owned(Value::String(v)));
+        }
+        None
+    }
+
+    /// The environment exported to a process: exported names as they are, every other
+    /// variable under a shell-safe upper-case name (`item.id` → `ITEM_ID` for objects'
+    /// scalar fields, `build` → `BUILD`).
+    pub fn environment(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (name, value) in &self.values {
+            if self.exported.contains(name) {
+                out.push((name.clone(), prodigy_grammar::value::render(value)));
+                continue;
+            }
+            let safe = shell_safe(name);
+            if safe.is_empty() {
+                continue;
+            }
+            out.push((safe.clone(), prodigy_grammar::value::render(value)));
+            if let Value::Object(map) = value {
+                for (field, inner) in map {
+                    if !matches!(inner, Value::Object(_) | Value::Array(_)) {
+                        out.push((
+                            format!("{safe}_{}", shell_safe(field)),
+                            prodigy_grammar::value::render(inner),
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `item.location` → `ITEM_LOCATION`.
+pub fn shell_safe(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+impl Scope for Vars {
+    fn get(&self, path: &Path) -> Option<Value> {
+        self.lookup(path).map(Cow::into_owned)
+    }
+}
+
+impl Context for Vars {
+    fn path(&self, path: &Path) -> Result<Cow<'_, Value>, EvalError> {
+        if let Some(Segment::Field(last)) = path.segments.last()
+            && last == "exists"
+        {
+            let mut base = path.clone();
+            base.segments.pop();
+            return Ok(Cow::Owned(Value::Bool(self.lookup(&base).is_some())));
+        }
+        self.lookup(path)
+            .ok_or_else(|| EvalError::Undefined(path.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn captures_have_values_and_metadata() {
+        let mut vars = Vars::default();
+        vars.set("data", json!({"name": "x", "n": 5}));
+        vars.meta
+            .insert("data".into(), json!({"exit_code": 0, "success": true}));
+        let t = prodigy_grammar::template::Template::parse(
+            "${data.name} ${data.n} ${data.exit_code} ${data.missing}",
+        )
+        .unwrap();
+        assert_eq!(t.render(&vars).unwrap(), "x 5 0 ");
+    }
+
+    #[test]
+    fn secrets_are_masked_longest_first() {
+        let mut vars = Vars::default();
+        vars.add_secret("abc");
+        vars.add_secret("abcdef");
+        assert_eq!(vars.mask("token=abcdef and abc"), "token=*** and ***");
+        assert_eq!(
+            vars.mask_json(&json!({"k": ["abc"]})),
+            json!({"k": ["***"]})
+        );
+    }
+
+    #[test]
+    fn variables_are_exported_under_shell_safe_names() {
+        let mut vars = Vars::default();
+        vars.set("item", json!({"id": 7, "location": {"file": "a"}}));
+        vars.set_exported("TARGET", json!("prod"));
+        let env = vars.environment();
+        assert!(env.contains(&("ITEM_ID".into(), "7".into())));
+        assert!(env.contains(&("TARGET".into(), "prod".into())));
+    }
+}
