@@ -560,7 +560,14 @@ impl Runner {
             {
                 self.say(&format!("  error: {why}"));
                 self.record("capture_failed", json!({"step": step.label, "error": why}));
-                outcome = Outcome::Failed;
+                // A value that does not fit its format fails the step; a step whose
+                // failures do not fail the workflow (`allow_failure`, `fail_workflow:
+                // false`) goes on without the variable.
+                outcome = if handler_policy(step).fail_workflow {
+                    Outcome::Failed
+                } else {
+                    Outcome::FailedContinued
+                };
             }
             if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
                 outcome = self.after_success(step, vars, head_before, outcome).await;
