@@ -119,7 +119,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
         verbose: args.verbose,
         grace: Duration::from_secs(args.grace),
-        seed: 0x5eed,
+        seed: jitter_seed(),
     };
     let _ = args.yes;
     if args.dry_run {
@@ -175,7 +175,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
         verbose: args.verbose,
         grace: Duration::from_secs(5),
-        seed: 0x5eed,
+        seed: jitter_seed(),
     };
     err(&format!(
         "resuming session {} at step {}\n",
@@ -358,4 +358,20 @@ fn dry_run(plan: &prodigy_compiler::plan::Plan, opts: &Options) -> u8 {
     }
     out(&text);
     exit_code::OK
+}
+
+/// The seed of retry jitter: `PRODIGY_SEED` when set (tests and reproductions), else a fresh
+/// one per run, so that parallel runs do not retry in lockstep.
+fn jitter_seed() -> u64 {
+    std::env::var("PRODIGY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            u64::from(std::process::id())
+                ^ now.as_secs().rotate_left(20)
+                ^ u64::from(now.subsec_nanos())
+        })
 }

@@ -197,7 +197,10 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
     if output.timed_out
         && let Some(t) = command.timeout
     {
-        output.stderr.push_str("\nprodigy: timed out after ");
+        if !output.stderr.is_empty() && !output.stderr.ends_with('\n') {
+            output.stderr.push('\n');
+        }
+        output.stderr.push_str("prodigy: timed out after ");
         output
             .stderr
             .push_str(&humantime::format_duration(t).to_string());

@@ -503,7 +503,9 @@ impl Runner {
                         if self.opts.verbose > 0 {
                             self.say(&format!(
                                 "  retrying in {} (attempt {next})",
-                                humantime::format_duration(delay)
+                                humantime::format_duration(Duration::from_millis(
+                                    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+                                ))
                             ));
                         }
                         let mut cancel = self.cancel.clone();
@@ -522,6 +524,7 @@ impl Runner {
                             }
                             _ => Output::error("internal error: no fallback command"),
                         };
+                        self.show_output(step, &out);
                         set_last_command(vars, step, &out);
                         let event = StepEvent::Exited(out.exit());
                         last = Some(out);
@@ -727,15 +730,18 @@ impl Runner {
         for round in 1..=rounds {
             let ok = self.run_list(&validate.commands, vars).await;
             let result = self.validation_result(validate, vars, ok);
-            let completion = result
+            // The value as the validator wrote it, so `${validation.completion}` renders `100`.
+            let reported = result
                 .get("completion_percentage")
-                .and_then(Value::as_f64)
-                .unwrap_or(if ok { 100.0 } else { 0.0 });
+                .filter(|v| v.is_number())
+                .cloned()
+                .unwrap_or_else(|| json!(if ok { 100 } else { 0 }));
+            let completion = reported.as_f64().unwrap_or(0.0);
             let complete = completion >= validate.threshold;
             let missing = result.get("missing").cloned().unwrap_or(json!([]));
             vars.set(
                 "validation",
-                json!({"completion": completion, "missing": missing, "gaps": result.get("gaps").cloned().unwrap_or(json!({})), "status": result.get("status").cloned().unwrap_or(json!(if complete {"complete"} else {"incomplete"})), "attempt_number": round}),
+                json!({"completion": reported, "missing": missing, "gaps": result.get("gaps").cloned().unwrap_or(json!({})), "status": result.get("status").cloned().unwrap_or(json!(if complete {"complete"} else {"incomplete"})), "attempt_number": round}),
             );
             self.record("validation_finished", json!({"step": step.label, "round": round, "completion": completion, "complete": complete}));
             if complete {
@@ -786,7 +792,7 @@ impl Runner {
                 .map(str::to_owned),
         };
         text.and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_else(|| json!({"completion_percentage": if ok {100.0} else {0.0}}))
+            .unwrap_or_else(|| json!({"completion_percentage": if ok {100} else {0}}))
     }
 
     /// Renders and runs a step's command.
@@ -1124,10 +1130,12 @@ fn handler_policy(step: &PlanStep) -> HandlerPolicy {
             max_attempts: f.max_attempts.max(1),
             fail_workflow: f.fail_workflow,
             handler_failure_fatal: f.handler_failure_fatal,
-            recovers: matches!(
-                f.strategy,
-                ast::Strategy::Recovery | ast::Strategy::Fallback
-            ),
+            // `fail_workflow: true` wins: the workflow fails even after a successful cleanup.
+            recovers: !f.fail_workflow
+                && matches!(
+                    f.strategy,
+                    ast::Strategy::Recovery | ast::Strategy::Fallback
+                ),
         },
     }
 }

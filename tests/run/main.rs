@@ -1,0 +1,425 @@
+//! `prodigy run` end to end: fixture workflows under `workflows/run/`, the standard-workflow
+//! examples of the user documentation (`workflows/ok/seed-*`), and the shell-only standard
+//! workflows of the upstream corpus, each run against stub commands in a scratch project.
+//! The exit code, what prodigy printed and the sequence of events are snapshots.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::disallowed_methods,
+    reason = "test helpers fail loudly and read fixtures directly"
+)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use assert_cmd::cargo::CommandCargoExt;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The commands the documentation's examples name; each is the stub under that name.
+const STUBBED: &[&str] = &[
+    "build-production",
+    "build-project",
+    "cargo",
+    "cleanup-artifacts",
+    "curl",
+    "deploy-production",
+    "deploy-staging",
+    "fetch-data.sh",
+    "make",
+    "notify-success",
+    "notify-team",
+    "notify-team.sh",
+    "npm",
+    "optional-cleanup.sh",
+    "process-data.sh",
+    "retry-build",
+    "risky-command",
+    "rollback-deployment",
+    "save-to-local.sh",
+    "upload-results.sh",
+];
+
+/// A scratch project (a git repository with one commit), a scratch `PRODIGY_HOME`, and a
+/// `PATH` whose first entry holds the stubs.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["project", "home", "bin", "stub-state"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        for name in STUBBED {
+            std::os::unix::fs::symlink(
+                root().join("tests/run/bin/stub"),
+                dir.path().join("bin").join(name),
+            )
+            .unwrap();
+        }
+        let project = dir.path().join("project");
+        let git = |args: &[&str]| {
+            let status = Command::new("git")
+                .args(args)
+                .current_dir(&project)
+                .env("GIT_AUTHOR_NAME", "test")
+                .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+                .env("GIT_COMMITTER_NAME", "test")
+                .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+                .output()
+                .unwrap();
+            assert!(status.status.success(), "git {args:?} failed");
+        };
+        git(&["init", "-q", "-b", "main"]);
+        git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
+        Scratch { dir }
+    }
+
+    fn project(&self) -> PathBuf {
+        self.dir.path().join("project")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::cargo_bin("prodigy").unwrap();
+        let path = format!(
+            "{}:{}",
+            self.dir.path().join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.args(args)
+            .current_dir(self.project())
+            .env("PATH", path)
+            .env("PRODIGY_HOME", self.home())
+            .env(
+                "PRODIGY_CLAUDE_COMMAND",
+                root().join("tests/run/bin/claude"),
+            )
+            .env("STUB_STATE", self.dir.path().join("stub-state"))
+            .env("PRODIGY_SEED", "1")
+            .env("GIT_AUTHOR_NAME", "test")
+            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+            .env("GIT_COMMITTER_NAME", "test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+            .env_remove("STUB_FAIL")
+            .env_remove("NO_COLOR");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        self.command(args, env).output().unwrap()
+    }
+
+    /// Every event recorded under the scratch home, in file order.
+    fn events(&self) -> Vec<Value> {
+        let mut files = Vec::new();
+        collect_files(&self.home().join("events"), &mut files);
+        files.sort();
+        files
+            .iter()
+            .flat_map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap()
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Hides what changes from run to run: scratch paths, session ids, durations.
+    fn normalize(&self, text: &str) -> String {
+        let text = text
+            .replace(&self.project().display().to_string(), "[project]")
+            .replace(&self.home().display().to_string(), "[home]")
+            .replace(&self.dir.path().display().to_string(), "[scratch]");
+        let session = regex::Regex::new(r"session-[0-9]+-[0-9a-f]+").unwrap();
+        let stamp = regex::Regex::new(r"events-[0-9TZ-]+\.jsonl").unwrap();
+        let text = session.replace_all(&text, "[session]");
+        stamp.replace_all(&text, "events-[time].jsonl").into_owned()
+    }
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// One line per event: its type, then the fields that do not change between runs.
+fn event_lines(scratch: &Scratch, events: &[Value]) -> String {
+    const VOLATILE: &[&str] = &[
+        "timestamp",
+        "job_id",
+        "session_id",
+        "duration_secs",
+        "event_type",
+    ];
+    let mut lines = String::new();
+    for event in events {
+        let kind = event["event_type"].as_str().unwrap_or("?");
+        let fields: BTreeMap<&String, &Value> = event
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| !VOLATILE.contains(&k.as_str()))
+            .collect();
+        let fields = serde_json::to_string(&fields).unwrap();
+        lines.push_str(kind);
+        if fields != "{}" {
+            lines.push(' ');
+            lines.push_str(&scratch.normalize(&fields));
+        }
+        lines.push('\n');
+    }
+    lines
+}
+
+/// The snapshot of one run: exit code, output and events.
+fn report(scratch: &Scratch, output: &Output) -> String {
+    format!(
+        "exit: {}\n--- stdout ---\n{}--- stderr ---\n{}--- events ---\n{}",
+        output
+            .status
+            .code()
+            .map_or("signal".to_owned(), |c| c.to_string()),
+        scratch.normalize(&String::from_utf8_lossy(&output.stdout)),
+        scratch.normalize(&String::from_utf8_lossy(&output.stderr)),
+        event_lines(scratch, &scratch.events()),
+    )
+}
+
+/// `# key: value` lines at the top of a fixture.
+fn directives(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.trim_start_matches('#').trim().split_once(':')?;
+            Some((k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect()
+}
+
+fn snapshot(dir: &str, name: &str, text: &str) {
+    insta::with_settings!({
+        snapshot_path => format!("../../workflows/{dir}"),
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!(name, text);
+    });
+}
+
+/// Runs FILE in a fresh scratch project with the directives' arguments and failing stubs.
+fn run_file(file: &Path, extra: &BTreeMap<String, String>) -> (Scratch, Output) {
+    let scratch = Scratch::new();
+    let mut args = vec![
+        "run".to_owned(),
+        "-v".to_owned(),
+        file.display().to_string(),
+    ];
+    if let Some(more) = extra.get("args") {
+        args.extend(more.split_whitespace().map(str::to_owned));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut env = Vec::new();
+    if let Some(fail) = extra.get("stub-fail") {
+        env.push(("STUB_FAIL", fail.as_str()));
+    }
+    if let Some(error) = extra.get("stub-error") {
+        env.push(("STUB_ERROR", error.as_str()));
+    }
+    for dir in extra
+        .get("dirs")
+        .into_iter()
+        .flat_map(|d| d.split_whitespace())
+    {
+        std::fs::create_dir_all(scratch.project().join(dir)).unwrap();
+    }
+    if let Some(secret) = extra.get("secret-env") {
+        let (k, v) = secret.split_once('=').unwrap();
+        env.push((k, v));
+    }
+    let output = scratch.run(&args, &env);
+    (scratch, output)
+}
+
+fn check_exit(name: &str, output: &Output, expected: &str) {
+    let expected: i32 = expected.parse().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(expected),
+        "{name}: expected exit {expected}\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn run_fixtures() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("workflows/run"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let extra = directives(&text);
+        let name = file.file_stem().unwrap().to_string_lossy().to_string();
+        let (scratch, output) = run_file(&file, &extra);
+        check_exit(
+            &name,
+            &output,
+            extra.get("exit").map_or("0", String::as_str),
+        );
+        snapshot("run/snapshots", &name, &report(&scratch, &output));
+    }
+}
+
+/// How a standard-workflow example of the documentation is exercised: which stubs fail and
+/// how, which directories exist, and the exit code its text implies.
+struct Scenario {
+    name: &'static str,
+    fail: &'static str,
+    error: &'static str,
+    dirs: &'static [&'static str],
+    exit: i32,
+}
+
+const fn scenario(name: &'static str, fail: &'static str, exit: i32) -> Scenario {
+    Scenario {
+        name,
+        fail,
+        error: "failed",
+        dirs: &[],
+        exit,
+    }
+}
+
+const SEED_SCENARIOS: &[Scenario] = &[
+    // npm install fails once; the handler cleans the cache and installs again.
+    scenario("seed-000-cleanup-and-retry", "npm:1", 0),
+    // The agent makes no commit, so `commit_required` fails the step.
+    scenario("seed-000-commit-required", "", 1),
+    // The tests fail twice; Claude fixes them after each failure; the third run passes.
+    scenario("seed-000-conditional-recovery", "cargo:2", 0),
+    // The deployment fails: the handler rolls back and notifies, and the workflow still fails.
+    scenario(
+        "seed-000-critical-step-notification",
+        "deploy-production",
+        1,
+    ),
+    // The command fails; Claude receives its output; the workflow goes on.
+    scenario("seed-000-error-information", "risky-command", 0),
+    // clippy fails once; Claude fixes the warnings; the second run passes.
+    scenario("seed-000-on-failure-advanced-auto-retry", "cargo:1", 0),
+    // The deployment fails; the rollback fails too but may; the recovery succeeds.
+    scenario(
+        "seed-000-on-failure-detailed-handler",
+        "deploy-production rollback-deployment",
+        0,
+    ),
+    // The optional cleanup's failure is ignored; the build fails and its handlers run.
+    scenario(
+        "seed-000-on-failure-simple-forms",
+        "optional-cleanup.sh build-project",
+        0,
+    ),
+    Scenario {
+        dirs: &["dist"],
+        ..scenario("seed-000-on-success-advanced", "", 0)
+    },
+    scenario("seed-000-on-success-simple-form", "", 0),
+    // cargo test fails once; Claude analyses, cargo clean, and the retry passes.
+    scenario("seed-000-progressive-error-handling", "cargo:1", 0),
+    // The request fails twice and succeeds on the third attempt.
+    scenario("seed-000-retry-config-jitter", "curl:2", 0),
+    Scenario {
+        error: "connection refused",
+        ..scenario("seed-001-command-retry-config", "curl:2", 0)
+    },
+    // A compile error is not a network error: no retry, the workflow fails.
+    Scenario {
+        error: "error: undefined reference",
+        ..scenario("seed-001-command-retry-network-only", "make", 1)
+    },
+    // The fetch hits a network error once; processing fails every attempt but may
+    // (`on_failure: continue`); the upload passes on its second attempt. (The fallback after
+    // five failed uploads would wait 15 s; `workflows/run/retry-fallback.yml` covers it.)
+    Scenario {
+        error: "connection refused",
+        ..scenario(
+            "seed-001-example1-command-level-only",
+            "fetch-data.sh:1 process-data.sh upload-results.sh:1",
+            0,
+        )
+    },
+    scenario("seed-002-merge-full-format", "", 0),
+    scenario("seed-004-retry-config-fields", "curl:1", 0),
+];
+
+fn is_standard(text: &str) -> bool {
+    !text.contains("mode: mapreduce") && !text.lines().any(|l| l.starts_with("map:"))
+}
+
+#[test]
+fn seed_standard_workflows_run_as_documented() {
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(root().join("workflows/ok")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if path.extension().is_some_and(|e| e == "yml")
+            && is_standard(&std::fs::read_to_string(&path).unwrap())
+        {
+            seen.push(name);
+        }
+    }
+    seen.sort();
+    let mut listed: Vec<String> = SEED_SCENARIOS.iter().map(|s| s.name.to_owned()).collect();
+    listed.sort();
+    assert_eq!(seen, listed, "every standard seed example needs a scenario");
+    // The scenarios wait out real backoff delays, so they run side by side.
+    let runs: Vec<(&Scenario, String, Output)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = SEED_SCENARIOS
+            .iter()
+            .map(|s| {
+                scope.spawn(move || {
+                    let mut extra = BTreeMap::new();
+                    extra.insert("stub-fail".to_owned(), s.fail.to_owned());
+                    extra.insert("stub-error".to_owned(), s.error.to_owned());
+                    extra.insert("dirs".to_owned(), s.dirs.join(" "));
+                    let file = root().join(format!("workflows/ok/{}.yml", s.name));
+                    let (scratch, output) = run_file(&file, &extra);
+                    (s, report(&scratch, &output), output)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (s, report, output) in runs {
+        snapshot("run/seeds", s.name, &report);
+        check_exit(s.name, &output, &s.exit.to_string());
+    }
+}
