@@ -856,18 +856,30 @@ impl Runner {
             Err(e) => return Output::error(format!("{e} in `{}`", self.mask(&template.value))),
         };
         if self.opts.verbose > 1 {
-            self.say(&format!("  $ {text}"));
+            self.say(&format!("  $ {}", text.trim_end().replace('\n', "\n    ")));
         }
         let (program, args) = build(&text);
-        let mut env = vars.environment();
+        let mut step_env = Vec::new();
         for var in &step.env {
             if let EnvValue::Static(t) | EnvValue::Masked(t) = &var.value {
                 match t.parsed.render(vars) {
-                    Ok(v) => env.push((var.name.value.clone(), v)),
+                    Ok(v) => step_env.push((var.name.value.clone(), v)),
                     Err(e) => return Output::error(format!("env `{}`: {e}", var.name.value)),
                 }
             }
         }
+        if self.opts.verbose > 1 {
+            for (name, value) in &step_env {
+                let shown = if crate::vars::sensitive_name(name) {
+                    "***REDACTED***"
+                } else {
+                    value.as_str()
+                };
+                self.say(&format!("  env {name}={shown}"));
+            }
+        }
+        let mut env = vars.environment();
+        env.extend(step_env);
         if matches!(step.command, PlanCommand::Claude(_)) {
             env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
         }
@@ -982,10 +994,14 @@ impl Runner {
                 self.say(&format!("  │ {line}"));
             }
             if self.opts.verbose > 1 {
+                let how = match (out.code, out.timed_out) {
+                    (_, true) => "timed out".to_owned(),
+                    (Some(code), false) => format!("exited {code}"),
+                    (None, false) => "ended by a signal".to_owned(),
+                };
                 self.say(&format!(
-                    "  {} exited {:?} in {:.3}s",
+                    "  {} {how} in {:.3}s",
                     step.label,
-                    out.code,
                     out.duration.as_secs_f64()
                 ));
             }

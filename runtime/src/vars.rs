@@ -180,6 +180,31 @@ impl Context for Vars {
     }
 }
 
+/// Whether a variable's name says it holds a credential (password, token, API key, ...):
+/// `-vv` shows such a step `env` value as `***REDACTED***`.
+pub fn sensitive_name(name: &str) -> bool {
+    const MARKERS: &[&str] = &[
+        "password",
+        "passwd",
+        "pwd",
+        "token",
+        "apikey",
+        "api_key",
+        "api-key",
+        "secret",
+        "auth",
+        "bearer",
+        "private_key",
+        "privatekey",
+        "ssh_key",
+        "access_key",
+        "accesskey",
+        "credential",
+    ];
+    let lower = name.to_ascii_lowercase();
+    MARKERS.iter().any(|m| lower.contains(m))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

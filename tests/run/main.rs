@@ -5,6 +5,7 @@
 
 #![expect(
     clippy::unwrap_used,
+    clippy::panic,
     clippy::disallowed_methods,
     reason = "test helpers fail loudly and read fixtures directly"
 )]
@@ -422,4 +423,357 @@ fn seed_standard_workflows_run_as_documented() {
         snapshot("run/seeds", s.name, &report);
         check_exit(s.name, &output, &s.exit.to_string());
     }
+}
+
+fn corpus(path: &str) -> PathBuf {
+    root().join("../shared/corpus/prodigy").join(path)
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The session id that a failed or interrupted run names in its resume hint.
+fn resume_id(output: &Output) -> String {
+    let text = stderr(output);
+    let at = text
+        .find("prodigy resume ")
+        .unwrap_or_else(|| panic!("no resume hint in:\n{text}"));
+    text[at + "prodigy resume ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn corpus_standard_workflow_runs() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("README.md"), "# demo\n").unwrap();
+    std::fs::write(scratch.project().join("main.rs"), "fn main() {}\n").unwrap();
+    let file = corpus("examples/standard-workflow.yml");
+    let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(text.contains("Found 1 Rust files"), "{text}");
+    assert!(text.contains("README.md exists"), "{text}");
+    assert!(text.contains("Workflow complete"), "{text}");
+}
+
+#[test]
+fn corpus_capture_conditional_flow_runs() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("Cargo.toml"),
+        "[package]\nname = \"demo\"\nversion = \"1.2.3\"\n",
+    )
+    .unwrap();
+    let file = corpus("examples/capture-conditional-flow.yml");
+    // The stub `cargo test` prints nothing, so `test_count` does not parse as a number: the
+    // step allows failure, and `should_bump` then reads an undefined variable.
+    let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(text.contains("is not a number"), "{text}");
+    assert!(text.contains("undefined variable `test_count`"), "{text}");
+    assert_eq!(output.status.code(), Some(1));
+}
+
+#[test]
+fn corpus_capture_json_processing_runs_but_for_its_unknown_filter() {
+    let scratch = Scratch::new();
+    let file = corpus("examples/capture-json-processing.yml");
+    // As written, the last step uses `|length:100`, which is not a filter: nothing runs.
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("unknown filter `length`"));
+    assert!(scratch.events().is_empty());
+    // With the filter removed, steps 1 to 4 run; step 5 pastes a multi-line report into a
+    // JSON string, which is not JSON, and the capture says so.
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("${final_summary|length:100}", "${final_summary.git.branch}");
+    let copy = scratch.project().join("capture-json-processing.yml");
+    std::fs::write(&copy, text).unwrap();
+    let output = scratch.run(&["run", "-v", copy.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("Git Commit: "));
+    assert!(stderr(&output).contains("capture `final_summary`: not JSON"));
+    // Package and git captures flowed into the report.
+    assert!(stderr(&output).contains("Package: Package: test v1.0.0"));
+    assert!(stderr(&output).contains("Git Branch: main"));
+}
+
+#[test]
+fn corpus_sensitive_masking_redacts_at_debug_verbosity() {
+    let scratch = Scratch::new();
+    let file = corpus("examples/test-sensitive-masking.yml");
+    let output = scratch.run(&["run", "-vv", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    for hidden in [
+        "super_secret_password",
+        "sk_test_123456789",
+        "ghp_abcdefghijklmnop",
+    ] {
+        assert!(!text.contains(hidden), "{hidden} shown:\n{text}");
+    }
+    assert!(text.contains("env PASSWORD=***REDACTED***"), "{text}");
+    assert!(text.contains("env USERNAME=john_doe"), "{text}");
+    assert!(text.contains("env NORMAL_VAR=this_is_visible"), "{text}");
+}
+
+#[test]
+fn corpus_environment_example_honours_env_profiles_and_secrets() {
+    let scratch = Scratch::new();
+    for dir in ["frontend", "backend", "deploy"] {
+        std::fs::create_dir(scratch.project().join(dir)).unwrap();
+    }
+    std::fs::write(
+        scratch.project().join(".env.production"),
+        "DEPLOY_DIR=deploy\n",
+    )
+    .unwrap();
+    let file = corpus("workflows/environment-example.yml");
+    let file = file.to_str().unwrap();
+    // Without the secret's source the run stops before the first step.
+    let output = scratch.run(&["run", file, "--param", "branch=main"], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains("SECRET_API_KEY"));
+    let env = [("SECRET_API_KEY", "key-0042")];
+    let output = scratch.run(&["run", "-v", file, "--param", "branch=main"], &env);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("NODE_ENV=production API_URL=https://api.example.com"));
+    assert!(
+        text.contains("Deploying to production environment"),
+        "{text}"
+    );
+    let output = scratch.run(
+        &[
+            "run",
+            "-v",
+            file,
+            "--param",
+            "branch=dev",
+            "--profile",
+            "testing",
+        ],
+        &env,
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("NODE_ENV=test API_URL=http://localhost:4000"),
+        "{text}"
+    );
+    assert!(text.contains("Deploying to staging environment"), "{text}");
+}
+
+#[test]
+fn corpus_test_resume_continues_after_the_fix() {
+    let scratch = Scratch::new();
+    let copy = scratch.project().join("test-resume.yml");
+    std::fs::copy(corpus("examples/test-resume.yml"), &copy).unwrap();
+    let path = copy.to_str().unwrap();
+    let output = scratch.run(&["run", "-v", path], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let id = resume_id(&output);
+    // Resuming the unchanged workflow runs the failing step again, and it fails again.
+    let output = scratch.run(&["resume", &id], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    // Fix the step; a changed workflow resumes only with --force.
+    let text = std::fs::read_to_string(&copy)
+        .unwrap()
+        .replace("exit 1", "echo fixed");
+    std::fs::write(&copy, text).unwrap();
+    let output = scratch.run(&["resume", "-v", &id], &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--force"));
+    let output = scratch.run(&["resume", "-v", "--force", &id], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(!text.contains("Step 1 - Starting workflow"), "{text}");
+    assert!(
+        text.contains("Step 4 - This should run on resume"),
+        "{text}"
+    );
+    assert!(text.contains("Step 5 - Final step"), "{text}");
+    // A completed session has nothing left to resume.
+    let output = scratch.run(&["resume", &id], &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains("already completed"));
+}
+
+/// Sends SIGINT to the run once its output shows `marker`; returns the finished output.
+fn interrupt_after(mut child: std::process::Child, marker: &str) -> Output {
+    use std::io::Read as _;
+    let mut err = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 256];
+    while !seen.contains(marker) {
+        let n = err.read(&mut buf).unwrap();
+        assert!(n > 0, "the run ended before `{marker}`:\n{seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let mut output = child.wait_with_output().unwrap();
+    output.stderr = format!("{seen}{rest}").into_bytes();
+    output
+}
+
+#[test]
+fn corpus_sequential_resume_after_interrupt() {
+    let scratch = Scratch::new();
+    // The workflow writes to a fixed path in /tmp; point it into the scratch directory.
+    let log = scratch.dir.path().join("resume-test.txt");
+    let text = std::fs::read_to_string(corpus("workflows/tests/test-sequential-resume.yml"))
+        .unwrap()
+        .replace("/tmp/prodigy-resume-test.txt", log.to_str().unwrap());
+    let copy = scratch.project().join("test-sequential-resume.yml");
+    std::fs::write(&copy, text).unwrap();
+    let child = scratch
+        .command(&["run", "-v", copy.to_str().unwrap()], &[])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = interrupt_after(child, "Step 3:");
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let id = resume_id(&output);
+    let output = scratch.run(&["resume", "-v", &id], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(!text.contains("Step 1: Creating test file"), "{text}");
+    assert!(!text.contains("Step 2: Appending"), "{text}");
+    assert!(text.contains("Step 3:"), "{text}");
+    assert!(text.contains("All steps completed!"), "{text}");
+    assert!(!log.exists(), "step 5 removes the file");
+}
+
+#[test]
+fn timeout_kills_the_whole_process_group() {
+    let scratch = Scratch::new();
+    let marker = format!("sleep 31.{}", std::process::id());
+    let file = scratch.project().join("slow.yml");
+    std::fs::write(
+        &file,
+        format!("- shell: \"{marker} & {marker} & wait\"\n  timeout: 1s\n"),
+    )
+    .unwrap();
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("timed out after 1s"));
+    // Give the kernel a moment to reap, then look for survivors.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker[6..]) && !c.contains("slow.yml"))
+        .collect();
+    assert!(survivors.is_empty(), "orphans: {survivors:?}");
+}
+
+#[test]
+fn interrupt_terminates_children_and_checkpoints() {
+    let scratch = Scratch::new();
+    let marker = format!("sleep 32.{}", std::process::id());
+    let file = scratch.project().join("long.yml");
+    std::fs::write(
+        &file,
+        format!("- shell: \"echo first\"\n- shell: \"echo started; {marker}\"\n"),
+    )
+    .unwrap();
+    let child = scratch
+        .command(&["run", "-v", file.to_str().unwrap()], &[])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = interrupt_after(child, "started");
+    assert_eq!(output.status.code(), Some(130));
+    assert!(stderr(&output).contains("prodigy resume"));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let survivors = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&marker[6..]))
+        .count();
+    assert_eq!(survivors, 0);
+    let events = scratch.events();
+    let last = events.last().unwrap();
+    assert_eq!(last["event_type"], "workflow_finished");
+    assert_eq!(last["outcome"], "interrupted");
+}
+
+#[test]
+fn secrets_never_reach_the_disk() {
+    let scratch = Scratch::new();
+    let file = root().join("workflows/run/secrets-masked.yml");
+    let output = scratch.run(
+        &["run", "-vv", file.to_str().unwrap()],
+        &[("DEPLOY_TOKEN", "s3cr3t-value-42")],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("s3cr3t-value-42"));
+    let mut files = Vec::new();
+    collect_files(&scratch.home(), &mut files);
+    assert!(files.len() >= 2, "events and checkpoint: {files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(
+            !text.contains("s3cr3t-value-42"),
+            "{} leaks the secret",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_runs_nothing() {
+    let scratch = Scratch::new();
+    let file = root().join("workflows/run/write-file-and-params.yml");
+    let output = scratch.run(
+        &[
+            "run",
+            "--dry-run",
+            file.to_str().unwrap(),
+            "--param",
+            "target=prod",
+        ],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(text.contains("write_file: out/config.json"), "{text}");
+    assert!(text.contains("shell: cat out/config.json"), "{text}");
+    assert!(!scratch.project().join("out").exists());
+    assert!(scratch.events().is_empty());
+}
+
+#[test]
+fn missing_claude_stops_before_the_first_step() {
+    let scratch = Scratch::new();
+    let file = root().join("workflows/run/claude-steps.yml");
+    let output = scratch.run(
+        &["run", file.to_str().unwrap()],
+        &[("PRODIGY_CLAUDE_COMMAND", "no-such-claude-cli")],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let text = stderr(&output);
+    assert!(text.contains("no-such-claude-cli"), "{text}");
+    assert!(text.contains("PRODIGY_CLAUDE_COMMAND"), "{text}");
+    assert!(scratch.events().is_empty());
+}
+
+#[test]
+fn mapreduce_is_refused_clearly() {
+    let scratch = Scratch::new();
+    let file = root().join("workflows/ok/seed-000-mapreduce-with-dlq.yml");
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("MapReduce"), "{}", stderr(&output));
 }
