@@ -30,7 +30,7 @@ pub(crate) struct RunArgs {
     /// Print the steps with their commands interpolated as far as possible; run nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Show each step's output (`-v`), and its command and timing too (`-vv`).
+    /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Answer yes to questions (nothing asks yet; accepted for scripts).
@@ -47,7 +47,7 @@ pub(crate) struct ResumeArgs {
     /// The session to continue (printed when a run fails or is interrupted).
     #[arg(value_name = "SESSION_ID")]
     session: String,
-    /// Show each step's output (`-v`), and its command and timing too (`-vv`).
+    /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Resume even if the workflow file changed since the run started.

@@ -126,7 +126,11 @@ pub struct Runner {
     started: Instant,
     started_at: String,
     secrets: Mutex<Vec<String>>,
+    /// The checkpoint being made durable while the next step starts.
+    pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
 }
+
+type PendingCheckpoint = tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, String)>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -156,6 +160,7 @@ impl Runner {
             started: Instant::now(),
             started_at: resume.map_or_else(crate::store::timestamp, |c| c.started_at.clone()),
             secrets: Mutex::new(Vec::new()),
+            pending_checkpoint: Mutex::new(None),
         })
     }
 
@@ -379,14 +384,16 @@ impl Runner {
                     break;
                 }
             }
-            self.checkpoint(&vars, next, "running");
+            if index + 1 < total {
+                self.checkpoint(&vars, next, "running", false).await;
+            }
         }
         let status = match outcome {
             RunOutcome::Succeeded => "completed",
             RunOutcome::Failed => "failed",
             RunOutcome::Interrupted => "interrupted",
         };
-        self.checkpoint(&vars, next, status);
+        self.checkpoint(&vars, next, status, true).await;
         self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "duration_secs": self.started.elapsed().as_secs_f64()}));
         let events = lock(&self.log).path.clone();
         Report {
@@ -397,7 +404,12 @@ impl Runner {
         }
     }
 
-    fn checkpoint(&self, vars: &Vars, next_step: usize, status: &str) {
+    /// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of the
+    /// directory) on a blocking thread. The fsyncs of a step's checkpoint overlap the start
+    /// of the next step; each checkpoint waits for the previous one, so they land in order,
+    /// and `wait` (the last one of a run) returns only once it is durable. The
+    /// `checkpoint_saved` event is recorded when the checkpoint is on disk.
+    async fn checkpoint(&self, vars: &Vars, next_step: usize, status: &str, wait: bool) {
         let secrets = lock(&self.secrets).clone();
         let masked = Vars {
             secrets,
@@ -418,12 +430,31 @@ impl Runner {
             started_at: self.started_at.clone(),
             updated_at: crate::store::timestamp(),
         };
-        match checkpoint.save(&self.opts.layout) {
-            Ok(path) => self.record(
+        self.settle_checkpoint().await;
+        let layout = self.opts.layout.clone();
+        let status = status.to_owned();
+        let handle =
+            tokio::task::spawn_blocking(move || (checkpoint.save(&layout), next_step, status));
+        *lock(&self.pending_checkpoint) = Some(handle);
+        if wait {
+            self.settle_checkpoint().await;
+        }
+    }
+
+    /// Waits for the checkpoint in flight, if any, and records how it went.
+    async fn settle_checkpoint(&self) {
+        let Some(handle) = lock(&self.pending_checkpoint).take() else {
+            return;
+        };
+        match handle.await {
+            Ok((Ok(path), next_step, status)) => self.record(
                 "checkpoint_saved",
                 json!({"next_step": next_step, "status": status, "path": path}),
             ),
-            Err(e) => self.say(&format!("warning: cannot write the checkpoint: {e}")),
+            Ok((Err(e), _, _)) => self.say(&format!("warning: cannot write the checkpoint: {e}")),
+            Err(e) => self.say(&format!(
+                "internal error: the checkpoint writer stopped: {e}"
+            )),
         }
     }
 

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# How much prodigy's runtime costs per step: a 300-step standard workflow of `true`
+# (`prodigy run`, with its events and a checkpoint after every step) against the same
+# 300 `sh -c true` in a shell loop, side by side in one run; median of several runs.
+#
+# Usage: bash bench/run-300.sh
+#   PRODIGY_BIN=/path/to/prodigy bash bench/run-300.sh   # skip the build
+#   RUNS=9 STEPS=1000 bash bench/run-300.sh
+#
+# Only the ratio means anything: both sides are timed on the same machine, alternating.
+set -euo pipefail
+
+STEPS="${STEPS:-300}"
+RUNS="${RUNS:-7}"
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$BENCH_DIR/.." && pwd)"
+
+if [[ -n "${PRODIGY_BIN:-}" ]]; then
+    BIN="$PRODIGY_BIN"
+else
+    echo "building prodigy (cargo build --release --locked) ..."
+    (cd "$ROOT" && cargo build --release --locked -q)
+    BIN="$ROOT/target/release/prodigy"
+fi
+BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+[[ -x "$BIN" ]] || { echo "run-300: $BIN is not executable" >&2; exit 1; }
+
+TMP="$(mktemp -d)"
+trap 'rm -rf -- "$TMP"' EXIT
+mkdir -p "$TMP/project" "$TMP/home"
+{
+    echo "name: run-$STEPS"
+    echo "commands:"
+    for ((i = 0; i < STEPS; i++)); do
+        echo "  - shell: \"true\""
+    done
+} >"$TMP/workflow.yml"
+
+now_ns() { date +%s%N; }
+
+time_prodigy() {
+    local start end
+    start=$(now_ns)
+    (cd "$TMP/project" && PRODIGY_HOME="$TMP/home" "$BIN" run "$TMP/workflow.yml" >/dev/null 2>&1)
+    end=$(now_ns)
+    echo $(((end - start) / 1000))
+}
+
+time_loop() {
+    local start end
+    start=$(now_ns)
+    for ((i = 0; i < STEPS; i++)); do
+        sh -c true
+    done
+    end=$(now_ns)
+    echo $(((end - start) / 1000))
+}
+
+median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+# One warm-up of each, then alternate so that both see the same machine state.
+time_prodigy >/dev/null
+time_loop >/dev/null
+: >"$TMP/p.txt"
+: >"$TMP/l.txt"
+for ((r = 0; r < RUNS; r++)); do
+    time_prodigy >>"$TMP/p.txt"
+    time_loop >>"$TMP/l.txt"
+done
+P=$(median <"$TMP/p.txt")
+L=$(median <"$TMP/l.txt")
+EVENTS=$(find "$TMP/home/events" -name 'events-*.jsonl' | head -1 | xargs wc -l | awk '{print $1}')
+
+printf '%d steps of `true`, median of %d runs\n' "$STEPS" "$RUNS"
+printf '  prodigy run (events + checkpoints): %8.1f ms  (%s events per run)\n' "$(echo "$P / 1000" | bc -l)" "$EVENTS"
+printf '  sh -c true in a shell loop:         %8.1f ms\n' "$(echo "$L / 1000" | bc -l)"
+printf '  ratio prodigy / loop:               %8.2f  (target <= 1.30)\n' "$(echo "$P / $L" | bc -l)"
