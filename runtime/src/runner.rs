@@ -2,7 +2,7 @@
 //! [`StepMachine`] with what the executors report, recording every event before acting on
 //! it, and writing a checkpoint after every step.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -356,6 +356,24 @@ impl Runner {
     pub async fn run(&self, mut vars: Vars, start: usize) -> Report {
         self.record("workflow_started", json!({"workflow": self.plan.name, "session_id": self.session, "resumed_at_step": start, "steps": self.plan.commands.len()}));
         let total = self.plan.commands.len();
+        let mut workflow = vars
+            .values
+            .get("workflow")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        if let Some(map) = workflow.as_object_mut() {
+            map.insert("name".into(), json!(self.plan.name));
+            map.insert("id".into(), json!(self.session));
+        }
+        vars.set("workflow", workflow);
+        // The git context costs a few git commands per step: only when the workflow reads it.
+        let git_base = self
+            .plan
+            .variables
+            .iter()
+            .any(|v| matches!(v.name.as_str(), "step" | "workflow" | "git"))
+            .then(|| crate::git::head(&self.opts.project))
+            .flatten();
         let mut outcome = RunOutcome::Succeeded;
         let mut failed_step = None;
         let mut next = start;
@@ -369,9 +387,25 @@ impl Runner {
                 .step(id)
                 .map(|s| s.label.clone())
                 .unwrap_or_default();
-            vars.set("step", json!({"name": label, "index": index}));
+            // `step.name`/`step.index` describe this step; the git fields the last one.
+            let mut context = vars
+                .values
+                .get("step")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            if let Some(map) = context.as_object_mut() {
+                map.insert("name".into(), json!(label));
+                map.insert("index".into(), json!(index));
+            }
+            vars.set("step", context);
+            let before = git_base
+                .as_ref()
+                .and_then(|_| crate::git::head(&self.opts.project));
             self.say(&format!("[{}/{total}] {label}", index + 1));
             let step_outcome = self.run_step(id, &mut vars, Some(index)).await;
+            if let (Some(base), Some(before)) = (&git_base, &before) {
+                self.git_context(&mut vars, base, before);
+            }
             match step_outcome {
                 Outcome::Cancelled => {
                     outcome = RunOutcome::Interrupted;
@@ -402,6 +436,22 @@ impl Runner {
             failed_step,
             events,
         }
+    }
+
+    /// After a step: what it committed (`step.*`), what the run has committed so far
+    /// (`workflow.*`), and the working tree (`git.*`).
+    fn git_context(&self, vars: &mut Vars, base: &str, before: &str) {
+        let project = &self.opts.project;
+        for (name, from) in [("step", before), ("workflow", base)] {
+            let mut value = vars.values.get(name).cloned().unwrap_or_else(|| json!({}));
+            if let (Some(map), Value::Object(changes)) =
+                (value.as_object_mut(), crate::git::changes(project, from))
+            {
+                map.extend(changes);
+            }
+            vars.set(name, value);
+        }
+        vars.set("git", crate::git::status(project));
     }
 
     /// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of the
@@ -495,7 +545,7 @@ impl Runner {
                 }
             }
             let head_before = if step.commit_required || step.auto_commit {
-                git_head(&self.opts.project)
+                crate::git::head(&self.opts.project)
             } else {
                 None
             };
@@ -722,10 +772,10 @@ impl Runner {
                 .and_then(|c| c.message_template.as_ref())
                 .and_then(|t| t.parsed.render(vars).ok())
                 .unwrap_or_else(|| format!("prodigy: {}", step.label));
-            auto_commit(&self.opts.project, &message);
+            crate::git::commit_all(&self.opts.project, &message);
         }
         if step.commit_required {
-            let head_after = git_head(&self.opts.project);
+            let head_after = crate::git::head(&self.opts.project);
             if head_after.is_none() || head_after == head_before {
                 self.record(
                     "step_failed",
@@ -1184,31 +1234,6 @@ fn handler_policy(step: &PlanStep) -> HandlerPolicy {
                     ast::Strategy::Recovery | ast::Strategy::Fallback
                 ),
         },
-    }
-}
-
-fn git_head(project: &Path) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(project)
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-fn auto_commit(project: &Path, message: &str) {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .current_dir(project)
-            .output()
-    };
-    let _ = git(&["add", "-A"]);
-    let clean = git(&["diff", "--cached", "--quiet"]).is_ok_and(|o| o.status.success());
-    if !clean {
-        let _ = git(&["commit", "-q", "-m", message]);
     }
 }
 
