@@ -450,19 +450,7 @@ impl Checker<'_> {
     }
 
     fn unquoted(&mut self, path: &Path, span: Span) {
-        let exported: String = path
-            .to_string()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect::<String>()
-            .trim_end_matches('_')
-            .to_owned();
+        let exported = exported_name(&path.to_string());
         self.diagnostics.push(
             Diagnostic::new(
                 Code::UnquotedInterpolation,
@@ -747,6 +735,28 @@ impl QuoteState {
             }
         }
     }
+}
+
+/// The environment variable a shell step sees a workflow variable under: `item.location` →
+/// `ITEM_LOCATION` (letters and digits upper-cased, anything else `_`, no trailing `_`, and a
+/// leading `_` before a digit). The runtime exports under these names; diagnostics suggest them.
+pub fn exported_name(path: &str) -> String {
+    let mut out: String = path
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect::<String>()
+        .trim_end_matches('_')
+        .to_owned();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
 }
 
 #[cfg(test)]

@@ -106,6 +106,17 @@ pub fn program_exists(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// What a pipe reader gathered. A background child may hold the pipe open after the
+/// command ends; do not wait for it forever.
+async fn collected(reader: tokio::task::JoinHandle<Vec<u8>>) -> String {
+    let bytes = tokio::time::timeout(Duration::from_millis(200), reader)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Runs a command to completion, or until its timeout or `cancel` fires.
 pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Output {
     let started = Instant::now();
@@ -175,24 +186,8 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
         // Whatever the group left behind goes too.
         signal_group(pid, nix::sys::signal::Signal::SIGKILL);
     }
-    // A background child may hold the pipes open; do not wait for it forever.
-    let grace = Duration::from_millis(200);
-    output.stdout = String::from_utf8_lossy(
-        &tokio::time::timeout(grace, read_out)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default(),
-    )
-    .into_owned();
-    output.stderr = String::from_utf8_lossy(
-        &tokio::time::timeout(grace, read_err)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default(),
-    )
-    .into_owned();
+    output.stdout = collected(read_out).await;
+    output.stderr = collected(read_err).await;
     output.code = status.and_then(|s| s.code());
     if output.timed_out
         && let Some(t) = command.timeout

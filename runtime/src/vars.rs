@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use prodigy_compiler::scope::exported_name;
 use prodigy_grammar::expr::{Context, EvalError};
 use prodigy_grammar::path::{Path, Segment, lookup_segments};
 use prodigy_grammar::template::Scope;
@@ -122,16 +123,16 @@ impl Vars {
                 out.push((name.clone(), prodigy_grammar::value::render(value)));
                 continue;
             }
-            let safe = shell_safe(name);
+            let safe = exported_name(name);
             if safe.is_empty() {
                 continue;
             }
-            out.push((safe.clone(), prodigy_grammar::value::render(value)));
+            out.push((safe, prodigy_grammar::value::render(value)));
             if let Value::Object(map) = value {
                 for (field, inner) in map {
                     if !matches!(inner, Value::Object(_) | Value::Array(_)) {
                         out.push((
-                            format!("{safe}_{}", shell_safe(field)),
+                            exported_name(&format!("{name}.{field}")),
                             prodigy_grammar::value::render(inner),
                         ));
                     }
@@ -140,24 +141,6 @@ impl Vars {
         }
         out
     }
-}
-
-/// `item.location` → `ITEM_LOCATION`.
-pub fn shell_safe(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
-    }
-    out
 }
 
 impl Scope for Vars {

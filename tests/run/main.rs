@@ -653,6 +653,17 @@ fn corpus_sequential_resume_after_interrupt() {
     assert!(!log.exists(), "step 5 removes the file");
 }
 
+/// The command lines of live processes that contain MARKER, after a moment for reaping.
+fn survivors(marker: &str) -> Vec<String> {
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.starts_with(marker))
+        .collect()
+}
+
 #[test]
 fn timeout_kills_the_whole_process_group() {
     let scratch = Scratch::new();
@@ -666,15 +677,8 @@ fn timeout_kills_the_whole_process_group() {
     let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("timed out after 1s"));
-    // Give the kernel a moment to reap, then look for survivors.
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let survivors: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(&marker[6..]) && !c.contains("slow.yml"))
-        .collect();
-    assert!(survivors.is_empty(), "orphans: {survivors:?}");
+    let left = survivors(&marker);
+    assert!(left.is_empty(), "orphans: {left:?}");
 }
 
 #[test]
@@ -696,13 +700,8 @@ fn interrupt_terminates_children_and_checkpoints() {
     let output = interrupt_after(child, "started");
     assert_eq!(output.status.code(), Some(130));
     assert!(stderr(&output).contains("prodigy resume"));
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let survivors = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .filter(|c| String::from_utf8_lossy(c).contains(&marker[6..]))
-        .count();
-    assert_eq!(survivors, 0);
+    let left = survivors(&marker);
+    assert!(left.is_empty(), "orphans: {left:?}");
     let events = scratch.events();
     let last = events.last().unwrap();
     assert_eq!(last["event_type"], "workflow_finished");
