@@ -129,6 +129,11 @@ impl RetryPolicy {
         Duration::from_secs_f64(value).min(self.max_delay.max(Duration::ZERO))
     }
 
+    /// The delays between the attempts of one run, in order (one fewer than `attempts`).
+    pub fn delays<'a, R: Rng>(&'a self, rng: &'a mut R) -> impl Iterator<Item = Duration> + 'a {
+        (1..self.attempts).map(move |n| self.delay(n, rng))
+    }
+
     fn retries(&self, exit: &Exit) -> bool {
         self.retry_on.is_empty() || self.retry_on.iter().any(|m| m.matches(exit))
     }
@@ -974,10 +979,9 @@ mod tests {
         };
         let draw = |seed| {
             let mut rng = StdRng::seed_from_u64(seed);
-            (1..=3)
-                .map(|n| policy.delay(n, &mut rng))
-                .collect::<Vec<_>>()
+            policy.delays(&mut rng).collect::<Vec<_>>()
         };
+        assert_eq!(draw(9).len(), 3, "one delay between each pair of attempts");
         assert_eq!(draw(9), draw(9));
         for (n, d) in draw(9).iter().enumerate() {
             let nominal = policy.delays[n].as_secs_f64();

@@ -469,13 +469,29 @@ fn corpus_capture_conditional_flow_runs() {
     )
     .unwrap();
     let file = corpus("examples/capture-conditional-flow.yml");
-    // The stub `cargo test` prints nothing, so `test_count` does not parse as a number: the
-    // step allows failure, and `should_bump` then reads an undefined variable.
+    // The generic stub's `cargo test` prints no test summary, so `test_count` does not parse
+    // as a number: the step allows failure, and `should_bump` then reads an undefined variable.
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
     let text = stderr(&output);
     assert!(text.contains("is not a number"), "{text}");
     assert!(text.contains("undefined variable `test_count`"), "{text}");
     assert_eq!(output.status.code(), Some(1));
+    // A `cargo` that reports 12 passing tests: every condition holds and the flow completes.
+    let cargo = scratch.dir.path().join("bin/cargo");
+    std::fs::remove_file(&cargo).unwrap();
+    std::fs::write(
+        &cargo,
+        "#!/bin/sh\n[ \"$1\" = test ] && echo 'test result: ok. 12 passed; 0 failed'\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("Running coverage analysis..."), "{text}");
+    assert!(text.contains("Would bump version from 1.2.3"), "{text}");
+    assert!(text.contains("Test Count: 12"), "{text}");
+    assert!(text.contains("Deployment ready!"), "{text}");
 }
 
 #[test]
