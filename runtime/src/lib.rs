@@ -3,6 +3,7 @@
 //! It consumes only the compiler's [`prodigy_compiler::plan::Plan`] and never reads YAML.
 
 pub mod breaker;
+pub mod dlq;
 pub mod exec;
 pub mod git;
 pub mod machine;

@@ -1,0 +1,462 @@
+//! The dead letter queue of a MapReduce job, on disk as seed `003` lays it out (SPEC §9):
+//! `dlq/{repo}/{job_id}/mapreduce/dlq/{job_id}/items/{item_id}.json`, one
+//! [`DeadLetteredItem`] per file, plus `index.json`. Every write is atomic.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::store::{Layout, write_atomic};
+
+/// Why an item failed (seed `003`'s `ErrorType`, plus `CircuitOpen`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorType {
+    /// The agent outlived its timeout.
+    Timeout,
+    /// A command exited non-zero.
+    CommandFailed {
+        /// Its exit code.
+        exit_code: i32,
+    },
+    /// Validation failed.
+    ValidationFailed,
+    /// A git worktree operation failed.
+    WorktreeError,
+    /// Merging the agent's commits back conflicted.
+    MergeConflict,
+    /// `commit_required` and no commit was made.
+    CommitValidationFailed,
+    /// Out of memory, disk or processes.
+    ResourceExhausted,
+    /// The circuit breaker was open: the agent never started.
+    CircuitOpen,
+    /// Anything else.
+    Unknown,
+}
+
+impl ErrorType {
+    /// The variant's name, as used in error signatures.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ErrorType::Timeout => "Timeout",
+            ErrorType::CommandFailed { .. } => "CommandFailed",
+            ErrorType::ValidationFailed => "ValidationFailed",
+            ErrorType::WorktreeError => "WorktreeError",
+            ErrorType::MergeConflict => "MergeConflict",
+            ErrorType::CommitValidationFailed => "CommitValidationFailed",
+            ErrorType::ResourceExhausted => "ResourceExhausted",
+            ErrorType::CircuitOpen => "CircuitOpen",
+            ErrorType::Unknown => "Unknown",
+        }
+    }
+}
+
+/// One failed attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailureDetail {
+    /// 1 for the first failure of the item.
+    pub attempt_number: u32,
+    /// When it failed (RFC 3339).
+    pub timestamp: String,
+    /// The classification.
+    pub error_type: ErrorType,
+    /// What went wrong, for people.
+    pub error_message: String,
+    /// The trail of operations that led to the failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_context: Option<Vec<String>>,
+    /// A longer trace (the failing command's stderr tail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_trace: Option<String>,
+    /// The agent that ran the item.
+    pub agent_id: String,
+    /// The command that failed, as `shell: ...` or `claude: ...`.
+    pub step_failed: String,
+    /// How long the attempt ran.
+    pub duration_ms: u64,
+    /// Where Claude's JSON log of the attempt is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_log_location: Option<String>,
+}
+
+/// What a failed agent left behind in its worktree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorktreeArtifacts {
+    /// The agent's worktree, kept for inspection.
+    pub worktree_path: PathBuf,
+    /// Its branch.
+    pub branch_name: String,
+    /// Files changed but not committed, described.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncommitted_changes: Option<String>,
+    /// The error output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_logs: Option<String>,
+}
+
+/// An item in the DLQ.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetteredItem {
+    /// The item's id.
+    pub item_id: String,
+    /// The item as the input gave it.
+    pub item_data: Value,
+    /// When it first failed.
+    pub first_attempt: String,
+    /// When it last failed.
+    pub last_attempt: String,
+    /// Failed attempts so far.
+    pub failure_count: u32,
+    /// Every failed attempt.
+    pub failure_history: Vec<FailureDetail>,
+    /// The error type and the start of the message, to group similar failures.
+    pub error_signature: String,
+    /// Whether `dlq retry` may run it again.
+    pub reprocess_eligible: bool,
+    /// Whether a person should look first.
+    pub manual_review_required: bool,
+    /// The failed agent's worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_artifacts: Option<WorktreeArtifacts>,
+}
+
+/// `index.json`: the ids in the queue, in the order they arrived.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DlqIndex {
+    /// The job.
+    pub job_id: String,
+    /// Item ids, oldest first.
+    pub item_ids: Vec<String>,
+    /// How many.
+    pub item_count: usize,
+    /// When the queue last changed.
+    pub updated_at: String,
+}
+
+/// Groups failures that look alike: the type, then the message's first five words.
+pub fn error_signature(error_type: &ErrorType, message: &str) -> String {
+    let start: Vec<&str> = message.split_whitespace().take(5).collect();
+    format!("{}::{}", error_type.name(), start.join(" "))
+}
+
+/// A problem reading or writing the queue.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum DlqError {
+    /// A file could not be read or written.
+    #[error("dead letter queue `{path}`: {source}")]
+    #[diagnostic(code(prodigy::dlq::io))]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file is not what prodigy wrote.
+    #[error("dead letter queue `{path}` is damaged: {source}")]
+    #[diagnostic(
+        code(prodigy::dlq::damaged),
+        help("move the file aside; the rest of the queue stays usable")
+    )]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+/// One job's queue.
+#[derive(Clone, Debug)]
+pub struct Dlq {
+    job_id: String,
+    dir: PathBuf,
+}
+
+impl Dlq {
+    /// The queue of `job_id` under the layout (nothing is created until an item is added).
+    pub fn new(layout: &Layout, job_id: &str) -> Self {
+        let dir = layout
+            .home
+            .join("dlq")
+            .join(&layout.repo)
+            .join(job_id)
+            .join("mapreduce")
+            .join("dlq")
+            .join(job_id);
+        Dlq {
+            job_id: job_id.to_owned(),
+            dir,
+        }
+    }
+
+    /// The queue's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn item_path(&self, item_id: &str) -> PathBuf {
+        let safe: String = item_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.dir.join("items").join(format!("{safe}.json"))
+    }
+
+    fn write_json(path: &Path, value: &impl Serialize) -> Result<(), DlqError> {
+        let bytes = serde_json::to_vec_pretty(value).map_err(|source| DlqError::Damaged {
+            path: path.to_owned(),
+            source,
+        })?;
+        write_atomic(path, &bytes).map_err(|source| DlqError::Io {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, DlqError> {
+        let text = match std::fs::read(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(DlqError::Io {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|source| DlqError::Damaged {
+                path: path.to_owned(),
+                source,
+            })
+    }
+
+    /// The index (empty when the queue does not exist).
+    pub fn index(&self) -> Result<DlqIndex, DlqError> {
+        Ok(
+            Self::read_json(&self.dir.join("index.json"))?.unwrap_or_else(|| DlqIndex {
+                job_id: self.job_id.clone(),
+                ..DlqIndex::default()
+            }),
+        )
+    }
+
+    fn write_index(&self, mut index: DlqIndex) -> Result<(), DlqError> {
+        index.item_count = index.item_ids.len();
+        index.updated_at = crate::store::timestamp();
+        Self::write_json(&self.dir.join("index.json"), &index)
+    }
+
+    /// One item, if it is in the queue.
+    pub fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, DlqError> {
+        Self::read_json(&self.item_path(item_id))
+    }
+
+    /// Every item, in the order they arrived.
+    pub fn items(&self) -> Result<Vec<DeadLetteredItem>, DlqError> {
+        let mut out = Vec::new();
+        for id in self.index()?.item_ids {
+            if let Some(item) = self.get(&id)? {
+                out.push(item);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records a failure of `item_id`: a new entry, or one more attempt on the entry there.
+    pub fn record_failure(
+        &self,
+        item_id: &str,
+        item_data: &Value,
+        failure: FailureDetail,
+        worktree_artifacts: Option<WorktreeArtifacts>,
+    ) -> Result<DeadLetteredItem, DlqError> {
+        let signature = error_signature(&failure.error_type, &failure.error_message);
+        let manual = matches!(
+            failure.error_type,
+            ErrorType::MergeConflict | ErrorType::CommitValidationFailed
+        );
+        let mut item = match self.get(item_id)? {
+            Some(mut item) => {
+                item.failure_count += 1;
+                item.last_attempt.clone_from(&failure.timestamp);
+                item.failure_history.push(FailureDetail {
+                    attempt_number: item.failure_count,
+                    ..failure
+                });
+                item
+            }
+            None => DeadLetteredItem {
+                item_id: item_id.to_owned(),
+                item_data: item_data.clone(),
+                first_attempt: failure.timestamp.clone(),
+                last_attempt: failure.timestamp.clone(),
+                failure_count: 1,
+                failure_history: vec![FailureDetail {
+                    attempt_number: 1,
+                    ..failure
+                }],
+                error_signature: String::new(),
+                reprocess_eligible: true,
+                manual_review_required: false,
+                worktree_artifacts: None,
+            },
+        };
+        item.error_signature = signature;
+        item.manual_review_required = manual;
+        item.reprocess_eligible = !manual;
+        if worktree_artifacts.is_some() {
+            item.worktree_artifacts = worktree_artifacts;
+        }
+        Self::write_json(&self.item_path(item_id), &item)?;
+        let mut index = self.index()?;
+        if !index.item_ids.iter().any(|id| id == item_id) {
+            index.item_ids.push(item_id.to_owned());
+        }
+        self.write_index(index)?;
+        Ok(item)
+    }
+
+    /// Takes `item_id` out of the queue (it succeeded on retry); false when it was not there.
+    pub fn remove(&self, item_id: &str) -> Result<bool, DlqError> {
+        let mut index = self.index()?;
+        let before = index.item_ids.len();
+        index.item_ids.retain(|id| id != item_id);
+        let path = self.item_path(item_id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(DlqError::Io { path, source }),
+        }
+        let removed = index.item_ids.len() != before;
+        if removed {
+            self.write_index(index)?;
+        }
+        Ok(removed)
+    }
+
+    /// Empties the queue; returns how many items it held.
+    pub fn clear(&self) -> Result<usize, DlqError> {
+        let ids = self.index()?.item_ids;
+        for id in &ids {
+            self.remove(id)?;
+        }
+        Ok(ids.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(message: &str, code: i32) -> FailureDetail {
+        FailureDetail {
+            attempt_number: 0,
+            timestamp: "2026-01-01T00:00:00Z".into(),
+            error_type: ErrorType::CommandFailed { exit_code: code },
+            error_message: message.into(),
+            error_context: None,
+            stack_trace: None,
+            agent_id: "agent-1".into(),
+            step_failed: "shell: cargo test".into(),
+            duration_ms: 12,
+            json_log_location: None,
+        }
+    }
+
+    fn queue(home: &Path) -> Dlq {
+        Dlq::new(
+            &Layout {
+                home: home.to_owned(),
+                repo: "demo".into(),
+            },
+            "job-1",
+        )
+    }
+
+    #[test]
+    fn the_layout_is_the_seeds() {
+        let home = tempfile::tempdir().unwrap();
+        let dlq = queue(home.path());
+        dlq.record_failure(
+            "item-123",
+            &serde_json::json!({"file": "a.rs"}),
+            failure("cargo test failed with exit code 101", 101),
+            None,
+        )
+        .unwrap();
+        let dir = home.path().join("dlq/demo/job-1/mapreduce/dlq/job-1");
+        assert!(dir.join("items/item-123.json").is_file());
+        let index: DlqIndex =
+            serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+        assert_eq!(index.item_ids, ["item-123"]);
+        let text = std::fs::read_to_string(dir.join("items/item-123.json")).unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            value["failure_history"][0]["error_type"],
+            serde_json::json!({"CommandFailed": {"exit_code": 101}})
+        );
+        assert_eq!(
+            value["error_signature"],
+            "CommandFailed::cargo test failed with exit"
+        );
+    }
+
+    #[test]
+    fn repeated_failures_accumulate_and_removal_updates_the_index() {
+        let home = tempfile::tempdir().unwrap();
+        let dlq = queue(home.path());
+        let data = serde_json::json!(1);
+        dlq.record_failure("a", &data, failure("boom", 1), None)
+            .unwrap();
+        dlq.record_failure("b", &data, failure("bang", 2), None)
+            .unwrap();
+        let again = dlq
+            .record_failure("a", &data, failure("boom again", 3), None)
+            .unwrap();
+        assert_eq!(again.failure_count, 2);
+        assert_eq!(again.failure_history[1].attempt_number, 2);
+        assert_eq!(dlq.index().unwrap().item_ids, ["a", "b"]);
+        assert!(dlq.remove("a").unwrap());
+        assert!(!dlq.remove("a").unwrap());
+        assert_eq!(dlq.items().unwrap().len(), 1);
+        assert_eq!(dlq.clear().unwrap(), 1);
+        assert_eq!(dlq.index().unwrap().item_count, 0);
+    }
+
+    #[test]
+    fn merge_conflicts_need_a_person() {
+        let home = tempfile::tempdir().unwrap();
+        let dlq = queue(home.path());
+        let item = dlq
+            .record_failure(
+                "x/y",
+                &Value::Null,
+                FailureDetail {
+                    error_type: ErrorType::MergeConflict,
+                    ..failure("conflict in src/lib.rs", 1)
+                },
+                Some(WorktreeArtifacts {
+                    worktree_path: "/tmp/wt".into(),
+                    branch_name: "agent-1".into(),
+                    uncommitted_changes: None,
+                    error_logs: Some("CONFLICT".into()),
+                }),
+            )
+            .unwrap();
+        assert!(item.manual_review_required);
+        assert!(!item.reprocess_eligible);
+        assert!(
+            dlq.get("x/y").unwrap().is_some(),
+            "ids with `/` are stored safely"
+        );
+    }
+}
