@@ -374,6 +374,38 @@ pub fn delay(config: &RetryConfig, n: u32) -> Duration {
     raw.min(config.max_delay)
 }
 
+/// The delays between the runs of an item under `error_policy.retry_config`, with the
+/// error-policy formulas of SPEC §4 (seed `000`): fixed `delay`; linear `initial +
+/// n·increment`; exponential `initial · base^(n-1)`; fibonacci `initial · fib(n)`; custom
+/// `delays[n-1]`. A missing initial delay is 1 s; `max_delay` caps every delay.
+pub fn policy_schedule(config: &ast::PolicyRetry) -> Vec<Duration> {
+    const DEFAULT: Duration = Duration::from_secs(1);
+    let cap = config.max_delay.unwrap_or(Duration::MAX);
+    (1..config.max_attempts.max(1))
+        .map(|n| {
+            let raw = match &config.backoff {
+                ast::Backoff::Fixed { delay } => delay.unwrap_or(DEFAULT),
+                ast::Backoff::Linear { initial, increment } => {
+                    initial.unwrap_or(DEFAULT) + increment.unwrap_or(DEFAULT).saturating_mul(n)
+                }
+                ast::Backoff::Exponential { initial, base } => {
+                    let factor = base.powi(i32::try_from(n - 1).unwrap_or(i32::MAX));
+                    Duration::try_from_secs_f64(initial.unwrap_or(DEFAULT).as_secs_f64() * factor)
+                        .unwrap_or(Duration::MAX)
+                }
+                ast::Backoff::Fibonacci { initial } => {
+                    initial.unwrap_or(DEFAULT).saturating_mul(fibonacci(n))
+                }
+                ast::Backoff::Custom { delays } => delays
+                    .get((n - 1) as usize)
+                    .copied()
+                    .unwrap_or(config.max_delay.unwrap_or(DEFAULT)),
+            };
+            raw.min(cap)
+        })
+        .collect()
+}
+
 fn fibonacci(n: u32) -> u32 {
     let (mut a, mut b) = (1u32, 1u32);
     for _ in 2..n {
@@ -704,6 +736,43 @@ fn label(step: &Step) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_policy_delays_use_the_seed_formulas() {
+        let secs = Duration::from_secs;
+        let policy = |backoff, max_delay| ast::PolicyRetry {
+            span: Span::default(),
+            max_attempts: 5,
+            backoff,
+            max_delay,
+            jitter: false,
+            jitter_factor: 0.3,
+        };
+        let linear = ast::Backoff::Linear {
+            initial: Some(secs(1)),
+            increment: Some(secs(2)),
+        };
+        // Linear counts from n (not n-1) in the error-policy formula.
+        assert_eq!(
+            policy_schedule(&policy(linear, None)),
+            [secs(3), secs(5), secs(7), secs(9)]
+        );
+        let fib = ast::Backoff::Fibonacci {
+            initial: Some(secs(1)),
+        };
+        assert_eq!(
+            policy_schedule(&policy(fib, Some(secs(2)))),
+            [secs(1), secs(1), secs(2), secs(2)]
+        );
+        let exp = ast::Backoff::Exponential {
+            initial: None,
+            base: 3.0,
+        };
+        assert_eq!(
+            policy_schedule(&policy(exp, None)),
+            [secs(1), secs(3), secs(9), secs(27)]
+        );
+    }
 
     fn config(backoff: ast::Backoff, attempts: u32) -> RetryConfig {
         RetryConfig {

@@ -6,6 +6,7 @@ pub mod breaker;
 pub mod dlq;
 pub mod exec;
 pub mod git;
+pub mod job;
 pub mod machine;
 pub mod runner;
 pub mod store;

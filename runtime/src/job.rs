@@ -1,0 +1,388 @@
+//! The map phase's bookkeeping as a pure state machine (SPEC §8): what happens to a failed
+//! item (`on_item_failure`), and when the job stops (`continue_on_failure`, `max_failures`,
+//! `failure_threshold`). Stopping means no new agents; items not started stay pending.
+
+use std::time::Duration;
+
+use prodigy_compiler::ast::{ErrorPolicy, ItemFailure};
+
+/// The error policy, with the defaults of SPEC §8 filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobPolicy {
+    /// What happens to a failed item.
+    pub on_item_failure: ItemFailure,
+    /// Whether other items go on after a failure.
+    pub continue_on_failure: bool,
+    /// More failures than this stop the job.
+    pub max_failures: Option<u64>,
+    /// A failure rate strictly above this stops the job, once 10 items have finished.
+    pub failure_threshold: Option<f64>,
+    /// Runs of an item under `on_item_failure: retry`, counting the first.
+    pub max_attempts: u32,
+    /// Delays before the item's retries (retry n at index n-1).
+    pub retry_delays: Vec<Duration>,
+}
+
+impl Default for JobPolicy {
+    fn default() -> Self {
+        JobPolicy {
+            on_item_failure: ItemFailure::Dlq,
+            continue_on_failure: true,
+            max_failures: None,
+            failure_threshold: None,
+            max_attempts: 1,
+            retry_delays: Vec::new(),
+        }
+    }
+}
+
+impl JobPolicy {
+    /// From the workflow's `error_policy` (absent: the defaults).
+    pub fn from_ast(policy: Option<&ErrorPolicy>) -> Self {
+        let Some(p) = policy else {
+            return JobPolicy::default();
+        };
+        let retry = p.retry_config.as_ref();
+        JobPolicy {
+            on_item_failure: p
+                .on_item_failure
+                .as_ref()
+                .map_or(ItemFailure::Dlq, |s| s.value.clone()),
+            continue_on_failure: p.continue_on_failure.as_ref().is_none_or(|s| s.value),
+            max_failures: p.max_failures.as_ref().map(|s| s.value),
+            failure_threshold: p.failure_threshold.as_ref().map(|s| s.value),
+            max_attempts: retry.map_or(1, |r| r.max_attempts.max(1)),
+            retry_delays: retry
+                .map(prodigy_compiler::plan::policy_schedule)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Items finished so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Failed for good (dead-lettered, or failed under `stop`/`custom`).
+    pub failed: u64,
+    /// Failed and skipped by policy.
+    pub skipped: u64,
+}
+
+impl Counts {
+    /// Items that reached an outcome.
+    pub fn finished(&self) -> u64 {
+        self.succeeded + self.failed + self.skipped
+    }
+}
+
+/// Why the job stopped early.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StopReason {
+    /// `on_item_failure: stop`.
+    ItemFailureStop,
+    /// `continue_on_failure: false`.
+    NoContinueOnFailure,
+    /// More than `max_failures`.
+    MaxFailures(u64),
+    /// The failure rate went above `failure_threshold`.
+    FailureRate {
+        /// The rate seen.
+        rate: f64,
+        /// The threshold.
+        threshold: f64,
+    },
+}
+
+/// The job's phase.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    /// Agents start as slots free up.
+    Running,
+    /// No new agents; the running ones finish.
+    Stopping(StopReason),
+}
+
+/// What happened to an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemEvent {
+    /// Its agent succeeded.
+    Succeeded,
+    /// Its agent failed on run `attempt` (1-based).
+    Failed {
+        /// The run that failed.
+        attempt: u32,
+    },
+}
+
+/// What to do with the item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemAction {
+    /// Nothing more: it succeeded.
+    Done,
+    /// Run it again after `delay`.
+    Retry {
+        /// The next run (1-based).
+        attempt: u32,
+        /// The wait first.
+        delay: Duration,
+    },
+    /// Put it in the DLQ.
+    DeadLetter,
+    /// Record it as skipped.
+    Skip,
+    /// Run the named handler for it, then record it as failed.
+    Handler(String),
+    /// Record it as failed (the job stops).
+    Fail,
+}
+
+/// The map phase's state: counts and whether new agents may start.
+#[derive(Clone, Debug)]
+pub struct Job {
+    policy: JobPolicy,
+    counts: Counts,
+    state: JobState,
+}
+
+impl Job {
+    /// A running job.
+    pub fn new(policy: JobPolicy) -> Self {
+        Job {
+            policy,
+            counts: Counts::default(),
+            state: JobState::Running,
+        }
+    }
+
+    /// Counts so far.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// Running or stopping.
+    pub fn state(&self) -> &JobState {
+        &self.state
+    }
+
+    /// Whether a new agent may start.
+    pub fn admits(&self) -> bool {
+        match self.state {
+            JobState::Running => true,
+            JobState::Stopping(_) => false,
+        }
+    }
+
+    /// Feeds an item's result; returns what to do with the item.
+    pub fn on_item(&mut self, event: ItemEvent) -> ItemAction {
+        let (action, counted_failure) = match event {
+            ItemEvent::Succeeded => {
+                self.counts.succeeded += 1;
+                (ItemAction::Done, false)
+            }
+            ItemEvent::Failed { attempt } => match &self.policy.on_item_failure {
+                ItemFailure::Retry if attempt < self.policy.max_attempts => {
+                    let delay = self
+                        .policy
+                        .retry_delays
+                        .get((attempt as usize).saturating_sub(1))
+                        .copied()
+                        .unwrap_or_default();
+                    return ItemAction::Retry {
+                        attempt: attempt + 1,
+                        delay,
+                    };
+                }
+                ItemFailure::Retry | ItemFailure::Dlq => {
+                    self.counts.failed += 1;
+                    (ItemAction::DeadLetter, true)
+                }
+                ItemFailure::Skip => {
+                    self.counts.skipped += 1;
+                    (ItemAction::Skip, false)
+                }
+                ItemFailure::Stop => {
+                    self.counts.failed += 1;
+                    self.stop(StopReason::ItemFailureStop);
+                    (ItemAction::Fail, true)
+                }
+                ItemFailure::Custom(name) => {
+                    self.counts.failed += 1;
+                    (ItemAction::Handler(name.clone()), true)
+                }
+            },
+        };
+        // A success or a skip lowers the failure rate; only a failure can stop the job.
+        if counted_failure {
+            self.check_limits();
+        }
+        action
+    }
+
+    fn stop(&mut self, reason: StopReason) {
+        match self.state {
+            JobState::Running => self.state = JobState::Stopping(reason),
+            JobState::Stopping(_) => {}
+        }
+    }
+
+    fn check_limits(&mut self) {
+        if !self.policy.continue_on_failure {
+            self.stop(StopReason::NoContinueOnFailure);
+        }
+        if let Some(max) = self.policy.max_failures
+            && self.counts.failed > max
+        {
+            self.stop(StopReason::MaxFailures(max));
+        }
+        let finished = self.counts.finished();
+        if let Some(threshold) = self.policy.failure_threshold
+            && finished >= 10
+        {
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "item counts stay far below 2^52"
+            )]
+            let rate = self.counts.failed as f64 / finished as f64;
+            if rate > threshold {
+                self.stop(StopReason::FailureRate { rate, threshold });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fail(job: &mut Job, attempt: u32) -> ItemAction {
+        job.on_item(ItemEvent::Failed { attempt })
+    }
+
+    #[test]
+    fn by_default_failures_go_to_the_dlq_and_the_job_goes_on() {
+        let mut job = Job::new(JobPolicy::default());
+        for _ in 0..20 {
+            assert_eq!(fail(&mut job, 1), ItemAction::DeadLetter);
+        }
+        assert!(job.admits());
+        assert_eq!(job.counts().failed, 20);
+    }
+
+    #[test]
+    fn retry_runs_again_with_the_policy_delays_then_dead_letters() {
+        let mut job = Job::new(JobPolicy {
+            on_item_failure: ItemFailure::Retry,
+            max_attempts: 3,
+            retry_delays: vec![Duration::from_secs(1), Duration::from_secs(2)],
+            ..JobPolicy::default()
+        });
+        assert_eq!(
+            fail(&mut job, 1),
+            ItemAction::Retry {
+                attempt: 2,
+                delay: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(
+            fail(&mut job, 2),
+            ItemAction::Retry {
+                attempt: 3,
+                delay: Duration::from_secs(2)
+            }
+        );
+        assert_eq!(job.counts().failed, 0, "a retried item has not failed yet");
+        assert_eq!(fail(&mut job, 3), ItemAction::DeadLetter);
+        assert_eq!(job.counts().failed, 1);
+    }
+
+    #[test]
+    fn skip_stop_and_custom() {
+        let mut skip = Job::new(JobPolicy {
+            on_item_failure: ItemFailure::Skip,
+            max_failures: Some(0),
+            ..JobPolicy::default()
+        });
+        assert_eq!(fail(&mut skip, 1), ItemAction::Skip);
+        assert!(skip.admits(), "skipped items are not failures");
+        let mut stop = Job::new(JobPolicy {
+            on_item_failure: ItemFailure::Stop,
+            ..JobPolicy::default()
+        });
+        assert_eq!(fail(&mut stop, 1), ItemAction::Fail);
+        assert_eq!(
+            stop.state(),
+            &JobState::Stopping(StopReason::ItemFailureStop)
+        );
+        let mut custom = Job::new(JobPolicy {
+            on_item_failure: ItemFailure::Custom("notify".into()),
+            ..JobPolicy::default()
+        });
+        assert_eq!(fail(&mut custom, 1), ItemAction::Handler("notify".into()));
+    }
+
+    #[test]
+    fn max_failures_allows_that_many() {
+        let mut job = Job::new(JobPolicy {
+            max_failures: Some(2),
+            ..JobPolicy::default()
+        });
+        fail(&mut job, 1);
+        fail(&mut job, 1);
+        assert!(job.admits());
+        fail(&mut job, 1);
+        assert_eq!(job.state(), &JobState::Stopping(StopReason::MaxFailures(2)));
+    }
+
+    #[test]
+    fn continue_on_failure_false_stops_at_the_first_failure() {
+        let mut job = Job::new(JobPolicy {
+            continue_on_failure: false,
+            ..JobPolicy::default()
+        });
+        job.on_item(ItemEvent::Succeeded);
+        assert!(job.admits());
+        fail(&mut job, 1);
+        assert_eq!(
+            job.state(),
+            &JobState::Stopping(StopReason::NoContinueOnFailure)
+        );
+    }
+
+    #[test]
+    fn the_failure_rate_counts_from_ten_items_and_must_exceed_the_threshold() {
+        let mut job = Job::new(JobPolicy {
+            failure_threshold: Some(0.2),
+            ..JobPolicy::default()
+        });
+        // 3 failures in the first 3 items: 100%, but fewer than 10 items finished.
+        for _ in 0..3 {
+            fail(&mut job, 1);
+        }
+        assert!(job.admits());
+        for _ in 0..11 {
+            job.on_item(ItemEvent::Succeeded);
+        }
+        // 4 of 15 finished: 4/15 = 26.7% > 20%, but check the boundary first with a fresh job.
+        let mut boundary = Job::new(JobPolicy {
+            failure_threshold: Some(0.2),
+            ..JobPolicy::default()
+        });
+        for _ in 0..8 {
+            boundary.on_item(ItemEvent::Succeeded);
+        }
+        fail(&mut boundary, 1);
+        fail(&mut boundary, 1);
+        assert!(boundary.admits(), "2 of 10 is 20%, not above it");
+        fail(&mut job, 1);
+        match job.state() {
+            JobState::Stopping(StopReason::FailureRate { rate, threshold }) => {
+                assert!((rate - 4.0 / 15.0).abs() < 1e-9);
+                assert!((threshold - 0.2).abs() < 1e-9);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!job.admits());
+    }
+}
