@@ -621,6 +621,14 @@ impl Builder {
         steps.iter().filter_map(|s| self.step(s, role)).collect()
     }
 
+    fn default_timeout(&mut self, ids: &[StepId], timeout: Option<Duration>) {
+        for id in ids {
+            if let Some(step) = self.steps.get_mut(id.index()) {
+                step.timeout = step.timeout.or(timeout);
+            }
+        }
+    }
+
     fn step(&mut self, step: &Step, role: Role) -> Option<StepId> {
         let command = match &step.command {
             ast::Command::Shell(t) => PlanCommand::Shell(t.clone()),
@@ -700,6 +708,13 @@ impl Builder {
                 prompt: o.prompt.clone(),
             }),
         });
+        // A handler's or a validation's `timeout` bounds each of its commands that has none.
+        if let Some(f) = &on_failure {
+            self.default_timeout(&f.handler, f.timeout);
+        }
+        if let Some(v) = &validate {
+            self.default_timeout(&v.commands, v.timeout);
+        }
         if let Some(slot) = self.steps.get_mut(id.index()) {
             slot.on_failure = on_failure;
             slot.on_success = on_success;

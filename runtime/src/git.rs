@@ -23,11 +23,61 @@ pub fn head(project: &Path) -> Option<String> {
 }
 
 /// Stages everything and commits it with MESSAGE, when there is anything to commit.
-pub fn commit_all(project: &Path, message: &str) {
-    let _ = git(project, &["add", "-A"]);
-    if git(project, &["diff", "--cached", "--quiet"]).is_none() {
-        let _ = git(project, &["commit", "-q", "-m", message]);
+pub fn commit_all(project: &Path, message: &str) -> Result<(), String> {
+    commit(
+        project,
+        &CommitOptions {
+            message: message.to_owned(),
+            ..CommitOptions::default()
+        },
+    )
+}
+
+/// How to commit what a step left (`commit_config`).
+#[derive(Clone, Debug, Default)]
+pub struct CommitOptions {
+    /// The message.
+    pub message: String,
+    /// `--author`.
+    pub author: Option<String>,
+    /// `-S`.
+    pub sign: bool,
+    /// Paths to stage (empty: everything).
+    pub include: Vec<String>,
+    /// Paths never to stage.
+    pub exclude: Vec<String>,
+    /// Squash every commit since this one, with the new changes, into one commit.
+    pub squash_since: Option<String>,
+}
+
+/// Stages and commits per OPTIONS; nothing to commit is not an error.
+pub fn commit(project: &Path, options: &CommitOptions) -> Result<(), String> {
+    let mut add = vec!["add".to_owned(), "-A".to_owned(), "--".to_owned()];
+    if options.include.is_empty() {
+        add.push(".".to_owned());
+    } else {
+        add.extend(options.include.iter().cloned());
     }
+    add.extend(options.exclude.iter().map(|p| format!(":(exclude){p}")));
+    let add: Vec<&str> = add.iter().map(String::as_str).collect();
+    git(project, &add).ok_or("`git add` failed")?;
+    if let Some(base) = &options.squash_since {
+        git(project, &["reset", "--soft", base]).ok_or("`git reset --soft` failed")?;
+    }
+    if git(project, &["diff", "--cached", "--quiet"]).is_some() {
+        return Ok(());
+    }
+    let mut args = vec!["commit", "-q", "-m", options.message.as_str()];
+    let author = options.author.as_ref().map(|a| format!("--author={a}"));
+    if let Some(a) = &author {
+        args.push(a);
+    }
+    if options.sign {
+        args.push("-S");
+    }
+    git(project, &args).map(|_| ()).ok_or_else(|| {
+        "`git commit` failed (is a signing key or the author's identity missing?)".to_owned()
+    })
 }
 
 fn lines(text: Option<String>) -> Vec<String> {
@@ -120,11 +170,11 @@ mod tests {
         let base = head(p).unwrap();
         std::fs::write(p.join("a.md"), "one\ntwo\n").unwrap();
         std::fs::write(p.join("b.rs"), "x\n").unwrap();
-        commit_all(p, "first");
+        commit_all(p, "first").unwrap();
         std::fs::write(p.join("b.rs"), "y\n").unwrap();
         std::fs::remove_file(p.join("a.md")).unwrap();
         std::fs::write(p.join("c.txt"), "new\n").unwrap();
-        commit_all(p, "second");
+        commit_all(p, "second").unwrap();
         let after_first = changes(p, &base);
         assert_eq!(after_first["commit_count"], 2);
         assert_eq!(after_first["files_added"], json!(["b.rs", "c.txt"]));
@@ -145,7 +195,7 @@ mod tests {
         let p = dir.path();
         std::fs::write(p.join("a"), "1").unwrap();
         std::fs::write(p.join("b"), "1").unwrap();
-        commit_all(p, "files");
+        commit_all(p, "files").unwrap();
         std::fs::write(p.join("a"), "2").unwrap();
         std::fs::write(p.join("b"), "2").unwrap();
         git(p, &["add", "a"]).unwrap();

@@ -544,11 +544,12 @@ impl Runner {
                     }
                 }
             }
-            let head_before = if step.commit_required || step.auto_commit {
-                crate::git::head(&self.opts.project)
-            } else {
-                None
-            };
+            let head_before =
+                if step.commit_required || step.auto_commit || !step.outputs.is_empty() {
+                    crate::git::head(&self.opts.project)
+                } else {
+                    None
+                };
             let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
             let mut last: Option<Output> = None;
             let mut action = machine.on_event(
@@ -723,6 +724,10 @@ impl Runner {
             "handler_started",
             json!({"step": step.label, "run": run, "strategy": on_failure.strategy}),
         );
+        let head_before = on_failure
+            .commit_required
+            .then(|| crate::git::head(&self.opts.project))
+            .flatten();
         let mut ok = true;
         let mut combined = String::new();
         for &id in &on_failure.handler {
@@ -739,6 +744,13 @@ impl Runner {
                 ok = false;
                 break;
             }
+        }
+        if ok && on_failure.commit_required && crate::git::head(&self.opts.project) == head_before {
+            self.say(&format!(
+                "  error: the handler of `{}` requires a commit and made none (CommitValidationFailed)",
+                step.label
+            ));
+            ok = false;
         }
         for name in &on_failure.capture {
             vars.set(name.clone(), Value::String(combined.clone()));
@@ -759,20 +771,30 @@ impl Runner {
         head_before: Option<String>,
         mut outcome: Outcome,
     ) -> Outcome {
+        if let Some(checks) = &step.step_validate
+            && !checks.skip
+            && !self.step_validate(step, checks, vars).await
+        {
+            if !checks.ignore_failure {
+                return Outcome::Failed;
+            }
+            self.say(&format!(
+                "  warning: `step_validate` of `{}` failed; ignored (`ignore_validation_failure`)",
+                step.label
+            ));
+        }
         if let Some(validate) = &step.validate {
             outcome = self.validate(step, validate, vars, outcome).await;
             if !outcome.continues() {
                 return outcome;
             }
         }
-        if step.auto_commit {
-            let message = step
-                .commit_config
-                .as_ref()
-                .and_then(|c| c.message_template.as_ref())
-                .and_then(|t| t.parsed.render(vars).ok())
-                .unwrap_or_else(|| format!("prodigy: {}", step.label));
-            crate::git::commit_all(&self.opts.project, &message);
+        if step.auto_commit
+            && let Err(why) = self.commit(step, vars, head_before.as_deref())
+        {
+            self.record("step_failed", json!({"step": step.label, "error": why}));
+            self.say(&format!("  error: {why}"));
+            return Outcome::Failed;
         }
         if step.commit_required {
             let head_after = crate::git::head(&self.opts.project);
@@ -788,6 +810,28 @@ impl Runner {
                 return Outcome::Failed;
             }
         }
+        if let (Some(id), Some(before)) = (&step.step_id, &head_before)
+            && !step.outputs.is_empty()
+        {
+            let changed = crate::git::changes(&self.opts.project, before);
+            let files: Vec<&str> = changed["files_changed"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mut outputs = serde_json::Map::new();
+            for output in &step.outputs {
+                let matcher = globset::Glob::new(&output.file_pattern.value)
+                    .map(|g| g.compile_matcher())
+                    .ok();
+                let matching: Vec<&str> = files
+                    .iter()
+                    .copied()
+                    .filter(|f| matcher.as_ref().is_some_and(|m| m.is_match(f)))
+                    .collect();
+                outputs.insert(output.name.value.clone(), json!(matching));
+            }
+            vars.set(id.clone(), Value::Object(outputs));
+        }
         if !step.on_success.is_empty() {
             self.record("success_handler_started", json!({"step": step.label}));
             if !self.run_list(&step.on_success, vars).await {
@@ -795,6 +839,119 @@ impl Runner {
             }
         }
         outcome
+    }
+
+    /// `auto_commit` / `commit_config`: stage (all, or the included paths minus the excluded
+    /// ones), commit with the rendered message (checked against `message_pattern`), the
+    /// `author`, signed when asked, and squash what the step committed into one commit.
+    fn commit(
+        &self,
+        step: &PlanStep,
+        vars: &Vars,
+        head_before: Option<&str>,
+    ) -> Result<(), String> {
+        let config = step.commit_config.as_ref();
+        let message = config
+            .and_then(|c| c.message_template.as_ref())
+            .map(|t| {
+                t.parsed
+                    .render(vars)
+                    .map_err(|e| format!("commit message: {e}"))
+            })
+            .transpose()?
+            .unwrap_or_else(|| format!("prodigy: {}", step.label));
+        if let Some(pattern) = config.and_then(|c| c.message_pattern.as_ref()) {
+            let re =
+                regex::Regex::new(&pattern.value).map_err(|e| format!("`message_pattern`: {e}"))?;
+            if !re.is_match(&message) {
+                return Err(format!(
+                    "commit message `{message}` does not match `message_pattern` `{}`",
+                    pattern.value
+                ));
+            }
+        }
+        let author = config
+            .and_then(|c| c.author.as_ref())
+            .map(|t| {
+                t.parsed
+                    .render(vars)
+                    .map_err(|e| format!("commit author: {e}"))
+            })
+            .transpose()?;
+        let options = crate::git::CommitOptions {
+            message,
+            author,
+            sign: config.is_some_and(|c| c.sign),
+            include: config
+                .map(|c| c.include_files.iter().map(|f| f.value.clone()).collect())
+                .unwrap_or_default(),
+            exclude: config
+                .map(|c| c.exclude_files.iter().map(|f| f.value.clone()).collect())
+                .unwrap_or_default(),
+            squash_since: config
+                .is_some_and(|c| c.squash)
+                .then_some(head_before)
+                .flatten()
+                .map(str::to_owned),
+        };
+        crate::git::commit(&self.opts.project, &options)
+    }
+
+    /// `step_validate`: run the checks, up to `max_attempts` rounds `retry_delay` apart,
+    /// until `success_criteria` holds.
+    async fn step_validate(
+        &self,
+        step: &PlanStep,
+        checks: &ast::StepValidate,
+        vars: &Vars,
+    ) -> bool {
+        let timeout = checks.timeout.as_ref().map(|t| t.value).or(step.timeout);
+        let rounds = checks.max_attempts.max(1);
+        for round in 1..=rounds {
+            let mut passed = 0u32;
+            for check in &checks.checks {
+                let out = if check.claude {
+                    let claude =
+                        |text: &str| exec::claude(text, self.opts.claude_command.as_deref());
+                    self.run_command_for(&claude, &check.command, step, vars, timeout)
+                        .await
+                } else {
+                    self.run_command_for(&exec::shell, &check.command, step, vars, timeout)
+                        .await
+                };
+                let output_ok = check.expect_output.as_ref().is_none_or(|p| {
+                    regex::Regex::new(&p.value).is_ok_and(|re| re.is_match(&out.stdout))
+                });
+                if out.code == Some(check.expect_exit_code) && output_ok {
+                    passed += 1;
+                }
+            }
+            let total = u32::try_from(checks.checks.len()).unwrap_or(u32::MAX);
+            let ok = match checks.success_criteria {
+                ast::SuccessCriteria::All => passed == total,
+                ast::SuccessCriteria::Any => passed > 0 || total == 0,
+                ast::SuccessCriteria::AtLeast(n) => passed >= n,
+            };
+            self.record(
+                "step_validation_finished",
+                json!({"step": step.label, "round": round, "passed": passed, "checks": total, "success": ok}),
+            );
+            if ok {
+                return true;
+            }
+            if round < rounds {
+                let mut cancel = self.cancel.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(checks.retry_delay) => {}
+                    () = wait_cancel(&mut cancel) => return false,
+                }
+            }
+        }
+        self.say(&format!(
+            "  error: `step_validate` of `{}` failed",
+            step.label
+        ));
+        false
     }
 
     async fn validate(
@@ -810,7 +967,16 @@ impl Runner {
             .map_or(1, |o| o.max_attempts.max(1));
         for round in 1..=rounds {
             let ok = self.run_list(&validate.commands, vars).await;
-            let result = self.validation_result(validate, vars, ok);
+            let mut result = self.validation_result(validate, vars, ok);
+            if let Some(schema) = &validate.expected_schema
+                && let Err(why) = matches_schema(schema, &result)
+            {
+                self.say(&format!(
+                    "  error: the validation result of `{}` does not fit `expected_schema`: {why}",
+                    step.label
+                ));
+                result = json!({"completion_percentage": 0, "status": "invalid", "missing": [why]});
+            }
             // The value as the validator wrote it, so `${validation.completion}` renders `100`.
             let reported = result
                 .get("completion_percentage")
@@ -846,7 +1012,22 @@ impl Runner {
                 ));
                 return outcome;
             }
+            if let Some(prompt) = &on_incomplete.prompt {
+                self.say(&format!("  {}", preview(&prompt.parsed, vars)));
+            }
+            let head_before = on_incomplete
+                .commit_required
+                .then(|| crate::git::head(&self.opts.project))
+                .flatten();
             if !self.run_list(&on_incomplete.commands, vars).await {
+                return Outcome::Failed;
+            }
+            if on_incomplete.commit_required && crate::git::head(&self.opts.project) == head_before
+            {
+                self.say(&format!(
+                    "  error: `on_incomplete` of `{}` requires a commit and made none (CommitValidationFailed)",
+                    step.label
+                ));
                 return Outcome::Failed;
             }
         }
@@ -876,8 +1057,20 @@ impl Runner {
             .unwrap_or_else(|| json!({"completion_percentage": if ok {100} else {0}}))
     }
 
-    /// Renders and runs a step's command.
+    /// Renders and runs a step's command; `output_file` gets its (masked) stdout.
     async fn execute(&self, step: &PlanStep, vars: &mut Vars) -> Output {
+        let output = self.execute_command(step, vars).await;
+        if let Some(file) = step
+            .output_file
+            .as_ref()
+            .and_then(|t| t.parsed.render(vars).ok())
+        {
+            let _ = std::fs::write(self.opts.project.join(file), self.mask(&output.stdout));
+        }
+        output
+    }
+
+    async fn execute_command(&self, step: &PlanStep, vars: &mut Vars) -> Output {
         match &step.command {
             PlanCommand::Shell(t) => self.run_command(&exec::shell, t, step, vars).await,
             PlanCommand::Claude(t) => {
@@ -932,6 +1125,19 @@ impl Runner {
         step: &PlanStep,
         vars: &Vars,
     ) -> Output {
+        self.run_command_for(build, template, step, vars, step.timeout)
+            .await
+    }
+
+    /// Renders TEMPLATE and runs it with the step's directory and environment.
+    async fn run_command_for(
+        &self,
+        build: &dyn Fn(&str) -> (String, Vec<String>),
+        template: &ast::Template,
+        step: &PlanStep,
+        vars: &Vars,
+        timeout: Option<Duration>,
+    ) -> Output {
         let text = match template.parsed.render(vars) {
             Ok(text) => text,
             Err(e) => return Output::error(format!("{e} in `{}`", self.mask(&template.value))),
@@ -978,18 +1184,10 @@ impl Runner {
             cwd: self.cwd(step, vars),
             env,
             clear_env: step.clear_env,
-            timeout: step.timeout,
+            timeout,
             grace: self.opts.grace,
         };
-        let output = exec::run(&command, &mut self.cancel.clone()).await;
-        if let Some(file) = step
-            .output_file
-            .as_ref()
-            .and_then(|t| t.parsed.render(vars).ok())
-        {
-            let _ = std::fs::write(self.opts.project.join(file), self.mask(&output.stdout));
-        }
-        output
+        exec::run(&command, &mut self.cancel.clone()).await
     }
 
     #[expect(
@@ -1235,6 +1433,13 @@ fn handler_policy(step: &PlanStep) -> HandlerPolicy {
                 ),
         },
     }
+}
+
+/// Checks a validation result against `expected_schema`.
+fn matches_schema(schema: &Value, result: &Value) -> Result<(), String> {
+    let validator =
+        jsonschema::validator_for(schema).map_err(|e| format!("the schema is invalid: {e}"))?;
+    validator.validate(result).map_err(|e| e.to_string())
 }
 
 /// Renders a template for `--dry-run`: references that cannot be resolved yet stay as written.
