@@ -190,6 +190,11 @@ fn execute(
     opts: Options,
     resume: Option<Checkpoint>,
 ) -> u8 {
+    if plan.merge.is_some() {
+        err(
+            "warning: the `merge` steps run when a session worktree is merged back; worktree isolation is not implemented yet, so this run works in place and will not run them\n",
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
