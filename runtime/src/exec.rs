@@ -204,7 +204,8 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
     output
 }
 
-async fn cancelled(cancel: &mut watch::Receiver<bool>) {
+/// Resolves once `cancel` is set (never, if its sender is gone without setting it).
+pub(crate) async fn cancelled(cancel: &mut watch::Receiver<bool>) {
     loop {
         if *cancel.borrow() {
             return;

@@ -593,7 +593,7 @@ impl Runner {
                         let mut cancel = self.cancel.clone();
                         let event = tokio::select! {
                             () = tokio::time::sleep(delay) => StepEvent::TimerFired,
-                            () = wait_cancel(&mut cancel) => StepEvent::Cancel,
+                            () = exec::cancelled(&mut cancel) => StepEvent::Cancel,
                         };
                         action =
                             machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
@@ -943,7 +943,7 @@ impl Runner {
                 let mut cancel = self.cancel.clone();
                 tokio::select! {
                     () = tokio::time::sleep(checks.retry_delay) => {}
-                    () = wait_cancel(&mut cancel) => return false,
+                    () = exec::cancelled(&mut cancel) => return false,
                 }
             }
         }
@@ -1374,17 +1374,6 @@ fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
         "shell"
     };
     vars.set(root, value);
-}
-
-async fn wait_cancel(cancel: &mut watch::Receiver<bool>) {
-    loop {
-        if *cancel.borrow() {
-            return;
-        }
-        if cancel.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
 }
 
 fn retry_policy(step: &PlanStep) -> RetryPolicy {

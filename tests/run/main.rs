@@ -119,6 +119,15 @@ impl Scratch {
         cmd
     }
 
+    /// Starts a run with its output piped, for tests that signal it.
+    fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.command(args, &[])
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         self.command(args, env).output().unwrap()
     }
@@ -650,12 +659,7 @@ fn corpus_sequential_resume_after_interrupt() {
         .replace("/tmp/prodigy-resume-test.txt", log.to_str().unwrap());
     let copy = scratch.project().join("test-sequential-resume.yml");
     std::fs::write(&copy, text).unwrap();
-    let child = scratch
-        .command(&["run", "-v", copy.to_str().unwrap()], &[])
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = scratch.spawn(&["run", "-v", copy.to_str().unwrap()]);
     let output = interrupt_after(child, "Step 3:");
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
     let id = resume_id(&output);
@@ -707,12 +711,7 @@ fn interrupt_terminates_children_and_checkpoints() {
         format!("- shell: \"echo first\"\n- shell: \"echo started; {marker}\"\n"),
     )
     .unwrap();
-    let child = scratch
-        .command(&["run", "-v", file.to_str().unwrap()], &[])
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = scratch.spawn(&["run", "-v", file.to_str().unwrap()]);
     let output = interrupt_after(child, "started");
     assert_eq!(output.status.code(), Some(130));
     assert!(stderr(&output).contains("prodigy resume"));
