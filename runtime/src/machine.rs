@@ -367,7 +367,12 @@ impl StepMachine {
                 },
             );
         }
-        if handler_ok && self.handler.recovers && self.handler.max_attempts == 1 {
+        // `fail_workflow: true` wins: the workflow fails even after a successful cleanup.
+        if handler_ok
+            && self.handler.recovers
+            && !self.handler.fail_workflow
+            && self.handler.max_attempts == 1
+        {
             return Self::finish(Outcome::Recovered);
         }
         Self::finish(if self.handler.fail_workflow {
@@ -772,13 +777,26 @@ mod tests {
     #[test]
     fn a_successful_handler_recovers_a_single_run_and_a_fatal_one_fails() {
         script(
-            StepMachine::new(RetryPolicy::none(), handler(1, true)),
+            StepMachine::new(RetryPolicy::none(), handler(1, false)),
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
                 (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
                 (
                     StepEvent::HandlerDone { ok: true },
                     Action::Finish(Outcome::Recovered),
+                ),
+            ],
+        );
+        // "Still fail workflow after cleanup": an explicit `fail_workflow: true` wins over a
+        // recovering strategy.
+        script(
+            StepMachine::new(RetryPolicy::none(), handler(1, true)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Finish(Outcome::Failed),
                 ),
             ],
         );

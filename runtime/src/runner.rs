@@ -1414,12 +1414,10 @@ fn handler_policy(step: &PlanStep) -> HandlerPolicy {
             max_attempts: f.max_attempts.max(1),
             fail_workflow: f.fail_workflow,
             handler_failure_fatal: f.handler_failure_fatal,
-            // `fail_workflow: true` wins: the workflow fails even after a successful cleanup.
-            recovers: !f.fail_workflow
-                && matches!(
-                    f.strategy,
-                    ast::Strategy::Recovery | ast::Strategy::Fallback
-                ),
+            recovers: matches!(
+                f.strategy,
+                ast::Strategy::Recovery | ast::Strategy::Fallback
+            ),
         },
     }
 }
