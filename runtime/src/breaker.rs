@@ -236,6 +236,15 @@ mod tests {
         }
     }
 
+    /// A breaker that three failures opened at `now`.
+    fn opened_at(now: Duration) -> Breaker {
+        let mut b = Breaker::new(config());
+        for _ in 0..3 {
+            b.on_event(BreakerEvent::Failure, now);
+        }
+        b
+    }
+
     #[test]
     fn closed_opens_after_consecutive_failures_only() {
         let mut b = Breaker::new(config());
@@ -277,10 +286,7 @@ mod tests {
 
     #[test]
     fn open_rejects_until_the_timeout_then_probes() {
-        let mut b = Breaker::new(config());
-        for _ in 0..3 {
-            b.on_event(BreakerEvent::Failure, secs(10));
-        }
+        let mut b = opened_at(secs(10));
         assert_eq!(
             b.on_event(BreakerEvent::Admit, secs(39)),
             BreakerAction::Reject
@@ -310,10 +316,7 @@ mod tests {
 
     #[test]
     fn half_open_limits_probes_and_closes_on_enough_successes() {
-        let mut b = Breaker::new(config());
-        for _ in 0..3 {
-            b.on_event(BreakerEvent::Failure, secs(0));
-        }
+        let mut b = opened_at(secs(0));
         assert_eq!(
             b.on_event(BreakerEvent::Admit, secs(30)),
             BreakerAction::Probe
@@ -349,10 +352,7 @@ mod tests {
 
     #[test]
     fn a_failed_probe_reopens_for_a_fresh_timeout() {
-        let mut b = Breaker::new(config());
-        for _ in 0..3 {
-            b.on_event(BreakerEvent::Failure, secs(0));
-        }
+        let mut b = opened_at(secs(0));
         b.on_event(BreakerEvent::Admit, secs(30));
         assert_eq!(
             b.on_event(BreakerEvent::Failure, secs(45)),

@@ -356,16 +356,10 @@ impl Runner {
     pub async fn run(&self, mut vars: Vars, start: usize) -> Report {
         self.record("workflow_started", json!({"workflow": self.plan.name, "session_id": self.session, "resumed_at_step": start, "steps": self.plan.commands.len()}));
         let total = self.plan.commands.len();
-        let mut workflow = vars
-            .values
-            .get("workflow")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        if let Some(map) = workflow.as_object_mut() {
-            map.insert("name".into(), json!(self.plan.name));
-            map.insert("id".into(), json!(self.session));
-        }
-        vars.set("workflow", workflow);
+        vars.merge(
+            "workflow",
+            fields(json!({"name": self.plan.name, "id": self.session})),
+        );
         // The git context costs a few git commands per step: only when the workflow reads it.
         let git_base = self
             .plan
@@ -388,16 +382,7 @@ impl Runner {
                 .map(|s| s.label.clone())
                 .unwrap_or_default();
             // `step.name`/`step.index` describe this step; the git fields the last one.
-            let mut context = vars
-                .values
-                .get("step")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
-            if let Some(map) = context.as_object_mut() {
-                map.insert("name".into(), json!(label));
-                map.insert("index".into(), json!(index));
-            }
-            vars.set("step", context);
+            vars.merge("step", fields(json!({"name": label, "index": index})));
             let before = git_base
                 .as_ref()
                 .and_then(|_| crate::git::head(&self.opts.project));
@@ -443,13 +428,7 @@ impl Runner {
     fn git_context(&self, vars: &mut Vars, base: &str, before: &str) {
         let project = &self.opts.project;
         for (name, from) in [("step", before), ("workflow", base)] {
-            let mut value = vars.values.get(name).cloned().unwrap_or_else(|| json!({}));
-            if let (Some(map), Value::Object(changes)) =
-                (value.as_object_mut(), crate::git::changes(project, from))
-            {
-                map.extend(changes);
-            }
-            vars.set(name, value);
+            vars.merge(name, fields(crate::git::changes(project, from)));
         }
         vars.set("git", crate::git::status(project));
     }
@@ -1346,16 +1325,7 @@ impl Runner {
         if let Some(name) = &step.capture_output {
             match name.split_once('.') {
                 Some((root, field)) => {
-                    let mut object = vars
-                        .values
-                        .get(root)
-                        .cloned()
-                        .filter(Value::is_object)
-                        .unwrap_or_else(|| json!({}));
-                    if let Some(map) = object.as_object_mut() {
-                        map.insert(field.to_owned(), Value::String(trim(&out.stdout)));
-                    }
-                    vars.set(root.to_owned(), object);
+                    vars.merge(root, fields(json!({ field: trim(&out.stdout) })));
                 }
                 None => vars.set(name.clone(), Value::String(trim(&out.stdout))),
             }
@@ -1419,6 +1389,14 @@ fn handler_policy(step: &PlanStep) -> HandlerPolicy {
                 ast::Strategy::Recovery | ast::Strategy::Fallback
             ),
         },
+    }
+}
+
+/// The fields of a JSON object (nothing for anything else).
+fn fields(value: Value) -> serde_json::Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
     }
 }
 

@@ -34,6 +34,21 @@ impl Vars {
         self.values.insert(name.into(), value);
     }
 
+    /// Adds FIELDS to the object variable NAME (made an object if it is not one), keeping
+    /// its other fields.
+    pub fn merge(&mut self, name: &str, fields: serde_json::Map<String, Value>) {
+        let entry = self
+            .values
+            .entry(name.to_owned())
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(serde_json::Map::new());
+        }
+        if let Value::Object(map) = entry {
+            map.extend(fields);
+        }
+    }
+
     /// Sets a variable that processes see in their environment too.
     pub fn set_exported(&mut self, name: impl Into<String>, value: Value) {
         let name = name.into();
@@ -192,6 +207,23 @@ pub fn sensitive_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn merge_keeps_other_fields_and_replaces_non_objects() {
+        let mut vars = Vars::default();
+        vars.set("step", json!({"name": "a", "files_added": ["x"]}));
+        let Value::Object(fields) = json!({"name": "b", "index": 1}) else {
+            unreachable!()
+        };
+        vars.merge("step", fields.clone());
+        assert_eq!(
+            vars.values["step"],
+            json!({"name": "b", "files_added": ["x"], "index": 1})
+        );
+        vars.set("plain", json!("text"));
+        vars.merge("plain", fields);
+        assert_eq!(vars.values["plain"], json!({"name": "b", "index": 1}));
+    }
 
     #[test]
     fn captures_have_values_and_metadata() {
