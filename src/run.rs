@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prodigy_compiler::plan::PlanCommand;
 use prodigy_compiler::source::SourceFile;
 use prodigy_runtime::runner::{Options, Report, RunOutcome, Runner};
 use prodigy_runtime::store::{Checkpoint, Layout};
@@ -123,7 +124,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     };
     let _ = args.yes;
     if args.dry_run {
-        return dry_run(&plan, &opts);
+        return dry_run(plan, opts);
     }
     execute(Arc::new(plan), opts, None)
 }
@@ -195,17 +196,7 @@ fn execute(
             "warning: the `merge` steps run when a session worktree is merged back; worktree isolation is not implemented yet, so this run works in place and will not run them\n",
         );
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            err(&format!("error: cannot start the runtime: {e}\n"));
-            return exit_code::USAGE;
-        }
-    };
-    runtime.block_on(async move {
+    let result = block_on(async move {
         let (tx, rx) = tokio::sync::watch::channel(false);
         let signal = Arc::new(std::sync::atomic::AtomicU8::new(0));
         let seen = signal.clone();
@@ -249,7 +240,8 @@ fn execute(
         };
         let report = runner.run(vars, start).await;
         finish(&report, signal.load(std::sync::atomic::Ordering::SeqCst))
-    })
+    });
+    result.unwrap_or_else(|code| code)
 }
 
 /// Puts back what earlier steps captured, without overriding env, secrets or params.
@@ -300,28 +292,19 @@ fn finish(report: &Report, signal: u8) -> u8 {
     }
 }
 
-fn dry_run(plan: &prodigy_compiler::plan::Plan, opts: &Options) -> u8 {
-    let mut vars = Vars::default();
-    for var in &plan.env {
-        if let prodigy_compiler::ast::EnvValue::Static(t) = &var.value {
-            vars.set(
-                var.name.value.clone(),
-                serde_json::Value::String(prodigy_runtime::runner::preview(&t.parsed, &vars)),
-            );
+/// Prints the steps with their commands rendered as far as the starting variables allow
+/// (env files, env, the profile, params and args; secrets as `***`; nothing is run).
+fn dry_run(plan: prodigy_compiler::plan::Plan, opts: Options) -> u8 {
+    let plan = Arc::new(plan);
+    let runner = Runner::dry(plan.clone(), opts);
+    let vars = match block_on(runner.preview_vars()) {
+        Ok(Ok(vars)) => vars,
+        Ok(Err(e)) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::PROBLEMS;
         }
-    }
-    for (k, v) in &opts.params {
-        vars.set(k.clone(), serde_json::Value::String(v.clone()));
-    }
-    for (i, a) in opts.args.iter().enumerate() {
-        if i == 0 {
-            vars.set("ARG", serde_json::Value::String(a.clone()));
-        }
-        vars.set(
-            format!("ARG_{}", i + 1),
-            serde_json::Value::String(a.clone()),
-        );
-    }
+        Err(code) => return code,
+    };
     let mut text = format!(
         "dry run of {} ({} steps); nothing is executed\n",
         plan.name.as_deref().unwrap_or(&plan.source),
@@ -330,19 +313,12 @@ fn dry_run(plan: &prodigy_compiler::plan::Plan, opts: &Options) -> u8 {
     for (i, id) in plan.commands.iter().enumerate() {
         let Some(step) = plan.step(*id) else { continue };
         let command = match &step.command {
-            prodigy_compiler::plan::PlanCommand::Shell(t) => format!(
-                "shell: {}",
-                prodigy_runtime::runner::preview(&t.parsed, &vars)
-            ),
-            prodigy_compiler::plan::PlanCommand::Claude(t) => format!(
-                "claude: {}",
-                prodigy_runtime::runner::preview(&t.parsed, &vars)
-            ),
-            prodigy_compiler::plan::PlanCommand::WriteFile(w) => format!(
-                "write_file: {}",
-                prodigy_runtime::runner::preview(&w.path.parsed, &vars)
-            ),
-            prodigy_compiler::plan::PlanCommand::Foreach { .. } => "foreach".to_owned(),
+            PlanCommand::Shell(t) => format!("shell: {}", runner.preview(&t.parsed, &vars)),
+            PlanCommand::Claude(t) => format!("claude: {}", runner.preview(&t.parsed, &vars)),
+            PlanCommand::WriteFile(w) => {
+                format!("write_file: {}", runner.preview(&w.path.parsed, &vars))
+            }
+            PlanCommand::Foreach { .. } => "foreach".to_owned(),
         };
         let _ = writeln!(
             text,
@@ -363,6 +339,20 @@ fn dry_run(plan: &prodigy_compiler::plan::Plan, opts: &Options) -> u8 {
     }
     out(&text);
     exit_code::OK
+}
+
+/// Runs a future on a fresh single-threaded runtime.
+fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, u8> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Ok(runtime.block_on(future)),
+        Err(e) => {
+            err(&format!("error: cannot start the runtime: {e}\n"));
+            Err(exit_code::USAGE)
+        }
+    }
 }
 
 /// The seed of retry jitter: `PRODIGY_SEED` when set (tests and reproductions), else a fresh

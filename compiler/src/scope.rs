@@ -460,9 +460,13 @@ impl Checker<'_> {
                 span,
                 "untrusted text: quotes or `;` in it would run as shell syntax",
             )
-            .with_help(format!(
-                "write `${{{path}|shell}}`, or use the exported variable: \"${exported}\""
-            )),
+            .with_help(if RESERVED_ENV.contains(&exported.as_str()) {
+                format!("write `${{{path}|shell}}`")
+            } else {
+                format!(
+                    "write `${{{path}|shell}}`, or use the exported variable: \"${exported}\""
+                )
+            }),
         );
     }
 
@@ -736,6 +740,13 @@ impl QuoteState {
         }
     }
 }
+
+/// Environment names a variable is never exported under, so that `capture: path` cannot
+/// replace `PATH` (the runtime also skips names prodigy inherited).
+pub const RESERVED_ENV: &[&str] = &[
+    "PATH", "HOME", "SHELL", "PWD", "OLDPWD", "IFS", "USER", "LOGNAME", "LANG", "TERM", "TMPDIR",
+    "PS1", "PS4", "ENV", "CDPATH",
+];
 
 /// The environment variable a shell step sees a workflow variable under: `item.location` →
 /// `ITEM_LOCATION` (letters and digits upper-cased, anything else `_`, no trailing `_`, and a

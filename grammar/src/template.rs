@@ -146,30 +146,34 @@ impl<S> fmt::Display for Template<S> {
                 Part::Text(t) => f.write_str(t)?,
                 Part::Dollar => f.write_str("$$")?,
                 Part::Bare { name, .. } => write!(f, "${name}")?,
-                Part::Var(var) => {
-                    write!(f, "${{{}", var.path)?;
-                    match &var.modifier {
-                        None => {}
-                        Some(Modifier::Json) => f.write_str(":json")?,
-                        Some(Modifier::Lines) => f.write_str(":lines")?,
-                        Some(Modifier::Glob(g)) => write!(f, ":{g}")?,
-                    }
-                    if let Some(default) = &var.default {
-                        write!(f, ":-{default}")?;
-                    }
-                    for filter in &var.filters {
-                        match filter {
-                            Filter::Shell => f.write_str("|shell")?,
-                            Filter::Json => f.write_str("|json")?,
-                            Filter::Trim => f.write_str("|trim")?,
-                            Filter::Default(v) => write!(f, "|default:{v}")?,
-                        }
-                    }
-                    f.write_str("}")?;
-                }
+                Part::Var(var) => write!(f, "{var}")?,
             }
         }
         Ok(())
+    }
+}
+
+impl<S> fmt::Display for Var<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "${{{}", self.path)?;
+        match &self.modifier {
+            None => {}
+            Some(Modifier::Json) => f.write_str(":json")?,
+            Some(Modifier::Lines) => f.write_str(":lines")?,
+            Some(Modifier::Glob(g)) => write!(f, ":{g}")?,
+        }
+        if let Some(default) = &self.default {
+            write!(f, ":-{default}")?;
+        }
+        for filter in &self.filters {
+            match filter {
+                Filter::Shell => f.write_str("|shell")?,
+                Filter::Json => f.write_str("|json")?,
+                Filter::Trim => f.write_str("|trim")?,
+                Filter::Default(v) => write!(f, "|default:{v}")?,
+            }
+        }
+        f.write_str("}")
     }
 }
 
@@ -177,6 +181,12 @@ impl<S> fmt::Display for Template<S> {
 pub trait Scope {
     /// The value of a path, or `None` when the variable does not exist.
     fn get(&self, path: &Path) -> Option<Value>;
+
+    /// The value of a bare `$NAME`, or `None` to leave it for the shell. By default the
+    /// same as `${NAME}`.
+    fn get_bare(&self, name: &str) -> Option<Value> {
+        self.get(&Path::name(name.to_owned()))
+    }
 }
 
 impl Scope for Value {
@@ -206,20 +216,34 @@ impl<S> Template<S> {
     /// Renders the template. An undefined `${...}` without a default is an error; an
     /// undefined `$NAME` is left for the shell.
     pub fn render(&self, scope: &dyn Scope) -> Result<String, RenderError> {
+        self.render_parts(scope, false)
+    }
+
+    /// Renders what can be rendered and leaves every other `${...}` as written, for
+    /// previews of commands whose variables do not exist yet (`run --dry-run`).
+    pub fn render_lenient(&self, scope: &dyn Scope) -> String {
+        self.render_parts(scope, true).unwrap_or_default()
+    }
+
+    fn render_parts(&self, scope: &dyn Scope, lenient: bool) -> Result<String, RenderError> {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
                 Part::Dollar => out.push('$'),
                 Part::Bare { name, .. } => {
-                    if let Some(v) = scope.get(&Path::name(name.clone())) {
+                    if let Some(v) = scope.get_bare(name) {
                         out.push_str(&value::render(&v));
                     } else {
                         out.push('$');
                         out.push_str(name);
                     }
                 }
-                Part::Var(var) => out.push_str(&var.render(scope)?),
+                Part::Var(var) => match var.render(scope) {
+                    Ok(text) => out.push_str(&text),
+                    Err(_) if lenient => out.push_str(&var.to_string()),
+                    Err(e) => return Err(e),
+                },
             }
         }
         Ok(out)
@@ -303,6 +327,13 @@ mod tests {
     fn check(template: &str, vars: &Value, expect: &str) {
         let parsed = Template::parse(template).unwrap();
         assert_eq!(parsed.render(vars).unwrap(), expect);
+    }
+
+    #[test]
+    fn lenient_rendering_keeps_what_it_cannot_resolve() {
+        let vars = json!({"name": "Al"});
+        let t = Template::parse("${name} ${later.field|shell} $HOME").unwrap();
+        assert_eq!(t.render_lenient(&vars), "Al ${later.field|shell} $HOME");
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub struct Runner {
     rng: Mutex<StdRng>,
     started: Instant,
     started_at: String,
-    secrets: Mutex<Vec<String>>,
+    secrets: Mutex<crate::vars::Secrets>,
     /// The checkpoint being made durable while the next step starts.
     pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
 }
@@ -149,8 +149,25 @@ impl Runner {
             path: opts.layout.home.clone(),
             source,
         })?;
+        Ok(Self::with_log(plan, opts, cancel, resume, session, log))
+    }
+
+    /// A runner that records nothing, for `--dry-run`.
+    pub fn dry(plan: Arc<Plan>, opts: Options) -> Self {
+        let (_, cancel) = watch::channel(false);
+        Self::with_log(plan, opts, cancel, None, String::new(), EventLog::none())
+    }
+
+    fn with_log(
+        plan: Arc<Plan>,
+        opts: Options,
+        cancel: watch::Receiver<bool>,
+        resume: Option<&Checkpoint>,
+        session: String,
+        log: EventLog,
+    ) -> Self {
         let seed = opts.seed;
-        Ok(Runner {
+        Runner {
             plan,
             opts,
             session,
@@ -159,9 +176,9 @@ impl Runner {
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             started: Instant::now(),
             started_at: resume.map_or_else(crate::store::timestamp, |c| c.started_at.clone()),
-            secrets: Mutex::new(Vec::new()),
+            secrets: Mutex::new(crate::vars::Secrets::default()),
             pending_checkpoint: Mutex::new(None),
-        })
+        }
     }
 
     /// The session id.
@@ -170,24 +187,16 @@ impl Runner {
     }
 
     fn mask(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in lock(&self.secrets).iter() {
-            out = out.replace(secret.as_str(), "***");
-        }
-        out
+        lock(&self.secrets).mask(text)
+    }
+
+    /// Registers a secret: it is masked in everything the run prints and writes.
+    fn add_secret(&self, value: &str) {
+        lock(&self.secrets).add(value);
     }
 
     fn record(&self, event: &str, fields: Value) {
-        let secrets = lock(&self.secrets).clone();
-        let masked = if secrets.is_empty() {
-            fields
-        } else {
-            Vars {
-                secrets,
-                ..Vars::default()
-            }
-            .mask_json(&fields)
-        };
+        let masked = lock(&self.secrets).mask_json(fields);
         lock(&self.log).record(event, masked);
     }
 
@@ -203,6 +212,16 @@ impl Runner {
     /// The variables a run starts with: env files, workflow env, profile, secrets, args and
     /// params (SPEC §1 precedence, lowest first).
     pub async fn initial_vars(&self) -> Result<Vars, StartError> {
+        self.starting_vars(false).await
+    }
+
+    /// The variables a dry run can know without running anything: secrets are not read
+    /// (they show as `***`) and `command:` env values stay unresolved.
+    pub async fn preview_vars(&self) -> Result<Vars, StartError> {
+        self.starting_vars(true).await
+    }
+
+    async fn starting_vars(&self, dry: bool) -> Result<Vars, StartError> {
         let mut vars = Vars::default();
         for file in &self.plan.env_files {
             let path = self.opts.project.join(&file.value);
@@ -233,6 +252,10 @@ impl Runner {
         }
         let mut secrets = Vec::new();
         for secret in &self.plan.secrets {
+            if dry {
+                secrets.push((secret.name.value.clone(), "***".to_owned()));
+                continue;
+            }
             let value = match &secret.source {
                 SecretSource::Env(name) => {
                     std::env::var(&name.value).map_err(|_| StartError::Secret {
@@ -249,15 +272,16 @@ impl Runner {
                         })?
                 }
             };
-            vars.add_secret(&value);
-            lock(&self.secrets).push(value.clone());
+            self.add_secret(&value);
             secrets.push((secret.name.value.clone(), value));
         }
         for var in &self.plan.env {
-            let value = self
-                .env_value(&var.name.value, &var.value, &mut vars)
-                .await?;
-            vars.set_exported(var.name.value.clone(), value);
+            if let Some(value) = self
+                .env_value(&var.name.value, &var.value, &vars, dry)
+                .await?
+            {
+                vars.set_exported(var.name.value.clone(), value);
+            }
         }
         if let Some(name) = &self.opts.profile {
             let profile = self
@@ -267,40 +291,43 @@ impl Runner {
                 .find(|p| &p.name.value == name)
                 .ok_or_else(|| StartError::Profile(name.clone()))?;
             for var in &profile.env {
-                let value = self
-                    .env_value(&var.name.value, &var.value, &mut vars)
-                    .await?;
-                vars.set_exported(var.name.value.clone(), value);
+                if let Some(value) = self
+                    .env_value(&var.name.value, &var.value, &vars, dry)
+                    .await?
+                {
+                    vars.set_exported(var.name.value.clone(), value);
+                }
             }
         }
         // Secrets last: they win over everything.
         for (name, value) in secrets {
             vars.set_exported(name, Value::String(value));
         }
-        vars.secrets.clone_from(&lock(&self.secrets));
         Ok(vars)
     }
 
+    /// An env value; `None` for a `command:` value in a dry run (it is not run).
     async fn env_value(
         &self,
         name: &str,
         value: &EnvValue,
-        vars: &mut Vars,
-    ) -> Result<Value, StartError> {
+        vars: &Vars,
+        dry: bool,
+    ) -> Result<Option<Value>, StartError> {
         let render = |t: &ast::Template, vars: &Vars| {
             t.parsed.render(vars).map_err(|e| StartError::Env {
                 name: name.to_owned(),
                 why: e.to_string(),
             })
         };
-        Ok(match value {
+        Ok(Some(match value {
             EnvValue::Static(t) => Value::String(render(t, vars)?),
             EnvValue::Masked(t) => {
                 let text = render(t, vars)?;
-                vars.add_secret(&text);
-                lock(&self.secrets).push(text.clone());
+                self.add_secret(&text);
                 Value::String(text)
             }
+            EnvValue::Dynamic { .. } if dry => return Ok(None),
             EnvValue::Dynamic { command, .. } => {
                 let text = render(command, vars)?;
                 let (program, args) = exec::shell(&text);
@@ -333,7 +360,13 @@ impl Runner {
                 })?;
                 Value::String(render(if test { when_true } else { when_false }, vars)?)
             }
-        })
+        }))
+    }
+
+    /// A template as `--dry-run` shows it: what can be resolved is, the rest stays as
+    /// written, secrets are masked.
+    pub fn preview(&self, template: &Template, vars: &Vars) -> String {
+        self.mask(&template.render_lenient(vars))
     }
 
     /// Checks what must hold before the first step: the Claude program.
@@ -439,11 +472,6 @@ impl Runner {
     /// and `wait` (the last one of a run) returns only once it is durable. The
     /// `checkpoint_saved` event is recorded when the checkpoint is on disk.
     async fn checkpoint(&self, vars: &Vars, next_step: usize, status: &str, wait: bool) {
-        let secrets = lock(&self.secrets).clone();
-        let masked = Vars {
-            secrets,
-            ..Vars::default()
-        };
         let checkpoint = Checkpoint {
             version: 1,
             session_id: self.session.clone(),
@@ -452,7 +480,8 @@ impl Runner {
             workflow_hash: self.opts.workflow_hash.clone(),
             next_step,
             status: status.to_owned(),
-            variables: masked.mask_json(&json!({"values": vars.values, "meta": vars.meta})),
+            variables: lock(&self.secrets)
+                .mask_json(json!({"values": vars.values, "meta": vars.meta})),
             params: self.opts.params.clone(),
             args: self.opts.args.clone(),
             profile: self.opts.profile.clone(),
@@ -627,11 +656,14 @@ impl Runner {
                 // A value that does not fit its format fails the step; a step whose
                 // failures do not fail the workflow (`allow_failure`, `fail_workflow:
                 // false`) goes on without the variable.
-                outcome = if handler_policy(step).fail_workflow {
-                    Outcome::Failed
-                } else {
-                    Outcome::FailedContinued
-                };
+                // An outcome that is already a failure stays what it is.
+                if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
+                    outcome = if handler_policy(step).fail_workflow {
+                        Outcome::Failed
+                    } else {
+                        Outcome::FailedContinued
+                    };
+                }
             }
             if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
                 outcome = self.after_success(step, vars, head_before, outcome).await;
@@ -643,9 +675,7 @@ impl Runner {
                             "exit_code_handler_started",
                             json!({"step": step.label, "exit_code": code}),
                         );
-                        if !self.run_list(steps, vars).await {
-                            outcome = Outcome::Failed;
-                        }
+                        outcome = self.run_triggered(steps, vars, outcome).await;
                     }
                 }
             }
@@ -672,16 +702,28 @@ impl Runner {
         })
     }
 
-    /// Runs a list of steps in order; false when one fails the list.
-    fn run_list<'a>(&'a self, steps: &'a [StepId], vars: &'a mut Vars) -> BoxFuture<'a, bool> {
+    /// Runs a list of steps in order: `Succeeded`, or the outcome (`Failed`, `Cancelled`)
+    /// of the step that ended the list.
+    fn run_list<'a>(&'a self, steps: &'a [StepId], vars: &'a mut Vars) -> BoxFuture<'a, Outcome> {
         Box::pin(async move {
             for &id in steps {
-                if !self.run_step(id, vars, None).await.continues() {
-                    return false;
+                let outcome = self.run_step(id, vars, None).await;
+                if !outcome.continues() {
+                    return outcome;
                 }
             }
-            true
+            Outcome::Succeeded
         })
+    }
+
+    /// Runs the steps a step triggers (`on_success`, `on_exit_code`, `on_incomplete`): a
+    /// failure among them fails the step, and an interrupt stays an interrupt.
+    async fn run_triggered(&self, steps: &[StepId], vars: &mut Vars, outcome: Outcome) -> Outcome {
+        match self.run_list(steps, vars).await {
+            Outcome::Cancelled => Outcome::Cancelled,
+            ended if ended.continues() => outcome,
+            _ => Outcome::Failed,
+        }
     }
 
     async fn handle_failure(
@@ -711,9 +753,13 @@ impl Runner {
         let mut combined = String::new();
         for &id in &on_failure.handler {
             let continue_on_error = self.plan.step(id).is_some_and(|s| s.continue_on_error);
+            vars.last_output = None;
             let outcome = self.run_step(id, vars, None).await;
-            if let Some(Value::Object(shell)) = vars.values.get("shell") {
-                combined.push_str(shell.get("output").and_then(Value::as_str).unwrap_or(""));
+            if let Some(output) = &vars.last_output {
+                if !combined.is_empty() {
+                    combined.push('\n');
+                }
+                combined.push_str(output);
             }
             if !matches!(
                 outcome,
@@ -813,9 +859,7 @@ impl Runner {
         }
         if !step.on_success.is_empty() {
             self.record("success_handler_started", json!({"step": step.label}));
-            if !self.run_list(&step.on_success, vars).await {
-                return Outcome::Failed;
-            }
+            return self.run_triggered(&step.on_success, vars, outcome).await;
         }
         outcome
     }
@@ -945,7 +989,11 @@ impl Runner {
             .as_ref()
             .map_or(1, |o| o.max_attempts.max(1));
         for round in 1..=rounds {
-            let ok = self.run_list(&validate.commands, vars).await;
+            vars.last_output = None;
+            let ok = match self.run_list(&validate.commands, vars).await {
+                Outcome::Cancelled => return Outcome::Cancelled,
+                ended => ended.continues(),
+            };
             let mut result = self.validation_result(validate, vars, ok);
             if let Some(schema) = &validate.expected_schema
                 && let Err(why) = matches_schema(schema, &result)
@@ -992,14 +1040,17 @@ impl Runner {
                 return outcome;
             }
             if let Some(prompt) = &on_incomplete.prompt {
-                self.say(&format!("  {}", preview(&prompt.parsed, vars)));
+                self.say(&format!("  {}", self.preview(&prompt.parsed, vars)));
             }
             let head_before = on_incomplete
                 .commit_required
                 .then(|| crate::git::head(&self.opts.project))
                 .flatten();
-            if !self.run_list(&on_incomplete.commands, vars).await {
-                return Outcome::Failed;
+            let ended = self
+                .run_triggered(&on_incomplete.commands, vars, outcome)
+                .await;
+            if !ended.continues() {
+                return ended;
             }
             if on_incomplete.commit_required && crate::git::head(&self.opts.project) == head_before
             {
@@ -1025,12 +1076,7 @@ impl Runner {
                 .render(vars)
                 .ok()
                 .and_then(|p| std::fs::read_to_string(self.opts.project.join(p)).ok()),
-            None => vars
-                .values
-                .get("shell")
-                .and_then(|s| s.get("output"))
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            None => vars.last_output.clone(),
         };
         text.and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_else(|| json!({"completion_percentage": if ok {100} else {0}}))
@@ -1127,11 +1173,15 @@ impl Runner {
         let (program, args) = build(&text);
         let mut step_env = Vec::new();
         for var in &step.env {
-            if let EnvValue::Static(t) | EnvValue::Masked(t) = &var.value {
-                match t.parsed.render(vars) {
-                    Ok(v) => step_env.push((var.name.value.clone(), v)),
-                    Err(e) => return Output::error(format!("env `{}`: {e}", var.name.value)),
+            match self
+                .env_value(&var.name.value, &var.value, vars, false)
+                .await
+            {
+                Ok(Some(v)) => {
+                    step_env.push((var.name.value.clone(), prodigy_grammar::value::render(&v)));
                 }
+                Ok(None) => {}
+                Err(e) => return Output::error(e.to_string()),
             }
         }
         if self.opts.verbose > 1 {
@@ -1224,7 +1274,7 @@ impl Runner {
                     item_vars.set("item", Value::String(item));
                     item_vars.set("index", json!(index));
                     item_vars.set("total", json!(total));
-                    if !self.run_list(steps, &mut item_vars).await {
+                    if !self.run_list(steps, &mut item_vars).await.continues() {
                         failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         if !continue_on_error {
                             halted.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1242,6 +1292,7 @@ impl Runner {
         Output {
             stdout: summary,
             code: Some(i32::from(failed > 0)),
+            cancelled: self.cancelled(),
             ..Output::default()
         }
     }
@@ -1344,6 +1395,7 @@ fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
         "shell"
     };
     vars.set(root, value);
+    vars.last_output = Some(trimmed(&out.stdout));
 }
 
 fn retry_policy(step: &PlanStep) -> RetryPolicy {
@@ -1405,29 +1457,4 @@ fn matches_schema(schema: &Value, result: &Value) -> Result<(), String> {
     let validator =
         jsonschema::validator_for(schema).map_err(|e| format!("the schema is invalid: {e}"))?;
     validator.validate(result).map_err(|e| e.to_string())
-}
-
-/// Renders a template for `--dry-run`: references that cannot be resolved yet stay as written.
-pub fn preview(template: &Template, vars: &Vars) -> String {
-    let mut out = String::new();
-    for part in &template.parts {
-        match part {
-            prodigy_grammar::template::Part::Text(t) => out.push_str(t),
-            prodigy_grammar::template::Part::Dollar => out.push('$'),
-            prodigy_grammar::template::Part::Bare { name, .. } => {
-                out.push('$');
-                out.push_str(name);
-            }
-            prodigy_grammar::template::Part::Var(var) => {
-                if let Ok(text) = var.render(vars) {
-                    out.push_str(&text);
-                } else {
-                    out.push_str("${");
-                    out.push_str(&var.path.to_string());
-                    out.push('}');
-                }
-            }
-        }
-    }
-    vars.mask(&out)
 }

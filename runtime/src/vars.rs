@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use prodigy_compiler::scope::exported_name;
+use prodigy_compiler::scope::{RESERVED_ENV, exported_name};
 use prodigy_grammar::expr::{Context, EvalError};
 use prodigy_grammar::path::{Path, Segment, lookup_segments};
 use prodigy_grammar::template::Scope;
@@ -20,12 +20,58 @@ pub struct Vars {
     pub values: BTreeMap<String, Value>,
     /// Capture name → `{exit_code, success, stderr, duration}`.
     pub meta: BTreeMap<String, Value>,
-    /// Secret values, masked as `***` in everything prodigy prints or writes.
+    /// The stdout of the last command run with these variables, whether shell or Claude
+    /// (a handler's `capture` and a validation without `result_file` read it).
     #[serde(skip)]
-    pub secrets: Vec<String>,
+    pub last_output: Option<String>,
     /// Names that are exported to processes (workflow env, profile, secrets).
     #[serde(skip)]
     pub exported: Vec<String>,
+}
+
+/// Secret values to mask: never empty, each once, longest first (so that a secret that
+/// contains another is masked whole).
+#[derive(Clone, Debug, Default)]
+pub struct Secrets(Vec<String>);
+
+impl Secrets {
+    /// Registers a value; an empty one would mask between every character, so it is not.
+    pub fn add(&mut self, value: &str) {
+        if !value.is_empty() && !self.0.iter().any(|s| s == value) {
+            self.0.push(value.to_owned());
+            self.0.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+    }
+
+    /// Replaces every secret value in `text` with `***`.
+    pub fn mask(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.0 {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "***");
+            }
+        }
+        out
+    }
+
+    /// Masks secrets in every string of a JSON value.
+    pub fn mask_json(&self, value: Value) -> Value {
+        if self.0.is_empty() {
+            return value;
+        }
+        match value {
+            Value::String(s) => Value::String(self.mask(&s)),
+            Value::Array(items) => {
+                Value::Array(items.into_iter().map(|v| self.mask_json(v)).collect())
+            }
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .map(|(k, v)| (k, self.mask_json(v)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
 }
 
 impl Vars {
@@ -56,43 +102,6 @@ impl Vars {
             self.exported.push(name.clone());
         }
         self.values.insert(name, value);
-    }
-
-    /// Registers a secret value for masking.
-    pub fn add_secret(&mut self, value: &str) {
-        if !value.is_empty() && !self.secrets.iter().any(|s| s == value) {
-            self.secrets.push(value.to_owned());
-            // Longer secrets first, so that one containing another is masked whole.
-            self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        }
-    }
-
-    /// Replaces every secret value in `text` with `***`.
-    pub fn mask(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in &self.secrets {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "***");
-            }
-        }
-        out
-    }
-
-    /// Masks secrets inside a JSON value.
-    pub fn mask_json(&self, value: &Value) -> Value {
-        if self.secrets.is_empty() {
-            return value.clone();
-        }
-        match value {
-            Value::String(s) => Value::String(self.mask(s)),
-            Value::Array(items) => Value::Array(items.iter().map(|v| self.mask_json(v)).collect()),
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| (k.clone(), self.mask_json(v)))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
     }
 
     /// The value of a path, or `None` when the variable does not exist.
@@ -133,25 +142,33 @@ impl Vars {
     /// scalar fields, `build` → `BUILD`).
     pub fn environment(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
+        // A derived name never replaces what the process inherited: `capture: path` must not
+        // become `PATH`.
+        let mut derived = |name: String, value: &Value| {
+            if !name.is_empty()
+                && std::env::var_os(&name).is_none()
+                && !RESERVED_ENV.contains(&name.as_str())
+            {
+                out.push((name, prodigy_grammar::value::render(value)));
+            }
+        };
         for (name, value) in &self.values {
             if self.exported.contains(name) {
-                out.push((name.clone(), prodigy_grammar::value::render(value)));
                 continue;
             }
-            let safe = exported_name(name);
-            if safe.is_empty() {
-                continue;
-            }
-            out.push((safe, prodigy_grammar::value::render(value)));
+            derived(exported_name(name), value);
             if let Value::Object(map) = value {
                 for (field, inner) in map {
                     if !matches!(inner, Value::Object(_) | Value::Array(_)) {
-                        out.push((
-                            exported_name(&format!("{name}.{field}")),
-                            prodigy_grammar::value::render(inner),
-                        ));
+                        derived(exported_name(&format!("{name}.{field}")), inner);
                     }
                 }
+            }
+        }
+        // Names the workflow exports on purpose (env, profile, secrets, params) win.
+        for name in &self.exported {
+            if let Some(value) = self.values.get(name) {
+                out.push((name.clone(), prodigy_grammar::value::render(value)));
             }
         }
         out
@@ -161,6 +178,12 @@ impl Vars {
 impl Scope for Vars {
     fn get(&self, path: &Path) -> Option<Value> {
         self.lookup(path).map(Cow::into_owned)
+    }
+
+    /// A bare `$NAME` is a prodigy variable or left for the shell: never the environment
+    /// prodigy itself inherited (SPEC §7).
+    fn get_bare(&self, name: &str) -> Option<Value> {
+        self.values.get(name).cloned()
     }
 }
 
@@ -240,14 +263,45 @@ mod tests {
 
     #[test]
     fn secrets_are_masked_longest_first() {
-        let mut vars = Vars::default();
-        vars.add_secret("abc");
-        vars.add_secret("abcdef");
-        assert_eq!(vars.mask("token=abcdef and abc"), "token=*** and ***");
+        let mut secrets = Secrets::default();
+        secrets.add("abc");
+        secrets.add("abcdef");
+        assert_eq!(secrets.mask("token=abcdef and abc"), "token=*** and ***");
         assert_eq!(
-            vars.mask_json(&json!({"k": ["abc"]})),
+            secrets.mask_json(json!({"k": ["abc"]})),
             json!({"k": ["***"]})
         );
+    }
+
+    #[test]
+    fn bare_names_are_prodigy_variables_or_left_for_the_shell() {
+        let mut vars = Vars::default();
+        vars.set("name", json!("Al"));
+        let t = prodigy_grammar::template::Template::parse("$name in $PWD, ${HOME:-x}").unwrap();
+        let home = std::env::var("HOME").unwrap_or_else(|_| "x".into());
+        assert_eq!(t.render(&vars).unwrap(), format!("Al in $PWD, {home}"));
+    }
+
+    #[test]
+    fn derived_names_never_replace_the_inherited_environment() {
+        let mut vars = Vars::default();
+        vars.set("path", json!("src/main.rs"));
+        vars.set("shell", json!({"output": "x", "exit_code": 0}));
+        vars.set("build", json!("ok"));
+        let env = vars.environment();
+        assert!(
+            env.iter().all(|(k, _)| k != "PATH" && k != "SHELL"),
+            "{env:?}"
+        );
+        assert!(env.contains(&("BUILD".to_owned(), "ok".to_owned())));
+        assert!(env.contains(&("SHELL_OUTPUT".to_owned(), "x".to_owned())));
+    }
+
+    #[test]
+    fn an_empty_secret_masks_nothing() {
+        let mut secrets = Secrets::default();
+        secrets.add("");
+        assert_eq!(secrets.mask("plain text"), "plain text");
     }
 
     #[test]
