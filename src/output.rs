@@ -122,19 +122,15 @@ pub(crate) fn retry_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan
     for step in &plan.steps {
         let at = file.line_col(step.origin.start);
         let place = format!("{}:{}", at.line, at.column);
-        if let Some(retry) = &step.retry {
-            let delays: std::time::Duration = retry.schedule.iter().sum();
-            let runs = step
-                .timeout
-                .map(|t| t.saturating_mul(retry.config.attempts));
-            let worst = match runs {
+        if let (Some(retry), Some(cost)) = (&step.retry, step.retry_cost()) {
+            let worst = match cost.runs {
                 Some(runs) => format!(
                     "{} ({} delays + {} runs)",
-                    duration(delays + runs),
-                    duration(delays),
+                    duration(cost.worst()),
+                    duration(cost.delays),
                     duration(runs)
                 ),
-                None => format!("{} of delays + the runs", duration(delays)),
+                None => format!("{} of delays + the runs", duration(cost.delays)),
             };
             let schedule = if retry.schedule.is_empty() {
                 "none".to_owned()

@@ -139,12 +139,7 @@ fn unreachable(plan: &Plan, graph: &Graph, out: &mut Vec<Diagnostic>) {
 }
 
 fn worst_case(step: &PlanStep) -> Option<(Duration, Duration)> {
-    let retry = step.retry.as_ref()?;
-    let delays: Duration = retry.schedule.iter().sum();
-    let runs = step
-        .timeout
-        .map_or(Duration::ZERO, |t| t.saturating_mul(retry.config.attempts));
-    Some((delays, delays + runs))
+    step.retry_cost().map(|c| (c.delays, c.worst()))
 }
 
 fn retries(step: &PlanStep, out: &mut Vec<Diagnostic>) {

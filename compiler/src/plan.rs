@@ -336,6 +336,38 @@ pub struct PlanMerge {
     pub timeout: Option<Duration>,
 }
 
+/// What a step's `retry_config` can cost in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryCost {
+    /// All the delays between attempts.
+    pub delays: Duration,
+    /// Every attempt running to the step's `timeout`, when it has one.
+    pub runs: Option<Duration>,
+}
+
+impl RetryCost {
+    /// Delays plus runs (delays alone without a timeout), saturating.
+    pub fn worst(&self) -> Duration {
+        self.delays.saturating_add(self.runs.unwrap_or_default())
+    }
+}
+
+impl PlanStep {
+    /// The time its retry policy can take, if it has one.
+    pub fn retry_cost(&self) -> Option<RetryCost> {
+        let retry = self.retry.as_ref()?;
+        Some(RetryCost {
+            delays: retry
+                .schedule
+                .iter()
+                .fold(Duration::ZERO, |total, d| total.saturating_add(*d)),
+            runs: self
+                .timeout
+                .map(|t| t.saturating_mul(retry.config.attempts)),
+        })
+    }
+}
+
 impl Plan {
     /// The step with an id.
     pub fn step(&self, id: StepId) -> Option<&PlanStep> {
@@ -358,7 +390,7 @@ pub fn delay(config: &RetryConfig, n: u32) -> Duration {
             increment,
         } => {
             let i = i.unwrap_or(initial);
-            i + increment.unwrap_or(initial).saturating_mul(n - 1)
+            i.saturating_add(increment.unwrap_or(initial).saturating_mul(n - 1))
         }
         ast::Backoff::Exponential { initial: i, base } => {
             let i = i.unwrap_or(initial);
@@ -386,7 +418,9 @@ pub fn policy_schedule(config: &ast::PolicyRetry) -> Vec<Duration> {
             let raw = match &config.backoff {
                 ast::Backoff::Fixed { delay } => delay.unwrap_or(DEFAULT),
                 ast::Backoff::Linear { initial, increment } => {
-                    initial.unwrap_or(DEFAULT) + increment.unwrap_or(DEFAULT).saturating_mul(n)
+                    initial
+                        .unwrap_or(DEFAULT)
+                        .saturating_add(increment.unwrap_or(DEFAULT).saturating_mul(n))
                 }
                 ast::Backoff::Exponential { initial, base } => {
                     let factor = base.powi(i32::try_from(n - 1).unwrap_or(i32::MAX));

@@ -126,7 +126,9 @@ impl RetryPolicy {
         } else {
             low
         };
-        Duration::from_secs_f64(value).min(self.max_delay.max(Duration::ZERO))
+        Duration::try_from_secs_f64(value)
+            .unwrap_or(self.max_delay)
+            .min(self.max_delay)
     }
 
     /// The delays between the attempts of one run, in order (one fewer than `attempts`).

@@ -205,6 +205,35 @@ fn billion_laughs_is_rejected() {
 }
 
 #[test]
+fn absurd_retry_settings_are_diagnosed_not_crashed_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let many = write(
+        &dir,
+        "many.yml",
+        "- shell: \"true\"\n  retry_config:\n    attempts: 4000000000\n- shell: \"true\"\n  metadata:\n    retries: 4000000000\n- shell: \"true\"\n  timeout: 1e30\n",
+    );
+    let codes: Vec<String> = check_json([many.to_str().unwrap()], 1)["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(codes, ["V103", "V103", "V102"]);
+    // Delays that overflow any clock saturate in the schedule and the worst case.
+    let long = write(
+        &dir,
+        "long.yml",
+        "- shell: \"true\"\n  timeout: 500000000000y\n  retry_config:\n    attempts: 1000\n    max_delay: 500000000000y\n    backoff:\n      linear:\n        increment: 500000000000y\n",
+    );
+    prodigy()
+        .args(["check", "--explain-retries"])
+        .arg(&long)
+        .assert()
+        .code(0);
+    prodigy().arg("graph").arg(&long).assert().code(0);
+}
+
+#[test]
 fn graph_draws_dot_mermaid_and_json() {
     let example = "workflows/examples/build-and-test.yml";
     prodigy()

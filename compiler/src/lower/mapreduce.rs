@@ -613,7 +613,7 @@ impl Lowerer<'_> {
         };
         if let Some(n) = f
             .get("max_attempts")
-            .and_then(|n| self.count(n, "`max_attempts`", 1))
+            .and_then(|n| self.attempts(n, "`max_attempts`"))
         {
             out.max_attempts = n.value;
         }

@@ -1,6 +1,7 @@
 //! Steps, in every context, and the per-step structures: `on_failure`, `retry_config`,
 //! `validate`, `step_validate`, captures, `write_file` and `foreach`.
 
+use super::values::MAX_ATTEMPTS;
 use super::{Fields, Lowerer, one_of};
 use crate::ast::{
     Backoff, Capture, CaptureFormat, CaptureStreams, Command, CommitConfig, EnvVar,
@@ -434,7 +435,7 @@ impl Lowerer<'_> {
                 continue;
             }
             if key == "max_attempts" {
-                if let Some(n) = self.count(&e.value, "`max_attempts`", 1) {
+                if let Some(n) = self.attempts(&e.value, "`max_attempts`") {
                     on_failure.max_attempts = n.value;
                 }
             } else if let Some(b) = self.boolean(&e.value, "`fail_workflow`") {
@@ -465,7 +466,7 @@ impl Lowerer<'_> {
             }
         }
         if let Some(e) = fields.entry("retries")
-            && let Some(n) = self.count(&e.value, "`retries`", 0)
+            && let Some(n) = self.count_in(&e.value, "`retries`", 0, MAX_ATTEMPTS - 1)
             && n.value > 0
         {
             if step.retry.is_some() {
@@ -740,7 +741,7 @@ impl Lowerer<'_> {
                     }
                 }
                 if let Some(e) = self.aliased(&fields, "max_attempts", "max_retries")
-                    && let Some(n) = self.count(&e.value, "`max_attempts`", 1)
+                    && let Some(n) = self.attempts(&e.value, "`max_attempts`")
                 {
                     out.max_attempts = n.value;
                 }
@@ -822,7 +823,7 @@ impl Lowerer<'_> {
         let fields = self.fields(node, "`retry_config`", &shapes::RETRY_CONFIG)?;
         let mut out = RetryConfig::defaults(node.span);
         let attempts = self.aliased(&fields, "attempts", "max_attempts");
-        if let Some(n) = attempts.and_then(|e| self.count(&e.value, "`attempts`", 1)) {
+        if let Some(n) = attempts.and_then(|e| self.attempts(&e.value, "`attempts`")) {
             out.attempts = n.value;
         }
         if let Some(d) = fields
@@ -1228,7 +1229,7 @@ impl Lowerer<'_> {
         }
         if let Some(n) = fields
             .get("max_attempts")
-            .and_then(|n| self.count(n, "`max_attempts`", 1))
+            .and_then(|n| self.attempts(n, "`max_attempts`"))
         {
             out.max_attempts = n.value;
         }
@@ -1347,7 +1348,7 @@ impl Lowerer<'_> {
         }
         if let Some(n) = f
             .get("max_attempts")
-            .and_then(|n| self.count(n, "`max_attempts`", 1))
+            .and_then(|n| self.attempts(n, "`max_attempts`"))
         {
             out.max_attempts = n.value;
         }

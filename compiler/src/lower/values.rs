@@ -108,8 +108,25 @@ impl Lowerer<'_> {
 
     /// A whole number ≥ `min` that fits in `u32`.
     pub(crate) fn count(&mut self, node: &Node, what: &str, min: u32) -> Option<Spanned<u32>> {
-        self.integer(node, what, i64::from(min), i64::from(u32::MAX))
+        self.count_in(node, what, min, u32::MAX)
+    }
+
+    /// A whole number in `min..=max`.
+    pub(crate) fn count_in(
+        &mut self,
+        node: &Node,
+        what: &str,
+        min: u32,
+        max: u32,
+    ) -> Option<Spanned<u32>> {
+        self.integer(node, what, i64::from(min), i64::from(max))
             .and_then(|n| u32::try_from(n.value).ok().map(|v| Spanned::new(v, n.span)))
+    }
+
+    /// A number of attempts: 1 to [`MAX_ATTEMPTS`]. More is never meant, and every retry
+    /// has a delay the plan computes up front.
+    pub(crate) fn attempts(&mut self, node: &Node, what: &str) -> Option<Spanned<u32>> {
+        self.count_in(node, what, 1, MAX_ATTEMPTS)
     }
 
     /// A whole number ≥ `min` as `u64`.
@@ -154,7 +171,8 @@ impl Lowerer<'_> {
     pub(crate) fn duration(&mut self, node: &Node, what: &str) -> Option<Spanned<Duration>> {
         let parsed = match node.scalar() {
             Some(Scalar::Int(i)) if i >= 0 => Some(Duration::from_secs(i.unsigned_abs())),
-            Some(Scalar::Float(f)) if f >= 0.0 && f.is_finite() => Some(Duration::from_secs_f64(f)),
+            // Seconds beyond what a `Duration` holds are "not a duration", never a panic.
+            Some(Scalar::Float(f)) if f >= 0.0 && f.is_finite() => Duration::try_from_secs_f64(f).ok(),
             Some(Scalar::Str(s)) => {
                 let s = s.trim();
                 s.parse::<u64>()
@@ -261,3 +279,6 @@ fn fold(word: &str) -> String {
         .map(|c| c.to_ascii_lowercase())
         .collect()
 }
+
+/// The most attempts a retry setting may ask for.
+pub(crate) const MAX_ATTEMPTS: u32 = 1000;
