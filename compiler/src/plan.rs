@@ -417,11 +417,9 @@ pub fn policy_schedule(config: &ast::PolicyRetry) -> Vec<Duration> {
         .map(|n| {
             let raw = match &config.backoff {
                 ast::Backoff::Fixed { delay } => delay.unwrap_or(DEFAULT),
-                ast::Backoff::Linear { initial, increment } => {
-                    initial
-                        .unwrap_or(DEFAULT)
-                        .saturating_add(increment.unwrap_or(DEFAULT).saturating_mul(n))
-                }
+                ast::Backoff::Linear { initial, increment } => initial
+                    .unwrap_or(DEFAULT)
+                    .saturating_add(increment.unwrap_or(DEFAULT).saturating_mul(n)),
                 ast::Backoff::Exponential { initial, base } => {
                     let factor = base.powi(i32::try_from(n - 1).unwrap_or(i32::MAX));
                     Duration::try_from_secs_f64(initial.unwrap_or(DEFAULT).as_secs_f64() * factor)

@@ -463,9 +463,7 @@ impl Checker<'_> {
             .with_help(if RESERVED_ENV.contains(&exported.as_str()) {
                 format!("write `${{{path}|shell}}`")
             } else {
-                format!(
-                    "write `${{{path}|shell}}`, or use the exported variable: \"${exported}\""
-                )
+                format!("write `${{{path}|shell}}`, or use the exported variable: \"${exported}\"")
             }),
         );
     }

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::{ParseError, ParseErrorKind, Span};
+use crate::{ParseError, ParseErrorKind};
 
 /// A parsed JSON path.
 #[derive(Clone, Debug)]
@@ -34,16 +34,17 @@ impl JsonPath {
                 query,
             }),
             Err(err) => {
-                let offset = (text.len() - text.trim_start().len()).saturating_sub(implicit_root);
-                let at = (crate::lower::jsonpath_error_position(&err)
+                // A position in the query, which may start with an added `$.`, back to the
+                // text as written (after its leading whitespace).
+                let leading = text.len() - text.trim_start().len();
+                let at = crate::lower::jsonpath_error_position(&err)
                     .map_or(0, |p| p.min(query_text.len()))
-                    + offset)
-                    .min(text.len());
-                let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+                    .saturating_sub(implicit_root)
+                    + leading;
                 Err(ParseError::new(
                     ParseErrorKind::JsonPath,
                     "invalid JSON path",
-                    Span::new(at, end),
+                    crate::lower::char_span(text, at),
                     "the path cannot be read from here",
                 )
                 .help("write an RFC 9535 path such as `$.items[*]` or `$.items[?@.score > 5]`"))

@@ -44,8 +44,10 @@ fn error_pos<R: pest::RuleType>(err: &pest::error::Error<R>) -> usize {
 }
 
 /// One character at `at`, or an empty span at the end of the text.
-fn char_span(text: &str, at: usize) -> Span {
-    let at = at.min(text.len());
+/// The character at byte `at` (moved back to the start of its character when `at` falls
+/// inside one), or an empty span at the end.
+pub(crate) fn char_span(text: &str, at: usize) -> Span {
+    let at = text.floor_char_boundary(at.min(text.len()));
     Span::new(
         at,
         text[at..].chars().next().map_or(at, |c| at + c.len_utf8()),
@@ -228,9 +230,8 @@ fn filter(pair: Pair<'_, tpl::Rule>, offset: usize) -> Result<Filter, ParseError
 
 fn template_error(text: &str, pos: usize, offset: usize) -> ParseError {
     let shift = |s: Span| Span::new(s.start + offset, s.end + offset);
-    let open = text[..=pos.min(text.len().saturating_sub(1))]
-        .rfind("${")
-        .or_else(|| text.find("${"));
+    let through = text.ceil_char_boundary(pos.saturating_add(1).min(text.len()));
+    let open = text[..through].rfind("${").or_else(|| text.find("${"));
     let Some(open) = open else {
         return ParseError::new(
             ParseErrorKind::Template,

@@ -179,11 +179,41 @@ proptest! {
     }
 
     #[test]
-    fn parsers_never_panic(text in "[ -~]{0,40}") {
-        let _ = Expr::parse(&text);
-        let _ = Template::parse(&text);
-        let _ = SortSpec::parse(&text);
-        let _ = JsonPath::parse(&text);
+    fn parsers_never_panic(text in "([ -~]|[éü😀]){0,40}") {
+        parse_all(&text);
+    }
+}
+
+/// Parses TEXT as every language; an error's span must lie on character boundaries.
+fn parse_all(text: &str) {
+    let spans = [
+        Expr::parse(text).err().map(|e| e.span),
+        Template::parse(text).err().map(|e| e.span),
+        SortSpec::parse(text).err().map(|e| e.span),
+        JsonPath::parse(text).err().map(|e| e.span),
+    ];
+    for span in spans.into_iter().flatten() {
+        assert!(
+            text.is_char_boundary(span.start) && text.is_char_boundary(span.end),
+            "{text:?}: {span:?}"
+        );
+    }
+}
+
+#[test]
+fn errors_next_to_non_ascii_text_do_not_panic() {
+    for text in [
+        "${é}",
+        "${a.é}",
+        "${aé",
+        "x ${a|é}",
+        "${a[ü]}",
+        "]ééé",
+        "@é",
+        "..é]",
+        "é]",
+    ] {
+        parse_all(text);
     }
 }
 

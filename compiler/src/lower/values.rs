@@ -172,7 +172,9 @@ impl Lowerer<'_> {
         let parsed = match node.scalar() {
             Some(Scalar::Int(i)) if i >= 0 => Some(Duration::from_secs(i.unsigned_abs())),
             // Seconds beyond what a `Duration` holds are "not a duration", never a panic.
-            Some(Scalar::Float(f)) if f >= 0.0 && f.is_finite() => Duration::try_from_secs_f64(f).ok(),
+            Some(Scalar::Float(f)) if f >= 0.0 && f.is_finite() => {
+                Duration::try_from_secs_f64(f).ok()
+            }
             Some(Scalar::Str(s)) => {
                 let s = s.trim();
                 s.parse::<u64>()
