@@ -190,18 +190,38 @@ impl Node {
         }
     }
 
-    fn size(&self) -> usize {
-        match &self.kind {
-            NodeKind::Scalar { .. } => 1,
-            NodeKind::Seq(items) => 1 + items.iter().map(Node::size).sum::<usize>(),
-            NodeKind::Map(entries) => {
-                1 + entries
-                    .iter()
-                    .map(|e| e.key.size() + e.value.size())
-                    .sum::<usize>()
+    /// How many nodes it holds and how deep it nests (a scalar: 1 and 1), without recursion.
+    fn measure(&self) -> Measure {
+        let mut measure = Measure { size: 0, depth: 0 };
+        let mut todo = vec![(self, 1)];
+        while let Some((node, depth)) = todo.pop() {
+            measure.size += 1;
+            measure.depth = measure.depth.max(depth);
+            match &node.kind {
+                NodeKind::Scalar { .. } => {}
+                NodeKind::Seq(items) => todo.extend(items.iter().map(|n| (n, depth + 1))),
+                NodeKind::Map(entries) => todo.extend(
+                    entries
+                        .iter()
+                        .flat_map(|e| [(&e.key, depth + 1), (&e.value, depth + 1)]),
+                ),
             }
         }
+        measure
     }
+}
+
+fn too_deep(here: Span, label: String) -> Diagnostic {
+    Diagnostic::new(Code::TooDeep, "the YAML nests too deeply")
+        .with_primary(here, label)
+        .with_help("flatten the structure; real workflows nest only a few levels")
+}
+
+/// The size and depth of an anchored node, which every alias to it copies.
+#[derive(Clone, Copy, Debug)]
+struct Measure {
+    size: usize,
+    depth: usize,
 }
 
 fn resolve_plain(text: &str) -> Option<Scalar<'_>> {
@@ -274,7 +294,7 @@ struct Builder<'a> {
     /// Byte offset of every character, when the text is not pure ASCII.
     char_to_byte: Option<Vec<u32>>,
     stack: Vec<Frame>,
-    anchors: std::collections::BTreeMap<usize, Node>,
+    anchors: std::collections::BTreeMap<usize, (Node, Measure)>,
     alias_budget: usize,
     root: Option<Node>,
     documents: usize,
@@ -463,14 +483,21 @@ impl Builder<'_> {
                 Some(Frame::Seq { .. }) | None => Err(Box::new(internal(here))),
             },
             Event::Alias(id) => {
-                let Some(node) = self.anchors.get(&id) else {
+                let Some((node, measure)) = self.anchors.get(&id) else {
                     return Err(Box::new(
                         Diagnostic::new(Code::YamlSyntax, "invalid YAML: unknown anchor")
                             .with_primary(here, "this alias names no anchor")
                             .with_help("define the anchor with `&name` before using `*name`"),
                     ));
                 };
-                let size = node.size();
+                let size = measure.size;
+                // An alias copies the anchored node here: depth as written plus its own.
+                if self.stack.len() + measure.depth > MAX_DEPTH {
+                    return Err(Box::new(too_deep(
+                        here,
+                        format!("expanding this alias nests more than {MAX_DEPTH} levels"),
+                    )));
+                }
                 if size > self.alias_budget {
                     return Err(Box::new(
                         Diagnostic::new(Code::AliasBomb, "alias expansion is too large")
@@ -490,18 +517,17 @@ impl Builder<'_> {
 
     fn open(&self, here: Span) -> Result<(), Box<Diagnostic>> {
         if self.stack.len() >= MAX_DEPTH {
-            return Err(Box::new(
-                Diagnostic::new(Code::TooDeep, "the YAML nests too deeply")
-                    .with_primary(here, format!("more than {MAX_DEPTH} levels of nesting"))
-                    .with_help("flatten the structure; real workflows nest only a few levels"),
-            ));
+            return Err(Box::new(too_deep(
+                here,
+                format!("more than {MAX_DEPTH} levels of nesting"),
+            )));
         }
         Ok(())
     }
 
     fn complete(&mut self, node: Node, anchor: usize) {
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), node.measure()));
         }
         match self.stack.last_mut() {
             None => {
@@ -719,6 +745,23 @@ mod tests {
     fn deep_nesting_is_a_diagnostic() {
         let text = format!("{}{}", "[".repeat(250), "]".repeat(250));
         let (_, doc) = parse_str(&text);
+        assert_eq!(doc.diagnostics[0].code, Code::TooDeep);
+    }
+
+    #[test]
+    fn aliases_cannot_nest_past_the_limit() {
+        // Each anchor is written 150 levels deep, under the limit of 200; the second holds
+        // an alias to the first, so it expands to 300 levels.
+        let deep = |inner: &str| format!("{}{inner}{}", "[".repeat(150), "]".repeat(150));
+        let text = format!(
+            "a: &a {}
+b: &b {}
+",
+            deep("1"),
+            deep("*a")
+        );
+        let (_, doc) = parse_str(&text);
+        assert!(doc.root.is_none());
         assert_eq!(doc.diagnostics[0].code, Code::TooDeep);
     }
 }
