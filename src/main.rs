@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use prodigy_compiler::diagnostics::{Code, Severity};
+use prodigy_compiler::diagnostics::{Code, Diagnostic, Severity};
 use prodigy_compiler::source::SourceFile;
 
 /// Prodigy compiles YAML workflows of shell and Claude Code steps and runs them reliably.
@@ -202,7 +202,10 @@ fn check(args: &CheckArgs) -> u8 {
         }
         errors += checked.diagnostics.iter().filter(|d| d.is_error()).count();
         warnings += checked.diagnostics.iter().filter(|d| !d.is_error()).count();
-        if let (Some(Emit::Plan), Some(plan)) = (args.emit, &checked.plan) {
+        // Under `--deny warnings` a warning is an error too: then the problems are shown,
+        // not the plan.
+        let clean = !checked.diagnostics.iter().any(Diagnostic::is_error);
+        if let (Some(Emit::Plan), Some(plan), true) = (args.emit, &checked.plan, clean) {
             match serde_json::to_string_pretty(plan) {
                 Ok(text) => out(&format!("{text}\n")),
                 Err(e) => err(&format!("error: cannot write the plan: {e}\n")),

@@ -62,12 +62,7 @@ fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan::Plan), u8
         exit_code::USAGE
     })?;
     let checked = prodigy_compiler::check(&file);
-    let Some(plan) = checked.plan.filter(|_| {
-        !checked
-            .diagnostics
-            .iter()
-            .any(prodigy_compiler::diagnostics::Diagnostic::is_error)
-    }) else {
+    let Some(plan) = checked.plan else {
         out(&output::human(&file, &checked.diagnostics, false));
         err("error: the workflow has errors; nothing was run\n");
         return Err(exit_code::PROBLEMS);

@@ -88,14 +88,16 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
                     .with_primary(workflow.span, "while compiling this workflow")
                     .with_help("this is a bug in prodigy; please report it with the file"),
                 );
+            } else {
+                // The checks only warn: a plan exists exactly when the file has no errors.
+                diagnostics.extend(checks::check(&plan, &graph));
+                if let Some(surroundings) = surroundings
+                    && let Some(count) = static_item_count(workflow, surroundings)
+                {
+                    diagnostics.extend(checks::breaker(&plan, count));
+                }
+                compiled = Some((plan, graph));
             }
-            diagnostics.extend(checks::check(&plan, &graph));
-            if let Some(surroundings) = surroundings
-                && let Some(count) = static_item_count(workflow, surroundings)
-            {
-                diagnostics.extend(checks::breaker(&plan, count));
-            }
-            compiled = Some((plan, graph));
         }
     }
     let steps = workflow.as_ref().map(step_spans).unwrap_or_default();

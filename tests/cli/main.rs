@@ -287,6 +287,16 @@ fn check_emits_the_plan_and_explains_retries() {
         .code(0)
         .stdout(predicate::str::contains("100ms, 200ms"))
         .stdout(predicate::str::contains("worst case"));
+    // A warning denied is an error: the report is shown, not the plan.
+    let dir = tempfile::tempdir().unwrap();
+    let warned = write(&dir, "w.yml", "- shell: \"true\"\n  when: \"false\"\n");
+    prodigy()
+        .args(["check", "--deny", "warnings", "--emit", "plan"])
+        .arg(&warned)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("G001"))
+        .stdout(predicate::str::contains("\"version\"").not());
 }
 
 #[test]
