@@ -187,14 +187,9 @@ pub fn build(plan: &Plan) -> Graph {
         exit = b.chain(Exit::at(node), &merge.steps, Edge::Next, ends);
     }
     b.link(&exit, success, Edge::Next);
-    if b.g
-        .neighbors_directed(failure, petgraph::Direction::Incoming)
-        .next()
-        .is_none()
-    {
-        b.g.remove_node(failure);
-    }
-    // Named handlers that nothing runs are still drawn (and reported as unreachable).
+    // Named handlers that nothing runs are still drawn (and reported as unreachable). They
+    // are drawn before the unused failure node goes: a node added after a removal takes
+    // its index, and would be wired to itself.
     for (_, steps) in &plan.handlers {
         let drawn =
             b.g.node_indices()
@@ -204,6 +199,13 @@ pub fn build(plan: &Plan) -> Graph {
             let after = b.after(first, node, ends);
             let _ = b.chain(after, steps.get(1..).unwrap_or_default(), Edge::Next, ends);
         }
+    }
+    if b.g
+        .neighbors_directed(failure, petgraph::Direction::Incoming)
+        .next()
+        .is_none()
+    {
+        b.g.remove_node(failure);
     }
     Graph { graph: b.g, start }
 }

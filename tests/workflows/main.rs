@@ -80,6 +80,10 @@ fn err_fixtures_report_their_code() {
                 .map(|d| d.code.as_str())
                 .collect::<Vec<_>>()
         );
+        assert!(
+            checked.diagnostics.iter().all(|d| d.code != Code::Internal),
+            "{stem}: an internal error is a bug, never an expected result"
+        );
         let rendered = render_human(&file, &checked.diagnostics, 100, false);
         insta::with_settings!({
             snapshot_path => "../../workflows/err/snapshots",
