@@ -8,7 +8,7 @@ use std::time::Duration;
 use prodigy_compiler::plan::PlanCommand;
 use prodigy_compiler::source::SourceFile;
 use prodigy_runtime::runner::{Options, Report, RunOutcome, Runner};
-use prodigy_runtime::store::{Checkpoint, Layout};
+use prodigy_runtime::store::{Checkpoint, Layout, SessionLock};
 use prodigy_runtime::vars::Vars;
 
 use crate::{err, exit_code, out, output};
@@ -54,6 +54,9 @@ pub(crate) struct ResumeArgs {
     /// Resume even if the workflow file changed since the run started.
     #[arg(long)]
     force: bool,
+    /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    grace: u64,
 }
 
 fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan::Plan), u8> {
@@ -162,7 +165,8 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
     }
     let opts = Options {
         workflow: checkpoint.workflow.clone(),
-        workflow_hash: checkpoint.workflow_hash.clone(),
+        // After `--force` the new version is the session's workflow from now on.
+        workflow_hash: prodigy_runtime::store::hash(&file.text),
         layout: layout(&checkpoint.project),
         project: checkpoint.project.clone(),
         params: checkpoint.params.clone(),
@@ -170,7 +174,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         profile: checkpoint.profile.clone(),
         claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
         verbose: args.verbose,
-        grace: Duration::from_secs(5),
+        grace: Duration::from_secs(args.grace),
         seed: jitter_seed(),
     };
     err(&format!(
@@ -208,8 +212,16 @@ fn execute(
             seen.store(code, std::sync::atomic::Ordering::SeqCst);
             let _ = tx.send(true);
         });
+        let layout = opts.layout.clone();
         let runner = match Runner::new(plan, opts, rx, resume.as_ref()) {
             Ok(r) => r,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::USAGE;
+            }
+        };
+        let _lock = match SessionLock::acquire(&layout, runner.session()) {
+            Ok(lock) => lock,
             Err(e) => {
                 err(&format!("error: {e}\n"));
                 return exit_code::USAGE;

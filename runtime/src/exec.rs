@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -106,14 +107,42 @@ pub fn program_exists(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
-/// What a pipe reader gathered. A background child may hold the pipe open after the
-/// command ends; do not wait for it forever.
-async fn collected(reader: tokio::task::JoinHandle<Vec<u8>>) -> String {
-    let bytes = tokio::time::timeout(Duration::from_millis(200), reader)
+/// Reads a child's pipe into a buffer shared with [`collected`], chunk by chunk, so that
+/// what arrived is kept even when a background process holds the pipe open.
+fn reader<R>(pipe: Option<R>) -> (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle<()>)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let sink = buffer.clone();
+    let task = tokio::spawn(async move {
+        let Some(mut pipe) = pipe else { return };
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(&chunk[..n]);
+        }
+    });
+    (buffer, task)
+}
+
+/// What a pipe reader gathered: everything up to the end of the pipe, or, when a background
+/// process keeps it open, what arrived within 200 ms of the command's end.
+async fn collected((buffer, task): (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle<()>)) -> String {
+    let abort = task.abort_handle();
+    if tokio::time::timeout(Duration::from_millis(200), task)
         .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+        .is_err()
+    {
+        abort.abort();
+    }
+    let bytes = buffer
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -148,22 +177,8 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
         }
     };
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let read_out = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        if let Some(s) = stdout.as_mut() {
-            let _ = s.read_to_end(&mut buf).await;
-        }
-        buf
-    });
-    let read_err = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        if let Some(s) = stderr.as_mut() {
-            let _ = s.read_to_end(&mut buf).await;
-        }
-        buf
-    });
+    let read_out = reader(child.stdout.take());
+    let read_err = reader(child.stderr.take());
     let deadline = async {
         match command.timeout {
             Some(t) => tokio::time::sleep(t).await,

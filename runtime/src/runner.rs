@@ -1070,29 +1070,50 @@ impl Runner {
         vars: &Vars,
         ok: bool,
     ) -> Value {
-        let text = match &validate.result_file {
-            Some(t) => t
-                .parsed
-                .render(vars)
-                .ok()
-                .and_then(|p| std::fs::read_to_string(self.opts.project.join(p)).ok()),
-            None => vars.last_output.clone(),
+        let Some(template) = &validate.result_file else {
+            // Without a result file the validator's output may be the result; if it is not
+            // JSON, its exit status decides.
+            return vars
+                .last_output
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_else(|| json!({"completion_percentage": if ok {100} else {0}}));
         };
-        text.and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_else(|| json!({"completion_percentage": if ok {100} else {0}}))
+        // A result file the validator promised but did not write is an incomplete result.
+        let result = template
+            .parsed
+            .render(vars)
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                std::fs::read_to_string(self.opts.project.join(&p))
+                    .map_err(|e| format!("cannot read `{p}`: {e}"))
+            })
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")));
+        result.unwrap_or_else(|why| {
+            json!({"completion_percentage": 0, "status": "invalid", "missing": [format!("result_file: {why}")]})
+        })
     }
 
     /// Renders and runs a step's command; `output_file` gets its (masked) stdout.
     async fn execute(&self, step: &PlanStep, vars: &mut Vars) -> Output {
         let output = self.execute_command(step, vars).await;
-        if let Some(file) = step
-            .output_file
-            .as_ref()
-            .and_then(|t| t.parsed.render(vars).ok())
-        {
-            let _ = std::fs::write(self.opts.project.join(file), self.mask(&output.stdout));
+        let Some(template) = &step.output_file else {
+            return output;
+        };
+        // Failing to keep the output the workflow asked for fails the step.
+        let written = template
+            .parsed
+            .render(vars)
+            .map_err(|e| format!("`output_file`: {e}"))
+            .and_then(|file| {
+                let path = self.opts.project.join(&file);
+                std::fs::write(&path, self.mask(&output.stdout))
+                    .map_err(|e| format!("`output_file`: cannot write `{}`: {e}", path.display()))
+            });
+        match written {
+            Ok(()) => output,
+            Err(e) => Output::error(e),
         }
-        output
     }
 
     async fn execute_command(&self, step: &PlanStep, vars: &mut Vars) -> Output {
@@ -1108,8 +1129,12 @@ impl Runner {
                         (Ok(p), Ok(c)) => (p, c),
                         (Err(e), _) | (_, Err(e)) => return Output::error(e.to_string()),
                     };
-                let cwd = self.cwd(step, vars);
-                exec::write_file(&cwd, &path, &content, w.format, w.mode, w.create_dirs)
+                match self.cwd(step, vars) {
+                    Ok(cwd) => {
+                        exec::write_file(&cwd, &path, &content, w.format, w.mode, w.create_dirs)
+                    }
+                    Err(e) => Output::error(e),
+                }
             }
             PlanCommand::Foreach {
                 input,
@@ -1132,14 +1157,15 @@ impl Runner {
         }
     }
 
-    fn cwd(&self, step: &PlanStep, vars: &Vars) -> PathBuf {
-        match step
-            .working_dir
-            .as_ref()
-            .and_then(|t| t.parsed.render(vars).ok())
-        {
-            Some(dir) => self.opts.project.join(dir),
-            None => self.opts.project.clone(),
+    /// The step's directory: `working_dir` under the project, or the project.
+    fn cwd(&self, step: &PlanStep, vars: &Vars) -> Result<PathBuf, String> {
+        match &step.working_dir {
+            Some(t) => t
+                .parsed
+                .render(vars)
+                .map(|dir| self.opts.project.join(dir))
+                .map_err(|e| format!("`working_dir`: {e}")),
+            None => Ok(self.opts.project.clone()),
         }
     }
 
@@ -1207,10 +1233,14 @@ impl Runner {
                 env.push((name, value));
             }
         }
+        let cwd = match self.cwd(step, vars) {
+            Ok(cwd) => cwd,
+            Err(e) => return Output::error(e),
+        };
         let command = Command {
             program,
             args,
-            cwd: self.cwd(step, vars),
+            cwd,
             env,
             clear_env: step.clear_env,
             timeout,

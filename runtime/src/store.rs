@@ -181,6 +181,57 @@ impl Checkpoint {
     }
 }
 
+/// The lock of one session: `lock` in its state directory, holding the owner's pid. Two
+/// processes never run one session; a lock whose process is gone is taken over. Dropping
+/// the lock removes the file.
+#[derive(Debug)]
+pub struct SessionLock {
+    path: PathBuf,
+}
+
+impl SessionLock {
+    /// Takes the lock of SESSION, or says which live process holds it.
+    pub fn acquire(layout: &Layout, session: &str) -> Result<Self, String> {
+        let dir = layout.session_dir(session);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+        let path = dir.join("lock");
+        for _ in 0..2 {
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut file) => {
+                    let _ = write!(file, "{}", std::process::id());
+                    return Ok(SessionLock { path });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder = std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|t| t.trim().parse::<i32>().ok());
+                    if let Some(pid) = holder.filter(|&pid| alive(pid)) {
+                        return Err(format!(
+                            "session `{session}` is already running in process {pid}"
+                        ));
+                    }
+                    // The holder is gone: take the lock over.
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(e) => return Err(format!("cannot lock `{}`: {e}", path.display())),
+            }
+        }
+        Err(format!("cannot lock `{}`", path.display()))
+    }
+}
+
+impl Drop for SessionLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // Signal 0 checks that the process exists without touching it.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
 /// A short stable hash of a text (FNV-1a, 64 bits), to notice a changed workflow.
 pub fn hash(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -215,6 +266,25 @@ pub fn step_fields(index: Option<usize>, label: &str, id: u32) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_is_locked_once_and_a_stale_lock_is_taken_over() {
+        let home = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            home: home.path().to_owned(),
+            repo: "demo".into(),
+        };
+        let first = SessionLock::acquire(&layout, "s1").unwrap();
+        let again = SessionLock::acquire(&layout, "s1").unwrap_err();
+        assert!(again.contains("already running"), "{again}");
+        drop(first);
+        // A lock left by a process that no longer exists.
+        let lock = layout.session_dir("s1").join("lock");
+        std::fs::write(&lock, "999999999").unwrap();
+        let taken = SessionLock::acquire(&layout, "s1").unwrap();
+        drop(taken);
+        assert!(!lock.exists());
+    }
 
     #[test]
     fn atomic_writes_replace_whole_files() {

@@ -106,11 +106,17 @@ impl Vars {
 
     /// The value of a path, or `None` when the variable does not exist.
     pub fn lookup(&self, path: &Path) -> Option<Cow<'_, Value>> {
-        // `${env.NAME}`: the process environment.
+        // `${env.NAME}`: the environment commands see: what the workflow exports (env,
+        // env files, profile, secrets, params), else what prodigy inherited.
         if path.root == "env" && !self.values.contains_key("env") {
             let Some(Segment::Field(name)) = path.segments.first() else {
                 return None;
             };
+            if self.exported.contains(name)
+                && let Some(value) = self.values.get(name)
+            {
+                return Some(Cow::Borrowed(value));
+            }
             return std::env::var(name)
                 .ok()
                 .map(|v| Cow::Owned(Value::String(v)));

@@ -629,6 +629,24 @@ fn corpus_test_resume_continues_after_the_fix() {
     assert!(stderr(&output).contains("already completed"));
 }
 
+#[test]
+fn a_forced_resume_adopts_the_new_version() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(&file, "- shell: \"echo one\"\n- shell: \"exit 3\"\n").unwrap();
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let id = resume_id(&output);
+    // Still failing after the edit: the forced resume fails again.
+    std::fs::write(&file, "- shell: \"echo one\"\n- shell: \"exit 4\"\n").unwrap();
+    let output = scratch.run(&["resume", "--force", &id], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    // The edited file is now the session's: resuming again needs no --force.
+    let output = scratch.run(&["resume", &id], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("--force"), "{}", stderr(&output));
+}
+
 /// Sends SIGINT to the run once its output shows `marker`; returns the finished output.
 fn interrupt_after(mut child: std::process::Child, marker: &str) -> Output {
     use std::io::Read as _;
