@@ -595,14 +595,11 @@ mod tests {
     fn printing_is_canonical() {
         for (input, printed) in [
             ("a>1 AND (b<2 or c)", "a > 1 && (b < 2 || c)"),
-            ("not x == 'it''s'", "!x == 'it'"),
             ("!(a == 1)", "!(a == 1)"),
             ("x in [1,'a']", "x in [1, 'a']"),
         ] {
-            match Expr::parse(input) {
-                Ok(e) => assert_eq!(e.to_string(), printed),
-                Err(e) => assert!(input.contains("''"), "{input}: {e}"),
-            }
+            let e = Expr::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(e.to_string(), printed);
         }
     }
 }

@@ -73,6 +73,11 @@ impl Scratch {
                 .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
                 .env("GIT_COMMITTER_NAME", "test")
                 .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env_remove("GIT_DIR")
+                .env_remove("GIT_WORK_TREE")
+                .env_remove("GIT_INDEX_FILE")
                 .output()
                 .unwrap();
             assert!(status.status.success(), "git {args:?} failed");
@@ -111,7 +116,13 @@ impl Scratch {
             .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
             .env("GIT_COMMITTER_NAME", "test")
             .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
             .env_remove("STUB_FAIL")
+            .env_remove("STUB_ERROR")
             .env_remove("NO_COLOR");
         for (k, v) in env {
             cmd.env(k, v);
@@ -207,6 +218,17 @@ fn event_lines(scratch: &Scratch, events: &[Value]) -> String {
 
 /// The snapshot of one run: exit code, output and events.
 fn report(scratch: &Scratch, output: &Output) -> String {
+    report_with(scratch, output, false)
+}
+
+/// The same, with the event lines sorted when parallel work makes their order vary.
+fn report_with(scratch: &Scratch, output: &Output, unordered: bool) -> String {
+    let mut events = event_lines(scratch, &scratch.events());
+    if unordered {
+        let mut lines: Vec<&str> = events.lines().collect();
+        lines.sort_unstable();
+        events = lines.join("\n") + "\n";
+    }
     format!(
         "exit: {}\n--- stdout ---\n{}--- stderr ---\n{}--- events ---\n{}",
         output
@@ -215,7 +237,7 @@ fn report(scratch: &Scratch, output: &Output) -> String {
             .map_or("signal".to_owned(), |c| c.to_string()),
         scratch.normalize(&String::from_utf8_lossy(&output.stdout)),
         scratch.normalize(&String::from_utf8_lossy(&output.stderr)),
-        event_lines(scratch, &scratch.events()),
+        events,
     )
 }
 
@@ -304,7 +326,12 @@ fn run_fixtures() {
             &output,
             extra.get("exit").map_or("0", String::as_str),
         );
-        snapshot("run/snapshots", &name, &report(&scratch, &output));
+        let unordered = extra.get("events").is_some_and(|v| v == "unordered");
+        snapshot(
+            "run/snapshots",
+            &name,
+            &report_with(&scratch, &output, unordered),
+        );
     }
 }
 
@@ -434,8 +461,11 @@ fn seed_standard_workflows_run_as_documented() {
     }
 }
 
+/// A file of upstream's corpus: `PRODIGY_CORPUS`, else `../shared/corpus/prodigy`.
 fn corpus(path: &str) -> PathBuf {
-    root().join("../shared/corpus/prodigy").join(path)
+    std::env::var_os("PRODIGY_CORPUS")
+        .map_or_else(|| root().join("../shared/corpus/prodigy"), PathBuf::from)
+        .join(path)
 }
 
 fn stderr(output: &Output) -> String {
@@ -443,12 +473,18 @@ fn stderr(output: &Output) -> String {
 }
 
 /// The session id that a failed or interrupted run names in its resume hint.
+/// The session id that a failed or interrupted run names on its last line.
 fn resume_id(output: &Output) -> String {
     let text = stderr(output);
-    let at = text
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let at = last
         .find("prodigy resume ")
-        .unwrap_or_else(|| panic!("no resume hint in:\n{text}"));
-    text[at + "prodigy resume ".len()..]
+        .unwrap_or_else(|| panic!("the last line gives no resume hint:\n{text}"));
+    last[at + "prodigy resume ".len()..]
         .split_whitespace()
         .next()
         .unwrap()
@@ -647,24 +683,24 @@ fn a_forced_resume_adopts_the_new_version() {
     assert!(!stderr(&output).contains("--force"), "{}", stderr(&output));
 }
 
-/// Sends SIGINT to the run once its output shows `marker`; returns the finished output.
-fn interrupt_after(mut child: std::process::Child, marker: &str) -> Output {
-    use std::io::Read as _;
-    let mut err = child.stderr.take().unwrap();
-    let mut seen = String::new();
-    let mut buf = [0u8; 256];
-    while !seen.contains(marker) {
-        let n = err.read(&mut buf).unwrap();
-        assert!(n > 0, "the run ended before `{marker}`:\n{seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+/// Sends SIGNAL to the run once `ready` holds (polled for up to 30 s); returns the
+/// finished output.
+fn interrupt_when(
+    child: std::process::Child,
+    signal: nix::sys::signal::Signal,
+    ready: impl Fn() -> bool,
+) -> Output {
+    let started = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the run never got ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    let mut output = child.wait_with_output().unwrap();
-    output.stderr = format!("{seen}{rest}").into_bytes();
-    output
+    nix::sys::signal::kill(pid, signal).unwrap();
+    child.wait_with_output().unwrap()
 }
 
 #[test]
@@ -678,7 +714,10 @@ fn corpus_sequential_resume_after_interrupt() {
     let copy = scratch.project().join("test-sequential-resume.yml");
     std::fs::write(&copy, text).unwrap();
     let child = scratch.spawn(&["run", "-v", copy.to_str().unwrap()]);
-    let output = interrupt_after(child, "Step 3:");
+    // Interrupt during step 3, once it has written its line.
+    let output = interrupt_when(child, nix::sys::signal::Signal::SIGINT, || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("step3-complete"))
+    });
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
     let id = resume_id(&output);
     let output = scratch.run(&["resume", "-v", &id], &[]);
@@ -691,15 +730,27 @@ fn corpus_sequential_resume_after_interrupt() {
     assert!(!log.exists(), "step 5 removes the file");
 }
 
-/// The command lines of live processes that contain MARKER, after a moment for reaping.
-fn survivors(marker: &str) -> Vec<String> {
-    std::thread::sleep(std::time::Duration::from_millis(200));
+/// The command lines of live processes that start with MARKER.
+fn survivors_now(marker: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
         .filter(|c| c.starts_with(marker))
         .collect()
+}
+
+/// The processes that start with MARKER and are still there after up to 5 s for them to be
+/// reaped (a loaded machine can take a moment).
+fn survivors(marker: &str) -> Vec<String> {
+    let started = std::time::Instant::now();
+    loop {
+        let left = survivors_now(marker);
+        if left.is_empty() || started.elapsed() > std::time::Duration::from_secs(5) {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -719,10 +770,11 @@ fn timeout_kills_the_whole_process_group() {
     assert!(left.is_empty(), "orphans: {left:?}");
 }
 
-#[test]
-fn interrupt_terminates_children_and_checkpoints() {
+/// Runs a workflow whose second step sleeps, stops it with SIGNAL once the sleep runs, and
+/// checks that nothing survives and the run ends as interrupted with EXIT.
+fn stop_with(signal: nix::sys::signal::Signal, exit: i32, tag: u32) {
     let scratch = Scratch::new();
-    let marker = format!("sleep 32.{}", std::process::id());
+    let marker = format!("sleep {tag}.{}", std::process::id());
     let file = scratch.project().join("long.yml");
     std::fs::write(
         &file,
@@ -730,8 +782,8 @@ fn interrupt_terminates_children_and_checkpoints() {
     )
     .unwrap();
     let child = scratch.spawn(&["run", "-v", file.to_str().unwrap()]);
-    let output = interrupt_after(child, "started");
-    assert_eq!(output.status.code(), Some(130));
+    let output = interrupt_when(child, signal, || !survivors_now(&marker).is_empty());
+    assert_eq!(output.status.code(), Some(exit), "{}", stderr(&output));
     assert!(stderr(&output).contains("prodigy resume"));
     let left = survivors(&marker);
     assert!(left.is_empty(), "orphans: {left:?}");
@@ -739,6 +791,16 @@ fn interrupt_terminates_children_and_checkpoints() {
     let last = events.last().unwrap();
     assert_eq!(last["event_type"], "workflow_finished");
     assert_eq!(last["outcome"], "interrupted");
+}
+
+#[test]
+fn interrupt_terminates_children_and_checkpoints() {
+    stop_with(nix::sys::signal::Signal::SIGINT, 130, 32);
+}
+
+#[test]
+fn sigterm_terminates_children_and_exits_143() {
+    stop_with(nix::sys::signal::Signal::SIGTERM, 143, 33);
 }
 
 #[test]

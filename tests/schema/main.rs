@@ -33,6 +33,7 @@ fn files(dir: &str) -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "yml"))
         .collect();
     files.sort();
+    assert!(!files.is_empty(), "no workflows in {dir}");
     files
 }
 
