@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
+use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
@@ -287,7 +288,9 @@ pub fn write_file(
                     d.message
                 ));
             }
-            content.to_owned()
+            parsed
+                .root
+                .map_or_else(String::new, |root| to_yaml(&root.to_json()))
         }
     };
     let target = cwd.join(relative);
@@ -308,5 +311,122 @@ pub fn write_file(
         stdout: format!("Wrote {} bytes to {path}\n", text.len()),
         code: Some(0),
         ..Output::default()
+    }
+}
+
+/// Block-style YAML for a JSON value: mappings and sequences indented by two, strings plain
+/// when YAML would read them back as the same string, double-quoted (JSON escapes, which YAML
+/// shares) otherwise.
+pub fn to_yaml(value: &Value) -> String {
+    let mut out = String::new();
+    match value {
+        Value::Object(map) if !map.is_empty() => yaml_block(value, 0, &mut out),
+        Value::Array(items) if !items.is_empty() => yaml_block(value, 0, &mut out),
+        scalar => {
+            out.push_str(&yaml_scalar(scalar));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn yaml_block(value: &Value, indent: usize, out: &mut String) {
+    let pad = " ".repeat(indent);
+    let nested = |v: &Value| match v {
+        Value::Object(m) => !m.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => false,
+    };
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                out.push_str(&pad);
+                out.push_str(&yaml_string(key));
+                if nested(v) {
+                    out.push_str(":\n");
+                    yaml_block(v, indent + 2, out);
+                } else {
+                    out.push_str(": ");
+                    out.push_str(&yaml_scalar(v));
+                    out.push('\n');
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                if nested(item) {
+                    // The item's block, with its first indentation turned into the dash.
+                    let mut block = String::new();
+                    yaml_block(item, indent + 2, &mut block);
+                    out.push_str(&pad);
+                    out.push_str("- ");
+                    out.push_str(&block[indent + 2..]);
+                } else {
+                    out.push_str(&pad);
+                    out.push_str("- ");
+                    out.push_str(&yaml_scalar(item));
+                    out.push('\n');
+                }
+            }
+        }
+        scalar => {
+            out.push_str(&pad);
+            out.push_str(&yaml_scalar(scalar));
+            out.push('\n');
+        }
+    }
+}
+
+fn yaml_scalar(value: &Value) -> String {
+    match value {
+        Value::String(s) => yaml_string(s),
+        Value::Object(_) => "{}".to_owned(),
+        Value::Array(_) => "[]".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn yaml_string(s: &str) -> String {
+    const WORDS: &[&str] = &[
+        "true", "false", "yes", "no", "on", "off", "null", "y", "n", "~",
+    ];
+    let plain = s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_' || c == '/')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | ' '))
+        && !s.ends_with(' ')
+        && !WORDS.contains(&s.to_ascii_lowercase().as_str());
+    if plain {
+        s.to_owned()
+    } else {
+        Value::String(s.to_owned()).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read_back(yaml: &str) -> Value {
+        let file = prodigy_compiler::source::SourceFile::new("x.yml", yaml);
+        let parsed = prodigy_compiler::syntax::parse(&file);
+        assert!(parsed.diagnostics.is_empty(), "{yaml}");
+        parsed.root.unwrap().to_json()
+    }
+
+    #[test]
+    fn yaml_reads_back_as_the_same_value() {
+        let value = json!({
+            "name": "demo",
+            "tags": ["a", "b c", "true", "", "- x", "#no"],
+            "nested": {"list": [{"k": 1, "v": [1, 2]}, [3, [4]]], "empty": {}, "none": []},
+            "odd key: yes": "multi\nline \"quoted\"",
+            "numbers": [1, 2.5, -3],
+            "flags": [true, false, null],
+        });
+        let yaml = to_yaml(&value);
+        assert!(yaml.starts_with("name: demo\ntags:\n  - a\n"), "{yaml}");
+        assert_eq!(read_back(&yaml), value, "{yaml}");
+        assert_eq!(read_back(&to_yaml(&json!("yes"))), json!("yes"));
     }
 }

@@ -666,6 +666,87 @@ fn corpus_test_resume_continues_after_the_fix() {
 }
 
 #[test]
+fn resume_restores_the_captured_variables() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(
+        &file,
+        "- shell: \"echo v1.2\"\n  capture: version\n- shell: \"test -f ready\"\n- shell: \"echo 'releasing ${version}'\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let id = resume_id(&output);
+    std::fs::write(scratch.project().join("ready"), "").unwrap();
+    let output = scratch.run(&["resume", "-v", &id], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("releasing v1.2"), "{text}");
+    assert!(
+        !text.contains("[1/3]"),
+        "the first step does not run again:\n{text}"
+    );
+}
+
+#[test]
+fn claude_gets_the_documented_flags_and_automation_mode() {
+    let scratch = Scratch::new();
+    let cli = scratch.dir.path().join("bin/fake-claude");
+    std::fs::write(
+        &cli,
+        "#!/bin/sh\necho \"automation=$PRODIGY_AUTOMATION args=$*\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(&file, "- claude: \"/prodigy-lint src\"\n").unwrap();
+    let output = scratch.run(
+        &["run", "-vv", file.to_str().unwrap()],
+        &[(
+            "PRODIGY_CLAUDE_COMMAND",
+            &format!("{} --model x", cli.display()),
+        )],
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "automation=true args=--model x --print --dangerously-skip-permissions /prodigy-lint src"
+        ),
+        "{text}"
+    );
+    // `-vv` shows how each command ended and how long it took.
+    assert!(
+        regex::Regex::new(r"exited 0 in [0-9]+\.[0-9]{3}s")
+            .unwrap()
+            .is_match(&text),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let scratch = Scratch::new();
+    let marker = format!("sleep 34.{}", std::process::id());
+    let file = scratch.project().join("stubborn.yml");
+    std::fs::write(
+        &file,
+        format!("- shell: \"trap '' TERM; {marker}; echo survived\"\n  timeout: 1s\n"),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let output = scratch.run(&["run", "--grace", "1", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains("timed out after 1s"));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "SIGKILL came after the grace period, not after the sleep"
+    );
+    let left = survivors(&marker);
+    assert!(left.is_empty(), "orphans: {left:?}");
+}
+
+#[test]
 fn a_forced_resume_adopts_the_new_version() {
     let scratch = Scratch::new();
     let file = scratch.project().join("flow.yml");
