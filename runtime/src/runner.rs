@@ -128,6 +128,8 @@ pub struct Runner {
     secrets: Mutex<crate::vars::Secrets>,
     /// The checkpoint being made durable while the next step starts.
     pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
+    /// Outputs of `command:` env values with `cache: true`, by rendered command.
+    env_cache: Mutex<std::collections::HashMap<String, String>>,
 }
 
 type PendingCheckpoint = tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, String)>;
@@ -178,6 +180,7 @@ impl Runner {
             started_at: resume.map_or_else(crate::store::timestamp, |c| c.started_at.clone()),
             secrets: Mutex::new(crate::vars::Secrets::default()),
             pending_checkpoint: Mutex::new(None),
+            env_cache: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -306,6 +309,34 @@ impl Runner {
         Ok(vars)
     }
 
+    /// Runs again, before each step, the workflow's and the profile's `command:` env values
+    /// that are not cached (`cache: false`, the default), so each step sees a fresh value.
+    async fn refresh_env(&self, vars: &mut Vars) -> Result<(), StartError> {
+        let profile = self
+            .opts
+            .profile
+            .as_ref()
+            .and_then(|name| self.plan.profiles.iter().find(|p| &p.name.value == name));
+        let overridden =
+            |name: &str| profile.is_some_and(|p| p.env.iter().any(|v| v.name.value == name));
+        let fresh = self
+            .plan
+            .env
+            .iter()
+            .filter(|v| !overridden(&v.name.value))
+            .chain(profile.into_iter().flat_map(|p| &p.env))
+            .filter(|v| matches!(v.value, EnvValue::Dynamic { cache: false, .. }));
+        for var in fresh {
+            if let Some(value) = self
+                .env_value(&var.name.value, &var.value, vars, false)
+                .await?
+            {
+                vars.set_exported(var.name.value.clone(), value);
+            }
+        }
+        Ok(())
+    }
+
     /// An env value; `None` for a `command:` value in a dry run (it is not run).
     async fn env_value(
         &self,
@@ -328,8 +359,11 @@ impl Runner {
                 Value::String(text)
             }
             EnvValue::Dynamic { .. } if dry => return Ok(None),
-            EnvValue::Dynamic { command, .. } => {
+            EnvValue::Dynamic { command, cache } => {
                 let text = render(command, vars)?;
+                if *cache && let Some(hit) = lock(&self.env_cache).get(&text) {
+                    return Ok(Some(Value::String(hit.clone())));
+                }
                 let (program, args) = exec::shell(&text);
                 let cmd = Command {
                     program,
@@ -347,7 +381,11 @@ impl Runner {
                         why: format!("`{text}` failed: {}", out.stderr.trim()),
                     });
                 }
-                Value::String(out.stdout.trim().to_owned())
+                let value = out.stdout.trim().to_owned();
+                if *cache {
+                    lock(&self.env_cache).insert(text, value.clone());
+                }
+                Value::String(value)
             }
             EnvValue::Conditional {
                 condition,
@@ -416,6 +454,15 @@ impl Runner {
                 .unwrap_or_default();
             // `step.name`/`step.index` describe this step; the git fields the last one.
             vars.merge("step", fields(json!({"name": label, "index": index})));
+            // The first step sees the values the run started with.
+            if index > start
+                && let Err(e) = self.refresh_env(&mut vars).await
+            {
+                self.say(&format!("  error: {e}"));
+                outcome = RunOutcome::Failed;
+                failed_step = Some(label);
+                break;
+            }
             let before = git_base
                 .as_ref()
                 .and_then(|_| crate::git::head(&self.opts.project));
