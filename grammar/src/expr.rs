@@ -500,9 +500,10 @@ fn call(func: Func, args: &[&Value], regex: Option<&Regex>) -> Value {
         Func::EndsWith => strings().is_some_and(|(s, p)| s.ends_with(p)),
         Func::Matches => match (first.as_str(), regex) {
             (Some(s), Some(re)) => re.0.is_match(s),
+            // A pattern from the item itself: built per item, within the size bound.
             (Some(s), None) => second
                 .as_str()
-                .and_then(|p| regex::Regex::new(p).ok())
+                .and_then(|p| crate::compile_regex(p).ok())
                 .is_some_and(|re| re.is_match(s)),
             (None, _) => false,
         },

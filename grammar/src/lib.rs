@@ -48,14 +48,29 @@ pub const MAX_DEPTH: usize = 64;
 
 /// Compiles a regular expression, or says in one line why it does not compile.
 pub fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
-    regex::Regex::new(pattern).map_err(|err| {
-        let detail = err.to_string();
-        detail
-            .lines()
-            .last()
-            .unwrap_or("invalid")
-            .trim()
-            .trim_start_matches("error: ")
-            .to_owned()
-    })
+    // Patterns come from workflows and item data: bound what one may cost to build.
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .dfa_size_limit(1 << 20)
+        .build()
+        .map_err(|err| {
+            let detail = err.to_string();
+            detail
+                .lines()
+                .last()
+                .unwrap_or("invalid")
+                .trim()
+                .trim_start_matches("error: ")
+                .to_owned()
+        })
+}
+
+#[cfg(test)]
+mod regex_tests {
+    #[test]
+    fn regexes_are_bounded_in_size() {
+        assert!(super::compile_regex(r"\.rs$").is_ok());
+        // Item data can supply `matches` patterns; one that would take megabytes is refused.
+        assert!(super::compile_regex(r"(\w{20}){20}").is_err());
+    }
 }

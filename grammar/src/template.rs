@@ -342,6 +342,7 @@ mod tests {
         check("Hi ${name}, $name and $$HOME", &vars, "Hi Al, Al and $HOME");
         check("${item.a.b[1]} ${n}", &vars, "2 5");
         check("${missing:-${name}!}", &vars, "Al!");
+        check("${a:-${b:-${name}}}", &vars, "Al");
         check(
             "${files:*.md} ${files:json}",
             &vars,

@@ -931,8 +931,8 @@ impl Runner {
             .transpose()?
             .unwrap_or_else(|| format!("prodigy: {}", step.label));
         if let Some(pattern) = config.and_then(|c| c.message_pattern.as_ref()) {
-            let re =
-                regex::Regex::new(&pattern.value).map_err(|e| format!("`message_pattern`: {e}"))?;
+            let re = prodigy_grammar::compile_regex(&pattern.value)
+                .map_err(|e| format!("`message_pattern`: {e}"))?;
             if !re.is_match(&message) {
                 return Err(format!(
                     "commit message `{message}` does not match `message_pattern` `{}`",
@@ -990,7 +990,8 @@ impl Runner {
                         .await
                 };
                 let output_ok = check.expect_output.as_ref().is_none_or(|p| {
-                    regex::Regex::new(&p.value).is_ok_and(|re| re.is_match(&out.stdout))
+                    prodigy_grammar::compile_regex(&p.value)
+                        .is_ok_and(|re| re.is_match(&out.stdout))
                 });
                 if out.code == Some(check.expect_exit_code) && output_ok {
                     passed += 1;
@@ -1493,7 +1494,9 @@ fn retry_policy(step: &PlanStep) -> RetryPolicy {
                 ast::Matcher::Timeout => Some(Matcher::Timeout),
                 ast::Matcher::ServerError => Some(Matcher::ServerError),
                 ast::Matcher::RateLimit => Some(Matcher::RateLimit),
-                ast::Matcher::Pattern(p) => regex::Regex::new(&p.value).ok().map(Matcher::Pattern),
+                ast::Matcher::Pattern(p) => prodigy_grammar::compile_regex(&p.value)
+                    .ok()
+                    .map(Matcher::Pattern),
             })
             .collect(),
         budget: config.retry_budget,
