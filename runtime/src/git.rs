@@ -22,17 +22,6 @@ pub fn head(project: &Path) -> Option<String> {
     git(project, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned())
 }
 
-/// Stages everything and commits it with MESSAGE, when there is anything to commit.
-pub fn commit_all(project: &Path, message: &str) -> Result<(), String> {
-    commit(
-        project,
-        &CommitOptions {
-            message: message.to_owned(),
-            ..CommitOptions::default()
-        },
-    )
-}
-
 /// How to commit what a step left (`commit_config`).
 #[derive(Clone, Debug, Default)]
 pub struct CommitOptions {
@@ -149,6 +138,16 @@ pub fn status(project: &Path) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn commit_all(project: &Path, message: &str) -> Result<(), String> {
+        commit(
+            project,
+            &CommitOptions {
+                message: message.to_owned(),
+                ..CommitOptions::default()
+            },
+        )
+    }
 
     fn repo() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -171,14 +171,6 @@ impl HandlerPolicy {
             recovers: false,
         }
     }
-
-    /// `on_failure: true`: a failure is ignored.
-    pub fn ignore() -> Self {
-        HandlerPolicy {
-            fail_workflow: false,
-            ..HandlerPolicy::none()
-        }
-    }
 }
 
 /// How a step ended.
@@ -513,6 +505,16 @@ impl StepMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl HandlerPolicy {
+        /// `on_failure: true`: a failure is ignored.
+        fn ignore() -> Self {
+            HandlerPolicy {
+                fail_workflow: false,
+                ..HandlerPolicy::none()
+            }
+        }
+    }
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 

@@ -576,6 +576,7 @@ impl Runner {
             };
             let fields = crate::store::step_fields(index, &step.label, id.0);
             self.record("step_started", fields.clone());
+            let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
             if let Some(when) = &step.when {
                 match when.parsed.test(vars) {
                     Ok(true) => {}
@@ -587,7 +588,15 @@ impl Runner {
                         if self.opts.verbose > 0 {
                             self.say(&format!("  skipped: `when: {}` is false", when.value));
                         }
-                        return Outcome::Skipped;
+                        let action = machine.on_event(
+                            StepEvent::Skip,
+                            self.started.elapsed(),
+                            &mut *lock(&self.rng),
+                        );
+                        return match action {
+                            Action::Finish(outcome) => outcome,
+                            other => self.invalid(step, &machine, &other),
+                        };
                     }
                     Err(e) => {
                         self.record(
@@ -605,7 +614,6 @@ impl Runner {
                 } else {
                     None
                 };
-            let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
             let mut last: Option<Output> = None;
             let mut action = machine.on_event(
                 StepEvent::Start,
@@ -681,17 +689,7 @@ impl Runner {
                     }
                     Action::Finish(outcome) => break outcome,
                     Action::Kill => break Outcome::Cancelled,
-                    Action::Invalid => {
-                        self.record(
-                            "internal_error",
-                            json!({"step": step.label, "state": format!("{:?}", machine.state())}),
-                        );
-                        self.say(&format!(
-                            "internal error in step `{}`: please report it",
-                            step.label
-                        ));
-                        break Outcome::Failed;
-                    }
+                    Action::Invalid => break self.invalid(step, &machine, &Action::Invalid),
                 }
             };
             if let Some(out) = &last
@@ -747,6 +745,20 @@ impl Runner {
             }
             outcome
         })
+    }
+
+    /// A step machine answered what cannot happen: an internal error, recorded and shown,
+    /// and the step fails.
+    fn invalid(&self, step: &PlanStep, machine: &StepMachine, action: &Action) -> Outcome {
+        self.record(
+            "internal_error",
+            json!({"step": step.label, "state": format!("{:?}", machine.state()), "action": format!("{action:?}")}),
+        );
+        self.say(&format!(
+            "internal error in step `{}`: please report it",
+            step.label
+        ));
+        Outcome::Failed
     }
 
     /// Runs a list of steps in order: `Succeeded`, or the outcome (`Failed`, `Cancelled`)
