@@ -304,41 +304,36 @@ fn variables(text: &str, typed: &str) -> Vec<Completion> {
         let mapreduce = workflow.map.is_some();
         if mapreduce {
             names.extend(
-                [
-                    ("item", "the map item (map agents)"),
-                    ("item_id", "the item's id"),
-                    ("item_index", "the item's index"),
-                    ("item_json", "the item as JSON"),
-                ]
-                .map(|(n, d)| (n.to_owned(), d)),
+                crate::scope::ITEM_NAMES
+                    .iter()
+                    .map(|n| ((*n).to_owned(), "the map item (map agents)")),
             );
             names.extend(
-                [
-                    "results",
-                    "successful",
-                    "failed",
-                    "skipped",
-                    "total",
-                    "failure_rate",
-                    "success_rate",
-                    "dlq_count",
-                ]
-                .map(|f| (format!("map.{f}"), "map results (reduce and merge)")),
+                crate::scope::MAP_FIELDS
+                    .iter()
+                    .map(|f| (format!("map.{f}"), "map results (reduce and merge)")),
             );
         }
     }
     names.extend(
         [
-            ("shell.output", "the last shell command's output"),
-            ("shell.stderr", "the last shell command's stderr"),
-            ("shell.exit_code", "the last shell command's exit code"),
-            ("error.message", "the failure being handled (on_failure)"),
             ("workflow.name", "the workflow's name"),
             ("step.name", "the current step's name"),
             ("env.", "a process environment variable: `${env.NAME}`"),
         ]
         .map(|(n, d)| (n.to_owned(), d)),
     );
+    names.extend(
+        crate::scope::SHELL_FIELDS
+            .iter()
+            .map(|f| (format!("shell.{f}"), "the last shell command's result")),
+    );
+    names.extend(crate::scope::ERROR_FIELDS.iter().map(|f| {
+        (
+            format!("error.{f}"),
+            "the failure being handled (on_failure)",
+        )
+    }));
     names
         .into_iter()
         .filter(|(n, _)| n.starts_with(typed))
@@ -386,6 +381,21 @@ mod tests {
         assert_eq!(labels(&items), ["TARGET"]);
         let all = completions(text, text.len() - 2);
         assert!(labels(&all).contains(&"build"));
+        // Map variables come from the same tables the scope check uses.
+        let map = "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: echo ${";
+        let names = completions(map, map.len());
+        for name in [
+            "item_total",
+            "map.duration",
+            "shell.exit_code",
+            "error.step",
+        ] {
+            assert!(
+                labels(&names).contains(&name),
+                "{name}: {:?}",
+                labels(&names)
+            );
+        }
     }
 
     #[test]

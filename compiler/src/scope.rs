@@ -22,7 +22,8 @@ use crate::diagnostics::{Code, Diagnostic};
 use crate::lower::suggest;
 use crate::source::Span;
 
-const MAP_FIELDS: &[&str] = &[
+/// The fields of `${map.*}` (reduce and merge).
+pub(crate) const MAP_FIELDS: &[&str] = &[
     "results",
     "successful",
     "failed",
@@ -55,9 +56,14 @@ const GIT_FIELDS: &[&str] = &[
     "insertions",
     "deletions",
 ];
-const SHELL_FIELDS: &[&str] = &["output", "stderr", "exit_code"];
+/// The fields of `${shell.*}`.
+pub(crate) const SHELL_FIELDS: &[&str] = &["output", "stderr", "exit_code"];
 const CLAUDE_FIELDS: &[&str] = &["output"];
-const ERROR_FIELDS: &[&str] = &["message", "exit_code", "step", "timestamp"];
+/// The fields of `${error.*}` (handlers).
+pub(crate) const ERROR_FIELDS: &[&str] = &["message", "exit_code", "step", "timestamp"];
+/// The map item's own variables (map agents).
+pub(crate) const ITEM_NAMES: &[&str] =
+    &["item", "item_index", "item_total", "item_id", "item_json"];
 const CAPTURE_FIELDS: &[&str] = &["exit_code", "success", "stderr", "duration"];
 
 /// What a name in scope is.
@@ -530,7 +536,7 @@ impl Checker<'_> {
                 "git" => closed(self, &["staged", "modified"], "`git`"),
                 _ => {}
             },
-            "item" | "item_index" | "item_total" | "item_id" | "item_json" => {
+            name if ITEM_NAMES.contains(&name) => {
                 let in_map = matches!(scope.phase, Phase::Map | Phase::ItemHandler);
                 let foreach_var = root == "item" && scope.foreach;
                 if !in_map && !foreach_var {
