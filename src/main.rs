@@ -280,19 +280,10 @@ fn explain(code: Option<&str>) -> u8 {
 }
 
 fn items(args: &ItemsArgs) -> u8 {
-    let file = match SourceFile::load(&args.workflow) {
-        Ok(file) => file,
-        Err(e) => {
-            err(&format!("error: {e}\n"));
-            return exit_code::USAGE;
-        }
+    let (_, checked) = match load_checked(&args.workflow) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
     };
-    let checked = prodigy_compiler::check(&file);
-    if checked.has_errors() {
-        out(&output::human(&file, &checked.diagnostics, false));
-        err("error: the workflow has errors; fix them first (see above)\n");
-        return exit_code::PROBLEMS;
-    }
     let Some(map) = checked.workflow.as_ref().and_then(|w| w.map.as_ref()) else {
         err("error: the workflow has no `map` phase\n");
         return exit_code::USAGE;
@@ -348,18 +339,31 @@ fn items(args: &ItemsArgs) -> u8 {
     exit_code::OK
 }
 
-fn graph(args: &GraphArgs) -> u8 {
-    let file = match SourceFile::load(&args.file) {
-        Ok(file) => file,
-        Err(e) => {
-            err(&format!("error: {e}\n"));
-            return exit_code::USAGE;
-        }
-    };
+/// Loads and checks a workflow for a command that needs it without errors (`run`, `graph`,
+/// `items`): the problems go to stderr, so that stdout holds only the command's output.
+pub(crate) fn load_checked(
+    path: &std::path::Path,
+) -> Result<(SourceFile, prodigy_compiler::Checked), u8> {
+    let file = SourceFile::load(path).map_err(|e| {
+        err(&format!("error: {e}\n"));
+        exit_code::USAGE
+    })?;
     let checked = prodigy_compiler::check(&file);
-    let (Some(plan), Some(graph)) = (&checked.plan, &checked.graph) else {
-        out(&output::human(&file, &checked.diagnostics, false));
+    if checked.has_errors() {
+        err(&output::human(&file, &checked.diagnostics, false));
         err("error: the workflow has errors; fix them first (see above)\n");
+        return Err(exit_code::PROBLEMS);
+    }
+    Ok((file, checked))
+}
+
+fn graph(args: &GraphArgs) -> u8 {
+    let (file, checked) = match load_checked(&args.file) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let (Some(plan), Some(graph)) = (&checked.plan, &checked.graph) else {
+        err("error: internal error: a workflow without errors has no plan\n");
         return exit_code::PROBLEMS;
     };
     let text = match args.format {

@@ -11,7 +11,7 @@ use prodigy_runtime::runner::{Options, Report, RunOutcome, Runner};
 use prodigy_runtime::store::{Checkpoint, Layout, SessionLock};
 use prodigy_runtime::vars::Vars;
 
-use crate::{err, exit_code, out, output};
+use crate::{err, exit_code, out};
 
 /// `prodigy run` options.
 #[derive(clap::Args)]
@@ -60,14 +60,9 @@ pub(crate) struct ResumeArgs {
 }
 
 fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan::Plan), u8> {
-    let file = SourceFile::load(path).map_err(|e| {
-        err(&format!("error: {e}\n"));
-        exit_code::USAGE
-    })?;
-    let checked = prodigy_compiler::check(&file);
+    let (file, checked) = crate::load_checked(path)?;
     let Some(plan) = checked.plan else {
-        out(&output::human(&file, &checked.diagnostics, false));
-        err("error: the workflow has errors; nothing was run\n");
+        err("error: internal error: a workflow without errors has no plan\n");
         return Err(exit_code::PROBLEMS);
     };
     if plan.map.is_some() {

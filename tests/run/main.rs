@@ -546,7 +546,8 @@ fn corpus_capture_json_processing_runs_but_for_its_unknown_filter() {
     // As written, the last step uses `|length:100`, which is not a filter: nothing runs.
     let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&output.stdout).contains("unknown filter `length`"));
+    assert!(stderr(&output).contains("unknown filter `length`"));
+    assert!(output.stdout.is_empty(), "diagnostics go to stderr");
     assert!(scratch.events().is_empty());
     // With the filter removed, steps 1 to 4 run; step 5 pastes a multi-line report into a
     // JSON string, which is not JSON, and the capture says so.
