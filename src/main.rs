@@ -290,13 +290,8 @@ fn items(args: &ItemsArgs) -> u8 {
     };
     let input_path = match &args.input {
         Some(path) => path.clone(),
-        None if map.input.parsed.is_literal() => {
-            let base = args
-                .workflow
-                .parent()
-                .unwrap_or_else(|| std::path::Path::new("."));
-            base.join(&map.input.value)
-        }
+        // Relative to the project, the directory prodigy runs in, as for `check` and `run`.
+        None if map.input.parsed.is_literal() => PathBuf::from(&map.input.value),
         None => {
             err(&format!(
                 "error: `map.input` is `{}`, which needs variables or a command; pass the input with `--input FILE`\n",

@@ -234,6 +234,47 @@ fn absurd_retry_settings_are_diagnosed_not_crashed_on() {
 }
 
 #[test]
+fn items_prints_what_the_map_phase_would_process() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir,
+        "wf.yml",
+        "mode: mapreduce\nmap:\n  input: items.json\n  json_path: \"$.items[*]\"\n  filter: \"score > 1\"\n  sort_by: \"score DESC\"\n  max_items: 2\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    write(
+        &dir,
+        "items.json",
+        r#"{"items": [{"id": "a", "score": 1}, {"id": "b", "score": 5}, {"id": "c", "score": 3}, {"id": "d", "score": 4}]}"#,
+    );
+    let output = prodigy()
+        .current_dir(dir.path())
+        .args(["items", "wf.yml"])
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "{\"id\":\"b\",\"score\":5}\n{\"id\":\"d\",\"score\":4}\n"
+    );
+    let counts = String::from_utf8_lossy(&output.stderr);
+    assert!(counts.contains("4 selected, 3 after filter"), "{counts}");
+    // A workflow with errors prints them on stderr and nothing on stdout.
+    write(
+        &dir,
+        "bad.yml",
+        "mode: mapreduce\nmap:\n  input: items.json\n  filter: \"score >\"\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    prodigy()
+        .current_dir(dir.path())
+        .args(["items", "bad.yml"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("P10"));
+}
+
+#[test]
 fn graph_draws_dot_mermaid_and_json() {
     let example = "workflows/examples/build-and-test.yml";
     prodigy()
