@@ -359,6 +359,12 @@ impl Checker<'_> {
             }
             if let Some(on_incomplete) = &validate.on_incomplete {
                 self.nested(&on_incomplete.commands, scope, |s| s.validation = true);
+                if let Some(prompt) = &on_incomplete.prompt {
+                    let mark = scope.mark();
+                    scope.validation = true;
+                    self.template(prompt, scope, false);
+                    scope.restore(mark);
+                }
             }
         }
         if let Some(check) = &step.step_validate {
@@ -786,6 +792,20 @@ mod tests {
             .iter()
             .map(|d| d.code)
             .collect()
+    }
+
+    #[test]
+    fn an_on_incomplete_prompt_is_checked_with_validation_in_scope() {
+        let prompt = |text: &str| {
+            format!(
+                "- shell: \"true\"\n  validate:\n    shell: \"true\"\n    on_incomplete:\n      shell: \"echo fix\"\n      prompt: \"{text}\"\n"
+            )
+        };
+        assert_eq!(codes(&prompt("still missing ${validation.missing}")), []);
+        assert_eq!(
+            codes(&prompt("see ${nothing.here}")),
+            [Code::UndefinedVariable]
+        );
     }
 
     fn mapreduce(agent: &str, reduce: &str) -> String {
