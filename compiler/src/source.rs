@@ -33,15 +33,6 @@ impl Span {
     pub fn is_empty(self) -> bool {
         self.start == self.end
     }
-
-    /// The smallest span covering both.
-    #[must_use]
-    pub fn cover(self, other: Span) -> Span {
-        Span {
-            start: self.start.min(other.start),
-            end: self.end.max(other.end),
-        }
-    }
 }
 
 fn to_u32(n: usize) -> u32 {

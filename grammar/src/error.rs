@@ -58,25 +58,32 @@ impl ParseError {
 
 /// Rejects text whose brackets nest deeper than [`crate::MAX_DEPTH`], before any recursive
 /// parser sees it. Quotes are not tracked: the bound is conservative.
-pub(crate) fn check_depth(text: &str, kind: ParseErrorKind) -> Result<(), ParseError> {
+pub(crate) fn check_depth(text: &str) -> Result<(), ParseError> {
+    depth_of(text, |rest| rest.starts_with(['(', '[', '{']).then_some(1))
+}
+
+/// The same for a template, where only `${` nests (a default holds a template): brackets in
+/// the command text around it are the shell's business.
+pub(crate) fn check_template_depth(text: &str) -> Result<(), ParseError> {
+    depth_of(text, |rest| rest.starts_with("${").then_some(2))
+}
+
+fn depth_of(text: &str, opens: impl Fn(&str) -> Option<usize>) -> Result<(), ParseError> {
     let mut depth = 0usize;
     for (i, c) in text.char_indices() {
-        match c {
-            '(' | '[' | '{' => {
-                depth += 1;
-                if depth > crate::MAX_DEPTH {
-                    let _ = kind;
-                    return Err(ParseError::new(
-                        ParseErrorKind::TooDeep,
-                        "the expression nests too deeply",
-                        Span::new(i, i + 1),
-                        format!("more than {} levels", crate::MAX_DEPTH),
-                    )
-                    .help("split the expression into simpler parts"));
-                }
+        if let Some(len) = opens(&text[i..]) {
+            depth += 1;
+            if depth > crate::MAX_DEPTH {
+                return Err(ParseError::new(
+                    ParseErrorKind::TooDeep,
+                    "the expression nests too deeply",
+                    Span::new(i, i + len),
+                    format!("more than {} levels", crate::MAX_DEPTH),
+                )
+                .help("split the expression into simpler parts"));
             }
-            ')' | ']' | '}' => depth = depth.saturating_sub(1),
-            _ => {}
+        } else if matches!(c, ')' | ']' | '}') {
+            depth = depth.saturating_sub(1);
         }
     }
     Ok(())

@@ -20,7 +20,7 @@ impl PartialEq for JsonPath {
 impl JsonPath {
     /// Parses a path such as `$.items[*]` or `$..files[?@.score > 5]`.
     pub fn parse(text: &str) -> Result<Self, ParseError> {
-        crate::error::check_depth(text, ParseErrorKind::JsonPath)?;
+        crate::error::check_depth(text)?;
         let trimmed = text.trim();
         // Upstream accepts `items[*]` for `$.items[*]`; so do we.
         let (query_text, implicit_root) = if trimmed.starts_with('$') {

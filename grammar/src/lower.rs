@@ -91,7 +91,7 @@ fn path_of<R: pest::RuleType>(pair: Pair<'_, R>) -> Path {
 // Templates.
 
 pub(crate) fn parse_template(text: &str, offset: usize) -> Result<Template, ParseError> {
-    crate::error::check_depth(text, ParseErrorKind::Template).map_err(|mut e| {
+    crate::error::check_template_depth(text).map_err(|mut e| {
         e.span = Span::new(e.span.start + offset, e.span.end + offset);
         e
     })?;
@@ -274,7 +274,7 @@ fn template_error(text: &str, pos: usize, offset: usize) -> ParseError {
 // Expressions.
 
 pub(crate) fn parse_expr(text: &str) -> Result<Expr, ParseError> {
-    crate::error::check_depth(text, ParseErrorKind::Expression)?;
+    crate::error::check_depth(text)?;
     if text.trim().is_empty() {
         return Err(ParseError::new(
             ParseErrorKind::Expression,

@@ -29,24 +29,6 @@ impl Path {
         }
     }
 
-    /// The path without a leading `item.` (filters and sort keys may write it or not).
-    #[must_use]
-    pub fn without_item_prefix(&self) -> Option<Path> {
-        if self.root != "item" {
-            return Some(self.clone());
-        }
-        let mut segments = self.segments.clone();
-        match segments.first() {
-            Some(Segment::Field(first)) => {
-                let root = first.clone();
-                segments.remove(0);
-                Some(Path { root, segments })
-            }
-            // `item` alone, or `item[0]`, is the item itself.
-            Some(Segment::Index(_)) | None => None,
-        }
-    }
-
     /// Looks the path up in a JSON value, the root being a field of `value`.
     pub fn lookup<'v>(&self, value: &'v serde_json::Value) -> Option<&'v serde_json::Value> {
         let first = value.get(&self.root)?;

@@ -218,6 +218,17 @@ fn errors_next_to_non_ascii_text_do_not_panic() {
 }
 
 #[test]
+fn brackets_in_command_text_do_not_count_as_template_nesting() {
+    let shell = format!("echo {}x{} ${{name}}", "(".repeat(100), ")".repeat(100));
+    assert!(Template::parse(&shell).is_ok());
+    let defaults = format!("{}x{}", "${a:-".repeat(100), "}".repeat(100));
+    assert_eq!(
+        Template::parse(&defaults).unwrap_err().kind,
+        ParseErrorKind::TooDeep
+    );
+}
+
+#[test]
 fn deep_nesting_is_an_error_not_a_stack_overflow() {
     let deep = format!("{}a{}", "(".repeat(10_000), ")".repeat(10_000));
     assert_eq!(
