@@ -150,6 +150,16 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn block_scalars_parse_and_keywords_need_their_space() {
+        assert_eq!(
+            SortSpec::parse("score DESC\n").unwrap().strip(),
+            SortSpec::parse("score DESC").unwrap().strip()
+        );
+        assert!(SortSpec::parse("a nulls first").is_ok());
+        assert!(SortSpec::parse("a nullsfirst").is_err());
+    }
+
+    #[test]
     fn nulls_go_last_in_both_directions_and_the_sort_is_stable() {
         let spec = SortSpec::parse("score desc, id").unwrap();
         let mut items = vec![
