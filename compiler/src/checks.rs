@@ -67,34 +67,16 @@ pub fn check(plan: &Plan, graph: &Graph) -> Vec<Diagnostic> {
 /// Every step of some lists and of everything nested under them.
 pub fn subtree(plan: &Plan, roots: &[StepId]) -> Vec<StepId> {
     let mut out = Vec::new();
+    let mut seen = vec![false; plan.steps.len()];
     let mut stack: Vec<StepId> = roots.iter().rev().copied().collect();
     while let Some(id) = stack.pop() {
-        if out.contains(&id) {
-            continue;
+        match seen.get_mut(id.index()) {
+            Some(seen) if !*seen => *seen = true,
+            _ => continue,
         }
         out.push(id);
-        let Some(step) = plan.step(id) else { continue };
-        stack.extend(step.on_success.iter().copied());
-        stack.extend(
-            step.on_exit_code
-                .iter()
-                .flat_map(|(_, s)| s.iter().copied()),
-        );
-        stack.extend(
-            step.on_failure
-                .iter()
-                .flat_map(|f| f.handler.iter().copied()),
-        );
-        if let Some(v) = &step.validate {
-            stack.extend(v.commands.iter().copied());
-            stack.extend(
-                v.on_incomplete
-                    .iter()
-                    .flat_map(|o| o.commands.iter().copied()),
-            );
-        }
-        if let crate::plan::PlanCommand::Foreach { steps, .. } = &step.command {
-            stack.extend(steps.iter().copied());
+        if let Some(step) = plan.step(id) {
+            stack.extend(step.children());
         }
     }
     out

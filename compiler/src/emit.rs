@@ -145,39 +145,12 @@ impl Labels<'_> {
 
 /// Steps that belong to the map agent (drawn inside its cluster).
 fn agent_steps(plan: &Plan) -> BTreeSet<StepId> {
-    let mut out = BTreeSet::new();
-    let mut stack: Vec<StepId> = plan
+    let roots: Vec<StepId> = plan
         .map
         .iter()
         .flat_map(|m| m.steps.iter().copied())
         .collect();
-    while let Some(id) = stack.pop() {
-        if !out.insert(id) {
-            continue;
-        }
-        let Some(step) = plan.step(id) else { continue };
-        stack.extend(step.on_success.iter().copied());
-        stack.extend(
-            step.on_exit_code
-                .iter()
-                .flat_map(|(_, s)| s.iter().copied()),
-        );
-        if let Some(f) = &step.on_failure {
-            stack.extend(f.handler.iter().copied());
-        }
-        if let Some(v) = &step.validate {
-            stack.extend(v.commands.iter().copied());
-            stack.extend(
-                v.on_incomplete
-                    .iter()
-                    .flat_map(|o| o.commands.iter().copied()),
-            );
-        }
-        if let PlanCommand::Foreach { steps, .. } = &step.command {
-            stack.extend(steps.iter().copied());
-        }
-    }
-    out
+    crate::checks::subtree(plan, &roots).into_iter().collect()
 }
 
 fn in_agent(node: &Node, agent: &BTreeSet<StepId>) -> bool {

@@ -353,6 +353,27 @@ impl RetryCost {
 }
 
 impl PlanStep {
+    /// The steps this one can run: `on_success`, `on_exit_code`, handlers, validation and
+    /// `on_incomplete` commands, and a `foreach` body.
+    pub fn children(&self) -> impl Iterator<Item = StepId> + '_ {
+        let validate = self.validate.iter().flat_map(|v| {
+            v.commands
+                .iter()
+                .chain(v.on_incomplete.iter().flat_map(|o| &o.commands))
+        });
+        let body: &[StepId] = match &self.command {
+            PlanCommand::Foreach { steps, .. } => steps,
+            PlanCommand::Shell(_) | PlanCommand::Claude(_) | PlanCommand::WriteFile(_) => &[],
+        };
+        self.on_success
+            .iter()
+            .chain(self.on_exit_code.iter().flat_map(|(_, s)| s))
+            .chain(self.on_failure.iter().flat_map(|f| &f.handler))
+            .chain(validate)
+            .chain(body)
+            .copied()
+    }
+
     /// The time its retry policy can take, if it has one.
     pub fn retry_cost(&self) -> Option<RetryCost> {
         let retry = self.retry.as_ref()?;
