@@ -116,7 +116,9 @@ const ON_FAILURE_TY: Ty = Ty::OneOf(&[
     Ty::Object(&ON_FAILURE_DETAILED),
 ]);
 /// The backoff strategies, by name.
-const BACKOFF_KINDS: &[&str] = &["fixed", "linear", "exponential", "fibonacci", "custom"];
+/// The backoff strategies by name.
+pub(crate) const BACKOFF_KINDS: &[&str] =
+    &["fixed", "linear", "exponential", "fibonacci", "custom"];
 /// A backoff: a name, `{NAME: {parameters}}` or `{type: NAME, parameters...}`.
 const BACKOFF_TY: Ty = Ty::OneOf(&[
     Ty::Enum(BACKOFF_KINDS),

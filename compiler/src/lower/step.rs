@@ -10,7 +10,7 @@ use crate::ast::{
     Template, Validate, ValidationCheck, WriteFile, WriteFormat,
 };
 use crate::diagnostics::{Code, Diagnostic};
-use crate::shapes::{self, Shape};
+use crate::shapes;
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind, Scalar};
 use std::time::Duration;
@@ -888,7 +888,7 @@ impl Lowerer<'_> {
     /// `{type: exponential, base: 2}`, or `!exponential {base: 2}`.
     /// Returns the strategy and a `max_delay` given inside it.
     pub(crate) fn backoff(&mut self, node: &Node) -> Option<(Backoff, Option<Spanned<Duration>>)> {
-        const KINDS: &[&str] = &["fixed", "linear", "exponential", "fibonacci", "custom"];
+        const KINDS: &[&str] = shapes::BACKOFF_KINDS;
         let (kind, kind_node, params): (String, &Node, Option<Node>) = if let Some(tag) = &node.tag
         {
             (tag.clone(), node, (!node.is_null()).then(|| node.clone()))
@@ -928,12 +928,14 @@ impl Lowerer<'_> {
             self.unknown_variant(kind_node, "backoff strategy", &kind, KINDS);
             return None;
         };
-        let param_shape: &Shape = match *kind {
-            "fixed" => &shapes::BACKOFF_FIXED,
-            "linear" => &shapes::BACKOFF_LINEAR,
-            "exponential" => &shapes::BACKOFF_EXPONENTIAL,
-            "fibonacci" => &shapes::BACKOFF_FIBONACCI,
-            _ => &shapes::BACKOFF_CUSTOM,
+        // The parameters of each strategy are the shape `backoff_by_name` gives its key.
+        let Some(shapes::Key {
+            ty: shapes::Ty::Object(param_shape),
+            ..
+        }) = shapes::BACKOFF_BY_NAME.key(kind)
+        else {
+            self.unknown_variant(kind_node, "backoff strategy", kind, KINDS);
+            return None;
         };
         let what = format!("`{kind}` backoff");
         let fields = match &params {
