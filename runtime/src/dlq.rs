@@ -206,7 +206,13 @@ impl Dlq {
                 }
             })
             .collect();
-        self.dir.join("items").join(format!("{safe}.json"))
+        // Ids that had to change get their hash too, so `a/b` and `a_b` stay two files.
+        let name = if safe == item_id {
+            safe
+        } else {
+            format!("{safe}-{}", crate::store::hash(item_id))
+        };
+        self.dir.join("items").join(format!("{name}.json"))
     }
 
     fn write_json(path: &Path, value: &impl Serialize) -> Result<(), DlqError> {
@@ -458,5 +464,10 @@ mod tests {
             dlq.get("x/y").unwrap().is_some(),
             "ids with `/` are stored safely"
         );
+        let other = dlq
+            .record_failure("x_y", &Value::Null, failure("boom", 1), None)
+            .unwrap();
+        assert_eq!(other.failure_count, 1, "`x_y` is not `x/y`");
+        assert_eq!(dlq.get("x/y").unwrap().unwrap().item_id, "x/y");
     }
 }
