@@ -8,6 +8,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod exit_code;
+mod jobs;
 mod lsp;
 mod output;
 mod run;
@@ -56,12 +57,30 @@ enum Command {
     /// Run a workflow: compile it, then run its steps, recording events and a checkpoint
     /// after every step under `$PRODIGY_HOME` (default `~/.prodigy`).
     ///
-    /// Exit status: 0 when the workflow succeeds, 1 when it has errors or a step fails it,
-    /// 2 for usage problems, 130/143 when interrupted by SIGINT/SIGTERM (the last line says
-    /// how to resume).
+    /// A MapReduce workflow runs as a job: setup, one agent per item (`max_parallel` at a
+    /// time) under the error policy and circuit breaker, failed items in the dead letter
+    /// queue, then reduce; its state goes under `state/{repo}/mapreduce/jobs/{job_id}/`.
+    ///
+    /// Exit status: 0 when the workflow succeeds (a job whose failed items went to the DLQ
+    /// too, unless `--strict`: then 3), 1 when it has errors, a step fails it or the error
+    /// policy stops the job, 2 for usage problems, 130/143 when interrupted by
+    /// SIGINT/SIGTERM (the last line says how to resume).
     Run(run::RunArgs),
     /// Continue a standard workflow's session after its last completed step.
     Resume(run::ResumeArgs),
+    /// Continue a MapReduce job after a crash, a signal or a stop: items that were running
+    /// go back to pending, finished items keep their results, failed items stay in the dead
+    /// letter queue, and the job goes on in the phase it was in.
+    ///
+    /// Exit status as for `run`.
+    ResumeJob(run::ResumeJobArgs),
+    /// Inspect and retry the dead letter queue of a MapReduce job: the items that failed,
+    /// with every failed attempt.
+    #[command(subcommand)]
+    Dlq(jobs::DlqCommand),
+    /// Print the event log of a job or session (`prodigy events JOB_ID`), or follow it as it
+    /// grows (`--follow`).
+    Events(jobs::EventsArgs),
     /// Explain a diagnostic code, e.g. `prodigy explain V001`.
     Explain {
         /// The code, such as `V001` (case-insensitive). Without it, list every code.
@@ -146,6 +165,9 @@ fn main() -> ExitCode {
         Command::Lsp => lsp::run(),
         Command::Run(args) => run::run(&args),
         Command::Resume(args) => run::resume(&args),
+        Command::ResumeJob(args) => run::resume_job(&args),
+        Command::Dlq(command) => jobs::dlq(&command),
+        Command::Events(args) => jobs::events(&args),
         Command::Schema => {
             let schema = prodigy_compiler::schema::schema();
             out(&format!(

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use prodigy_compiler::plan::PlanCommand;
 use prodigy_compiler::source::SourceFile;
+use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, Phase, Status};
+use prodigy_runtime::mapreduce::{JobOptions, JobOutcome, JobReport, MapJob};
 use prodigy_runtime::runner::{Options, Report, RunOutcome, Runner};
 use prodigy_runtime::store::{Checkpoint, Layout, SessionLock};
 use prodigy_runtime::vars::Vars;
@@ -40,6 +42,54 @@ pub(crate) struct RunArgs {
     /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     grace: u64,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+/// Options of MapReduce jobs, for `run` and `resume-job`.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct JobArgs {
+    /// Agents at a time, over the workflow's `max_parallel` (MapReduce).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_parallel: Option<u64>,
+    /// When the error policy stops a MapReduce job, cancel the running agents (their items
+    /// stay pending for `resume-job`) instead of letting them finish.
+    #[arg(long)]
+    cancel_running: bool,
+    /// Exit 3 when a MapReduce job finishes with items in the dead letter queue (else 0,
+    /// and the last line says so).
+    #[arg(long)]
+    strict: bool,
+}
+
+impl JobArgs {
+    fn options(self) -> JobOptions {
+        JobOptions {
+            max_parallel: self
+                .max_parallel
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            cancel_running: self.cancel_running,
+        }
+    }
+}
+
+/// `prodigy resume-job` options.
+#[derive(clap::Args)]
+pub(crate) struct ResumeJobArgs {
+    /// The job to continue (printed when a job stops, fails or is interrupted).
+    #[arg(value_name = "JOB_ID")]
+    job: String,
+    /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Resume even if the workflow file changed since the job started.
+    #[arg(long)]
+    force: bool,
+    /// Seconds between SIGTERM and SIGKILL when a step times out or the job is interrupted.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    grace: u64,
+    #[command(flatten)]
+    job_args: JobArgs,
 }
 
 /// `prodigy resume` options.
@@ -59,22 +109,16 @@ pub(crate) struct ResumeArgs {
     grace: u64,
 }
 
-fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan::Plan), u8> {
+pub(crate) fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan::Plan), u8> {
     let (file, checked) = crate::load_checked(path)?;
     let Some(plan) = checked.plan else {
         err("error: internal error: a workflow without errors has no plan\n");
         return Err(exit_code::PROBLEMS);
     };
-    if plan.map.is_some() {
-        err(
-            "error: running MapReduce workflows is not implemented yet; `prodigy check`, `graph` and `items` work on them\n",
-        );
-        return Err(exit_code::USAGE);
-    }
     Ok((file, plan))
 }
 
-fn layout(project: &Path) -> Layout {
+pub(crate) fn layout(project: &Path) -> Layout {
     let repo = project
         .file_name()
         .and_then(|n| n.to_str())
@@ -119,7 +163,272 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     if args.dry_run {
         return dry_run(plan, opts);
     }
+    if plan.map.is_some() {
+        return execute_job(Arc::new(plan), opts, args.job, None);
+    }
     execute(Arc::new(plan), opts, None)
+}
+
+/// `prodigy resume-job`: continue a MapReduce job from its checkpoint (seed `002`): items
+/// that were running go back to pending, finished items keep their results, failed items
+/// stay in the DLQ, and the job goes on in the phase it stopped in.
+pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
+    let home = Layout::home();
+    let Some((dir, repo)) = Layout::find_job(&home, &args.job) else {
+        err(&format!(
+            "error: no MapReduce job `{}` under {}\n",
+            args.job,
+            home.display()
+        ));
+        return exit_code::USAGE;
+    };
+    let checkpoint = match JobFiles::new(dir).load_checkpoint() {
+        Ok(c) => c,
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::USAGE;
+        }
+    };
+    if checkpoint.status == Status::Completed {
+        err(&format!(
+            "job `{}` already completed; nothing to resume\n",
+            checkpoint.job_id
+        ));
+        return exit_code::OK;
+    }
+    let (file, plan) = match compile(&checkpoint.workflow_file) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    if prodigy_runtime::store::hash(&file.text) != checkpoint.workflow_hash && !args.force {
+        err(&format!(
+            "error: {} changed since the job started; resume with --force to continue with the new version\n",
+            checkpoint.workflow_file.display()
+        ));
+        return exit_code::USAGE;
+    }
+    let opts = Options {
+        workflow: checkpoint.workflow_file.clone(),
+        workflow_hash: prodigy_runtime::store::hash(&file.text),
+        layout: Layout { home, repo },
+        project: checkpoint.project.clone(),
+        params: checkpoint.params.clone(),
+        args: checkpoint.args.clone(),
+        profile: checkpoint.profile.clone(),
+        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
+        verbose: args.verbose,
+        grace: Duration::from_secs(args.grace),
+        seed: jitter_seed(),
+    };
+    let phase = match checkpoint.phase {
+        Phase::Setup => "setup".to_owned(),
+        Phase::Map => format!(
+            "map, {} of {} items left",
+            checkpoint.items_remaining.len(),
+            checkpoint.items_total
+        ),
+        Phase::Reduce => format!("reduce step {}", checkpoint.reduce_next_step + 1),
+        Phase::Done => "the end".to_owned(),
+    };
+    err(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
+    execute_job(Arc::new(plan), opts, args.job_args, Some(checkpoint))
+}
+
+/// Runs a MapReduce job (new, or resumed from CHECKPOINT) under the job's lock.
+fn execute_job(
+    plan: Arc<prodigy_compiler::plan::Plan>,
+    opts: Options,
+    job_args: JobArgs,
+    resume: Option<JobCheckpoint>,
+) -> u8 {
+    if plan.merge.is_some() {
+        err(
+            "warning: the `merge` steps run when a session worktree is merged back; worktree isolation is not implemented yet, so this job works in place and will not run them\n",
+        );
+    }
+    let result = block_on(async move {
+        let (rx, signal) = watch_signals();
+        let job_id = resume
+            .as_ref()
+            .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
+        let dir = opts.layout.job_dir(&job_id);
+        let _lock = match SessionLock::acquire_in(&dir, &format!("job `{job_id}`")) {
+            Ok(lock) => lock,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::USAGE;
+            }
+        };
+        let started_at = resume.as_ref().map(|c| c.started_at.clone());
+        let runner = match Runner::with_id(plan, opts.clone(), rx, job_id.clone(), started_at) {
+            Ok(r) => r,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::USAGE;
+            }
+        };
+        if let Err(e) = runner.preflight() {
+            err(&format!("error: {e}\n"));
+            return exit_code::PROBLEMS;
+        }
+        let mut vars = match runner.initial_vars().await {
+            Ok(v) => v,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::PROBLEMS;
+            }
+        };
+        let resumed = resume.is_some();
+        let checkpoint = if let Some(c) = resume {
+            restore(&mut vars, &c.variables);
+            c
+        } else {
+            err(&format!(
+                "job {job_id} started; its state is in {}\n",
+                dir.display()
+            ));
+            new_checkpoint(&job_id, &opts)
+        };
+        let job = MapJob::new(
+            &runner,
+            JobFiles::new(dir),
+            checkpoint,
+            job_args.options(),
+            resumed,
+        );
+        let report = job.run(vars).await;
+        finish_job(
+            &report,
+            signal.load(std::sync::atomic::Ordering::SeqCst),
+            job_args.strict,
+        )
+    });
+    result.unwrap_or_else(|code| code)
+}
+
+fn new_checkpoint(job_id: &str, opts: &Options) -> JobCheckpoint {
+    let now = prodigy_runtime::store::timestamp();
+    JobCheckpoint {
+        version: 1,
+        job_id: job_id.to_owned(),
+        workflow_file: opts.workflow.clone(),
+        project: opts.project.clone(),
+        workflow_hash: opts.workflow_hash.clone(),
+        phase: Phase::Setup,
+        status: Status::Running,
+        items_processed: 0,
+        items_total: 0,
+        items_remaining: Vec::new(),
+        successful_items: 0,
+        failed_items: 0,
+        skipped_items: 0,
+        started_at: now.clone(),
+        last_checkpoint_at: now,
+        reduce_next_step: 0,
+        variables: serde_json::Value::Null,
+        params: opts.params.clone(),
+        args: opts.args.clone(),
+        profile: opts.profile.clone(),
+        max_parallel: 0,
+        stop_reason: None,
+        error_metrics: None,
+    }
+}
+
+/// The last lines of a job: the error metrics when items failed, then how it ended and
+/// what to do next.
+fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
+    let m = &report.metrics;
+    let mut text = String::new();
+    if m.failed + m.skipped > 0 {
+        let types: Vec<String> = m
+            .error_types
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        let _ = writeln!(
+            text,
+            "errors: {} ({:.1}% of finished items failed)",
+            types.join(", "),
+            m.failure_rate * 100.0
+        );
+        for p in &m.failure_patterns {
+            let _ = writeln!(
+                text,
+                "pattern: {} ×{}: {}",
+                p.pattern, p.frequency, p.suggestion
+            );
+        }
+    }
+    let id = &report.job_id;
+    let code = match &report.outcome {
+        JobOutcome::Completed => {
+            let _ = writeln!(
+                text,
+                "✓ job {id} completed: {} succeeded, {} failed, {} skipped of {} items (events in {})",
+                m.successful,
+                m.failed,
+                m.skipped,
+                m.total_items,
+                report.events.display()
+            );
+            if report.dlq_count > 0 {
+                let _ = writeln!(
+                    text,
+                    "{} items are in the dead letter queue: see `prodigy dlq list {id}`, retry with `prodigy dlq retry {id}`",
+                    report.dlq_count
+                );
+                if strict { 3 } else { exit_code::OK }
+            } else {
+                exit_code::OK
+            }
+        }
+        JobOutcome::Stopped(reason) => {
+            let _ = writeln!(
+                text,
+                "✗ job {id} stopped: {reason}; {} items pending; resume with: prodigy resume-job {id}",
+                report.pending
+            );
+            exit_code::PROBLEMS
+        }
+        JobOutcome::Failed { phase, what } => {
+            let _ = writeln!(
+                text,
+                "✗ {phase} failed: {what}; fix it, then resume with: prodigy resume-job {id}"
+            );
+            exit_code::PROBLEMS
+        }
+        JobOutcome::Interrupted => {
+            let _ = writeln!(text, "interrupted; resume with: prodigy resume-job {id}");
+            if signal == 0 { 130 } else { signal }
+        }
+    };
+    err(&text);
+    code
+}
+
+/// A channel set on SIGINT or SIGTERM, and which one came (130 or 143).
+pub(crate) fn watch_signals() -> (
+    tokio::sync::watch::Receiver<bool>,
+    Arc<std::sync::atomic::AtomicU8>,
+) {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let signal = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let seen = signal.clone();
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        let code = tokio::select! {
+            _ = tokio::signal::ctrl_c() => 130,
+            _ = term.recv() => 143,
+        };
+        seen.store(code, std::sync::atomic::Ordering::SeqCst);
+        let _ = tx.send(true);
+    });
+    (rx, signal)
 }
 
 pub(crate) fn resume(args: &ResumeArgs) -> u8 {
@@ -191,22 +500,7 @@ fn execute(
         );
     }
     let result = block_on(async move {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let signal = Arc::new(std::sync::atomic::AtomicU8::new(0));
-        let seen = signal.clone();
-        tokio::spawn(async move {
-            let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            else {
-                return;
-            };
-            let code = tokio::select! {
-                _ = tokio::signal::ctrl_c() => 130,
-                _ = term.recv() => 143,
-            };
-            seen.store(code, std::sync::atomic::Ordering::SeqCst);
-            let _ = tx.send(true);
-        });
+        let (rx, signal) = watch_signals();
         let layout = opts.layout.clone();
         let runner = match Runner::new(plan, opts, rx, resume.as_ref()) {
             Ok(r) => r,
@@ -235,7 +529,7 @@ fn execute(
         };
         let start = match &resume {
             Some(c) => {
-                restore(&mut vars, c);
+                restore(&mut vars, &c.variables);
                 c.next_step
             }
             None => 0,
@@ -247,19 +541,15 @@ fn execute(
 }
 
 /// Puts back what earlier steps captured, without overriding env, secrets or params.
-fn restore(vars: &mut Vars, checkpoint: &Checkpoint) {
-    if let Some(values) = checkpoint
-        .variables
-        .get("values")
-        .and_then(|v| v.as_object())
-    {
+pub(crate) fn restore(vars: &mut Vars, variables: &serde_json::Value) {
+    if let Some(values) = variables.get("values").and_then(|v| v.as_object()) {
         for (k, v) in values {
             if !vars.values.contains_key(k) {
                 vars.set(k.clone(), v.clone());
             }
         }
     }
-    if let Some(meta) = checkpoint.variables.get("meta").and_then(|v| v.as_object()) {
+    if let Some(meta) = variables.get("meta").and_then(|v| v.as_object()) {
         for (k, v) in meta {
             vars.meta.insert(k.clone(), v.clone());
         }
@@ -307,18 +597,59 @@ fn dry_run(plan: prodigy_compiler::plan::Plan, opts: Options) -> u8 {
         }
         Err(code) => return code,
     };
-    let mut text = format!(
-        "dry run of {} ({} steps); nothing is executed\n",
-        plan.name.as_deref().unwrap_or(&plan.source),
-        plan.commands.len()
-    );
-    for (i, id) in plan.commands.iter().enumerate() {
+    let mut text = String::new();
+    if let Some(map) = &plan.map {
+        let _ = writeln!(
+            text,
+            "dry run of MapReduce workflow {}; nothing is executed",
+            plan.name.as_deref().unwrap_or(&plan.source)
+        );
+        if let Some(setup) = &plan.setup {
+            text.push_str("setup:\n");
+            dry_steps(&mut text, &plan, &setup.steps, &runner, &vars);
+        }
+        let parallel = match &map.max_parallel {
+            prodigy_compiler::ast::MaxParallel::Fixed(n) => n.value.to_string(),
+            prodigy_compiler::ast::MaxParallel::Variable(t) => runner.preview(&t.parsed, &vars),
+        };
+        let _ = writeln!(
+            text,
+            "map: input {}, {parallel} agents at a time (`prodigy items` lists the items)",
+            runner.preview(&map.input.parsed, &vars)
+        );
+        dry_steps(&mut text, &plan, &map.steps, &runner, &vars);
+        if !plan.reduce.is_empty() {
+            text.push_str("reduce:\n");
+            dry_steps(&mut text, &plan, &plan.reduce, &runner, &vars);
+        }
+    } else {
+        let _ = writeln!(
+            text,
+            "dry run of {} ({} steps); nothing is executed",
+            plan.name.as_deref().unwrap_or(&plan.source),
+            plan.commands.len()
+        );
+        dry_steps(&mut text, &plan, &plan.commands, &runner, &vars);
+    }
+    out(&text);
+    exit_code::OK
+}
+
+/// One numbered entry per step, with its command rendered as far as VARS allow.
+fn dry_steps(
+    text: &mut String,
+    plan: &prodigy_compiler::plan::Plan,
+    steps: &[prodigy_compiler::plan::StepId],
+    runner: &Runner,
+    vars: &Vars,
+) {
+    for (i, id) in steps.iter().enumerate() {
         let Some(step) = plan.step(*id) else { continue };
         let command = match &step.command {
-            PlanCommand::Shell(t) => format!("shell: {}", runner.preview(&t.parsed, &vars)),
-            PlanCommand::Claude(t) => format!("claude: {}", runner.preview(&t.parsed, &vars)),
+            PlanCommand::Shell(t) => format!("shell: {}", runner.preview(&t.parsed, vars)),
+            PlanCommand::Claude(t) => format!("claude: {}", runner.preview(&t.parsed, vars)),
             PlanCommand::WriteFile(w) => {
-                format!("write_file: {}", runner.preview(&w.path.parsed, &vars))
+                format!("write_file: {}", runner.preview(&w.path.parsed, vars))
             }
             PlanCommand::Foreach { .. } => "foreach".to_owned(),
         };
@@ -339,12 +670,10 @@ fn dry_run(plan: prodigy_compiler::plan::Plan, opts: Options) -> u8 {
             text.push_str("     on_failure: handled\n");
         }
     }
-    out(&text);
-    exit_code::OK
 }
 
 /// Runs a future on a fresh single-threaded runtime.
-fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, u8> {
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, u8> {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -327,6 +327,20 @@ pub struct PlanMap {
     pub steps: Vec<StepId>,
 }
 
+impl PlanMap {
+    /// The input pipeline (everything after loading the input).
+    pub fn pipeline(&self) -> prodigy_grammar::pipeline::Pipeline {
+        prodigy_grammar::pipeline::Pipeline {
+            json_path: self.json_path.as_ref().map(|p| p.parsed.clone()),
+            filter: self.filter.as_ref().map(|p| p.parsed.clone()),
+            sort_by: self.sort_by.as_ref().map(|p| p.parsed.clone()),
+            distinct: self.distinct.as_ref().map(|p| p.parsed.clone()),
+            offset: self.offset.and_then(|n| usize::try_from(n).ok()),
+            max_items: self.max_items.and_then(|n| usize::try_from(n).ok()),
+        }
+    }
+}
+
 /// `merge`.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PlanMerge {

@@ -86,6 +86,8 @@ pub enum StopReason {
     NoContinueOnFailure,
     /// More than `max_failures`.
     MaxFailures(u64),
+    /// An agent timed out under `timeout_action: fail`.
+    AgentTimeout,
     /// The failure rate went above `failure_threshold`.
     FailureRate {
         /// The rate seen.
@@ -154,6 +156,28 @@ impl Job {
             counts: Counts::default(),
             state: JobState::Running,
         }
+    }
+
+    /// A running job that continues with the counts of an earlier run (`resume-job`), so
+    /// that `max_failures` and `failure_threshold` count every item of the job.
+    pub fn resumed(policy: JobPolicy, counts: Counts) -> Self {
+        Job {
+            policy,
+            counts,
+            state: JobState::Running,
+        }
+    }
+
+    /// Stops the job from outside the policy (a timed-out agent under `timeout_action:
+    /// fail`).
+    pub fn stop_now(&mut self, reason: StopReason) {
+        self.stop(reason);
+    }
+
+    /// Records an item skipped outside the policy (a timed-out agent under
+    /// `timeout_action: skip`).
+    pub fn skip(&mut self) {
+        self.counts.skipped += 1;
     }
 
     /// Counts so far.

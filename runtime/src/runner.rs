@@ -117,19 +117,54 @@ pub enum StartError {
 
 /// One run of a plan.
 pub struct Runner {
-    plan: Arc<Plan>,
-    opts: Options,
+    pub(crate) plan: Arc<Plan>,
+    pub(crate) opts: Options,
     session: String,
     log: Mutex<EventLog>,
-    cancel: watch::Receiver<bool>,
+    pub(crate) cancel: watch::Receiver<bool>,
     rng: Mutex<StdRng>,
-    started: Instant,
-    started_at: String,
+    pub(crate) started: Instant,
+    pub(crate) started_at: String,
     secrets: Mutex<crate::vars::Secrets>,
     /// The checkpoint being made durable while the next step starts.
     pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
     /// Outputs of `command:` env values with `cache: true`, by rendered command.
     env_cache: Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// What a map agent adds to the steps it runs: its ids on every event, its own cancel
+/// signal (its timeout, or the job stopping), per-command timeouts, and the failure that
+/// ended it.
+pub(crate) struct AgentScope {
+    /// `agent-<index>`.
+    pub agent_id: String,
+    /// `item_<index>`.
+    pub item_id: String,
+    /// Whether its steps' progress lines show only at `-v` (map agents).
+    pub quiet: bool,
+    /// `timeout_config.cleanup_grace_period_secs`, over `--grace`.
+    pub grace: Option<Duration>,
+    /// Set when the agent must stop (a timeout, a signal, `--cancel-running`).
+    pub cancel: watch::Receiver<bool>,
+    /// `timeout_config.command_timeouts`, resolved to the agent's steps.
+    pub timeouts: std::rc::Rc<std::collections::HashMap<StepId, Duration>>,
+    /// The last step that failed.
+    pub failure: std::cell::RefCell<Option<StepFailure>>,
+}
+
+/// The step that ended an agent, for the DLQ.
+#[derive(Clone, Debug)]
+pub(crate) struct StepFailure {
+    /// `shell: ...` or `claude: ...`.
+    pub step: String,
+    /// The last lines of its stderr, or why it could not run.
+    pub message: String,
+    /// The DLQ's classification.
+    pub error_type: crate::dlq::ErrorType,
+}
+
+tokio::task_local! {
+    pub(crate) static AGENT: std::rc::Rc<AgentScope>;
 }
 
 type PendingCheckpoint = tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, String)>;
@@ -147,11 +182,24 @@ impl Runner {
         resume: Option<&Checkpoint>,
     ) -> Result<Self, StartError> {
         let session = resume.map_or_else(crate::store::session_id, |c| c.session_id.clone());
-        let log = EventLog::open(&opts.layout, &session).map_err(|source| StartError::Store {
+        let started_at = resume.map(|c| c.started_at.clone());
+        Self::with_id(plan, opts, cancel, session, started_at)
+    }
+
+    /// A runner whose events go under `id` (a session or a MapReduce job), started at
+    /// `started_at` when it continues an earlier run.
+    pub fn with_id(
+        plan: Arc<Plan>,
+        opts: Options,
+        cancel: watch::Receiver<bool>,
+        id: String,
+        started_at: Option<String>,
+    ) -> Result<Self, StartError> {
+        let log = EventLog::open(&opts.layout, &id).map_err(|source| StartError::Store {
             path: opts.layout.home.clone(),
             source,
         })?;
-        Ok(Self::with_log(plan, opts, cancel, resume, session, log))
+        Ok(Self::with_log(plan, opts, cancel, started_at, id, log))
     }
 
     /// A runner that records nothing, for `--dry-run`.
@@ -164,7 +212,7 @@ impl Runner {
         plan: Arc<Plan>,
         opts: Options,
         cancel: watch::Receiver<bool>,
-        resume: Option<&Checkpoint>,
+        started_at: Option<String>,
         session: String,
         log: EventLog,
     ) -> Self {
@@ -177,7 +225,7 @@ impl Runner {
             cancel,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             started: Instant::now(),
-            started_at: resume.map_or_else(crate::store::timestamp, |c| c.started_at.clone()),
+            started_at: started_at.unwrap_or_else(crate::store::timestamp),
             secrets: Mutex::new(crate::vars::Secrets::default()),
             pending_checkpoint: Mutex::new(None),
             env_cache: Mutex::new(std::collections::HashMap::new()),
@@ -189,8 +237,12 @@ impl Runner {
         &self.session
     }
 
-    fn mask(&self, text: &str) -> String {
+    pub(crate) fn mask(&self, text: &str) -> String {
         lock(&self.secrets).mask(text)
+    }
+
+    pub(crate) fn mask_json(&self, value: Value) -> Value {
+        lock(&self.secrets).mask_json(value)
     }
 
     /// Registers a secret: it is masked in everything the run prints and writes.
@@ -198,18 +250,50 @@ impl Runner {
         lock(&self.secrets).add(value);
     }
 
-    fn record(&self, event: &str, fields: Value) {
-        let masked = lock(&self.secrets).mask_json(fields);
+    /// Records an event; inside a map agent it carries the agent's and the item's ids.
+    pub(crate) fn record(&self, event: &str, fields: Value) {
+        let mut masked = lock(&self.secrets).mask_json(fields);
+        if let Value::Object(map) = &mut masked {
+            let _ = AGENT.try_with(|a| {
+                if !a.agent_id.is_empty() {
+                    map.entry("agent_id")
+                        .or_insert_with(|| Value::String(a.agent_id.clone()));
+                    map.entry("item_id")
+                        .or_insert_with(|| Value::String(a.item_id.clone()));
+                }
+            });
+        }
         lock(&self.log).record(event, masked);
     }
 
-    fn say(&self, text: &str) {
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), "{}", self.mask(text));
+    /// Where events go.
+    pub fn events_path(&self) -> PathBuf {
+        lock(&self.log).path.clone()
     }
 
-    fn cancelled(&self) -> bool {
-        *self.cancel.borrow()
+    /// Prints a line to stderr, secrets masked; inside a map agent only at `-v`, prefixed
+    /// with the item, so that parallel agents stay readable.
+    pub(crate) fn say(&self, text: &str) {
+        use std::io::Write as _;
+        let agent = AGENT.try_with(|a| (a.quiet, a.item_id.clone())).ok();
+        let text = match agent {
+            Some((true, _)) if self.opts.verbose == 0 => return,
+            Some((_, item)) if !item.is_empty() => format!("[{item}] {}", text.trim_start()),
+            _ => text.to_owned(),
+        };
+        crate::progress::println(&self.mask(&text));
+        let _ = std::io::stderr().flush();
+    }
+
+    /// The signal that stops what runs now: the agent's inside a map agent, else the run's.
+    fn cancel_rx(&self) -> watch::Receiver<bool> {
+        AGENT
+            .try_with(|a| a.cancel.clone())
+            .unwrap_or_else(|_| self.cancel.clone())
+    }
+
+    pub(crate) fn cancelled(&self) -> bool {
+        *self.cancel.borrow() || AGENT.try_with(|a| *a.cancel.borrow()).unwrap_or(false)
     }
 
     /// The variables a run starts with: env files, workflow env, profile, secrets, args and
@@ -374,7 +458,7 @@ impl Runner {
                     timeout: Some(Duration::from_mins(5)),
                     grace: self.opts.grace,
                 };
-                let out = exec::run(&cmd, &mut self.cancel.clone()).await;
+                let out = exec::run(&cmd, &mut self.cancel_rx()).await;
                 if out.code != Some(0) {
                     return Err(StartError::Env {
                         name: name.to_owned(),
@@ -653,7 +737,7 @@ impl Runner {
                                 ))
                             ));
                         }
-                        let mut cancel = self.cancel.clone();
+                        let mut cancel = self.cancel_rx();
                         let event = tokio::select! {
                             () = tokio::time::sleep(delay) => StepEvent::TimerFired,
                             () = exec::cancelled(&mut cancel) => StepEvent::Cancel,
@@ -733,6 +817,15 @@ impl Runner {
                     .as_ref()
                     .map(|o| o.stderr.trim().lines().last().unwrap_or("").to_owned())
                     .unwrap_or_default();
+                let _ = AGENT.try_with(|a| {
+                    *a.failure.borrow_mut() = Some(StepFailure {
+                        step: step_text(step),
+                        message: last
+                            .as_ref()
+                            .map_or_else(|| "the step failed".to_owned(), |o| tail(&o.stderr, 20)),
+                        error_type: error_type(step, last.as_ref()),
+                    });
+                });
                 self.say(&format!(
                     "  failed: {}{}",
                     step.label,
@@ -763,7 +856,11 @@ impl Runner {
 
     /// Runs a list of steps in order: `Succeeded`, or the outcome (`Failed`, `Cancelled`)
     /// of the step that ended the list.
-    fn run_list<'a>(&'a self, steps: &'a [StepId], vars: &'a mut Vars) -> BoxFuture<'a, Outcome> {
+    pub(crate) fn run_list<'a>(
+        &'a self,
+        steps: &'a [StepId],
+        vars: &'a mut Vars,
+    ) -> BoxFuture<'a, Outcome> {
         Box::pin(async move {
             for &id in steps {
                 let outcome = self.run_step(id, vars, None).await;
@@ -1023,7 +1120,7 @@ impl Runner {
                 return true;
             }
             if round < rounds {
-                let mut cancel = self.cancel.clone();
+                let mut cancel = self.cancel_rx();
                 tokio::select! {
                     () = tokio::time::sleep(checks.retry_delay) => {}
                     () = exec::cancelled(&mut cancel) => return false,
@@ -1236,7 +1333,12 @@ impl Runner {
         step: &PlanStep,
         vars: &Vars,
     ) -> Output {
-        self.run_command_for(build, template, step, vars, step.timeout)
+        let timeout = AGENT
+            .try_with(|a| a.timeouts.get(&step.id).copied())
+            .ok()
+            .flatten()
+            .or(step.timeout);
+        self.run_command_for(build, template, step, vars, timeout)
             .await
     }
 
@@ -1304,9 +1406,13 @@ impl Runner {
             env,
             clear_env: step.clear_env,
             timeout,
-            grace: self.opts.grace,
+            grace: AGENT
+                .try_with(|a| a.grace)
+                .ok()
+                .flatten()
+                .unwrap_or(self.opts.grace),
         };
-        exec::run(&command, &mut self.cancel.clone()).await
+        exec::run(&command, &mut self.cancel_rx()).await
     }
 
     #[expect(
@@ -1419,32 +1525,7 @@ impl Runner {
             };
             let text = trim(&text);
             let name = &capture.name.value;
-            let value = match capture.format {
-                CaptureFormat::String => Value::String(text),
-                CaptureFormat::Number => {
-                    let t = text.trim();
-                    t.parse::<i64>()
-                        .map(Value::from)
-                        .ok()
-                        .or_else(|| {
-                            t.parse::<f64>()
-                                .ok()
-                                .and_then(serde_json::Number::from_f64)
-                                .map(Value::Number)
-                        })
-                        .ok_or_else(|| format!("capture `{name}`: `{t}` is not a number"))?
-                }
-                CaptureFormat::Json => serde_json::from_str(&text)
-                    .map_err(|e| format!("capture `{name}`: not JSON ({e})"))?,
-                CaptureFormat::Lines => {
-                    Value::Array(text.lines().map(|l| Value::String(l.to_owned())).collect())
-                }
-                CaptureFormat::Boolean => match text.trim() {
-                    "true" => Value::Bool(true),
-                    "false" => Value::Bool(false),
-                    _ => Value::Bool(out.exit().success()),
-                },
-            };
+            let value = typed_value(capture.format, name, &text, out.exit().success())?;
             let mut meta = serde_json::Map::new();
             if streams.exit_code {
                 meta.insert("exit_code".into(), json!(out.code.unwrap_or(-1)));
@@ -1473,6 +1554,75 @@ impl Runner {
         }
         Ok(())
     }
+}
+
+/// TEXT as a capture of FORMAT (SPEC §5); a value that does not fit fails with a message
+/// naming the capture. A `boolean` that is neither `true` nor `false` is the command's
+/// success.
+pub(crate) fn typed_value(
+    format: CaptureFormat,
+    name: &str,
+    text: &str,
+    success: bool,
+) -> Result<Value, String> {
+    Ok(match format {
+        CaptureFormat::String => Value::String(text.to_owned()),
+        CaptureFormat::Number => {
+            let t = text.trim();
+            t.parse::<i64>()
+                .map(Value::from)
+                .ok()
+                .or_else(|| {
+                    t.parse::<f64>()
+                        .ok()
+                        .and_then(serde_json::Number::from_f64)
+                        .map(Value::Number)
+                })
+                .ok_or_else(|| format!("capture `{name}`: `{t}` is not a number"))?
+        }
+        CaptureFormat::Json => {
+            serde_json::from_str(text).map_err(|e| format!("capture `{name}`: not JSON ({e})"))?
+        }
+        CaptureFormat::Lines => {
+            Value::Array(text.lines().map(|l| Value::String(l.to_owned())).collect())
+        }
+        CaptureFormat::Boolean => match text.trim() {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => Value::Bool(success),
+        },
+    })
+}
+
+/// How the DLQ classifies a failed step: by how its command ended, else by the check after
+/// it that failed.
+fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::ErrorType {
+    use crate::dlq::ErrorType;
+    match last {
+        Some(o) if o.timed_out => ErrorType::Timeout,
+        Some(o) if o.code != Some(0) => ErrorType::CommandFailed {
+            exit_code: o.code.unwrap_or(-1),
+        },
+        _ if step.commit_required => ErrorType::CommitValidationFailed,
+        _ if step.validate.is_some() || step.step_validate.is_some() => ErrorType::ValidationFailed,
+        _ => ErrorType::Unknown,
+    }
+}
+
+/// A step as the DLQ names it: `shell: ...`, `claude: ...`.
+fn step_text(step: &PlanStep) -> String {
+    match &step.command {
+        PlanCommand::Shell(t) => format!("shell: {}", t.value),
+        PlanCommand::Claude(t) => format!("claude: {}", t.value),
+        PlanCommand::WriteFile(w) => format!("write_file: {}", w.path.value),
+        PlanCommand::Foreach { .. } => format!("foreach: {}", step.label),
+    }
+}
+
+/// The last N lines of a text.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// `shell.*` / `claude.*` after every command, for handlers and the next step.

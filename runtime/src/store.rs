@@ -40,6 +40,30 @@ impl Layout {
             .join(session)
     }
 
+    /// `state/{repo}/mapreduce/jobs/{job_id}/`.
+    pub fn job_dir(&self, job: &str) -> PathBuf {
+        self.home
+            .join("state")
+            .join(&self.repo)
+            .join("mapreduce")
+            .join("jobs")
+            .join(job)
+    }
+
+    /// Finds a MapReduce job's directory in any project; the project's name comes with it.
+    pub fn find_job(home: &Path, job: &str) -> Option<(PathBuf, String)> {
+        std::fs::read_dir(home.join("state"))
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|repo| {
+                (
+                    repo.path().join("mapreduce").join("jobs").join(job),
+                    repo.file_name().to_string_lossy().into_owned(),
+                )
+            })
+            .find(|(p, _)| p.join("checkpoint.json").is_file())
+    }
+
     /// Finds a session's checkpoint in any project.
     pub fn find_session(home: &Path, session: &str) -> Option<PathBuf> {
         let state = home.join("state");
@@ -195,8 +219,16 @@ pub struct SessionLock {
 impl SessionLock {
     /// Takes the lock of SESSION, or says which live process holds it.
     pub fn acquire(layout: &Layout, session: &str) -> Result<Self, String> {
-        let dir = layout.session_dir(session);
-        std::fs::create_dir_all(&dir)
+        Self::acquire_in(
+            &layout.session_dir(session),
+            &format!("session `{session}`"),
+        )
+    }
+
+    /// Takes the lock in DIR (a session's or a job's state directory); WHAT names it in the
+    /// message when a live process holds it.
+    pub fn acquire_in(dir: &Path, what: &str) -> Result<Self, String> {
+        std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
         let path = dir.join("lock");
         for _ in 0..2 {
@@ -210,9 +242,7 @@ impl SessionLock {
                         .ok()
                         .and_then(|t| t.trim().parse::<i32>().ok());
                     if let Some(pid) = holder.filter(|&pid| alive(pid)) {
-                        return Err(format!(
-                            "session `{session}` is already running in process {pid}"
-                        ));
+                        return Err(format!("{what} is already running in process {pid}"));
                     }
                     // The holder is gone: take the lock over.
                     let _ = std::fs::remove_file(&path);
@@ -248,13 +278,22 @@ pub fn hash(text: &str) -> String {
 /// A new session id: the time, the process and a counter, so runs started in the same
 /// second (in one process or several) differ.
 pub fn session_id() -> String {
+    new_id("session")
+}
+
+/// A new MapReduce job id, unique in the same way as [`session_id`].
+pub fn job_id() -> String {
+    new_id("mapreduce")
+}
+
+fn new_id(prefix: &str) -> String {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!(
-        "session-{}-{:05x}{:05x}{n}",
+        "{prefix}-{}-{:05x}{:05x}{n}",
         now.as_secs(),
         std::process::id() & 0xfffff,
         now.subsec_micros()

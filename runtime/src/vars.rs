@@ -13,6 +13,9 @@ use serde_json::Value;
 /// Capture metadata fields, read as `${NAME.exit_code}` and so on.
 const META: &[&str] = &["exit_code", "success", "stderr", "duration"];
 
+/// The largest derived value exported to a process, in bytes.
+const MAX_DERIVED: usize = 100_000;
+
 /// The variables of a run (or of one map item, or one `foreach` item).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Vars {
@@ -150,12 +153,18 @@ impl Vars {
         let mut out = Vec::new();
         // A derived name never replaces what the process inherited: `capture: path` must not
         // become `PATH`.
+        // Nor is a derived value exported past 100 kB: Linux refuses to start a process
+        // with one environment string over 128 kB, and `${map.results}` can be far larger
+        // (templates still read it).
         let mut derived = |name: String, value: &Value| {
             if !name.is_empty()
                 && std::env::var_os(&name).is_none()
                 && !RESERVED_ENV.contains(&name.as_str())
             {
-                out.push((name, prodigy_grammar::value::render(value)));
+                let text = prodigy_grammar::value::render(value);
+                if text.len() <= MAX_DERIVED {
+                    out.push((name, text));
+                }
             }
         };
         for (name, value) in &self.values {
@@ -301,6 +310,18 @@ mod tests {
         );
         assert!(env.contains(&("BUILD".to_owned(), "ok".to_owned())));
         assert!(env.contains(&("SHELL_OUTPUT".to_owned(), "x".to_owned())));
+    }
+
+    #[test]
+    fn huge_derived_values_stay_out_of_the_environment() {
+        let mut vars = Vars::default();
+        vars.set("map", json!({"total": 2, "results": ["x".repeat(200_000)]}));
+        let env = vars.environment();
+        assert!(env.iter().any(|(k, v)| k == "MAP_TOTAL" && v == "2"));
+        assert!(
+            !env.iter().any(|(k, _)| k == "MAP"),
+            "the whole map is too big"
+        );
     }
 
     #[test]

@@ -1,0 +1,327 @@
+//! A MapReduce job on disk (SPEC §9, seed `002`), under
+//! `state/{repo}/mapreduce/jobs/{job_id}/`:
+//!
+//! - `checkpoint.json`: the seed's fields (`job_id`, `workflow_file`, `phase`,
+//!   `items_processed`, `items_total`, `items_remaining`, `successful_items`,
+//!   `failed_items`, `started_at`, `last_checkpoint_at`) plus what resume needs; written
+//!   atomically at every phase change, periodically during the map phase, and at the end.
+//! - `items.json`: the items after the input pipeline, written once before the first agent.
+//! - `results.jsonl`: one line per item outcome, appended when the outcome is decided and
+//!   before anything acts on it. A killed process loses no line it wrote, so resume re-runs
+//!   only the items that were in flight; a torn last line (power loss) is ignored.
+//! - `lock`: held by the process running the job.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::store::write_atomic;
+
+/// Where the job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Running `setup`.
+    Setup,
+    /// Running agents.
+    Map,
+    /// Running `reduce`.
+    Reduce,
+    /// Finished (completed, failed or stopped).
+    Done,
+}
+
+/// How the job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// A process is running it (or was, until it was killed).
+    Running,
+    /// Every phase finished.
+    Completed,
+    /// A setup or reduce step failed it.
+    Failed,
+    /// The error policy stopped it; pending items stay pending.
+    Stopped,
+    /// A signal stopped it.
+    Interrupted,
+}
+
+/// `checkpoint.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobCheckpoint {
+    /// Format version.
+    pub version: u32,
+    /// The job.
+    pub job_id: String,
+    /// The workflow file (absolute).
+    pub workflow_file: PathBuf,
+    /// The project directory (absolute).
+    pub project: PathBuf,
+    /// A hash of the workflow text: resuming a changed workflow is refused.
+    pub workflow_hash: String,
+    /// The phase to continue in.
+    pub phase: Phase,
+    /// How the job stands.
+    pub status: Status,
+    /// Items with an outcome.
+    pub items_processed: u64,
+    /// Items after the input pipeline.
+    pub items_total: u64,
+    /// Ids of the items without an outcome.
+    pub items_remaining: Vec<String>,
+    /// Items that succeeded.
+    pub successful_items: u64,
+    /// Items that failed.
+    pub failed_items: u64,
+    /// Items skipped by `on_item_failure: skip`.
+    pub skipped_items: u64,
+    /// When the job started.
+    pub started_at: String,
+    /// When this checkpoint was written.
+    pub last_checkpoint_at: String,
+    /// The next `reduce` step, in the reduce phase.
+    pub reduce_next_step: usize,
+    /// Variables after setup (and during reduce, after each step), secrets masked.
+    pub variables: Value,
+    /// `--param` values.
+    pub params: Vec<(String, String)>,
+    /// `--args` values.
+    pub args: Vec<String>,
+    /// `--profile`.
+    pub profile: Option<String>,
+    /// The parallelism the job runs with.
+    pub max_parallel: usize,
+    /// Why the error policy stopped the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// The error metrics (seed `000`) once the map phase is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_metrics: Option<Value>,
+}
+
+/// How an item ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    /// Its agent succeeded.
+    Succeeded,
+    /// It failed for good.
+    Failed,
+    /// It failed and was skipped by policy.
+    Skipped,
+}
+
+/// One item's outcome: a line of `results.jsonl` and an entry of `${map.results}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemRecord {
+    /// `item_<index>`.
+    pub item_id: String,
+    /// Its place in `items.json`.
+    pub index: usize,
+    /// How it ended.
+    pub status: ItemStatus,
+    /// Runs of its agent (1 unless `on_item_failure: retry`).
+    pub attempts: u32,
+    /// The stdout of the agent's last command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// What went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The DLQ error type of the failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    /// How long the last run took.
+    pub duration_secs: f64,
+    /// Whether the item went to the DLQ.
+    #[serde(default)]
+    pub dead_lettered: bool,
+}
+
+/// A problem with the job's files.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum JobStoreError {
+    /// A file could not be read or written.
+    #[error("job state `{path}`: {source}")]
+    #[diagnostic(code(prodigy::job::io))]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file is not what prodigy wrote.
+    #[error("job state `{path}` is damaged: {source}")]
+    #[diagnostic(code(prodigy::job::damaged))]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+/// The files of one job.
+#[derive(Debug)]
+pub struct JobFiles {
+    dir: PathBuf,
+    journal: Option<File>,
+}
+
+impl JobFiles {
+    /// The job's directory (created on the first write).
+    pub fn new(dir: PathBuf) -> Self {
+        JobFiles { dir, journal: None }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> JobStoreError + '_ {
+        move |source| JobStoreError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    fn write_json(path: &Path, value: &impl Serialize) -> Result<(), JobStoreError> {
+        let bytes = serde_json::to_vec_pretty(value).map_err(|source| JobStoreError::Damaged {
+            path: path.to_owned(),
+            source,
+        })?;
+        write_atomic(path, &bytes).map_err(Self::io(path))
+    }
+
+    fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, JobStoreError> {
+        let bytes = std::fs::read(path).map_err(Self::io(path))?;
+        serde_json::from_slice(&bytes).map_err(|source| JobStoreError::Damaged {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Writes `checkpoint.json` atomically; makes the journal durable first, so the
+    /// checkpoint never counts an outcome the journal could lose.
+    pub fn save_checkpoint(&mut self, checkpoint: &JobCheckpoint) -> Result<(), JobStoreError> {
+        if let Some(journal) = &self.journal {
+            let path = self.dir.join("results.jsonl");
+            journal.sync_data().map_err(Self::io(&path))?;
+        }
+        Self::write_json(&self.dir.join("checkpoint.json"), checkpoint)
+    }
+
+    /// Reads `checkpoint.json`.
+    pub fn load_checkpoint(&self) -> Result<JobCheckpoint, JobStoreError> {
+        Self::read_json(&self.dir.join("checkpoint.json"))
+    }
+
+    /// Writes `items.json`.
+    pub fn save_items(&self, items: &[Value]) -> Result<(), JobStoreError> {
+        let path = self.dir.join("items.json");
+        let bytes = serde_json::to_vec(items).map_err(|source| JobStoreError::Damaged {
+            path: path.clone(),
+            source,
+        })?;
+        write_atomic(&path, &bytes).map_err(Self::io(&path))
+    }
+
+    /// Reads `items.json`.
+    pub fn load_items(&self) -> Result<Vec<Value>, JobStoreError> {
+        Self::read_json(&self.dir.join("items.json"))
+    }
+
+    /// Appends an outcome to `results.jsonl` with one write.
+    pub fn append(&mut self, record: &ItemRecord) -> Result<(), JobStoreError> {
+        let path = self.dir.join("results.jsonl");
+        if self.journal.is_none() {
+            std::fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
+            self.journal = Some(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(Self::io(&path))?,
+            );
+        }
+        let mut line = serde_json::to_vec(record).map_err(|source| JobStoreError::Damaged {
+            path: path.clone(),
+            source,
+        })?;
+        line.push(b'\n');
+        match self.journal.as_mut() {
+            Some(file) => file.write_all(&line).map_err(Self::io(&path)),
+            None => Ok(()),
+        }
+    }
+
+    /// Every outcome in `results.jsonl`, the last one per item winning; a torn last line is
+    /// skipped.
+    pub fn load_results(&self) -> Result<Vec<ItemRecord>, JobStoreError> {
+        let path = self.dir.join("results.jsonl");
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(JobStoreError::Io { path, source }),
+        };
+        let mut by_index = std::collections::BTreeMap::new();
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            if let Ok(record) = serde_json::from_slice::<ItemRecord>(line) {
+                by_index.insert(record.index, record);
+            }
+        }
+        Ok(by_index.into_values().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(index: usize, status: ItemStatus) -> ItemRecord {
+        ItemRecord {
+            item_id: format!("item_{index}"),
+            index,
+            status,
+            attempts: 1,
+            output: None,
+            error: None,
+            error_type: None,
+            duration_secs: 0.0,
+            dead_lettered: false,
+        }
+    }
+
+    #[test]
+    fn outcomes_survive_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = JobFiles::new(dir.path().join("job"));
+        files.append(&record(0, ItemStatus::Succeeded)).unwrap();
+        files.append(&record(2, ItemStatus::Failed)).unwrap();
+        drop(files);
+        let journal = dir.path().join("job/results.jsonl");
+        let mut text = std::fs::read_to_string(&journal).unwrap();
+        text.push_str("{\"item_id\": \"item_1\", \"ind");
+        std::fs::write(&journal, text).unwrap();
+        let files = JobFiles::new(dir.path().join("job"));
+        let results = files.load_results().unwrap();
+        assert_eq!(
+            results.iter().map(|r| r.index).collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+    }
+
+    #[test]
+    fn items_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = JobFiles::new(dir.path().join("job"));
+        let items = vec![serde_json::json!({"id": 1}), serde_json::json!("two")];
+        files.save_items(&items).unwrap();
+        assert_eq!(files.load_items().unwrap(), items);
+    }
+}

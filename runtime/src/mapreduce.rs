@@ -1,0 +1,1728 @@
+//! The MapReduce driver (SPEC §8): `setup` and its `capture_outputs`, the input pipeline,
+//! one agent per item through the same step machines as a standard run, under the error
+//! policy ([`crate::job`]) and the circuit breaker ([`crate::breaker`]), the DLQ, `reduce`
+//! with `${map.*}`, and the job's files ([`crate::jobstore`]) for `resume-job`.
+//!
+//! Order of effects for an item: its outcome is appended to `results.jsonl` first, then the
+//! DLQ is written. A kill between the two is repaired when the job resumes.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures::future::LocalBoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt as _};
+use prodigy_compiler::ast::{
+    self, CaptureSource, MaxParallel, Multiline, SetupCapture, TimeoutAction, TimeoutPolicy,
+};
+use prodigy_compiler::plan::{Plan, PlanCommand, StepId};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::breaker::{Breaker, BreakerAction, BreakerConfig, BreakerEvent, BreakerState};
+use crate::dlq::{Dlq, ErrorType, FailureDetail};
+use crate::exec::{self, Command};
+use crate::job::{Counts, ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
+use crate::jobstore::{ItemRecord, ItemStatus, JobCheckpoint, JobFiles, Phase, Status};
+use crate::machine::Outcome;
+use crate::progress::{Progress, Tally};
+use crate::runner::{AGENT, AgentScope, Runner, StepFailure};
+use crate::vars::Vars;
+
+/// How to run a job, beyond the workflow.
+#[derive(Clone, Debug, Default)]
+pub struct JobOptions {
+    /// `--max-parallel`, over the workflow's `max_parallel`.
+    pub max_parallel: Option<usize>,
+    /// `--cancel-running`: when the error policy stops the job, cancel the running agents
+    /// (their items stay pending) instead of letting them finish.
+    pub cancel_running: bool,
+}
+
+/// How a job ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobOutcome {
+    /// Every phase finished.
+    Completed,
+    /// A setup or reduce step failed, or the input could not be read.
+    Failed {
+        /// `setup`, `map` or `reduce`.
+        phase: &'static str,
+        /// What failed.
+        what: String,
+    },
+    /// The error policy stopped the map phase.
+    Stopped(String),
+    /// A signal stopped it.
+    Interrupted,
+}
+
+/// What a job reports.
+#[derive(Clone, Debug)]
+pub struct JobReport {
+    /// The job.
+    pub job_id: String,
+    /// How it ended.
+    pub outcome: JobOutcome,
+    /// Error metrics of the map phase.
+    pub metrics: ErrorMetrics,
+    /// Items in the DLQ.
+    pub dlq_count: u64,
+    /// Items without an outcome.
+    pub pending: u64,
+    /// The event log.
+    pub events: PathBuf,
+}
+
+/// Error metrics (seed `000`): printed at the end of the job and stored with it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ErrorMetrics {
+    /// Items after the input pipeline.
+    pub total_items: u64,
+    /// Items that succeeded.
+    pub successful: u64,
+    /// Items that failed.
+    pub failed: u64,
+    /// Items skipped by policy.
+    pub skipped: u64,
+    /// Failed over finished items (0.0 to 1.0).
+    pub failure_rate: f64,
+    /// Failures by error type.
+    pub error_types: BTreeMap<String, u64>,
+    /// Error types seen 3 or more times, with what to do about them.
+    pub failure_patterns: Vec<FailurePattern>,
+}
+
+/// A recurring failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailurePattern {
+    /// The error type.
+    pub pattern: String,
+    /// How often it occurred.
+    pub frequency: u64,
+    /// What to do.
+    pub suggestion: String,
+}
+
+/// Error metrics from the item outcomes (seed `000`: a pattern is an error type seen 3 or
+/// more times; timeouts, network and permission errors get their own suggestion).
+pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
+    let mut metrics = ErrorMetrics {
+        total_items: total,
+        ..ErrorMetrics::default()
+    };
+    let mut messages: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for record in records {
+        match record.status {
+            ItemStatus::Succeeded => metrics.successful += 1,
+            ItemStatus::Failed => metrics.failed += 1,
+            ItemStatus::Skipped => metrics.skipped += 1,
+        }
+        if record.status != ItemStatus::Succeeded {
+            let kind = record
+                .error_type
+                .clone()
+                .unwrap_or_else(|| "Unknown".into());
+            *metrics.error_types.entry(kind.clone()).or_default() += 1;
+            messages
+                .entry(kind)
+                .or_default()
+                .push(record.error.as_deref().unwrap_or(""));
+        }
+    }
+    let finished = metrics.successful + metrics.failed + metrics.skipped;
+    if finished > 0 {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "item counts stay far below 2^52"
+        )]
+        let rate = metrics.failed as f64 / finished as f64;
+        metrics.failure_rate = rate;
+    }
+    for (kind, count) in &metrics.error_types {
+        if *count < 3 {
+            continue;
+        }
+        let text = messages
+            .get(kind)
+            .map(|m| m.join("\n").to_lowercase())
+            .unwrap_or_default();
+        let suggestion = if kind == "Timeout" {
+            "Consider increasing agent_timeout_secs in timeout_config"
+        } else if text.contains("network") || text.contains("connection") {
+            "Check network connectivity and retry settings"
+        } else if text.contains("permission") || text.contains("access denied") {
+            "Verify file permissions and access rights"
+        } else {
+            "Review error logs for more details."
+        };
+        metrics.failure_patterns.push(FailurePattern {
+            pattern: kind.clone(),
+            frequency: *count,
+            suggestion: suggestion.to_owned(),
+        });
+    }
+    metrics
+}
+
+/// `item_<index>`, as upstream names items.
+pub fn item_id(index: usize) -> String {
+    format!("item_{index}")
+}
+
+fn agent_id(index: usize) -> String {
+    format!("agent-{index}")
+}
+
+/// The index in an `item_<index>` id.
+pub fn item_index(id: &str) -> Option<usize> {
+    id.strip_prefix("item_")?.parse().ok()
+}
+
+/// The item variables of SPEC §5.
+fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
+    vars.set("item", item.clone());
+    vars.set("item_index", json!(index));
+    vars.set("item_total", json!(total));
+    vars.set("item_id", Value::String(item_id(index)));
+    vars.set("item_json", Value::String(item.to_string()));
+}
+
+/// What an agent runs: its steps, its timeouts and how it is stopped.
+pub(crate) struct AgentSpec {
+    steps: Vec<StepId>,
+    timeout: Option<Duration>,
+    timeouts: Rc<HashMap<StepId, Duration>>,
+    grace: Option<Duration>,
+    cancel_running: bool,
+    total: usize,
+}
+
+impl AgentSpec {
+    fn new(plan: &Plan, cancel_running: bool, total: usize) -> Self {
+        let Some(map) = &plan.map else {
+            return AgentSpec {
+                steps: Vec::new(),
+                timeout: None,
+                timeouts: Rc::default(),
+                grace: None,
+                cancel_running,
+                total,
+            };
+        };
+        let config = map.timeout_config.as_ref();
+        // `per_command` leaves the agent without an overall timeout; named command timeouts
+        // apply under every policy.
+        let timeout = match config.map(|c| c.policy) {
+            Some(TimeoutPolicy::PerCommand) => None,
+            Some(TimeoutPolicy::PerAgent | TimeoutPolicy::Hybrid) | None => map.agent_timeout,
+        };
+        let mut timeouts = HashMap::new();
+        for (key, duration) in config.map_or(&[][..], |c| c.command_timeouts.as_slice()) {
+            for (index, id) in map.steps.iter().enumerate() {
+                let Some(step) = plan.step(*id) else { continue };
+                let names = [
+                    Some(index.to_string()),
+                    step.step_id.clone(),
+                    Some(step.label.clone()),
+                ];
+                if names.iter().flatten().any(|n| n == &key.value) {
+                    timeouts.insert(*id, *duration);
+                }
+            }
+        }
+        AgentSpec {
+            steps: map.steps.clone(),
+            timeout,
+            timeouts: Rc::new(timeouts),
+            grace: config.map(|c| c.cleanup_grace_period),
+            cancel_running,
+            total,
+        }
+    }
+}
+
+/// How an agent's run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunEnd {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+/// An agent's run.
+#[derive(Clone, Debug)]
+struct AgentRun {
+    end: RunEnd,
+    output: Option<String>,
+    failure: Option<StepFailure>,
+    duration: Duration,
+}
+
+impl AgentRun {
+    fn rejected() -> Self {
+        AgentRun {
+            end: RunEnd::Failed,
+            output: None,
+            failure: Some(StepFailure {
+                step: "circuit breaker".into(),
+                message: "the circuit breaker is open: the agent was not started".into(),
+                error_type: ErrorType::CircuitOpen,
+            }),
+            duration: Duration::ZERO,
+        }
+    }
+
+    fn error_type(&self) -> ErrorType {
+        match (self.end, &self.failure) {
+            (RunEnd::TimedOut, _) => ErrorType::Timeout,
+            (_, Some(f)) => f.error_type.clone(),
+            (_, None) => ErrorType::Unknown,
+        }
+    }
+
+    fn message(&self, timeout: Option<Duration>) -> String {
+        match (self.end, &self.failure) {
+            (RunEnd::TimedOut, _) => format!(
+                "agent timed out after {}",
+                humantime::format_duration(timeout.unwrap_or_default())
+            ),
+            (_, Some(f)) if f.message.is_empty() => format!("`{}` failed", f.step),
+            (_, Some(f)) => f.message.clone(),
+            (_, None) => "the agent failed".into(),
+        }
+    }
+}
+
+/// Why a guarded future was stopped early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopped {
+    TimedOut,
+    Cancelled,
+}
+
+/// Runs BODY with SCOPE as the agent scope; on TIMEOUT, on the run's signal, or when HALT
+/// is set (if given), sets the scope's cancel signal (its processes get SIGTERM, then
+/// SIGKILL after the grace period) and waits for BODY to wind down.
+async fn guarded<F: std::future::Future>(
+    runner: &Runner,
+    scope: Rc<AgentScope>,
+    stop: watch::Sender<bool>,
+    body: F,
+    timeout: Option<Duration>,
+    halt: Option<watch::Receiver<bool>>,
+) -> (F::Output, Option<Stopped>) {
+    let body = AGENT.scope(scope, body);
+    let mut body = std::pin::pin!(body);
+    let deadline = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut deadline = std::pin::pin!(deadline);
+    let mut signal = runner.cancel.clone();
+    let (mut halt, halting) = match halt {
+        Some(rx) => (rx, true),
+        None => (watch::channel(false).1, false),
+    };
+    let mut why = None;
+    loop {
+        tokio::select! {
+            out = &mut body => return (out, why),
+            () = &mut deadline, if why.is_none() => {
+                why = Some(Stopped::TimedOut);
+                let _ = stop.send(true);
+            }
+            () = exec::cancelled(&mut signal), if why.is_none() => {
+                why = Some(Stopped::Cancelled);
+                let _ = stop.send(true);
+            }
+            () = exec::cancelled(&mut halt), if why.is_none() && halting => {
+                why = Some(Stopped::Cancelled);
+                let _ = stop.send(true);
+            }
+        }
+    }
+}
+
+fn scope_for(
+    index: Option<usize>,
+    spec: Option<&AgentSpec>,
+) -> (Rc<AgentScope>, watch::Sender<bool>) {
+    let (tx, rx) = watch::channel(false);
+    let scope = AgentScope {
+        agent_id: index.map(agent_id).unwrap_or_default(),
+        item_id: index.map(item_id).unwrap_or_default(),
+        quiet: index.is_some(),
+        cancel: rx,
+        timeouts: spec.map(|s| s.timeouts.clone()).unwrap_or_default(),
+        grace: spec.and_then(|s| s.grace),
+        failure: RefCell::new(None),
+    };
+    (Rc::new(scope), tx)
+}
+
+/// Runs one agent for ITEM.
+async fn run_agent(
+    runner: &Runner,
+    spec: &AgentSpec,
+    base: &Vars,
+    item: &Value,
+    index: usize,
+    attempt: u32,
+    halt: watch::Receiver<bool>,
+) -> AgentRun {
+    let mut vars = base.clone();
+    item_vars(&mut vars, item, index, spec.total);
+    let (scope, stop) = scope_for(Some(index), Some(spec));
+    runner.record(
+        "agent_started",
+        json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt}),
+    );
+    let started = Instant::now();
+    let (outcome, why) = guarded(
+        runner,
+        scope.clone(),
+        stop,
+        runner.run_list(&spec.steps, &mut vars),
+        spec.timeout,
+        spec.cancel_running.then_some(halt),
+    )
+    .await;
+    let end = match (why, outcome) {
+        (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
+        (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
+        (None, o) if o.continues() => RunEnd::Succeeded,
+        (None, _) => RunEnd::Failed,
+    };
+    let failure = scope.failure.borrow().clone();
+    AgentRun {
+        end,
+        output: vars.last_output.take(),
+        failure,
+        duration: started.elapsed(),
+    }
+}
+
+/// Runs the `custom:` handler for a failed item with `${item}` and `${error.*}` set.
+async fn run_item_handler(
+    runner: &Runner,
+    steps: &[StepId],
+    base: &Vars,
+    item: &Value,
+    index: usize,
+    total: usize,
+    error: Value,
+) -> bool {
+    let mut vars = base.clone();
+    item_vars(&mut vars, item, index, total);
+    vars.set("error", error);
+    let (scope, stop) = scope_for(Some(index), None);
+    let (outcome, why) = guarded(
+        runner,
+        scope,
+        stop,
+        runner.run_list(steps, &mut vars),
+        None,
+        None,
+    )
+    .await;
+    why.is_none() && outcome.continues()
+}
+
+/// What finished in the map loop.
+enum Done {
+    Agent {
+        index: usize,
+        attempt: u32,
+        run: AgentRun,
+    },
+    RetryDue {
+        index: usize,
+        attempt: u32,
+    },
+    Handled {
+        index: usize,
+        attempt: u32,
+        run: AgentRun,
+        ok: bool,
+    },
+}
+
+/// How the map phase ended.
+enum MapEnd {
+    Finished,
+    Stopped(String),
+    Interrupted,
+}
+
+/// Describes why the error policy stopped the job.
+fn describe(reason: &StopReason) -> String {
+    match reason {
+        StopReason::ItemFailureStop => "an item failed under `on_item_failure: stop`".into(),
+        StopReason::NoContinueOnFailure => {
+            "an item failed and `continue_on_failure` is false".into()
+        }
+        StopReason::MaxFailures(n) => format!("more than `max_failures` ({n}) items failed"),
+        StopReason::AgentTimeout => "an agent timed out under `timeout_action: fail`".into(),
+        StopReason::FailureRate { rate, threshold } => format!(
+            "the failure rate {:.0}% went above `failure_threshold` ({:.0}%)",
+            rate * 100.0,
+            threshold * 100.0
+        ),
+    }
+}
+
+fn breaker_name(state: BreakerState) -> &'static str {
+    match state {
+        BreakerState::Closed { .. } => "closed",
+        BreakerState::Open { .. } => "open",
+        BreakerState::HalfOpen { .. } => "half-open",
+    }
+}
+
+/// One run (or resumption) of a MapReduce job.
+pub struct MapJob<'a> {
+    runner: &'a Runner,
+    plan: &'a Plan,
+    files: JobFiles,
+    dlq: Dlq,
+    cp: JobCheckpoint,
+    opts: JobOptions,
+    /// The checkpoint's status when this process took the job over.
+    resumed_from: Option<Status>,
+}
+
+impl<'a> MapJob<'a> {
+    /// A job whose state is CHECKPOINT (a new one, or one loaded for `resume-job`).
+    pub fn new(
+        runner: &'a Runner,
+        files: JobFiles,
+        checkpoint: JobCheckpoint,
+        opts: JobOptions,
+        resumed: bool,
+    ) -> Self {
+        let dlq = Dlq::new(&runner.opts.layout, &checkpoint.job_id);
+        MapJob {
+            runner,
+            plan: &runner.plan,
+            files,
+            dlq,
+            resumed_from: resumed.then_some(checkpoint.status),
+            cp: checkpoint,
+            opts,
+        }
+    }
+
+    fn say(&self, text: &str) {
+        self.runner.say(text);
+    }
+
+    fn save(&mut self, vars: Option<&Vars>) {
+        if let Some(vars) = vars {
+            let mut values = vars.values.clone();
+            // Recomputed from the results on resume.
+            values.remove("map");
+            self.cp.variables = self
+                .runner
+                .mask_json(json!({"values": values, "meta": vars.meta}));
+        }
+        self.cp.last_checkpoint_at = crate::store::timestamp();
+        match self.files.save_checkpoint(&self.cp) {
+            Ok(()) => self.runner.record(
+                "checkpoint_saved",
+                json!({"phase": self.cp.phase, "status": self.cp.status, "items_processed": self.cp.items_processed}),
+            ),
+            Err(e) => self.say(&format!("warning: cannot write the job checkpoint: {e}")),
+        }
+    }
+
+    /// Runs the job from its checkpoint's phase to the end.
+    pub async fn run(mut self, mut vars: Vars) -> JobReport {
+        let event = if self.resumed_from.is_some() {
+            "job_resumed"
+        } else {
+            "job_started"
+        };
+        self.runner.record(
+            event,
+            json!({"workflow": self.plan.name, "phase": self.cp.phase, "job_dir": self.files.dir()}),
+        );
+        vars.merge(
+            "workflow",
+            fields(json!({"name": self.plan.name, "id": self.cp.job_id})),
+        );
+        self.cp.status = Status::Running;
+        let outcome = self.phases(&mut vars).await;
+        self.finish(outcome)
+    }
+
+    async fn phases(&mut self, vars: &mut Vars) -> JobOutcome {
+        if self.cp.phase == Phase::Setup {
+            self.save(Some(vars));
+            if let Err(outcome) = self.setup(vars).await {
+                return outcome;
+            }
+            let items = match self.load_items(vars).await {
+                Ok(items) => items,
+                Err(why) => {
+                    self.say(&format!("error: {why}"));
+                    return JobOutcome::Failed {
+                        phase: "map",
+                        what: why,
+                    };
+                }
+            };
+            if let Err(e) = self.files.save_items(&items) {
+                self.say(&format!("error: {e}"));
+                return JobOutcome::Failed {
+                    phase: "map",
+                    what: e.to_string(),
+                };
+            }
+            self.cp.items_total = items.len() as u64;
+            self.cp.items_remaining = (0..items.len()).map(item_id).collect();
+            self.cp.phase = Phase::Map;
+            self.save(Some(vars));
+        }
+        if self.cp.phase == Phase::Map {
+            match self.map(vars).await {
+                Ok(MapEnd::Finished) => {}
+                Ok(MapEnd::Stopped(reason)) => return JobOutcome::Stopped(reason),
+                Ok(MapEnd::Interrupted) => return JobOutcome::Interrupted,
+                Err(why) => {
+                    self.say(&format!("error: {why}"));
+                    return JobOutcome::Failed {
+                        phase: "map",
+                        what: why,
+                    };
+                }
+            }
+            self.cp.phase = Phase::Reduce;
+            self.cp.reduce_next_step = 0;
+            self.save(Some(vars));
+        }
+        if self.cp.phase == Phase::Reduce {
+            return self.reduce(vars).await;
+        }
+        JobOutcome::Completed
+    }
+
+    fn finish(mut self, outcome: JobOutcome) -> JobReport {
+        let records = self.files.load_results().unwrap_or_default();
+        let metrics = error_metrics(&records, self.cp.items_total);
+        self.cp.status = match &outcome {
+            JobOutcome::Completed => Status::Completed,
+            JobOutcome::Failed { .. } => Status::Failed,
+            JobOutcome::Stopped(_) => Status::Stopped,
+            JobOutcome::Interrupted => Status::Interrupted,
+        };
+        if outcome == JobOutcome::Completed {
+            self.cp.phase = Phase::Done;
+        }
+        if let JobOutcome::Stopped(reason) = &outcome {
+            self.cp.stop_reason = Some(reason.clone());
+        }
+        self.cp.error_metrics = serde_json::to_value(&metrics).ok();
+        self.save(None);
+        let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
+        self.runner.record(
+            "job_finished",
+            json!({"status": self.cp.status, "metrics": metrics, "dlq_count": dlq_count, "duration_secs": self.runner.started.elapsed().as_secs_f64()}),
+        );
+        JobReport {
+            job_id: self.cp.job_id.clone(),
+            outcome,
+            metrics,
+            dlq_count,
+            pending: self.cp.items_remaining.len() as u64,
+            events: self.runner.events_path(),
+        }
+    }
+
+    /// `setup`: its steps in order under the phase `timeout`, then `capture_outputs`.
+    async fn setup(&mut self, vars: &mut Vars) -> Result<(), JobOutcome> {
+        let Some(setup) = &self.plan.setup else {
+            return Ok(());
+        };
+        self.runner
+            .record("setup_started", json!({"steps": setup.steps.len()}));
+        let total = setup.steps.len();
+        let runner = self.runner;
+        let plan = self.plan;
+        let body = async {
+            let mut outputs = Vec::new();
+            for (index, &id) in setup.steps.iter().enumerate() {
+                let label = plan.step(id).map(|s| s.label.clone()).unwrap_or_default();
+                runner.say(&format!("[setup {}/{total}] {label}", index + 1));
+                vars.last_output = None;
+                let outcome = runner.run_step(id, vars, Some(index)).await;
+                outputs.push(last_command(plan, id, vars));
+                if !outcome.continues() {
+                    return (outcome, Some(label), outputs);
+                }
+            }
+            (Outcome::Succeeded, None, outputs)
+        };
+        let (scope, stop) = scope_for(None, None);
+        let ((outcome, failed, outputs), why) =
+            guarded(runner, scope, stop, body, setup.timeout, None).await;
+        match (why, outcome) {
+            (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => {
+                return Err(JobOutcome::Interrupted);
+            }
+            (Some(Stopped::TimedOut), _) => {
+                let what = format!(
+                    "setup timed out after {}",
+                    humantime::format_duration(setup.timeout.unwrap_or_default())
+                );
+                self.say(&format!("error: {what}"));
+                return Err(JobOutcome::Failed {
+                    phase: "setup",
+                    what,
+                });
+            }
+            (None, o) if !o.continues() => {
+                return Err(JobOutcome::Failed {
+                    phase: "setup",
+                    what: format!("step `{}` failed", failed.unwrap_or_default()),
+                });
+            }
+            (None, _) => {}
+        }
+        for capture in &setup.capture_outputs {
+            let index = usize::try_from(capture.command_index.value).unwrap_or(usize::MAX);
+            let value = match outputs.get(index) {
+                Some(Some(out)) => setup_value(capture, out),
+                _ => Err(format!(
+                    "capture `{}`: setup step {index} produced no output",
+                    capture.name.value
+                )),
+            };
+            match value {
+                Ok(value) => {
+                    self.runner.record(
+                        "variable_captured",
+                        json!({"name": capture.name.value, "phase": "setup"}),
+                    );
+                    vars.set(capture.name.value.clone(), value);
+                }
+                Err(why) => {
+                    self.say(&format!("error: {why}"));
+                    return Err(JobOutcome::Failed {
+                        phase: "setup",
+                        what: why,
+                    });
+                }
+            }
+        }
+        self.runner.record("setup_finished", json!({}));
+        Ok(())
+    }
+
+    /// The items: `map.input` as a file under the project (JSON, or one item per line), else
+    /// as a shell command whose stdout is the input; then the pipeline of SPEC §7.
+    async fn load_items(&self, vars: &Vars) -> Result<Vec<Value>, String> {
+        let Some(map) = &self.plan.map else {
+            return Ok(Vec::new());
+        };
+        let input = map
+            .input
+            .parsed
+            .render(vars)
+            .map_err(|e| format!("`map.input`: {e}"))?;
+        let project = &self.runner.opts.project;
+        let path = project.join(input.trim());
+        let text = if path.is_file() {
+            std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?
+        } else if !input.trim().contains(char::is_whitespace)
+            && [".json", ".jsonl", ".txt"]
+                .iter()
+                .any(|ext| input.trim().ends_with(ext))
+        {
+            return Err(format!(
+                "the map input file `{}` does not exist",
+                path.display()
+            ));
+        } else {
+            let (program, args) = exec::shell(&input);
+            let command = Command {
+                program,
+                args,
+                cwd: project.clone(),
+                env: vars.environment(),
+                clear_env: false,
+                timeout: Some(Duration::from_mins(5)),
+                grace: self.runner.opts.grace,
+            };
+            let out = exec::run(&command, &mut self.runner.cancel.clone()).await;
+            if out.code != Some(0) {
+                return Err(format!(
+                    "the map input command `{input}` failed: {}",
+                    out.stderr.trim()
+                ));
+            }
+            out.stdout
+        };
+        let document = serde_json::from_str(&text)
+            .unwrap_or_else(|_| prodigy_grammar::pipeline::input_from_output(&text));
+        let (items, counts) = map.pipeline().apply(document);
+        self.runner.record(
+            "input_loaded",
+            json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept}),
+        );
+        self.say(&format!(
+            "map: {} items ({} selected, {} after filter, {} after distinct)",
+            counts.kept, counts.selected, counts.filtered, counts.distinct
+        ));
+        Ok(items)
+    }
+
+    fn max_parallel(&self, vars: &Vars) -> Result<usize, String> {
+        if let Some(n) = self.opts.max_parallel {
+            return Ok(n.max(1));
+        }
+        let Some(map) = &self.plan.map else {
+            return Ok(1);
+        };
+        match &map.max_parallel {
+            MaxParallel::Fixed(n) => Ok(usize::try_from(n.value).unwrap_or(usize::MAX).max(1)),
+            MaxParallel::Variable(t) => {
+                let text = t
+                    .parsed
+                    .render(vars)
+                    .map_err(|e| format!("`max_parallel`: {e}"))?;
+                match text.trim().parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(format!(
+                        "`max_parallel` is `{}`, which is `{text}`: not a positive number",
+                        t.value
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Puts back DLQ entries that a kill lost between the outcome and the DLQ write.
+    fn repair_dlq(&self, records: &[ItemRecord], items: &[Value]) {
+        if self.resumed_from != Some(Status::Running) {
+            return;
+        }
+        for record in records.iter().filter(|r| r.dead_lettered) {
+            if matches!(self.dlq.get(&record.item_id), Ok(None)) {
+                let item = items.get(record.index).cloned().unwrap_or(Value::Null);
+                let failure = failure_detail(
+                    record.error_type.as_deref(),
+                    record.error.as_deref().unwrap_or_default(),
+                    record.index,
+                    record.duration_secs,
+                );
+                if self
+                    .dlq
+                    .record_failure(&record.item_id, &item, failure, None)
+                    .is_ok()
+                {
+                    self.runner.record(
+                        "dlq_item_added",
+                        json!({"item_id": record.item_id, "repaired": true}),
+                    );
+                }
+            }
+        }
+    }
+
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the scheduling loop reads best in one place"
+    )]
+    async fn map(&mut self, vars: &Vars) -> Result<MapEnd, String> {
+        let runner = self.runner;
+        let plan = self.plan;
+        let Some(map) = &plan.map else {
+            return Ok(MapEnd::Finished);
+        };
+        let items = self.files.load_items().map_err(|e| e.to_string())?;
+        let previous = self.files.load_results().map_err(|e| e.to_string())?;
+        self.repair_dlq(&previous, &items);
+        let total = items.len();
+        let mut records: Vec<Option<ItemRecord>> = vec![None; total];
+        let mut counts = Counts::default();
+        for record in previous {
+            if let Some(slot) = records.get_mut(record.index) {
+                match record.status {
+                    ItemStatus::Succeeded => counts.succeeded += 1,
+                    ItemStatus::Failed => counts.failed += 1,
+                    ItemStatus::Skipped => counts.skipped += 1,
+                }
+                *slot = Some(record);
+            }
+        }
+        let max_parallel = self.max_parallel(vars)?;
+        self.cp.max_parallel = max_parallel;
+        let policy = JobPolicy::from_ast(plan.error_policy.as_ref());
+        let collection = plan
+            .error_policy
+            .as_ref()
+            .and_then(|p| p.error_collection.as_ref())
+            .map_or(ast::ErrorCollection::Aggregate, |c| c.value);
+        let mut job = Job::resumed(policy, counts);
+        let mut breaker = plan
+            .error_policy
+            .as_ref()
+            .and_then(|p| p.circuit_breaker.as_ref())
+            .map(|c| Breaker::new(BreakerConfig::from_ast(c)));
+        let handlers: HashMap<&str, &[StepId]> = plan
+            .handlers
+            .iter()
+            .map(|(name, steps)| (name.as_str(), steps.as_slice()))
+            .collect();
+        let timeout_action = map
+            .timeout_config
+            .as_ref()
+            .map_or(TimeoutAction::Dlq, |c| c.action);
+        let spec = AgentSpec::new(plan, self.opts.cancel_running, total);
+        let mut pending: VecDeque<(usize, u32)> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_none())
+            .map(|(i, _)| (i, 1))
+            .collect();
+        self.runner.record(
+            "map_started",
+            json!({"items": total, "pending": pending.len(), "max_parallel": max_parallel}),
+        );
+        self.say(&format!(
+            "map: {} of {total} items to run, {max_parallel} at a time",
+            pending.len()
+        ));
+        let (halt_tx, halt_rx) = watch::channel(false);
+        let mut running: FuturesUnordered<LocalBoxFuture<'_, Done>> = FuturesUnordered::new();
+        let mut agents = 0usize;
+        let mut dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
+        let mut batch: Vec<String> = Vec::new();
+        let mut progress = Progress::start(total as u64, counts.finished());
+        let mut last_save = Instant::now();
+        let mut stop_announced = false;
+        loop {
+            // Start agents while slots, items and the policy allow.
+            while job.admits() && !runner.cancelled() && agents < max_parallel {
+                let Some((index, attempt)) = pending.pop_front() else {
+                    break;
+                };
+                let Some(item) = items.get(index) else {
+                    continue;
+                };
+                if let Some(b) = breaker.as_mut() {
+                    let before = b.state();
+                    let action = b.on_event(BreakerEvent::Admit, runner.started.elapsed());
+                    if matches!(before, BreakerState::Open { .. })
+                        && matches!(b.state(), BreakerState::HalfOpen { .. })
+                    {
+                        runner.record("CircuitHalfOpen", json!({"item_id": item_id(index)}));
+                    }
+                    if action == BreakerAction::Reject {
+                        runner.record(
+                            "agent_rejected",
+                            json!({"item_id": item_id(index), "reason": "CircuitOpen"}),
+                        );
+                        running.push(Box::pin(std::future::ready(Done::Agent {
+                            index,
+                            attempt,
+                            run: AgentRun::rejected(),
+                        })));
+                        continue;
+                    }
+                }
+                agents += 1;
+                let spec = &spec;
+                let halt = halt_rx.clone();
+                running.push(Box::pin(async move {
+                    let run = run_agent(runner, spec, vars, item, index, attempt, halt).await;
+                    Done::Agent {
+                        index,
+                        attempt,
+                        run,
+                    }
+                }));
+            }
+            let tally = Tally {
+                done: job.counts().finished(),
+                running: agents as u64,
+                failed: job.counts().failed + job.counts().skipped,
+                dlq: dlq_count,
+            };
+            progress.update(
+                tally,
+                breaker.as_ref().map_or("off", |b| breaker_name(b.state())),
+            );
+            let Some(done) = running.next().await else {
+                break;
+            };
+            let (index, attempt, run) = match done {
+                Done::RetryDue { index, attempt } => {
+                    pending.push_front((index, attempt));
+                    continue;
+                }
+                Done::Agent {
+                    index,
+                    attempt,
+                    run,
+                } => {
+                    if run.failure.as_ref().map(|f| &f.error_type) != Some(&ErrorType::CircuitOpen)
+                    {
+                        agents = agents.saturating_sub(1);
+                    }
+                    (index, attempt, run)
+                }
+                Done::Handled {
+                    index,
+                    attempt,
+                    run,
+                    ok,
+                } => {
+                    runner.record(
+                        "item_handler_finished",
+                        json!({"item_id": item_id(index), "success": ok}),
+                    );
+                    let record =
+                        self.outcome(index, attempt, &run, spec.timeout, ItemStatus::Failed, !ok);
+                    if !ok {
+                        dlq_count += self.dead_letter(&record, items.get(index), &run);
+                    }
+                    records[index] = Some(record);
+                    continue;
+                }
+            };
+            if run.end == RunEnd::Cancelled {
+                // Interrupted or cancelled by `--cancel-running`: the item stays pending.
+                runner.record(
+                    "agent_cancelled",
+                    json!({"agent_id": agent_id(index), "item_id": item_id(index)}),
+                );
+                continue;
+            }
+            let rejected =
+                run.failure.as_ref().map(|f| &f.error_type) == Some(&ErrorType::CircuitOpen);
+            if let (Some(b), false) = (breaker.as_mut(), rejected) {
+                let event = if run.end == RunEnd::Succeeded {
+                    BreakerEvent::Success
+                } else {
+                    BreakerEvent::Failure
+                };
+                match b.on_event(event, runner.started.elapsed()) {
+                    BreakerAction::Opened => {
+                        runner.record("CircuitOpen", json!({"item_id": item_id(index)}));
+                        self.say("circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens");
+                    }
+                    BreakerAction::Closed => {
+                        runner.record("CircuitClosed", json!({"item_id": item_id(index)}));
+                        self.say("circuit breaker closed");
+                    }
+                    BreakerAction::Allow
+                    | BreakerAction::Probe
+                    | BreakerAction::Reject
+                    | BreakerAction::Nothing => {}
+                }
+            }
+            if run.end == RunEnd::Succeeded {
+                job.on_item(ItemEvent::Succeeded);
+                runner.record(
+                    "agent_completed",
+                    json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "duration_secs": run.duration.as_secs_f64()}),
+                );
+                let record = self.outcome(
+                    index,
+                    attempt,
+                    &run,
+                    spec.timeout,
+                    ItemStatus::Succeeded,
+                    false,
+                );
+                records[index] = Some(record);
+            } else {
+                let message = run.message(spec.timeout);
+                runner.record(
+                    "agent_failed",
+                    json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "error_type": run.error_type().name(), "error": message, "step": run.failure.as_ref().map(|f| f.step.clone())}),
+                );
+                match collection {
+                    ast::ErrorCollection::Immediate => {
+                        self.say(&format!("item {} failed: {message}", item_id(index)));
+                    }
+                    ast::ErrorCollection::Batched(size) => {
+                        batch.push(format!("{}: {message}", item_id(index)));
+                        if batch.len() as u64 >= size.max(1) {
+                            self.say(&format!(
+                                "{} items failed:\n  {}",
+                                batch.len(),
+                                batch.join("\n  ")
+                            ));
+                            batch.clear();
+                        }
+                    }
+                    ast::ErrorCollection::Aggregate => {}
+                }
+                let action = match (run.end, timeout_action) {
+                    (RunEnd::TimedOut, TimeoutAction::Skip) => {
+                        job.skip();
+                        ItemAction::Skip
+                    }
+                    (RunEnd::TimedOut, TimeoutAction::Fail) => {
+                        job.stop_now(StopReason::AgentTimeout);
+                        ItemAction::Fail
+                    }
+                    _ => job.on_item(ItemEvent::Failed { attempt }),
+                };
+                match action {
+                    ItemAction::Retry { attempt, delay } => {
+                        runner.record(
+                            "item_retry_scheduled",
+                            json!({"item_id": item_id(index), "next_attempt": attempt, "delay_secs": delay.as_secs_f64()}),
+                        );
+                        let mut halt = halt_rx.clone();
+                        let mut signal = runner.cancel.clone();
+                        running.push(Box::pin(async move {
+                            tokio::select! {
+                                () = tokio::time::sleep(delay) => {}
+                                () = exec::cancelled(&mut halt) => {}
+                                () = exec::cancelled(&mut signal) => {}
+                            }
+                            Done::RetryDue { index, attempt }
+                        }));
+                    }
+                    ItemAction::Skip => {
+                        runner.record("item_skipped", json!({"item_id": item_id(index)}));
+                        let record = self.outcome(
+                            index,
+                            attempt,
+                            &run,
+                            spec.timeout,
+                            ItemStatus::Skipped,
+                            false,
+                        );
+                        records[index] = Some(record);
+                    }
+                    ItemAction::Handler(name) => {
+                        let steps = handlers.get(name.as_str()).copied().unwrap_or(&[]);
+                        runner.record(
+                            "item_handler_started",
+                            json!({"item_id": item_id(index), "handler": name}),
+                        );
+                        let error = json!({"message": message, "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
+                        let Some(item) = items.get(index) else {
+                            continue;
+                        };
+                        running.push(Box::pin(async move {
+                            let ok =
+                                run_item_handler(runner, steps, vars, item, index, total, error)
+                                    .await;
+                            Done::Handled {
+                                index,
+                                attempt,
+                                run,
+                                ok,
+                            }
+                        }));
+                    }
+                    ItemAction::DeadLetter | ItemAction::Fail | ItemAction::Done => {
+                        let record = self.outcome(
+                            index,
+                            attempt,
+                            &run,
+                            spec.timeout,
+                            ItemStatus::Failed,
+                            true,
+                        );
+                        dlq_count += self.dead_letter(&record, items.get(index), &run);
+                        records[index] = Some(record);
+                    }
+                }
+            }
+            if let JobState::Stopping(reason) = job.state()
+                && !stop_announced
+            {
+                stop_announced = true;
+                let why = describe(reason);
+                runner.record("job_stopping", json!({"reason": why}));
+                self.say(&format!("stopping: {why}; no new agents start"));
+                let _ = halt_tx.send(true);
+            }
+            if last_save.elapsed() >= Duration::from_secs(1) {
+                self.update_counts(&records);
+                self.save(None);
+                last_save = Instant::now();
+            }
+        }
+        progress.finish();
+        if !batch.is_empty() {
+            self.say(&format!(
+                "{} items failed:\n  {}",
+                batch.len(),
+                batch.join("\n  ")
+            ));
+        }
+        self.update_counts(&records);
+        self.runner.record(
+            "map_finished",
+            json!({"successful": self.cp.successful_items, "failed": self.cp.failed_items, "skipped": self.cp.skipped_items, "pending": self.cp.items_remaining.len()}),
+        );
+        if runner.cancelled() {
+            return Ok(MapEnd::Interrupted);
+        }
+        if let JobState::Stopping(reason) = job.state() {
+            return Ok(MapEnd::Stopped(describe(reason)));
+        }
+        Ok(MapEnd::Finished)
+    }
+
+    fn update_counts(&mut self, records: &[Option<ItemRecord>]) {
+        let (mut ok, mut failed, mut skipped) = (0, 0, 0);
+        let mut remaining = Vec::new();
+        for (index, record) in records.iter().enumerate() {
+            match record.as_ref().map(|r| r.status) {
+                Some(ItemStatus::Succeeded) => ok += 1,
+                Some(ItemStatus::Failed) => failed += 1,
+                Some(ItemStatus::Skipped) => skipped += 1,
+                None => remaining.push(item_id(index)),
+            }
+        }
+        self.cp.successful_items = ok;
+        self.cp.failed_items = failed;
+        self.cp.skipped_items = skipped;
+        self.cp.items_processed = ok + failed + skipped;
+        self.cp.items_remaining = remaining;
+    }
+
+    /// Records an item's outcome in `results.jsonl`.
+    fn outcome(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        run: &AgentRun,
+        timeout: Option<Duration>,
+        status: ItemStatus,
+        dead_lettered: bool,
+    ) -> ItemRecord {
+        let failed = status != ItemStatus::Succeeded;
+        let record = ItemRecord {
+            item_id: item_id(index),
+            index,
+            status,
+            attempts: attempt,
+            output: run.output.as_ref().map(|o| self.runner.mask(o)),
+            error: failed.then(|| self.runner.mask(&run.message(timeout))),
+            error_type: failed.then(|| run.error_type().name().to_owned()),
+            duration_secs: run.duration.as_secs_f64(),
+            dead_lettered,
+        };
+        if let Err(e) = self.files.append(&record) {
+            self.say(&format!(
+                "warning: cannot record the outcome of {}: {e}",
+                record.item_id
+            ));
+        }
+        record
+    }
+
+    /// Puts a failed item in the DLQ; 1 when it is a new entry.
+    fn dead_letter(&self, record: &ItemRecord, item: Option<&Value>, run: &AgentRun) -> u64 {
+        let mut failure = failure_detail(
+            record.error_type.as_deref(),
+            record.error.as_deref().unwrap_or_default(),
+            record.index,
+            record.duration_secs,
+        );
+        failure.error_type = run.error_type();
+        failure.step_failed = run
+            .failure
+            .as_ref()
+            .map_or_else(|| "agent".to_owned(), |f| self.runner.mask(&f.step));
+        let known = matches!(self.dlq.get(&record.item_id), Ok(Some(_)));
+        match self
+            .dlq
+            .record_failure(&record.item_id, item.unwrap_or(&Value::Null), failure, None)
+        {
+            Ok(entry) => {
+                self.runner.record(
+                    "dlq_item_added",
+                    json!({"item_id": record.item_id, "error_signature": entry.error_signature, "failure_count": entry.failure_count}),
+                );
+                u64::from(!known)
+            }
+            Err(e) => {
+                self.say(&format!("error: cannot write the DLQ: {e}"));
+                0
+            }
+        }
+    }
+
+    /// `reduce`, from the checkpoint's next step, with `${map.*}`.
+    async fn reduce(&mut self, vars: &mut Vars) -> JobOutcome {
+        let records = self.files.load_results().unwrap_or_default();
+        let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
+        vars.set("map", map_vars(&records, self.cp.items_total, dlq_count));
+        let total = self.plan.reduce.len();
+        if self.cp.reduce_next_step == 0 {
+            self.runner
+                .record("reduce_started", json!({"steps": total}));
+        }
+        for (index, &id) in self
+            .plan
+            .reduce
+            .iter()
+            .enumerate()
+            .skip(self.cp.reduce_next_step)
+        {
+            if self.runner.cancelled() {
+                return JobOutcome::Interrupted;
+            }
+            let label = self
+                .plan
+                .step(id)
+                .map(|s| s.label.clone())
+                .unwrap_or_default();
+            self.say(&format!("[reduce {}/{total}] {label}", index + 1));
+            match self.runner.run_step(id, vars, Some(index)).await {
+                Outcome::Cancelled => return JobOutcome::Interrupted,
+                o if o.continues() => {}
+                _ => {
+                    return JobOutcome::Failed {
+                        phase: "reduce",
+                        what: format!("step `{label}` failed"),
+                    };
+                }
+            }
+            self.cp.reduce_next_step = index + 1;
+            self.save(Some(vars));
+        }
+        self.runner.record("reduce_finished", json!({}));
+        JobOutcome::Completed
+    }
+}
+
+/// What `prodigy dlq retry` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetrySummary {
+    /// Items run again.
+    pub retried: u64,
+    /// Items that succeeded and left the queue.
+    pub succeeded: u64,
+    /// Items that failed again and stay, with one more failure recorded.
+    pub still_failing: u64,
+    /// Items marked for manual review, not run.
+    pub manual: u64,
+    /// Whether a signal stopped the retry.
+    pub interrupted: bool,
+}
+
+/// Runs the DLQ items of `job_id` again through the agent template, `max_parallel` at a time,
+/// reading them one by one from the queue. Items that succeed leave the queue and their
+/// success is added to the job's results; items that fail again stay, with the new failure
+/// in their history. Items marked for manual review are left alone.
+pub async fn retry_dead_letters(
+    runner: &Runner,
+    vars: &Vars,
+    files: &mut JobFiles,
+    job_id: &str,
+    max_parallel: usize,
+    total: usize,
+) -> Result<RetrySummary, String> {
+    let dlq = Dlq::new(&runner.opts.layout, job_id);
+    let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
+    let spec = AgentSpec::new(&runner.plan, false, total);
+    let (_halt_tx, halt_rx) = watch::channel(false);
+    runner.record("dlq_retry_started", json!({"items": ids.len()}));
+    let mut summary = RetrySummary::default();
+    let dlq_ref = &dlq;
+    let spec_ref = &spec;
+    let mut runs = futures::stream::iter(ids)
+        .map(|id| {
+            let halt = halt_rx.clone();
+            async move {
+                let entry = match dlq_ref.get(&id) {
+                    Ok(Some(entry)) => entry,
+                    Ok(None) => return (id, None),
+                    Err(e) => {
+                        runner.say(&format!("error: {e}"));
+                        return (id, None);
+                    }
+                };
+                if !entry.reprocess_eligible || runner.cancelled() {
+                    return (id, Some((entry, None)));
+                }
+                let index = item_index(&id).unwrap_or(0);
+                let attempt = entry.failure_count + 1;
+                let run = run_agent(
+                    runner,
+                    spec_ref,
+                    vars,
+                    &entry.item_data,
+                    index,
+                    attempt,
+                    halt,
+                )
+                .await;
+                (id, Some((entry, Some(run))))
+            }
+        })
+        .buffer_unordered(max_parallel.max(1));
+    while let Some((id, result)) = runs.next().await {
+        let Some((entry, run)) = result else { continue };
+        let Some(run) = run else {
+            if runner.cancelled() {
+                summary.interrupted = true;
+            } else {
+                summary.manual += 1;
+                runner.say(&format!("{id}: marked for manual review; not retried"));
+            }
+            continue;
+        };
+        let index = item_index(&id).unwrap_or(0);
+        match run.end {
+            RunEnd::Cancelled => summary.interrupted = true,
+            RunEnd::Succeeded => {
+                summary.retried += 1;
+                summary.succeeded += 1;
+                dlq.remove(&id).map_err(|e| e.to_string())?;
+                let record = ItemRecord {
+                    item_id: id.clone(),
+                    index,
+                    status: ItemStatus::Succeeded,
+                    attempts: entry.failure_count + 1,
+                    output: run.output.as_ref().map(|o| runner.mask(o)),
+                    error: None,
+                    error_type: None,
+                    duration_secs: run.duration.as_secs_f64(),
+                    dead_lettered: false,
+                };
+                files.append(&record).map_err(|e| e.to_string())?;
+                runner.record("dlq_item_removed", json!({"item_id": id}));
+                runner.say(&format!(
+                    "{id}: succeeded; removed from the dead letter queue"
+                ));
+            }
+            RunEnd::Failed | RunEnd::TimedOut => {
+                summary.retried += 1;
+                summary.still_failing += 1;
+                let message = runner.mask(&run.message(spec.timeout));
+                let mut failure = failure_detail(
+                    Some(run.error_type().name()),
+                    &message,
+                    index,
+                    run.duration.as_secs_f64(),
+                );
+                failure.error_type = run.error_type();
+                if let Some(f) = &run.failure {
+                    failure.step_failed = runner.mask(&f.step);
+                }
+                let updated = dlq
+                    .record_failure(&id, &entry.item_data, failure, None)
+                    .map_err(|e| e.to_string())?;
+                runner.record(
+                    "dlq_item_updated",
+                    json!({"item_id": id, "failure_count": updated.failure_count}),
+                );
+                let last = message.lines().last().unwrap_or("").to_owned();
+                runner.say(&format!(
+                    "{id}: failed again ({} failures): {last}",
+                    updated.failure_count
+                ));
+            }
+        }
+    }
+    runner.record(
+        "dlq_retry_finished",
+        json!({"retried": summary.retried, "succeeded": summary.succeeded, "still_failing": summary.still_failing}),
+    );
+    Ok(summary)
+}
+
+/// `${map.*}` (SPEC §5).
+fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Value {
+    let metrics = error_metrics(records, total);
+    let finished = metrics.successful + metrics.failed + metrics.skipped;
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "item counts stay far below 2^52"
+    )]
+    let success_rate = if finished > 0 {
+        metrics.successful as f64 / finished as f64
+    } else {
+        0.0
+    };
+    json!({
+        "results": records,
+        "successful": metrics.successful,
+        "failed": metrics.failed,
+        "skipped": metrics.skipped,
+        "total": total,
+        "failure_rate": metrics.failure_rate,
+        "success_rate": success_rate,
+        "dlq_count": dlq_count,
+    })
+}
+
+fn failure_detail(
+    error_type: Option<&str>,
+    message: &str,
+    index: usize,
+    duration_secs: f64,
+) -> FailureDetail {
+    let error_type = match error_type {
+        Some("Timeout") => ErrorType::Timeout,
+        Some("ValidationFailed") => ErrorType::ValidationFailed,
+        Some("CommitValidationFailed") => ErrorType::CommitValidationFailed,
+        Some("CircuitOpen") => ErrorType::CircuitOpen,
+        Some("MergeConflict") => ErrorType::MergeConflict,
+        Some("WorktreeError") => ErrorType::WorktreeError,
+        Some("ResourceExhausted") => ErrorType::ResourceExhausted,
+        Some("CommandFailed") => ErrorType::CommandFailed { exit_code: -1 },
+        _ => ErrorType::Unknown,
+    };
+    let lines: Vec<&str> = message.lines().collect();
+    FailureDetail {
+        attempt_number: 1,
+        timestamp: crate::store::timestamp(),
+        error_type,
+        error_message: lines.last().copied().unwrap_or("").to_owned(),
+        error_context: (lines.len() > 1).then(|| lines.iter().map(|l| (*l).to_owned()).collect()),
+        stack_trace: (!message.is_empty()).then(|| message.to_owned()),
+        agent_id: agent_id(index),
+        step_failed: "agent".to_owned(),
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a duration in milliseconds, never negative"
+        )]
+        duration_ms: (duration_secs * 1000.0) as u64,
+        json_log_location: None,
+    }
+}
+
+/// The stdout, stderr and success of the command a setup step ran, if it ran one.
+fn last_command(plan: &Plan, id: StepId, vars: &Vars) -> Option<(String, String, bool)> {
+    vars.last_output.as_ref()?;
+    let root = match plan.step(id).map(|s| &s.command) {
+        Some(PlanCommand::Claude(_)) => "claude",
+        _ => "shell",
+    };
+    let value = vars.values.get(root)?;
+    let text = |k: &str| {
+        value
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    Some((
+        text("output"),
+        text("stderr"),
+        value.get("exit_code").and_then(Value::as_i64) == Some(0),
+    ))
+}
+
+/// A setup `capture_outputs` entry from its step's output.
+fn setup_value(
+    capture: &SetupCapture,
+    (stdout, stderr, success): &(String, String, bool),
+) -> Result<Value, String> {
+    let name = &capture.name.value;
+    let mut text = match capture.source {
+        CaptureSource::Stdout => stdout.clone(),
+        CaptureSource::Stderr => stderr.clone(),
+        CaptureSource::Both => format!("stdout:\n{stdout}\nstderr:\n{stderr}"),
+        CaptureSource::Combined => format!("{stdout}{stderr}"),
+    };
+    if let Ok(max) = usize::try_from(capture.max_size)
+        && max > 0
+        && text.len() > max
+    {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    let mut found = Some(text);
+    if let (Some(pattern), Some(t)) = (&capture.pattern, &found) {
+        let re = prodigy_grammar::compile_regex(&pattern.value)
+            .map_err(|e| format!("capture `{name}`: `pattern`: {e}"))?;
+        found = re
+            .captures(t)
+            .and_then(|c| c.get(1).or_else(|| c.get(0)).map(|m| m.as_str().to_owned()));
+    }
+    if let (Some(path), Some(t)) = (&capture.json_path, &found) {
+        let path = prodigy_grammar::jsonpath::JsonPath::parse(&path.value)
+            .map_err(|e| format!("capture `{name}`: `json_path`: {e}"))?;
+        found = serde_json::from_str::<Value>(t)
+            .ok()
+            .and_then(|doc| path.select(&doc).into_iter().next())
+            .map(|v| match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            });
+    }
+    let text = match (found, &capture.default) {
+        (Some(t), _) => t,
+        (None, Some(default)) => default.value.clone(),
+        (None, None) => {
+            return Err(format!(
+                "capture `{name}`: `pattern` or `json_path` found nothing in the output of setup step {}, and there is no `default`",
+                capture.command_index.value
+            ));
+        }
+    };
+    let text = match capture.multiline {
+        Multiline::Preserve => text,
+        Multiline::Join => text.lines().collect::<Vec<_>>().join(" "),
+        Multiline::FirstLine => text.lines().next().unwrap_or("").to_owned(),
+        Multiline::LastLine => text.lines().last().unwrap_or("").to_owned(),
+        Multiline::Array => {
+            return Ok(Value::Array(
+                text.lines().map(|l| Value::String(l.to_owned())).collect(),
+            ));
+        }
+    };
+    crate::runner::typed_value(capture.format, name, &text, *success)
+}
+
+/// The fields of a JSON object (nothing for anything else).
+fn fields(value: Value) -> serde_json::Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(index: usize, kind: &str, message: &str) -> ItemRecord {
+        ItemRecord {
+            item_id: item_id(index),
+            index,
+            status: ItemStatus::Failed,
+            attempts: 1,
+            output: None,
+            error: Some(message.into()),
+            error_type: Some(kind.into()),
+            duration_secs: 0.0,
+            dead_lettered: true,
+        }
+    }
+
+    #[test]
+    fn metrics_count_outcomes_and_find_patterns() {
+        let mut records = vec![
+            failed(0, "Timeout", "agent timed out"),
+            failed(1, "Timeout", "agent timed out"),
+            failed(2, "Timeout", "agent timed out"),
+            failed(3, "CommandFailed", "connection refused by network"),
+            failed(4, "CommandFailed", "network unreachable"),
+            failed(5, "CommandFailed", "network unreachable"),
+            failed(6, "Unknown", "odd"),
+        ];
+        records.push(ItemRecord {
+            status: ItemStatus::Succeeded,
+            error: None,
+            error_type: None,
+            ..failed(7, "", "")
+        });
+        let metrics = error_metrics(&records, 10);
+        assert_eq!(
+            (metrics.total_items, metrics.successful, metrics.failed),
+            (10, 1, 7)
+        );
+        assert!((metrics.failure_rate - 7.0 / 8.0).abs() < 1e-9);
+        assert_eq!(metrics.error_types.get("Timeout"), Some(&3));
+        let patterns: Vec<(&str, &str)> = metrics
+            .failure_patterns
+            .iter()
+            .map(|p| (p.pattern.as_str(), p.suggestion.as_str()))
+            .collect();
+        assert_eq!(
+            patterns,
+            vec![
+                (
+                    "CommandFailed",
+                    "Check network connectivity and retry settings"
+                ),
+                (
+                    "Timeout",
+                    "Consider increasing agent_timeout_secs in timeout_config"
+                ),
+            ]
+        );
+    }
+
+    fn capture(source: CaptureSource) -> SetupCapture {
+        SetupCapture {
+            name: prodigy_compiler::source::Spanned {
+                value: "v".into(),
+                span: prodigy_compiler::source::Span::default(),
+            },
+            command_index: prodigy_compiler::source::Spanned {
+                value: 0,
+                span: prodigy_compiler::source::Span::default(),
+            },
+            format: ast::CaptureFormat::String,
+            source,
+            pattern: None,
+            json_path: None,
+            max_size: 1024,
+            default: None,
+            multiline: Multiline::Preserve,
+        }
+    }
+
+    #[test]
+    fn setup_captures_apply_pattern_path_default_and_lines() {
+        let out = (
+            "count: 42\n{\"a\": {\"b\": [7]}}".to_owned(),
+            "warn".to_owned(),
+            true,
+        );
+        let mut c = capture(CaptureSource::Stdout);
+        c.pattern = Some(prodigy_compiler::source::Spanned {
+            value: r"count: (\d+)".into(),
+            span: prodigy_compiler::source::Span::default(),
+        });
+        c.format = ast::CaptureFormat::Number;
+        assert_eq!(setup_value(&c, &out).unwrap(), json!(42));
+        let mut c = capture(CaptureSource::Stdout);
+        c.multiline = Multiline::LastLine;
+        assert_eq!(
+            setup_value(&c, &out).unwrap(),
+            json!("{\"a\": {\"b\": [7]}}")
+        );
+        let json_out = ("{\"a\": {\"b\": [7]}}".to_owned(), String::new(), true);
+        let mut c = capture(CaptureSource::Stdout);
+        c.json_path = Some(prodigy_compiler::source::Spanned {
+            value: "$.a.b[0]".into(),
+            span: prodigy_compiler::source::Span::default(),
+        });
+        assert_eq!(setup_value(&c, &json_out).unwrap(), json!("7"));
+        let mut c = capture(CaptureSource::Stderr);
+        c.pattern = Some(prodigy_compiler::source::Spanned {
+            value: "nothing".into(),
+            span: prodigy_compiler::source::Span::default(),
+        });
+        assert!(setup_value(&c, &out).is_err());
+        c.default = Some(prodigy_compiler::source::Spanned {
+            value: "fallback".into(),
+            span: prodigy_compiler::source::Span::default(),
+        });
+        assert_eq!(setup_value(&c, &out).unwrap(), json!("fallback"));
+        let mut c = capture(CaptureSource::Stdout);
+        c.max_size = 5;
+        assert_eq!(setup_value(&c, &out).unwrap(), json!("count"));
+    }
+}

@@ -1,0 +1,646 @@
+//! `prodigy dlq` and `prodigy events`: inspect what a job left under `$PRODIGY_HOME`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prodigy_runtime::dlq::{DeadLetteredItem, Dlq};
+use prodigy_runtime::jobstore::JobFiles;
+use prodigy_runtime::runner::{Options, Runner};
+use prodigy_runtime::store::{Layout, SessionLock};
+use serde_json::Value;
+
+use crate::{err, exit_code, out};
+
+/// `prodigy dlq`.
+#[derive(clap::Subcommand)]
+pub(crate) enum DlqCommand {
+    /// List the items in a job's dead letter queue, oldest first.
+    List {
+        /// The MapReduce job.
+        #[arg(value_name = "JOB_ID")]
+        job: String,
+        /// `human` (a table) or `json`.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+    /// Show dead-lettered items in full, with every failed attempt: one item, or all of them.
+    Show {
+        /// The MapReduce job.
+        #[arg(value_name = "JOB_ID")]
+        job: String,
+        /// The item (`item_<n>`); without it, every item.
+        #[arg(value_name = "ITEM_ID")]
+        item: Option<String>,
+        /// `human` or `json` (the stored `DeadLetteredItem` records).
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+    /// Run the queued items again through the workflow's agent template. Items that succeed
+    /// leave the queue; items that fail again stay with the new failure recorded. Items are
+    /// read one at a time, so large queues need little memory.
+    Retry(RetryArgs),
+    /// Remove every item from a job's queue (after fixing them by hand).
+    Clear {
+        /// The MapReduce job.
+        #[arg(value_name = "JOB_ID")]
+        job: String,
+    },
+    /// Count the queued items by error type and by error signature.
+    Stats {
+        /// The MapReduce job.
+        #[arg(value_name = "JOB_ID")]
+        job: String,
+        /// `human` or `json`.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+}
+
+/// `prodigy dlq retry`.
+#[derive(clap::Args)]
+pub(crate) struct RetryArgs {
+    /// The MapReduce job.
+    #[arg(value_name = "JOB_ID")]
+    job: String,
+    /// Agents at a time (default: the workflow's `max_parallel`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_parallel: Option<u64>,
+    /// List the items that would be retried; run nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Seconds between SIGTERM and SIGKILL when a step times out or the retry is interrupted.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    grace: u64,
+}
+
+/// Output formats of the inspection commands.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    Human,
+    Json,
+}
+
+/// Where a job's files are: its state directory (if any) and its project's layout.
+struct Located {
+    layout: Layout,
+    state: Option<PathBuf>,
+}
+
+/// Finds JOB in any project under `$PRODIGY_HOME`: by its state, else by its DLQ.
+fn locate(job: &str) -> Option<Located> {
+    let home = Layout::home();
+    if let Some((state, repo)) = Layout::find_job(&home, job) {
+        return Some(Located {
+            layout: Layout { home, repo },
+            state: Some(state),
+        });
+    }
+    let repo = std::fs::read_dir(home.join("dlq"))
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|repo| repo.path().join(job).is_dir())?
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    Some(Located {
+        layout: Layout { home, repo },
+        state: None,
+    })
+}
+
+fn unknown_job(job: &str) -> u8 {
+    err(&format!(
+        "error: no MapReduce job `{job}` under {}\n",
+        Layout::home().display()
+    ));
+    exit_code::USAGE
+}
+
+fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+}
+
+pub(crate) fn dlq(command: &DlqCommand) -> u8 {
+    let job = match command {
+        DlqCommand::List { job, .. }
+        | DlqCommand::Show { job, .. }
+        | DlqCommand::Clear { job }
+        | DlqCommand::Stats { job, .. } => job,
+        DlqCommand::Retry(args) => &args.job,
+    };
+    let Some(located) = locate(job) else {
+        return unknown_job(job);
+    };
+    let queue = Dlq::new(&located.layout, job);
+    let items = || {
+        queue.items().map_err(|e| {
+            err(&format!("error: {e}\n"));
+            exit_code::USAGE
+        })
+    };
+    match command {
+        DlqCommand::List { format, .. } => {
+            let items = match items() {
+                Ok(items) => items,
+                Err(code) => return code,
+            };
+            if *format == Format::Json {
+                let rows: Vec<Value> = items
+                    .iter()
+                    .map(|i| {
+                        serde_json::json!({
+                            "item_id": i.item_id,
+                            "failure_count": i.failure_count,
+                            "error_type": i.failure_history.last().map(|f| f.error_type.name()),
+                            "last_attempt": i.last_attempt,
+                            "reprocess_eligible": i.reprocess_eligible,
+                            "error_signature": i.error_signature,
+                        })
+                    })
+                    .collect();
+                out(&to_json(&rows));
+                return exit_code::OK;
+            }
+            if items.is_empty() {
+                out(&format!("the dead letter queue of {job} is empty\n"));
+                return exit_code::OK;
+            }
+            let mut text = format!(
+                "{:<14} {:>8}  {:<22} {:<26} {}\n",
+                "ITEM", "FAILURES", "ERROR", "LAST ATTEMPT", "RETRY"
+            );
+            for i in &items {
+                let kind = i
+                    .failure_history
+                    .last()
+                    .map_or("Unknown", |f| f.error_type.name());
+                let _ = writeln!(
+                    text,
+                    "{:<14} {:>8}  {:<22} {:<26} {}",
+                    i.item_id,
+                    i.failure_count,
+                    kind,
+                    i.last_attempt,
+                    if i.reprocess_eligible {
+                        "yes"
+                    } else {
+                        "manual review"
+                    }
+                );
+            }
+            let _ = writeln!(text, "{} items", items.len());
+            out(&text);
+            exit_code::OK
+        }
+        DlqCommand::Show { item, format, .. } => {
+            let shown: Vec<DeadLetteredItem> = match item {
+                Some(id) => match queue.get(id) {
+                    Ok(Some(item)) => vec![item],
+                    Ok(None) => {
+                        err(&format!(
+                            "error: `{id}` is not in the dead letter queue of {job}\n"
+                        ));
+                        return exit_code::USAGE;
+                    }
+                    Err(e) => {
+                        err(&format!("error: {e}\n"));
+                        return exit_code::USAGE;
+                    }
+                },
+                None => match items() {
+                    Ok(items) => items,
+                    Err(code) => return code,
+                },
+            };
+            if *format == Format::Json {
+                if item.is_some()
+                    && let Some(one) = shown.first()
+                {
+                    out(&to_json(one));
+                } else {
+                    out(&to_json(&shown));
+                }
+                return exit_code::OK;
+            }
+            let mut text = String::new();
+            for i in &shown {
+                let _ = writeln!(
+                    text,
+                    "{}: {} failures, first {}, last {}{}",
+                    i.item_id,
+                    i.failure_count,
+                    i.first_attempt,
+                    i.last_attempt,
+                    if i.manual_review_required {
+                        " (manual review)"
+                    } else {
+                        ""
+                    }
+                );
+                let _ = writeln!(text, "  item: {}", i.item_data);
+                let _ = writeln!(text, "  signature: {}", i.error_signature);
+                for f in &i.failure_history {
+                    let _ = writeln!(
+                        text,
+                        "  attempt {} at {} by {} ({} ms): {} in `{}`",
+                        f.attempt_number,
+                        f.timestamp,
+                        f.agent_id,
+                        f.duration_ms,
+                        f.error_type.name(),
+                        f.step_failed
+                    );
+                    for line in f.stack_trace.as_deref().unwrap_or(&f.error_message).lines() {
+                        let _ = writeln!(text, "    │ {line}");
+                    }
+                }
+                if let Some(w) = &i.worktree_artifacts {
+                    let _ = writeln!(
+                        text,
+                        "  worktree: {} (branch {})",
+                        w.worktree_path.display(),
+                        w.branch_name
+                    );
+                }
+            }
+            if shown.is_empty() {
+                text = format!("the dead letter queue of {job} is empty\n");
+            }
+            out(&text);
+            exit_code::OK
+        }
+        DlqCommand::Clear { .. } => match queue.clear() {
+            Ok(n) => {
+                err(&format!(
+                    "removed {n} items from the dead letter queue of {job}\n"
+                ));
+                exit_code::OK
+            }
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                exit_code::USAGE
+            }
+        },
+        DlqCommand::Stats { format, .. } => {
+            let items = match items() {
+                Ok(items) => items,
+                Err(code) => return code,
+            };
+            let mut by_type = std::collections::BTreeMap::<&str, u64>::new();
+            let mut by_signature = std::collections::BTreeMap::<&str, u64>::new();
+            for i in &items {
+                let kind = i
+                    .failure_history
+                    .last()
+                    .map_or("Unknown", |f| f.error_type.name());
+                *by_type.entry(kind).or_default() += 1;
+                *by_signature.entry(i.error_signature.as_str()).or_default() += 1;
+            }
+            let eligible = items.iter().filter(|i| i.reprocess_eligible).count();
+            if *format == Format::Json {
+                out(&to_json(&serde_json::json!({
+                    "job_id": job,
+                    "items": items.len(),
+                    "reprocess_eligible": eligible,
+                    "manual_review": items.len() - eligible,
+                    "by_error_type": by_type,
+                    "by_signature": by_signature,
+                })));
+                return exit_code::OK;
+            }
+            let mut text = format!(
+                "{} items ({eligible} can be retried, {} need manual review)\n",
+                items.len(),
+                items.len() - eligible
+            );
+            text.push_str("by error type:\n");
+            for (kind, n) in &by_type {
+                let _ = writeln!(text, "  {n:>6}  {kind}");
+            }
+            text.push_str("by signature:\n");
+            for (signature, n) in &by_signature {
+                let _ = writeln!(text, "  {n:>6}  {signature}");
+            }
+            out(&text);
+            exit_code::OK
+        }
+        DlqCommand::Retry(args) => retry(args, &located, &queue),
+    }
+}
+
+fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
+    let Some(state) = &located.state else {
+        err(&format!(
+            "error: the state of job `{}` is gone, so its workflow is unknown; nothing to retry with\n",
+            args.job
+        ));
+        return exit_code::USAGE;
+    };
+    let mut files = JobFiles::new(state.clone());
+    let checkpoint = match files.load_checkpoint() {
+        Ok(c) => c,
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::USAGE;
+        }
+    };
+    if args.dry_run {
+        let items = match queue.items() {
+            Ok(items) => items,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::USAGE;
+            }
+        };
+        let (eligible, manual): (Vec<_>, Vec<_>) = items.iter().partition(|i| i.reprocess_eligible);
+        let mut text = format!(
+            "dry run: {} items would be retried with {}\n",
+            eligible.len(),
+            checkpoint.workflow_file.display()
+        );
+        for i in &eligible {
+            let _ = writeln!(text, "  {}  {}", i.item_id, i.item_data);
+        }
+        if !manual.is_empty() {
+            let _ = writeln!(
+                text,
+                "{} items need manual review and would be left alone",
+                manual.len()
+            );
+        }
+        out(&text);
+        return exit_code::OK;
+    }
+    let (file, plan) = match crate::run::compile(&checkpoint.workflow_file) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let hash = prodigy_runtime::store::hash(&file.text);
+    if hash != checkpoint.workflow_hash {
+        err(&format!(
+            "note: {} changed since the job ran; the items run with the new agent template\n",
+            checkpoint.workflow_file.display()
+        ));
+    }
+    let max_parallel = args
+        .max_parallel
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        .or_else(|| match plan.map.as_ref().map(|m| &m.max_parallel) {
+            Some(prodigy_compiler::ast::MaxParallel::Fixed(n)) => usize::try_from(n.value).ok(),
+            _ => None,
+        })
+        .unwrap_or(checkpoint.max_parallel.max(1));
+    let opts = Options {
+        workflow: checkpoint.workflow_file.clone(),
+        workflow_hash: hash,
+        layout: located.layout.clone(),
+        project: checkpoint.project.clone(),
+        params: checkpoint.params.clone(),
+        args: checkpoint.args.clone(),
+        profile: checkpoint.profile.clone(),
+        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
+        verbose: args.verbose,
+        grace: Duration::from_secs(args.grace),
+        seed: 0,
+    };
+    let job = args.job.clone();
+    let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
+    let result = crate::run::block_on(async move {
+        let (rx, signal) = crate::run::watch_signals();
+        let _lock = match SessionLock::acquire_in(files.dir(), &format!("job `{job}`")) {
+            Ok(lock) => lock,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::USAGE;
+            }
+        };
+        let runner = match Runner::with_id(
+            Arc::new(plan),
+            opts,
+            rx,
+            job.clone(),
+            Some(checkpoint.started_at.clone()),
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::USAGE;
+            }
+        };
+        if let Err(e) = runner.preflight() {
+            err(&format!("error: {e}\n"));
+            return exit_code::PROBLEMS;
+        }
+        let mut vars = match runner.initial_vars().await {
+            Ok(v) => v,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::PROBLEMS;
+            }
+        };
+        crate::run::restore(&mut vars, &checkpoint.variables);
+        let summary = match prodigy_runtime::mapreduce::retry_dead_letters(
+            &runner,
+            &vars,
+            &mut files,
+            &job,
+            max_parallel,
+            total,
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::PROBLEMS;
+            }
+        };
+        let left = summary.still_failing + summary.manual;
+        if summary.interrupted {
+            err(&format!(
+                "interrupted after retrying {} items; run `prodigy dlq retry {job}` again for the rest\n",
+                summary.retried
+            ));
+            let code = signal.load(std::sync::atomic::Ordering::SeqCst);
+            return if code == 0 { 130 } else { code };
+        }
+        err(&format!(
+            "retried {} items: {} succeeded and left the queue, {} failed again; {left} items remain in the dead letter queue of {job}\n",
+            summary.retried, summary.succeeded, summary.still_failing
+        ));
+        if summary.still_failing > 0 {
+            exit_code::PROBLEMS
+        } else {
+            exit_code::OK
+        }
+    });
+    result.unwrap_or_else(|code| code)
+}
+
+/// `prodigy events`.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct EventsArgs {
+    #[command(subcommand)]
+    action: Option<EventsAction>,
+    /// The job (or standard session) whose events to print.
+    #[arg(value_name = "JOB_ID")]
+    job: Option<String>,
+    /// Keep printing new events as they are written, until the job finishes (or Ctrl-C).
+    #[arg(long)]
+    follow: bool,
+    #[command(flatten)]
+    show: ShowArgs,
+}
+
+/// How events are shown.
+#[derive(clap::Args, Clone)]
+pub(crate) struct ShowArgs {
+    /// Print the stored JSON lines as they are.
+    #[arg(long)]
+    json: bool,
+    /// Only events whose type contains this text (case-insensitive), e.g. `circuit`.
+    #[arg(long = "type", value_name = "TEXT")]
+    event_type: Option<String>,
+}
+
+/// `prodigy events ls|follow --job-id ID`.
+#[derive(clap::Subcommand)]
+pub(crate) enum EventsAction {
+    /// Print a job's events.
+    Ls {
+        /// The job (or standard session).
+        #[arg(long, value_name = "ID")]
+        job_id: String,
+        #[command(flatten)]
+        show: ShowArgs,
+    },
+    /// Print a job's events and keep printing new ones until the job finishes.
+    Follow {
+        /// The job (or standard session).
+        #[arg(long, value_name = "ID")]
+        job_id: String,
+        #[command(flatten)]
+        show: ShowArgs,
+    },
+}
+
+pub(crate) fn events(args: &EventsArgs) -> u8 {
+    let (job, follow, show) = match &args.action {
+        Some(EventsAction::Ls { job_id, show }) => (job_id.as_str(), false, show),
+        Some(EventsAction::Follow { job_id, show }) => (job_id.as_str(), true, show),
+        None => {
+            let Some(job) = &args.job else {
+                err(
+                    "error: name a job: `prodigy events JOB_ID` or `prodigy events ls --job-id JOB_ID`\n",
+                );
+                return exit_code::USAGE;
+            };
+            (job.as_str(), args.follow, &args.show)
+        }
+    };
+    let home = Layout::home();
+    let dir = std::fs::read_dir(home.join("events"))
+        .ok()
+        .and_then(|repos| {
+            repos
+                .filter_map(Result::ok)
+                .map(|repo| repo.path().join(job))
+                .find(|p| p.is_dir())
+        });
+    let Some(dir) = dir else {
+        err(&format!(
+            "error: no events for `{job}` under {}\n",
+            home.join("events").display()
+        ));
+        return exit_code::USAGE;
+    };
+    let mut offsets = std::collections::BTreeMap::<PathBuf, usize>::new();
+    let mut finished = false;
+    loop {
+        for file in event_files(&dir) {
+            let offset = offsets.entry(file.clone()).or_insert(0);
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "the command reads the event log it prints"
+            )]
+            let Ok(bytes) = std::fs::read(&file) else {
+                continue;
+            };
+            // Only whole lines; a line being written is read on the next round.
+            let end = bytes[*offset..]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(*offset, |p| *offset + p + 1);
+            let mut text = String::new();
+            for line in String::from_utf8_lossy(&bytes[*offset..end]).lines() {
+                let Ok(event) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                let kind = event
+                    .get("event_type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if matches!(kind, "job_finished" | "workflow_finished") {
+                    finished = true;
+                }
+                if let Some(filter) = &show.event_type
+                    && !kind.to_lowercase().contains(&filter.to_lowercase())
+                {
+                    continue;
+                }
+                if show.json {
+                    text.push_str(line);
+                    text.push('\n');
+                } else {
+                    text.push_str(&human_event(&event));
+                }
+            }
+            *offset = end;
+            out(&text);
+        }
+        if !follow || finished {
+            return exit_code::OK;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn event_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// `TIMESTAMP  TYPE  key=value ...`, strings bare when they have no spaces.
+fn human_event(event: &Value) -> String {
+    let field = |k: &str| event.get(k).and_then(Value::as_str).unwrap_or("");
+    let mut line = format!("{}  {}", field("timestamp"), field("event_type"));
+    if let Value::Object(map) = event {
+        for (key, value) in map {
+            if matches!(key.as_str(), "timestamp" | "event_type" | "job_id") {
+                continue;
+            }
+            let shown = match value {
+                Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => s.clone(),
+                other => other.to_string(),
+            };
+            let _ = write!(line, "  {key}={shown}");
+        }
+    }
+    line.push('\n');
+    line
+}
