@@ -209,6 +209,9 @@ fn a_killed_job_resumes_and_runs_every_item_exactly_once() {
         std::fs::read_to_string(&runs).is_ok_and(|t| t.matches("end").count() >= 4)
     });
     assert_eq!(output.status.code(), None, "killed by a signal");
+    // The agents' shells outlive a SIGKILL of prodigy (each runs in its own process group);
+    // let them finish writing before reading what started.
+    std::thread::sleep(std::time::Duration::from_secs(1));
     let jobs = scratch.home().join("state/project/mapreduce/jobs");
     let job = std::fs::read_dir(&jobs)
         .unwrap()
