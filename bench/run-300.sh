@@ -13,21 +13,8 @@ set -euo pipefail
 STEPS="${STEPS:-300}"
 RUNS="${RUNS:-7}"
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$BENCH_DIR/.." && pwd)"
-
-if [[ -n "${PRODIGY_BIN:-}" ]]; then
-    BIN="$PRODIGY_BIN"
-else
-    echo "building prodigy (cargo build --release --locked) ..."
-    (cd "$ROOT" && cargo build --release --locked -q)
-    BIN="$ROOT/target/release/prodigy"
-fi
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
-[[ -x "$BIN" ]] || { echo "run-300: $BIN is not executable" >&2; exit 1; }
-
-TMP="$(mktemp -d)"
-trap 'rm -rf -- "$TMP"' EXIT
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" run-300
 mkdir -p "$TMP/project" "$TMP/home"
 {
     echo "name: run-$STEPS"
@@ -36,8 +23,6 @@ mkdir -p "$TMP/project" "$TMP/home"
         echo "  - shell: \"true\""
     done
 } >"$TMP/workflow.yml"
-
-now_ns() { date +%s%N; }
 
 time_prodigy() {
     local start end
@@ -56,8 +41,6 @@ time_loop() {
     end=$(now_ns)
     echo $(((end - start) / 1000))
 }
-
-median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
 # One warm-up of each, then alternate so that both see the same machine state.
 time_prodigy >/dev/null
