@@ -872,6 +872,13 @@ impl<'a> MapJob<'a> {
             .as_ref()
             .and_then(|p| p.error_collection.as_ref())
             .map_or(ast::ErrorCollection::Aggregate, |c| c.value);
+        // `error_policy.retry_config.jitter` spreads the item retry delays.
+        let jitter = plan
+            .error_policy
+            .as_ref()
+            .and_then(|p| p.retry_config.as_ref())
+            .filter(|r| r.jitter)
+            .map(|r| r.jitter_factor);
         let mut job = Job::resumed(policy, counts);
         let mut breaker = plan
             .error_policy
@@ -1082,6 +1089,10 @@ impl<'a> MapJob<'a> {
                 };
                 match action {
                     ItemAction::Retry { attempt, delay } => {
+                        let delay = match jitter {
+                            Some(factor) => runner.jittered(delay, factor),
+                            None => delay,
+                        };
                         runner.record(
                             "item_retry_scheduled",
                             json!({"item_id": item_id(index), "next_attempt": attempt, "delay_secs": delay.as_secs_f64()}),

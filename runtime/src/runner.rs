@@ -266,6 +266,18 @@ impl Runner {
         lock(&self.log).record(event, masked);
     }
 
+    /// DELAY spread by the jitter FACTOR (uniform in `[d·(1-f), d·(1+f)]`), from the run's
+    /// seeded RNG.
+    pub(crate) fn jittered(&self, delay: Duration, factor: f64) -> Duration {
+        let policy = RetryPolicy {
+            delays: vec![delay],
+            max_delay: Duration::MAX,
+            jitter: Some(factor),
+            ..RetryPolicy::none()
+        };
+        policy.delay(1, &mut *lock(&self.rng))
+    }
+
     /// Where events go.
     pub fn events_path(&self) -> PathBuf {
         lock(&self.log).path.clone()
