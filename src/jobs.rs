@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use prodigy_runtime::dlq::{DeadLetteredItem, Dlq};
 use prodigy_runtime::jobstore::JobFiles;
-use prodigy_runtime::runner::{Options, Runner};
-use prodigy_runtime::store::{Layout, SessionLock};
+use prodigy_runtime::runner::Options;
+use prodigy_runtime::store::Layout;
+
+use crate::run::{Kind, Started};
 use serde_json::Value;
 
 use crate::{err, exit_code, out};
@@ -406,44 +408,30 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
         verbose: args.verbose,
         grace: Duration::from_secs(args.grace),
-        seed: 0,
+        seed: crate::run::jitter_seed(),
     };
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
     let result = crate::run::block_on(async move {
         let (rx, signal) = crate::run::watch_signals();
-        let _lock = match SessionLock::acquire_in(files.dir(), &format!("job `{job}`")) {
-            Ok(lock) => lock,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
-        };
-        let runner = match Runner::with_id(
+        let Started {
+            runner,
+            vars,
+            lock: _lock,
+        } = match crate::run::start(
             Arc::new(plan),
             opts,
             rx,
+            Kind::Job,
             job.clone(),
             Some(checkpoint.started_at.clone()),
-        ) {
-            Ok(r) => r,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
+            Some(&checkpoint.variables),
+        )
+        .await
+        {
+            Ok(started) => started,
+            Err(code) => return code,
         };
-        if let Err(e) = runner.preflight() {
-            err(&format!("error: {e}\n"));
-            return exit_code::PROBLEMS;
-        }
-        let mut vars = match runner.initial_vars().await {
-            Ok(v) => v,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::PROBLEMS;
-            }
-        };
-        crate::run::restore(&mut vars, &checkpoint.variables);
         let summary = match prodigy_runtime::mapreduce::retry_dead_letters(
             &runner,
             &vars,

@@ -241,46 +241,35 @@ fn execute_job(
     job_args: JobArgs,
     resume: Option<JobCheckpoint>,
 ) -> u8 {
-    if plan.merge.is_some() {
-        err(
-            "warning: the `merge` steps run when a session worktree is merged back; worktree isolation is not implemented yet, so this job works in place and will not run them\n",
-        );
-    }
+    warn_merge(&plan, "job");
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
         let job_id = resume
             .as_ref()
             .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
         let dir = opts.layout.job_dir(&job_id);
-        let _lock = match SessionLock::acquire_in(&dir, &format!("job `{job_id}`")) {
-            Ok(lock) => lock,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
-        };
         let started_at = resume.as_ref().map(|c| c.started_at.clone());
-        let runner = match Runner::with_id(plan, opts.clone(), rx, job_id.clone(), started_at) {
-            Ok(r) => r,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
-        };
-        if let Err(e) = runner.preflight() {
-            err(&format!("error: {e}\n"));
-            return exit_code::PROBLEMS;
-        }
-        let mut vars = match runner.initial_vars().await {
-            Ok(v) => v,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::PROBLEMS;
-            }
+        let saved = resume.as_ref().map(|c| &c.variables);
+        let Started {
+            runner,
+            vars,
+            lock: _lock,
+        } = match start(
+            plan,
+            opts.clone(),
+            rx,
+            Kind::Job,
+            job_id.clone(),
+            started_at,
+            saved,
+        )
+        .await
+        {
+            Ok(started) => started,
+            Err(code) => return code,
         };
         let resumed = resume.is_some();
         let checkpoint = if let Some(c) = resume {
-            restore(&mut vars, &c.variables);
             c
         } else {
             err(&format!(
@@ -494,54 +483,96 @@ fn execute(
     opts: Options,
     resume: Option<Checkpoint>,
 ) -> u8 {
-    if plan.merge.is_some() {
-        err(
-            "warning: the `merge` steps run when a session worktree is merged back; worktree isolation is not implemented yet, so this run works in place and will not run them\n",
-        );
-    }
+    warn_merge(&plan, "run");
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
-        let layout = opts.layout.clone();
-        let runner = match Runner::new(plan, opts, rx, resume.as_ref()) {
-            Ok(r) => r,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
+        let id = resume
+            .as_ref()
+            .map_or_else(prodigy_runtime::store::session_id, |c| c.session_id.clone());
+        let started_at = resume.as_ref().map(|c| c.started_at.clone());
+        let saved = resume.as_ref().map(|c| &c.variables);
+        let Started {
+            runner,
+            vars,
+            lock: _lock,
+        } = match start(plan, opts, rx, Kind::Session, id, started_at, saved).await {
+            Ok(started) => started,
+            Err(code) => return code,
         };
-        let _lock = match SessionLock::acquire(&layout, runner.session()) {
-            Ok(lock) => lock,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
-        };
-        if let Err(e) = runner.preflight() {
-            err(&format!("error: {e}\n"));
-            return exit_code::PROBLEMS;
-        }
-        let mut vars = match runner.initial_vars().await {
-            Ok(v) => v,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::PROBLEMS;
-            }
-        };
-        let start = match &resume {
-            Some(c) => {
-                restore(&mut vars, &c.variables);
-                c.next_step
-            }
-            None => 0,
-        };
-        let report = runner.run(vars, start).await;
+        let first = resume.as_ref().map_or(0, |c| c.next_step);
+        let report = runner.run(vars, first).await;
         finish(&report, signal.load(std::sync::atomic::Ordering::SeqCst))
     });
     result.unwrap_or_else(|code| code)
 }
 
+/// Says that `merge:` steps will not run: they run when a session worktree is merged back,
+/// and runs work in place until worktrees exist.
+fn warn_merge(plan: &prodigy_compiler::plan::Plan, what: &str) {
+    if plan.merge.is_some() {
+        err(&format!(
+            "warning: the `merge` steps run when a session worktree is merged back; worktree isolation is not implemented yet, so this {what} works in place and will not run them\n"
+        ));
+    }
+}
+
+/// What a runner runs for: a standard session or a MapReduce job (their locks live in
+/// their state directories).
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    Session,
+    Job,
+}
+
+/// A runner ready to go: its lock held, its preflight passed, and its starting variables,
+/// with what a checkpoint saved put back.
+pub(crate) struct Started {
+    pub(crate) runner: Runner,
+    pub(crate) vars: Vars,
+    /// Held until the run ends.
+    pub(crate) lock: SessionLock,
+}
+
+/// Takes the lock of ID, opens its event log, checks the Claude program and computes the
+/// starting variables (plus SAVED, a checkpoint's variables); on failure prints why and
+/// returns the exit code.
+pub(crate) async fn start(
+    plan: Arc<prodigy_compiler::plan::Plan>,
+    opts: Options,
+    cancel: tokio::sync::watch::Receiver<bool>,
+    kind: Kind,
+    id: String,
+    started_at: Option<String>,
+    saved: Option<&serde_json::Value>,
+) -> Result<Started, u8> {
+    let fail = |code: u8| {
+        move |e: &dyn std::fmt::Display| {
+            err(&format!("error: {e}\n"));
+            code
+        }
+    };
+    let lock = match kind {
+        Kind::Session => SessionLock::acquire(&opts.layout, &id),
+        Kind::Job => SessionLock::acquire_in(&opts.layout.job_dir(&id), &format!("job `{id}`")),
+    }
+    .map_err(|e| fail(exit_code::USAGE)(&e))?;
+    let runner = Runner::with_id(plan, opts, cancel, id, started_at)
+        .map_err(|e| fail(exit_code::USAGE)(&e))?;
+    runner
+        .preflight()
+        .map_err(|e| fail(exit_code::PROBLEMS)(&e))?;
+    let mut vars = runner
+        .initial_vars()
+        .await
+        .map_err(|e| fail(exit_code::PROBLEMS)(&e))?;
+    if let Some(saved) = saved {
+        restore(&mut vars, saved);
+    }
+    Ok(Started { runner, vars, lock })
+}
+
 /// Puts back what earlier steps captured, without overriding env, secrets or params.
-pub(crate) fn restore(vars: &mut Vars, variables: &serde_json::Value) {
+fn restore(vars: &mut Vars, variables: &serde_json::Value) {
     if let Some(values) = variables.get("values").and_then(|v| v.as_object()) {
         for (k, v) in values {
             if !vars.values.contains_key(k) {
@@ -688,7 +719,7 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, u
 
 /// The seed of retry jitter: `PRODIGY_SEED` when set (tests and reproductions), else a fresh
 /// one per run, so that parallel runs do not retry in lockstep.
-fn jitter_seed() -> u64 {
+pub(crate) fn jitter_seed() -> u64 {
     std::env::var("PRODIGY_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
