@@ -389,14 +389,9 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             checkpoint.workflow_file.display()
         ));
     }
-    let max_parallel = args
+    let parallel = args
         .max_parallel
-        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-        .or_else(|| match plan.map.as_ref().map(|m| &m.max_parallel) {
-            Some(prodigy_compiler::ast::MaxParallel::Fixed(n)) => usize::try_from(n.value).ok(),
-            _ => None,
-        })
-        .unwrap_or(checkpoint.max_parallel.max(1));
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let opts = Options {
         workflow: checkpoint.workflow_file.clone(),
         workflow_hash: hash,
@@ -433,12 +428,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             Err(code) => return code,
         };
         let summary = match prodigy_runtime::mapreduce::retry_dead_letters(
-            &runner,
-            &vars,
-            &mut files,
-            &job,
-            max_parallel,
-            total,
+            &runner, &vars, &mut files, &job, parallel, total,
         )
         .await
         {
@@ -560,6 +550,10 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
             let Ok(bytes) = std::fs::read(&file) else {
                 continue;
             };
+            // A file that shrank (replaced by hand) is read again from its start.
+            if *offset > bytes.len() {
+                *offset = 0;
+            }
             // Only whole lines; a line being written is read on the next round.
             let end = bytes[*offset..]
                 .iter()
@@ -574,9 +568,9 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                     .get("event_type")
                     .and_then(Value::as_str)
                     .unwrap_or("");
-                if matches!(kind, "job_finished" | "workflow_finished") {
-                    finished = true;
-                }
+                // Finished when the latest event ends a run: a resumed job writes more
+                // events after an earlier `job_finished`.
+                finished = matches!(kind, "job_finished" | "workflow_finished");
                 if let Some(filter) = &show.event_type
                     && !kind.to_lowercase().contains(&filter.to_lowercase())
                 {

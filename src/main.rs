@@ -306,7 +306,7 @@ fn items(args: &ItemsArgs) -> u8 {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let Some(map) = checked.workflow.as_ref().and_then(|w| w.map.as_ref()) else {
+    let Some(map) = checked.plan.as_ref().and_then(|p| p.map.as_ref()) else {
         err("error: the workflow has no `map` phase\n");
         return exit_code::USAGE;
     };
@@ -337,9 +337,13 @@ fn items(args: &ItemsArgs) -> u8 {
             return exit_code::USAGE;
         }
     };
-    let input: serde_json::Value = match serde_json::from_str(&text) {
+    let kind = prodigy_grammar::pipeline::InputKind::of_file(&input_path.to_string_lossy());
+    let input = match prodigy_grammar::pipeline::parse_input(&text, kind) {
         Ok(value) => value,
-        Err(_) => prodigy_grammar::pipeline::input_from_output(&text),
+        Err(e) => {
+            err(&format!("error: `{}`: {e}\n", input_path.display()));
+            return exit_code::USAGE;
+        }
     };
     let (items, counts) = map.pipeline().apply(input);
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());

@@ -873,22 +873,20 @@ pub struct PolicyRetry {
     pub jitter_factor: f64,
 }
 
-impl MapPhase {
-    /// The input pipeline this phase describes (everything after loading the input).
-    pub fn pipeline(&self) -> prodigy_grammar::pipeline::Pipeline {
-        prodigy_grammar::pipeline::Pipeline {
-            json_path: self.json_path.as_ref().map(|p| p.parsed.clone()),
-            filter: self.filter.as_ref().map(|p| p.parsed.clone()),
-            sort_by: self.sort_by.as_ref().map(|p| p.parsed.clone()),
-            distinct: self.distinct.as_ref().map(|p| p.parsed.clone()),
-            offset: self
-                .offset
-                .as_ref()
-                .and_then(|n| usize::try_from(n.value).ok()),
-            max_items: self
-                .max_items
-                .as_ref()
-                .and_then(|n| usize::try_from(n.value).ok()),
+impl PolicyRetry {
+    /// The policy `on_item_failure: retry` uses when `retry_config` says nothing: 3 runs,
+    /// exponential backoff from 1 s.
+    pub fn default_at(span: Span) -> Self {
+        PolicyRetry {
+            span,
+            max_attempts: 3,
+            backoff: Backoff::Exponential {
+                initial: None,
+                base: 2.0,
+            },
+            max_delay: None,
+            jitter: false,
+            jitter_factor: 0.3,
         }
     }
 }

@@ -92,7 +92,7 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
                 // The checks only warn: a plan exists exactly when the file has no errors.
                 diagnostics.extend(checks::check(&plan, &graph));
                 if let Some(surroundings) = surroundings
-                    && let Some(count) = static_item_count(workflow, surroundings)
+                    && let Some(count) = static_item_count(&plan, surroundings)
                 {
                     diagnostics.extend(checks::breaker(&plan, count));
                 }
@@ -155,13 +155,14 @@ fn step_spans(workflow: &ast::Workflow) -> Vec<source::Span> {
 }
 
 /// The number of map items, when the input is a file that can be read now.
-fn static_item_count(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Option<usize> {
-    let map = workflow.map.as_ref()?;
+fn static_item_count(plan: &plan::Plan, surroundings: &Surroundings<'_>) -> Option<usize> {
+    use prodigy_grammar::pipeline::{InputKind, parse_input};
+    let map = plan.map.as_ref()?;
     if !map.input.parsed.is_literal() {
         return None;
     }
     let text = (surroundings.read_file)(&map.input.value)?;
-    let input = serde_json::from_str(&text).ok()?;
+    let input = parse_input(&text, InputKind::of_file(&map.input.value)).ok()?;
     Some(map.pipeline().apply(input).0.len())
 }
 

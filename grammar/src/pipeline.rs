@@ -97,9 +97,53 @@ fn canonical(value: &Value) -> String {
     }
 }
 
+/// How a map input is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// A `.json` file: one JSON document.
+    Json,
+    /// A `.jsonl` file: one JSON value per non-blank line.
+    JsonLines,
+    /// A command's stdout, or a file of another kind: JSON when it parses as JSON,
+    /// otherwise one string item per non-blank line.
+    Text,
+}
+
+impl InputKind {
+    /// The kind of an input file, by its extension.
+    pub fn of_file(path: &str) -> Self {
+        let extension = std::path::Path::new(path)
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase());
+        match extension.as_deref() {
+            Some("jsonl") => InputKind::JsonLines,
+            Some("json") => InputKind::Json,
+            _ => InputKind::Text,
+        }
+    }
+}
+
+/// The input document of TEXT read as KIND; a `.json` or `.jsonl` file that is not JSON is
+/// an error naming the line and column.
+pub fn parse_input(text: &str, kind: InputKind) -> Result<Value, String> {
+    match kind {
+        InputKind::Json => serde_json::from_str(text).map_err(|e| format!("not JSON: {e}")),
+        InputKind::JsonLines => text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(n, l)| {
+                serde_json::from_str(l).map_err(|e| format!("line {}: not JSON: {e}", n + 1))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        InputKind::Text => Ok(input_from_output(text)),
+    }
+}
+
 /// The input document made from a command's stdout: the whole output when it is JSON,
 /// otherwise an array with one string per non-blank line.
-pub fn input_from_output(stdout: &str) -> Value {
+fn input_from_output(stdout: &str) -> Value {
     if let Ok(value) = serde_json::from_str::<Value>(stdout.trim())
         && !stdout.trim().is_empty()
     {
@@ -113,4 +157,24 @@ pub fn input_from_output(stdout: &str) -> Value {
             .map(|l| Value::String(l.to_owned()))
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_are_values_and_broken_files_are_errors() {
+        assert_eq!(
+            parse_input("{\"id\": 1}\n\n[2]\n", InputKind::of_file("a.JSONL")).unwrap(),
+            serde_json::json!([{"id": 1}, [2]])
+        );
+        let err = parse_input("{\"id\": 1}\n{oops\n", InputKind::JsonLines).unwrap_err();
+        assert!(err.starts_with("line 2: not JSON"), "{err}");
+        assert!(parse_input("[1,", InputKind::of_file("items.json")).is_err());
+        assert_eq!(
+            parse_input("a\nb\n", InputKind::of_file("items.txt")).unwrap(),
+            serde_json::json!(["a", "b"])
+        );
+    }
 }

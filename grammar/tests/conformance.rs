@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use prodigy_grammar::expr::{Expr, Vars};
 use prodigy_grammar::jsonpath::JsonPath;
 use prodigy_grammar::path::Path;
-use prodigy_grammar::pipeline::{Pipeline, input_from_output};
+use prodigy_grammar::pipeline::{InputKind, Pipeline, parse_input};
 use prodigy_grammar::sort::SortSpec;
 use prodigy_grammar::template::Template;
 use serde_json::{Value, json};
@@ -632,7 +632,7 @@ fn jsonpath(row: &Value) -> String {
                     + "\n"
             })
             .collect();
-        return input_from_output(&out).to_string();
+        return parse_input(&out, InputKind::Text).unwrap().to_string();
     }
     match JsonPath::parse(row["path"].as_str().unwrap()) {
         Err(_) => "\"compile_err\"".into(),

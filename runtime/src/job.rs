@@ -17,10 +17,15 @@ pub struct JobPolicy {
     pub max_failures: Option<u64>,
     /// A failure rate strictly above this stops the job, once 10 items have finished.
     pub failure_threshold: Option<f64>,
-    /// Runs of an item under `on_item_failure: retry`, counting the first.
+    /// Runs of an item before `on_item_failure` applies, counting the first
+    /// (`retry_config.max_attempts`; 1 without a `retry_config`).
     pub max_attempts: u32,
     /// Delays before the item's retries (retry n at index n-1).
     pub retry_delays: Vec<Duration>,
+    /// `retry_config.jitter`: the spread of each delay.
+    pub jitter: Option<f64>,
+    /// `retry_config.max_delay`: no delay, jitter included, is longer.
+    pub max_delay: Option<Duration>,
 }
 
 impl Default for JobPolicy {
@@ -32,6 +37,8 @@ impl Default for JobPolicy {
             failure_threshold: None,
             max_attempts: 1,
             retry_delays: Vec::new(),
+            jitter: None,
+            max_delay: None,
         }
     }
 }
@@ -42,12 +49,17 @@ impl JobPolicy {
         let Some(p) = policy else {
             return JobPolicy::default();
         };
-        let retry = p.retry_config.as_ref();
+        let on_item_failure = p
+            .on_item_failure
+            .as_ref()
+            .map_or(ItemFailure::Dlq, |s| s.value.clone());
+        // `retry_config` retries a failed item whatever `on_item_failure` says, before it
+        // applies; `on_item_failure: retry` without one uses the default policy.
+        let default = (on_item_failure == ItemFailure::Retry)
+            .then(|| prodigy_compiler::ast::PolicyRetry::default_at(p.span));
+        let retry = p.retry_config.as_ref().or(default.as_ref());
         JobPolicy {
-            on_item_failure: p
-                .on_item_failure
-                .as_ref()
-                .map_or(ItemFailure::Dlq, |s| s.value.clone()),
+            on_item_failure,
             continue_on_failure: p.continue_on_failure.as_ref().is_none_or(|s| s.value),
             max_failures: p.max_failures.as_ref().map(|s| s.value),
             failure_threshold: p.failure_threshold.as_ref().map(|s| s.value),
@@ -55,6 +67,8 @@ impl JobPolicy {
             retry_delays: retry
                 .map(prodigy_compiler::plan::policy_schedule)
                 .unwrap_or_default(),
+            jitter: retry.filter(|r| r.jitter).map(|r| r.jitter_factor),
+            max_delay: retry.and_then(|r| r.max_delay),
         }
     }
 }
@@ -84,7 +98,7 @@ pub enum StopReason {
     ItemFailureStop,
     /// `continue_on_failure: false`.
     NoContinueOnFailure,
-    /// More than `max_failures`.
+    /// `max_failures` items failed.
     MaxFailures(u64),
     /// An agent timed out under `timeout_action: fail`.
     AgentTimeout,
@@ -168,9 +182,10 @@ impl Job {
         }
     }
 
-    /// Stops the job from outside the policy (a timed-out agent under `timeout_action:
-    /// fail`).
-    pub fn stop_now(&mut self, reason: StopReason) {
+    /// Records a failed item and stops the job from outside the policy (a timed-out agent
+    /// under `timeout_action: fail`).
+    pub fn fail_and_stop(&mut self, reason: StopReason) {
+        self.counts.failed += 1;
         self.stop(reason);
     }
 
@@ -205,19 +220,19 @@ impl Job {
                 self.counts.succeeded += 1;
                 (ItemAction::Done, false)
             }
-            ItemEvent::Failed { attempt } => match &self.policy.on_item_failure {
-                ItemFailure::Retry if attempt < self.policy.max_attempts => {
-                    let delay = self
-                        .policy
-                        .retry_delays
-                        .get((attempt as usize).saturating_sub(1))
-                        .copied()
-                        .unwrap_or_default();
-                    return ItemAction::Retry {
-                        attempt: attempt + 1,
-                        delay,
-                    };
-                }
+            ItemEvent::Failed { attempt } if attempt < self.policy.max_attempts => {
+                let delay = self
+                    .policy
+                    .retry_delays
+                    .get((attempt as usize).saturating_sub(1))
+                    .copied()
+                    .unwrap_or_default();
+                return ItemAction::Retry {
+                    attempt: attempt + 1,
+                    delay,
+                };
+            }
+            ItemEvent::Failed { .. } => match &self.policy.on_item_failure {
                 ItemFailure::Retry | ItemFailure::Dlq => {
                     self.counts.failed += 1;
                     (ItemAction::DeadLetter, true)
@@ -255,8 +270,9 @@ impl Job {
         if !self.policy.continue_on_failure {
             self.stop(StopReason::NoContinueOnFailure);
         }
+        // "Stop after this many failures" (seed 000): the Nth failure stops the job.
         if let Some(max) = self.policy.max_failures
-            && self.counts.failed > max
+            && self.counts.failed >= max
         {
             self.stop(StopReason::MaxFailures(max));
         }
@@ -322,6 +338,40 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_config_retries_before_any_policy_applies() {
+        let mut job = Job::new(JobPolicy {
+            max_attempts: 2,
+            retry_delays: vec![Duration::from_secs(1)],
+            ..JobPolicy::default()
+        });
+        assert_eq!(
+            fail(&mut job, 1),
+            ItemAction::Retry {
+                attempt: 2,
+                delay: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(fail(&mut job, 2), ItemAction::DeadLetter);
+    }
+
+    #[test]
+    fn retry_without_a_retry_config_uses_the_default_policy() {
+        let span = prodigy_compiler::source::Span::default();
+        let policy = ErrorPolicy {
+            on_item_failure: Some(prodigy_compiler::source::Spanned {
+                value: ItemFailure::Retry,
+                span,
+            }),
+            ..ErrorPolicy::default()
+        };
+        let policy = JobPolicy::from_ast(Some(&policy));
+        assert_eq!(policy.max_attempts, 3);
+        assert_eq!(policy.retry_delays.len(), 2);
+        let plain = JobPolicy::from_ast(Some(&ErrorPolicy::default()));
+        assert_eq!(plain.max_attempts, 1, "no retry_config, no retries");
+    }
+
+    #[test]
     fn skip_stop_and_custom() {
         let mut skip = Job::new(JobPolicy {
             on_item_failure: ItemFailure::Skip,
@@ -347,12 +397,11 @@ mod tests {
     }
 
     #[test]
-    fn max_failures_allows_that_many() {
+    fn max_failures_stops_at_that_many() {
         let mut job = Job::new(JobPolicy {
             max_failures: Some(2),
             ..JobPolicy::default()
         });
-        fail(&mut job, 1);
         fail(&mut job, 1);
         assert!(job.admits());
         fail(&mut job, 1);

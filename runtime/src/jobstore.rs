@@ -241,13 +241,17 @@ impl JobFiles {
         let path = self.dir.join("results.jsonl");
         if self.journal.is_none() {
             std::fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
-            self.journal = Some(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .map_err(Self::io(&path))?,
-            );
+            let mut file = OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(true)
+                .open(&path)
+                .map_err(Self::io(&path))?;
+            // A line torn by a crash gets its end, so the next record stands on its own line.
+            if ends_torn(&mut file).map_err(Self::io(&path))? {
+                file.write_all(b"\n").map_err(Self::io(&path))?;
+            }
+            self.journal = Some(file);
         }
         let mut line = serde_json::to_vec(record).map_err(|source| JobStoreError::Damaged {
             path: path.clone(),
@@ -279,6 +283,18 @@ impl JobFiles {
     }
 }
 
+/// Whether FILE is not empty and does not end with a newline.
+fn ends_torn(file: &mut File) -> std::io::Result<bool> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    if file.metadata()?.len() == 0 {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,11 +324,18 @@ mod tests {
         let mut text = std::fs::read_to_string(&journal).unwrap();
         text.push_str("{\"item_id\": \"item_1\", \"ind");
         std::fs::write(&journal, text).unwrap();
-        let files = JobFiles::new(dir.path().join("job"));
+        let mut files = JobFiles::new(dir.path().join("job"));
         let results = files.load_results().unwrap();
         assert_eq!(
             results.iter().map(|r| r.index).collect::<Vec<_>>(),
             vec![0, 2]
+        );
+        // The next run's first outcome is not glued onto the torn line.
+        files.append(&record(3, ItemStatus::Succeeded)).unwrap();
+        let results = files.load_results().unwrap();
+        assert_eq!(
+            results.iter().map(|r| r.index).collect::<Vec<_>>(),
+            vec![0, 2, 3]
         );
     }
 

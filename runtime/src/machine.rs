@@ -74,6 +74,20 @@ pub enum Exhausted {
     Fallback,
 }
 
+/// DELAY spread uniformly over `[d·(1-f), d·(1+f)]` for the jitter factor `f`, clamped to
+/// `0..=max`.
+pub fn jitter(delay: Duration, factor: f64, max: Duration, rng: &mut impl Rng) -> Duration {
+    let d = delay.as_secs_f64();
+    let low = (d * (1.0 - factor)).max(0.0);
+    let high = (d * (1.0 + factor)).max(low);
+    let value = if high > low {
+        rng.random_range(low..=high)
+    } else {
+        low
+    };
+    Duration::try_from_secs_f64(value).unwrap_or(max).min(max)
+}
+
 /// `retry_config`, as the machine needs it.
 #[derive(Clone, Debug)]
 pub struct RetryPolicy {
@@ -115,20 +129,10 @@ impl RetryPolicy {
             .get((n as usize).saturating_sub(1))
             .copied()
             .unwrap_or(self.max_delay);
-        let Some(factor) = self.jitter else {
-            return nominal;
-        };
-        let d = nominal.as_secs_f64();
-        let low = (d * (1.0 - factor)).max(0.0);
-        let high = (d * (1.0 + factor)).max(low);
-        let value = if high > low {
-            rng.random_range(low..=high)
-        } else {
-            low
-        };
-        Duration::try_from_secs_f64(value)
-            .unwrap_or(self.max_delay)
-            .min(self.max_delay)
+        match self.jitter {
+            Some(factor) => jitter(nominal, factor, self.max_delay, rng),
+            None => nominal,
+        }
     }
 
     /// The delays between the attempts of one run, in order (one fewer than `attempts`).
@@ -420,7 +424,7 @@ impl StepMachine {
                     let within_budget = self
                         .retry
                         .budget
-                        .is_none_or(|b| now.saturating_sub(run_started) + delay <= b);
+                        .is_none_or(|b| now.saturating_sub(run_started).saturating_add(delay) <= b);
                     if within_budget {
                         let next = attempt + 1;
                         return (
@@ -698,6 +702,26 @@ mod tests {
         );
         assert_eq!(
             m.on_event(StepEvent::Exited(fail()), secs(1), &mut rng),
+            Action::Finish(Outcome::Failed)
+        );
+    }
+
+    #[test]
+    fn a_huge_delay_against_a_budget_does_not_overflow() {
+        let policy = RetryPolicy {
+            delays: vec![Duration::MAX],
+            max_delay: Duration::MAX,
+            budget: Some(Duration::from_hours(1)),
+            ..retry(2)
+        };
+        let mut m = StepMachine::new(policy, HandlerPolicy::none());
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(
+            m.on_event(StepEvent::Start, secs(0), &mut rng),
+            Action::Spawn { run: 1, attempt: 1 }
+        );
+        assert_eq!(
+            m.on_event(StepEvent::Exited(fail()), secs(2), &mut rng),
             Action::Finish(Outcome::Failed)
         );
     }
@@ -1012,6 +1036,10 @@ mod tests {
                 "{d:?}"
             );
         }
+        // Jitter moves the delays: across seeds they are not all the nominal one.
+        let first: Vec<Duration> = (0..20).map(|seed| draw(seed)[0]).collect();
+        assert!(first.iter().any(|d| *d != policy.delays[0]), "{first:?}");
+        assert!(first.iter().any(|d| *d != first[0]), "{first:?}");
         let plain = retry(4);
         let mut rng = StdRng::seed_from_u64(9);
         assert_eq!(

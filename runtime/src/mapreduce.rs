@@ -18,6 +18,7 @@ use prodigy_compiler::ast::{
     self, CaptureSource, MaxParallel, Multiline, SetupCapture, TimeoutAction, TimeoutPolicy,
 };
 use prodigy_compiler::plan::{Plan, PlanCommand, StepId};
+use prodigy_grammar::pipeline::InputKind;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -25,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerAction, BreakerConfig, BreakerEvent, BreakerState};
 use crate::dlq::{Dlq, ErrorType, FailureDetail};
-use crate::exec::{self, Command};
+use crate::exec;
 use crate::job::{Counts, ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
 use crate::jobstore::{ItemRecord, ItemStatus, JobCheckpoint, JobFiles, Phase, Status};
 use crate::machine::Outcome;
@@ -108,6 +109,19 @@ pub struct FailurePattern {
     pub suggestion: String,
 }
 
+/// How many of RECORDS succeeded, failed and were skipped.
+fn tally<'r>(records: impl Iterator<Item = &'r ItemRecord>) -> Counts {
+    let mut counts = Counts::default();
+    for record in records {
+        match record.status {
+            ItemStatus::Succeeded => counts.succeeded += 1,
+            ItemStatus::Failed => counts.failed += 1,
+            ItemStatus::Skipped => counts.skipped += 1,
+        }
+    }
+    counts
+}
+
 /// Error metrics from the item outcomes (seed `000`: a pattern is an error type seen 3 or
 /// more times; timeouts, network and permission errors get their own suggestion).
 pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
@@ -115,13 +129,11 @@ pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
         total_items: total,
         ..ErrorMetrics::default()
     };
+    let counts = tally(records.iter());
+    (metrics.successful, metrics.failed, metrics.skipped) =
+        (counts.succeeded, counts.failed, counts.skipped);
     let mut messages: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for record in records {
-        match record.status {
-            ItemStatus::Succeeded => metrics.successful += 1,
-            ItemStatus::Failed => metrics.failed += 1,
-            ItemStatus::Skipped => metrics.skipped += 1,
-        }
         if record.status != ItemStatus::Succeeded {
             let kind = record
                 .error_type
@@ -134,7 +146,7 @@ pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
                 .push(record.error.as_deref().unwrap_or(""));
         }
     }
-    let finished = metrics.successful + metrics.failed + metrics.skipped;
+    let finished = counts.finished();
     if finished > 0 {
         #[expect(
             clippy::cast_precision_loss,
@@ -390,7 +402,7 @@ async fn run_agent(
         runner,
         scope.clone(),
         stop,
-        runner.run_list(&spec.steps, &mut vars),
+        runner.run_phase(&spec.steps, &mut vars),
         spec.timeout,
         spec.cancel_running.then_some(halt),
     )
@@ -436,12 +448,86 @@ async fn run_item_handler(
     why.is_none() && outcome.continues()
 }
 
+/// Puts back the DLQ entries a kill lost between an outcome and its DLQ write: the
+/// dead-lettered outcomes recorded since the last checkpoint (their items were still
+/// REMAINING in it) that are missing from the queue. Entries removed on purpose before that
+/// checkpoint (`dlq clear`, `dlq retry`) stay removed. Returns the ids put back.
+fn repair_dlq(
+    dlq: &Dlq,
+    records: &[ItemRecord],
+    items: &[Value],
+    remaining: &[String],
+) -> Vec<String> {
+    let remaining: std::collections::HashSet<&str> = remaining.iter().map(String::as_str).collect();
+    let mut repaired = Vec::new();
+    for record in records
+        .iter()
+        .filter(|r| r.dead_lettered && remaining.contains(r.item_id.as_str()))
+    {
+        if matches!(dlq.get(&record.item_id), Ok(None)) {
+            let item = items.get(record.index).cloned().unwrap_or(Value::Null);
+            let failure = failure_detail(
+                record.error_type.as_deref(),
+                record.error.as_deref().unwrap_or_default(),
+                record.index,
+                record.duration_secs,
+            );
+            if dlq
+                .record_failure(&record.item_id, &item, failure, None)
+                .is_ok()
+            {
+                repaired.push(record.item_id.clone());
+            }
+        }
+    }
+    repaired
+}
+
+/// The agents at a time: OVERRIDE (`--max-parallel`), else the map's `max_parallel`,
+/// a number or a `${VAR}` rendered with VARS.
+pub(crate) fn max_parallel(plan: &Plan, vars: &Vars, over: Option<usize>) -> Result<usize, String> {
+    if let Some(n) = over {
+        return Ok(n.max(1));
+    }
+    let Some(map) = &plan.map else {
+        return Ok(1);
+    };
+    match &map.max_parallel {
+        MaxParallel::Fixed(n) => Ok(usize::try_from(n.value).unwrap_or(usize::MAX).max(1)),
+        MaxParallel::Variable(t) => {
+            let text = t
+                .parsed
+                .render(vars)
+                .map_err(|e| format!("`max_parallel`: {e}"))?;
+            match text.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!(
+                    "`max_parallel` is `{}`, which is `{text}`: not a positive number",
+                    t.value
+                )),
+            }
+        }
+    }
+}
+
+/// How the breaker let an agent start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// Rejected: the agent never ran.
+    Rejected,
+    /// Started normally (the breaker closed, or absent).
+    Normal,
+    /// Started as a half-open probe.
+    Probe,
+}
+
 /// What finished in the map loop.
 enum Done {
     Agent {
         index: usize,
         attempt: u32,
         run: AgentRun,
+        admission: Admission,
     },
     RetryDue {
         index: usize,
@@ -469,8 +555,8 @@ fn describe(reason: &StopReason) -> String {
         StopReason::NoContinueOnFailure => {
             "an item failed and `continue_on_failure` is false".into()
         }
-        StopReason::MaxFailures(n) => format!("more than `max_failures` ({n}) items failed"),
-        StopReason::AgentTimeout => "an agent timed out under `timeout_action: fail`".into(),
+        StopReason::MaxFailures(n) => format!("`max_failures` ({n}) items failed"),
+        StopReason::AgentTimeout => "an item timed out under `timeout_action: fail`".into(),
         StopReason::FailureRate { rate, threshold } => format!(
             "the failure rate {:.0}% went above `failure_threshold` ({:.0}%)",
             rate * 100.0,
@@ -556,9 +642,10 @@ impl<'a> MapJob<'a> {
         );
         vars.merge(
             "workflow",
-            fields(json!({"name": self.plan.name, "id": self.cp.job_id})),
+            crate::runner::fields(json!({"name": self.plan.name, "id": self.cp.job_id})),
         );
         self.cp.status = Status::Running;
+        self.cp.stop_reason = None;
         let outcome = self.phases(&mut vars).await;
         self.finish(outcome)
     }
@@ -739,9 +826,10 @@ impl<'a> MapJob<'a> {
             .map_err(|e| format!("`map.input`: {e}"))?;
         let project = &self.runner.opts.project;
         let path = project.join(input.trim());
-        let text = if path.is_file() {
-            std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?
+        let (text, kind) = if path.is_file() {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+            (text, InputKind::of_file(input.trim()))
         } else if !input.trim().contains(char::is_whitespace)
             && [".json", ".jsonl", ".txt"]
                 .iter()
@@ -752,27 +840,17 @@ impl<'a> MapJob<'a> {
                 path.display()
             ));
         } else {
-            let (program, args) = exec::shell(&input);
-            let command = Command {
-                program,
-                args,
-                cwd: project.clone(),
-                env: vars.environment(),
-                clear_env: false,
-                timeout: Some(Duration::from_mins(5)),
-                grace: self.runner.opts.grace,
-            };
-            let out = exec::run(&command, &mut self.runner.cancel.clone()).await;
+            let out = self.runner.run_shell(&input, vars).await;
             if out.code != Some(0) {
                 return Err(format!(
                     "the map input command `{input}` failed: {}",
                     out.stderr.trim()
                 ));
             }
-            out.stdout
+            (out.stdout, InputKind::Text)
         };
-        let document = serde_json::from_str(&text)
-            .unwrap_or_else(|_| prodigy_grammar::pipeline::input_from_output(&text));
+        let document = prodigy_grammar::pipeline::parse_input(&text, kind)
+            .map_err(|e| format!("the map input `{input}`: {e}"))?;
         let (items, counts) = map.pipeline().apply(document);
         self.runner.record(
             "input_loaded",
@@ -783,59 +861,6 @@ impl<'a> MapJob<'a> {
             counts.kept, counts.selected, counts.filtered, counts.distinct
         ));
         Ok(items)
-    }
-
-    fn max_parallel(&self, vars: &Vars) -> Result<usize, String> {
-        if let Some(n) = self.opts.max_parallel {
-            return Ok(n.max(1));
-        }
-        let Some(map) = &self.plan.map else {
-            return Ok(1);
-        };
-        match &map.max_parallel {
-            MaxParallel::Fixed(n) => Ok(usize::try_from(n.value).unwrap_or(usize::MAX).max(1)),
-            MaxParallel::Variable(t) => {
-                let text = t
-                    .parsed
-                    .render(vars)
-                    .map_err(|e| format!("`max_parallel`: {e}"))?;
-                match text.trim().parse::<usize>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => Err(format!(
-                        "`max_parallel` is `{}`, which is `{text}`: not a positive number",
-                        t.value
-                    )),
-                }
-            }
-        }
-    }
-
-    /// Puts back DLQ entries that a kill lost between the outcome and the DLQ write.
-    fn repair_dlq(&self, records: &[ItemRecord], items: &[Value]) {
-        if self.resumed_from != Some(Status::Running) {
-            return;
-        }
-        for record in records.iter().filter(|r| r.dead_lettered) {
-            if matches!(self.dlq.get(&record.item_id), Ok(None)) {
-                let item = items.get(record.index).cloned().unwrap_or(Value::Null);
-                let failure = failure_detail(
-                    record.error_type.as_deref(),
-                    record.error.as_deref().unwrap_or_default(),
-                    record.index,
-                    record.duration_secs,
-                );
-                if self
-                    .dlq
-                    .record_failure(&record.item_id, &item, failure, None)
-                    .is_ok()
-                {
-                    self.runner.record(
-                        "dlq_item_added",
-                        json!({"item_id": record.item_id, "repaired": true}),
-                    );
-                }
-            }
-        }
     }
 
     #[expect(
@@ -850,21 +875,19 @@ impl<'a> MapJob<'a> {
         };
         let items = self.files.load_items().map_err(|e| e.to_string())?;
         let previous = self.files.load_results().map_err(|e| e.to_string())?;
-        self.repair_dlq(&previous, &items);
+        for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
+            runner.record("dlq_item_added", json!({"item_id": id, "repaired": true}));
+        }
         let total = items.len();
         let mut records: Vec<Option<ItemRecord>> = vec![None; total];
-        let mut counts = Counts::default();
         for record in previous {
-            if let Some(slot) = records.get_mut(record.index) {
-                match record.status {
-                    ItemStatus::Succeeded => counts.succeeded += 1,
-                    ItemStatus::Failed => counts.failed += 1,
-                    ItemStatus::Skipped => counts.skipped += 1,
-                }
+            let index = record.index;
+            if let Some(slot) = records.get_mut(index) {
                 *slot = Some(record);
             }
         }
-        let max_parallel = self.max_parallel(vars)?;
+        let counts = tally(records.iter().flatten());
+        let max_parallel = max_parallel(plan, vars, self.opts.max_parallel)?;
         self.cp.max_parallel = max_parallel;
         let policy = JobPolicy::from_ast(plan.error_policy.as_ref());
         let collection = plan
@@ -872,13 +895,7 @@ impl<'a> MapJob<'a> {
             .as_ref()
             .and_then(|p| p.error_collection.as_ref())
             .map_or(ast::ErrorCollection::Aggregate, |c| c.value);
-        // `error_policy.retry_config.jitter` spreads the item retry delays.
-        let jitter = plan
-            .error_policy
-            .as_ref()
-            .and_then(|p| p.retry_config.as_ref())
-            .filter(|r| r.jitter)
-            .map(|r| r.jitter_factor);
+        let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
         let mut job = Job::resumed(policy, counts);
         let mut breaker = plan
             .error_policy
@@ -914,7 +931,12 @@ impl<'a> MapJob<'a> {
         let mut agents = 0usize;
         let mut dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
         let mut batch: Vec<String> = Vec::new();
-        let mut progress = Progress::start(total as u64, counts.finished());
+        // `timeout_config.enable_monitoring: false` turns the progress display off.
+        let monitored = map
+            .timeout_config
+            .as_ref()
+            .is_none_or(|c| c.enable_monitoring);
+        let mut progress = Progress::start(total as u64, counts.finished(), monitored);
         let mut last_save = Instant::now();
         let mut stop_announced = false;
         loop {
@@ -926,9 +948,13 @@ impl<'a> MapJob<'a> {
                 let Some(item) = items.get(index) else {
                     continue;
                 };
+                let mut admission = Admission::Normal;
                 if let Some(b) = breaker.as_mut() {
                     let before = b.state();
                     let action = b.on_event(BreakerEvent::Admit, runner.started.elapsed());
+                    if action == BreakerAction::Probe {
+                        admission = Admission::Probe;
+                    }
                     if matches!(before, BreakerState::Open { .. })
                         && matches!(b.state(), BreakerState::HalfOpen { .. })
                     {
@@ -943,6 +969,7 @@ impl<'a> MapJob<'a> {
                             index,
                             attempt,
                             run: AgentRun::rejected(),
+                            admission: Admission::Rejected,
                         })));
                         continue;
                     }
@@ -956,6 +983,7 @@ impl<'a> MapJob<'a> {
                         index,
                         attempt,
                         run,
+                        admission,
                     }
                 }));
             }
@@ -972,7 +1000,7 @@ impl<'a> MapJob<'a> {
             let Some(done) = running.next().await else {
                 break;
             };
-            let (index, attempt, run) = match done {
+            let (index, attempt, run, admission) = match done {
                 Done::RetryDue { index, attempt } => {
                     pending.push_front((index, attempt));
                     continue;
@@ -981,12 +1009,12 @@ impl<'a> MapJob<'a> {
                     index,
                     attempt,
                     run,
+                    admission,
                 } => {
-                    if run.failure.as_ref().map(|f| &f.error_type) != Some(&ErrorType::CircuitOpen)
-                    {
+                    if admission != Admission::Rejected {
                         agents = agents.saturating_sub(1);
                     }
-                    (index, attempt, run)
+                    (index, attempt, run, admission)
                 }
                 Done::Handled {
                     index,
@@ -1015,9 +1043,16 @@ impl<'a> MapJob<'a> {
                 );
                 continue;
             }
-            let rejected =
-                run.failure.as_ref().map(|f| &f.error_type) == Some(&ErrorType::CircuitOpen);
-            if let (Some(b), false) = (breaker.as_mut(), rejected) {
+            // A probe's result decides a half-open breaker; a result of an agent that started
+            // before the breaker opened counts only while it is closed.
+            let counts_for_breaker = match admission {
+                Admission::Rejected => false,
+                Admission::Probe => true,
+                Admission::Normal => breaker
+                    .as_ref()
+                    .is_some_and(|b| matches!(b.state(), BreakerState::Closed { .. })),
+            };
+            if let (Some(b), true) = (breaker.as_mut(), counts_for_breaker) {
                 let event = if run.end == RunEnd::Succeeded {
                     BreakerEvent::Success
                 } else {
@@ -1076,21 +1111,29 @@ impl<'a> MapJob<'a> {
                     }
                     ast::ErrorCollection::Aggregate => {}
                 }
-                let action = match (run.end, timeout_action) {
-                    (RunEnd::TimedOut, TimeoutAction::Skip) => {
+                // `timeout_action` decides for every timeout, the agent's or a command's.
+                let timed_out = run.error_type() == ErrorType::Timeout;
+                let action = match (timed_out, timeout_action) {
+                    (true, TimeoutAction::Skip) => {
                         job.skip();
                         ItemAction::Skip
                     }
-                    (RunEnd::TimedOut, TimeoutAction::Fail) => {
-                        job.stop_now(StopReason::AgentTimeout);
+                    (true, TimeoutAction::Fail) => {
+                        job.fail_and_stop(StopReason::AgentTimeout);
                         ItemAction::Fail
                     }
-                    _ => job.on_item(ItemEvent::Failed { attempt }),
+                    (
+                        _,
+                        TimeoutAction::Dlq
+                        | TimeoutAction::GracefulTerminate
+                        | TimeoutAction::Skip
+                        | TimeoutAction::Fail,
+                    ) => job.on_item(ItemEvent::Failed { attempt }),
                 };
                 match action {
                     ItemAction::Retry { attempt, delay } => {
                         let delay = match jitter {
-                            Some(factor) => runner.jittered(delay, factor),
+                            Some(factor) => runner.jittered(delay, factor, max_delay),
                             None => delay,
                         };
                         runner.record(
@@ -1194,21 +1237,17 @@ impl<'a> MapJob<'a> {
     }
 
     fn update_counts(&mut self, records: &[Option<ItemRecord>]) {
-        let (mut ok, mut failed, mut skipped) = (0, 0, 0);
-        let mut remaining = Vec::new();
-        for (index, record) in records.iter().enumerate() {
-            match record.as_ref().map(|r| r.status) {
-                Some(ItemStatus::Succeeded) => ok += 1,
-                Some(ItemStatus::Failed) => failed += 1,
-                Some(ItemStatus::Skipped) => skipped += 1,
-                None => remaining.push(item_id(index)),
-            }
-        }
-        self.cp.successful_items = ok;
-        self.cp.failed_items = failed;
-        self.cp.skipped_items = skipped;
-        self.cp.items_processed = ok + failed + skipped;
-        self.cp.items_remaining = remaining;
+        let counts = tally(records.iter().flatten());
+        self.cp.successful_items = counts.succeeded;
+        self.cp.failed_items = counts.failed;
+        self.cp.skipped_items = counts.skipped;
+        self.cp.items_processed = counts.finished();
+        self.cp.items_remaining = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_none())
+            .map(|(index, _)| item_id(index))
+            .collect();
     }
 
     /// Records an item's outcome in `results.jsonl`.
@@ -1244,18 +1283,12 @@ impl<'a> MapJob<'a> {
 
     /// Puts a failed item in the DLQ; 1 when it is a new entry.
     fn dead_letter(&self, record: &ItemRecord, item: Option<&Value>, run: &AgentRun) -> u64 {
-        let mut failure = failure_detail(
-            record.error_type.as_deref(),
+        let failure = failure_of(
+            self.runner,
+            run,
             record.error.as_deref().unwrap_or_default(),
             record.index,
-            record.duration_secs,
         );
-        failure.error_type = run.error_type();
-        failure.step_failed = run
-            .failure
-            .as_ref()
-            .map_or_else(|| "agent".to_owned(), |f| self.runner.mask(&f.step));
-        let known = matches!(self.dlq.get(&record.item_id), Ok(Some(_)));
         match self
             .dlq
             .record_failure(&record.item_id, item.unwrap_or(&Value::Null), failure, None)
@@ -1265,7 +1298,7 @@ impl<'a> MapJob<'a> {
                     "dlq_item_added",
                     json!({"item_id": record.item_id, "error_signature": entry.error_signature, "failure_count": entry.failure_count}),
                 );
-                u64::from(!known)
+                u64::from(entry.failure_count == 1)
             }
             Err(e) => {
                 self.say(&format!("error: cannot write the DLQ: {e}"));
@@ -1333,8 +1366,8 @@ pub struct RetrySummary {
     pub interrupted: bool,
 }
 
-/// Runs the DLQ items of `job_id` again through the agent template, `max_parallel` at a time,
-/// reading them one by one from the queue. Items that succeed leave the queue and their
+/// Runs the DLQ items of `job_id` again through the agent template, `parallel` at a time
+/// (default: the workflow's `max_parallel`), reading them one by one from the queue. Items that succeed leave the queue and their
 /// success is added to the job's results; items that fail again stay, with the new failure
 /// in their history. Items marked for manual review are left alone.
 pub async fn retry_dead_letters(
@@ -1342,9 +1375,10 @@ pub async fn retry_dead_letters(
     vars: &Vars,
     files: &mut JobFiles,
     job_id: &str,
-    max_parallel: usize,
+    parallel: Option<usize>,
     total: usize,
 ) -> Result<RetrySummary, String> {
+    let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
     let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
     let spec = AgentSpec::new(&runner.plan, false, total);
@@ -1401,7 +1435,8 @@ pub async fn retry_dead_letters(
             RunEnd::Succeeded => {
                 summary.retried += 1;
                 summary.succeeded += 1;
-                dlq.remove(&id).map_err(|e| e.to_string())?;
+                // The success is recorded before the item leaves the queue, so a crash in
+                // between loses nothing.
                 let record = ItemRecord {
                     item_id: id.clone(),
                     index,
@@ -1414,6 +1449,7 @@ pub async fn retry_dead_letters(
                     dead_lettered: false,
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
+                dlq.remove(&id).map_err(|e| e.to_string())?;
                 runner.record("dlq_item_removed", json!({"item_id": id}));
                 runner.say(&format!(
                     "{id}: succeeded; removed from the dead letter queue"
@@ -1423,16 +1459,7 @@ pub async fn retry_dead_letters(
                 summary.retried += 1;
                 summary.still_failing += 1;
                 let message = runner.mask(&run.message(spec.timeout));
-                let mut failure = failure_detail(
-                    Some(run.error_type().name()),
-                    &message,
-                    index,
-                    run.duration.as_secs_f64(),
-                );
-                failure.error_type = run.error_type();
-                if let Some(f) = &run.failure {
-                    failure.step_failed = runner.mask(&f.step);
-                }
+                let failure = failure_of(runner, &run, &message, index);
                 let updated = dlq
                     .record_failure(&id, &entry.item_data, failure, None)
                     .map_err(|e| e.to_string())?;
@@ -1478,6 +1505,18 @@ fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Value {
         "success_rate": success_rate,
         "dlq_count": dlq_count,
     })
+}
+
+/// The DLQ's record of RUN's failure, with MESSAGE (already masked).
+fn failure_of(runner: &Runner, run: &AgentRun, message: &str, index: usize) -> FailureDetail {
+    FailureDetail {
+        error_type: run.error_type(),
+        step_failed: run
+            .failure
+            .as_ref()
+            .map_or_else(|| "agent".to_owned(), |f| runner.mask(&f.step)),
+        ..failure_detail(None, message, index, run.duration.as_secs_f64())
+    }
 }
 
 fn failure_detail(
@@ -1604,14 +1643,6 @@ fn setup_value(
     crate::runner::typed_value(capture.format, name, &text, *success)
 }
 
-/// The fields of a JSON object (nothing for anything else).
-fn fields(value: Value) -> serde_json::Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => serde_json::Map::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1672,6 +1703,31 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_dlq_write_lost_by_a_crash_is_repaired_but_a_cleared_item_stays_out() {
+        let home = tempfile::tempdir().unwrap();
+        let layout = crate::store::Layout {
+            home: home.path().to_owned(),
+            repo: "demo".into(),
+        };
+        let dlq = Dlq::new(&layout, "job");
+        let records = vec![failed(0, "Timeout", "slow"), failed(1, "Timeout", "slow")];
+        let items = vec![json!("a"), json!("b")];
+        // Item 0 was recorded before the last checkpoint (then cleared by hand); item 1
+        // after it, and its DLQ write was lost.
+        let remaining = vec![item_id(1)];
+        assert_eq!(
+            repair_dlq(&dlq, &records, &items, &remaining),
+            vec![item_id(1)]
+        );
+        let entry = dlq.get(&item_id(1)).unwrap().unwrap();
+        assert_eq!(entry.item_data, json!("b"));
+        assert_eq!(entry.failure_history[0].error_type, ErrorType::Timeout);
+        assert!(dlq.get(&item_id(0)).unwrap().is_none());
+        // Repairing again adds nothing twice.
+        assert!(repair_dlq(&dlq, &records, &items, &remaining).is_empty());
     }
 
     fn capture(source: CaptureSource) -> SetupCapture {

@@ -49,12 +49,15 @@ pub struct Progress {
     last_line: (u64, Instant),
     /// Done count when this process started (resumed jobs).
     done_at_start: u64,
+    /// Whether anything is shown.
+    shown: bool,
 }
 
 impl Progress {
-    /// Starts showing a map phase of TOTAL items, DONE of them already finished.
-    pub fn start(total: u64, done: u64) -> Self {
-        let terminal = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+    /// Starts showing a map phase of TOTAL items, DONE of them already finished; nothing is
+    /// shown unless SHOWN.
+    pub fn start(total: u64, done: u64, shown: bool) -> Self {
+        let terminal = shown && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
         let bar = terminal.then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             if let Ok(style) = ProgressStyle::with_template(
@@ -74,6 +77,7 @@ impl Progress {
             started: now,
             last_line: (done, now),
             done_at_start: done,
+            shown,
         }
     }
 
@@ -86,6 +90,9 @@ impl Progress {
         if let Some(bar) = &self.bar {
             bar.set_position(tally.done);
             bar.set_message(summary);
+            return;
+        }
+        if !self.shown {
             return;
         }
         let now = Instant::now();

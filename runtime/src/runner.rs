@@ -266,16 +266,9 @@ impl Runner {
         lock(&self.log).record(event, masked);
     }
 
-    /// DELAY spread by the jitter FACTOR (uniform in `[d·(1-f), d·(1+f)]`), from the run's
-    /// seeded RNG.
-    pub(crate) fn jittered(&self, delay: Duration, factor: f64) -> Duration {
-        let policy = RetryPolicy {
-            delays: vec![delay],
-            max_delay: Duration::MAX,
-            jitter: Some(factor),
-            ..RetryPolicy::none()
-        };
-        policy.delay(1, &mut *lock(&self.rng))
+    /// DELAY spread by the jitter FACTOR and capped at MAX, from the run's seeded RNG.
+    pub(crate) fn jittered(&self, delay: Duration, factor: f64, max: Duration) -> Duration {
+        crate::machine::jitter(delay, factor, max, &mut *lock(&self.rng))
     }
 
     /// Where events go.
@@ -460,17 +453,7 @@ impl Runner {
                 if *cache && let Some(hit) = lock(&self.env_cache).get(&text) {
                     return Ok(Some(Value::String(hit.clone())));
                 }
-                let (program, args) = exec::shell(&text);
-                let cmd = Command {
-                    program,
-                    args,
-                    cwd: self.opts.project.clone(),
-                    env: vars.environment(),
-                    clear_env: false,
-                    timeout: Some(Duration::from_mins(5)),
-                    grace: self.opts.grace,
-                };
-                let out = exec::run(&cmd, &mut self.cancel_rx()).await;
+                let out = self.run_shell(&text, vars).await;
                 if out.code != Some(0) {
                     return Err(StartError::Env {
                         name: name.to_owned(),
@@ -495,6 +478,22 @@ impl Runner {
                 Value::String(render(if test { when_true } else { when_false }, vars)?)
             }
         }))
+    }
+
+    /// Runs TEXT with `sh -c` in the project with the environment of VARS, for at most
+    /// 5 minutes: env `command:` values and map input commands.
+    pub(crate) async fn run_shell(&self, text: &str, vars: &Vars) -> Output {
+        let (program, args) = exec::shell(text);
+        let cmd = Command {
+            program,
+            args,
+            cwd: self.opts.project.clone(),
+            env: vars.environment(),
+            clear_env: false,
+            timeout: Some(Duration::from_mins(5)),
+            grace: self.opts.grace,
+        };
+        exec::run(&cmd, &mut self.cancel_rx()).await
     }
 
     /// A template as `--dry-run` shows it: what can be resolved is, the rest stays as
@@ -548,8 +547,6 @@ impl Runner {
                 .step(id)
                 .map(|s| s.label.clone())
                 .unwrap_or_default();
-            // `step.name`/`step.index` describe this step; the git fields the last one.
-            vars.merge("step", fields(json!({"name": label, "index": index})));
             // The first step sees the values the run started with.
             if index > start
                 && let Err(e) = self.refresh_env(&mut vars).await
@@ -670,6 +667,14 @@ impl Runner {
             let Some(step) = self.plan.step(id) else {
                 return Outcome::Failed;
             };
+            if self.cancelled() {
+                return Outcome::Cancelled;
+            }
+            // A step of a phase (`index` given): `step.name`/`step.index` describe it; the
+            // git fields describe the last one.
+            if let Some(index) = index {
+                vars.merge("step", fields(json!({"name": step.label, "index": index})));
+            }
             let fields = crate::store::step_fields(index, &step.label, id.0);
             self.record("step_started", fields.clone());
             let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
@@ -866,6 +871,18 @@ impl Runner {
         Outcome::Failed
     }
 
+    /// Runs the steps of a phase (a map agent's template) in order, each with its index as
+    /// `step.index`: `Succeeded`, or the outcome of the step that ended the list.
+    pub(crate) async fn run_phase(&self, steps: &[StepId], vars: &mut Vars) -> Outcome {
+        for (index, &id) in steps.iter().enumerate() {
+            let outcome = self.run_step(id, vars, Some(index)).await;
+            if !outcome.continues() {
+                return outcome;
+            }
+        }
+        Outcome::Succeeded
+    }
+
     /// Runs a list of steps in order: `Succeeded`, or the outcome (`Failed`, `Cancelled`)
     /// of the step that ended the list.
     pub(crate) fn run_list<'a>(
@@ -876,7 +893,11 @@ impl Runner {
         Box::pin(async move {
             for &id in steps {
                 let outcome = self.run_step(id, vars, None).await;
-                if !outcome.continues() {
+                // A command with `continue_on_error` (validation and `on_incomplete` lists)
+                // does not end the list; an interrupt always does.
+                let tolerated = outcome != Outcome::Cancelled
+                    && self.plan.step(id).is_some_and(|s| s.continue_on_error);
+                if !outcome.continues() && !tolerated {
                     return outcome;
                 }
             }
@@ -1699,7 +1720,7 @@ fn handler_policy(step: &PlanStep) -> HandlerPolicy {
 }
 
 /// The fields of a JSON object (nothing for anything else).
-fn fields(value: Value) -> serde_json::Map<String, Value> {
+pub(crate) fn fields(value: Value) -> serde_json::Map<String, Value> {
     match value {
         Value::Object(map) => map,
         _ => serde_json::Map::new(),

@@ -16,6 +16,8 @@ struct Case {
     exit: i32,
     /// A command that prints this instead of the stub's echo.
     prints: Option<(&'static str, &'static str)>,
+    /// Items of its own, for an example whose pipeline would drop the common ones.
+    items: Option<fn() -> String>,
 }
 
 const fn case(name: &'static str, fail: &'static str, exit: i32) -> Case {
@@ -24,7 +26,23 @@ const fn case(name: &'static str, fail: &'static str, exit: i32) -> Case {
         fail,
         exit,
         prints: None,
+        items: None,
     }
+}
+
+/// Fourteen items with scores and priorities: twelve score 5 or more, and two of those are
+/// left after `offset: 10`.
+fn scored_items() -> String {
+    let items: Vec<String> = (1..=14)
+        .map(|id| {
+            format!(
+                r#"{{"id": {id}, "path": "src/m{id}.rs", "score": {}, "priority": {}}}"#,
+                if id <= 12 { 5 + id % 4 } else { 1 },
+                id % 3
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(", "))
 }
 
 const SEED_CASES: &[Case] = &[
@@ -53,7 +71,11 @@ const SEED_CASES: &[Case] = &[
     case("seed-001-example3-both-systems", "", 0),
     case("seed-001-work-item-scope", "step2.sh:1", 0),
     case("seed-001-workflow-error-policy", "", 0),
-    case("seed-002-complete-structure", "", 0),
+    // Its pipeline keeps items scoring 5 or more, sorted by priority, after the first 10.
+    Case {
+        items: Some(scored_items),
+        ..case("seed-002-complete-structure", "", 0)
+    },
     case("seed-002-convenience-fields", "", 0),
     // The analysis prints the JSON that `format: json` expects.
     Case {
@@ -64,12 +86,13 @@ const SEED_CASES: &[Case] = &[
     case("seed-004-resilient-mapreduce-fibonacci", "", 0),
 ];
 
-fn write_items(scratch: &Scratch, workflow: &str) {
+fn write_items(scratch: &Scratch, workflow: &str, items: Option<fn() -> String>) {
+    let items = items.map_or_else(|| ITEMS.to_owned(), |f| f());
     // Examples with `json_path: "$.items[*]"` read an object.
     let text = if workflow.contains("$.items[*]") {
-        format!("{{\"items\": {ITEMS}}}")
+        format!("{{\"items\": {items}}}")
     } else {
-        ITEMS.to_owned()
+        items
     };
     std::fs::write(scratch.project().join("items.json"), text).unwrap();
 }
@@ -94,7 +117,7 @@ fn seed_mapreduce_workflows_run_as_documented() {
                 scope.spawn(move || {
                     let scratch = Scratch::new();
                     let file = root().join(format!("workflows/ok/{}.yml", c.name));
-                    write_items(&scratch, &std::fs::read_to_string(&file).unwrap());
+                    write_items(&scratch, &std::fs::read_to_string(&file).unwrap(), c.items);
                     if let Some((name, text)) = c.prints {
                         let path = scratch.dir.path().join("bin").join(name);
                         std::fs::remove_file(&path).unwrap();
@@ -170,6 +193,17 @@ fn corpus_command_input_maps_over_found_files() {
     assert!(text.contains("Analysis complete"), "{text}");
 }
 
+/// The id of the one job the scratch home holds.
+fn only_job(scratch: &Scratch) -> String {
+    let jobs = scratch.home().join("state/project/mapreduce/jobs");
+    let mut ids: Vec<String> = std::fs::read_dir(jobs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    ids.pop().unwrap()
+}
+
 /// The outcome lines the job recorded, by item.
 fn outcomes(scratch: &Scratch, job: &str) -> Vec<(String, String)> {
     let path = scratch
@@ -198,7 +232,7 @@ fn a_killed_job_resumes_and_runs_every_item_exactly_once() {
     std::fs::write(
         &file,
         format!(
-            "name: kill-and-resume\nmode: mapreduce\nmap:\n  input: \"seq 1 12\"\n  max_parallel: 3\n  agent_template:\n    - shell: \"echo start $ITEM >> {log}; sleep 0.3; echo end $ITEM >> {log}\"\nreduce:\n  - shell: \"echo reduce ${{map.successful}} >> {log}\"\n",
+            "name: kill-and-resume\nmode: mapreduce\nmap:\n  input: \"seq 1 12\"\n  max_parallel: 3\n  agent_template:\n    - shell: \": {log}; echo start $ITEM >> {log}; sleep 0.3; echo end $ITEM >> {log}\"\nreduce:\n  - shell: \"echo reduce ${{map.successful}} >> {log}\"\n",
             log = runs.display()
         ),
     )
@@ -210,17 +244,10 @@ fn a_killed_job_resumes_and_runs_every_item_exactly_once() {
     });
     assert_eq!(output.status.code(), None, "killed by a signal");
     // The agents' shells outlive a SIGKILL of prodigy (each runs in its own process group);
-    // let them finish writing before reading what started.
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let jobs = scratch.home().join("state/project/mapreduce/jobs");
-    let job = std::fs::read_dir(&jobs)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .file_name()
-        .to_string_lossy()
-        .into_owned();
+    // wait until they are gone before reading what started.
+    let left = survivors(&format!("sh -c : {}", runs.display()));
+    assert!(left.is_empty(), "agents still running: {left:?}");
+    let job = only_job(&scratch);
     let before = outcomes(&scratch, &job);
     let log = std::fs::read_to_string(&runs).unwrap();
     // Started but without a recorded outcome: these, and only these, run again.
@@ -315,6 +342,22 @@ fn dlq_retry_after_a_fix_drains_the_queue() {
     let job = job_id(&output);
     let strict = scratch.run(&["run", "--strict", file.to_str().unwrap()], &[]);
     assert_eq!(strict.status.code(), Some(3), "{}", stderr(&strict));
+    // `dlq show` without an item shows them all; `dlq clear` empties the queue.
+    let second = job_id(&strict);
+    let shown = scratch.run(&["dlq", "show", &second], &[]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    for id in ["item_1:", "item_3:", "item_5:"] {
+        assert!(shown.contains(id), "{shown}");
+    }
+    assert!(shown.contains("broken 4"), "{shown}");
+    let cleared = scratch.run(&["dlq", "clear", &second], &[]);
+    assert!(
+        stderr(&cleared).contains("removed 3 items"),
+        "{}",
+        stderr(&cleared)
+    );
+    let after = scratch.run(&["dlq", "list", &second], &[]);
+    assert!(String::from_utf8_lossy(&after.stdout).contains("is empty"));
 
     let listing = scratch.run(&["dlq", "list", &job], &[]);
     let table = String::from_utf8_lossy(&listing.stdout).into_owned();
@@ -398,9 +441,15 @@ fn events_print_and_filter_the_log() {
     // `follow` on a finished job prints it and stops.
     let follow = scratch.run(&["events", "follow", "--job-id", &job, "--json"], &[]);
     assert!(follow.status.success());
-    for line in String::from_utf8_lossy(&follow.stdout).lines() {
-        serde_json::from_str::<serde_json::Value>(line).unwrap();
-    }
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&follow.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        String::from_utf8_lossy(&all.stdout).lines().count()
+    );
+    assert_eq!(lines.last().unwrap()["event_type"], "job_finished");
     let missing = scratch.run(&["events", "no-such-job"], &[]);
     assert_eq!(missing.status.code(), Some(2));
 }
@@ -419,7 +468,6 @@ fn a_job_is_locked_while_it_runs() {
     )
     .unwrap();
     let child = scratch.spawn(&["run", file.to_str().unwrap()]);
-    let jobs = scratch.home().join("state/project/mapreduce/jobs");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !started.exists() {
         assert!(
@@ -428,14 +476,7 @@ fn a_job_is_locked_while_it_runs() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let job = std::fs::read_dir(&jobs)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .file_name()
-        .to_string_lossy()
-        .into_owned();
+    let job = only_job(&scratch);
     let second = scratch.run(&["resume-job", &job], &[]);
     assert_eq!(second.status.code(), Some(2), "{}", stderr(&second));
     assert!(
@@ -445,4 +486,108 @@ fn a_job_is_locked_while_it_runs() {
     );
     let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGTERM, || true);
     assert_eq!(output.status.code(), Some(143), "{}", stderr(&output));
+}
+
+/// The job checkpoint of JOB.
+fn checkpoint(scratch: &Scratch, job: &str) -> serde_json::Value {
+    let path = scratch
+        .home()
+        .join("state/project/mapreduce/jobs")
+        .join(job)
+        .join("checkpoint.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_stopped_job_and_a_failed_reduce_resume_where_they_stopped() {
+    let scratch = Scratch::new();
+    let dir = scratch.dir.path();
+    let log = dir.join("log");
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: resume-phases\nmode: mapreduce\nmap:\n  input: \"seq 1 6\"\n  agent_template:\n    - shell: \"echo item $ITEM >> {log}; test $ITEM != 3 || test -e {fixed}\"\nerror_policy:\n  max_failures: 1\nreduce:\n  - shell: \"echo reduce one >> {log}\"\n  - shell: \"test -e {reduce_fixed}\"\n  - shell: \"echo reduce three ${{map.successful}} >> {log}\"\n",
+            log = log.display(),
+            fixed = dir.join("fixed").display(),
+            reduce_fixed = dir.join("reduce-fixed").display(),
+        ),
+    )
+    .unwrap();
+    // Item 3 fails: `max_failures: 1` stops the job with items 4 to 6 pending.
+    let output = scratch.run(&["run", "--max-parallel", "1", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let job = job_id(&output);
+    let state = checkpoint(&scratch, &job);
+    assert_eq!(state["status"], "stopped");
+    assert_eq!(state["phase"], "map");
+    assert_eq!(
+        state["items_remaining"],
+        serde_json::json!(["item_3", "item_4", "item_5"])
+    );
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("reduce"));
+
+    // Resumed: the pending items run (item 3 stays in the DLQ); reduce stops at its step 2.
+    std::fs::write(dir.join("fixed"), "").unwrap();
+    let output = scratch.run(&["resume-job", "--max-parallel", "2", &job], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("reduce failed"),
+        "{}",
+        stderr(&output)
+    );
+    let state = checkpoint(&scratch, &job);
+    assert_eq!(state["phase"], "reduce");
+    assert_eq!(state["reduce_next_step"], 1);
+    assert_eq!(state["successful_items"], 5);
+    assert_eq!(state["failed_items"], 1);
+
+    // Resumed again: reduce goes on from its step 2; step 1 does not run twice.
+    std::fs::write(dir.join("reduce-fixed"), "").unwrap();
+    let output = scratch.run(&["resume-job", &job], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = std::fs::read_to_string(&log).unwrap();
+    for n in 1..=6 {
+        let runs = text.matches(&format!("item {n}\n")).count();
+        assert_eq!(runs, 1, "item {n} ran {runs} times:\n{text}");
+    }
+    assert_eq!(text.matches("reduce one").count(), 1, "{text}");
+    assert_eq!(text.matches("reduce three 5").count(), 1, "{text}");
+    assert_eq!(checkpoint(&scratch, &job)["status"], "completed");
+}
+
+#[test]
+fn cancel_running_stops_the_running_agents_when_the_policy_stops_the_job() {
+    let scratch = Scratch::new();
+    let marker = format!("sleep 33.{}", std::process::id());
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"if [ $ITEM = 1 ]; then sleep 0.5; exit 1; fi; {marker}\"\nerror_policy:\n  max_failures: 1\n"
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let output = scratch.run(
+        &[
+            "run",
+            "--cancel-running",
+            "--grace",
+            "1",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the sleeping agent was cancelled, not waited for"
+    );
+    let job = job_id(&output);
+    let state = checkpoint(&scratch, &job);
+    assert_eq!(state["status"], "stopped");
+    assert_eq!(state["items_remaining"], serde_json::json!(["item_1"]));
+    let left = survivors(&marker);
+    assert!(left.is_empty(), "orphans: {left:?}");
 }

@@ -600,17 +600,7 @@ impl Lowerer<'_> {
 
     fn policy_retry(&mut self, node: &Node) -> Option<PolicyRetry> {
         let f = self.fields(node, "`error_policy.retry_config`", &shapes::POLICY_RETRY)?;
-        let mut out = PolicyRetry {
-            span: node.span,
-            max_attempts: 3,
-            backoff: crate::ast::Backoff::Exponential {
-                initial: None,
-                base: 2.0,
-            },
-            max_delay: None,
-            jitter: false,
-            jitter_factor: 0.3,
-        };
+        let mut out = PolicyRetry::default_at(node.span);
         if let Some(n) = f
             .get("max_attempts")
             .and_then(|n| self.attempts(n, "`max_attempts`"))
