@@ -386,7 +386,7 @@ mod tests {
         let names = completions(map, map.len());
         for name in [
             "item_total",
-            "map.duration",
+            "map.dlq_count",
             "shell.exit_code",
             "error.step",
         ] {

@@ -32,7 +32,6 @@ pub(crate) const MAP_FIELDS: &[&str] = &[
     "failure_rate",
     "success_rate",
     "dlq_count",
-    "duration",
 ];
 const MERGE_FIELDS: &[&str] = &[
     "worktree",
@@ -535,7 +534,13 @@ impl Checker<'_> {
         match root {
             "env" | "workflow" | "step" | "git" => match root {
                 "workflow" | "step" => {
-                    let mut fields: Vec<&str> = vec!["name", "id", "index"];
+                    // What the runtime sets (SPEC §5): `workflow.name`/`id`,
+                    // `step.name`/`index`, and the git context of both.
+                    let mut fields: Vec<&str> = if root == "workflow" {
+                        vec!["name", "id"]
+                    } else {
+                        vec!["name", "index"]
+                    };
                     fields.extend_from_slice(GIT_FIELDS);
                     closed(self, &fields, &format!("`{root}`"));
                 }
@@ -792,6 +797,27 @@ mod tests {
             .iter()
             .map(|d| d.code)
             .collect()
+    }
+
+    #[test]
+    fn only_the_context_fields_the_runtime_sets_are_in_scope() {
+        for (text, code) in [
+            (
+                "- shell: echo ${workflow.name} ${workflow.id} ${step.name} ${step.index}\n",
+                None,
+            ),
+            (
+                "- shell: echo ${workflow.index}\n",
+                Some(Code::UndefinedVariable),
+            ),
+            ("- shell: echo ${step.id}\n", Some(Code::UndefinedVariable)),
+            (
+                "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: \"true\"\nreduce:\n  - shell: echo ${map.duration}\n",
+                Some(Code::UndefinedVariable),
+            ),
+        ] {
+            assert_eq!(codes(text), code.into_iter().collect::<Vec<_>>(), "{text}");
+        }
     }
 
     #[test]

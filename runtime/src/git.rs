@@ -7,7 +7,9 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 fn git(project: &Path, args: &[&str]) -> Option<String> {
+    // Paths as they are: by default git quotes and octal-escapes non-ASCII names.
     let out = std::process::Command::new("git")
+        .args(["-c", "core.quotePath=false"])
         .args(args)
         .current_dir(project)
         .output()
@@ -82,8 +84,7 @@ fn lines(text: Option<String>) -> Vec<String> {
 /// `commit_count`, `insertions` and `deletions`.
 pub fn changes(project: &Path, from: &str) -> Value {
     let range = format!("{from}..HEAD");
-    let mut commits = lines(git(project, &["rev-list", "--reverse", &range]));
-    commits.retain(|c| !c.is_empty());
+    let commits = lines(git(project, &["rev-list", "--reverse", &range]));
     let (mut added, mut modified, mut deleted, mut changed) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for line in lines(git(
@@ -186,6 +187,16 @@ mod tests {
         assert_eq!(second["insertions"], 2);
         assert_eq!(second["deletions"], 3);
         assert_eq!(second["commits"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn non_ascii_names_come_back_as_written() {
+        let dir = repo();
+        let p = dir.path();
+        let base = head(p).unwrap();
+        std::fs::write(p.join("café.txt"), "x\n").unwrap();
+        commit_all(p, "accent").unwrap();
+        assert_eq!(changes(p, &base)["files_added"], json!(["café.txt"]));
     }
 
     #[test]

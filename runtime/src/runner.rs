@@ -316,8 +316,19 @@ impl Runner {
     async fn starting_vars(&self, dry: bool) -> Result<Vars, StartError> {
         let mut vars = Vars::default();
         for file in &self.plan.env_files {
-            let path = self.opts.project.join(&file.value);
-            if let Ok(text) = std::fs::read_to_string(&path) {
+            let name = file.parsed.render(&vars).map_err(|e| StartError::Env {
+                name: format!("env_files: {}", file.value),
+                why: e.to_string(),
+            })?;
+            let path = self.opts.project.join(&name);
+            let read = std::fs::read_to_string(&path);
+            if let Err(e) = &read {
+                self.say(&format!(
+                    "warning: env file `{}` not loaded: {e}",
+                    path.display()
+                ));
+            }
+            if let Ok(text) = read {
                 for line in text
                     .lines()
                     .map(str::trim)
@@ -675,6 +686,9 @@ impl Runner {
             if let Some(index) = index {
                 vars.merge("step", fields(json!({"name": step.label, "index": index})));
             }
+            if let (Some(description), true) = (&step.description, self.opts.verbose > 0) {
+                self.say(&format!("  ({description})"));
+            }
             let fields = crate::store::step_fields(index, &step.label, id.0);
             self.record("step_started", fields.clone());
             let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
@@ -804,17 +818,15 @@ impl Runner {
                 // false`) goes on without the variable.
                 // An outcome that is already a failure stays what it is.
                 if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
-                    outcome = if handler_policy(step).fail_workflow {
-                        Outcome::Failed
-                    } else {
-                        Outcome::FailedContinued
-                    };
+                    outcome = failed(step);
                 }
             }
             if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
                 outcome = self.after_success(step, vars, head_before, outcome).await;
             }
-            if let (Some(out), true) = (&last, outcome.continues()) {
+            // `on_exit_code` handlers run for the code the command ended with, whether the
+            // step goes on or fails (a failed step stays failed).
+            if let (Some(out), true) = (&last, outcome != Outcome::Cancelled) {
                 for (code, steps) in &step.on_exit_code {
                     if out.code == Some(*code) {
                         self.record(
@@ -959,11 +971,10 @@ impl Runner {
                 break;
             }
         }
-        if ok && on_failure.commit_required && crate::git::head(&self.opts.project) == head_before {
-            self.say(&format!(
-                "  error: the handler of `{}` requires a commit and made none (CommitValidationFailed)",
-                step.label
-            ));
+        if ok
+            && on_failure.commit_required
+            && !self.made_commit(step, "the handler of ", head_before.as_deref())
+        {
             ok = false;
         }
         for name in &on_failure.capture {
@@ -990,7 +1001,7 @@ impl Runner {
             && !self.step_validate(step, checks, vars).await
         {
             if !checks.ignore_failure {
-                return Outcome::Failed;
+                return failed(step);
             }
             self.say(&format!(
                 "  warning: `step_validate` of `{}` failed; ignored (`ignore_validation_failure`)",
@@ -1008,21 +1019,10 @@ impl Runner {
         {
             self.record("step_failed", json!({"step": step.label, "error": why}));
             self.say(&format!("  error: {why}"));
-            return Outcome::Failed;
+            return failed(step);
         }
-        if step.commit_required {
-            let head_after = crate::git::head(&self.opts.project);
-            if head_after.is_none() || head_after == head_before {
-                self.record(
-                    "step_failed",
-                    json!({"step": step.label, "error": "CommitValidationFailed"}),
-                );
-                self.say(&format!(
-                    "  error: `{}` requires a commit and made none (CommitValidationFailed)",
-                    step.label
-                ));
-                return Outcome::Failed;
-            }
+        if step.commit_required && !self.made_commit(step, "", head_before.as_deref()) {
+            return failed(step);
         }
         if let (Some(id), Some(before)) = (&step.step_id, &head_before)
             && !step.outputs.is_empty()
@@ -1051,6 +1051,24 @@ impl Runner {
             return self.run_triggered(&step.on_success, vars, outcome).await;
         }
         outcome
+    }
+
+    /// Whether HEAD moved since BEFORE (`commit_required`); when it did not, records and says
+    /// `CommitValidationFailed` for WHAT (`""`, "the handler of ", ...) of STEP.
+    fn made_commit(&self, step: &PlanStep, what: &str, before: Option<&str>) -> bool {
+        let after = crate::git::head(&self.opts.project);
+        if after.is_some() && after.as_deref() != before {
+            return true;
+        }
+        self.record(
+            "step_failed",
+            json!({"step": step.label, "error": "CommitValidationFailed"}),
+        );
+        self.say(&format!(
+            "  error: {what}`{}` requires a commit and made none (CommitValidationFailed)",
+            step.label
+        ));
+        false
     }
 
     /// `auto_commit` / `commit_config`: stage (all, or the included paths minus the excluded
@@ -1242,12 +1260,9 @@ impl Runner {
             if !ended.continues() {
                 return ended;
             }
-            if on_incomplete.commit_required && crate::git::head(&self.opts.project) == head_before
+            if on_incomplete.commit_required
+                && !self.made_commit(step, "`on_incomplete` of ", head_before.as_deref())
             {
-                self.say(&format!(
-                    "  error: `on_incomplete` of `{}` requires a commit and made none (CommitValidationFailed)",
-                    step.label
-                ));
                 return Outcome::Failed;
             }
         }
@@ -1415,17 +1430,23 @@ impl Runner {
                 self.say(&format!("  env {name}={shown}"));
             }
         }
-        let mut env = vars.environment();
+        // `clear_env`: an empty environment plus the step's own `env` and `PATH` (SPEC §2).
+        let mut env = if step.clear_env {
+            Vec::new()
+        } else {
+            vars.environment()
+        };
         env.extend(step_env);
         if matches!(step.command, PlanCommand::Claude(_)) {
             env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
         }
         // Secrets win over step env.
-        for (name, value) in vars.environment() {
-            if vars.exported.contains(&name)
-                && self.plan.secrets.iter().any(|s| s.name.value == name)
-            {
-                env.push((name, value));
+        if !step.clear_env {
+            for secret in &self.plan.secrets {
+                let name = &secret.name.value;
+                if let Some(value) = vars.values.get(name) {
+                    env.push((name.clone(), prodigy_grammar::value::render(value)));
+                }
             }
         }
         let cwd = match self.cwd(step, vars) {
@@ -1639,6 +1660,17 @@ fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::ErrorType {
         _ if step.commit_required => ErrorType::CommitValidationFailed,
         _ if step.validate.is_some() || step.step_validate.is_some() => ErrorType::ValidationFailed,
         _ => ErrorType::Unknown,
+    }
+}
+
+/// The outcome of a step that failed after its command ran (a capture, a check, a commit):
+/// a failure that fails the workflow unless the step may fail (`allow_failure`,
+/// `fail_workflow: false`).
+fn failed(step: &PlanStep) -> Outcome {
+    if handler_policy(step).fail_workflow {
+        Outcome::Failed
+    } else {
+        Outcome::FailedContinued
     }
 }
 

@@ -208,12 +208,15 @@ impl Checkpoint {
     }
 }
 
-/// The lock of one session: `lock` in its state directory, holding the owner's pid. Two
-/// processes never run one session; a lock whose process is gone is taken over. Dropping
-/// the lock removes the file.
+/// The lock of one session or job: `lock` in its state directory, held with an advisory
+/// lock (`flock`) for as long as the process runs it and holding the owner's pid for
+/// messages. The kernel releases it when the process dies, however it dies, so a stale
+/// file never blocks; dropping the lock removes the file.
 #[derive(Debug)]
 pub struct SessionLock {
     path: PathBuf,
+    /// Held open: closing it releases the lock.
+    _file: File,
 }
 
 impl SessionLock {
@@ -226,29 +229,41 @@ impl SessionLock {
     }
 
     /// Takes the lock in DIR (a session's or a job's state directory); WHAT names it in the
-    /// message when a live process holds it.
+    /// message when another process holds it.
     pub fn acquire_in(dir: &Path, what: &str) -> Result<Self, String> {
+        use std::os::unix::fs::MetadataExt as _;
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
         let path = dir.join("lock");
-        for _ in 0..2 {
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut file) => {
-                    let _ = write!(file, "{}", std::process::id());
-                    return Ok(SessionLock { path });
+        let cannot = |e: std::io::Error| format!("cannot lock `{}`: {e}", path.display());
+        // A holder that lets go removes the file: the lock taken on the removed file's inode
+        // is worth nothing, so try again on the new one.
+        for _ in 0..3 {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(cannot)?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                    return Err(format!(
+                        "{what} is already running in process {}",
+                        holder.trim()
+                    ));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let holder = std::fs::read_to_string(&path)
-                        .ok()
-                        .and_then(|t| t.trim().parse::<i32>().ok());
-                    if let Some(pid) = holder.filter(|&pid| alive(pid)) {
-                        return Err(format!("{what} is already running in process {pid}"));
-                    }
-                    // The holder is gone: take the lock over.
-                    let _ = std::fs::remove_file(&path);
-                }
-                Err(e) => return Err(format!("cannot lock `{}`: {e}", path.display())),
+                Err(std::fs::TryLockError::Error(e)) => return Err(cannot(e)),
             }
+            let current = std::fs::metadata(&path).map(|m| m.ino()).ok();
+            if current != Some(file.metadata().map_err(cannot)?.ino()) {
+                continue;
+            }
+            file.set_len(0).map_err(cannot)?;
+            write!(file, "{}", std::process::id()).map_err(cannot)?;
+            return Ok(SessionLock { path, _file: file });
         }
         Err(format!("cannot lock `{}`", path.display()))
     }
@@ -256,13 +271,9 @@ impl SessionLock {
 
 impl Drop for SessionLock {
     fn drop(&mut self) {
+        // Removed while still held; the lock goes when the file closes right after.
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-fn alive(pid: i32) -> bool {
-    // Signal 0 checks that the process exists without touching it.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
 }
 
 /// A short stable hash of a text (FNV-1a, 64 bits), to notice a changed workflow.

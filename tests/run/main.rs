@@ -972,3 +972,28 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod mapreduce;
+
+#[test]
+fn env_files_are_templates_and_a_missing_one_is_reported() {
+    let scratch = Scratch::new();
+    let dir = scratch.dir.path().join("envs");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("app.env"), "GREETING=hello from the file\n").unwrap();
+    let file = scratch.project().join("env.yml");
+    std::fs::write(
+        &file,
+        "env_files:\n  - \"${ENV_DIR}/app.env\"\n  - \"${ENV_DIR}/missing.env\"\ncommands:\n  - shell: \"echo $GREETING\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(
+        &["run", "-v", file.to_str().unwrap()],
+        &[("ENV_DIR", dir.to_str().unwrap())],
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("hello from the file"), "{text}");
+    assert!(
+        text.contains("warning: env file") && text.contains("missing.env"),
+        "{text}"
+    );
+}

@@ -115,9 +115,12 @@ impl Lowerer<'_> {
                 .filter(|k| !matches!(**k, "shell" | "claude"))
                 .any(|k| has(k));
             if has("shell") && has("claude") && !others {
-                return ["claude", "shell"]
+                // The shell step carries the mapping's other fields (and their diagnostics,
+                // once); the Claude step that follows is the command alone.
+                let claude_only = keep_keys(node, &["claude"]);
+                return [without_key(node, "claude"), claude_only]
                     .iter()
-                    .filter_map(|drop| self.step(&without_key(node, drop), Ctx::default()))
+                    .filter_map(|n| self.step(n, Ctx::default()))
                     .collect();
             }
         }
@@ -1672,6 +1675,14 @@ impl RetryConfig {
 }
 
 /// A copy of a mapping node without one key.
+fn keep_keys(node: &Node, keys: &[&str]) -> Node {
+    let mut copy = node.clone();
+    if let NodeKind::Map(entries) = &mut copy.kind {
+        entries.retain(|e| e.key.text().is_some_and(|k| keys.contains(&k)));
+    }
+    copy
+}
+
 fn without_key(node: &Node, key: &str) -> Node {
     let mut copy = node.clone();
     if let NodeKind::Map(entries) = &mut copy.kind {

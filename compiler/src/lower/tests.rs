@@ -323,3 +323,23 @@ fn foreach_keys_outside_a_flat_foreach_are_reported() {
         [Code::Deprecated]
     );
 }
+
+#[test]
+fn a_shell_and_claude_handler_mapping_is_lowered_once() {
+    let step = first_step(
+        "- shell: x\n  on_success:\n    id: both\n    shell: \"echo s\"\n    claude: /c\n    capture: out\n",
+    );
+    let [shell, claude] = step.on_success.as_slice() else {
+        panic!("two steps: {:?}", step.on_success);
+    };
+    assert!(matches!(shell.command, Command::Shell(_)));
+    assert_eq!(shell.id.as_ref().map(|i| i.value.as_str()), Some("both"));
+    assert!(shell.capture.is_some());
+    assert!(matches!(claude.command, Command::Claude(_)));
+    assert!(claude.id.is_none() && claude.capture.is_none());
+    // A mistake in the mapping is reported once, not once per step.
+    assert_eq!(
+        codes("- shell: x\n  on_success:\n    shell: a\n    claude: /c\n    bogus: 1\n"),
+        vec![Code::UnknownKey]
+    );
+}
