@@ -445,7 +445,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
                 summary.retried
             ));
             let code = signal.load(std::sync::atomic::Ordering::SeqCst);
-            return if code == 0 { 130 } else { code };
+            return crate::run::interrupted(code);
         }
         err(&format!(
             "retried {} items: {} succeeded and left the queue, {} failed again; {left} items remain in the dead letter queue of {job}\n",

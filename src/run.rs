@@ -227,7 +227,10 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
             checkpoint.items_remaining.len(),
             checkpoint.items_total
         ),
-        Phase::Reduce => format!("reduce step {}", checkpoint.reduce_next_step + 1),
+        Phase::Reduce => format!(
+            "reduce step {}",
+            checkpoint.reduce_next_step.saturating_add(1)
+        ),
         Phase::Done => "the end".to_owned(),
     };
     err(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
@@ -389,11 +392,17 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
         }
         JobOutcome::Interrupted => {
             let _ = writeln!(text, "interrupted; resume with: prodigy resume-job {id}");
-            if signal == 0 { 130 } else { signal }
+            interrupted(signal)
         }
     };
     err(&text);
     code
+}
+
+/// The exit code of an interrupted run: the signal's (130 for SIGINT, 143 for SIGTERM), or
+/// 130 when a step saw the interrupt before the handler recorded which one.
+pub(crate) fn interrupted(signal: u8) -> u8 {
+    if signal == 0 { 130 } else { signal }
 }
 
 /// A channel set on SIGINT or SIGTERM, and which one came (130 or 143).
@@ -452,7 +461,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         err(&format!(
             "error: {} changed since the session started; resume with --force to run the new version from step {}\n",
             checkpoint.workflow.display(),
-            checkpoint.next_step + 1
+            checkpoint.next_step.saturating_add(1)
         ));
         return exit_code::USAGE;
     }
@@ -473,7 +482,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
     err(&format!(
         "resuming session {} at step {}\n",
         checkpoint.session_id,
-        checkpoint.next_step + 1
+        checkpoint.next_step.saturating_add(1)
     ));
     execute(Arc::new(plan), opts, Some(checkpoint))
 }
@@ -610,7 +619,7 @@ fn finish(report: &Report, signal: u8) -> u8 {
                 "interrupted; resume with: prodigy resume {}\n",
                 report.session_id
             ));
-            if signal == 0 { 130 } else { signal }
+            interrupted(signal)
         }
     }
 }
