@@ -78,6 +78,9 @@ pub(crate) struct RetryArgs {
     /// Seconds between SIGTERM and SIGKILL when a step times out or the retry is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     grace: u64,
+    /// Merge the job's worktree back without asking (when the job works in one).
+    #[arg(short = 'y', long)]
+    yes: bool,
 }
 
 /// Output formats of the inspection commands.
@@ -404,11 +407,21 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         verbose: args.verbose,
         grace: Duration::from_secs(args.grace),
         seed: crate::run::jitter_seed(),
+        worktree: None,
     };
+    let place = crate::run::Place {
+        isolate: None,
+        saved: checkpoint.worktree.clone(),
+        yes: args.yes,
+    };
+    let mut opts = opts;
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
     let result = crate::run::block_on(async move {
         let (rx, signal) = crate::run::watch_signals();
+        if let Err(code) = place.enter(&mut opts, &job).await {
+            return code;
+        }
         let Started {
             runner,
             vars,
@@ -447,6 +460,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             let code = signal.load(std::sync::atomic::Ordering::SeqCst);
             return crate::run::interrupted(code);
         }
+        let merged = place.leave(&runner, vars, true).await;
         err(&format!(
             "retried {} items: {} succeeded and left the queue, {} failed again; {left} items remain in the dead letter queue of {job}\n",
             summary.retried, summary.succeeded, summary.still_failing
@@ -454,7 +468,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         if summary.still_failing > 0 {
             exit_code::PROBLEMS
         } else {
-            exit_code::OK
+            merged.unwrap_or(exit_code::OK)
         }
     });
     result.unwrap_or_else(|code| code)

@@ -12,6 +12,7 @@ use prodigy_runtime::mapreduce::{JobOptions, JobOutcome, JobReport, MapJob};
 use prodigy_runtime::runner::{Options, Report, RunOutcome, Runner};
 use prodigy_runtime::store::{Checkpoint, Layout, SessionLock};
 use prodigy_runtime::vars::Vars;
+use prodigy_runtime::worktree::{self, MergeBack, SessionWorktree};
 
 use crate::{err, exit_code, out};
 
@@ -36,14 +37,30 @@ pub(crate) struct RunArgs {
     /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
-    /// Answer yes to questions (nothing asks yet; accepted for scripts).
+    /// Merge the run's worktree back into the branch it started from without asking (the
+    /// question is asked on a terminal; elsewhere, without `-y`, the branch is kept).
     #[arg(short = 'y', long)]
     yes: bool,
+    #[command(flatten)]
+    place: PlaceArgs,
     /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     grace: u64,
     #[command(flatten)]
     job: JobArgs,
+}
+
+/// Where `run` works.
+#[derive(clap::Args)]
+pub(crate) struct PlaceArgs {
+    /// Run in the project directory itself instead of a session worktree (the default in a
+    /// git repository: `$PRODIGY_HOME/worktrees/{repo}/{session}` on branch
+    /// `prodigy-{session}`, branched from HEAD and merged back at the end).
+    #[arg(long, conflicts_with = "worktree")]
+    no_worktree: bool,
+    /// Insist on a session worktree: fail outside a git repository.
+    #[arg(long)]
+    worktree: bool,
 }
 
 /// Options of MapReduce jobs, for `run` and `resume-job`.
@@ -85,6 +102,9 @@ pub(crate) struct ResumeJobArgs {
     /// Resume even if the workflow file changed since the job started.
     #[arg(long)]
     force: bool,
+    /// Merge the job's worktree back without asking.
+    #[arg(short = 'y', long)]
+    yes: bool,
     /// Seconds between SIGTERM and SIGKILL when a step times out or the job is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     grace: u64,
@@ -104,6 +124,9 @@ pub(crate) struct ResumeArgs {
     /// Resume even if the workflow file changed since the run started.
     #[arg(long)]
     force: bool,
+    /// Merge the run's worktree back without asking.
+    #[arg(short = 'y', long)]
+    yes: bool,
     /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     grace: u64,
@@ -146,6 +169,38 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         }
     }
     let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let repository = worktree::repository(&project);
+    if repository.is_none()
+        && let Some(step) = worktree::commit_required_step(&plan)
+    {
+        err(&format!(
+            "error: step `{step}` requires a commit (`commit_required`), but {} is not a git repository (or has no commit yet); run it inside one\n",
+            project.display()
+        ));
+        return exit_code::PROBLEMS;
+    }
+    let isolate = match repository {
+        _ if args.place.no_worktree || args.dry_run => None,
+        Some(repo) => Some(repo),
+        None if args.place.worktree => {
+            err(&format!(
+                "error: `--worktree` needs a git repository with a commit, and {} is not one\n",
+                project.display()
+            ));
+            return exit_code::USAGE;
+        }
+        None => None,
+    };
+    if isolate.is_some() {
+        let changes = worktree::uncommitted(&project);
+        if !changes.is_empty() {
+            err(&format!(
+                "warning: {} uncommitted changes in {} are not in the run's worktree, which starts from HEAD (commit them first, or use --no-worktree)\n",
+                changes.len(),
+                project.display()
+            ));
+        }
+    }
     let opts = Options {
         workflow: std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone()),
         workflow_hash: prodigy_runtime::store::hash(&file.text),
@@ -158,15 +213,164 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         verbose: args.verbose,
         grace: Duration::from_secs(args.grace),
         seed: jitter_seed(),
+        worktree: None,
     };
-    let _ = args.yes;
     if args.dry_run {
         return dry_run(plan, opts);
     }
+    let place = Place {
+        isolate,
+        saved: None,
+        yes: args.yes,
+    };
     if plan.map.is_some() {
-        return execute_job(Arc::new(plan), opts, args.job, None);
+        return execute_job(Arc::new(plan), opts, args.job, None, place);
     }
-    execute(Arc::new(plan), opts, None)
+    execute(Arc::new(plan), opts, None, place)
+}
+
+/// Where a run works and how it ends: a new session worktree in the repository ISOLATE
+/// (top level, project prefix), or the one a checkpoint SAVED; `yes` merges it back without
+/// asking.
+pub(crate) struct Place {
+    pub(crate) isolate: Option<(PathBuf, PathBuf)>,
+    pub(crate) saved: Option<SessionWorktree>,
+    pub(crate) yes: bool,
+}
+
+impl Place {
+    /// Creates or reopens the session worktree of ID into OPTS; on failure prints why.
+    pub(crate) async fn enter(&self, opts: &mut Options, id: &str) -> Result<(), u8> {
+        let made = if let Some(saved) = &self.saved {
+            match worktree::reopen(&opts.layout, saved).await {
+                Ok((w, recreated)) => {
+                    if recreated {
+                        err(&format!(
+                            "the worktree {} was gone; recreated it on branch `{}`\n",
+                            w.path.display(),
+                            w.branch
+                        ));
+                    }
+                    w
+                }
+                Err(e) => {
+                    err(&format!("error: cannot reopen the run's worktree: {e}\n"));
+                    return Err(exit_code::PROBLEMS);
+                }
+            }
+        } else if let Some((top, prefix)) = &self.isolate {
+            match worktree::create_session(&opts.layout, top, prefix, id).await {
+                Ok(w) => {
+                    err(&format!(
+                        "working in worktree {} on branch `{}` (--no-worktree runs in place)\n",
+                        w.path.display(),
+                        w.branch
+                    ));
+                    w
+                }
+                Err(e) => {
+                    err(&format!("error: cannot create the run's worktree: {e}\n"));
+                    return Err(exit_code::PROBLEMS);
+                }
+            }
+        } else {
+            return Ok(());
+        };
+        opts.worktree = Some(made);
+        Ok(())
+    }
+
+    /// After the run: a successful one is merged back (asking first on a terminal unless
+    /// `-y`); otherwise, or when the user declines, says where the work is. Returns the exit
+    /// code when the merge itself fails.
+    pub(crate) async fn leave(
+        &self,
+        runner: &Runner,
+        mut vars: Vars,
+        succeeded: bool,
+    ) -> Option<u8> {
+        let session = runner.worktree()?;
+        let kept = format!(
+            "the run's work is on branch `{}` in {}",
+            session.branch,
+            session.path.display()
+        );
+        if !succeeded {
+            err(&format!("{kept}; nothing was merged\n"));
+            return None;
+        }
+        let (commits, _) = worktree::session_changes(session);
+        let target = session.target_branch.as_deref().unwrap_or("HEAD");
+        if !commits.is_empty()
+            && !self.yes
+            && !ask(&format!(
+                "merge {} commits from `{}` into `{target}`{}? [y/N] ",
+                commits.len(),
+                session.branch,
+                if runner.has_merge_steps() {
+                    " with the `merge` steps"
+                } else {
+                    ""
+                }
+            ))
+        {
+            err(&format!(
+                "{kept}; merge it with `git merge --no-ff {}`, or drop it with `prodigy worktree clean`\n",
+                session.branch
+            ));
+            return None;
+        }
+        let left = |n: usize| {
+            if n == 0 {
+                "its worktree is removed".to_owned()
+            } else {
+                format!(
+                    "{n} uncommitted changes are left in {} (only commits come back; commit in a step with `commit_required` or `auto_commit`), so it is kept until `prodigy worktree clean`",
+                    session.path.display()
+                )
+            }
+        };
+        match runner.merge_session(&mut vars).await {
+            Ok(MergeBack::Nothing { left: 0 }) => None,
+            Ok(MergeBack::Nothing { left: n }) => {
+                err(&format!(
+                    "the run made no commits: nothing to merge; {}\n",
+                    left(n)
+                ));
+                None
+            }
+            Ok(MergeBack::Merged {
+                commits,
+                target,
+                left: n,
+            }) => {
+                err(&format!(
+                    "✓ merged {commits} commits from `{}` into `{target}`; {}\n",
+                    session.branch,
+                    left(n)
+                ));
+                None
+            }
+            Err(e) => {
+                err(&format!("✗ merge failed: {e}; {kept}\n"));
+                Some(exit_code::PROBLEMS)
+            }
+        }
+    }
+}
+
+/// Asks QUESTION on the terminal; anything but yes (or no terminal) is no.
+fn ask(question: &str) -> bool {
+    use std::io::IsTerminal as _;
+    if !std::io::stdin().is_terminal() {
+        return false;
+    }
+    err(question);
+    let mut answer = String::new();
+    if std::io::stdin().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 /// `prodigy resume-job`: continue a MapReduce job from its checkpoint (seed `002`): items
@@ -219,6 +423,12 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         verbose: args.verbose,
         grace: Duration::from_secs(args.grace),
         seed: jitter_seed(),
+        worktree: None,
+    };
+    let place = Place {
+        isolate: None,
+        saved: checkpoint.worktree.clone(),
+        yes: args.yes,
     };
     let phase = match checkpoint.phase {
         Phase::Setup => "setup".to_owned(),
@@ -234,22 +444,23 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         Phase::Done => "the end".to_owned(),
     };
     err(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
-    execute_job(Arc::new(plan), opts, args.job_args, Some(checkpoint))
+    execute_job(Arc::new(plan), opts, args.job_args, Some(checkpoint), place)
 }
 
 /// Runs a MapReduce job (new, or resumed from CHECKPOINT) under the job's lock.
 fn execute_job(
     plan: Arc<prodigy_compiler::plan::Plan>,
-    opts: Options,
+    mut opts: Options,
     job_args: JobArgs,
     resume: Option<JobCheckpoint>,
+    place: Place,
 ) -> u8 {
-    warn_merge(&plan, "job");
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
         let job_id = resume
             .as_ref()
             .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
+        place.enter(&mut opts, &job_id).await?;
         let dir = opts.layout.job_dir(&job_id);
         let started_at = resume.as_ref().map(|c| c.started_at.clone());
         let saved = resume.as_ref().map(|c| &c.variables);
@@ -269,7 +480,7 @@ fn execute_job(
         .await
         {
             Ok(started) => started,
-            Err(code) => return code,
+            Err(code) => return Err(code),
         };
         let resumed = resume.is_some();
         let checkpoint = if let Some(c) = resume {
@@ -289,13 +500,17 @@ fn execute_job(
             resumed,
         );
         let report = job.run(vars).await;
-        finish_job(
+        // Worktree news first: the last line says how the job ended and what to do next.
+        let completed = report.outcome == JobOutcome::Completed;
+        let merged = place.leave(&runner, report.vars.clone(), completed).await;
+        let code = finish_job(
             &report,
             signal.load(std::sync::atomic::Ordering::SeqCst),
             job_args.strict,
-        )
+        );
+        Ok(merged.unwrap_or(code))
     });
-    result.unwrap_or_else(|code| code)
+    result.and_then(|r| r).unwrap_or_else(|code| code)
 }
 
 fn new_checkpoint(job_id: &str, opts: &Options) -> JobCheckpoint {
@@ -324,6 +539,7 @@ fn new_checkpoint(job_id: &str, opts: &Options) -> JobCheckpoint {
         max_parallel: 0,
         stop_reason: None,
         error_metrics: None,
+        worktree: opts.worktree.clone(),
     }
 }
 
@@ -478,26 +694,33 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         verbose: args.verbose,
         grace: Duration::from_secs(args.grace),
         seed: jitter_seed(),
+        worktree: None,
+    };
+    let place = Place {
+        isolate: None,
+        saved: checkpoint.worktree.clone(),
+        yes: args.yes,
     };
     err(&format!(
         "resuming session {} at step {}\n",
         checkpoint.session_id,
         checkpoint.next_step.saturating_add(1)
     ));
-    execute(Arc::new(plan), opts, Some(checkpoint))
+    execute(Arc::new(plan), opts, Some(checkpoint), place)
 }
 
 fn execute(
     plan: Arc<prodigy_compiler::plan::Plan>,
-    opts: Options,
+    mut opts: Options,
     resume: Option<Checkpoint>,
+    place: Place,
 ) -> u8 {
-    warn_merge(&plan, "run");
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
         let id = resume
             .as_ref()
             .map_or_else(prodigy_runtime::store::session_id, |c| c.session_id.clone());
+        place.enter(&mut opts, &id).await?;
         let started_at = resume.as_ref().map(|c| c.started_at.clone());
         let saved = resume.as_ref().map(|c| &c.variables);
         let Started {
@@ -506,23 +729,17 @@ fn execute(
             lock: _lock,
         } = match start(plan, opts, rx, Kind::Session, id, started_at, saved).await {
             Ok(started) => started,
-            Err(code) => return code,
+            Err(code) => return Err(code),
         };
         let first = resume.as_ref().map_or(0, |c| c.next_step);
         let report = runner.run(vars, first).await;
-        finish(&report, signal.load(std::sync::atomic::Ordering::SeqCst))
+        // Worktree news first: the last line says how the run ended and what to do next.
+        let succeeded = report.outcome == RunOutcome::Succeeded;
+        let merged = place.leave(&runner, report.vars.clone(), succeeded).await;
+        let code = finish(&report, signal.load(std::sync::atomic::Ordering::SeqCst));
+        Ok(merged.unwrap_or(code))
     });
-    result.unwrap_or_else(|code| code)
-}
-
-/// Says that `merge:` steps will not run: they run when a session worktree is merged back,
-/// and runs work in place until worktrees exist.
-fn warn_merge(plan: &prodigy_compiler::plan::Plan, what: &str) {
-    if plan.merge.is_some() {
-        err(&format!(
-            "warning: the `merge` steps run when a session worktree is merged back; worktree isolation is not implemented yet, so this {what} works in place and will not run them\n"
-        ));
-    }
+    result.and_then(|r| r).unwrap_or_else(|code| code)
 }
 
 /// What a runner runs for: a standard session or a MapReduce job (their locks live in

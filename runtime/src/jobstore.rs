@@ -101,6 +101,9 @@ pub struct JobCheckpoint {
     /// The error metrics (seed `000`) once the map phase is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_metrics: Option<Value>,
+    /// The session worktree the job works in (SPEC §11); resume continues in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::worktree::SessionWorktree>,
 }
 
 /// How an item ended.

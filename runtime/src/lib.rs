@@ -14,3 +14,4 @@ pub mod progress;
 pub mod runner;
 pub mod store;
 pub mod vars;
+pub mod worktree;

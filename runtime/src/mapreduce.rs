@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerAction, BreakerConfig, BreakerEvent, BreakerState};
-use crate::dlq::{Dlq, ErrorType, FailureDetail};
+use crate::dlq::{Dlq, ErrorType, FailureDetail, WorktreeArtifacts};
 use crate::exec;
 use crate::job::{Counts, ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
 use crate::jobstore::{ItemRecord, ItemStatus, JobCheckpoint, JobFiles, Phase, Status};
@@ -33,6 +33,7 @@ use crate::machine::Outcome;
 use crate::progress::{Progress, Tally};
 use crate::runner::{AGENT, AgentScope, Runner, StepFailure};
 use crate::vars::Vars;
+use crate::worktree::{AgentWorktree, SessionWorktree, WorktreeError};
 
 /// How to run a job, beyond the workflow.
 #[derive(Clone, Debug, Default)]
@@ -77,6 +78,8 @@ pub struct JobReport {
     pub pending: u64,
     /// The event log.
     pub events: PathBuf,
+    /// The variables at the end (for the `merge` steps).
+    pub vars: Vars,
 }
 
 /// Error metrics (seed `000`): printed at the end of the job and stored with it.
@@ -274,19 +277,31 @@ struct AgentRun {
     output: Option<String>,
     failure: Option<StepFailure>,
     duration: Duration,
+    /// The agent's worktree, kept because it failed with work in it or its merge
+    /// conflicted.
+    artifacts: Option<WorktreeArtifacts>,
 }
 
 impl AgentRun {
     fn rejected() -> Self {
+        Self::failed(
+            "circuit breaker",
+            "the circuit breaker is open: the agent was not started".into(),
+            ErrorType::CircuitOpen,
+        )
+    }
+
+    fn failed(step: &str, message: String, error_type: ErrorType) -> Self {
         AgentRun {
             end: RunEnd::Failed,
             output: None,
             failure: Some(StepFailure {
-                step: "circuit breaker".into(),
-                message: "the circuit breaker is open: the agent was not started".into(),
-                error_type: ErrorType::CircuitOpen,
+                step: step.into(),
+                message,
+                error_type,
             }),
             duration: Duration::ZERO,
+            artifacts: None,
         }
     }
 
@@ -366,6 +381,7 @@ async fn guarded<F: std::future::Future>(
 fn scope_for(
     index: Option<usize>,
     spec: Option<&AgentSpec>,
+    workdir: Option<PathBuf>,
 ) -> (Rc<AgentScope>, watch::Sender<bool>) {
     let (tx, rx) = watch::channel(false);
     let scope = AgentScope {
@@ -376,6 +392,7 @@ fn scope_for(
         timeouts: spec.map(|s| s.timeouts.clone()).unwrap_or_default(),
         grace: spec.and_then(|s| s.grace),
         failure: RefCell::new(None),
+        workdir,
     };
     (Rc::new(scope), tx)
 }
@@ -390,9 +407,29 @@ async fn run_agent(
     attempt: u32,
     halt: watch::Receiver<bool>,
 ) -> AgentRun {
+    let worktree = match &runner.opts.worktree {
+        Some(session) => {
+            match crate::worktree::create_agent(&runner.opts.layout, session, &item_id(index)).await
+            {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    return AgentRun::failed(
+                        "worktree",
+                        format!("cannot create the agent's worktree: {e}"),
+                        ErrorType::WorktreeError,
+                    );
+                }
+            }
+        }
+        None => None,
+    };
     let mut vars = base.clone();
     item_vars(&mut vars, item, index, spec.total);
-    let (scope, stop) = scope_for(Some(index), Some(spec));
+    let (scope, stop) = scope_for(
+        Some(index),
+        Some(spec),
+        worktree.as_ref().map(|w| w.workdir.clone()),
+    );
     runner.record(
         "agent_started",
         json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt}),
@@ -414,11 +451,91 @@ async fn run_agent(
         (None, _) => RunEnd::Failed,
     };
     let failure = scope.failure.borrow().clone();
-    AgentRun {
+    let mut run = AgentRun {
         end,
         output: vars.last_output.take(),
         failure,
         duration: started.elapsed(),
+        artifacts: None,
+    };
+    if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
+        merge_back(runner, session, worktree, index, &mut run).await;
+    }
+    run
+}
+
+/// After an agent in a worktree: a successful agent's commits go into the session worktree
+/// through the merge queue and its worktree is removed; a conflict fails the item with
+/// `MergeConflict`. The worktree of an agent that failed is kept when it holds commits or
+/// changes (its path goes into the DLQ entry), else removed.
+async fn merge_back(
+    runner: &Runner,
+    session: &SessionWorktree,
+    worktree: AgentWorktree,
+    index: usize,
+    run: &mut AgentRun,
+) {
+    let layout = &runner.opts.layout;
+    if run.end == RunEnd::Succeeded {
+        let message = format!("Merge {} (agent {})", item_id(index), agent_id(index));
+        let merged = {
+            let _queue = runner.merge_queue.lock().await;
+            crate::worktree::merge_agent(&session.path, &worktree, &message).await
+        };
+        match merged {
+            Ok(how) => {
+                if how != crate::worktree::Merged::Nothing {
+                    runner.record(
+                        "agent_merged",
+                        json!({"branch": worktree.branch, "merge": format!("{how:?}")}),
+                    );
+                }
+                crate::worktree::remove(layout, &session.repo, &worktree.path, &worktree.branch)
+                    .await;
+                return;
+            }
+            Err(e) => {
+                let error_type = if matches!(e, WorktreeError::Conflict { .. }) {
+                    ErrorType::MergeConflict
+                } else {
+                    ErrorType::WorktreeError
+                };
+                runner.record(
+                    "agent_merge_failed",
+                    json!({"branch": worktree.branch, "error": e.to_string(), "error_type": error_type.name()}),
+                );
+                let logs = match &e {
+                    WorktreeError::Conflict { output, .. } => output.clone(),
+                    other => other.to_string(),
+                };
+                run.end = RunEnd::Failed;
+                run.failure = Some(StepFailure {
+                    step: "merge".into(),
+                    message: e.to_string(),
+                    error_type,
+                });
+                run.artifacts = Some(artifacts(&worktree, Some(logs)));
+                return;
+            }
+        }
+    }
+    let kept = crate::worktree::commits(&worktree).await.unwrap_or(0) > 0
+        || !crate::worktree::uncommitted(&worktree.path).is_empty();
+    if kept && run.end != RunEnd::Cancelled {
+        let logs = run.failure.as_ref().map(|f| f.message.clone());
+        run.artifacts = Some(artifacts(&worktree, logs));
+    } else if !kept {
+        crate::worktree::remove(layout, &session.repo, &worktree.path, &worktree.branch).await;
+    }
+}
+
+fn artifacts(worktree: &AgentWorktree, error_logs: Option<String>) -> WorktreeArtifacts {
+    let changes = crate::worktree::uncommitted(&worktree.path);
+    WorktreeArtifacts {
+        worktree_path: worktree.path.clone(),
+        branch_name: worktree.branch.clone(),
+        uncommitted_changes: (!changes.is_empty()).then(|| changes.join("\n")),
+        error_logs,
     }
 }
 
@@ -435,7 +552,7 @@ async fn run_item_handler(
     let mut vars = base.clone();
     item_vars(&mut vars, item, index, total);
     vars.set("error", error);
-    let (scope, stop) = scope_for(Some(index), None);
+    let (scope, stop) = scope_for(Some(index), None, None);
     let (outcome, why) = guarded(
         runner,
         scope,
@@ -647,7 +764,7 @@ impl<'a> MapJob<'a> {
         self.cp.status = Status::Running;
         self.cp.stop_reason = None;
         let outcome = self.phases(&mut vars).await;
-        self.finish(outcome)
+        self.finish(outcome, vars)
     }
 
     async fn phases(&mut self, vars: &mut Vars) -> JobOutcome {
@@ -701,7 +818,7 @@ impl<'a> MapJob<'a> {
         JobOutcome::Completed
     }
 
-    fn finish(mut self, outcome: JobOutcome) -> JobReport {
+    fn finish(mut self, outcome: JobOutcome, vars: Vars) -> JobReport {
         let records = self.files.load_results().unwrap_or_default();
         let metrics = error_metrics(&records, self.cp.items_total);
         self.cp.status = match &outcome {
@@ -730,6 +847,7 @@ impl<'a> MapJob<'a> {
             dlq_count,
             pending: self.cp.items_remaining.len() as u64,
             events: self.runner.events_path(),
+            vars,
         }
     }
 
@@ -757,7 +875,7 @@ impl<'a> MapJob<'a> {
             }
             (Outcome::Succeeded, None, outputs)
         };
-        let (scope, stop) = scope_for(None, None);
+        let (scope, stop) = scope_for(None, None, None);
         let ((outcome, failed, outputs), why) =
             guarded(runner, scope, stop, body, setup.timeout, None).await;
         match (why, outcome) {
@@ -824,8 +942,17 @@ impl<'a> MapJob<'a> {
             .parsed
             .render(vars)
             .map_err(|e| format!("`map.input`: {e}"))?;
-        let project = &self.runner.opts.project;
-        let path = project.join(input.trim());
+        let mut path = self.runner.workdir().join(input.trim());
+        let outside = self.runner.opts.project.join(input.trim());
+        if !path.is_file() && self.runner.worktree().is_some() && outside.is_file() {
+            // An input the user has not committed is not in the session worktree.
+            self.say(&format!(
+                "note: `{}` is not in the run's worktree (it is not committed); reading it from {}",
+                input.trim(),
+                self.runner.opts.project.display()
+            ));
+            path = outside;
+        }
         let (text, kind) = if path.is_file() {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
@@ -1289,10 +1416,12 @@ impl<'a> MapJob<'a> {
             record.error.as_deref().unwrap_or_default(),
             record.index,
         );
-        match self
-            .dlq
-            .record_failure(&record.item_id, item.unwrap_or(&Value::Null), failure, None)
-        {
+        match self.dlq.record_failure(
+            &record.item_id,
+            item.unwrap_or(&Value::Null),
+            failure,
+            run.artifacts.clone(),
+        ) {
             Ok(entry) => {
                 self.runner.record(
                     "dlq_item_added",
@@ -1461,7 +1590,7 @@ pub async fn retry_dead_letters(
                 let message = runner.mask(&run.message(spec.timeout));
                 let failure = failure_of(runner, &run, &message, index);
                 let updated = dlq
-                    .record_failure(&id, &entry.item_data, failure, None)
+                    .record_failure(&id, &entry.item_data, failure, run.artifacts.clone())
                     .map_err(|e| e.to_string())?;
                 runner.record(
                     "dlq_item_updated",

@@ -31,8 +31,12 @@ pub struct Options {
     pub workflow: PathBuf,
     /// A hash of the workflow text.
     pub workflow_hash: String,
-    /// Where commands run.
+    /// The user's project directory: where env files and secret files are read, and where
+    /// commands run when there is no session worktree.
     pub project: PathBuf,
+    /// The session worktree commands run in (SPEC §11), when the project is a git repository
+    /// and the run was not started with `--no-worktree`.
+    pub worktree: Option<crate::worktree::SessionWorktree>,
     /// `$PRODIGY_HOME` and the project name.
     pub layout: Layout,
     /// `--param K=V`.
@@ -73,6 +77,8 @@ pub struct Report {
     pub failed_step: Option<String>,
     /// The event log.
     pub events: PathBuf,
+    /// The variables at the end (for the `merge` steps).
+    pub vars: Vars,
 }
 
 /// Why a run could not start.
@@ -130,6 +136,8 @@ pub struct Runner {
     pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
     /// Outputs of `command:` env values with `cache: true`, by rendered command.
     env_cache: Mutex<std::collections::HashMap<String, String>>,
+    /// Map agents' merges into the session worktree, one at a time.
+    pub(crate) merge_queue: tokio::sync::Mutex<()>,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -150,6 +158,8 @@ pub(crate) struct AgentScope {
     pub timeouts: std::rc::Rc<std::collections::HashMap<StepId, Duration>>,
     /// The last step that failed.
     pub failure: std::cell::RefCell<Option<StepFailure>>,
+    /// The agent's own worktree, when the session has one.
+    pub workdir: Option<PathBuf>,
 }
 
 /// The step that ended an agent, for the DLQ.
@@ -229,7 +239,29 @@ impl Runner {
             secrets: Mutex::new(crate::vars::Secrets::default()),
             pending_checkpoint: Mutex::new(None),
             env_cache: Mutex::new(std::collections::HashMap::new()),
+            merge_queue: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Where commands run: the map agent's worktree, else the session worktree, else the
+    /// project.
+    pub(crate) fn workdir(&self) -> PathBuf {
+        AGENT
+            .try_with(|a| a.workdir.clone())
+            .ok()
+            .flatten()
+            .or_else(|| self.opts.worktree.as_ref().map(|w| w.workdir.clone()))
+            .unwrap_or_else(|| self.opts.project.clone())
+    }
+
+    /// The session worktree, when the run has one.
+    pub fn worktree(&self) -> Option<&crate::worktree::SessionWorktree> {
+        self.opts.worktree.as_ref()
+    }
+
+    /// Whether the workflow has `merge` steps.
+    pub fn has_merge_steps(&self) -> bool {
+        self.plan.merge.is_some()
     }
 
     /// The session id.
@@ -498,7 +530,7 @@ impl Runner {
         let cmd = Command {
             program,
             args,
-            cwd: self.opts.project.clone(),
+            cwd: self.workdir(),
             env: vars.environment(),
             clear_env: false,
             timeout: Some(Duration::from_mins(5)),
@@ -543,7 +575,7 @@ impl Runner {
             .variables
             .iter()
             .any(|v| matches!(v.name.as_str(), "step" | "workflow" | "git"))
-            .then(|| crate::git::head(&self.opts.project))
+            .then(|| crate::git::head(&self.workdir()))
             .flatten();
         let mut outcome = RunOutcome::Succeeded;
         let mut failed_step = None;
@@ -569,7 +601,7 @@ impl Runner {
             }
             let before = git_base
                 .as_ref()
-                .and_then(|_| crate::git::head(&self.opts.project));
+                .and_then(|_| crate::git::head(&self.workdir()));
             self.say(&format!("[{}/{total}] {label}", index + 1));
             let step_outcome = self.run_step(id, &mut vars, Some(index)).await;
             if let (Some(base), Some(before)) = (&git_base, &before) {
@@ -604,13 +636,14 @@ impl Runner {
             session_id: self.session.clone(),
             failed_step,
             events,
+            vars,
         }
     }
 
     /// After a step: what it committed (`step.*`), what the run has committed so far
     /// (`workflow.*`), and the working tree (`git.*`).
     fn git_context(&self, vars: &mut Vars, base: &str, before: &str) {
-        let project = &self.opts.project;
+        let project = &self.workdir();
         for (name, from) in [("step", before), ("workflow", base)] {
             vars.merge(name, fields(crate::git::changes(project, from)));
         }
@@ -638,6 +671,7 @@ impl Runner {
             profile: self.opts.profile.clone(),
             started_at: self.started_at.clone(),
             updated_at: crate::store::timestamp(),
+            worktree: self.opts.worktree.clone(),
         };
         self.settle_checkpoint().await;
         let layout = self.opts.layout.clone();
@@ -725,7 +759,7 @@ impl Runner {
             }
             let head_before =
                 if step.commit_required || step.auto_commit || !step.outputs.is_empty() {
-                    crate::git::head(&self.opts.project)
+                    crate::git::head(&self.workdir())
                 } else {
                     None
                 };
@@ -948,7 +982,7 @@ impl Runner {
         );
         let head_before = on_failure
             .commit_required
-            .then(|| crate::git::head(&self.opts.project))
+            .then(|| crate::git::head(&self.workdir()))
             .flatten();
         let mut ok = true;
         let mut combined = String::new();
@@ -1027,7 +1061,7 @@ impl Runner {
         if let (Some(id), Some(before)) = (&step.step_id, &head_before)
             && !step.outputs.is_empty()
         {
-            let changed = crate::git::changes(&self.opts.project, before);
+            let changed = crate::git::changes(&self.workdir(), before);
             let files: Vec<&str> = changed["files_changed"]
                 .as_array()
                 .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -1056,7 +1090,7 @@ impl Runner {
     /// Whether HEAD moved since BEFORE (`commit_required`); when it did not, records and says
     /// `CommitValidationFailed` for WHAT (`""`, "the handler of ", ...) of STEP.
     fn made_commit(&self, step: &PlanStep, what: &str, before: Option<&str>) -> bool {
-        let after = crate::git::head(&self.opts.project);
+        let after = crate::git::head(&self.workdir());
         if after.is_some() && after.as_deref() != before {
             return true;
         }
@@ -1124,7 +1158,7 @@ impl Runner {
                 .flatten()
                 .map(str::to_owned),
         };
-        crate::git::commit(&self.opts.project, &options)
+        crate::git::commit(&self.workdir(), &options)
     }
 
     /// `step_validate`: run the checks, up to `max_attempts` rounds `retry_delay` apart,
@@ -1252,7 +1286,7 @@ impl Runner {
             }
             let head_before = on_incomplete
                 .commit_required
-                .then(|| crate::git::head(&self.opts.project))
+                .then(|| crate::git::head(&self.workdir()))
                 .flatten();
             let ended = self
                 .run_triggered(&on_incomplete.commands, vars, outcome)
@@ -1290,7 +1324,7 @@ impl Runner {
             .render(vars)
             .map_err(|e| e.to_string())
             .and_then(|p| {
-                std::fs::read_to_string(self.opts.project.join(&p))
+                std::fs::read_to_string(self.workdir().join(&p))
                     .map_err(|e| format!("cannot read `{p}`: {e}"))
             })
             .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")));
@@ -1311,7 +1345,7 @@ impl Runner {
             .render(vars)
             .map_err(|e| format!("`output_file`: {e}"))
             .and_then(|file| {
-                let path = self.opts.project.join(&file);
+                let path = self.workdir().join(&file);
                 std::fs::write(&path, self.mask(&output.stdout))
                     .map_err(|e| format!("`output_file`: cannot write `{}`: {e}", path.display()))
             });
@@ -1368,9 +1402,9 @@ impl Runner {
             Some(t) => t
                 .parsed
                 .render(vars)
-                .map(|dir| self.opts.project.join(dir))
+                .map(|dir| self.workdir().join(dir))
                 .map_err(|e| format!("`working_dir`: {e}")),
-            None => Ok(self.opts.project.clone()),
+            None => Ok(self.workdir()),
         }
     }
 

@@ -190,6 +190,9 @@ pub struct Checkpoint {
     pub started_at: String,
     /// When this checkpoint was written.
     pub updated_at: String,
+    /// The session worktree the run works in (SPEC §11); resume continues in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::worktree::SessionWorktree>,
 }
 
 impl Checkpoint {

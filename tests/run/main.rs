@@ -74,27 +74,53 @@ impl Scratch {
             )
             .unwrap();
         }
-        let project = dir.path().join("project");
-        let git = |args: &[&str]| {
-            let status = Command::new("git")
-                .args(args)
-                .current_dir(&project)
-                .env("GIT_AUTHOR_NAME", "test")
-                .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
-                .env("GIT_COMMITTER_NAME", "test")
-                .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env_remove("GIT_DIR")
-                .env_remove("GIT_WORK_TREE")
-                .env_remove("GIT_INDEX_FILE")
-                .output()
-                .unwrap();
-            assert!(status.status.success(), "git {args:?} failed");
-        };
-        git(&["init", "-q", "-b", "main"]);
-        git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
-        Scratch { dir }
+        let scratch = Scratch { dir };
+        scratch.git(&["init", "-q", "-b", "main"]);
+        scratch.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
+        scratch
+    }
+
+    /// Runs git in the project, as the test user, and returns its output.
+    fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(self.project())
+            .env("GIT_AUTHOR_NAME", "test")
+            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+            .env("GIT_COMMITTER_NAME", "test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?} failed: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Commits what the test put in the project (empty directories get a `.keep`), so that
+    /// a run's session worktree, which starts from HEAD, has it too.
+    fn commit(&self) {
+        let mut dirs = vec![self.project()];
+        while let Some(dir) = dirs.pop() {
+            if dir.ends_with(".git") {
+                continue;
+            }
+            let entries: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+            if entries.is_empty() {
+                std::fs::write(dir.join(".keep"), "").unwrap();
+            }
+            dirs.extend(entries.iter().map(std::fs::DirEntry::path).filter(|p| p.is_dir()));
+        }
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", "test files"]);
+    }
+
+    /// The session worktree of the run ID.
+    fn worktree(&self, id: &str) -> PathBuf {
+        self.home().join("worktrees/project").join(id)
     }
 
     fn project(&self) -> PathBuf {
@@ -313,6 +339,7 @@ fn run_file(file: &Path, extra: &BTreeMap<String, String>) -> (Scratch, Output) 
         .flat_map(|d| d.split_whitespace())
     {
         std::fs::create_dir_all(scratch.project().join(dir)).unwrap();
+        scratch.commit();
     }
     if let Some(secret) = extra.get("secret-env") {
         let (k, v) = secret.split_once('=').unwrap();
@@ -522,6 +549,7 @@ fn corpus_standard_workflow_runs() {
     let scratch = Scratch::new();
     std::fs::write(scratch.project().join("README.md"), "# demo\n").unwrap();
     std::fs::write(scratch.project().join("main.rs"), "fn main() {}\n").unwrap();
+    scratch.commit();
     let file = corpus("examples/standard-workflow.yml");
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -539,6 +567,7 @@ fn corpus_capture_conditional_flow_runs() {
         "[package]\nname = \"demo\"\nversion = \"1.2.3\"\n",
     )
     .unwrap();
+    scratch.commit();
     let file = corpus("examples/capture-conditional-flow.yml");
     // The generic stub's `cargo test` prints no test summary, so `test_count` does not parse
     // as a number: the step allows failure, and `should_bump` then reads an undefined variable.
@@ -588,7 +617,8 @@ fn corpus_capture_json_processing_runs_but_for_its_unknown_filter() {
     assert!(stderr(&output).contains("capture `final_summary`: not JSON"));
     // Package and git captures flowed into the report.
     assert!(stderr(&output).contains("Package: Package: test v1.0.0"));
-    assert!(stderr(&output).contains("Git Branch: main"));
+    // The run works on its session branch.
+    assert!(stderr(&output).contains("Git Branch: prodigy-session-"));
 }
 
 #[test]
@@ -621,6 +651,7 @@ fn corpus_environment_example_honours_env_profiles_and_secrets() {
         "DEPLOY_DIR=deploy\n",
     )
     .unwrap();
+    scratch.commit();
     let file = corpus("workflows/environment-example.yml");
     let file = file.to_str().unwrap();
     // Without the secret's source the run stops before the first step.
@@ -704,7 +735,8 @@ fn resume_restores_the_captured_variables() {
     let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
     assert_eq!(output.status.code(), Some(1));
     let id = resume_id(&output);
-    std::fs::write(scratch.project().join("ready"), "").unwrap();
+    // The run works in its session worktree: the fix goes there.
+    std::fs::write(scratch.worktree(&id).join("ready"), "").unwrap();
     let output = scratch.run(&["resume", "-v", &id], &[]);
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");

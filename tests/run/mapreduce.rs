@@ -95,6 +95,7 @@ fn write_items(scratch: &Scratch, workflow: &str, items: Option<fn() -> String>)
         items
     };
     std::fs::write(scratch.project().join("items.json"), text).unwrap();
+    scratch.commit();
 }
 
 #[test]
@@ -175,7 +176,10 @@ fn corpus_mapreduce_context_reads_the_file_setup_wrote() {
     assert!(text.contains("Processing item1 in directory:"), "{text}");
     assert!(text.contains("Processing item2 in directory:"), "{text}");
     assert!(text.contains("Processed 2 out of 2 items"), "{text}");
-    assert!(scratch.project().join("test-items.json").is_file());
+    // Setup wrote it in the job's worktree, which is kept because it was not committed.
+    let job = only_job(&scratch);
+    assert!(scratch.worktree(&job).join("test-items.json").is_file());
+    assert!(!scratch.project().join("test-items.json").exists());
 }
 
 #[test]
@@ -184,6 +188,7 @@ fn corpus_command_input_maps_over_found_files() {
     std::fs::create_dir(scratch.project().join("src")).unwrap();
     std::fs::write(scratch.project().join("src/a.rs"), "fn a() {}\n").unwrap();
     std::fs::write(scratch.project().join("src/b.rs"), "fn b() {}\nfn c() {}\n").unwrap();
+    scratch.commit();
     let file = corpus("examples/mapreduce-command-input.yml");
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
     let text = stderr(&output);
@@ -298,10 +303,15 @@ fn corpus_mapreduce_resume_after_interrupt() {
     let copy = scratch.dir.path().join("test-mapreduce-resume.yml");
     std::fs::write(&copy, text).unwrap();
     let child = scratch.spawn(&["run", copy.to_str().unwrap()]);
-    let project = scratch.project();
+    // Agents write their files in their own worktrees.
+    let worktrees = scratch.home().join("worktrees/project");
     let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, || {
-        project.join("output-item-one.txt").is_file()
-            || project.join("output-item-two.txt").is_file()
+        std::fs::read_dir(&worktrees).is_ok_and(|dirs| {
+            dirs.flatten().any(|d| {
+                d.path().join("output-item-one.txt").is_file()
+                    || d.path().join("output-item-two.txt").is_file()
+            })
+        })
     });
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
     let last = stderr(&output);
@@ -316,6 +326,15 @@ fn corpus_mapreduce_resume_after_interrupt() {
     );
     assert!(text.contains("Total: 150"), "{text}");
     assert!(!input.exists(), "the reduce phase cleans up");
+    // The job resumed in its own worktree, where every agent's commit now is.
+    let worktree = scratch.worktree(&job);
+    for name in ["one", "two", "three", "four", "five"] {
+        assert!(worktree.join(format!("output-item-{name}.txt")).is_file());
+    }
+    assert!(
+        text.contains(&format!("merge it with `git merge --no-ff prodigy-{job}`")),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,0 +1,769 @@
+//! Git worktree isolation (SPEC §11): a run works in a session worktree on its own branch,
+//! every map agent in a worktree branched from it, and the agents' commits come back one at
+//! a time.
+//!
+//! Everything goes through the `git` command. Operations that change the repository's
+//! shared administrative state (adding and removing worktrees, deleting branches) are
+//! serialised: inside the process by one async lock, across processes by an advisory lock
+//! on a file under `$PRODIGY_HOME/worktrees/{repo}/`; merges into a session worktree are
+//! serialised by the merge queue of their job. Concurrent `git worktree add` calls race on
+//! the repository's lock files, which is how upstream loses items at high parallelism.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use prodigy_compiler::plan::Plan;
+use serde_json::json;
+
+use crate::runner::Runner;
+use crate::store::Layout;
+use crate::vars::Vars;
+
+/// Why a git operation failed.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum WorktreeError {
+    /// `git` could not be started.
+    #[error("cannot run `git`: {0}")]
+    Spawn(std::io::Error),
+    /// A git command failed.
+    #[error("`git {args}` failed: {stderr}")]
+    Git {
+        /// The arguments.
+        args: String,
+        /// What git said.
+        stderr: String,
+    },
+    /// The lock file could not be taken.
+    #[error("cannot lock `{path}`: {source}")]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The merge conflicted; the session worktree was put back as it was.
+    #[error("merging `{branch}` conflicts in {}", files.join(", "))]
+    Conflict {
+        /// The agent's branch.
+        branch: String,
+        /// The conflicting paths.
+        files: Vec<String>,
+        /// What git said.
+        output: String,
+    },
+}
+
+/// The session worktree of a run, as its checkpoint keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionWorktree {
+    /// The worktree's root.
+    pub path: PathBuf,
+    /// Where commands run: the project directory's place inside the worktree.
+    pub workdir: PathBuf,
+    /// `prodigy-{session_id}`.
+    pub branch: String,
+    /// The branch the run started from (`None` on a detached HEAD).
+    pub target_branch: Option<String>,
+    /// The commit the session branched from.
+    pub base_commit: String,
+    /// The user's repository (its top level).
+    pub repo: PathBuf,
+}
+
+/// A map agent's worktree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentWorktree {
+    /// The worktree's root.
+    pub path: PathBuf,
+    /// Where the agent's commands run.
+    pub workdir: PathBuf,
+    /// Its branch.
+    pub branch: String,
+    /// The session commit it branched from.
+    pub base: String,
+}
+
+/// How an agent's commits came back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merged {
+    /// The agent made no commit: nothing to merge.
+    Nothing,
+    /// The session branch had not moved: fast-forwarded.
+    FastForward,
+    /// A merge commit (`--no-ff`).
+    MergeCommit,
+}
+
+/// Runs git in DIR and returns its standard output.
+pub(crate) async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
+    let out = tokio::process::Command::new("git")
+        .args(["-c", "core.quotePath=false", "-c", "gc.auto=0"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(WorktreeError::Spawn)?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let bytes = if out.stderr.trim_ascii().is_empty() {
+            &out.stdout
+        } else {
+            &out.stderr
+        };
+        let stderr = String::from_utf8_lossy(bytes).trim().to_owned();
+        Err(WorktreeError::Git {
+            args: args.join(" "),
+            stderr,
+        })
+    }
+}
+
+/// Runs git in DIR, retrying a few times when another program holds one of the
+/// repository's lock files.
+async fn git_retrying(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
+    let mut delay = Duration::from_millis(20);
+    let mut tries = 0;
+    loop {
+        match git(dir, args).await {
+            Err(WorktreeError::Git { stderr, .. })
+                if tries < 5 && stderr.contains(".lock") && stderr.contains("exists") =>
+            {
+                tries += 1;
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn git_sync(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["-c", "core.quotePath=false"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The repository PROJECT is in: its top level and PROJECT's path inside it; `None` outside
+/// a repository or before its first commit (there is nothing to branch from).
+pub fn repository(project: &Path) -> Option<(PathBuf, PathBuf)> {
+    let top = git_sync(project, &["rev-parse", "--show-toplevel"])?;
+    git_sync(project, &["rev-parse", "--verify", "-q", "HEAD"])?;
+    let prefix = git_sync(project, &["rev-parse", "--show-prefix"]).unwrap_or_default();
+    Some((PathBuf::from(top), PathBuf::from(prefix)))
+}
+
+/// The uncommitted changes of the working tree at DIR, one `git status --short` line each.
+pub fn uncommitted(dir: &Path) -> Vec<String> {
+    git_sync(dir, &["status", "--porcelain"])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The branch checked out at DIR (`None` on a detached HEAD).
+pub fn current_branch(dir: &Path) -> Option<String> {
+    git_sync(dir, &["symbolic-ref", "-q", "--short", "HEAD"]).filter(|b| !b.is_empty())
+}
+
+/// `$PRODIGY_HOME/worktrees/{repo}/`.
+pub fn worktrees_dir(layout: &Layout) -> PathBuf {
+    layout.home.join("worktrees").join(&layout.repo)
+}
+
+/// The in-process half of the lock around worktree administration.
+static ADMIN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Holds the worktree administration lock of one repository.
+struct Admin {
+    _guard: tokio::sync::MutexGuard<'static, ()>,
+    _file: std::fs::File,
+}
+
+async fn admin(layout: &Layout) -> Result<Admin, WorktreeError> {
+    let guard = ADMIN.lock().await;
+    let dir = worktrees_dir(layout);
+    let path = dir.join(".lock");
+    let cannot = |source| WorktreeError::Lock {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(cannot)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(cannot)?;
+    // Another prodigy process may hold it for the length of one git command.
+    let file = tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await
+        .map_err(|e| cannot(std::io::Error::other(e)))?
+        .map_err(cannot)?;
+    Ok(Admin {
+        _guard: guard,
+        _file: file,
+    })
+}
+
+/// Creates the session worktree of SESSION for the project at PROJECT (inside REPO at
+/// PREFIX): `worktrees/{repo}/{session}` on branch `prodigy-{session}`, from HEAD.
+pub async fn create_session(
+    layout: &Layout,
+    repo: &Path,
+    prefix: &Path,
+    session: &str,
+) -> Result<SessionWorktree, WorktreeError> {
+    let path = worktrees_dir(layout).join(session);
+    let branch = format!("prodigy-{session}");
+    let base_commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
+    {
+        let _admin = admin(layout).await?;
+        let target = path.to_string_lossy().into_owned();
+        git_retrying(
+            repo,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                &branch,
+                &target,
+                &base_commit,
+            ],
+        )
+        .await?;
+    }
+    Ok(SessionWorktree {
+        workdir: path.join(prefix),
+        path,
+        branch,
+        target_branch: current_branch(repo),
+        base_commit,
+        repo: repo.to_owned(),
+    })
+}
+
+/// Removes the worktree at PATH (with whatever it holds) and deletes BRANCH; missing ones
+/// are not an error.
+pub async fn remove(layout: &Layout, repo: &Path, path: &Path, branch: &str) {
+    let _admin = admin(layout).await;
+    let target = path.to_string_lossy().into_owned();
+    if path.exists() {
+        let _ = git_retrying(repo, &["worktree", "remove", "--force", &target]).await;
+        let _ = std::fs::remove_dir_all(path);
+    }
+    let _ = git_retrying(repo, &["worktree", "prune"]).await;
+    let _ = git_retrying(repo, &["branch", "-D", "-q", branch]).await;
+}
+
+/// The session worktree SAVED by a checkpoint, ready to work in again: as it is when it is
+/// still there; put back on its branch when only the directory is gone; else a new one from
+/// HEAD (its branch was merged and removed). The flag says whether it had to be recreated.
+pub async fn reopen(
+    layout: &Layout,
+    saved: &SessionWorktree,
+) -> Result<(SessionWorktree, bool), WorktreeError> {
+    if saved.path.is_dir() {
+        return Ok((saved.clone(), false));
+    }
+    let target = saved.path.to_string_lossy().into_owned();
+    let _admin = admin(layout).await?;
+    let _ = git(&saved.repo, &["worktree", "prune"]).await;
+    let branch_exists = git(&saved.repo, &["rev-parse", "-q", "--verify", &saved.branch])
+        .await
+        .is_ok();
+    if branch_exists {
+        git_retrying(
+            &saved.repo,
+            &["worktree", "add", "-q", &target, &saved.branch],
+        )
+        .await?;
+        return Ok((saved.clone(), true));
+    }
+    let base_commit = git(&saved.repo, &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    git_retrying(
+        &saved.repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            &saved.branch,
+            &target,
+            &base_commit,
+        ],
+    )
+    .await?;
+    Ok((
+        SessionWorktree {
+            base_commit,
+            target_branch: current_branch(&saved.repo),
+            ..saved.clone()
+        },
+        true,
+    ))
+}
+
+/// The worktree of the map agent for ITEM in the session SESSION: `{session}-{item}` next to
+/// the session worktree, on branch `prodigy-{session}-{item}`, from the session branch as it
+/// is now. What an earlier, interrupted attempt left there is removed first.
+pub async fn create_agent(
+    layout: &Layout,
+    session: &SessionWorktree,
+    item: &str,
+) -> Result<AgentWorktree, WorktreeError> {
+    let name = session
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let path = worktrees_dir(layout).join(format!("{name}-{item}"));
+    let branch = format!("{}-{item}", session.branch);
+    if path.exists()
+        || git(&session.repo, &["rev-parse", "-q", "--verify", &branch])
+            .await
+            .is_ok()
+    {
+        remove(layout, &session.repo, &path, &branch).await;
+    }
+    let _admin = admin(layout).await?;
+    let base = git(&session.path, &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    let target = path.to_string_lossy().into_owned();
+    git_retrying(
+        &session.repo,
+        &["worktree", "add", "-q", "-b", &branch, &target, &base],
+    )
+    .await?;
+    let prefix = session
+        .workdir
+        .strip_prefix(&session.path)
+        .unwrap_or(Path::new(""));
+    Ok(AgentWorktree {
+        workdir: path.join(prefix),
+        path,
+        branch,
+        base,
+    })
+}
+
+/// How many commits the agent made.
+pub async fn commits(agent: &AgentWorktree) -> Result<usize, WorktreeError> {
+    let range = format!("{}..HEAD", agent.base);
+    let out = git(&agent.path, &["rev-list", "--count", &range]).await?;
+    Ok(out.trim().parse().unwrap_or(0))
+}
+
+/// Merges the agent's branch into the session worktree at SESSION: nothing when it made no
+/// commit, a fast-forward when the session has not moved since the agent branched, else
+/// `git merge --no-ff`. A conflict is aborted, so the session worktree is left as it was.
+/// The caller serialises merges into one session.
+pub async fn merge_agent(
+    session: &Path,
+    agent: &AgentWorktree,
+    message: &str,
+) -> Result<Merged, WorktreeError> {
+    if commits(agent).await? == 0 {
+        return Ok(Merged::Nothing);
+    }
+    let head = git(session, &["rev-parse", "HEAD"]).await?;
+    if head.trim() == agent.base {
+        git(session, &["merge", "-q", "--ff-only", &agent.branch]).await?;
+        return Ok(Merged::FastForward);
+    }
+    match git(
+        session,
+        &["merge", "-q", "--no-ff", "-m", message, &agent.branch],
+    )
+    .await
+    {
+        Ok(_) => Ok(Merged::MergeCommit),
+        Err(WorktreeError::Git { stderr, .. }) => {
+            let files: Vec<String> = git(session, &["diff", "--name-only", "--diff-filter=U"])
+                .await
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            // Put the session back as it was, whatever happened.
+            if git(session, &["merge", "--abort"]).await.is_err() {
+                let _ = git(session, &["reset", "-q", "--merge"]).await;
+            }
+            if files.is_empty() {
+                Err(WorktreeError::Git {
+                    args: format!("merge --no-ff {}", agent.branch),
+                    stderr,
+                })
+            } else {
+                Err(WorktreeError::Conflict {
+                    branch: agent.branch.clone(),
+                    files,
+                    output: stderr,
+                })
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The commits of the session branch that TARGET does not have, oldest first, with the
+/// files they change: what merging the session back brings.
+pub fn session_changes(session: &SessionWorktree) -> (Vec<String>, Vec<String>) {
+    let target = session
+        .target_branch
+        .clone()
+        .unwrap_or_else(|| session.base_commit.clone());
+    let range = format!("{target}..{}", session.branch);
+    let commits = git_sync(&session.repo, &["rev-list", "--reverse", &range])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let spec = format!("{target}...{}", session.branch);
+    let files = git_sync(&session.repo, &["diff", "--name-only", &spec])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    (commits, files)
+}
+
+/// Whether the session branch is merged into its target branch.
+pub fn merged(session: &SessionWorktree) -> bool {
+    let Some(target) = &session.target_branch else {
+        return false;
+    };
+    git_sync(
+        &session.repo,
+        &["merge-base", "--is-ancestor", &session.branch, target],
+    )
+    .is_some()
+}
+
+/// Merges the session branch into its target in the user's checkout (`git merge --no-ff`).
+/// Refuses when the checkout has another branch out, so nothing else is touched.
+pub async fn merge_session(session: &SessionWorktree) -> Result<(), WorktreeError> {
+    let Some(target) = &session.target_branch else {
+        return Err(WorktreeError::Git {
+            args: "merge".into(),
+            stderr: "the run started on a detached HEAD: there is no branch to merge into".into(),
+        });
+    };
+    let current = current_branch(&session.repo);
+    if current.as_deref() != Some(target.as_str()) {
+        return Err(WorktreeError::Git {
+            args: "merge".into(),
+            stderr: format!(
+                "`{}` has `{}` checked out, not `{target}`, the branch the run started from",
+                session.repo.display(),
+                current.as_deref().unwrap_or("a detached HEAD")
+            ),
+        });
+    }
+    let message = format!("Merge {} (prodigy)", session.branch);
+    git(
+        &session.repo,
+        &["merge", "-q", "--no-ff", "-m", &message, &session.branch],
+    )
+    .await
+    .map(|_| ())
+}
+
+/// A worktree left under `$PRODIGY_HOME/worktrees/{repo}/`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Listed {
+    /// Its directory.
+    pub path: PathBuf,
+    /// Its branch, when git knows the worktree.
+    pub branch: Option<String>,
+    /// `git status --short` lines.
+    pub uncommitted: usize,
+    /// Commits on its branch that the repository's current branch does not have.
+    pub unmerged_commits: usize,
+}
+
+/// The worktrees prodigy left for the repository at REPO, as git lists them.
+pub fn list(layout: &Layout, repo: &Path) -> Vec<Listed> {
+    let root = worktrees_dir(layout);
+    let text = git_sync(repo, &["worktree", "list", "--porcelain"]).unwrap_or_default();
+    let mut found = Vec::new();
+    let mut path: Option<PathBuf> = None;
+    let mut branch: Option<String> = None;
+    for line in text.lines().chain(std::iter::once("")) {
+        if let Some(p) = line.strip_prefix("worktree ") {
+            path = Some(PathBuf::from(p));
+        } else if let Some(b) = line.strip_prefix("branch ") {
+            branch = Some(b.trim_start_matches("refs/heads/").to_owned());
+        } else if line.is_empty() {
+            if let Some(p) = path.take()
+                && p.starts_with(&root)
+            {
+                let unmerged = branch.as_deref().map_or(0, |b| {
+                    git_sync(repo, &["rev-list", "--count", &format!("HEAD..{b}")])
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0)
+                });
+                found.push(Listed {
+                    uncommitted: uncommitted(&p).len(),
+                    unmerged_commits: unmerged,
+                    branch: branch.take(),
+                    path: p,
+                });
+            }
+            branch = None;
+        }
+    }
+    found
+}
+
+/// Whether BRANCH is merged into the branch checked out at REPO.
+pub fn branch_merged(repo: &Path, branch: &str) -> bool {
+    git_sync(repo, &["merge-base", "--is-ancestor", branch, "HEAD"]).is_some()
+}
+
+/// The first step that must commit (`commit_required` on the step, its `on_failure`
+/// handler or its `on_incomplete`), by label: a run outside a git repository refuses it.
+pub fn commit_required_step(plan: &Plan) -> Option<&str> {
+    plan.steps
+        .iter()
+        .find(|s| {
+            s.commit_required
+                || s.on_failure.as_ref().is_some_and(|h| h.commit_required)
+                || s.validate
+                    .as_ref()
+                    .and_then(|v| v.on_incomplete.as_ref())
+                    .is_some_and(|o| o.commit_required)
+        })
+        .map(|s| s.label.as_str())
+}
+
+/// How bringing a session back went. The worktree and its branch are removed, unless the
+/// run left uncommitted changes in it (`left`): those are never merged, and never thrown
+/// away either.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MergeBack {
+    /// The run made no commit: nothing was merged.
+    Nothing {
+        /// Uncommitted changes left in the worktree, which is then kept.
+        left: usize,
+    },
+    /// The session branch is merged into TARGET.
+    Merged {
+        /// Commits brought in.
+        commits: usize,
+        /// The branch merged into.
+        target: String,
+        /// Uncommitted changes left in the worktree, which is then kept.
+        left: usize,
+    },
+}
+
+impl Runner {
+    /// Brings the session worktree back: the `merge` steps with `${merge.*}` (checked
+    /// afterwards: the session branch must be merged into its target), else `git merge
+    /// --no-ff` into the branch the run started from. On success the session worktree and
+    /// branch are removed. The caller has asked the user first.
+    pub async fn merge_session(&self, vars: &mut Vars) -> Result<MergeBack, String> {
+        let Some(session) = &self.opts.worktree else {
+            return Ok(MergeBack::Nothing { left: 0 });
+        };
+        let left = uncommitted(&session.path).len();
+        let (commits, files) = session_changes(session);
+        if commits.is_empty() {
+            if left == 0 {
+                remove(
+                    &self.opts.layout,
+                    &session.repo,
+                    &session.path,
+                    &session.branch,
+                )
+                .await;
+            }
+            return Ok(MergeBack::Nothing { left });
+        }
+        let target = session
+            .target_branch
+            .clone()
+            .ok_or("the run started on a detached HEAD: there is no branch to merge into")?;
+        self.record(
+            "merge_started",
+            json!({"source_branch": session.branch, "target_branch": target, "commits": commits.len()}),
+        );
+        if let Some(merge) = &self.plan.merge {
+            let short: Vec<String> = commits
+                .iter()
+                .map(|c| c.chars().take(7).collect())
+                .collect();
+            vars.set(
+                "merge",
+                json!({
+                    "worktree": session.path,
+                    "source_branch": session.branch,
+                    "target_branch": target,
+                    "session_id": self.session(),
+                    "commits": commits,
+                    "commit_count": commits.len(),
+                    "commit_ids": short.join(","),
+                    "file_list": files.join(","),
+                    "file_count": files.len(),
+                    "modified_files": files,
+                }),
+            );
+            self.say(&format!(
+                "merge: {} steps in {}",
+                merge.steps.len(),
+                session.path.display()
+            ));
+            let steps = self.run_phase(&merge.steps, vars);
+            let outcome = match merge.timeout {
+                Some(limit) => tokio::time::timeout(limit, steps).await.map_err(|_| {
+                    format!(
+                        "the `merge` steps took longer than their timeout ({})",
+                        humantime::format_duration(limit)
+                    )
+                })?,
+                None => steps.await,
+            };
+            if !outcome.continues() {
+                return Err("a `merge` step failed".into());
+            }
+            if !merged(session) {
+                return Err(format!(
+                    "the `merge` steps finished, but `{}` is not merged into `{target}`",
+                    session.branch
+                ));
+            }
+        } else {
+            merge_session(session).await.map_err(|e| e.to_string())?;
+        }
+        self.record(
+            "merge_finished",
+            json!({"source_branch": session.branch, "target_branch": target}),
+        );
+        if left == 0 {
+            remove(
+                &self.opts.layout,
+                &session.repo,
+                &session.path,
+                &session.branch,
+            )
+            .await;
+        }
+        Ok(MergeBack::Merged {
+            commits: commits.len(),
+            target,
+            left,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["config", "user.email", "t@example.invalid"],
+            &["config", "user.name", "t"],
+            &["commit", "-q", "--allow-empty", "-m", "base"],
+        ] {
+            assert!(git_sync(dir.path(), args).is_some(), "git {args:?}");
+        }
+        dir
+    }
+
+    fn layout(home: &Path) -> Layout {
+        Layout {
+            home: home.to_owned(),
+            repo: "demo".into(),
+        }
+    }
+
+    fn commit_file(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+        git_sync(dir, &["add", name]).unwrap();
+        git_sync(dir, &["commit", "-q", "-m", name]).unwrap();
+    }
+
+    #[tokio::test]
+    async fn agents_merge_back_and_a_conflict_leaves_the_session_clean() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s1").await.unwrap();
+        assert_eq!(session.branch, "prodigy-s1");
+        assert_eq!(session.target_branch.as_deref(), Some("main"));
+        let a = create_agent(&layout, &session, "item_0").await.unwrap();
+        let b = create_agent(&layout, &session, "item_1").await.unwrap();
+        let c = create_agent(&layout, &session, "item_2").await.unwrap();
+        let idle = create_agent(&layout, &session, "item_3").await.unwrap();
+        commit_file(&a.path, "same.txt", "a\n");
+        commit_file(&b.path, "other.txt", "b\n");
+        commit_file(&c.path, "same.txt", "c\n");
+        let merge = |agent: AgentWorktree| {
+            let path = session.path.clone();
+            async move { merge_agent(&path, &agent, "merge").await }
+        };
+        assert_eq!(merge(a).await.unwrap(), Merged::FastForward);
+        assert_eq!(merge(b).await.unwrap(), Merged::MergeCommit);
+        let Err(WorktreeError::Conflict { files, .. }) = merge(c).await else {
+            panic!("expected a conflict");
+        };
+        assert_eq!(files, ["same.txt"]);
+        assert!(
+            uncommitted(&session.path).is_empty(),
+            "the session is clean"
+        );
+        assert_eq!(merge(idle.clone()).await.unwrap(), Merged::Nothing);
+        remove(&layout, &top, &idle.path, &idle.branch).await;
+        assert!(!idle.path.exists());
+        let (commits, files) = session_changes(&session);
+        assert_eq!(commits.len(), 3, "two agent commits and one merge");
+        assert_eq!(files, ["other.txt", "same.txt"]);
+        assert!(!merged(&session));
+        merge_session(&session).await.unwrap();
+        assert!(merged(&session));
+        assert!(project.path().join("other.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn an_agent_worktree_left_by_a_kill_is_replaced() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s2").await.unwrap();
+        let first = create_agent(&layout, &session, "item_0").await.unwrap();
+        commit_file(&first.path, "half.txt", "x\n");
+        let again = create_agent(&layout, &session, "item_0").await.unwrap();
+        assert!(!again.path.join("half.txt").exists());
+        assert_eq!(commits(&again).await.unwrap(), 0);
+    }
+
+    #[test]
+    fn outside_a_repository_there_is_nothing_to_isolate() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(repository(dir.path()), None);
+    }
+}
