@@ -12,6 +12,7 @@ mod jobs;
 mod lsp;
 mod output;
 mod run;
+mod worktrees;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -81,6 +82,10 @@ enum Command {
     /// Print the event log of a job or session (`prodigy events JOB_ID`), or follow it as it
     /// grows (`--follow`).
     Events(jobs::EventsArgs),
+    /// List or remove the git worktrees runs left behind (after a failure, a declined merge,
+    /// uncommitted changes, or a merge conflict parked in the dead letter queue).
+    #[command(subcommand)]
+    Worktree(worktrees::WorktreeCommand),
     /// Explain a diagnostic code, e.g. `prodigy explain V001`.
     Explain {
         /// The code, such as `V001` (case-insensitive). Without it, list every code.
@@ -168,6 +173,7 @@ fn main() -> ExitCode {
         Command::ResumeJob(args) => run::resume_job(&args),
         Command::Dlq(command) => jobs::dlq(&command),
         Command::Events(args) => jobs::events(&args),
+        Command::Worktree(command) => worktrees::worktree(&command),
         Command::Schema => {
             let schema = prodigy_compiler::schema::schema();
             out(&format!(

@@ -409,7 +409,13 @@ async fn run_agent(
 ) -> AgentRun {
     let worktree = match &runner.opts.worktree {
         Some(session) => {
-            match crate::worktree::create_agent(&runner.opts.layout, session, &item_id(index)).await
+            match crate::worktree::create_agent(
+                &runner.opts.layout,
+                session,
+                &runner.agent_worktrees,
+                &item_id(index),
+            )
+            .await
             {
                 Ok(w) => Some(w),
                 Err(e) => {
@@ -475,12 +481,11 @@ async fn merge_back(
     index: usize,
     run: &mut AgentRun,
 ) {
-    let layout = &runner.opts.layout;
     if run.end == RunEnd::Succeeded {
         let message = format!("Merge {} (agent {})", item_id(index), agent_id(index));
         let merged = {
             let _queue = runner.merge_queue.lock().await;
-            crate::worktree::merge_agent(&session.path, &worktree, &message).await
+            crate::worktree::merge_agent(session, &worktree, &message).await
         };
         match merged {
             Ok(how) => {
@@ -490,8 +495,7 @@ async fn merge_back(
                         json!({"branch": worktree.branch, "merge": format!("{how:?}")}),
                     );
                 }
-                crate::worktree::remove(layout, &session.repo, &worktree.path, &worktree.branch)
-                    .await;
+                runner.agent_worktrees.release(worktree);
                 return;
             }
             Err(e) => {
@@ -525,7 +529,7 @@ async fn merge_back(
         let logs = run.failure.as_ref().map(|f| f.message.clone());
         run.artifacts = Some(artifacts(&worktree, logs));
     } else if !kept {
-        crate::worktree::remove(layout, &session.repo, &worktree.path, &worktree.branch).await;
+        runner.agent_worktrees.release(worktree);
     }
 }
 
@@ -796,7 +800,9 @@ impl<'a> MapJob<'a> {
             self.save(Some(vars));
         }
         if self.cp.phase == Phase::Map {
-            match self.map(vars).await {
+            let ended = self.map(vars).await;
+            self.runner.end_map_phase().await;
+            match ended {
                 Ok(MapEnd::Finished) => {}
                 Ok(MapEnd::Stopped(reason)) => return JobOutcome::Stopped(reason),
                 Ok(MapEnd::Interrupted) => return JobOutcome::Interrupted,
@@ -1604,6 +1610,7 @@ pub async fn retry_dead_letters(
             }
         }
     }
+    runner.end_map_phase().await;
     runner.record(
         "dlq_retry_finished",
         json!({"retried": summary.retried, "succeeded": summary.succeeded, "still_failing": summary.still_failing}),

@@ -138,6 +138,8 @@ pub struct Runner {
     env_cache: Mutex<std::collections::HashMap<String, String>>,
     /// Map agents' merges into the session worktree, one at a time.
     pub(crate) merge_queue: tokio::sync::Mutex<()>,
+    /// Map agents' worktrees between two items.
+    pub(crate) agent_worktrees: crate::worktree::Pool,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -240,6 +242,7 @@ impl Runner {
             pending_checkpoint: Mutex::new(None),
             env_cache: Mutex::new(std::collections::HashMap::new()),
             merge_queue: tokio::sync::Mutex::new(()),
+            agent_worktrees: crate::worktree::Pool::default(),
         }
     }
 
@@ -257,6 +260,23 @@ impl Runner {
     /// The session worktree, when the run has one.
     pub fn worktree(&self) -> Option<&crate::worktree::SessionWorktree> {
         self.opts.worktree.as_ref()
+    }
+
+    /// Ends a map phase (or a DLQ retry) in a session worktree: the agents' merged work
+    /// comes into the session branch, and their idle worktrees are removed.
+    pub async fn end_map_phase(&self) {
+        let Some(session) = &self.opts.worktree else {
+            return;
+        };
+        self.agent_worktrees
+            .drain(&self.opts.layout, &session.repo)
+            .await;
+        if let Err(e) = crate::worktree::finish_map(session).await {
+            self.say(&format!(
+                "error: cannot bring the agents' work into `{}`: {e}; it is on `refs/prodigy/{}` (merge it with `git merge refs/prodigy/{}`)",
+                session.branch, session.branch, session.branch
+            ));
+        }
     }
 
     /// Whether the workflow has `merge` steps.

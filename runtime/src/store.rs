@@ -272,6 +272,18 @@ impl SessionLock {
     }
 }
 
+/// Whether a live process holds the lock in DIR (a session's or a job's state directory).
+pub fn is_locked(dir: &Path) -> bool {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("lock"))
+    else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+}
+
 impl Drop for SessionLock {
     fn drop(&mut self) {
         // Removed while still held; the lock goes when the file closes right after.

@@ -96,6 +96,27 @@ pub enum Merged {
     MergeCommit,
 }
 
+/// Runs git in DIR: its exit code, standard output and standard error.
+async fn git_output(
+    dir: &Path,
+    args: &[&str],
+) -> Result<(Option<i32>, String, String), WorktreeError> {
+    let out = tokio::process::Command::new("git")
+        .args(["-c", "core.quotePath=false", "-c", "gc.auto=0"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(WorktreeError::Spawn)?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
 /// Runs git in DIR and returns its standard output.
 pub(crate) async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
     let out = tokio::process::Command::new("git")
@@ -320,43 +341,113 @@ pub async fn reopen(
     ))
 }
 
-/// The worktree of the map agent for ITEM in the session SESSION: `{session}-{item}` next to
-/// the session worktree, on branch `prodigy-{session}-{item}`, from the session branch as it
-/// is now. What an earlier, interrupted attempt left there is removed first.
+/// The agent worktrees of one session, reused from item to item: switching a worktree to a
+/// new branch touches only the files that differ, where creating one checks out the whole
+/// tree and removing it deletes it again.
+#[derive(Debug, Default)]
+pub struct Pool {
+    idle: std::sync::Mutex<Vec<AgentWorktree>>,
+    made: std::sync::atomic::AtomicUsize,
+}
+
+impl Pool {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<AgentWorktree>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Gives back the worktree of an agent whose work is merged (or that had none): the
+    /// next agent reuses it.
+    pub fn release(&self, agent: AgentWorktree) {
+        self.idle().push(agent);
+    }
+
+    /// Removes the idle worktrees and their branches.
+    pub async fn drain(&self, layout: &Layout, repo: &Path) {
+        let idle = std::mem::take(&mut *self.idle());
+        for agent in idle {
+            remove(layout, repo, &agent.path, &agent.branch).await;
+        }
+    }
+}
+
+/// The worktree of the map agent for ITEM in the session SESSION, on branch
+/// `prodigy-{session}-{item}` (`-2`, `-3`, ... for later attempts while an earlier one's
+/// branch exists) from the session's merged work as it is now: an idle one of POOL switched
+/// to the new branch (cleaned of everything the last agent left), else a new
+/// `{session}-agent-N` next to the session worktree.
 pub async fn create_agent(
     layout: &Layout,
     session: &SessionWorktree,
+    pool: &Pool,
     item: &str,
 ) -> Result<AgentWorktree, WorktreeError> {
+    // A branch left by an earlier attempt at this item (a killed run, a failed attempt whose
+    // worktree is kept for the DLQ) is never touched: this attempt gets the next name.
+    let mut branch = format!("{}-{item}", session.branch);
+    let mut attempt = 1;
+    while git(
+        &session.repo,
+        &[
+            "rev-parse",
+            "-q",
+            "--verify",
+            &format!("refs/heads/{branch}"),
+        ],
+    )
+    .await
+    .is_ok()
+    {
+        attempt += 1;
+        branch = format!("{}-{item}-{attempt}", session.branch);
+    }
+    let base = integration_head(session).await?;
+    let prefix = session
+        .workdir
+        .strip_prefix(&session.path)
+        .unwrap_or(Path::new(""))
+        .to_owned();
+    let reused = pool.idle().pop();
+    if let Some(old) = reused {
+        let switched = async {
+            git(&old.path, &["reset", "-q", "--hard"]).await?;
+            git(&old.path, &["clean", "-ffdxq"]).await?;
+            git(&old.path, &["switch", "-q", "-C", &branch, &base]).await
+        }
+        .await;
+        if switched.is_ok() {
+            let _admin = admin(layout).await?;
+            let _ = git_retrying(&session.repo, &["branch", "-D", "-q", &old.branch]).await;
+            return Ok(AgentWorktree {
+                workdir: old.path.join(&prefix),
+                path: old.path,
+                branch,
+                base,
+            });
+        }
+        remove(layout, &session.repo, &old.path, &old.branch).await;
+    }
     let name = session
         .path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let path = worktrees_dir(layout).join(format!("{name}-{item}"));
-    let branch = format!("{}-{item}", session.branch);
-    if path.exists()
-        || git(&session.repo, &["rev-parse", "-q", "--verify", &branch])
-            .await
-            .is_ok()
-    {
-        remove(layout, &session.repo, &path, &branch).await;
-    }
     let _admin = admin(layout).await?;
-    let base = git(&session.path, &["rev-parse", "HEAD"])
-        .await?
-        .trim()
-        .to_owned();
+    // Paths left by another process (kept for the DLQ, or by a kill) are skipped, not reused.
+    let path = loop {
+        let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = worktrees_dir(layout).join(format!("{name}-agent-{n}"));
+        if !path.exists() {
+            break path;
+        }
+    };
     let target = path.to_string_lossy().into_owned();
     git_retrying(
         &session.repo,
         &["worktree", "add", "-q", "-b", &branch, &target, &base],
     )
     .await?;
-    let prefix = session
-        .workdir
-        .strip_prefix(&session.path)
-        .unwrap_or(Path::new(""));
     Ok(AgentWorktree {
         workdir: path.join(prefix),
         path,
@@ -372,56 +463,129 @@ pub async fn commits(agent: &AgentWorktree) -> Result<usize, WorktreeError> {
     Ok(out.trim().parse().unwrap_or(0))
 }
 
-/// Merges the agent's branch into the session worktree at SESSION: nothing when it made no
-/// commit, a fast-forward when the session has not moved since the agent branched, else
-/// `git merge --no-ff`. A conflict is aborted, so the session worktree is left as it was.
-/// The caller serialises merges into one session.
+/// The ref the map agents' work is merged into while the map phase runs: the session
+/// branch's working tree is not touched by each merge, and the phase ends with one merge of
+/// this ref into the session branch ([`finish_map`]).
+fn integration_ref(session: &SessionWorktree) -> String {
+    format!("refs/prodigy/{}", session.branch)
+}
+
+/// The commit agents branch from: the integration ref, created from the session's HEAD at
+/// the first agent of a map phase.
+async fn integration_head(session: &SessionWorktree) -> Result<String, WorktreeError> {
+    let name = integration_ref(session);
+    if let Ok(head) = git(&session.path, &["rev-parse", "-q", "--verify", &name]).await {
+        return Ok(head.trim().to_owned());
+    }
+    let head = git(&session.path, &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    // Created only if absent: a concurrent first agent may have made it already.
+    let _ = git(&session.path, &["update-ref", &name, &head, ""]).await;
+    Ok(git(&session.path, &["rev-parse", &name])
+        .await?
+        .trim()
+        .to_owned())
+}
+
+/// Merges the agent's commits into the session's integration ref: nothing when it made no
+/// commit, a fast-forward when nothing was merged since the agent branched, else a merge
+/// commit computed without a working tree (`git merge-tree --write-tree`, then
+/// `commit-tree`). A conflict changes nothing. The caller serialises merges into one
+/// session.
 pub async fn merge_agent(
-    session: &Path,
+    session: &SessionWorktree,
     agent: &AgentWorktree,
     message: &str,
 ) -> Result<Merged, WorktreeError> {
     if commits(agent).await? == 0 {
         return Ok(Merged::Nothing);
     }
-    let head = git(session, &["rev-parse", "HEAD"]).await?;
-    if head.trim() == agent.base {
-        git(session, &["merge", "-q", "--ff-only", &agent.branch]).await?;
+    let name = integration_ref(session);
+    let current = integration_head(session).await?;
+    let theirs = git(&agent.path, &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    if current == agent.base {
+        git(&session.path, &["update-ref", &name, &theirs, &current]).await?;
         return Ok(Merged::FastForward);
     }
-    match git(
-        session,
-        &["merge", "-q", "--no-ff", "-m", message, &agent.branch],
+    let (code, out, err) = git_output(
+        &session.path,
+        &[
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            &current,
+            &theirs,
+        ],
     )
-    .await
-    {
-        Ok(_) => Ok(Merged::MergeCommit),
-        Err(WorktreeError::Git { stderr, .. }) => {
-            let files: Vec<String> = git(session, &["diff", "--name-only", "--diff-filter=U"])
-                .await
+    .await?;
+    match code {
+        Some(0) => {
+            let tree = out.lines().next().unwrap_or_default().trim().to_owned();
+            let commit = git(
+                &session.path,
+                &[
+                    "commit-tree",
+                    &tree,
+                    "-p",
+                    &current,
+                    "-p",
+                    &theirs,
+                    "-m",
+                    message,
+                ],
+            )
+            .await?;
+            git(
+                &session.path,
+                &["update-ref", &name, commit.trim(), &current],
+            )
+            .await?;
+            Ok(Merged::MergeCommit)
+        }
+        Some(1) => {
+            // The tree, the conflicted paths, a blank line, then git's messages.
+            let mut sections = out.splitn(2, "\n\n");
+            let files = sections
+                .next()
                 .unwrap_or_default()
                 .lines()
+                .skip(1)
                 .map(str::to_owned)
                 .collect();
-            // Put the session back as it was, whatever happened.
-            if git(session, &["merge", "--abort"]).await.is_err() {
-                let _ = git(session, &["reset", "-q", "--merge"]).await;
-            }
-            if files.is_empty() {
-                Err(WorktreeError::Git {
-                    args: format!("merge --no-ff {}", agent.branch),
-                    stderr,
-                })
-            } else {
-                Err(WorktreeError::Conflict {
-                    branch: agent.branch.clone(),
-                    files,
-                    output: stderr,
-                })
-            }
+            Err(WorktreeError::Conflict {
+                branch: agent.branch.clone(),
+                files,
+                output: sections.next().unwrap_or_default().trim().to_owned(),
+            })
         }
-        Err(e) => Err(e),
+        _ => Err(WorktreeError::Git {
+            args: "merge-tree --write-tree".into(),
+            stderr: err,
+        }),
     }
+}
+
+/// Ends a map phase: the agents' merged work comes into the session branch (a fast-forward
+/// unless the session committed meanwhile) and the integration ref goes. Nothing to do when
+/// no agent merged anything.
+pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> {
+    let name = integration_ref(session);
+    let Ok(head) = git(&session.path, &["rev-parse", "-q", "--verify", &name]).await else {
+        return Ok(());
+    };
+    let message = format!("Merge the map agents' work ({})", session.branch);
+    git(
+        &session.path,
+        &["merge", "-q", "--ff", "-m", &message, head.trim()],
+    )
+    .await?;
+    git(&session.path, &["update-ref", "-d", &name]).await?;
+    Ok(())
 }
 
 /// The commits of the session branch that TARGET does not have, oldest first, with the
@@ -534,9 +698,51 @@ pub fn list(layout: &Layout, repo: &Path) -> Vec<Listed> {
     found
 }
 
-/// Whether BRANCH is merged into the branch checked out at REPO.
-pub fn branch_merged(repo: &Path, branch: &str) -> bool {
-    git_sync(repo, &["merge-base", "--is-ancestor", branch, "HEAD"]).is_some()
+/// The session or job a worktree under `worktrees/{repo}/` belongs to: its directory's
+/// name, without the `-agent-N` of an agent's worktree.
+pub fn owner(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match name.rfind("-agent-") {
+        Some(at) => name[..at].to_owned(),
+        None => name,
+    }
+}
+
+/// What `prodigy worktree clean` did with one worktree's branch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BranchFate {
+    /// Deleted: everything on it is in the repository's current branch.
+    Deleted,
+    /// Kept: it has commits the current branch does not have.
+    Kept(usize),
+    /// The worktree had no branch.
+    None,
+}
+
+/// Removes a worktree left under `worktrees/{repo}/` (with its uncommitted changes); its
+/// branch goes too when it is merged into the repository's current branch, else it stays.
+pub async fn clean(layout: &Layout, repo: &Path, found: &Listed) -> BranchFate {
+    {
+        let _admin = admin(layout).await;
+        let target = found.path.to_string_lossy().into_owned();
+        let _ = git_retrying(repo, &["worktree", "remove", "--force", &target]).await;
+        let _ = std::fs::remove_dir_all(&found.path);
+        let _ = git_retrying(repo, &["worktree", "prune"]).await;
+    }
+    let Some(branch) = &found.branch else {
+        return BranchFate::None;
+    };
+    if found.unmerged_commits > 0 {
+        return BranchFate::Kept(found.unmerged_commits);
+    }
+    let _admin = admin(layout).await;
+    match git_retrying(repo, &["branch", "-D", "-q", branch]).await {
+        Ok(_) => BranchFate::Deleted,
+        Err(_) => BranchFate::None,
+    }
 }
 
 /// The first step that must commit (`commit_required` on the step, its `on_failure`
@@ -714,16 +920,25 @@ mod tests {
         let session = create_session(&layout, &top, &prefix, "s1").await.unwrap();
         assert_eq!(session.branch, "prodigy-s1");
         assert_eq!(session.target_branch.as_deref(), Some("main"));
-        let a = create_agent(&layout, &session, "item_0").await.unwrap();
-        let b = create_agent(&layout, &session, "item_1").await.unwrap();
-        let c = create_agent(&layout, &session, "item_2").await.unwrap();
-        let idle = create_agent(&layout, &session, "item_3").await.unwrap();
+        let pool = Pool::default();
+        let a = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        let b = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        let c = create_agent(&layout, &session, &pool, "item_2")
+            .await
+            .unwrap();
+        let idle = create_agent(&layout, &session, &pool, "item_3")
+            .await
+            .unwrap();
         commit_file(&a.path, "same.txt", "a\n");
         commit_file(&b.path, "other.txt", "b\n");
         commit_file(&c.path, "same.txt", "c\n");
         let merge = |agent: AgentWorktree| {
-            let path = session.path.clone();
-            async move { merge_agent(&path, &agent, "merge").await }
+            let session = session.clone();
+            async move { merge_agent(&session, &agent, "merge").await }
         };
         assert_eq!(merge(a).await.unwrap(), Merged::FastForward);
         assert_eq!(merge(b).await.unwrap(), Merged::MergeCommit);
@@ -736,6 +951,12 @@ mod tests {
             "the session is clean"
         );
         assert_eq!(merge(idle.clone()).await.unwrap(), Merged::Nothing);
+        assert!(
+            !session.path.join("other.txt").exists(),
+            "not until the map ends"
+        );
+        finish_map(&session).await.unwrap();
+        assert!(session.path.join("other.txt").exists());
         remove(&layout, &top, &idle.path, &idle.branch).await;
         assert!(!idle.path.exists());
         let (commits, files) = session_changes(&session);
@@ -748,17 +969,60 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_agent_worktree_left_by_a_kill_is_replaced() {
+    async fn an_agent_worktree_left_by_a_kill_is_left_alone() {
         let project = repo();
         let home = tempfile::tempdir().unwrap();
         let layout = layout(home.path());
         let (top, prefix) = repository(project.path()).unwrap();
         let session = create_session(&layout, &top, &prefix, "s2").await.unwrap();
-        let first = create_agent(&layout, &session, "item_0").await.unwrap();
+        let first = create_agent(&layout, &session, &Pool::default(), "item_0")
+            .await
+            .unwrap();
         commit_file(&first.path, "half.txt", "x\n");
-        let again = create_agent(&layout, &session, "item_0").await.unwrap();
+        // A new process (a resume) starts with an empty pool; what the first left stays.
+        let again = create_agent(&layout, &session, &Pool::default(), "item_0")
+            .await
+            .unwrap();
+        assert_ne!(again.path, first.path);
+        assert_eq!(again.branch, "prodigy-s2-item_0-2");
         assert!(!again.path.join("half.txt").exists());
         assert_eq!(commits(&again).await.unwrap(), 0);
+        assert!(first.path.join("half.txt").is_file());
+    }
+
+    #[tokio::test]
+    async fn a_reused_worktree_keeps_nothing_of_the_last_agent() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s3").await.unwrap();
+        let pool = Pool::default();
+        let first = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        commit_file(&first.path, "kept.txt", "x\n");
+        std::fs::write(first.path.join("untracked.txt"), "junk").unwrap();
+        merge_agent(&session, &first, "merge").await.unwrap();
+        let path = first.path.clone();
+        pool.release(first);
+        let second = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        assert_eq!(second.path, path, "the worktree is reused");
+        assert_eq!(second.branch, "prodigy-s3-item_1");
+        assert!(
+            second.path.join("kept.txt").is_file(),
+            "merged work is in the base"
+        );
+        assert!(!second.path.join("untracked.txt").exists());
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert!(!branches.contains("item_0"), "{branches}");
+        pool.release(second);
+        pool.drain(&layout, &top).await;
+        assert!(!path.exists());
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches, "main\nprodigy-s3");
     }
 
     #[test]

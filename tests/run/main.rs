@@ -112,7 +112,12 @@ impl Scratch {
             if entries.is_empty() {
                 std::fs::write(dir.join(".keep"), "").unwrap();
             }
-            dirs.extend(entries.iter().map(std::fs::DirEntry::path).filter(|p| p.is_dir()));
+            dirs.extend(
+                entries
+                    .iter()
+                    .map(std::fs::DirEntry::path)
+                    .filter(|p| p.is_dir()),
+            );
         }
         self.git(&["add", "-A"]);
         self.git(&["commit", "-q", "--allow-empty", "-m", "test files"]);
@@ -1004,6 +1009,7 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod mapreduce;
+mod worktree;
 
 #[test]
 fn env_files_are_templates_and_a_missing_one_is_reported() {

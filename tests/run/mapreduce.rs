@@ -199,7 +199,7 @@ fn corpus_command_input_maps_over_found_files() {
 }
 
 /// The id of the one job the scratch home holds.
-fn only_job(scratch: &Scratch) -> String {
+pub(super) fn only_job(scratch: &Scratch) -> String {
     let jobs = scratch.home().join("state/project/mapreduce/jobs");
     let mut ids: Vec<String> = std::fs::read_dir(jobs)
         .unwrap()

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What worktree isolation costs per map item: N items (default 200), `max_parallel: 4`,
+# each agent in its own git worktree running `true` and committing, its commit merged back
+# into the session worktree (create, run, commit, merge, remove), against the same job with
+# `--no-worktree` running only `true` (the engine without isolation), side by side in one
+# run, alternating; median of several runs. The repository holds 200 small files.
+#
+# Usage: bash bench/worktree-cost.sh
+#   PRODIGY_BIN=/path/to/prodigy N=200 RUNS=3 bash bench/worktree-cost.sh
+#
+# Upstream Prodigy v0.4.4 reports 14-20 ms per item at 4 parallel for the same cycle
+# (../shared/reference); only figures measured here, side by side, compare directly.
+set -euo pipefail
+
+N="${N:-200}"
+RUNS="${RUNS:-3}"
+
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" worktree-cost
+export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
+export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
+export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
+
+mkdir -p "$TMP/project" "$TMP/home"
+(
+    cd "$TMP/project"
+    git init -q -b main
+    mkdir src
+    for i in $(seq 1 200); do echo "fn f$i() {}" >"src/f$i.rs"; done
+    git add -A && git commit -q -m base
+)
+cat >"$TMP/isolated.yml" <<YAML
+mode: mapreduce
+map:
+  input: "seq 1 $N"
+  max_parallel: 4
+  agent_template:
+    - shell: "true"
+    - shell: "git commit -q --allow-empty -m \"item \$ITEM\""
+      commit_required: true
+YAML
+cat >"$TMP/in-place.yml" <<YAML
+mode: mapreduce
+map:
+  input: "seq 1 $N"
+  max_parallel: 4
+  agent_template:
+    - shell: "true"
+YAML
+
+# Prints microseconds for one run of WORKFLOW with the extra arguments.
+time_run() {
+    local workflow="$1" start end
+    shift
+    start=$(now_ns)
+    (cd "$TMP/project" && PRODIGY_HOME="$TMP/home" "$BIN" run "$@" "$workflow" >/dev/null 2>"$TMP/err") ||
+        { cat "$TMP/err" >&2; exit 1; }
+    end=$(now_ns)
+    echo $(((end - start) / 1000))
+}
+
+isolated=()
+in_place=()
+for _ in $(seq 1 "$RUNS"); do
+    isolated+=("$(time_run "$TMP/isolated.yml" -y)")
+    in_place+=("$(time_run "$TMP/in-place.yml" --no-worktree)")
+done
+commits=$(cd "$TMP/project" && git log --oneline --grep '^item ' | wc -l)
+[[ "$commits" -eq $((N * RUNS)) ]] || { echo "expected $((N * RUNS)) item commits on main, found $commits" >&2; exit 1; }
+iso=$(printf '%s\n' "${isolated[@]}" | median)
+base=$(printf '%s\n' "${in_place[@]}" | median)
+awk -v n="$N" -v iso="$iso" -v base="$base" 'BEGIN {
+    printf "%d items, 4 at a time, median of runs:\n", n
+    printf "  worktree per item (create, true, commit, merge, remove): %8.1f ms total, %6.2f ms/item\n", iso / 1000, iso / 1000 / n
+    printf "  --no-worktree, true only:                               %8.1f ms total, %6.2f ms/item\n", base / 1000, base / 1000 / n
+    printf "  isolation adds %.2f ms per item (ratio %.2f)\n", (iso - base) / 1000 / n, iso / base
+}'
+echo "every item's commit reached main: $commits commits over $RUNS runs"

@@ -1,0 +1,250 @@
+//! Git worktree isolation end to end, against real repositories: the session worktree,
+//! agents committing in parallel, a merge conflict parked in the DLQ, the merge back (plain,
+//! with `merge:` steps, declined), `prodigy worktree ls|clean`, and runs outside git.
+
+use super::mapreduce::only_job;
+use super::{Scratch, corpus, stderr};
+
+/// Writes a workflow into the project and commits it.
+fn workflow(scratch: &Scratch, name: &str, text: &str) -> String {
+    let path = scratch.project().join(name);
+    std::fs::write(&path, text).unwrap();
+    scratch.commit();
+    path.display().to_string()
+}
+
+/// The files of REV in the project's repository.
+fn files_at(scratch: &Scratch, rev: &str) -> Vec<String> {
+    scratch
+        .git(&["ls-tree", "--name-only", rev])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn branches(scratch: &Scratch) -> Vec<String> {
+    scratch
+        .git(&["branch", "--format=%(refname:short)"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn worktree_dirs(scratch: &Scratch) -> Vec<String> {
+    std::fs::read_dir(scratch.home().join("worktrees/project"))
+        .map(|d| {
+            let mut names: Vec<String> = d
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect();
+            names.sort();
+            names
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn fifty_agents_commit_in_parallel_and_every_commit_comes_back() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 50\"\n  max_parallel: 8\n  agent_template:\n    - shell: \"echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt && git commit -q -m \\\"add $ITEM\\\"\"\n      commit_required: true\n",
+    );
+    let before = files_at(&scratch, "main");
+    // No terminal and no -y: the session branch is kept, the user's checkout is untouched.
+    let output = scratch.run(&["run", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("50 succeeded, 0 failed"), "{text}");
+    let job = only_job(&scratch);
+    let session = format!("prodigy-{job}");
+    let on_session = files_at(&scratch, &session);
+    for n in 1..=50 {
+        assert!(
+            on_session.contains(&format!("file-{n}.txt")),
+            "file-{n}.txt is missing from the session branch"
+        );
+    }
+    assert_eq!(files_at(&scratch, "main"), before, "main is untouched");
+    assert!(!scratch.project().join("file-1.txt").exists());
+    // Agents' worktrees and branches are gone; the session's stays for the user.
+    assert_eq!(worktree_dirs(&scratch), std::slice::from_ref(&job));
+    assert_eq!(branches(&scratch), ["main".to_owned(), session.clone()]);
+    assert!(
+        text.contains(&format!("merge it with `git merge --no-ff {session}`")),
+        "{text}"
+    );
+    // Doing what the message says brings all 50 files into main.
+    scratch.git(&["merge", "-q", "--no-ff", "-m", "merge", &session]);
+    for n in 1..=50 {
+        assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
+    }
+    // `worktree clean` removes the session worktree and its now-merged branch.
+    let output = scratch.run(&["worktree", "clean"], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(worktree_dirs(&scratch).is_empty());
+    assert_eq!(branches(&scratch), ["main"]);
+}
+
+#[test]
+fn two_agents_editing_the_same_line_park_one_merge_conflict() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("shared.txt"), "base\n").unwrap();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"printf 'a\\\\nb\\\\n'\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"echo $ITEM > shared.txt && git commit -q -am \\\"edit $ITEM\\\"\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("1 succeeded, 1 failed"), "{text}");
+    assert!(text.contains("1 MergeConflict"), "{text}");
+    let job = only_job(&scratch);
+    let output = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    let items: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let items = items.as_array().unwrap();
+    assert_eq!(items.len(), 1, "exactly one conflict: {items:?}");
+    let entry = &items[0];
+    assert_eq!(entry["failure_history"][0]["error_type"], "MergeConflict");
+    let artifacts = &entry["worktree_artifacts"];
+    let kept = std::path::PathBuf::from(artifacts["worktree_path"].as_str().unwrap());
+    assert!(kept.join("shared.txt").is_file(), "the worktree is kept");
+    assert!(
+        artifacts["error_logs"]
+            .as_str()
+            .unwrap()
+            .contains("CONFLICT")
+    );
+    // The winner came back to main under -y; the loser's commit is on its kept branch.
+    let merged = std::fs::read_to_string(scratch.project().join("shared.txt")).unwrap();
+    let branch = artifacts["branch_name"].as_str().unwrap();
+    let loser = scratch.git(&["show", &format!("{branch}:shared.txt")]);
+    assert_ne!(merged, loser);
+    assert!(["a\n", "b\n"].contains(&merged.as_str()), "{merged}");
+    // The session worktree was merged and removed; the conflict's is listed.
+    let output = scratch.run(&["worktree", "ls"], &[]);
+    let listed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(listed.contains(&kept.display().to_string()), "{listed}");
+    assert!(!listed.contains(&format!("{job}\n")), "{listed}");
+    assert_eq!(listed.matches("branch ").count(), 1, "{listed}");
+}
+
+#[test]
+fn corpus_minimal_mapreduce_merges_back_to_the_original_branch() {
+    let scratch = Scratch::new();
+    let file = corpus("workflows/tests/minimal-mapreduce.yml");
+    let output = scratch.run(&["run", "-y", "-v", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("All 3 items were processed successfully"),
+        "{text}"
+    );
+    for name in ["one", "two", "three"] {
+        let out = scratch.project().join(format!("output-item-{name}.txt"));
+        let content = std::fs::read_to_string(&out).unwrap();
+        assert!(content.contains(&format!("item-{name}")), "{content}");
+    }
+    // Setup's test-items.json was never committed: it is not merged, and the worktree that
+    // holds it is kept rather than thrown away.
+    assert!(!scratch.project().join("test-items.json").exists());
+    assert!(text.contains("1 uncommitted changes are left"), "{text}");
+    let job = only_job(&scratch);
+    assert!(scratch.worktree(&job).join("test-items.json").is_file());
+}
+
+#[test]
+fn merge_steps_see_the_merge_variables_and_must_merge() {
+    let scratch = Scratch::new();
+    let merge = "merge:\n  - shell: \"echo 'from ${merge.source_branch} to ${merge.target_branch}: ${merge.commit_count} commits, files ${merge.file_list}'\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n";
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        &format!(
+            "commands:\n  - shell: \"echo hi > hello.txt\"\n    commit_required: true\n    auto_commit: true\n{merge}"
+        ),
+    );
+    let output = scratch.run(&["run", "-y", "-v", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        regex::Regex::new(r"from prodigy-session-\S+ to main: 1 commits, files hello.txt")
+            .unwrap()
+            .is_match(&text),
+        "{text}"
+    );
+    assert!(scratch.project().join("hello.txt").is_file());
+    assert!(worktree_dirs(&scratch).is_empty(), "merged and removed");
+    assert_eq!(branches(&scratch), ["main"]);
+    // `merge` steps that do not merge: the run says so, fails, and keeps the branch.
+    let file = workflow(
+        &scratch,
+        "flow2.yml",
+        "commands:\n  - shell: \"echo again > again.txt\"\n    auto_commit: true\nmerge:\n  - shell: \"true\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("is not merged into `main`"), "{text}");
+    assert!(!scratch.project().join("again.txt").exists());
+    assert_eq!(branches(&scratch).len(), 2, "the session branch is kept");
+}
+
+#[test]
+fn no_worktree_runs_in_place_and_a_failed_run_is_never_merged() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        "- shell: \"echo x > made.txt\"\n  auto_commit: true\n",
+    );
+    std::fs::write(scratch.project().join("scratchpad"), "uncommitted").unwrap();
+    let output = scratch.run(&["run", "--no-worktree", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(scratch.project().join("made.txt").is_file());
+    assert!(worktree_dirs(&scratch).is_empty());
+    // In a worktree, uncommitted changes are pointed out; a failed run merges nothing.
+    let file = workflow(
+        &scratch,
+        "fail.yml",
+        "- shell: \"echo y > other.txt\"\n  auto_commit: true\n- shell: \"exit 3\"\n",
+    );
+    std::fs::write(scratch.project().join("scratchpad"), "changed").unwrap();
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("1 uncommitted changes in"), "{text}");
+    assert!(text.contains("nothing was merged"), "{text}");
+    assert!(!scratch.project().join("other.txt").exists());
+    let last = text.lines().last().unwrap();
+    assert!(last.contains("resume with: prodigy resume"), "{last}");
+}
+
+#[test]
+fn outside_git_commit_required_is_refused_before_the_first_step() {
+    let scratch = Scratch::new();
+    std::fs::remove_dir_all(scratch.project().join(".git")).unwrap();
+    let path = scratch.project().join("flow.yml");
+    std::fs::write(
+        &path,
+        "- shell: \"touch started\"\n- shell: \"true\"\n  commit_required: true\n",
+    )
+    .unwrap();
+    let file = path.display().to_string();
+    let output = scratch.run(&["run", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("requires a commit"), "{text}");
+    assert!(text.contains("not a git repository"), "{text}");
+    assert!(!scratch.project().join("started").exists());
+    // Without commit_required the run works in place; --worktree insists on git.
+    std::fs::write(&path, "- shell: \"touch started\"\n").unwrap();
+    let output = scratch.run(&["run", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(scratch.project().join("started").exists());
+    let output = scratch.run(&["run", "--worktree", &file], &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+}
