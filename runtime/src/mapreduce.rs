@@ -483,9 +483,14 @@ async fn merge_back(
 ) {
     if run.end == RunEnd::Succeeded {
         let message = format!("Merge {} (agent {})", item_id(index), agent_id(index));
-        let merged = {
-            let _queue = runner.merge_queue.lock().await;
-            crate::worktree::merge_agent(session, &worktree, &message).await
+        // Only agents that committed wait for the merge queue.
+        let merged = match crate::worktree::agent_head(&worktree).await {
+            Ok(Some(head)) => {
+                let _queue = runner.merge_queue.lock().await;
+                crate::worktree::merge_head(session, &worktree, &head, &message).await
+            }
+            Ok(None) => Ok(crate::worktree::Merged::Nothing),
+            Err(e) => Err(e),
         };
         match merged {
             Ok(how) => {

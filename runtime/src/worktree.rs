@@ -499,17 +499,32 @@ pub async fn merge_agent(
     agent: &AgentWorktree,
     message: &str,
 ) -> Result<Merged, WorktreeError> {
-    if commits(agent).await? == 0 {
-        return Ok(Merged::Nothing);
+    match agent_head(agent).await? {
+        Some(head) => merge_head(session, agent, &head, message).await,
+        None => Ok(Merged::Nothing),
     }
-    let name = integration_ref(session);
-    let current = integration_head(session).await?;
-    let theirs = git(&agent.path, &["rev-parse", "HEAD"])
+}
+
+/// The agent's last commit, or `None` when it made none (the caller need not queue it).
+pub async fn agent_head(agent: &AgentWorktree) -> Result<Option<String>, WorktreeError> {
+    let head = git(&agent.path, &["rev-parse", "HEAD"])
         .await?
         .trim()
         .to_owned();
+    Ok((head != agent.base).then_some(head))
+}
+
+/// [`merge_agent`] for an agent whose last commit, THEIRS, is known.
+pub async fn merge_head(
+    session: &SessionWorktree,
+    agent: &AgentWorktree,
+    theirs: &str,
+    message: &str,
+) -> Result<Merged, WorktreeError> {
+    let name = integration_ref(session);
+    let current = integration_head(session).await?;
     if current == agent.base {
-        git(&session.path, &["update-ref", &name, &theirs, &current]).await?;
+        git(&session.path, &["update-ref", &name, theirs, &current]).await?;
         return Ok(Merged::FastForward);
     }
     let (code, out, err) = git_output(
@@ -519,7 +534,7 @@ pub async fn merge_agent(
             "--write-tree",
             "--name-only",
             &current,
-            &theirs,
+            theirs,
         ],
     )
     .await?;
@@ -534,7 +549,7 @@ pub async fn merge_agent(
                     "-p",
                     &current,
                     "-p",
-                    &theirs,
+                    theirs,
                     "-m",
                     message,
                 ],

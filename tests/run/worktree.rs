@@ -248,3 +248,63 @@ fn outside_git_commit_required_is_refused_before_the_first_step() {
     let output = scratch.run(&["run", "--worktree", &file], &[]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
 }
+
+#[test]
+fn agents_auto_commit_and_commit_required_fails_an_agent_that_made_none() {
+    let scratch = Scratch::new();
+    // Item 2 writes nothing, so auto_commit has nothing to commit and `commit_required`
+    // finds no commit.
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 3\"\n  max_parallel: 3\n  agent_template:\n    - shell: \"test $ITEM = 2 || echo $ITEM > out-$ITEM.txt\"\n      auto_commit: true\n      commit_required: true\n      commit_config:\n        message_template: \"agent wrote ${item}\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("2 succeeded, 1 failed"), "{text}");
+    assert!(text.contains("1 CommitValidationFailed"), "{text}");
+    for n in [1, 3] {
+        assert!(scratch.project().join(format!("out-{n}.txt")).is_file());
+    }
+    assert!(!scratch.project().join("out-2.txt").exists());
+    let log = scratch.git(&["log", "--format=%s", "main"]);
+    assert!(log.contains("agent wrote 1"), "{log}");
+    // The failed agent made no commit and left no change: nothing of it is kept.
+    assert!(
+        worktree_dirs(&scratch).is_empty(),
+        "{:?}",
+        worktree_dirs(&scratch)
+    );
+}
+
+#[test]
+fn worktree_clean_dry_run_removes_nothing() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        "- shell: \"echo x > x.txt\"\n  auto_commit: true\n",
+    );
+    let output = scratch.run(&["run", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let kept = worktree_dirs(&scratch);
+    assert_eq!(kept.len(), 1, "no terminal, no -y: the session is kept");
+    let output = scratch.run(&["worktree", "ls", "--json"], &[]);
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(listed[0]["unmerged_commits"], 1, "{listed}");
+    assert_eq!(listed[0]["running"], false, "{listed}");
+    let output = scratch.run(&["worktree", "clean", "--dry-run"], &[]);
+    assert!(
+        stderr(&output).contains("would remove"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(worktree_dirs(&scratch), kept);
+    // A real clean removes the worktree but keeps the unmerged branch, and says so.
+    let output = scratch.run(&["worktree", "clean"], &[]);
+    let text = stderr(&output);
+    assert!(text.contains("kept: 1 commits are not merged"), "{text}");
+    assert!(worktree_dirs(&scratch).is_empty());
+    assert_eq!(branches(&scratch).len(), 2);
+}
