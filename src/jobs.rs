@@ -417,6 +417,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let mut opts = opts;
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
+    let completed = checkpoint.status == prodigy_runtime::jobstore::Status::Completed;
     let result = crate::run::block_on(async move {
         let (rx, signal) = crate::run::watch_signals();
         if let Err(code) = place.enter(&mut opts, &job).await {
@@ -460,12 +461,16 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             let code = signal.load(std::sync::atomic::Ordering::SeqCst);
             return crate::run::interrupted(code);
         }
-        let merged = place.leave(&runner, vars, true).await;
+        // The session comes back only for a job that completed (as `run` merges it), and
+        // only when the retried work reached the session worktree.
+        let merged = place
+            .leave(&runner, vars, completed && !summary.unmerged)
+            .await;
         err(&format!(
             "retried {} items: {} succeeded and left the queue, {} failed again; {left} items remain in the dead letter queue of {job}\n",
             summary.retried, summary.succeeded, summary.still_failing
         ));
-        if summary.still_failing > 0 {
+        if summary.still_failing > 0 || summary.unmerged {
             exit_code::PROBLEMS
         } else {
             merged.unwrap_or(exit_code::OK)

@@ -242,7 +242,7 @@ impl Place {
     /// Creates or reopens the session worktree of ID into OPTS; on failure prints why.
     pub(crate) async fn enter(&self, opts: &mut Options, id: &str) -> Result<(), u8> {
         let made = if let Some(saved) = &self.saved {
-            match worktree::reopen(&opts.layout, saved).await {
+            match worktree::reopen(saved).await {
                 Ok((w, recreated)) => {
                     if recreated {
                         err(&format!(
@@ -260,6 +260,14 @@ impl Place {
             }
         } else if let Some((top, prefix)) = &self.isolate {
             match worktree::create_session(&opts.layout, top, prefix, id).await {
+                Ok(w) if !w.workdir.is_dir() => {
+                    worktree::remove(top, &w.path, &w.branch).await;
+                    err(&format!(
+                        "error: {} is not in the repository's HEAD (is it committed?), so the run's worktree has no such directory; commit it, or run with --no-worktree\n",
+                        prefix.display()
+                    ));
+                    return Err(exit_code::PROBLEMS);
+                }
                 Ok(w) => {
                     err(&format!(
                         "working in worktree {} on branch `{}` (--no-worktree runs in place)\n",
@@ -314,8 +322,13 @@ impl Place {
                 }
             ))
         {
+            let steps = if runner.has_merge_steps() {
+                " (the workflow's `merge` steps did not run)"
+            } else {
+                ""
+            };
             err(&format!(
-                "{kept}; merge it with `git merge --no-ff {}`, or drop it with `prodigy worktree clean`\n",
+                "{kept}; merge it with `git merge --no-ff {}`{steps}, or drop it with `prodigy worktree clean`\n",
                 session.branch
             ));
             return None;

@@ -14,8 +14,8 @@ use crate::{err, exit_code, out};
 #[derive(clap::Subcommand)]
 pub(crate) enum WorktreeCommand {
     /// List the worktrees runs left for the repository in the current directory: session
-    /// worktrees (`{session_id}`) and map agents' (`{job_id}-item_N`), with their branch,
-    /// uncommitted changes and commits not yet merged into the current branch.
+    /// worktrees (`{session_id}`) and map agents' (`{session_id}-agent-N`), with their
+    /// branch, uncommitted changes and commits not yet merged into the current branch.
     #[command(alias = "list")]
     Ls {
         /// One JSON object per worktree, in an array.
@@ -44,10 +44,18 @@ fn located() -> Result<(Layout, PathBuf), u8> {
     Ok((crate::run::layout(&project), repo))
 }
 
-/// Whether the session or job owning PATH is running.
+/// Whether the session or job owning PATH is running (its lock is held), whatever directory
+/// it was started from.
 fn running(layout: &Layout, path: &Path) -> bool {
     let owner = worktree::owner(path);
-    is_locked(&layout.session_dir(&owner)) || is_locked(&layout.job_dir(&owner))
+    let Ok(projects) = std::fs::read_dir(layout.home.join("state")) else {
+        return false;
+    };
+    projects.flatten().any(|p| {
+        let p = p.path();
+        is_locked(&p.join("sessions").join(&owner))
+            || is_locked(&p.join("mapreduce").join("jobs").join(&owner))
+    })
 }
 
 fn describe(found: &Listed, busy: bool) -> String {
@@ -128,7 +136,7 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
                         removed += 1;
                         continue;
                     }
-                    let fate = worktree::clean(&layout, &repo, f).await;
+                    let fate = worktree::clean(&repo, f).await;
                     let branch = f.branch.as_deref().unwrap_or_default();
                     let note = match fate {
                         BranchFate::Deleted => format!("; branch `{branch}` deleted"),

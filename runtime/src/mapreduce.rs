@@ -500,7 +500,22 @@ async fn merge_back(
                         json!({"branch": worktree.branch, "merge": format!("{how:?}")}),
                     );
                 }
-                runner.agent_worktrees.release(worktree);
+                // Only commits come back; changes left uncommitted are kept, not wiped.
+                let left = crate::worktree::changes(&worktree.path).await;
+                if left.is_empty() {
+                    runner.agent_worktrees.release(worktree);
+                } else {
+                    runner.record(
+                        "agent_worktree_kept",
+                        json!({"path": worktree.path, "branch": worktree.branch, "uncommitted": left}),
+                    );
+                    runner.say(&format!(
+                        "warning: {} left {} uncommitted changes in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
+                        item_id(index),
+                        left.len(),
+                        worktree.path.display()
+                    ));
+                }
                 return;
             }
             Err(e) => {
@@ -523,28 +538,32 @@ async fn merge_back(
                     message: e.to_string(),
                     error_type,
                 });
-                run.artifacts = Some(artifacts(&worktree, Some(logs)));
+                run.artifacts = Some(artifacts(&worktree, Some(logs)).await);
                 return;
             }
         }
     }
-    let kept = crate::worktree::commits(&worktree).await.unwrap_or(0) > 0
-        || !crate::worktree::uncommitted(&worktree.path).is_empty();
+    let committed = matches!(crate::worktree::agent_head(&worktree).await, Ok(Some(_)));
+    let kept = committed || !crate::worktree::changes(&worktree.path).await.is_empty();
     if kept && run.end != RunEnd::Cancelled {
-        let logs = run.failure.as_ref().map(|f| f.message.clone());
-        run.artifacts = Some(artifacts(&worktree, logs));
+        let logs = run
+            .failure
+            .as_ref()
+            .map(|f| f.message.clone())
+            .filter(|m| !m.is_empty());
+        run.artifacts = Some(artifacts(&worktree, logs).await);
     } else if !kept {
         runner.agent_worktrees.release(worktree);
     }
 }
 
-fn artifacts(worktree: &AgentWorktree, error_logs: Option<String>) -> WorktreeArtifacts {
-    let changes = crate::worktree::uncommitted(&worktree.path);
+async fn artifacts(worktree: &AgentWorktree, error_logs: Option<String>) -> WorktreeArtifacts {
+    let changes = crate::worktree::changes(&worktree.path).await;
     WorktreeArtifacts {
         worktree_path: worktree.path.clone(),
         branch_name: worktree.branch.clone(),
         uncommitted_changes: (!changes.is_empty()).then(|| changes.join("\n")),
-        error_logs,
+        error_logs: error_logs.filter(|l| !l.is_empty()),
     }
 }
 
@@ -806,7 +825,13 @@ impl<'a> MapJob<'a> {
         }
         if self.cp.phase == Phase::Map {
             let ended = self.map(vars).await;
-            self.runner.end_map_phase().await;
+            if let Err(why) = self.runner.end_map_phase().await {
+                self.say(&format!("error: {why}"));
+                return JobOutcome::Failed {
+                    phase: "map",
+                    what: why,
+                };
+            }
             match ended {
                 Ok(MapEnd::Finished) => {}
                 Ok(MapEnd::Stopped(reason)) => return JobOutcome::Stopped(reason),
@@ -1504,6 +1529,8 @@ pub struct RetrySummary {
     pub manual: u64,
     /// Whether a signal stopped the retry.
     pub interrupted: bool,
+    /// Whether the retried agents' work could not be brought into the session worktree.
+    pub unmerged: bool,
 }
 
 /// Runs the DLQ items of `job_id` again through the agent template, `parallel` at a time
@@ -1615,7 +1642,10 @@ pub async fn retry_dead_letters(
             }
         }
     }
-    runner.end_map_phase().await;
+    if let Err(why) = runner.end_map_phase().await {
+        runner.say(&format!("error: {why}"));
+        summary.unmerged = true;
+    }
     runner.record(
         "dlq_retry_finished",
         json!({"retried": summary.retried, "succeeded": summary.succeeded, "still_failing": summary.still_failing}),

@@ -264,19 +264,23 @@ impl Runner {
 
     /// Ends a map phase (or a DLQ retry) in a session worktree: the agents' merged work
     /// comes into the session branch, and their idle worktrees are removed.
-    pub async fn end_map_phase(&self) {
+    ///
+    /// # Errors
+    ///
+    /// When the merge into the session branch fails (say, setup left uncommitted changes
+    /// in files the agents changed); the agents' work stays on the integration ref.
+    pub async fn end_map_phase(&self) -> Result<(), String> {
         let Some(session) = &self.opts.worktree else {
-            return;
+            return Ok(());
         };
-        self.agent_worktrees
-            .drain(&self.opts.layout, &session.repo)
-            .await;
-        if let Err(e) = crate::worktree::finish_map(session).await {
-            self.say(&format!(
-                "error: cannot bring the agents' work into `{}`: {e}; it is on `refs/prodigy/{}` (merge it with `git merge refs/prodigy/{}`)",
-                session.branch, session.branch, session.branch
-            ));
-        }
+        self.agent_worktrees.drain(&session.repo).await;
+        crate::worktree::finish_map(session).await.map_err(|e| {
+            format!(
+                "cannot bring the agents' merged work (`refs/prodigy/{}`) into the session worktree {}: {e}; commit or remove the changes there that stand in the way",
+                session.branch,
+                session.path.display()
+            )
+        })
     }
 
     /// Whether the workflow has `merge` steps.

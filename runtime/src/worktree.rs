@@ -194,6 +194,16 @@ pub fn uncommitted(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// [`uncommitted`], without blocking the runtime.
+pub async fn changes(dir: &Path) -> Vec<String> {
+    git(dir, &["status", "--porcelain"])
+        .await
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The branch checked out at DIR (`None` on a detached HEAD).
 pub fn current_branch(dir: &Path) -> Option<String> {
     git_sync(dir, &["symbolic-ref", "-q", "--short", "HEAD"]).filter(|b| !b.is_empty())
@@ -213,15 +223,25 @@ struct Admin {
     _file: std::fs::File,
 }
 
-async fn admin(layout: &Layout) -> Result<Admin, WorktreeError> {
+async fn admin(repo: &Path) -> Result<Admin, WorktreeError> {
     let guard = ADMIN.lock().await;
-    let dir = worktrees_dir(layout);
-    let path = dir.join(".lock");
+    // In the repository's common git directory, so every process working on the repository
+    // (from any directory, with any `PRODIGY_HOME`) takes the same lock.
+    let common = if repo.join(".git").is_dir() {
+        repo.join(".git")
+    } else {
+        let dir = git(
+            repo,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )
+        .await?;
+        PathBuf::from(dir.trim())
+    };
+    let path = common.join("prodigy-worktrees.lock");
     let cannot = |source| WorktreeError::Lock {
         path: path.clone(),
         source,
     };
-    std::fs::create_dir_all(&dir).map_err(cannot)?;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -251,7 +271,7 @@ pub async fn create_session(
     let branch = format!("prodigy-{session}");
     let base_commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
     {
-        let _admin = admin(layout).await?;
+        let _admin = admin(repo).await?;
         let target = path.to_string_lossy().into_owned();
         git_retrying(
             repo,
@@ -279,8 +299,8 @@ pub async fn create_session(
 
 /// Removes the worktree at PATH (with whatever it holds) and deletes BRANCH; missing ones
 /// are not an error.
-pub async fn remove(layout: &Layout, repo: &Path, path: &Path, branch: &str) {
-    let _admin = admin(layout).await;
+pub async fn remove(repo: &Path, path: &Path, branch: &str) {
+    let _admin = admin(repo).await;
     let target = path.to_string_lossy().into_owned();
     if path.exists() {
         let _ = git_retrying(repo, &["worktree", "remove", "--force", &target]).await;
@@ -293,15 +313,12 @@ pub async fn remove(layout: &Layout, repo: &Path, path: &Path, branch: &str) {
 /// The session worktree SAVED by a checkpoint, ready to work in again: as it is when it is
 /// still there; put back on its branch when only the directory is gone; else a new one from
 /// HEAD (its branch was merged and removed). The flag says whether it had to be recreated.
-pub async fn reopen(
-    layout: &Layout,
-    saved: &SessionWorktree,
-) -> Result<(SessionWorktree, bool), WorktreeError> {
+pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), WorktreeError> {
     if saved.path.is_dir() {
         return Ok((saved.clone(), false));
     }
     let target = saved.path.to_string_lossy().into_owned();
-    let _admin = admin(layout).await?;
+    let _admin = admin(&saved.repo).await?;
     let _ = git(&saved.repo, &["worktree", "prune"]).await;
     let branch_exists = git(&saved.repo, &["rev-parse", "-q", "--verify", &saved.branch])
         .await
@@ -364,10 +381,10 @@ impl Pool {
     }
 
     /// Removes the idle worktrees and their branches.
-    pub async fn drain(&self, layout: &Layout, repo: &Path) {
+    pub async fn drain(&self, repo: &Path) {
         let idle = std::mem::take(&mut *self.idle());
         for agent in idle {
-            remove(layout, repo, &agent.path, &agent.branch).await;
+            remove(repo, &agent.path, &agent.branch).await;
         }
     }
 }
@@ -417,7 +434,7 @@ pub async fn create_agent(
         }
         .await;
         if switched.is_ok() {
-            let _admin = admin(layout).await?;
+            let _admin = admin(&session.repo).await?;
             let _ = git_retrying(&session.repo, &["branch", "-D", "-q", &old.branch]).await;
             return Ok(AgentWorktree {
                 workdir: old.path.join(&prefix),
@@ -426,14 +443,14 @@ pub async fn create_agent(
                 base,
             });
         }
-        remove(layout, &session.repo, &old.path, &old.branch).await;
+        remove(&session.repo, &old.path, &old.branch).await;
     }
     let name = session
         .path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let _admin = admin(layout).await?;
+    let _admin = admin(&session.repo).await?;
     // Paths left by another process (kept for the DLQ, or by a kill) are skipped, not reused.
     let path = loop {
         let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -454,13 +471,6 @@ pub async fn create_agent(
         branch,
         base,
     })
-}
-
-/// How many commits the agent made.
-pub async fn commits(agent: &AgentWorktree) -> Result<usize, WorktreeError> {
-    let range = format!("{}..HEAD", agent.base);
-    let out = git(&agent.path, &["rev-list", "--count", &range]).await?;
-    Ok(out.trim().parse().unwrap_or(0))
 }
 
 /// The ref the map agents' work is merged into while the map phase runs: the session
@@ -523,7 +533,16 @@ pub async fn merge_head(
 ) -> Result<Merged, WorktreeError> {
     let name = integration_ref(session);
     let current = integration_head(session).await?;
-    if current == agent.base {
+    // A fast-forward only when the agent's history contains everything merged so far (an
+    // agent may have reset its branch below where it started).
+    if current == agent.base
+        && git(
+            &session.path,
+            &["merge-base", "--is-ancestor", &current, theirs],
+        )
+        .await
+        .is_ok()
+    {
         git(&session.path, &["update-ref", &name, theirs, &current]).await?;
         return Ok(Merged::FastForward);
     }
@@ -657,13 +676,50 @@ pub async fn merge_session(session: &SessionWorktree) -> Result<(), WorktreeErro
             ),
         });
     }
+    // A merge that would conflict is refused before it starts: the user's checkout is never
+    // left half-merged.
+    let (code, out, _) = git_output(
+        &session.repo,
+        &[
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            target,
+            &session.branch,
+        ],
+    )
+    .await?;
+    if code == Some(1) {
+        let files: Vec<&str> = out
+            .split("\n\n")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .collect();
+        return Err(WorktreeError::Conflict {
+            branch: session.branch.clone(),
+            files: files.into_iter().map(str::to_owned).collect(),
+            output: format!("`{target}` changed since the run started"),
+        });
+    }
     let message = format!("Merge {} (prodigy)", session.branch);
-    git(
+    let merged = git(
         &session.repo,
         &["merge", "-q", "--no-ff", "-m", &message, &session.branch],
     )
-    .await
-    .map(|_| ())
+    .await;
+    if merged.is_err()
+        && git(
+            &session.repo,
+            &["rev-parse", "-q", "--verify", "MERGE_HEAD"],
+        )
+        .await
+        .is_ok()
+    {
+        let _ = git(&session.repo, &["merge", "--abort"]).await;
+    }
+    merged.map(|_| ())
 }
 
 /// A worktree left under `$PRODIGY_HOME/worktrees/{repo}/`.
@@ -679,9 +735,13 @@ pub struct Listed {
     pub unmerged_commits: usize,
 }
 
-/// The worktrees prodigy left for the repository at REPO, as git lists them.
+/// The worktrees prodigy left under `$PRODIGY_HOME/worktrees/` for the repository at REPO,
+/// as git lists them.
 pub fn list(layout: &Layout, repo: &Path) -> Vec<Listed> {
-    let root = worktrees_dir(layout);
+    // Git prints resolved paths: compare with the resolved `$PRODIGY_HOME/worktrees` (any
+    // repo name: the project may have been run from a subdirectory).
+    let root = layout.home.join("worktrees");
+    let root = std::fs::canonicalize(&root).unwrap_or(root);
     let text = git_sync(repo, &["worktree", "list", "--porcelain"]).unwrap_or_default();
     let mut found = Vec::new();
     let mut path: Option<PathBuf> = None;
@@ -739,9 +799,9 @@ pub enum BranchFate {
 
 /// Removes a worktree left under `worktrees/{repo}/` (with its uncommitted changes); its
 /// branch goes too when it is merged into the repository's current branch, else it stays.
-pub async fn clean(layout: &Layout, repo: &Path, found: &Listed) -> BranchFate {
+pub async fn clean(repo: &Path, found: &Listed) -> BranchFate {
     {
-        let _admin = admin(layout).await;
+        let _admin = admin(repo).await;
         let target = found.path.to_string_lossy().into_owned();
         let _ = git_retrying(repo, &["worktree", "remove", "--force", &target]).await;
         let _ = std::fs::remove_dir_all(&found.path);
@@ -753,7 +813,7 @@ pub async fn clean(layout: &Layout, repo: &Path, found: &Listed) -> BranchFate {
     if found.unmerged_commits > 0 {
         return BranchFate::Kept(found.unmerged_commits);
     }
-    let _admin = admin(layout).await;
+    let _admin = admin(repo).await;
     match git_retrying(repo, &["branch", "-D", "-q", branch]).await {
         Ok(_) => BranchFate::Deleted,
         Err(_) => BranchFate::None,
@@ -810,13 +870,7 @@ impl Runner {
         let (commits, files) = session_changes(session);
         if commits.is_empty() {
             if left == 0 {
-                remove(
-                    &self.opts.layout,
-                    &session.repo,
-                    &session.path,
-                    &session.branch,
-                )
-                .await;
+                remove(&session.repo, &session.path, &session.branch).await;
             }
             return Ok(MergeBack::Nothing { left });
         }
@@ -880,13 +934,7 @@ impl Runner {
             json!({"source_branch": session.branch, "target_branch": target}),
         );
         if left == 0 {
-            remove(
-                &self.opts.layout,
-                &session.repo,
-                &session.path,
-                &session.branch,
-            )
-            .await;
+            remove(&session.repo, &session.path, &session.branch).await;
         }
         Ok(MergeBack::Merged {
             commits: commits.len(),
@@ -972,7 +1020,7 @@ mod tests {
         );
         finish_map(&session).await.unwrap();
         assert!(session.path.join("other.txt").exists());
-        remove(&layout, &top, &idle.path, &idle.branch).await;
+        remove(&top, &idle.path, &idle.branch).await;
         assert!(!idle.path.exists());
         let (commits, files) = session_changes(&session);
         assert_eq!(commits.len(), 3, "two agent commits and one merge");
@@ -1001,7 +1049,7 @@ mod tests {
         assert_ne!(again.path, first.path);
         assert_eq!(again.branch, "prodigy-s2-item_0-2");
         assert!(!again.path.join("half.txt").exists());
-        assert_eq!(commits(&again).await.unwrap(), 0);
+        assert_eq!(agent_head(&again).await.unwrap(), None);
         assert!(first.path.join("half.txt").is_file());
     }
 
@@ -1034,7 +1082,7 @@ mod tests {
         let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
         assert!(!branches.contains("item_0"), "{branches}");
         pool.release(second);
-        pool.drain(&layout, &top).await;
+        pool.drain(&top).await;
         assert!(!path.exists());
         let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
         assert_eq!(branches, "main\nprodigy-s3");

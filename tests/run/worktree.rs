@@ -308,3 +308,91 @@ fn worktree_clean_dry_run_removes_nothing() {
     assert!(worktree_dirs(&scratch).is_empty());
     assert_eq!(branches(&scratch).len(), 2);
 }
+
+#[test]
+fn an_agent_that_rewrote_its_history_does_not_drop_earlier_merges() {
+    let scratch = Scratch::new();
+    // Item 2 starts after item 1 merged, then resets below where it started.
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"test $ITEM = 1 || git reset -q --hard HEAD~1; echo $ITEM > f$ITEM.txt && git add f$ITEM.txt && git commit -qm f$ITEM\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(scratch.project().join("f1.txt").is_file());
+    assert!(scratch.project().join("f2.txt").is_file());
+}
+
+#[test]
+fn changes_a_successful_agent_did_not_commit_are_kept_not_wiped() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"test $ITEM = 1 || echo important > notes-$ITEM.txt\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("item_1 left 1 uncommitted changes"), "{text}");
+    let kept: Vec<_> = worktree_dirs(&scratch)
+        .into_iter()
+        .filter(|d| {
+            scratch
+                .home()
+                .join("worktrees/project")
+                .join(d)
+                .join("notes-2.txt")
+                .is_file()
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "{:?}", worktree_dirs(&scratch));
+}
+
+#[test]
+fn agents_work_that_cannot_reach_the_session_fails_the_job() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("base.txt"), "v1\n").unwrap();
+    // Setup changes base.txt without committing; the agents commit changes to it too.
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nsetup:\n  - shell: \"echo v2 > base.txt\"\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo $ITEM >> base.txt && git commit -qam $ITEM\"\nreduce:\n  - shell: \"echo reduced\"\n",
+    );
+    let output = scratch.run(&["run", "-y", "-v", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("cannot bring the agents' merged work"),
+        "{text}"
+    );
+    assert!(!text.contains("reduced"), "reduce must not run:\n{text}");
+    assert!(text.contains("nothing was merged"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(scratch.project().join("base.txt")).unwrap(),
+        "v1\n"
+    );
+}
+
+#[test]
+fn a_merge_back_that_would_conflict_leaves_the_checkout_alone() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("shared.txt"), "base\n").unwrap();
+    // The run changes shared.txt on its branch while main changes it too.
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        "- shell: \"echo run > shared.txt && git commit -qam run\"\n- shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && echo main > shared.txt && git commit -qam main\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("conflicts in shared.txt"), "{text}");
+    assert_eq!(scratch.git(&["status", "--porcelain"]), "");
+    assert_eq!(
+        std::fs::read_to_string(scratch.project().join("shared.txt")).unwrap(),
+        "main\n"
+    );
+    assert_eq!(branches(&scratch).len(), 2, "the session branch is kept");
+}
