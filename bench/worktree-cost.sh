@@ -2,8 +2,12 @@
 # What worktree isolation costs per map item: N items (default 200), `max_parallel: 4`,
 # each agent in its own git worktree running `true` and committing, its commit merged back
 # into the session worktree (create, run, commit, merge, remove), against the same job with
-# `--no-worktree` running only `true` (the engine without isolation), side by side in one
-# run, alternating; median of several runs. The repository holds 200 small files.
+# `--no-worktree` running only `true` (the engine without isolation), and against the same
+# cycle as a shell script driven by `xargs -P4` the way upstream does it (`git worktree add`,
+# `true`, commit, `git merge --no-ff` into a session worktree, `git worktree remove`,
+# `git branch -D`; worktree administration and merges under `flock`, since unserialised
+# `git worktree add` loses items), side by side in one run, alternating; median of several
+# runs. The repository holds 200 small files.
 #
 # Usage: bash bench/worktree-cost.sh
 #   PRODIGY_BIN=/path/to/prodigy N=200 RUNS=3 bash bench/worktree-cost.sh
@@ -59,20 +63,49 @@ time_run() {
     echo $(((end - start) / 1000))
 }
 
+# The naive cycle, per item: its own worktree from the session branch, `true`, a commit,
+# a merge into the session worktree, removal.
+cat >"$TMP/item.sh" <<'SH'
+set -e
+item="$1"; repo="$2"; session="$3"; wt="$4/item-$item"; br="naive-$item"
+flock "$repo/.git/naive.lock" git -C "$repo" worktree add -q -b "$br" "$wt" naive-session
+(cd "$wt" && true && git commit -q --allow-empty -m "item $item")
+flock "$repo/.git/naive.lock" git -C "$session" merge -q --no-ff -m "merge $item" "$br"
+flock "$repo/.git/naive.lock" git -C "$repo" worktree remove --force "$wt"
+flock "$repo/.git/naive.lock" git -C "$repo" branch -q -D "$br"
+SH
+time_naive() {
+    local start end session="$TMP/naive-session"
+    (cd "$TMP/project" && git worktree add -q -b naive-session "$session" HEAD)
+    mkdir -p "$TMP/naive"
+    start=$(now_ns)
+    seq 1 "$N" | xargs -P4 -I{} sh "$TMP/item.sh" {} "$TMP/project" "$session" "$TMP/naive"
+    end=$(now_ns)
+    local merged
+    merged=$(git -C "$session" log --oneline --grep '^item ' main..naive-session | wc -l)
+    [[ "$merged" -eq "$N" ]] || { echo "naive cycle: $merged of $N commits merged" >&2; exit 1; }
+    (cd "$TMP/project" && git worktree remove --force "$session" && git branch -q -D naive-session)
+    echo $(((end - start) / 1000))
+}
+
 isolated=()
 in_place=()
+naive=()
 for _ in $(seq 1 "$RUNS"); do
     isolated+=("$(time_run "$TMP/isolated.yml" -y)")
     in_place+=("$(time_run "$TMP/in-place.yml" --no-worktree)")
+    naive+=("$(time_naive)")
 done
 commits=$(cd "$TMP/project" && git log --oneline --grep '^item ' | wc -l)
 [[ "$commits" -eq $((N * RUNS)) ]] || { echo "expected $((N * RUNS)) item commits on main, found $commits" >&2; exit 1; }
 iso=$(printf '%s\n' "${isolated[@]}" | median)
 base=$(printf '%s\n' "${in_place[@]}" | median)
-awk -v n="$N" -v iso="$iso" -v base="$base" 'BEGIN {
+shell=$(printf '%s\n' "${naive[@]}" | median)
+awk -v n="$N" -v iso="$iso" -v base="$base" -v shell="$shell" 'BEGIN {
     printf "%d items, 4 at a time, median of runs:\n", n
-    printf "  worktree per item (create, true, commit, merge, remove): %8.1f ms total, %6.2f ms/item\n", iso / 1000, iso / 1000 / n
-    printf "  --no-worktree, true only:                               %8.1f ms total, %6.2f ms/item\n", base / 1000, base / 1000 / n
-    printf "  isolation adds %.2f ms per item (ratio %.2f)\n", (iso - base) / 1000 / n, iso / base
+    printf "  prodigy, a worktree per agent (get, true, commit, merge): %8.1f ms total, %6.2f ms/item\n", iso / 1000, iso / 1000 / n
+    printf "  the same cycle as a shell script under xargs -P4:         %8.1f ms total, %6.2f ms/item\n", shell / 1000, shell / 1000 / n
+    printf "  prodigy --no-worktree, true only:                         %8.1f ms total, %6.2f ms/item\n", base / 1000, base / 1000 / n
+    printf "  prodigy / shell cycle: %.2f; isolation adds %.2f ms per item to the bare engine\n", iso / shell, (iso - base) / 1000 / n
 }'
 echo "every item's commit reached main: $commits commits over $RUNS runs"

@@ -6,13 +6,17 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-fn git(project: &Path, args: &[&str]) -> Option<String> {
+/// Runs git without blocking the runtime: other agents go on while it works.
+async fn git(project: &Path, args: &[&str]) -> Option<String> {
     // Paths as they are: by default git quotes and octal-escapes non-ASCII names.
-    let out = std::process::Command::new("git")
+    let out = tokio::process::Command::new("git")
         .args(["-c", "core.quotePath=false"])
         .args(args)
         .current_dir(project)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
         .output()
+        .await
         .ok()?;
     out.status
         .success()
@@ -20,8 +24,10 @@ fn git(project: &Path, args: &[&str]) -> Option<String> {
 }
 
 /// The commit `HEAD` names, or `None` outside a repository (or before its first commit).
-pub fn head(project: &Path) -> Option<String> {
-    git(project, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned())
+pub async fn head(project: &Path) -> Option<String> {
+    git(project, &["rev-parse", "HEAD"])
+        .await
+        .map(|s| s.trim().to_owned())
 }
 
 /// How to commit what a step left (`commit_config`).
@@ -42,7 +48,7 @@ pub struct CommitOptions {
 }
 
 /// Stages and commits per OPTIONS; nothing to commit is not an error.
-pub fn commit(project: &Path, options: &CommitOptions) -> Result<(), String> {
+pub async fn commit(project: &Path, options: &CommitOptions) -> Result<(), String> {
     let mut add = vec!["add".to_owned(), "-A".to_owned(), "--".to_owned()];
     if options.include.is_empty() {
         add.push(".".to_owned());
@@ -51,11 +57,16 @@ pub fn commit(project: &Path, options: &CommitOptions) -> Result<(), String> {
     }
     add.extend(options.exclude.iter().map(|p| format!(":(exclude){p}")));
     let add: Vec<&str> = add.iter().map(String::as_str).collect();
-    git(project, &add).ok_or("`git add` failed")?;
+    git(project, &add).await.ok_or("`git add` failed")?;
     if let Some(base) = &options.squash_since {
-        git(project, &["reset", "--soft", base]).ok_or("`git reset --soft` failed")?;
+        git(project, &["reset", "--soft", base])
+            .await
+            .ok_or("`git reset --soft` failed")?;
     }
-    if git(project, &["diff", "--cached", "--quiet"]).is_some() {
+    if git(project, &["diff", "--cached", "--quiet"])
+        .await
+        .is_some()
+    {
         return Ok(());
     }
     let mut args = vec!["commit", "-q", "-m", options.message.as_str()];
@@ -66,7 +77,7 @@ pub fn commit(project: &Path, options: &CommitOptions) -> Result<(), String> {
     if options.sign {
         args.push("-S");
     }
-    git(project, &args).map(|_| ()).ok_or_else(|| {
+    git(project, &args).await.map(|_| ()).ok_or_else(|| {
         "`git commit` failed (is a signing key or the author's identity missing?)".to_owned()
     })
 }
@@ -82,15 +93,18 @@ fn lines(text: Option<String>) -> Vec<String> {
 /// What the commits after FROM up to `HEAD` changed: `files_added`, `files_modified`,
 /// `files_deleted`, `files_changed` (lists of paths), `commits` (hashes, oldest first),
 /// `commit_count`, `insertions` and `deletions`.
-pub fn changes(project: &Path, from: &str) -> Value {
+pub async fn changes(project: &Path, from: &str) -> Value {
     let range = format!("{from}..HEAD");
-    let commits = lines(git(project, &["rev-list", "--reverse", &range]));
+    let commits = lines(git(project, &["rev-list", "--reverse", &range]).await);
     let (mut added, mut modified, mut deleted, mut changed) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for line in lines(git(
-        project,
-        &["diff", "--name-status", "--no-renames", from, "HEAD"],
-    )) {
+    for line in lines(
+        git(
+            project,
+            &["diff", "--name-status", "--no-renames", from, "HEAD"],
+        )
+        .await,
+    ) {
         let mut fields = line.split('\t');
         let (Some(status), Some(path)) = (fields.next(), fields.next()) else {
             continue;
@@ -103,7 +117,7 @@ pub fn changes(project: &Path, from: &str) -> Value {
         changed.push(path.to_owned());
     }
     let (mut insertions, mut deletions) = (0u64, 0u64);
-    for line in lines(git(project, &["diff", "--numstat", from, "HEAD"])) {
+    for line in lines(git(project, &["diff", "--numstat", from, "HEAD"]).await) {
         let mut fields = line.split('\t');
         // Binary files show `-`; they count as no lines.
         insertions += fields
@@ -129,10 +143,10 @@ pub fn changes(project: &Path, from: &str) -> Value {
 
 /// The working tree: `staged` (in the index, not committed) and `modified` (changed, not
 /// staged) paths.
-pub fn status(project: &Path) -> Value {
+pub async fn status(project: &Path) -> Value {
     json!({
-        "staged": lines(git(project, &["diff", "--cached", "--name-only"])),
-        "modified": lines(git(project, &["diff", "--name-only"])),
+        "staged": lines(git(project, &["diff", "--cached", "--name-only"]).await),
+        "modified": lines(git(project, &["diff", "--name-only"]).await),
     })
 }
 
@@ -140,7 +154,7 @@ pub fn status(project: &Path) -> Value {
 mod tests {
     use super::*;
 
-    fn commit_all(project: &Path, message: &str) -> Result<(), String> {
+    async fn commit_all(project: &Path, message: &str) -> Result<(), String> {
         commit(
             project,
             &CommitOptions {
@@ -148,9 +162,10 @@ mod tests {
                 ..CommitOptions::default()
             },
         )
+        .await
     }
 
-    fn repo() -> tempfile::TempDir {
+    async fn repo() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         for args in [
             &["init", "-q"][..],
@@ -158,29 +173,29 @@ mod tests {
             &["config", "user.name", "t"],
             &["commit", "-q", "--allow-empty", "-m", "base"],
         ] {
-            assert!(git(dir.path(), args).is_some(), "git {args:?}");
+            assert!(git(dir.path(), args).await.is_some(), "git {args:?}");
         }
         dir
     }
 
-    #[test]
-    fn changes_lists_files_commits_and_lines() {
-        let dir = repo();
+    #[tokio::test]
+    async fn changes_lists_files_commits_and_lines() {
+        let dir = repo().await;
         let p = dir.path();
-        let base = head(p).unwrap();
+        let base = head(p).await.unwrap();
         std::fs::write(p.join("a.md"), "one\ntwo\n").unwrap();
         std::fs::write(p.join("b.rs"), "x\n").unwrap();
-        commit_all(p, "first").unwrap();
+        commit_all(p, "first").await.unwrap();
         std::fs::write(p.join("b.rs"), "y\n").unwrap();
         std::fs::remove_file(p.join("a.md")).unwrap();
         std::fs::write(p.join("c.txt"), "new\n").unwrap();
-        commit_all(p, "second").unwrap();
-        let after_first = changes(p, &base);
+        commit_all(p, "second").await.unwrap();
+        let after_first = changes(p, &base).await;
         assert_eq!(after_first["commit_count"], 2);
         assert_eq!(after_first["files_added"], json!(["b.rs", "c.txt"]));
         assert_eq!(after_first["files_deleted"], json!([]));
-        let mid = git(p, &["rev-parse", "HEAD~1"]).unwrap();
-        let second = changes(p, mid.trim());
+        let mid = git(p, &["rev-parse", "HEAD~1"]).await.unwrap();
+        let second = changes(p, mid.trim()).await;
         assert_eq!(second["files_added"], json!(["c.txt"]));
         assert_eq!(second["files_modified"], json!(["b.rs"]));
         assert_eq!(second["files_deleted"], json!(["a.md"]));
@@ -189,34 +204,34 @@ mod tests {
         assert_eq!(second["commits"].as_array().unwrap().len(), 1);
     }
 
-    #[test]
-    fn non_ascii_names_come_back_as_written() {
-        let dir = repo();
+    #[tokio::test]
+    async fn non_ascii_names_come_back_as_written() {
+        let dir = repo().await;
         let p = dir.path();
-        let base = head(p).unwrap();
+        let base = head(p).await.unwrap();
         std::fs::write(p.join("café.txt"), "x\n").unwrap();
-        commit_all(p, "accent").unwrap();
-        assert_eq!(changes(p, &base)["files_added"], json!(["café.txt"]));
+        commit_all(p, "accent").await.unwrap();
+        assert_eq!(changes(p, &base).await["files_added"], json!(["café.txt"]));
     }
 
-    #[test]
-    fn status_separates_staged_from_modified() {
-        let dir = repo();
+    #[tokio::test]
+    async fn status_separates_staged_from_modified() {
+        let dir = repo().await;
         let p = dir.path();
         std::fs::write(p.join("a"), "1").unwrap();
         std::fs::write(p.join("b"), "1").unwrap();
-        commit_all(p, "files").unwrap();
+        commit_all(p, "files").await.unwrap();
         std::fs::write(p.join("a"), "2").unwrap();
         std::fs::write(p.join("b"), "2").unwrap();
-        git(p, &["add", "a"]).unwrap();
-        let s = status(p);
+        git(p, &["add", "a"]).await.unwrap();
+        let s = status(p).await;
         assert_eq!(s["staged"], json!(["a"]));
         assert_eq!(s["modified"], json!(["b"]));
     }
 
-    #[test]
-    fn outside_a_repository_there_is_no_head() {
+    #[tokio::test]
+    async fn outside_a_repository_there_is_no_head() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(head(dir.path()), None);
+        assert_eq!(head(dir.path()).await, None);
     }
 }

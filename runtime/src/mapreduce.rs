@@ -487,7 +487,14 @@ async fn merge_back(
         let merged = match crate::worktree::agent_head(&worktree).await {
             Ok(Some(head)) => {
                 let _queue = runner.merge_queue.lock().await;
-                crate::worktree::merge_head(session, &worktree, &head, &message).await
+                crate::worktree::merge_head(
+                    session,
+                    &runner.agent_worktrees,
+                    &worktree,
+                    &head,
+                    &message,
+                )
+                .await
             }
             Ok(None) => Ok(crate::worktree::Merged::Nothing),
             Err(e) => Err(e),

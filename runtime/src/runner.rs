@@ -594,13 +594,16 @@ impl Runner {
             fields(json!({"name": self.plan.name, "id": self.session})),
         );
         // The git context costs a few git commands per step: only when the workflow reads it.
-        let git_base = self
+        let git_base = if self
             .plan
             .variables
             .iter()
             .any(|v| matches!(v.name.as_str(), "step" | "workflow" | "git"))
-            .then(|| crate::git::head(&self.workdir()))
-            .flatten();
+        {
+            crate::git::head(&self.workdir()).await
+        } else {
+            None
+        };
         let mut outcome = RunOutcome::Succeeded;
         let mut failed_step = None;
         let mut next = start;
@@ -623,13 +626,15 @@ impl Runner {
                 failed_step = Some(label);
                 break;
             }
-            let before = git_base
-                .as_ref()
-                .and_then(|_| crate::git::head(&self.workdir()));
+            let before = if git_base.is_some() {
+                crate::git::head(&self.workdir()).await
+            } else {
+                None
+            };
             self.say(&format!("[{}/{total}] {label}", index + 1));
             let step_outcome = self.run_step(id, &mut vars, Some(index)).await;
             if let (Some(base), Some(before)) = (&git_base, &before) {
-                self.git_context(&mut vars, base, before);
+                self.git_context(&mut vars, base, before).await;
             }
             match step_outcome {
                 Outcome::Cancelled => {
@@ -666,12 +671,12 @@ impl Runner {
 
     /// After a step: what it committed (`step.*`), what the run has committed so far
     /// (`workflow.*`), and the working tree (`git.*`).
-    fn git_context(&self, vars: &mut Vars, base: &str, before: &str) {
+    async fn git_context(&self, vars: &mut Vars, base: &str, before: &str) {
         let project = &self.workdir();
         for (name, from) in [("step", before), ("workflow", base)] {
-            vars.merge(name, fields(crate::git::changes(project, from)));
+            vars.merge(name, fields(crate::git::changes(project, from).await));
         }
-        vars.set("git", crate::git::status(project));
+        vars.set("git", crate::git::status(project).await);
     }
 
     /// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of the
@@ -783,7 +788,7 @@ impl Runner {
             }
             let head_before =
                 if step.commit_required || step.auto_commit || !step.outputs.is_empty() {
-                    crate::git::head(&self.workdir())
+                    crate::git::head(&self.workdir()).await
                 } else {
                     None
                 };
@@ -1004,10 +1009,11 @@ impl Runner {
             "handler_started",
             json!({"step": step.label, "run": run, "strategy": on_failure.strategy}),
         );
-        let head_before = on_failure
-            .commit_required
-            .then(|| crate::git::head(&self.workdir()))
-            .flatten();
+        let head_before = if on_failure.commit_required {
+            crate::git::head(&self.workdir()).await
+        } else {
+            None
+        };
         let mut ok = true;
         let mut combined = String::new();
         for &id in &on_failure.handler {
@@ -1031,7 +1037,9 @@ impl Runner {
         }
         if ok
             && on_failure.commit_required
-            && !self.made_commit(step, "the handler of ", head_before.as_deref())
+            && !self
+                .made_commit(step, "the handler of ", head_before.as_deref())
+                .await
         {
             ok = false;
         }
@@ -1073,19 +1081,19 @@ impl Runner {
             }
         }
         if step.auto_commit
-            && let Err(why) = self.commit(step, vars, head_before.as_deref())
+            && let Err(why) = self.commit(step, vars, head_before.as_deref()).await
         {
             self.record("step_failed", json!({"step": step.label, "error": why}));
             self.say(&format!("  error: {why}"));
             return failed(step);
         }
-        if step.commit_required && !self.made_commit(step, "", head_before.as_deref()) {
+        if step.commit_required && !self.made_commit(step, "", head_before.as_deref()).await {
             return failed(step);
         }
         if let (Some(id), Some(before)) = (&step.step_id, &head_before)
             && !step.outputs.is_empty()
         {
-            let changed = crate::git::changes(&self.workdir(), before);
+            let changed = crate::git::changes(&self.workdir(), before).await;
             let files: Vec<&str> = changed["files_changed"]
                 .as_array()
                 .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -1113,8 +1121,8 @@ impl Runner {
 
     /// Whether HEAD moved since BEFORE (`commit_required`); when it did not, records and says
     /// `CommitValidationFailed` for WHAT (`""`, "the handler of ", ...) of STEP.
-    fn made_commit(&self, step: &PlanStep, what: &str, before: Option<&str>) -> bool {
-        let after = crate::git::head(&self.workdir());
+    async fn made_commit(&self, step: &PlanStep, what: &str, before: Option<&str>) -> bool {
+        let after = crate::git::head(&self.workdir()).await;
         if after.is_some() && after.as_deref() != before {
             return true;
         }
@@ -1132,7 +1140,7 @@ impl Runner {
     /// `auto_commit` / `commit_config`: stage (all, or the included paths minus the excluded
     /// ones), commit with the rendered message (checked against `message_pattern`), the
     /// `author`, signed when asked, and squash what the step committed into one commit.
-    fn commit(
+    async fn commit(
         &self,
         step: &PlanStep,
         vars: &Vars,
@@ -1182,7 +1190,7 @@ impl Runner {
                 .flatten()
                 .map(str::to_owned),
         };
-        crate::git::commit(&self.workdir(), &options)
+        crate::git::commit(&self.workdir(), &options).await
     }
 
     /// `step_validate`: run the checks, up to `max_attempts` rounds `retry_delay` apart,
@@ -1308,10 +1316,11 @@ impl Runner {
             if let Some(prompt) = &on_incomplete.prompt {
                 self.say(&format!("  {}", self.preview(&prompt.parsed, vars)));
             }
-            let head_before = on_incomplete
-                .commit_required
-                .then(|| crate::git::head(&self.workdir()))
-                .flatten();
+            let head_before = if on_incomplete.commit_required {
+                crate::git::head(&self.workdir()).await
+            } else {
+                None
+            };
             let ended = self
                 .run_triggered(&on_incomplete.commands, vars, outcome)
                 .await;
@@ -1319,7 +1328,9 @@ impl Runner {
                 return ended;
             }
             if on_incomplete.commit_required
-                && !self.made_commit(step, "`on_incomplete` of ", head_before.as_deref())
+                && !self
+                    .made_commit(step, "`on_incomplete` of ", head_before.as_deref())
+                    .await
             {
                 return Outcome::Failed;
             }

@@ -365,13 +365,20 @@ pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), 
 pub struct Pool {
     idle: std::sync::Mutex<Vec<AgentWorktree>>,
     made: std::sync::atomic::AtomicUsize,
+    /// Branches of agents whose work is merged, deleted together when the phase ends.
+    done: std::sync::Mutex<Vec<String>>,
+    /// The integration ref's commit as this process last set or read it (merges into one
+    /// session are serialised, and only this process runs the session's job).
+    head: std::sync::Mutex<Option<String>>,
+}
+
+fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Pool {
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<AgentWorktree>> {
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        locked(&self.idle)
     }
 
     /// Gives back the worktree of an agent whose work is merged (or that had none): the
@@ -380,13 +387,67 @@ impl Pool {
         self.idle().push(agent);
     }
 
-    /// Removes the idle worktrees and their branches.
+    /// Removes the idle worktrees and the merged agents' branches.
     pub async fn drain(&self, repo: &Path) {
         let idle = std::mem::take(&mut *self.idle());
         for agent in idle {
             remove(repo, &agent.path, &agent.branch).await;
         }
+        let done = std::mem::take(&mut *locked(&self.done));
+        for chunk in done.chunks(100) {
+            let Ok(_admin) = admin(repo).await else {
+                return;
+            };
+            let mut args = vec!["branch", "-D", "-q"];
+            args.extend(chunk.iter().map(String::as_str));
+            let _ = git_retrying(repo, &args).await;
+        }
+        *locked(&self.head) = None;
     }
+
+    /// The commit agents branch from: the integration ref, created from the session's HEAD
+    /// at the first agent of a map phase.
+    async fn integration(&self, session: &SessionWorktree) -> Result<String, WorktreeError> {
+        if let Some(head) = locked(&self.head).clone() {
+            return Ok(head);
+        }
+        let name = integration_ref(session);
+        let head =
+            if let Ok(head) = git(&session.path, &["rev-parse", "-q", "--verify", &name]).await {
+                head.trim().to_owned()
+            } else {
+                let head = git(&session.path, &["rev-parse", "HEAD"])
+                    .await?
+                    .trim()
+                    .to_owned();
+                // Created only if absent: a concurrent first agent may have made it already.
+                let _ = git(&session.path, &["update-ref", &name, &head, ""]).await;
+                git(&session.path, &["rev-parse", &name])
+                    .await?
+                    .trim()
+                    .to_owned()
+            };
+        *locked(&self.head) = Some(head.clone());
+        Ok(head)
+    }
+
+    /// Moves the integration ref from CURRENT to NEW.
+    async fn advance(
+        &self,
+        session: &SessionWorktree,
+        new: &str,
+        current: &str,
+    ) -> Result<(), WorktreeError> {
+        let name = integration_ref(session);
+        git(&session.path, &["update-ref", &name, new, current]).await?;
+        *locked(&self.head) = Some(new.to_owned());
+        Ok(())
+    }
+}
+
+/// Whether git refused because the branch it was to create exists.
+fn branch_exists(e: &WorktreeError) -> bool {
+    matches!(e, WorktreeError::Git { stderr, .. } if stderr.contains("already exists"))
 }
 
 /// The worktree of the map agent for ITEM in the session SESSION, on branch
@@ -402,24 +463,14 @@ pub async fn create_agent(
 ) -> Result<AgentWorktree, WorktreeError> {
     // A branch left by an earlier attempt at this item (a killed run, a failed attempt whose
     // worktree is kept for the DLQ) is never touched: this attempt gets the next name.
-    let mut branch = format!("{}-{item}", session.branch);
-    let mut attempt = 1;
-    while git(
-        &session.repo,
-        &[
-            "rev-parse",
-            "-q",
-            "--verify",
-            &format!("refs/heads/{branch}"),
-        ],
-    )
-    .await
-    .is_ok()
-    {
-        attempt += 1;
-        branch = format!("{}-{item}-{attempt}", session.branch);
-    }
-    let base = integration_head(session).await?;
+    let branch_for = |attempt: u32| {
+        if attempt == 1 {
+            format!("{}-{item}", session.branch)
+        } else {
+            format!("{}-{item}-{attempt}", session.branch)
+        }
+    };
+    let base = pool.integration(session).await?;
     let prefix = session
         .workdir
         .strip_prefix(&session.path)
@@ -427,15 +478,23 @@ pub async fn create_agent(
         .to_owned();
     let reused = pool.idle().pop();
     if let Some(old) = reused {
-        let switched = async {
-            git(&old.path, &["reset", "-q", "--hard"]).await?;
-            git(&old.path, &["clean", "-ffdxq"]).await?;
-            git(&old.path, &["switch", "-q", "-C", &branch, &base]).await
-        }
-        .await;
-        if switched.is_ok() {
-            let _admin = admin(&session.repo).await?;
-            let _ = git_retrying(&session.repo, &["branch", "-D", "-q", &old.branch]).await;
+        // Released only without commits or uncommitted changes: what is left to clear is
+        // ignored files (build output and the like).
+        let cleaned = git(&old.path, &["clean", "-ffdxq"]).await;
+        let mut attempt = 1;
+        let switched = loop {
+            let branch = branch_for(attempt);
+            match cleaned {
+                Err(_) => break None,
+                Ok(_) => match git(&old.path, &["switch", "-q", "-c", &branch, &base]).await {
+                    Ok(_) => break Some(branch),
+                    Err(e) if branch_exists(&e) && attempt < 1000 => attempt += 1,
+                    Err(_) => break None,
+                },
+            }
+        };
+        if let Some(branch) = switched {
+            locked(&pool.done).push(old.branch);
             return Ok(AgentWorktree {
                 workdir: old.path.join(&prefix),
                 path: old.path,
@@ -460,11 +519,20 @@ pub async fn create_agent(
         }
     };
     let target = path.to_string_lossy().into_owned();
-    git_retrying(
-        &session.repo,
-        &["worktree", "add", "-q", "-b", &branch, &target, &base],
-    )
-    .await?;
+    let mut attempt = 1;
+    let branch = loop {
+        let branch = branch_for(attempt);
+        match git_retrying(
+            &session.repo,
+            &["worktree", "add", "-q", "-b", &branch, &target, &base],
+        )
+        .await
+        {
+            Ok(_) => break branch,
+            Err(e) if branch_exists(&e) && attempt < 1000 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    };
     Ok(AgentWorktree {
         workdir: path.join(prefix),
         path,
@@ -480,25 +548,6 @@ fn integration_ref(session: &SessionWorktree) -> String {
     format!("refs/prodigy/{}", session.branch)
 }
 
-/// The commit agents branch from: the integration ref, created from the session's HEAD at
-/// the first agent of a map phase.
-async fn integration_head(session: &SessionWorktree) -> Result<String, WorktreeError> {
-    let name = integration_ref(session);
-    if let Ok(head) = git(&session.path, &["rev-parse", "-q", "--verify", &name]).await {
-        return Ok(head.trim().to_owned());
-    }
-    let head = git(&session.path, &["rev-parse", "HEAD"])
-        .await?
-        .trim()
-        .to_owned();
-    // Created only if absent: a concurrent first agent may have made it already.
-    let _ = git(&session.path, &["update-ref", &name, &head, ""]).await;
-    Ok(git(&session.path, &["rev-parse", &name])
-        .await?
-        .trim()
-        .to_owned())
-}
-
 /// Merges the agent's commits into the session's integration ref: nothing when it made no
 /// commit, a fast-forward when nothing was merged since the agent branched, else a merge
 /// commit computed without a working tree (`git merge-tree --write-tree`, then
@@ -506,11 +555,12 @@ async fn integration_head(session: &SessionWorktree) -> Result<String, WorktreeE
 /// session.
 pub async fn merge_agent(
     session: &SessionWorktree,
+    pool: &Pool,
     agent: &AgentWorktree,
     message: &str,
 ) -> Result<Merged, WorktreeError> {
     match agent_head(agent).await? {
-        Some(head) => merge_head(session, agent, &head, message).await,
+        Some(head) => merge_head(session, pool, agent, &head, message).await,
         None => Ok(Merged::Nothing),
     }
 }
@@ -527,12 +577,12 @@ pub async fn agent_head(agent: &AgentWorktree) -> Result<Option<String>, Worktre
 /// [`merge_agent`] for an agent whose last commit, THEIRS, is known.
 pub async fn merge_head(
     session: &SessionWorktree,
+    pool: &Pool,
     agent: &AgentWorktree,
     theirs: &str,
     message: &str,
 ) -> Result<Merged, WorktreeError> {
-    let name = integration_ref(session);
-    let current = integration_head(session).await?;
+    let current = pool.integration(session).await?;
     // A fast-forward only when the agent's history contains everything merged so far (an
     // agent may have reset its branch below where it started).
     if current == agent.base
@@ -543,7 +593,7 @@ pub async fn merge_head(
         .await
         .is_ok()
     {
-        git(&session.path, &["update-ref", &name, theirs, &current]).await?;
+        pool.advance(session, theirs, &current).await?;
         return Ok(Merged::FastForward);
     }
     let (code, out, err) = git_output(
@@ -574,11 +624,7 @@ pub async fn merge_head(
                 ],
             )
             .await?;
-            git(
-                &session.path,
-                &["update-ref", &name, commit.trim(), &current],
-            )
-            .await?;
+            pool.advance(session, commit.trim(), &current).await?;
             Ok(Merged::MergeCommit)
         }
         Some(1) => {
@@ -1001,7 +1047,8 @@ mod tests {
         commit_file(&c.path, "same.txt", "c\n");
         let merge = |agent: AgentWorktree| {
             let session = session.clone();
-            async move { merge_agent(&session, &agent, "merge").await }
+            let pool = &pool;
+            async move { merge_agent(&session, pool, &agent, "merge").await }
         };
         assert_eq!(merge(a).await.unwrap(), Merged::FastForward);
         assert_eq!(merge(b).await.unwrap(), Merged::MergeCommit);
@@ -1066,7 +1113,7 @@ mod tests {
             .unwrap();
         commit_file(&first.path, "kept.txt", "x\n");
         std::fs::write(first.path.join("untracked.txt"), "junk").unwrap();
-        merge_agent(&session, &first, "merge").await.unwrap();
+        merge_agent(&session, &pool, &first, "merge").await.unwrap();
         let path = first.path.clone();
         pool.release(first);
         let second = create_agent(&layout, &session, &pool, "item_1")
@@ -1079,8 +1126,6 @@ mod tests {
             "merged work is in the base"
         );
         assert!(!second.path.join("untracked.txt").exists());
-        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
-        assert!(!branches.contains("item_0"), "{branches}");
         pool.release(second);
         pool.drain(&top).await;
         assert!(!path.exists());
