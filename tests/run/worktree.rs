@@ -396,3 +396,49 @@ fn a_merge_back_that_would_conflict_leaves_the_checkout_alone() {
     );
     assert_eq!(branches(&scratch).len(), 2, "the session branch is kept");
 }
+
+/// Runs `prodigy ARGS` on a pseudo-terminal (through `script`, from util-linux), typing
+/// ANSWER.
+fn on_a_terminal(scratch: &Scratch, args: &str, answer: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let bin = assert_cmd::cargo::cargo_bin("prodigy");
+    // The scratch's environment: its PRODIGY_HOME, stubs and git identity.
+    let env = scratch.command(&[], &[]);
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &format!("{} {args}", bin.display()), "/dev/null"])
+        .envs(env.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(scratch.project())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("`script` (util-linux) runs the terminal test: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(answer.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn on_a_terminal_the_merge_is_asked_for() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        "- shell: \"echo x > x.txt\"\n  auto_commit: true\n",
+    );
+    let output = on_a_terminal(&scratch, &format!("run {file}"), "n\n");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("into `main`? [y/N]"), "{text}");
+    assert!(text.contains("merge it with `git merge --no-ff"), "{text}");
+    assert!(!scratch.project().join("x.txt").exists());
+    let output = on_a_terminal(&scratch, &format!("run {file}"), "y\n");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("✓ merged 1 commits"), "{text}");
+    assert!(scratch.project().join("x.txt").is_file());
+}
