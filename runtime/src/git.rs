@@ -6,21 +6,10 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-/// Runs git without blocking the runtime: other agents go on while it works.
+/// Runs git without blocking the runtime (other agents go on while it works); its output
+/// when it succeeds.
 async fn git(project: &Path, args: &[&str]) -> Option<String> {
-    // Paths as they are: by default git quotes and octal-escapes non-ASCII names.
-    let out = tokio::process::Command::new("git")
-        .args(["-c", "core.quotePath=false"])
-        .args(args)
-        .current_dir(project)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::worktree::git(project, args).await.ok()
 }
 
 /// The commit `HEAD` names, or `None` outside a repository (or before its first commit).

@@ -119,29 +119,19 @@ async fn git_output(
 
 /// Runs git in DIR and returns its standard output.
 pub(crate) async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
-    let out = tokio::process::Command::new("git")
-        .args(["-c", "core.quotePath=false", "-c", "gc.auto=0"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(WorktreeError::Spawn)?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        let bytes = if out.stderr.trim_ascii().is_empty() {
-            &out.stdout
-        } else {
-            &out.stderr
-        };
-        let stderr = String::from_utf8_lossy(bytes).trim().to_owned();
-        Err(WorktreeError::Git {
-            args: args.join(" "),
-            stderr,
-        })
+    let (code, stdout, stderr) = git_output(dir, args).await?;
+    if code == Some(0) {
+        return Ok(stdout);
     }
+    let text = if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    };
+    Err(WorktreeError::Git {
+        args: args.join(" "),
+        stderr: text.trim().to_owned(),
+    })
 }
 
 /// Runs git in DIR, retrying a few times when another program holds one of the

@@ -55,6 +55,19 @@ const STUBBED: &[&str] = &[
     "validate",
 ];
 
+/// Git as the test user, whatever the machine's git configuration.
+fn as_test_user(cmd: &mut Command) -> &mut Command {
+    cmd.env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+}
+
 /// A scratch project (a git repository with one commit), a scratch `PRODIGY_HOME`, and a
 /// `PATH` whose first entry holds the stubs.
 struct Scratch {
@@ -82,18 +95,7 @@ impl Scratch {
 
     /// Runs git in the project, as the test user, and returns its output.
     fn git(&self, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(self.project())
-            .env("GIT_AUTHOR_NAME", "test")
-            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
-            .env("GIT_COMMITTER_NAME", "test")
-            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE")
+        let out = as_test_user(Command::new("git").args(args).current_dir(self.project()))
             .output()
             .unwrap();
         assert!(out.status.success(), "git {args:?} failed: {out:?}");
@@ -138,6 +140,7 @@ impl Scratch {
 
     fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::cargo_bin("prodigy").unwrap();
+        as_test_user(&mut cmd);
         let path = format!(
             "{}:{}",
             self.dir.path().join("bin").display(),
@@ -153,15 +156,6 @@ impl Scratch {
             )
             .env("STUB_STATE", self.dir.path().join("stub-state"))
             .env("PRODIGY_SEED", "1")
-            .env("GIT_AUTHOR_NAME", "test")
-            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
-            .env("GIT_COMMITTER_NAME", "test")
-            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE")
             .env_remove("STUB_FAIL")
             .env_remove("STUB_ERROR")
             .env_remove("NO_COLOR");
