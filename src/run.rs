@@ -171,6 +171,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let repository = worktree::repository(&project);
     if repository.is_none()
+        && !args.dry_run
         && let Some(step) = worktree::commit_required_step(&plan)
     {
         err(&format!(

@@ -470,10 +470,11 @@ async fn run_agent(
     run
 }
 
-/// After an agent in a worktree: a successful agent's commits go into the session worktree
-/// through the merge queue and its worktree is removed; a conflict fails the item with
-/// `MergeConflict`. The worktree of an agent that failed is kept when it holds commits or
-/// changes (its path goes into the DLQ entry), else removed.
+/// After an agent in a worktree: a successful agent's commits go into the session's merged
+/// work through the merge queue and its worktree goes back to the pool (kept instead when
+/// it left uncommitted changes); a conflict fails the item with `MergeConflict`. The
+/// worktree of an agent that failed is kept when it holds commits or changes (its path goes
+/// into the DLQ entry), else it goes back to the pool.
 async fn merge_back(
     runner: &Runner,
     session: &SessionWorktree,
