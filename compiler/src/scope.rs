@@ -207,8 +207,10 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         checker.template(template, &global, false);
     }
 
+    // What the run captured reaches the `merge` steps, which run after everything else.
+    let mut before_merge = global.clone();
     if workflow.map.is_none() {
-        checker.steps(&workflow.commands, &mut global.clone());
+        checker.steps(&workflow.commands, &mut before_merge);
     } else {
         let mut scope = Scope {
             phase: Phase::Setup,
@@ -239,14 +241,12 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
                 },
             );
         }
+        before_merge = Scope {
+            phase: Phase::Reduce,
+            ..after_setup.clone()
+        };
         if let Some(reduce) = &workflow.reduce {
-            checker.steps(
-                reduce,
-                &mut Scope {
-                    phase: Phase::Reduce,
-                    ..after_setup.clone()
-                },
-            );
+            checker.steps(reduce, &mut before_merge);
         }
         for handler in &workflow.handlers {
             let mut scope = Scope {
@@ -274,7 +274,11 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
             &merge.commands,
             &mut Scope {
                 phase: Phase::Merge,
-                ..global
+                after_step: false,
+                validation: false,
+                handler: false,
+                foreach: false,
+                ..before_merge
             },
         );
     }
@@ -818,6 +822,16 @@ mod tests {
         ] {
             assert_eq!(codes(text), code.into_iter().collect::<Vec<_>>(), "{text}");
         }
+    }
+
+    #[test]
+    fn merge_steps_see_what_the_run_captured_but_not_the_last_steps_output() {
+        let standard = "commands:\n  - shell: echo 1\n    capture: version\nmerge:\n  - shell: echo ${version|shell} ${merge.source_branch}\n";
+        assert_eq!(codes(standard), []);
+        let job = "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: \"true\"\nreduce:\n  - shell: echo ${map.successful}\n    capture: total\nmerge:\n  - shell: echo ${total|shell} ${map.total}\n";
+        assert_eq!(codes(job), []);
+        let shell = "commands:\n  - shell: echo 1\nmerge:\n  - shell: echo ${shell.output}\n";
+        assert_eq!(codes(shell), [Code::UndefinedVariable]);
     }
 
     #[test]

@@ -442,3 +442,25 @@ fn on_a_terminal_the_merge_is_asked_for() {
     assert!(text.contains("✓ merged 1 commits"), "{text}");
     assert!(scratch.project().join("x.txt").is_file());
 }
+
+#[test]
+fn a_mapreduce_job_runs_its_merge_steps_with_the_jobs_variables() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 3\"\n  agent_template:\n    - shell: \"echo $ITEM > m-$ITEM.txt && git add . && git commit -qm m$ITEM\"\nreduce:\n  - shell: \"echo ${map.successful}\"\n    capture: done_count\nmerge:\n  commands:\n    - shell: \"echo 'merging ${merge.file_count} files after ${done_count} items'\"\n    - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n  timeout: 60\n",
+    );
+    let output = scratch.run(&["run", "-y", "-v", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("merging 3 files after 3 items"), "{text}");
+    for n in 1..=3 {
+        assert!(scratch.project().join(format!("m-{n}.txt")).is_file());
+    }
+    assert!(
+        worktree_dirs(&scratch).is_empty(),
+        "{:?}",
+        worktree_dirs(&scratch)
+    );
+}
