@@ -413,6 +413,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         isolate: None,
         saved: checkpoint.worktree.clone(),
         yes: args.yes,
+        resume: "resume-job",
     };
     let mut opts = opts;
     let job = args.job.clone();

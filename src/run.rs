@@ -223,6 +223,11 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         isolate,
         saved: None,
         yes: args.yes,
+        resume: if plan.map.is_some() {
+            "resume-job"
+        } else {
+            "resume"
+        },
     };
     if plan.map.is_some() {
         return execute_job(Arc::new(plan), opts, args.job, None, place);
@@ -237,6 +242,9 @@ pub(crate) struct Place {
     pub(crate) isolate: Option<(PathBuf, PathBuf)>,
     pub(crate) saved: Option<SessionWorktree>,
     pub(crate) yes: bool,
+    /// The command that continues the run (`resume` or `resume-job`), for the hint on a
+    /// merge not done.
+    pub(crate) resume: &'static str,
 }
 
 impl Place {
@@ -329,7 +337,9 @@ impl Place {
                 ""
             };
             err(&format!(
-                "{kept}; merge it with `git merge --no-ff {}`{steps}, or drop it with `prodigy worktree clean`\n",
+                "{kept}; merge it with `prodigy {} -y {}`, or with `git merge --no-ff {}`{steps}, or drop it with `prodigy worktree clean`\n",
+                self.resume,
+                runner.session(),
                 session.branch
             ));
             return None;
@@ -373,6 +383,12 @@ impl Place {
     }
 }
 
+/// Whether a completed run's session branch is still to be merged: a `resume` of it merges it
+/// back (with its `merge` steps).
+fn unmerged(saved: Option<&SessionWorktree>) -> bool {
+    saved.is_some_and(|w| !worktree::session_changes(w).0.is_empty())
+}
+
 /// Asks QUESTION on the terminal; anything but yes (or no terminal) is no.
 fn ask(question: &str) -> bool {
     use std::io::IsTerminal as _;
@@ -407,7 +423,7 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
             return exit_code::USAGE;
         }
     };
-    if checkpoint.status == Status::Completed {
+    if checkpoint.status == Status::Completed && !unmerged(checkpoint.worktree.as_ref()) {
         err(&format!(
             "job `{}` already completed; nothing to resume\n",
             checkpoint.job_id
@@ -443,6 +459,7 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         isolate: None,
         saved: checkpoint.worktree.clone(),
         yes: args.yes,
+        resume: "resume-job",
     };
     let phase = match checkpoint.phase {
         Phase::Setup => "setup".to_owned(),
@@ -457,7 +474,14 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         ),
         Phase::Done => "the end".to_owned(),
     };
-    err(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
+    if checkpoint.status == Status::Completed {
+        err(&format!(
+            "job {} completed; merging its worktree back\n",
+            checkpoint.job_id
+        ));
+    } else {
+        err(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
+    }
     execute_job(Arc::new(plan), opts, args.job_args, Some(checkpoint), place)
 }
 
@@ -676,7 +700,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
             return exit_code::USAGE;
         }
     };
-    if checkpoint.status == "completed" {
+    if checkpoint.status == "completed" && !unmerged(checkpoint.worktree.as_ref()) {
         err(&format!(
             "session `{}` already completed; nothing to resume\n",
             checkpoint.session_id
@@ -714,12 +738,20 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         isolate: None,
         saved: checkpoint.worktree.clone(),
         yes: args.yes,
+        resume: "resume",
     };
-    err(&format!(
-        "resuming session {} at step {}\n",
-        checkpoint.session_id,
-        checkpoint.next_step.saturating_add(1)
-    ));
+    if checkpoint.status == "completed" {
+        err(&format!(
+            "session {} completed; merging its worktree back\n",
+            checkpoint.session_id
+        ));
+    } else {
+        err(&format!(
+            "resuming session {} at step {}\n",
+            checkpoint.session_id,
+            checkpoint.next_step.saturating_add(1)
+        ));
+    }
     execute(Arc::new(plan), opts, Some(checkpoint), place)
 }
 

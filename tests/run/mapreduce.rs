@@ -332,7 +332,7 @@ fn corpus_mapreduce_resume_after_interrupt() {
         assert!(worktree.join(format!("output-item-{name}.txt")).is_file());
     }
     assert!(
-        text.contains(&format!("merge it with `git merge --no-ff prodigy-{job}`")),
+        text.contains(&format!("or with `git merge --no-ff prodigy-{job}`")),
         "{text}"
     );
 }

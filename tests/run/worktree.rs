@@ -73,7 +73,7 @@ fn fifty_agents_commit_in_parallel_and_every_commit_comes_back() {
     assert_eq!(worktree_dirs(&scratch), std::slice::from_ref(&job));
     assert_eq!(branches(&scratch), ["main".to_owned(), session.clone()]);
     assert!(
-        text.contains(&format!("merge it with `git merge --no-ff {session}`")),
+        text.contains(&format!("or with `git merge --no-ff {session}`")),
         "{text}"
     );
     // Doing what the message says brings all 50 files into main.
@@ -434,7 +434,10 @@ fn on_a_terminal_the_merge_is_asked_for() {
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{text}");
     assert!(text.contains("into `main`? [y/N]"), "{text}");
-    assert!(text.contains("merge it with `git merge --no-ff"), "{text}");
+    assert!(
+        text.contains("merge it with `prodigy resume -y session-"),
+        "{text}"
+    );
     assert!(!scratch.project().join("x.txt").exists());
     let output = on_a_terminal(&scratch, &format!("run {file}"), "y\n");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -463,4 +466,37 @@ fn a_mapreduce_job_runs_its_merge_steps_with_the_jobs_variables() {
         "{:?}",
         worktree_dirs(&scratch)
     );
+}
+
+#[test]
+fn a_kept_session_is_merged_later_by_resuming_it_with_yes() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo $ITEM > r-$ITEM.txt && git add . && git commit -qm r$ITEM\"\nmerge:\n  - shell: \"echo 'merge steps: ${merge.commit_count} commits'\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n",
+    );
+    // No terminal, no -y: kept, and the hint names the command that merges it.
+    let output = scratch.run(&["run", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    let job = only_job(&scratch);
+    assert!(
+        text.contains(&format!("prodigy resume-job -y {job}")),
+        "{text}"
+    );
+    assert!(!scratch.project().join("r-1.txt").exists());
+    let output = scratch.run(&["resume-job", "-y", "-v", &job], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    // Two agent commits, and a merge commit unless the second agent started after the first
+    // merged.
+    assert!(
+        text.contains("merge steps: 3 commits") || text.contains("merge steps: 2 commits"),
+        "{text}"
+    );
+    assert!(scratch.project().join("r-1.txt").is_file());
+    assert!(scratch.project().join("r-2.txt").is_file());
+    let output = scratch.run(&["resume-job", &job], &[]);
+    assert!(stderr(&output).contains("already completed"));
 }
