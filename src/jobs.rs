@@ -90,6 +90,22 @@ pub(crate) enum Format {
     Json,
 }
 
+/// `dlq clear`: empties the queue of JOB.
+fn clear(queue: &Dlq, job: &str) -> u8 {
+    match queue.clear() {
+        Ok(n) => {
+            err(&format!(
+                "removed {n} items from the dead letter queue of {job}\n"
+            ));
+            exit_code::OK
+        }
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            exit_code::USAGE
+        }
+    }
+}
+
 /// Where a job's files are: its state directory (if any) and its project's layout.
 struct Located {
     layout: Layout,
@@ -279,18 +295,22 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             out(&text);
             exit_code::OK
         }
-        DlqCommand::Clear { .. } => match queue.clear() {
-            Ok(n) => {
-                err(&format!(
-                    "removed {n} items from the dead letter queue of {job}\n"
-                ));
-                exit_code::OK
-            }
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                exit_code::USAGE
-            }
-        },
+        DlqCommand::Clear { .. } => {
+            // The running job keeps the index in memory: clear only what it does not own.
+            let _lock = match located.state.as_ref().map(|dir| {
+                prodigy_runtime::store::SessionLock::acquire_in(dir, &format!("job `{job}`"))
+            }) {
+                Some(Err(e)) => {
+                    err(&format!(
+                        "error: {e}; clear its queue once it has finished\n"
+                    ));
+                    return exit_code::USAGE;
+                }
+                Some(Ok(lock)) => Some(lock),
+                None => None,
+            };
+            clear(&queue, job)
+        }
         DlqCommand::Stats { format, .. } => {
             let items = match items() {
                 Ok(items) => items,

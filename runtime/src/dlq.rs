@@ -167,10 +167,64 @@ pub enum DlqError {
 }
 
 /// One job's queue.
+///
+/// The index is loaded once per queue (reconciled with the item files, so that an index
+/// write a crash lost is made good) and kept in memory; it is written back when the ids not
+/// yet on disk reach a sixteenth of the queue, and by [`Dlq::flush`], so that adding n items
+/// writes O(n) index bytes instead of O(n²). Clones share the index.
 #[derive(Clone, Debug)]
 pub struct Dlq {
     job_id: String,
     dir: PathBuf,
+    cache: std::sync::Arc<std::sync::Mutex<Option<Cached>>>,
+}
+
+/// The index in memory, and how many changes it has that `index.json` lacks.
+#[derive(Debug)]
+struct Cached {
+    /// The ids in arrival order; removed ones stay until the next [`Cached::compact`].
+    index: DlqIndex,
+    /// The ids in the queue.
+    present: std::collections::HashSet<String>,
+    unwritten: usize,
+}
+
+impl Cached {
+    fn new(index: DlqIndex, unwritten: usize) -> Self {
+        let present = index.item_ids.iter().cloned().collect();
+        let mut cached = Cached {
+            index,
+            present,
+            unwritten,
+        };
+        cached.compact();
+        cached
+    }
+
+    /// Drops removed ids (and repeats) from the ordered list.
+    fn compact(&mut self) {
+        let mut seen = std::collections::HashSet::new();
+        let present = &self.present;
+        self.index
+            .item_ids
+            .retain(|id| present.contains(id) && seen.insert(id.clone()));
+        self.index.item_count = self.index.item_ids.len();
+    }
+
+    fn add(&mut self, id: &str) {
+        if self.present.insert(id.to_owned()) {
+            self.index.item_ids.push(id.to_owned());
+            self.unwritten += 1;
+        }
+    }
+
+    fn remove(&mut self, id: &str) -> bool {
+        let removed = self.present.remove(id);
+        if removed {
+            self.unwritten += 1;
+        }
+        removed
+    }
 }
 
 impl Dlq {
@@ -187,6 +241,7 @@ impl Dlq {
         Dlq {
             job_id: job_id.to_owned(),
             dir,
+            cache: std::sync::Arc::default(),
         }
     }
 
@@ -245,20 +300,81 @@ impl Dlq {
             })
     }
 
-    /// The index (empty when the queue does not exist).
+    /// The index (empty when the queue does not exist), with the changes not yet written.
     pub fn index(&self) -> Result<DlqIndex, DlqError> {
-        Ok(
+        self.with_index(|cached| {
+            cached.compact();
+            Ok(cached.index.clone())
+        })
+    }
+
+    /// Runs F on the index in memory, loading it first if needed.
+    fn with_index<T>(
+        &self,
+        f: impl FnOnce(&mut Cached) -> Result<T, DlqError>,
+    ) -> Result<T, DlqError> {
+        let mut guard = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(self.load_index()?);
+        }
+        match guard.as_mut() {
+            Some(cached) => f(cached),
+            None => Err(DlqError::Io {
+                path: self.dir.join("index.json"),
+                source: std::io::Error::other("internal error: the DLQ index was not loaded"),
+            }),
+        }
+    }
+
+    /// Reads `index.json` and makes it agree with the item files: ids without a file are
+    /// dropped, files the index lacks (a crash between an item and its index write) are
+    /// added, oldest first.
+    fn load_index(&self) -> Result<Cached, DlqError> {
+        let mut index: DlqIndex =
             Self::read_json(&self.dir.join("index.json"))?.unwrap_or_else(|| DlqIndex {
                 job_id: self.job_id.clone(),
                 ..DlqIndex::default()
-            }),
-        )
+            });
+        let before = index.item_ids.len();
+        index.item_ids.retain(|id| self.item_path(id).is_file());
+        let mut unwritten = before - index.item_ids.len();
+        let known: std::collections::HashSet<PathBuf> =
+            index.item_ids.iter().map(|id| self.item_path(id)).collect();
+        let mut missing = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(self.dir.join("items")) {
+            for path in entries.flatten().map(|e| e.path()) {
+                if path.extension().is_some_and(|e| e == "json")
+                    && !known.contains(&path)
+                    && let Some(item) = Self::read_json::<DeadLetteredItem>(&path)?
+                {
+                    missing.push((item.first_attempt, item.item_id));
+                }
+            }
+        }
+        missing.sort();
+        unwritten += missing.len();
+        index.item_ids.extend(missing.into_iter().map(|(_, id)| id));
+        Ok(Cached::new(index, unwritten))
     }
 
-    fn write_index(&self, mut index: DlqIndex) -> Result<(), DlqError> {
-        index.item_count = index.item_ids.len();
-        index.updated_at = crate::store::timestamp();
-        Self::write_json(&self.dir.join("index.json"), &index)
+    /// Writes the index when enough changes gathered (or ALWAYS).
+    fn write_index(&self, cached: &mut Cached, always: bool) -> Result<(), DlqError> {
+        if cached.unwritten == 0 || (!always && cached.unwritten <= cached.present.len() / 16) {
+            return Ok(());
+        }
+        cached.compact();
+        cached.index.updated_at = crate::store::timestamp();
+        Self::write_json(&self.dir.join("index.json"), &cached.index)?;
+        cached.unwritten = 0;
+        Ok(())
+    }
+
+    /// Writes the changes the index file lacks.
+    pub fn flush(&self) -> Result<(), DlqError> {
+        self.with_index(|cached| self.write_index(cached, true))
     }
 
     /// One item, if it is in the queue.
@@ -323,39 +439,43 @@ impl Dlq {
             item.worktree_artifacts = worktree_artifacts;
         }
         Self::write_json(&self.item_path(item_id), &item)?;
-        let mut index = self.index()?;
-        if !index.item_ids.iter().any(|id| id == item_id) {
-            index.item_ids.push(item_id.to_owned());
-        }
-        self.write_index(index)?;
+        self.with_index(|cached| {
+            cached.add(item_id);
+            self.write_index(cached, false)
+        })?;
         Ok(item)
     }
 
     /// Takes `item_id` out of the queue (it succeeded on retry); false when it was not there.
     pub fn remove(&self, item_id: &str) -> Result<bool, DlqError> {
-        let mut index = self.index()?;
-        let before = index.item_ids.len();
-        index.item_ids.retain(|id| id != item_id);
+        self.with_index(|cached| {
+            let removed = self.remove_file(cached, item_id)?;
+            self.write_index(cached, false)?;
+            Ok(removed)
+        })
+    }
+
+    fn remove_file(&self, cached: &mut Cached, item_id: &str) -> Result<bool, DlqError> {
         let path = self.item_path(item_id);
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => return Err(DlqError::Io { path, source }),
         }
-        let removed = index.item_ids.len() != before;
-        if removed {
-            self.write_index(index)?;
-        }
-        Ok(removed)
+        Ok(cached.remove(item_id))
     }
 
     /// Empties the queue; returns how many items it held.
     pub fn clear(&self) -> Result<usize, DlqError> {
-        let ids = self.index()?.item_ids;
-        for id in &ids {
-            self.remove(id)?;
-        }
-        Ok(ids.len())
+        self.with_index(|cached| {
+            cached.compact();
+            let ids = cached.index.item_ids.clone();
+            for id in &ids {
+                self.remove_file(cached, id)?;
+            }
+            self.write_index(cached, true)?;
+            Ok(ids.len())
+        })
     }
 }
 
@@ -436,6 +556,46 @@ mod tests {
         assert_eq!(dlq.items().unwrap().len(), 1);
         assert_eq!(dlq.clear().unwrap(), 1);
         assert_eq!(dlq.index().unwrap().item_count, 0);
+    }
+
+    #[test]
+    fn the_index_is_written_in_batches_and_a_lost_write_is_made_good() {
+        let home = tempfile::tempdir().unwrap();
+        let dlq = queue(home.path());
+        let on_disk = |dlq: &Dlq| -> DlqIndex {
+            serde_json::from_slice(&std::fs::read(dlq.dir().join("index.json")).unwrap()).unwrap()
+        };
+        let ids: Vec<String> = (0..195).map(|n| format!("item_{n}")).collect();
+        for (n, id) in ids.iter().enumerate() {
+            dlq.record_failure(
+                id,
+                &Value::Null,
+                failure("boom", i32::try_from(n).unwrap()),
+                None,
+            )
+            .unwrap();
+        }
+        // Adding n items rewrites the index about 16 ln n times, not n times: the file lags.
+        let written = on_disk(&dlq).item_count;
+        assert!(written < 195 && written > 150, "{written}");
+        assert_eq!(dlq.index().unwrap().item_ids, ids, "readers see every item");
+        // A process that dies here loses the last index write; the next one makes it good
+        // from the item files, in arrival order.
+        let again = queue(home.path());
+        assert_eq!(again.index().unwrap().item_ids, ids);
+        dlq.remove("item_3").unwrap();
+        dlq.flush().unwrap();
+        assert_eq!(on_disk(&dlq).item_count, 194);
+        assert!(!on_disk(&dlq).item_ids.contains(&"item_3".to_owned()));
+        // Removed and added again: once, at the end.
+        dlq.record_failure("item_3", &Value::Null, failure("again", 1), None)
+            .unwrap();
+        dlq.flush().unwrap();
+        let index = on_disk(&dlq);
+        assert_eq!(index.item_ids.last().map(String::as_str), Some("item_3"));
+        assert_eq!(index.item_ids.iter().filter(|i| *i == "item_3").count(), 1);
+        assert_eq!(dlq.clear().unwrap(), 195);
+        assert_eq!(on_disk(&dlq).item_count, 0);
     }
 
     #[test]

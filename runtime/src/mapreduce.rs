@@ -773,6 +773,10 @@ impl<'a> MapJob<'a> {
                 .mask_json(json!({"values": values, "meta": vars.meta}));
         }
         self.cp.last_checkpoint_at = crate::store::timestamp();
+        // The DLQ's index catches up with its items at every checkpoint.
+        if let Err(e) = self.dlq.flush() {
+            self.say(&format!("warning: cannot write the DLQ index: {e}"));
+        }
         match self.files.save_checkpoint(&self.cp) {
             Ok(()) => self.runner.record(
                 "checkpoint_saved",
@@ -1650,6 +1654,7 @@ pub async fn retry_dead_letters(
             }
         }
     }
+    dlq.flush().map_err(|e| e.to_string())?;
     if let Err(why) = runner.end_map_phase().await {
         runner.say(&format!("error: {why}"));
         summary.unmerged = true;

@@ -503,6 +503,14 @@ fn a_job_is_locked_while_it_runs() {
         "{}",
         stderr(&second)
     );
+    // The running job owns its dead letter queue too.
+    let clear = scratch.run(&["dlq", "clear", &job], &[]);
+    assert_eq!(clear.status.code(), Some(2), "{}", stderr(&clear));
+    assert!(
+        stderr(&clear).contains("clear its queue once it has finished"),
+        "{}",
+        stderr(&clear)
+    );
     let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGTERM, || true);
     assert_eq!(output.status.code(), Some(143), "{}", stderr(&output));
 }
