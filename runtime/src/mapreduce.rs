@@ -1106,6 +1106,8 @@ impl<'a> MapJob<'a> {
         let mut agents = 0usize;
         let mut dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
         let mut batch: Vec<String> = Vec::new();
+        // The failed attempts `retry_config` ran again, for the DLQ's `failure_history`.
+        let mut earlier: HashMap<usize, Vec<FailureDetail>> = HashMap::new();
         // `timeout_config.enable_monitoring: false` turns the progress display off.
         let monitored = map
             .timeout_config
@@ -1203,8 +1205,9 @@ impl<'a> MapJob<'a> {
                     );
                     let record =
                         self.outcome(index, attempt, &run, spec.timeout, ItemStatus::Failed, !ok);
+                    let before = earlier.remove(&index).unwrap_or_default();
                     if !ok {
-                        dlq_count += self.dead_letter(&record, items.get(index), &run);
+                        dlq_count += self.dead_letter(&record, items.get(index), &run, before);
                     }
                     records[index] = Some(record);
                     continue;
@@ -1305,6 +1308,10 @@ impl<'a> MapJob<'a> {
                         | TimeoutAction::Fail,
                     ) => job.on_item(ItemEvent::Failed { attempt }),
                 };
+                if matches!(action, ItemAction::Retry { .. }) {
+                    let detail = failure_of(runner, &run, &message, index);
+                    earlier.entry(index).or_default().push(detail);
+                }
                 match action {
                     ItemAction::Retry { attempt, delay } => {
                         let delay = match jitter {
@@ -1369,7 +1376,8 @@ impl<'a> MapJob<'a> {
                             ItemStatus::Failed,
                             true,
                         );
-                        dlq_count += self.dead_letter(&record, items.get(index), &run);
+                        let before = earlier.remove(&index).unwrap_or_default();
+                        dlq_count += self.dead_letter(&record, items.get(index), &run, before);
                         records[index] = Some(record);
                     }
                 }
@@ -1456,26 +1464,41 @@ impl<'a> MapJob<'a> {
         record
     }
 
-    /// Puts a failed item in the DLQ; 1 when it is a new entry.
-    fn dead_letter(&self, record: &ItemRecord, item: Option<&Value>, run: &AgentRun) -> u64 {
+    /// Puts a failed item in the DLQ with its EARLIER failed attempts (those `retry_config`
+    /// ran again) before the last; 1 when it is a new entry.
+    fn dead_letter(
+        &self,
+        record: &ItemRecord,
+        item: Option<&Value>,
+        run: &AgentRun,
+        earlier: Vec<FailureDetail>,
+    ) -> u64 {
         let failure = failure_of(
             self.runner,
             run,
             record.error.as_deref().unwrap_or_default(),
             record.index,
         );
-        match self.dlq.record_failure(
-            &record.item_id,
-            item.unwrap_or(&Value::Null),
-            failure,
-            run.artifacts.clone(),
-        ) {
+        let data = item.unwrap_or(&Value::Null);
+        let attempts = earlier.len();
+        let recorded = earlier
+            .into_iter()
+            .try_for_each(|f| {
+                self.dlq
+                    .record_failure(&record.item_id, data, f, None)
+                    .map(|_| ())
+            })
+            .and_then(|()| {
+                self.dlq
+                    .record_failure(&record.item_id, data, failure, run.artifacts.clone())
+            });
+        match recorded {
             Ok(entry) => {
                 self.runner.record(
                     "dlq_item_added",
                     json!({"item_id": record.item_id, "error_signature": entry.error_signature, "failure_count": entry.failure_count}),
                 );
-                u64::from(entry.failure_count == 1)
+                u64::from(entry.failure_count as usize == attempts + 1)
             }
             Err(e) => {
                 self.say(&format!("error: cannot write the DLQ: {e}"));

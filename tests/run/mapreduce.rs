@@ -618,3 +618,34 @@ fn cancel_running_stops_the_running_agents_when_the_policy_stops_the_job() {
     let left = survivors(&marker);
     assert!(left.is_empty(), "orphans: {left:?}");
 }
+
+#[test]
+fn every_attempt_retry_config_ran_is_in_the_dlq_history() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        &file,
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"test $ITEM = 1 || { echo broken $ITEM >&2; exit 4; }\"\nerror_policy:\n  retry_config:\n    max_attempts: 3\n    backoff:\n      fixed:\n        delay: 0s\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", "--no-worktree", file.to_str().unwrap()], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let job = only_job(&scratch);
+    let shown = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    let items: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(items.as_array().unwrap().len(), 1, "{items}");
+    let entry = &items[0];
+    assert_eq!(entry["item_id"], "item_1");
+    assert_eq!(entry["failure_count"], 3, "{entry}");
+    let history = entry["failure_history"].as_array().unwrap();
+    let numbers: Vec<u64> = history
+        .iter()
+        .map(|f| f["attempt_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    assert!(
+        history
+            .iter()
+            .all(|f| f["error_message"].as_str().unwrap().contains("broken 2"))
+    );
+}
