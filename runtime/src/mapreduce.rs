@@ -582,19 +582,20 @@ async fn run_item_handler(
     base: &Vars,
     item: &Value,
     index: usize,
-    total: usize,
+    spec: &AgentSpec,
     error: Value,
 ) -> bool {
     let mut vars = base.clone();
-    item_vars(&mut vars, item, index, total);
+    item_vars(&mut vars, item, index, spec.total);
     vars.set("error", error);
     let (scope, stop) = scope_for(Some(index), None, None);
+    // The handler works for the item as its agent did: under the agent's timeout.
     let (outcome, why) = guarded(
         runner,
         scope,
         stop,
         runner.run_list(steps, &mut vars),
-        None,
+        spec.timeout,
         None,
     )
     .await;
@@ -1199,6 +1200,7 @@ impl<'a> MapJob<'a> {
                     run,
                     ok,
                 } => {
+                    agents = agents.saturating_sub(1);
                     runner.record(
                         "item_handler_finished",
                         json!({"item_id": item_id(index), "success": ok}),
@@ -1355,9 +1357,12 @@ impl<'a> MapJob<'a> {
                         let Some(item) = items.get(index) else {
                             continue;
                         };
+                        // A handler takes an agent's place among the `max_parallel`.
+                        agents += 1;
+                        let spec = &spec;
                         running.push(Box::pin(async move {
                             let ok =
-                                run_item_handler(runner, steps, vars, item, index, total, error)
+                                run_item_handler(runner, steps, vars, item, index, spec, error)
                                     .await;
                             Done::Handled {
                                 index,

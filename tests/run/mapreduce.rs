@@ -649,3 +649,42 @@ fn every_attempt_retry_config_ran_is_in_the_dlq_history() {
             .all(|f| f["error_message"].as_str().unwrap().contains("broken 2"))
     );
 }
+
+#[test]
+fn a_custom_item_handler_runs_under_the_agent_timeout() {
+    let scratch = Scratch::new();
+    let marker = format!("sleep 33.{}", std::process::id());
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "mode: mapreduce\nmap:\n  input: \"seq 1 1\"\n  agent_timeout_secs: 1\n  agent_template:\n    - shell: \"exit 3\"\nerror_policy:\n  on_item_failure: \"custom:slow_fix\"\nhandlers:\n  slow_fix:\n    - shell: \"{marker}\"\n"
+        ),
+    )
+    .unwrap();
+    let output = scratch.run(
+        &[
+            "run",
+            "--grace",
+            "1",
+            "--no-worktree",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    // The handler was stopped at the agent's timeout, so the item went to the DLQ.
+    let finished: Vec<_> = scratch
+        .events()
+        .into_iter()
+        .filter(|e| e["event_type"] == "item_handler_finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0]["success"], false);
+    assert!(
+        text.contains("1 items are in the dead letter queue"),
+        "{text}"
+    );
+    assert!(survivors(&marker).is_empty());
+}
