@@ -386,7 +386,7 @@ impl Place {
 /// Whether a completed run's session branch is still to be merged: a `resume` of it merges it
 /// back (with its `merge` steps).
 fn unmerged(saved: Option<&SessionWorktree>) -> bool {
-    saved.is_some_and(|w| !worktree::session_changes(w).0.is_empty())
+    saved.is_some_and(worktree::pending_merge)
 }
 
 /// Asks QUESTION on the terminal; anything but yes (or no terminal) is no.

@@ -201,13 +201,16 @@ impl Cached {
         cached
     }
 
-    /// Drops removed ids (and repeats) from the ordered list.
+    /// Drops removed ids from the ordered list; an id removed and added again keeps its
+    /// last place.
     fn compact(&mut self) {
         let mut seen = std::collections::HashSet::new();
         let present = &self.present;
-        self.index
-            .item_ids
-            .retain(|id| present.contains(id) && seen.insert(id.clone()));
+        let mut ids = std::mem::take(&mut self.index.item_ids);
+        ids.reverse();
+        ids.retain(|id| present.contains(id) && seen.insert(id.clone()));
+        ids.reverse();
+        self.index.item_ids = ids;
         self.index.item_count = self.index.item_ids.len();
     }
 
@@ -346,9 +349,10 @@ impl Dlq {
         let mut missing = Vec::new();
         if let Ok(entries) = std::fs::read_dir(self.dir.join("items")) {
             for path in entries.flatten().map(|e| e.path()) {
+                // A damaged or foreign file is not an item: it does not take the queue down.
                 if path.extension().is_some_and(|e| e == "json")
                     && !known.contains(&path)
-                    && let Some(item) = Self::read_json::<DeadLetteredItem>(&path)?
+                    && let Ok(Some(item)) = Self::read_json::<DeadLetteredItem>(&path)
                 {
                     missing.push((item.first_attempt, item.item_id));
                 }
@@ -401,40 +405,48 @@ impl Dlq {
         failure: FailureDetail,
         worktree_artifacts: Option<WorktreeArtifacts>,
     ) -> Result<DeadLetteredItem, DlqError> {
-        let signature = error_signature(&failure.error_type, &failure.error_message);
-        let manual = matches!(
-            failure.error_type,
-            ErrorType::MergeConflict | ErrorType::CommitValidationFailed
-        );
-        let mut item = match self.get(item_id)? {
-            Some(mut item) => {
-                item.failure_count += 1;
-                item.last_attempt.clone_from(&failure.timestamp);
-                item.failure_history.push(FailureDetail {
-                    attempt_number: item.failure_count,
-                    ..failure
-                });
-                item
-            }
-            None => DeadLetteredItem {
-                item_id: item_id.to_owned(),
-                item_data: item_data.clone(),
-                first_attempt: failure.timestamp.clone(),
-                last_attempt: failure.timestamp.clone(),
-                failure_count: 1,
-                failure_history: vec![FailureDetail {
-                    attempt_number: 1,
-                    ..failure
-                }],
-                error_signature: String::new(),
-                reprocess_eligible: true,
-                manual_review_required: false,
-                worktree_artifacts: None,
-            },
-        };
-        item.error_signature = signature;
-        item.manual_review_required = manual;
-        item.reprocess_eligible = !manual;
+        self.record_failures(item_id, item_data, vec![failure], worktree_artifacts)
+    }
+
+    /// Records FAILURES of `item_id`, oldest first, in one write of its entry: the attempts
+    /// a retry policy ran, then the last. The last one gives the entry its signature.
+    pub fn record_failures(
+        &self,
+        item_id: &str,
+        item_data: &Value,
+        failures: Vec<FailureDetail>,
+        worktree_artifacts: Option<WorktreeArtifacts>,
+    ) -> Result<DeadLetteredItem, DlqError> {
+        let mut item = self.get(item_id)?.unwrap_or_else(|| DeadLetteredItem {
+            item_id: item_id.to_owned(),
+            item_data: item_data.clone(),
+            first_attempt: failures
+                .first()
+                .map(|f| f.timestamp.clone())
+                .unwrap_or_default(),
+            last_attempt: String::new(),
+            failure_count: 0,
+            failure_history: Vec::new(),
+            error_signature: String::new(),
+            reprocess_eligible: true,
+            manual_review_required: false,
+            worktree_artifacts: None,
+        });
+        for failure in failures {
+            item.failure_count += 1;
+            item.last_attempt.clone_from(&failure.timestamp);
+            item.error_signature = error_signature(&failure.error_type, &failure.error_message);
+            let manual = matches!(
+                failure.error_type,
+                ErrorType::MergeConflict | ErrorType::CommitValidationFailed
+            );
+            item.manual_review_required = manual;
+            item.reprocess_eligible = !manual;
+            item.failure_history.push(FailureDetail {
+                attempt_number: item.failure_count,
+                ..failure
+            });
+        }
         if worktree_artifacts.is_some() {
             item.worktree_artifacts = worktree_artifacts;
         }

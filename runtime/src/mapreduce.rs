@@ -864,6 +864,10 @@ impl<'a> MapJob<'a> {
         if self.cp.phase == Phase::Reduce {
             return self.reduce(vars).await;
         }
+        // A completed job resumed to merge it back: its `merge` steps see `${map.*}`.
+        let records = self.files.load_results().unwrap_or_default();
+        let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
+        vars.set("map", map_vars(&records, self.cp.items_total, dlq_count));
         JobOutcome::Completed
     }
 
@@ -1311,7 +1315,7 @@ impl<'a> MapJob<'a> {
                     ) => job.on_item(ItemEvent::Failed { attempt }),
                 };
                 if matches!(action, ItemAction::Retry { .. }) {
-                    let detail = failure_of(runner, &run, &message, index);
+                    let detail = failure_of(runner, &run, &runner.mask(&message), index);
                     earlier.entry(index).or_default().push(detail);
                 }
                 match action {
@@ -1486,18 +1490,12 @@ impl<'a> MapJob<'a> {
         );
         let data = item.unwrap_or(&Value::Null);
         let attempts = earlier.len();
-        let recorded = earlier
-            .into_iter()
-            .try_for_each(|f| {
-                self.dlq
-                    .record_failure(&record.item_id, data, f, None)
-                    .map(|_| ())
-            })
-            .and_then(|()| {
-                self.dlq
-                    .record_failure(&record.item_id, data, failure, run.artifacts.clone())
-            });
-        match recorded {
+        let mut failures = earlier;
+        failures.push(failure);
+        match self
+            .dlq
+            .record_failures(&record.item_id, data, failures, run.artifacts.clone())
+        {
             Ok(entry) => {
                 self.runner.record(
                     "dlq_item_added",
@@ -1682,7 +1680,10 @@ pub async fn retry_dead_letters(
             }
         }
     }
-    dlq.flush().map_err(|e| e.to_string())?;
+    // A stale index does no harm (the next load rebuilds it from the items): say so, go on.
+    if let Err(e) = dlq.flush() {
+        runner.say(&format!("warning: cannot write the DLQ index: {e}"));
+    }
     if let Err(why) = runner.end_map_phase().await {
         runner.say(&format!("error: {why}"));
         summary.unmerged = true;

@@ -680,6 +680,24 @@ pub fn session_changes(session: &SessionWorktree) -> (Vec<String>, Vec<String>) 
     (commits, files)
 }
 
+/// Whether a run's session branch still waits to be merged into the branch it started from:
+/// it exists and that branch does not contain it (a run started on a detached HEAD has
+/// nothing to merge into).
+pub fn pending_merge(session: &SessionWorktree) -> bool {
+    session.target_branch.is_some()
+        && git_sync(
+            &session.repo,
+            &[
+                "rev-parse",
+                "-q",
+                "--verify",
+                &format!("refs/heads/{}", session.branch),
+            ],
+        )
+        .is_some()
+        && !merged(session)
+}
+
 /// Whether the session branch is merged into its target branch.
 pub fn merged(session: &SessionWorktree) -> bool {
     let Some(target) = &session.target_branch else {

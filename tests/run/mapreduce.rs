@@ -625,13 +625,19 @@ fn every_attempt_retry_config_ran_is_in_the_dlq_history() {
     let file = scratch.project().join("job.yml");
     std::fs::write(
         &file,
-        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"test $ITEM = 1 || { echo broken $ITEM >&2; exit 4; }\"\nerror_policy:\n  retry_config:\n    max_attempts: 3\n    backoff:\n      fixed:\n        delay: 0s\n",
+        "mode: mapreduce\nsecrets:\n  TOKEN: \"${env:DEPLOY_TOKEN}\"\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"test $ITEM = 1 || { echo broken $ITEM $TOKEN >&2; exit 4; }\"\nerror_policy:\n  retry_config:\n    max_attempts: 3\n    backoff:\n      fixed:\n        delay: 0s\n",
     )
     .unwrap();
-    let output = scratch.run(&["run", "--no-worktree", file.to_str().unwrap()], &[]);
+    let output = scratch.run(
+        &["run", "--no-worktree", file.to_str().unwrap()],
+        &[("DEPLOY_TOKEN", "s3cr3t-value-42")],
+    );
     assert!(output.status.success(), "{}", stderr(&output));
     let job = only_job(&scratch);
     let shown = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    // Every attempt's message is masked, not only the last one's.
+    let raw = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(!raw.contains("s3cr3t-value-42"), "{raw}");
     let items: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(items.as_array().unwrap().len(), 1, "{items}");
     let entry = &items[0];

@@ -474,7 +474,7 @@ fn a_kept_session_is_merged_later_by_resuming_it_with_yes() {
     let file = workflow(
         &scratch,
         "job.yml",
-        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo $ITEM > r-$ITEM.txt && git add . && git commit -qm r$ITEM\"\nmerge:\n  - shell: \"echo 'merge steps: ${merge.commit_count} commits'\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo $ITEM > r-$ITEM.txt && git add . && git commit -qm r$ITEM\"\nmerge:\n  - shell: \"echo 'merge steps: ${merge.commit_count} commits after ${map.successful} items'\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n",
     );
     // No terminal, no -y: kept, and the hint names the command that merges it.
     let output = scratch.run(&["run", &file], &[]);
@@ -492,7 +492,8 @@ fn a_kept_session_is_merged_later_by_resuming_it_with_yes() {
     // Two agent commits, and a merge commit unless the second agent started after the first
     // merged.
     assert!(
-        text.contains("merge steps: 3 commits") || text.contains("merge steps: 2 commits"),
+        text.contains("merge steps: 3 commits after 2 items")
+            || text.contains("merge steps: 2 commits after 2 items"),
         "{text}"
     );
     assert!(scratch.project().join("r-1.txt").is_file());
