@@ -169,9 +169,10 @@ pub enum DlqError {
 /// One job's queue.
 ///
 /// The index is loaded once per queue (reconciled with the item files, so that an index
-/// write a crash lost is made good) and kept in memory; it is written back when the ids not
-/// yet on disk reach a sixteenth of the queue, and by [`Dlq::flush`], so that adding n items
-/// writes O(n) index bytes instead of O(n²). Clones share the index.
+/// write a crash lost is made good) and kept in memory; it is written back when the changes
+/// not yet on disk exceed a sixteenth of the queue, and by [`Dlq::flush`] (at a job's
+/// checkpoints, at most one a second), so that adding n items rewrites it about 16 ln n
+/// times, plus once per checkpoint, instead of n times. Clones share the index.
 #[derive(Clone, Debug)]
 pub struct Dlq {
     job_id: String,
