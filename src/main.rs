@@ -62,6 +62,12 @@ enum Command {
     /// time) under the error policy and circuit breaker, failed items in the dead letter
     /// queue, then reduce; its state goes under `state/{repo}/mapreduce/jobs/{job_id}/`.
     ///
+    /// In a git repository the run works in its own worktree on branch `prodigy-{id}` (each
+    /// map agent in another, their commits merged back one at a time), and a successful run
+    /// is merged back into the branch it started from, through the `merge:` steps if any,
+    /// after asking on a terminal (`-y` does not ask; without a terminal nothing is merged
+    /// and the last lines say how). `--no-worktree` runs in place.
+    ///
     /// Exit status: 0 when the workflow succeeds (a job whose failed items went to the DLQ
     /// too, unless `--strict`: then 3), 1 when it has errors, a step fails it or the error
     /// policy stops the job, 2 for usage problems, 130/143 when interrupted by
