@@ -537,10 +537,12 @@ fn execute_job(
             job_args.options(),
             resumed,
         );
-        let report = job.run(vars).await;
+        let mut report = job.run(vars).await;
         // Worktree news first: the last line says how the job ended and what to do next.
+        // The variables move (`map.results` holds every item's result).
         let completed = report.outcome == JobOutcome::Completed;
-        let merged = place.leave(&runner, report.vars.clone(), completed).await;
+        let vars = std::mem::take(&mut report.vars);
+        let merged = place.leave(&runner, vars, completed).await;
         let code = finish_job(
             &report,
             signal.load(std::sync::atomic::Ordering::SeqCst),
@@ -778,10 +780,11 @@ fn execute(
             Err(code) => return Err(code),
         };
         let first = resume.as_ref().map_or(0, |c| c.next_step);
-        let report = runner.run(vars, first).await;
+        let mut report = runner.run(vars, first).await;
         // Worktree news first: the last line says how the run ended and what to do next.
         let succeeded = report.outcome == RunOutcome::Succeeded;
-        let merged = place.leave(&runner, report.vars.clone(), succeeded).await;
+        let vars = std::mem::take(&mut report.vars);
+        let merged = place.leave(&runner, vars, succeeded).await;
         let code = finish(&report, signal.load(std::sync::atomic::Ordering::SeqCst));
         Ok(merged.unwrap_or(code))
     });
