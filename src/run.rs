@@ -344,8 +344,14 @@ impl Place {
             ));
             return None;
         }
+        // Ignored files (build output and the like) go with the worktree: say so.
+        let ignored = worktree::ignored(&session.path);
         let left = |n: usize| {
-            if n == 0 {
+            if n == 0 && ignored > 0 {
+                format!(
+                    "its worktree is removed, with {ignored} ignored paths (build output and the like) that were only there"
+                )
+            } else if n == 0 {
                 "its worktree is removed".to_owned()
             } else {
                 format!(
@@ -355,7 +361,7 @@ impl Place {
             }
         };
         match runner.merge_session(&mut vars).await {
-            Ok(MergeBack::Nothing { left: 0 }) => None,
+            Ok(MergeBack::Nothing { left: 0 }) if ignored == 0 => None,
             Ok(MergeBack::Nothing { left: n }) => {
                 err(&format!(
                     "the run made no commits: nothing to merge; {}\n",

@@ -184,6 +184,16 @@ pub fn uncommitted(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// How many ignored paths (build output and the like; a directory counts once) the working
+/// tree at DIR holds.
+pub fn ignored(dir: &Path) -> usize {
+    git_sync(dir, &["status", "--porcelain", "--ignored"])
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("!!"))
+        .count()
+}
+
 /// [`uncommitted`], without blocking the runtime.
 pub async fn changes(dir: &Path) -> Vec<String> {
     git(dir, &["status", "--porcelain"])

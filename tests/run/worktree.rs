@@ -501,3 +501,22 @@ fn a_kept_session_is_merged_later_by_resuming_it_with_yes() {
     let output = scratch.run(&["resume-job", &job], &[]);
     assert!(stderr(&output).contains("already completed"));
 }
+
+#[test]
+fn ignored_output_that_goes_with_the_worktree_is_mentioned() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join(".gitignore"), "out/\n").unwrap();
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        "- shell: \"mkdir -p out && echo built > out/artifact\"\n",
+    );
+    let output = scratch.run(&["run", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("its worktree is removed, with 1 ignored paths"),
+        "{text}"
+    );
+    assert!(worktree_dirs(&scratch).is_empty());
+}
