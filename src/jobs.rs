@@ -405,8 +405,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let hash = prodigy_runtime::store::hash(&file.text);
-    if hash != checkpoint.workflow_hash {
+    if prodigy_runtime::store::hash(&file.text) != checkpoint.workflow_hash {
         err(&format!(
             "note: {} changed since the job ran; the items run with the new agent template\n",
             checkpoint.workflow_file.display()
@@ -416,18 +415,17 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         .max_parallel
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let opts = Options {
-        workflow: checkpoint.workflow_file.clone(),
-        workflow_hash: hash,
-        layout: located.layout.clone(),
-        project: checkpoint.project.clone(),
         params: checkpoint.params.clone(),
         args: checkpoint.args.clone(),
         profile: checkpoint.profile.clone(),
-        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
-        verbose: args.verbose,
-        grace: Duration::from_secs(args.grace),
-        seed: crate::run::jitter_seed(),
-        worktree: None,
+        ..crate::run::options(
+            checkpoint.workflow_file.clone(),
+            &file.text,
+            located.layout.clone(),
+            checkpoint.project.clone(),
+            args.verbose,
+            args.grace,
+        )
     };
     let place = crate::run::Place {
         isolate: None,

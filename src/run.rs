@@ -141,6 +141,32 @@ pub(crate) fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan
     Ok((file, plan))
 }
 
+/// How to run WORKFLOW (whose text is TEXT) for PROJECT: the Claude program and jitter seed
+/// from the environment, `-v` and `--grace`, no parameters, no worktree yet.
+pub(crate) fn options(
+    workflow: PathBuf,
+    text: &str,
+    layout: Layout,
+    project: PathBuf,
+    verbose: u8,
+    grace: u64,
+) -> Options {
+    Options {
+        workflow,
+        workflow_hash: prodigy_runtime::store::hash(text),
+        layout,
+        project,
+        params: Vec::new(),
+        args: Vec::new(),
+        profile: None,
+        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
+        verbose,
+        grace: Duration::from_secs(grace),
+        seed: jitter_seed(),
+        worktree: None,
+    }
+}
+
 pub(crate) fn layout(project: &Path) -> Layout {
     let repo = project
         .file_name()
@@ -203,18 +229,17 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         }
     }
     let opts = Options {
-        workflow: std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone()),
-        workflow_hash: prodigy_runtime::store::hash(&file.text),
-        layout: layout(&project),
-        project,
         params,
         args: args.args.clone(),
         profile: args.profile.clone(),
-        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
-        verbose: args.verbose,
-        grace: Duration::from_secs(args.grace),
-        seed: jitter_seed(),
-        worktree: None,
+        ..options(
+            std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone()),
+            &file.text,
+            layout(&project),
+            project,
+            args.verbose,
+            args.grace,
+        )
     };
     if args.dry_run {
         return dry_run(plan, opts);
@@ -448,18 +473,17 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         return exit_code::USAGE;
     }
     let opts = Options {
-        workflow: checkpoint.workflow_file.clone(),
-        workflow_hash: prodigy_runtime::store::hash(&file.text),
-        layout: Layout { home, repo },
-        project: checkpoint.project.clone(),
         params: checkpoint.params.clone(),
         args: checkpoint.args.clone(),
         profile: checkpoint.profile.clone(),
-        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
-        verbose: args.verbose,
-        grace: Duration::from_secs(args.grace),
-        seed: jitter_seed(),
-        worktree: None,
+        ..options(
+            checkpoint.workflow_file.clone(),
+            &file.text,
+            Layout { home, repo },
+            checkpoint.project.clone(),
+            args.verbose,
+            args.grace,
+        )
     };
     let place = Place {
         isolate: None,
@@ -727,20 +751,19 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         ));
         return exit_code::USAGE;
     }
+    // After `--force` the new version is the session's workflow from now on.
     let opts = Options {
-        workflow: checkpoint.workflow.clone(),
-        // After `--force` the new version is the session's workflow from now on.
-        workflow_hash: prodigy_runtime::store::hash(&file.text),
-        layout: layout(&checkpoint.project),
-        project: checkpoint.project.clone(),
         params: checkpoint.params.clone(),
         args: checkpoint.args.clone(),
         profile: checkpoint.profile.clone(),
-        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
-        verbose: args.verbose,
-        grace: Duration::from_secs(args.grace),
-        seed: jitter_seed(),
-        worktree: None,
+        ..options(
+            checkpoint.workflow.clone(),
+            &file.text,
+            layout(&checkpoint.project),
+            checkpoint.project.clone(),
+            args.verbose,
+            args.grace,
+        )
     };
     let place = Place {
         isolate: None,
