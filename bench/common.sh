@@ -22,3 +22,18 @@ trap 'rm -rf -- "$TMP"' EXIT
 now_ns() { date +%s%N; }
 
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+# Runs each timing function (each prints microseconds) once to warm up, then RUNS times,
+# alternating so that all see the same machine state; prints their medians, in order.
+alternate() {
+    local f r out=()
+    for f in "$@"; do
+        "$f" >/dev/null
+        : >"$TMP/alternate-$f.txt"
+    done
+    for ((r = 0; r < RUNS; r++)); do
+        for f in "$@"; do "$f" >>"$TMP/alternate-$f.txt"; done
+    done
+    for f in "$@"; do out+=("$(median <"$TMP/alternate-$f.txt")"); done
+    echo "${out[@]}"
+}

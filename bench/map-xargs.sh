@@ -46,16 +46,7 @@ time_xargs() {
     echo $(((end - start) / 1000))
 }
 
-time_prodigy >/dev/null
-time_xargs >/dev/null
-: >"$TMP/p.txt"
-: >"$TMP/x.txt"
-for ((r = 0; r < RUNS; r++)); do
-    time_prodigy >>"$TMP/p.txt"
-    time_xargs >>"$TMP/x.txt"
-done
-P=$(median <"$TMP/p.txt")
-X=$(median <"$TMP/x.txt")
+read -r P X < <(alternate time_prodigy time_xargs)
 JOB=$(ls -t "$TMP/home/state/project/mapreduce/jobs" | head -1)
 OUTCOMES=$(wc -l <"$TMP/home/state/project/mapreduce/jobs/$JOB/results.jsonl")
 EVENTS=$(cat "$TMP/home/events/project/$JOB"/events-*.jsonl | wc -l)

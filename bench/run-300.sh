@@ -42,17 +42,7 @@ time_loop() {
     echo $(((end - start) / 1000))
 }
 
-# One warm-up of each, then alternate so that both see the same machine state.
-time_prodigy >/dev/null
-time_loop >/dev/null
-: >"$TMP/p.txt"
-: >"$TMP/l.txt"
-for ((r = 0; r < RUNS; r++)); do
-    time_prodigy >>"$TMP/p.txt"
-    time_loop >>"$TMP/l.txt"
-done
-P=$(median <"$TMP/p.txt")
-L=$(median <"$TMP/l.txt")
+read -r P L < <(alternate time_prodigy time_loop)
 EVENTS=$(find "$TMP/home/events" -name 'events-*.jsonl' | head -1 | xargs wc -l | awk '{print $1}')
 
 printf '%d steps of `true`, median of %d runs\n' "$STEPS" "$RUNS"
