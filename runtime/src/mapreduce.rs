@@ -17,7 +17,7 @@ use futures::stream::{FuturesUnordered, StreamExt as _};
 use prodigy_compiler::ast::{
     self, CaptureSource, MaxParallel, Multiline, SetupCapture, TimeoutAction, TimeoutPolicy,
 };
-use prodigy_compiler::plan::{Plan, PlanCommand, StepId};
+use prodigy_compiler::plan::{Plan, StepId};
 use prodigy_grammar::pipeline::InputKind;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -32,7 +32,7 @@ use crate::jobstore::{ItemRecord, ItemStatus, JobCheckpoint, JobFiles, Phase, St
 use crate::machine::Outcome;
 use crate::progress::{Progress, Tally};
 use crate::runner::{AGENT, AgentScope, Runner, StepFailure};
-use crate::vars::Vars;
+use crate::vars::{CommandOutput, Vars};
 use crate::worktree::{AgentWorktree, SessionWorktree, WorktreeError};
 
 /// How to run a job, beyond the workflow.
@@ -919,9 +919,9 @@ impl<'a> MapJob<'a> {
             for (index, &id) in setup.steps.iter().enumerate() {
                 let label = plan.step(id).map(|s| s.label.clone()).unwrap_or_default();
                 runner.say(&format!("[setup {}/{total}] {label}", index + 1));
-                vars.last_output = None;
+                vars.commands.remove(&id.0);
                 let outcome = runner.run_step(id, vars, Some(index)).await;
-                outputs.push(last_command(plan, id, vars));
+                outputs.push(vars.commands.get(&id.0).cloned());
                 if !outcome.continues() {
                     return (outcome, Some(label), outputs);
                 }
@@ -956,10 +956,13 @@ impl<'a> MapJob<'a> {
         }
         for capture in &setup.capture_outputs {
             let index = usize::try_from(capture.command_index.value).unwrap_or(usize::MAX);
-            let value = match outputs.get(index) {
-                Some(Some(out)) => setup_value(capture, out),
-                _ => Err(format!(
-                    "capture `{}`: setup step {index} produced no output",
+            // A step that ran no command (skipped by `when`, a `write_file`) has no output:
+            // the `default` stands in, if there is one.
+            let value = match (outputs.get(index), &capture.default) {
+                (Some(Some(out)), _) => setup_value(capture, out),
+                (_, Some(default)) => Ok(Value::String(default.value.clone())),
+                (_, None) => Err(format!(
+                    "capture `{}`: setup step {index} produced no output, and there is no `default`",
                     capture.name.value
                 )),
             };
@@ -1769,33 +1772,13 @@ fn failure_detail(
     }
 }
 
-/// The stdout, stderr and success of the command a setup step ran, if it ran one.
-fn last_command(plan: &Plan, id: StepId, vars: &Vars) -> Option<(String, String, bool)> {
-    vars.last_output.as_ref()?;
-    let root = match plan.step(id).map(|s| &s.command) {
-        Some(PlanCommand::Claude(_)) => "claude",
-        _ => "shell",
-    };
-    let value = vars.values.get(root)?;
-    let text = |k: &str| {
-        value
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
-    Some((
-        text("output"),
-        text("stderr"),
-        value.get("exit_code").and_then(Value::as_i64) == Some(0),
-    ))
-}
-
 /// A setup `capture_outputs` entry from its step's output.
-fn setup_value(
-    capture: &SetupCapture,
-    (stdout, stderr, success): &(String, String, bool),
-) -> Result<Value, String> {
+fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, String> {
+    let CommandOutput {
+        stdout,
+        stderr,
+        success,
+    } = out;
     let name = &capture.name.value;
     let mut text = match capture.source {
         CaptureSource::Stdout => stdout.clone(),
@@ -1965,11 +1948,11 @@ mod tests {
 
     #[test]
     fn setup_captures_apply_pattern_path_default_and_lines() {
-        let out = (
-            "count: 42\n{\"a\": {\"b\": [7]}}".to_owned(),
-            "warn".to_owned(),
-            true,
-        );
+        let out = CommandOutput {
+            stdout: "count: 42\n{\"a\": {\"b\": [7]}}".to_owned(),
+            stderr: "warn".to_owned(),
+            success: true,
+        };
         let mut c = capture(CaptureSource::Stdout);
         c.pattern = Some(prodigy_compiler::source::Spanned {
             value: r"count: (\d+)".into(),
@@ -1983,7 +1966,11 @@ mod tests {
             setup_value(&c, &out).unwrap(),
             json!("{\"a\": {\"b\": [7]}}")
         );
-        let json_out = ("{\"a\": {\"b\": [7]}}".to_owned(), String::new(), true);
+        let json_out = CommandOutput {
+            stdout: "{\"a\": {\"b\": [7]}}".to_owned(),
+            stderr: String::new(),
+            success: true,
+        };
         let mut c = capture(CaptureSource::Stdout);
         c.json_path = Some(prodigy_compiler::source::Spanned {
             value: "$.a.b[0]".into(),

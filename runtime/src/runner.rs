@@ -1770,6 +1770,14 @@ fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
     };
     vars.set(root, value);
     vars.last_output = Some(trimmed(&out.stdout));
+    vars.commands.insert(
+        step.id.0,
+        crate::vars::CommandOutput {
+            stdout: trimmed(&out.stdout),
+            stderr: trimmed(&out.stderr),
+            success: out.code == Some(0),
+        },
+    );
 }
 
 fn retry_policy(step: &PlanStep) -> RetryPolicy {

@@ -30,6 +30,21 @@ pub struct Vars {
     /// Names that are exported to processes (workflow env, profile, secrets).
     #[serde(skip)]
     pub exported: Vec<String>,
+    /// What each step's own command last printed, by step id (a setup step's
+    /// `capture_outputs` reads its step's, whatever its handlers ran after it).
+    #[serde(skip)]
+    pub commands: BTreeMap<u32, CommandOutput>,
+}
+
+/// What a command printed, and whether it succeeded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Its standard output, less one trailing newline.
+    pub stdout: String,
+    /// Its standard error, less one trailing newline.
+    pub stderr: String,
+    /// Whether it exited 0.
+    pub success: bool,
 }
 
 /// Secret values to mask: never empty, each once, longest first (so that a secret that

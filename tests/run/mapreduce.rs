@@ -694,3 +694,19 @@ fn a_custom_item_handler_runs_under_the_agent_timeout() {
     );
     assert!(survivors(&marker).is_empty());
 }
+
+#[test]
+fn setup_captures_read_their_own_step_and_fall_back_to_the_default() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("job.yml");
+    // Step 0's `on_success` handler prints something else; step 1 does not run.
+    std::fs::write(
+        &file,
+        "mode: mapreduce\nsetup:\n  commands:\n    - shell: \"echo mine\"\n      on_success:\n        shell: \"echo from-the-handler\"\n    - shell: \"echo never\"\n      when: \"false\"\n  capture_outputs:\n    own: 0\n    later:\n      command_index: 1\n      default: \"none\"\nmap:\n  input: \"seq 1 1\"\n  agent_template:\n    - shell: \"echo own=${own|shell} later=${later|shell}\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", "-v", "--no-worktree", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("own=mine later=none"), "{text}");
+}
