@@ -328,7 +328,7 @@ impl AgentRun {
 
 /// Why a guarded future was stopped early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stopped {
+pub(crate) enum Stopped {
     TimedOut,
     Cancelled,
 }
@@ -336,7 +336,7 @@ enum Stopped {
 /// Runs BODY with SCOPE as the agent scope; on TIMEOUT, on the run's signal, or when HALT
 /// is set (if given), sets the scope's cancel signal (its processes get SIGTERM, then
 /// SIGKILL after the grace period) and waits for BODY to wind down.
-async fn guarded<F: std::future::Future>(
+pub(crate) async fn guarded<F: std::future::Future>(
     runner: &Runner,
     scope: Rc<AgentScope>,
     stop: watch::Sender<bool>,
@@ -378,7 +378,7 @@ async fn guarded<F: std::future::Future>(
     }
 }
 
-fn scope_for(
+pub(crate) fn scope_for(
     index: Option<usize>,
     spec: Option<&AgentSpec>,
     workdir: Option<PathBuf>,

@@ -214,10 +214,11 @@ pub fn worktrees_dir(layout: &Layout) -> PathBuf {
     layout.home.join("worktrees").join(&layout.repo)
 }
 
-/// The in-process half of the lock around worktree administration.
+/// The in-process half of the lock around worktree administration: one for the process
+/// (a run works on one repository).
 static ADMIN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Holds the worktree administration lock of one repository.
+/// Holds the worktree administration lock: the process's, and the repository's file lock.
 struct Admin {
     _guard: tokio::sync::MutexGuard<'static, ()>,
     _file: std::fs::File,
@@ -445,9 +446,39 @@ impl Pool {
     }
 }
 
-/// Whether git refused because the branch it was to create exists.
-fn branch_exists(e: &WorktreeError) -> bool {
-    matches!(e, WorktreeError::Git { stderr, .. } if stderr.contains("already exists"))
+/// Runs CREATE with the first of `name(1)`, `name(2)`, ... that git does not refuse because
+/// the branch exists; returns the name it took.
+async fn first_free_branch(
+    name: impl Fn(u32) -> String,
+    create: impl AsyncFn(&str) -> Result<String, WorktreeError>,
+) -> Result<String, WorktreeError> {
+    let mut attempt = 1;
+    loop {
+        let branch = name(attempt);
+        match create(&branch).await {
+            Ok(_) => return Ok(branch),
+            Err(WorktreeError::Git { stderr, .. })
+                if stderr.contains("already exists") && attempt < 1000 =>
+            {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What `git merge-tree --write-tree --name-only` printed for a conflict (the tree, the
+/// conflicted paths, a blank line, then git's messages): the paths and the messages.
+fn conflict(out: &str) -> (Vec<String>, String) {
+    let mut sections = out.splitn(2, "\n\n");
+    let files = sections
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    (files, sections.next().unwrap_or_default().trim().to_owned())
 }
 
 /// The worktree of the map agent for ITEM in the session SESSION, on branch
@@ -480,18 +511,13 @@ pub async fn create_agent(
     if let Some(old) = reused {
         // Released only without commits or uncommitted changes: what is left to clear is
         // ignored files (build output and the like).
-        let cleaned = git(&old.path, &["clean", "-ffdxq"]).await;
-        let mut attempt = 1;
-        let switched = loop {
-            let branch = branch_for(attempt);
-            match cleaned {
-                Err(_) => break None,
-                Ok(_) => match git(&old.path, &["switch", "-q", "-c", &branch, &base]).await {
-                    Ok(_) => break Some(branch),
-                    Err(e) if branch_exists(&e) && attempt < 1000 => attempt += 1,
-                    Err(_) => break None,
-                },
-            }
+        let switched = match git(&old.path, &["clean", "-ffdxq"]).await {
+            Ok(_) => first_free_branch(&branch_for, async |branch: &str| {
+                git(&old.path, &["switch", "-q", "-c", branch, &base]).await
+            })
+            .await
+            .ok(),
+            Err(_) => None,
         };
         if let Some(branch) = switched {
             locked(&pool.done).push(old.branch);
@@ -519,20 +545,14 @@ pub async fn create_agent(
         }
     };
     let target = path.to_string_lossy().into_owned();
-    let mut attempt = 1;
-    let branch = loop {
-        let branch = branch_for(attempt);
-        match git_retrying(
+    let branch = first_free_branch(&branch_for, async |branch: &str| {
+        git_retrying(
             &session.repo,
-            &["worktree", "add", "-q", "-b", &branch, &target, &base],
+            &["worktree", "add", "-q", "-b", branch, &target, &base],
         )
         .await
-        {
-            Ok(_) => break branch,
-            Err(e) if branch_exists(&e) && attempt < 1000 => attempt += 1,
-            Err(e) => return Err(e),
-        }
-    };
+    })
+    .await?;
     Ok(AgentWorktree {
         workdir: path.join(prefix),
         path,
@@ -548,12 +568,10 @@ fn integration_ref(session: &SessionWorktree) -> String {
     format!("refs/prodigy/{}", session.branch)
 }
 
-/// Merges the agent's commits into the session's integration ref: nothing when it made no
-/// commit, a fast-forward when nothing was merged since the agent branched, else a merge
-/// commit computed without a working tree (`git merge-tree --write-tree`, then
-/// `commit-tree`). A conflict changes nothing. The caller serialises merges into one
-/// session.
-pub async fn merge_agent(
+/// [`agent_head`], then [`merge_head`] (the map loop calls them apart, so that agents
+/// without commits skip the merge queue).
+#[cfg(test)]
+async fn merge_agent(
     session: &SessionWorktree,
     pool: &Pool,
     agent: &AgentWorktree,
@@ -574,7 +592,11 @@ pub async fn agent_head(agent: &AgentWorktree) -> Result<Option<String>, Worktre
     Ok((head != agent.base).then_some(head))
 }
 
-/// [`merge_agent`] for an agent whose last commit, THEIRS, is known.
+/// Merges the agent's commits, up to THEIRS (its last commit), into the session's
+/// integration ref: a fast-forward when nothing was merged since the agent branched (and
+/// its history contains what was), else a merge commit computed without a working tree
+/// (`git merge-tree --write-tree`, then `commit-tree`). A conflict changes nothing. The
+/// caller serialises merges into one session.
 pub async fn merge_head(
     session: &SessionWorktree,
     pool: &Pool,
@@ -628,19 +650,11 @@ pub async fn merge_head(
             Ok(Merged::MergeCommit)
         }
         Some(1) => {
-            // The tree, the conflicted paths, a blank line, then git's messages.
-            let mut sections = out.splitn(2, "\n\n");
-            let files = sections
-                .next()
-                .unwrap_or_default()
-                .lines()
-                .skip(1)
-                .map(str::to_owned)
-                .collect();
+            let (files, output) = conflict(&out);
             Err(WorktreeError::Conflict {
                 branch: agent.branch.clone(),
                 files,
-                output: sections.next().unwrap_or_default().trim().to_owned(),
+                output,
             })
         }
         _ => Err(WorktreeError::Git {
@@ -754,16 +768,9 @@ pub async fn merge_session(session: &SessionWorktree) -> Result<(), WorktreeErro
     )
     .await?;
     if code == Some(1) {
-        let files: Vec<&str> = out
-            .split("\n\n")
-            .next()
-            .unwrap_or_default()
-            .lines()
-            .skip(1)
-            .collect();
         return Err(WorktreeError::Conflict {
             branch: session.branch.clone(),
-            files: files.into_iter().map(str::to_owned).collect(),
+            files: conflict(&out).0,
             output: format!("`{target}` changed since the run started"),
         });
     }
@@ -971,16 +978,24 @@ impl Runner {
                 merge.steps.len(),
                 session.path.display()
             ));
+            // Under the `timeout`, stopped like any step: SIGTERM to the process groups,
+            // then SIGKILL after the grace period.
+            let (scope, stop) = crate::mapreduce::scope_for(None, None, None);
             let steps = self.run_phase(&merge.steps, vars);
-            let outcome = match merge.timeout {
-                Some(limit) => tokio::time::timeout(limit, steps).await.map_err(|_| {
-                    format!(
+            let (outcome, why) =
+                crate::mapreduce::guarded(self, scope, stop, steps, merge.timeout, None).await;
+            match why {
+                Some(crate::mapreduce::Stopped::TimedOut) => {
+                    return Err(format!(
                         "the `merge` steps took longer than their timeout ({})",
-                        humantime::format_duration(limit)
-                    )
-                })?,
-                None => steps.await,
-            };
+                        humantime::format_duration(merge.timeout.unwrap_or_default())
+                    ));
+                }
+                Some(crate::mapreduce::Stopped::Cancelled) => {
+                    return Err("the `merge` steps were interrupted".into());
+                }
+                None => {}
+            }
             if !outcome.continues() {
                 return Err("a `merge` step failed".into());
             }
@@ -997,6 +1012,8 @@ impl Runner {
             "merge_finished",
             json!({"source_branch": session.branch, "target_branch": target}),
         );
+        // The `merge` steps may have left changes of their own: counted again.
+        let left = changes(&session.path).await.len();
         if left == 0 {
             remove(&session.repo, &session.path, &session.branch).await;
         }

@@ -520,3 +520,49 @@ fn ignored_output_that_goes_with_the_worktree_is_mentioned() {
     );
     assert!(worktree_dirs(&scratch).is_empty());
 }
+
+#[test]
+fn merge_steps_run_under_their_timeout_and_what_they_leave_is_kept() {
+    let scratch = Scratch::new();
+    let marker = format!("sleep 34.{}", std::process::id());
+    let file = workflow(
+        &scratch,
+        "slow.yml",
+        &format!(
+            "commands:\n  - shell: \"echo a > a.txt\"\n    auto_commit: true\nmerge:\n  commands:\n    - shell: \"{marker}\"\n  timeout: 1\n"
+        ),
+    );
+    let output = scratch.run(&["run", "-y", "--grace", "1", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("took longer than their timeout (1s)"),
+        "{text}"
+    );
+    assert!(
+        super::survivors(&marker).is_empty(),
+        "the merge step was stopped"
+    );
+    assert!(!scratch.project().join("a.txt").exists());
+    assert_eq!(branches(&scratch).len(), 2, "the session branch is kept");
+    // `merge` steps that merge but leave a file behind: merged, and the worktree is kept.
+    let file = workflow(
+        &scratch,
+        "litter.yml",
+        "commands:\n  - shell: \"echo b > b.txt\"\n    auto_commit: true\nmerge:\n  - shell: \"echo notes > merge-notes.txt\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(scratch.project().join("b.txt").is_file());
+    assert!(text.contains("1 uncommitted changes are left"), "{text}");
+    let kept = worktree_dirs(&scratch).into_iter().any(|d| {
+        scratch
+            .home()
+            .join("worktrees/project")
+            .join(d)
+            .join("merge-notes.txt")
+            .is_file()
+    });
+    assert!(kept, "{:?}", worktree_dirs(&scratch));
+}
