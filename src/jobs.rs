@@ -114,6 +114,9 @@ struct Located {
 
 /// Finds JOB in any project under `$PRODIGY_HOME`: by its state, else by its DLQ.
 fn locate(job: &str) -> Option<Located> {
+    if !prodigy_runtime::store::is_id(job) {
+        return None;
+    }
     let home = Layout::home();
     if let Some((state, repo)) = Layout::find_job(&home, job) {
         return Some(Located {
@@ -563,6 +566,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
     let home = Layout::home();
     let dir = std::fs::read_dir(home.join("events"))
         .ok()
+        .filter(|_| prodigy_runtime::store::is_id(job))
         .and_then(|repos| {
             repos
                 .filter_map(Result::ok)
@@ -576,29 +580,20 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         ));
         return exit_code::USAGE;
     };
-    let mut offsets = std::collections::BTreeMap::<PathBuf, usize>::new();
+    let mut offsets = std::collections::BTreeMap::<PathBuf, u64>::new();
     let mut finished = false;
     loop {
+        let mut read_any = false;
         for file in event_files(&dir) {
             let offset = offsets.entry(file.clone()).or_insert(0);
-            #[expect(
-                clippy::disallowed_methods,
-                reason = "the command reads the event log it prints"
-            )]
-            let Ok(bytes) = std::fs::read(&file) else {
+            let Some(bytes) = read_from(&file, offset) else {
                 continue;
             };
-            // A file that shrank (replaced by hand) is read again from its start.
-            if *offset > bytes.len() {
-                *offset = 0;
-            }
             // Only whole lines; a line being written is read on the next round.
-            let end = bytes[*offset..]
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(*offset, |p| *offset + p + 1);
+            let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+            read_any |= end > 0;
             let mut text = String::new();
-            for line in String::from_utf8_lossy(&bytes[*offset..end]).lines() {
+            for line in String::from_utf8_lossy(&bytes[..end]).lines() {
                 let Ok(event) = serde_json::from_str::<Value>(line) else {
                     continue;
                 };
@@ -621,14 +616,36 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                     text.push_str(&human_event(&event));
                 }
             }
-            *offset = end;
+            *offset += end as u64;
             out(&text);
         }
         if !follow || finished {
             return exit_code::OK;
         }
+        // A job killed outright never writes `job_finished`: once nothing new comes and no
+        // process runs it, there is nothing more to follow.
+        if !read_any && !prodigy_runtime::store::is_running(&home, job) {
+            err(&format!(
+                "`{job}` is not running and its log ends without finishing; continue it with `prodigy resume-job {job}` (or `prodigy resume` for a session)\n"
+            ));
+            return exit_code::OK;
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The bytes of FILE from OFFSET on; a file shorter than OFFSET (replaced by hand) is read
+/// from its start, and OFFSET reset.
+fn read_from(file: &Path, offset: &mut u64) -> Option<Vec<u8>> {
+    use std::io::{Read as _, Seek as _};
+    let mut handle = std::fs::File::open(file).ok()?;
+    if handle.metadata().ok()?.len() < *offset {
+        *offset = 0;
+    }
+    handle.seek(std::io::SeekFrom::Start(*offset)).ok()?;
+    let mut bytes = Vec::new();
+    handle.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 fn event_files(dir: &Path) -> Vec<PathBuf> {

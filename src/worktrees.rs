@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use prodigy_runtime::store::{Layout, is_locked};
+use prodigy_runtime::store::{Layout, is_running};
 use prodigy_runtime::worktree::{self, BranchFate, Listed};
 
 use crate::{err, exit_code, out};
@@ -47,15 +47,7 @@ fn located() -> Result<(Layout, PathBuf), u8> {
 /// Whether the session or job owning PATH is running (its lock is held), whatever directory
 /// it was started from.
 fn running(layout: &Layout, path: &Path) -> bool {
-    let owner = worktree::owner(path);
-    let Ok(projects) = std::fs::read_dir(layout.home.join("state")) else {
-        return false;
-    };
-    projects.flatten().any(|p| {
-        let p = p.path();
-        is_locked(&p.join("sessions").join(&owner))
-            || is_locked(&p.join("mapreduce").join("jobs").join(&owner))
-    })
+    is_running(&layout.home, &worktree::owner(path))
 }
 
 fn describe(found: &Listed, busy: bool) -> String {

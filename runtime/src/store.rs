@@ -52,6 +52,9 @@ impl Layout {
 
     /// Finds a MapReduce job's directory in any project; the project's name comes with it.
     pub fn find_job(home: &Path, job: &str) -> Option<(PathBuf, String)> {
+        if !is_id(job) {
+            return None;
+        }
         std::fs::read_dir(home.join("state"))
             .ok()?
             .filter_map(Result::ok)
@@ -66,6 +69,9 @@ impl Layout {
 
     /// Finds a session's checkpoint in any project.
     pub fn find_session(home: &Path, session: &str) -> Option<PathBuf> {
+        if !is_id(session) {
+            return None;
+        }
         let state = home.join("state");
         std::fs::read_dir(state)
             .ok()?
@@ -78,6 +84,12 @@ impl Layout {
             })
             .find(|p| p.is_file())
     }
+}
+
+/// Whether TEXT can name a session or job: one path component, so that it never reaches
+/// outside `$PRODIGY_HOME` when joined to a directory.
+pub fn is_id(text: &str) -> bool {
+    !text.is_empty() && text != "." && text != ".." && !text.contains(['/', '\\', '\0'])
 }
 
 /// The time now, as RFC 3339 with milliseconds.
@@ -272,6 +284,19 @@ impl SessionLock {
     }
 }
 
+/// Whether a process runs the session or job ID (holds its lock), in any project under
+/// HOME.
+pub fn is_running(home: &Path, id: &str) -> bool {
+    let Ok(projects) = std::fs::read_dir(home.join("state")) else {
+        return false;
+    };
+    projects.flatten().any(|p| {
+        let p = p.path();
+        is_locked(&p.join("sessions").join(id))
+            || is_locked(&p.join("mapreduce").join("jobs").join(id))
+    })
+}
+
 /// Whether a live process holds the lock in DIR (a session's or a job's state directory).
 pub fn is_locked(dir: &Path) -> bool {
     let Ok(file) = OpenOptions::new()
@@ -318,10 +343,15 @@ fn new_id(prefix: &str) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    id_of(prefix, now, std::process::id(), n)
+}
+
+/// An id from the time, the whole process id (fixed width, so that no two fields can run
+/// into each other) and a counter within the process.
+fn id_of(prefix: &str, now: std::time::Duration, pid: u32, n: u32) -> String {
     format!(
-        "{prefix}-{}-{:05x}{:05x}{n}",
+        "{prefix}-{}-{pid:08x}{:05x}{n}",
         now.as_secs(),
-        std::process::id() & 0xfffff,
         now.subsec_micros()
     )
 }
@@ -368,5 +398,20 @@ mod tests {
     #[test]
     fn session_ids_differ_within_a_second() {
         assert_ne!(session_id(), session_id());
+        // Two processes in the same microsecond, even with pids alike in their low bits.
+        let now = std::time::Duration::new(1_700_000_000, 123_456_000);
+        assert_ne!(id_of("s", now, 0x1, 0), id_of("s", now, 0x10_0001, 0));
+        assert_ne!(id_of("s", now, 7, 1), id_of("s", now, 7, 11));
+        assert_ne!(id_of("s", now, 7, 11), id_of("s", now, 71, 1));
+    }
+
+    #[test]
+    fn ids_are_one_path_component() {
+        for good in ["session-1-abc", "mapreduce-1795299919-01dfa04e250"] {
+            assert!(is_id(good), "{good}");
+        }
+        for bad in ["", ".", "..", "../x", "/abs", "a/b", "a\\b"] {
+            assert!(!is_id(bad), "{bad}");
+        }
     }
 }

@@ -253,6 +253,23 @@ fn a_killed_job_resumes_and_runs_every_item_exactly_once() {
     let left = survivors(&format!("sh -c : {}", runs.display()));
     assert!(left.is_empty(), "agents still running: {left:?}");
     let job = only_job(&scratch);
+    // Following the log of a job that was killed ends, and says how to go on.
+    let mut follow = scratch.spawn(&["events", &job, "--follow"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while follow.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            follow.kill().unwrap();
+            panic!("`events --follow` of a killed job never ended");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let followed = follow.wait_with_output().unwrap();
+    assert!(followed.status.success());
+    assert!(
+        stderr(&followed).contains("is not running"),
+        "{}",
+        stderr(&followed)
+    );
     let before = outcomes(&scratch, &job);
     let log = std::fs::read_to_string(&runs).unwrap();
     // Started but without a recorded outcome: these, and only these, run again.
@@ -709,4 +726,31 @@ fn setup_captures_read_their_own_step_and_fall_back_to_the_default() {
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("own=mine later=none"), "{text}");
+}
+
+#[test]
+fn ids_that_look_like_paths_name_no_job() {
+    let scratch = Scratch::new();
+    std::fs::create_dir_all(scratch.home().join("state/project/mapreduce/jobs")).unwrap();
+    for id in ["..", "../project", "/tmp"] {
+        for args in [
+            &["dlq", "list", id][..],
+            &["events", id],
+            &["resume-job", id],
+            &["resume", id],
+        ] {
+            let output = scratch.run(args, &[]);
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{args:?}: {}",
+                stderr(&output)
+            );
+            assert!(
+                stderr(&output).contains("no "),
+                "{args:?}: {}",
+                stderr(&output)
+            );
+        }
+    }
 }
