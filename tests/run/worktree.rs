@@ -123,6 +123,22 @@ fn two_agents_editing_the_same_line_park_one_merge_conflict() {
     let branch = artifacts["branch_name"].as_str().unwrap();
     let loser = scratch.git(&["show", &format!("{branch}:shared.txt")]);
     assert_ne!(merged, loser);
+    // The kept worktree holds the losing agent's commit, and nothing of the conflict is
+    // left in the checkout the session was merged into.
+    let kept_head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(&kept)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&kept_head.stdout),
+        scratch.git(&["rev-parse", branch])
+    );
+    assert_eq!(
+        scratch.git(&["log", "-1", "--format=%s", branch]).trim(),
+        format!("edit {}", loser.trim())
+    );
+    assert_eq!(scratch.git(&["status", "--porcelain"]), "");
     assert!(["a\n", "b\n"].contains(&merged.as_str()), "{merged}");
     // The session worktree was merged and removed; the conflict's is listed.
     let output = scratch.run(&["worktree", "ls"], &[]);
@@ -474,7 +490,7 @@ fn a_kept_session_is_merged_later_by_resuming_it_with_yes() {
     let file = workflow(
         &scratch,
         "job.yml",
-        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo $ITEM > r-$ITEM.txt && git add . && git commit -qm r$ITEM\"\nmerge:\n  - shell: \"echo 'merge steps: ${merge.commit_count} commits after ${map.successful} items'\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"echo $ITEM > r-$ITEM.txt && git add . && git commit -qm r$ITEM\"\nmerge:\n  - shell: \"echo 'merge steps: ${merge.commit_count} commits after ${map.successful} items'\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n",
     );
     // No terminal, no -y: kept, and the hint names the command that merges it.
     let output = scratch.run(&["run", &file], &[]);
@@ -494,6 +510,11 @@ fn a_kept_session_is_merged_later_by_resuming_it_with_yes() {
     assert!(
         text.contains("merge steps: 3 commits after 2 items")
             || text.contains("merge steps: 2 commits after 2 items"),
+        "{text}"
+    );
+    // One at a time, the second agent starts from the first one's work: fast-forwards.
+    assert!(
+        text.contains("merge steps: 2 commits after 2 items"),
         "{text}"
     );
     assert!(scratch.project().join("r-1.txt").is_file());
@@ -565,4 +586,32 @@ fn merge_steps_run_under_their_timeout_and_what_they_leave_is_kept() {
             .is_file()
     });
     assert!(kept, "{:?}", worktree_dirs(&scratch));
+}
+
+#[test]
+fn a_failed_agents_worktree_is_kept_with_its_changes_in_the_dlq() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 1\"\n  agent_template:\n    - shell: \"echo done > part.txt && git add part.txt && git commit -qm part && echo draft > draft.txt && exit 5\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let job = only_job(&scratch);
+    let shown = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    let items: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let artifacts = &items[0]["worktree_artifacts"];
+    let path = std::path::PathBuf::from(artifacts["worktree_path"].as_str().unwrap());
+    assert!(path.join("part.txt").is_file() && path.join("draft.txt").is_file());
+    assert_eq!(
+        artifacts["uncommitted_changes"], "?? draft.txt",
+        "{artifacts}"
+    );
+    assert_eq!(
+        items[0]["failure_history"][0]["error_type"]["CommandFailed"]["exit_code"],
+        5
+    );
+    // Its commit is on its kept branch, not in main.
+    assert!(!scratch.project().join("part.txt").exists());
 }
