@@ -536,7 +536,7 @@ fn execute_job(
             runner,
             vars,
             lock: _lock,
-        } = match start(
+        } = start(
             plan,
             opts.clone(),
             rx,
@@ -545,11 +545,7 @@ fn execute_job(
             started_at,
             saved,
         )
-        .await
-        {
-            Ok(started) => started,
-            Err(code) => return Err(code),
-        };
+        .await?;
         let resumed = resume.is_some();
         let checkpoint = if let Some(c) = resume {
             c
@@ -804,10 +800,7 @@ fn execute(
             runner,
             vars,
             lock: _lock,
-        } = match start(plan, opts, rx, Kind::Session, id, started_at, saved).await {
-            Ok(started) => started,
-            Err(code) => return Err(code),
-        };
+        } = start(plan, opts, rx, Kind::Session, id, started_at, saved).await?;
         let first = resume.as_ref().map_or(0, |c| c.next_step);
         let mut report = runner.run(vars, first).await;
         // Worktree news first: the last line says how the run ended and what to do next.

@@ -36,6 +36,22 @@ pub enum ErrorType {
 }
 
 impl ErrorType {
+    /// The variant [`ErrorType::name`] names (`CommandFailed` without its exit code, which
+    /// the name does not carry: -1); `Unknown` for any other text.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "Timeout" => ErrorType::Timeout,
+            "CommandFailed" => ErrorType::CommandFailed { exit_code: -1 },
+            "ValidationFailed" => ErrorType::ValidationFailed,
+            "WorktreeError" => ErrorType::WorktreeError,
+            "MergeConflict" => ErrorType::MergeConflict,
+            "CommitValidationFailed" => ErrorType::CommitValidationFailed,
+            "ResourceExhausted" => ErrorType::ResourceExhausted,
+            "CircuitOpen" => ErrorType::CircuitOpen,
+            _ => ErrorType::Unknown,
+        }
+    }
+
     /// The variant's name, as used in error signatures.
     pub fn name(&self) -> &'static str {
         match self {
@@ -317,20 +333,12 @@ impl Dlq {
         &self,
         f: impl FnOnce(&mut Cached) -> Result<T, DlqError>,
     ) -> Result<T, DlqError> {
-        let mut guard = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if guard.is_none() {
-            *guard = Some(self.load_index()?);
-        }
-        match guard.as_mut() {
-            Some(cached) => f(cached),
-            None => Err(DlqError::Io {
-                path: self.dir.join("index.json"),
-                source: std::io::Error::other("internal error: the DLQ index was not loaded"),
-            }),
-        }
+        let mut guard = crate::lock(&self.cache);
+        let cached = match guard.take() {
+            Some(cached) => cached,
+            None => self.load_index()?,
+        };
+        f(guard.insert(cached))
     }
 
     /// Reads `index.json` and makes it agree with the item files: ids without a file are
@@ -519,6 +527,24 @@ mod tests {
             },
             "job-1",
         )
+    }
+
+    #[test]
+    fn error_types_read_back_from_their_names() {
+        for kind in [
+            ErrorType::Timeout,
+            ErrorType::CommandFailed { exit_code: 3 },
+            ErrorType::ValidationFailed,
+            ErrorType::WorktreeError,
+            ErrorType::MergeConflict,
+            ErrorType::CommitValidationFailed,
+            ErrorType::ResourceExhausted,
+            ErrorType::CircuitOpen,
+            ErrorType::Unknown,
+        ] {
+            assert_eq!(ErrorType::from_name(kind.name()).name(), kind.name());
+        }
+        assert_eq!(ErrorType::from_name("nonsense"), ErrorType::Unknown);
     }
 
     #[test]

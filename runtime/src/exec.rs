@@ -123,9 +123,7 @@ where
             if n == 0 {
                 break;
             }
-            sink.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(&chunk[..n]);
+            crate::lock(&sink).extend_from_slice(&chunk[..n]);
         }
     });
     (buffer, task)
@@ -141,9 +139,7 @@ async fn collected((buffer, task): (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle
     {
         abort.abort();
     }
-    let bytes = buffer
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let bytes = crate::lock(&buffer);
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

@@ -15,3 +15,8 @@ pub mod runner;
 pub mod store;
 pub mod vars;
 pub mod worktree;
+
+/// Locks M; a panic elsewhere while it was held does not poison it for the rest of the run.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

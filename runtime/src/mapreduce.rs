@@ -546,27 +546,29 @@ async fn merge_back(
                     message: e.to_string(),
                     error_type,
                 });
-                run.artifacts = Some(artifacts(&worktree, Some(logs)).await);
+                let left = crate::worktree::changes(&worktree.path).await;
+                run.artifacts = Some(artifacts(&worktree, &left, Some(logs)));
                 return;
             }
         }
     }
     let committed = matches!(crate::worktree::agent_head(&worktree).await, Ok(Some(_)));
-    let kept = committed || !crate::worktree::changes(&worktree.path).await.is_empty();
+    let left = crate::worktree::changes(&worktree.path).await;
+    let kept = committed || !left.is_empty();
     if kept && run.end != RunEnd::Cancelled {
-        let logs = run
-            .failure
-            .as_ref()
-            .map(|f| f.message.clone())
-            .filter(|m| !m.is_empty());
-        run.artifacts = Some(artifacts(&worktree, logs).await);
+        let logs = run.failure.as_ref().map(|f| f.message.clone());
+        run.artifacts = Some(artifacts(&worktree, &left, logs));
     } else if !kept {
         runner.agent_worktrees.release(worktree);
     }
 }
 
-async fn artifacts(worktree: &AgentWorktree, error_logs: Option<String>) -> WorktreeArtifacts {
-    let changes = crate::worktree::changes(&worktree.path).await;
+/// The DLQ's record of a kept agent worktree, with its uncommitted CHANGES.
+fn artifacts(
+    worktree: &AgentWorktree,
+    changes: &[String],
+    error_logs: Option<String>,
+) -> WorktreeArtifacts {
     WorktreeArtifacts {
         worktree_path: worktree.path.clone(),
         branch_name: worktree.branch.clone(),
@@ -1599,19 +1601,22 @@ pub async fn retry_dead_letters(
         .map(|id| {
             let halt = halt_rx.clone();
             async move {
+                let Some(index) = item_index(&id) else {
+                    runner.say(&format!("{id}: not an item of this job; left in the queue"));
+                    return (id, 0, None);
+                };
                 let entry = match dlq_ref.get(&id) {
                     Ok(Some(entry)) => entry,
-                    Ok(None) => return (id, None),
+                    Ok(None) => return (id, index, None),
                     Err(e) => {
                         runner.say(&format!("error: {e}"));
-                        return (id, None);
+                        return (id, index, None);
                     }
                 };
                 if !entry.reprocess_eligible || runner.cancelled() {
-                    return (id, Some((entry, None)));
+                    return (id, index, Some((entry, None)));
                 }
-                let index = item_index(&id).unwrap_or(0);
-                let attempt = entry.failure_count + 1;
+                let attempt = entry.failure_count.saturating_add(1);
                 let run = run_agent(
                     runner,
                     spec_ref,
@@ -1622,11 +1627,11 @@ pub async fn retry_dead_letters(
                     halt,
                 )
                 .await;
-                (id, Some((entry, Some(run))))
+                (id, index, Some((entry, Some(run))))
             }
         })
         .buffer_unordered(max_parallel.max(1));
-    while let Some((id, result)) = runs.next().await {
+    while let Some((id, index, result)) = runs.next().await {
         let Some((entry, run)) = result else { continue };
         let Some(run) = run else {
             if runner.cancelled() {
@@ -1637,7 +1642,6 @@ pub async fn retry_dead_letters(
             }
             continue;
         };
-        let index = item_index(&id).unwrap_or(0);
         match run.end {
             RunEnd::Cancelled => summary.interrupted = true,
             RunEnd::Succeeded => {
@@ -1649,7 +1653,7 @@ pub async fn retry_dead_letters(
                     item_id: id.clone(),
                     index,
                     status: ItemStatus::Succeeded,
-                    attempts: entry.failure_count + 1,
+                    attempts: entry.failure_count.saturating_add(1),
                     output: run.output.as_ref().map(|o| runner.mask(o)),
                     error: None,
                     error_type: None,
@@ -1741,17 +1745,7 @@ fn failure_detail(
     index: usize,
     duration_secs: f64,
 ) -> FailureDetail {
-    let error_type = match error_type {
-        Some("Timeout") => ErrorType::Timeout,
-        Some("ValidationFailed") => ErrorType::ValidationFailed,
-        Some("CommitValidationFailed") => ErrorType::CommitValidationFailed,
-        Some("CircuitOpen") => ErrorType::CircuitOpen,
-        Some("MergeConflict") => ErrorType::MergeConflict,
-        Some("WorktreeError") => ErrorType::WorktreeError,
-        Some("ResourceExhausted") => ErrorType::ResourceExhausted,
-        Some("CommandFailed") => ErrorType::CommandFailed { exit_code: -1 },
-        _ => ErrorType::Unknown,
-    };
+    let error_type = ErrorType::from_name(error_type.unwrap_or_default());
     let lines: Vec<&str> = message.lines().collect();
     FailureDetail {
         attempt_number: 1,
@@ -1790,11 +1784,7 @@ fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, Str
         && max > 0
         && text.len() > max
     {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
+        text.truncate(text.floor_char_boundary(max));
     }
     let mut found = Some(text);
     if let (Some(pattern), Some(t)) = (&capture.pattern, &found) {

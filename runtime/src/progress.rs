@@ -13,8 +13,7 @@ use tokio::time::Instant;
 static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
 fn bar_slot() -> std::sync::MutexGuard<'static, Option<ProgressBar>> {
-    BAR.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    crate::lock(&BAR)
 }
 
 /// Prints a line to stderr, above the bar when one is drawn.

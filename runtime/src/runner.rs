@@ -181,9 +181,7 @@ tokio::task_local! {
 
 type PendingCheckpoint = tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, String)>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::lock;
 
 impl Runner {
     /// A runner for a new session, or for the session of `resume`.

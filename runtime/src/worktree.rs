@@ -373,13 +373,9 @@ pub struct Pool {
     head: std::sync::Mutex<Option<String>>,
 }
 
-fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Pool {
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<AgentWorktree>> {
-        locked(&self.idle)
+        crate::lock(&self.idle)
     }
 
     /// Gives back the worktree of an agent whose work is merged (or that had none): the
@@ -394,7 +390,7 @@ impl Pool {
         for agent in idle {
             remove(repo, &agent.path, &agent.branch).await;
         }
-        let done = std::mem::take(&mut *locked(&self.done));
+        let done = std::mem::take(&mut *crate::lock(&self.done));
         for chunk in done.chunks(100) {
             let Ok(_admin) = admin(repo).await else {
                 return;
@@ -403,13 +399,13 @@ impl Pool {
             args.extend(chunk.iter().map(String::as_str));
             let _ = git_retrying(repo, &args).await;
         }
-        *locked(&self.head) = None;
+        *crate::lock(&self.head) = None;
     }
 
     /// The commit agents branch from: the integration ref, created from the session's HEAD
     /// at the first agent of a map phase.
     async fn integration(&self, session: &SessionWorktree) -> Result<String, WorktreeError> {
-        if let Some(head) = locked(&self.head).clone() {
+        if let Some(head) = crate::lock(&self.head).clone() {
             return Ok(head);
         }
         let name = integration_ref(session);
@@ -428,7 +424,7 @@ impl Pool {
                     .trim()
                     .to_owned()
             };
-        *locked(&self.head) = Some(head.clone());
+        *crate::lock(&self.head) = Some(head.clone());
         Ok(head)
     }
 
@@ -441,7 +437,7 @@ impl Pool {
     ) -> Result<(), WorktreeError> {
         let name = integration_ref(session);
         git(&session.path, &["update-ref", &name, new, current]).await?;
-        *locked(&self.head) = Some(new.to_owned());
+        *crate::lock(&self.head) = Some(new.to_owned());
         Ok(())
     }
 }
@@ -520,7 +516,7 @@ pub async fn create_agent(
             Err(_) => None,
         };
         if let Some(branch) = switched {
-            locked(&pool.done).push(old.branch);
+            crate::lock(&pool.done).push(old.branch);
             return Ok(AgentWorktree {
                 workdir: old.path.join(&prefix),
                 path: old.path,

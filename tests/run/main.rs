@@ -524,7 +524,6 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// The session id that a failed or interrupted run names in its resume hint.
 /// The session id that a failed or interrupted run names on its last line.
 fn resume_id(output: &Output) -> String {
     let text = stderr(output);
