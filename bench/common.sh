@@ -37,3 +37,16 @@ alternate() {
     for f in "$@"; do out+=("$(median <"$TMP/alternate-$f.txt")"); done
     echo "${out[@]}"
 }
+
+# Prints microseconds for one `prodigy run` of WORKFLOW (with the extra arguments) in
+# $TMP/project with PRODIGY_HOME=$TMP/home; a failed run prints its errors and stops the
+# benchmark.
+time_run() {
+    local workflow="$1" start end
+    shift
+    start=$(now_ns)
+    (cd "$TMP/project" && PRODIGY_HOME="$TMP/home" "$BIN" run "$@" "$workflow" >/dev/null 2>"$TMP/err") ||
+        { cat "$TMP/err" >&2; exit 1; }
+    end=$(now_ns)
+    echo $(((end - start) / 1000))
+}

@@ -30,13 +30,7 @@ map:
     - shell: "true"
 YAML
 
-time_prodigy() {
-    local start end
-    start=$(now_ns)
-    (cd "$TMP/project" && PRODIGY_HOME="$TMP/home" "$BIN" run "$TMP/workflow.yml" >/dev/null 2>&1)
-    end=$(now_ns)
-    echo $(((end - start) / 1000))
-}
+time_prodigy() { time_run "$TMP/workflow.yml"; }
 
 time_xargs() {
     local start end

@@ -52,17 +52,6 @@ map:
     - shell: "true"
 YAML
 
-# Prints microseconds for one run of WORKFLOW with the extra arguments.
-time_run() {
-    local workflow="$1" start end
-    shift
-    start=$(now_ns)
-    (cd "$TMP/project" && PRODIGY_HOME="$TMP/home" "$BIN" run "$@" "$workflow" >/dev/null 2>"$TMP/err") ||
-        { cat "$TMP/err" >&2; exit 1; }
-    end=$(now_ns)
-    echo $(((end - start) / 1000))
-}
-
 # The naive cycle, per item: its own worktree from the session branch, `true`, a commit,
 # a merge into the session worktree, removal.
 cat >"$TMP/item.sh" <<'SH'
