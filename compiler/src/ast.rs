@@ -357,7 +357,7 @@ pub enum CaptureFormat {
 pub struct CaptureStreams {
     /// Stdout in the value.
     pub stdout: bool,
-    /// Stderr in the value (and `NAME.stderr`).
+    /// Stderr in the value (`NAME.stderr` is always set).
     pub stderr: bool,
     /// `NAME.exit_code`.
     pub exit_code: bool,

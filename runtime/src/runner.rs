@@ -1642,7 +1642,9 @@ impl Runner {
             let text = match (streams.stdout, streams.stderr) {
                 (true, true) => format!("{}{}", out.stdout, out.stderr),
                 (false, true) => out.stderr.clone(),
-                (_, false) => out.stdout.clone(),
+                (true, false) => out.stdout.clone(),
+                // Neither stream: the value is empty; the other fields still describe the run.
+                (false, false) => String::new(),
             };
             let text = trim(&text);
             let name = &capture.name.value;

@@ -1028,3 +1028,18 @@ fn env_files_are_templates_and_a_missing_one_is_reported() {
         "{text}"
     );
 }
+
+#[test]
+fn a_capture_of_neither_stream_is_empty_but_keeps_its_other_fields() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(
+        &file,
+        "- shell: \"echo out; echo err >&2\"\n  capture: quiet\n  capture_streams:\n    stdout: false\n    stderr: false\n    exit_code: true\n- shell: \"echo \\\"[${quiet|shell}] code ${quiet.exit_code} err ${quiet.stderr|shell}\\\"\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", "-v", "--no-worktree", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("[''] code 0 err 'err'"), "{text}");
+}
