@@ -17,6 +17,9 @@ use std::process::{Command, Output};
 use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
 
+#[path = "../support/external.rs"]
+mod external;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -513,11 +516,10 @@ fn seed_standard_workflows_run_as_documented() {
     }
 }
 
-/// A file of upstream's corpus: `PRODIGY_CORPUS`, else `../shared/corpus/prodigy`.
-fn corpus(path: &str) -> PathBuf {
-    std::env::var_os("PRODIGY_CORPUS")
-        .map_or_else(|| root().join("../shared/corpus/prodigy"), PathBuf::from)
-        .join(path)
+/// A file of upstream's corpus, or `None` when the test named `test` is skipped for lack of
+/// it (see `tests/support/external.rs`).
+fn corpus(test: &str, path: &str) -> Option<PathBuf> {
+    external::corpus_file(test, path)
 }
 
 fn stderr(output: &Output) -> String {
@@ -544,11 +546,16 @@ fn resume_id(output: &Output) -> String {
 
 #[test]
 fn corpus_standard_workflow_runs() {
+    let Some(file) = corpus(
+        "corpus_standard_workflow_runs",
+        "examples/standard-workflow.yml",
+    ) else {
+        return;
+    };
     let scratch = Scratch::new();
     std::fs::write(scratch.project().join("README.md"), "# demo\n").unwrap();
     std::fs::write(scratch.project().join("main.rs"), "fn main() {}\n").unwrap();
     scratch.commit();
-    let file = corpus("examples/standard-workflow.yml");
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stderr(&output);
@@ -559,6 +566,12 @@ fn corpus_standard_workflow_runs() {
 
 #[test]
 fn corpus_capture_conditional_flow_runs() {
+    let Some(file) = corpus(
+        "corpus_capture_conditional_flow_runs",
+        "examples/capture-conditional-flow.yml",
+    ) else {
+        return;
+    };
     let scratch = Scratch::new();
     std::fs::write(
         scratch.project().join("Cargo.toml"),
@@ -566,7 +579,6 @@ fn corpus_capture_conditional_flow_runs() {
     )
     .unwrap();
     scratch.commit();
-    let file = corpus("examples/capture-conditional-flow.yml");
     // The generic stub's `cargo test` prints no test summary, so `test_count` does not parse
     // as a number: the step allows failure, and `should_bump` then reads an undefined variable.
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
@@ -594,8 +606,13 @@ fn corpus_capture_conditional_flow_runs() {
 
 #[test]
 fn corpus_capture_json_processing_runs_but_for_its_unknown_filter() {
+    let Some(file) = corpus(
+        "corpus_capture_json_processing_runs_but_for_its_unknown_filter",
+        "examples/capture-json-processing.yml",
+    ) else {
+        return;
+    };
     let scratch = Scratch::new();
-    let file = corpus("examples/capture-json-processing.yml");
     // As written, the last step uses `|length:100`, which is not a filter: nothing runs.
     let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
     assert_eq!(output.status.code(), Some(1));
@@ -621,8 +638,13 @@ fn corpus_capture_json_processing_runs_but_for_its_unknown_filter() {
 
 #[test]
 fn corpus_sensitive_masking_redacts_at_debug_verbosity() {
+    let Some(file) = corpus(
+        "corpus_sensitive_masking_redacts_at_debug_verbosity",
+        "examples/test-sensitive-masking.yml",
+    ) else {
+        return;
+    };
     let scratch = Scratch::new();
-    let file = corpus("examples/test-sensitive-masking.yml");
     let output = scratch.run(&["run", "-vv", file.to_str().unwrap()], &[]);
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
@@ -640,6 +662,12 @@ fn corpus_sensitive_masking_redacts_at_debug_verbosity() {
 
 #[test]
 fn corpus_environment_example_honours_env_profiles_and_secrets() {
+    let Some(file) = corpus(
+        "corpus_environment_example_honours_env_profiles_and_secrets",
+        "workflows/environment-example.yml",
+    ) else {
+        return;
+    };
     let scratch = Scratch::new();
     for dir in ["frontend", "backend", "deploy"] {
         std::fs::create_dir(scratch.project().join(dir)).unwrap();
@@ -650,7 +678,6 @@ fn corpus_environment_example_honours_env_profiles_and_secrets() {
     )
     .unwrap();
     scratch.commit();
-    let file = corpus("workflows/environment-example.yml");
     let file = file.to_str().unwrap();
     // Without the secret's source the run stops before the first step.
     let output = scratch.run(&["run", file, "--param", "branch=main"], &[]);
@@ -688,9 +715,15 @@ fn corpus_environment_example_honours_env_profiles_and_secrets() {
 
 #[test]
 fn corpus_test_resume_continues_after_the_fix() {
+    let Some(corpus_file) = corpus(
+        "corpus_test_resume_continues_after_the_fix",
+        "examples/test-resume.yml",
+    ) else {
+        return;
+    };
     let scratch = Scratch::new();
     let copy = scratch.project().join("test-resume.yml");
-    std::fs::copy(corpus("examples/test-resume.yml"), &copy).unwrap();
+    std::fs::copy(corpus_file, &copy).unwrap();
     let path = copy.to_str().unwrap();
     let output = scratch.run(&["run", "-v", path], &[]);
     assert_eq!(output.status.code(), Some(1));
@@ -843,10 +876,16 @@ fn interrupt_when(
 
 #[test]
 fn corpus_sequential_resume_after_interrupt() {
+    let Some(corpus_file) = corpus(
+        "corpus_sequential_resume_after_interrupt",
+        "workflows/tests/test-sequential-resume.yml",
+    ) else {
+        return;
+    };
     let scratch = Scratch::new();
     // The workflow writes to a fixed path in /tmp; point it into the scratch directory.
     let log = scratch.dir.path().join("resume-test.txt");
-    let text = std::fs::read_to_string(corpus("workflows/tests/test-sequential-resume.yml"))
+    let text = std::fs::read_to_string(corpus_file)
         .unwrap()
         .replace("/tmp/prodigy-resume-test.txt", log.to_str().unwrap());
     let copy = scratch.project().join("test-sequential-resume.yml");

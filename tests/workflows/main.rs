@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 use prodigy_compiler::diagnostics::{Code, render_human};
 use prodigy_compiler::source::SourceFile;
 
+#[path = "../support/external.rs"]
+mod external;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -130,10 +133,13 @@ fn dot_accepts(name: &str, dot: &str) {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn();
-    let mut child = match child {
-        Ok(child) => child,
-        Err(_) if std::env::var_os("CI").is_none() => return,
-        Err(e) => panic!("Graphviz `dot` is missing in CI: {e}"),
+    let Ok(mut child) = child else {
+        external::missing_tool(
+            &format!("rendering {name} with Graphviz"),
+            "dot",
+            "graphviz",
+        );
+        return;
     };
     child
         .stdin
