@@ -1127,6 +1127,9 @@ impl<'a> MapJob<'a> {
         let mut last_save = Instant::now();
         let mut stop_announced = false;
         loop {
+            // The counts as the last outcome left them, before agents start in its place, so a
+            // plain progress line does not depend on how fast the next agent starts.
+            show_progress(&mut progress, &job, agents, dlq_count, breaker.as_ref());
             // Start agents while slots, items and the policy allow.
             while job.admits() && !runner.cancelled() && agents < max_parallel {
                 let Some((index, attempt)) = pending.pop_front() else {
@@ -1174,16 +1177,7 @@ impl<'a> MapJob<'a> {
                     }
                 }));
             }
-            let tally = Tally {
-                done: job.counts().finished(),
-                running: agents as u64,
-                failed: job.counts().failed + job.counts().skipped,
-                dlq: dlq_count,
-            };
-            progress.update(
-                tally,
-                breaker.as_ref().map_or("off", |b| breaker_name(b.state())),
-            );
+            show_progress(&mut progress, &job, agents, dlq_count, breaker.as_ref());
             let Some(done) = running.next().await else {
                 break;
             };
@@ -1827,6 +1821,23 @@ fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, Str
         }
     };
     crate::runner::typed_value(capture.format, name, &text, *success)
+}
+
+/// Shows the job's counts on the progress display.
+fn show_progress(
+    progress: &mut Progress,
+    job: &Job,
+    agents: usize,
+    dlq: u64,
+    breaker: Option<&Breaker>,
+) {
+    let tally = Tally {
+        done: job.counts().finished(),
+        running: agents as u64,
+        failed: job.counts().failed + job.counts().skipped,
+        dlq,
+    };
+    progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
 }
 
 #[cfg(test)]
