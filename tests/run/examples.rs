@@ -37,7 +37,10 @@ fn docs_check_example_dead_letters_the_files_that_fail_and_reports() {
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("7 Markdown files"), "{text}");
-    assert!(text.contains("map: 6 items (7 selected, 6 after filter"), "{text}");
+    assert!(
+        text.contains("map: 6 items (7 selected, 6 after filter"),
+        "{text}"
+    );
     assert!(
         text.contains("docs/untitled.md: the first line is not a '# ' title"),
         "{text}"
@@ -63,10 +66,12 @@ fn docs_check_example_dead_letters_the_files_that_fail_and_reports() {
     assert_eq!(runs, 8, "4 files once, 2 files twice: {text}");
 }
 
-/// The Claude stand-in for the fix loop: records the prompt, and fixes the project (writes
-/// `state` and commits it) when `$FIXES` is `yes`.
-fn fixing_claude(scratch: &Scratch, fixes: bool) -> String {
-    let path = scratch.dir.path().join("bin/fixing-claude");
+/// Runs `claude-fix-loop.yml` on tests that fail until a file `state` exists, with a Claude
+/// stand-in that records each prompt in `stub-state/prompts` and, when `fixes`, writes
+/// `state` and commits it.
+fn run_fix_loop(fixes: bool) -> (Scratch, super::Output) {
+    let scratch = Scratch::new();
+    let claude = scratch.dir.path().join("bin/fixing-claude");
     let prompts = scratch.dir.path().join("stub-state/prompts");
     let fix = if fixes {
         "echo fixed > state && git add state && git -c user.name=c -c user.email=c@example.invalid commit -qm 'fix: write state'"
@@ -74,39 +79,35 @@ fn fixing_claude(scratch: &Scratch, fixes: bool) -> String {
         "echo 'no idea'"
     };
     std::fs::write(
-        &path,
+        &claude,
         format!(
             "#!/bin/sh\nfor last; do :; done\nprintf '%s\\n---\\n' \"$last\" >> {}\n{fix}\n",
             prompts.display()
         ),
     )
     .unwrap();
-    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    let mut perms = std::fs::metadata(&claude).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&path, perms).unwrap();
-    path.display().to_string()
+    std::fs::set_permissions(&claude, perms).unwrap();
+    let tests = "echo tests: running; test -f state || { echo 'assertion failed: state is missing' >&2; exit 1; }";
+    let output = scratch.run(
+        &["run", "-y", &example("claude-fix-loop.yml")],
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", claude.to_str().unwrap()),
+            ("TEST_COMMAND", tests),
+        ],
+    );
+    (scratch, output)
 }
-
-const FAILING_TESTS: &str =
-    "echo tests: running; test -f state || { echo 'assertion failed: state is missing' >&2; exit 1; }";
 
 /// `claude-fix-loop.yml`: the tests fail, Claude gets their output (stderr included), fixes
 /// and commits, the tests pass on their second run, and the fix is merged back with `-y`.
 #[test]
 fn claude_fix_loop_example_hands_the_failure_to_claude_and_merges_the_fix() {
-    let scratch = Scratch::new();
-    let claude = fixing_claude(&scratch, true);
-    let output = scratch.run(
-        &["run", "-y", &example("claude-fix-loop.yml")],
-        &[
-            ("PRODIGY_CLAUDE_COMMAND", &claude),
-            ("TEST_COMMAND", FAILING_TESTS),
-        ],
-    );
+    let (scratch, output) = run_fix_loop(true);
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
-    let prompts =
-        std::fs::read_to_string(scratch.dir.path().join("stub-state/prompts")).unwrap();
+    let prompts = std::fs::read_to_string(scratch.dir.path().join("stub-state/prompts")).unwrap();
     assert_eq!(prompts.matches("\n---\n").count(), 1, "{prompts}");
     assert!(prompts.contains("tests: running"), "{prompts}");
     assert!(
@@ -117,7 +118,9 @@ fn claude_fix_loop_example_hands_the_failure_to_claude_and_merges_the_fix() {
     // The fix came back to the user's branch.
     assert!(scratch.project().join("state").is_file(), "{text}");
     assert!(
-        scratch.git(&["log", "--oneline"]).contains("fix: write state"),
+        scratch
+            .git(&["log", "--oneline"])
+            .contains("fix: write state"),
         "{text}"
     );
 }
@@ -126,15 +129,7 @@ fn claude_fix_loop_example_hands_the_failure_to_claude_and_merges_the_fix() {
 /// nothing on the user's branch.
 #[test]
 fn claude_fix_loop_example_gives_up_after_three_runs() {
-    let scratch = Scratch::new();
-    let claude = fixing_claude(&scratch, false);
-    let output = scratch.run(
-        &["run", "-y", &example("claude-fix-loop.yml")],
-        &[
-            ("PRODIGY_CLAUDE_COMMAND", &claude),
-            ("TEST_COMMAND", FAILING_TESTS),
-        ],
-    );
+    let (scratch, output) = run_fix_loop(false);
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     let runs = scratch
