@@ -1081,7 +1081,7 @@ impl<'a> MapJob<'a> {
             .and_then(|p| p.error_collection.as_ref())
             .map_or(ast::ErrorCollection::Aggregate, |c| c.value);
         let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
-        let mut job = Job::resumed(policy, counts);
+        let mut job = Job::resumed(policy, counts, total as u64);
         let mut breaker = plan
             .error_policy
             .as_ref()
