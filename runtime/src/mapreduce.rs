@@ -332,6 +332,7 @@ impl AgentRun {
                 step: step.into(),
                 message,
                 error_type,
+                exit_code: None,
             }),
             duration: Duration::ZERO,
             artifacts: None,
@@ -578,6 +579,7 @@ async fn merge_back(
                     step: "merge".into(),
                     message: e.to_string(),
                     error_type,
+                    exit_code: None,
                 });
                 let left = crate::worktree::changes(&worktree.path).await;
                 run.artifacts = Some(artifacts(&worktree, &left, Some(logs)));
@@ -1395,7 +1397,8 @@ impl<'a> MapJob<'a> {
                             "item_handler_started",
                             json!({"item_id": item_id(index), "handler": name}),
                         );
-                        let error = json!({"message": message, "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
+                        // Every `${error.*}` field a step's handler has, plus the item's.
+                        let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
                         let Some(item) = items.get(index) else {
                             continue;
                         };
