@@ -8,6 +8,7 @@
 
 pub mod ast;
 pub mod checks;
+pub mod detect;
 pub mod diagnostics;
 pub mod emit;
 pub mod fix;
