@@ -1,5 +1,6 @@
 //! `prodigy check`: files, directories and standard input; every output format; `--fix`.
 
+use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Read as _};
 use std::path::{Path, PathBuf};
 
@@ -11,6 +12,10 @@ use crate::shellcheck::ShellCheck;
 use crate::{err, exit_code, out, output};
 
 #[derive(clap::Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "clap flags, each independent of the others"
+)]
 pub(crate) struct CheckArgs {
     /// Workflow files (`.yml`, `.yaml`; JSON is YAML too) and directories. A directory is
     /// searched for workflows (YAML files that look like workflows, honouring `.gitignore`);
@@ -439,7 +444,7 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
             if args.fix {
                 line.push_str(&fix_summary(applied, fixed_files, refused, args.dry_run));
             } else if fixable > 0 {
-                line.push_str(&format!(" ({fixable} fixable with `prodigy check --fix`)"));
+                let _ = write!(line, " ({fixable} fixable with `prodigy check --fix`)");
             }
             err(&format!("{line}\n"));
         }
@@ -496,10 +501,11 @@ fn fix_summary(applied: usize, files: usize, refused: usize, dry_run: bool) -> S
         plural(files, "file")
     );
     if refused > 0 {
-        text.push_str(&format!(
+        let _ = write!(
+            text,
             ", {} not applied (overlapping, or they would add errors)",
             plural(refused, "fix")
-        ));
+        );
     }
     text
 }

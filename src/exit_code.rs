@@ -38,9 +38,10 @@ pub(crate) const TABLE: &[(u8, &str)] = &[
 
 /// The table as `--help` shows it.
 pub(crate) fn help() -> String {
+    use std::fmt::Write as _;
     let mut text = String::from("Exit status:\n");
     for (code, meaning) in TABLE {
-        text.push_str(&format!("  {code:>3}  {meaning}\n"));
+        let _ = writeln!(text, "  {code:>3}  {meaning}");
     }
     text
 }

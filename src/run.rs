@@ -696,8 +696,11 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
         text = text
             .lines()
             .filter(|l| l.starts_with('✓') || l.starts_with('✗') || l.starts_with("interrupted"))
-            .map(|l| format!("{l}\n"))
-            .collect();
+            .fold(String::new(), |mut kept, l| {
+                kept.push_str(l);
+                kept.push('\n');
+                kept
+            });
     }
     err(&text);
     code

@@ -46,7 +46,7 @@ pub fn looks_like_workflow(file: &SourceFile) -> bool {
                     .is_some_and(|m| m.iter().any(|e| e.key.text() == Some("agent_template")));
             listed || mapreduce
         }
-        _ => false,
+        NodeKind::Scalar { .. } => false,
     }
 }
 

@@ -111,14 +111,13 @@ impl Lexer {
                 continue;
             }
             match (self.stack.last().copied(), c) {
-                (Some(Context::Single), '\'') => {
+                (Some(Context::Single), '\'')
+                | (Some(Context::Double), '"')
+                | (Some(Context::Backtick), '`') => {
                     self.stack.pop();
                 }
                 (Some(Context::Single), _) => {}
                 (_, '\\') => self.escaped = true,
-                (Some(Context::Double), '"') => {
-                    self.stack.pop();
-                }
                 (_, '(') if dollar => self.stack.push(Context::Subst(1)),
                 (Some(Context::Subst(n)), '(') => {
                     self.stack.pop();
@@ -129,9 +128,6 @@ impl Lexer {
                     if n > 1 {
                         self.stack.push(Context::Subst(n - 1));
                     }
-                }
-                (Some(Context::Backtick), '`') => {
-                    self.stack.pop();
                 }
                 (_, '`') => self.stack.push(Context::Backtick),
                 (Some(Context::Double), _) => {}

@@ -142,7 +142,7 @@ impl LoadError {
             }
             LoadError::NotRegular { what, .. } => {
                 Diagnostic::new(Code::Unreadable, self.to_string())
-                    .with_primary(Span::default(), format!("{what}"))
+                    .with_primary(Span::default(), (*what).to_owned())
                     .with_help(if *what == "a directory" {
                         "`prodigy check DIR` checks every workflow under a directory; other commands need a file"
                     } else {

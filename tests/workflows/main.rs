@@ -18,7 +18,6 @@ use prodigy_compiler::source::SourceFile;
 mod external;
 
 #[path = "../../src/shellcheck.rs"]
-#[expect(dead_code, unreachable_pub, reason = "shared with the binary")]
 mod shellcheck;
 
 fn root() -> PathBuf {
