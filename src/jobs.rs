@@ -75,6 +75,9 @@ pub(crate) struct RetryArgs {
     /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
     /// Seconds between SIGTERM and SIGKILL when a step times out or the retry is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     grace: u64,
@@ -409,7 +412,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         Err(code) => return code,
     };
     if prodigy_runtime::store::hash(&file.text) != checkpoint.workflow_hash {
-        err(&format!(
+        crate::note(&format!(
             "note: {} changed since the job ran; the items run with the new agent template\n",
             checkpoint.workflow_file.display()
         ));

@@ -12,12 +12,14 @@ use lsp_server::{Connection, ExtractError, Message, Notification, Request, Respo
 use lsp_types::notification::Notification as _;
 use lsp_types::request::Request as _;
 use lsp_types::{
-    CompletionItem, CompletionItemKind, CompletionOptions, CompletionParams, CompletionResponse,
-    Diagnostic, DiagnosticRelatedInformation, DiagnosticSeverity, DidChangeTextDocumentParams,
-    DidCloseTextDocumentParams, DidOpenTextDocumentParams, DidSaveTextDocumentParams, Hover,
-    HoverContents, HoverParams, HoverProviderCapability, InitializeParams, Location, MarkupContent,
-    MarkupKind, NumberOrString, Position, PositionEncodingKind, PublishDiagnosticsParams, Range,
-    ServerCapabilities, TextDocumentSyncCapability, TextDocumentSyncKind, Uri,
+    CodeAction, CodeActionKind, CodeActionOrCommand, CodeActionParams,
+    CodeActionProviderCapability, CompletionItem, CompletionItemKind, CompletionOptions,
+    CompletionParams, CompletionResponse, Diagnostic, DiagnosticRelatedInformation,
+    DiagnosticSeverity, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
+    DidOpenTextDocumentParams, DidSaveTextDocumentParams, Hover, HoverContents, HoverParams,
+    HoverProviderCapability, InitializeParams, Location, MarkupContent, MarkupKind, NumberOrString,
+    Position, PositionEncodingKind, PublishDiagnosticsParams, Range, ServerCapabilities,
+    TextDocumentSyncCapability, TextDocumentSyncKind, TextEdit, Uri, WorkspaceEdit,
 };
 use prodigy_compiler::diagnostics::Severity;
 use prodigy_compiler::source::{SourceFile, Span};
@@ -33,6 +35,10 @@ struct Server {
     connection: Connection,
     encoding: Encoding,
     documents: BTreeMap<String, String>,
+    /// The diagnostics last published for each document, for their fixes (code actions).
+    published: BTreeMap<String, Vec<prodigy_compiler::diagnostics::Diagnostic>>,
+    /// ShellCheck, when it is on `PATH`.
+    shellcheck: Option<crate::shellcheck::ShellCheck>,
 }
 
 /// Runs the server until the client says `exit`. Returns the process exit code.
@@ -77,6 +83,7 @@ fn serve(connection: Connection) -> Result<(), Box<dyn std::error::Error + Send 
             trigger_characters: Some(vec!["{".into(), ".".into(), "$".into()]),
             ..CompletionOptions::default()
         }),
+        code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
         ..ServerCapabilities::default()
     };
     let result = serde_json::json!({
@@ -88,6 +95,8 @@ fn serve(connection: Connection) -> Result<(), Box<dyn std::error::Error + Send 
         connection,
         encoding,
         documents: BTreeMap::new(),
+        published: BTreeMap::new(),
+        shellcheck: crate::shellcheck::ShellCheck::find(),
     };
     server.main_loop()
 }
@@ -154,6 +163,10 @@ impl Server {
                     .collect();
                 Response::new_ok(id, CompletionResponse::Array(items))
             }
+            lsp_types::request::CodeActionRequest::METHOD => {
+                let (id, params) = extract::<CodeActionParams>(request)?;
+                Response::new_ok(id, self.code_actions(&params))
+            }
             _ => Response::new_err(
                 request.id,
                 lsp_server::ErrorCode::MethodNotFound as i32,
@@ -200,6 +213,7 @@ impl Server {
                 let params: DidCloseTextDocumentParams =
                     serde_json::from_value(notification.params)?;
                 self.documents.remove(params.text_document.uri.as_str());
+                self.published.remove(params.text_document.uri.as_str());
                 self.send_diagnostics(params.text_document.uri, Vec::new())?;
             }
             _ => {}
@@ -213,63 +227,83 @@ impl Server {
         Some((text.clone(), offset))
     }
 
-    fn publish(&self, uri: &Uri) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn publish(&mut self, uri: &Uri) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let Some(text) = self.documents.get(uri.as_str()) else {
             return Ok(());
         };
         let file = SourceFile::new(uri.as_str(), text.as_str());
         let dir = document_dir(uri);
         let file_exists = |p: &str| dir.join(p).is_file();
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "the server reads the project's files, as `check` does"
-        )]
-        let read_file = |p: &str| std::fs::read_to_string(dir.join(p)).ok();
+        // Bounded reads of regular files only, as `check` and `run` read them.
+        let read_file = |p: &str| prodigy_compiler::source::read_text(&dir.join(p));
         let surroundings = prodigy_compiler::Surroundings {
             file_exists: &file_exists,
             read_file: &read_file,
         };
-        let checked = prodigy_compiler::check_in(&file, &surroundings);
+        let checked = match &self.shellcheck {
+            Some(sc) => {
+                let lint = |scripts: &[prodigy_compiler::shell::Script]| {
+                    sc.lint(scripts).unwrap_or_else(|why| {
+                        crate::err(&format!("prodigy lsp: ShellCheck did not run: {why}\n"));
+                        Vec::new()
+                    })
+                };
+                prodigy_compiler::check_linted(&file, &surroundings, &lint)
+            }
+            None => prodigy_compiler::check_in(&file, &surroundings),
+        };
         let diagnostics = checked
             .diagnostics
             .iter()
-            .map(|d| {
-                let span = d.primary.as_ref().map(|l| l.span).unwrap_or_default();
-                let mut message = d.message.clone();
-                if let Some(label) = &d.primary {
-                    message.push_str(": ");
-                    message.push_str(&label.text);
-                }
-                if let Some(help) = &d.help {
-                    message.push_str("\nhelp: ");
-                    message.push_str(help);
-                }
-                Diagnostic {
-                    range: range_of(text, span, self.encoding),
-                    severity: Some(match d.severity {
-                        Severity::Error => DiagnosticSeverity::ERROR,
-                        Severity::Warning => DiagnosticSeverity::WARNING,
-                    }),
-                    code: Some(NumberOrString::String(d.code.as_str().to_owned())),
-                    source: Some("prodigy".to_owned()),
-                    message,
-                    related_information: (!d.labels.is_empty()).then(|| {
-                        d.labels
-                            .iter()
-                            .map(|l| DiagnosticRelatedInformation {
-                                location: Location {
-                                    uri: uri.clone(),
-                                    range: range_of(text, l.span, self.encoding),
-                                },
-                                message: l.text.clone(),
-                            })
-                            .collect()
-                    }),
-                    ..Diagnostic::default()
-                }
-            })
+            .map(|d| to_lsp(d, text, uri, self.encoding))
             .collect();
+        self.published
+            .insert(uri.as_str().to_owned(), checked.diagnostics);
         self.send_diagnostics(uri.clone(), diagnostics)
+    }
+
+    /// A quick fix for every published diagnostic with a sure fix in the requested range.
+    fn code_actions(&self, params: &CodeActionParams) -> Vec<CodeActionOrCommand> {
+        let uri = &params.text_document.uri;
+        let (Some(text), Some(diagnostics)) = (
+            self.documents.get(uri.as_str()),
+            self.published.get(uri.as_str()),
+        ) else {
+            return Vec::new();
+        };
+        let start = offset_of(text, params.range.start, self.encoding);
+        let end = offset_of(text, params.range.end, self.encoding);
+        diagnostics
+            .iter()
+            .filter_map(|d| {
+                let fix = d.fix.as_ref()?;
+                let span = d.primary.as_ref().map(|l| l.span).unwrap_or_default();
+                let (from, to) = (span.start as usize, span.end as usize);
+                // The diagnostic touches the range (an empty range is the cursor).
+                if to < start || from > end {
+                    return None;
+                }
+                let edits = fix
+                    .edits
+                    .iter()
+                    .map(|e| TextEdit {
+                        range: range_of(text, e.span, self.encoding),
+                        new_text: e.replacement.clone(),
+                    })
+                    .collect();
+                Some(CodeActionOrCommand::CodeAction(CodeAction {
+                    title: fix.description.clone(),
+                    kind: Some(CodeActionKind::QUICKFIX),
+                    diagnostics: Some(vec![to_lsp(d, text, uri, self.encoding)]),
+                    edit: Some(WorkspaceEdit {
+                        changes: Some(std::iter::once((uri.clone(), edits)).collect()),
+                        ..WorkspaceEdit::default()
+                    }),
+                    is_preferred: Some(true),
+                    ..CodeAction::default()
+                }))
+            })
+            .collect()
     }
 
     fn send_diagnostics(
@@ -290,6 +324,48 @@ impl Server {
             .sender
             .send(Message::Notification(notification))?;
         Ok(())
+    }
+}
+
+/// A diagnostic as the protocol has it.
+fn to_lsp(
+    d: &prodigy_compiler::diagnostics::Diagnostic,
+    text: &str,
+    uri: &Uri,
+    encoding: Encoding,
+) -> Diagnostic {
+    let span = d.primary.as_ref().map(|l| l.span).unwrap_or_default();
+    let mut message = d.message.clone();
+    if let Some(label) = &d.primary {
+        message.push_str(": ");
+        message.push_str(&label.text);
+    }
+    if let Some(help) = &d.help {
+        message.push_str("\nhelp: ");
+        message.push_str(help);
+    }
+    Diagnostic {
+        range: range_of(text, span, encoding),
+        severity: Some(match d.severity {
+            Severity::Error => DiagnosticSeverity::ERROR,
+            Severity::Warning => DiagnosticSeverity::WARNING,
+        }),
+        code: Some(NumberOrString::String(d.code.as_str().to_owned())),
+        source: Some("prodigy".to_owned()),
+        message,
+        related_information: (!d.labels.is_empty()).then(|| {
+            d.labels
+                .iter()
+                .map(|l| DiagnosticRelatedInformation {
+                    location: Location {
+                        uri: uri.clone(),
+                        range: range_of(text, l.span, encoding),
+                    },
+                    message: l.text.clone(),
+                })
+                .collect()
+        }),
+        ..Diagnostic::default()
     }
 }
 

@@ -7,27 +7,73 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod check;
 mod exit_code;
 mod jobs;
 mod lsp;
 mod output;
 mod run;
+mod shellcheck;
 mod worktrees;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use clap::{Parser, Subcommand, ValueEnum};
-use prodigy_compiler::diagnostics::{Code, Diagnostic, Severity};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
+use prodigy_compiler::diagnostics::Code;
 use prodigy_compiler::source::SourceFile;
 
 /// Prodigy compiles YAML workflows of shell and Claude Code steps and runs them reliably.
 #[derive(Parser)]
 #[command(name = "prodigy", version, about, long_about = None)]
 struct Cli {
+    /// When to colour the output: `auto` (on a terminal, unless `NO_COLOR` is set), `always`
+    /// or `never`.
+    #[arg(long, value_enum, global = true, default_value_t = Color::Auto, value_name = "WHEN")]
+    color: Color,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+/// `--color`, as `Color as u8`.
+static COLOR: AtomicU8 = AtomicU8::new(Color::Auto as u8);
+/// `-q/--quiet`: only the outcome line and errors.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Whether to colour output for a stream that is (or is not) a terminal.
+pub(crate) fn color(terminal: bool) -> bool {
+    match COLOR.load(Ordering::Relaxed) {
+        c if c == Color::Always as u8 => true,
+        c if c == Color::Never as u8 => false,
+        _ => terminal && std::env::var_os("NO_COLOR").is_none(),
+    }
+}
+
+/// Sets `-q/--quiet` for the command that runs.
+pub(crate) fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether `-q/--quiet` is on.
+pub(crate) fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Prints a progress or information line to stderr, unless `-q/--quiet`; errors and the
+/// final outcome line use [`err`].
+pub(crate) fn note(text: &str) {
+    if !quiet() {
+        err(text);
+    }
 }
 
 #[derive(Subcommand)]
@@ -36,7 +82,7 @@ enum Command {
     ///
     /// Exit status: 0 when no file has errors, 1 when one has (or has warnings under
     /// `--deny warnings`), 2 for usage errors and unreadable files.
-    Check(CheckArgs),
+    Check(check::CheckArgs),
     /// Draw every path a run can take: steps, handlers, retries, the map fan-out, the breaker
     /// and the dead letter queue.
     ///
@@ -97,33 +143,20 @@ enum Command {
         /// The code, such as `V001` (case-insensitive). Without it, list every code.
         code: Option<String>,
     },
+    /// Print a completion script for a shell: `prodigy completions bash >
+    /// ~/.local/share/bash-completion/completions/prodigy`.
+    Completions {
+        /// `bash`, `zsh`, `fish`, `elvish` or `powershell`.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), with every subcommand: `prodigy man | man -l -`.
+    Man,
 }
 
-#[derive(clap::Args)]
-struct CheckArgs {
-    /// Workflow files (`.yml`, `.yaml`; JSON is YAML too).
-    #[arg(required = true, value_name = "FILE")]
-    files: Vec<PathBuf>,
-    /// Output format: `human` (miette reports), `json` (`{"version": 1, "diagnostics": [...]}`,
-    /// the stable contract for editors and CI, described in the README), `sarif` (SARIF
-    /// 2.1.0, for GitHub code scanning) or `github` (workflow-command annotations).
-    #[arg(long, value_enum, default_value_t = Format::Human)]
-    format: Format,
-    /// Treat warnings as errors.
-    #[arg(long, value_enum, value_name = "WHAT")]
-    deny: Vec<Deny>,
-    /// Print the compiled plan as JSON (the runtime's input) instead of diagnostics, when the
-    /// file has no errors.
-    #[arg(long, value_enum, value_name = "WHAT")]
-    emit: Option<Emit>,
-    /// Print each retry policy's delay schedule and worst-case total time, as a table.
-    #[arg(long)]
-    explain_retries: bool,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Emit {
-    Plan,
+/// The command line, with the exit status table after the long help.
+fn cli_command() -> clap::Command {
+    Cli::command().after_long_help(exit_code::help())
 }
 
 #[derive(clap::Args)]
@@ -154,30 +187,45 @@ struct ItemsArgs {
     input: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Format {
-    Human,
-    Json,
-    Sarif,
-    Github,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Deny {
-    Warnings,
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--color` also colours clap's own help and errors, so it is read before parsing.
+    let choice = color_argument(std::env::args_os().skip(1));
+    let mut command = cli_command();
+    if let Some(choice) = choice {
+        command = command.color(match choice {
+            Color::Always => clap::ColorChoice::Always,
+            Color::Never => clap::ColorChoice::Never,
+            Color::Auto => clap::ColorChoice::Auto,
+        });
+    }
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    COLOR.store(cli.color as u8, Ordering::Relaxed);
     let code = match cli.command {
-        Command::Check(args) => check(&args),
+        Command::Check(args) => check::check(&args),
         Command::Graph(args) => graph(&args),
         Command::Items(args) => items(&args),
         Command::Lsp => lsp::run(),
-        Command::Run(args) => run::run(&args),
-        Command::Resume(args) => run::resume(&args),
-        Command::ResumeJob(args) => run::resume_job(&args),
-        Command::Dlq(command) => jobs::dlq(&command),
+        Command::Run(args) => {
+            set_quiet(args.quiet);
+            run::run(&args)
+        }
+        Command::Resume(args) => {
+            set_quiet(args.quiet);
+            run::resume(&args)
+        }
+        Command::ResumeJob(args) => {
+            set_quiet(args.quiet);
+            run::resume_job(&args)
+        }
+        Command::Dlq(command) => {
+            if let jobs::DlqCommand::Retry(args) = &command {
+                set_quiet(args.quiet);
+            }
+            jobs::dlq(&command)
+        }
         Command::Events(args) => jobs::events(&args),
         Command::Worktree(command) => worktrees::worktree(&command),
         Command::Schema => {
@@ -189,8 +237,73 @@ fn main() -> ExitCode {
             exit_code::OK
         }
         Command::Explain { code } => explain(code.as_deref()),
+        Command::Completions { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut cli_command(), "prodigy", &mut text);
+            out(&String::from_utf8_lossy(&text));
+            exit_code::OK
+        }
+        Command::Man => match man_page() {
+            Ok(text) => {
+                out(&text);
+                exit_code::OK
+            }
+            Err(e) => {
+                err(&format!("error: cannot render the manual page: {e}\n"));
+                exit_code::USAGE
+            }
+        },
     };
     ExitCode::from(code)
+}
+
+/// The value of `--color` among the arguments, if given and valid.
+fn color_argument(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Color> {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut value = None;
+    for (i, arg) in args.iter().enumerate() {
+        if arg == "--" {
+            break;
+        }
+        if let Some(v) = arg.strip_prefix("--color=") {
+            value = Some(v.to_owned());
+        } else if arg == "--color" {
+            value = args.get(i + 1).cloned();
+        }
+    }
+    value.and_then(|v| Color::from_str(&v, true).ok())
+}
+
+/// One manual page: `prodigy`, then a section per subcommand (nested ones too) with its
+/// synopsis, description and options.
+fn man_page() -> std::io::Result<String> {
+    fn sections(command: &clap::Command, path: &str, out: &mut Vec<u8>) -> std::io::Result<()> {
+        for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+            let name = format!("{path} {}", sub.get_name());
+            let sub = sub.clone().bin_name(name.clone());
+            let man = clap_mangen::Man::new(sub.clone());
+            let mut part = Vec::new();
+            man.render_synopsis_section(&mut part)?;
+            man.render_description_section(&mut part)?;
+            man.render_options_section(&mut part)?;
+            writeln!(out, ".SH \"{}\"", name.to_uppercase())?;
+            // The subcommand's own sections become subsections of its section.
+            for line in String::from_utf8_lossy(&part).lines() {
+                match line.strip_prefix(".SH ") {
+                    Some(title) => writeln!(out, ".SS {title}")?,
+                    None => writeln!(out, "{line}")?,
+                }
+            }
+            sections(&sub, &name, out)?;
+        }
+        Ok(())
+    }
+    let mut command = cli_command();
+    command.build();
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command.clone()).render(&mut page)?;
+    sections(&command, "prodigy", &mut page)?;
+    Ok(String::from_utf8_lossy(&page).into_owned())
 }
 
 /// Writes to stdout, ignoring a closed pipe (as `prodigy check ... | head` expects).
@@ -200,99 +313,6 @@ pub(crate) fn out(text: &str) {
 
 pub(crate) fn err(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
-}
-
-fn check(args: &CheckArgs) -> u8 {
-    let deny_warnings = args.deny.contains(&Deny::Warnings);
-    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let (mut errors, mut warnings, mut unreadable) = (0, 0, false);
-    let mut json = Vec::new();
-    let mut sarif = Vec::new();
-    // `check` learns about the project directory (the current one) through these.
-    let file_exists = |p: &str| std::path::Path::new(p).is_file();
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "the command line reads the project's files for `check`"
-    )]
-    let read_file = |p: &str| std::fs::read_to_string(p).ok();
-    let surroundings = prodigy_compiler::Surroundings {
-        file_exists: &file_exists,
-        read_file: &read_file,
-    };
-    for path in &args.files {
-        let file = match SourceFile::load(path) {
-            Ok(file) => file,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                unreadable = true;
-                continue;
-            }
-        };
-        let mut checked = prodigy_compiler::check_in(&file, &surroundings);
-        if deny_warnings {
-            for d in &mut checked.diagnostics {
-                d.severity = Severity::Error;
-            }
-        }
-        errors += checked.diagnostics.iter().filter(|d| d.is_error()).count();
-        warnings += checked.diagnostics.iter().filter(|d| !d.is_error()).count();
-        // Under `--deny warnings` a warning is an error too: then the problems are shown,
-        // not the plan.
-        let clean = !checked.diagnostics.iter().any(Diagnostic::is_error);
-        if let (Some(Emit::Plan), Some(plan), true) = (args.emit, &checked.plan, clean) {
-            match serde_json::to_string_pretty(plan) {
-                Ok(text) => out(&format!("{text}\n")),
-                Err(e) => err(&format!("error: cannot write the plan: {e}\n")),
-            }
-            continue;
-        }
-        if args.explain_retries
-            && let Some(plan) = &checked.plan
-        {
-            out(&output::retry_table(&file, plan));
-        }
-        match args.format {
-            Format::Human => out(&output::human(&file, &checked.diagnostics, color)),
-            Format::Json => json.extend(output::to_json(&file, &checked.diagnostics)),
-            Format::Github => out(&output::github(&file, &checked.diagnostics)),
-            Format::Sarif => sarif.push((file, checked.diagnostics)),
-        }
-    }
-    match args.format {
-        Format::Human | Format::Github => {
-            err(&format!(
-                "{}\n",
-                output::summary(errors, warnings, args.files.len())
-            ));
-        }
-        Format::Sarif => match serde_json::to_string_pretty(&output::sarif(&sarif)) {
-            Ok(text) => out(&format!("{text}\n")),
-            Err(e) => {
-                err(&format!("error: cannot write SARIF: {e}\n"));
-                return exit_code::USAGE;
-            }
-        },
-        Format::Json => {
-            let report = output::JsonReport {
-                version: output::JSON_VERSION,
-                diagnostics: json,
-            };
-            match serde_json::to_string_pretty(&report) {
-                Ok(text) => out(&format!("{text}\n")),
-                Err(e) => {
-                    err(&format!("error: cannot write JSON: {e}\n"));
-                    return exit_code::USAGE;
-                }
-            }
-        }
-    }
-    if unreadable {
-        exit_code::USAGE
-    } else if errors > 0 {
-        exit_code::PROBLEMS
-    } else {
-        exit_code::OK
-    }
 }
 
 fn explain(code: Option<&str>) -> u8 {
@@ -377,13 +397,24 @@ fn items(args: &ItemsArgs) -> u8 {
 pub(crate) fn load_checked(
     path: &std::path::Path,
 ) -> Result<(SourceFile, prodigy_compiler::Checked), u8> {
-    let file = SourceFile::load(path).map_err(|e| {
-        err(&format!("error: {e}\n"));
-        exit_code::USAGE
-    })?;
+    let color = color(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let file = match SourceFile::load(path) {
+        Ok(file) => file,
+        Err(e) if e.is_unreadable() => {
+            err(&format!("error: {e}\n"));
+            return Err(exit_code::USAGE);
+        }
+        Err(e) => {
+            // Not UTF-8: shown like any problem of the file, at its first bad byte.
+            let file = SourceFile::new(path.display().to_string(), e.valid_prefix().to_owned());
+            err(&output::human(&file, &[e.diagnostic()], color));
+            err("error: the workflow has errors; fix them first (see above)\n");
+            return Err(exit_code::PROBLEMS);
+        }
+    };
     let checked = prodigy_compiler::check(&file);
     if checked.has_errors() {
-        err(&output::human(&file, &checked.diagnostics, false));
+        err(&output::human(&file, &checked.diagnostics, color));
         err("error: the workflow has errors; fix them first (see above)\n");
         return Err(exit_code::PROBLEMS);
     }

@@ -30,6 +30,27 @@ pub(crate) struct JsonDiagnostic {
     end_line: usize,
     end_column: usize,
     labels: Vec<JsonLabel>,
+    /// The sure fix, or `null`.
+    fix: Option<JsonFix>,
+}
+
+/// A fix in the JSON contract: what it does and its edits, each a range to replace.
+#[derive(Serialize)]
+struct JsonFix {
+    description: String,
+    edits: Vec<JsonEdit>,
+}
+
+#[derive(Serialize)]
+struct JsonEdit {
+    line: usize,
+    column: usize,
+    end_line: usize,
+    end_column: usize,
+    /// Byte offsets, for tools that edit bytes.
+    start_byte: u32,
+    end_byte: u32,
+    replacement: String,
 }
 
 #[derive(Serialize)]
@@ -72,6 +93,25 @@ pub(crate) fn to_json(file: &SourceFile, diagnostics: &[Diagnostic]) -> Vec<Json
                 .map(|l| label(l, true))
                 .chain(d.labels.iter().map(|l| label(l, false)))
                 .collect();
+            let fix = d.fix.as_ref().map(|f| JsonFix {
+                description: f.description.clone(),
+                edits: f
+                    .edits
+                    .iter()
+                    .map(|e| {
+                        let (line, column, end_line, end_column) = positions(file, e.span);
+                        JsonEdit {
+                            line,
+                            column,
+                            end_line,
+                            end_column,
+                            start_byte: e.span.start,
+                            end_byte: e.span.end,
+                            replacement: e.replacement.clone(),
+                        }
+                    })
+                    .collect(),
+            });
             JsonDiagnostic {
                 file: file.name.clone(),
                 code: d.code.as_str(),
@@ -83,6 +123,7 @@ pub(crate) fn to_json(file: &SourceFile, diagnostics: &[Diagnostic]) -> Vec<Json
                 end_line,
                 end_column,
                 labels,
+                fix,
             }
         })
         .collect()
@@ -249,6 +290,28 @@ pub(crate) fn sarif(files: &[(SourceFile, Vec<Diagnostic>)]) -> serde_json::Valu
                 "message": {"text": text},
                 "locations": [location(file, d.primary.as_ref().map(|l| l.span).unwrap_or_default())],
             });
+            if let (Some(fix), Some(map)) = (&d.fix, result.as_object_mut()) {
+                let replacements: Vec<serde_json::Value> = fix
+                    .edits
+                    .iter()
+                    .map(|e| {
+                        serde_json::json!({
+                            "deletedRegion": region(file, e.span),
+                            "insertedContent": {"text": e.replacement},
+                        })
+                    })
+                    .collect();
+                map.insert(
+                    "fixes".into(),
+                    serde_json::json!([{
+                        "description": {"text": fix.description},
+                        "artifactChanges": [{
+                            "artifactLocation": {"uri": uri(&file.name)},
+                            "replacements": replacements,
+                        }],
+                    }]),
+                );
+            }
             if !d.labels.is_empty()
                 && let Some(map) = result.as_object_mut()
             {

@@ -37,6 +37,9 @@ pub(crate) struct RunArgs {
     /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
     /// Merge the run's worktree back into the branch it started from without asking (the
     /// question is asked on a terminal; elsewhere, without `-y`, the branch is kept).
     #[arg(short = 'y', long)]
@@ -99,6 +102,9 @@ pub(crate) struct ResumeJobArgs {
     /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
     /// Resume even if the workflow file changed since the job started.
     #[arg(long)]
     force: bool,
@@ -121,6 +127,9 @@ pub(crate) struct ResumeArgs {
     /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
     /// Resume even if the workflow file changed since the run started.
     #[arg(long)]
     force: bool,
@@ -161,6 +170,7 @@ pub(crate) fn options(
         profile: None,
         claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
         verbose,
+        quiet: crate::quiet(),
         grace: Duration::from_secs(grace),
         seed: jitter_seed(),
         worktree: None,
@@ -221,7 +231,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     if isolate.is_some() {
         let changes = worktree::uncommitted(&project);
         if !changes.is_empty() {
-            err(&format!(
+            crate::note(&format!(
                 "warning: {} uncommitted changes in {} are not in the run's worktree, which starts from HEAD (commit them first, or use --no-worktree)\n",
                 changes.len(),
                 project.display()
@@ -279,7 +289,7 @@ impl Place {
             match worktree::reopen(saved).await {
                 Ok((w, recreated)) => {
                     if recreated {
-                        err(&format!(
+                        crate::note(&format!(
                             "the worktree {} was gone; recreated it on branch `{}`\n",
                             w.path.display(),
                             w.branch
@@ -303,7 +313,7 @@ impl Place {
                     return Err(exit_code::PROBLEMS);
                 }
                 Ok(w) => {
-                    err(&format!(
+                    crate::note(&format!(
                         "working in worktree {} on branch `{}` (--no-worktree runs in place)\n",
                         w.path.display(),
                         w.branch
@@ -338,7 +348,7 @@ impl Place {
             session.path.display()
         );
         if !succeeded {
-            err(&format!("{kept}; nothing was merged\n"));
+            crate::note(&format!("{kept}; nothing was merged\n"));
             return None;
         }
         let (commits, _) = worktree::session_changes(session);
@@ -388,7 +398,7 @@ impl Place {
         match runner.merge_session(&mut vars).await {
             Ok(MergeBack::Nothing { left: 0 }) if ignored == 0 => None,
             Ok(MergeBack::Nothing { left: n }) => {
-                err(&format!(
+                crate::note(&format!(
                     "the run made no commits: nothing to merge; {}\n",
                     left(n)
                 ));
@@ -399,7 +409,7 @@ impl Place {
                 target,
                 left: n,
             }) => {
-                err(&format!(
+                crate::note(&format!(
                     "✓ merged {commits} commits from `{}` into `{target}`; {}\n",
                     session.branch,
                     left(n)
@@ -505,12 +515,12 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         Phase::Done => "the end".to_owned(),
     };
     if checkpoint.status == Status::Completed {
-        err(&format!(
+        crate::note(&format!(
             "job {} completed; merging its worktree back\n",
             checkpoint.job_id
         ));
     } else {
-        err(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
+        crate::note(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
     }
     execute_job(Arc::new(plan), opts, args.job_args, Some(checkpoint), place)
 }
@@ -550,7 +560,7 @@ fn execute_job(
         let checkpoint = if let Some(c) = resume {
             c
         } else {
-            err(&format!(
+            crate::note(&format!(
                 "job {job_id} started; its state is in {}\n",
                 dir.display()
             ));
@@ -652,7 +662,11 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
                     "{} items are in the dead letter queue: see `prodigy dlq list {id}`, retry with `prodigy dlq retry {id}`",
                     report.dlq_count
                 );
-                if strict { 3 } else { exit_code::OK }
+                if strict {
+                    exit_code::DLQ_STRICT
+                } else {
+                    exit_code::OK
+                }
             } else {
                 exit_code::OK
             }
@@ -677,6 +691,17 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
             interrupted(signal)
         }
     };
+    if crate::quiet() {
+        // `-q`: only the outcome line.
+        text = text
+            .lines()
+            .filter(|l| l.starts_with('✓') || l.starts_with('✗') || l.starts_with("interrupted"))
+            .fold(String::new(), |mut kept, l| {
+                kept.push_str(l);
+                kept.push('\n');
+                kept
+            });
+    }
     err(&text);
     code
 }
@@ -684,7 +709,11 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
 /// The exit code of an interrupted run: the signal's (130 for SIGINT, 143 for SIGTERM), or
 /// 130 when a step saw the interrupt before the handler recorded which one.
 pub(crate) fn interrupted(signal: u8) -> u8 {
-    if signal == 0 { 130 } else { signal }
+    if signal == 0 {
+        exit_code::SIGINT
+    } else {
+        signal
+    }
 }
 
 /// A channel set on SIGINT or SIGTERM, and which one came (130 or 143).
@@ -702,8 +731,8 @@ pub(crate) fn watch_signals() -> (
             return;
         };
         let code = tokio::select! {
-            _ = tokio::signal::ctrl_c() => 130,
-            _ = term.recv() => 143,
+            _ = tokio::signal::ctrl_c() => crate::exit_code::SIGINT,
+            _ = term.recv() => crate::exit_code::SIGTERM,
         };
         seen.store(code, std::sync::atomic::Ordering::SeqCst);
         let _ = tx.send(true);
@@ -768,12 +797,12 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         resume: "resume",
     };
     if checkpoint.status == "completed" {
-        err(&format!(
+        crate::note(&format!(
             "session {} completed; merging its worktree back\n",
             checkpoint.session_id
         ));
     } else {
-        err(&format!(
+        crate::note(&format!(
             "resuming session {} at step {}\n",
             checkpoint.session_id,
             checkpoint.next_step.saturating_add(1)

@@ -8,8 +8,10 @@
 
 pub mod ast;
 pub mod checks;
+pub mod detect;
 pub mod diagnostics;
 pub mod emit;
+pub mod fix;
 pub mod ide;
 pub mod ir;
 pub mod lower;
@@ -17,6 +19,7 @@ pub mod plan;
 pub mod schema;
 pub mod scope;
 pub mod shapes;
+pub mod shell;
 pub mod source;
 pub mod suppress;
 pub mod syntax;
@@ -54,20 +57,48 @@ pub struct Surroundings<'a> {
     pub read_file: &'a dyn Fn(&str) -> Option<String>,
 }
 
+/// An external linter of `shell:` commands (ShellCheck): it gets every command of a file as
+/// a script and returns what it found.
+pub type ShellLint<'a> = &'a dyn Fn(&[shell::Script]) -> Vec<shell::Finding>;
+
 /// Parses and lowers a file, collecting every diagnostic.
 pub fn check(file: &SourceFile) -> Checked {
-    compile(file, None)
+    compile(file, None, None)
 }
 
 /// [`check`], plus the checks that need to know about the project directory:
 /// `env_files` that do not exist.
 pub fn check_in(file: &SourceFile, surroundings: &Surroundings<'_>) -> Checked {
-    compile(file, Some(surroundings))
+    compile(file, Some(surroundings), None)
 }
 
-fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checked {
+/// [`check_in`], plus what an external linter finds in the `shell:` commands (warnings
+/// [`diagnostics::Code::Shellcheck`], suppressible like any other).
+pub fn check_linted(
+    file: &SourceFile,
+    surroundings: &Surroundings<'_>,
+    lint: ShellLint<'_>,
+) -> Checked {
+    compile(file, Some(surroundings), Some(lint))
+}
+
+fn compile(
+    file: &SourceFile,
+    surroundings: Option<&Surroundings<'_>>,
+    lint: Option<ShellLint<'_>>,
+) -> Checked {
     let document = syntax::parse(file);
     let mut diagnostics = document.diagnostics;
+    if document.root.is_none() && diagnostics.is_empty() {
+        diagnostics.push(
+            Diagnostic::new(
+                diagnostics::Code::EmptyFile,
+                "the file holds no workflow: it is empty or only comments",
+            )
+            .with_primary(source::Span::new(0, 0), "no YAML document")
+            .with_help("write a list of steps or a mapping with `commands:`, or delete the file"),
+        );
+    }
     let (workflow, lowered) = lower::lower(&file.text, document.root.as_ref());
     diagnostics.extend(lowered);
     let mut compiled = None;
@@ -75,6 +106,13 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
         diagnostics.extend(scope::check(workflow, &file.text));
         if let Some(surroundings) = surroundings {
             diagnostics.extend(missing_env_files(workflow, surroundings));
+        }
+        if let Some(lint) = lint {
+            let scripts = shell::scripts(workflow);
+            if !scripts.is_empty() {
+                let findings = lint(&scripts);
+                diagnostics.extend(shell::diagnostics(file, &scripts, &findings));
+            }
         }
         if !diagnostics.iter().any(Diagnostic::is_error) {
             let plan = plan::plan(workflow, &file.name);
@@ -100,8 +138,17 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
             }
         }
     }
-    let steps = workflow.as_ref().map(step_spans).unwrap_or_default();
-    suppress::apply(file, &steps, &mut diagnostics);
+    let steps: Vec<source::Span> = workflow
+        .as_ref()
+        .map(|w| all_steps(w).iter().map(|s| s.span).collect())
+        .unwrap_or_default();
+    // Without the linter, a suppression of its findings is not known to be useless.
+    let unchecked: &[diagnostics::Code] = if lint.is_some() {
+        &[]
+    } else {
+        &[diagnostics::Code::Shellcheck]
+    };
+    suppress::apply_unchecked(file, &steps, &mut diagnostics, unchecked);
     diagnostics::sort(&mut diagnostics);
     let (plan, graph) = compiled.map_or((None, None), |(p, g)| (Some(p), Some(g)));
     Checked {
@@ -112,11 +159,11 @@ fn compile(file: &SourceFile, surroundings: Option<&Surroundings<'_>>) -> Checke
     }
 }
 
-/// The span of every step, nested ones included.
-fn step_spans(workflow: &ast::Workflow) -> Vec<source::Span> {
-    fn walk(steps: &[ast::Step], out: &mut Vec<source::Span>) {
+/// Every step, nested ones included.
+pub(crate) fn all_steps(workflow: &ast::Workflow) -> Vec<&ast::Step> {
+    fn walk<'w>(steps: &'w [ast::Step], out: &mut Vec<&'w ast::Step>) {
         for step in steps {
-            out.push(step.span);
+            out.push(step);
             walk(&step.on_success, out);
             for h in &step.on_exit_code {
                 walk(&h.steps, out);

@@ -458,6 +458,14 @@ impl Checker<'_> {
                     let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
                     if shell && exists && !escaped && !quote.single && untrusted(&var.path, scope) {
                         self.unquoted(&var.path, span);
+                        // Outside double quotes `|shell` makes the text one quoted word;
+                        // inside them its quotes would become part of the text.
+                        if !quote.double {
+                            let fix = shell_filter_fix(template, var.span, self.source, &var.path);
+                            if let Some(last) = self.diagnostics.last_mut() {
+                                last.fix = fix;
+                            }
+                        }
                     }
                 }
             }
@@ -736,6 +744,33 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
             Some(Var::Plain | Var::Outputs(_)) | None => false,
         },
     }
+}
+
+/// The fix that adds `|shell` as the last filter of the `${...}` at `local` in `template`,
+/// when the template lies in the file as written.
+fn shell_filter_fix(
+    template: &Template,
+    local: prodigy_grammar::Span,
+    source: &str,
+    path: &Path,
+) -> Option<crate::diagnostics::Fix> {
+    if !template.exact || local.end == 0 {
+        return None;
+    }
+    let close = template.rebase(
+        source,
+        prodigy_grammar::Span {
+            start: local.end - 1,
+            end: local.end,
+        },
+    );
+    (source.get(close.start as usize..close.end as usize) == Some("}")).then(|| {
+        crate::diagnostics::Fix::replace(
+            format!("quote `${{{path}}}` with `|shell`"),
+            Span::new(close.start as usize, close.start as usize),
+            "|shell",
+        )
+    })
 }
 
 /// Whether the text so far leaves us inside single quotes, as `sh` reads it.

@@ -21,6 +21,17 @@ struct Suppression {
 /// Removes suppressed diagnostics (warnings only: errors cannot be silenced) and reports
 /// useless suppressions. `steps` are the spans of every step, for step-wide suppressions.
 pub fn apply(file: &SourceFile, steps: &[Span], diagnostics: &mut Vec<Diagnostic>) {
+    apply_unchecked(file, steps, diagnostics, &[]);
+}
+
+/// [`apply`], where the codes `unchecked` were not looked for (ShellCheck's, when it did not
+/// run): a suppression of one of them is not reported as useless.
+pub fn apply_unchecked(
+    file: &SourceFile,
+    steps: &[Span],
+    diagnostics: &mut Vec<Diagnostic>,
+    unchecked: &[Code],
+) {
     let mut suppressions = parse(file);
     if suppressions.is_empty() {
         return;
@@ -75,7 +86,7 @@ pub fn apply(file: &SourceFile, steps: &[Span], diagnostics: &mut Vec<Diagnostic
             continue;
         }
         for ((code, span), used) in s.codes.iter().zip(&s.used) {
-            if !used {
+            if !used && !Code::parse(code).is_some_and(|c| unchecked.contains(&c)) {
                 let message = if Code::parse(code).is_some() {
                     format!("`{code}` is not reported on this line")
                 } else {

@@ -1157,7 +1157,8 @@ impl<'a> MapJob<'a> {
         let monitored = map
             .timeout_config
             .as_ref()
-            .is_none_or(|c| c.enable_monitoring);
+            .is_none_or(|c| c.enable_monitoring)
+            && !self.runner.opts.quiet;
         let mut progress = Progress::start(total as u64, counts.finished(), monitored);
         let mut last_save = Instant::now();
         let mut stop_announced = false;

@@ -49,10 +49,20 @@ pub struct Options {
     pub claude_command: Option<String>,
     /// `-v` (1: step output; 2: also commands and timings).
     pub verbose: u8,
+    /// `-q`: say only errors (and no progress display); the caller prints the outcome line.
+    pub quiet: bool,
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// Seed for jitter.
     pub seed: u64,
+}
+
+/// Whether a line [`Runner::say`] prints reports an error (shown even under `-q`).
+fn is_error_line(text: &str) -> bool {
+    let text = text.trim_start();
+    ["error", "internal error", "failed:"]
+        .iter()
+        .any(|p| text.starts_with(p))
 }
 
 /// How a run ended.
@@ -336,6 +346,9 @@ impl Runner {
     /// with the item, so that parallel agents stay readable.
     pub(crate) fn say(&self, text: &str) {
         use std::io::Write as _;
+        if self.opts.quiet && !is_error_line(text) {
+            return;
+        }
         let agent = AGENT.try_with(|a| (a.quiet, a.item_id.clone())).ok();
         let text = match agent {
             Some((true, _)) if self.opts.verbose == 0 => return,

@@ -93,9 +93,16 @@ fn unreadable_file_exits_two() {
         .stderr(predicate::str::contains("cannot read `does/not/exist.yml`"));
 }
 
+#[path = "../support/external.rs"]
+mod external;
+mod lint;
+
 #[test]
 fn usage_error_exits_two() {
-    prodigy().args(["check"]).assert().code(2);
+    prodigy()
+        .args(["check", "--no-such-flag", "x.yml"])
+        .assert()
+        .code(2);
     prodigy()
         .args(["check", "--format", "xml", "x.yml"])
         .assert()

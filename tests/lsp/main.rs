@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+#[path = "../support/external.rs"]
+mod external;
+
 struct Client {
     child: Child,
     stdin: ChildStdin,
@@ -259,5 +262,82 @@ fn hover_and_completion() {
             json!({"textDocument": {"uri": URI}, "position": {"line": 0, "character": 2}}),
         );
     }
+    finish(client);
+}
+
+#[test]
+fn sure_fixes_are_offered_as_quick_fixes() {
+    let mut client = start_session(&["utf-16"]);
+    open(
+        &mut client,
+        "commands:\n  - shell: make\n    retry_config:\n      max_attemps: 3\n",
+    );
+    let diagnostics = client.diagnostics();
+    assert_eq!(diagnostics[0]["code"], "V001");
+    let actions = client.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": {"uri": URI},
+            "range": {"start": {"line": 3, "character": 8}, "end": {"line": 3, "character": 8}},
+            "context": {"diagnostics": diagnostics},
+        }),
+    );
+    let actions = actions.as_array().unwrap();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    let action = &actions[0];
+    assert_eq!(action["title"], "rename `max_attemps` to `max_attempts`");
+    assert_eq!(action["kind"], "quickfix");
+    assert_eq!(action["diagnostics"][0]["code"], "V001");
+    assert_eq!(
+        action["edit"]["changes"][URI],
+        json!([{
+            "range": {"start": {"line": 3, "character": 6}, "end": {"line": 3, "character": 17}},
+            "newText": "max_attempts",
+        }])
+    );
+    // Elsewhere in the file, nothing to offer.
+    let none = client.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": {"uri": URI},
+            "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 3}},
+            "context": {"diagnostics": []},
+        }),
+    );
+    assert_eq!(none, json!([]));
+    finish(client);
+}
+
+#[test]
+fn shellcheck_findings_are_published_in_the_command() {
+    if !external::tool_available("lsp shellcheck findings", "shellcheck", "shellcheck") {
+        return;
+    }
+    let mut client = start_session(&["utf-16"]);
+    open(
+        &mut client,
+        "commands:\n  - shell: cd ${item_dir} && ls $y\n",
+    );
+    let diagnostics = client.diagnostics();
+    let codes: Vec<&str> = diagnostics
+        .iter()
+        .map(|d| d["code"].as_str().unwrap())
+        .collect();
+    assert!(codes.contains(&"S001"), "{diagnostics:?}");
+    let sc2086 = diagnostics
+        .iter()
+        .find(|d| d["message"].as_str().unwrap().starts_with("SC2086"))
+        .unwrap();
+    // `$y`, at its place inside the YAML string.
+    assert_eq!(
+        sc2086["range"],
+        json!({"start": {"line": 1, "character": 32}, "end": {"line": 1, "character": 34}})
+    );
+    assert!(
+        sc2086["message"]
+            .as_str()
+            .unwrap()
+            .contains("https://www.shellcheck.net/wiki/SC2086")
+    );
     finish(client);
 }

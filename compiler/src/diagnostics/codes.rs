@@ -91,6 +91,10 @@ codes! {
     MaybeUndefined = "W005", Warning, "a variable that nothing in the workflow defines";
     UnquotedInterpolation = "W006", Warning, "untrusted text spliced into a shell command unquoted";
     UselessSuppression = "W007", Warning, "a `# prodigy: ignore[...]` comment that suppresses nothing";
+    Unreadable = "F001", Error, "a workflow file that cannot be read";
+    NotUtf8 = "F002", Error, "a workflow file that is not UTF-8 text";
+    EmptyFile = "F003", Error, "a workflow file with no YAML document in it";
+    Shellcheck = "S001", Warning, "a problem ShellCheck finds in a `shell:` command";
     Internal = "ICE", Error, "an internal error in prodigy";
 }
 

@@ -33,6 +33,43 @@ pub struct Label {
     pub text: String,
 }
 
+/// One change to a file's text: replace the bytes of `span` by `replacement` (an empty span
+/// inserts, an empty replacement deletes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edit {
+    /// The bytes replaced.
+    pub span: Span,
+    /// What goes in their place.
+    pub replacement: String,
+}
+
+/// A change the checker is sure of: applying its edits fixes the diagnostic without changing
+/// what the workflow means otherwise. `prodigy check --fix` applies it; editors offer it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fix {
+    /// What the fix does, imperative and lowercase: "rename `max_attemps` to `max_attempts`".
+    pub description: String,
+    /// The edits, which never overlap one another.
+    pub edits: Vec<Edit>,
+}
+
+impl Fix {
+    /// A fix of one edit.
+    pub fn replace(
+        description: impl Into<String>,
+        span: Span,
+        replacement: impl Into<String>,
+    ) -> Self {
+        Self {
+            description: description.into(),
+            edits: vec![Edit {
+                span,
+                replacement: replacement.into(),
+            }],
+        }
+    }
+}
+
 /// One problem found in a workflow file.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -49,6 +86,8 @@ pub struct Diagnostic {
     pub labels: Vec<Label>,
     /// One imperative line saying how to fix it.
     pub help: Option<String>,
+    /// The edits that fix it, when the checker is sure of them.
+    pub fix: Option<Fix>,
 }
 
 impl Diagnostic {
@@ -61,6 +100,7 @@ impl Diagnostic {
             primary: None,
             labels: Vec::new(),
             help: None,
+            fix: None,
         }
     }
 
@@ -88,6 +128,13 @@ impl Diagnostic {
     #[must_use]
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
+        self
+    }
+
+    /// Attaches a sure fix.
+    #[must_use]
+    pub fn with_fix(mut self, fix: Fix) -> Self {
+        self.fix = Some(fix);
         self
     }
 

@@ -15,7 +15,7 @@ mod tests;
 mod values;
 
 use crate::ast::{self, Mode, Workflow};
-use crate::diagnostics::{Code, Diagnostic};
+use crate::diagnostics::{Code, Diagnostic, Fix};
 use crate::shapes::{self, Shape};
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind};
@@ -132,6 +132,18 @@ impl Lowerer<'_> {
                 entries.push((key, entry));
             } else {
                 self.unknown_key(entry, key, what, known);
+                // The did-you-mean is a sure fix unless the mapping already has that key.
+                if let (Some(last), Some(suggested)) = (
+                    self.diagnostics.last_mut(),
+                    suggest(key, known.iter().copied()),
+                ) && !map.iter().any(|e| e.key.text() == Some(suggested))
+                {
+                    last.fix = Some(Fix::replace(
+                        format!("rename `{key}` to `{suggested}`"),
+                        entry.key.span,
+                        suggested,
+                    ));
+                }
             }
         }
         Some(Fields { entries })
@@ -200,6 +212,39 @@ impl Lowerer<'_> {
                 .with_primary(span, "deprecated")
                 .with_help(help.to_owned()),
         );
+    }
+
+    /// Reports a deprecated form with the fix that writes its replacement.
+    pub(crate) fn deprecated_fixed(
+        &mut self,
+        span: Span,
+        message: &str,
+        help: &str,
+        fix: Option<Fix>,
+    ) {
+        self.deprecated(span, message, help);
+        if let (Some(last), Some(fix)) = (self.diagnostics.last_mut(), fix) {
+            last.fix = Some(fix);
+        }
+    }
+
+    /// The span of the whole lines an entry occupies, newline included, when nothing else is
+    /// on them (only indentation before the key, only spaces after the value): deleting it
+    /// deletes the entry and nothing else.
+    pub(crate) fn entry_lines(&self, entry: &Entry) -> Option<Span> {
+        let text = self.text;
+        let start = entry.key.span.start as usize;
+        let end = entry.value.span.end.max(entry.key.span.end) as usize;
+        let line_start = text.get(..start)?.rfind('\n').map_or(0, |i| i + 1);
+        if !text.get(line_start..start)?.trim().is_empty() {
+            return None;
+        }
+        let rest = text.get(end..)?;
+        let line_end = rest.find('\n').map_or(text.len(), |i| end + i + 1);
+        text.get(end..line_end)?
+            .trim()
+            .is_empty()
+            .then(|| Span::new(line_start, line_end))
     }
 
     /// The entry for `key` or its alias; both together are an error (the key wins).

@@ -9,7 +9,7 @@ use crate::ast::{
     RetryConfig, RetryExhausted, Step, StepOutput, StepValidate, Strategy, SuccessCriteria,
     Template, Validate, ValidationCheck, WriteFile, WriteFormat,
 };
-use crate::diagnostics::{Code, Diagnostic};
+use crate::diagnostics::{Code, Diagnostic, Edit, Fix};
 use crate::shapes;
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind, Scalar};
@@ -62,14 +62,43 @@ impl Lowerer<'_> {
                 );
                 return Vec::new();
             };
-            self.deprecated(
+            let fix = self.unnest_commands(node, entry);
+            self.deprecated_fixed(
                 entry.key.span,
                 &format!("nested `commands:` under {what} is deprecated"),
                 &format!("list the steps directly under {what}"),
+                fix,
             );
             return self.steps(&entry.value, what, Ctx::default());
         }
         self.steps(node, what, Ctx::default())
+    }
+
+    /// The fix of a nested `commands:` that is the phase's only key, on a line of its own,
+    /// above a block list: deleting its line leaves the list directly under the phase.
+    fn unnest_commands(&self, phase: &Node, entry: &Entry) -> Option<Fix> {
+        if phase.as_map()?.len() != 1 || entry.value.as_seq().is_none() {
+            return None;
+        }
+        let text = self.text;
+        let key_start = entry.key.span.start as usize;
+        let line_start = text.get(..key_start)?.rfind('\n').map_or(0, |i| i + 1);
+        let after = text.get(entry.key.span.end as usize..)?;
+        let newline = after.find('\n')?;
+        let tail = after.get(..newline)?.trim();
+        let value_start = entry.value.span.start as usize;
+        let line_end = entry.key.span.end as usize + newline + 1;
+        let block = text.get(line_start..key_start)?.trim().is_empty()
+            && tail == ":"
+            && value_start >= line_end
+            && text.get(value_start..)?.starts_with('-');
+        block.then(|| {
+            Fix::replace(
+                "list the steps directly under the phase",
+                Span::new(line_start, line_end),
+                "",
+            )
+        })
     }
 
     /// One step. A mapping with both `shell` and `claude` is an error here; handler positions
@@ -188,10 +217,14 @@ impl Lowerer<'_> {
             "shell" => Command::Shell(self.template(value, "`shell`")?),
             "claude" => Command::Claude(self.template(value, "`claude`")?),
             "command" => {
-                self.deprecated(
+                let fix = fields.entry("claude").is_none().then(|| {
+                    Fix::replace("rename `command` to `claude`", entry.key.span, "claude")
+                });
+                self.deprecated_fixed(
                     entry.key.span,
                     "`command` is a deprecated spelling of `claude`",
                     "write `claude:` instead",
+                    fix,
                 );
                 Command::Claude(self.template(value, "`command`")?)
             }
@@ -749,10 +782,34 @@ impl Lowerer<'_> {
                     out.max_attempts = n.value;
                 }
                 if let Some(e) = fields.entry("retry_original") {
-                    self.deprecated(
+                    // `true` means `max_attempts: 2` when no count is given; `false` means
+                    // nothing.
+                    let counted = fields.entry("max_attempts").is_some()
+                        || fields.entry("max_retries").is_some();
+                    let fix = match e.value.scalar() {
+                        Some(Scalar::Bool(true)) if !counted => Some(Fix {
+                            description: "write `max_attempts: 2`".into(),
+                            edits: vec![
+                                Edit {
+                                    span: e.key.span,
+                                    replacement: "max_attempts".into(),
+                                },
+                                Edit {
+                                    span: e.value.span,
+                                    replacement: "2".into(),
+                                },
+                            ],
+                        }),
+                        Some(Scalar::Bool(false)) => self
+                            .entry_lines(e)
+                            .map(|lines| Fix::replace("remove `retry_original: false`", lines, "")),
+                        _ => None,
+                    };
+                    self.deprecated_fixed(
                         e.key.span,
                         "`retry_original` is deprecated",
                         "set `max_attempts: 2` or more; the command is retried after the handler",
+                        fix,
                     );
                     if self.boolean(&e.value, "`retry_original`") == Some(true) {
                         out.max_attempts = out.max_attempts.max(2);
@@ -1154,10 +1211,14 @@ impl Lowerer<'_> {
                 .unwrap_or_default(),
             _ => {
                 if *key == "command" {
-                    self.deprecated(
+                    let fix = (present.len() == 1).then(|| {
+                        Fix::replace("rename `command` to `shell`", entry.key.span, "shell")
+                    });
+                    self.deprecated_fixed(
                         entry.key.span,
                         "`command` is a deprecated spelling of `shell`",
                         "write `shell:` instead",
+                        fix,
                     );
                 }
                 self.template(&entry.value, "`shell`")

@@ -1,0 +1,372 @@
+//! `shell:` commands as scripts for an external shell linter (ShellCheck), and its findings
+//! as diagnostics at their place inside the YAML string.
+//!
+//! The compiler runs no process: [`scripts`] turns every `shell:` command into a script the
+//! linter can read, the caller runs the linter on them (`prodigy check` runs one ShellCheck
+//! process per file) and hands back [`Finding`]s, and [`diagnostics`] maps each finding back
+//! onto the file.
+//!
+//! In a script, each `${...}` template is stood in for by a placeholder that the shell reads
+//! as one quoted word, so the linter sees the command as the shell will after interpolation:
+//! `"$PRODIGY_T1"` outside quotes, `$PRODIGY_T1` inside double quotes, and a plain word inside
+//! single quotes (where the shell expands nothing). `$$` is a literal `$`.
+
+use crate::ast::{Command, Step, Template, Workflow};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::source::{SourceFile, Span};
+use prodigy_grammar::template::Part;
+
+/// ShellCheck rules that templating makes noise of, turned off: variables come from the
+/// environment prodigy exports (SC2154, SC2153), placeholders are constant words to the
+/// linter (SC2050, SC2078, SC2157, SC2193, SC2194, SC2043), and sourced files are not
+/// followed (SC1090, SC1091).
+pub const EXCLUDED_RULES: &[&str] = &[
+    "SC1090", "SC1091", "SC2043", "SC2050", "SC2078", "SC2153", "SC2154", "SC2157", "SC2193",
+    "SC2194",
+];
+
+/// One `shell:` command as a script.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Script {
+    /// The script text: the command with placeholders for templates.
+    pub text: String,
+    /// Pieces of the script in order, each with where it came from.
+    pieces: Vec<Piece>,
+    /// The command's template (its value, span and exactness).
+    template: Template,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Piece {
+    /// Start of the piece in the script.
+    script: usize,
+    /// Its length in the script.
+    len: usize,
+    /// Where it comes from in the template's value: a literal piece maps byte for byte, a
+    /// placeholder to the whole `${...}`.
+    value: prodigy_grammar::Span,
+    literal: bool,
+}
+
+/// What a linter found in one script. Lines and columns are 1-based and count characters;
+/// the end is exclusive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The index of the script in the list given to the linter.
+    pub script: usize,
+    /// Start line.
+    pub line: usize,
+    /// Start column.
+    pub column: usize,
+    /// End line.
+    pub end_line: usize,
+    /// End column.
+    pub end_column: usize,
+    /// The linter's code, such as `SC2086`.
+    pub code: String,
+    /// The linter's message.
+    pub message: String,
+    /// Where to read more.
+    pub link: String,
+}
+
+/// Every `shell:` command of the workflow, in file order, as scripts.
+pub fn scripts(workflow: &Workflow) -> Vec<Script> {
+    let mut out: Vec<Script> = crate::all_steps(workflow)
+        .into_iter()
+        .filter_map(|step: &Step| match &step.command {
+            Command::Shell(template) => Some(script(template)),
+            _ => None,
+        })
+        .collect();
+    out.sort_by_key(|s| s.template.span.start);
+    out.dedup_by_key(|s| s.template.span);
+    out
+}
+
+/// Where the shell stands while reading a script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Context {
+    Single,
+    Double,
+    /// `$( ... )` with its open parentheses.
+    Subst(u32),
+    Backtick,
+}
+
+/// A small shell lexer: enough to know whether a position is inside quotes.
+#[derive(Default)]
+struct Lexer {
+    stack: Vec<Context>,
+    escaped: bool,
+    dollar: bool,
+}
+
+impl Lexer {
+    fn feed(&mut self, text: &str) {
+        for c in text.chars() {
+            let dollar = std::mem::replace(&mut self.dollar, c == '$');
+            if self.escaped {
+                self.escaped = false;
+                continue;
+            }
+            match (self.stack.last().copied(), c) {
+                (Some(Context::Single), '\'')
+                | (Some(Context::Double), '"')
+                | (Some(Context::Backtick), '`') => {
+                    self.stack.pop();
+                }
+                (Some(Context::Single), _) => {}
+                (_, '\\') => self.escaped = true,
+                (_, '(') if dollar => self.stack.push(Context::Subst(1)),
+                (Some(Context::Subst(n)), '(') => {
+                    self.stack.pop();
+                    self.stack.push(Context::Subst(n + 1));
+                }
+                (Some(Context::Subst(n)), ')') => {
+                    self.stack.pop();
+                    if n > 1 {
+                        self.stack.push(Context::Subst(n - 1));
+                    }
+                }
+                (_, '`') => self.stack.push(Context::Backtick),
+                (Some(Context::Double), _) => {}
+                (_, '\'') => self.stack.push(Context::Single),
+                (_, '"') => self.stack.push(Context::Double),
+                _ => {}
+            }
+        }
+    }
+
+    fn quoting(&self) -> Option<Context> {
+        self.stack
+            .last()
+            .copied()
+            .filter(|c| matches!(c, Context::Single | Context::Double))
+    }
+}
+
+/// One command as a script.
+fn script(template: &Template) -> Script {
+    let value = template.value.as_str();
+    let mut vars: Vec<prodigy_grammar::Span> = template
+        .parsed
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Var(v) => Some(v.span),
+            _ => None,
+        })
+        .collect();
+    vars.sort_by_key(|s| s.start);
+    let mut text = String::new();
+    let mut pieces = Vec::new();
+    let mut lexer = Lexer::default();
+    let mut at = 0;
+    let literal =
+        |text: &mut String, pieces: &mut Vec<Piece>, lexer: &mut Lexer, from: usize, to: usize| {
+            // `$$` is a literal `$`.
+            let chunk = value.get(from..to).unwrap_or("");
+            let mut i = 0;
+            while i < chunk.len() {
+                let next = chunk[i..].find("$$").map_or(chunk.len(), |j| i + j);
+                let piece = &chunk[i..next];
+                if !piece.is_empty() {
+                    pieces.push(Piece {
+                        script: text.len(),
+                        len: piece.len(),
+                        value: prodigy_grammar::Span {
+                            start: from + i,
+                            end: from + next,
+                        },
+                        literal: true,
+                    });
+                    text.push_str(piece);
+                    lexer.feed(piece);
+                }
+                if next < chunk.len() {
+                    pieces.push(Piece {
+                        script: text.len(),
+                        len: 1,
+                        value: prodigy_grammar::Span {
+                            start: from + next,
+                            end: from + next + 2,
+                        },
+                        literal: false,
+                    });
+                    text.push('$');
+                    lexer.feed("$");
+                    i = next + 2;
+                } else {
+                    i = next;
+                }
+            }
+        };
+    for (n, span) in vars.iter().enumerate() {
+        if span.start < at {
+            continue;
+        }
+        literal(&mut text, &mut pieces, &mut lexer, at, span.start);
+        let name = format!("PRODIGY_T{}", n + 1);
+        let placeholder = match lexer.quoting() {
+            Some(Context::Single) => name,
+            Some(Context::Double) => format!("${name}"),
+            _ => format!("\"${name}\""),
+        };
+        pieces.push(Piece {
+            script: text.len(),
+            len: placeholder.len(),
+            value: *span,
+            literal: false,
+        });
+        text.push_str(&placeholder);
+        at = span.end;
+    }
+    literal(&mut text, &mut pieces, &mut lexer, at, value.len());
+    Script {
+        text,
+        pieces,
+        template: template.clone(),
+    }
+}
+
+impl Script {
+    /// The byte offset in the script of a 1-based line and character column.
+    fn offset(&self, line: usize, column: usize) -> usize {
+        let mut start = 0;
+        for _ in 1..line {
+            match self.text[start..].find('\n') {
+                Some(i) => start += i + 1,
+                None => return self.text.len(),
+            }
+        }
+        let rest = &self.text[start..];
+        let end = rest.find('\n').unwrap_or(rest.len());
+        rest[..end]
+            .char_indices()
+            .nth(column.saturating_sub(1))
+            .map_or(start + end, |(i, _)| start + i)
+    }
+
+    /// The value offset of a script offset; `end` picks the end of a placeholder.
+    fn value_offset(&self, offset: usize, end: bool) -> usize {
+        let piece = self
+            .pieces
+            .iter()
+            .rev()
+            .find(|p| p.script <= offset && (offset < p.script + p.len || end));
+        match piece {
+            Some(p) if p.literal => p.value.start + (offset - p.script).min(p.len),
+            Some(p) if end && offset > p.script => p.value.end,
+            Some(p) => p.value.start,
+            None => 0,
+        }
+    }
+
+    /// The file span of a range of the script, given as lines and columns.
+    pub fn file_span(
+        &self,
+        source: &str,
+        (line, column): (usize, usize),
+        (end_line, end_column): (usize, usize),
+    ) -> Span {
+        let start = self.value_offset(self.offset(line, column), false);
+        let end = self
+            .value_offset(self.offset(end_line, end_column), true)
+            .max(start);
+        self.template
+            .rebase(source, prodigy_grammar::Span { start, end })
+    }
+}
+
+/// The findings of the linter as warnings of the file, each at its place in the command.
+pub fn diagnostics(file: &SourceFile, scripts: &[Script], findings: &[Finding]) -> Vec<Diagnostic> {
+    findings
+        .iter()
+        .filter_map(|f| {
+            let script = scripts.get(f.script)?;
+            let span = script.file_span(&file.text, (f.line, f.column), (f.end_line, f.end_column));
+            let message = f.message.trim_end_matches('.');
+            let mut chars = message.chars();
+            let message: String = chars
+                .next()
+                .map(|c| c.to_lowercase().chain(chars).collect())
+                .unwrap_or_default();
+            Some(
+                Diagnostic::new(Code::Shellcheck, format!("{}: {message}", f.code))
+                    .with_primary(span, format!("ShellCheck {}", f.code))
+                    .with_help(format!("see {}", f.link)),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scripts_of(yaml: &str) -> (SourceFile, Vec<Script>) {
+        let file = SourceFile::new("w.yml", yaml);
+        let checked = crate::check(&file);
+        let workflow = checked.workflow.expect("a workflow");
+        let scripts = scripts(&workflow);
+        (file, scripts)
+    }
+
+    #[test]
+    fn templates_become_quoted_words_for_the_context() {
+        let (_, scripts) =
+            scripts_of("- shell: echo ${a} \"x ${b}\" '${c}' $$HOME $(cat \"${d}\")\n");
+        assert_eq!(
+            scripts[0].text,
+            r#"echo "$PRODIGY_T1" "x $PRODIGY_T2" 'PRODIGY_T3' $HOME $(cat "$PRODIGY_T4")"#
+        );
+    }
+
+    #[test]
+    fn positions_map_back_into_the_yaml_string() {
+        let yaml = "commands:\n  - shell: |\n      echo ${item} $$x\n      ls $y\n";
+        let (file, scripts) = scripts_of(yaml);
+        let script = &scripts[0];
+        assert_eq!(script.text, "echo \"$PRODIGY_T1\" $x\nls $y\n");
+        // `$y` on the script's line 2, columns 4..6.
+        let span = script.file_span(&file.text, (2, 4), (2, 6));
+        assert_eq!(file.slice(span), "$y");
+        // `$x` after a placeholder and an escaped dollar: `$$x` in the file.
+        let span = script.file_span(&file.text, (1, 20), (1, 22));
+        assert_eq!(file.slice(span), "$$x");
+        // The placeholder maps to the whole template.
+        let span = script.file_span(&file.text, (1, 6), (1, 19));
+        assert_eq!(file.slice(span), "${item}");
+    }
+
+    #[test]
+    fn findings_become_warnings_with_the_code_and_link() {
+        let yaml = "- shell: ls $y\n";
+        let (file, scripts) = scripts_of(yaml);
+        let found = diagnostics(
+            &file,
+            &scripts,
+            &[Finding {
+                script: 0,
+                line: 1,
+                column: 4,
+                end_line: 1,
+                end_column: 6,
+                code: "SC2086".into(),
+                message: "Double quote to prevent globbing and word splitting.".into(),
+                link: "https://www.shellcheck.net/wiki/SC2086".into(),
+            }],
+        );
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].message,
+            "SC2086: double quote to prevent globbing and word splitting"
+        );
+        assert_eq!(file.slice(found[0].primary.as_ref().unwrap().span), "$y");
+        assert_eq!(
+            found[0].help.as_deref(),
+            Some("see https://www.shellcheck.net/wiki/SC2086")
+        );
+    }
+}

@@ -1,0 +1,511 @@
+//! `prodigy check`: files, directories and standard input; every output format; `--fix`.
+
+use std::fmt::Write as _;
+use std::io::{IsTerminal as _, Read as _};
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+use prodigy_compiler::diagnostics::{Diagnostic, Severity};
+use prodigy_compiler::source::{LoadError, MAX_FILE_SIZE, SourceFile};
+
+use crate::shellcheck::ShellCheck;
+use crate::{err, exit_code, out, output};
+
+#[derive(clap::Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "clap flags, each independent of the others"
+)]
+pub(crate) struct CheckArgs {
+    /// Workflow files (`.yml`, `.yaml`; JSON is YAML too) and directories. A directory is
+    /// searched for workflows (YAML files that look like workflows, honouring `.gitignore`);
+    /// without any, the current directory is.
+    #[arg(value_name = "PATH", conflicts_with = "stdin_filename")]
+    paths: Vec<PathBuf>,
+    /// Read the workflow from standard input and report it under NAME (for editors and
+    /// pre-commit). With `--fix`, print the fixed text on standard output.
+    #[arg(long, value_name = "NAME")]
+    stdin_filename: Option<PathBuf>,
+    /// Output format: `human` (miette reports), `json` (`{"version": 1, "diagnostics": [...]}`,
+    /// the stable contract for editors and CI, described in the README), `sarif` (SARIF
+    /// 2.1.0, for GitHub code scanning) or `github` (workflow-command annotations).
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+    /// Treat warnings as errors.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    deny: Vec<Deny>,
+    /// Apply the fixes the checker is sure of (did-you-mean renames, deprecated forms, `|shell`
+    /// for unquoted splices), in place, keeping comments and formatting; then report what
+    /// remains.
+    #[arg(long)]
+    fix: bool,
+    /// With `--fix`: print the changes as a unified diff instead of writing them.
+    #[arg(long, requires = "fix")]
+    dry_run: bool,
+    /// Do not run ShellCheck on `shell:` commands (it runs when `shellcheck` is on `PATH`).
+    #[arg(long)]
+    no_shellcheck: bool,
+    /// Skip the named files that do not look like workflows, as a directory search does (for
+    /// pre-commit, which passes every YAML file).
+    #[arg(long)]
+    only_workflows: bool,
+    /// Print the compiled plan as JSON (the runtime's input) instead of diagnostics, when the
+    /// file has no errors.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    emit: Option<Emit>,
+    /// Print each retry policy's delay schedule and worst-case total time, as a table.
+    #[arg(long)]
+    explain_retries: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Emit {
+    Plan,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    Human,
+    Json,
+    Sarif,
+    Github,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Deny {
+    Warnings,
+}
+
+/// One file to check: a path, or standard input under a name.
+enum Input {
+    Path {
+        path: PathBuf,
+        /// Found by searching a directory: skipped unless it looks like a workflow.
+        searched: bool,
+    },
+    Stdin(PathBuf),
+}
+
+/// What checking one file gave.
+struct Outcome {
+    file: SourceFile,
+    checked: Option<prodigy_compiler::Checked>,
+    diagnostics: Vec<Diagnostic>,
+    /// The file could not be read at all.
+    unreadable: bool,
+    /// Not a workflow (a searched file, or `--only-workflows`): not reported.
+    skipped: bool,
+    /// `--fix`: what it did.
+    fixed: Option<Fixed>,
+}
+
+/// What `--fix` did to one file.
+struct Fixed {
+    before: String,
+    after: String,
+    applied: usize,
+    /// Fixes not applied (overlapping, or they would have added errors).
+    left: usize,
+}
+
+/// The files to check, in a stable order.
+fn inputs(args: &CheckArgs) -> Result<Vec<Input>, String> {
+    if let Some(name) = &args.stdin_filename {
+        return Ok(vec![Input::Stdin(name.clone())]);
+    }
+    let paths = if args.paths.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        args.paths.clone()
+    };
+    let mut inputs = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            inputs.extend(search(&path)?.into_iter().map(|path| Input::Path {
+                path,
+                searched: true,
+            }));
+        } else {
+            inputs.push(Input::Path {
+                path,
+                searched: args.only_workflows,
+            });
+        }
+    }
+    Ok(inputs)
+}
+
+/// Every `*.yml`/`*.yaml` file under `dir`, honouring `.gitignore` (and `.ignore`), hidden
+/// directories such as `.prodigy/` included, `.git` excluded; sorted.
+fn search(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut found = Vec::new();
+    let walk = ignore::WalkBuilder::new(dir)
+        .hidden(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .build();
+    for entry in walk {
+        let entry = entry.map_err(|e| format!("cannot search {}: {e}", dir.display()))?;
+        let path = entry.path();
+        if entry.file_type().is_some_and(|t| t.is_file())
+            && path.extension().is_some_and(|e| e == "yml" || e == "yaml")
+        {
+            // `./x.yml` reads better as `x.yml`.
+            found.push(path.strip_prefix("./").unwrap_or(path).to_path_buf());
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Reads standard input, at most [`MAX_FILE_SIZE`] bytes.
+fn read_stdin(name: &Path) -> Result<SourceFile, LoadError> {
+    let shown = name.display().to_string();
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_FILE_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| LoadError::Io {
+            path: shown.clone(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_FILE_SIZE {
+        return Err(LoadError::TooLarge {
+            path: shown,
+            limit: MAX_FILE_SIZE,
+        });
+    }
+    SourceFile::from_bytes(shown, bytes)
+}
+
+/// The directory a file's relative paths (env files, map inputs) start from: the current one,
+/// as for `run`.
+fn surroundings_check(
+    file: &SourceFile,
+    shellcheck: Option<&ShellCheck>,
+) -> prodigy_compiler::Checked {
+    let file_exists = |p: &str| Path::new(p).is_file();
+    let read_file = |p: &str| prodigy_compiler::source::read_text(Path::new(p));
+    let surroundings = prodigy_compiler::Surroundings {
+        file_exists: &file_exists,
+        read_file: &read_file,
+    };
+    match shellcheck {
+        Some(sc) => {
+            let lint = |scripts: &[prodigy_compiler::shell::Script]| match sc.lint(scripts) {
+                Ok(found) => found,
+                Err(why) => {
+                    err(&format!(
+                        "warning: ShellCheck did not check {}: {why}\n",
+                        file.name
+                    ));
+                    Vec::new()
+                }
+            };
+            prodigy_compiler::check_linted(file, &surroundings, &lint)
+        }
+        None => prodigy_compiler::check_in(file, &surroundings),
+    }
+}
+
+/// Checks (and with `--fix`, fixes) one input.
+fn check_one(input: &Input, args: &CheckArgs, shellcheck: Option<&ShellCheck>) -> Outcome {
+    let (loaded, searched) = match input {
+        Input::Path { path, searched } => (SourceFile::load(path), *searched),
+        Input::Stdin(name) => (read_stdin(name), false),
+    };
+    let name = match input {
+        Input::Path { path, .. } => path.display().to_string(),
+        Input::Stdin(name) => name.display().to_string(),
+    };
+    let mut file = match loaded {
+        Ok(file) => file,
+        Err(e) => {
+            // A searched file that cannot be read is not known to be a workflow; a named one is.
+            return Outcome {
+                file: SourceFile::new(name, e.valid_prefix().to_owned()),
+                checked: None,
+                diagnostics: vec![e.diagnostic()],
+                unreadable: e.is_unreadable(),
+                skipped: searched && e.is_unreadable(),
+                fixed: None,
+            };
+        }
+    };
+    if searched && !prodigy_compiler::detect::looks_like_workflow(&file) {
+        return Outcome {
+            file,
+            checked: None,
+            diagnostics: Vec::new(),
+            unreadable: false,
+            skipped: true,
+            fixed: None,
+        };
+    }
+    let mut fixed = None;
+    if args.fix {
+        // Fix rounds without ShellCheck (its findings carry no fixes), then one full check.
+        let result =
+            prodigy_compiler::fix::fix_all(&file, |f| surroundings_check(f, None).diagnostics);
+        let before = file.text.to_string();
+        if result.applied > 0 {
+            file = SourceFile::new(file.name.clone(), result.text.clone());
+        }
+        fixed = Some(Fixed {
+            before,
+            after: result.text,
+            applied: result.applied,
+            left: result.refused,
+        });
+    }
+    let mut checked = surroundings_check(&file, shellcheck);
+    if args.deny.contains(&Deny::Warnings) {
+        for d in &mut checked.diagnostics {
+            d.severity = Severity::Error;
+        }
+    }
+    Outcome {
+        diagnostics: checked.diagnostics.clone(),
+        checked: Some(checked),
+        file,
+        unreadable: false,
+        skipped: false,
+        fixed,
+    }
+}
+
+/// Checks every input, in parallel, keeping their order.
+fn check_all(inputs: &[Input], args: &CheckArgs, shellcheck: Option<&ShellCheck>) -> Vec<Outcome> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(inputs.len())
+        .max(1);
+    if workers == 1 {
+        return inputs
+            .iter()
+            .map(|i| check_one(i, args, shellcheck))
+            .collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<(usize, Outcome)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(input) = inputs.get(i) else { break };
+                        done.push((i, check_one(input, args, shellcheck)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, o)| o).collect()
+}
+
+/// Writes `text` to `path` in place: a temporary file beside it with the same permissions,
+/// renamed over it, so that an interrupted write never leaves half a workflow.
+fn write_in_place(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let permissions = std::fs::metadata(path)?.permissions();
+    let mut temp = tempfile::Builder::new()
+        .prefix(".prodigy-fix-")
+        .tempfile_in(dir)?;
+    temp.write_all(text.as_bytes())?;
+    temp.as_file().sync_all()?;
+    temp.as_file().set_permissions(permissions)?;
+    temp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// A unified diff of a file's fix, as `diff -u` prints it.
+fn diff(name: &str, before: &str, after: &str) -> String {
+    similar::TextDiff::from_lines(before, after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{name}"), &format!("b/{name}"))
+        .to_string()
+}
+
+pub(crate) fn check(args: &CheckArgs) -> u8 {
+    let color = crate::color(std::io::stdout().is_terminal());
+    let inputs = match inputs(args) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::USAGE;
+        }
+    };
+    let shellcheck = if args.no_shellcheck {
+        None
+    } else {
+        ShellCheck::find()
+    };
+    let outcomes = check_all(&inputs, args, shellcheck.as_ref());
+    let stdin_fix = args.fix && args.stdin_filename.is_some();
+    // Standard output holds the fixed text or the diff: the report goes to standard error.
+    let report_to_stderr = stdin_fix || (args.fix && args.dry_run);
+    let (mut errors, mut warnings, mut fixable) = (0, 0, 0);
+    let (mut unreadable, mut checked_files) = (false, 0);
+    let (mut applied, mut fixed_files, mut refused) = (0, 0, 0);
+    let mut json = Vec::new();
+    let mut sarif = Vec::new();
+    for o in outcomes.iter().filter(|o| !o.skipped) {
+        checked_files += 1;
+        unreadable |= o.unreadable;
+        errors += o.diagnostics.iter().filter(|d| d.is_error()).count();
+        warnings += o.diagnostics.iter().filter(|d| !d.is_error()).count();
+        fixable += o.diagnostics.iter().filter(|d| d.fix.is_some()).count();
+        if let Some(f) = &o.fixed {
+            applied += f.applied;
+            refused += f.left;
+            if f.applied > 0 {
+                fixed_files += 1;
+            }
+            if stdin_fix {
+                // Editors read the fixed text back from stdout.
+                if args.dry_run {
+                    out(&diff(&o.file.name, &f.before, &f.after));
+                } else {
+                    out(&f.after);
+                }
+            } else if f.applied > 0 {
+                if args.dry_run {
+                    out(&diff(&o.file.name, &f.before, &f.after));
+                } else if let Err(e) = write_in_place(Path::new(&o.file.name), &f.after) {
+                    err(&format!("error: cannot write {}: {e}\n", o.file.name));
+                    return exit_code::USAGE;
+                }
+            }
+        }
+        if o.unreadable && args.format == Format::Human {
+            err(&format!("error: {}\n", o.diagnostics[0].message));
+            continue;
+        }
+        // Under `--deny warnings` a warning is an error too: then the problems are shown,
+        // not the plan.
+        let clean = !o.diagnostics.iter().any(Diagnostic::is_error);
+        if let (Some(Emit::Plan), Some(plan), true) = (
+            args.emit,
+            o.checked.as_ref().and_then(|c| c.plan.as_ref()),
+            clean,
+        ) {
+            match serde_json::to_string_pretty(plan) {
+                Ok(text) => out(&format!("{text}\n")),
+                Err(e) => err(&format!("error: cannot write the plan: {e}\n")),
+            }
+            continue;
+        }
+        if args.explain_retries
+            && let Some(plan) = o.checked.as_ref().and_then(|c| c.plan.as_ref())
+        {
+            out(&output::retry_table(&o.file, plan));
+        }
+        // With the fixed text on stdout, the report goes to stderr.
+        let report = |text: &str| {
+            if report_to_stderr {
+                err(text);
+            } else {
+                out(text);
+            }
+        };
+        match args.format {
+            Format::Human => report(&output::human(
+                &o.file,
+                &o.diagnostics,
+                color && !report_to_stderr,
+            )),
+            Format::Json => json.extend(output::to_json(&o.file, &o.diagnostics)),
+            Format::Github => report(&output::github(&o.file, &o.diagnostics)),
+            Format::Sarif => sarif.push((o.file.clone(), o.diagnostics.clone())),
+        }
+    }
+    let emit = |text: String| {
+        if report_to_stderr {
+            err(&text);
+        } else {
+            out(&text);
+        }
+    };
+    match args.format {
+        Format::Human | Format::Github => {
+            let mut line = output::summary(errors, warnings, checked_files);
+            if args.fix {
+                line.push_str(&fix_summary(applied, fixed_files, refused, args.dry_run));
+            } else if fixable > 0 {
+                let _ = write!(line, " ({fixable} fixable with `prodigy check --fix`)");
+            }
+            err(&format!("{line}\n"));
+        }
+        Format::Sarif => match serde_json::to_string_pretty(&output::sarif(&sarif)) {
+            Ok(text) => emit(format!("{text}\n")),
+            Err(e) => {
+                err(&format!("error: cannot write SARIF: {e}\n"));
+                return exit_code::USAGE;
+            }
+        },
+        Format::Json => {
+            let report = output::JsonReport {
+                version: output::JSON_VERSION,
+                diagnostics: json,
+            };
+            match serde_json::to_string_pretty(&report) {
+                Ok(text) => emit(format!("{text}\n")),
+                Err(e) => {
+                    err(&format!("error: cannot write JSON: {e}\n"));
+                    return exit_code::USAGE;
+                }
+            }
+            if args.fix {
+                err(&format!(
+                    "{}\n",
+                    fix_summary(applied, fixed_files, refused, args.dry_run)
+                        .trim_start_matches("; ")
+                ));
+            }
+        }
+    }
+    if unreadable {
+        exit_code::USAGE
+    } else if errors > 0 {
+        exit_code::PROBLEMS
+    } else {
+        exit_code::OK
+    }
+}
+
+/// "; fixed 3 problems in 2 files, 1 fix left".
+fn fix_summary(applied: usize, files: usize, refused: usize, dry_run: bool) -> String {
+    let plural = |n: usize, word: &str| {
+        if n == 1 {
+            format!("{n} {word}")
+        } else {
+            format!("{n} {word}s")
+        }
+    };
+    let verb = if dry_run { "would fix" } else { "fixed" };
+    let mut text = format!(
+        "; {verb} {} in {}",
+        plural(applied, "problem"),
+        plural(files, "file")
+    );
+    if refused > 0 {
+        let _ = write!(
+            text,
+            ", {} not applied (overlapping, or they would add errors)",
+            plural(refused, "fix")
+        );
+    }
+    text
+}

@@ -1,0 +1,570 @@
+//! `prodigy check` as a linter (files, directories, standard input, `--fix`, ShellCheck) and the
+//! command-line conventions (completions, man page, `--color`, `-q`, exit statuses).
+
+use std::path::Path;
+
+use predicates::prelude::*;
+
+use super::{check_json, external, prodigy, write};
+
+const TYPO: &str =
+    "commands:\n  - shell: make   # build it\n    retry_config:\n      max_attemps: 3  # keep\n";
+const TYPO_FIXED: &str =
+    "commands:\n  - shell: make   # build it\n    retry_config:\n      max_attempts: 3  # keep\n";
+
+fn read(path: &Path) -> String {
+    #[expect(clippy::disallowed_methods, reason = "tests read what prodigy wrote")]
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn an_unreadable_file_has_an_entry_in_every_machine_format() {
+    let json = check_json(["does/not/exist.yml"], 2);
+    let d = &json["diagnostics"][0];
+    assert_eq!(d["file"], "does/not/exist.yml");
+    assert_eq!(d["code"], "F001");
+    assert_eq!(d["severity"], "error");
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot read `does/not/exist.yml`")
+    );
+
+    let sarif = prodigy()
+        .args(["check", "--format", "sarif", "does/not/exist.yml"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stdout
+        .clone();
+    let sarif: serde_json::Value = serde_json::from_slice(&sarif).unwrap();
+    let result = &sarif["runs"][0]["results"][0];
+    assert_eq!(result["ruleId"], "F001");
+    assert_eq!(
+        result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+        "does/not/exist.yml"
+    );
+
+    prodigy()
+        .args(["check", "--format", "github", "does/not/exist.yml"])
+        .assert()
+        .code(2)
+        .stdout(predicate::str::starts_with(
+            "::error file=does/not/exist.yml,line=1,col=1,",
+        ))
+        .stderr(predicate::str::contains("checked 1 file: 1 error"));
+}
+
+#[test]
+fn special_files_are_refused_without_reading_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe.yml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // A FIFO nobody writes to would block a reader forever; `/dev/zero` never ends.
+    for (path, what) in [
+        (fifo.display().to_string(), "a FIFO"),
+        ("/dev/zero".to_owned(), "a character device"),
+    ] {
+        let json = prodigy()
+            .args(["check", "--format", "json", &path])
+            .timeout(std::time::Duration::from_secs(20))
+            .assert()
+            .code(2)
+            .get_output()
+            .stdout
+            .clone();
+        let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(json["diagnostics"][0]["code"], "F001");
+        assert!(
+            json["diagnostics"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("it is {what}, not a regular file")),
+            "{json}"
+        );
+        prodigy()
+            .args(["run", &path])
+            .timeout(std::time::Duration::from_secs(20))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("not a regular file"));
+    }
+}
+
+#[test]
+fn empty_and_non_utf8_files_get_a_diagnostic_not_an_internal_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(&dir, "empty.yml", "# nothing yet\n");
+    let latin1 = dir.path().join("latin1.yml");
+    std::fs::write(&latin1, b"commands:\n  - shell: \"caf\xe9\"\n").unwrap();
+    let json = check_json([&empty, &latin1], 1);
+    let codes: Vec<&str> = json["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["F003", "F002"]);
+    // The first byte that is not UTF-8.
+    assert_eq!(json["diagnostics"][1]["line"], 2);
+    assert_eq!(json["diagnostics"][1]["column"], 16);
+    for path in [&empty, &latin1] {
+        prodigy()
+            .arg("run")
+            .arg(path)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("internal error").not())
+            .stderr(predicate::str::contains("the workflow has errors"));
+    }
+}
+
+#[test]
+fn fix_edits_in_place_keeping_comments() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "w.yml", TYPO);
+    prodigy()
+        .args(["check", "--no-shellcheck", "--fix"])
+        .arg(&path)
+        .assert()
+        .code(0)
+        .stderr(predicate::str::contains(
+            "checked 1 file: no problems found; fixed 1 problem in 1 file",
+        ));
+    assert_eq!(read(&path), TYPO_FIXED);
+    // Nothing left to fix: a second run changes nothing.
+    prodigy()
+        .args(["check", "--no-shellcheck", "--fix"])
+        .arg(&path)
+        .assert()
+        .code(0)
+        .stderr(predicate::str::contains("fixed 0 problems in 0 files"));
+}
+
+#[test]
+fn fix_dry_run_prints_a_unified_diff_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "w.yml", TYPO);
+    let name = path.display().to_string();
+    prodigy()
+        .args(["check", "--no-shellcheck", "--fix", "--dry-run", &name])
+        .assert()
+        .code(0)
+        .stdout(format!(
+            "--- a/{name}\n+++ b/{name}\n@@ -1,4 +1,4 @@\n commands:\n   - shell: make   # build it\n     retry_config:\n-      max_attemps: 3  # keep\n+      max_attempts: 3  # keep\n"
+        ))
+        .stderr(predicate::str::contains("would fix 1 problem in 1 file"));
+    assert_eq!(read(&path), TYPO);
+    // `--dry-run` only means something with `--fix`.
+    prodigy()
+        .args(["check", "--dry-run", &name])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn fixes_are_in_the_json_and_sarif_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "w.yml", TYPO);
+    let json = check_json([&path], 1);
+    assert_eq!(
+        json["diagnostics"][0]["fix"],
+        serde_json::json!({
+            "description": "rename `max_attemps` to `max_attempts`",
+            "edits": [{
+                "line": 4, "column": 7, "end_line": 4, "end_column": 18,
+                "start_byte": 63, "end_byte": 74, "replacement": "max_attempts",
+            }],
+        })
+    );
+    let sarif = prodigy()
+        .args(["check", "--format", "sarif"])
+        .arg(&path)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let sarif: serde_json::Value = serde_json::from_slice(&sarif).unwrap();
+    let fix = &sarif["runs"][0]["results"][0]["fixes"][0];
+    assert_eq!(
+        fix["description"]["text"],
+        "rename `max_attemps` to `max_attempts`"
+    );
+    let replacement = &fix["artifactChanges"][0]["replacements"][0];
+    assert_eq!(replacement["insertedContent"]["text"], "max_attempts");
+    assert_eq!(replacement["deletedRegion"]["startLine"], 4);
+    assert_eq!(replacement["deletedRegion"]["startColumn"], 7);
+    // A diagnostic without a sure fix says so.
+    let json = check_json(["workflows/err/V004-multiple-commands.yml"], 1);
+    assert!(json["diagnostics"][0]["fix"].is_null());
+    // The human summary counts what `--fix` would do.
+    prodigy()
+        .args(["check", "--no-shellcheck"])
+        .arg(&path)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "1 error (1 fixable with `prodigy check --fix`)",
+        ));
+}
+
+#[test]
+fn a_directory_is_searched_for_workflows_honouring_gitignore() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".prodigy")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".github/workflows")).unwrap();
+    std::fs::create_dir_all(dir.path().join("build")).unwrap();
+    write(&dir, ".prodigy/bad.yml", TYPO);
+    write(&dir, "good.yaml", "- shell: make\n");
+    write(&dir, "build/ignored.yml", TYPO);
+    write(&dir, ".gitignore", "build/\n");
+    write(
+        &dir,
+        ".github/workflows/ci.yml",
+        "on: push\njobs:\n  test:\n    runs-on: x\n    steps:\n      - run: make\n",
+    );
+    write(
+        &dir,
+        "compose.yml",
+        "services:\n  db:\n    image: postgres\n",
+    );
+    // `.gitignore` counts in a git repository.
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .status();
+    if !git.is_ok_and(|s| s.success()) {
+        external::missing_tool("check DIR honours .gitignore", "git", "git");
+        return;
+    }
+    let json = check_json(["--no-shellcheck", dir.path().to_str().unwrap()], 1);
+    let files: Vec<String> = json["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["file"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        files,
+        [format!("{}/.prodigy/bad.yml", dir.path().display())]
+    );
+    // Without a path, the current directory.
+    prodigy()
+        .current_dir(dir.path())
+        .args(["check", "--no-shellcheck"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("╭─[.prodigy/bad.yml:4:7]"))
+        .stderr(predicate::str::contains("checked 2 files: 1 error"));
+    // Named files are checked whatever they look like, unless `--only-workflows`.
+    prodigy()
+        .current_dir(dir.path())
+        .args(["check", "--no-shellcheck", "compose.yml"])
+        .assert()
+        .code(1);
+    prodigy()
+        .current_dir(dir.path())
+        .args([
+            "check",
+            "--no-shellcheck",
+            "--only-workflows",
+            "compose.yml",
+            "good.yaml",
+        ])
+        .assert()
+        .code(0)
+        .stderr(predicate::str::contains(
+            "checked 1 file: no problems found",
+        ));
+}
+
+#[test]
+fn stdin_is_checked_under_the_given_name() {
+    let json = prodigy()
+        .args([
+            "check",
+            "--no-shellcheck",
+            "--format",
+            "json",
+            "--stdin-filename",
+            "ci/w.yml",
+        ])
+        .write_stdin(TYPO)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(json["diagnostics"][0]["file"], "ci/w.yml");
+    assert_eq!(json["diagnostics"][0]["line"], 4);
+    // With `--fix`, the fixed text comes back on stdout, the report on stderr.
+    prodigy()
+        .args([
+            "check",
+            "--no-shellcheck",
+            "--fix",
+            "--stdin-filename",
+            "w.yml",
+        ])
+        .write_stdin(TYPO)
+        .assert()
+        .code(0)
+        .stdout(TYPO_FIXED)
+        .stderr(predicate::str::contains("fixed 1 problem in 1 file"));
+    // A name is not a path to read as well.
+    prodigy()
+        .args(["check", "--stdin-filename", "w.yml", "other.yml"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn shellcheck_findings_are_warnings_at_their_place_in_the_string() {
+    if !external::tool_available("check runs shellcheck", "shellcheck", "shellcheck") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "w.yml",
+        "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: |\n        cd ${item.dir|shell}\n        echo \"${item.name|shell}\" $count\n",
+    );
+    let json = check_json([&path], 0);
+    let found: Vec<(String, u64, u64, String)> = json["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["message"]
+                    .as_str()
+                    .unwrap()
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .to_owned(),
+                d["line"].as_u64().unwrap(),
+                d["column"].as_u64().unwrap(),
+                d["help"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "SC2164".to_owned(),
+                6,
+                9,
+                "see https://www.shellcheck.net/wiki/SC2164".to_owned()
+            ),
+            (
+                "SC2086".to_owned(),
+                7,
+                35,
+                "see https://www.shellcheck.net/wiki/SC2086".to_owned()
+            ),
+        ]
+    );
+    assert!(
+        json["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["code"] == "S001" && d["severity"] == "warning")
+    );
+    // `--no-shellcheck` does not run it; a suppression of S001 is then not useless.
+    let quiet = write(
+        &dir,
+        "s.yml",
+        "- shell: ls $x  # prodigy: ignore[S001] x is a list of words\n",
+    );
+    let json = check_json(
+        [
+            "--no-shellcheck",
+            quiet.to_str().unwrap(),
+            path.to_str().unwrap(),
+        ],
+        0,
+    );
+    assert_eq!(json["diagnostics"], serde_json::json!([]));
+    // The suppression silences the finding when ShellCheck runs.
+    let json = check_json([&quiet], 0);
+    assert_eq!(json["diagnostics"], serde_json::json!([]));
+}
+
+#[test]
+fn completions_for_every_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        prodigy()
+            .args(["completions", shell])
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("prodigy"))
+            .stdout(predicate::str::contains("resume-job"));
+    }
+    prodigy().args(["completions", "tcsh"]).assert().code(2);
+}
+
+#[test]
+fn the_man_page_has_every_subcommand() {
+    let output = prodigy()
+        .arg("man")
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let page = String::from_utf8(output).unwrap();
+    assert!(page.starts_with(".ie"), "roff: {}", &page[..40]);
+    assert!(page.contains(".TH prodigy 1"));
+    for section in [
+        "PRODIGY CHECK",
+        "PRODIGY RUN",
+        "PRODIGY RESUME-JOB",
+        "PRODIGY DLQ RETRY",
+        "PRODIGY EVENTS",
+        "PRODIGY WORKTREE CLEAN",
+        "PRODIGY COMPLETIONS",
+    ] {
+        assert!(
+            page.contains(&format!(".SH \"{section}\"")),
+            "no section {section}"
+        );
+    }
+    assert!(page.contains("\\-\\-stdin\\-filename"));
+    assert!(page.contains("Exit status:"));
+}
+
+#[test]
+fn color_is_chosen_with_a_flag_on_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "w.yml", TYPO);
+    let ansi = predicate::str::contains("\u{1b}[");
+    prodigy()
+        .args(["check", "--no-shellcheck", "--color", "always"])
+        .arg(&path)
+        .assert()
+        .code(1)
+        .stdout(ansi.clone());
+    prodigy()
+        .args(["--color=never", "check", "--no-shellcheck"])
+        .arg(&path)
+        .env_remove("NO_COLOR")
+        .assert()
+        .code(1)
+        .stdout(ansi.clone().not());
+    // Global: accepted by every command, and it colours clap's own help.
+    prodigy()
+        .args(["run", "--color", "always", "--help"])
+        .assert()
+        .code(0)
+        .stdout(ansi);
+    prodigy()
+        .args(["check", "--color", "sometimes"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn quiet_runs_print_only_the_outcome_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let path = write(&dir, "w.yml", "- shell: echo one\n- shell: echo two\n");
+    let run = |quiet: bool| {
+        let mut cmd = prodigy();
+        cmd.current_dir(dir.path())
+            .env("PRODIGY_HOME", home.path())
+            .args(["run", "--no-worktree"]);
+        if quiet {
+            cmd.arg("-q");
+        }
+        let output = cmd.arg(&path).assert().code(0).get_output().stderr.clone();
+        String::from_utf8(output).unwrap()
+    };
+    assert!(run(false).contains("[1/2] echo one"));
+    let quiet = run(true);
+    assert_eq!(quiet.lines().count(), 1, "{quiet}");
+    assert!(quiet.starts_with("✓ workflow completed"), "{quiet}");
+    // Errors still show.
+    let failing = write(&dir, "f.yml", "- shell: echo one\n- shell: exit 3\n");
+    let output = prodigy()
+        .current_dir(dir.path())
+        .env("PRODIGY_HOME", home.path())
+        .args(["run", "--no-worktree", "-q"])
+        .arg(&failing)
+        .assert()
+        .code(1)
+        .get_output()
+        .stderr
+        .clone();
+    let text = String::from_utf8(output).unwrap();
+    assert!(!text.contains("[1/2]"), "{text}");
+    assert!(text.lines().last().unwrap().starts_with("✗ step"), "{text}");
+    for command in [
+        &["resume", "-q", "x"][..],
+        &["resume-job", "--quiet", "x"],
+        &["dlq", "retry", "-q", "x"],
+    ] {
+        // Accepted (the id names nothing: a usage error, not an unknown flag).
+        prodigy()
+            .env("PRODIGY_HOME", home.path())
+            .args(command)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("unexpected argument").not());
+    }
+}
+
+#[test]
+fn help_lists_the_exit_statuses() {
+    let output = prodigy()
+        .arg("--help")
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let help = String::from_utf8(output).unwrap();
+    for line in [
+        "Exit status:",
+        "    0  success",
+        "    1  check found errors",
+        "    2  bad usage, or a file that cannot be read",
+        "    3  with --strict",
+        "  130  interrupted by SIGINT",
+        "  143  interrupted by SIGTERM",
+    ] {
+        assert!(help.contains(line), "--help lacks `{line}`:\n{help}");
+    }
+}
+
+#[test]
+fn release_builds_are_stripped_of_debug_info() {
+    let manifest = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"));
+    let profile = manifest
+        .split("[profile.release]")
+        .nth(1)
+        .unwrap()
+        .split("\n[")
+        .next()
+        .unwrap();
+    assert!(profile.contains("strip = \"debuginfo\""), "{profile}");
+    assert!(profile.contains("debug = false"), "{profile}");
+}
+
+#[test]
+fn the_pre_commit_hook_checks_workflows_only() {
+    let hooks = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".pre-commit-hooks.yaml"));
+    assert!(hooks.contains("- id: prodigy-check"));
+    assert!(hooks.contains("entry: prodigy check --only-workflows"));
+    assert!(hooks.contains("language: rust"));
+    assert!(hooks.contains("types: [yaml]"));
+}
