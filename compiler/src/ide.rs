@@ -326,7 +326,7 @@ fn variables(text: &str, typed: &str) -> Vec<Completion> {
     names.extend(
         crate::scope::SHELL_FIELDS
             .iter()
-            .map(|f| (format!("shell.{f}"), "the last shell command's result")),
+            .map(|f| (format!("shell.{f}"), "the last command's result (shell or Claude)")),
     );
     names.extend(crate::scope::ERROR_FIELDS.iter().map(|f| {
         (

@@ -1670,7 +1670,9 @@ impl Runner {
             vars.set(name.clone(), value);
             vars.meta.insert(name.clone(), Value::Object(meta));
         }
-        if let Some(name) = &step.capture_output {
+        // `capture_output: true` on a shell step names `${shell.output}`, which every
+        // command already sets (both streams); any other name stores stdout.
+        if let Some(name) = step.capture_output.as_ref().filter(|n| *n != "shell.output") {
             match name.split_once('.') {
                 Some((root, field)) => {
                     vars.merge(root, fields(json!({ field: trim(&out.stdout) })));
@@ -1762,16 +1764,22 @@ fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// `shell.*` / `claude.*` after every command, for handlers and the next step.
+/// `shell.*` after every command, shell or Claude, and `claude.*` after a Claude command, for
+/// handlers and the next step: `${shell.output}` is stdout and stderr interleaved as the
+/// command wrote them, `${shell.stdout}` and `${shell.stderr}` each stream alone.
 fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
     let trimmed = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
-    let value = json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": out.code.unwrap_or(-1)});
-    let root = if matches!(step.command, PlanCommand::Claude(_)) {
-        "claude"
-    } else {
-        "shell"
-    };
-    vars.set(root, value);
+    let exit_code = out.code.unwrap_or(-1);
+    vars.set(
+        "shell",
+        json!({"output": trimmed(&out.combined()), "stdout": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+    );
+    if matches!(step.command, PlanCommand::Claude(_)) {
+        vars.set(
+            "claude",
+            json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+        );
+    }
     vars.last_output = Some(trimmed(&out.stdout));
     vars.commands.insert(
         step.id.0,
