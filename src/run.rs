@@ -831,6 +831,9 @@ fn execute(
             lock: _lock,
         } = start(plan, opts, rx, Kind::Session, id, started_at, saved).await?;
         let first = resume.as_ref().map_or(0, |c| c.next_step);
+        if let Some(checkpoint) = &resume {
+            runner.carry_continued(&checkpoint.continued);
+        }
         let mut report = runner.run(vars, first).await;
         // Worktree news first: the last line says how the run ended and what to do next.
         let succeeded = report.outcome == RunOutcome::Succeeded;
@@ -914,6 +917,9 @@ fn restore(vars: &mut Vars, variables: &serde_json::Value) {
 }
 
 fn finish(report: &Report, signal: u8) -> u8 {
+    if !report.continued.is_empty() {
+        err(&continued_line(&report.continued));
+    }
     match report.outcome {
         RunOutcome::Succeeded => {
             err(&format!(
@@ -939,6 +945,30 @@ fn finish(report: &Report, signal: u8) -> u8 {
             interrupted(signal)
         }
     }
+}
+
+/// How many steps failed and were continued, and which: those whose `on_failure` handler ran
+/// without any run of the command succeeding, and those whose failure is ignored.
+fn continued_line(steps: &[prodigy_runtime::store::ContinuedStep]) -> String {
+    let names: Vec<String> = steps
+        .iter()
+        .map(|c| {
+            let how = if c.handled {
+                "its `on_failure` handler ran"
+            } else {
+                "failure ignored"
+            };
+            format!("`{}` ({how})", c.step)
+        })
+        .collect();
+    let (count, verb) = match steps.len() {
+        1 => ("1 step".to_owned(), "was"),
+        n => (format!("{n} steps"), "were"),
+    };
+    format!(
+        "warning: {count} failed and {verb} continued: {}\n",
+        names.join(", ")
+    )
 }
 
 /// Prints the steps with their commands rendered as far as the starting variables allow

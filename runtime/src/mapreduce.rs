@@ -479,7 +479,7 @@ async fn run_agent(
         runner,
         scope.clone(),
         stop,
-        runner.run_phase(&spec.steps, &mut vars),
+        runner.run_agent_steps(&spec.steps, &mut vars),
         spec.timeout,
         spec.cancel_running.then_some(halt),
     )
@@ -487,7 +487,8 @@ async fn run_agent(
     let end = match (why, outcome) {
         (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
         (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
-        (None, o) if o.continues() => RunEnd::Succeeded,
+        // A step whose failure was only handled fails the item.
+        (None, o) if o.continues_agent() => RunEnd::Succeeded,
         (None, _) => RunEnd::Failed,
     };
     let failure = scope.failure.borrow().clone();
@@ -1944,10 +1945,18 @@ mod tests {
         // 3 permission errors and 1 network error: the advice is about permissions, even
         // though a network error is among them.
         let records = vec![
-            failed(0, "CommandFailed", "cp: cannot create 'out/a': Permission denied"),
+            failed(
+                0,
+                "CommandFailed",
+                "cp: cannot create 'out/a': Permission denied",
+            ),
             failed(1, "CommandFailed", "curl: (7) connection refused"),
             failed(2, "CommandFailed", "open /etc/x: permission denied"),
-            failed(3, "CommandFailed", "rm: cannot remove 'b': Permission denied"),
+            failed(
+                3,
+                "CommandFailed",
+                "rm: cannot remove 'b': Permission denied",
+            ),
         ];
         let metrics = error_metrics(&records, 4);
         assert_eq!(

@@ -205,6 +205,23 @@ pub struct Checkpoint {
     /// The session worktree the run works in (SPEC §11); resume continues in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::worktree::SessionWorktree>,
+    /// The steps so far that failed and were continued, so that a resumed run still reports
+    /// them at its end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continued: Vec<ContinuedStep>,
+}
+
+/// A step of a standard run that failed and after which the workflow went on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContinuedStep {
+    /// Its index among the workflow's steps.
+    pub index: usize,
+    /// Its name.
+    pub step: String,
+    /// Its `on_failure` handler ran and no run of the command succeeded; otherwise the
+    /// failure was ignored (`on_failure: true`, `allow_failure`, `retry_config.on_failure:
+    /// continue`).
+    pub handled: bool,
 }
 
 impl Checkpoint {

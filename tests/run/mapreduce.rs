@@ -30,6 +30,11 @@ const fn case(name: &'static str, fail: &'static str, exit: i32) -> Case {
     }
 }
 
+/// The first of the common items alone.
+fn one_item() -> String {
+    r#"[{"id": 1, "path": "src/a.rs", "output": "a"}]"#.to_owned()
+}
+
 /// Fourteen items with scores and priorities: twelve score 5 or more, and two of those are
 /// left after `offset: 10`.
 fn scored_items() -> String {
@@ -60,9 +65,14 @@ const SEED_CASES: &[Case] = &[
     case("seed-000-error-policy-retry-backoff", "", 0),
     case("seed-000-mapreduce-with-dlq", "", 0),
     case("seed-000-reduce-error-metrics", "", 0),
-    // The API is down for the first two calls: the command-level handler reports it and,
-    // as an `on_failure` without `fail_workflow` does, lets those agents go on.
-    case("seed-000-resilient-api-integration", "curl:2", 0),
+    // The API is down for the first call: the command-level handler reports it, but only
+    // handled the failure, so the item fails and the workflow-level `retry_config` runs it
+    // again after a jittered 2 s, and then it succeeds. One item, so that no other item
+    // races the retry.
+    Case {
+        items: Some(one_item),
+        ..case("seed-000-resilient-api-integration", "curl:1", 0)
+    },
     // `process` fails once (not a network error, so no command-level retry): one item in
     // the DLQ.
     case("seed-001-both-systems-together", "process:1", 0),
