@@ -257,9 +257,12 @@ impl<S> Var<S> {
             Filter::Default(v) => Some(v.clone()),
             _ => None,
         });
+        // A default applies when the path resolves to nothing or to JSON null (a missing
+        // field of an existing variable, say `${item.owner}` of an item without one).
+        let has_default = self.default.is_some() || fallback.is_some();
         let mut current = match scope.get(&self.path) {
-            Some(v) => v,
-            None => match (&self.default, &fallback) {
+            Some(v) if !(v.is_null() && has_default) => v,
+            _ => match (&self.default, &fallback) {
                 (Some(default), _) => return default.render(scope),
                 (None, Some(v)) => Value::String(v.clone()),
                 (None, None) => {
@@ -351,6 +354,17 @@ mod tests {
         check("echo ${q|shell}", &vars, "echo 'it'\\''s'");
         check("${missing|default:none} $UNKNOWN", &vars, "none $UNKNOWN");
         check("${env:HOME}", &json!({"env": {"HOME": "/h"}}), "/h");
+    }
+
+    #[test]
+    fn a_default_applies_to_a_null_or_missing_field() {
+        let vars = json!({"item": {"id": 1, "owner": null}, "name": "Al"});
+        check("${item.owner:-nobody}", &vars, "nobody");
+        check("${item.team:-${name}}", &vars, "Al");
+        check("${item.owner|default:none}", &vars, "none");
+        check("${item.id:-x}", &vars, "1");
+        // Without a default, null renders as nothing, as before.
+        check("[${item.owner}]", &vars, "[]");
     }
 
     #[test]

@@ -343,6 +343,11 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
         "`$1` is left for the shell; positional arguments are `${ARG_1}` (SPEC §5)",
     ),
     (
+        "I23",
+        "\"[d]\"",
+        "a default applies when the path resolves to nothing or to null (`${item.owner:-nobody}` for an item without an owner)",
+    ),
+    (
         "I26",
         "\"Y\"",
         "the default is itself interpolated (SPEC §7)",

@@ -15,7 +15,8 @@ pub struct JobPolicy {
     pub continue_on_failure: bool,
     /// More failures than this stop the job.
     pub max_failures: Option<u64>,
-    /// A failure rate strictly above this stops the job, once 10 items have finished.
+    /// A failure rate strictly above this stops the job, checked after every finished item
+    /// once 10 items (or all of them, when there are fewer) have finished.
     pub failure_threshold: Option<f64>,
     /// Runs of an item before `on_item_failure` applies, counting the first
     /// (`retry_config.max_attempts`; 1 without a `retry_config`).
@@ -160,25 +161,28 @@ pub struct Job {
     policy: JobPolicy,
     counts: Counts,
     state: JobState,
+    /// Items in the job, for when the failure rate starts to count.
+    total: u64,
 }
 
+/// Finished items before `failure_threshold` is evaluated, when the job has more.
+const RATE_FROM: u64 = 10;
+
 impl Job {
-    /// A running job.
-    pub fn new(policy: JobPolicy) -> Self {
-        Job {
-            policy,
-            counts: Counts::default(),
-            state: JobState::Running,
-        }
+    /// A running job of TOTAL items.
+    pub fn new(policy: JobPolicy, total: u64) -> Self {
+        Self::resumed(policy, Counts::default(), total)
     }
 
-    /// A running job that continues with the counts of an earlier run (`resume-job`), so
-    /// that `max_failures` and `failure_threshold` count every item of the job.
-    pub fn resumed(policy: JobPolicy, counts: Counts) -> Self {
+    /// A running job of TOTAL items that continues with the counts of an earlier run
+    /// (`resume-job`), so that `max_failures` and `failure_threshold` count every item of
+    /// the job.
+    pub fn resumed(policy: JobPolicy, counts: Counts, total: u64) -> Self {
         Job {
             policy,
             counts,
             state: JobState::Running,
+            total,
         }
     }
 
@@ -193,6 +197,7 @@ impl Job {
     /// `timeout_action: skip`).
     pub fn skip(&mut self) {
         self.counts.skipped += 1;
+        self.check_rate();
     }
 
     /// Counts so far.
@@ -252,10 +257,12 @@ impl Job {
                 }
             },
         };
-        // A success or a skip lowers the failure rate; only a failure can stop the job.
         if counted_failure {
-            self.check_limits();
+            self.check_failure_limits();
         }
+        // The rate is evaluated after every finished item: a success can be the item that
+        // brings the count to where the rate starts to count.
+        self.check_rate();
         action
     }
 
@@ -266,19 +273,24 @@ impl Job {
         }
     }
 
-    fn check_limits(&mut self) {
+    fn check_failure_limits(&mut self) {
         if !self.policy.continue_on_failure {
             self.stop(StopReason::NoContinueOnFailure);
         }
-        // "Stop after this many failures" (seed 000): the Nth failure stops the job.
+        // "Stop after this many failures": the Nth failure stops the job.
         if let Some(max) = self.policy.max_failures
             && self.counts.failed >= max
         {
             self.stop(StopReason::MaxFailures(max));
         }
+    }
+
+    /// `failure_threshold`, once 10 items have finished, or every item of a smaller job.
+    fn check_rate(&mut self) {
         let finished = self.counts.finished();
         if let Some(threshold) = self.policy.failure_threshold
-            && finished >= 10
+            && finished > 0
+            && finished >= RATE_FROM.min(self.total)
         {
             #[expect(
                 clippy::cast_precision_loss,
@@ -296,13 +308,18 @@ impl Job {
 mod tests {
     use super::*;
 
+    /// A job with more items than the failure rate waits for.
+    fn big_job(policy: JobPolicy) -> Job {
+        Job::new(policy, 100)
+    }
+
     fn fail(job: &mut Job, attempt: u32) -> ItemAction {
         job.on_item(ItemEvent::Failed { attempt })
     }
 
     #[test]
     fn by_default_failures_go_to_the_dlq_and_the_job_goes_on() {
-        let mut job = Job::new(JobPolicy::default());
+        let mut job = big_job(JobPolicy::default());
         for _ in 0..20 {
             assert_eq!(fail(&mut job, 1), ItemAction::DeadLetter);
         }
@@ -312,7 +329,7 @@ mod tests {
 
     #[test]
     fn retry_runs_again_with_the_policy_delays_then_dead_letters() {
-        let mut job = Job::new(JobPolicy {
+        let mut job = big_job(JobPolicy {
             on_item_failure: ItemFailure::Retry,
             max_attempts: 3,
             retry_delays: vec![Duration::from_secs(1), Duration::from_secs(2)],
@@ -339,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_retry_config_retries_before_any_policy_applies() {
-        let mut job = Job::new(JobPolicy {
+        let mut job = big_job(JobPolicy {
             max_attempts: 2,
             retry_delays: vec![Duration::from_secs(1)],
             ..JobPolicy::default()
@@ -373,14 +390,14 @@ mod tests {
 
     #[test]
     fn skip_stop_and_custom() {
-        let mut skip = Job::new(JobPolicy {
+        let mut skip = big_job(JobPolicy {
             on_item_failure: ItemFailure::Skip,
             max_failures: Some(0),
             ..JobPolicy::default()
         });
         assert_eq!(fail(&mut skip, 1), ItemAction::Skip);
         assert!(skip.admits(), "skipped items are not failures");
-        let mut stop = Job::new(JobPolicy {
+        let mut stop = big_job(JobPolicy {
             on_item_failure: ItemFailure::Stop,
             ..JobPolicy::default()
         });
@@ -389,7 +406,7 @@ mod tests {
             stop.state(),
             &JobState::Stopping(StopReason::ItemFailureStop)
         );
-        let mut custom = Job::new(JobPolicy {
+        let mut custom = big_job(JobPolicy {
             on_item_failure: ItemFailure::Custom("notify".into()),
             ..JobPolicy::default()
         });
@@ -398,7 +415,7 @@ mod tests {
 
     #[test]
     fn max_failures_stops_at_that_many() {
-        let mut job = Job::new(JobPolicy {
+        let mut job = big_job(JobPolicy {
             max_failures: Some(2),
             ..JobPolicy::default()
         });
@@ -410,7 +427,7 @@ mod tests {
 
     #[test]
     fn continue_on_failure_false_stops_at_the_first_failure() {
-        let mut job = Job::new(JobPolicy {
+        let mut job = big_job(JobPolicy {
             continue_on_failure: false,
             ..JobPolicy::default()
         });
@@ -425,7 +442,7 @@ mod tests {
 
     #[test]
     fn the_failure_rate_counts_from_ten_items_and_must_exceed_the_threshold() {
-        let mut job = Job::new(JobPolicy {
+        let mut job = big_job(JobPolicy {
             failure_threshold: Some(0.2),
             ..JobPolicy::default()
         });
@@ -434,11 +451,13 @@ mod tests {
             fail(&mut job, 1);
         }
         assert!(job.admits());
-        for _ in 0..11 {
+        for _ in 0..6 {
             job.on_item(ItemEvent::Succeeded);
         }
-        // 4 of 15 finished: 4/15 = 26.7% > 20%, but check the boundary first with a fresh job.
-        let mut boundary = Job::new(JobPolicy {
+        assert!(job.admits(), "9 finished: still too early");
+        // The 10th finished item, a success, completes 3/10 = 30% > 20%; but check the
+        // boundary first with a fresh job.
+        let mut boundary = big_job(JobPolicy {
             failure_threshold: Some(0.2),
             ..JobPolicy::default()
         });
@@ -448,14 +467,81 @@ mod tests {
         fail(&mut boundary, 1);
         fail(&mut boundary, 1);
         assert!(boundary.admits(), "2 of 10 is 20%, not above it");
-        fail(&mut job, 1);
+        job.on_item(ItemEvent::Succeeded);
         match job.state() {
             JobState::Stopping(StopReason::FailureRate { rate, threshold }) => {
-                assert!((rate - 4.0 / 15.0).abs() < 1e-9);
+                assert!((rate - 3.0 / 10.0).abs() < 1e-9);
                 assert!((threshold - 0.2).abs() < 1e-9);
             }
             other => panic!("{other:?}"),
         }
         assert!(!job.admits());
+    }
+    #[test]
+    fn a_small_job_evaluates_the_rate_once_all_its_items_finished() {
+        // 3 failures out of 5 items at 0.2: the rate counts once the 5 items finished.
+        let policy = JobPolicy {
+            failure_threshold: Some(0.2),
+            ..JobPolicy::default()
+        };
+        let mut job = Job::new(policy.clone(), 5);
+        for _ in 0..3 {
+            fail(&mut job, 1);
+        }
+        job.on_item(ItemEvent::Succeeded);
+        assert!(job.admits(), "4 of 5 finished: too early");
+        // The last item succeeds, and still the job stops: 3/5 = 60% > 20%.
+        job.on_item(ItemEvent::Succeeded);
+        match job.state() {
+            JobState::Stopping(StopReason::FailureRate { rate, .. }) => {
+                assert!((rate - 0.6).abs() < 1e-9, "{rate}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // At or below the threshold, a small job goes on.
+        let mut fine = Job::new(policy, 5);
+        fail(&mut fine, 1);
+        for _ in 0..4 {
+            fine.on_item(ItemEvent::Succeeded);
+        }
+        assert!(fine.admits(), "1 of 5 is 20%, not above it");
+    }
+
+    #[test]
+    fn the_rate_is_evaluated_after_a_success_too() {
+        // 3 early failures, then successes: the 10th finished item is a success, and the rate
+        // it completes (3/10) is above 0.25.
+        let mut job = big_job(JobPolicy {
+            failure_threshold: Some(0.25),
+            ..JobPolicy::default()
+        });
+        for _ in 0..3 {
+            fail(&mut job, 1);
+        }
+        for _ in 0..6 {
+            job.on_item(ItemEvent::Succeeded);
+        }
+        assert!(job.admits(), "9 finished");
+        job.on_item(ItemEvent::Succeeded);
+        assert!(
+            matches!(
+                job.state(),
+                JobState::Stopping(StopReason::FailureRate { .. })
+            ),
+            "{:?}",
+            job.state()
+        );
+        // A timed-out item skipped by `timeout_action: skip` finishes an item too.
+        let mut skipped = Job::new(
+            JobPolicy {
+                failure_threshold: Some(0.5),
+                ..JobPolicy::default()
+            },
+            3,
+        );
+        fail(&mut skipped, 1);
+        fail(&mut skipped, 1);
+        skipped.skip();
+        assert!(!skipped.admits(), "2 of 3 failed");
     }
 }

@@ -74,12 +74,15 @@ pub enum Exhausted {
     Fallback,
 }
 
-/// DELAY spread uniformly over `[d·(1-f), d·(1+f)]` for the jitter factor `f`, clamped to
-/// `0..=max`.
+/// DELAY with jitter factor `f`: the delay `d` is capped at MAX first, then drawn uniformly
+/// from `[d·(1-f), d·(1+f)]` cut at `0` and at MAX. A delay at the cap is spread below it,
+/// over `[max·(1-f), max]`, so retries that reach `max_delay` do not all arrive together
+/// (clamping after the draw would put half of them exactly on the cap).
 pub fn jitter(delay: Duration, factor: f64, max: Duration, rng: &mut impl Rng) -> Duration {
-    let d = delay.as_secs_f64();
-    let low = (d * (1.0 - factor)).max(0.0);
-    let high = (d * (1.0 + factor)).max(low);
+    let d = delay.min(max).as_secs_f64();
+    let cap = max.as_secs_f64();
+    let low = (d * (1.0 - factor)).clamp(0.0, cap);
+    let high = (d * (1.0 + factor)).min(cap).max(low);
     let value = if high > low {
         rng.random_range(low..=high)
     } else {
@@ -121,8 +124,8 @@ impl RetryPolicy {
         }
     }
 
-    /// The delay before retry `n` (1-based), with jitter when enabled: uniform in
-    /// `[d·(1-f), d·(1+f)]`, clamped to `0..=max_delay`.
+    /// The delay before retry `n` (1-based), with jitter when enabled (see [`jitter`]: a delay
+    /// at `max_delay` is spread below it).
     pub fn delay(&self, n: u32, rng: &mut impl Rng) -> Duration {
         let nominal = self
             .delays
@@ -1015,6 +1018,41 @@ mod tests {
         }
         // 6 states × 8 events, of which 34 cannot happen.
         assert_eq!(valid, 48 - 34);
+    }
+
+    #[test]
+    fn jitter_spreads_delays_at_the_cap_below_it() {
+        // Exponential 1s, 2s, 4s, ... capped at 4s: retries 3 and 4 sit at the cap. With the
+        // old clamp after the draw, half of all draws landed exactly on 4s.
+        let policy = RetryPolicy {
+            delays: vec![secs(1), secs(2), secs(4), secs(4)],
+            max_delay: secs(4),
+            jitter: Some(0.5),
+            ..retry(5)
+        };
+        let at_cap: Vec<Duration> = (0..200)
+            .map(|seed| policy.delay(4, &mut StdRng::seed_from_u64(seed)))
+            .collect();
+        let on_the_cap = at_cap.iter().filter(|d| **d == secs(4)).count();
+        assert_eq!(on_the_cap, 0, "no retry waits exactly the cap: {at_cap:?}");
+        assert!(
+            at_cap
+                .iter()
+                .all(|d| (2.0..=4.0).contains(&d.as_secs_f64())),
+            "spread over [max·(1-f), max]: {at_cap:?}"
+        );
+        let mut distinct = at_cap.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() > 150, "{distinct:?}");
+        // Both halves of the window are used: the spread is not squeezed against the cap.
+        assert!(at_cap.iter().any(|d| d.as_secs_f64() < 3.0), "{at_cap:?}");
+        assert!(at_cap.iter().any(|d| d.as_secs_f64() > 3.5), "{at_cap:?}");
+        // A nominal delay above the cap (the error policy's schedule may not be capped) is
+        // capped first, then spread the same way.
+        let mut rng = StdRng::seed_from_u64(5);
+        let d = jitter(secs(60), 0.5, secs(4), &mut rng);
+        assert!((2.0..4.0).contains(&d.as_secs_f64()), "{d:?}");
     }
 
     #[test]

@@ -162,18 +162,14 @@ pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
         if *count < 3 {
             continue;
         }
-        let text = messages
-            .get(kind)
-            .map(|m| m.join("\n").to_lowercase())
-            .unwrap_or_default();
         let suggestion = if kind == "Timeout" {
             "Consider increasing agent_timeout_secs in timeout_config"
-        } else if text.contains("network") || text.contains("connection") {
-            "Check network connectivity and retry settings"
-        } else if text.contains("permission") || text.contains("access denied") {
-            "Verify file permissions and access rights"
         } else {
-            "Review error logs for more details."
+            match dominant_cause(messages.get(kind).map_or(&[][..], Vec::as_slice)) {
+                Cause::Network => "Check network connectivity and retry settings",
+                Cause::Permission => "Verify file permissions and access rights",
+                Cause::Other => "Review error logs for more details.",
+            }
         };
         metrics.failure_patterns.push(FailurePattern {
             pattern: kind.clone(),
@@ -182,6 +178,43 @@ pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
         });
     }
     metrics
+}
+
+/// What an error message says went wrong, for the advice of a failure pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    Network,
+    Permission,
+    Other,
+}
+
+impl Cause {
+    fn of(message: &str) -> Cause {
+        let text = message.to_lowercase();
+        let any = |words: &[&str]| words.iter().any(|w| text.contains(w));
+        if any(&["permission", "access denied", "not permitted"]) {
+            Cause::Permission
+        } else if any(&["network", "connection", "unreachable", "could not resolve"]) {
+            Cause::Network
+        } else {
+            Cause::Other
+        }
+    }
+}
+
+/// The cause most of MESSAGES share; on a tie, a specific cause (network, then permission)
+/// wins over the rest, so the advice names what most failures have in common.
+fn dominant_cause(messages: &[&str]) -> Cause {
+    let order = [Cause::Network, Cause::Permission, Cause::Other];
+    let count = |cause: Cause| messages.iter().filter(|m| Cause::of(m) == cause).count();
+    let mut best = (Cause::Other, 0);
+    for cause in order {
+        let n = count(cause);
+        if n > best.1 {
+            best = (cause, n);
+        }
+    }
+    best.0
 }
 
 /// `item_<index>`, as upstream names items.
@@ -299,6 +332,7 @@ impl AgentRun {
                 step: step.into(),
                 message,
                 error_type,
+                exit_code: None,
             }),
             duration: Duration::ZERO,
             artifacts: None,
@@ -545,6 +579,7 @@ async fn merge_back(
                     step: "merge".into(),
                     message: e.to_string(),
                     error_type,
+                    exit_code: None,
                 });
                 let left = crate::worktree::changes(&worktree.path).await;
                 run.artifacts = Some(artifacts(&worktree, &left, Some(logs)));
@@ -1081,7 +1116,7 @@ impl<'a> MapJob<'a> {
             .and_then(|p| p.error_collection.as_ref())
             .map_or(ast::ErrorCollection::Aggregate, |c| c.value);
         let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
-        let mut job = Job::resumed(policy, counts);
+        let mut job = Job::resumed(policy, counts, total as u64);
         let mut breaker = plan
             .error_policy
             .as_ref()
@@ -1357,7 +1392,8 @@ impl<'a> MapJob<'a> {
                             "item_handler_started",
                             json!({"item_id": item_id(index), "handler": name}),
                         );
-                        let error = json!({"message": message, "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
+                        // Every `${error.*}` field a step's handler has, plus the item's.
+                        let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
                         let Some(item) = items.get(index) else {
                             continue;
                         };
@@ -1900,6 +1936,37 @@ mod tests {
                     "Consider increasing agent_timeout_secs in timeout_config"
                 ),
             ]
+        );
+    }
+
+    #[test]
+    fn the_advice_names_the_dominant_error() {
+        // 3 permission errors and 1 network error: the advice is about permissions, even
+        // though a network error is among them.
+        let records = vec![
+            failed(0, "CommandFailed", "cp: cannot create 'out/a': Permission denied"),
+            failed(1, "CommandFailed", "curl: (7) connection refused"),
+            failed(2, "CommandFailed", "open /etc/x: permission denied"),
+            failed(3, "CommandFailed", "rm: cannot remove 'b': Permission denied"),
+        ];
+        let metrics = error_metrics(&records, 4);
+        assert_eq!(
+            metrics.failure_patterns,
+            vec![FailurePattern {
+                pattern: "CommandFailed".into(),
+                frequency: 4,
+                suggestion: "Verify file permissions and access rights".into(),
+            }]
+        );
+        // Mostly unrelated errors: the generic advice, not the one network error's.
+        let records = vec![
+            failed(0, "CommandFailed", "error[E0308]: mismatched types"),
+            failed(1, "CommandFailed", "error[E0425]: cannot find value"),
+            failed(2, "CommandFailed", "network unreachable"),
+        ];
+        assert_eq!(
+            error_metrics(&records, 3).failure_patterns[0].suggestion,
+            "Review error logs for more details."
         );
     }
 

@@ -183,6 +183,8 @@ pub(crate) struct StepFailure {
     pub message: String,
     /// The DLQ's classification.
     pub error_type: crate::dlq::ErrorType,
+    /// The exit code its command ended with, when it exited.
+    pub exit_code: Option<i32>,
 }
 
 tokio::task_local! {
@@ -927,6 +929,7 @@ impl Runner {
                             .as_ref()
                             .map_or_else(|| "the step failed".to_owned(), |o| tail(&o.stderr, 20)),
                         error_type: error_type(step, last.as_ref()),
+                        exit_code: last.as_ref().and_then(|o| o.code),
                     });
                 });
                 self.say(&format!(

@@ -1040,6 +1040,7 @@ fn missing_claude_stops_before_the_first_step() {
     assert!(scratch.events().is_empty());
 }
 
+mod examples;
 mod mapreduce;
 mod worktree;
 

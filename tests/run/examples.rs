@@ -1,0 +1,142 @@
+//! The complete examples under `workflows/examples/`, run as their comments tell a user to
+//! run them, in a scratch repository shaped for each.
+
+use super::mapreduce::only_job;
+use super::{Scratch, root, stderr};
+
+fn example(name: &str) -> String {
+    root()
+        .join("workflows/examples")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// `docs-check.yml`: setup lists the Markdown files, the filter drops the empty one, an agent
+/// checks each file, a file that fails its check is tried again and then dead-lettered, and
+/// reduce counts both.
+#[test]
+fn docs_check_example_dead_letters_the_files_that_fail_and_reports() {
+    let scratch = Scratch::new();
+    let project = scratch.project();
+    for (name, text) in [
+        ("README.md", "# Demo\n\nSome text.\n"),
+        ("docs/guide.md", "# Guide\n\nStep one.\nStep two.\n"),
+        ("docs/faq.md", "# FAQ\n"),
+        ("docs/notes.md", "# Notes\nshort\n"),
+        ("docs/untitled.md", "No title here.\n"),
+        ("docs/trailing.md", "# Trailing\nspace at the end \n"),
+        ("docs/empty.md", ""),
+    ] {
+        let path = project.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    scratch.commit();
+    let output = scratch.run(&["run", "-v", "-y", &example("docs-check.yml")], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("7 Markdown files"), "{text}");
+    assert!(
+        text.contains("map: 6 items (7 selected, 6 after filter"),
+        "{text}"
+    );
+    assert!(
+        text.contains("docs/untitled.md: the first line is not a '# ' title"),
+        "{text}"
+    );
+    assert!(
+        text.contains("docs/trailing.md: trailing whitespace on the lines above"),
+        "{text}"
+    );
+    assert!(text.contains("4 of 6 files pass, 2 fail"), "{text}");
+
+    let job = only_job(&scratch);
+    let listed = scratch.run(&["dlq", "list", &job, "--format", "json"], &[]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.contains("docs/untitled.md"), "{listed}");
+    assert!(listed.contains("docs/trailing.md"), "{listed}");
+    assert!(!listed.contains("docs/guide.md"), "{listed}");
+    // Each dead-lettered file ran twice, as `retry_config` says.
+    let runs = scratch
+        .events()
+        .iter()
+        .filter(|e| e["event_type"] == "agent_started" && e["item_id"] != serde_json::Value::Null)
+        .count();
+    assert_eq!(runs, 8, "4 files once, 2 files twice: {text}");
+}
+
+/// Runs `claude-fix-loop.yml` on tests that fail until a file `state` exists, with a Claude
+/// stand-in that records each prompt in `stub-state/prompts` and, when `fixes`, writes
+/// `state` and commits it.
+fn run_fix_loop(fixes: bool) -> (Scratch, super::Output) {
+    let scratch = Scratch::new();
+    let claude = scratch.dir.path().join("bin/fixing-claude");
+    let prompts = scratch.dir.path().join("stub-state/prompts");
+    let fix = if fixes {
+        "echo fixed > state && git add state && git -c user.name=c -c user.email=c@example.invalid commit -qm 'fix: write state'"
+    } else {
+        "echo 'no idea'"
+    };
+    std::fs::write(
+        &claude,
+        format!(
+            "#!/bin/sh\nfor last; do :; done\nprintf '%s\\n---\\n' \"$last\" >> {}\n{fix}\n",
+            prompts.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&claude).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&claude, perms).unwrap();
+    let tests = "echo tests: running; test -f state || { echo 'assertion failed: state is missing' >&2; exit 1; }";
+    let output = scratch.run(
+        &["run", "-y", &example("claude-fix-loop.yml")],
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", claude.to_str().unwrap()),
+            ("TEST_COMMAND", tests),
+        ],
+    );
+    (scratch, output)
+}
+
+/// `claude-fix-loop.yml`: the tests fail, Claude gets their output (stderr included), fixes
+/// and commits, the tests pass on their second run, and the fix is merged back with `-y`.
+#[test]
+fn claude_fix_loop_example_hands_the_failure_to_claude_and_merges_the_fix() {
+    let (scratch, output) = run_fix_loop(true);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let prompts = std::fs::read_to_string(scratch.dir.path().join("stub-state/prompts")).unwrap();
+    assert_eq!(prompts.matches("\n---\n").count(), 1, "{prompts}");
+    assert!(prompts.contains("tests: running"), "{prompts}");
+    assert!(
+        prompts.contains("assertion failed: state is missing"),
+        "{prompts}"
+    );
+    assert!(prompts.contains("test -f state"), "{prompts}");
+    // The fix came back to the user's branch.
+    assert!(scratch.project().join("state").is_file(), "{text}");
+    assert!(
+        scratch
+            .git(&["log", "--oneline"])
+            .contains("fix: write state"),
+        "{text}"
+    );
+}
+
+/// When Claude cannot fix them, the tests run three times and the workflow fails, keeping
+/// nothing on the user's branch.
+#[test]
+fn claude_fix_loop_example_gives_up_after_three_runs() {
+    let (scratch, output) = run_fix_loop(false);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    let runs = scratch
+        .events()
+        .iter()
+        .filter(|e| e["event_type"] == "attempt_started" && e["step"] == "tests")
+        .count();
+    assert_eq!(runs, 3, "{text}");
+    assert!(!scratch.project().join("state").exists());
+}
