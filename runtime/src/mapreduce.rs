@@ -1944,10 +1944,18 @@ mod tests {
         // 3 permission errors and 1 network error: the advice is about permissions, even
         // though a network error is among them.
         let records = vec![
-            failed(0, "CommandFailed", "cp: cannot create 'out/a': Permission denied"),
+            failed(
+                0,
+                "CommandFailed",
+                "cp: cannot create 'out/a': Permission denied",
+            ),
             failed(1, "CommandFailed", "curl: (7) connection refused"),
             failed(2, "CommandFailed", "open /etc/x: permission denied"),
-            failed(3, "CommandFailed", "rm: cannot remove 'b': Permission denied"),
+            failed(
+                3,
+                "CommandFailed",
+                "rm: cannot remove 'b': Permission denied",
+            ),
         ];
         let metrics = error_metrics(&records, 4);
         assert_eq!(
