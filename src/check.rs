@@ -223,14 +223,15 @@ fn check_one(input: &Input, args: &CheckArgs, shellcheck: Option<&ShellCheck>) -
     let mut file = match loaded {
         Ok(file) => file,
         Err(e) => {
-            // A searched file that cannot be read is not known to be a workflow; a named one is.
+            // Even when it may not be a workflow, a file that cannot be read is reported, so
+            // nothing goes unchecked silently.
             return Outcome {
                 path: None,
                 file: SourceFile::new(name, e.valid_prefix().to_owned()),
                 checked: None,
                 diagnostics: vec![e.diagnostic()],
                 unreadable: e.is_unreadable(),
-                skipped: searched && e.is_unreadable(),
+                skipped: false,
                 fixed: None,
             };
         }
