@@ -88,6 +88,8 @@ enum Input {
 
 /// What checking one file gave.
 struct Outcome {
+    /// The file on disk (not for standard input), where `--fix` writes.
+    path: Option<PathBuf>,
     file: SourceFile,
     checked: Option<prodigy_compiler::Checked>,
     diagnostics: Vec<Diagnostic>,
@@ -221,19 +223,22 @@ fn check_one(input: &Input, args: &CheckArgs, shellcheck: Option<&ShellCheck>) -
     let mut file = match loaded {
         Ok(file) => file,
         Err(e) => {
-            // A searched file that cannot be read is not known to be a workflow; a named one is.
+            // Even when it may not be a workflow, a file that cannot be read is reported, so
+            // nothing goes unchecked silently.
             return Outcome {
+                path: None,
                 file: SourceFile::new(name, e.valid_prefix().to_owned()),
                 checked: None,
                 diagnostics: vec![e.diagnostic()],
                 unreadable: e.is_unreadable(),
-                skipped: searched && e.is_unreadable(),
+                skipped: false,
                 fixed: None,
             };
         }
     };
     if searched && !prodigy_compiler::detect::looks_like_workflow(&file) {
         return Outcome {
+            path: None,
             file,
             checked: None,
             diagnostics: Vec::new(),
@@ -265,6 +270,10 @@ fn check_one(input: &Input, args: &CheckArgs, shellcheck: Option<&ShellCheck>) -
         }
     }
     Outcome {
+        path: match input {
+            Input::Path { path, .. } => Some(path.clone()),
+            Input::Stdin(_) => None,
+        },
         diagnostics: checked.diagnostics.clone(),
         checked: Some(checked),
         file,
@@ -383,7 +392,9 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
             } else if f.applied > 0 {
                 if args.dry_run {
                     out(&diff(&o.file.name, &f.before, &f.after));
-                } else if let Err(e) = write_in_place(Path::new(&o.file.name), &f.after) {
+                } else if let Some(path) = &o.path
+                    && let Err(e) = write_in_place(path, &f.after)
+                {
                     err(&format!("error: cannot write {}: {e}\n", o.file.name));
                     return exit_code::USAGE;
                 }

@@ -211,6 +211,17 @@ mod tests {
     }
 
     #[test]
+    fn no_shell_filter_is_added_in_a_here_document() {
+        let text = "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: |\n        touch out-${item.id}\n        cat <<EOF\n        id: ${item.id}\n        EOF\n";
+        let out = fixed(text);
+        assert_eq!(out.applied, 1);
+        assert!(out.text.contains("touch out-${item.id|shell}\n"));
+        assert!(out.text.contains("id: ${item.id}\n"));
+        assert_eq!(out.diagnostics.len(), 1);
+        assert!(out.diagnostics[0].fix.is_none());
+    }
+
+    #[test]
     fn deprecated_forms_are_rewritten() {
         let out = fixed(
             "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    commands:\n      # each item\n      - command: /review ${item|shell}\n        on_failure:\n          claude: /fix\n          retry_original: true\nreduce:\n  commands:\n    - shell: echo done\n",

@@ -755,7 +755,9 @@ fn shell_filter_fix(
     source: &str,
     path: &Path,
 ) -> Option<crate::diagnostics::Fix> {
-    if !template.exact || local.end == 0 {
+    // In a here-document `|shell`'s quotes would be printed, not read: no sure fix after `<<`.
+    let before = template.value.get(..local.start).unwrap_or("<<");
+    if !template.exact || local.end == 0 || before.contains("<<") {
         return None;
     }
     let close = template.rebase(

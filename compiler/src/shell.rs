@@ -94,51 +94,157 @@ enum Context {
     Backtick,
 }
 
-/// A small shell lexer: enough to know whether a position is inside quotes.
+/// A here-document: its delimiter word, whether `<<-` strips leading tabs, whether the word
+/// was quoted (then the body is literal), and the body line read so far.
+#[derive(Clone, Debug, Default)]
+struct Heredoc {
+    delimiter: String,
+    strip_tabs: bool,
+    quoted: bool,
+    line: String,
+}
+
+/// A small shell lexer: enough to know whether a position is inside quotes, a comment or a
+/// here-document.
 #[derive(Default)]
 struct Lexer {
     stack: Vec<Context>,
     escaped: bool,
     dollar: bool,
+    previous: Option<char>,
+    comment: bool,
+    /// The delimiter after `<<`, while it is read.
+    reading: Option<Heredoc>,
+    /// Here-documents whose bodies start at the next newline.
+    queued: Vec<Heredoc>,
+    /// The body being read.
+    body: Option<Heredoc>,
 }
 
 impl Lexer {
     fn feed(&mut self, text: &str) {
         for c in text.chars() {
-            let dollar = std::mem::replace(&mut self.dollar, c == '$');
-            if self.escaped {
-                self.escaped = false;
-                continue;
+            self.step(c);
+            self.previous = Some(c);
+        }
+    }
+
+    fn unquoted(&self) -> bool {
+        !matches!(self.stack.last(), Some(Context::Single | Context::Double))
+    }
+
+    fn step(&mut self, c: char) {
+        if let Some(body) = &mut self.body {
+            if c == '\n' {
+                let line = if body.strip_tabs {
+                    body.line.trim_start_matches('\t')
+                } else {
+                    body.line.as_str()
+                };
+                if line == body.delimiter {
+                    self.body = self.queued.pop();
+                } else {
+                    body.line.clear();
+                }
+            } else {
+                body.line.push(c);
             }
-            match (self.stack.last().copied(), c) {
-                (Some(Context::Single), '\'')
-                | (Some(Context::Double), '"')
-                | (Some(Context::Backtick), '`') => {
-                    self.stack.pop();
+            return;
+        }
+        if self.comment {
+            if c == '\n' {
+                self.comment = false;
+                self.newline();
+            }
+            return;
+        }
+        if let Some(doc) = &mut self.reading {
+            match c {
+                '-' if doc.delimiter.is_empty() && !doc.strip_tabs => {
+                    doc.strip_tabs = true;
+                    return;
                 }
-                (Some(Context::Single), _) => {}
-                (_, '\\') => self.escaped = true,
-                (_, '(') if dollar => self.stack.push(Context::Subst(1)),
-                (Some(Context::Subst(n)), '(') => {
-                    self.stack.pop();
-                    self.stack.push(Context::Subst(n + 1));
+                '<' if doc.delimiter.is_empty() => {
+                    // `<<<`: a here-string, not a here-document.
+                    self.reading = None;
+                    return;
                 }
-                (Some(Context::Subst(n)), ')') => {
-                    self.stack.pop();
-                    if n > 1 {
-                        self.stack.push(Context::Subst(n - 1));
+                ' ' | '\t' if doc.delimiter.is_empty() => return,
+                '\'' | '"' | '\\' => {
+                    doc.quoted = true;
+                    return;
+                }
+                c if !c.is_whitespace() && !";|&<>()".contains(c) => {
+                    doc.delimiter.push(c);
+                    return;
+                }
+                _ => {
+                    if let Some(doc) = self.reading.take()
+                        && !doc.delimiter.is_empty()
+                    {
+                        self.queued.insert(0, doc);
                     }
                 }
-                (_, '`') => self.stack.push(Context::Backtick),
-                (Some(Context::Double), _) => {}
-                (_, '\'') => self.stack.push(Context::Single),
-                (_, '"') => self.stack.push(Context::Double),
-                _ => {}
             }
+        }
+        let dollar = std::mem::replace(&mut self.dollar, c == '$');
+        if self.escaped {
+            self.escaped = false;
+            return;
+        }
+        let word_start = self
+            .previous
+            .is_none_or(|p| p.is_whitespace() || ";&|(".contains(p));
+        match (self.stack.last().copied(), c) {
+            (Some(Context::Single), '\'')
+            | (Some(Context::Double), '"')
+            | (Some(Context::Backtick), '`') => {
+                self.stack.pop();
+            }
+            (Some(Context::Single), _) => {}
+            (_, '\\') => self.escaped = true,
+            (_, '(') if dollar => self.stack.push(Context::Subst(1)),
+            (Some(Context::Subst(n)), '(') => {
+                self.stack.pop();
+                self.stack.push(Context::Subst(n + 1));
+            }
+            (Some(Context::Subst(n)), ')') => {
+                self.stack.pop();
+                if n > 1 {
+                    self.stack.push(Context::Subst(n - 1));
+                }
+            }
+            (_, '`') => self.stack.push(Context::Backtick),
+            (Some(Context::Double), _) => {}
+            (_, '\'') => self.stack.push(Context::Single),
+            (_, '"') => self.stack.push(Context::Double),
+            (_, '#') if word_start => self.comment = true,
+            (_, '<') if self.previous == Some('<') && self.unquoted() => {
+                self.reading = Some(Heredoc::default());
+            }
+            (_, '\n') => self.newline(),
+            _ => {}
+        }
+    }
+
+    /// At a newline outside quotes, the first queued here-document's body starts.
+    fn newline(&mut self) {
+        if self.unquoted() && self.body.is_none() {
+            self.body = self.queued.pop();
         }
     }
 
     fn quoting(&self) -> Option<Context> {
+        if let Some(body) = &self.body {
+            return Some(if body.quoted {
+                Context::Single
+            } else {
+                Context::Double
+            });
+        }
+        if self.comment {
+            return Some(Context::Single);
+        }
         self.stack
             .last()
             .copied()
@@ -320,6 +426,17 @@ mod tests {
         assert_eq!(
             scripts[0].text,
             r#"echo "$PRODIGY_T1" "x $PRODIGY_T2" 'PRODIGY_T3' $HOME $(cat "$PRODIGY_T4")"#
+        );
+    }
+
+    #[test]
+    fn comments_and_here_documents_are_not_quotes() {
+        let (_, scripts) = scripts_of(
+            "- shell: |\n    # don't worry\n    cat <<EOF > out-${a}\n    it's ${b}\n    EOF\n    cat <<-'END'\n    ${c}\n    END\n    echo ${d}\n",
+        );
+        assert_eq!(
+            scripts[0].text,
+            "# don't worry\ncat <<EOF > out-\"$PRODIGY_T1\"\nit's $PRODIGY_T2\nEOF\ncat <<-'END'\nPRODIGY_T3\nEND\necho \"$PRODIGY_T4\"\n"
         );
     }
 

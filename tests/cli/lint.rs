@@ -568,3 +568,25 @@ fn the_pre_commit_hook_checks_workflows_only() {
     assert!(hooks.contains("language: rust"));
     assert!(hooks.contains("types: [yaml]"));
 }
+
+#[test]
+fn a_file_too_large_to_read_is_reported_even_in_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir, "good.yml", "- shell: make\n");
+    // Sparse: 65 MiB on paper, nothing on disk; refused before a byte is read.
+    std::fs::File::create(dir.path().join("huge.yml"))
+        .unwrap()
+        .set_len(65 * 1024 * 1024)
+        .unwrap();
+    let json = check_json(["--no-shellcheck", dir.path().to_str().unwrap()], 2);
+    let d = &json["diagnostics"][0];
+    assert_eq!(d["code"], "F001");
+    assert!(d["file"].as_str().unwrap().ends_with("huge.yml"));
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("it is larger than 67108864 bytes"),
+        "{d}"
+    );
+}
