@@ -190,6 +190,8 @@ pub(crate) struct StepFailure {
     pub error_type: crate::dlq::ErrorType,
     /// The exit code its command ended with, when it exited.
     pub exit_code: Option<i32>,
+    /// The failing command's exit code and the last lines of its output, when one ran.
+    pub output: Option<crate::dlq::CommandTail>,
 }
 
 tokio::task_local! {
@@ -594,20 +596,11 @@ impl Runner {
         self.mask(&template.render_lenient(vars))
     }
 
-    /// Checks what must hold before the first step: the Claude program.
+    /// Checks what must hold before the first step: the Claude program, when any step of
+    /// the workflow runs it. [`preflight`] checks only what given steps need.
     pub fn preflight(&self) -> Result<(), StartError> {
-        let uses_claude = self
-            .plan
-            .steps
-            .iter()
-            .any(|s| matches!(s.command, PlanCommand::Claude(_)));
-        if uses_claude {
-            let (program, _) = exec::claude("", self.opts.claude_command.as_deref());
-            if !exec::program_exists(&program) {
-                return Err(StartError::ClaudeMissing { program });
-            }
-        }
-        Ok(())
+        let every: Vec<StepId> = self.plan.steps.iter().map(|s| s.id).collect();
+        preflight(&self.plan, &every, self.opts.claude_command.as_deref())
     }
 
     /// Runs the standard workflow's steps from `start` (0 for a new run).
@@ -982,6 +975,11 @@ impl Runner {
                             .map_or_else(|| "the step failed".to_owned(), |o| tail(&o.stderr, 20)),
                         error_type: error_type(step, last.as_ref()),
                         exit_code: last.as_ref().and_then(|o| o.code),
+                        output: last.as_ref().map(|o| crate::dlq::CommandTail {
+                            exit_code: o.code,
+                            stdout: tail(&o.stdout, crate::dlq::CommandTail::LINES),
+                            stderr: tail(&o.stderr, crate::dlq::CommandTail::LINES),
+                        }),
                     });
                 });
                 let in_agent = AGENT.try_with(|a| !a.agent_id.is_empty()).unwrap_or(false);
@@ -1390,7 +1388,11 @@ impl Runner {
             };
             if round == rounds {
                 if on_incomplete.fail_workflow {
-                    self.say(&format!("  error: validation of `{}` still incomplete after {rounds} attempts ({completion}%)", step.label));
+                    self.say(&format!(
+                        "  error: validation of `{}` still incomplete after {} ({completion}%)",
+                        step.label,
+                        crate::progress::count(rounds, "attempt")
+                    ));
                     return Outcome::Failed;
                 }
                 self.say(&format!(
@@ -1851,6 +1853,65 @@ fn step_text(step: &PlanStep) -> String {
 }
 
 /// The last N lines of a text.
+/// Checks, before anything is made (a worktree, a branch, a lock), that the programs that
+/// running ROOTS needs are installed: the Claude CLI (`claude_command`, else `claude`) when
+/// one of them, or a step they can lead to, is a `claude` step or `claude` check.
+///
+/// # Errors
+///
+/// [`StartError::ClaudeMissing`] when the Claude program is needed and not found.
+pub fn preflight(
+    plan: &Plan,
+    roots: &[StepId],
+    claude_command: Option<&str>,
+) -> Result<(), StartError> {
+    if needs_claude(plan, roots) {
+        let (program, _) = exec::claude("", claude_command);
+        if !exec::program_exists(&program) {
+            return Err(StartError::ClaudeMissing { program });
+        }
+    }
+    Ok(())
+}
+
+/// Whether running ROOTS runs the Claude CLI: one of them, or a step it can lead to
+/// (`on_success`, `on_failure`, `on_exit_code`, `validate` and `on_incomplete` commands,
+/// `foreach` bodies), is a `claude` step or has a `claude` check.
+pub fn needs_claude(plan: &Plan, roots: &[StepId]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = roots.to_vec();
+    while let Some(id) = stack.pop() {
+        let Some(step) = plan.step(id) else { continue };
+        if !seen.insert(id) {
+            continue;
+        }
+        let checks_with_claude = step
+            .step_validate
+            .as_ref()
+            .is_some_and(|v| v.checks.iter().any(|c| c.claude));
+        if matches!(step.command, PlanCommand::Claude(_)) || checks_with_claude {
+            return true;
+        }
+        stack.extend(&step.on_success);
+        if let Some(handler) = &step.on_failure {
+            stack.extend(&handler.handler);
+        }
+        for (_, steps) in &step.on_exit_code {
+            stack.extend(steps);
+        }
+        if let Some(validate) = &step.validate {
+            stack.extend(&validate.commands);
+            if let Some(incomplete) = &validate.on_incomplete {
+                stack.extend(&incomplete.commands);
+            }
+        }
+        if let PlanCommand::Foreach { steps, .. } = &step.command {
+            stack.extend(steps);
+        }
+    }
+    false
+}
+
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.trim_end().lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")

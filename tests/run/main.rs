@@ -130,7 +130,18 @@ impl Scratch {
 
     /// The session worktree of the run ID.
     fn worktree(&self, id: &str) -> PathBuf {
-        self.home().join("worktrees/project").join(id)
+        self.home().join("worktrees").join(self.repo()).join(id)
+    }
+
+    /// The project's namespace under `PRODIGY_HOME`: `project-` and a hash of where the
+    /// scratch repository is.
+    fn repo(&self) -> String {
+        prodigy_runtime::store::namespace(&self.project())
+    }
+
+    /// The project's state directory, `state/{repo}`.
+    fn state(&self) -> PathBuf {
+        self.home().join("state").join(self.repo())
     }
 
     fn project(&self) -> PathBuf {
@@ -198,11 +209,14 @@ impl Scratch {
             .collect()
     }
 
-    /// Hides what changes from run to run: scratch paths, session ids, durations.
+    /// Hides what changes from run to run: scratch paths, session ids, durations, and the
+    /// hash in the project's namespace (which depends on the scratch path), which shows as
+    /// `project`, the repository's name.
     fn normalize(&self, text: &str) -> String {
         let text = text
             .replace(&self.project().display().to_string(), "[project]")
             .replace(&self.home().display().to_string(), "[home]")
+            .replace(&format!("/{}/", self.repo()), "/project/")
             .replace(&self.dir.path().display().to_string(), "[scratch]");
         let session = regex::Regex::new(r"session-[0-9]+-[0-9a-f]+").unwrap();
         let job = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+").unwrap();
@@ -1048,6 +1062,7 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod examples;
+mod friction;
 mod mapreduce;
 mod worktree;
 
