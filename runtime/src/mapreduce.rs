@@ -854,7 +854,7 @@ impl<'a> MapJob<'a> {
             if let Err(outcome) = self.setup(vars).await {
                 return outcome;
             }
-            self.warn_setup_leftovers().await;
+            self.warn_setup_leftovers(vars).await;
             let items = match self.load_items(vars).await {
                 Ok(items) => items,
                 Err(why) => {
@@ -947,14 +947,22 @@ impl<'a> MapJob<'a> {
 
     /// After `setup` in a session worktree: warns once, naming them, about the files setup
     /// left that no commit holds, since agents branch from commits only and will not see
-    /// them (a `mkdir out` in setup, and every item fails).
-    async fn warn_setup_leftovers(&self) {
+    /// them (a `mkdir out` in setup, and every item fails). The map input file is left out:
+    /// prodigy reads it itself, so setup may well leave it uncommitted.
+    async fn warn_setup_leftovers(&self, vars: &Vars) {
         use crate::worktree::UncommittedKind;
         const SHOWN: usize = 10;
         let (Some(session), Some(_)) = (self.runner.worktree(), &self.plan.setup) else {
             return;
         };
-        let left = crate::worktree::not_committed(&session.path).await;
+        let input = self
+            .plan
+            .map
+            .as_ref()
+            .and_then(|m| m.input.parsed.render(vars).ok())
+            .map(|i| i.trim().trim_start_matches("./").to_owned());
+        let mut left = crate::worktree::not_committed(&session.path).await;
+        left.retain(|u| Some(u.path.as_str()) != input.as_deref());
         if left.is_empty() {
             return;
         }
