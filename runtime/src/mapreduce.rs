@@ -332,7 +332,6 @@ impl AgentRun {
                 step: step.into(),
                 message,
                 error_type,
-                exit_code: None,
                 output: None,
             }),
             duration: Duration::ZERO,
@@ -581,7 +580,6 @@ async fn merge_back(
                     step: "merge".into(),
                     message: e.to_string(),
                     error_type,
-                    exit_code: None,
                     output: None,
                 });
                 let left = crate::worktree::changes(&worktree.path).await;
@@ -1458,7 +1456,7 @@ impl<'a> MapJob<'a> {
                             json!({"item_id": item_id(index), "handler": name}),
                         );
                         // Every `${error.*}` field a step's handler has, plus the item's.
-                        let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
+                        let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.output.as_ref()).and_then(|o| o.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
                         let Some(item) = items.get(index) else {
                             continue;
                         };

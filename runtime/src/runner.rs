@@ -188,8 +188,6 @@ pub(crate) struct StepFailure {
     pub message: String,
     /// The DLQ's classification.
     pub error_type: crate::dlq::ErrorType,
-    /// The exit code its command ended with, when it exited.
-    pub exit_code: Option<i32>,
     /// The failing command's exit code and the last lines of its output, when one ran.
     pub output: Option<crate::dlq::CommandTail>,
 }
@@ -974,7 +972,6 @@ impl Runner {
                             .as_ref()
                             .map_or_else(|| "the step failed".to_owned(), |o| tail(&o.stderr, 20)),
                         error_type: error_type(step, last.as_ref()),
-                        exit_code: last.as_ref().and_then(|o| o.code),
                         output: last.as_ref().map(|o| crate::dlq::CommandTail {
                             exit_code: o.code,
                             stdout: tail(&o.stdout, crate::dlq::CommandTail::LINES),
