@@ -11,6 +11,7 @@ use prodigy_runtime::runner::Options;
 use prodigy_runtime::store::Layout;
 
 use crate::run::{Kind, Started};
+use prodigy_runtime::progress::count;
 use serde_json::Value;
 
 use crate::{err, exit_code, out};
@@ -43,11 +44,18 @@ pub(crate) enum DlqCommand {
     /// leave the queue; items that fail again stay with the new failure recorded. Items are
     /// read one at a time, so large queues need little memory.
     Retry(RetryArgs),
-    /// Remove every item from a job's queue (after fixing them by hand).
+    /// Remove every item from a job's queue for good (after fixing them by hand). Asks first
+    /// on a terminal; elsewhere it needs `-y`.
     Clear {
         /// The MapReduce job.
         #[arg(value_name = "JOB_ID")]
         job: String,
+        /// Remove without asking.
+        #[arg(short = 'y', long)]
+        yes: bool,
+        /// List the items that would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Count the queued items by error type and by error signature.
     Stats {
@@ -93,12 +101,56 @@ pub(crate) enum Format {
     Json,
 }
 
-/// `dlq clear`: empties the queue of JOB.
-fn clear(queue: &Dlq, job: &str) -> u8 {
+/// `dlq clear`: empties the queue of JOB, after asking on a terminal (not with YES); a dry
+/// run only lists what would go.
+fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
+    let items = match queue.items() {
+        Ok(items) => items,
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::USAGE;
+        }
+    };
+    if items.is_empty() {
+        err(&format!(
+            "the dead letter queue of {job} is empty; nothing to remove\n"
+        ));
+        return exit_code::OK;
+    }
+    let what = count(items.len(), "item");
+    if dry_run {
+        let mut text =
+            format!("dry run: {what} would be removed from the dead letter queue of {job}\n");
+        for i in &items {
+            let kind = i
+                .failure_history
+                .last()
+                .map_or("Unknown", |f| f.error_type.name());
+            let _ = writeln!(text, "  {}  {kind}  {}", i.item_id, i.item_data);
+        }
+        out(&text);
+        return exit_code::OK;
+    }
+    if !yes {
+        use std::io::IsTerminal as _;
+        if !std::io::stdin().is_terminal() {
+            err(&format!(
+                "error: `dlq clear` would remove {what} from the dead letter queue of {job} for good, and there is no terminal to confirm on; pass -y to go ahead (`--dry-run` lists what would go)\n"
+            ));
+            return exit_code::USAGE;
+        }
+        if !crate::run::ask(&format!(
+            "remove {what} from the dead letter queue of {job} for good? [y/N] "
+        )) {
+            err("nothing was removed\n");
+            return exit_code::PROBLEMS;
+        }
+    }
     match queue.clear() {
         Ok(n) => {
             err(&format!(
-                "removed {n} items from the dead letter queue of {job}\n"
+                "removed {} from the dead letter queue of {job}\n",
+                count(n, "item")
             ));
             exit_code::OK
         }
@@ -106,6 +158,53 @@ fn clear(queue: &Dlq, job: &str) -> u8 {
             err(&format!("error: {e}\n"));
             exit_code::USAGE
         }
+    }
+}
+
+/// One failed attempt of a dead-lettered item, for `dlq show`: when, where and how it
+/// failed, then the command's exit code and the last lines of its standard output and
+/// standard error (or the error, for a failure that ran no command).
+fn show_attempt(text: &mut String, f: &prodigy_runtime::dlq::FailureDetail) {
+    let _ = writeln!(
+        text,
+        "  attempt {} at {} by {} ({} ms): {} in `{}`",
+        f.attempt_number,
+        f.timestamp,
+        f.agent_id,
+        f.duration_ms,
+        f.error_type.name(),
+        f.step_failed
+    );
+    let Some(output) = &f.command_output else {
+        for line in f.stack_trace.as_deref().unwrap_or(&f.error_message).lines() {
+            let _ = writeln!(text, "    │ {line}");
+        }
+        return;
+    };
+    let _ = writeln!(
+        text,
+        "    exit code: {}",
+        output
+            .exit_code
+            .map_or_else(|| "none (killed by a signal)".to_owned(), |c| c.to_string())
+    );
+    for (name, stream) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
+        if stream.trim().is_empty() {
+            let _ = writeln!(text, "    {name}: (empty)");
+            continue;
+        }
+        let _ = writeln!(
+            text,
+            "    {name} (last {} lines at most):",
+            prodigy_runtime::dlq::CommandTail::LINES
+        );
+        for line in stream.lines() {
+            let _ = writeln!(text, "    │ {line}");
+        }
+    }
+    // A failure the command's output does not explain (`commit_required`, a timeout, ...).
+    if output.stderr.trim().is_empty() || !output.stderr.contains(f.error_message.trim()) {
+        let _ = writeln!(text, "    error: {}", f.error_message);
     }
 }
 
@@ -156,7 +255,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
     let job = match command {
         DlqCommand::List { job, .. }
         | DlqCommand::Show { job, .. }
-        | DlqCommand::Clear { job }
+        | DlqCommand::Clear { job, .. }
         | DlqCommand::Stats { job, .. } => job,
         DlqCommand::Retry(args) => &args.job,
     };
@@ -220,7 +319,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                     }
                 );
             }
-            let _ = writeln!(text, "{} items", items.len());
+            let _ = writeln!(text, "{}", count(items.len(), "item"));
             out(&text);
             exit_code::OK
         }
@@ -258,9 +357,9 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             for i in &shown {
                 let _ = writeln!(
                     text,
-                    "{}: {} failures, first {}, last {}{}",
+                    "{}: {}, first {}, last {}{}",
                     i.item_id,
-                    i.failure_count,
+                    count(i.failure_count, "failure"),
                     i.first_attempt,
                     i.last_attempt,
                     if i.manual_review_required {
@@ -272,19 +371,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 let _ = writeln!(text, "  item: {}", i.item_data);
                 let _ = writeln!(text, "  signature: {}", i.error_signature);
                 for f in &i.failure_history {
-                    let _ = writeln!(
-                        text,
-                        "  attempt {} at {} by {} ({} ms): {} in `{}`",
-                        f.attempt_number,
-                        f.timestamp,
-                        f.agent_id,
-                        f.duration_ms,
-                        f.error_type.name(),
-                        f.step_failed
-                    );
-                    for line in f.stack_trace.as_deref().unwrap_or(&f.error_message).lines() {
-                        let _ = writeln!(text, "    │ {line}");
-                    }
+                    show_attempt(&mut text, f);
                 }
                 if let Some(w) = &i.worktree_artifacts {
                     let _ = writeln!(
@@ -301,9 +388,10 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             out(&text);
             exit_code::OK
         }
-        DlqCommand::Clear { .. } => {
+        DlqCommand::Clear { yes, dry_run, .. } => {
             // The running job keeps the index in memory: clear only what it does not own.
-            let _lock = match located.state.as_ref().map(|dir| {
+            // Listing what would go takes nothing from it.
+            let _lock = match located.state.as_ref().filter(|_| !*dry_run).map(|dir| {
                 prodigy_runtime::store::SessionLock::acquire_in(dir, &format!("job `{job}`"))
             }) {
                 Some(Err(e)) => {
@@ -315,7 +403,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 Some(Ok(lock)) => Some(lock),
                 None => None,
             };
-            clear(&queue, job)
+            clear(&queue, job, *yes, *dry_run)
         }
         DlqCommand::Stats { format, .. } => {
             let items = match items() {
@@ -345,9 +433,12 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 return exit_code::OK;
             }
             let mut text = format!(
-                "{} items ({eligible} can be retried, {} need manual review)\n",
-                items.len(),
-                items.len() - eligible
+                "{} ({eligible} can be retried, {} manual review)\n",
+                count(items.len(), "item"),
+                match items.len() - eligible {
+                    1 => "1 needs".to_owned(),
+                    n => format!("{n} need"),
+                }
             );
             text.push_str("by error type:\n");
             for (kind, n) in &by_type {
@@ -390,8 +481,8 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         };
         let (eligible, manual): (Vec<_>, Vec<_>) = items.iter().partition(|i| i.reprocess_eligible);
         let mut text = format!(
-            "dry run: {} items would be retried with {}\n",
-            eligible.len(),
+            "dry run: {} would be retried with {}\n",
+            count(eligible.len(), "item"),
             checkpoint.workflow_file.display()
         );
         for i in &eligible {
@@ -400,8 +491,11 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         if !manual.is_empty() {
             let _ = writeln!(
                 text,
-                "{} items need manual review and would be left alone",
-                manual.len()
+                "{} manual review and would be left alone",
+                match manual.len() {
+                    1 => "1 item needs".to_owned(),
+                    n => format!("{n} items need"),
+                }
             );
         }
         out(&text);
@@ -439,6 +533,18 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         yes: args.yes,
         resume: "resume-job",
     };
+    // The agents run again, and the session comes back when the job had completed.
+    let mut steps: Vec<_> = plan
+        .map
+        .as_ref()
+        .map(|m| m.steps.clone())
+        .unwrap_or_default();
+    if place.saved.is_some() && checkpoint.status == prodigy_runtime::jobstore::Status::Completed {
+        steps.extend(crate::run::roots(&plan, None, 0, true));
+    }
+    if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
+        return code;
+    }
     let mut opts = opts;
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
@@ -480,8 +586,8 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         let left = summary.still_failing + summary.manual;
         if summary.interrupted {
             err(&format!(
-                "interrupted after retrying {} items; run `prodigy dlq retry {job}` again for the rest\n",
-                summary.retried
+                "interrupted after retrying {}; run `prodigy dlq retry {job}` again for the rest\n",
+                count(summary.retried, "item")
             ));
             let code = signal.load(std::sync::atomic::Ordering::SeqCst);
             return crate::run::interrupted(code);
@@ -491,14 +597,29 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         let merged = place
             .leave(&runner, vars, completed && !summary.unmerged)
             .await;
-        err(&format!(
-            "retried {} items: {} succeeded and left the queue, {} failed again; {left} items remain in the dead letter queue of {job}\n",
-            summary.retried, summary.succeeded, summary.still_failing
-        ));
-        if summary.still_failing > 0 || summary.unmerged {
+        let mut text = format!(
+            "retried {}: {} succeeded and left the queue, {} failed again; {} in the dead letter queue of {job}",
+            count(summary.retried, "item"),
+            summary.succeeded,
+            summary.still_failing,
+            if left == 1 {
+                "1 item remains".to_owned()
+            } else {
+                format!("{left} items remain")
+            }
+        );
+        if summary.still_failing > 0 {
+            let _ = write!(text, " (see why with `prodigy dlq show {job}`)");
+        }
+        text.push('\n');
+        if let Err(kept) = &merged {
+            let _ = writeln!(text, "✗ merging job {job} back failed; {kept}");
+        }
+        err(&text);
+        if summary.still_failing > 0 || summary.unmerged || merged.is_err() {
             exit_code::PROBLEMS
         } else {
-            merged.unwrap_or(exit_code::OK)
+            exit_code::OK
         }
     });
     result.unwrap_or_else(|code| code)
@@ -628,12 +749,40 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         // A job killed outright never writes `job_finished`: once nothing new comes and no
         // process runs it, there is nothing more to follow.
         if !read_any && !prodigy_runtime::store::is_running(&home, job) {
-            err(&format!(
-                "`{job}` is not running and its log ends without finishing; continue it with `prodigy resume-job {job}` (or `prodigy resume` for a session)\n"
-            ));
+            // Its checkpoint says how it ended: a job completed before a `dlq retry` wrote
+            // more events has nothing to resume.
+            if let Some(hint) = resume_hint(&home, job) {
+                err(&format!(
+                    "`{job}` is not running and its log ends without finishing; {hint}\n"
+                ));
+            }
             return exit_code::OK;
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// How to continue the job or session ID that no process runs, from its checkpoint's
+/// status; `None` when it completed (there is nothing to continue).
+fn resume_hint(home: &Path, id: &str) -> Option<String> {
+    use prodigy_runtime::jobstore::Status;
+    if let Some((dir, _)) = Layout::find_job(home, id) {
+        return match JobFiles::new(dir).load_checkpoint().map(|c| c.status) {
+            Ok(Status::Completed) => None,
+            Ok(Status::Stopped) => Some(format!(
+                "its error policy stopped it: see why with `prodigy dlq show {id}`, and resume it with `prodigy resume-job --force {id}` once the cause is fixed"
+            )),
+            _ => Some(format!("continue it with `prodigy resume-job {id}`")),
+        };
+    }
+    match Layout::find_session(home, id)
+        .and_then(|(path, _)| prodigy_runtime::store::Checkpoint::load(&path).ok())
+    {
+        Some(c) if c.status == "completed" => None,
+        Some(_) => Some(format!("continue it with `prodigy resume {id}`")),
+        None => Some(format!(
+            "its state is gone, so it cannot be continued (`prodigy resume-job {id}` or `prodigy resume {id}` would say more)"
+        )),
     }
 }
 

@@ -377,7 +377,8 @@ fn items(args: &ItemsArgs) -> u8 {
             return exit_code::USAGE;
         }
     };
-    let (items, counts) = map.pipeline().apply(input);
+    let pipeline = map.pipeline();
+    let (items, counts) = pipeline.apply(input);
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     for item in &items {
         if serde_json::to_writer(&mut stdout, item).is_err() || stdout.write_all(b"\n").is_err() {
@@ -385,9 +386,11 @@ fn items(args: &ItemsArgs) -> u8 {
         }
     }
     let _ = stdout.flush();
+    // Only the stages the workflow has.
     err(&format!(
-        "items: {} selected, {} after filter, {} after distinct, {} kept\n",
-        counts.selected, counts.filtered, counts.distinct, counts.kept
+        "items: {}, {} kept\n",
+        prodigy_runtime::progress::stage_counts(&pipeline, &counts),
+        counts.kept
     ));
     exit_code::OK
 }

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prodigy_compiler::plan::PlanCommand;
+use prodigy_compiler::plan::{Plan, PlanCommand, StepId};
 use prodigy_compiler::source::SourceFile;
 use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, Phase, Status};
 use prodigy_runtime::mapreduce::{JobOptions, JobOutcome, JobReport, MapJob};
+use prodigy_runtime::progress::count;
 use prodigy_runtime::runner::{Options, Report, RunOutcome, Runner};
 use prodigy_runtime::store::{Checkpoint, Layout, SessionLock};
 use prodigy_runtime::vars::Vars;
@@ -105,7 +106,8 @@ pub(crate) struct ResumeJobArgs {
     /// Print only the final outcome line and errors (no progress, no step lines).
     #[arg(short, long, conflicts_with = "verbose")]
     pub(crate) quiet: bool,
-    /// Resume even if the workflow file changed since the job started.
+    /// Resume even if the workflow file changed since the job started, or its error policy
+    /// stopped it (once the cause is fixed, or the setting that stopped it loosened).
     #[arg(long)]
     force: bool,
     /// Merge the job's worktree back without asking.
@@ -177,16 +179,10 @@ pub(crate) fn options(
     }
 }
 
+/// Where the runs of PROJECT keep their files: under its repository's namespace (see
+/// [`prodigy_runtime::store::namespace`]), wherever in the repository they start.
 pub(crate) fn layout(project: &Path) -> Layout {
-    let repo = project
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("project")
-        .to_owned();
-    Layout {
-        home: Layout::home(),
-        repo,
-    }
+    Layout::of_project(project)
 }
 
 pub(crate) fn run(args: &RunArgs) -> u8 {
@@ -205,6 +201,30 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         }
     }
     let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    if !args.dry_run && !git_installed() {
+        // Without git, a repository looks like a plain directory: say so rather than run
+        // in place.
+        let why = if args.place.worktree {
+            Some("`--worktree` needs it; install git".to_owned())
+        } else if !args.place.no_worktree
+            && let Some(top) = prodigy_runtime::store::top_level(&project)
+        {
+            Some(format!(
+                "{} is a git repository, where runs work in a git worktree; install git, or run in place with --no-worktree",
+                top.display()
+            ))
+        } else {
+            worktree::commit_required_step(&plan).map(|step| {
+                format!("step `{step}` requires a commit (`commit_required`); install git")
+            })
+        };
+        if let Some(why) = why {
+            err(&format!(
+                "error: `git` is not installed (or not on PATH), and {why}\n"
+            ));
+            return exit_code::PROBLEMS;
+        }
+    }
     let repository = worktree::repository(&project);
     if repository.is_none()
         && !args.dry_run
@@ -228,13 +248,24 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         }
         None => None,
     };
+    if !args.dry_run {
+        let merging = isolate.is_some();
+        if let Err(code) = preflight(
+            &plan,
+            &roots(&plan, Some(Phase::Setup), 0, merging),
+            merging,
+        ) {
+            return code;
+        }
+    }
     if isolate.is_some() {
         let changes = worktree::uncommitted(&project);
         if !changes.is_empty() {
             crate::note(&format!(
-                "warning: {} uncommitted changes in {} are not in the run's worktree, which starts from HEAD (commit them first, or use --no-worktree)\n",
-                changes.len(),
-                project.display()
+                "warning: {} in {} {} not in the run's worktree, which starts from HEAD (commit them first, or use --no-worktree)\n",
+                count(changes.len(), "uncommitted change"),
+                project.display(),
+                if changes.len() == 1 { "is" } else { "are" }
             ));
         }
     }
@@ -268,6 +299,63 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         return execute_job(Arc::new(plan), opts, args.job, None, place);
     }
     execute(Arc::new(plan), opts, None, place)
+}
+
+/// Whether `git` is on the PATH.
+fn git_installed() -> bool {
+    prodigy_runtime::exec::program_exists("git")
+}
+
+/// The steps a run starts from, for [`preflight`]: a standard workflow's from step FIRST
+/// (0-based), a job's from PHASE on (`None`: none of its phases, as when it only merges),
+/// and the `merge` steps when MERGING.
+pub(crate) fn roots(plan: &Plan, phase: Option<Phase>, first: usize, merging: bool) -> Vec<StepId> {
+    let mut roots = Vec::new();
+    if plan.map.is_none() {
+        if phase.is_some() {
+            roots.extend(plan.commands.iter().skip(first));
+        }
+    } else {
+        let (setup, map, reduce) = match phase {
+            Some(Phase::Setup) => (true, true, true),
+            Some(Phase::Map) => (false, true, true),
+            Some(Phase::Reduce) => (false, false, true),
+            Some(Phase::Done) | None => (false, false, false),
+        };
+        if setup && let Some(steps) = &plan.setup {
+            roots.extend(&steps.steps);
+        }
+        if map && let Some(m) = &plan.map {
+            roots.extend(&m.steps);
+            for (_, steps) in &plan.handlers {
+                roots.extend(steps);
+            }
+        }
+        if reduce {
+            roots.extend(&plan.reduce);
+        }
+    }
+    if merging && let Some(merge) = &plan.merge {
+        roots.extend(&merge.steps);
+    }
+    roots
+}
+
+/// Checks, before any worktree, branch or lock exists, that the programs the run needs are
+/// installed: `git` when it works in a worktree (GIT), the Claude CLI when running ROOTS
+/// leads to a `claude` step. On failure prints why and returns the exit code.
+pub(crate) fn preflight(plan: &Plan, roots: &[StepId], git: bool) -> Result<(), u8> {
+    if git && !git_installed() {
+        err(
+            "error: the run works in a git worktree, but `git` is not installed (or not on PATH); install git\n",
+        );
+        return Err(exit_code::PROBLEMS);
+    }
+    let claude = std::env::var("PRODIGY_CLAUDE_COMMAND").ok();
+    prodigy_runtime::runner::preflight(plan, roots, claude.as_deref()).map_err(|e| {
+        err(&format!("error: {e}\n"));
+        exit_code::PROBLEMS
+    })
 }
 
 /// Where a run works and how it ends: a new session worktree in the repository ISOLATE
@@ -333,15 +421,17 @@ impl Place {
     }
 
     /// After the run: a successful one is merged back (asking first on a terminal unless
-    /// `-y`); otherwise, or when the user declines, says where the work is. Returns the exit
-    /// code when the merge itself fails.
+    /// `-y`); otherwise, or when the user declines, says where the work is. When the merge
+    /// itself fails, returns what is kept and how to merge it later, for the last line.
     pub(crate) async fn leave(
         &self,
         runner: &Runner,
         mut vars: Vars,
         succeeded: bool,
-    ) -> Option<u8> {
-        let session = runner.worktree()?;
+    ) -> Result<(), String> {
+        let Some(session) = runner.worktree() else {
+            return Ok(());
+        };
         let kept = format!(
             "the run's work is on branch `{}` in {}",
             session.branch,
@@ -349,15 +439,15 @@ impl Place {
         );
         if !succeeded {
             crate::note(&format!("{kept}; nothing was merged\n"));
-            return None;
+            return Ok(());
         }
         let (commits, _) = worktree::session_changes(session);
         let target = session.target_branch.as_deref().unwrap_or("HEAD");
         if !commits.is_empty()
             && !self.yes
             && !ask(&format!(
-                "merge {} commits from `{}` into `{target}`{}? [y/N] ",
-                commits.len(),
+                "merge {} from `{}` into `{target}`{}? [y/N] ",
+                count(commits.len(), "commit"),
                 session.branch,
                 if runner.has_merge_steps() {
                     " with the `merge` steps"
@@ -377,32 +467,36 @@ impl Place {
                 runner.session(),
                 session.branch
             ));
-            return None;
+            return Ok(());
         }
         // Ignored files (build output and the like) go with the worktree: say so.
         let ignored = worktree::ignored(&session.path);
         let left = |n: usize| {
             if n == 0 && ignored > 0 {
                 format!(
-                    "its worktree is removed, with {ignored} ignored paths (build output and the like) that were only there"
+                    "its worktree is removed, with {} (build output and the like) that {} only there",
+                    count(ignored, "ignored path"),
+                    if ignored == 1 { "was" } else { "were" }
                 )
             } else if n == 0 {
                 "its worktree is removed".to_owned()
             } else {
                 format!(
-                    "{n} uncommitted changes are left in {} (only commits come back; commit in a step with `commit_required` or `auto_commit`), so it is kept until `prodigy worktree clean`",
+                    "{} {} left in {} (only commits come back; commit in a step with `commit_required` or `auto_commit`), so it is kept until `prodigy worktree clean`",
+                    count(n, "uncommitted change"),
+                    if n == 1 { "is" } else { "are" },
                     session.path.display()
                 )
             }
         };
         match runner.merge_session(&mut vars).await {
-            Ok(MergeBack::Nothing { left: 0 }) if ignored == 0 => None,
+            Ok(MergeBack::Nothing { left: 0 }) if ignored == 0 => Ok(()),
             Ok(MergeBack::Nothing { left: n }) => {
                 crate::note(&format!(
                     "the run made no commits: nothing to merge; {}\n",
                     left(n)
                 ));
-                None
+                Ok(())
             }
             Ok(MergeBack::Merged {
                 commits,
@@ -410,18 +504,42 @@ impl Place {
                 left: n,
             }) => {
                 crate::note(&format!(
-                    "✓ merged {commits} commits from `{}` into `{target}`; {}\n",
+                    "✓ merged {} from `{}` into `{target}`; {}\n",
+                    count(commits, "commit"),
                     session.branch,
                     left(n)
                 ));
-                None
+                Ok(())
             }
             Err(e) => {
-                err(&format!("✗ merge failed: {e}; {kept}\n"));
-                Some(exit_code::PROBLEMS)
+                err(&format!("✗ merge failed: {e}\n"));
+                Err(format!(
+                    "{kept}, not merged: fix the cause, then merge it with `prodigy {} -y {}` (or `git merge --no-ff {}`), or drop it with `prodigy worktree clean`",
+                    self.resume,
+                    runner.session(),
+                    session.branch
+                ))
             }
         }
     }
+
+    /// Where the run works, for the hint after a failure: its session worktree, where a fix
+    /// must go for `resume` to see it (not the user's checkout).
+    pub(crate) fn fix_where(runner: &Runner) -> String {
+        fix_in(runner.worktree())
+    }
+}
+
+/// Where to fix what a run in WORKTREE needs: in that worktree, not in the user's checkout.
+fn fix_in(worktree: Option<&SessionWorktree>) -> String {
+    worktree.map_or_else(String::new, |w| {
+        // The project's place in the worktree, without the `/` of an empty prefix.
+        let dir: PathBuf = w.workdir.components().collect();
+        format!(
+            " in the run's worktree {} (resume continues there, not in your checkout)",
+            dir.display()
+        )
+    })
 }
 
 /// Whether a completed run's session branch is still to be merged: a `resume` of it merges it
@@ -430,8 +548,37 @@ fn unmerged(saved: Option<&SessionWorktree>) -> bool {
     saved.is_some_and(worktree::pending_merge)
 }
 
+/// Before merging back a completed run (WHAT, whose id is ID) whose branch is not merged:
+/// says what happens. Without `-y` and without a terminal to ask on, nothing is merged and
+/// the hint says how: returns false, there is nothing more to do.
+fn announce_merge(what: &str, saved: &SessionWorktree, place: &Place, id: &str) -> bool {
+    use std::io::IsTerminal as _;
+    if place.yes {
+        err(&format!(
+            "{what} completed; merging its branch `{}` back\n",
+            saved.branch
+        ));
+        return true;
+    }
+    if std::io::stdin().is_terminal() {
+        err(&format!(
+            "{what} completed; its branch `{}` is not merged back yet\n",
+            saved.branch
+        ));
+        return true;
+    }
+    err(&format!(
+        "{what} completed, and its work on branch `{}` in {} is not merged back; nothing was merged (no terminal to ask on): merge it with `prodigy {} -y {id}`, or with `git merge --no-ff {}`, or drop it with `prodigy worktree clean`\n",
+        saved.branch,
+        saved.path.display(),
+        place.resume,
+        saved.branch
+    ));
+    false
+}
+
 /// Asks QUESTION on the terminal; anything but yes (or no terminal) is no.
-fn ask(question: &str) -> bool {
+pub(crate) fn ask(question: &str) -> bool {
     use std::io::IsTerminal as _;
     if !std::io::stdin().is_terminal() {
         return false;
@@ -501,6 +648,24 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         yes: args.yes,
         resume: "resume-job",
     };
+    if checkpoint.status == Status::Stopped && !args.force {
+        let reason = checkpoint
+            .stop_reason
+            .as_deref()
+            .unwrap_or("its error policy stopped it");
+        err(&format!(
+            "error: job {id} stopped: {reason}; resumed as it is, it stops again at its next failure. See why with `prodigy dlq show {id}`; {}, then resume with: prodigy resume-job --force {id}\n",
+            stop_advice(reason, &fix_in(checkpoint.worktree.as_ref())),
+            id = checkpoint.job_id,
+        ));
+        return exit_code::USAGE;
+    }
+    let completed = checkpoint.status == Status::Completed;
+    let phase = (!completed).then_some(checkpoint.phase);
+    let merging = place.saved.is_some();
+    if let Err(code) = preflight(&plan, &roots(&plan, phase, 0, merging), merging) {
+        return code;
+    }
     let phase = match checkpoint.phase {
         Phase::Setup => "setup".to_owned(),
         Phase::Map => format!(
@@ -514,11 +679,11 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         ),
         Phase::Done => "the end".to_owned(),
     };
-    if checkpoint.status == Status::Completed {
-        crate::note(&format!(
-            "job {} completed; merging its worktree back\n",
-            checkpoint.job_id
-        ));
+    if let (true, Some(saved)) = (completed, &place.saved) {
+        let what = format!("job {}", checkpoint.job_id);
+        if !announce_merge(&what, saved, &place, &checkpoint.job_id) {
+            return exit_code::OK;
+        }
     } else {
         crate::note(&format!("resuming job {} in {phase}\n", checkpoint.job_id));
     }
@@ -579,12 +744,14 @@ fn execute_job(
         let completed = report.outcome == JobOutcome::Completed;
         let vars = std::mem::take(&mut report.vars);
         let merged = place.leave(&runner, vars, completed).await;
-        let code = finish_job(
+        let fix = Place::fix_where(&runner);
+        Ok(finish_job(
             &report,
             signal.load(std::sync::atomic::Ordering::SeqCst),
             job_args.strict,
-        );
-        Ok(merged.unwrap_or(code))
+            merged.err().as_deref(),
+            &fix,
+        ))
     });
     result.and_then(|r| r).unwrap_or_else(|code| code)
 }
@@ -620,8 +787,15 @@ fn new_checkpoint(job_id: &str, opts: &Options) -> JobCheckpoint {
 }
 
 /// The last lines of a job: the error metrics when items failed, then how it ended and
-/// what to do next.
-fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
+/// what to do next: where the failures are (`dlq show`, the events), what is kept when the
+/// merge back failed (UNMERGED), where to fix a failed step (FIX).
+fn finish_job(
+    report: &JobReport,
+    signal: u8,
+    strict: bool,
+    unmerged: Option<&str>,
+    fix: &str,
+) -> u8 {
     let m = &report.metrics;
     let mut text = String::new();
     if m.failed + m.skipped > 0 {
@@ -645,28 +819,34 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
         }
     }
     let id = &report.job_id;
+    let events = report.events.display();
+    let queued = match report.dlq_count {
+        0 => None,
+        1 => Some("1 item is in the dead letter queue".to_owned()),
+        n => Some(format!("{n} items are in the dead letter queue")),
+    };
     let code = match &report.outcome {
         JobOutcome::Completed => {
             let _ = writeln!(
                 text,
-                "✓ job {id} completed: {} succeeded, {} failed, {} skipped of {} items (events in {})",
+                "{} job {id} completed: {} succeeded, {} failed, {} skipped of {} (events in {events})",
+                if unmerged.is_some() { "✗" } else { "✓" },
                 m.successful,
                 m.failed,
                 m.skipped,
-                m.total_items,
-                report.events.display()
+                count(m.total_items, "item"),
             );
-            if report.dlq_count > 0 {
+            if let Some(queued) = &queued {
                 let _ = writeln!(
                     text,
-                    "{} items are in the dead letter queue: see `prodigy dlq list {id}`, retry with `prodigy dlq retry {id}`",
-                    report.dlq_count
+                    "{queued}: see why with `prodigy dlq show {id}`, retry with `prodigy dlq retry {id}`"
                 );
-                if strict {
-                    exit_code::DLQ_STRICT
-                } else {
-                    exit_code::OK
-                }
+            }
+            if let Some(kept) = unmerged {
+                let _ = writeln!(text, "✗ merging job {id} back failed; {kept}");
+                exit_code::PROBLEMS
+            } else if report.dlq_count > 0 && strict {
+                exit_code::DLQ_STRICT
             } else {
                 exit_code::OK
             }
@@ -674,15 +854,31 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
         JobOutcome::Stopped(reason) => {
             let _ = writeln!(
                 text,
-                "✗ job {id} stopped: {reason}; {} items pending; resume with: prodigy resume-job {id}",
-                report.pending
+                "✗ job {id} stopped: {reason}; {} pending (events in {events})",
+                count(report.pending, "item")
+            );
+            if let Some(queued) = &queued {
+                let _ = writeln!(text, "{queued}: see why with `prodigy dlq show {id}`");
+            }
+            let _ = writeln!(
+                text,
+                "{}, then resume with: prodigy resume-job --force {id}",
+                stop_advice(reason, fix)
             );
             exit_code::PROBLEMS
         }
         JobOutcome::Failed { phase, what } => {
+            if let Some(queued) = &queued {
+                let _ = writeln!(
+                    text,
+                    "{queued}: see why with `prodigy dlq show {id}`; events in {events}"
+                );
+            } else {
+                let _ = writeln!(text, "events in {events}");
+            }
             let _ = writeln!(
                 text,
-                "✗ {phase} failed: {what}; fix it, then resume with: prodigy resume-job {id}"
+                "✗ {phase} failed: {what}; fix it{fix}, then resume with: prodigy resume-job {id}"
             );
             exit_code::PROBLEMS
         }
@@ -704,6 +900,28 @@ fn finish_job(report: &JobReport, signal: u8, strict: bool) -> u8 {
     }
     err(&text);
     code
+}
+
+/// What to change before resuming a job the error policy stopped for REASON (the text the
+/// runtime gave): fix the cause (FIX says where the job's files are), or loosen the setting
+/// that stopped it.
+fn stop_advice(reason: &str, fix: &str) -> String {
+    let setting = [
+        ("`max_failures`", "raise `max_failures`"),
+        ("`failure_threshold`", "raise `failure_threshold`"),
+        ("`on_item_failure: stop`", "change `on_item_failure`"),
+        ("`continue_on_failure`", "set `continue_on_failure: true`"),
+        (
+            "`timeout_action: fail`",
+            "give agents more time or change `timeout_action`",
+        ),
+    ]
+    .iter()
+    .find(|(key, _)| reason.contains(key))
+    .map_or_else(String::new, |(_, what)| {
+        format!(", or {what} in the workflow")
+    });
+    format!("fix the cause{fix}{setting}")
 }
 
 /// The exit code of an interrupted run: the signal's (130 for SIGINT, 143 for SIGTERM), or
@@ -742,7 +960,7 @@ pub(crate) fn watch_signals() -> (
 
 pub(crate) fn resume(args: &ResumeArgs) -> u8 {
     let home = Layout::home();
-    let Some(path) = Layout::find_session(&home, &args.session) else {
+    let Some((path, repo)) = Layout::find_session(&home, &args.session) else {
         err(&format!(
             "error: no session `{}` under {}\n",
             args.session,
@@ -784,7 +1002,8 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         ..options(
             checkpoint.workflow.clone(),
             &file.text,
-            layout(&checkpoint.project),
+            // Where the session was found: a run of an older version files it elsewhere.
+            Layout { home, repo },
             checkpoint.project.clone(),
             args.verbose,
             args.grace,
@@ -796,11 +1015,21 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         yes: args.yes,
         resume: "resume",
     };
-    if checkpoint.status == "completed" {
-        crate::note(&format!(
-            "session {} completed; merging its worktree back\n",
-            checkpoint.session_id
-        ));
+    let completed = checkpoint.status == "completed";
+    let steps = roots(
+        &plan,
+        (!completed).then_some(Phase::Setup),
+        checkpoint.next_step,
+        place.saved.is_some(),
+    );
+    if let Err(code) = preflight(&plan, &steps, place.saved.is_some()) {
+        return code;
+    }
+    if let (true, Some(saved)) = (completed, &place.saved) {
+        let what = format!("session {}", checkpoint.session_id);
+        if !announce_merge(&what, saved, &place, &checkpoint.session_id) {
+            return exit_code::OK;
+        }
     } else {
         crate::note(&format!(
             "resuming session {} at step {}\n",
@@ -831,13 +1060,21 @@ fn execute(
             lock: _lock,
         } = start(plan, opts, rx, Kind::Session, id, started_at, saved).await?;
         let first = resume.as_ref().map_or(0, |c| c.next_step);
+        if let Some(checkpoint) = &resume {
+            runner.carry_continued(&checkpoint.continued);
+        }
         let mut report = runner.run(vars, first).await;
         // Worktree news first: the last line says how the run ended and what to do next.
         let succeeded = report.outcome == RunOutcome::Succeeded;
         let vars = std::mem::take(&mut report.vars);
         let merged = place.leave(&runner, vars, succeeded).await;
-        let code = finish(&report, signal.load(std::sync::atomic::Ordering::SeqCst));
-        Ok(merged.unwrap_or(code))
+        let fix = Place::fix_where(&runner);
+        Ok(finish(
+            &report,
+            signal.load(std::sync::atomic::Ordering::SeqCst),
+            merged.err().as_deref(),
+            &fix,
+        ))
     });
     result.and_then(|r| r).unwrap_or_else(|code| code)
 }
@@ -850,8 +1087,8 @@ pub(crate) enum Kind {
     Job,
 }
 
-/// A runner ready to go: its lock held, its preflight passed, and its starting variables,
-/// with what a checkpoint saved put back.
+/// A runner ready to go: its lock held and its starting variables, with what a checkpoint
+/// saved put back (its callers ran [`preflight`] before making anything).
 pub(crate) struct Started {
     pub(crate) runner: Runner,
     pub(crate) vars: Vars,
@@ -859,8 +1096,7 @@ pub(crate) struct Started {
     pub(crate) lock: SessionLock,
 }
 
-/// Takes the lock of ID, opens its event log, checks the Claude program and computes the
-/// starting variables (plus SAVED, a checkpoint's variables); on failure prints why and
+/// Takes the lock of ID, opens its event log and computes the starting variables (plus SAVED, a checkpoint's variables); on failure prints why and
 /// returns the exit code.
 pub(crate) async fn start(
     plan: Arc<prodigy_compiler::plan::Plan>,
@@ -884,9 +1120,6 @@ pub(crate) async fn start(
     .map_err(|e| fail(exit_code::USAGE)(&e))?;
     let runner = Runner::with_id(plan, opts, cancel, id, started_at)
         .map_err(|e| fail(exit_code::USAGE)(&e))?;
-    runner
-        .preflight()
-        .map_err(|e| fail(exit_code::PROBLEMS)(&e))?;
     let mut vars = runner
         .initial_vars()
         .await
@@ -913,9 +1146,22 @@ fn restore(vars: &mut Vars, variables: &serde_json::Value) {
     }
 }
 
-fn finish(report: &Report, signal: u8) -> u8 {
+/// The last line of a standard run: how it ended and what to do next. UNMERGED says what is
+/// kept when its merge back failed; FIX, where to fix a failed step.
+fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &str) -> u8 {
+    if !report.continued.is_empty() {
+        err(&continued_line(&report.continued));
+    }
     match report.outcome {
         RunOutcome::Succeeded => {
+            if let Some(kept) = unmerged {
+                err(&format!(
+                    "✗ session {} ran every step, but merging it back failed; {kept} (events in {})\n",
+                    report.session_id,
+                    report.events.display()
+                ));
+                return exit_code::PROBLEMS;
+            }
             err(&format!(
                 "✓ workflow completed (session {}, events in {})\n",
                 report.session_id,
@@ -925,7 +1171,7 @@ fn finish(report: &Report, signal: u8) -> u8 {
         }
         RunOutcome::Failed => {
             err(&format!(
-                "✗ step `{}` failed; fix it, then resume with: prodigy resume {}\n",
+                "✗ step `{}` failed; fix it{fix}, then resume with: prodigy resume {}\n",
                 report.failed_step.as_deref().unwrap_or("?"),
                 report.session_id
             ));
@@ -939,6 +1185,30 @@ fn finish(report: &Report, signal: u8) -> u8 {
             interrupted(signal)
         }
     }
+}
+
+/// How many steps failed and were continued, and which: those whose `on_failure` handler ran
+/// without any run of the command succeeding, and those whose failure is ignored.
+fn continued_line(steps: &[prodigy_runtime::store::ContinuedStep]) -> String {
+    let names: Vec<String> = steps
+        .iter()
+        .map(|c| {
+            let how = if c.handled {
+                "its `on_failure` handler ran"
+            } else {
+                "failure ignored"
+            };
+            format!("`{}` ({how})", c.step)
+        })
+        .collect();
+    let (count, verb) = match steps.len() {
+        1 => ("1 step".to_owned(), "was"),
+        n => (format!("{n} steps"), "were"),
+    };
+    format!(
+        "warning: {count} failed and {verb} continued: {}\n",
+        names.join(", ")
+    )
 }
 
 /// Prints the steps with their commands rendered as far as the starting variables allow
@@ -982,9 +1252,9 @@ fn dry_run(plan: prodigy_compiler::plan::Plan, opts: Options) -> u8 {
     } else {
         let _ = writeln!(
             text,
-            "dry run of {} ({} steps); nothing is executed",
+            "dry run of {} ({}); nothing is executed",
             plan.name.as_deref().unwrap_or(&plan.source),
-            plan.commands.len()
+            count(plan.commands.len(), "step")
         );
         dry_steps(&mut text, &plan, &plan.commands, &runner, &vars);
     }

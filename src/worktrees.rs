@@ -9,6 +9,7 @@ use prodigy_runtime::store::{Layout, is_running};
 use prodigy_runtime::worktree::{self, BranchFate, Listed};
 
 use crate::{err, exit_code, out};
+use prodigy_runtime::progress::count;
 
 /// `prodigy worktree`.
 #[derive(clap::Subcommand)]
@@ -56,10 +57,10 @@ fn describe(found: &Listed, busy: bool) -> String {
         state.push("running".to_owned());
     }
     if found.uncommitted > 0 {
-        state.push(format!("{} uncommitted changes", found.uncommitted));
+        state.push(count(found.uncommitted, "uncommitted change"));
     }
     if found.unmerged_commits > 0 {
-        state.push(format!("{} unmerged commits", found.unmerged_commits));
+        state.push(count(found.unmerged_commits, "unmerged commit"));
     }
     if state.is_empty() {
         state.push("clean".to_owned());
@@ -133,7 +134,12 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
                     let note = match fate {
                         BranchFate::Deleted => format!("; branch `{branch}` deleted"),
                         BranchFate::Kept(n) => format!(
-                            "; branch `{branch}` kept: {n} commits are not merged (`git branch -D {branch}` drops them)"
+                            "; branch `{branch}` kept: {} not merged (`git branch -D {branch}` drops {})",
+                            match n {
+                                1 => "1 commit is".to_owned(),
+                                n => format!("{n} commits are"),
+                            },
+                            if n == 1 { "it" } else { "them" }
                         ),
                         BranchFate::None => String::new(),
                     };
@@ -141,7 +147,10 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
                     removed += 1;
                 }
                 let verb = if *dry_run { "would remove" } else { "removed" };
-                err(&format!("{verb} {removed} worktrees; {skipped} in use\n"));
+                err(&format!(
+                    "{verb} {}; {skipped} in use\n",
+                    count(removed, "worktree")
+                ));
             });
             match result {
                 Ok(()) => exit_code::OK,

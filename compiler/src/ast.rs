@@ -433,9 +433,10 @@ pub struct OnFailure {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
-    /// Fix the problem; success marks the step recovered.
+    /// Fix the problem; the step stays failed unless a later run of the command succeeds.
     Recovery,
-    /// Do something else instead; success marks the step recovered.
+    /// Do something else instead; success marks the step recovered, the handler's output
+    /// standing in for the command's.
     Fallback,
     /// Clean up; the step stays failed.
     Cleanup,

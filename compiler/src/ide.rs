@@ -323,11 +323,12 @@ fn variables(text: &str, typed: &str) -> Vec<Completion> {
         ]
         .map(|(n, d)| (n.to_owned(), d)),
     );
-    names.extend(
-        crate::scope::SHELL_FIELDS
-            .iter()
-            .map(|f| (format!("shell.{f}"), "the last shell command's result")),
-    );
+    names.extend(crate::scope::SHELL_FIELDS.iter().map(|f| {
+        (
+            format!("shell.{f}"),
+            "the last command's result (shell or Claude)",
+        )
+    }));
     names.extend(crate::scope::ERROR_FIELDS.iter().map(|f| {
         (
             format!("error.{f}"),

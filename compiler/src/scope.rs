@@ -55,8 +55,9 @@ const GIT_FIELDS: &[&str] = &[
     "insertions",
     "deletions",
 ];
-/// The fields of `${shell.*}`.
-pub(crate) const SHELL_FIELDS: &[&str] = &["output", "stderr", "exit_code"];
+/// The fields of `${shell.*}`, set after every command, shell or Claude: `output` is both
+/// streams interleaved, `stdout` and `stderr` each alone.
+pub(crate) const SHELL_FIELDS: &[&str] = &["output", "stdout", "stderr", "exit_code"];
 const CLAUDE_FIELDS: &[&str] = &["output"];
 /// The fields of `${error.*}` (handlers).
 pub(crate) const ERROR_FIELDS: &[&str] = &["message", "exit_code", "step", "timestamp"];
@@ -736,7 +737,7 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
     let field = |names: &[&str]| matches!(path.segments.first(), Some(Segment::Field(f)) if names.contains(&f.as_str()));
     match path.root.as_str() {
         "item" | "item_json" => true,
-        "shell" => field(&["output", "stderr"]),
+        "shell" => field(&["output", "stdout", "stderr"]),
         "claude" => field(&["output"]),
         "error" => field(&["message"]),
         root => match scope.names.get(root) {
@@ -914,6 +915,26 @@ mod tests {
         assert_eq!(
             codes(&mapreduce("claude: '/a'", "shell: 'echo ${map.totl}'")),
             [Code::UndefinedVariable]
+        );
+    }
+
+    #[test]
+    fn shell_variables_describe_the_last_command_shell_or_claude() {
+        // `${shell.*}` is set after a Claude command too: in its handler and after it.
+        assert_eq!(
+            codes(
+                "- claude: /fix\n  on_failure:\n    shell: \"echo ${shell.output|shell} ${shell.stdout|shell} ${shell.exit_code}\"\n- shell: \"echo ${shell.stdout|shell}\"\n"
+            ),
+            []
+        );
+        assert_eq!(
+            codes("- shell: make\n- shell: \"echo ${shell.stdot|shell}\"\n"),
+            [Code::UndefinedVariable]
+        );
+        // `${shell.stdout}` is command output: unquoted in a shell command it is W006.
+        assert_eq!(
+            codes("- shell: make\n- shell: \"echo ${shell.stdout}\"\n"),
+            [Code::UnquotedInterpolation]
         );
     }
 

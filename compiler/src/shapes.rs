@@ -607,7 +607,7 @@ pub static ON_FAILURE_DETAILED: Shape = Shape {
         key(
             "strategy",
             Ty::Enum(&["recovery", "fallback", "cleanup", "custom"]),
-            "Kind of handler, recorded in events: `recovery` (default), `fallback`, `cleanup` or `custom`; `recovery` and `fallback` mark the step recovered when the handler succeeds.",
+            "Kind of handler, recorded in events: `recovery` (default), `fallback`, `cleanup` or `custom`; only a `fallback` that succeeds marks the step recovered (its output stands in for the command's); otherwise the step stays failed unless a later run of the command succeeds.",
         ),
         key("timeout", Ty::Duration, "Time limit for the handler."),
         key(
@@ -683,7 +683,7 @@ pub static ON_FAILURE_ADVANCED: Shape = Shape {
         key(
             "strategy",
             Ty::Enum(&["recovery", "fallback", "cleanup", "custom"]),
-            "Kind of handler, recorded in events: `recovery` (default), `fallback`, `cleanup` or `custom`; `recovery` and `fallback` mark the step recovered when the handler succeeds.",
+            "Kind of handler, recorded in events: `recovery` (default), `fallback`, `cleanup` or `custom`; only a `fallback` that succeeds marks the step recovered (its output stands in for the command's); otherwise the step stays failed unless a later run of the command succeeds.",
         ),
         key(
             "handler_failure_fatal",

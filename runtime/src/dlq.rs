@@ -94,6 +94,26 @@ pub struct FailureDetail {
     /// Where Claude's JSON log of the attempt is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_log_location: Option<String>,
+    /// The failing command's exit code and the last lines of its output, when a command
+    /// ran (secrets masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_output: Option<CommandTail>,
+}
+
+/// What a failed command left: its exit code and the last lines of what it printed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandTail {
+    /// Its exit code (`None` when a signal ended it).
+    pub exit_code: Option<i32>,
+    /// The last lines of its standard output.
+    pub stdout: String,
+    /// The last lines of its standard error.
+    pub stderr: String,
+}
+
+impl CommandTail {
+    /// How many lines of each stream are kept.
+    pub const LINES: usize = 20;
 }
 
 /// What a failed agent left behind in its worktree.
@@ -150,10 +170,60 @@ pub struct DlqIndex {
     pub updated_at: String,
 }
 
-/// Groups failures that look alike: the type, then the message's first five words.
+/// Groups failures that look alike: the type, then the message's first line, whole words
+/// only: a quoted command (`` `shell: ...` ``) longer than 40 characters keeps its first words
+/// and `…` inside its quotes, and the whole is cut after the last word that fits in 80
+/// characters, with `…`.
 pub fn error_signature(error_type: &ErrorType, message: &str) -> String {
-    let start: Vec<&str> = message.split_whitespace().take(5).collect();
-    format!("{}::{}", error_type.name(), start.join(" "))
+    const SPAN: usize = 40;
+    const WHOLE: usize = 80;
+    let line = message
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut text = String::new();
+    for (i, part) in line.split('`').enumerate() {
+        if i > 0 {
+            text.push('`');
+        }
+        if i % 2 == 1 {
+            text.push_str(&words_within(part, SPAN));
+        } else {
+            text.push_str(part);
+        }
+    }
+    format!("{}::{}", error_type.name(), words_within(&text, WHOLE))
+}
+
+/// TEXT when it has at most MAX characters, else its first words that fit with `…` after
+/// them (a first word longer than that is cut, as nothing else fits).
+fn words_within(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let room = max.saturating_sub(1);
+    let mut out = String::new();
+    for word in text.split(' ') {
+        let wanted = if out.is_empty() {
+            word.chars().count()
+        } else {
+            out.chars().count() + 1 + word.chars().count()
+        };
+        if wanted > room {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    if out.trim().is_empty() {
+        out = text.chars().take(room).collect();
+    }
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
 }
 
 /// A problem reading or writing the queue.
@@ -516,6 +586,7 @@ mod tests {
             step_failed: "shell: cargo test".into(),
             duration_ms: 12,
             json_log_location: None,
+            command_output: None,
         }
     }
 
@@ -569,9 +640,47 @@ mod tests {
             value["failure_history"][0]["error_type"],
             serde_json::json!({"CommandFailed": {"exit_code": 101}})
         );
+        // The whole message: it is short, and a signature never stops mid-phrase.
         assert_eq!(
             value["error_signature"],
-            "CommandFailed::cargo test failed with exit"
+            "CommandFailed::cargo test failed with exit code 101"
+        );
+    }
+
+    #[test]
+    fn signatures_keep_whole_words_and_close_their_quotes() {
+        let kind = ErrorType::CommandFailed { exit_code: 1 };
+        assert_eq!(
+            error_signature(&kind, "`shell: test $ITEM = 1 || exit 3` failed"),
+            "CommandFailed::`shell: test $ITEM = 1 || exit 3` failed"
+        );
+        // A long quoted command keeps its first words, inside its quotes.
+        assert_eq!(
+            error_signature(
+                &kind,
+                "`claude: /fix the thing for item 2 please with a very long prompt text` failed"
+            ),
+            "CommandFailed::`claude: /fix the thing for item 2…` failed"
+        );
+        let long = "error: the configuration file config/settings.yaml could not be parsed because it holds a tab at line 12";
+        let signature = error_signature(&ErrorType::Unknown, long);
+        assert_eq!(
+            signature,
+            "Unknown::error: the configuration file config/settings.yaml could not be parsed because…"
+        );
+        let text = signature
+            .trim_start_matches("Unknown::")
+            .trim_end_matches('…');
+        assert!(long.starts_with(text), "{signature}");
+        assert!(
+            long[text.len()..].starts_with(' '),
+            "cut mid-word: {signature}"
+        );
+        // Multi-byte text is cut on characters.
+        let wide = "é".repeat(100);
+        assert_eq!(
+            error_signature(&kind, &wide).chars().count(),
+            "CommandFailed::".len() + 80
         );
     }
 

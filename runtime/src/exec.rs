@@ -41,6 +41,9 @@ pub struct Output {
     pub stdout: String,
     /// Standard error.
     pub stderr: String,
+    /// Both streams in the order their chunks arrived, for a process that ran (`None`:
+    /// standard output followed by standard error).
+    pub interleaved: Option<String>,
     /// Exit code, if it exited.
     pub code: Option<i32>,
     /// Killed by the timeout.
@@ -54,6 +57,15 @@ pub struct Output {
 }
 
 impl Output {
+    /// Standard output and standard error interleaved as the command wrote them
+    /// (`${shell.output}`).
+    pub fn combined(&self) -> std::borrow::Cow<'_, str> {
+        match &self.interleaved {
+            Some(text) => std::borrow::Cow::Borrowed(text),
+            None => std::borrow::Cow::Owned(format!("{}{}", self.stdout, self.stderr)),
+        }
+    }
+
     /// The failure as the machine sees it.
     pub fn exit(&self) -> Exit {
         Exit {
@@ -109,8 +121,13 @@ pub fn program_exists(program: &str) -> bool {
 }
 
 /// Reads a child's pipe into a buffer shared with [`collected`], chunk by chunk, so that
-/// what arrived is kept even when a background process holds the pipe open.
-fn reader<R>(pipe: Option<R>) -> (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle<()>)
+/// what arrived is kept even when a background process holds the pipe open. Each chunk is
+/// also appended to BOTH, the buffer the two pipes share, so that it holds their output in
+/// the order it arrived.
+fn reader<R>(
+    pipe: Option<R>,
+    both: Arc<Mutex<Vec<u8>>>,
+) -> (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle<()>)
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
@@ -124,6 +141,7 @@ where
                 break;
             }
             crate::lock(&sink).extend_from_slice(&chunk[..n]);
+            crate::lock(&both).extend_from_slice(&chunk[..n]);
         }
     });
     (buffer, task)
@@ -174,8 +192,9 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
         }
     };
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
-    let read_out = reader(child.stdout.take());
-    let read_err = reader(child.stderr.take());
+    let both = Arc::new(Mutex::new(Vec::new()));
+    let read_out = reader(child.stdout.take(), both.clone());
+    let read_err = reader(child.stderr.take(), both.clone());
     let deadline = async {
         match command.timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -200,18 +219,20 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
     }
     output.stdout = collected(read_out).await;
     output.stderr = collected(read_err).await;
+    let mut interleaved = String::from_utf8_lossy(&crate::lock(&both)).into_owned();
     output.code = status.and_then(|s| s.code());
     if output.timed_out
         && let Some(t) = command.timeout
     {
-        if !output.stderr.is_empty() && !output.stderr.ends_with('\n') {
-            output.stderr.push('\n');
+        let note = format!("prodigy: timed out after {}", humantime::format_duration(t));
+        for text in [&mut output.stderr, &mut interleaved] {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&note);
         }
-        output.stderr.push_str("prodigy: timed out after ");
-        output
-            .stderr
-            .push_str(&humantime::format_duration(t).to_string());
     }
+    output.interleaved = Some(interleaved);
     output.duration = started.elapsed();
     output
 }
@@ -408,6 +429,46 @@ mod tests {
         let parsed = prodigy_compiler::syntax::parse(&file);
         assert!(parsed.diagnostics.is_empty(), "{yaml}");
         parsed.root.unwrap().to_json()
+    }
+
+    fn sh(text: &str) -> Command {
+        let (program, args) = shell(text);
+        Command {
+            program,
+            args,
+            cwd: std::env::temp_dir(),
+            env: Vec::new(),
+            clear_env: false,
+            timeout: None,
+            grace: Duration::from_secs(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn both_streams_are_kept_apart_and_interleaved_in_order() {
+        let (_tx, mut cancel) = watch::channel(false);
+        let out = run(
+            &sh("echo out1; sleep 0.3; echo err1 >&2; sleep 0.3; echo out2; exit 4"),
+            &mut cancel,
+        )
+        .await;
+        assert_eq!(out.code, Some(4));
+        assert_eq!(out.stdout, "out1\nout2\n");
+        assert_eq!(out.stderr, "err1\n");
+        assert_eq!(out.combined(), "out1\nerr1\nout2\n");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_note_reaches_the_interleaved_output_too() {
+        let (_tx, mut cancel) = watch::channel(false);
+        let mut cmd = sh("echo started; sleep 5");
+        cmd.timeout = Some(Duration::from_millis(300));
+        let out = run(&cmd, &mut cancel).await;
+        assert!(out.timed_out);
+        assert_eq!(out.combined(), "started\nprodigy: timed out after 300ms");
+        // What did not come from a process is stdout, then stderr.
+        let made = Output::error("no such variable");
+        assert_eq!(made.combined(), "no such variable");
     }
 
     #[test]

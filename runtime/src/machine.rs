@@ -163,7 +163,8 @@ pub struct HandlerPolicy {
     pub fail_workflow: bool,
     /// A failing handler fails the workflow.
     pub handler_failure_fatal: bool,
-    /// A successful handler recovers the step (strategies `recovery` and `fallback`).
+    /// A successful handler recovers the step: `strategy: fallback`, whose result stands in
+    /// for the command's. Any other handler only handles the failure.
     pub recovers: bool,
 }
 
@@ -186,10 +187,16 @@ impl HandlerPolicy {
 pub enum Outcome {
     /// The command succeeded.
     Succeeded,
-    /// A handler recovered the failure.
+    /// A `strategy: fallback` handler (or `retry_config`'s fallback command) succeeded in
+    /// the command's place.
     Recovered,
-    /// The step failed and the workflow goes on.
+    /// The step failed and its `on_failure` handler ran, but no run of the command
+    /// succeeded; with `fail_workflow: false` a standard workflow goes on, and a map item
+    /// fails.
     FailedContinued,
+    /// The step failed and the failure is ignored (`on_failure: true`, `allow_failure`,
+    /// `retry_config.on_failure: continue`): everything goes on.
+    Ignored,
     /// The step failed and so does the workflow.
     Failed,
     /// `when` was false.
@@ -205,8 +212,19 @@ impl Outcome {
             Outcome::Succeeded
             | Outcome::Recovered
             | Outcome::FailedContinued
+            | Outcome::Ignored
             | Outcome::Skipped => true,
             Outcome::Failed | Outcome::Cancelled => false,
+        }
+    }
+
+    /// Whether a map agent goes on after this step: a failure that was only handled fails
+    /// the item (it goes where `on_item_failure` says); only a success, a recovery or an
+    /// ignored failure lets the agent go on.
+    pub fn continues_agent(self) -> bool {
+        match self {
+            Outcome::Succeeded | Outcome::Recovered | Outcome::Ignored | Outcome::Skipped => true,
+            Outcome::FailedContinued | Outcome::Failed | Outcome::Cancelled => false,
         }
     }
 }
@@ -368,18 +386,17 @@ impl StepMachine {
                 },
             );
         }
-        // `fail_workflow: true` wins: the workflow fails even after a successful cleanup.
-        if handler_ok
-            && self.handler.recovers
-            && !self.handler.fail_workflow
-            && self.handler.max_attempts == 1
-        {
+        // A fallback that succeeded stands in for the command; `fail_workflow: true` wins:
+        // the workflow fails even after a successful cleanup.
+        if handler_ok && self.handler.recovers && !self.handler.fail_workflow {
             return Self::finish(Outcome::Recovered);
         }
         Self::finish(if self.handler.fail_workflow {
             Outcome::Failed
-        } else {
+        } else if self.handler.has_handler {
             Outcome::FailedContinued
+        } else {
+            Outcome::Ignored
         })
     }
 
@@ -442,7 +459,7 @@ impl StepMachine {
                 }
                 match self.retry.exhausted {
                     Exhausted::Stop => self.run_failed(run, now),
-                    Exhausted::Continue => Self::finish(Outcome::FailedContinued),
+                    Exhausted::Continue => Self::finish(Outcome::Ignored),
                     Exhausted::Fallback => (Some(S::Fallback { run }), Action::RunFallback),
                 }
             }
@@ -567,13 +584,22 @@ mod tests {
         }
     }
 
+    /// A handler of the default strategy, `recovery`.
     fn handler(max_attempts: u32, fail_workflow: bool) -> HandlerPolicy {
         HandlerPolicy {
             has_handler: true,
             max_attempts,
             fail_workflow,
             handler_failure_fatal: false,
+            recovers: false,
+        }
+    }
+
+    /// A `strategy: fallback` handler.
+    fn fallback(max_attempts: u32, fail_workflow: bool) -> HandlerPolicy {
+        HandlerPolicy {
             recovers: true,
+            ..handler(max_attempts, fail_workflow)
         }
     }
 
@@ -589,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn no_handler_fails_the_workflow_and_on_failure_true_continues() {
+    fn no_handler_fails_the_workflow_and_on_failure_true_ignores_the_failure() {
         script(
             StepMachine::new(RetryPolicy::none(), HandlerPolicy::none()),
             &[
@@ -601,12 +627,10 @@ mod tests {
             StepMachine::new(RetryPolicy::none(), HandlerPolicy::ignore()),
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
-                (
-                    StepEvent::Exited(fail()),
-                    Action::Finish(Outcome::FailedContinued),
-                ),
+                (StepEvent::Exited(fail()), Action::Finish(Outcome::Ignored)),
             ],
         );
+        assert!(Outcome::Ignored.continues() && Outcome::Ignored.continues_agent());
     }
 
     #[test]
@@ -735,14 +759,12 @@ mod tests {
             exhausted: Exhausted::Continue,
             ..retry(1)
         };
+        // `on_failure: continue` ignores the failure, even with a handler.
         script(
-            StepMachine::new(cont, HandlerPolicy::none()),
+            StepMachine::new(cont, handler(1, false)),
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
-                (
-                    StepEvent::Exited(fail()),
-                    Action::Finish(Outcome::FailedContinued),
-                ),
+                (StepEvent::Exited(fail()), Action::Finish(Outcome::Ignored)),
             ],
         );
         let fallback = RetryPolicy {
@@ -806,22 +828,75 @@ mod tests {
     }
 
     #[test]
-    fn a_successful_handler_recovers_a_single_run_and_a_fatal_one_fails() {
-        script(
+    fn a_handled_failure_is_not_recovered_unless_a_fallback_succeeded() {
+        // A successful `recovery` handler handles the failure; no run of the command
+        // succeeded, so the step failed (and goes on: `fail_workflow` is false).
+        let m = script(
             StepMachine::new(RetryPolicy::none(), handler(1, false)),
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
                 (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
                 (
                     StepEvent::HandlerDone { ok: true },
+                    Action::Finish(Outcome::FailedContinued),
+                ),
+            ],
+        );
+        assert_eq!(m.state(), &StepState::Done(Outcome::FailedContinued));
+        assert!(
+            Outcome::FailedContinued.continues(),
+            "a standard workflow goes on"
+        );
+        assert!(
+            !Outcome::FailedContinued.continues_agent(),
+            "a map agent's item fails"
+        );
+        // A fallback that succeeded stands in for the command, after its last run too.
+        script(
+            StepMachine::new(RetryPolicy::none(), fallback(2, false)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Spawn { run: 2, attempt: 1 },
+                ),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 2 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
                     Action::Finish(Outcome::Recovered),
                 ),
             ],
         );
-        // "Still fail workflow after cleanup": an explicit `fail_workflow: true` wins over a
-        // recovering strategy.
+        // A fallback that failed recovers nothing.
         script(
-            StepMachine::new(RetryPolicy::none(), handler(1, true)),
+            StepMachine::new(RetryPolicy::none(), fallback(1, false)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: false },
+                    Action::Finish(Outcome::FailedContinued),
+                ),
+            ],
+        );
+        // A later successful run recovers the step.
+        script(
+            StepMachine::new(RetryPolicy::none(), handler(2, false)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Spawn { run: 2, attempt: 1 },
+                ),
+                (StepEvent::Exited(ok()), Action::Finish(Outcome::Succeeded)),
+            ],
+        );
+        // "Still fail workflow after cleanup": an explicit `fail_workflow: true` wins over a
+        // fallback.
+        script(
+            StepMachine::new(RetryPolicy::none(), fallback(1, true)),
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
                 (StepEvent::Exited(fail()), Action::RunHandler { run: 1 }),

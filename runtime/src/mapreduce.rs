@@ -333,6 +333,7 @@ impl AgentRun {
                 message,
                 error_type,
                 exit_code: None,
+                output: None,
             }),
             duration: Duration::ZERO,
             artifacts: None,
@@ -479,7 +480,7 @@ async fn run_agent(
         runner,
         scope.clone(),
         stop,
-        runner.run_phase(&spec.steps, &mut vars),
+        runner.run_agent_steps(&spec.steps, &mut vars),
         spec.timeout,
         spec.cancel_running.then_some(halt),
     )
@@ -487,7 +488,8 @@ async fn run_agent(
     let end = match (why, outcome) {
         (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
         (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
-        (None, o) if o.continues() => RunEnd::Succeeded,
+        // A step whose failure was only handled fails the item.
+        (None, o) if o.continues_agent() => RunEnd::Succeeded,
         (None, _) => RunEnd::Failed,
     };
     let failure = scope.failure.borrow().clone();
@@ -552,9 +554,9 @@ async fn merge_back(
                         json!({"path": worktree.path, "branch": worktree.branch, "uncommitted": left}),
                     );
                     runner.say(&format!(
-                        "warning: {} left {} uncommitted changes in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
+                        "warning: {} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
                         item_id(index),
-                        left.len(),
+                        crate::progress::count(left.len(), "uncommitted change"),
                         worktree.path.display()
                     ));
                 }
@@ -580,6 +582,7 @@ async fn merge_back(
                     message: e.to_string(),
                     error_type,
                     exit_code: None,
+                    output: None,
                 });
                 let left = crate::worktree::changes(&worktree.path).await;
                 run.artifacts = Some(artifacts(&worktree, &left, Some(logs)));
@@ -851,6 +854,7 @@ impl<'a> MapJob<'a> {
             if let Err(outcome) = self.setup(vars).await {
                 return outcome;
             }
+            self.warn_setup_leftovers().await;
             let items = match self.load_items(vars).await {
                 Ok(items) => items,
                 Err(why) => {
@@ -939,6 +943,56 @@ impl<'a> MapJob<'a> {
             events: self.runner.events_path(),
             vars,
         }
+    }
+
+    /// After `setup` in a session worktree: warns once, naming them, about the files setup
+    /// left that no commit holds, since agents branch from commits only and will not see
+    /// them (a `mkdir out` in setup, and every item fails).
+    async fn warn_setup_leftovers(&self) {
+        use crate::worktree::UncommittedKind;
+        const SHOWN: usize = 10;
+        let (Some(session), Some(_)) = (self.runner.worktree(), &self.plan.setup) else {
+            return;
+        };
+        let left = crate::worktree::not_committed(&session.path).await;
+        if left.is_empty() {
+            return;
+        }
+        let paths: Vec<&str> = left.iter().map(|u| u.path.as_str()).collect();
+        self.runner
+            .record("setup_left_uncommitted", json!({"paths": paths}));
+        let mut names: Vec<String> = left
+            .iter()
+            .take(SHOWN)
+            .map(|u| match u.kind {
+                UncommittedKind::Changed => u.path.clone(),
+                UncommittedKind::Ignored => format!("{} (ignored)", u.path),
+                UncommittedKind::EmptyDir => format!("{} (empty)", u.path),
+            })
+            .collect();
+        if left.len() > SHOWN {
+            names.push(format!("and {} more", left.len() - SHOWN));
+        }
+        let mut advice = Vec::new();
+        if left.iter().any(|u| u.kind != UncommittedKind::EmptyDir) {
+            advice.push(
+                "commit them in setup (e.g. `git add -A && git commit -m setup`; ignored files need `git add -f`)"
+                    .to_owned(),
+            );
+        }
+        if let Some(dir) = left.iter().find(|u| u.kind == UncommittedKind::EmptyDir) {
+            advice.push(format!(
+                "git keeps no empty directory, so make those in the agent template (e.g. `mkdir -p {}`)",
+                dir.path.trim_end_matches('/')
+            ));
+        }
+        self.say(&format!(
+            "warning: setup left {} that no commit holds in {}: {}; map agents start from the session's commits and will not see them: {}",
+            crate::progress::count(left.len(), "path"),
+            session.path.display(),
+            names.join(", "),
+            advice.join("; ")
+        ));
     }
 
     /// `setup`: its steps in order under the phase `timeout`, then `capture_outputs`.
@@ -1071,14 +1125,16 @@ impl<'a> MapJob<'a> {
         };
         let document = prodigy_grammar::pipeline::parse_input(&text, kind)
             .map_err(|e| format!("the map input `{input}`: {e}"))?;
-        let (items, counts) = map.pipeline().apply(document);
+        let pipeline = map.pipeline();
+        let (items, counts) = pipeline.apply(document);
         self.runner.record(
             "input_loaded",
             json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept}),
         );
         self.say(&format!(
-            "map: {} items ({} selected, {} after filter, {} after distinct)",
-            counts.kept, counts.selected, counts.filtered, counts.distinct
+            "map: {} ({})",
+            crate::progress::count(counts.kept, "item"),
+            crate::progress::stage_counts(&pipeline, &counts)
         ));
         Ok(items)
     }
@@ -1143,8 +1199,9 @@ impl<'a> MapJob<'a> {
             json!({"items": total, "pending": pending.len(), "max_parallel": max_parallel}),
         );
         self.say(&format!(
-            "map: {} of {total} items to run, {max_parallel} at a time",
-            pending.len()
+            "map: {} of {} to run, {max_parallel} at a time",
+            pending.len(),
+            crate::progress::count(total, "item")
         ));
         let (halt_tx, halt_rx) = watch::channel(false);
         let mut running: FuturesUnordered<LocalBoxFuture<'_, Done>> = FuturesUnordered::new();
@@ -1321,8 +1378,8 @@ impl<'a> MapJob<'a> {
                         batch.push(format!("{}: {message}", item_id(index)));
                         if batch.len() as u64 >= size.max(1) {
                             self.say(&format!(
-                                "{} items failed:\n  {}",
-                                batch.len(),
+                                "{} failed:\n  {}",
+                                crate::progress::count(batch.len(), "item"),
                                 batch.join("\n  ")
                             ));
                             batch.clear();
@@ -1445,8 +1502,8 @@ impl<'a> MapJob<'a> {
         progress.finish();
         if !batch.is_empty() {
             self.say(&format!(
-                "{} items failed:\n  {}",
-                batch.len(),
+                "{} failed:\n  {}",
+                crate::progress::count(batch.len(), "item"),
                 batch.join("\n  ")
             ));
         }
@@ -1760,8 +1817,14 @@ fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Value {
 
 /// The DLQ's record of RUN's failure, with MESSAGE (already masked).
 fn failure_of(runner: &Runner, run: &AgentRun, message: &str, index: usize) -> FailureDetail {
+    let output = run.failure.as_ref().and_then(|f| f.output.as_ref());
     FailureDetail {
         error_type: run.error_type(),
+        command_output: output.map(|o| crate::dlq::CommandTail {
+            exit_code: o.exit_code,
+            stdout: runner.mask(&o.stdout),
+            stderr: runner.mask(&o.stderr),
+        }),
         step_failed: run
             .failure
             .as_ref()
@@ -1794,6 +1857,7 @@ fn failure_detail(
         )]
         duration_ms: (duration_secs * 1000.0) as u64,
         json_log_location: None,
+        command_output: None,
     }
 }
 

@@ -21,7 +21,7 @@ use crate::exec::{self, Command, Output};
 use crate::machine::{
     Action, Exhausted, HandlerPolicy, Matcher, Outcome, RetryPolicy, StepEvent, StepMachine,
 };
-use crate::store::{Checkpoint, EventLog, Layout};
+use crate::store::{Checkpoint, ContinuedStep, EventLog, Layout};
 use crate::vars::Vars;
 
 /// How to run.
@@ -89,6 +89,9 @@ pub struct Report {
     pub events: PathBuf,
     /// The variables at the end (for the `merge` steps).
     pub vars: Vars,
+    /// The steps that failed and after which the workflow went on, in order (those before
+    /// a resume included).
+    pub continued: Vec<ContinuedStep>,
 }
 
 /// Why a run could not start.
@@ -150,6 +153,8 @@ pub struct Runner {
     pub(crate) merge_queue: tokio::sync::Mutex<()>,
     /// Map agents' worktrees between two items.
     pub(crate) agent_worktrees: crate::worktree::Pool,
+    /// The steps of a standard run that failed and were continued.
+    continued: Mutex<Vec<ContinuedStep>>,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -185,6 +190,8 @@ pub(crate) struct StepFailure {
     pub error_type: crate::dlq::ErrorType,
     /// The exit code its command ended with, when it exited.
     pub exit_code: Option<i32>,
+    /// The failing command's exit code and the last lines of its output, when one ran.
+    pub output: Option<crate::dlq::CommandTail>,
 }
 
 tokio::task_local! {
@@ -253,7 +260,14 @@ impl Runner {
             env_cache: Mutex::new(std::collections::HashMap::new()),
             merge_queue: tokio::sync::Mutex::new(()),
             agent_worktrees: crate::worktree::Pool::default(),
+            continued: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Carries over, for `resume`, the steps that failed and were continued before: the
+    /// run's end reports them with its own.
+    pub fn carry_continued(&self, steps: &[ContinuedStep]) {
+        *lock(&self.continued) = steps.to_vec();
     }
 
     /// Where commands run: the map agent's worktree, else the session worktree, else the
@@ -582,20 +596,11 @@ impl Runner {
         self.mask(&template.render_lenient(vars))
     }
 
-    /// Checks what must hold before the first step: the Claude program.
+    /// Checks what must hold before the first step: the Claude program, when any step of
+    /// the workflow runs it. [`preflight`] checks only what given steps need.
     pub fn preflight(&self) -> Result<(), StartError> {
-        let uses_claude = self
-            .plan
-            .steps
-            .iter()
-            .any(|s| matches!(s.command, PlanCommand::Claude(_)));
-        if uses_claude {
-            let (program, _) = exec::claude("", self.opts.claude_command.as_deref());
-            if !exec::program_exists(&program) {
-                return Err(StartError::ClaudeMissing { program });
-            }
-        }
-        Ok(())
+        let every: Vec<StepId> = self.plan.steps.iter().map(|s| s.id).collect();
+        preflight(&self.plan, &every, self.opts.claude_command.as_deref())
     }
 
     /// Runs the standard workflow's steps from `start` (0 for a new run).
@@ -617,6 +622,8 @@ impl Runner {
         } else {
             None
         };
+        // Steps from START on run again: what they did before a resume no longer counts.
+        lock(&self.continued).retain(|c| c.index < start);
         let mut outcome = RunOutcome::Succeeded;
         let mut failed_step = None;
         let mut next = start;
@@ -649,6 +656,20 @@ impl Runner {
             if let (Some(base), Some(before)) = (&git_base, &before) {
                 self.git_context(&mut vars, base, before).await;
             }
+            if let Outcome::FailedContinued | Outcome::Ignored = step_outcome {
+                let handled = step_outcome == Outcome::FailedContinued;
+                self.record(
+                    "step_failed_continued",
+                    json!({"step": label, "step_index": index, "handled": handled}),
+                );
+                let mut continued = lock(&self.continued);
+                continued.retain(|c| c.index != index);
+                continued.push(ContinuedStep {
+                    index,
+                    step: label.clone(),
+                    handled,
+                });
+            }
             match step_outcome {
                 Outcome::Cancelled => {
                     outcome = RunOutcome::Interrupted;
@@ -671,7 +692,8 @@ impl Runner {
             RunOutcome::Interrupted => "interrupted",
         };
         self.checkpoint(&vars, next, status, true).await;
-        self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "duration_secs": self.started.elapsed().as_secs_f64()}));
+        let continued = lock(&self.continued).clone();
+        self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "failed_continued": continued.len(), "duration_secs": self.started.elapsed().as_secs_f64()}));
         let events = lock(&self.log).path.clone();
         Report {
             outcome,
@@ -679,6 +701,7 @@ impl Runner {
             failed_step,
             events,
             vars,
+            continued,
         }
     }
 
@@ -714,6 +737,7 @@ impl Runner {
             started_at: self.started_at.clone(),
             updated_at: crate::store::timestamp(),
             worktree: self.opts.worktree.clone(),
+            continued: lock(&self.continued).clone(),
         };
         self.settle_checkpoint().await;
         let layout = self.opts.layout.clone();
@@ -806,6 +830,9 @@ impl Runner {
                     None
                 };
             let mut last: Option<Output> = None;
+            // The output of a `strategy: fallback` handler that succeeded after the last run:
+            // when it recovers the step, it stands in for the command's.
+            let mut fallback_result: Option<Output> = None;
             let mut action = machine.on_event(
                 StepEvent::Start,
                 self.started.elapsed(),
@@ -814,6 +841,7 @@ impl Runner {
             let mut outcome = loop {
                 match action {
                     Action::Spawn { run, attempt } => {
+                        fallback_result = None;
                         self.record(
                             "attempt_started",
                             json!({"step": step.label, "run": run, "attempt": attempt}),
@@ -868,10 +896,20 @@ impl Runner {
                             machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
                     }
                     Action::RunHandler { run } => {
-                        let ok = self.handle_failure(step, vars, run, last.as_ref()).await;
+                        let (ok, handler_output) =
+                            self.handle_failure(step, vars, run, last.as_ref()).await;
                         if self.cancelled() {
                             break Outcome::Cancelled;
                         }
+                        let fallback = step
+                            .on_failure
+                            .as_ref()
+                            .is_some_and(|f| f.strategy == ast::Strategy::Fallback);
+                        fallback_result = (ok && fallback).then(|| Output {
+                            stdout: handler_output,
+                            code: Some(0),
+                            ..Output::default()
+                        });
                         action = machine.on_event(
                             StepEvent::HandlerDone { ok },
                             self.started.elapsed(),
@@ -883,6 +921,11 @@ impl Runner {
                     Action::Invalid => break self.invalid(step, &machine, &Action::Invalid),
                 }
             };
+            if outcome == Outcome::Recovered
+                && let Some(result) = fallback_result.take()
+            {
+                last = Some(result);
+            }
             if let Some(out) = &last
                 && outcome != Outcome::Cancelled
                 && let Err(why) = self.capture(step, vars, out)
@@ -917,7 +960,9 @@ impl Runner {
                 "step_finished",
                 json!({"step": step.label, "outcome": outcome}),
             );
-            if !outcome.continues() && outcome != Outcome::Cancelled {
+            // A failure that fails the workflow, or one that was only handled: in a map agent
+            // both fail the item.
+            if !outcome.continues_agent() && outcome != Outcome::Cancelled {
                 let detail = last
                     .as_ref()
                     .map(|o| o.stderr.trim().lines().last().unwrap_or("").to_owned())
@@ -930,15 +975,26 @@ impl Runner {
                             .map_or_else(|| "the step failed".to_owned(), |o| tail(&o.stderr, 20)),
                         error_type: error_type(step, last.as_ref()),
                         exit_code: last.as_ref().and_then(|o| o.code),
+                        output: last.as_ref().map(|o| crate::dlq::CommandTail {
+                            exit_code: o.code,
+                            stdout: tail(&o.stdout, crate::dlq::CommandTail::LINES),
+                            stderr: tail(&o.stderr, crate::dlq::CommandTail::LINES),
+                        }),
                     });
                 });
+                let in_agent = AGENT.try_with(|a| !a.agent_id.is_empty()).unwrap_or(false);
                 self.say(&format!(
-                    "  failed: {}{}",
+                    "  failed: {}{}{}",
                     step.label,
                     if detail.is_empty() {
                         String::new()
                     } else {
                         format!(": {detail}")
+                    },
+                    if outcome == Outcome::FailedContinued && !in_agent {
+                        "; its `on_failure` handler ran and the workflow goes on (`fail_workflow` is false)"
+                    } else {
+                        ""
                     }
                 ));
             }
@@ -960,12 +1016,24 @@ impl Runner {
         Outcome::Failed
     }
 
-    /// Runs the steps of a phase (a map agent's template) in order, each with its index as
+    /// Runs the steps of a phase (the `merge` steps) in order, each with its index as
     /// `step.index`: `Succeeded`, or the outcome of the step that ended the list.
     pub(crate) async fn run_phase(&self, steps: &[StepId], vars: &mut Vars) -> Outcome {
         for (index, &id) in steps.iter().enumerate() {
             let outcome = self.run_step(id, vars, Some(index)).await;
             if !outcome.continues() {
+                return outcome;
+            }
+        }
+        Outcome::Succeeded
+    }
+
+    /// Runs a map agent's template like [`Self::run_phase`], except that a failure that was
+    /// only handled (`FailedContinued`) ends the agent: its item fails.
+    pub(crate) async fn run_agent_steps(&self, steps: &[StepId], vars: &mut Vars) -> Outcome {
+        for (index, &id) in steps.iter().enumerate() {
+            let outcome = self.run_step(id, vars, Some(index)).await;
+            if !outcome.continues_agent() {
                 return outcome;
             }
         }
@@ -1004,15 +1072,17 @@ impl Runner {
         }
     }
 
+    /// Runs the `on_failure` handler after run RUN failed: whether it succeeded, and what its
+    /// commands printed (their stdout, one after the other).
     async fn handle_failure(
         &self,
         step: &PlanStep,
         vars: &mut Vars,
         run: u32,
         last: Option<&Output>,
-    ) -> bool {
+    ) -> (bool, String) {
         let Some(on_failure) = &step.on_failure else {
-            return true;
+            return (true, String::new());
         };
         let error = last.map_or_else(|| json!({}), |o| {
             json!({"message": o.stderr.trim_end(), "exit_code": o.code.unwrap_or(-1), "step": step.label, "timestamp": crate::store::timestamp()})
@@ -1042,7 +1112,7 @@ impl Runner {
             }
             if !matches!(
                 outcome,
-                Outcome::Succeeded | Outcome::Recovered | Outcome::Skipped
+                Outcome::Succeeded | Outcome::Recovered | Outcome::Ignored | Outcome::Skipped
             ) && !continue_on_error
             {
                 ok = false;
@@ -1065,7 +1135,7 @@ impl Runner {
             "handler_finished",
             json!({"step": step.label, "run": run, "success": ok}),
         );
-        ok
+        (ok, combined)
     }
 
     /// Validation, commits and `on_success` after a successful run.
@@ -1318,7 +1388,11 @@ impl Runner {
             };
             if round == rounds {
                 if on_incomplete.fail_workflow {
-                    self.say(&format!("  error: validation of `{}` still incomplete after {rounds} attempts ({completion}%)", step.label));
+                    self.say(&format!(
+                        "  error: validation of `{}` still incomplete after {} ({completion}%)",
+                        step.label,
+                        crate::progress::count(rounds, "attempt")
+                    ));
                     return Outcome::Failed;
                 }
                 self.say(&format!(
@@ -1683,7 +1757,13 @@ impl Runner {
             vars.set(name.clone(), value);
             vars.meta.insert(name.clone(), Value::Object(meta));
         }
-        if let Some(name) = &step.capture_output {
+        // `capture_output: true` on a shell step names `${shell.output}`, which every
+        // command already sets (both streams); any other name stores stdout.
+        if let Some(name) = step
+            .capture_output
+            .as_ref()
+            .filter(|n| *n != "shell.output")
+        {
             match name.split_once('.') {
                 Some((root, field)) => {
                     vars.merge(root, fields(json!({ field: trim(&out.stdout) })));
@@ -1749,13 +1829,16 @@ fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::ErrorType {
 }
 
 /// The outcome of a step that failed after its command ran (a capture, a check, a commit):
-/// a failure that fails the workflow unless the step may fail (`allow_failure`,
-/// `fail_workflow: false`).
+/// a failure that fails the workflow unless the step may fail: ignored (`allow_failure`,
+/// `on_failure: true`), or failed and continued (a handler with `fail_workflow: false`).
 fn failed(step: &PlanStep) -> Outcome {
-    if handler_policy(step).fail_workflow {
+    let policy = handler_policy(step);
+    if policy.fail_workflow {
         Outcome::Failed
-    } else {
+    } else if policy.has_handler {
         Outcome::FailedContinued
+    } else {
+        Outcome::Ignored
     }
 }
 
@@ -1770,21 +1853,86 @@ fn step_text(step: &PlanStep) -> String {
 }
 
 /// The last N lines of a text.
+/// Checks, before anything is made (a worktree, a branch, a lock), that the programs that
+/// running ROOTS needs are installed: the Claude CLI (`claude_command`, else `claude`) when
+/// one of them, or a step they can lead to, is a `claude` step or `claude` check.
+///
+/// # Errors
+///
+/// [`StartError::ClaudeMissing`] when the Claude program is needed and not found.
+pub fn preflight(
+    plan: &Plan,
+    roots: &[StepId],
+    claude_command: Option<&str>,
+) -> Result<(), StartError> {
+    if needs_claude(plan, roots) {
+        let (program, _) = exec::claude("", claude_command);
+        if !exec::program_exists(&program) {
+            return Err(StartError::ClaudeMissing { program });
+        }
+    }
+    Ok(())
+}
+
+/// Whether running ROOTS runs the Claude CLI: one of them, or a step it can lead to
+/// (`on_success`, `on_failure`, `on_exit_code`, `validate` and `on_incomplete` commands,
+/// `foreach` bodies), is a `claude` step or has a `claude` check.
+pub fn needs_claude(plan: &Plan, roots: &[StepId]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = roots.to_vec();
+    while let Some(id) = stack.pop() {
+        let Some(step) = plan.step(id) else { continue };
+        if !seen.insert(id) {
+            continue;
+        }
+        let checks_with_claude = step
+            .step_validate
+            .as_ref()
+            .is_some_and(|v| v.checks.iter().any(|c| c.claude));
+        if matches!(step.command, PlanCommand::Claude(_)) || checks_with_claude {
+            return true;
+        }
+        stack.extend(&step.on_success);
+        if let Some(handler) = &step.on_failure {
+            stack.extend(&handler.handler);
+        }
+        for (_, steps) in &step.on_exit_code {
+            stack.extend(steps);
+        }
+        if let Some(validate) = &step.validate {
+            stack.extend(&validate.commands);
+            if let Some(incomplete) = &validate.on_incomplete {
+                stack.extend(&incomplete.commands);
+            }
+        }
+        if let PlanCommand::Foreach { steps, .. } = &step.command {
+            stack.extend(steps);
+        }
+    }
+    false
+}
+
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.trim_end().lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// `shell.*` / `claude.*` after every command, for handlers and the next step.
+/// `shell.*` after every command, shell or Claude, and `claude.*` after a Claude command, for
+/// handlers and the next step: `${shell.output}` is stdout and stderr interleaved as the
+/// command wrote them, `${shell.stdout}` and `${shell.stderr}` each stream alone.
 fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
     let trimmed = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
-    let value = json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": out.code.unwrap_or(-1)});
-    let root = if matches!(step.command, PlanCommand::Claude(_)) {
-        "claude"
-    } else {
-        "shell"
-    };
-    vars.set(root, value);
+    let exit_code = out.code.unwrap_or(-1);
+    vars.set(
+        "shell",
+        json!({"output": trimmed(&out.combined()), "stdout": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+    );
+    if matches!(step.command, PlanCommand::Claude(_)) {
+        vars.set(
+            "claude",
+            json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+        );
+    }
     vars.last_output = Some(trimmed(&out.stdout));
     vars.commands.insert(
         step.id.0,
@@ -1836,10 +1984,7 @@ fn handler_policy(step: &PlanStep) -> HandlerPolicy {
             max_attempts: f.max_attempts.max(1),
             fail_workflow: f.fail_workflow,
             handler_failure_fatal: f.handler_failure_fatal,
-            recovers: matches!(
-                f.strategy,
-                ast::Strategy::Recovery | ast::Strategy::Fallback
-            ),
+            recovers: f.strategy == ast::Strategy::Fallback,
         },
     }
 }

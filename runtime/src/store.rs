@@ -13,11 +13,19 @@ use serde_json::{Map, Value, json};
 pub struct Layout {
     /// `$PRODIGY_HOME` (default `~/.prodigy`).
     pub home: PathBuf,
-    /// The project directory's name.
+    /// The project's namespace, [`namespace`] of its directory.
     pub repo: String,
 }
 
 impl Layout {
+    /// The layout of the project at PROJECT under `$PRODIGY_HOME`.
+    pub fn of_project(project: &Path) -> Self {
+        Layout {
+            home: Layout::home(),
+            repo: namespace(project),
+        }
+    }
+
     /// `$PRODIGY_HOME`, else `~/.prodigy`.
     pub fn home() -> PathBuf {
         std::env::var_os("PRODIGY_HOME")
@@ -67,8 +75,8 @@ impl Layout {
             .find(|(p, _)| p.join("checkpoint.json").is_file())
     }
 
-    /// Finds a session's checkpoint in any project.
-    pub fn find_session(home: &Path, session: &str) -> Option<PathBuf> {
+    /// Finds a session's checkpoint in any project; the project's namespace comes with it.
+    pub fn find_session(home: &Path, session: &str) -> Option<(PathBuf, String)> {
         if !is_id(session) {
             return None;
         }
@@ -77,13 +85,42 @@ impl Layout {
             .ok()?
             .filter_map(Result::ok)
             .map(|repo| {
-                repo.path()
-                    .join("sessions")
-                    .join(session)
-                    .join("checkpoint.json")
+                (
+                    repo.path()
+                        .join("sessions")
+                        .join(session)
+                        .join("checkpoint.json"),
+                    repo.file_name().to_string_lossy().into_owned(),
+                )
             })
-            .find(|p| p.is_file())
+            .find(|(p, _)| p.is_file())
     }
+}
+
+/// The name under which the runs of the project at PROJECT keep their files: the name of
+/// its git repository's top level (of PROJECT itself outside git), a dash, and the first 8
+/// hex digits of [`hash`] of that directory's canonical path. A run from a subdirectory
+/// files its state with the rest of the repository, and two repositories with the same
+/// name do not share a namespace.
+pub fn namespace(project: &Path) -> String {
+    let project = std::fs::canonicalize(project).unwrap_or_else(|_| project.to_owned());
+    let top = top_level(&project).unwrap_or(project);
+    let name = top
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("project");
+    let digest = hash(&top.to_string_lossy());
+    format!("{name}-{}", &digest[..8])
+}
+
+/// The top level of the git working tree DIR is in, as git finds it: the nearest directory,
+/// DIR or above, that holds a `.git` (a directory, or the file of a linked worktree or a
+/// submodule). Needs no `git`.
+pub fn top_level(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(Path::to_path_buf)
 }
 
 /// Whether TEXT can name a session or job: one path component, so that it never reaches
@@ -205,6 +242,23 @@ pub struct Checkpoint {
     /// The session worktree the run works in (SPEC §11); resume continues in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::worktree::SessionWorktree>,
+    /// The steps so far that failed and were continued, so that a resumed run still reports
+    /// them at its end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continued: Vec<ContinuedStep>,
+}
+
+/// A step of a standard run that failed and after which the workflow went on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContinuedStep {
+    /// Its index among the workflow's steps.
+    pub index: usize,
+    /// Its name.
+    pub step: String,
+    /// Its `on_failure` handler ran and no run of the command succeeded; otherwise the
+    /// failure was ignored (`on_failure: true`, `allow_failure`, `retry_config.on_failure:
+    /// continue`).
+    pub handled: bool,
 }
 
 impl Checkpoint {
@@ -382,6 +436,36 @@ mod tests {
         let taken = SessionLock::acquire(&layout, "s1").unwrap();
         drop(taken);
         assert!(!lock.exists());
+    }
+
+    #[test]
+    fn a_namespace_is_the_repository_name_and_a_hash_of_its_place() {
+        let root = tempfile::tempdir().unwrap();
+        let (one, two) = (root.path().join("a/app"), root.path().join("b/app"));
+        for repo in [&one, &two] {
+            std::fs::create_dir_all(repo.join(".git")).unwrap();
+            std::fs::create_dir_all(repo.join("sub/deeper")).unwrap();
+        }
+        let first = namespace(&one);
+        assert!(
+            regex::Regex::new("^app-[0-9a-f]{8}$")
+                .unwrap()
+                .is_match(&first),
+            "{first}"
+        );
+        // From a subdirectory: the repository's namespace, not `deeper`.
+        assert_eq!(namespace(&one.join("sub/deeper")), first);
+        // Another repository with the same name: another namespace, and stable.
+        assert_ne!(namespace(&two), first);
+        assert_eq!(namespace(&two), namespace(&two.join("sub")));
+        // Outside git: the directory itself.
+        let plain = root.path().join("plain/dir");
+        std::fs::create_dir_all(&plain).unwrap();
+        assert!(
+            namespace(&plain).starts_with("dir-"),
+            "{}",
+            namespace(&plain)
+        );
     }
 
     #[test]

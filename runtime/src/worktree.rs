@@ -204,6 +204,84 @@ pub async fn changes(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A path in a working tree that no commit holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uncommitted {
+    /// Relative to the top of the working tree; directories end with `/`.
+    pub path: String,
+    /// What it is.
+    pub kind: UncommittedKind,
+}
+
+/// Why a path is in no commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UncommittedKind {
+    /// New or changed, not committed.
+    Changed,
+    /// Matched by `.gitignore`.
+    Ignored,
+    /// An empty directory: git keeps none, committed or not.
+    EmptyDir,
+}
+
+/// What the working tree at TOP holds that no commit does: what `git status` shows
+/// (new, changed and ignored paths; a new directory once) and empty directories, which git
+/// never keeps. At most 10 000 directories are looked into.
+pub async fn not_committed(top: &Path) -> Vec<Uncommitted> {
+    let status = git(top, &["status", "--porcelain", "--ignored"])
+        .await
+        .unwrap_or_default();
+    let mut found: Vec<Uncommitted> = status
+        .lines()
+        .filter(|l| l.len() > 3)
+        .map(|l| {
+            let path = &l[3..];
+            // A rename shows as `old -> new`: the new path is the one in the tree.
+            let path = path.rsplit(" -> ").next().unwrap_or(path);
+            Uncommitted {
+                path: path.trim_matches('"').to_owned(),
+                kind: if l.starts_with("!!") {
+                    UncommittedKind::Ignored
+                } else {
+                    UncommittedKind::Changed
+                },
+            }
+        })
+        .collect();
+    let listed: std::collections::HashSet<PathBuf> =
+        found.iter().map(|u| top.join(&u.path)).collect();
+    let mut dirs = vec![top.to_path_buf()];
+    let mut budget = 10_000usize;
+    while let Some(dir) = dirs.pop() {
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut empty = true;
+        for entry in entries.flatten() {
+            empty = false;
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            // `.git` is git's, and what git status named is reported already.
+            if is_dir && entry.file_name() != ".git" && !listed.contains(&path) {
+                dirs.push(path);
+            }
+        }
+        if empty && dir != top {
+            let relative = dir.strip_prefix(top).unwrap_or(&dir);
+            found.push(Uncommitted {
+                path: format!("{}/", relative.display()),
+                kind: UncommittedKind::EmptyDir,
+            });
+        }
+    }
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    found
+}
+
 /// The branch checked out at DIR (`None` on a detached HEAD).
 pub fn current_branch(dir: &Path) -> Option<String> {
     git_sync(dir, &["symbolic-ref", "-q", "--short", "HEAD"]).filter(|b| !b.is_empty())
@@ -970,8 +1048,8 @@ impl Runner {
                 }),
             );
             self.say(&format!(
-                "merge: {} steps in {}",
-                merge.steps.len(),
+                "merge: {} in {}",
+                crate::progress::count(merge.steps.len(), "step"),
                 session.path.display()
             ));
             // Under the `timeout`, stopped like any step: SIGTERM to the process groups,

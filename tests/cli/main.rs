@@ -282,6 +282,31 @@ fn items_prints_what_the_map_phase_would_process() {
 }
 
 #[test]
+fn items_counts_only_the_stages_the_workflow_has() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir, "items.json", r#"[{"k": 1}, {"k": 1}, {"k": 2}]"#);
+    let counts = |workflow: &str| {
+        write(&dir, "wf.yml", workflow);
+        let output = prodigy()
+            .current_dir(dir.path())
+            .args(["items", "wf.yml"])
+            .assert()
+            .code(0)
+            .get_output()
+            .clone();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let plain = counts(
+        "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    assert_eq!(plain, "items: 3 selected, 3 kept\n");
+    let distinct = counts(
+        "mode: mapreduce\nmap:\n  input: items.json\n  distinct: k\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    assert_eq!(distinct, "items: 3 selected, 2 after distinct, 2 kept\n");
+}
+
+#[test]
 fn graph_draws_dot_mermaid_and_json() {
     let example = "workflows/examples/build-and-test.yml";
     prodigy()

@@ -130,7 +130,18 @@ impl Scratch {
 
     /// The session worktree of the run ID.
     fn worktree(&self, id: &str) -> PathBuf {
-        self.home().join("worktrees/project").join(id)
+        self.home().join("worktrees").join(self.repo()).join(id)
+    }
+
+    /// The project's namespace under `PRODIGY_HOME`: `project-` and a hash of where the
+    /// scratch repository is.
+    fn repo(&self) -> String {
+        prodigy_runtime::store::namespace(&self.project())
+    }
+
+    /// The project's state directory, `state/{repo}`.
+    fn state(&self) -> PathBuf {
+        self.home().join("state").join(self.repo())
     }
 
     fn project(&self) -> PathBuf {
@@ -198,11 +209,14 @@ impl Scratch {
             .collect()
     }
 
-    /// Hides what changes from run to run: scratch paths, session ids, durations.
+    /// Hides what changes from run to run: scratch paths, session ids, durations, and the
+    /// hash in the project's namespace (which depends on the scratch path), which shows as
+    /// `project`, the repository's name.
     fn normalize(&self, text: &str) -> String {
         let text = text
             .replace(&self.project().display().to_string(), "[project]")
             .replace(&self.home().display().to_string(), "[home]")
+            .replace(&format!("/{}/", self.repo()), "/project/")
             .replace(&self.dir.path().display().to_string(), "[scratch]");
         let session = regex::Regex::new(r"session-[0-9]+-[0-9a-f]+").unwrap();
         let job = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+").unwrap();
@@ -243,13 +257,20 @@ fn event_lines(scratch: &Scratch, events: &[Value]) -> String {
         "event_type",
     ];
     let mut lines = String::new();
+    let mut in_map = false;
     for event in events {
         let kind = event["event_type"].as_str().unwrap_or("?");
-        // The map phase's periodic checkpoints come once a second: when depends on speed.
+        match kind {
+            "map_started" => in_map = true,
+            "map_finished" => in_map = false,
+            _ => {}
+        }
+        // The map phase's periodic checkpoints come once a second: when depends on speed
+        // (one can come before any item finished, while an item waits for its retry).
         if kind == "checkpoint_saved"
             && event["phase"] == "map"
             && event["status"] == "running"
-            && event["items_processed"].as_u64().unwrap_or(0) > 0
+            && (in_map || event["items_processed"].as_u64().unwrap_or(0) > 0)
         {
             continue;
         }
@@ -1041,6 +1062,7 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod examples;
+mod friction;
 mod mapreduce;
 mod worktree;
 
@@ -1082,4 +1104,36 @@ fn a_capture_of_neither_stream_is_empty_but_keeps_its_other_fields() {
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("[''] code 0 err 'err'"), "{text}");
+}
+
+#[test]
+fn a_resumed_run_still_reports_the_steps_that_failed_and_were_continued() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(
+        &file,
+        "- shell: \"exit 1\"\n  on_failure: \"echo handled\"\n- shell: \"test -f ready\"\n- shell: \"echo done\"\n",
+    )
+    .unwrap();
+    let line = "warning: 1 step failed and was continued: `exit 1` (its `on_failure` handler ran)";
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains(line), "{}", stderr(&output));
+    let id = resume_id(&output);
+    std::fs::write(scratch.worktree(&id).join("ready"), "").unwrap();
+    let output = scratch.run(&["resume", &id], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains(line),
+        "the resumed run forgot step 1:\n{text}"
+    );
+    let finished: Vec<Value> = scratch
+        .events()
+        .into_iter()
+        .filter(|e| e["event_type"] == "workflow_finished")
+        .collect();
+    assert_eq!(finished.len(), 2);
+    assert_eq!(finished[1]["outcome"], "completed");
+    assert_eq!(finished[1]["failed_continued"], 1);
 }

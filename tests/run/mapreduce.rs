@@ -30,6 +30,11 @@ const fn case(name: &'static str, fail: &'static str, exit: i32) -> Case {
     }
 }
 
+/// The first of the common items alone.
+fn one_item() -> String {
+    r#"[{"id": 1, "path": "src/a.rs", "output": "a"}]"#.to_owned()
+}
+
 /// Fourteen items with scores and priorities: twelve score 5 or more, and two of those are
 /// left after `offset: 10`.
 fn scored_items() -> String {
@@ -60,9 +65,14 @@ const SEED_CASES: &[Case] = &[
     case("seed-000-error-policy-retry-backoff", "", 0),
     case("seed-000-mapreduce-with-dlq", "", 0),
     case("seed-000-reduce-error-metrics", "", 0),
-    // The API is down for the first two calls: the command-level handler reports it and,
-    // as an `on_failure` without `fail_workflow` does, lets those agents go on.
-    case("seed-000-resilient-api-integration", "curl:2", 0),
+    // The API is down for the first call: the command-level handler reports it, but only
+    // handled the failure, so the item fails and the workflow-level `retry_config` runs it
+    // again after a jittered 2 s, and then it succeeds. One item, so that no other item
+    // races the retry.
+    Case {
+        items: Some(one_item),
+        ..case("seed-000-resilient-api-integration", "curl:1", 0)
+    },
     // `process` fails once (not a network error, so no command-level retry): one item in
     // the DLQ.
     case("seed-001-both-systems-together", "process:1", 0),
@@ -212,7 +222,7 @@ fn corpus_command_input_maps_over_found_files() {
 
 /// The id of the one job the scratch home holds.
 pub(super) fn only_job(scratch: &Scratch) -> String {
-    let jobs = scratch.home().join("state/project/mapreduce/jobs");
+    let jobs = scratch.state().join("mapreduce/jobs");
     let mut ids: Vec<String> = std::fs::read_dir(jobs)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -224,8 +234,8 @@ pub(super) fn only_job(scratch: &Scratch) -> String {
 /// The outcome lines the job recorded, by item.
 fn outcomes(scratch: &Scratch, job: &str) -> Vec<(String, String)> {
     let path = scratch
-        .home()
-        .join("state/project/mapreduce/jobs")
+        .state()
+        .join("mapreduce/jobs")
         .join(job)
         .join("results.jsonl");
     std::fs::read_to_string(path)
@@ -339,7 +349,7 @@ fn corpus_mapreduce_resume_after_interrupt() {
     std::fs::write(&copy, text).unwrap();
     let child = scratch.spawn(&["run", copy.to_str().unwrap()]);
     // Agents write their files in their own worktrees.
-    let worktrees = scratch.home().join("worktrees/project");
+    let worktrees = scratch.home().join("worktrees").join(scratch.repo());
     let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, || {
         std::fs::read_dir(&worktrees).is_ok_and(|dirs| {
             dirs.flatten().any(|d| {
@@ -404,7 +414,7 @@ fn dlq_retry_after_a_fix_drains_the_queue() {
         assert!(shown.contains(id), "{shown}");
     }
     assert!(shown.contains("broken 4"), "{shown}");
-    let cleared = scratch.run(&["dlq", "clear", &second], &[]);
+    let cleared = scratch.run(&["dlq", "clear", "-y", &second], &[]);
     assert!(
         stderr(&cleared).contains("removed 3 items"),
         "{}",
@@ -553,8 +563,8 @@ fn a_job_is_locked_while_it_runs() {
 /// The job checkpoint of JOB.
 fn checkpoint(scratch: &Scratch, job: &str) -> serde_json::Value {
     let path = scratch
-        .home()
-        .join("state/project/mapreduce/jobs")
+        .state()
+        .join("mapreduce/jobs")
         .join(job)
         .join("checkpoint.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
@@ -589,9 +599,10 @@ fn a_stopped_job_and_a_failed_reduce_resume_where_they_stopped() {
     );
     assert!(!std::fs::read_to_string(&log).unwrap().contains("reduce"));
 
-    // Resumed: the pending items run (item 3 stays in the DLQ); reduce stops at its step 2.
+    // Resumed once the cause is fixed (a stopped job resumes only with `--force`): the
+    // pending items run (item 3 stays in the DLQ); reduce stops at its step 2.
     std::fs::write(dir.join("fixed"), "").unwrap();
-    let output = scratch.run(&["resume-job", "--max-parallel", "2", &job], &[]);
+    let output = scratch.run(&["resume-job", "--force", "--max-parallel", "2", &job], &[]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("reduce failed"),
@@ -724,7 +735,7 @@ fn a_custom_item_handler_runs_under_the_agent_timeout() {
     assert_eq!(finished.len(), 1, "{finished:?}");
     assert_eq!(finished[0]["success"], false);
     assert!(
-        text.contains("1 items are in the dead letter queue"),
+        text.contains("1 item is in the dead letter queue"),
         "{text}"
     );
     assert!(survivors(&marker).is_empty());
@@ -749,7 +760,7 @@ fn setup_captures_read_their_own_step_and_fall_back_to_the_default() {
 #[test]
 fn ids_that_look_like_paths_name_no_job() {
     let scratch = Scratch::new();
-    std::fs::create_dir_all(scratch.home().join("state/project/mapreduce/jobs")).unwrap();
+    std::fs::create_dir_all(scratch.state().join("mapreduce/jobs")).unwrap();
     for id in ["..", "../project", "/tmp"] {
         for args in [
             &["dlq", "list", id][..],

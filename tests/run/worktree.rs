@@ -31,7 +31,7 @@ fn branches(scratch: &Scratch) -> Vec<String> {
 }
 
 fn worktree_dirs(scratch: &Scratch) -> Vec<String> {
-    std::fs::read_dir(scratch.home().join("worktrees/project"))
+    std::fs::read_dir(scratch.home().join("worktrees").join(scratch.repo()))
         .map(|d| {
             let mut names: Vec<String> = d
                 .flatten()
@@ -172,7 +172,7 @@ fn corpus_minimal_mapreduce_merges_back_to_the_original_branch() {
     // Setup's test-items.json was never committed: it is not merged, and the worktree that
     // holds it is kept rather than thrown away.
     assert!(!scratch.project().join("test-items.json").exists());
-    assert!(text.contains("1 uncommitted changes are left"), "{text}");
+    assert!(text.contains("1 uncommitted change is left"), "{text}");
     let job = only_job(&scratch);
     assert!(scratch.worktree(&job).join("test-items.json").is_file());
 }
@@ -237,7 +237,7 @@ fn no_worktree_runs_in_place_and_a_failed_run_is_never_merged() {
     let output = scratch.run(&["run", "-y", &file], &[]);
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
-    assert!(text.contains("1 uncommitted changes in"), "{text}");
+    assert!(text.contains("1 uncommitted change in"), "{text}");
     assert!(text.contains("nothing was merged"), "{text}");
     assert!(!scratch.project().join("other.txt").exists());
     let last = text.lines().last().unwrap();
@@ -325,7 +325,7 @@ fn worktree_clean_dry_run_removes_nothing() {
     // A real clean removes the worktree but keeps the unmerged branch, and says so.
     let output = scratch.run(&["worktree", "clean"], &[]);
     let text = stderr(&output);
-    assert!(text.contains("kept: 1 commits are not merged"), "{text}");
+    assert!(text.contains("kept: 1 commit is not merged"), "{text}");
     assert!(worktree_dirs(&scratch).is_empty());
     assert_eq!(branches(&scratch).len(), 2);
 }
@@ -356,13 +356,17 @@ fn changes_a_successful_agent_did_not_commit_are_kept_not_wiped() {
     let output = scratch.run(&["run", "-y", &file], &[]);
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
-    assert!(text.contains("item_1 left 1 uncommitted changes"), "{text}");
+    assert!(
+        text.contains("item_1 left 1 uncommitted change in"),
+        "{text}"
+    );
     let kept: Vec<_> = worktree_dirs(&scratch)
         .into_iter()
         .filter(|d| {
             scratch
                 .home()
-                .join("worktrees/project")
+                .join("worktrees")
+                .join(scratch.repo())
                 .join(d)
                 .join("notes-2.txt")
                 .is_file()
@@ -420,7 +424,7 @@ fn a_merge_back_that_would_conflict_leaves_the_checkout_alone() {
 
 /// Runs `prodigy ARGS` on a pseudo-terminal (through `script`, from util-linux), typing
 /// ANSWER.
-fn on_a_terminal(scratch: &Scratch, args: &str, answer: &str) -> std::process::Output {
+pub(super) fn on_a_terminal(scratch: &Scratch, args: &str, answer: &str) -> std::process::Output {
     use std::io::Write as _;
     let bin = assert_cmd::cargo::cargo_bin("prodigy");
     // The scratch's environment: its PRODIGY_HOME, stubs and git identity.
@@ -463,7 +467,7 @@ fn on_a_terminal_the_merge_is_asked_for() {
     let output = on_a_terminal(&scratch, &format!("run {file}"), "y\n");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{text}");
-    assert!(text.contains("✓ merged 1 commits"), "{text}");
+    assert!(text.contains("✓ merged 1 commit from"), "{text}");
     assert!(scratch.project().join("x.txt").is_file());
 }
 
@@ -541,7 +545,7 @@ fn ignored_output_that_goes_with_the_worktree_is_mentioned() {
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
     assert!(
-        text.contains("its worktree is removed, with 1 ignored paths"),
+        text.contains("its worktree is removed, with 1 ignored path ("),
         "{text}"
     );
     assert!(worktree_dirs(&scratch).is_empty());
@@ -581,11 +585,12 @@ fn merge_steps_run_under_their_timeout_and_what_they_leave_is_kept() {
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
     assert!(scratch.project().join("b.txt").is_file());
-    assert!(text.contains("1 uncommitted changes are left"), "{text}");
+    assert!(text.contains("1 uncommitted change is left"), "{text}");
     let kept = worktree_dirs(&scratch).into_iter().any(|d| {
         scratch
             .home()
-            .join("worktrees/project")
+            .join("worktrees")
+            .join(scratch.repo())
             .join(d)
             .join("merge-notes.txt")
             .is_file()
