@@ -3,7 +3,7 @@
 
 Usage: gen_workflow.py N
 
-Every step uses only fields defined in SPEC.md sections 2-5: a `shell`
+Every step uses only fields defined in docs/language.md §2-5: a `shell`
 command, `id`, `capture`, `timeout`, `retry_config` (attempts, backoff,
 initial_delay, max_delay) and the advanced `on_failure` form (shell,
 max_attempts, fail_workflow).  From step 1 on, each command interpolates the
@@ -15,7 +15,7 @@ import sys
 
 # Small, deterministic variations so the steps are not all identical.
 SUBCOMMANDS = ("build", "test", "check")
-BACKOFFS = ("exponential", "fixed", "fibonacci")  # plain-string forms (SPEC §0.3, §4)
+BACKOFFS = ("exponential", "fixed", "fibonacci")  # plain-string forms (docs/language.md §0.3, §4)
 
 STEP = """\
   - shell: "{command}"

@@ -91,7 +91,7 @@ enum Command {
     Graph(GraphArgs),
     /// Print the items a `MapReduce` workflow's map phase will process, one JSON value per line.
     ///
-    /// Runs the input pipeline of SPEC §7 on the input file: `json_path`, `filter`, `sort_by`,
+    /// Runs the input pipeline of docs/language.md §7 on the input file: `json_path`, `filter`, `sort_by`,
     /// `distinct`, `offset`, `max_items`. The workflow must check without errors. Stage counts
     /// go to stderr.
     Items(ItemsArgs),

@@ -29,12 +29,12 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "F03",
         "true",
-        "numbers compare by value, so `5 == 5.0` (SPEC §7)",
+        "numbers compare by value, so `5 == 5.0` (docs/language.md §7)",
     ),
     (
         "F05",
         "true",
-        "numbers compare by value, so `5 == 5.0` (SPEC §7)",
+        "numbers compare by value, so `5 == 5.0` (docs/language.md §7)",
     ),
     (
         "F08",
@@ -44,12 +44,12 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "F09",
         "false",
-        "numbers compare by value, so `5 == 5.0` (SPEC §7)",
+        "numbers compare by value, so `5 == 5.0` (docs/language.md §7)",
     ),
     (
         "F21",
         "false",
-        "a bare word is a path, not a string; quote text values (SPEC §7)",
+        "a bare word is a path, not a string; quote text values (docs/language.md §7)",
     ),
     (
         "F40",
@@ -74,7 +74,7 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "F53",
         "true",
-        "the `item.` prefix is optional in filters (SPEC §7)",
+        "the `item.` prefix is optional in filters (docs/language.md §7)",
     ),
     (
         "F54",
@@ -124,12 +124,12 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "F68",
         "true",
-        "a missing path is `null`, so `is_null` of a missing field is true (SPEC §7)",
+        "a missing path is `null`, so `is_null` of a missing field is true (docs/language.md §7)",
     ),
     (
         "F69",
         "false",
-        "a missing path is `null`, so `is_null` of a missing field is true (SPEC §7)",
+        "a missing path is `null`, so `is_null` of a missing field is true (docs/language.md §7)",
     ),
     (
         "F75",
@@ -144,17 +144,17 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "F82",
         "false",
-        "`!` binds tighter than comparisons and `&&` (SPEC §7), as a real parser reads it",
+        "`!` binds tighter than comparisons and `&&` (docs/language.md §7), as a real parser reads it",
     ),
     (
         "F83",
         "false",
-        "`!` binds tighter than comparisons and `&&` (SPEC §7), as a real parser reads it",
+        "`!` binds tighter than comparisons and `&&` (docs/language.md §7), as a real parser reads it",
     ),
     (
         "F84",
         "parses",
-        "`!` binds tighter than comparisons and `&&` (SPEC §7), as a real parser reads it",
+        "`!` binds tighter than comparisons and `&&` (docs/language.md §7), as a real parser reads it",
     ),
     (
         "F87",
@@ -194,7 +194,7 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "F101",
         "true",
-        "numbers compare by value, so `5 == 5.0` (SPEC §7)",
+        "numbers compare by value, so `5 == 5.0` (docs/language.md §7)",
     ),
     (
         "F102",
@@ -204,32 +204,32 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "W10",
         "error",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "W19",
         "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (SPEC §7, typed when)",
+        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
     ),
     (
         "W21",
         "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (SPEC §7, typed when)",
+        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
     ),
     (
         "W29",
         "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (SPEC §7, typed when)",
+        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
     ),
     (
         "W31",
         "error",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "W32",
         "error",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "W34",
@@ -239,7 +239,7 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "W35",
         "false",
-        "a missing path is `null`, so `is_null` of a missing field is true (SPEC §7)",
+        "a missing path is `null`, so `is_null` of a missing field is true (docs/language.md §7)",
     ),
     (
         "W41",
@@ -259,12 +259,12 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "W48",
         "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (SPEC §7, typed when)",
+        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
     ),
     (
         "W50",
         "false",
-        "comparing different types is false, never an error (SPEC §7)",
+        "comparing different types is false, never an error (docs/language.md §7)",
     ),
     (
         "W55",
@@ -305,27 +305,27 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "P15",
         "[2,3]",
-        "`offset` and `distinct` are applied (SPEC §7); upstream's runtime ignores them",
+        "`offset` and `distinct` are applied (docs/language.md §7); upstream's runtime ignores them",
     ),
     (
         "P15b",
         "[{\"id\":1}]",
-        "`offset` and `distinct` are applied (SPEC §7); upstream's runtime ignores them",
+        "`offset` and `distinct` are applied (docs/language.md §7); upstream's runtime ignores them",
     ),
     (
         "I06",
         "{\"error\":true}",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "I10",
         "\"Missing: test coverage documentation error handling\"",
-        "a list of scalars renders space-separated (SPEC §7)",
+        "a list of scalars renders space-separated (docs/language.md §7)",
     ),
     (
         "I11",
         "\"Data: string 123 true\"",
-        "a list of scalars renders space-separated (SPEC §7)",
+        "a list of scalars renders space-separated (docs/language.md §7)",
     ),
     (
         "I18",
@@ -335,12 +335,12 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "I19",
         "\"cp $1 $2\"",
-        "`$1` is left for the shell; positional arguments are `${ARG_1}` (SPEC §5)",
+        "`$1` is left for the shell; positional arguments are `${ARG_1}` (docs/language.md §5)",
     ),
     (
         "I20",
         "\"content/blog/$1\"",
-        "`$1` is left for the shell; positional arguments are `${ARG_1}` (SPEC §5)",
+        "`$1` is left for the shell; positional arguments are `${ARG_1}` (docs/language.md §5)",
     ),
     (
         "I23",
@@ -350,22 +350,22 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "I26",
         "\"Y\"",
-        "the default is itself interpolated (SPEC §7)",
+        "the default is itself interpolated (docs/language.md §7)",
     ),
     (
         "I27",
         "\"Value: $undefined\"",
-        "an unknown `$NAME` is left as written, for the shell to expand (SPEC §7)",
+        "an unknown `$NAME` is left as written, for the shell to expand (docs/language.md §7)",
     ),
     (
         "I28",
         "{\"error\":true}",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "I29",
         "{\"error\":true}",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "I32",
@@ -375,7 +375,7 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "I35",
         "\"$ and $HOME and $5 and $\"",
-        "`$$` is a literal `$` (SPEC §7)",
+        "`$$` is a literal `$` (docs/language.md §7)",
     ),
     ("I36", "\"x\"", "spaces inside `${ name }` are allowed"),
     (
@@ -386,7 +386,7 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "I37b",
         "{\"error\":true}",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "I38",
@@ -411,52 +411,52 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "I42",
         "\"echo $(basename $1 .md)\"",
-        "`$1` is left for the shell; positional arguments are `${ARG_1}` (SPEC §5)",
+        "`$1` is left for the shell; positional arguments are `${ARG_1}` (docs/language.md §5)",
     ),
     (
         "I45a",
         "{\"error\":true}",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "I45b",
         "{\"error\":true}",
-        "an undefined variable is an error, never an empty or literal value (SPEC §7, strict undefined)",
+        "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
         "I46a",
         "\"$10\"",
-        "`$1` is left for the shell; positional arguments are `${ARG_1}` (SPEC §5)",
+        "`$1` is left for the shell; positional arguments are `${ARG_1}` (docs/language.md §5)",
     ),
     (
         "I46c",
         "\"$a_b\"",
-        "an unknown `$NAME` is left as written, for the shell to expand (SPEC §7)",
+        "an unknown `$NAME` is left as written, for the shell to expand (docs/language.md §7)",
     ),
     (
         "I48",
         "\"src/a.rs\"",
-        "map items are kept as the JSON values they are (SPEC §5, §7)",
+        "map items are kept as the JSON values they are (docs/language.md §5, §7)",
     ),
     (
         "I50",
         "\"a\"",
-        "map items are kept as the JSON values they are (SPEC §5, §7)",
+        "map items are kept as the JSON values they are (docs/language.md §5, §7)",
     ),
     (
         "I51",
         "\"a b\"",
-        "map items are kept as the JSON values they are (SPEC §5, §7)",
+        "map items are kept as the JSON values they are (docs/language.md §5, §7)",
     ),
     (
         "I52",
         "\"{\\\"name\\\":\\\"x\\\",\\\"id\\\":1}\"",
-        "map items are kept as the JSON values they are (SPEC §5, §7)",
+        "map items are kept as the JSON values they are (docs/language.md §5, §7)",
     ),
     (
         "I53",
         "\"just a string\"",
-        "map items are kept as the JSON values they are (SPEC §5, §7)",
+        "map items are kept as the JSON values they are (docs/language.md §5, §7)",
     ),
     (
         "I54",
@@ -501,7 +501,7 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     (
         "J20",
         "[\"file1.txt\",\"file2.txt\"]",
-        "a command's output lines are string items, not `{\"item\": line}` objects (SPEC §7)",
+        "a command's output lines are string items, not `{\"item\": line}` objects (docs/language.md §7)",
     ),
 ];
 

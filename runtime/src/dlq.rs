@@ -1,4 +1,4 @@
-//! The dead letter queue of a MapReduce job, on disk as seed `003` lays it out (SPEC §9):
+//! The dead letter queue of a MapReduce job, on disk as seed `003` lays it out (docs/language.md §9):
 //! `dlq/{repo}/{job_id}/mapreduce/dlq/{job_id}/items/{item_id}.json`, one
 //! [`DeadLetteredItem`] per file, plus `index.json`. Every write is atomic.
 

@@ -1,6 +1,6 @@
 //! Git facts about the project: the current commit, what a span of commits changed, and the
 //! working tree's state. These feed `commit_required`, `auto_commit` and the git context
-//! variables (`step.files_added`, `workflow.commits`, `git.staged`, ...; SPEC §5).
+//! variables (`step.files_added`, `workflow.commits`, `git.staged`, ...; docs/language.md §5).
 
 use std::path::Path;
 

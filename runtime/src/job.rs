@@ -1,4 +1,4 @@
-//! The map phase's bookkeeping as a pure state machine (SPEC §8): what happens to a failed
+//! The map phase's bookkeeping as a pure state machine (docs/language.md §8): what happens to a failed
 //! item (`on_item_failure`), and when the job stops (`continue_on_failure`, `max_failures`,
 //! `failure_threshold`). Stopping means no new agents; items not started stay pending.
 
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use prodigy_compiler::ast::{ErrorPolicy, ItemFailure};
 
-/// The error policy, with the defaults of SPEC §8 filled in.
+/// The error policy, with the defaults of docs/language.md §8 filled in.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobPolicy {
     /// What happens to a failed item.

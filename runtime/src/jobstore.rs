@@ -1,4 +1,4 @@
-//! A MapReduce job on disk (SPEC §9, seed `002`), under
+//! A MapReduce job on disk (docs/language.md §9, seed `002`), under
 //! `state/{repo}/mapreduce/jobs/{job_id}/`:
 //!
 //! - `checkpoint.json`: the seed's fields (`job_id`, `workflow_file`, `phase`,
@@ -101,7 +101,7 @@ pub struct JobCheckpoint {
     /// The error metrics (seed `000`) once the map phase is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_metrics: Option<Value>,
-    /// The session worktree the job works in (SPEC §11); resume continues in it.
+    /// The session worktree the job works in (docs/language.md §11); resume continues in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::worktree::SessionWorktree>,
 }

@@ -1,12 +1,12 @@
 //! The state machine of one step: its command runs, retries with backoff, handlers, and the
-//! outcome, following the flowchart of seed 000 and SPEC §3–§4.
+//! outcome, following the flowchart of the Error Handling guide and docs/language.md §3–§4.
 //!
 //! Transitions are pure: [`StepMachine::on_event`] takes an event and the current time and
 //! returns what to do next. Every `(state, event)` pair is decided explicitly, with no
 //! catch-all arm; a pair that cannot happen is [`Action::Invalid`], which the driver reports
 //! as an internal error.
 //!
-//! Two loops compose (SPEC §4): `retry_config` retries one *run* of the command
+//! Two loops compose (docs/language.md §4): `retry_config` retries one *run* of the command
 //! (inner attempts, with delays); `on_failure.max_attempts` re-runs the command after the
 //! handler (outer attempts). A run is one inner loop.
 

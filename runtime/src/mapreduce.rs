@@ -1,4 +1,4 @@
-//! The MapReduce driver (SPEC §8): `setup` and its `capture_outputs`, the input pipeline,
+//! The MapReduce driver (docs/language.md §8): `setup` and its `capture_outputs`, the input pipeline,
 //! one agent per item through the same step machines as a standard run, under the error
 //! policy ([`crate::job`]) and the circuit breaker ([`crate::breaker`]), the DLQ, `reduce`
 //! with `${map.*}`, and the job's files ([`crate::jobstore`]) for `resume-job`.
@@ -231,7 +231,7 @@ pub fn item_index(id: &str) -> Option<usize> {
     id.strip_prefix("item_")?.parse().ok()
 }
 
-/// The item variables of SPEC §5.
+/// The item variables of docs/language.md §5.
 fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
     vars.set("item", item.clone());
     vars.set("item_index", json!(index));
@@ -1085,7 +1085,7 @@ impl<'a> MapJob<'a> {
     }
 
     /// The items: `map.input` as a file under the project (JSON, or one item per line), else
-    /// as a shell command whose stdout is the input; then the pipeline of SPEC §7.
+    /// as a shell command whose stdout is the input; then the pipeline of docs/language.md §7.
     async fn load_items(&self, vars: &Vars) -> Result<Vec<Value>, String> {
         let Some(map) = &self.plan.map else {
             return Ok(Vec::new());
@@ -1796,7 +1796,7 @@ pub async fn retry_dead_letters(
     Ok(summary)
 }
 
-/// `${map.*}` (SPEC §5).
+/// `${map.*}` (docs/language.md §5).
 fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Value {
     let metrics = error_metrics(records, total);
     let finished = metrics.successful + metrics.failed + metrics.skipped;

@@ -1,4 +1,4 @@
-//! Progress of a map phase (SPEC §10): a live bar on a terminal (`indicatif`) with items
+//! Progress of a map phase (docs/language.md §10): a live bar on a terminal (`indicatif`) with items
 //! done, running, failed, dead-lettered, the breaker's state, the rate and the ETA; plain
 //! lines when stderr is not a terminal, at most one per 10 % of the items or per 10 s.
 

@@ -34,7 +34,7 @@ pub struct Options {
     /// The user's project directory: where env files and secret files are read, and where
     /// commands run when there is no session worktree.
     pub project: PathBuf,
-    /// The session worktree commands run in (SPEC §11), when the project is a git repository
+    /// The session worktree commands run in (docs/language.md §11), when the project is a git repository
     /// and the run was not started with `--no-worktree`.
     pub worktree: Option<crate::worktree::SessionWorktree>,
     /// `$PRODIGY_HOME` and the project name.
@@ -383,7 +383,7 @@ impl Runner {
     }
 
     /// The variables a run starts with: env files, workflow env, profile, secrets, args and
-    /// params (SPEC §1 precedence, lowest first).
+    /// params (docs/language.md §1 precedence, lowest first).
     pub async fn initial_vars(&self) -> Result<Vars, StartError> {
         self.starting_vars(false).await
     }
@@ -1584,7 +1584,7 @@ impl Runner {
                 self.say(&format!("  env {name}={shown}"));
             }
         }
-        // `clear_env`: an empty environment plus the step's own `env` and `PATH` (SPEC §2).
+        // `clear_env`: an empty environment plus the step's own `env` and `PATH` (docs/language.md §2).
         let mut env = if step.clear_env {
             Vec::new()
         } else {
@@ -1772,7 +1772,7 @@ impl Runner {
     }
 }
 
-/// TEXT as a capture of FORMAT (SPEC §5); a value that does not fit fails with a message
+/// TEXT as a capture of FORMAT (docs/language.md §5); a value that does not fit fails with a message
 /// naming the capture. A `boolean` that is neither `true` nor `false` is the command's
 /// success.
 pub(crate) fn typed_value(

@@ -1,4 +1,4 @@
-//! What a run keeps on disk under `$PRODIGY_HOME` (SPEC §9): events as JSON lines, and a
+//! What a run keeps on disk under `$PRODIGY_HOME` (docs/language.md §9): events as JSON lines, and a
 //! checkpoint after every step, written atomically.
 
 use std::fs::{File, OpenOptions};
@@ -239,7 +239,7 @@ pub struct Checkpoint {
     pub started_at: String,
     /// When this checkpoint was written.
     pub updated_at: String,
-    /// The session worktree the run works in (SPEC §11); resume continues in it.
+    /// The session worktree the run works in (docs/language.md §11); resume continues in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::worktree::SessionWorktree>,
     /// The steps so far that failed and were continued, so that a resumed run still reports

@@ -1,4 +1,4 @@
-//! Git worktree isolation (SPEC §11): a run works in a session worktree on its own branch,
+//! Git worktree isolation (docs/language.md §11): a run works in a session worktree on its own branch,
 //! every map agent in a worktree branched from it, and the agents' commits come back one at
 //! a time.
 //!
