@@ -171,11 +171,15 @@ fn dot_accepts(name: &str, dot: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn();
     let Ok(mut child) = child else {
-        external::missing_tool(
-            &format!("rendering {name} with Graphviz"),
-            "dot",
-            "graphviz",
-        );
+        // One line for the whole test, not one per fixture.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            external::missing_tool(
+                "rendering the fixtures' graphs with Graphviz",
+                "dot",
+                "graphviz",
+            );
+        });
         return;
     };
     child
