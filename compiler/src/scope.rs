@@ -422,20 +422,22 @@ impl Checker<'_> {
     }
 
     fn condition(&mut self, condition: &Condition, scope: &Scope) {
+        let mut rebaser = condition.rebaser(self.source);
         for (path, local, _) in condition.parsed.references() {
-            let span = condition.rebase(self.source, local);
+            let span = rebaser.span(local);
             self.reference(path, span, scope);
         }
     }
 
     fn template(&mut self, template: &Template, scope: &Scope, shell: bool) {
         let mut quote = QuoteState::default();
+        let mut rebaser = template.rebaser(self.source);
         for part in &template.parsed.parts {
             match part {
                 Part::Text(text) => quote.feed(text),
                 Part::Dollar | Part::Bare { .. } => {}
                 Part::Var(var) => {
-                    let span = template.rebase(self.source, var.path_span);
+                    let span = rebaser.span(var.path_span);
                     let has_default = var.default.is_some()
                         || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
                     let before = self.diagnostics.len();
