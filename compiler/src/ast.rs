@@ -463,6 +463,8 @@ pub struct OnFailure {
     pub max_attempts: u32,
     /// `strategy`.
     pub strategy: Strategy,
+    /// Where `strategy` was written, when it was.
+    pub strategy_span: Option<Span>,
     /// A failing handler fails the workflow.
     pub handler_failure_fatal: bool,
     /// Timeout for each handler command.

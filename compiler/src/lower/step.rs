@@ -678,6 +678,7 @@ impl Lowerer<'_> {
             fail_workflow: false,
             max_attempts: 1,
             strategy: Strategy::Recovery,
+            strategy_span: None,
             handler_failure_fatal: false,
             timeout: None,
             capture: Vec::new(),
@@ -782,6 +783,7 @@ impl Lowerer<'_> {
                     ];
                     if let Some(s) = self.choice(s, "`strategy`", &choices) {
                         out.strategy = s.value;
+                        out.strategy_span = Some(s.span);
                     }
                 }
                 if out.handler.is_empty() {
@@ -1645,6 +1647,7 @@ impl OnFailure {
             fail_workflow: false,
             max_attempts: 1,
             strategy: Strategy::Recovery,
+            strategy_span: None,
             handler_failure_fatal: false,
             timeout: None,
             capture: Vec::new(),
