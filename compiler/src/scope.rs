@@ -306,6 +306,7 @@ impl Checker<'_> {
         for step in steps {
             self.step(step, scope);
             define(step, scope);
+            define_on_success(step, scope);
             scope.after_step = true;
             if step.validate.is_some() {
                 scope.validation = true;
@@ -725,6 +726,16 @@ fn define(step: &Step, scope: &mut Scope) {
     }
 }
 
+/// Adds what a step's `on_success` steps define (and theirs, nested): the user documentation
+/// says a capture made there is "usable in later workflow steps". It is not there for the
+/// step's own failure handlers, which run when `on_success` does not.
+fn define_on_success(step: &Step, scope: &mut Scope) {
+    for nested in &step.on_success {
+        define(nested, scope);
+        define_on_success(nested, scope);
+    }
+}
+
 /// Text from outside the workflow: items, captured output, command output, error messages.
 fn untrusted(path: &Path, scope: &Scope) -> bool {
     let field = |names: &[&str]| matches!(path.segments.first(), Some(Segment::Field(f)) if names.contains(&f.as_str()));
@@ -903,6 +914,37 @@ mod tests {
         assert_eq!(
             codes("- claude: '/a ${v}'\n- shell: date\n  capture: v\n"),
             [Code::UndefinedVariable]
+        );
+    }
+
+    #[test]
+    fn on_success_captures_reach_later_steps_only() {
+        let on_success = "- shell: build\n  on_success:\n    shell: measure\n    capture: metrics\n    on_success:\n      shell: report\n      capture: summary\n";
+        assert_eq!(
+            codes(&format!(
+                "{on_success}- claude: '/record ${{metrics}} ${{summary}} ${{metrics.exit_code}}'\n"
+            )),
+            []
+        );
+        // Not before the step, and not in its own failure handler, where `on_success` has
+        // not run.
+        assert_eq!(
+            codes(&format!("- claude: '/early ${{metrics}}'\n{on_success}")),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes(
+                "- shell: build\n  on_failure:\n    claude: '/fix ${metrics}'\n  on_success:\n    shell: measure\n    capture: metrics\n"
+            ),
+            [Code::UndefinedVariable]
+        );
+        // In a map agent it reaches the agent's later steps.
+        assert_eq!(
+            codes(&mapreduce(
+                "shell: 'true'\n      on_success:\n        shell: 'echo 1'\n        capture: n\n    - claude: '/a ${n}'",
+                "shell: 'true'"
+            )),
+            []
         );
     }
 

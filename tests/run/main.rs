@@ -1002,6 +1002,7 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod mapreduce;
+mod variables;
 mod worktree;
 
 #[test]
