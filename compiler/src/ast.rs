@@ -29,49 +29,93 @@ pub struct Parsed<T> {
 impl<T> Parsed<T> {
     /// The file span of a byte range inside the string; `source` is the whole file.
     pub fn rebase(&self, source: &str, local: prodigy_grammar::Span) -> Span {
-        if !self.exact {
-            return self.span;
-        }
+        self.rebaser(source).span(local)
+    }
+
+    /// Maps many ranges inside the string onto the file, in one pass over it when they come
+    /// in order (the references of a template do): a string with thousands of references
+    /// costs linear time, not a scan from its start for each.
+    pub fn rebaser<'a>(&'a self, source: &'a str) -> Rebaser<'a> {
         let scalar = source
             .get(self.span.start as usize..self.span.end as usize)
             .unwrap_or("");
-        match (
-            align(&self.value, scalar, local.start),
-            align(&self.value, scalar, local.end),
-        ) {
-            (Some(start), Some(end)) => Span::new(
-                self.span.start as usize + start,
-                self.span.start as usize + end.max(start),
-            ),
-            _ => self.span,
+        Rebaser {
+            value: &self.value,
+            scalar,
+            whole: self.span,
+            exact: self.exact,
+            i: 0,
+            j: 0,
         }
     }
 }
 
-/// The offset in `source` of byte `at` of `value`, where `value` is `source` with quotes,
-/// indentation and line folding removed: characters are matched in order, skipping what
-/// the YAML scanner dropped.
-fn align(value: &str, source: &str, at: usize) -> Option<usize> {
-    let mut j = 0;
-    for (i, c) in value.char_indices() {
-        if i >= at {
-            return Some(j);
+/// Maps byte offsets of a scalar's value onto the file (see [`Parsed::rebaser`]).
+pub struct Rebaser<'a> {
+    value: &'a str,
+    scalar: &'a str,
+    whole: Span,
+    exact: bool,
+    /// How far into `value` the alignment has got...
+    i: usize,
+    /// ...and the matching offset in `scalar`.
+    j: usize,
+}
+
+impl Rebaser<'_> {
+    /// The file span of a byte range inside the string, or the whole scalar when the string
+    /// does not lie in the file as written.
+    pub fn span(&mut self, local: prodigy_grammar::Span) -> Span {
+        if !self.exact {
+            return self.whole;
         }
-        loop {
-            let rest = source.get(j..)?;
-            if rest.starts_with(c) {
-                j += c.len_utf8();
-                break;
-            }
-            // A folded line break reads as a space.
-            if c == ' ' && rest.starts_with('\n') {
-                j += rest.len() - rest.trim_start().len();
-                break;
-            }
-            j += rest.chars().next()?.len_utf8();
+        match (self.align(local.start), self.align(local.end)) {
+            (Some(start), Some(end)) => Span::new(
+                self.whole.start as usize + start,
+                self.whole.start as usize + end.max(start),
+            ),
+            _ => self.whole,
         }
     }
-    (at >= value.len()).then_some(j)
+
+    /// The offset in the scalar of byte `at` of the value, where the value is the scalar
+    /// with quotes, indentation and line folding removed: characters are matched in order,
+    /// skipping what the YAML scanner dropped. Goes on from the last offset asked for, or
+    /// starts again when `at` lies before it.
+    fn align(&mut self, at: usize) -> Option<usize> {
+        if at < self.i {
+            (self.i, self.j) = (0, 0);
+        }
+        while self.i < at {
+            let Some(c) = self.value.get(self.i..).and_then(|v| v.chars().next()) else {
+                // Past the end of the value: the end of what was matched.
+                return Some(self.j);
+            };
+            let Some(j) = advance(self.scalar, self.j, c) else {
+                (self.i, self.j) = (0, 0);
+                return None;
+            };
+            self.i += c.len_utf8();
+            self.j = j;
+        }
+        Some(self.j)
+    }
+}
+
+/// The offset just past `c` in `source`, looking from `j` and skipping what the YAML scanner
+/// dropped before it.
+fn advance(source: &str, mut j: usize, c: char) -> Option<usize> {
+    loop {
+        let rest = source.get(j..)?;
+        if rest.starts_with(c) {
+            return Some(j + c.len_utf8());
+        }
+        // A folded line break reads as a space.
+        if c == ' ' && rest.starts_with('\n') {
+            return Some(j + rest.len() - rest.trim_start().len());
+        }
+        j += rest.chars().next()?.len_utf8();
+    }
 }
 
 /// A `${...}` template: command text, paths, env values, messages.
@@ -419,6 +463,8 @@ pub struct OnFailure {
     pub max_attempts: u32,
     /// `strategy`.
     pub strategy: Strategy,
+    /// Where `strategy` was written, when it was.
+    pub strategy_span: Option<Span>,
     /// A failing handler fails the workflow.
     pub handler_failure_fatal: bool,
     /// Timeout for each handler command.
@@ -889,5 +935,52 @@ impl PolicyRetry {
             jitter: false,
             jitter_factor: 0.3,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(source: &str, value: &str, exact: bool) -> Parsed<()> {
+        let start = source.find(['"', '\'', '|']).map_or(0, |i| i + 1);
+        Parsed {
+            value: value.to_owned(),
+            span: Span::new(start, source.len()),
+            parsed: (),
+            exact,
+        }
+    }
+
+    fn local(start: usize, end: usize) -> prodigy_grammar::Span {
+        prodigy_grammar::Span::new(start, end)
+    }
+
+    #[test]
+    fn a_rebaser_maps_ranges_in_any_order() {
+        // A folded plain scalar: the line break and indentation read as one space.
+        let source = "x: one ${a}\n   two ${b}";
+        let p = Parsed {
+            value: "one ${a} two ${b}".to_owned(),
+            span: Span::new(3, source.len()),
+            parsed: (),
+            exact: true,
+        };
+        let mut rebaser = p.rebaser(source);
+        let b = rebaser.span(local(15, 16));
+        assert_eq!(&source[b.start as usize..b.end as usize], "b");
+        // Backwards: it starts again from the beginning.
+        let a = rebaser.span(local(6, 7));
+        assert_eq!(&source[a.start as usize..a.end as usize], "a");
+        assert_eq!(p.rebase(source, local(15, 16)), b);
+        // Past the end of the value: the end of the scalar.
+        assert_eq!(rebaser.span(local(17, 40)).start as usize, source.len());
+    }
+
+    #[test]
+    fn a_string_with_escapes_labels_the_whole_scalar() {
+        let source = "x: \"a\\tb ${c}\"";
+        let p = parsed(source, "a\tb ${c}", false);
+        assert_eq!(p.rebaser(source).span(local(6, 7)), p.span);
     }
 }

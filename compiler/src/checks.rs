@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::ast::{ItemFailure, Matcher};
+use crate::ast::{ItemFailure, Matcher, Strategy};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::emit::duration;
 use crate::ir::{Graph, Node};
@@ -16,6 +16,7 @@ pub fn check(plan: &Plan, graph: &Graph) -> Vec<Diagnostic> {
     unreachable(plan, graph, &mut out);
     for step in &plan.steps {
         retries(step, &mut out);
+        recovery(step, &mut out);
         if let Some(when) = &step.when
             && matches!(
                 &when.parsed,
@@ -124,6 +125,32 @@ fn worst_case(step: &PlanStep) -> Option<(Duration, Duration)> {
     step.retry_cost().map(|c| (c.delays, c.worst()))
 }
 
+/// `strategy: recovery` says "fix the problem and retry", but the command runs again after
+/// the handler only when `max_attempts` is more than 1.
+fn recovery(step: &PlanStep, out: &mut Vec<Diagnostic>) {
+    let Some(on_failure) = &step.on_failure else {
+        return;
+    };
+    if let (Strategy::Recovery, Some(at)) = (on_failure.strategy, on_failure.strategy_span)
+        && on_failure.max_attempts <= 1
+        && !on_failure.handler.is_empty()
+    {
+        out.push(
+            Diagnostic::new(
+                Code::RecoveryNeverRetries,
+                "`strategy: recovery` retries nothing here",
+            )
+            .with_primary(
+                at,
+                "`max_attempts` is 1: the handler runs once, the command never again",
+            )
+            .with_help(
+                "set `max_attempts` to 2 or more to run the command again after the handler",
+            ),
+        );
+    }
+}
+
 fn retries(step: &PlanStep, out: &mut Vec<Diagnostic>) {
     let Some(retry) = &step.retry else { return };
     let config = &retry.config;
@@ -222,4 +249,61 @@ pub fn breaker(plan: &Plan, items: usize) -> Option<Diagnostic> {
             "lower `failure_threshold` to at most {items}, or remove the breaker"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::diagnostics::Code;
+    use crate::source::SourceFile;
+
+    fn recovery_warnings(on_failure: &str) -> usize {
+        let text = format!("- shell: deploy\n  on_failure:\n{on_failure}");
+        crate::check(&SourceFile::new("t.yml", text))
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == Code::RecoveryNeverRetries)
+            .count()
+    }
+
+    #[test]
+    fn a_recovery_strategy_needs_a_retry() {
+        let handler = "    commands:\n      - shell: repair\n";
+        assert_eq!(
+            recovery_warnings(&format!("    strategy: recovery\n{handler}")),
+            1
+        );
+        assert_eq!(
+            recovery_warnings(&format!(
+                "    strategy: recovery\n    max_attempts: 1\n{handler}"
+            )),
+            1
+        );
+        assert_eq!(
+            recovery_warnings(&format!(
+                "    strategy: recovery\n    max_attempts: 3\n{handler}"
+            )),
+            0
+        );
+        assert_eq!(
+            recovery_warnings(&format!(
+                "    strategy: recovery\n    max_retries: 2\n{handler}"
+            )),
+            0
+        );
+        // The default strategy is not a promise the author made; other strategies never retry.
+        assert_eq!(recovery_warnings(handler), 0);
+        assert_eq!(
+            recovery_warnings(&format!("    strategy: cleanup\n{handler}")),
+            0
+        );
+        // `max_attempts` written beside `on_failure` configures the handler too.
+        let text = format!(
+            "- shell: deploy\n  max_attempts: 2\n  on_failure:\n    strategy: recovery\n{handler}"
+        );
+        assert!(
+            crate::check(&SourceFile::new("t.yml", text))
+                .diagnostics
+                .is_empty()
+        );
+    }
 }

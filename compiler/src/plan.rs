@@ -238,6 +238,10 @@ pub struct PlanOnFailure {
     pub max_attempts: u32,
     /// `strategy`.
     pub strategy: Strategy,
+    /// Where `strategy` was written, when it was (for the graph checks; not part of the
+    /// plan the runtime reads).
+    #[serde(skip)]
+    pub strategy_span: Option<Span>,
     /// A failing handler fails the workflow.
     pub handler_failure_fatal: bool,
     /// Timeout for each handler command.
@@ -750,6 +754,7 @@ impl Builder {
             fail_workflow: f.fail_workflow,
             max_attempts: f.max_attempts,
             strategy: f.strategy,
+            strategy_span: f.strategy_span,
             handler_failure_fatal: f.handler_failure_fatal,
             timeout: f.timeout.as_ref().map(|t| t.value),
             capture: f.capture.iter().map(|c| c.value.clone()).collect(),

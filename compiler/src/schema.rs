@@ -74,6 +74,11 @@ fn ty(t: &Ty) -> Value {
             {"type": "string", "description": "a duration such as `30s`, `1m 30s` or `500ms`"},
             {"$ref": format!("#/$defs/{}", shapes::SECS_NANOS.name)},
         ]}),
+        Ty::Delay => json!({"anyOf": [
+            {"const": 0},
+            {"type": "string", "pattern": "^\\s*(0|.*[A-Za-zµ].*)\\s*$", "description": "a duration with a unit, such as `500ms`, `30s` or `1m 30s`"},
+            {"$ref": format!("#/$defs/{}", shapes::SECS_NANOS.name)},
+        ]}),
         Ty::Enum(words) => json!({"type": "string", "enum": words}),
         Ty::List(inner) => json!({"type": "array", "items": ty(inner)}),
         Ty::Object(shape) => json!({"$ref": format!("#/$defs/{}", shape.name)}),

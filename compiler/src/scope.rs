@@ -307,6 +307,7 @@ impl Checker<'_> {
         for step in steps {
             self.step(step, scope);
             define(step, scope);
+            define_on_success(step, scope);
             scope.after_step = true;
             if step.validate.is_some() {
                 scope.validation = true;
@@ -423,20 +424,22 @@ impl Checker<'_> {
     }
 
     fn condition(&mut self, condition: &Condition, scope: &Scope) {
+        let mut rebaser = condition.rebaser(self.source);
         for (path, local, _) in condition.parsed.references() {
-            let span = condition.rebase(self.source, local);
+            let span = rebaser.span(local);
             self.reference(path, span, scope);
         }
     }
 
     fn template(&mut self, template: &Template, scope: &Scope, shell: bool) {
         let mut quote = QuoteState::default();
+        let mut rebaser = template.rebaser(self.source);
         for part in &template.parsed.parts {
             match part {
                 Part::Text(text) => quote.feed(text),
                 Part::Dollar | Part::Bare { .. } => {}
                 Part::Var(var) => {
-                    let span = template.rebase(self.source, var.path_span);
+                    let span = rebaser.span(var.path_span);
                     let has_default = var.default.is_some()
                         || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
                     let before = self.diagnostics.len();
@@ -458,7 +461,7 @@ impl Checker<'_> {
                     }
                     let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
                     if shell && exists && !escaped && !quote.single && untrusted(&var.path, scope) {
-                        self.unquoted(&var.path, span);
+                        self.unquoted(&var.path, span, scope);
                         // Outside double quotes `|shell` makes the text one quoted word;
                         // inside them its quotes would become part of the text.
                         if !quote.double {
@@ -473,8 +476,19 @@ impl Checker<'_> {
         }
     }
 
-    fn unquoted(&mut self, path: &Path, span: Span) {
-        let exported = exported_name(&path.to_string());
+    fn unquoted(&mut self, path: &Path, span: Span, scope: &Scope) {
+        // The exported variable, unless another name takes it (the runtime gives it to that
+        // name, and none of this variable's): a variable the workflow defines under exactly
+        // that name (an `env` entry, a secret, a capture spelled in upper case), or one of
+        // the environment's own (`PATH`).
+        let exported = exported_name(path).filter(|name| {
+            let root = export_root(&path.root);
+            !RESERVED_ENV.contains(&name.as_str())
+                && !scope
+                    .names
+                    .keys()
+                    .any(|other| *other != path.root && Some(other) == root.as_ref())
+        });
         self.diagnostics.push(
             Diagnostic::new(
                 Code::UnquotedInterpolation,
@@ -484,10 +498,11 @@ impl Checker<'_> {
                 span,
                 "untrusted text: quotes or `;` in it would run as shell syntax",
             )
-            .with_help(if RESERVED_ENV.contains(&exported.as_str()) {
-                format!("write `${{{path}|shell}}`")
-            } else {
-                format!("write `${{{path}|shell}}`, or use the exported variable: \"${exported}\"")
+            .with_help(match exported {
+                Some(name) => {
+                    format!("write `${{{path}|shell}}`, or use the exported variable: \"${name}\"")
+                }
+                None => format!("write `${{{path}|shell}}`"),
             }),
         );
     }
@@ -732,6 +747,16 @@ fn define(step: &Step, scope: &mut Scope) {
     }
 }
 
+/// Adds what a step's `on_success` steps define (and theirs, nested): the user documentation
+/// says a capture made there is "usable in later workflow steps". It is not there for the
+/// step's own failure handlers, which run when `on_success` does not.
+fn define_on_success(step: &Step, scope: &mut Scope) {
+    for nested in &step.on_success {
+        define(nested, scope);
+        define_on_success(nested, scope);
+    }
+}
+
 /// Text from outside the workflow: items, captured output, command output, error messages.
 fn untrusted(path: &Path, scope: &Scope) -> bool {
     let field = |names: &[&str]| matches!(path.segments.first(), Some(Segment::Field(f)) if names.contains(&f.as_str()));
@@ -805,26 +830,52 @@ pub const RESERVED_ENV: &[&str] = &[
     "PS1", "PS4", "ENV", "CDPATH",
 ];
 
-/// The environment variable a shell step sees a workflow variable under: `item.location` →
-/// `ITEM_LOCATION` (letters and digits upper-cased, anything else `_`, no trailing `_`, and a
-/// leading `_` before a digit). The runtime exports under these names; diagnostics suggest them.
-pub fn exported_name(path: &str) -> String {
-    let mut out: String = path
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect::<String>()
-        .trim_end_matches('_')
-        .to_owned();
-    if out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
+/// What separates the parts of a path in an exported name: `${item.id}` is `ITEM__ID`,
+/// never `ITEM_ID`, which is `${item_id}`.
+pub const EXPORT_SEPARATOR: &str = "__";
+
+/// The exported form of a variable's own name: a lowercase name of words joined by single
+/// underscores (`item_id`, `build`) in upper case, and such a name written in upper case
+/// (`BUILD_OUT`) as it is. Any other name (mixed case, a leading digit, a double or edge
+/// underscore, other characters) has none, so that no two names can share one.
+pub fn export_root(name: &str) -> Option<String> {
+    let lower = words(name, |c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let upper = words(name, |c| c.is_ascii_uppercase() || c.is_ascii_digit());
+    ((lower || upper) && !name.starts_with(|c: char| c.is_ascii_digit()))
+        .then(|| name.to_ascii_uppercase())
+}
+
+/// The exported form of a field of an object: a lowercase name of words joined by single
+/// underscores, in upper case (`location` → `LOCATION`). Other keys (`fileName`, `a-b`,
+/// `a__b`) have none: upper-casing them could make two keys one name.
+pub fn export_field(key: &str) -> Option<String> {
+    words(key, |c| c.is_ascii_lowercase() || c.is_ascii_digit()).then(|| key.to_ascii_uppercase())
+}
+
+/// Whether `text` is words of `letter`s joined by single underscores.
+fn words(text: &str, letter: impl Fn(char) -> bool) -> bool {
+    !text.is_empty()
+        && text
+            .split('_')
+            .all(|w| !w.is_empty() && w.chars().all(&letter))
+}
+
+/// The environment variable a shell step sees a variable's value under (the runtime
+/// exports under these names; W006 suggests them): the root and each field in their
+/// exported forms, and each index as its number, joined by [`EXPORT_SEPARATOR`]:
+/// `item.location.file` → `ITEM__LOCATION__FILE`, `item.files[0]` → `ITEM__FILES__0`,
+/// `build.stderr` → `BUILD__STDERR`. A path with a part that has no exported form, or a
+/// negative index, has none. No two paths share a name.
+pub fn exported_name(path: &Path) -> Option<String> {
+    let mut out = export_root(&path.root)?;
+    for segment in &path.segments {
+        out.push_str(EXPORT_SEPARATOR);
+        match segment {
+            Segment::Field(key) => out.push_str(&export_field(key)?),
+            Segment::Index(i) => out.push_str(&u64::try_from(*i).ok()?.to_string()),
+        }
     }
-    out
+    Some(out)
 }
 
 #[cfg(test)]
@@ -963,6 +1014,37 @@ mod tests {
     }
 
     #[test]
+    fn on_success_captures_reach_later_steps_only() {
+        let on_success = "- shell: build\n  on_success:\n    shell: measure\n    capture: metrics\n    on_success:\n      shell: report\n      capture: summary\n";
+        assert_eq!(
+            codes(&format!(
+                "{on_success}- claude: '/record ${{metrics}} ${{summary}} ${{metrics.exit_code}}'\n"
+            )),
+            []
+        );
+        // Not before the step, and not in its own failure handler, where `on_success` has
+        // not run.
+        assert_eq!(
+            codes(&format!("- claude: '/early ${{metrics}}'\n{on_success}")),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes(
+                "- shell: build\n  on_failure:\n    claude: '/fix ${metrics}'\n  on_success:\n    shell: measure\n    capture: metrics\n"
+            ),
+            [Code::UndefinedVariable]
+        );
+        // In a map agent it reaches the agent's later steps.
+        assert_eq!(
+            codes(&mapreduce(
+                "shell: 'true'\n      on_success:\n        shell: 'echo 1'\n        capture: n\n    - claude: '/a ${n}'",
+                "shell: 'true'"
+            )),
+            []
+        );
+    }
+
+    #[test]
     fn captures_have_fields_only_when_json() {
         let text = |format: &str| {
             format!(
@@ -1016,6 +1098,73 @@ mod tests {
         assert_eq!(codes(&agent("\"rm ${item.f|shell}\"")), []);
         assert_eq!(codes(&agent("\"rm '${item.f}'\"")), []);
         assert_eq!(codes(&agent("\"echo ${item_index}\"")), []);
+    }
+
+    #[test]
+    fn exported_names_never_collide() {
+        use prodigy_grammar::path::{Path, Segment};
+        let path = |root: &str, segments: &[Segment]| Path {
+            root: root.to_owned(),
+            segments: segments.to_vec(),
+        };
+        let field = |f: &str| Segment::Field(f.to_owned());
+        for (p, name) in [
+            (path("item_id", &[]), Some("ITEM_ID")),
+            (path("item", &[field("id")]), Some("ITEM__ID")),
+            (
+                path("item", &[field("location"), field("file")]),
+                Some("ITEM__LOCATION__FILE"),
+            ),
+            (
+                path("item", &[field("files"), Segment::Index(0)]),
+                Some("ITEM__FILES__0"),
+            ),
+            (path("item", &[field("files"), Segment::Index(-1)]), None),
+            (
+                path("BUILD_OUT", &[field("stderr")]),
+                Some("BUILD_OUT__STDERR"),
+            ),
+            (path("item", &[field("fileName")]), None),
+            (path("item", &[field("a__b")]), None),
+            (path("item", &[field("a-b")]), None),
+            (path("Build", &[]), None),
+            (path("_x", &[]), None),
+        ] {
+            assert_eq!(super::exported_name(&p).as_deref(), name, "{p}");
+        }
+    }
+
+    fn w006_help(text: &str) -> Vec<String> {
+        crate::check(&SourceFile::new("t.yml", text))
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == Code::UnquotedInterpolation)
+            .map(|d| d.help.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn w006_suggests_an_exported_variable_only_where_one_holds_the_text() {
+        let agent = |cmd: &str| mapreduce(&format!("shell: \"{cmd}\""), "shell: 'true'");
+        assert_eq!(
+            w006_help(&agent("rm ${item.id}")),
+            ["write `${item.id|shell}`, or use the exported variable: \"$ITEM__ID\""]
+        );
+        assert_eq!(
+            w006_help(&agent("rm ${item.fileName}")),
+            ["write `${item.fileName|shell}`"]
+        );
+        // `env: {TEXT: ...}` is exported as `TEXT`, so `$TEXT` is not the capture.
+        assert_eq!(
+            w006_help(
+                "env:\n  TEXT: fixed\ncommands:\n  - shell: cat x\n    capture: text\n  - shell: echo ${text}\n"
+            ),
+            ["write `${text|shell}`"]
+        );
+        assert_eq!(
+            w006_help("- shell: cat x\n  capture: path\n- shell: echo ${path}\n"),
+            ["write `${path|shell}`"]
+        );
     }
 
     #[test]

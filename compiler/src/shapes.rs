@@ -31,6 +31,9 @@ pub enum Ty {
     },
     /// A duration: `30s`, `1m 30s`, `500ms`, a number of seconds, or `{secs, nanos}`.
     Duration,
+    /// A delay, read the humantime way: `500ms`, `30s`, `1m 30s`, `0` or `{secs, nanos}`;
+    /// a bare number other than 0 has no unit and is an error.
+    Delay,
     /// One of these words.
     Enum(&'static [&'static str]),
     /// A list of values of one type.
@@ -716,12 +719,12 @@ pub static RETRY_CONFIG: Shape = Shape {
         ),
         key(
             "initial_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Delay before the first retry (default 1s).",
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay between attempts (default 30s).",
         ),
         key(
@@ -745,7 +748,7 @@ pub static RETRY_CONFIG: Shape = Shape {
         ),
         key(
             "retry_budget",
-            Ty::Duration,
+            Ty::Delay,
             "Total time for all attempts and delays; a retry that would cross it is not started.",
         ),
         key(
@@ -766,12 +769,12 @@ pub static BACKOFF_FIXED: Shape = Shape {
     keys: &[
         key(
             "delay",
-            Ty::Duration,
+            Ty::Delay,
             "Delay before every retry (default: `initial_delay`).",
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay; set it here or beside `backoff`, not both.",
         ),
     ],
@@ -784,17 +787,17 @@ pub static BACKOFF_LINEAR: Shape = Shape {
     keys: &[
         key(
             "initial",
-            Ty::Duration,
+            Ty::Delay,
             "Delay before the first retry (default: `initial_delay`).",
         ),
         key(
             "increment",
-            Ty::Duration,
+            Ty::Delay,
             "Added to the delay for each further retry (default: the first delay).",
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay; set it here or beside `backoff`, not both.",
         ),
     ],
@@ -807,7 +810,7 @@ pub static BACKOFF_EXPONENTIAL: Shape = Shape {
     keys: &[
         key(
             "initial",
-            Ty::Duration,
+            Ty::Delay,
             "Delay before the first retry (default: `initial_delay`).",
         ),
         key(
@@ -828,7 +831,7 @@ pub static BACKOFF_EXPONENTIAL: Shape = Shape {
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay; set it here or beside `backoff`, not both.",
         ),
     ],
@@ -841,12 +844,12 @@ pub static BACKOFF_FIBONACCI: Shape = Shape {
     keys: &[
         key(
             "initial",
-            Ty::Duration,
+            Ty::Delay,
             "Unit of the delays, the first delay (default: `initial_delay`).",
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay; set it here or beside `backoff`, not both.",
         ),
     ],
@@ -859,12 +862,12 @@ pub static BACKOFF_CUSTOM: Shape = Shape {
     keys: &[
         key(
             "delays",
-            Ty::List(&Ty::Duration),
+            Ty::List(&Ty::Delay),
             "Delay before each retry in turn; past the end of the list, `max_delay`.",
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay; set it here or beside `backoff`, not both.",
         ),
     ],
@@ -916,12 +919,12 @@ pub static BACKOFF_TYPED: Shape = Shape {
         ),
         key(
             "initial",
-            Ty::Duration,
+            Ty::Delay,
             "Delay before the first retry (`linear`, `exponential`, `fibonacci`; default: `initial_delay`).",
         ),
         key(
             "increment",
-            Ty::Duration,
+            Ty::Delay,
             "Added to the delay for each further retry (`linear`; default: the first delay).",
         ),
         key(
@@ -942,17 +945,17 @@ pub static BACKOFF_TYPED: Shape = Shape {
         ),
         key(
             "delay",
-            Ty::Duration,
+            Ty::Delay,
             "Delay before every retry (`fixed`; default: `initial_delay`).",
         ),
         key(
             "delays",
-            Ty::List(&Ty::Duration),
+            Ty::List(&Ty::Delay),
             "Delay before each retry in turn; past the end of the list, `max_delay` (`custom`).",
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay; set it here or beside `backoff`, not both.",
         ),
     ],
@@ -1615,7 +1618,7 @@ pub static CIRCUIT_BREAKER: Shape = Shape {
         ),
         key(
             "timeout",
-            Ty::Duration,
+            Ty::Delay,
             "Time the breaker stays open before probing (default 30s).",
         ),
         key(
@@ -1643,7 +1646,7 @@ pub static POLICY_RETRY: Shape = Shape {
         ),
         key(
             "max_delay",
-            Ty::Duration,
+            Ty::Delay,
             "Longest delay between attempts (default: none).",
         ),
         key(

@@ -294,47 +294,32 @@ pub(crate) fn parse_expr(text: &str) -> Result<Expr, ParseError> {
             "nothing to evaluate",
         ));
     };
-    let parsed = expr(pair)?;
-    // Long `&&` chains and `!` runs nest without brackets; bound the tree so that every
-    // recursive walk over it (evaluation, printing, dropping) stays shallow.
-    if depth(&parsed) > MAX_TREE_DEPTH {
-        return Err(ParseError::new(
-            ParseErrorKind::TooDeep,
-            "the expression nests too deeply",
-            Span::new(0, text.len()),
-            format!("more than {MAX_TREE_DEPTH} levels"),
-        )
-        .help("split the condition into simpler parts"));
-    }
-    Ok(parsed)
+    // Long `&&` chains and `!` runs nest without brackets; the tree is bounded while it is
+    // built, so that no deep tree ever exists for a recursive walk (evaluation, printing,
+    // dropping) to overflow the stack on.
+    expr(pair, 1)
 }
 
 /// How deep an expression tree may be.
 const MAX_TREE_DEPTH: usize = 256;
 
-/// The depth of an expression tree, walked with an explicit stack.
-fn depth(root: &Expr) -> usize {
-    let mut deepest = 0;
-    let mut stack = vec![(root, 1usize)];
-    while let Some((e, d)) = stack.pop() {
-        deepest = deepest.max(d);
-        match e {
-            Expr::Literal { .. } | Expr::Path { .. } | Expr::Var { .. } => {}
-            Expr::Not { expr, .. } => stack.push((expr, d + 1)),
-            Expr::Binary { lhs, rhs, .. } => {
-                stack.push((lhs, d + 1));
-                stack.push((rhs, d + 1));
-            }
-            Expr::List { items, .. } | Expr::Call { args: items, .. } => {
-                stack.extend(items.iter().map(|i| (i, d + 1)));
-            }
-        }
-    }
-    deepest
+fn too_deep(span: Span) -> ParseError {
+    ParseError::new(
+        ParseErrorKind::TooDeep,
+        "the expression nests too deeply",
+        span,
+        format!("more than {MAX_TREE_DEPTH} levels"),
+    )
+    .help("split the condition into simpler parts")
 }
 
-fn expr(pair: Pair<'_, ex::Rule>) -> Result<Expr, ParseError> {
+/// Builds the node of `pair`, which sits at `depth` in the tree (the root is at 1). A node
+/// deeper than [`MAX_TREE_DEPTH`] is refused before anything under it is built.
+fn expr(pair: Pair<'_, ex::Rule>, depth: usize) -> Result<Expr, ParseError> {
     let span = span_of(&pair, 0);
+    if depth > MAX_TREE_DEPTH {
+        return Err(too_deep(span));
+    }
     match pair.as_rule() {
         ex::Rule::or_expr | ex::Rule::and_expr => {
             let op = if pair.as_rule() == ex::Rule::or_expr {
@@ -342,15 +327,25 @@ fn expr(pair: Pair<'_, ex::Rule>) -> Result<Expr, ParseError> {
             } else {
                 BinOp::And
             };
-            let mut inner = pair
+            let operands: Vec<Pair<'_, ex::Rule>> = pair
                 .into_inner()
-                .filter(|p| !matches!(p.as_rule(), ex::Rule::or_op | ex::Rule::and_op));
-            let mut acc = match inner.next() {
-                Some(first) => expr(first)?,
-                None => return Err(internal(span)),
+                .filter(|p| !matches!(p.as_rule(), ex::Rule::or_op | ex::Rule::and_op))
+                .collect();
+            // `a || b || c` folds to the left: the first operand lies deepest, one level
+            // below the root for every operator.
+            let levels = operands.len().saturating_sub(1);
+            if depth + levels > MAX_TREE_DEPTH {
+                // Point at the first operand past the limit.
+                let at = (MAX_TREE_DEPTH + 1).saturating_sub(depth).min(levels);
+                return Err(too_deep(operands.get(at).map_or(span, |p| span_of(p, 0))));
+            }
+            let mut operands = operands.into_iter();
+            let Some(first) = operands.next() else {
+                return Err(internal(span));
             };
-            for next in inner {
-                let rhs = expr(next)?;
+            let mut acc = expr(first, depth + levels)?;
+            for (i, next) in operands.enumerate() {
+                let rhs = expr(next, depth + levels - i)?;
                 let start = acc.span().start;
                 let end = rhs.span().end;
                 acc = Expr::Binary {
@@ -364,13 +359,13 @@ fn expr(pair: Pair<'_, ex::Rule>) -> Result<Expr, ParseError> {
         }
         ex::Rule::comparison => {
             let mut inner = pair.into_inner();
-            let lhs = match inner.next() {
-                Some(p) => expr(p)?,
-                None => return Err(internal(span)),
+            let Some(lhs_pair) = inner.next() else {
+                return Err(internal(span));
             };
             let Some(op_pair) = inner.next() else {
-                return Ok(lhs);
+                return expr(lhs_pair, depth);
             };
+            let lhs = expr(lhs_pair, depth + 1)?;
             let op = match op_pair.as_str() {
                 "==" => BinOp::Eq,
                 "!=" => BinOp::Ne,
@@ -390,7 +385,7 @@ fn expr(pair: Pair<'_, ex::Rule>) -> Result<Expr, ParseError> {
                 _ => BinOp::In,
             };
             let rhs = match inner.next() {
-                Some(p) => expr(p)?,
+                Some(p) => expr(p, depth + 1)?,
                 None => return Err(internal(span)),
             };
             Ok(Expr::Binary {
@@ -406,8 +401,11 @@ fn expr(pair: Pair<'_, ex::Rule>) -> Result<Expr, ParseError> {
             for p in pair.into_inner() {
                 if p.as_rule() == ex::Rule::not_op {
                     nots += 1;
+                    if depth + nots > MAX_TREE_DEPTH {
+                        return Err(too_deep(span_of(&p, 0)));
+                    }
                 } else {
-                    primary = Some(expr(p)?);
+                    primary = Some(expr(p, depth + nots)?);
                 }
             }
             let mut e = primary.ok_or_else(|| internal(span))?;
@@ -484,10 +482,13 @@ fn expr(pair: Pair<'_, ex::Rule>) -> Result<Expr, ParseError> {
             span,
         }),
         ex::Rule::list => Ok(Expr::List {
-            items: pair.into_inner().map(expr).collect::<Result<_, _>>()?,
+            items: pair
+                .into_inner()
+                .map(|p| expr(p, depth + 1))
+                .collect::<Result<_, _>>()?,
             span,
         }),
-        ex::Rule::call => call(pair, span),
+        ex::Rule::call => call(pair, span, depth),
         _ => Err(internal(span)),
     }
 }
@@ -505,7 +506,7 @@ fn unescape(raw: &str) -> String {
     out
 }
 
-fn call(pair: Pair<'_, ex::Rule>, span: Span) -> Result<Expr, ParseError> {
+fn call(pair: Pair<'_, ex::Rule>, span: Span, depth: usize) -> Result<Expr, ParseError> {
     let mut inner = pair.into_inner();
     let Some(name_pair) = inner.next() else {
         return Err(internal(span));
@@ -532,7 +533,9 @@ fn call(pair: Pair<'_, ex::Rule>, span: Span) -> Result<Expr, ParseError> {
         )
         .help(help));
     };
-    let args: Vec<Expr> = inner.map(expr).collect::<Result<_, _>>()?;
+    let args: Vec<Expr> = inner
+        .map(|p| expr(p, depth + 1))
+        .collect::<Result<_, _>>()?;
     if !arities.contains(&args.len()) {
         let wanted = arities
             .iter()

@@ -253,3 +253,32 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
     let path = format!("$.a{}", "[?@.b".repeat(1_000));
     assert!(JsonPath::parse(&path).is_err());
 }
+
+/// 160,000 operators overflowed the stack when the refused tree was dropped: the depth is now
+/// bounded while the tree is built, so no deep tree ever exists.
+#[test]
+fn huge_operator_runs_are_refused_before_a_tree_is_built() {
+    for text in [
+        format!("{}true", "!".repeat(160_000)),
+        vec!["a"; 160_000].join(" || "),
+        vec!["a"; 160_000].join(" and "),
+        format!(
+            "x in [{}]",
+            vec![format!("{}a", "!".repeat(300)); 10].join(", ")
+        ),
+    ] {
+        let err = Expr::parse(&text).unwrap_err();
+        assert_eq!(
+            err.kind,
+            ParseErrorKind::TooDeep,
+            "{}: {err:?}",
+            &text[..40]
+        );
+        assert_eq!(err.label, "more than 256 levels");
+    }
+    // The limit itself is unchanged: 256 levels parse, 257 do not.
+    assert!(Expr::parse(&vec!["a"; 256].join(" || ")).is_ok());
+    assert!(Expr::parse(&vec!["a"; 257].join(" || ")).is_err());
+    assert!(Expr::parse(&format!("{}a", "!".repeat(255))).is_ok());
+    assert!(Expr::parse(&format!("{}a", "!".repeat(256))).is_err());
+}

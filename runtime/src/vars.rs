@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use prodigy_compiler::scope::{RESERVED_ENV, exported_name};
+use prodigy_compiler::scope::{EXPORT_SEPARATOR, RESERVED_ENV, export_field, export_root};
 use prodigy_grammar::expr::{Context, EvalError};
 use prodigy_grammar::path::{Path, Segment, lookup_segments};
 use prodigy_grammar::template::Scope;
@@ -161,47 +161,168 @@ impl Vars {
         None
     }
 
-    /// The environment exported to a process: exported names as they are, every other
-    /// variable under a shell-safe upper-case name (`item.id` → `ITEM_ID` for objects'
-    /// scalar fields, `build` → `BUILD`).
+    /// The environment exported to a process: the names the workflow exports (env, profile,
+    /// secrets, params) as they are, and every other variable under its exported name
+    /// ([`prodigy_compiler::scope::exported_name`]): `build` → `BUILD`, `item_id` → `ITEM_ID`, and each field and
+    /// element, nested, with `__` between the parts: `item.id` → `ITEM__ID`,
+    /// `item.files[0]` → `ITEM__FILES__0`, a capture's `build.stderr` → `BUILD__STDERR`.
+    /// Each holds the text `${...}` renders for the path, so a script reads
+    /// `"$ITEM__ID"` where a template would splice `${item.id}`.
+    ///
+    /// What is left out: a variable whose name another takes (a name the workflow exports as
+    /// it is, or a variable spelled in upper case over one in lower case) with its fields; a
+    /// variable (not a field) named like one of [`RESERVED_ENV`] or like a variable prodigy
+    /// inherited (`capture: path` must not become `PATH`); a value over 100 kB (Linux refuses
+    /// an environment string over 128 kB, and `${map.results}` can be far larger); and,
+    /// once 512 kB are exported, the rest, deepest fields first. Templates still read them all.
     pub fn environment(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        // A derived name never replaces what the process inherited: `capture: path` must not
-        // become `PATH`.
-        // Nor is a derived value exported past 100 kB: Linux refuses to start a process
-        // with one environment string over 128 kB, and `${map.results}` can be far larger
-        // (templates still read it).
-        let mut derived = |name: String, value: &Value| {
-            if !name.is_empty()
-                && std::env::var_os(&name).is_none()
-                && !RESERVED_ENV.contains(&name.as_str())
-            {
-                let text = prodigy_grammar::value::render(value);
-                if text.len() <= MAX_DERIVED {
-                    out.push((name, text));
-                }
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut budget = MAX_DERIVED_TOTAL;
+        // Roots spelled as their exported name come first, so that `BUILD` wins over `build`.
+        let mut roots: Vec<(String, &String)> = self
+            .values
+            .keys()
+            .filter(|name| !self.exported.contains(name))
+            .filter_map(|name| Some((export_root(name)?, name)))
+            .filter(|(env, _)| !self.exported.contains(env))
+            .collect();
+        roots.sort_by_key(|(env, name)| (env.clone(), *env != **name));
+        roots.dedup_by(|later, first| later.0 == first.0);
+        // Breadth first: every variable, then every field, then their fields...
+        let mut level: Vec<(String, Node<'_>)> = Vec::new();
+        for (env, name) in roots {
+            let node = Node {
+                value: &self.values[name],
+                meta: self.meta.get(name),
+            };
+            let own_name =
+                std::env::var_os(&env).is_none() && !RESERVED_ENV.contains(&env.as_str());
+            if own_name {
+                export(&mut out, &mut budget, env.clone(), node.value);
             }
-        };
-        for (name, value) in &self.values {
-            if self.exported.contains(name) {
-                continue;
-            }
-            derived(exported_name(name), value);
-            if let Value::Object(map) = value {
-                for (field, inner) in map {
-                    if !matches!(inner, Value::Object(_) | Value::Array(_)) {
-                        derived(exported_name(&format!("{name}.{field}")), inner);
-                    }
-                }
-            }
+            level.push((env, node));
         }
-        // Names the workflow exports on purpose (env, profile, secrets, params) win.
+        'levels: while !level.is_empty() {
+            let mut next = Vec::new();
+            for (env, node) in &level {
+                for (part, child) in node.children() {
+                    if budget == 0 {
+                        break 'levels;
+                    }
+                    let name = format!("{env}{EXPORT_SEPARATOR}{part}");
+                    export(&mut out, &mut budget, name.clone(), child.value);
+                    next.push((name, child));
+                }
+            }
+            level = next;
+        }
+        // Names the workflow exports on purpose (env, profile, secrets, params).
         for name in &self.exported {
             if let Some(value) = self.values.get(name) {
                 out.push((name.clone(), prodigy_grammar::value::render(value)));
             }
         }
         out
+    }
+}
+
+/// The most a process is given of derived variables, in bytes of names and values.
+const MAX_DERIVED_TOTAL: usize = 512 * 1024;
+
+/// A value to export with what it contains: a capture's value has its metadata
+/// (`exit_code`, `success`, `stderr`, `duration`) as fields too, and they win over the
+/// value's own fields of the same names, as they do in templates.
+#[derive(Clone, Copy)]
+struct Node<'v> {
+    value: &'v Value,
+    meta: Option<&'v Value>,
+}
+
+impl<'v> Node<'v> {
+    /// The parts under this value, each with its exported form: fields with a name that has
+    /// one ([`export_field`]), and elements by index.
+    fn children(&self) -> Vec<(String, Node<'v>)> {
+        let leaf = |value| Node { value, meta: None };
+        let mut out: Vec<(String, Node<'v>)> = Vec::new();
+        let meta = self.meta.and_then(Value::as_object);
+        match self.value {
+            Value::Object(fields) => out.extend(
+                fields
+                    .iter()
+                    .filter(|(k, _)| {
+                        !meta.is_some_and(|m| META.contains(&k.as_str()) && m.contains_key(*k))
+                    })
+                    .filter_map(|(k, v)| Some((export_field(k)?, leaf(v)))),
+            ),
+            Value::Array(items) => out.extend(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (i.to_string(), leaf(v))),
+            ),
+            _ => {}
+        }
+        if let Some(meta) = meta {
+            out.extend(
+                meta.iter()
+                    .filter(|(k, _)| META.contains(&k.as_str()))
+                    .filter_map(|(k, v)| Some((export_field(k)?, leaf(v)))),
+            );
+        }
+        out
+    }
+}
+
+/// Adds `name=value` to the environment when the value renders to at most
+/// [`MAX_DERIVED`] bytes and the budget allows, and charges the budget.
+fn export(out: &mut Vec<(String, String)>, budget: &mut usize, name: String, value: &Value) {
+    let Some(text) = render_bounded(value, MAX_DERIVED) else {
+        return;
+    };
+    let cost = name.len() + text.len() + 2;
+    if cost <= *budget {
+        *budget -= cost;
+        out.push((name, text));
+    } else {
+        *budget = 0;
+    }
+}
+
+/// [`prodigy_grammar::value::render`], or `None` as soon as the text passes `limit` bytes
+/// (a huge value is never rendered whole just to find it is too big).
+fn render_bounded(value: &Value, limit: usize) -> Option<String> {
+    use std::io::Write as _;
+    struct Bounded(Vec<u8>, usize);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + buf.len() > self.1 {
+                return Err(std::io::Error::other("too long"));
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    match value {
+        Value::Array(items) if items.iter().all(|v| !v.is_array() && !v.is_object()) => {
+            let mut out = Bounded(Vec::new(), limit);
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b" ").ok()?;
+                }
+                out.write_all(prodigy_grammar::value::render(item).as_bytes())
+                    .ok()?;
+            }
+            String::from_utf8(out.0).ok()
+        }
+        Value::Array(_) | Value::Object(_) => {
+            let mut out = Bounded(Vec::new(), limit);
+            serde_json::to_writer(&mut out, value).ok()?;
+            String::from_utf8(out.0).ok()
+        }
+        scalar => Some(prodigy_grammar::value::render(scalar)).filter(|t| t.len() <= limit),
     }
 }
 
@@ -324,7 +445,7 @@ mod tests {
             "{env:?}"
         );
         assert!(env.contains(&("BUILD".to_owned(), "ok".to_owned())));
-        assert!(env.contains(&("SHELL_OUTPUT".to_owned(), "x".to_owned())));
+        assert!(env.contains(&("SHELL__OUTPUT".to_owned(), "x".to_owned())));
     }
 
     #[test]
@@ -332,7 +453,7 @@ mod tests {
         let mut vars = Vars::default();
         vars.set("map", json!({"total": 2, "results": ["x".repeat(200_000)]}));
         let env = vars.environment();
-        assert!(env.iter().any(|(k, v)| k == "MAP_TOTAL" && v == "2"));
+        assert!(env.iter().any(|(k, v)| k == "MAP__TOTAL" && v == "2"));
         assert!(
             !env.iter().any(|(k, _)| k == "MAP"),
             "the whole map is too big"
@@ -352,7 +473,112 @@ mod tests {
         vars.set("item", json!({"id": 7, "location": {"file": "a"}}));
         vars.set_exported("TARGET", json!("prod"));
         let env = vars.environment();
-        assert!(env.contains(&("ITEM_ID".into(), "7".into())));
+        assert!(env.contains(&("ITEM__ID".into(), "7".into())));
+        assert!(env.contains(&("ITEM__LOCATION__FILE".into(), "a".into())));
         assert!(env.contains(&("TARGET".into(), "prod".into())));
+    }
+
+    fn lookup(env: &[(String, String)], name: &str) -> Option<String> {
+        let found: Vec<&String> = env
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .collect();
+        assert!(found.len() <= 1, "{name} exported {} times", found.len());
+        found.first().map(|v| (*v).clone())
+    }
+
+    /// `${item.id}` was exported as `ITEM_ID`, the name of `${item_id}` (the internal
+    /// `item_0`), and the later of the two won.
+    #[test]
+    fn a_field_never_shares_a_name_with_a_variable() {
+        let mut vars = Vars::default();
+        vars.set(
+            "item",
+            json!({"id": "abc", "total": 9, "index": "x", "json": "j"}),
+        );
+        vars.set("item_id", json!("item_0"));
+        vars.set("item_index", json!(0));
+        vars.set("item_total", json!(3));
+        vars.set("item_json", json!("{}"));
+        let env = vars.environment();
+        for (name, value) in [
+            ("ITEM__ID", "abc"),
+            ("ITEM_ID", "item_0"),
+            ("ITEM__INDEX", "x"),
+            ("ITEM_INDEX", "0"),
+            ("ITEM__TOTAL", "9"),
+            ("ITEM_TOTAL", "3"),
+            ("ITEM__JSON", "j"),
+            ("ITEM_JSON", "{}"),
+        ] {
+            assert_eq!(lookup(&env, name).as_deref(), Some(value), "{name}");
+        }
+    }
+
+    #[test]
+    fn nested_fields_elements_and_capture_metadata_are_exported() {
+        let mut vars = Vars::default();
+        vars.set(
+            "data",
+            json!({"files": ["a.rs", {"path": "b.rs"}], "stderr": "own", "camelCase": 1, "a__b": 2}),
+        );
+        vars.meta.insert(
+            "data".into(),
+            json!({"exit_code": 0, "success": true, "stderr": "warn", "duration": 0.5}),
+        );
+        vars.set("build", json!("done"));
+        vars.meta
+            .insert("build".into(), json!({"exit_code": 2, "stderr": "oops"}));
+        let env = vars.environment();
+        for (name, value) in [
+            ("DATA__FILES__0", Some("a.rs")),
+            ("DATA__FILES__1__PATH", Some("b.rs")),
+            ("DATA__FILES__1", Some(r#"{"path":"b.rs"}"#)),
+            // Metadata wins over a field of the same name, as in `${data.stderr}`.
+            ("DATA__STDERR", Some("warn")),
+            ("DATA__EXIT_CODE", Some("0")),
+            ("DATA__DURATION", Some("0.5")),
+            ("BUILD", Some("done")),
+            ("BUILD__STDERR", Some("oops")),
+            ("BUILD__EXIT_CODE", Some("2")),
+            // Keys that upper-case ambiguously have no name.
+            ("DATA__CAMELCASE", None),
+            ("DATA__A__B", None),
+        ] {
+            assert_eq!(lookup(&env, name).as_deref(), value, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_name_the_workflow_spells_out_wins_with_nothing_of_the_other() {
+        let mut vars = Vars::default();
+        vars.set("build", json!({"x": "lower"}));
+        vars.set("BUILD", json!({"x": "upper"}));
+        vars.set("line", json!({"x": "captured"}));
+        vars.set_exported("LINE", json!("from env"));
+        let env = vars.environment();
+        assert_eq!(lookup(&env, "BUILD__X").as_deref(), Some("upper"));
+        assert_eq!(lookup(&env, "LINE").as_deref(), Some("from env"));
+        assert_eq!(lookup(&env, "LINE__X"), None);
+    }
+
+    #[test]
+    fn the_environment_stays_within_its_budget() {
+        let mut vars = Vars::default();
+        let big: Vec<Value> = (0..100_000)
+            .map(|i| json!({"n": i, "name": "x".repeat(20)}))
+            .collect();
+        vars.set("map", json!({"total": 100_000, "results": big}));
+        vars.set("zeta", json!("last root"));
+        let env = vars.environment();
+        let size: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        assert!(size <= MAX_DERIVED_TOTAL, "{size}");
+        // Shallow names first: every root and top field is there.
+        assert_eq!(lookup(&env, "MAP__TOTAL").as_deref(), Some("100000"));
+        assert_eq!(lookup(&env, "ZETA").as_deref(), Some("last root"));
+        assert!(lookup(&env, "MAP__RESULTS__0").is_some());
+        assert_eq!(lookup(&env, "MAP__RESULTS__99999"), None);
+        assert_eq!(lookup(&env, "MAP__RESULTS__0__N"), None);
     }
 }

@@ -64,6 +64,8 @@ fn wrong_types_and_unknown_keys_fail() {
         "comands:\n  - shell: make\n",
         "name: x\nmode: mapreduce\nmap:\n  input: i.json\n  agent_template: [{shell: a}]\nerror_policy:\n  failure_threshold: 1.5\n",
         "- shell: make\n  capture_format: jsn\n",
+        "- shell: make\n  retry_config:\n    initial_delay: 500\n",
+        "- shell: make\n  retry_config:\n    max_delay: \"30\"\n",
     ] {
         assert!(
             !validator.is_valid(&as_json(text)),

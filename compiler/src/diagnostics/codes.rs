@@ -84,6 +84,7 @@ codes! {
     RetryOutlastsTimeout = "G003", Warning, "a retry schedule longer than the time allowed for it";
     BreakerNeverTrips = "G004", Warning, "a circuit breaker that can never open";
     RetryWithoutPolicy = "G005", Warning, "`on_item_failure: retry` without an `error_policy.retry_config`";
+    RecoveryNeverRetries = "G006", Warning, "`strategy: recovery` on a handler whose command is never run again";
     Deprecated = "W001", Warning, "a deprecated form that still works";
     NoEffect = "W002", Warning, "a setting that has no effect where it is";
     EmptyWorkflow = "W003", Warning, "a workflow without steps";

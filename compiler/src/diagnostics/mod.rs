@@ -174,6 +174,13 @@ impl Text {
         }
     }
 
+    /// The end of a line, before its `\n`.
+    fn line_end(&self, line: usize) -> usize {
+        self.line_starts
+            .get(line + 1)
+            .map_or(self.text.len(), |next| next - 1)
+    }
+
     fn line_of(&self, offset: usize) -> usize {
         match self.line_starts.binary_search(&offset) {
             Ok(i) => i,
@@ -221,11 +228,205 @@ impl SourceCode for Text {
     }
 }
 
-/// A diagnostic bound to its file, ready for miette.
+/// The longest source line a report shows whole, in bytes; a longer line is clipped around
+/// the labels on it. miette pads with the column as a format width, which panics past
+/// 65,535, and a line of megabytes helps nobody in a terminal anyway.
+const LONGEST_LINE: usize = 400;
+/// What a clipped line keeps: this many bytes before the first label that starts on it...
+const CLIP_BEFORE: usize = 40;
+/// ...and this many in all.
+const CLIP_WIDTH: usize = 160;
+
+/// What a report reads: the file, or a clipped view of the lines around one diagnostic.
+#[derive(Clone, Debug)]
+enum Source {
+    Whole(Text),
+    Clipped(Clipped),
+}
+
+impl SourceCode for Source {
+    fn read_span<'a>(
+        &'a self,
+        span: &miette::SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> Result<Box<dyn miette::SpanContents<'a> + 'a>, miette::MietteError> {
+        match self {
+            Source::Whole(text) => text.read_span(span, context_lines_before, context_lines_after),
+            Source::Clipped(clipped) => {
+                clipped.read_span(span, context_lines_before, context_lines_after)
+            }
+        }
+    }
+}
+
+/// One line of a clipped view: the bytes of ellipsis before the original text, and the
+/// original column of that text (in bytes, as miette counts columns).
+#[derive(Clone, Copy, Debug)]
+struct ViewLine {
+    prefix: usize,
+    column: usize,
+}
+
+/// The lines around a diagnostic's labels, each long one clipped to [`CLIP_WIDTH`] bytes
+/// (with `…` where text was left out) and every line far from the labels left empty, so that
+/// line numbers stay those of the file and columns are translated back.
+#[derive(Clone, Debug)]
+struct Clipped {
+    view: Text,
+    /// The file's line number of the view's first line.
+    first_line: usize,
+    lines: Vec<ViewLine>,
+}
+
+/// How to move a file offset into the view: per file line, the kept byte range and where
+/// that line starts in the view.
+struct ViewMap<'t> {
+    text: &'t Text,
+    first_line: usize,
+    /// Per view line: (kept start, kept end, view start of the kept text, view line end).
+    kept: Vec<(usize, usize, usize, usize)>,
+}
+
+impl ViewMap<'_> {
+    fn offset(&self, at: usize) -> usize {
+        let line = self.text.line_of(at);
+        let kept = line
+            .checked_sub(self.first_line)
+            .and_then(|i| self.kept.get(i));
+        let Some(&(start, end, view, view_end)) = kept else {
+            return 0;
+        };
+        if at < start {
+            view.saturating_sub(usize::from(start > self.text.line_starts[line]) * '…'.len_utf8())
+        } else if at <= end {
+            view + (at - start)
+        } else {
+            view_end
+        }
+    }
+
+    fn span(&self, span: Span) -> miette::SourceSpan {
+        let (start, end) = (span.start as usize, span.end as usize);
+        let (from, to) = (self.offset(start), self.offset(end));
+        miette::SourceSpan::new(from.into(), to.saturating_sub(from))
+    }
+}
+
+impl Clipped {
+    /// A clipped view for a diagnostic with labels at `spans`, or `None` when every line
+    /// the report shows is short enough to show whole.
+    fn new(text: &Text, spans: impl Iterator<Item = Span>) -> Option<(Clipped, ViewMap<'_>)> {
+        let spans: Vec<(usize, usize)> = spans
+            .map(|s| (s.start as usize, (s.end as usize).max(s.start as usize)))
+            .filter(|&(_, end)| end <= text.text.len())
+            .collect();
+        let last_line = text.line_starts.len() - 1;
+        // The lines a report shows: each label's lines and one of context on each side.
+        let shown: Vec<(usize, usize)> = spans
+            .iter()
+            .map(|&(start, end)| {
+                (
+                    text.line_of(start).saturating_sub(1),
+                    (text.line_of(end) + 1).min(last_line),
+                )
+            })
+            .collect();
+        let long = |line: usize| text.line_end(line) - text.line_starts[line] > LONGEST_LINE;
+        // A multi-line label shows every line it covers.
+        if !shown.iter().any(|&(first, last)| (first..=last).any(long)) {
+            return None;
+        }
+        let first_line = shown.iter().map(|s| s.0).min()?;
+        let last = shown.iter().map(|s| s.1).max()?;
+        let mut view = String::new();
+        let mut lines = Vec::new();
+        let mut kept = Vec::new();
+        for line in first_line..=last {
+            let (start, end) = (text.line_starts[line], text.line_end(line));
+            let near = shown.iter().any(|&(a, b)| (a..=b).contains(&line));
+            let (keep_start, keep_end) = if !near {
+                (start, start)
+            } else if end - start <= LONGEST_LINE {
+                (start, end)
+            } else {
+                let anchor = spans
+                    .iter()
+                    .map(|s| s.0)
+                    .filter(|&s| (start..=end).contains(&s))
+                    .min()
+                    .unwrap_or(start);
+                let keep_start = text
+                    .text
+                    .floor_char_boundary(anchor.saturating_sub(CLIP_BEFORE).max(start));
+                let keep_end = text
+                    .text
+                    .floor_char_boundary((keep_start + CLIP_WIDTH).min(end));
+                (keep_start, keep_end)
+            };
+            let prefix = near && keep_start > start;
+            if prefix {
+                view.push('…');
+            }
+            let view_start = view.len();
+            view.push_str(&text.text[keep_start..keep_end]);
+            if near && keep_end < end {
+                view.push('…');
+            }
+            kept.push((keep_start, keep_end, view_start, view.len()));
+            lines.push(ViewLine {
+                prefix: if prefix { '…'.len_utf8() } else { 0 },
+                column: keep_start - start,
+            });
+            if line < last_line {
+                view.push('\n');
+            }
+        }
+        let clipped = Clipped {
+            view: Text::new(view.into()),
+            first_line,
+            lines,
+        };
+        let map = ViewMap {
+            text,
+            first_line,
+            kept,
+        };
+        Some((clipped, map))
+    }
+
+    fn read_span<'a>(
+        &'a self,
+        span: &miette::SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> Result<Box<dyn miette::SpanContents<'a> + 'a>, miette::MietteError> {
+        let contents = self
+            .view
+            .read_span(span, context_lines_before, context_lines_after)?;
+        let column = match self.lines.get(contents.line()) {
+            Some(line) if line.prefix > 0 && contents.column() >= line.prefix => {
+                line.column + contents.column() - line.prefix
+            }
+            _ => contents.column(),
+        };
+        Ok(Box::new(miette::MietteSpanContents::new(
+            contents.data(),
+            *contents.span(),
+            contents.line() + self.first_line,
+            column,
+            contents.line_count() + self.first_line,
+        )))
+    }
+}
+
+/// A diagnostic bound to its file, ready for miette: its labels are in the coordinates of
+/// `source`, which is the file itself or a clipped view of it.
 #[derive(Debug)]
 struct Bound<'a> {
     diagnostic: &'a Diagnostic,
-    source: miette::NamedSource<Text>,
+    source: miette::NamedSource<Source>,
+    labels: Vec<LabeledSpan>,
 }
 
 impl std::fmt::Display for Bound<'_> {
@@ -260,17 +461,7 @@ impl miette::Diagnostic for Bound<'_> {
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        let primary = self
-            .diagnostic
-            .primary
-            .iter()
-            .map(|l| LabeledSpan::new_primary_with_span(Some(l.text.clone()), l.span));
-        let others = self
-            .diagnostic
-            .labels
-            .iter()
-            .map(|l| LabeledSpan::new_with_span(Some(l.text.clone()), l.span));
-        Some(Box::new(primary.chain(others)))
+        Some(Box::new(self.labels.iter().cloned()))
     }
 }
 
@@ -295,9 +486,34 @@ pub fn render_human(
         if i > 0 {
             out.push('\n');
         }
+        let spans: Vec<(Span, &Label, bool)> = diagnostic
+            .primary
+            .iter()
+            .map(|l| (l.span, l, true))
+            .chain(diagnostic.labels.iter().map(|l| (l.span, l, false)))
+            .collect();
+        let (source, map) = match Clipped::new(&text, spans.iter().map(|(s, ..)| *s)) {
+            Some((clipped, map)) => (Source::Clipped(clipped), Some(map)),
+            None => (Source::Whole(text.clone()), None),
+        };
+        let labels = spans
+            .iter()
+            .map(|(span, label, primary)| {
+                let span: miette::SourceSpan = map
+                    .as_ref()
+                    .map_or_else(|| (*span).into(), |m| m.span(*span));
+                let text = Some(label.text.clone());
+                if *primary {
+                    LabeledSpan::new_primary_with_span(text, span)
+                } else {
+                    LabeledSpan::new_with_span(text, span)
+                }
+            })
+            .collect();
         let bound = Bound {
             diagnostic,
-            source: miette::NamedSource::new(&file.name, text.clone()),
+            source: miette::NamedSource::new(&file.name, source),
+            labels,
         };
         if handler.render_report(&mut out, &bound).is_err() {
             let _ = write!(out, "{}: {}", diagnostic.code, diagnostic.message);
@@ -370,5 +586,50 @@ mod tests {
             };
             assert_eq!(excerpt(&ours), excerpt(&theirs), "line {line}");
         }
+    }
+
+    /// A label past column 65,535 made miette's padding panic ("Formatting argument out of
+    /// range"); long lines are now clipped around the label, with the file's line and column.
+    #[test]
+    fn labels_on_huge_lines_render_clipped_with_their_real_position() {
+        let long = "x".repeat(70_000);
+        let text = format!("- shell: \"true\"\n- {{shell: \"{long}\", bogus: 1}}\nname: é\n");
+        let file = SourceFile::new("long.yml", text.clone());
+        let at = text.find("bogus").unwrap();
+        let name = text.find("name").unwrap();
+        let diagnostic = Diagnostic::new(Code::UnknownKey, "unknown key `bogus` in a step")
+            .with_primary(Span::new(at, at + 5), "unknown key")
+            .with_label(Span::new(name, name + 4), "related");
+        let out = render_human(&file, &[diagnostic], 100, false);
+        let column = at - text[..at].rfind('\n').unwrap();
+        assert!(out.contains(&format!("[long.yml:2:{column}]")), "{out}");
+        assert!(out.contains("…xxxxxxxx"), "{out}");
+        assert!(out.contains("\", bogus: 1}"), "{out}");
+        assert!(out.contains("── unknown key"), "{out}");
+        assert!(out.contains("3 │ name: é"), "{out}");
+        assert!(out.contains("╰── related"), "{out}");
+        assert!(
+            out.len() < 2_000,
+            "the long line is clipped: {} bytes",
+            out.len()
+        );
+        // The underline sits under `bogus` in the clipped line.
+        let lines: Vec<&str> = out.lines().collect();
+        let source = lines.iter().position(|l| l.contains("bogus: 1")).unwrap();
+        let underline = lines[source + 1];
+        let col = |l: &str, pat: &str| l[..l.find(pat).unwrap()].chars().count();
+        assert_eq!(col(lines[source], "bogus"), col(underline, "─"), "{out}");
+    }
+
+    #[test]
+    fn a_label_spanning_a_huge_line_is_clipped_too() {
+        let text = format!("- shell: \"{}\"\n", "é".repeat(40_000));
+        let file = SourceFile::new("wide.yml", text.clone());
+        let diagnostic = Diagnostic::new(Code::UnknownKey, "x")
+            .with_primary(Span::new(9, text.len() - 1), "the whole command");
+        let out = render_human(&file, &[diagnostic], 100, false);
+        assert!(out.contains("[wide.yml:1:10]"), "{out}");
+        assert!(out.contains("the whole command"), "{out}");
+        assert!(out.len() < 2_000, "{out}");
     }
 }

@@ -587,7 +587,7 @@ impl Lowerer<'_> {
         let half_open_requests = count(self, "half_open_requests", 3);
         let timeout = f
             .get("timeout")
-            .and_then(|n| self.duration(n, "`timeout`"))
+            .and_then(|n| self.delay(n, "`circuit_breaker.timeout`"))
             .map_or(Duration::from_secs(30), |d| d.value);
         Some(CircuitBreaker {
             span: node.span,
@@ -609,7 +609,7 @@ impl Lowerer<'_> {
         }
         out.max_delay = f
             .get("max_delay")
-            .and_then(|n| self.duration(n, "`max_delay`"))
+            .and_then(|n| self.delay(n, "`max_delay`"))
             .map(|d| d.value);
         if let Some((backoff, max_delay)) = f.get("backoff").and_then(|n| self.backoff(n)) {
             out.backoff = backoff;

@@ -711,6 +711,7 @@ impl Lowerer<'_> {
             fail_workflow: false,
             max_attempts: 1,
             strategy: Strategy::Recovery,
+            strategy_span: None,
             handler_failure_fatal: false,
             timeout: None,
             capture: Vec::new(),
@@ -839,6 +840,7 @@ impl Lowerer<'_> {
                     ];
                     if let Some(s) = self.choice(s, "`strategy`", &choices) {
                         out.strategy = s.value;
+                        out.strategy_span = Some(s.span);
                     }
                 }
                 if out.handler.is_empty() {
@@ -888,13 +890,13 @@ impl Lowerer<'_> {
         }
         if let Some(d) = fields
             .get("initial_delay")
-            .and_then(|n| self.duration(n, "`initial_delay`"))
+            .and_then(|n| self.delay(n, "`initial_delay`"))
         {
             out.initial_delay = d.value;
         }
         if let Some(d) = fields
             .get("max_delay")
-            .and_then(|n| self.duration(n, "`max_delay`"))
+            .and_then(|n| self.delay(n, "`max_delay`"))
         {
             out.max_delay = d.value;
         }
@@ -934,7 +936,7 @@ impl Lowerer<'_> {
         }
         out.retry_budget = fields
             .get("retry_budget")
-            .and_then(|n| self.duration(n, "`retry_budget`"))
+            .and_then(|n| self.delay(n, "`retry_budget`"))
             .map(|d| d.value);
         if let Some(n) = fields.get("on_failure")
             && let Some(action) = self.retry_exhausted(n)
@@ -1005,10 +1007,10 @@ impl Lowerer<'_> {
         let get = |k: &str| fields.as_ref().and_then(|f| f.get(k));
         let dur = |lw: &mut Self, k: &str| {
             get(k)
-                .and_then(|n| lw.duration(n, &format!("`{k}`")))
+                .and_then(|n| lw.delay(n, &format!("`{k}`")))
                 .map(|d| d.value)
         };
-        let max_delay = get("max_delay").and_then(|n| self.duration(n, "`max_delay`"));
+        let max_delay = get("max_delay").and_then(|n| self.delay(n, "`max_delay`"));
         let backoff = match *kind {
             "fixed" => Backoff::Fixed {
                 delay: dur(self, "delay"),
@@ -1041,7 +1043,7 @@ impl Lowerer<'_> {
                         .as_seq()
                         .unwrap_or_default()
                         .iter()
-                        .filter_map(|n| self.duration(n, "a custom delay").map(|d| d.value))
+                        .filter_map(|n| self.delay(n, "a custom delay").map(|d| d.value))
                         .collect(),
                     Some(other) => {
                         self.wrong_type(other, "`delays`", "a list of durations");
@@ -1706,6 +1708,7 @@ impl OnFailure {
             fail_workflow: false,
             max_attempts: 1,
             strategy: Strategy::Recovery,
+            strategy_span: None,
             handler_failure_fatal: false,
             timeout: None,
             capture: Vec::new(),

@@ -97,6 +97,92 @@ fn durations_accept_humantime_and_seconds() {
     );
 }
 
+/// The user documentation lists `500` among the invalid formats of the fields read the
+/// humantime way; fields that count seconds by definition keep taking plain numbers.
+#[test]
+fn delays_need_a_unit_where_timeouts_take_seconds() {
+    let diagnostics = |text: &str| crate::check(&SourceFile::new("t.yml", text)).diagnostics;
+    let job = |policy: &str| {
+        format!(
+            "mode: mapreduce\nmap:\n  input: x.json\n  agent_timeout_secs: 300\n  agent_template:\n    - shell: \"true\"\nerror_policy:\n  {policy}\n"
+        )
+    };
+    for (text, field, written) in [
+        (
+            "- shell: x\n  retry_config: {initial_delay: 500}\n",
+            "`initial_delay`",
+            "500",
+        ),
+        (
+            "- shell: x\n  retry_config: {max_delay: 30}\n",
+            "`max_delay`",
+            "30",
+        ),
+        (
+            "- shell: x\n  retry_config: {retry_budget: \"600\"}\n",
+            "`retry_budget`",
+            "600",
+        ),
+        (
+            "- shell: x\n  retry_config: {backoff: {linear: {increment: 2}}}\n",
+            "`increment`",
+            "2",
+        ),
+        (
+            "- shell: x\n  retry_config: {backoff: {fixed: {delay: 1.5}}}\n",
+            "`delay`",
+            "1.5",
+        ),
+        (
+            "- shell: x\n  retry_config: {backoff: {custom: {delays: [1s, 2]}}}\n",
+            "a custom delay",
+            "2",
+        ),
+        (
+            &job("circuit_breaker: {timeout: 30}"),
+            "`circuit_breaker.timeout`",
+            "30",
+        ),
+        (&job("retry_config: {max_delay: 10}"), "`max_delay`", "10"),
+        (
+            &job("retry_config: {backoff: {exponential: {initial: 1}}}"),
+            "`initial`",
+            "1",
+        ),
+    ] {
+        let found = diagnostics(text);
+        assert_eq!(found.len(), 1, "{text}: {found:?}");
+        let d = &found[0];
+        assert_eq!(d.code, Code::InvalidDuration, "{text}");
+        assert_eq!(d.message, format!("{field} needs a unit"), "{text}");
+        assert_eq!(
+            d.help.as_deref(),
+            Some(format!("write `{written}ms` or `{written}s`").as_str())
+        );
+        let label = d.primary.as_ref().unwrap();
+        assert_eq!(
+            &text[label.span.start as usize..label.span.end as usize].trim_matches('"'),
+            &written
+        );
+    }
+    // Units, zero and `{secs, nanos}` are fine; seconds fields take numbers.
+    let retry = first_step(
+        "- shell: x\n  timeout: 300\n  retry_config: {initial_delay: 0, max_delay: \"2 minutes\", retry_budget: {secs: 3600}, backoff: {custom: {delays: [500ms, 1s]}}}\n",
+    );
+    assert_eq!(retry.timeout.unwrap().value, Duration::from_mins(5));
+    let config = retry.retry.unwrap();
+    assert_eq!(config.initial_delay, Duration::ZERO);
+    assert_eq!(config.max_delay, Duration::from_mins(2));
+    assert_eq!(config.retry_budget, Some(Duration::from_hours(1)));
+    assert!(
+        diagnostics(&job(
+            "circuit_breaker: {timeout: 1m}\nmerge:\n  commands: []\n  timeout: 60"
+        ))
+        .is_empty()
+    );
+    assert!(diagnostics(&job("retry_config: {max_delay: 10s}")).is_empty());
+}
+
 #[test]
 fn on_failure_forms() {
     let form = |text: &str| {

@@ -204,6 +204,30 @@ impl Lowerer<'_> {
         parsed.map(|d| Spanned::new(d, node.span))
     }
 
+    /// A delay: a field upstream reads with humantime (retry delays, `max_delay`,
+    /// `retry_budget`, backoff parameters, the circuit breaker's `timeout`), where the user
+    /// documentation lists a bare `500` among the invalid formats: it could mean
+    /// milliseconds or seconds, so a number other than 0 needs a unit.
+    /// Humantime strings and `{secs, nanos}` are read as [`Self::duration`] reads them.
+    pub(crate) fn delay(&mut self, node: &Node, what: &str) -> Option<Spanned<Duration>> {
+        let unitless = match node.scalar() {
+            Some(Scalar::Int(i)) => i > 0,
+            Some(Scalar::Float(f)) => f > 0.0,
+            Some(Scalar::Str(s)) => s.trim().parse::<f64>().is_ok_and(|f| f > 0.0),
+            Some(Scalar::Null | Scalar::Bool(_)) | None => false,
+        };
+        if unitless {
+            let text = node.text().unwrap_or_default().trim();
+            self.push(
+                Diagnostic::new(Code::InvalidDuration, format!("{what} needs a unit"))
+                    .with_primary(node.span, format!("`{text}` has no unit"))
+                    .with_help(format!("write `{text}ms` or `{text}s`")),
+            );
+            return None;
+        }
+        self.duration(node, what)
+    }
+
     fn secs_nanos(&mut self, node: &Node, what: &str) -> Option<Spanned<Duration>> {
         if node.as_map().is_none() {
             self.wrong_type(

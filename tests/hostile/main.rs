@@ -1,0 +1,139 @@
+//! Hostile input: workflows far larger or deeper than anyone writes, generated here, must get
+//! a diagnostic or a clean result from `prodigy check`, never a crash. No test measures time;
+//! each input is one that used to overflow the stack, panic or take seconds.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+
+/// Writes a workflow into a scratch directory and runs `prodigy check` on it.
+struct Hostile {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Hostile {
+    fn new(text: &str) -> Hostile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hostile.yml");
+        std::fs::write(&path, text).unwrap();
+        Hostile { dir, path }
+    }
+
+    /// Runs `prodigy ARGS hostile.yml`; returns the exit code, stdout and stderr.
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let output = Command::cargo_bin("prodigy")
+            .unwrap()
+            .current_dir(self.dir.path())
+            .env("NO_COLOR", "1")
+            .args(args)
+            .arg(&self.path)
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    /// `check --format json`: the exit code and the diagnostics' codes.
+    fn codes(&self) -> (i32, Vec<String>) {
+        let (code, stdout, stderr) = self.run(&["check", "--format", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}); exit {code}, stderr:\n{stderr}"));
+        let codes = json["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["code"].as_str().unwrap().to_owned())
+            .collect();
+        (code, codes)
+    }
+}
+
+fn steps(count: usize) -> String {
+    let mut text = String::new();
+    for i in 0..count {
+        writeln!(text, "- shell: \"echo {i}\"").unwrap();
+    }
+    text
+}
+
+/// 60,000 steps overflowed the stack in the graph's cycle check (recursive, one frame per
+/// step).
+#[test]
+fn sixty_thousand_steps_check_and_draw() {
+    let file = Hostile::new(&steps(60_000));
+    assert_eq!(file.codes(), (0, Vec::new()));
+    let (code, stdout, stderr) = file.run(&["graph", "--format", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let graph: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(graph["nodes"].as_array().unwrap().len() > 60_000);
+}
+
+/// A `when:` of 160,000 `!` or `||` terms overflowed the stack: once while the refused tree
+/// was dropped, and before the depth limit applied.
+#[test]
+fn huge_conditions_are_refused_with_p105() {
+    for condition in [
+        format!("{}true", "!".repeat(160_000)),
+        vec!["a"; 160_000].join(" || "),
+        vec!["a"; 160_000].join(" && "),
+    ] {
+        let file = Hostile::new(&format!(
+            "env:\n  a: \"1\"\ncommands:\n  - shell: \"true\"\n    when: \"{condition}\"\n"
+        ));
+        assert_eq!(file.codes(), (1, vec!["P105".to_owned()]));
+        let (code, report, _) = file.run(&["check"]);
+        assert_eq!(code, 1);
+        assert!(report.contains("more than 256 levels"), "{report}");
+    }
+}
+
+/// A diagnostic past column 65,535 panicked the human renderer; the line is clipped around
+/// the label, which keeps its real line and column.
+#[test]
+fn a_diagnostic_far_along_a_line_renders() {
+    let file = Hostile::new(&format!(
+        "- {{shell: \"{}\", bogus: 1}}\n",
+        "x".repeat(100_000)
+    ));
+    let (code, report, stderr) = file.run(&["check"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(report.contains("hostile.yml:1:100015]"), "{report}");
+    assert!(report.contains("unknown key `bogus` in a step"), "{report}");
+    assert!(report.contains("…xxx"), "{report}");
+    assert!(report.len() < 4_000, "{} bytes", report.len());
+}
+
+/// 16,000 `${a}` in one command took seconds: each reference was placed in the file by a
+/// scan from the start of the string.
+#[test]
+fn sixteen_thousand_references_in_one_string() {
+    let refs = "${a}".repeat(16_000);
+    let defined = Hostile::new(&format!(
+        "env:\n  a: x\ncommands:\n  - shell: \"echo {refs}\"\n"
+    ));
+    assert_eq!(defined.codes(), (0, Vec::new()));
+    let undefined = Hostile::new(&format!("- shell: \"echo {refs}\"\n"));
+    let (code, codes) = undefined.codes();
+    assert_eq!((code, codes.len()), (0, 16_000));
+    assert!(codes.iter().all(|c| c == "W005"));
+    let (code, report, stderr) = undefined.run(&["check"]);
+    assert_eq!(code, 0);
+    // Each warning shows its place on the 64 kB line clipped, not the whole line (1 GB in all).
+    assert!(report.len() < 20_000_000, "{} bytes", report.len());
+    assert!(
+        stderr.contains("checked 1 file: 16000 warnings"),
+        "{}",
+        &stderr[stderr.len().saturating_sub(300)..]
+    );
+}
