@@ -419,7 +419,7 @@ pub fn schedule(config: &RetryConfig) -> Vec<Duration> {
     (1..config.attempts).map(|n| delay(config, n)).collect()
 }
 
-/// The delay before retry `n` (1-based), SPEC §4, before jitter.
+/// The delay before retry `n` (1-based), docs/language.md §4, before jitter.
 pub fn delay(config: &RetryConfig, n: u32) -> Duration {
     let initial = config.initial_delay;
     let raw = match &config.backoff {
@@ -446,7 +446,7 @@ pub fn delay(config: &RetryConfig, n: u32) -> Duration {
 }
 
 /// The delays between the runs of an item under `error_policy.retry_config`, with the
-/// error-policy formulas of SPEC §4 (seed `000`): fixed `delay`; linear `initial +
+/// error-policy formulas of docs/language.md §4 (seed `000`): fixed `delay`; linear `initial +
 /// n·increment`; exponential `initial · base^(n-1)`; fibonacci `initial · fib(n)`; custom
 /// `delays[n-1]`. A missing initial delay is 1 s; `max_delay` caps every delay.
 pub fn policy_schedule(config: &ast::PolicyRetry) -> Vec<Duration> {

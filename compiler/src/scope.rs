@@ -1,4 +1,4 @@
-//! Scope analysis: which variables exist at each step (SPEC §5), and untrusted text spliced
+//! Scope analysis: which variables exist at each step (docs/language.md §5), and untrusted text spliced
 //! into shell commands unquoted.
 //!
 //! A reference is an error ([`Code::UndefinedVariable`]) only when the compiler can prove it
@@ -92,7 +92,7 @@ enum Phase {
 #[derive(Clone, Debug)]
 #[expect(
     clippy::struct_excessive_bools,
-    reason = "one flag per variable family of SPEC §5"
+    reason = "one flag per variable family of docs/language.md §5"
 )]
 struct Scope {
     /// Names inserted since the start, with what they replaced, so that nested contexts can
@@ -562,7 +562,7 @@ impl Checker<'_> {
         match root {
             "env" | "workflow" | "step" | "git" => match root {
                 "workflow" | "step" => {
-                    // What the runtime sets (SPEC §5): `workflow.name`/`id`,
+                    // What the runtime sets (docs/language.md §5): `workflow.name`/`id`,
                     // `step.name`/`index`, and the git context of both.
                     let mut fields: Vec<&str> = if root == "workflow" {
                         vec!["name", "id"]

@@ -332,7 +332,7 @@ impl Scope for Vars {
     }
 
     /// A bare `$NAME` is a prodigy variable or left for the shell: never the environment
-    /// prodigy itself inherited (SPEC §7).
+    /// prodigy itself inherited (docs/language.md §7).
     fn get_bare(&self, name: &str) -> Option<Value> {
         self.values.get(name).cloned()
     }

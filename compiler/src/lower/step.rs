@@ -438,7 +438,7 @@ impl Lowerer<'_> {
                 decided_by = Some(key);
             }
         }
-        // `max_attempts` and `fail_workflow` beside `on_failure` configure it (seed 000).
+        // `max_attempts` and `fail_workflow` beside `on_failure` configure it (the Error Handling guide).
         let inner_keys: Vec<&str> = fields
             .get("on_failure")
             .and_then(Node::as_map)
@@ -867,7 +867,7 @@ impl Lowerer<'_> {
     }
 
     /// `on_failure.capture`: a name, a list of names, or a mapping whose keys are the names
-    /// (seed 000 writes `error_log: "handler_output"`).
+    /// (the Error Handling guide writes `error_log: "handler_output"`).
     fn handler_capture(&mut self, node: &Node) -> Vec<Spanned<String>> {
         let Some(map) = node.as_map() else {
             return self.string_list(node, "`capture`");
