@@ -6,17 +6,11 @@ use crate::shapes;
 use crate::source::SourceFile;
 use crate::syntax::{Node, NodeKind};
 
-/// The keys that make a mapping in a list a step.
-const COMMAND_KEYS: &[&str] = &[
-    "shell",
-    "claude",
-    "write_file",
-    "foreach",
-    "test",
-    "command",
-    "goal_seek",
-    "analyze",
-];
+/// The keys that make a mapping in a list a step: the command kinds, and the removed
+/// commands `check` still recognises (and reports).
+fn is_command_key(key: &str) -> bool {
+    crate::lower::step::COMMAND_KINDS.contains(&key) || matches!(key, "goal_seek" | "analyze")
+}
 
 /// Whether `file` looks like a workflow: a list of steps, or a mapping whose `commands`
 /// (`steps`) is a list of steps, or a `mode: mapreduce` / `map.agent_template` workflow.
@@ -64,7 +58,7 @@ fn steps(items: &[Node]) -> bool {
             };
             let keys: Vec<&str> = map.iter().filter_map(|e| e.key.text()).collect();
             let ours = keys.iter().filter(|k| known.contains(k)).count();
-            keys.iter().any(|k| COMMAND_KEYS.contains(k)) && ours * 2 >= keys.len()
+            keys.iter().any(|k| is_command_key(k)) && ours * 2 >= keys.len()
         })
 }
 

@@ -9,7 +9,7 @@
 mod env;
 mod mapreduce;
 mod parsed;
-mod step;
+pub(crate) mod step;
 #[cfg(test)]
 mod tests;
 mod values;

@@ -15,7 +15,7 @@ use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind, Scalar};
 use std::time::Duration;
 
-const COMMAND_KINDS: &[&str] = &[
+pub(crate) const COMMAND_KINDS: &[&str] = &[
     "shell",
     "claude",
     "write_file",
