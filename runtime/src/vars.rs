@@ -188,7 +188,10 @@ impl Vars {
             .collect();
         roots.sort_by_key(|(env, name)| (env.clone(), *env != **name));
         roots.dedup_by(|later, first| later.0 == first.0);
-        // Breadth first: every variable, then every field, then their fields...
+        // Breadth first: every variable, then every field, then their fields... A value that
+        // does not fit is left out while its siblings still get their turn, and the walk goes
+        // no deeper than the level where the budget first fell short.
+        let mut full = false;
         let mut level: Vec<(String, Node<'_>)> = Vec::new();
         for (env, name) in roots {
             let node = Node {
@@ -198,11 +201,11 @@ impl Vars {
             let own_name =
                 std::env::var_os(&env).is_none() && !RESERVED_ENV.contains(&env.as_str());
             if own_name {
-                export(&mut out, &mut budget, env.clone(), node.value);
+                full |= !export(&mut out, &mut budget, env.clone(), node.value);
             }
             level.push((env, node));
         }
-        'levels: while !level.is_empty() {
+        'levels: while !level.is_empty() && !full {
             let mut next = Vec::new();
             for (env, node) in &level {
                 for (part, child) in node.children() {
@@ -210,7 +213,7 @@ impl Vars {
                         break 'levels;
                     }
                     let name = format!("{env}{EXPORT_SEPARATOR}{part}");
-                    export(&mut out, &mut budget, name.clone(), child.value);
+                    full |= !export(&mut out, &mut budget, name.clone(), child.value);
                     next.push((name, child));
                 }
             }
@@ -274,18 +277,24 @@ impl<'v> Node<'v> {
 }
 
 /// Adds `name=value` to the environment when the value renders to at most
-/// [`MAX_DERIVED`] bytes and the budget allows, and charges the budget.
-fn export(out: &mut Vec<(String, String)>, budget: &mut usize, name: String, value: &Value) {
+/// [`MAX_DERIVED`] bytes, and charges the budget; `false` when the budget had no room left
+/// for it (a value too big on its own is simply never exported).
+fn export(
+    out: &mut Vec<(String, String)>,
+    budget: &mut usize,
+    name: String,
+    value: &Value,
+) -> bool {
     let Some(text) = render_bounded(value, MAX_DERIVED) else {
-        return;
+        return true;
     };
     let cost = name.len() + text.len() + 2;
-    if cost <= *budget {
-        *budget -= cost;
-        out.push((name, text));
-    } else {
-        *budget = 0;
+    if cost > *budget {
+        return false;
     }
+    *budget -= cost;
+    out.push((name, text));
+    true
 }
 
 /// [`prodigy_grammar::value::render`], or `None` as soon as the text passes `limit` bytes
@@ -561,6 +570,20 @@ mod tests {
         assert_eq!(lookup(&env, "BUILD__X").as_deref(), Some("upper"));
         assert_eq!(lookup(&env, "LINE").as_deref(), Some("from env"));
         assert_eq!(lookup(&env, "LINE__X"), None);
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_leaves_room_for_smaller_ones() {
+        let mut vars = Vars::default();
+        for name in ["a", "b", "c", "d", "e", "f"] {
+            vars.set(name, json!("x".repeat(90_000)));
+        }
+        vars.set("zz", json!("small"));
+        let env = vars.environment();
+        // Five of 90 kB fit in 512 kB, the sixth does not, and the small one after it does.
+        assert!(lookup(&env, "E").is_some());
+        assert_eq!(lookup(&env, "F"), None);
+        assert_eq!(lookup(&env, "ZZ").as_deref(), Some("small"));
     }
 
     #[test]
