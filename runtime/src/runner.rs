@@ -594,13 +594,6 @@ impl Runner {
         self.mask(&template.render_lenient(vars))
     }
 
-    /// Checks what must hold before the first step: the Claude program, when any step of
-    /// the workflow runs it. [`preflight`] checks only what given steps need.
-    pub fn preflight(&self) -> Result<(), StartError> {
-        let every: Vec<StepId> = self.plan.steps.iter().map(|s| s.id).collect();
-        preflight(&self.plan, &every, self.opts.claude_command.as_deref())
-    }
-
     /// Runs the standard workflow's steps from `start` (0 for a new run).
     pub async fn run(&self, mut vars: Vars, start: usize) -> Report {
         self.record("workflow_started", json!({"workflow": self.plan.name, "session_id": self.session, "resumed_at_step": start, "steps": self.plan.commands.len()}));
@@ -1849,7 +1842,6 @@ fn step_text(step: &PlanStep) -> String {
     }
 }
 
-/// The last N lines of a text.
 /// Checks, before anything is made (a worktree, a branch, a lock), that the programs that
 /// running ROOTS needs are installed: the Claude CLI (`claude_command`, else `claude`) when
 /// one of them, or a step they can lead to, is a `claude` step or `claude` check.
@@ -1909,6 +1901,7 @@ pub fn needs_claude(plan: &Plan, roots: &[StepId]) -> bool {
     false
 }
 
+/// The last N lines of a text.
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.trim_end().lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
