@@ -434,6 +434,7 @@ impl Checker<'_> {
     fn template(&mut self, template: &Template, scope: &Scope, shell: bool) {
         let mut quote = QuoteState::default();
         let mut rebaser = template.rebaser(self.source);
+        let heredoc = template.value.find("<<");
         for part in &template.parsed.parts {
             match part {
                 Part::Text(text) => quote.feed(text),
@@ -465,7 +466,14 @@ impl Checker<'_> {
                         // Outside double quotes `|shell` makes the text one quoted word;
                         // inside them its quotes would become part of the text.
                         if !quote.double {
-                            let fix = shell_filter_fix(template, var.span, self.source, &var.path);
+                            let fix = shell_filter_fix(
+                                template,
+                                var.span,
+                                heredoc,
+                                &mut rebaser,
+                                self.source,
+                                &var.path,
+                            );
                             if let Some(last) = self.diagnostics.last_mut() {
                                 last.fix = fix;
                             }
@@ -774,24 +782,26 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
 
 /// The fix that adds `|shell` as the last filter of the `${...}` at `local` in `template`,
 /// when the template lies in the file as written.
+/// HEREDOC is where the template's first `<<` starts, if it has one; REBASER places spans
+/// of the template in the file, and is shared with the caller so that placing every
+/// reference of a long command stays one pass.
 fn shell_filter_fix(
     template: &Template,
     local: prodigy_grammar::Span,
+    heredoc: Option<usize>,
+    rebaser: &mut crate::ast::Rebaser<'_>,
     source: &str,
     path: &Path,
 ) -> Option<crate::diagnostics::Fix> {
     // In a here-document `|shell`'s quotes would be printed, not read: no sure fix after `<<`.
-    let before = template.value.get(..local.start).unwrap_or("<<");
-    if !template.exact || local.end == 0 || before.contains("<<") {
+    let after_heredoc = heredoc.is_some_and(|at| at + 2 <= local.start);
+    if !template.exact || local.end == 0 || after_heredoc {
         return None;
     }
-    let close = template.rebase(
-        source,
-        prodigy_grammar::Span {
-            start: local.end - 1,
-            end: local.end,
-        },
-    );
+    let close = rebaser.span(prodigy_grammar::Span {
+        start: local.end - 1,
+        end: local.end,
+    });
     (source.get(close.start as usize..close.end as usize) == Some("}")).then(|| {
         crate::diagnostics::Fix::replace(
             format!("quote `${{{path}}}` with `|shell`"),
