@@ -312,7 +312,8 @@ fn check_all(inputs: &[Input], args: &CheckArgs, shellcheck: Option<&ShellCheck>
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
+            // A worker that panicked must not make its files vanish from the report.
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     });
     results.sort_by_key(|(i, _)| *i);

@@ -44,22 +44,22 @@ pub fn looks_like_workflow(file: &SourceFile) -> bool {
     }
 }
 
-/// Whether every item is a step: a `/command` string, or a mapping with a command key whose
-/// keys are mostly step keys.
+/// Whether the items are steps: one of them is a `/command` string, or a mapping with a
+/// command key whose keys are mostly step keys. One is enough, so that a file whose other
+/// steps are misspelled is still checked (and its typos reported), not skipped.
 fn steps(items: &[Node]) -> bool {
     let known = shapes::STEP.names();
-    !items.is_empty()
-        && items.iter().all(|item| {
-            if let Some(text) = item.text() {
-                return text.starts_with('/');
-            }
-            let Some(map) = item.as_map() else {
-                return false;
-            };
-            let keys: Vec<&str> = map.iter().filter_map(|e| e.key.text()).collect();
-            let ours = keys.iter().filter(|k| known.contains(k)).count();
-            keys.iter().any(|k| is_command_key(k)) && ours * 2 >= keys.len()
-        })
+    items.iter().any(|item| {
+        if let Some(text) = item.text() {
+            return text.starts_with('/');
+        }
+        let Some(map) = item.as_map() else {
+            return false;
+        };
+        let keys: Vec<&str> = map.iter().filter_map(|e| e.key.text()).collect();
+        let ours = keys.iter().filter(|k| known.contains(k)).count();
+        keys.iter().any(|k| is_command_key(k)) && ours * 2 >= keys.len()
+    })
 }
 
 #[cfg(test)]
@@ -94,5 +94,10 @@ mod tests {
             "- name: install\n  apt: {name: git}\n  become: true\n  tags: [a]\n"
         ));
         assert!(!looks(""));
+        // A misspelled step does not hide the workflow it is in.
+        assert!(looks("- shel: make\n- shell: make test\n"));
+        assert!(looks(
+            "name: x\ncommands:\n  - shell: make\n  - shel: make test\n"
+        ));
     }
 }
