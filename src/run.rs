@@ -176,7 +176,47 @@ pub(crate) fn options(
         grace: Duration::from_secs(grace),
         seed: jitter_seed(),
         worktree: None,
+        output_limit: output_limit(),
     }
+}
+
+/// `PRODIGY_OUTPUT_LIMIT`: bytes, or a number with `K`, `M` or `G` (powers of 1024); the
+/// default when unset or not a size (with a warning).
+fn output_limit() -> usize {
+    let Ok(text) = std::env::var("PRODIGY_OUTPUT_LIMIT") else {
+        return prodigy_runtime::exec::DEFAULT_OUTPUT_LIMIT;
+    };
+    parse_size(&text).unwrap_or_else(|| {
+        err(&format!(
+            "warning: PRODIGY_OUTPUT_LIMIT=`{text}` is not a size (bytes, or a number with K, M or G); keeping the default, 8M\n"
+        ));
+        prodigy_runtime::exec::DEFAULT_OUTPUT_LIMIT
+    })
+}
+
+fn parse_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => return None,
+    };
+    number
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|n| *n > 0)
 }
 
 /// Where the runs of PROJECT keep their files: under its repository's namespace (see

@@ -31,6 +31,11 @@ pub enum ErrorType {
     ResourceExhausted,
     /// The circuit breaker was open: the agent never started.
     CircuitOpen,
+    /// A Claude call failed, of this kind.
+    ClaudeFailed {
+        /// Why.
+        kind: crate::claude::ErrorKind,
+    },
     /// Anything else.
     Unknown,
 }
@@ -48,6 +53,9 @@ impl ErrorType {
             "CommitValidationFailed" => ErrorType::CommitValidationFailed,
             "ResourceExhausted" => ErrorType::ResourceExhausted,
             "CircuitOpen" => ErrorType::CircuitOpen,
+            "ClaudeFailed" => ErrorType::ClaudeFailed {
+                kind: crate::claude::ErrorKind::Unknown,
+            },
             _ => ErrorType::Unknown,
         }
     }
@@ -63,6 +71,7 @@ impl ErrorType {
             ErrorType::CommitValidationFailed => "CommitValidationFailed",
             ErrorType::ResourceExhausted => "ResourceExhausted",
             ErrorType::CircuitOpen => "CircuitOpen",
+            ErrorType::ClaudeFailed { .. } => "ClaudeFailed",
             ErrorType::Unknown => "Unknown",
         }
     }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::machine::Exit;
 
 /// What to run.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Command {
     /// The program.
     pub program: String,
@@ -32,10 +32,20 @@ pub struct Command {
     pub timeout: Option<Duration>,
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// How much of each stream is kept in memory: the last this many bytes.
+    pub output_limit: usize,
+    /// Where standard output goes whole once it outgrows `output_limit`.
+    pub spill: Option<PathBuf>,
+    /// Masks secrets in what goes to the spill.
+    pub mask: Option<crate::logs::Mask>,
 }
 
 /// What a command produced.
 #[derive(Clone, Debug, Default)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent facts about how a process ended"
+)]
 pub struct Output {
     /// Standard output.
     pub stdout: String,
@@ -54,6 +64,10 @@ pub struct Output {
     pub spawn_error: bool,
     /// Wall time.
     pub duration: Duration,
+    /// What a Claude call's events said.
+    pub claude: Option<Box<crate::claude::Call>>,
+    /// Standard output was shown as it arrived.
+    pub streamed: bool,
 }
 
 impl Output {
@@ -73,6 +87,27 @@ impl Output {
             timed_out: self.timed_out,
             spawn_error: self.spawn_error || self.cancelled,
             text: format!("{}{}", self.stdout, self.stderr),
+            claude: self.claude_error(),
+        }
+    }
+
+    /// Whether the command succeeded: it exited 0 and, for a Claude call, its events say
+    /// it succeeded.
+    pub fn success(&self) -> bool {
+        self.exit().success()
+    }
+
+    /// Why a Claude call failed.
+    pub fn claude_error(&self) -> Option<crate::claude::ErrorKind> {
+        self.claude.as_ref().and_then(|c| c.verdict.kind)
+    }
+
+    /// What went wrong, for `${error.message}` and the failure line: Claude's own message
+    /// for a Claude call, else standard error.
+    pub fn failure_message(&self) -> &str {
+        match &self.claude {
+            Some(call) if call.verdict.kind.is_some() => call.verdict.message.trim_end(),
+            _ => self.stderr.trim_end(),
         }
     }
 
@@ -91,26 +126,6 @@ pub fn shell(text: &str) -> (String, Vec<String>) {
     ("sh".to_owned(), vec!["-c".to_owned(), text.to_owned()])
 }
 
-/// The Claude CLI with TEXT: `PRODIGY_CLAUDE_COMMAND` (program and leading arguments) or
-/// `claude`, then `--print --dangerously-skip-permissions TEXT`.
-pub fn claude(text: &str, override_command: Option<&str>) -> (String, Vec<String>) {
-    let words: Vec<String> = override_command
-        .unwrap_or("claude")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    let (program, mut args) = match words.split_first() {
-        Some((p, rest)) => (p.clone(), rest.to_vec()),
-        None => ("claude".to_owned(), Vec::new()),
-    };
-    args.extend([
-        "--print".to_owned(),
-        "--dangerously-skip-permissions".to_owned(),
-        text.to_owned(),
-    ]);
-    (program, args)
-}
-
 /// Whether a program can be found on `PATH` (or is a path that exists).
 pub fn program_exists(program: &str) -> bool {
     if program.contains('/') {
@@ -120,28 +135,114 @@ pub fn program_exists(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// How much of each stream a command keeps in memory when `PRODIGY_OUTPUT_LIMIT` does not
+/// say: its last 8 MiB (README "Command output").
+pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
+
+/// What a pipe reader keeps: the last `limit` bytes; once the stream outgrows that, all of
+/// it goes to the spill log (secrets masked), when there is one, so the whole output is
+/// still on disk.
+struct Buffer {
+    bytes: Vec<u8>,
+    limit: usize,
+    dropped: u64,
+    spill: Option<(PathBuf, Option<crate::logs::Mask>)>,
+    log: Option<crate::logs::LineLog>,
+}
+
+impl Buffer {
+    fn new(limit: usize, spill: Option<(PathBuf, Option<crate::logs::Mask>)>) -> Self {
+        Buffer {
+            bytes: Vec::new(),
+            limit: limit.max(1),
+            dropped: 0,
+            spill,
+            log: None,
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        if self.log.is_none()
+            && self.bytes.len() + chunk.len() > self.limit
+            && let Some((path, mask)) = self.spill.take()
+        {
+            // The spill starts with everything kept so far.
+            let mut log = crate::logs::LineLog::create(path, mask);
+            log.chunk(&self.bytes);
+            self.log = Some(log);
+        }
+        if let Some(log) = &mut self.log {
+            log.chunk(chunk);
+        }
+        self.bytes.extend_from_slice(chunk);
+        // Trimmed in steps of a quarter of the limit, so that a long stream is not moved
+        // for every chunk.
+        if self.bytes.len() > self.limit + self.limit / 4 {
+            let cut = self.bytes.len() - self.limit;
+            self.bytes.drain(..cut);
+            self.dropped += cut as u64;
+        }
+    }
+
+    /// The text kept, with a line in front when earlier output was dropped.
+    fn text(&self) -> String {
+        let mut bytes = &self.bytes[..];
+        let mut dropped = self.dropped;
+        if bytes.len() > self.limit {
+            dropped += (bytes.len() - self.limit) as u64;
+            bytes = &bytes[bytes.len() - self.limit..];
+        }
+        let text = String::from_utf8_lossy(bytes);
+        if dropped == 0 {
+            return text.into_owned();
+        }
+        let whole = match &self.log {
+            Some(log) if log.is_open() => {
+                format!("; the whole output is in {}", log.path.display())
+            }
+            _ => String::new(),
+        };
+        format!(
+            "{TRUNCATED} {dropped} bytes of earlier output dropped (PRODIGY_OUTPUT_LIMIT){whole}]\n{text}"
+        )
+    }
+}
+
+/// How a text cut to its tail starts.
+pub const TRUNCATED: &str = "[prodigy: output truncated:";
+
+type Shared = Arc<Mutex<Buffer>>;
+
 /// Reads a child's pipe into a buffer shared with [`collected`], chunk by chunk, so that
 /// what arrived is kept even when a background process holds the pipe open. Each chunk is
 /// also appended to BOTH, the buffer the two pipes share, so that it holds their output in
-/// the order it arrived.
+/// the order it arrived, and sent to WATCH when a caller follows the stream.
 fn reader<R>(
     pipe: Option<R>,
-    both: Arc<Mutex<Vec<u8>>>,
-) -> (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle<()>)
+    buffer: Buffer,
+    both: Shared,
+    watch: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+) -> (Shared, tokio::task::JoinHandle<()>)
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
-    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let buffer = Arc::new(Mutex::new(buffer));
     let sink = buffer.clone();
     let task = tokio::spawn(async move {
         let Some(mut pipe) = pipe else { return };
-        let mut chunk = [0u8; 8192];
+        let mut chunk = vec![0u8; 64 * 1024];
         while let Ok(n) = pipe.read(&mut chunk).await {
             if n == 0 {
                 break;
             }
-            crate::lock(&sink).extend_from_slice(&chunk[..n]);
-            crate::lock(&both).extend_from_slice(&chunk[..n]);
+            crate::lock(&sink).push(&chunk[..n]);
+            crate::lock(&both).push(&chunk[..n]);
+            if let Some(watch) = &watch {
+                let _ = watch.send(chunk[..n].to_vec());
+            }
+        }
+        if let Some(log) = &mut crate::lock(&sink).log {
+            log.finish();
         }
     });
     (buffer, task)
@@ -149,7 +250,7 @@ where
 
 /// What a pipe reader gathered: everything up to the end of the pipe, or, when a background
 /// process keeps it open, what arrived within 200 ms of the command's end.
-async fn collected((buffer, task): (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle<()>)) -> String {
+async fn collected((buffer, task): (Shared, tokio::task::JoinHandle<()>)) -> String {
     let abort = task.abort_handle();
     if tokio::time::timeout(Duration::from_millis(200), task)
         .await
@@ -157,12 +258,43 @@ async fn collected((buffer, task): (Arc<Mutex<Vec<u8>>>, tokio::task::JoinHandle
     {
         abort.abort();
     }
-    let bytes = crate::lock(&buffer);
-    String::from_utf8_lossy(&bytes).into_owned()
+    crate::lock(&buffer).text()
+}
+
+/// Splits chunks of a stream into whole lines for a watcher.
+#[derive(Default)]
+struct Lines {
+    partial: Vec<u8>,
+}
+
+impl Lines {
+    fn feed(&mut self, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
+        self.partial.extend_from_slice(chunk);
+        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            watch(String::from_utf8_lossy(&line[..line.len() - 1]).trim_end_matches('\r'));
+        }
+    }
+
+    fn finish(&mut self, watch: &mut dyn FnMut(&str)) {
+        if !self.partial.is_empty() {
+            let line = std::mem::take(&mut self.partial);
+            watch(&String::from_utf8_lossy(&line));
+        }
+    }
 }
 
 /// Runs a command to completion, or until its timeout or `cancel` fires.
 pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Output {
+    run_watched(command, cancel, None).await
+}
+
+/// [`run`], and each line of standard output goes to WATCH as it arrives.
+pub async fn run_watched(
+    command: &Command,
+    cancel: &mut watch::Receiver<bool>,
+    mut watch: Option<&mut dyn FnMut(&str)>,
+) -> Output {
     let started = Instant::now();
     let mut process = tokio::process::Command::new(&command.program);
     process
@@ -192,25 +324,52 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
         }
     };
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
-    let both = Arc::new(Mutex::new(Vec::new()));
-    let read_out = reader(child.stdout.take(), both.clone());
-    let read_err = reader(child.stderr.take(), both.clone());
+    let limit = command.output_limit;
+    let both = Arc::new(Mutex::new(Buffer::new(limit, None)));
+    let (watch_tx, mut watch_rx) = tokio::sync::mpsc::unbounded_channel();
+    let read_out = reader(
+        child.stdout.take(),
+        Buffer::new(
+            limit,
+            command
+                .spill
+                .clone()
+                .map(|path| (path, command.mask.clone())),
+        ),
+        both.clone(),
+        watch.is_some().then_some(watch_tx),
+    );
+    let read_err = reader(
+        child.stderr.take(),
+        Buffer::new(limit, None),
+        both.clone(),
+        None,
+    );
     let deadline = async {
         match command.timeout {
             Some(t) => tokio::time::sleep(t).await,
             None => std::future::pending().await,
         }
     };
+    tokio::pin!(deadline);
+    let mut lines = Lines::default();
     let mut output = Output::default();
-    let status = tokio::select! {
-        status = child.wait() => status.ok(),
-        () = deadline => {
-            output.timed_out = true;
-            terminate(&mut child, pid, command.grace).await
-        }
-        () = cancelled(cancel) => {
-            output.cancelled = true;
-            terminate(&mut child, pid, command.grace).await
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status.ok(),
+            () = &mut deadline => {
+                output.timed_out = true;
+                break terminate(&mut child, pid, command.grace).await;
+            }
+            () = cancelled(cancel) => {
+                output.cancelled = true;
+                break terminate(&mut child, pid, command.grace).await;
+            }
+            Some(chunk) = watch_rx.recv(), if watch.is_some() => {
+                if let Some(watch) = watch.as_deref_mut() {
+                    lines.feed(&chunk, watch);
+                }
+            }
         }
     };
     if output.timed_out || output.cancelled {
@@ -219,7 +378,13 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
     }
     output.stdout = collected(read_out).await;
     output.stderr = collected(read_err).await;
-    let mut interleaved = String::from_utf8_lossy(&crate::lock(&both)).into_owned();
+    if let Some(watch) = watch {
+        while let Ok(chunk) = watch_rx.try_recv() {
+            lines.feed(&chunk, watch);
+        }
+        lines.finish(watch);
+    }
+    let mut interleaved = crate::lock(&both).text();
     output.code = status.and_then(|s| s.code());
     if output.timed_out
         && let Some(t) = command.timeout
@@ -441,6 +606,9 @@ mod tests {
             clear_env: false,
             timeout: None,
             grace: Duration::from_secs(1),
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+            spill: None,
+            mask: None,
         }
     }
 
@@ -469,6 +637,52 @@ mod tests {
         // What did not come from a process is stdout, then stderr.
         let made = Output::error("no such variable");
         assert_eq!(made.combined(), "no such variable");
+    }
+
+    #[tokio::test]
+    async fn output_past_the_limit_keeps_its_tail_in_memory_and_all_of_it_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = dir.path().join("logs/out.log");
+        let (_tx, mut cancel) = watch::channel(false);
+        let mut cmd = sh("i=0; while [ $i -lt 3000 ]; do echo line-$i-TOKEN; i=$((i+1)); done");
+        cmd.output_limit = 4096;
+        cmd.spill = Some(spill.clone());
+        cmd.mask = Some(Arc::new(|l: &str| l.replace("TOKEN", "***")));
+        let out = run(&cmd, &mut cancel).await;
+        assert!(out.stdout.starts_with(TRUNCATED), "{}", &out.stdout[..200]);
+        assert!(out.stdout.contains(&spill.display().to_string()));
+        assert!(out.stdout.ends_with("line-2999-TOKEN\n"));
+        assert!(out.stdout.len() < 4096 + 300, "{}", out.stdout.len());
+        assert!(out.combined().len() < 4096 + 300);
+        let whole = std::fs::read_to_string(&spill).unwrap();
+        assert_eq!(whole.lines().count(), 3000);
+        assert!(whole.starts_with("line-0-***\n"), "{}", &whole[..40]);
+        // Below the limit nothing is cut and nothing is spilled.
+        let mut small = sh("echo hi");
+        small.spill = Some(dir.path().join("never.log"));
+        assert_eq!(run(&small, &mut cancel).await.stdout, "hi\n");
+        assert!(!dir.path().join("never.log").exists());
+    }
+
+    #[tokio::test]
+    async fn a_watcher_sees_each_line_before_the_command_ends() {
+        let (_tx, mut cancel) = watch::channel(false);
+        let seen = std::cell::RefCell::new(Vec::new());
+        let started = Instant::now();
+        let mut watch = |line: &str| seen.borrow_mut().push((line.to_owned(), started.elapsed()));
+        let out = run_watched(
+            &sh("echo one; sleep 0.5; printf two"),
+            &mut cancel,
+            Some(&mut watch),
+        )
+        .await;
+        let seen = seen.into_inner();
+        assert_eq!(out.code, Some(0));
+        assert_eq!(
+            seen.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
+            ["one", "two"]
+        );
+        assert!(seen[0].1 < Duration::from_millis(400), "{seen:?}");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! It consumes only the compiler's [`prodigy_compiler::plan::Plan`] and never reads YAML.
 
 pub mod breaker;
+pub mod claude;
 pub mod dlq;
 pub mod exec;
 pub mod git;
 pub mod job;
 pub mod jobstore;
+pub mod logs;
 pub mod machine;
 pub mod mapreduce;
 pub mod progress;

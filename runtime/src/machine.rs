@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::claude::ErrorKind;
+
 /// What a finished command did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exit {
@@ -25,12 +27,14 @@ pub struct Exit {
     pub spawn_error: bool,
     /// Standard output followed by standard error, for `retry_on` matching.
     pub text: String,
+    /// Why a Claude call failed, though its CLI may have exited 0.
+    pub claude: Option<ErrorKind>,
 }
 
 impl Exit {
     /// Whether the command succeeded.
     pub fn success(&self) -> bool {
-        self.code == Some(0) && !self.timed_out && !self.spawn_error
+        self.code == Some(0) && !self.timed_out && !self.spawn_error && self.claude.is_none()
     }
 }
 
@@ -45,19 +49,40 @@ pub enum Matcher {
     ServerError,
     /// `rate_limit`.
     RateLimit,
+    /// `overloaded`: a Claude call that met an overloaded API (529).
+    Overloaded,
+    /// `auth`: a Claude call whose credentials were refused.
+    Auth,
     /// `{pattern: REGEX}`.
     Pattern(regex::Regex),
 }
 
 impl Matcher {
+    /// Whether this matcher retries EXIT: a Claude call by its error kind (529 and 5xx are
+    /// also `server_error`), anything else by the words of its output.
     fn matches(&self, exit: &Exit) -> bool {
         let lower = exit.text.to_lowercase();
         let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+        if let Some(kind) = exit.claude {
+            return match self {
+                Matcher::Network => kind == ErrorKind::Network,
+                Matcher::Timeout => exit.timed_out,
+                Matcher::ServerError => {
+                    matches!(kind, ErrorKind::ServerError | ErrorKind::Overloaded)
+                }
+                Matcher::RateLimit => kind == ErrorKind::RateLimit,
+                Matcher::Overloaded => kind == ErrorKind::Overloaded,
+                Matcher::Auth => kind == ErrorKind::Authentication,
+                Matcher::Pattern(re) => re.is_match(&exit.text),
+            };
+        }
         match self {
             Matcher::Network => any(&["network", "connection", "refused", "unreachable"]),
             Matcher::Timeout => exit.timed_out || any(&["timeout", "timed out"]),
             Matcher::ServerError => any(&["500", "502", "503", "504", "server error"]),
             Matcher::RateLimit => any(&["rate limit", "429", "too many requests"]),
+            Matcher::Overloaded => any(&["overloaded", "529"]),
+            Matcher::Auth => any(&["authentication", "unauthorized", "401", "not logged in"]),
             Matcher::Pattern(re) => re.is_match(&exit.text),
         }
     }
@@ -144,7 +169,14 @@ impl RetryPolicy {
     }
 
     fn retries(&self, exit: &Exit) -> bool {
-        self.retry_on.is_empty() || self.retry_on.iter().any(|m| m.matches(exit))
+        match exit.claude {
+            // Authentication, billing and invalid requests are retried only when
+            // `retry_on` names them.
+            Some(kind) if !kind.retried_by_default() => {
+                self.retry_on.iter().any(|m| m.matches(exit))
+            }
+            _ => self.retry_on.is_empty() || self.retry_on.iter().any(|m| m.matches(exit)),
+        }
     }
 }
 
@@ -548,6 +580,7 @@ mod tests {
             timed_out: false,
             spawn_error: false,
             text: "boom".into(),
+            claude: None,
         }
     }
 
@@ -557,6 +590,7 @@ mod tests {
             timed_out: false,
             spawn_error: false,
             text: String::new(),
+            claude: None,
         }
     }
 
@@ -658,6 +692,38 @@ mod tests {
                 (StepEvent::Exited(fail()), Action::Finish(Outcome::Failed)),
             ],
         );
+    }
+
+    #[test]
+    fn claude_failures_are_retried_by_kind_and_credentials_only_when_named() {
+        let claude = |kind: ErrorKind| Exit {
+            code: Some(1),
+            claude: Some(kind),
+            text: "API Error".into(),
+            ..fail()
+        };
+        let on = |retry_on: Vec<Matcher>| RetryPolicy {
+            retry_on,
+            ..retry(3)
+        };
+        // No `retry_on`: everything transient, but never a refused key.
+        assert!(on(vec![]).retries(&claude(ErrorKind::Overloaded)));
+        assert!(!on(vec![]).retries(&claude(ErrorKind::Authentication)));
+        assert!(!on(vec![]).retries(&claude(ErrorKind::Billing)));
+        assert!(!on(vec![]).retries(&claude(ErrorKind::InvalidRequest)));
+        // 529 is `overloaded` and a `server_error`; 429 only `rate_limit`.
+        assert!(on(vec![Matcher::Overloaded]).retries(&claude(ErrorKind::Overloaded)));
+        assert!(on(vec![Matcher::ServerError]).retries(&claude(ErrorKind::Overloaded)));
+        assert!(!on(vec![Matcher::Overloaded]).retries(&claude(ErrorKind::RateLimit)));
+        assert!(on(vec![Matcher::RateLimit]).retries(&claude(ErrorKind::RateLimit)));
+        assert!(on(vec![Matcher::Network]).retries(&claude(ErrorKind::Network)));
+        assert!(on(vec![Matcher::Auth]).retries(&claude(ErrorKind::Authentication)));
+        // An exit code of 0 does not make a failed call a success.
+        let zero = Exit {
+            code: Some(0),
+            ..claude(ErrorKind::InvalidRequest)
+        };
+        assert!(!zero.success());
     }
 
     #[test]

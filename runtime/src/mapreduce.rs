@@ -333,6 +333,7 @@ impl AgentRun {
                 message,
                 error_type,
                 output: None,
+                log: None,
             }),
             duration: Duration::ZERO,
             artifacts: None,
@@ -426,6 +427,7 @@ pub(crate) fn scope_for(
         timeouts: spec.map(|s| s.timeouts.clone()).unwrap_or_default(),
         grace: spec.and_then(|s| s.grace),
         failure: RefCell::new(None),
+        claude: RefCell::new(crate::claude::Totals::default()),
         workdir,
     };
     (Rc::new(scope), tx)
@@ -581,6 +583,7 @@ async fn merge_back(
                     message: e.to_string(),
                     error_type,
                     output: None,
+                    log: None,
                 });
                 let left = crate::worktree::changes(&worktree.path).await;
                 run.artifacts = Some(artifacts(&worktree, &left, Some(logs)));
@@ -1835,6 +1838,11 @@ fn failure_of(runner: &Runner, run: &AgentRun, message: &str, index: usize) -> F
             .failure
             .as_ref()
             .map_or_else(|| "agent".to_owned(), |f| runner.mask(&f.step)),
+        json_log_location: run
+            .failure
+            .as_ref()
+            .and_then(|f| f.log.as_ref())
+            .map(|p| p.display().to_string()),
         ..failure_detail(None, message, index, run.duration.as_secs_f64())
     }
 }

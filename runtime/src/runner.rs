@@ -55,6 +55,9 @@ pub struct Options {
     pub grace: Duration,
     /// Seed for jitter.
     pub seed: u64,
+    /// How much of each output stream of a command is kept in memory
+    /// (`PRODIGY_OUTPUT_LIMIT`).
+    pub output_limit: usize,
 }
 
 /// Whether a line [`Runner::say`] prints reports an error (shown even under `-q`).
@@ -105,6 +108,24 @@ pub enum StartError {
         /// What is missing.
         why: String,
     },
+    /// `PRODIGY_CLAUDE_COMMAND` cannot be split into words.
+    #[error("{0}")]
+    ClaudeCommand(String),
+    /// The Claude program does not answer `--version`.
+    #[error(
+        "`{program} --version` failed: {why}; check the Claude Code CLI installation (or PRODIGY_CLAUDE_COMMAND)"
+    )]
+    ClaudeVersion {
+        /// The program.
+        program: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// Running as root without `IS_SANDBOX=1`.
+    #[error(
+        "running as root, the Claude Code CLI refuses `--dangerously-skip-permissions`; set `IS_SANDBOX=1` when this machine or container is a sandbox, or run as another user"
+    )]
+    ClaudeAsRoot,
     /// The Claude program is missing.
     #[error(
         "the workflow has `claude` steps but `{program}` is not installed; install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
@@ -155,6 +176,10 @@ pub struct Runner {
     pub(crate) agent_worktrees: crate::worktree::Pool,
     /// The steps of a standard run that failed and were continued.
     continued: Mutex<Vec<ContinuedStep>>,
+    /// Numbers the run's log files.
+    log_seq: std::sync::atomic::AtomicU64,
+    /// What the run's Claude calls cost.
+    pub(crate) claude_totals: Mutex<crate::claude::Totals>,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -177,6 +202,8 @@ pub(crate) struct AgentScope {
     pub failure: std::cell::RefCell<Option<StepFailure>>,
     /// The agent's own worktree, when the session has one.
     pub workdir: Option<PathBuf>,
+    /// What the item's Claude calls cost.
+    pub claude: std::cell::RefCell<crate::claude::Totals>,
 }
 
 /// The step that ended an agent, for the DLQ.
@@ -190,6 +217,8 @@ pub(crate) struct StepFailure {
     pub error_type: crate::dlq::ErrorType,
     /// The failing command's exit code and the last lines of its output, when one ran.
     pub output: Option<crate::dlq::CommandTail>,
+    /// The log of the Claude call that failed.
+    pub log: Option<PathBuf>,
 }
 
 tokio::task_local! {
@@ -259,6 +288,8 @@ impl Runner {
             merge_queue: tokio::sync::Mutex::new(()),
             agent_worktrees: crate::worktree::Pool::default(),
             continued: Mutex::new(Vec::new()),
+            log_seq: std::sync::atomic::AtomicU64::new(1),
+            claude_totals: Mutex::new(crate::claude::Totals::default()),
         }
     }
 
@@ -584,6 +615,9 @@ impl Runner {
             clear_env: false,
             timeout: Some(Duration::from_mins(5)),
             grace: self.opts.grace,
+            output_limit: self.opts.output_limit,
+            spill: None,
+            mask: None,
         };
         exec::run(&cmd, &mut self.cancel_rx()).await
     }
@@ -875,7 +909,7 @@ impl Runner {
                         let out = match step.retry.as_ref().map(|r| &r.config.on_failure) {
                             Some(ast::RetryExhausted::Fallback(t)) => {
                                 self.record("fallback_started", json!({"step": step.label}));
-                                self.run_command(&exec::shell, t, step, vars).await
+                                self.run_command(&exec::shell, t, step, vars, true).await
                             }
                             _ => Output::error("internal error: no fallback command"),
                         };
@@ -956,20 +990,36 @@ impl Runner {
             if !outcome.continues_agent() && outcome != Outcome::Cancelled {
                 let detail = last
                     .as_ref()
-                    .map(|o| o.stderr.trim().lines().last().unwrap_or("").to_owned())
+                    .map(|o| {
+                        let line = o.failure_message().trim().lines().last().unwrap_or("");
+                        match o.claude_error() {
+                            Some(kind) => {
+                                let advice = kind
+                                    .advice()
+                                    .map_or_else(String::new, |a| format!(" ({a})"));
+                                format!("Claude `{kind}` error: {line}{advice}")
+                            }
+                            None => line.to_owned(),
+                        }
+                    })
                     .unwrap_or_default();
                 let _ = AGENT.try_with(|a| {
                     *a.failure.borrow_mut() = Some(StepFailure {
                         step: step_text(step),
-                        message: last
-                            .as_ref()
-                            .map_or_else(|| "the step failed".to_owned(), |o| tail(&o.stderr, 20)),
+                        message: last.as_ref().map_or_else(
+                            || "the step failed".to_owned(),
+                            |o| tail(o.failure_message(), 20),
+                        ),
                         error_type: error_type(step, last.as_ref()),
                         output: last.as_ref().map(|o| crate::dlq::CommandTail {
                             exit_code: o.code,
                             stdout: tail(&o.stdout, crate::dlq::CommandTail::LINES),
                             stderr: tail(&o.stderr, crate::dlq::CommandTail::LINES),
                         }),
+                        log: last
+                            .as_ref()
+                            .and_then(|o| o.claude.as_ref())
+                            .and_then(|c| c.log.clone()),
                     });
                 });
                 let in_agent = AGENT.try_with(|a| !a.agent_id.is_empty()).unwrap_or(false);
@@ -1075,7 +1125,12 @@ impl Runner {
             return (true, String::new());
         };
         let error = last.map_or_else(|| json!({}), |o| {
-            json!({"message": o.stderr.trim_end(), "exit_code": o.code.unwrap_or(-1), "step": step.label, "timestamp": crate::store::timestamp()})
+            let mut error = json!({"message": o.failure_message(), "exit_code": o.code.unwrap_or(-1), "step": step.label, "timestamp": crate::store::timestamp()});
+            if let Some(kind) = o.claude_error() {
+                error["kind"] = json!(kind.name());
+                error["type"] = json!(kind.name());
+            }
+            error
         });
         vars.set("error", error);
         vars.set("attempt", json!(run));
@@ -1281,12 +1336,10 @@ impl Runner {
             let mut passed = 0u32;
             for check in &checks.checks {
                 let out = if check.claude {
-                    let claude =
-                        |text: &str| exec::claude(text, self.opts.claude_command.as_deref());
-                    self.run_command_for(&claude, &check.command, step, vars, timeout)
+                    self.run_claude(&check.command, step, vars, timeout, false)
                         .await
                 } else {
-                    self.run_command_for(&exec::shell, &check.command, step, vars, timeout)
+                    self.run_command_for(&exec::shell, &check.command, step, vars, timeout, false)
                         .await
                 };
                 let output_ok = check.expect_output.as_ref().is_none_or(|p| {
@@ -1470,10 +1523,10 @@ impl Runner {
 
     async fn execute_command(&self, step: &PlanStep, vars: &mut Vars) -> Output {
         match &step.command {
-            PlanCommand::Shell(t) => self.run_command(&exec::shell, t, step, vars).await,
+            PlanCommand::Shell(t) => self.run_command(&exec::shell, t, step, vars, true).await,
             PlanCommand::Claude(t) => {
-                let claude = |text: &str| exec::claude(text, self.opts.claude_command.as_deref());
-                self.run_command(&claude, t, step, vars).await
+                let timeout = Self::step_timeout(step);
+                self.run_claude(t, step, vars, timeout, true).await
             }
             PlanCommand::WriteFile(w) => {
                 let (path, content) =
@@ -1527,17 +1580,167 @@ impl Runner {
         template: &ast::Template,
         step: &PlanStep,
         vars: &Vars,
+        live: bool,
     ) -> Output {
-        let timeout = AGENT
-            .try_with(|a| a.timeouts.get(&step.id).copied())
-            .ok()
-            .flatten()
-            .or(step.timeout);
-        self.run_command_for(build, template, step, vars, timeout)
+        let timeout = Self::step_timeout(step);
+        self.run_command_for(build, template, step, vars, timeout, live)
             .await
     }
 
-    /// Renders TEMPLATE and runs it with the step's directory and environment.
+    /// The step's timeout: the agent's `command_timeouts`, else its own.
+    fn step_timeout(step: &PlanStep) -> Option<Duration> {
+        AGENT
+            .try_with(|a| a.timeouts.get(&step.id).copied())
+            .ok()
+            .flatten()
+            .or(step.timeout)
+    }
+
+    /// The directory of the logs of what runs now: `logs/{repo}/{id}/{item or "steps"}`.
+    fn log_dir(&self) -> PathBuf {
+        let owner = AGENT
+            .try_with(|a| a.item_id.clone())
+            .ok()
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(|| "steps".to_owned());
+        crate::logs::dir(&self.opts.layout, &self.session).join(owner)
+    }
+
+    /// Where a command's whole output goes once it outgrows the limit.
+    fn spill_path(&self, step: &PlanStep) -> PathBuf {
+        let n = self
+            .log_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.log_dir().join(format!(
+            "output-{n:04}-{}.log",
+            crate::logs::file_part(&step.label)
+        ))
+    }
+
+    /// Masks secrets as the run knows them now.
+    fn masker(&self) -> crate::logs::Mask {
+        let secrets = lock(&self.secrets).clone();
+        std::sync::Arc::new(move |text: &str| secrets.mask(text))
+    }
+
+    /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
+    /// read as they arrive, written to the call's log, shown at `-v` when LIVE (a step's
+    /// own command), and decide whether the call succeeded.
+    async fn run_claude(
+        &self,
+        template: &ast::Template,
+        step: &PlanStep,
+        vars: &Vars,
+        timeout: Option<Duration>,
+        live: bool,
+    ) -> Output {
+        let text = match template.parsed.render(vars) {
+            Ok(text) => text,
+            Err(e) => return Output::error(format!("{e} in `{}`", self.mask(&template.value))),
+        };
+        let settings = crate::claude::Settings::default();
+        let (program, args) = match crate::claude::invocation(
+            &text,
+            self.opts.claude_command.as_deref(),
+            &settings,
+        ) {
+            Ok(invocation) => invocation,
+            Err(e) => return Output::error(e.to_string()),
+        };
+        let mut log = (!self.session.is_empty()).then(|| {
+            crate::logs::create_numbered(&self.log_dir(), &step.label, "jsonl", Some(self.masker()))
+        });
+        let log_path = log.as_ref().filter(|l| l.is_open()).map(|l| l.path.clone());
+        self.record(
+            "claude_started",
+            json!({"step": step.label, "program": program, "args": args, "cli_version": crate::claude::version(), "log": log_path}),
+        );
+        if self.opts.verbose > 1 {
+            let shown: Vec<String> = std::iter::once(program.as_str())
+                .chain(args.iter().map(String::as_str))
+                .map(|word| {
+                    shlex::try_quote(word)
+                        .map_or_else(|_| word.to_owned(), std::borrow::Cow::into_owned)
+                })
+                .collect();
+            self.say(&format!("  $ {}", shown.join(" ")));
+        }
+        let mut stream = crate::claude::Stream::default();
+        let verbose = if live { self.opts.verbose } else { 0 };
+        let mut watch = |line: &str| {
+            if let Some(log) = log.as_mut() {
+                log.line(line);
+            }
+            for note in stream.feed(line) {
+                // The session's id and model at `-vv`; what Claude does at `-v`.
+                let level = if matches!(note, crate::claude::Note::Started { .. }) {
+                    2
+                } else {
+                    1
+                };
+                if verbose >= level {
+                    for shown in note.line().lines() {
+                        self.say(&format!("  │ {shown}"));
+                    }
+                }
+            }
+        };
+        let mut out = self
+            .spawn_command(program, args, step, vars, timeout, Some(&mut watch))
+            .await;
+        if let Some(log) = log.as_mut() {
+            log.finish();
+            if let Some(e) = &log.error {
+                self.say(&format!(
+                    "  warning: cannot write the Claude log {}: {e}",
+                    log.path.display()
+                ));
+            }
+        }
+        let ended = if out.timed_out || out.cancelled {
+            None
+        } else {
+            out.code
+        };
+        let call = stream.finish(ended, log_path);
+        out.streamed = live && self.opts.verbose > 0;
+        // `${shell.output}`: the final text, then what the CLI wrote on standard error.
+        out.interleaved = None;
+        // What the step gives on: the final text, never the raw events.
+        out.stdout = if call.verdict.message.is_empty() || call.verdict.message.ends_with('\n') {
+            call.verdict.message.clone()
+        } else {
+            format!("{}\n", call.verdict.message)
+        };
+        if out.spawn_error {
+            out.stdout.clear();
+        }
+        self.record(
+            "claude_finished",
+            json!({
+                "step": step.label,
+                "success": call.verdict.kind.is_none() && !out.timed_out && !out.cancelled && !out.spawn_error,
+                "error_kind": call.verdict.kind,
+                "message": (call.verdict.kind.is_some()).then(|| call.verdict.message.clone()),
+                "session_id": call.session_id,
+                "num_turns": call.num_turns,
+                "cost_usd": call.cost_usd,
+                "tokens": call.tokens,
+                "tool_calls": call.tool_calls,
+                "api_retries": call.api_retries,
+                "exit_code": out.code,
+                "log": call.log,
+                "duration_secs": out.duration.as_secs_f64(),
+            }),
+        );
+        lock(&self.claude_totals).add(&call);
+        let _ = AGENT.try_with(|a| a.claude.borrow_mut().add(&call));
+        out.claude = Some(Box::new(call));
+        out
+    }
+
+    /// Renders TEMPLATE and runs it with the step's directory and environment; at `-v`,
+    /// a LIVE command's (a step's own) standard output is shown as it arrives.
     async fn run_command_for(
         &self,
         build: &dyn Fn(&str) -> (String, Vec<String>),
@@ -1545,6 +1748,7 @@ impl Runner {
         step: &PlanStep,
         vars: &Vars,
         timeout: Option<Duration>,
+        live: bool,
     ) -> Output {
         let text = match template.parsed.render(vars) {
             Ok(text) => text,
@@ -1554,6 +1758,30 @@ impl Runner {
             self.say(&format!("  $ {}", text.trim_end().replace('\n', "\n    ")));
         }
         let (program, args) = build(&text);
+        let streamed = live && self.opts.verbose > 0;
+        let mut watch = |line: &str| {
+            if streamed {
+                self.say(&format!("  │ {line}"));
+            }
+        };
+        let mut out = self
+            .spawn_command(program, args, step, vars, timeout, Some(&mut watch))
+            .await;
+        out.streamed = streamed;
+        out
+    }
+
+    /// Runs PROGRAM with ARGS in the step's directory and environment; WATCH sees each line
+    /// of standard output as it arrives.
+    async fn spawn_command(
+        &self,
+        program: String,
+        args: Vec<String>,
+        step: &PlanStep,
+        vars: &Vars,
+        timeout: Option<Duration>,
+        watch: Option<&mut dyn FnMut(&str)>,
+    ) -> Output {
         let mut step_env = Vec::new();
         for var in &step.env {
             match self
@@ -1612,8 +1840,11 @@ impl Runner {
                 .ok()
                 .flatten()
                 .unwrap_or(self.opts.grace),
+            output_limit: self.opts.output_limit,
+            spill: (!self.session.is_empty()).then(|| self.spill_path(step)),
+            mask: Some(self.masker()),
         };
-        exec::run(&command, &mut self.cancel_rx()).await
+        exec::run_watched(&command, &mut self.cancel_rx(), watch).await
     }
 
     #[expect(
@@ -1632,7 +1863,7 @@ impl Runner {
     ) -> Output {
         let mut items: Vec<String> = match input {
             ast::ForeachInput::Command(t) => {
-                let out = self.run_command(&exec::shell, t, step, vars).await;
+                let out = self.run_command(&exec::shell, t, step, vars, false).await;
                 if out.code != Some(0) {
                     return out;
                 }
@@ -1694,9 +1925,15 @@ impl Runner {
         }
     }
 
+    /// At `-v`, what a command wrote (standard output unless it was shown as it arrived).
     fn show_output(&self, step: &PlanStep, out: &Output) {
         if self.opts.verbose > 0 {
-            for line in out.stdout.lines().chain(out.stderr.lines()) {
+            let stdout = if out.streamed {
+                ""
+            } else {
+                out.stdout.as_str()
+            };
+            for line in stdout.lines().chain(out.stderr.lines()) {
                 self.say(&format!("  │ {line}"));
             }
             if self.opts.verbose > 1 {
@@ -1809,6 +2046,11 @@ fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::ErrorType {
     use crate::dlq::ErrorType;
     match last {
         Some(o) if o.timed_out => ErrorType::Timeout,
+        Some(o) if o.claude_error().is_some() => ErrorType::ClaudeFailed {
+            kind: o
+                .claude_error()
+                .unwrap_or(crate::claude::ErrorKind::Unknown),
+        },
         Some(o) if o.code != Some(0) => ErrorType::CommandFailed {
             exit_code: o.code.unwrap_or(-1),
         },
@@ -1843,22 +2085,41 @@ fn step_text(step: &PlanStep) -> String {
 }
 
 /// Checks, before anything is made (a worktree, a branch, a lock), that the programs that
-/// running ROOTS needs are installed: the Claude CLI (`claude_command`, else `claude`) when
-/// one of them, or a step they can lead to, is a `claude` step or `claude` check.
+/// running ROOTS needs work: when one of them, or a step they can lead to, is a `claude`
+/// step or `claude` check, the Claude CLI (`claude_command`, else `claude`) is installed,
+/// answers `--version` (remembered for the events), and, as root, `IS_SANDBOX=1` is set.
 ///
 /// # Errors
 ///
-/// [`StartError::ClaudeMissing`] when the Claude program is needed and not found.
+/// [`StartError::ClaudeMissing`], [`StartError::ClaudeVersion`],
+/// [`StartError::ClaudeAsRoot`], [`StartError::ClaudeCommand`].
 pub fn preflight(
     plan: &Plan,
     roots: &[StepId],
     claude_command: Option<&str>,
 ) -> Result<(), StartError> {
-    if needs_claude(plan, roots) {
-        let (program, _) = exec::claude("", claude_command);
-        if !exec::program_exists(&program) {
-            return Err(StartError::ClaudeMissing { program });
+    if !needs_claude(plan, roots) {
+        return Ok(());
+    }
+    let (program, leading) = crate::claude::program(claude_command)
+        .map_err(|e| StartError::ClaudeCommand(e.to_string()))?;
+    if !exec::program_exists(&program) {
+        return Err(StartError::ClaudeMissing { program });
+    }
+    let version = crate::claude::ask_version(&program, &leading).map_err(|why| {
+        StartError::ClaudeVersion {
+            program: program.clone(),
+            why,
         }
+    })?;
+    crate::claude::remember_version(&version);
+    // As root, the CLI refuses `--dangerously-skip-permissions` unless told it runs in a
+    // sandbox; every call would fail the same way.
+    if version.contains("Claude Code")
+        && nix::unistd::geteuid().is_root()
+        && std::env::var("IS_SANDBOX").as_deref() != Ok("1")
+    {
+        return Err(StartError::ClaudeAsRoot);
     }
     Ok(())
 }
@@ -1917,7 +2178,21 @@ fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
         "shell",
         json!({"output": trimmed(&out.combined()), "stdout": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
     );
-    if matches!(step.command, PlanCommand::Claude(_)) {
+    if let Some(call) = &out.claude {
+        vars.set(
+            "claude",
+            json!({
+                "output": trimmed(&out.stdout),
+                "stderr": trimmed(&out.stderr),
+                "exit_code": exit_code,
+                "session_id": call.session_id.clone().unwrap_or_default(),
+                "cost_usd": call.cost_usd,
+                "num_turns": call.num_turns,
+                "log": call.log.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                "error_kind": call.verdict.kind.map_or("", crate::claude::ErrorKind::name),
+            }),
+        );
+    } else if matches!(step.command, PlanCommand::Claude(_)) {
         vars.set(
             "claude",
             json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
@@ -1929,7 +2204,7 @@ fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
         crate::vars::CommandOutput {
             stdout: trimmed(&out.stdout),
             stderr: trimmed(&out.stderr),
-            success: out.code == Some(0),
+            success: out.success(),
         },
     );
 }

@@ -94,8 +94,9 @@ fn run_fix_loop(fixes: bool) -> (Scratch, super::Output) {
     std::fs::write(
         &claude,
         format!(
-            "#!/bin/sh\nfor last; do :; done\nprintf '%s\\n---\\n' \"$last\" >> {}\n{fix}\n",
-            prompts.display()
+            "#!/bin/sh\nfor last; do :; done\nif [ \"$last\" != --version ]; then printf '%s\\n---\\n' \"$last\" >> {}; {fix} >&2; fi\nexec {} \"$@\"\n",
+            prompts.display(),
+            super::root().join("tests/run/bin/claude").display()
         ),
     )
     .unwrap();

@@ -217,7 +217,8 @@ impl Scratch {
             .replace(&self.project().display().to_string(), "[project]")
             .replace(&self.home().display().to_string(), "[home]")
             .replace(&format!("/{}/", self.repo()), "/project/")
-            .replace(&self.dir.path().display().to_string(), "[scratch]");
+            .replace(&self.dir.path().display().to_string(), "[scratch]")
+            .replace(&root().display().to_string(), "[root]");
         let session = regex::Regex::new(r"session-[0-9]+-[0-9a-f]+").unwrap();
         let job = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+").unwrap();
         let stamp = regex::Regex::new(r"events-[0-9TZ-]+\.jsonl").unwrap();
@@ -225,7 +226,7 @@ impl Scratch {
         let text = job.replace_all(&text, "[job]");
         let attempt_time = regex::Regex::new(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z").unwrap();
         let text = attempt_time.replace_all(&text, "[time]");
-        let duration = regex::Regex::new(r#"(duration_secs"?:)[0-9.e-]+"#).unwrap();
+        let duration = regex::Regex::new(r#"(duration_secs\\?"?:)[0-9.e-]+"#).unwrap();
         let text = duration.replace_all(&text, "${1}[secs]");
         let rate = regex::Regex::new(r"[0-9.]+ items/s(, ETA [0-9a-z ]+)?").unwrap();
         let text = rate.replace_all(&text, "[rate]");
@@ -805,7 +806,10 @@ fn claude_gets_the_documented_flags_and_automation_mode() {
     let cli = scratch.dir.path().join("bin/fake-claude");
     std::fs::write(
         &cli,
-        "#!/bin/sh\necho \"automation=$PRODIGY_AUTOMATION args=$*\"\n",
+        format!(
+            "#!/bin/sh\necho \"automation=$PRODIGY_AUTOMATION args=$*\" >&2\nexec {} \"$@\"\n",
+            root().join("tests/run/bin/claude").display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -822,7 +826,7 @@ fn claude_gets_the_documented_flags_and_automation_mode() {
     assert!(output.status.success(), "{text}");
     assert!(
         text.contains(
-            "automation=true args=--model x --print --dangerously-skip-permissions /prodigy-lint src"
+            "automation=true args=--model x -p --output-format stream-json --verbose --dangerously-skip-permissions -- /prodigy-lint src"
         ),
         "{text}"
     );

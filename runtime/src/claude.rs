@@ -1,0 +1,996 @@
+//! Claude Code as an executor: the argument list of one call, the CLI's `stream-json` events
+//! as they arrive, and the verdict on the call (README "Claude Code steps").
+//!
+//! The CLI is run as `claude -p --output-format stream-json --verbose
+//! --dangerously-skip-permissions [settings] TEXT`. Its standard output is one JSON event
+//! per line: `system/init`, `assistant` and `user` messages (text, tool calls, tool results),
+//! `system/api_retry` while the CLI retries the API itself, and a final `result`. Unknown
+//! event types and fields are ignored, so a newer CLI does not break a run.
+//!
+//! A call succeeds only when the CLI exits 0, a `result` event arrived, its `is_error` is
+//! false, and it is not an unknown slash command (`Unknown command: …` with no turn taken).
+//! Everything else is a failure with an [`ErrorKind`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Why a Claude call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The API refused the credentials (401, 403, not logged in).
+    Authentication,
+    /// The account cannot pay for the call (402, credit balance).
+    Billing,
+    /// Too many requests (429).
+    RateLimit,
+    /// The API is overloaded (529).
+    Overloaded,
+    /// Any other server error (5xx).
+    ServerError,
+    /// The API could not be reached.
+    Network,
+    /// The call used up `max_turns`.
+    MaxTurns,
+    /// The call used up `max_budget_usd`.
+    MaxBudget,
+    /// The request was refused as malformed (400, 404, 413), or the prompt named an unknown
+    /// slash command.
+    InvalidRequest,
+    /// Anything else: a crash, a kill, no `result` event.
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The kind's name in events, `${error.kind}` and the DLQ.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Authentication => "authentication",
+            ErrorKind::Billing => "billing",
+            ErrorKind::RateLimit => "rate_limit",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::ServerError => "server_error",
+            ErrorKind::Network => "network",
+            ErrorKind::MaxTurns => "max_turns",
+            ErrorKind::MaxBudget => "max_budget",
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+
+    /// Whether `retry_config` retries this kind without being told to: authentication,
+    /// billing and invalid-request failures do not go away by trying again, so they are
+    /// retried only when `retry_on` names them.
+    pub fn retried_by_default(self) -> bool {
+        match self {
+            ErrorKind::Authentication | ErrorKind::Billing | ErrorKind::InvalidRequest => false,
+            ErrorKind::RateLimit
+            | ErrorKind::Overloaded
+            | ErrorKind::ServerError
+            | ErrorKind::Network
+            | ErrorKind::MaxTurns
+            | ErrorKind::MaxBudget
+            | ErrorKind::Unknown => true,
+        }
+    }
+
+    /// What the user can do about it, for the failure line.
+    pub fn advice(self) -> Option<&'static str> {
+        match self {
+            ErrorKind::Authentication => Some(
+                "log in with `claude /login`, or set `ANTHROPIC_API_KEY`; as root, the CLI also needs `IS_SANDBOX=1`",
+            ),
+            ErrorKind::Billing => Some("add credit to the account, or use another API key"),
+            ErrorKind::InvalidRequest => Some(
+                "the request was refused as it stands: check the prompt's slash command, the model and the step's Claude settings",
+            ),
+            ErrorKind::MaxTurns => Some("raise the step's `max_turns`, or split the task"),
+            ErrorKind::MaxBudget => Some("raise the step's `max_budget_usd`, or split the task"),
+            ErrorKind::RateLimit | ErrorKind::Overloaded | ErrorKind::ServerError => Some(
+                "usually temporary: `retry_config` with `retry_on: [overloaded, rate_limit, server_error]` retries it",
+            ),
+            ErrorKind::Network => Some("check the network and `ANTHROPIC_BASE_URL`"),
+            ErrorKind::Unknown => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Per-step (and workflow-wide) settings of a Claude call, as CLI options.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--max-turns`.
+    pub max_turns: Option<u32>,
+    /// `--allowedTools`.
+    pub allowed_tools: Vec<String>,
+    /// `--disallowedTools`.
+    pub disallowed_tools: Vec<String>,
+    /// `--append-system-prompt`.
+    pub append_system_prompt: Option<String>,
+    /// `--permission-mode`; when set, replaces `--dangerously-skip-permissions`.
+    pub permission_mode: Option<String>,
+    /// `--max-budget-usd`.
+    pub max_budget_usd: Option<f64>,
+    /// `--fallback-model`.
+    pub fallback_model: Option<String>,
+    /// `--mcp-config`.
+    pub mcp_config: Vec<String>,
+    /// `--add-dir`.
+    pub add_dirs: Vec<String>,
+}
+
+/// `PRODIGY_CLAUDE_COMMAND` could not be split into words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`PRODIGY_CLAUDE_COMMAND` is not a valid command line (`{0}`): an opening quote has no closing quote"
+)]
+pub struct BadCommand(pub String);
+
+/// The program and leading arguments: `PRODIGY_CLAUDE_COMMAND` split with shell quoting
+/// rules, or `claude`.
+pub fn program(override_command: Option<&str>) -> Result<(String, Vec<String>), BadCommand> {
+    let words = match override_command.map(str::trim).filter(|c| !c.is_empty()) {
+        Some(line) => shlex::split(line).ok_or_else(|| BadCommand(line.to_owned()))?,
+        None => Vec::new(),
+    };
+    Ok(match words.split_first() {
+        Some((p, rest)) => (p.clone(), rest.to_vec()),
+        None => ("claude".to_owned(), Vec::new()),
+    })
+}
+
+/// The whole argument list of a call with TEXT: the program and its leading arguments, then
+/// `-p --output-format stream-json --verbose`, the permission mode, the settings, and TEXT
+/// last, after `--`, so that a prompt that starts with `-` stays a prompt and no list option
+/// swallows it.
+pub fn invocation(
+    text: &str,
+    override_command: Option<&str>,
+    settings: &Settings,
+) -> Result<(String, Vec<String>), BadCommand> {
+    let (program, mut args) = program(override_command)?;
+    args.extend(
+        ["-p", "--output-format", "stream-json", "--verbose"]
+            .iter()
+            .map(|s| (*s).to_owned()),
+    );
+    match &settings.permission_mode {
+        Some(mode) => args.extend(["--permission-mode".to_owned(), mode.clone()]),
+        None => args.push("--dangerously-skip-permissions".to_owned()),
+    }
+    let mut option = |name: &str, value: String| {
+        args.push(name.to_owned());
+        args.push(value);
+    };
+    if let Some(model) = &settings.model {
+        option("--model", model.clone());
+    }
+    if let Some(turns) = settings.max_turns {
+        option("--max-turns", turns.to_string());
+    }
+    if !settings.allowed_tools.is_empty() {
+        option("--allowedTools", settings.allowed_tools.join(","));
+    }
+    if !settings.disallowed_tools.is_empty() {
+        option("--disallowedTools", settings.disallowed_tools.join(","));
+    }
+    if let Some(prompt) = &settings.append_system_prompt {
+        option("--append-system-prompt", prompt.clone());
+    }
+    if let Some(budget) = settings.max_budget_usd {
+        option("--max-budget-usd", budget.to_string());
+    }
+    if let Some(model) = &settings.fallback_model {
+        option("--fallback-model", model.clone());
+    }
+    for config in &settings.mcp_config {
+        option("--mcp-config", config.clone());
+    }
+    for dir in &settings.add_dirs {
+        option("--add-dir", dir.clone());
+    }
+    args.push("--".to_owned());
+    args.push(text.to_owned());
+    Ok((program, args))
+}
+
+/// Tokens a call used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    /// Input tokens.
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_creation: u64,
+}
+
+impl Tokens {
+    fn of(usage: Option<&Value>) -> Self {
+        let n = |key: &str| {
+            usage
+                .and_then(|u| u.get(key))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        Tokens {
+            input: n("input_tokens"),
+            output: n("output_tokens"),
+            cache_read: n("cache_read_input_tokens"),
+            cache_creation: n("cache_creation_input_tokens"),
+        }
+    }
+
+    /// Adds OTHER.
+    pub fn add(&mut self, other: Tokens) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_creation += other.cache_creation;
+    }
+}
+
+/// The `result` event.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Final {
+    /// `success`, `error_max_turns`, `error_max_budget_usd`, `error_during_execution`, ….
+    pub subtype: String,
+    /// Whether the CLI counts the call as failed.
+    pub is_error: bool,
+    /// The HTTP status of the API error that ended the call.
+    pub api_error_status: Option<u16>,
+    /// Turns taken.
+    pub num_turns: u32,
+    /// The final text (or the CLI's error message).
+    pub result: Option<String>,
+    /// What the call cost.
+    pub cost_usd: f64,
+    /// Tokens used.
+    pub tokens: Tokens,
+    /// `errors`, when the CLI lists them.
+    pub errors: Vec<String>,
+}
+
+/// Something worth showing as it happens.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Note {
+    /// The session started.
+    Started {
+        /// Its id.
+        session_id: String,
+        /// The model.
+        model: Option<String>,
+    },
+    /// Claude said something.
+    Text(String),
+    /// Claude called a tool.
+    Tool {
+        /// The tool.
+        name: String,
+        /// Its most telling argument (a command, a file), shortened.
+        detail: String,
+    },
+    /// The CLI retries the API.
+    ApiRetry {
+        /// This retry.
+        attempt: u64,
+        /// Of how many.
+        max: u64,
+        /// The error's kind as the CLI names it, or its HTTP status.
+        error: String,
+        /// Before the next try.
+        delay_ms: u64,
+    },
+}
+
+impl Note {
+    /// The note as one line for people.
+    pub fn line(&self) -> String {
+        match self {
+            Note::Started { session_id, model } => match model {
+                Some(model) => format!("claude session {session_id} ({model})"),
+                None => format!("claude session {session_id}"),
+            },
+            Note::Text(text) => text.trim_end().to_owned(),
+            Note::Tool { name, detail } if detail.is_empty() => format!("→ {name}"),
+            Note::Tool { name, detail } => format!("→ {name}: {detail}"),
+            Note::ApiRetry {
+                attempt,
+                max,
+                error,
+                delay_ms,
+            } => format!(
+                "API retry {attempt}/{max}: {error}, next in {}",
+                humantime::format_duration(std::time::Duration::from_millis(
+                    // Whole seconds past a second, milliseconds below.
+                    if *delay_ms >= 1000 {
+                        delay_ms / 1000 * 1000
+                    } else {
+                        *delay_ms
+                    }
+                ))
+            ),
+        }
+    }
+}
+
+/// What the events of one call said so far.
+#[derive(Clone, Debug, Default)]
+pub struct Stream {
+    /// The session id.
+    pub session_id: Option<String>,
+    /// The model of the session.
+    pub model: Option<String>,
+    /// Assistant messages seen: the turns so far, while the call runs.
+    pub turns: u32,
+    /// Tool calls seen.
+    pub tool_calls: u32,
+    /// API retries the CLI made.
+    pub api_retries: u32,
+    /// The last `system/api_retry` event's error and status.
+    last_retry: Option<(String, Option<u16>)>,
+    /// `assistant.error` of the last assistant message that had one.
+    assistant_error: Option<String>,
+    /// The `result` event, once it arrived.
+    pub result: Option<Final>,
+    /// Lines that were not JSON.
+    pub garbage: u32,
+}
+
+impl Stream {
+    /// Reads one line of the stream and returns what to show of it.
+    pub fn feed(&mut self, line: &str) -> Vec<Note> {
+        let line = line.trim();
+        if line.is_empty() {
+            return Vec::new();
+        }
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            self.garbage += 1;
+            return Vec::new();
+        };
+        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
+        let mut notes = Vec::new();
+        match (
+            event.get("type").and_then(Value::as_str),
+            event.get("subtype").and_then(Value::as_str),
+        ) {
+            (Some("system"), Some("init")) => {
+                self.session_id = text(&event, "session_id");
+                self.model = text(&event, "model");
+                if let Some(session_id) = self.session_id.clone() {
+                    notes.push(Note::Started {
+                        session_id,
+                        model: self.model.clone(),
+                    });
+                }
+            }
+            (Some("system"), Some("api_retry")) => {
+                self.api_retries += 1;
+                let status = event
+                    .get("error_status")
+                    .and_then(Value::as_u64)
+                    .and_then(|s| u16::try_from(s).ok());
+                let error = text(&event, "error").unwrap_or_else(|| "unknown".to_owned());
+                self.last_retry = Some((error.clone(), status));
+                let shown = match (error.as_str(), status) {
+                    ("unknown", Some(status)) => status.to_string(),
+                    ("unknown", None) => "no response".to_owned(),
+                    _ => error,
+                };
+                let number = |key: &str| event.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+                notes.push(Note::ApiRetry {
+                    attempt: event.get("attempt").and_then(Value::as_u64).unwrap_or(0),
+                    max: event
+                        .get("max_retries")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0),
+                    error: shown,
+                    #[expect(
+                        clippy::cast_possible_truncation,
+                        clippy::cast_sign_loss,
+                        reason = "a delay in milliseconds, clamped to be positive"
+                    )]
+                    delay_ms: number("retry_delay_ms").max(0.0) as u64,
+                });
+            }
+            (Some("assistant"), _) => {
+                self.turns += 1;
+                if let Some(error) = text(&event, "error") {
+                    self.assistant_error = Some(error);
+                }
+                let content = event
+                    .pointer("/message/content")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
+                for block in content {
+                    match block.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            if let Some(t) = text(block, "text").filter(|t| !t.trim().is_empty()) {
+                                notes.push(Note::Text(t));
+                            }
+                        }
+                        Some("tool_use") => {
+                            self.tool_calls += 1;
+                            notes.push(Note::Tool {
+                                name: text(block, "name").unwrap_or_else(|| "tool".to_owned()),
+                                detail: tool_detail(block.get("input")),
+                            });
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            (Some("result"), _) => {
+                let num_turns = event
+                    .get("num_turns")
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0);
+                self.result = Some(Final {
+                    subtype: text(&event, "subtype").unwrap_or_default(),
+                    is_error: event
+                        .get("is_error")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    api_error_status: event
+                        .get("api_error_status")
+                        .and_then(Value::as_u64)
+                        .and_then(|s| u16::try_from(s).ok()),
+                    num_turns,
+                    result: text(&event, "result"),
+                    cost_usd: event
+                        .get("total_cost_usd")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0),
+                    tokens: Tokens::of(event.get("usage")),
+                    errors: event
+                        .get("errors")
+                        .and_then(Value::as_array)
+                        .map(|e| {
+                            e.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                });
+                if self.session_id.is_none() {
+                    self.session_id = text(&event, "session_id");
+                }
+            }
+            _ => {}
+        }
+        notes
+    }
+
+    /// Turns taken: the `result`'s count once it arrived, else the assistant messages seen.
+    pub fn num_turns(&self) -> u32 {
+        self.result.as_ref().map_or(self.turns, |r| r.num_turns)
+    }
+
+    /// The verdict on the call, from its events and how the CLI ended (`code`: its exit
+    /// code, `None` when a signal, a timeout or a cancellation ended it).
+    pub fn verdict(&self, code: Option<i32>) -> Verdict {
+        let Some(result) = &self.result else {
+            let why = match code {
+                Some(0) => "the Claude CLI exited without a `result` event".to_owned(),
+                Some(code) => {
+                    format!("the Claude CLI exited with code {code} without a `result` event")
+                }
+                None => "the Claude CLI was ended before its `result` event".to_owned(),
+            };
+            let kind = self
+                .last_retry
+                .as_ref()
+                .and_then(|(error, status)| classify_status(*status).or(classify_error(error)))
+                .unwrap_or(ErrorKind::Unknown);
+            return Verdict {
+                kind: Some(kind),
+                message: why,
+            };
+        };
+        let message = result
+            .result
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .or_else(|| (!result.errors.is_empty()).then(|| result.errors.join("; ")))
+            .unwrap_or_default();
+        if result.num_turns == 0 && message.starts_with("Unknown command:") {
+            return Verdict {
+                kind: Some(ErrorKind::InvalidRequest),
+                message,
+            };
+        }
+        if !result.is_error && result.subtype == "success" && code == Some(0) {
+            return Verdict {
+                kind: None,
+                message,
+            };
+        }
+        let kind = match result.subtype.as_str() {
+            "error_max_turns" => Some(ErrorKind::MaxTurns),
+            "error_max_budget_usd" | "error_max_budget" => Some(ErrorKind::MaxBudget),
+            _ => None,
+        }
+        .or_else(|| classify_status(result.api_error_status))
+        .or_else(|| network_message(&message).then_some(ErrorKind::Network))
+        .or_else(|| self.assistant_error.as_deref().and_then(classify_error))
+        .or_else(|| {
+            message
+                .to_lowercase()
+                .contains("not logged in")
+                .then_some(ErrorKind::Authentication)
+        })
+        .unwrap_or(ErrorKind::Unknown);
+        let message = if message.is_empty() {
+            match code {
+                Some(code) => format!("the Claude CLI failed (exit code {code})"),
+                None => "the Claude CLI was ended by a signal".to_owned(),
+            }
+        } else {
+            message
+        };
+        Verdict {
+            kind: Some(kind),
+            message,
+        }
+    }
+}
+
+/// A finished call, as the runner reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    /// How it ended.
+    pub verdict: Verdict,
+    /// Its session.
+    pub session_id: Option<String>,
+    /// Turns taken.
+    pub num_turns: u32,
+    /// What it cost.
+    pub cost_usd: f64,
+    /// Tokens used.
+    pub tokens: Tokens,
+    /// Tool calls made.
+    pub tool_calls: u32,
+    /// API retries the CLI made.
+    pub api_retries: u32,
+    /// Its raw stream, on disk.
+    pub log: Option<std::path::PathBuf>,
+}
+
+impl Stream {
+    /// The call, once the CLI ended with CODE.
+    pub fn finish(self, code: Option<i32>, log: Option<std::path::PathBuf>) -> Call {
+        let verdict = self.verdict(code);
+        let num_turns = self.num_turns();
+        let (cost_usd, tokens) = self
+            .result
+            .as_ref()
+            .map_or((0.0, Tokens::default()), |r| (r.cost_usd, r.tokens));
+        Call {
+            verdict,
+            session_id: self.session_id,
+            num_turns,
+            cost_usd,
+            tokens,
+            tool_calls: self.tool_calls,
+            api_retries: self.api_retries,
+            log,
+        }
+    }
+}
+
+/// What several calls cost, for the end of a run, a job and an item.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Calls made.
+    pub calls: u32,
+    /// Of which failed.
+    pub failed: u32,
+    /// Turns taken.
+    pub turns: u64,
+    /// What they cost.
+    pub cost_usd: f64,
+    /// Tokens used.
+    pub tokens: Tokens,
+}
+
+impl Totals {
+    /// Counts CALL.
+    pub fn add(&mut self, call: &Call) {
+        self.calls += 1;
+        self.failed += u32::from(call.verdict.kind.is_some());
+        self.turns += u64::from(call.num_turns);
+        self.cost_usd += call.cost_usd;
+        self.tokens.add(call.tokens);
+    }
+
+    /// Adds OTHER.
+    pub fn merge(&mut self, other: &Totals) {
+        self.calls += other.calls;
+        self.failed += other.failed;
+        self.turns += other.turns;
+        self.cost_usd += other.cost_usd;
+        self.tokens.add(other.tokens);
+    }
+
+    /// One line for people: `3 Claude calls, 12 turns, 45,1k tokens, $0.0387`.
+    pub fn line(&self) -> String {
+        let tokens = self.tokens.input
+            + self.tokens.output
+            + self.tokens.cache_read
+            + self.tokens.cache_creation;
+        format!(
+            "{} Claude call{}{}, {} turn{}, {tokens} tokens, ${:.4}",
+            self.calls,
+            if self.calls == 1 { "" } else { "s" },
+            if self.failed > 0 {
+                format!(" ({} failed)", self.failed)
+            } else {
+                String::new()
+            },
+            self.turns,
+            if self.turns == 1 { "" } else { "s" },
+            self.cost_usd
+        )
+    }
+}
+
+/// Asks PROGRAM (with its LEADING arguments) for its version: `--version`, answered within
+/// 20 seconds with exit code 0. It runs before the run's runtime starts, so it waits on the
+/// wall clock.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a blocking preflight check, before any paused clock exists"
+)]
+pub fn ask_version(program: &str, leading: &[String]) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut child = std::process::Command::new(program)
+        .args(leading)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < std::time::Duration::from_secs(20) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("no answer within 20 s".to_owned());
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        let _ = pipe.read_to_string(&mut out);
+    }
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_string(&mut err);
+    }
+    if status.success() {
+        Ok(out.trim().to_owned())
+    } else {
+        let detail = err.trim().lines().last().unwrap_or("").to_owned();
+        Err(match status.code() {
+            Some(code) if detail.is_empty() => format!("exit code {code}"),
+            Some(code) => format!("exit code {code}: {detail}"),
+            None => "ended by a signal".to_owned(),
+        })
+    }
+}
+
+static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Remembers the CLI's version (`claude --version`, asked once per run).
+pub fn remember_version(version: &str) {
+    let _ = VERSION.set(version.trim().to_owned());
+}
+
+/// The CLI's version, once asked.
+pub fn version() -> Option<&'static str> {
+    VERSION.get().map(String::as_str)
+}
+
+/// How a call ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// `None` for a success, else why it failed.
+    pub kind: Option<ErrorKind>,
+    /// The final text of a success; Claude's own message of a failure.
+    pub message: String,
+}
+
+fn classify_status(status: Option<u16>) -> Option<ErrorKind> {
+    Some(match status? {
+        401 | 403 => ErrorKind::Authentication,
+        402 => ErrorKind::Billing,
+        429 => ErrorKind::RateLimit,
+        529 => ErrorKind::Overloaded,
+        500..=599 => ErrorKind::ServerError,
+        400 | 404 | 413 | 422 => ErrorKind::InvalidRequest,
+        _ => return None,
+    })
+}
+
+/// `assistant.error` (and `api_retry.error`) as the CLI names it.
+fn classify_error(error: &str) -> Option<ErrorKind> {
+    Some(match error {
+        "authentication_failed" | "authentication_error" | "permission_error" => {
+            ErrorKind::Authentication
+        }
+        "billing_error" => ErrorKind::Billing,
+        "rate_limit" | "rate_limit_error" => ErrorKind::RateLimit,
+        "overloaded" | "overloaded_error" => ErrorKind::Overloaded,
+        "server_error" | "api_error" => ErrorKind::ServerError,
+        "invalid_request" | "invalid_request_error" | "not_found_error" => {
+            ErrorKind::InvalidRequest
+        }
+        _ => return None,
+    })
+}
+
+/// Whether the CLI's message says the API could not be reached.
+fn network_message(message: &str) -> bool {
+    let lower = message.to_lowercase();
+    [
+        "unable to connect",
+        "connection refused",
+        "connectionrefused",
+        "econnrefused",
+        "econnreset",
+        "enotfound",
+        "fetch failed",
+        "network error",
+        "socket hang up",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+}
+
+/// The argument of a tool call worth a line: its command, file, pattern or URL, on one line
+/// and at most 100 characters.
+fn tool_detail(input: Option<&Value>) -> String {
+    let Some(input) = input else {
+        return String::new();
+    };
+    let text = [
+        "command",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+        "description",
+    ]
+    .iter()
+    .find_map(|key| input.get(*key).and_then(Value::as_str))
+    .unwrap_or("");
+    let line = text.lines().next().unwrap_or("");
+    if line.chars().count() > 100 {
+        let cut: String = line.chars().take(99).collect();
+        format!("{cut}…")
+    } else if text.lines().nth(1).is_some() {
+        format!("{line} …")
+    } else {
+        line.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(lines: &[&str]) -> (Stream, Vec<Note>) {
+        let mut s = Stream::default();
+        let notes = lines.iter().flat_map(|l| s.feed(l)).collect();
+        (s, notes)
+    }
+
+    const INIT: &str =
+        r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m-1","tools":[]}"#;
+
+    #[test]
+    fn a_quoted_command_line_keeps_its_words_and_the_prompt_comes_last() {
+        let (program, args) = invocation(
+            "fix it",
+            Some(r#"claude --append-system-prompt "be terse""#),
+            &Settings::default(),
+        )
+        .unwrap();
+        assert_eq!(program, "claude");
+        assert_eq!(
+            args,
+            [
+                "--append-system-prompt",
+                "be terse",
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--dangerously-skip-permissions",
+                "--",
+                "fix it"
+            ]
+        );
+        assert_eq!(
+            invocation("x", Some(r#"claude "oops"#), &Settings::default()),
+            Err(BadCommand(r#"claude "oops"#.to_owned()))
+        );
+    }
+
+    #[test]
+    fn settings_become_options_and_a_permission_mode_replaces_skipping() {
+        let settings = Settings {
+            model: Some("sonnet".into()),
+            max_turns: Some(3),
+            allowed_tools: vec!["Bash(git *)".into(), "Edit".into()],
+            permission_mode: Some("acceptEdits".into()),
+            max_budget_usd: Some(0.5),
+            add_dirs: vec!["../lib".into()],
+            ..Settings::default()
+        };
+        let (_, args) = invocation("go", None, &settings).unwrap();
+        let joined = args.join(" ");
+        assert!(
+            joined.contains("--permission-mode acceptEdits --model sonnet --max-turns 3 --allowedTools Bash(git *),Edit --max-budget-usd 0.5 --add-dir ../lib -- go"),
+            "{joined}"
+        );
+        assert!(!joined.contains("--dangerously-skip-permissions"));
+    }
+
+    #[test]
+    fn a_clean_result_succeeds_with_the_final_text() {
+        let (s, notes) = stream(&[
+            INIT,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Looking."},{"type":"tool_use","name":"Bash","input":{"command":"cargo test\nmore"}}]}}"#,
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"ok"}]}}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]},"brand_new_field":1}"#,
+            r#"{"type":"something_new"}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.25,"usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":3}}"#,
+        ]);
+        assert_eq!(
+            notes.iter().map(Note::line).collect::<Vec<_>>(),
+            [
+                "claude session s-1 (m-1)",
+                "Looking.",
+                "→ Bash: cargo test …",
+                "Done."
+            ]
+        );
+        assert_eq!(
+            s.verdict(Some(0)),
+            Verdict {
+                kind: None,
+                message: "Done.".into()
+            }
+        );
+        let r = s.result.unwrap();
+        assert_eq!(
+            (r.num_turns, r.cost_usd, r.tokens.input, r.tokens.cache_read),
+            (2, 0.25, 10, 3)
+        );
+        assert_eq!(s.tool_calls, 1);
+    }
+
+    #[test]
+    fn an_unknown_slash_command_is_a_failure_though_the_cli_exits_0() {
+        let (s, _) = stream(&[
+            INIT,
+            r#"{"type":"result","subtype":"success","is_error":false,"num_turns":0,"result":"Unknown command: /nosuch"}"#,
+        ]);
+        let v = s.verdict(Some(0));
+        assert_eq!(v.kind, Some(ErrorKind::InvalidRequest));
+        assert_eq!(v.message, "Unknown command: /nosuch");
+    }
+
+    #[test]
+    fn a_missing_result_is_a_failure_even_after_exit_0() {
+        let (s, _) = stream(&[INIT, "not json at all"]);
+        assert_eq!(s.garbage, 1);
+        assert_eq!(s.verdict(Some(0)).kind, Some(ErrorKind::Unknown));
+        assert!(
+            s.verdict(None)
+                .message
+                .contains("ended before its `result`")
+        );
+    }
+
+    #[test]
+    fn each_failure_gets_its_kind() {
+        let result = |extra: &str| {
+            format!(
+                r#"{{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"boom"{extra}}}"#
+            )
+        };
+        let cases: [(&[&str], ErrorKind); 8] = [
+            (
+                &[&result(r#","api_error_status":401"#)],
+                ErrorKind::Authentication,
+            ),
+            (
+                &[&result(r#","api_error_status":429"#)],
+                ErrorKind::RateLimit,
+            ),
+            (
+                &[&result(r#","api_error_status":529"#)],
+                ErrorKind::Overloaded,
+            ),
+            (
+                &[&result(r#","api_error_status":503"#)],
+                ErrorKind::ServerError,
+            ),
+            (
+                &[
+                    r#"{"type":"assistant","error":"authentication_failed","message":{"content":[]}}"#,
+                    r#"{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"Not logged in · Please run /login"}"#,
+                ],
+                ErrorKind::Authentication,
+            ),
+            (
+                &[
+                    r#"{"type":"assistant","error":"server_error","message":{"content":[]}}"#,
+                    r#"{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"API Error: Unable to connect to API (ConnectionRefused)"}"#,
+                ],
+                ErrorKind::Network,
+            ),
+            (
+                &[
+                    r#"{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":3,"errors":["Reached maximum number of turns (2)"]}"#,
+                ],
+                ErrorKind::MaxTurns,
+            ),
+            (&[&result("")], ErrorKind::Unknown),
+        ];
+        for (lines, kind) in cases {
+            let (s, _) = stream(lines);
+            assert_eq!(s.verdict(Some(1)).kind, Some(kind), "{lines:?}");
+        }
+        let (s, _) = stream(&[
+            r#"{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":3,"errors":["Reached maximum number of turns (2)"]}"#,
+        ]);
+        assert_eq!(
+            s.verdict(Some(1)).message,
+            "Reached maximum number of turns (2)"
+        );
+    }
+
+    #[test]
+    fn an_api_retry_is_a_line_and_names_the_error() {
+        let (s, notes) = stream(&[
+            r#"{"type":"system","subtype":"api_retry","attempt":3,"max_retries":10,"retry_delay_ms":8123.4,"error_status":529,"error":"overloaded"}"#,
+        ]);
+        assert_eq!(notes[0].line(), "API retry 3/10: overloaded, next in 8s");
+        assert_eq!(s.api_retries, 1);
+        // Killed while retrying: the kind is the retried error's.
+        assert_eq!(s.verdict(None).kind, Some(ErrorKind::Overloaded));
+    }
+
+    #[test]
+    fn only_transient_kinds_are_retried_by_default() {
+        assert!(!ErrorKind::Authentication.retried_by_default());
+        assert!(!ErrorKind::Billing.retried_by_default());
+        assert!(!ErrorKind::InvalidRequest.retried_by_default());
+        assert!(ErrorKind::Overloaded.retried_by_default());
+        assert_eq!(
+            serde_json::to_string(&ErrorKind::RateLimit).unwrap(),
+            "\"rate_limit\""
+        );
+    }
+}
