@@ -21,8 +21,11 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   exit 3
 fi
 mkdir -p "$dir"
-if ! npm install --prefix "$dir" --cache "$target/claude-cli/npm-cache" --no-save \
-  --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@$version" >&2; then
+# npm's download cache is only needed during the install: the CLI is large, disks are not.
+cache=$(mktemp -d "$target/claude-cli/npm-cache.XXXXXX")
+trap 'rm -rf "$cache"' EXIT
+if ! npm install --prefix "$dir" --cache "$cache" --no-save --no-audit --no-fund \
+  --loglevel=error "@anthropic-ai/claude-code@$version" >&2; then
   echo "npm could not install @anthropic-ai/claude-code@$version" >&2
   exit 4
 fi
