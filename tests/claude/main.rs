@@ -521,6 +521,91 @@ fn run_cli(
     (stdout, stderr, code)
 }
 
+/// One HTTP/1.1 request to the fake API; the status code and the body.
+fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+#[test]
+fn fake_api_answers_every_kind_of_request() {
+    const TEST: &str = "claude::fake_api_answers_every_kind_of_request";
+    if !external::tool_available(TEST, "node", "nodejs") {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let (_server, port) = start_fake_api(scratch.path());
+    let tools = r#""tools":[{"name":"Bash","input_schema":{"type":"object"}}]"#;
+    let ask = |prompt: &str, stream: bool| {
+        format!(
+            r#"{{"model":"m","max_tokens":9,"stream":{stream},{tools},"messages":[{{"role":"user","content":[{{"type":"text","text":"{prompt}"}}]}}]}}"#
+        )
+    };
+
+    // Not streamed: one message.
+    let (status, body) = http(port, "POST", "/v1/messages?beta=true", &ask("hi", false));
+    assert_eq!(status, 200, "{body}");
+    let message: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["content"][0]["type"], "text");
+    assert_eq!(message["stop_reason"], "end_turn");
+
+    // Streamed: server-sent events in the Messages API's order, with a tool call.
+    let (status, body) = http(port, "POST", "/v1/messages", &ask("go scenario:tool", true));
+    assert_eq!(status, 200, "{body}");
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("event: "))
+        .collect();
+    assert_eq!(events.first().copied(), Some("message_start"), "{events:?}");
+    assert_eq!(events.last().copied(), Some("message_stop"), "{events:?}");
+    assert!(body.contains(r#""type":"tool_use""#), "{body}");
+    assert!(body.contains(r#""stop_reason":"tool_use""#), "{body}");
+
+    // Errors: the status and the Anthropic error body with its type.
+    for (scenario, code, kind) in [
+        ("401", 401, "authentication_error"),
+        ("429", 429, "rate_limit_error"),
+        ("500", 500, "api_error"),
+        ("529", 529, "overloaded_error"),
+    ] {
+        let prompt = format!("x scenario:{scenario}");
+        let (status, body) = http(port, "POST", "/v1/messages", &ask(&prompt, true));
+        assert_eq!(status, code, "{body}");
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["type"], "error");
+        assert_eq!(error["error"]["type"], kind);
+    }
+
+    // A side request offers no tools: a short text, whatever the prompt's scenario.
+    let side = r#"{"model":"small","max_tokens":9,"messages":[{"role":"user","content":"title for: scenario:401"}]}"#;
+    let (status, body) = http(port, "POST", "/v1/messages", side);
+    assert_eq!(status, 200, "{body}");
+    let message: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(message["content"][0]["type"], "text", "{body}");
+
+    // Everything else is answered harmlessly.
+    let (status, body) = http(port, "POST", "/v1/messages/count_tokens", "{}");
+    assert_eq!((status, body.contains("input_tokens")), (200, true));
+    assert_eq!(http(port, "GET", "/api/hello", "").0, 200);
+    assert_eq!(http(port, "POST", "/api/event_logging/batch", "{}").0, 200);
+}
+
 #[test]
 fn real_cli_matches_the_recordings() {
     let scratch = tempfile::tempdir().unwrap();
