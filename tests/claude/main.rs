@@ -1,0 +1,642 @@
+//! The Claude Code CLI as prodigy sees it: recorded transcripts, the replay stub that stands in
+//! for the CLI in tests, and a contract test that runs the real, pinned CLI against a fake
+//! Anthropic API and checks that what prodigy's stream parser relies on still holds.
+//!
+//! The transcripts in `tests/fixtures/claude/` are recorded by `tests/claude/record.sh`
+//! (CONTRIBUTING.md, "Claude Code transcripts"); the runs are listed in
+//! `tests/claude/scenarios.tsv`, shared by the recorder and the contract test.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "test helpers fail loudly, read fixtures directly and time real processes"
+)]
+
+#[path = "../support/external.rs"]
+mod external;
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixtures() -> PathBuf {
+    repo().join("tests/fixtures/claude")
+}
+
+fn replay_stub() -> PathBuf {
+    fixtures().join("replay")
+}
+
+/// One run of `tests/claude/scenarios.tsv`.
+#[derive(Debug)]
+struct Scenario {
+    name: String,
+    retries: String,
+    api_key: bool,
+    max_turns: Option<String>,
+    prompt: String,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    let text = fs::read_to_string(repo().join("tests/claude/scenarios.tsv")).unwrap();
+    let list: Vec<Scenario> = text
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert_eq!(
+                fields.len(),
+                5,
+                "scenarios.tsv: 5 tab-separated fields in {line:?}"
+            );
+            Scenario {
+                name: fields[0].to_owned(),
+                retries: fields[1].to_owned(),
+                api_key: match fields[2] {
+                    "yes" => true,
+                    "no" => false,
+                    other => panic!("scenarios.tsv: api-key is `yes` or `no`, not {other:?}"),
+                },
+                max_turns: (fields[3] != "-").then(|| fields[3].to_owned()),
+                prompt: fields[4].to_owned(),
+            }
+        })
+        .collect();
+    assert!(!list.is_empty(), "scenarios.tsv lists no scenario");
+    list
+}
+
+fn recorded_exit(name: &str) -> i32 {
+    let text = fs::read_to_string(fixtures().join(format!("{name}.exit"))).unwrap();
+    text.trim().parse().unwrap()
+}
+
+fn recorded_stderr(name: &str) -> Vec<u8> {
+    fs::read(fixtures().join(format!("{name}.stderr"))).unwrap_or_default()
+}
+
+fn recorded_stream(name: &str) -> Vec<u8> {
+    fs::read(fixtures().join(format!("{name}.jsonl"))).unwrap()
+}
+
+/// The replay stub with `args` and `env`, nothing of the caller's `CLAUDE_REPLAY*` inherited.
+fn replay(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(replay_stub());
+    command
+        .args(args)
+        .env_remove("CLAUDE_REPLAY")
+        .env_remove("CLAUDE_REPLAY_DELAY")
+        .env_remove("CLAUDE_REPLAY_ARGS");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8(stdout.to_vec())
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The recordings and the replay stub (no Node needed).
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn every_scenario_is_recorded_as_a_stream_that_ends_in_a_result() {
+    for scenario in scenarios() {
+        let name = &scenario.name;
+        let events = json_lines(&recorded_stream(name));
+        assert!(
+            events.len() >= 2,
+            "{name}: a transcript has at least init and result"
+        );
+        assert_eq!(events[0]["type"], "system", "{name}: first event");
+        assert_eq!(events[0]["subtype"], "init", "{name}: first event");
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "result", "{name}: last event");
+        let code = recorded_exit(name);
+        assert_eq!(
+            code != 0,
+            last["is_error"] == true,
+            "{name}: exit {code} and is_error {} disagree",
+            last["is_error"]
+        );
+    }
+}
+
+#[test]
+fn the_recorded_version_is_the_pinned_one() {
+    let pinned = fs::read_to_string(repo().join("tests/claude/VERSION")).unwrap();
+    let recorded = fs::read_to_string(fixtures().join("VERSION.txt")).unwrap();
+    assert!(
+        recorded.starts_with(&format!("{} ", pinned.trim())),
+        "VERSION.txt says {recorded:?} but tests/claude/VERSION pins {pinned:?}: re-record"
+    );
+    let out = replay(&["--version"], &[]);
+    assert!(out.status.success());
+    assert_eq!(out.stdout, recorded.as_bytes());
+}
+
+#[test]
+fn replay_stub_replays_every_fixture_byte_for_byte() {
+    for scenario in scenarios() {
+        let name = &scenario.name;
+        let out = replay(&["-p", "anything"], &[("CLAUDE_REPLAY", name)]);
+        assert_eq!(out.stdout, recorded_stream(name), "{name}: stdout");
+        assert_eq!(out.stderr, recorded_stderr(name), "{name}: stderr");
+        assert_eq!(
+            out.status.code(),
+            Some(recorded_exit(name)),
+            "{name}: exit code"
+        );
+    }
+}
+
+#[test]
+fn replay_stub_picks_the_transcript_from_the_prompt() {
+    let cases = [
+        ("Reply briefly.", "ok"),
+        ("Fix it scenario:429 now", "429"),
+        ("scenario:ok\nthen scenario:maxturns", "maxturns"),
+        ("/nosuch", "unknown-command"),
+        ("/nosuch with arguments", "unknown-command"),
+        ("/src/main.rs is broken", "ok"),
+    ];
+    for (prompt, name) in cases {
+        let out = replay(&["-p", "--verbose", prompt], &[]);
+        assert_eq!(
+            out.stdout,
+            recorded_stream(name),
+            "{prompt:?} replays {name}"
+        );
+        assert_eq!(out.status.code(), Some(recorded_exit(name)), "{prompt:?}");
+    }
+
+    // `CLAUDE_REPLAY` wins over the prompt, as a name or as a path.
+    let out = replay(&["scenario:ok"], &[("CLAUDE_REPLAY", "401")]);
+    assert_eq!(out.stdout, recorded_stream("401"));
+    assert_eq!(out.status.code(), Some(recorded_exit("401")));
+    let path = fixtures().join("tool.jsonl");
+    let out = replay(
+        &["scenario:ok"],
+        &[("CLAUDE_REPLAY", path.to_str().unwrap())],
+    );
+    assert_eq!(out.stdout, recorded_stream("tool"));
+}
+
+#[test]
+fn replay_stub_says_which_transcript_is_missing() {
+    let out = replay(&["scenario:nosuchscenario"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("no transcript at") && stderr.contains("nosuchscenario.jsonl"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn replay_stub_echo_sends_back_the_prompt_as_valid_json() {
+    let prompt = "Say \"hi\" to C:\\temp\\ and \\n stays\nsecond line\twith a tab é scenario:echo";
+    let out = replay(&["-p", "--output-format", "stream-json", prompt], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let events = json_lines(&out.stdout);
+    let kinds: Vec<(Value, Value)> = events
+        .iter()
+        .map(|e| (e["type"].clone(), e["subtype"].clone()))
+        .collect();
+    let ok_kinds: Vec<(Value, Value)> = json_lines(&recorded_stream("ok"))
+        .iter()
+        .map(|e| (e["type"].clone(), e["subtype"].clone()))
+        .collect();
+    assert_eq!(kinds, ok_kinds, "an `ok`-shaped stream");
+    let expected = format!("claude: {prompt}");
+    let assistant = events.iter().find(|e| e["type"] == "assistant").unwrap();
+    assert_eq!(
+        assistant["message"]["content"][0]["text"],
+        expected.as_str()
+    );
+    let result = events.last().unwrap();
+    assert_eq!(result["result"], expected.as_str());
+    assert_eq!(result["is_error"], false);
+}
+
+#[test]
+fn replay_stub_appends_each_argument_list_to_claude_replay_args() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("args");
+    let log_str = log.to_str().unwrap();
+    let env = [("CLAUDE_REPLAY_ARGS", log_str)];
+    replay(&["--version"], &env);
+    let out = replay(&["-p", "--max-turns", "2", "two words\nand a line"], &env);
+    assert!(out.status.success());
+    assert_eq!(
+        fs::read_to_string(&log).unwrap(),
+        "--version\n\n-p\n--max-turns\n2\ntwo words\nand a line\n\n"
+    );
+}
+
+#[test]
+fn replay_stub_waits_between_lines_when_asked() {
+    let started = Instant::now();
+    let out = replay(&["scenario:tool"], &[("CLAUDE_REPLAY_DELAY", "0.1")]);
+    let elapsed = started.elapsed();
+    assert_eq!(
+        out.stdout,
+        recorded_stream("tool"),
+        "the same bytes, only slower"
+    );
+    let gaps = json_lines(&out.stdout).len() - 1;
+    let gaps = u32::try_from(gaps).unwrap();
+    assert!(
+        elapsed >= Duration::from_millis(100) * gaps,
+        "{gaps} pauses of 0.1 s took only {elapsed:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The contract: the real CLI against the fake API, compared with the recordings.
+// ---------------------------------------------------------------------------------------------
+
+const TEST: &str = "claude::real_cli_matches_the_recordings";
+/// Installing the CLI: a download of some 80 MB.
+const INSTALL_TIMEOUT: Duration = Duration::from_mins(10);
+/// One CLI run; the slowest scenario (two retries) takes a few seconds.
+const RUN_TIMEOUT: Duration = Duration::from_mins(2);
+
+/// What prodigy's parser relies on in one stream: each event's `type` and `subtype`, the
+/// assistant's `error`, the retries' status, and the result's outcome.
+fn contract(stream: &[u8], exit: Option<i32>) -> Vec<String> {
+    let mut facts = Vec::new();
+    for (index, line) in String::from_utf8_lossy(stream).lines().enumerate() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            facts.push(format!("line {}: not JSON: {line}", index + 1));
+            continue;
+        };
+        let mut fact = format!("{} {}", event["type"], event["subtype"]);
+        let fields: &[&str] = match event["type"].as_str() {
+            Some("assistant") => &["error"],
+            Some("system") if event["subtype"] == "api_retry" => {
+                &["attempt", "max_retries", "error_status", "error"]
+            }
+            Some("result") => &["is_error", "api_error_status", "num_turns"],
+            _ => &[],
+        };
+        for field in fields {
+            let _ = write!(fact, " {field}={}", event[*field]);
+        }
+        facts.push(fact);
+    }
+    facts.push(format!("exit {exit:?}"));
+    facts
+}
+
+/// Kills the process group it leads when dropped, on every path out of the test.
+struct Guard {
+    child: Child,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        kill_group(&mut self.child);
+    }
+}
+
+fn kill_group(child: &mut Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Waits for `child` at most `limit`; past it, kills its process group and returns `None`.
+fn wait_bounded(child: Child, limit: Duration) -> Option<ExitStatus> {
+    let mut guard = Guard { child };
+    let started = Instant::now();
+    loop {
+        if let Some(status) = guard.child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if started.elapsed() > limit {
+            return None; // the guard kills the group
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_run_past_its_time_is_killed_with_its_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"sleep 30 & echo $! > "$1"; wait"#)
+        .arg("sh")
+        .arg(&pid_file)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n')) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the shell did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(wait_bounded(child, Duration::from_millis(200)), None);
+    let grandchild: i32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let gone = || {
+        let stat = fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for its new parent to reap it.
+        stat.is_empty()
+            || stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    };
+    while !gone() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the background `sleep` {grandchild} outlived its killed group"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Installs the pinned CLI (`tests/claude/install.sh`) and returns its path, or `None` after
+/// a skip line. A missing Node fails under `CI=true`; an unreachable registry skips.
+fn install_cli(scratch: &Path) -> Option<PathBuf> {
+    for (program, package) in [("node", "nodejs"), ("npm", "npm")] {
+        if !external::tool_available(TEST, program, package) {
+            return None;
+        }
+    }
+    let out_path = scratch.join("install.out");
+    let err_path = scratch.join("install.err");
+    let child = Command::new("sh")
+        .arg(repo().join("tests/claude/install.sh"))
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out_path).unwrap())
+        .stderr(fs::File::create(&err_path).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let status = wait_bounded(child, INSTALL_TIMEOUT);
+    let stderr = fs::read_to_string(&err_path).unwrap_or_default();
+    match status.and_then(|s| s.code()) {
+        Some(0) => Some(PathBuf::from(fs::read_to_string(&out_path).unwrap().trim())),
+        Some(3) => {
+            external::missing_tool(TEST, "npm", "npm");
+            None
+        }
+        Some(4) => {
+            external::skip_line(
+                TEST,
+                &format!(
+                    "npm could not install the pinned Claude Code CLI (is the registry \
+                     reachable?), skipped: {}",
+                    stderr.trim()
+                ),
+            );
+            None
+        }
+        other => panic!("tests/claude/install.sh ended with {other:?}: {stderr}"),
+    }
+}
+
+/// Starts `tests/claude/fake-api.mjs` on loopback and returns it with its port.
+fn start_fake_api(scratch: &Path) -> (Guard, u16) {
+    let mut child = Command::new("node")
+        .arg(repo().join("tests/claude/fake-api.mjs"))
+        .arg("--log")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(scratch.join("fake-api.log")).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let guard = Guard { child };
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = send.send(line);
+    });
+    let line = receive
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the fake API did not say `listening PORT` within 20 s");
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("the fake API's first line is {line:?}"));
+    (guard, port)
+}
+
+/// Runs the CLI once for `scenario`, as `tests/claude/record.sh` does.
+fn run_cli(
+    claude: &Path,
+    port: u16,
+    scenario: &Scenario,
+    scratch: &Path,
+) -> (Vec<u8>, String, Option<i32>) {
+    let home = scratch.join(&scenario.name).join("home");
+    let project = home.join("project");
+    fs::create_dir_all(&project).unwrap();
+    let mut command = Command::new(claude);
+    command.args([
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--dangerously-skip-permissions",
+    ]);
+    if let Some(turns) = &scenario.max_turns {
+        command.args(["--max-turns", turns]);
+    }
+    command.arg(&scenario.prompt);
+    for (key, _) in std::env::vars_os() {
+        let key_str = key.to_string_lossy();
+        if key_str.starts_with("ANTHROPIC_") || key_str.starts_with("CLAUDE_") {
+            command.env_remove(&key);
+        }
+    }
+    command
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("IS_SANDBOX", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", &scenario.retries)
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    if scenario.api_key {
+        command.env("ANTHROPIC_API_KEY", "dummy");
+    }
+    let out_path = scratch.join(format!("{}.out", scenario.name));
+    let err_path = scratch.join(format!("{}.err", scenario.name));
+    let child = command
+        .current_dir(&project)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out_path).unwrap())
+        .stderr(fs::File::create(&err_path).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let status = wait_bounded(child, RUN_TIMEOUT);
+    let stdout = fs::read(&out_path).unwrap();
+    let mut stderr = fs::read_to_string(&err_path).unwrap();
+    let code = if let Some(status) = status {
+        status.code()
+    } else {
+        let _ = write!(stderr, "\n(killed after {RUN_TIMEOUT:?})");
+        None
+    };
+    (stdout, stderr, code)
+}
+
+/// One HTTP/1.1 request to the fake API; the status code and the body.
+fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+#[test]
+fn fake_api_answers_every_kind_of_request() {
+    const TEST: &str = "claude::fake_api_answers_every_kind_of_request";
+    if !external::tool_available(TEST, "node", "nodejs") {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let (_server, port) = start_fake_api(scratch.path());
+    let tools = r#""tools":[{"name":"Bash","input_schema":{"type":"object"}}]"#;
+    let ask = |prompt: &str, stream: bool| {
+        format!(
+            r#"{{"model":"m","max_tokens":9,"stream":{stream},{tools},"messages":[{{"role":"user","content":[{{"type":"text","text":"{prompt}"}}]}}]}}"#
+        )
+    };
+
+    // Not streamed: one message.
+    let (status, body) = http(port, "POST", "/v1/messages?beta=true", &ask("hi", false));
+    assert_eq!(status, 200, "{body}");
+    let message: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["content"][0]["type"], "text");
+    assert_eq!(message["stop_reason"], "end_turn");
+
+    // Streamed: server-sent events in the Messages API's order, with a tool call.
+    let (status, body) = http(port, "POST", "/v1/messages", &ask("go scenario:tool", true));
+    assert_eq!(status, 200, "{body}");
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("event: "))
+        .collect();
+    assert_eq!(events.first().copied(), Some("message_start"), "{events:?}");
+    assert_eq!(events.last().copied(), Some("message_stop"), "{events:?}");
+    assert!(body.contains(r#""type":"tool_use""#), "{body}");
+    assert!(body.contains(r#""stop_reason":"tool_use""#), "{body}");
+
+    // Errors: the status and the Anthropic error body with its type.
+    for (scenario, code, kind) in [
+        ("401", 401, "authentication_error"),
+        ("429", 429, "rate_limit_error"),
+        ("500", 500, "api_error"),
+        ("529", 529, "overloaded_error"),
+    ] {
+        let prompt = format!("x scenario:{scenario}");
+        let (status, body) = http(port, "POST", "/v1/messages", &ask(&prompt, true));
+        assert_eq!(status, code, "{body}");
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["type"], "error");
+        assert_eq!(error["error"]["type"], kind);
+    }
+
+    // A side request offers no tools: a short text, whatever the prompt's scenario.
+    let side = r#"{"model":"small","max_tokens":9,"messages":[{"role":"user","content":"title for: scenario:401"}]}"#;
+    let (status, body) = http(port, "POST", "/v1/messages", side);
+    assert_eq!(status, 200, "{body}");
+    let message: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(message["content"][0]["type"], "text", "{body}");
+
+    // Everything else is answered harmlessly.
+    let (status, body) = http(port, "POST", "/v1/messages/count_tokens", "{}");
+    assert_eq!((status, body.contains("input_tokens")), (200, true));
+    assert_eq!(http(port, "GET", "/api/hello", "").0, 200);
+    assert_eq!(http(port, "POST", "/api/event_logging/batch", "{}").0, 200);
+}
+
+#[test]
+fn real_cli_matches_the_recordings() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(claude) = install_cli(scratch.path()) else {
+        return;
+    };
+    let (_server, port) = start_fake_api(scratch.path());
+    let mut report = String::new();
+    for scenario in scenarios() {
+        let (stdout, stderr, code) = run_cli(&claude, port, &scenario, scratch.path());
+        let expected = contract(
+            &recorded_stream(&scenario.name),
+            Some(recorded_exit(&scenario.name)),
+        );
+        let actual = contract(&stdout, code);
+        if expected != actual {
+            let _ = writeln!(
+                report,
+                "== {}: recorded\n  {}\nnow\n  {}\nstderr: {}",
+                scenario.name,
+                expected.join("\n  "),
+                actual.join("\n  "),
+                stderr.trim()
+            );
+        }
+    }
+    let log = fs::read_to_string(scratch.path().join("fake-api.log")).unwrap_or_default();
+    assert!(
+        report.is_empty(),
+        "the Claude Code CLI no longer behaves as recorded in tests/fixtures/claude \
+         (re-record with tests/claude/record.sh and check prodigy's parser):\n{report}\
+         \nrequests the fake API saw:\n{log}"
+    );
+}
