@@ -10,6 +10,7 @@ pub mod job;
 pub mod jobstore;
 pub mod machine;
 pub mod mapreduce;
+pub mod paths;
 pub mod progress;
 pub mod runner;
 pub mod store;

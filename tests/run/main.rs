@@ -1064,6 +1064,8 @@ fn missing_claude_stops_before_the_first_step() {
 mod examples;
 mod friction;
 mod mapreduce;
+mod paths;
+mod secrets;
 mod variables;
 mod worktree;
 
