@@ -89,8 +89,6 @@ pub fn inside(root: &Path, base: &Path, path: &str) -> Result<PathBuf, PathError
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
-
     use super::*;
 
     fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {

@@ -111,7 +111,7 @@ impl Secrets {
         if self.0.is_empty() {
             return value;
         }
-        self.map_json(value, &|s| self.mask(s))
+        map_json(value, &|s| self.mask(s))
     }
 
     /// TEXT with every secret value replaced by its key between [`SEAL_OPEN`] and
@@ -175,27 +175,26 @@ impl Secrets {
 
     /// [`Secrets::seal`] over every string and every object key of a JSON value.
     pub fn seal_json(&self, value: Value) -> Value {
-        self.map_json(value, &|s| self.seal(s))
+        map_json(value, &|s| self.seal(s))
     }
 
     /// [`Secrets::unseal`] over every string and every object key of a JSON value.
     pub fn unseal_json(&self, value: Value) -> Value {
-        self.map_json(value, &|s| self.unseal(s))
+        map_json(value, &|s| self.unseal(s))
     }
+}
 
-    fn map_json(&self, value: Value, f: &dyn Fn(&str) -> String) -> Value {
-        match value {
-            Value::String(s) => Value::String(f(&s)),
-            Value::Array(items) => {
-                Value::Array(items.into_iter().map(|v| self.map_json(v, f)).collect())
-            }
-            Value::Object(map) => Value::Object(
-                map.into_iter()
-                    .map(|(k, v)| (f(&k), self.map_json(v, f)))
-                    .collect(),
-            ),
-            other => other,
-        }
+/// VALUE with F applied to every string and every object key.
+fn map_json(value: Value, f: &dyn Fn(&str) -> String) -> Value {
+    match value {
+        Value::String(s) => Value::String(f(&s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| map_json(v, f)).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (f(&k), map_json(v, f)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
