@@ -1165,7 +1165,7 @@ pub(crate) async fn start(
         .await
         .map_err(|e| fail(exit_code::PROBLEMS)(&e))?;
     if let Some(saved) = saved {
-        restore(&mut vars, saved);
+        restore(&mut vars, &runner.unseal(saved.clone()));
     }
     Ok(Started { runner, vars, lock })
 }

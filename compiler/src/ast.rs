@@ -323,8 +323,9 @@ pub struct WriteFile {
     pub content: Template,
     /// `text`, `json` or `yaml`.
     pub format: WriteFormat,
-    /// Permission bits.
-    pub mode: u32,
+    /// Permission bits; without them a new file gets the umask's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
     /// Create missing parent directories.
     pub create_dirs: bool,
 }

@@ -461,7 +461,11 @@ impl Checker<'_> {
                         self.template(&nested, scope, false);
                     }
                     let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
-                    if shell && exists && !escaped && !quote.single && untrusted(&var.path, scope) {
+                    // Single quotes protect nothing: a `'` in the text ends them (and
+                    // `|shell`'s own quotes, inside them, unquote the text).
+                    if shell && exists && quote.single && untrusted(&var.path, scope) {
+                        self.single_quoted(&var.path, span, scope);
+                    } else if shell && exists && !escaped && untrusted(&var.path, scope) {
                         self.unquoted(&var.path, span, scope);
                         // Outside double quotes `|shell` makes the text one quoted word;
                         // inside them its quotes would become part of the text.
@@ -484,19 +488,44 @@ impl Checker<'_> {
         }
     }
 
-    fn unquoted(&mut self, path: &Path, span: Span, scope: &Scope) {
-        // The exported variable, unless another name takes it (the runtime gives it to that
-        // name, and none of this variable's): a variable the workflow defines under exactly
-        // that name (an `env` entry, a secret, a capture spelled in upper case), or one of
-        // the environment's own (`PATH`).
-        let exported = exported_name(path).filter(|name| {
+    /// The exported variable that holds exactly PATH's text, unless another name takes it
+    /// (the runtime gives it to that name, and none of this variable's): a variable the
+    /// workflow defines under exactly that name (an `env` entry, a secret, a capture spelled
+    /// in upper case), or one of the environment's own (`PATH`).
+    fn exported(path: &Path, scope: &Scope) -> Option<String> {
+        exported_name(path).filter(|name| {
             let root = export_root(&path.root);
             !RESERVED_ENV.contains(&name.as_str())
                 && !scope
                     .names
                     .keys()
                     .any(|other| *other != path.root && Some(other) == root.as_ref())
-        });
+        })
+    }
+
+    /// W006 for a reference inside single quotes, which end at the first `'` of the text.
+    fn single_quoted(&mut self, path: &Path, span: Span, scope: &Scope) {
+        let help = match Self::exported(path, scope) {
+            Some(name) => {
+                format!("use the exported variable outside the single quotes: \"${name}\"")
+            }
+            None => format!("close the single quotes before it and write `${{{path}|shell}}`"),
+        };
+        self.diagnostics.push(
+            Diagnostic::new(
+                Code::UnquotedInterpolation,
+                format!("`${{{path}}}` is spliced into a shell command inside single quotes"),
+            )
+            .with_primary(
+                span,
+                "untrusted text: a `'` in it ends the quotes and the rest runs as shell syntax",
+            )
+            .with_help(help),
+        );
+    }
+
+    fn unquoted(&mut self, path: &Path, span: Span, scope: &Scope) {
+        let exported = Self::exported(path, scope);
         self.diagnostics.push(
             Diagnostic::new(
                 Code::UnquotedInterpolation,
@@ -1106,7 +1135,16 @@ mod tests {
             [Code::UnquotedInterpolation]
         );
         assert_eq!(codes(&agent("\"rm ${item.f|shell}\"")), []);
-        assert_eq!(codes(&agent("\"rm '${item.f}'\"")), []);
+        // Single quotes end at the first `'` of the text: no protection.
+        assert_eq!(
+            codes(&agent("\"rm '${item.f}'\"")),
+            [Code::UnquotedInterpolation]
+        );
+        assert_eq!(
+            codes(&agent("\"rm '${item.f|shell}'\"")),
+            [Code::UnquotedInterpolation]
+        );
+        assert_eq!(codes(&agent("\"rm '${item_index}'\"")), []);
         assert_eq!(codes(&agent("\"echo ${item_index}\"")), []);
     }
 
@@ -1174,6 +1212,25 @@ mod tests {
         assert_eq!(
             w006_help("- shell: cat x\n  capture: path\n- shell: echo ${path}\n"),
             ["write `${path|shell}`"]
+        );
+    }
+
+    #[test]
+    fn w006_inside_single_quotes_suggests_the_exported_variable() {
+        let agent = |cmd: &str| mapreduce(&format!("shell: \"{cmd}\""), "shell: 'true'");
+        assert_eq!(
+            w006_help(&agent("echo '${item.x}'")),
+            ["use the exported variable outside the single quotes: \"$ITEM__X\""]
+        );
+        assert_eq!(
+            w006_help(&agent("echo 'id: ${item.fileName} ok'")),
+            ["close the single quotes before it and write `${item.fileName|shell}`"]
+        );
+        // A `'` inside double quotes is no quote; a reference after closed quotes is plain.
+        assert_eq!(
+            w006_help(&agent("echo \\\"it's ${item.x}\\\"")).len(),
+            1,
+            "double-quoted: the usual help"
         );
     }
 

@@ -434,14 +434,16 @@ async fn terminate(
     child.wait().await.ok()
 }
 
-/// `write_file`: the path must stay inside `cwd`; JSON and YAML are validated (JSON is
-/// pretty-printed); `mode` sets the permission bits.
+/// `write_file`: PATH, relative to `cwd`, must stay inside ROOT (the project) once its links
+/// are followed ([`crate::paths::inside`]); JSON and YAML are validated (JSON is
+/// pretty-printed); `mode` sets the permission bits, else a new file gets the umask's.
 pub fn write_file(
+    root: &Path,
     cwd: &Path,
     path: &str,
     content: &str,
     format: prodigy_compiler::ast::WriteFormat,
-    mode: u32,
+    mode: Option<u32>,
     create_dirs: bool,
 ) -> Output {
     use prodigy_compiler::ast::WriteFormat;
@@ -475,7 +477,12 @@ pub fn write_file(
                 .map_or_else(String::new, |root| to_yaml(&root.to_json()))
         }
     };
-    let target = cwd.join(relative);
+    // Resolved before anything is made, and written at the real place, so that no link
+    // leads the write (or the `chmod`) out of the project.
+    let target = match crate::paths::inside(root, cwd, path) {
+        Ok(target) => target,
+        Err(e) => return Output::error(format!("`write_file`: {e}")),
+    };
     if create_dirs
         && let Some(parent) = target.parent()
         && let Err(e) = std::fs::create_dir_all(parent)
@@ -485,9 +492,11 @@ pub fn write_file(
     if let Err(e) = std::fs::write(&target, &text) {
         return Output::error(format!("cannot write `{path}`: {e}"));
     }
-    {
+    if let Some(mode) = mode {
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode));
+        if let Err(e) = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode)) {
+            return Output::error(format!("cannot set the mode of `{path}`: {e}"));
+        }
     }
     Output {
         stdout: format!("Wrote {} bytes to {path}\n", text.len()),

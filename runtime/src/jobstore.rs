@@ -13,6 +13,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -85,7 +86,7 @@ pub struct JobCheckpoint {
     pub last_checkpoint_at: String,
     /// The next `reduce` step, in the reduce phase.
     pub reduce_next_step: usize,
-    /// Variables after setup (and during reduce, after each step), secrets masked.
+    /// Variables after setup (and during reduce, after each step), each secret value sealed.
     pub variables: Value,
     /// `--param` values.
     pub params: Vec<(String, String)>,
@@ -243,11 +244,12 @@ impl JobFiles {
     pub fn append(&mut self, record: &ItemRecord) -> Result<(), JobStoreError> {
         let path = self.dir.join("results.jsonl");
         if self.journal.is_none() {
-            std::fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
+            crate::store::private_dir(&self.dir).map_err(Self::io(&self.dir))?;
             let mut file = OpenOptions::new()
                 .create(true)
                 .read(true)
                 .append(true)
+                .mode(crate::store::PRIVATE_FILE)
                 .open(&path)
                 .map_err(Self::io(&path))?;
             // A line torn by a crash gets its end, so the next record stands on its own line.

@@ -12,6 +12,7 @@ pub mod jobstore;
 pub mod logs;
 pub mod machine;
 pub mod mapreduce;
+pub mod paths;
 pub mod progress;
 pub mod runner;
 pub mod store;

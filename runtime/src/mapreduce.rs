@@ -586,7 +586,7 @@ async fn merge_back(
                     log: None,
                 });
                 let left = crate::worktree::changes(&worktree.path).await;
-                run.artifacts = Some(artifacts(&worktree, &left, Some(logs)));
+                run.artifacts = Some(artifacts(runner, &worktree, &left, Some(logs)));
                 return;
             }
         }
@@ -596,14 +596,16 @@ async fn merge_back(
     let kept = committed || !left.is_empty();
     if kept && run.end != RunEnd::Cancelled {
         let logs = run.failure.as_ref().map(|f| f.message.clone());
-        run.artifacts = Some(artifacts(&worktree, &left, logs));
+        run.artifacts = Some(artifacts(runner, &worktree, &left, logs));
     } else if !kept {
         runner.agent_worktrees.release(worktree);
     }
 }
 
-/// The DLQ's record of a kept agent worktree, with its uncommitted CHANGES.
+/// The DLQ's record of a kept agent worktree, with its uncommitted CHANGES; secrets masked
+/// (a file name or git's message may hold one).
 fn artifacts(
+    runner: &Runner,
     worktree: &AgentWorktree,
     changes: &[String],
     error_logs: Option<String>,
@@ -611,8 +613,10 @@ fn artifacts(
     WorktreeArtifacts {
         worktree_path: worktree.path.clone(),
         branch_name: worktree.branch.clone(),
-        uncommitted_changes: (!changes.is_empty()).then(|| changes.join("\n")),
-        error_logs: error_logs.filter(|l| !l.is_empty()),
+        uncommitted_changes: (!changes.is_empty()).then(|| runner.mask(&changes.join("\n"))),
+        error_logs: error_logs
+            .filter(|l| !l.is_empty())
+            .map(|l| runner.mask(&l)),
     }
 }
 
@@ -812,7 +816,7 @@ impl<'a> MapJob<'a> {
             values.remove("map");
             self.cp.variables = self
                 .runner
-                .mask_json(json!({"values": values, "meta": vars.meta}));
+                .seal_json(json!({"values": values, "meta": vars.meta}));
         }
         self.cp.last_checkpoint_at = crate::store::timestamp();
         // The DLQ's index catches up with its items at every checkpoint.

@@ -350,13 +350,21 @@ impl Runner {
         lock(&self.secrets).mask(text)
     }
 
-    pub(crate) fn mask_json(&self, value: Value) -> Value {
-        lock(&self.secrets).mask_json(value)
+    /// Registers the secret NAME: it is masked in everything the run prints and writes.
+    fn add_secret(&self, name: &str, value: &str) {
+        lock(&self.secrets).add(name, value);
     }
 
-    /// Registers a secret: it is masked in everything the run prints and writes.
-    fn add_secret(&self, value: &str) {
-        lock(&self.secrets).add(value);
+    /// Variables as a checkpoint keeps them: whole, with each secret value replaced by its
+    /// name, so that the secret never reaches the disk and [`Runner::unseal`] brings back
+    /// exactly what was captured (`Bearer ${TOKEN}` stays usable after a resume).
+    pub(crate) fn seal_json(&self, value: Value) -> Value {
+        lock(&self.secrets).seal_json(value)
+    }
+
+    /// Variables a checkpoint kept, with the secrets of this run put back in place.
+    pub fn unseal(&self, value: Value) -> Value {
+        lock(&self.secrets).unseal_json(value)
     }
 
     /// Records an event; inside a map agent it carries the agent's and the item's ids.
@@ -487,7 +495,7 @@ impl Runner {
                         })?
                 }
             };
-            self.add_secret(&value);
+            self.add_secret(&secret.name.value, &value);
             secrets.push((secret.name.value.clone(), value));
         }
         for var in &self.plan.env {
@@ -567,7 +575,7 @@ impl Runner {
             EnvValue::Static(t) => Value::String(render(t, vars)?),
             EnvValue::Masked(t) => {
                 let text = render(t, vars)?;
-                self.add_secret(&text);
+                self.add_secret(name, &text);
                 Value::String(text)
             }
             EnvValue::Dynamic { .. } if dry => return Ok(None),
@@ -754,8 +762,7 @@ impl Runner {
             workflow_hash: self.opts.workflow_hash.clone(),
             next_step,
             status: status.to_owned(),
-            variables: lock(&self.secrets)
-                .mask_json(json!({"values": vars.values, "meta": vars.meta})),
+            variables: self.seal_json(json!({"values": vars.values, "meta": vars.meta})),
             params: self.opts.params.clone(),
             args: self.opts.args.clone(),
             profile: self.opts.profile.clone(),
@@ -1511,7 +1518,11 @@ impl Runner {
             .render(vars)
             .map_err(|e| format!("`output_file`: {e}"))
             .and_then(|file| {
-                let path = self.workdir().join(&file);
+                // Never outside the project, however the rendered path is spelled or
+                // whatever links it passes.
+                let root = self.workdir();
+                let path = crate::paths::inside(&root, &root, &file)
+                    .map_err(|e| format!("`output_file`: {e}"))?;
                 std::fs::write(&path, self.mask(&output.stdout))
                     .map_err(|e| format!("`output_file`: cannot write `{}`: {e}", path.display()))
             });
@@ -1536,7 +1547,16 @@ impl Runner {
                     };
                 match self.cwd(step, vars) {
                     Ok(cwd) => {
-                        exec::write_file(&cwd, &path, &content, w.format, w.mode, w.create_dirs)
+                        let root = self.workdir();
+                        exec::write_file(
+                            &root,
+                            &cwd,
+                            &path,
+                            &content,
+                            w.format,
+                            w.mode,
+                            w.create_dirs,
+                        )
                     }
                     Err(e) => Output::error(e),
                 }

@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -147,12 +148,16 @@ impl EventLog {
     /// Opens `events-{timestamp}.jsonl` for a job (a session id for standard runs).
     pub fn open(layout: &Layout, job: &str) -> std::io::Result<Self> {
         let dir = layout.events_dir(job);
-        std::fs::create_dir_all(&dir)?;
+        private_dir(&dir)?;
         let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
             .to_string()
             .replace(':', "");
         let path = dir.join(format!("events-{stamp}.jsonl"));
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(PRIVATE_FILE)
+            .open(&path)?;
         Ok(EventLog {
             file: Some(file),
             job: job.to_owned(),
@@ -188,13 +193,28 @@ impl EventLog {
     }
 }
 
-/// Writes a file atomically: a temporary file in the same directory, fsync, rename, fsync
-/// of the directory.
+/// The mode of every file prodigy keeps under `$PRODIGY_HOME`: they hold item data, outputs
+/// and variables, so only their owner reads them.
+pub const PRIVATE_FILE: u32 = 0o600;
+
+/// The mode of every directory prodigy makes under `$PRODIGY_HOME`.
+pub const PRIVATE_DIR: u32 = 0o700;
+
+/// Makes DIR and the directories above it that are missing, readable by their owner only.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR)
+        .create(dir)
+}
+
+/// Writes a file atomically (a temporary file in the same directory, fsync, rename, fsync
+/// of the directory), readable by its owner only.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     // Unique per process and per write, so concurrent writers never share a temporary file.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    std::fs::create_dir_all(dir)?;
+    private_dir(dir)?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}-{}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
@@ -202,7 +222,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     {
-        let mut file = File::create(&tmp)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(PRIVATE_FILE)
+            .open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
     }
@@ -227,7 +252,7 @@ pub struct Checkpoint {
     pub next_step: usize,
     /// `running`, `completed`, `failed`, `interrupted`.
     pub status: String,
-    /// Variables captured so far (secrets masked).
+    /// Variables captured so far, each secret value sealed (replaced by its name).
     pub variables: Value,
     /// `--param` values.
     pub params: Vec<(String, String)>,
@@ -301,8 +326,7 @@ impl SessionLock {
     /// message when another process holds it.
     pub fn acquire_in(dir: &Path, what: &str) -> Result<Self, String> {
         use std::os::unix::fs::MetadataExt as _;
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+        private_dir(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
         let path = dir.join("lock");
         let cannot = |e: std::io::Error| format!("cannot lock `{}`: {e}", path.display());
         // A holder that lets go removes the file: the lock taken on the removed file's inode
@@ -313,6 +337,7 @@ impl SessionLock {
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .mode(PRIVATE_FILE)
                 .open(&path)
                 .map_err(cannot)?;
             match file.try_lock() {

@@ -47,24 +47,58 @@ pub struct CommandOutput {
     pub success: bool,
 }
 
+/// The shortest line of a multi-line secret that is masked on its own: shorter lines (a
+/// lone brace, a blank line) would mask ordinary text everywhere.
+const MIN_SECRET_LINE: usize = 4;
+
+/// Starts a secret's key in sealed text (see [`Secrets::seal`]); doubled, it stands for
+/// itself.
+const SEAL_OPEN: char = '\u{1}';
+/// Ends a secret's key in sealed text.
+const SEAL_CLOSE: char = '\u{2}';
+
 /// Secret values to mask: never empty, each once, longest first (so that a secret that
-/// contains another is masked whole).
+/// contains another is masked whole). Each has a key: the secret's name, or for a line of a
+/// multi-line secret, the name and the line's number (`KEY:2`), which is how sealed text
+/// names it.
 #[derive(Clone, Debug, Default)]
-pub struct Secrets(Vec<String>);
+pub struct Secrets(Vec<(String, String)>);
 
 impl Secrets {
-    /// Registers a value; an empty one would mask between every character, so it is not.
-    pub fn add(&mut self, value: &str) {
-        if !value.is_empty() && !self.0.iter().any(|s| s == value) {
-            self.0.push(value.to_owned());
-            self.0.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    /// Registers the secret NAME's VALUE, and each line of a multi-line value on its own (a
+    /// line shows alone wherever output is cut into lines). An empty value would mask
+    /// between every character, so it is not registered.
+    pub fn add(&mut self, name: &str, value: &str) {
+        self.insert(name, value);
+        if value.contains('\n') {
+            for (n, line) in value.lines().enumerate() {
+                let line = line.trim();
+                if line.chars().count() >= MIN_SECRET_LINE {
+                    self.insert(&format!("{name}:{}", n + 1), line);
+                }
+            }
         }
+    }
+
+    fn insert(&mut self, name: &str, value: &str) {
+        if value.is_empty() || self.0.iter().any(|(_, s)| s == value) {
+            return;
+        }
+        // Two secrets of one name (a profile's over the workflow's) keep distinct keys.
+        let mut key = name.to_owned();
+        let mut n = 1;
+        while self.0.iter().any(|(k, _)| *k == key) {
+            n += 1;
+            key = format!("{name}#{n}");
+        }
+        self.0.push((key, value.to_owned()));
+        self.0.sort_by_key(|(_, s)| std::cmp::Reverse(s.len()));
     }
 
     /// Replaces every secret value in `text` with `***`.
     pub fn mask(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for secret in &self.0 {
+        for (_, secret) in &self.0 {
             if out.contains(secret.as_str()) {
                 out = out.replace(secret.as_str(), "***");
             }
@@ -72,23 +106,95 @@ impl Secrets {
         out
     }
 
-    /// Masks secrets in every string of a JSON value.
+    /// Masks secrets in every string and every object key of a JSON value.
     pub fn mask_json(&self, value: Value) -> Value {
         if self.0.is_empty() {
             return value;
         }
-        match value {
-            Value::String(s) => Value::String(self.mask(&s)),
-            Value::Array(items) => {
-                Value::Array(items.into_iter().map(|v| self.mask_json(v)).collect())
-            }
-            Value::Object(map) => Value::Object(
-                map.into_iter()
-                    .map(|(k, v)| (k, self.mask_json(v)))
-                    .collect(),
-            ),
-            other => other,
+        map_json(value, &|s| self.mask(s))
+    }
+
+    /// TEXT with every secret value replaced by its key between [`SEAL_OPEN`] and
+    /// [`SEAL_CLOSE`] (and a [`SEAL_OPEN`] of its own doubled): what is written to a
+    /// checkpoint, so that the secret never reaches the disk and [`Secrets::unseal`] puts
+    /// it back on resume.
+    pub fn seal(&self, text: &str) -> String {
+        if !text.contains(SEAL_OPEN) && !self.0.iter().any(|(_, s)| text.contains(s.as_str())) {
+            return text.to_owned();
         }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(c) = rest.chars().next() {
+            if let Some((key, secret)) = self.0.iter().find(|(_, s)| rest.starts_with(s.as_str())) {
+                out.push(SEAL_OPEN);
+                out.push_str(key);
+                out.push(SEAL_CLOSE);
+                rest = &rest[secret.len()..];
+                continue;
+            }
+            if c == SEAL_OPEN {
+                out.push(SEAL_OPEN);
+            }
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+        out
+    }
+
+    /// Sealed TEXT with each secret's current value back in place; a key that names no
+    /// secret any more (the workflow changed) becomes `***`.
+    pub fn unseal(&self, text: &str) -> String {
+        if !text.contains(SEAL_OPEN) {
+            return text.to_owned();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(SEAL_OPEN) {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + SEAL_OPEN.len_utf8()..];
+            if let Some(tail) = after.strip_prefix(SEAL_OPEN) {
+                out.push(SEAL_OPEN);
+                rest = tail;
+            } else if let Some(end) = after.find(SEAL_CLOSE) {
+                let key = &after[..end];
+                let value = self
+                    .0
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map_or("***", |(_, v)| v);
+                out.push_str(value);
+                rest = &after[end + SEAL_CLOSE.len_utf8()..];
+            } else {
+                out.push_str(&rest[at..]);
+                rest = "";
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// [`Secrets::seal`] over every string and every object key of a JSON value.
+    pub fn seal_json(&self, value: Value) -> Value {
+        map_json(value, &|s| self.seal(s))
+    }
+
+    /// [`Secrets::unseal`] over every string and every object key of a JSON value.
+    pub fn unseal_json(&self, value: Value) -> Value {
+        map_json(value, &|s| self.unseal(s))
+    }
+}
+
+/// VALUE with F applied to every string and every object key.
+fn map_json(value: Value, f: &dyn Fn(&str) -> String) -> Value {
+    match value {
+        Value::String(s) => Value::String(f(&s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| map_json(v, f)).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (f(&k), map_json(v, f)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
@@ -424,8 +530,8 @@ mod tests {
     #[test]
     fn secrets_are_masked_longest_first() {
         let mut secrets = Secrets::default();
-        secrets.add("abc");
-        secrets.add("abcdef");
+        secrets.add("A", "abc");
+        secrets.add("B", "abcdef");
         assert_eq!(secrets.mask("token=abcdef and abc"), "token=*** and ***");
         assert_eq!(
             secrets.mask_json(json!({"k": ["abc"]})),
@@ -472,8 +578,61 @@ mod tests {
     #[test]
     fn an_empty_secret_masks_nothing() {
         let mut secrets = Secrets::default();
-        secrets.add("");
+        secrets.add("E", "");
         assert_eq!(secrets.mask("plain text"), "plain text");
+    }
+
+    #[test]
+    fn every_line_of_a_multi_line_secret_is_masked_and_the_whole_value_too() {
+        let mut secrets = Secrets::default();
+        secrets.add(
+            "KEY",
+            "-----BEGIN KEY-----\nc2VjcmV0\n}\n-----END KEY-----\n",
+        );
+        assert_eq!(
+            secrets.mask("got -----BEGIN KEY-----\nc2VjcmV0\n}\n-----END KEY-----\n!"),
+            "got ***!"
+        );
+        // Output cut into lines shows each line alone; a short line masks nothing.
+        assert_eq!(secrets.mask("last: -----END KEY-----"), "last: ***");
+        assert_eq!(secrets.mask("  c2VjcmV0"), "  ***");
+        assert_eq!(secrets.mask("{ x }"), "{ x }");
+    }
+
+    #[test]
+    fn json_keys_are_masked_too() {
+        let mut secrets = Secrets::default();
+        secrets.add("TOKEN", "tok-123");
+        assert_eq!(
+            secrets.mask_json(json!({"tok-123": {"Bearer tok-123": "tok-123"}})),
+            json!({"***": {"Bearer ***": "***"}})
+        );
+    }
+
+    #[test]
+    fn sealed_values_keep_no_secret_and_unseal_to_the_original() {
+        let mut secrets = Secrets::default();
+        secrets.add("TOKEN", "tok-123");
+        secrets.add("PEM", "line-one\nline-two");
+        let value = json!({
+            "auth": "Bearer tok-123",
+            "tok-123": ["x\u{1}y", "\u{1}\u{1}", "line-two alone", 5],
+            "pem": "line-one\nline-two",
+        });
+        let sealed = secrets.seal_json(value.clone());
+        let text = sealed.to_string();
+        assert!(
+            !text.contains("tok-123") && !text.contains("line-"),
+            "{text}"
+        );
+        assert_eq!(secrets.unseal_json(sealed.clone()), value);
+        // A secret the workflow no longer has comes back masked.
+        let mut other = Secrets::default();
+        other.add("PEM", "line-one\nline-two");
+        assert_eq!(other.unseal_json(sealed)["auth"], json!("Bearer ***"));
+        // Text without secrets is kept as it is, and so is text that was never sealed.
+        assert_eq!(secrets.seal("plain"), "plain");
+        assert_eq!(secrets.unseal("Bearer ***"), "Bearer ***");
     }
 
     #[test]

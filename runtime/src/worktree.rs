@@ -347,6 +347,9 @@ pub async fn create_session(
     session: &str,
 ) -> Result<SessionWorktree, WorktreeError> {
     let path = worktrees_dir(layout).join(session);
+    // Readable by the user only, as the rest of `$PRODIGY_HOME`; if it cannot be made, git
+    // says why.
+    let _ = crate::store::private_dir(&worktrees_dir(layout));
     let branch = format!("prodigy-{session}");
     let base_commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
     {
@@ -610,6 +613,7 @@ pub async fn create_agent(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let _admin = admin(&session.repo).await?;
+    let _ = crate::store::private_dir(&worktrees_dir(layout));
     // Paths left by another process (kept for the DLQ, or by a kill) are skipped, not reused.
     let path = loop {
         let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -162,3 +162,27 @@ fn a_file_of_many_shell_commands_is_checked_without_shellcheck_and_says_so() {
         "{stderr}"
     );
 }
+
+/// Paths that climb out of the project, as written, and item data spliced inside single
+/// quotes, thousands of times over: each is reported (V109, V108, W006), in bounded time.
+#[test]
+fn escaping_paths_and_single_quoted_splices_are_reported() {
+    let climb = "../".repeat(20_000);
+    let file = Hostile::new(&format!(
+        "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo '{quoted}'\"\n      output_file: \"{climb}etc/${{item.name}}\"\n    - write_file:\n        path: \"/etc/passwd\"\n        content: x\n    - shell: \"echo ok\"\n      output_file: \"/tmp/out.txt\"\n",
+        quoted = "${item.x} ".repeat(2_000),
+    ));
+    let (code, codes) = file.codes();
+    assert_eq!(code, 1);
+    assert_eq!(
+        codes.iter().filter(|c| *c == "V109").count(),
+        2,
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.iter().filter(|c| *c == "V108").count(),
+        1,
+        "{codes:?}"
+    );
+    assert_eq!(codes.iter().filter(|c| *c == "W006").count(), 2_000);
+}

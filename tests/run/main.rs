@@ -1068,6 +1068,8 @@ fn missing_claude_stops_before_the_first_step() {
 mod examples;
 mod friction;
 mod mapreduce;
+mod paths;
+mod secrets;
 mod variables;
 mod worktree;
 

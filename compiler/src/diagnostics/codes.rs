@@ -79,6 +79,7 @@ codes! {
     InvalidRegex = "V106", Error, "a regular expression that does not compile";
     InvalidFileMode = "V107", Error, "a `write_file` mode that is not an octal permission";
     PathEscapes = "V108", Error, "a `write_file` path that leaves the working directory";
+    OutputFileEscapes = "V109", Error, "an `output_file` that leaves the project";
     Unreachable = "G001", Warning, "a step or handler that can never run";
     RetryNeverFires = "G002", Warning, "a retry policy that can never retry";
     RetryOutlastsTimeout = "G003", Warning, "a retry schedule longer than the time allowed for it";

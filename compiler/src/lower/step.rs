@@ -342,6 +342,20 @@ impl Lowerer<'_> {
         self.captures(fields, step);
         if let Some(e) = self.aliased(fields, "output_file", "output") {
             step.output_file = self.template(&e.value, "`output_file`");
+            if let Some(t) = &step.output_file
+                && leaves_project(&t.value)
+            {
+                self.push(
+                    Diagnostic::new(
+                        Code::OutputFileEscapes,
+                        "`output_file` paths must stay inside the project",
+                    )
+                    .with_primary(t.span, "this path leaves the project")
+                    .with_help(
+                        "use a path relative to the project without `..` above it, such as `logs/output.txt`",
+                    ),
+                );
+            }
         }
         if let Some(node) = fields.get("on_success") {
             step.on_success = self.handler_steps(node, "`on_success`");
@@ -1528,10 +1542,7 @@ impl Lowerer<'_> {
             ],
             WriteFormat::Text,
         );
-        let mode = fields
-            .get("mode")
-            .and_then(|n| self.file_mode(n))
-            .unwrap_or(0o644);
+        let mode = fields.get("mode").and_then(|n| self.file_mode(n));
         let create_dirs = self.flag(fields.get("create_dirs"), "`create_dirs`", false);
         Some(WriteFile {
             path: path?,
@@ -1753,4 +1764,46 @@ fn without_key(node: &Node, key: &str) -> Node {
         entries.retain(|e| e.key.text() != Some(key));
     }
     copy
+}
+
+/// Whether PATH, as written, leaves the project: it is absolute, or its `..` climb above
+/// where it starts before any interpolation (what an interpolation renders to is checked
+/// when the step runs).
+fn leaves_project(path: &str) -> bool {
+    if path.starts_with('/') {
+        return true;
+    }
+    let mut depth = 0_usize;
+    for part in path.split('/') {
+        match part {
+            _ if part.contains('$') => return false,
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_path_leaves_the_project_when_it_is_absolute_or_climbs_above_its_start() {
+        for path in ["/tmp/out.txt", "../out.txt", "logs/../../out.txt", "./../x"] {
+            assert!(super::leaves_project(path), "{path}");
+        }
+        // What an interpolation renders to is checked at run time.
+        for path in [
+            "out.txt",
+            "logs/../out.txt",
+            "a/./b/../c",
+            "${item.name}.txt",
+            "${dir}/../x",
+        ] {
+            assert!(!super::leaves_project(path), "{path}");
+        }
+    }
 }

@@ -1,0 +1,127 @@
+//! Where steps write: `output_file` and `write_file` never reach outside the project, however
+//! the path is spelled or whatever link it passes; `write_file` honours the umask.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::Output;
+
+use super::secrets::under_umask;
+use super::{Scratch, collect_files, stderr};
+
+fn run(scratch: &Scratch, args: &[&str], umask: &str) -> Output {
+    under_umask(&scratch.command(args, &[]), umask)
+        .output()
+        .unwrap()
+}
+
+/// `output_file: "${item.name}.txt"` with an item named `../outside/x`, or an absolute path:
+/// the item fails and nothing is written outside the project; an ordinary name is written.
+#[test]
+fn an_output_file_never_lands_outside_the_project() {
+    let scratch = Scratch::new();
+    let outside = scratch.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let absolute = scratch.dir.path().join("absolute");
+    std::fs::write(
+        scratch.project().join("items.json"),
+        serde_json::json!([
+            {"name": "../outside/x"},
+            {"name": absolute.to_str().unwrap()},
+            {"name": "kept"},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        &file,
+        "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo data\"\n      output_file: \"${item.name}.txt\"\n",
+    )
+    .unwrap();
+    let output = run(
+        &scratch,
+        &["run", "--no-worktree", file.to_str().unwrap()],
+        "022",
+    );
+    let text = stderr(&output);
+    assert!(!outside.join("x.txt").exists(), "{text}");
+    assert!(!absolute.with_extension("txt").exists(), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(scratch.project().join("kept.txt")).unwrap(),
+        "data\n",
+        "{text}"
+    );
+    let mut dlq = Vec::new();
+    collect_files(&scratch.home().join("dlq"), &mut dlq);
+    let refused = dlq
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .filter(|t| t.contains("leads outside the project"))
+        .count();
+    assert_eq!(refused, 2, "both items fail and say why: {text}");
+}
+
+/// `write_file` through a link that points outside the project neither overwrites nor
+/// `chmod`s the target, whether the link is the file or a directory on the way.
+#[test]
+fn write_file_follows_no_link_out_of_the_project() {
+    let scratch = Scratch::new();
+    let outside = scratch.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let target = outside.join("target.txt");
+    std::fs::write(&target, "keep").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&target, scratch.project().join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(&outside, scratch.project().join("out")).unwrap();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(
+        &file,
+        "- write_file:\n    path: link.txt\n    content: owned\n    mode: \"0777\"\n  on_failure: true\n- write_file:\n    path: out/new.txt\n    content: owned\n  on_failure: true\n",
+    )
+    .unwrap();
+    let output = run(
+        &scratch,
+        &["run", "-v", "--no-worktree", file.to_str().unwrap()],
+        "022",
+    );
+    let text = stderr(&output);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep", "{text}");
+    assert_eq!(
+        std::fs::metadata(&target).unwrap().permissions().mode() & 0o777,
+        0o644,
+        "{text}"
+    );
+    assert!(!outside.join("new.txt").exists(), "{text}");
+    assert_eq!(
+        text.matches("leads outside the project").count(),
+        2,
+        "{text}"
+    );
+}
+
+/// Without `mode`, a file `write_file` makes gets the umask's permissions (0600 under 077);
+/// with it, exactly that mode.
+#[test]
+fn write_file_honours_the_umask_unless_mode_is_given() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(
+        &file,
+        "- write_file:\n    path: private.txt\n    content: x\n- write_file:\n    path: shared.txt\n    content: x\n    mode: \"0640\"\n",
+    )
+    .unwrap();
+    let output = run(
+        &scratch,
+        &["run", "--no-worktree", file.to_str().unwrap()],
+        "077",
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let mode = |name: &str| {
+        std::fs::metadata(scratch.project().join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("private.txt"), 0o600);
+    assert_eq!(mode("shared.txt"), 0o640);
+}
