@@ -12,6 +12,7 @@ pub mod machine;
 pub mod mapreduce;
 pub mod progress;
 pub mod runner;
+pub mod statefs;
 pub mod store;
 pub mod vars;
 pub mod worktree;

@@ -1062,6 +1062,7 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod examples;
+mod faults;
 mod friction;
 mod mapreduce;
 mod variables;
