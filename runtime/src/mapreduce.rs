@@ -951,11 +951,9 @@ impl<'a> MapJob<'a> {
                 }
             };
             if let Err(e) = self.files.save_items(&items) {
-                self.say(&format!("error: {e}"));
-                return JobOutcome::Failed {
-                    phase: "map",
-                    what: e.to_string(),
-                };
+                let why = job_write_failure(&e);
+                self.write_failed(why.clone());
+                return stopped_by_write("map", why);
             }
             self.cp.items_total = items.len() as u64;
             self.cp.items_remaining = (0..items.len()).map(item_id).collect();

@@ -196,6 +196,43 @@ fn a_dlq_write_that_fails_stops_the_job_and_resume_puts_the_entry_back() {
 }
 
 #[test]
+fn an_event_log_that_cannot_be_written_stops_the_job() {
+    let scratch = Scratch::new();
+    let file = map_job(&scratch, 10, 1, 1, "true");
+    let output = scratch.run(&["run", &file], &[(FAULT, "file=events-,after=12")]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        regex::Regex::new(r"events-[0-9TZ-]+\.jsonl`: No space left on device")
+            .unwrap()
+            .is_match(&text),
+        "{text}"
+    );
+    let job = only_job(&scratch);
+    let durable = assert_consistent(&scratch, &job, 10);
+    assert!(durable.len() < 10, "{durable:?}");
+    assert_resume_completes(&scratch, &job, 10, &durable);
+}
+
+#[test]
+fn an_items_file_that_cannot_be_written_stops_the_job_before_any_agent() {
+    let scratch = Scratch::new();
+    let file = map_job(&scratch, 5, 1, 1, "true");
+    let output = scratch.run(&["run", &file], &[(FAULT, "file=items.json")]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("items.json`: No space left on device"),
+        "{text}"
+    );
+    assert!(runs(&scratch).0.is_empty(), "agents ran");
+    let job = only_job(&scratch);
+    let output = scratch.run(&["resume-job", &job], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(recorded(&scratch, &job).len(), 5);
+}
+
+#[test]
 fn a_checkpoint_write_that_fails_stops_a_standard_run() {
     let scratch = Scratch::new();
     let runs = scratch.dir.path().join("runs.log");
