@@ -279,19 +279,17 @@ impl Tmpfs {
         let out = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            super::external::skip_line(
-                "a_real_full_disk_stops_the_job_and_resume_finishes_it_once_there_is_room",
-                &format!(
-                    "cannot mount a tmpfs here ({})",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            );
-            return None;
-        }
-        Some(Tmpfs(dir.to_owned()))
+            .output();
+        let why = match out {
+            Ok(out) if out.status.success() => return Some(Tmpfs(dir.to_owned())),
+            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            Err(e) => format!("`mount`: {e}"),
+        };
+        super::external::skip_line(
+            "a_real_full_disk_stops_the_job_and_resume_finishes_it_once_there_is_room",
+            &format!("cannot mount a tmpfs here ({why})"),
+        );
+        None
     }
 
     fn resize(&self, size: &str) {
