@@ -922,6 +922,16 @@ fn finish_job(
             );
             exit_code::PROBLEMS
         }
+        JobOutcome::StateWrite { phase, what } => {
+            let _ = writeln!(text, "events in {events}");
+            let _ = writeln!(
+                text,
+                "✗ job {id} stopped in {phase}: {what}; {} pending; make room (or fix the permissions) under {}, then resume with: prodigy resume-job {id}",
+                count(report.pending, "item"),
+                Layout::home().display()
+            );
+            exit_code::PROBLEMS
+        }
         JobOutcome::Interrupted => {
             let _ = writeln!(text, "interrupted; resume with: prodigy resume-job {id}");
             interrupted(signal)
@@ -1208,6 +1218,16 @@ fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &str) -> u8 
                 report.events.display()
             ));
             exit_code::OK
+        }
+        RunOutcome::Failed if report.state_error.is_some() => {
+            err(&format!(
+                "✗ session {} stopped: {}; make room (or fix the permissions) under {}, then resume with: prodigy resume {}\n",
+                report.session_id,
+                report.state_error.as_deref().unwrap_or_default(),
+                Layout::home().display(),
+                report.session_id
+            ));
+            exit_code::PROBLEMS
         }
         RunOutcome::Failed => {
             err(&format!(

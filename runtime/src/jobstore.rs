@@ -8,11 +8,11 @@
 //! - `items.json`: the items after the input pipeline, written once before the first agent.
 //! - `results.jsonl`: one line per item outcome, appended when the outcome is decided and
 //!   before anything acts on it. A killed process loses no line it wrote, so resume re-runs
-//!   only the items that were in flight; a torn last line (power loss) is ignored.
+//!   only the items that were in flight; a torn last line (power loss, a full disk) is ignored,
+//!   and cut off before the next outcome is appended.
 //! - `lock`: held by the process running the job.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -252,10 +252,9 @@ impl JobFiles {
                 .mode(crate::store::PRIVATE_FILE)
                 .open(&path)
                 .map_err(Self::io(&path))?;
-            // A line torn by a crash gets its end, so the next record stands on its own line.
-            if ends_torn(&mut file).map_err(Self::io(&path))? {
-                file.write_all(b"\n").map_err(Self::io(&path))?;
-            }
+            // A line torn by a crash or a full disk is cut off, so the next record stands on
+            // its own line and no half record stays.
+            cut_torn_tail(&mut file).map_err(Self::io(&path))?;
             self.journal = Some(file);
         }
         let mut line = serde_json::to_vec(record).map_err(|source| JobStoreError::Damaged {
@@ -263,10 +262,15 @@ impl JobFiles {
             source,
         })?;
         line.push(b'\n');
-        match self.journal.as_mut() {
-            Some(file) => file.write_all(&line).map_err(Self::io(&path)),
-            None => Ok(()),
+        let Some(file) = self.journal.as_mut() else {
+            return Ok(());
+        };
+        let written = crate::statefs::append(file, &path, &line);
+        if written.is_err() {
+            // Opened again for the next record, which checks the end of the file anew.
+            self.journal = None;
         }
+        written.map_err(Self::io(&path))
     }
 
     /// Every outcome in `results.jsonl`, the last one per item winning; a torn last line is
@@ -288,16 +292,32 @@ impl JobFiles {
     }
 }
 
-/// Whether FILE is not empty and does not end with a newline.
-fn ends_torn(file: &mut File) -> std::io::Result<bool> {
+/// Cuts FILE after its last newline: a last line without its end was torn by a crash or a
+/// full disk, and is no record.
+fn cut_torn_tail(file: &mut File) -> std::io::Result<()> {
     use std::io::{Read as _, Seek as _, SeekFrom};
-    if file.metadata()?.len() == 0 {
-        return Ok(false);
+    const CHUNK: u64 = 8192;
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut buf = vec![0u8; 8192];
+    while end > 0 {
+        let start = end.saturating_sub(CHUNK);
+        let size = usize::try_from(end - start).unwrap_or(buf.len());
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut buf[..size])?;
+        if let Some(at) = buf[..size].iter().rposition(|&b| b == b'\n') {
+            let keep = start + at as u64 + 1;
+            if keep < len {
+                file.set_len(keep)?;
+            }
+            return Ok(());
+        }
+        end = start;
     }
-    file.seek(SeekFrom::End(-1))?;
-    let mut last = [0u8; 1];
-    file.read_exact(&mut last)?;
-    Ok(last[0] != b'\n')
+    if len > 0 {
+        file.set_len(0)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -335,12 +355,44 @@ mod tests {
             results.iter().map(|r| r.index).collect::<Vec<_>>(),
             vec![0, 2]
         );
-        // The next run's first outcome is not glued onto the torn line.
+        // The next run's first outcome is not glued onto the torn line, which is cut off.
         files.append(&record(3, ItemStatus::Succeeded)).unwrap();
+        let text = std::fs::read_to_string(&journal).unwrap();
+        assert!(!text.contains("\"ind\n"), "{text}");
+        assert_eq!(text.lines().count(), 3, "{text}");
         let results = files.load_results().unwrap();
         assert_eq!(
             results.iter().map(|r| r.index).collect::<Vec<_>>(),
             vec![0, 2, 3]
+        );
+    }
+
+    #[test]
+    fn a_long_torn_line_is_cut_back_to_the_last_whole_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("job/results.jsonl");
+        let mut files = JobFiles::new(dir.path().join("job"));
+        files.append(&record(0, ItemStatus::Succeeded)).unwrap();
+        drop(files);
+        let whole = std::fs::read_to_string(&journal).unwrap();
+        // Torn well past one read of the tail.
+        std::fs::write(
+            &journal,
+            format!("{whole}{{\"output\": \"{}", "x".repeat(20_000)),
+        )
+        .unwrap();
+        let mut files = JobFiles::new(dir.path().join("job"));
+        files.append(&record(1, ItemStatus::Failed)).unwrap();
+        let text = std::fs::read_to_string(&journal).unwrap();
+        assert!(text.starts_with(&whole) && !text.contains("xxx"), "{text}");
+        assert_eq!(files.load_results().unwrap().len(), 2);
+        // A file that is all torn line is emptied.
+        std::fs::write(&journal, "{\"item_id\"").unwrap();
+        let mut files = JobFiles::new(dir.path().join("job"));
+        files.append(&record(2, ItemStatus::Succeeded)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&journal).unwrap().lines().count(),
+            1
         );
     }
 

@@ -20,18 +20,15 @@ pub fn dir(layout: &Layout, id: &str) -> PathBuf {
 /// Creates (or truncates) PATH readable and writable by the user only, and its missing
 /// parent directories with mode 0700.
 pub fn create_private(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(parent) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
+        crate::store::private_dir(parent)?;
     }
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o600)
+        .mode(crate::store::PRIVATE_FILE)
         .open(path)
 }
 
@@ -39,20 +36,16 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
 /// runs (a resume, a DLQ retry of the same item) are kept, and numbers follow the order of
 /// the calls of one owner.
 pub fn create_numbered(dir: &Path, stem: &str, ext: &str, mask: Option<Mask>) -> LineLog {
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
     let stem = file_part(stem);
-    let made = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
-    let mut last_error = made.err();
+    let mut last_error = crate::store::private_dir(dir).err();
     if last_error.is_none() {
         for n in 1..=9999u32 {
             let path = dir.join(format!("{n:04}-{stem}.{ext}"));
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(0o600)
+                .mode(crate::store::PRIVATE_FILE)
                 .open(&path)
             {
                 Ok(file) => {

@@ -59,6 +59,14 @@ pub enum JobOutcome {
     },
     /// The error policy stopped the map phase.
     Stopped(String),
+    /// A state write failed in PHASE (say, the disk under `$PRODIGY_HOME` is full): no new
+    /// agent started after it, and what has no recorded outcome runs again on resume.
+    StateWrite {
+        /// `setup`, `map` or `reduce`.
+        phase: &'static str,
+        /// The file and the OS error.
+        what: String,
+    },
     /// A signal stopped it.
     Interrupted,
 }
@@ -747,6 +755,37 @@ enum MapEnd {
     Interrupted,
 }
 
+/// A job stopped by a failed state write in PHASE: it failed, and resuming it continues.
+fn stopped_by_write(phase: &'static str, why: String) -> JobOutcome {
+    JobOutcome::StateWrite { phase, what: why }
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Setup => "setup",
+        Phase::Map => "map",
+        Phase::Reduce | Phase::Done => "reduce",
+    }
+}
+
+/// A failed write of the job's files, for people: the file and the OS error.
+fn job_write_failure(e: &crate::jobstore::JobStoreError) -> String {
+    match e {
+        crate::jobstore::JobStoreError::Io { path, source } => {
+            crate::statefs::describe(path, source)
+        }
+        crate::jobstore::JobStoreError::Damaged { .. } => e.to_string(),
+    }
+}
+
+/// A failed write of the DLQ, for people: the file and the OS error.
+fn dlq_write_failure(e: &crate::dlq::DlqError) -> String {
+    match e {
+        crate::dlq::DlqError::Io { path, source } => crate::statefs::describe(path, source),
+        crate::dlq::DlqError::Damaged { .. } => e.to_string(),
+    }
+}
+
 /// Describes why the error policy stopped the job.
 fn describe(reason: &StopReason) -> String {
     match reason {
@@ -782,6 +821,13 @@ pub struct MapJob<'a> {
     opts: JobOptions,
     /// The checkpoint's status when this process took the job over.
     resumed_from: Option<Status>,
+    /// The first state write that failed (path and OS error): no new agent starts after it.
+    write_failed: Option<String>,
+    /// Items whose outcome is in `results.jsonl` but whose DLQ entry could not be written:
+    /// the checkpoint keeps them remaining, so that resuming puts their entries back.
+    dlq_unwritten: std::collections::BTreeSet<usize>,
+    /// Whether the map loop said that a write failed.
+    write_announced: bool,
 }
 
 impl<'a> MapJob<'a> {
@@ -802,6 +848,25 @@ impl<'a> MapJob<'a> {
             resumed_from: resumed.then_some(checkpoint.status),
             cp: checkpoint,
             opts,
+            write_failed: None,
+            dlq_unwritten: std::collections::BTreeSet::new(),
+            write_announced: false,
+        }
+    }
+
+    /// The first state write of the job that failed, its event log's included.
+    fn write_failure(&self) -> Option<String> {
+        self.write_failed
+            .clone()
+            .or_else(|| self.runner.state_failure())
+    }
+
+    /// Notes a failed state write (the first one is the one reported).
+    fn write_failed(&mut self, why: String) {
+        if self.write_failed.is_none() {
+            self.runner
+                .record("state_write_failed", json!({"error": why}));
+            self.write_failed = Some(why);
         }
     }
 
@@ -809,7 +874,12 @@ impl<'a> MapJob<'a> {
         self.runner.say(text);
     }
 
-    fn save(&mut self, vars: Option<&Vars>) {
+    /// Writes the checkpoint (and the DLQ's index first).
+    ///
+    /// # Errors
+    ///
+    /// The failed write, described; it is noted, so the job stops.
+    fn save(&mut self, vars: Option<&Vars>) -> Result<(), String> {
         if let Some(vars) = vars {
             let mut values = vars.values.clone();
             // Recomputed from the results on resume.
@@ -820,15 +890,27 @@ impl<'a> MapJob<'a> {
         }
         self.cp.last_checkpoint_at = crate::store::timestamp();
         // The DLQ's index catches up with its items at every checkpoint.
-        if let Err(e) = self.dlq.flush() {
-            self.say(&format!("warning: cannot write the DLQ index: {e}"));
-        }
-        match self.files.save_checkpoint(&self.cp) {
-            Ok(()) => self.runner.record(
-                "checkpoint_saved",
-                json!({"phase": self.cp.phase, "status": self.cp.status, "items_processed": self.cp.items_processed}),
-            ),
-            Err(e) => self.say(&format!("warning: cannot write the job checkpoint: {e}")),
+        let written = self
+            .dlq
+            .flush()
+            .map_err(|e| dlq_write_failure(&e))
+            .and_then(|()| {
+                self.files
+                    .save_checkpoint(&self.cp)
+                    .map_err(|e| job_write_failure(&e))
+            });
+        match written {
+            Ok(()) => {
+                self.runner.record(
+                    "checkpoint_saved",
+                    json!({"phase": self.cp.phase, "status": self.cp.status, "items_processed": self.cp.items_processed}),
+                );
+                Ok(())
+            }
+            Err(why) => {
+                self.write_failed(why.clone());
+                Err(why)
+            }
         }
     }
 
@@ -855,9 +937,14 @@ impl<'a> MapJob<'a> {
 
     async fn phases(&mut self, vars: &mut Vars) -> JobOutcome {
         if self.cp.phase == Phase::Setup {
-            self.save(Some(vars));
+            if let Err(why) = self.save(Some(vars)) {
+                return stopped_by_write("setup", why);
+            }
             if let Err(outcome) = self.setup(vars).await {
                 return outcome;
+            }
+            if let Some(why) = self.write_failure() {
+                return stopped_by_write("setup", why);
             }
             self.warn_setup_leftovers(vars).await;
             let items = match self.load_items(vars).await {
@@ -871,16 +958,16 @@ impl<'a> MapJob<'a> {
                 }
             };
             if let Err(e) = self.files.save_items(&items) {
-                self.say(&format!("error: {e}"));
-                return JobOutcome::Failed {
-                    phase: "map",
-                    what: e.to_string(),
-                };
+                let why = job_write_failure(&e);
+                self.write_failed(why.clone());
+                return stopped_by_write("map", why);
             }
             self.cp.items_total = items.len() as u64;
             self.cp.items_remaining = (0..items.len()).map(item_id).collect();
             self.cp.phase = Phase::Map;
-            self.save(Some(vars));
+            if let Err(why) = self.save(Some(vars)) {
+                return stopped_by_write("map", why);
+            }
         }
         if self.cp.phase == Phase::Map {
             let ended = self.map(vars).await;
@@ -895,6 +982,9 @@ impl<'a> MapJob<'a> {
                 Ok(MapEnd::Finished) => {}
                 Ok(MapEnd::Stopped(reason)) => return JobOutcome::Stopped(reason),
                 Ok(MapEnd::Interrupted) => return JobOutcome::Interrupted,
+                Err(why) if self.write_failed.as_ref() == Some(&why) => {
+                    return stopped_by_write("map", why);
+                }
                 Err(why) => {
                     self.say(&format!("error: {why}"));
                     return JobOutcome::Failed {
@@ -905,7 +995,9 @@ impl<'a> MapJob<'a> {
             }
             self.cp.phase = Phase::Reduce;
             self.cp.reduce_next_step = 0;
-            self.save(Some(vars));
+            if let Err(why) = self.save(Some(vars)) {
+                return stopped_by_write("map", why);
+            }
         }
         if self.cp.phase == Phase::Reduce {
             return self.reduce(vars).await;
@@ -917,12 +1009,18 @@ impl<'a> MapJob<'a> {
         JobOutcome::Completed
     }
 
-    fn finish(mut self, outcome: JobOutcome, vars: Vars) -> JobReport {
+    fn finish(mut self, mut outcome: JobOutcome, vars: Vars) -> JobReport {
+        // A job whose state could not all be written did not complete: what is missing runs
+        // again when it is resumed.
+        if let (JobOutcome::Completed, Some(why)) = (&outcome, self.write_failure()) {
+            outcome = stopped_by_write(phase_name(self.cp.phase), why);
+        }
+        let phase = phase_name(self.cp.phase);
         let records = self.files.load_results().unwrap_or_default();
         let metrics = error_metrics(&records, self.cp.items_total);
         self.cp.status = match &outcome {
             JobOutcome::Completed => Status::Completed,
-            JobOutcome::Failed { .. } => Status::Failed,
+            JobOutcome::Failed { .. } | JobOutcome::StateWrite { .. } => Status::Failed,
             JobOutcome::Stopped(_) => Status::Stopped,
             JobOutcome::Interrupted => Status::Interrupted,
         };
@@ -933,7 +1031,11 @@ impl<'a> MapJob<'a> {
             self.cp.stop_reason = Some(reason.clone());
         }
         self.cp.error_metrics = serde_json::to_value(&metrics).ok();
-        self.save(None);
+        if let Err(why) = self.save(None)
+            && outcome == JobOutcome::Completed
+        {
+            outcome = stopped_by_write(phase, why);
+        }
         let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
         self.runner.record(
             "job_finished",
@@ -1237,7 +1339,11 @@ impl<'a> MapJob<'a> {
             // plain progress line does not depend on how fast the next agent starts.
             show_progress(&mut progress, &job, agents, dlq_count, breaker.as_ref());
             // Start agents while slots, items and the policy allow.
-            while job.admits() && !runner.cancelled() && agents < max_parallel {
+            while job.admits()
+                && !runner.cancelled()
+                && self.write_failed.is_none()
+                && agents < max_parallel
+            {
                 let Some((index, attempt)) = pending.pop_front() else {
                     break;
                 };
@@ -1314,13 +1420,16 @@ impl<'a> MapJob<'a> {
                         "item_handler_finished",
                         json!({"item_id": item_id(index), "success": ok}),
                     );
-                    let record =
-                        self.outcome(index, attempt, &run, spec.timeout, ItemStatus::Failed, !ok);
                     let before = earlier.remove(&index).unwrap_or_default();
-                    if !ok {
-                        dlq_count += self.dead_letter(&record, items.get(index), &run, before);
+                    if let Some(record) =
+                        self.outcome(index, attempt, &run, spec.timeout, ItemStatus::Failed, !ok)
+                    {
+                        if !ok {
+                            dlq_count += self.dead_letter(&record, items.get(index), &run, before);
+                        }
+                        records[index] = Some(record);
                     }
-                    records[index] = Some(record);
+                    self.stop_after_write_failure(&halt_tx);
                     continue;
                 }
             };
@@ -1368,15 +1477,16 @@ impl<'a> MapJob<'a> {
                     "agent_completed",
                     json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "duration_secs": run.duration.as_secs_f64()}),
                 );
-                let record = self.outcome(
+                if let Some(record) = self.outcome(
                     index,
                     attempt,
                     &run,
                     spec.timeout,
                     ItemStatus::Succeeded,
                     false,
-                );
-                records[index] = Some(record);
+                ) {
+                    records[index] = Some(record);
+                }
             } else {
                 let message = run.message(spec.timeout);
                 runner.record(
@@ -1446,15 +1556,16 @@ impl<'a> MapJob<'a> {
                     }
                     ItemAction::Skip => {
                         runner.record("item_skipped", json!({"item_id": item_id(index)}));
-                        let record = self.outcome(
+                        if let Some(record) = self.outcome(
                             index,
                             attempt,
                             &run,
                             spec.timeout,
                             ItemStatus::Skipped,
                             false,
-                        );
-                        records[index] = Some(record);
+                        ) {
+                            records[index] = Some(record);
+                        }
                     }
                     ItemAction::Handler(name) => {
                         let steps = handlers.get(name.as_str()).copied().unwrap_or(&[]);
@@ -1483,17 +1594,18 @@ impl<'a> MapJob<'a> {
                         }));
                     }
                     ItemAction::DeadLetter | ItemAction::Fail | ItemAction::Done => {
-                        let record = self.outcome(
+                        let before = earlier.remove(&index).unwrap_or_default();
+                        if let Some(record) = self.outcome(
                             index,
                             attempt,
                             &run,
                             spec.timeout,
                             ItemStatus::Failed,
                             true,
-                        );
-                        let before = earlier.remove(&index).unwrap_or_default();
-                        dlq_count += self.dead_letter(&record, items.get(index), &run, before);
-                        records[index] = Some(record);
+                        ) {
+                            dlq_count += self.dead_letter(&record, items.get(index), &run, before);
+                            records[index] = Some(record);
+                        }
                     }
                 }
             }
@@ -1506,11 +1618,13 @@ impl<'a> MapJob<'a> {
                 self.say(&format!("stopping: {why}; no new agents start"));
                 let _ = halt_tx.send(true);
             }
-            if last_save.elapsed() >= Duration::from_secs(1) {
+            if last_save.elapsed() >= Duration::from_secs(1) && self.write_failed.is_none() {
                 self.update_counts(&records);
-                self.save(None);
+                // A failure is noted and stops the job just below.
+                let _ = self.save(None);
                 last_save = Instant::now();
             }
+            self.stop_after_write_failure(&halt_tx);
         }
         progress.finish();
         if !batch.is_empty() {
@@ -1525,6 +1639,9 @@ impl<'a> MapJob<'a> {
             "map_finished",
             json!({"successful": self.cp.successful_items, "failed": self.cp.failed_items, "skipped": self.cp.skipped_items, "pending": self.cp.items_remaining.len()}),
         );
+        if let Some(why) = self.write_failure() {
+            return Err(why);
+        }
         if runner.cancelled() {
             return Ok(MapEnd::Interrupted);
         }
@@ -1534,8 +1651,32 @@ impl<'a> MapJob<'a> {
         Ok(MapEnd::Finished)
     }
 
+    /// After a failed state write (the job's own or its event log's): says so once, and
+    /// stops the job as its error policy would; the agents running finish.
+    fn stop_after_write_failure(&mut self, halt: &watch::Sender<bool>) {
+        if self.write_announced {
+            return;
+        }
+        let Some(why) = self.write_failure() else {
+            return;
+        };
+        self.write_failed(why.clone());
+        self.write_announced = true;
+        self.say(&format!("error: {why}; no new agents start"));
+        let _ = halt.send(true);
+    }
+
+    /// Counts the outcomes in RECORDS that the checkpoint may claim: those whose DLQ entry
+    /// is written too.
     fn update_counts(&mut self, records: &[Option<ItemRecord>]) {
-        let counts = tally(records.iter().flatten());
+        let unwritten = &self.dlq_unwritten;
+        let counts = tally(
+            records
+                .iter()
+                .enumerate()
+                .filter(|(index, _)| !unwritten.contains(index))
+                .filter_map(|(_, record)| record.as_ref()),
+        );
         self.cp.successful_items = counts.succeeded;
         self.cp.failed_items = counts.failed;
         self.cp.skipped_items = counts.skipped;
@@ -1543,12 +1684,13 @@ impl<'a> MapJob<'a> {
         self.cp.items_remaining = records
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.is_none())
+            .filter(|(index, record)| record.is_none() || unwritten.contains(index))
             .map(|(index, _)| item_id(index))
             .collect();
     }
 
-    /// Records an item's outcome in `results.jsonl`.
+    /// Records an item's outcome in `results.jsonl`; `None` when it could not be written:
+    /// the item stays pending and the job stops.
     fn outcome(
         &mut self,
         index: usize,
@@ -1557,7 +1699,7 @@ impl<'a> MapJob<'a> {
         timeout: Option<Duration>,
         status: ItemStatus,
         dead_lettered: bool,
-    ) -> ItemRecord {
+    ) -> Option<ItemRecord> {
         let failed = status != ItemStatus::Succeeded;
         let record = ItemRecord {
             item_id: item_id(index),
@@ -1570,19 +1712,19 @@ impl<'a> MapJob<'a> {
             duration_secs: run.duration.as_secs_f64(),
             dead_lettered,
         };
-        if let Err(e) = self.files.append(&record) {
-            self.say(&format!(
-                "warning: cannot record the outcome of {}: {e}",
-                record.item_id
-            ));
+        match self.files.append(&record) {
+            Ok(()) => Some(record),
+            Err(e) => {
+                self.write_failed(job_write_failure(&e));
+                None
+            }
         }
-        record
     }
 
     /// Puts a failed item in the DLQ with its EARLIER failed attempts (those `retry_config`
     /// ran again) before the last; 1 when it is a new entry.
     fn dead_letter(
-        &self,
+        &mut self,
         record: &ItemRecord,
         item: Option<&Value>,
         run: &AgentRun,
@@ -1610,7 +1752,8 @@ impl<'a> MapJob<'a> {
                 u64::from(entry.failure_count as usize == attempts + 1)
             }
             Err(e) => {
-                self.say(&format!("error: cannot write the DLQ: {e}"));
+                self.dlq_unwritten.insert(record.index);
+                self.write_failed(dlq_write_failure(&e));
                 0
             }
         }
@@ -1653,7 +1796,12 @@ impl<'a> MapJob<'a> {
                 }
             }
             self.cp.reduce_next_step = index + 1;
-            self.save(Some(vars));
+            if let Err(why) = self.save(Some(vars)) {
+                return stopped_by_write("reduce", why);
+            }
+            if let Some(why) = self.write_failure() {
+                return stopped_by_write("reduce", why);
+            }
         }
         self.runner.record("reduce_finished", json!({}));
         JobOutcome::Completed

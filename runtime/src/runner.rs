@@ -95,6 +95,9 @@ pub struct Report {
     /// The steps that failed and after which the workflow went on, in order (those before
     /// a resume included).
     pub continued: Vec<ContinuedStep>,
+    /// A state write (checkpoint or event log) that failed and stopped the run: the file and
+    /// the OS error. The outcome is then `Failed`, with no failed step.
+    pub state_error: Option<String>,
 }
 
 /// Why a run could not start.
@@ -168,6 +171,8 @@ pub struct Runner {
     secrets: Mutex<crate::vars::Secrets>,
     /// The checkpoint being made durable while the next step starts.
     pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
+    /// The first checkpoint that could not be written, described.
+    checkpoint_failed: Mutex<Option<String>>,
     /// Outputs of `command:` env values with `cache: true`, by rendered command.
     env_cache: Mutex<std::collections::HashMap<String, String>>,
     /// Map agents' merges into the session worktree, one at a time.
@@ -284,6 +289,7 @@ impl Runner {
             started_at: started_at.unwrap_or_else(crate::store::timestamp),
             secrets: Mutex::new(crate::vars::Secrets::default()),
             pending_checkpoint: Mutex::new(None),
+            checkpoint_failed: Mutex::new(None),
             env_cache: Mutex::new(std::collections::HashMap::new()),
             merge_queue: tokio::sync::Mutex::new(()),
             agent_worktrees: crate::worktree::Pool::default(),
@@ -386,6 +392,13 @@ impl Runner {
     /// DELAY spread by the jitter FACTOR and capped at MAX, from the run's seeded RNG.
     pub(crate) fn jittered(&self, delay: Duration, factor: f64, max: Duration) -> Duration {
         crate::machine::jitter(delay, factor, max, &mut *lock(&self.rng))
+    }
+
+    /// The first event that could not be written, described (path and OS error).
+    pub(crate) fn state_failure(&self) -> Option<String> {
+        lock(&self.checkpoint_failed)
+            .clone()
+            .or_else(|| lock(&self.log).failed.clone())
     }
 
     /// Where events go.
@@ -660,9 +673,24 @@ impl Runner {
         let mut outcome = RunOutcome::Succeeded;
         let mut failed_step = None;
         let mut next = start;
+        let mut state_error = None;
         for (index, &id) in self.plan.commands.iter().enumerate().skip(start) {
             if self.cancelled() {
                 outcome = RunOutcome::Interrupted;
+                break;
+            }
+            // A checkpoint written while the last step ran has landed by now, most often.
+            let landed = lock(&self.pending_checkpoint)
+                .as_ref()
+                .is_some_and(tokio::task::JoinHandle::is_finished);
+            if landed {
+                self.settle_checkpoint().await;
+            }
+            // A run whose state cannot be written stops: what it did since is not kept.
+            if let Some(why) = self.state_failure() {
+                self.say(&format!("error: {why}; no further step starts"));
+                outcome = RunOutcome::Failed;
+                state_error = Some(why);
                 break;
             }
             let label = self
@@ -719,12 +747,29 @@ impl Runner {
                 self.checkpoint(&vars, next, "running", false).await;
             }
         }
+        // A run some of whose state was lost does not end as completed.
+        self.settle_checkpoint().await;
+        if let (None, Some(why)) = (&state_error, self.state_failure())
+            && outcome != RunOutcome::Interrupted
+        {
+            self.say(&format!("error: {why}"));
+            outcome = RunOutcome::Failed;
+            state_error = Some(why);
+        }
         let status = match outcome {
             RunOutcome::Succeeded => "completed",
             RunOutcome::Failed => "failed",
             RunOutcome::Interrupted => "interrupted",
         };
         self.checkpoint(&vars, next, status, true).await;
+        if let (None, Some(why)) = (&state_error, self.state_failure()) {
+            // Not durable: resuming runs the steps since the last checkpoint that landed.
+            self.say(&format!("error: {why}"));
+            if outcome == RunOutcome::Succeeded {
+                outcome = RunOutcome::Failed;
+            }
+            state_error = Some(why);
+        }
         let continued = lock(&self.continued).clone();
         self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "failed_continued": continued.len(), "duration_secs": self.started.elapsed().as_secs_f64()}));
         let events = lock(&self.log).path.clone();
@@ -735,6 +780,7 @@ impl Runner {
             events,
             vars,
             continued,
+            state_error,
         }
     }
 
@@ -792,7 +838,15 @@ impl Runner {
                 "checkpoint_saved",
                 json!({"next_step": next_step, "status": status, "path": path}),
             ),
-            Ok((Err(e), _, _)) => self.say(&format!("warning: cannot write the checkpoint: {e}")),
+            Ok((Err(e), _, _)) => {
+                let path = self
+                    .opts
+                    .layout
+                    .session_dir(&self.session)
+                    .join("checkpoint.json");
+                lock(&self.checkpoint_failed)
+                    .get_or_insert_with(|| crate::statefs::describe(&path, &e));
+            }
             Err(e) => self.say(&format!(
                 "internal error: the checkpoint writer stopped: {e}"
             )),

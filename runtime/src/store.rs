@@ -142,6 +142,8 @@ pub struct EventLog {
     job: String,
     /// The file's path.
     pub path: PathBuf,
+    /// The first write that failed, described (path and OS error).
+    pub failed: Option<String>,
 }
 
 impl EventLog {
@@ -162,6 +164,7 @@ impl EventLog {
             file: Some(file),
             job: job.to_owned(),
             path,
+            failed: None,
         })
     }
 
@@ -171,11 +174,13 @@ impl EventLog {
             file: None,
             job: String::new(),
             path: PathBuf::new(),
+            failed: None,
         }
     }
 
     /// Appends an event: `timestamp`, `event_type`, `job_id`, and `fields`. The line is
-    /// written before the caller acts on what it records.
+    /// written before the caller acts on what it records. A line that cannot be written is
+    /// left out whole, and the first such failure is kept in [`EventLog::failed`].
     pub fn record(&mut self, event_type: &str, fields: Value) {
         let Some(file) = self.file.as_mut() else {
             return;
@@ -189,7 +194,10 @@ impl EventLog {
         }
         let mut line = Value::Object(object).to_string();
         line.push('\n');
-        let _ = file.write_all(line.as_bytes());
+        if let Err(e) = crate::statefs::append(file, &self.path, line.as_bytes()) {
+            self.failed
+                .get_or_insert_with(|| crate::statefs::describe(&self.path, &e));
+        }
     }
 }
 
@@ -221,17 +229,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::process::id(),
         WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(PRIVATE_FILE)
-            .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(PRIVATE_FILE)
+        .open(&tmp)
+        .and_then(|mut file| {
+            crate::statefs::write_all(&mut file, path, bytes)?;
+            file.sync_all()
+        });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        // A full disk leaves no temporary file behind to fill it further.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, path)?;
     File::open(dir)?.sync_all()
 }
 

@@ -186,3 +186,86 @@ fn escaping_paths_and_single_quoted_splices_are_reported() {
     );
     assert_eq!(codes.iter().filter(|c| *c == "W006").count(), 2_000);
 }
+
+/// One framed JSON-RPC message.
+fn frame(message: &serde_json::Value) -> String {
+    let body = message.to_string();
+    format!("Content-Length: {}\r\n\r\n{body}", body.len())
+}
+
+#[test]
+fn the_language_server_survives_what_a_hostile_client_sends() {
+    use serde_json::json;
+    use std::io::Write as _;
+    let uri = "file:///tmp/hostile/workflow.yml";
+    let mut input = String::new();
+    input.push_str(&frame(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}),
+    ));
+    input.push_str(&frame(
+        &json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}),
+    ));
+    // No `languageId`; a hover without parameters; 200 changes in a burst.
+    input.push_str(&frame(&json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "text": "commands: []\n"}}})));
+    input.push_str(&frame(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "textDocument/hover", "params": {}}),
+    ));
+    for version in 2..=201 {
+        let text = format!("commands:\n  - shell: \"echo $x{version}\"\n");
+        input.push_str(&frame(&json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}})));
+    }
+    input.push_str(&frame(
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "textDocument/hover", "params": {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 2}}}),
+    ));
+    // Then a length no memory holds, and the end of the input inside it.
+    input.push_str("Content-Length: 99999999999999\r\n\r\n{");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_prodigy"))
+        .arg("lsp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    // Bounded: the server is killed after 30 s.
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .is_err()
+        {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            return true;
+        }
+        false
+    });
+    let output = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    assert!(!watchdog.join().unwrap(), "the server hung");
+    writer.join().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "a signal, not an exit: {stderr}"
+    );
+    assert!(stderr.contains("99999999999999 bytes"), "{stderr}");
+    assert!(
+        stdout.contains(r#""id":2"#) && stdout.contains("-32602"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(r#""id":3"#), "stopped serving: {stdout}");
+    let checks = stdout.matches("publishDiagnostics").count();
+    assert!(checks <= 20, "{checks} checks for a burst of 200 changes");
+    assert!(
+        stdout.contains(r#""version":201"#),
+        "the last version was not checked"
+    );
+}

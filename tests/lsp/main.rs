@@ -93,6 +93,28 @@ impl Client {
         }
     }
 
+    /// Sends a request and returns the whole response (its `result` or its `error`).
+    fn call(&mut self, message: &Value) -> Value {
+        let id = message["id"].clone();
+        self.send(message);
+        loop {
+            let reply = self.messages.recv_timeout(Duration::from_secs(20)).unwrap();
+            if reply["id"] == id {
+                return reply;
+            }
+        }
+    }
+
+    /// The next diagnostics published for a document, whole (with its `version`).
+    fn published(&mut self) -> Value {
+        loop {
+            let message = self.messages.recv_timeout(Duration::from_secs(20)).unwrap();
+            if message["method"] == "textDocument/publishDiagnostics" {
+                return message["params"].clone();
+            }
+        }
+    }
+
     /// The next diagnostics published for a document.
     fn diagnostics(&mut self) -> Vec<Value> {
         loop {
@@ -339,5 +361,157 @@ fn shellcheck_findings_are_published_in_the_command() {
             .unwrap()
             .contains("https://www.shellcheck.net/wiki/SC2086")
     );
+    finish(client);
+}
+
+/// The server answers a hover at the start of the document: it is still serving.
+fn still_serves(client: &mut Client) {
+    let id = 9000 + client.next_id;
+    client.next_id += 1;
+    let reply = client.call(&json!({"jsonrpc": "2.0", "id": id, "method": "textDocument/hover", "params": {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 2}}}));
+    assert!(reply.get("error").is_none(), "{reply}");
+}
+
+#[test]
+fn a_did_open_without_language_id_is_checked() {
+    let mut client = start_session(&["utf-16"]);
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "text": "commands:\n  - shell: a\n    claude: b\n"}}),
+    );
+    let diagnostics = client.diagnostics();
+    assert_eq!(diagnostics[0]["code"], "V004", "{diagnostics:?}");
+    finish(client);
+}
+
+#[test]
+fn malformed_notifications_are_ignored_and_the_server_keeps_serving() {
+    let mut client = start_session(&["utf-16"]);
+    open(&mut client, "commands:\n  - shell: make\n");
+    assert_eq!(client.diagnostics(), Vec::<Value>::new());
+    client.notify("textDocument/didOpen", json!({"textDocument": {"uri": 7}}));
+    client.notify("textDocument/didChange", json!({}));
+    client.notify("textDocument/didClose", Value::Null);
+    client.notify("textDocument/didSave", json!([1, 2]));
+    still_serves(&mut client);
+    // Still checking, too.
+    change(&mut client, 2, "commands:\n  - shell: a\n    claude: b\n");
+    assert_eq!(client.diagnostics()[0]["code"], "V004");
+    finish(client);
+}
+
+#[test]
+fn bad_requests_get_invalid_params_and_the_server_keeps_serving() {
+    let mut client = start_session(&["utf-16"]);
+    open(&mut client, "commands:\n  - shell: make\n");
+    let _ = client.diagnostics();
+    for (id, params) in [
+        (100, Some(json!({}))),
+        (101, None),
+        (
+            102,
+            Some(json!({"textDocument": {"uri": URI}, "position": "here"})),
+        ),
+    ] {
+        let mut request = json!({"jsonrpc": "2.0", "id": id, "method": "textDocument/hover"});
+        if let Some(params) = params {
+            request["params"] = params;
+        }
+        let reply = client.call(&request);
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("textDocument/hover"),
+            "{reply}"
+        );
+    }
+    for method in ["textDocument/completion", "textDocument/codeAction"] {
+        let reply =
+            client.call(&json!({"jsonrpc": "2.0", "id": 200, "method": method, "params": {}}));
+        assert_eq!(reply["error"]["code"], -32602, "{method}: {reply}");
+    }
+    still_serves(&mut client);
+    finish(client);
+}
+
+#[test]
+fn a_message_over_the_size_limit_is_skipped_and_the_server_keeps_serving() {
+    let mut client = start_session(&["utf-16"]);
+    open(&mut client, "commands:\n  - shell: make\n");
+    let _ = client.diagnostics();
+    // 64 MiB and one byte: skipped without being held, and the framing stays intact.
+    let length = 64 * 1024 * 1024 + 1;
+    write!(client.stdin, "Content-Length: {length}\r\n\r\n").unwrap();
+    let chunk = vec![b' '; 1024 * 1024];
+    let mut left = length;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        client.stdin.write_all(&chunk[..n]).unwrap();
+        left -= n;
+    }
+    still_serves(&mut client);
+    finish(client);
+}
+
+#[test]
+fn an_absurd_content_length_ends_the_server_cleanly() {
+    let mut client = start_session(&["utf-16"]);
+    client
+        .stdin
+        .write_all(b"Content-Length: 99999999999999\r\n\r\n{}")
+        .unwrap();
+    let Client {
+        mut child, stdin, ..
+    } = client;
+    drop(stdin);
+    let mut polls = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        polls += 1;
+        if polls > 1000 {
+            let _ = child.kill();
+            panic!("the server hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // An exit code, not a signal: no abort on allocation.
+    assert_eq!(status.code(), Some(1), "{status}");
+}
+
+#[test]
+fn a_burst_of_changes_is_checked_at_its_last_version() {
+    let mut client = start_session(&["utf-16"]);
+    open(&mut client, "commands:\n  - shell: make\n");
+    let _ = client.diagnostics();
+    let last = 201;
+    for version in 2..=last {
+        // Each version misspells a key differently; the last one is the only `V004`.
+        let text = if version == last {
+            "commands:\n  - shell: a\n    claude: b\n".to_owned()
+        } else {
+            format!(
+                "commands:\n  - shell: \"echo $x{version}\"\n    retry_config:\n      max_attemps: {version}\n"
+            )
+        };
+        change(&mut client, version, &text);
+    }
+    let mut checks = 0;
+    let final_params = loop {
+        let params = client.published();
+        checks += 1;
+        if params["version"] == last {
+            break params;
+        }
+    };
+    assert_eq!(
+        final_params["diagnostics"][0]["code"], "V004",
+        "{final_params}"
+    );
+    // Bounded in time too: each wait for diagnostics gives up after 20 s.
+    assert!(checks <= 20, "{checks} checks for one burst of 200 changes");
     finish(client);
 }

@@ -1066,6 +1066,7 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod examples;
+mod faults;
 mod friction;
 mod mapreduce;
 mod paths;

@@ -1,0 +1,256 @@
+//! The one place the runtime writes its state under `$PRODIGY_HOME` (checkpoints, `items.json`,
+//! `results.jsonl`, the DLQ, event logs), so that a failed write is handled alike everywhere
+//! and can be provoked in tests.
+//!
+//! A failed append is undone (the file is cut back to its length before the write), so a
+//! full disk leaves no torn line behind when the file can still be truncated.
+//!
+//! Test hook (CONTRIBUTING.md, "Fault injection"): in debug builds only, the environment
+//! variable `PRODIGY_FAULT_STATE_WRITES` makes state writes fail with `ENOSPC`, as on a full
+//! disk. Its value is comma-separated settings:
+//!
+//! - `file=TEXT`: only writes to files whose name contains TEXT are concerned (default:
+//!   every state file);
+//! - `after=N`: the first N concerned writes succeed, every later one fails;
+//! - `bytes=N`: concerned writes succeed until N bytes were written in all; the write that
+//!   crosses the limit writes its first bytes up to it (a torn write) and fails, and so
+//!   does every later one.
+//!
+//! Release builds ignore the variable.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// The name of the test hook's environment variable.
+pub const FAULT_ENV: &str = "PRODIGY_FAULT_STATE_WRITES";
+
+/// Which state writes fail, from `PRODIGY_FAULT_STATE_WRITES`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// Only files whose name contains this.
+    pub file: Option<String>,
+    /// Concerned writes that succeed before the first failure.
+    pub after: Option<u64>,
+    /// Bytes concerned writes may write in all.
+    pub bytes: Option<u64>,
+}
+
+/// What a [`FaultPlan`] lets through so far.
+#[derive(Debug, Default)]
+struct Spent {
+    writes: u64,
+    bytes: u64,
+}
+
+impl FaultPlan {
+    /// Reads a plan: `file=TEXT`, `after=N`, `bytes=N`, comma-separated.
+    ///
+    /// # Errors
+    ///
+    /// An unknown key or a number that is not one, described.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut plan = FaultPlan::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}` is not `key=value`"))?;
+            let number = || {
+                value
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("`{key}` wants a number, not `{value}`"))
+            };
+            match key.trim() {
+                "file" => plan.file = Some(value.trim().to_owned()),
+                "after" => plan.after = Some(number()?),
+                "bytes" => plan.bytes = Some(number()?),
+                other => return Err(format!("unknown setting `{other}`")),
+            }
+        }
+        if plan.after.is_none() && plan.bytes.is_none() {
+            plan.after = Some(0);
+        }
+        Ok(plan)
+    }
+
+    /// How many of LEN bytes a write to PATH may write before it fails (`None`: all, and it
+    /// succeeds), counting it against SPENT.
+    fn allow(&self, spent: &mut Spent, path: &Path, len: usize) -> Option<usize> {
+        let name = path.file_name().map(|n| n.to_string_lossy());
+        if let Some(file) = &self.file
+            && !name.is_some_and(|n| n.contains(file.as_str()))
+        {
+            return None;
+        }
+        spent.writes += 1;
+        if self.after.is_some_and(|after| spent.writes > after) {
+            return Some(0);
+        }
+        if let Some(limit) = self.bytes {
+            let room = limit.saturating_sub(spent.bytes);
+            let len64 = len as u64;
+            if len64 > room {
+                spent.bytes = limit;
+                return Some(usize::try_from(room).unwrap_or(len));
+            }
+            spent.bytes += len64;
+        }
+        None
+    }
+}
+
+/// The plan of this process, read once: none in release builds or without the variable.
+fn injected() -> Option<&'static Hook> {
+    static PLAN: std::sync::OnceLock<Option<Hook>> = std::sync::OnceLock::new();
+    PLAN.get_or_init(|| {
+        if !cfg!(debug_assertions) {
+            return None;
+        }
+        let text = std::env::var(FAULT_ENV).ok()?;
+        match FaultPlan::parse(&text) {
+            Ok(plan) => Some(Mutex::new((plan, Spent::default()))),
+            Err(why) => {
+                // A test hook set wrong must not pass for a test of nothing.
+                let _ = writeln!(std::io::stderr(), "warning: {FAULT_ENV}: {why}; ignored");
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+fn no_space() -> std::io::Error {
+    std::io::Error::from_raw_os_error(nix::libc::ENOSPC)
+}
+
+/// The hook's state: the plan and what it let through.
+type Hook = Mutex<(FaultPlan, Spent)>;
+
+/// Writes all of BYTES to FILE, a state file whose name is PATH (the file it becomes, for a
+/// temporary file renamed into place). The one place state bytes are written.
+///
+/// # Errors
+///
+/// What writing failed with (`ENOSPC` when the test hook says so).
+pub fn write_all(file: &mut impl Write, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_with(injected(), file, path, bytes)
+}
+
+fn write_with(
+    hook: Option<&Hook>,
+    file: &mut impl Write,
+    path: &Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    if let Some(hook) = hook {
+        let allowed = {
+            let mut guard = crate::lock(hook);
+            let (plan, spent) = &mut *guard;
+            plan.allow(spent, path, bytes.len())
+        };
+        if let Some(n) = allowed {
+            file.write_all(&bytes[..n.min(bytes.len())])?;
+            return Err(no_space());
+        }
+    }
+    file.write_all(bytes)
+}
+
+/// Appends BYTES to FILE (opened for appending) as [`write_all`] does; when that fails, cuts
+/// the file back to its length before, so that no torn record stays (best effort: the
+/// error returned is the write's).
+///
+/// # Errors
+///
+/// What writing failed with.
+pub fn append(file: &mut std::fs::File, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    append_with(injected(), file, path, bytes)
+}
+
+fn append_with(
+    hook: Option<&Hook>,
+    file: &mut std::fs::File,
+    path: &Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let before = file.metadata().map(|m| m.len()).ok();
+    let written = write_with(hook, file, path, bytes);
+    if written.is_err()
+        && let Some(len) = before
+    {
+        let _ = file.set_len(len);
+    }
+    written
+}
+
+/// A failed state write, for people: the file and the OS error.
+pub fn describe(path: &Path, error: &std::io::Error) -> String {
+    format!("cannot write `{}`: {error}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_parse_and_refuse_nonsense() {
+        assert_eq!(
+            FaultPlan::parse("file=results.jsonl, after=3").unwrap(),
+            FaultPlan {
+                file: Some("results.jsonl".into()),
+                after: Some(3),
+                bytes: None
+            }
+        );
+        assert_eq!(FaultPlan::parse("").unwrap().after, Some(0));
+        assert!(FaultPlan::parse("after=x").is_err());
+        assert!(FaultPlan::parse("when=3").is_err());
+        assert!(FaultPlan::parse("after").is_err());
+    }
+
+    #[test]
+    fn writes_fail_after_n_and_only_for_matching_files() {
+        let plan = FaultPlan::parse("file=results,after=2").unwrap();
+        let mut spent = Spent::default();
+        let results = Path::new("/h/results.jsonl");
+        assert_eq!(
+            plan.allow(&mut spent, Path::new("/h/checkpoint.json"), 5),
+            None
+        );
+        assert_eq!(plan.allow(&mut spent, results, 5), None);
+        assert_eq!(plan.allow(&mut spent, results, 5), None);
+        assert_eq!(plan.allow(&mut spent, results, 5), Some(0));
+        assert_eq!(plan.allow(&mut spent, Path::new("/h/index.json"), 5), None);
+    }
+
+    #[test]
+    fn a_byte_budget_tears_the_write_that_crosses_it() {
+        let plan = FaultPlan::parse("bytes=12").unwrap();
+        let mut spent = Spent::default();
+        let path = Path::new("x");
+        assert_eq!(plan.allow(&mut spent, path, 10), None);
+        assert_eq!(plan.allow(&mut spent, path, 10), Some(2));
+        assert_eq!(plan.allow(&mut spent, path, 1), Some(0));
+    }
+
+    #[test]
+    fn a_failed_append_leaves_the_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        std::fs::write(&path, "one\n").unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        // The second append is torn by the byte budget: its first bytes land, then ENOSPC.
+        let hook = Mutex::new((FaultPlan::parse("bytes=6").unwrap(), Spent::default()));
+        append_with(Some(&hook), &mut file, &path, b"two\n").unwrap();
+        let error = append_with(Some(&hook), &mut file, &path, b"three\n").unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(nix::libc::ENOSPC));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\ntwo\n");
+        // Without the hook, writes go through.
+        append_with(None, &mut file, &path, b"four\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\ntwo\nfour\n");
+    }
+}
