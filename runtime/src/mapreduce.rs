@@ -321,6 +321,8 @@ struct AgentRun {
     /// The agent's worktree, kept because it failed with work in it or its merge
     /// conflicted.
     artifacts: Option<WorktreeArtifacts>,
+    /// What its Claude calls cost.
+    claude: crate::claude::Totals,
 }
 
 impl AgentRun {
@@ -345,6 +347,7 @@ impl AgentRun {
             }),
             duration: Duration::ZERO,
             artifacts: None,
+            claude: crate::claude::Totals::default(),
         }
     }
 
@@ -502,12 +505,14 @@ async fn run_agent(
         (None, _) => RunEnd::Failed,
     };
     let failure = scope.failure.borrow().clone();
+    let claude = *scope.claude.borrow();
     let mut run = AgentRun {
         end,
         output: vars.last_output.take(),
         failure,
         duration: started.elapsed(),
         artifacts: None,
+        claude,
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
         merge_back(runner, session, worktree, index, &mut run).await;
@@ -1037,10 +1042,12 @@ impl<'a> MapJob<'a> {
             outcome = stopped_by_write(phase, why);
         }
         let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
+        let claude = *crate::lock(&self.runner.claude_totals);
         self.runner.record(
             "job_finished",
-            json!({"status": self.cp.status, "metrics": metrics, "dlq_count": dlq_count, "duration_secs": self.runner.started.elapsed().as_secs_f64()}),
+            json!({"status": self.cp.status, "metrics": metrics, "dlq_count": dlq_count, "duration_secs": self.runner.started.elapsed().as_secs_f64(), "claude": (claude.calls > 0).then_some(claude)}),
         );
+        self.runner.say_claude_totals();
         JobReport {
             job_id: self.cp.job_id.clone(),
             outcome,
@@ -1711,6 +1718,7 @@ impl<'a> MapJob<'a> {
             error_type: failed.then(|| run.error_type().name().to_owned()),
             duration_secs: run.duration.as_secs_f64(),
             dead_lettered,
+            claude: (run.claude.calls > 0).then_some(run.claude),
         };
         match self.files.append(&record) {
             Ok(()) => Some(record),
@@ -1908,6 +1916,7 @@ pub async fn retry_dead_letters(
                     error_type: None,
                     duration_secs: run.duration.as_secs_f64(),
                     dead_lettered: false,
+                    claude: (run.claude.calls > 0).then_some(run.claude),
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;

@@ -423,6 +423,14 @@ impl Runner {
         let _ = std::io::stderr().flush();
     }
 
+    /// At the end of a run or a job that made Claude calls: what they cost.
+    pub(crate) fn say_claude_totals(&self) {
+        let claude = *lock(&self.claude_totals);
+        if claude.calls > 0 {
+            self.say(&claude.line());
+        }
+    }
+
     /// The signal that stops what runs now: the agent's inside a map agent, else the run's.
     fn cancel_rx(&self) -> watch::Receiver<bool> {
         AGENT
@@ -771,7 +779,9 @@ impl Runner {
             state_error = Some(why);
         }
         let continued = lock(&self.continued).clone();
-        self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "failed_continued": continued.len(), "duration_secs": self.started.elapsed().as_secs_f64()}));
+        let claude = *lock(&self.claude_totals);
+        self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "failed_continued": continued.len(), "duration_secs": self.started.elapsed().as_secs_f64(), "claude": (claude.calls > 0).then_some(claude)}));
+        self.say_claude_totals();
         let events = lock(&self.log).path.clone();
         Report {
             outcome,
