@@ -354,18 +354,14 @@ fn items(args: &ItemsArgs) -> u8 {
             return exit_code::USAGE;
         }
     };
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "the command line reads the input file the user names"
-    )]
-    let read = std::fs::read_to_string(&input_path);
-    let text = match read {
+    // As `run` reads it: a regular file within the map input bound, never a device or a FIFO.
+    let text = match prodigy_runtime::input::read_file(
+        &input_path,
+        prodigy_runtime::input::MAX_INPUT_SIZE,
+    ) {
         Ok(text) => text,
         Err(e) => {
-            err(&format!(
-                "error: cannot read `{}`: {e}\n",
-                input_path.display()
-            ));
+            err(&format!("error: {e}\n"));
             return exit_code::USAGE;
         }
     };

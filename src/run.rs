@@ -90,6 +90,7 @@ impl JobArgs {
                 .max_parallel
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             cancel_running: self.cancel_running,
+            strict: self.strict,
         }
     }
 }

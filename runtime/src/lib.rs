@@ -6,6 +6,7 @@ pub mod breaker;
 pub mod dlq;
 pub mod exec;
 pub mod git;
+pub mod input;
 pub mod job;
 pub mod jobstore;
 pub mod machine;

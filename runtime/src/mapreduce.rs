@@ -43,6 +43,9 @@ pub struct JobOptions {
     /// `--cancel-running`: when the error policy stops the job, cancel the running agents
     /// (their items stay pending) instead of letting them finish.
     pub cancel_running: bool,
+    /// `--strict`: a `json_path` that selects nothing from the input fails the job instead
+    /// of completing it with no items.
+    pub strict: bool,
 }
 
 /// How a job ended.
@@ -1097,7 +1100,7 @@ impl<'a> MapJob<'a> {
             .map_err(|e| format!("`map.input`: {e}"))?;
         let mut path = self.runner.workdir().join(input.trim());
         let outside = self.runner.opts.project.join(input.trim());
-        if !path.is_file() && self.runner.worktree().is_some() && outside.is_file() {
+        if !path.exists() && self.runner.worktree().is_some() && outside.exists() {
             // An input the user has not committed is not in the session worktree.
             self.say(&format!(
                 "note: `{}` is not in the run's worktree (it is not committed); reading it from {}",
@@ -1106,9 +1109,10 @@ impl<'a> MapJob<'a> {
             ));
             path = outside;
         }
-        let (text, kind) = if path.is_file() {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        // Anything at the path is the input file; only a regular file within the bound is
+        // read, so a device or a FIFO is refused rather than read without end.
+        let (text, kind) = if path.exists() {
+            let text = crate::input::read_file(&path, crate::input::MAX_INPUT_SIZE)?;
             (text, InputKind::of_file(input.trim()))
         } else if !input.trim().contains(char::is_whitespace)
             && [".json", ".jsonl", ".txt"]
@@ -1120,23 +1124,60 @@ impl<'a> MapJob<'a> {
                 path.display()
             ));
         } else {
-            let out = self.runner.run_shell(&input, vars).await;
-            if out.code != Some(0) {
-                return Err(format!(
-                    "the map input command `{input}` failed: {}",
-                    out.stderr.trim()
-                ));
-            }
-            (out.stdout, InputKind::Text)
+            let (program, args) = exec::shell(&input);
+            let command = exec::Command {
+                program,
+                args,
+                cwd: self.runner.workdir(),
+                env: vars.environment(),
+                clear_env: false,
+                timeout: Some(Duration::from_mins(5)),
+                grace: self.runner.opts.grace,
+            };
+            let stdout = crate::input::command_output(
+                &command,
+                &input,
+                &mut self.runner.cancel_rx(),
+                crate::input::MAX_INPUT_SIZE,
+            )
+            .await?;
+            (stdout, InputKind::Text)
         };
         let document = prodigy_grammar::pipeline::parse_input(&text, kind)
             .map_err(|e| format!("the map input `{input}`: {e}"))?;
         let pipeline = map.pipeline();
         let (items, counts) = pipeline.apply(document);
-        self.runner.record(
-            "input_loaded",
-            json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept}),
-        );
+        let mut loaded = json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept});
+        if map.distinct.is_some() {
+            // Items without the `distinct` field, which it kept as one.
+            loaded["distinct_missing"] = json!(counts.distinct_missing);
+        }
+        self.runner.record("input_loaded", loaded);
+        if let Some(json_path) = map.json_path.as_ref().filter(|_| counts.selected == 0) {
+            let what = format!(
+                "`json_path: {}` selected nothing from the map input `{}`",
+                json_path.value,
+                input.trim()
+            );
+            if self.opts.strict {
+                return Err(format!("{what} (with --strict, a job needs items)"));
+            }
+            self.say(&format!(
+                "warning: {what}; check the expression against the input with `prodigy items`"
+            ));
+        }
+        if let Some(distinct) = map
+            .distinct
+            .as_ref()
+            .filter(|_| counts.distinct_missing > 1)
+        {
+            let field = distinct.value.trim();
+            self.say(&format!(
+                "warning: `distinct: {field}`: {} items have no `{}` and were kept as one",
+                counts.distinct_missing,
+                field.strip_prefix("item.").unwrap_or(field)
+            ));
+        }
         self.say(&format!(
             "map: {} ({})",
             crate::progress::count(counts.kept, "item"),

@@ -372,7 +372,7 @@ impl Runner {
     }
 
     /// The signal that stops what runs now: the agent's inside a map agent, else the run's.
-    fn cancel_rx(&self) -> watch::Receiver<bool> {
+    pub(crate) fn cancel_rx(&self) -> watch::Receiver<bool> {
         AGENT
             .try_with(|a| a.cancel.clone())
             .unwrap_or_else(|_| self.cancel.clone())

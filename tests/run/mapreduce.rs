@@ -783,3 +783,37 @@ fn ids_that_look_like_paths_name_no_job() {
         }
     }
 }
+
+/// `distinct` kept items without its field as one, in silence: the run says how many lacked
+/// it, and the `input_loaded` event counts them.
+#[test]
+fn distinct_says_how_many_items_lacked_the_field() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("items.json"),
+        r#"[{"id": 1, "owner": "ann"}, {"id": 2}, {"id": 3, "owner": null}, {"id": 4}, {"id": 5, "owner": "ann"}, {"id": 6, "owner": "bob"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        scratch.project().join("wf.yml"),
+        "name: owners\nmode: mapreduce\nmap:\n  input: items.json\n  distinct: item.owner\n  max_parallel: 1\n  agent_template:\n    - shell: \"echo ${item.id}\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let output = scratch.run(&["run", "wf.yml"], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "warning: `distinct: item.owner`: 3 items have no `owner` and were kept as one"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("3 succeeded"), "{text}");
+    let loaded = scratch
+        .events()
+        .into_iter()
+        .find(|e| e["event_type"] == "input_loaded")
+        .unwrap();
+    assert_eq!(loaded["distinct_missing"], 3, "{loaded}");
+}
