@@ -184,9 +184,16 @@ fn show_attempt(text: &mut String, f: &prodigy_runtime::dlq::FailureDetail) {
     let _ = writeln!(
         text,
         "    exit code: {}",
-        output
-            .exit_code
-            .map_or_else(|| "none (killed by a signal)".to_owned(), |c| c.to_string())
+        output.exit_code.map_or_else(
+            || {
+                if output.stderr.contains("could not start `") {
+                    "none (it could not start)".to_owned()
+                } else {
+                    "none (killed by a signal)".to_owned()
+                }
+            },
+            |c| c.to_string()
+        )
     );
     for (name, stream) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
         if stream.trim().is_empty() {
@@ -832,4 +839,43 @@ fn human_event(event: &Value) -> String {
     }
     line.push('\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(stderr: &str) -> prodigy_runtime::dlq::FailureDetail {
+        serde_json::from_value(serde_json::json!({
+            "attempt_number": 1,
+            "timestamp": "2026-01-01T00:00:00Z",
+            "error_type": "ValidationFailed",
+            "error_message": "failed",
+            "agent_id": "agent-1",
+            "step_failed": "claude: /do it",
+            "duration_ms": 1,
+            "command_output": {"exit_code": null, "stdout": "", "stderr": stderr},
+        }))
+        .unwrap()
+    }
+
+    /// An attempt whose program could not start has no exit code, but no signal ended it.
+    #[test]
+    fn dlq_show_says_a_program_could_not_start_rather_than_a_signal() {
+        let mut text = String::new();
+        show_attempt(
+            &mut text,
+            &attempt("could not start `claude`: Permission denied"),
+        );
+        assert!(
+            text.contains("exit code: none (it could not start)"),
+            "{text}"
+        );
+        let mut text = String::new();
+        show_attempt(&mut text, &attempt("Terminated"));
+        assert!(
+            text.contains("exit code: none (killed by a signal)"),
+            "{text}"
+        );
+    }
 }

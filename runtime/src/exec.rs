@@ -184,7 +184,7 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
         Ok(child) => child,
         Err(e) => {
             return Output {
-                stderr: format!("cannot start `{}`: {e}", command.program),
+                stderr: format!("could not start `{}`: {e}", command.program),
                 spawn_error: true,
                 duration: started.elapsed(),
                 ..Output::default()

@@ -110,7 +110,7 @@ pub(crate) async fn command_output(
         .kill_on_drop(true);
     let mut child = process.spawn().map_err(|e| {
         format!(
-            "the map input command `{text}` could not start: could not start `{}`: {e}",
+            "the map input command `{text}`: could not start `{}`: {e}",
             command.program
         )
     })?;

@@ -1703,6 +1703,14 @@ impl Runner {
                 let how = match (out.code, out.timed_out) {
                     (_, true) => "timed out".to_owned(),
                     (Some(code), false) => format!("exited {code}"),
+                    // It never ran: why ("could not start `PROGRAM`: REASON"), not a signal.
+                    (None, false) if out.spawn_error => {
+                        format!(
+                            "did not run ({})",
+                            out.stderr.lines().next().unwrap_or("").trim()
+                        )
+                    }
+                    (None, false) if out.cancelled => "was interrupted".to_owned(),
                     (None, false) => "ended by a signal".to_owned(),
                 };
                 self.say(&format!(

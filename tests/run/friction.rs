@@ -443,3 +443,33 @@ fn a_job_stopped_by_max_failures_is_not_resumed_into_the_same_failures() {
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert_ne!(std::fs::read_to_string(&log).unwrap(), runs);
 }
+
+/// A program that exists but cannot be started (not executable) was reported at `-vv` as
+/// "ended by a signal": the step says it could not start, naming the program and why.
+#[test]
+fn a_program_that_cannot_start_is_named_with_the_reason() {
+    let scratch = Scratch::new();
+    let claude = scratch.dir.path().join("claude-not-executable");
+    std::fs::write(&claude, "#!/bin/sh\necho hi\n").unwrap();
+    let path = workflow(
+        &scratch,
+        "wf.yml",
+        "name: s\ncommands:\n  - claude: \"/do it\"\n",
+    );
+    let output = scratch.run(
+        &["run", "-vv", &path],
+        &[("PRODIGY_CLAUDE_COMMAND", claude.to_str().unwrap())],
+    );
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    let reason = format!("could not start `{}`: Permission denied", claude.display());
+    assert!(
+        text.contains(&format!("/do it did not run ({reason}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("failed: /do it: {reason}")),
+        "{text}"
+    );
+    assert!(!text.contains("signal"), "{text}");
+}
