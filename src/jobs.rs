@@ -128,7 +128,7 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
                 .map_or("Unknown", |f| f.error_type.name());
             let _ = writeln!(text, "  {}  {kind}  {}", i.item_id, i.item_data);
         }
-        out(&text);
+        out(&prodigy_runtime::progress::visible(&text));
         return exit_code::OK;
     }
     if !yes {
@@ -327,7 +327,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 );
             }
             let _ = writeln!(text, "{}", count(items.len(), "item"));
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Show { item, format, .. } => {
@@ -392,7 +392,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             if shown.is_empty() {
                 text = format!("the dead letter queue of {job} is empty\n");
             }
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Clear { yes, dry_run, .. } => {
@@ -455,7 +455,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             for (signature, n) in &by_signature {
                 let _ = writeln!(text, "  {n:>6}  {signature}");
             }
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Retry(args) => retry(args, &located, &queue),
@@ -505,7 +505,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
                 }
             );
         }
-        out(&text);
+        out(&prodigy_runtime::progress::visible(&text));
         return exit_code::OK;
     }
     let (file, plan) = match crate::run::compile(&checkpoint.workflow_file) {
@@ -748,7 +748,12 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                 }
             }
             *offset += end as u64;
-            out(&text);
+            // JSON lines stay as they are written; a person's view shows control characters.
+            if show.json {
+                out(&text);
+            } else {
+                out(&prodigy_runtime::progress::visible(&text));
+            }
         }
         if !follow || finished {
             return exit_code::OK;

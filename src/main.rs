@@ -311,7 +311,14 @@ pub(crate) fn out(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
+/// Writes to stderr what may hold a command's output (errors, outcome lines): its control
+/// characters are shown, not sent to the terminal (`prodigy_runtime::progress::visible`).
 pub(crate) fn err(text: &str) {
+    err_styled(&prodigy_runtime::progress::visible(text));
+}
+
+/// Writes prodigy's own styled text (coloured diagnostics) to stderr as it is.
+pub(crate) fn err_styled(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
@@ -406,14 +413,14 @@ pub(crate) fn load_checked(
         Err(e) => {
             // Not UTF-8: shown like any problem of the file, at its first bad byte.
             let file = SourceFile::new(path.display().to_string(), e.valid_prefix().to_owned());
-            err(&output::human(&file, &[e.diagnostic()], color));
+            err_styled(&output::human(&file, &[e.diagnostic()], color));
             err("error: the workflow has errors; fix them first (see above)\n");
             return Err(exit_code::PROBLEMS);
         }
     };
     let checked = prodigy_compiler::check(&file);
     if checked.has_errors() {
-        err(&output::human(&file, &checked.diagnostics, color));
+        err_styled(&output::human(&file, &checked.diagnostics, color));
         err("error: the workflow has errors; fix them first (see above)\n");
         return Err(exit_code::PROBLEMS);
     }

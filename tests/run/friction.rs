@@ -473,3 +473,34 @@ fn a_program_that_cannot_start_is_named_with_the_reason() {
     );
     assert!(!text.contains("signal"), "{text}");
 }
+
+/// Escape sequences a step printed reached the terminal as they were (clearing the screen,
+/// retitling the window): prodigy shows them as `\x1b` wherever it echoes output (at `-v`,
+/// in the failure line), while what the step printed is kept byte for byte in variables and
+/// files.
+#[test]
+fn escape_sequences_in_step_output_are_shown_not_sent() {
+    let scratch = Scratch::new();
+    let path = workflow(
+        &scratch,
+        "wf.yml",
+        r#"name: escapes
+commands:
+  - shell: "printf '\\033[2J\\033]0;pwned\\007hello\\n'"
+    capture: painted
+  - shell: "printf '%s' \"${painted}\" > raw.txt"
+  - shell: "printf '\\033[31mbroken\\033[0m\\n' >&2; exit 3"
+"#,
+    );
+    let output = scratch.run(&["run", "-v", "--no-worktree", &path], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains(r"│ \x1b[2J\x1b]0;pwned\x07hello"), "{text}");
+    assert!(text.contains(r"\x1b[31mbroken\x1b[0m"), "{text}");
+    let raw = std::fs::read_to_string(scratch.project().join("raw.txt")).unwrap();
+    assert_eq!(raw, "\u{1b}[2J\u{1b}]0;pwned\u{7}hello");
+}
