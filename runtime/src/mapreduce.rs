@@ -805,6 +805,19 @@ impl<'a> MapJob<'a> {
         self.runner.say(text);
     }
 
+    /// Why the job's results can no longer be kept, when its state directory (or the
+    /// `items.json` the map phase starts from) vanished while it ran: a removed
+    /// `PRODIGY_HOME` would otherwise end in "completed: 0 succeeded".
+    fn state_lost(&self) -> Option<String> {
+        let dir = self.files.dir();
+        (!dir.join("items.json").is_file()).then(|| {
+            format!(
+                "the job's state directory `{}` was removed while the job ran (is `PRODIGY_HOME` still there?), so its results cannot be kept",
+                dir.display()
+            )
+        })
+    }
+
     fn save(&mut self, vars: Option<&Vars>) {
         if let Some(vars) = vars {
             let mut values = vars.values.clone();
@@ -1266,12 +1279,14 @@ impl<'a> MapJob<'a> {
         let mut progress = Progress::start(total as u64, counts.finished(), monitored);
         let mut last_save = Instant::now();
         let mut stop_announced = false;
+        // Set when the job's state directory vanished: no new agents start.
+        let mut lost: Option<String> = None;
         loop {
             // The counts as the last outcome left them, before agents start in its place, so a
             // plain progress line does not depend on how fast the next agent starts.
             show_progress(&mut progress, &job, agents, dlq_count, breaker.as_ref());
             // Start agents while slots, items and the policy allow.
-            while job.admits() && !runner.cancelled() && agents < max_parallel {
+            while job.admits() && lost.is_none() && !runner.cancelled() && agents < max_parallel {
                 let Some((index, attempt)) = pending.pop_front() else {
                     break;
                 };
@@ -1544,9 +1559,19 @@ impl<'a> MapJob<'a> {
                 self.update_counts(&records);
                 self.save(None);
                 last_save = Instant::now();
+                if lost.is_none() {
+                    lost = self.state_lost();
+                    if let Some(why) = &lost {
+                        self.say(&format!("error: {why}; no new agents start"));
+                        let _ = halt_tx.send(true);
+                    }
+                }
             }
         }
         progress.finish();
+        if let Some(why) = lost.or_else(|| self.state_lost()) {
+            return Err(why);
+        }
         if !batch.is_empty() {
             self.say(&format!(
                 "{} failed:\n  {}",

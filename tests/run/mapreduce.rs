@@ -817,3 +817,39 @@ fn distinct_says_how_many_items_lacked_the_field() {
         .unwrap();
     assert_eq!(loaded["distinct_missing"], 3, "{loaded}");
 }
+
+/// A `PRODIGY_HOME` removed while a job ran ended in "completed: 0 succeeded of 40" and
+/// exit 0: the job sees its state directory vanish, starts no new agents and fails saying so.
+#[test]
+fn a_job_whose_state_directory_vanishes_fails_saying_so() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("wf.yml"),
+        "name: vanishing\nmode: mapreduce\nmap:\n  input: \"seq 1 40\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"sleep 0.2\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let child = scratch.spawn(&["run", "--no-worktree", "wf.yml"]);
+    let jobs = scratch.state().join("mapreduce/jobs");
+    let started = std::time::Instant::now();
+    let items = loop {
+        let found = std::fs::read_dir(&jobs).ok().and_then(|mut dirs| {
+            dirs.find_map(|d| Some(d.ok()?.path().join("items.json")))
+                .filter(|p| p.exists())
+        });
+        if let Some(items) = found {
+            break items;
+        }
+        assert!(started.elapsed().as_secs() < 30, "the job never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(items.exists());
+    std::fs::remove_dir_all(scratch.home()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("was removed while the job ran"), "{text}");
+    assert!(!text.contains("completed"), "{text}");
+    // No new agents started once it was seen: far fewer than 40 items ran.
+    assert!(!text.contains("40/40 done"), "{text}");
+}
