@@ -1209,7 +1209,10 @@ impl<'a> MapJob<'a> {
         let Some(map) = &plan.map else {
             return Ok(MapEnd::Finished);
         };
-        let items = self.files.load_items().map_err(|e| e.to_string())?;
+        let items = self
+            .files
+            .load_items()
+            .map_err(|e| self.state_lost().unwrap_or_else(|| e.to_string()))?;
         let previous = self.files.load_results().map_err(|e| e.to_string())?;
         for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
             runner.record("dlq_item_added", json!({"item_id": id, "repaired": true}));
