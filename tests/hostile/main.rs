@@ -249,3 +249,26 @@ fn a_json_path_selecting_nothing_warns_and_fails_under_strict() {
     );
     assert!(!stderr.contains("completed"), "{stderr}");
 }
+
+/// `prodigy items --input` reads the input as `run` does: a device is refused, unread.
+#[test]
+fn items_refuses_a_device_as_input() {
+    let file = Hostile::new(
+        "name: items\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo ${item}\"\n",
+    );
+    let output = Command::cargo_bin("prodigy")
+        .unwrap()
+        .current_dir(file.dir.path())
+        .env("NO_COLOR", "1")
+        .args(["items", "--input", "/dev/zero"])
+        .arg(&file.path)
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the map input `/dev/zero` is a character device, not a regular file"),
+        "{stderr}"
+    );
+}
