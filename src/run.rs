@@ -877,10 +877,18 @@ fn finish_job(
             } else {
                 let _ = writeln!(text, "events in {events}");
             }
-            let _ = writeln!(
-                text,
-                "✗ {phase} failed: {what}; fix it{fix}, then resume with: prodigy resume-job {id}"
-            );
+            if report.resumable {
+                let _ = writeln!(
+                    text,
+                    "✗ {phase} failed: {what}; fix it{fix}, then resume with: prodigy resume-job {id}"
+                );
+            } else {
+                // Nothing is left to resume from: the job runs again from the start.
+                let _ = writeln!(
+                    text,
+                    "✗ {phase} failed: {what}; the job cannot be resumed, run the workflow again"
+                );
+            }
             exit_code::PROBLEMS
         }
         JobOutcome::Interrupted => {

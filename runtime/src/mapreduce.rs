@@ -83,6 +83,9 @@ pub struct JobReport {
     pub events: PathBuf,
     /// The variables at the end (for the `merge` steps).
     pub vars: Vars,
+    /// Whether the job's state is still there to resume from (false when its state
+    /// directory was removed while it ran).
+    pub resumable: bool,
 }
 
 /// Error metrics (seed `000`): printed at the end of the job and stored with it.
@@ -956,6 +959,10 @@ impl<'a> MapJob<'a> {
             pending: self.cp.items_remaining.len() as u64,
             events: self.runner.events_path(),
             vars,
+            // The checkpoint was just saved: it is missing only when its directory is gone;
+            // past setup, the items must be there too.
+            resumable: self.files.dir().join("checkpoint.json").is_file()
+                && (self.cp.phase == Phase::Setup || self.state_lost().is_none()),
         }
     }
 

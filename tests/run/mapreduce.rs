@@ -844,12 +844,20 @@ fn a_job_whose_state_directory_vanishes_fails_saying_so() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     assert!(items.exists());
-    std::fs::remove_dir_all(scratch.home()).unwrap();
+    // Moved away in one step (a recursive removal races with the job's writes): for the job,
+    // its `PRODIGY_HOME` is gone.
+    std::fs::rename(scratch.home(), scratch.dir.path().join("home-removed")).unwrap();
     let output = child.wait_with_output().unwrap();
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("was removed while the job ran"), "{text}");
     assert!(!text.contains("completed"), "{text}");
+    // There is nothing left to resume from.
+    assert!(
+        text.contains("the job cannot be resumed, run the workflow again")
+            && !text.contains("resume-job"),
+        "{text}"
+    );
     // No new agents started once it was seen: far fewer than 40 items ran.
     assert!(!text.contains("40/40 done"), "{text}");
 }
