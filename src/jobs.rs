@@ -128,7 +128,7 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
                 .map_or("Unknown", |f| f.error_type.name());
             let _ = writeln!(text, "  {}  {kind}  {}", i.item_id, i.item_data);
         }
-        out(&text);
+        out(&prodigy_runtime::progress::visible(&text));
         return exit_code::OK;
     }
     if !yes {
@@ -184,9 +184,16 @@ fn show_attempt(text: &mut String, f: &prodigy_runtime::dlq::FailureDetail) {
     let _ = writeln!(
         text,
         "    exit code: {}",
-        output
-            .exit_code
-            .map_or_else(|| "none (killed by a signal)".to_owned(), |c| c.to_string())
+        output.exit_code.map_or_else(
+            || {
+                if output.stderr.contains("could not start `") {
+                    "none (it could not start)".to_owned()
+                } else {
+                    "none (killed by a signal)".to_owned()
+                }
+            },
+            |c| c.to_string()
+        )
     );
     for (name, stream) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
         if stream.trim().is_empty() {
@@ -320,7 +327,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 );
             }
             let _ = writeln!(text, "{}", count(items.len(), "item"));
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Show { item, format, .. } => {
@@ -385,7 +392,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             if shown.is_empty() {
                 text = format!("the dead letter queue of {job} is empty\n");
             }
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Clear { yes, dry_run, .. } => {
@@ -448,7 +455,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             for (signature, n) in &by_signature {
                 let _ = writeln!(text, "  {n:>6}  {signature}");
             }
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Retry(args) => retry(args, &located, &queue),
@@ -498,7 +505,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
                 }
             );
         }
-        out(&text);
+        out(&prodigy_runtime::progress::visible(&text));
         return exit_code::OK;
     }
     let (file, plan) = match crate::run::compile(&checkpoint.workflow_file) {
@@ -741,7 +748,12 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                 }
             }
             *offset += end as u64;
-            out(&text);
+            // JSON lines stay as they are written; a person's view shows control characters.
+            if show.json {
+                out(&text);
+            } else {
+                out(&prodigy_runtime::progress::visible(&text));
+            }
         }
         if !follow || finished {
             return exit_code::OK;
@@ -832,4 +844,43 @@ fn human_event(event: &Value) -> String {
     }
     line.push('\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(stderr: &str) -> prodigy_runtime::dlq::FailureDetail {
+        serde_json::from_value(serde_json::json!({
+            "attempt_number": 1,
+            "timestamp": "2026-01-01T00:00:00Z",
+            "error_type": "ValidationFailed",
+            "error_message": "failed",
+            "agent_id": "agent-1",
+            "step_failed": "claude: /do it",
+            "duration_ms": 1,
+            "command_output": {"exit_code": null, "stdout": "", "stderr": stderr},
+        }))
+        .unwrap()
+    }
+
+    /// An attempt whose program could not start has no exit code, but no signal ended it.
+    #[test]
+    fn dlq_show_says_a_program_could_not_start_rather_than_a_signal() {
+        let mut text = String::new();
+        show_attempt(
+            &mut text,
+            &attempt("could not start `claude`: Permission denied"),
+        );
+        assert!(
+            text.contains("exit code: none (it could not start)"),
+            "{text}"
+        );
+        let mut text = String::new();
+        show_attempt(&mut text, &attempt("Terminated"));
+        assert!(
+            text.contains("exit code: none (killed by a signal)"),
+            "{text}"
+        );
+    }
 }
