@@ -678,6 +678,7 @@ fn missing_claude_stops_before_the_first_step() {
     assert!(scratch.events().is_empty());
 }
 
+mod claude;
 mod examples;
 mod faults;
 mod friction;
