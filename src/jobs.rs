@@ -657,6 +657,50 @@ pub(crate) struct ShowArgs {
     /// Only events whose type contains this text (case-insensitive), e.g. `circuit`.
     #[arg(long = "type", value_name = "TEXT")]
     event_type: Option<String>,
+    /// Sum the Claude calls instead: calls, failures, turns, tokens and cost, per step and
+    /// in all.
+    #[arg(long, conflicts_with_all = ["json", "event_type"])]
+    claude: bool,
+}
+
+/// The Claude calls in the event FILES, summed per step and in all.
+fn claude_totals(files: &[PathBuf]) -> String {
+    use prodigy_runtime::claude::{Tokens, Totals};
+    let mut steps: Vec<(String, Totals)> = Vec::new();
+    let mut all = Totals::default();
+    for file in files {
+        let bytes = read_from(file, &mut 0).unwrap_or_default();
+        for event in String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event_type"] == "claude_finished")
+        {
+            let tokens: Tokens =
+                serde_json::from_value(event["tokens"].clone()).unwrap_or_default();
+            let call = Totals {
+                calls: 1,
+                failed: u32::from(!event["error_kind"].is_null()),
+                turns: event["num_turns"].as_u64().unwrap_or(0),
+                cost_usd: event["cost_usd"].as_f64().unwrap_or(0.0),
+                tokens,
+            };
+            let step = event["step"].as_str().unwrap_or("?").to_owned();
+            match steps.iter_mut().find(|(s, _)| *s == step) {
+                Some((_, totals)) => totals.merge(&call),
+                None => steps.push((step, call)),
+            }
+            all.merge(&call);
+        }
+    }
+    if all.calls == 0 {
+        return "no Claude calls\n".to_owned();
+    }
+    let mut text = String::new();
+    for (step, totals) in &steps {
+        let _ = writeln!(text, "{step}: {}", totals.line());
+    }
+    let _ = writeln!(text, "in all: {}", all.line());
+    text
 }
 
 /// `prodigy events ls|follow --job-id ID`.
@@ -711,6 +755,10 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         ));
         return exit_code::USAGE;
     };
+    if show.claude {
+        out(&claude_totals(&event_files(&dir)));
+        return exit_code::OK;
+    }
     let mut offsets = std::collections::BTreeMap::<PathBuf, u64>::new();
     let mut finished = false;
     loop {

@@ -10,6 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod check;
 mod exit_code;
 mod jobs;
+mod logs;
 mod lsp;
 mod output;
 mod run;
@@ -134,6 +135,10 @@ enum Command {
     /// Print the event log of a job or session (`prodigy events JOB_ID`), or follow it as it
     /// grows (`--follow`).
     Events(jobs::EventsArgs),
+    /// List and show the logs of a run: each Claude call's raw stream, and the whole output
+    /// of a command that outgrew `PRODIGY_OUTPUT_LIMIT` (`prodigy logs ID --item item_3
+    /// --show`).
+    Logs(logs::LogsArgs),
     /// List or remove the git worktrees runs left behind (after a failure, a declined merge,
     /// uncommitted changes, or a merge conflict parked in the dead letter queue).
     #[command(subcommand)]
@@ -227,6 +232,7 @@ fn main() -> ExitCode {
             jobs::dlq(&command)
         }
         Command::Events(args) => jobs::events(&args),
+        Command::Logs(args) => logs::logs(&args),
         Command::Worktree(command) => worktrees::worktree(&command),
         Command::Schema => {
             let schema = prodigy_compiler::schema::schema();

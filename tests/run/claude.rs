@@ -339,6 +339,45 @@ fn a_failed_map_item_names_the_claude_error_and_its_log_in_the_dlq() {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .unwrap();
     assert!(results.contains("\"claude\":{\"calls\":1"), "{results}");
+
+    // `prodigy logs` lists the job's calls and shows one; `prodigy events --claude` sums them.
+    let job = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+")
+        .unwrap()
+        .find(&text)
+        .unwrap()
+        .as_str()
+        .to_owned();
+    let listed = stdout(&scratch.run(&["logs", &job], &[]));
+    assert!(
+        listed.contains("item_0/0001-Reply.-scenario-item.jsonl  ok, 1 turn"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("item_1/0001-Reply.-scenario-item.jsonl  failed (authentication)"),
+        "{listed}"
+    );
+    let shown = stdout(&scratch.run(&["logs", &job, "--item", "item_1", "--show"], &[]));
+    assert!(!shown.contains("item_0"), "{shown}");
+    assert!(shown.contains("│ Invalid API key"), "{shown}");
+    let raw = stdout(&scratch.run(&["logs", &job, "--item", "item_1", "--raw"], &[]));
+    assert!(
+        raw.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok()),
+        "{raw}"
+    );
+    let runs = stdout(&scratch.run(&["logs"], &[]));
+    assert!(runs.contains(&format!("{job}  2 logs")), "{runs}");
+    let sums = stdout(&scratch.run(&["events", &job, "--claude"], &[]));
+    assert!(
+        sums.contains("in all: 2 Claude calls (1 failed), 2 turns"),
+        "{sums}"
+    );
+    let missing = scratch.run(&["logs", "no-such-run"], &[]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+fn stdout(output: &super::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 #[test]
