@@ -1414,7 +1414,14 @@ impl<'a> MapJob<'a> {
         loop {
             // The counts as the last outcome left them, before agents start in its place, so a
             // plain progress line does not depend on how fast the next agent starts.
-            show_progress(&mut progress, &job, agents, dlq_count, breaker.as_ref());
+            show_progress(
+                &mut progress,
+                &job,
+                agents,
+                dlq_count,
+                breaker.as_ref(),
+                runner.live_claude_turns(),
+            );
             // Start agents while slots, items and the policy allow.
             while job.admits()
                 && lost.is_none()
@@ -1467,7 +1474,14 @@ impl<'a> MapJob<'a> {
                     }
                 }));
             }
-            show_progress(&mut progress, &job, agents, dlq_count, breaker.as_ref());
+            show_progress(
+                &mut progress,
+                &job,
+                agents,
+                dlq_count,
+                breaker.as_ref(),
+                runner.live_claude_turns(),
+            );
             let Some(done) = running.next().await else {
                 break;
             };
@@ -2187,12 +2201,14 @@ fn show_progress(
     agents: usize,
     dlq: u64,
     breaker: Option<&Breaker>,
+    claude_turns: u64,
 ) {
     let tally = Tally {
         done: job.counts().finished(),
         running: agents as u64,
         failed: job.counts().failed + job.counts().skipped,
         dlq,
+        claude_turns,
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
 }

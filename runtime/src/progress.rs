@@ -69,6 +69,9 @@ pub struct Tally {
     pub failed: u64,
     /// Items in the DLQ.
     pub dlq: u64,
+    /// Turns the Claude calls running now have taken so far (shown on the bar only: plain
+    /// lines stay the same from run to run).
+    pub claude_turns: u64,
 }
 
 /// The display.
@@ -114,7 +117,14 @@ impl Progress {
         );
         if let Some(bar) = &self.bar {
             bar.set_position(tally.done);
-            bar.set_message(summary);
+            if tally.claude_turns > 0 {
+                bar.set_message(format!(
+                    "{summary}, {} in running Claude calls",
+                    count(tally.claude_turns, "turn")
+                ));
+            } else {
+                bar.set_message(summary);
+            }
             return;
         }
         if !self.shown {

@@ -183,6 +183,8 @@ pub struct Runner {
     continued: Mutex<Vec<ContinuedStep>>,
     /// Numbers the run's log files.
     log_seq: std::sync::atomic::AtomicU64,
+    /// Turns taken so far by the Claude calls running now.
+    live_turns: std::sync::atomic::AtomicU64,
     /// What the run's Claude calls cost.
     pub(crate) claude_totals: Mutex<crate::claude::Totals>,
 }
@@ -295,6 +297,7 @@ impl Runner {
             agent_worktrees: crate::worktree::Pool::default(),
             continued: Mutex::new(Vec::new()),
             log_seq: std::sync::atomic::AtomicU64::new(1),
+            live_turns: std::sync::atomic::AtomicU64::new(0),
             claude_totals: Mutex::new(crate::claude::Totals::default()),
         }
     }
@@ -421,6 +424,11 @@ impl Runner {
         };
         crate::progress::println(&self.mask(&text));
         let _ = std::io::stderr().flush();
+    }
+
+    /// Turns taken so far by the Claude calls running now, for the progress display.
+    pub(crate) fn live_claude_turns(&self) -> u64 {
+        self.live_turns.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// At the end of a run or a job that made Claude calls: what they cost.
@@ -1708,9 +1716,8 @@ impl Runner {
     /// Masks secrets as the run knows them now (nothing to do when it knows none).
     fn masker(&self) -> Option<crate::logs::Mask> {
         let secrets = lock(&self.secrets).clone();
-        (!secrets.is_empty()).then(|| {
-            std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask
-        })
+        (!secrets.is_empty())
+            .then(|| std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask)
     }
 
     /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
@@ -1761,7 +1768,15 @@ impl Runner {
             if let Some(log) = log.as_mut() {
                 log.line(line);
             }
-            for note in stream.feed(line) {
+            let turns = stream.turns;
+            let notes = stream.feed(line);
+            if stream.turns > turns {
+                self.live_turns.fetch_add(
+                    u64::from(stream.turns - turns),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+            for note in notes {
                 // The session's id and model at `-vv`; what Claude does at `-v`.
                 let level = if matches!(note, crate::claude::Note::Started { .. }) {
                     2
@@ -1787,6 +1802,10 @@ impl Runner {
                 ));
             }
         }
+        self.live_turns.fetch_sub(
+            u64::from(stream.turns),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if out.spawn_error {
             // Nothing ran: the reason is the failure, not a missing `result`.
             return out;
