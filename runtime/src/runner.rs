@@ -2151,6 +2151,11 @@ pub(crate) fn typed_value(
                 })
                 .ok_or_else(|| format!("capture `{name}`: `{t}` is not a number"))?
         }
+        CaptureFormat::Json if text.starts_with(exec::TRUNCATED) => {
+            return Err(format!(
+                "capture `{name}`: the output was cut to its last part (PRODIGY_OUTPUT_LIMIT), and a `json` capture needs it whole; raise PRODIGY_OUTPUT_LIMIT or write the JSON to a file"
+            ));
+        }
         CaptureFormat::Json => {
             serde_json::from_str(text).map_err(|e| format!("capture `{name}`: not JSON ({e})"))?
         }

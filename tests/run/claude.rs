@@ -1,6 +1,7 @@
 //! `claude:` steps against recorded Claude Code transcripts (`tests/fixtures/claude`), replayed
 //! by `tests/fixtures/claude/replay` in place of the CLI: how each documented failure is told
-//! apart, retried or not, shown, logged and put in the DLQ.
+//! apart, retried or not, shown, logged and put in the DLQ; and the limit on what a command's
+//! output keeps in memory.
 
 use std::path::PathBuf;
 
@@ -396,4 +397,29 @@ fn secrets_are_masked_in_the_claude_log() {
     let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
     assert!(log.contains("claude: use *** scenario:echo"), "{log}");
     assert!(!log.contains("hunter2"), "{log}");
+}
+
+/// A `json` capture of output cut to its tail says so, and names the limit.
+#[test]
+fn a_json_capture_of_cut_output_says_it_needs_it_whole() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("flow.yml"),
+        "- shell: \"printf '[' ; i=0; while [ $i -lt 3000 ]; do printf '%s,' $i; i=$((i+1)); done; echo 0]\"\n  capture: list\n  capture_format: json\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let out = scratch.run(
+        &["run", "--no-worktree", "flow.yml"],
+        &[("PRODIGY_OUTPUT_LIMIT", "1K")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("capture `list`: the output was cut to its last part (PRODIGY_OUTPUT_LIMIT)"),
+        "{text}"
+    );
+    // Under the limit the same capture works.
+    let out = scratch.run(&["run", "--no-worktree", "flow.yml"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
