@@ -371,6 +371,10 @@ pub(crate) fn roots(plan: &Plan, phase: Option<Phase>, first: usize, merging: bo
             for (_, steps) in &plan.handlers {
                 roots.extend(steps);
             }
+            // An agent's merge that conflicts runs the resolver.
+            if let Some(merge) = &plan.merge {
+                roots.extend(&merge.on_conflict);
+            }
         }
         if reduce {
             roots.extend(&plan.reduce);
@@ -378,6 +382,7 @@ pub(crate) fn roots(plan: &Plan, phase: Option<Phase>, first: usize, merging: bo
     }
     if merging && let Some(merge) = &plan.merge {
         roots.extend(&merge.steps);
+        roots.extend(&merge.on_conflict);
     }
     roots
 }

@@ -838,6 +838,9 @@ pub struct Merge {
     pub commands: Vec<Step>,
     /// Timeout for the whole merge.
     pub timeout: Option<Spanned<Duration>>,
+    /// Steps that resolve a merge that conflicts (an agent's work into the session, or the
+    /// session back without `commands`), run in a worktree holding the conflicted merge.
+    pub on_conflict: Vec<Step>,
 }
 
 /// Workflow-level `error_policy`.

@@ -184,6 +184,12 @@ pub fn build(plan: &Plan) -> Graph {
             origin: span_of(plan, &merge.steps),
         });
         b.link(&exit, node, Edge::Next);
+        // The resolver of a conflicted merge hangs off the merge: it runs when one conflicts,
+        // and a resolved merge goes on to the end.
+        if !merge.on_conflict.is_empty() {
+            let resolved = b.chain(Exit::at(node), &merge.on_conflict, Edge::OnFailure, ends);
+            b.link(&resolved, success, Edge::Next);
+        }
         exit = b.chain(Exit::at(node), &merge.steps, Edge::Next, ends);
     }
     b.link(&exit, success, Edge::Next);

@@ -189,6 +189,7 @@ pub(crate) fn all_steps(workflow: &ast::Workflow) -> Vec<&ast::Step> {
         workflow.map.as_ref().map(|m| &m.agent_template),
         workflow.reduce.as_ref(),
         workflow.merge.as_ref().map(|m| &m.commands),
+        workflow.merge.as_ref().map(|m| &m.on_conflict),
     ]
     .into_iter()
     .flatten()

@@ -348,10 +348,12 @@ impl PlanMap {
 /// `merge`.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PlanMerge {
-    /// The steps.
+    /// The steps (none: the default merge back).
     pub steps: Vec<StepId>,
     /// Timeout for the merge.
     pub timeout: Option<Duration>,
+    /// Steps that resolve a conflicted merge (none: a conflict is not resolved).
+    pub on_conflict: Vec<StepId>,
 }
 
 /// What a step's `retry_config` can cost in time.
@@ -520,6 +522,7 @@ pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
     let merge = workflow.merge.as_ref().map(|m| PlanMerge {
         steps: builder.list(&m.commands, Role::Main),
         timeout: m.timeout.as_ref().map(|t| t.value),
+        on_conflict: builder.list(&m.on_conflict, Role::Main),
     });
     let handlers = workflow
         .handlers

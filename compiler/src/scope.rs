@@ -44,6 +44,7 @@ const MERGE_FIELDS: &[&str] = &[
     "file_list",
     "file_count",
     "modified_files",
+    "conflicted_files",
 ];
 const GIT_FIELDS: &[&str] = &[
     "files_added",
@@ -271,17 +272,19 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         }
     }
     if let Some(merge) = &workflow.merge {
-        checker.steps(
-            &merge.commands,
-            &mut Scope {
-                phase: Phase::Merge,
-                after_step: false,
-                validation: false,
-                handler: false,
-                foreach: false,
-                ..before_merge
-            },
-        );
+        for steps in [&merge.commands, &merge.on_conflict] {
+            checker.steps(
+                steps,
+                &mut Scope {
+                    phase: Phase::Merge,
+                    after_step: false,
+                    validation: false,
+                    handler: false,
+                    foreach: false,
+                    ..before_merge.clone()
+                },
+            );
+        }
     }
     checker.diagnostics
 }

@@ -1544,6 +1544,11 @@ pub static MERGE: Shape = Shape {
             Ty::Duration,
             "Time limit for the whole merge phase.",
         ),
+        key(
+            "on_conflict",
+            Ty::Steps,
+            "Steps that resolve a merge that conflicts (a map agent's work, or the session merged back without `commands`), run in a worktree holding the conflicted merge with `${merge.*}` and `${merge.conflicted_files}` set; without them a conflict goes to the DLQ (or fails the merge back).",
+        ),
     ],
 };
 

@@ -521,9 +521,48 @@ async fn run_agent(
         claude,
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
-        merge_back(runner, session, worktree, index, &mut run).await;
+        merge_back(runner, session, worktree, index, &mut run, &mut vars).await;
     }
     run
+}
+
+/// An agent's merge conflicted: `merge.on_conflict` resolves it in the agent's worktree (the
+/// session's merged work merged into the agent's branch), and the agent's new head is merged
+/// again. The outer error is why the resolver did not resolve it.
+async fn resolve_agent_conflict(
+    runner: &Runner,
+    session: &SessionWorktree,
+    worktree: &AgentWorktree,
+    index: usize,
+    vars: &mut Vars,
+    message: &str,
+) -> Result<Result<crate::worktree::Merged, WorktreeError>, String> {
+    let current = runner
+        .agent_worktrees
+        .integration(session)
+        .await
+        .map_err(|e| e.to_string())?;
+    runner
+        .resolve_conflict(
+            crate::worktree::Conflicted {
+                dir: &worktree.path,
+                other: &current,
+                source_branch: &worktree.branch,
+                target_branch: &session.branch,
+                item: Some(index),
+                workdir: Some(worktree.workdir.clone()),
+            },
+            vars,
+        )
+        .await?;
+    let head = crate::worktree::agent_head(worktree)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the resolved merge left no commit")?;
+    Ok(
+        crate::worktree::merge_head(session, &runner.agent_worktrees, worktree, &head, message)
+            .await,
+    )
 }
 
 /// After an agent in a worktree: a successful agent's commits go into the session's merged
@@ -537,6 +576,7 @@ async fn merge_back(
     worktree: AgentWorktree,
     index: usize,
     run: &mut AgentRun,
+    vars: &mut Vars,
 ) {
     if run.end == RunEnd::Succeeded {
         let message = format!("Merge {} (agent {})", item_id(index), agent_id(index));
@@ -544,14 +584,34 @@ async fn merge_back(
         let merged = match crate::worktree::agent_head(&worktree).await {
             Ok(Some(head)) => {
                 let _queue = runner.merge_queue.lock().await;
-                crate::worktree::merge_head(
+                let merged = crate::worktree::merge_head(
                     session,
                     &runner.agent_worktrees,
                     &worktree,
                     &head,
                     &message,
                 )
-                .await
+                .await;
+                match merged {
+                    Err(WorktreeError::Conflict {
+                        branch,
+                        files,
+                        output,
+                    }) if runner.resolves_conflicts() => {
+                        // Still holding the queue: the resolver merges what is merged now
+                        // into the agent's branch, which then merges cleanly.
+                        resolve_agent_conflict(runner, session, &worktree, index, vars, &message)
+                            .await
+                            .unwrap_or_else(|why| {
+                                Err(WorktreeError::Conflict {
+                                    branch,
+                                    files,
+                                    output: format!("{output}\n{why}"),
+                                })
+                            })
+                    }
+                    other => other,
+                }
             }
             Ok(None) => Ok(crate::worktree::Merged::Nothing),
             Err(e) => Err(e),

@@ -347,7 +347,10 @@ impl Runner {
 
     /// Whether the workflow has `merge` steps.
     pub fn has_merge_steps(&self) -> bool {
-        self.plan.merge.is_some()
+        self.plan
+            .merge
+            .as_ref()
+            .is_some_and(|m| !m.steps.is_empty())
     }
 
     /// The session id.

@@ -485,7 +485,10 @@ impl Pool {
 
     /// The commit agents branch from: the integration ref, created from the session's HEAD
     /// at the first agent of a map phase.
-    async fn integration(&self, session: &SessionWorktree) -> Result<String, WorktreeError> {
+    pub(crate) async fn integration(
+        &self,
+        session: &SessionWorktree,
+    ) -> Result<String, WorktreeError> {
         if let Some(head) = crate::lock(&self.head).clone() {
             return Ok(head);
         }
@@ -736,6 +739,66 @@ pub async fn merge_head(
             stderr: err,
         }),
     }
+}
+
+/// Starts merging OTHER into the branch checked out in DIR (`git merge --no-ff`), for the
+/// `merge.on_conflict` steps to resolve: the files left conflicted (none when it merged
+/// cleanly and is committed).
+pub async fn begin_conflicted_merge(
+    dir: &Path,
+    other: &str,
+    message: &str,
+) -> Result<Vec<String>, WorktreeError> {
+    let (code, _, err) = git_output(dir, &["merge", "-q", "--no-ff", "-m", message, other]).await?;
+    if code == Some(0) {
+        return Ok(Vec::new());
+    }
+    let unmerged = unmerged_files(dir).await?;
+    if unmerged.is_empty() {
+        return Err(WorktreeError::Git {
+            args: format!("merge --no-ff {other}"),
+            stderr: err,
+        });
+    }
+    Ok(unmerged)
+}
+
+async fn unmerged_files(dir: &Path) -> Result<Vec<String>, WorktreeError> {
+    Ok(git(dir, &["diff", "--name-only", "--diff-filter=U"])
+        .await?
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Whether DIR holds OTHER merged and committed, with nothing left unmerged: what the
+/// `merge.on_conflict` steps must leave.
+pub async fn merge_resolved(dir: &Path, other: &str) -> Result<(), String> {
+    if git(dir, &["rev-parse", "-q", "--verify", "MERGE_HEAD"])
+        .await
+        .is_ok()
+    {
+        return Err("the merge is not committed".into());
+    }
+    match unmerged_files(dir).await {
+        Ok(files) if !files.is_empty() => {
+            return Err(format!("{} still unmerged", files.join(", ")));
+        }
+        Ok(_) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    if git(dir, &["merge-base", "--is-ancestor", other, "HEAD"])
+        .await
+        .is_err()
+    {
+        return Err("the merged work is not in the branch's history".into());
+    }
+    Ok(())
+}
+
+/// Gives up a merge left in DIR (`git merge --abort`), so the worktree is as before it.
+pub async fn abort_merge(dir: &Path) {
+    let _ = git(dir, &["merge", "--abort"]).await;
 }
 
 /// Ends a map phase: the agents' merged work comes into the session branch (a fast-forward
@@ -1002,7 +1065,116 @@ pub enum MergeBack {
     },
 }
 
+/// A merge that conflicted, for the `merge.on_conflict` steps.
+pub(crate) struct Conflicted<'a> {
+    /// The worktree that receives the merge.
+    pub dir: &'a Path,
+    /// What is merged into it: a commit or a branch.
+    pub other: &'a str,
+    /// `${merge.source_branch}`: the branch whose work is being merged.
+    pub source_branch: &'a str,
+    /// `${merge.target_branch}`: the branch it is merged into.
+    pub target_branch: &'a str,
+    /// The map item whose work it is, when it is an agent's.
+    pub item: Option<usize>,
+    /// Where the steps run (the worktree, under the project's prefix).
+    pub workdir: Option<PathBuf>,
+}
+
 impl Runner {
+    /// Whether the workflow resolves conflicted merges (`merge.on_conflict`).
+    pub(crate) fn resolves_conflicts(&self) -> bool {
+        self.plan
+            .merge
+            .as_ref()
+            .is_some_and(|m| !m.on_conflict.is_empty())
+    }
+
+    /// Runs the `merge.on_conflict` steps in a worktree holding the conflicted merge of
+    /// `other` into `dir`, with `${merge.*}` and `${merge.conflicted_files}` set. Ok when they
+    /// leave the merge committed and nothing unmerged; else the merge is given up (the
+    /// worktree is as before it) and the error says why, for the DLQ.
+    pub(crate) async fn resolve_conflict(
+        &self,
+        c: Conflicted<'_>,
+        vars: &mut Vars,
+    ) -> Result<(), String> {
+        let Some(merge) = self
+            .plan
+            .merge
+            .as_ref()
+            .filter(|m| !m.on_conflict.is_empty())
+        else {
+            return Err("no `merge.on_conflict` steps".into());
+        };
+        let message = format!(
+            "Merge {} into {} (conflicts resolved by `merge.on_conflict`)",
+            c.target_branch, c.source_branch
+        );
+        let files = begin_conflicted_merge(c.dir, c.other, &message)
+            .await
+            .map_err(|e| e.to_string())?;
+        if files.is_empty() {
+            // It merged cleanly after all.
+            return Ok(());
+        }
+        vars.set(
+            "merge",
+            json!({
+                "worktree": c.dir,
+                "source_branch": c.source_branch,
+                "target_branch": c.target_branch,
+                "session_id": self.session(),
+                "conflicted_files": files,
+            }),
+        );
+        self.record(
+            "merge_conflict_handler_started",
+            json!({"source_branch": c.source_branch, "target_branch": c.target_branch, "conflicted_files": files, "worktree": c.dir}),
+        );
+        self.say(&format!(
+            "merging `{}` into `{}` conflicts in {}: running `merge.on_conflict` in {}",
+            c.source_branch,
+            c.target_branch,
+            files.join(", "),
+            c.dir.display()
+        ));
+        let (scope, stop) = crate::mapreduce::scope_for(c.item, None, c.workdir.clone());
+        let steps = self.run_phase(&merge.on_conflict, vars);
+        let (outcome, why) =
+            crate::mapreduce::guarded(self, scope, stop, steps, merge.timeout, None).await;
+        let result = match (why, outcome.continues()) {
+            (Some(crate::mapreduce::Stopped::TimedOut), _) => Err(format!(
+                "the `merge.on_conflict` steps took longer than the merge's timeout ({})",
+                humantime::format_duration(merge.timeout.unwrap_or_default())
+            )),
+            (Some(crate::mapreduce::Stopped::Cancelled), _) => {
+                Err("the `merge.on_conflict` steps were interrupted".into())
+            }
+            (None, false) => Err("a `merge.on_conflict` step failed".into()),
+            (None, true) => merge_resolved(c.dir, c.other)
+                .await
+                .map_err(|why| format!("the `merge.on_conflict` steps ended, but {why}")),
+        };
+        let log = vars.last_output.clone().unwrap_or_default();
+        self.record(
+            "merge_conflict_handler_finished",
+            json!({"source_branch": c.source_branch, "success": result.is_ok(), "error": result.as_ref().err()}),
+        );
+        vars.values.remove("merge");
+        match result {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                abort_merge(c.dir).await;
+                Err(if log.trim().is_empty() {
+                    why
+                } else {
+                    format!("{why}; the last step printed:\n{}", log.trim_end())
+                })
+            }
+        }
+    }
+
     /// Brings the session worktree back: the `merge` steps with `${merge.*}` (checked
     /// afterwards: the session branch must be merged into its target), else `git merge
     /// --no-ff` into the branch the run started from. On success the session worktree and
@@ -1027,7 +1199,7 @@ impl Runner {
             "merge_started",
             json!({"source_branch": session.branch, "target_branch": target, "commits": commits.len()}),
         );
-        if let Some(merge) = &self.plan.merge {
+        if let Some(merge) = self.plan.merge.as_ref().filter(|m| !m.steps.is_empty()) {
             let short: Vec<String> = commits
                 .iter()
                 .map(|c| c.chars().take(7).collect())
@@ -1080,7 +1252,33 @@ impl Runner {
                 ));
             }
         } else {
-            merge_session(session).await.map_err(|e| e.to_string())?;
+            match merge_session(session).await {
+                Err(WorktreeError::Conflict { files, .. }) if self.resolves_conflicts() => {
+                    // Resolved in the session worktree: the target's new work merged into
+                    // the session branch, which then merges back cleanly.
+                    self.resolve_conflict(
+                        Conflicted {
+                            dir: &session.path,
+                            other: &target,
+                            source_branch: &session.branch,
+                            target_branch: &target,
+                            item: None,
+                            workdir: None,
+                        },
+                        vars,
+                    )
+                    .await
+                    .map_err(|why| {
+                        format!(
+                            "merging `{}` back conflicts in {}, and {why}",
+                            session.branch,
+                            files.join(", ")
+                        )
+                    })?;
+                    merge_session(session).await.map_err(|e| e.to_string())?;
+                }
+                other => other.map_err(|e| e.to_string())?,
+            }
         }
         self.record(
             "merge_finished",

@@ -625,3 +625,97 @@ fn a_failed_agents_worktree_is_kept_with_its_changes_in_the_dlq() {
     // Its commit is on its kept branch, not in main.
     assert!(!scratch.project().join("part.txt").exists());
 }
+
+/// `merge.on_conflict` resolves an agent's conflicted merge in its worktree: the resolver
+/// sees the conflicted files, commits the merge, and the item's work is merged as usual;
+/// nothing goes to the DLQ.
+#[test]
+fn a_conflict_handler_resolves_an_agents_merge() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("shared.txt"), "base\n").unwrap();
+    let seen = scratch.dir.path().join("stub-state/conflicts");
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nmap:\n  input: \"printf 'a\\\\nb\\\\n'\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"echo $ITEM > shared.txt && git commit -q -am \\\"edit $ITEM\\\"\"\nmerge:\n  on_conflict:\n    - shell: \"echo ${{merge.conflicted_files}} ${{merge.source_branch|shell}} >> {seen} && printf 'a\\\\nb\\\\n' > shared.txt && git add shared.txt && git commit -q --no-edit\"\n",
+            seen = seen.display()
+        ),
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
+    assert!(text.contains("running `merge.on_conflict`"), "{text}");
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    assert!(seen.starts_with("shared.txt prodigy-"), "{seen}");
+    assert_eq!(
+        std::fs::read_to_string(scratch.project().join("shared.txt")).unwrap(),
+        "a\nb\n"
+    );
+    let job = only_job(&scratch);
+    let output = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    let items: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(items.as_array().map(Vec::len), Some(0), "{items}");
+    assert_eq!(scratch.git(&["status", "--porcelain"]), "");
+}
+
+/// A resolver that leaves the merge unresolved: the item goes to the DLQ as `MergeConflict`
+/// with why, and its worktree holds no half merge.
+#[test]
+fn a_conflict_handler_that_does_not_commit_leaves_the_item_in_the_dlq() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("shared.txt"), "base\n").unwrap();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"printf 'a\\\\nb\\\\n'\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"echo $ITEM > shared.txt && git commit -q -am \\\"edit $ITEM\\\"\"\nmerge:\n  on_conflict:\n    - shell: \"echo looked at it\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("1 succeeded, 1 failed"), "{text}");
+    let job = only_job(&scratch);
+    let output = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    let items: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let entry = &items[0];
+    assert_eq!(entry["failure_history"][0]["error_type"], "MergeConflict");
+    let logs = entry["worktree_artifacts"]["error_logs"].as_str().unwrap();
+    assert!(logs.contains("the merge is not committed"), "{logs}");
+    assert!(
+        logs.contains("looked at it"),
+        "the handler's output: {logs}"
+    );
+    let kept = std::path::PathBuf::from(
+        entry["worktree_artifacts"]["worktree_path"]
+            .as_str()
+            .unwrap(),
+    );
+    let status = std::process::Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(&kept)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "", "no half merge");
+}
+
+/// The same opt-in for the merge back without `merge.commands`: the target's new work is
+/// merged into the session branch by the resolver, then the session merges back.
+#[test]
+fn a_conflict_handler_resolves_the_merge_back() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("shared.txt"), "base\n").unwrap();
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        "commands:\n  - shell: \"echo run > shared.txt && git commit -qam run\"\n  - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && echo main > shared.txt && git commit -qam main\"\nmerge:\n  on_conflict:\n    - shell: \"printf 'main\\\\nrun\\\\n' > shared.txt && git add shared.txt && git commit -q --no-edit\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(scratch.project().join("shared.txt")).unwrap(),
+        "main\nrun\n"
+    );
+    assert_eq!(scratch.git(&["status", "--porcelain"]), "");
+}

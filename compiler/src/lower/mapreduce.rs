@@ -335,11 +335,16 @@ impl Lowerer<'_> {
             return Some(Merge {
                 commands,
                 timeout: None,
+                on_conflict: Vec::new(),
             });
         }
         let f = self.fields(node, "`merge`", &shapes::MERGE)?;
-        let commands = self
-            .required(
+        let on_conflict = f.get("on_conflict").map_or_else(Vec::new, |c| {
+            self.steps(c, "`merge.on_conflict`", Ctx::default())
+        });
+        // `on_conflict` alone keeps the default merge back, with a resolver.
+        let commands = if on_conflict.is_empty() {
+            self.required(
                 &f,
                 node,
                 "`merge`",
@@ -348,11 +353,20 @@ impl Lowerer<'_> {
             )
             .map_or_else(Vec::new, |c| {
                 self.steps(c, "`merge.commands`", Ctx::default())
-            });
+            })
+        } else {
+            f.get("commands").map_or_else(Vec::new, |c| {
+                self.steps(c, "`merge.commands`", Ctx::default())
+            })
+        };
         let timeout = f
             .get("timeout")
             .and_then(|n| self.duration(n, "`merge.timeout`"));
-        Some(Merge { commands, timeout })
+        Some(Merge {
+            commands,
+            timeout,
+            on_conflict,
+        })
     }
 
     /// `error_policy` with the top-level convenience keys folded in.
