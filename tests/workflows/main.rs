@@ -274,6 +274,7 @@ fn plans_of_the_examples() {
         [
             "seed-002-complete-structure.yml",
             "seed-000-on-failure-detailed-handler.yml",
+            "claude-settings.yml",
         ]
         .iter()
         .map(|f| root().join("workflows/ok").join(f)),
