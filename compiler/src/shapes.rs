@@ -142,10 +142,7 @@ const RETRY_MATCHERS: &[&str] = &[
     "auth",
 ];
 /// One `retry_on` matcher.
-const MATCHER_TY: Ty = Ty::OneOf(&[
-    Ty::Enum(RETRY_MATCHERS),
-    Ty::Object(&RETRY_ON_PATTERN),
-]);
+const MATCHER_TY: Ty = Ty::OneOf(&[Ty::Enum(RETRY_MATCHERS), Ty::Object(&RETRY_ON_PATTERN)]);
 /// The capture formats.
 const CAPTURE_FORMATS: &[&str] = &["string", "number", "json", "lines", "boolean"];
 /// `parallel` of `foreach`: a number, or `true` for 10.

@@ -1065,6 +1065,7 @@ fn missing_claude_stops_before_the_first_step() {
     assert!(scratch.events().is_empty());
 }
 
+mod claude_settings;
 mod examples;
 mod faults;
 mod friction;

@@ -865,8 +865,7 @@ impl Lowerer<'_> {
                         .get("shell")
                         .and_then(|n| self.template(n, "`shell`"))
                     {
-                        out.handler
-                            .push(Step::new(node.span, Command::Shell(text)));
+                        out.handler.push(Step::new(node.span, Command::Shell(text)));
                     }
                     if let Some((text, settings)) =
                         fields.get("claude").and_then(|n| self.claude_command(n))

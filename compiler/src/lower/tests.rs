@@ -433,7 +433,8 @@ fn a_shell_and_claude_handler_mapping_is_lowered_once() {
 #[test]
 fn retry_on_names_claude_failures() {
     use crate::ast::Matcher;
-    let step = first_step("- claude: /a\n  retry_config:\n    retry_on: [overloaded, auth, Rate_Limit]\n");
+    let step =
+        first_step("- claude: /a\n  retry_config:\n    retry_on: [overloaded, auth, Rate_Limit]\n");
     assert_eq!(
         step.retry.unwrap().retry_on,
         [Matcher::Overloaded, Matcher::Auth, Matcher::RateLimit]
@@ -459,7 +460,10 @@ fn claude_mapping_carries_the_settings_of_the_call() {
     // A single string is a list of one; the mode is spelled as the CLI wants it.
     assert_eq!(settings.allowed_tools, Some(vec!["Read".to_owned()]));
     assert_eq!(settings.permission_mode.as_deref(), Some("acceptEdits"));
-    assert_eq!(settings.add_dirs, Some(vec!["a".to_owned(), "b".to_owned()]));
+    assert_eq!(
+        settings.add_dirs,
+        Some(vec!["a".to_owned(), "b".to_owned()])
+    );
     assert_eq!(settings.disallowed_tools, None);
     // The string form has no settings of its own.
     assert!(first_step("- claude: /fix\n").claude.is_none());
