@@ -393,7 +393,11 @@ mod tests {
         let top = "claude:\n  model: x\n  \ncommands: []\n";
         let at = top.find("\ncommands").unwrap();
         let items = completions(top, at);
-        assert!(labels(&items).contains(&"max_turns"), "{:?}", labels(&items));
+        assert!(
+            labels(&items).contains(&"max_turns"),
+            "{:?}",
+            labels(&items)
+        );
         assert!(!labels(&items).contains(&"prompt"));
     }
 
