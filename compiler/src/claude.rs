@@ -97,9 +97,9 @@ pub fn command_files(name: &str) -> Vec<String> {
     files
 }
 
-/// Looks for command NAME in the `.claude` directories CLAUDE_DIRS, nearest first (the
+/// Looks for command NAME in the `.claude` directories `claude_dirs`, nearest first (the
 /// workflow's directory upward to its repository's root, then the user's home), with
-/// IS_FILE and IS_DIR answering for paths under them.
+/// `is_file` and `is_dir` answering for paths under them.
 pub fn find_command(
     name: &str,
     claude_dirs: &[std::path::PathBuf],
