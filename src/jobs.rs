@@ -128,7 +128,7 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
                 .map_or("Unknown", |f| f.error_type.name());
             let _ = writeln!(text, "  {}  {kind}  {}", i.item_id, i.item_data);
         }
-        out(&text);
+        out(&prodigy_runtime::progress::visible(&text));
         return exit_code::OK;
     }
     if !yes {
@@ -184,9 +184,16 @@ fn show_attempt(text: &mut String, f: &prodigy_runtime::dlq::FailureDetail) {
     let _ = writeln!(
         text,
         "    exit code: {}",
-        output
-            .exit_code
-            .map_or_else(|| "none (killed by a signal)".to_owned(), |c| c.to_string())
+        output.exit_code.map_or_else(
+            || {
+                if output.stderr.contains("could not start `") {
+                    "none (it could not start)".to_owned()
+                } else {
+                    "none (killed by a signal)".to_owned()
+                }
+            },
+            |c| c.to_string()
+        )
     );
     for (name, stream) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
         if stream.trim().is_empty() {
@@ -320,7 +327,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 );
             }
             let _ = writeln!(text, "{}", count(items.len(), "item"));
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Show { item, format, .. } => {
@@ -385,7 +392,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             if shown.is_empty() {
                 text = format!("the dead letter queue of {job} is empty\n");
             }
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Clear { yes, dry_run, .. } => {
@@ -448,7 +455,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
             for (signature, n) in &by_signature {
                 let _ = writeln!(text, "  {n:>6}  {signature}");
             }
-            out(&text);
+            out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
         DlqCommand::Retry(args) => retry(args, &located, &queue),
@@ -498,7 +505,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
                 }
             );
         }
-        out(&text);
+        out(&prodigy_runtime::progress::visible(&text));
         return exit_code::OK;
     }
     let (file, plan) = match crate::run::compile(&checkpoint.workflow_file) {
@@ -650,6 +657,50 @@ pub(crate) struct ShowArgs {
     /// Only events whose type contains this text (case-insensitive), e.g. `circuit`.
     #[arg(long = "type", value_name = "TEXT")]
     event_type: Option<String>,
+    /// Sum the Claude calls instead: calls, failures, turns, tokens and cost, per step and
+    /// in all.
+    #[arg(long, conflicts_with_all = ["json", "event_type"])]
+    claude: bool,
+}
+
+/// The Claude calls in the event FILES, summed per step and in all.
+fn claude_totals(files: &[PathBuf]) -> String {
+    use prodigy_runtime::claude::{Tokens, Totals};
+    let mut steps: Vec<(String, Totals)> = Vec::new();
+    let mut all = Totals::default();
+    for file in files {
+        let bytes = read_from(file, &mut 0).unwrap_or_default();
+        for event in String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event_type"] == "claude_finished")
+        {
+            let tokens: Tokens =
+                serde_json::from_value(event["tokens"].clone()).unwrap_or_default();
+            let call = Totals {
+                calls: 1,
+                failed: u32::from(!event["error_kind"].is_null()),
+                turns: event["num_turns"].as_u64().unwrap_or(0),
+                cost_usd: event["cost_usd"].as_f64().unwrap_or(0.0),
+                tokens,
+            };
+            let step = event["step"].as_str().unwrap_or("?").to_owned();
+            match steps.iter_mut().find(|(s, _)| *s == step) {
+                Some((_, totals)) => totals.merge(&call),
+                None => steps.push((step, call)),
+            }
+            all.merge(&call);
+        }
+    }
+    if all.calls == 0 {
+        return "no Claude calls\n".to_owned();
+    }
+    let mut text = String::new();
+    for (step, totals) in &steps {
+        let _ = writeln!(text, "{step}: {}", totals.line());
+    }
+    let _ = writeln!(text, "in all: {}", all.line());
+    text
 }
 
 /// `prodigy events ls|follow --job-id ID`.
@@ -704,6 +755,10 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         ));
         return exit_code::USAGE;
     };
+    if show.claude {
+        out(&claude_totals(&event_files(&dir)));
+        return exit_code::OK;
+    }
     let mut offsets = std::collections::BTreeMap::<PathBuf, u64>::new();
     let mut finished = false;
     loop {
@@ -741,7 +796,12 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                 }
             }
             *offset += end as u64;
-            out(&text);
+            // JSON lines stay as they are written; a person's view shows control characters.
+            if show.json {
+                out(&text);
+            } else {
+                out(&prodigy_runtime::progress::visible(&text));
+            }
         }
         if !follow || finished {
             return exit_code::OK;
@@ -832,4 +892,43 @@ fn human_event(event: &Value) -> String {
     }
     line.push('\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(stderr: &str) -> prodigy_runtime::dlq::FailureDetail {
+        serde_json::from_value(serde_json::json!({
+            "attempt_number": 1,
+            "timestamp": "2026-01-01T00:00:00Z",
+            "error_type": "ValidationFailed",
+            "error_message": "failed",
+            "agent_id": "agent-1",
+            "step_failed": "claude: /do it",
+            "duration_ms": 1,
+            "command_output": {"exit_code": null, "stdout": "", "stderr": stderr},
+        }))
+        .unwrap()
+    }
+
+    /// An attempt whose program could not start has no exit code, but no signal ended it.
+    #[test]
+    fn dlq_show_says_a_program_could_not_start_rather_than_a_signal() {
+        let mut text = String::new();
+        show_attempt(
+            &mut text,
+            &attempt("could not start `claude`: Permission denied"),
+        );
+        assert!(
+            text.contains("exit code: none (it could not start)"),
+            "{text}"
+        );
+        let mut text = String::new();
+        show_attempt(&mut text, &attempt("Terminated"));
+        assert!(
+            text.contains("exit code: none (killed by a signal)"),
+            "{text}"
+        );
+    }
 }

@@ -10,6 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod check;
 mod exit_code;
 mod jobs;
+mod logs;
 mod lsp;
 mod output;
 mod run;
@@ -134,6 +135,10 @@ enum Command {
     /// Print the event log of a job or session (`prodigy events JOB_ID`), or follow it as it
     /// grows (`--follow`).
     Events(jobs::EventsArgs),
+    /// List and show the logs of a run: each Claude call's raw stream, and the whole output
+    /// of a command that outgrew `PRODIGY_OUTPUT_LIMIT` (`prodigy logs ID --item item_3
+    /// --show`).
+    Logs(logs::LogsArgs),
     /// List or remove the git worktrees runs left behind (after a failure, a declined merge,
     /// uncommitted changes, or a merge conflict parked in the dead letter queue).
     #[command(subcommand)]
@@ -227,6 +232,7 @@ fn main() -> ExitCode {
             jobs::dlq(&command)
         }
         Command::Events(args) => jobs::events(&args),
+        Command::Logs(args) => logs::logs(&args),
         Command::Worktree(command) => worktrees::worktree(&command),
         Command::Schema => {
             let schema = prodigy_compiler::schema::schema();
@@ -311,7 +317,14 @@ pub(crate) fn out(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
+/// Writes to stderr what may hold a command's output (errors, outcome lines): its control
+/// characters are shown, not sent to the terminal (`prodigy_runtime::progress::visible`).
 pub(crate) fn err(text: &str) {
+    err_styled(&prodigy_runtime::progress::visible(text));
+}
+
+/// Writes prodigy's own styled text (coloured diagnostics) to stderr as it is.
+pub(crate) fn err_styled(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
@@ -354,18 +367,14 @@ fn items(args: &ItemsArgs) -> u8 {
             return exit_code::USAGE;
         }
     };
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "the command line reads the input file the user names"
-    )]
-    let read = std::fs::read_to_string(&input_path);
-    let text = match read {
+    // As `run` reads it: a regular file within the map input bound, never a device or a FIFO.
+    let text = match prodigy_runtime::input::read_file(
+        &input_path,
+        prodigy_runtime::input::MAX_INPUT_SIZE,
+    ) {
         Ok(text) => text,
         Err(e) => {
-            err(&format!(
-                "error: cannot read `{}`: {e}\n",
-                input_path.display()
-            ));
+            err(&format!("error: {e}\n"));
             return exit_code::USAGE;
         }
     };
@@ -410,14 +419,14 @@ pub(crate) fn load_checked(
         Err(e) => {
             // Not UTF-8: shown like any problem of the file, at its first bad byte.
             let file = SourceFile::new(path.display().to_string(), e.valid_prefix().to_owned());
-            err(&output::human(&file, &[e.diagnostic()], color));
+            err_styled(&output::human(&file, &[e.diagnostic()], color));
             err("error: the workflow has errors; fix them first (see above)\n");
             return Err(exit_code::PROBLEMS);
         }
     };
     let checked = prodigy_compiler::check(&file);
     if checked.has_errors() {
-        err(&output::human(&file, &checked.diagnostics, color));
+        err_styled(&output::human(&file, &checked.diagnostics, color));
         err("error: the workflow has errors; fix them first (see above)\n");
         return Err(exit_code::PROBLEMS);
     }

@@ -90,6 +90,7 @@ impl JobArgs {
                 .max_parallel
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             cancel_running: self.cancel_running,
+            strict: self.strict,
         }
     }
 }
@@ -916,10 +917,18 @@ fn finish_job(
             } else {
                 let _ = writeln!(text, "events in {events}");
             }
-            let _ = writeln!(
-                text,
-                "✗ {phase} failed: {what}; fix it{fix}, then resume with: prodigy resume-job {id}"
-            );
+            if report.resumable {
+                let _ = writeln!(
+                    text,
+                    "✗ {phase} failed: {what}; fix it{fix}, then resume with: prodigy resume-job {id}"
+                );
+            } else {
+                // Nothing is left to resume from: the job runs again from the start.
+                let _ = writeln!(
+                    text,
+                    "✗ {phase} failed: {what}; the job cannot be resumed, run the workflow again"
+                );
+            }
             exit_code::PROBLEMS
         }
         JobOutcome::StateWrite { phase, what } => {

@@ -34,6 +34,9 @@ pub struct StageCounts {
     pub filtered: usize,
     /// After `distinct`.
     pub distinct: usize,
+    /// Items that reached `distinct` without a value at its path (missing or null): they
+    /// count as one value, so all but the first of them were dropped.
+    pub distinct_missing: usize,
     /// After `offset` and `max_items`.
     pub kept: usize,
 }
@@ -59,10 +62,15 @@ impl Pipeline {
         }
         if let Some(path) = &self.distinct {
             let mut seen = std::collections::HashSet::new();
+            let mut missing = 0;
             items.retain(|item| {
                 let key = crate::expr::item_field(item, path).unwrap_or(&Value::Null);
+                if key.is_null() {
+                    missing += 1;
+                }
                 seen.insert(canonical(key))
             });
+            counts.distinct_missing = missing;
         }
         counts.distinct = items.len();
         let offset = self.offset.unwrap_or(0).min(items.len());
@@ -137,26 +145,41 @@ pub fn parse_input(text: &str, kind: InputKind) -> Result<Value, String> {
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
-        InputKind::Text => Ok(input_from_output(text)),
+        InputKind::Text => input_from_output(text),
     }
 }
 
 /// The input document made from a command's stdout: the whole output when it is JSON,
-/// otherwise an array with one string per non-blank line.
-fn input_from_output(stdout: &str) -> Value {
-    if let Ok(value) = serde_json::from_str::<Value>(stdout.trim())
-        && !stdout.trim().is_empty()
-    {
-        return value;
+/// otherwise an array with one string per non-blank line. Output that starts as JSON but
+/// stops before its end (truncated), or that opens with `{` and is not JSON (nor one JSON
+/// value per line), is an error naming where the JSON broke, not items made of its lines.
+fn input_from_output(stdout: &str) -> Result<Value, String> {
+    let trimmed = stdout.trim();
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(value) if !trimmed.is_empty() => return Ok(value),
+        Ok(_) => {}
+        Err(e) => {
+            let lines_are_json = || {
+                trimmed
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .all(|l| serde_json::from_str::<Value>(l).is_ok())
+            };
+            let truncated = e.classify() == serde_json::error::Category::Eof
+                && (trimmed.starts_with('[') || trimmed.starts_with('{'));
+            if truncated || (trimmed.starts_with('{') && !lines_are_json()) {
+                return Err(format!("not JSON: {e}"));
+            }
+        }
     }
-    Value::Array(
+    Ok(Value::Array(
         stdout
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .map(|l| Value::String(l.to_owned()))
             .collect(),
-    )
+    ))
 }
 
 #[cfg(test)]
@@ -175,6 +198,48 @@ mod input_tests {
         assert_eq!(
             parse_input("a\nb\n", InputKind::of_file("items.txt")).unwrap(),
             serde_json::json!(["a", "b"])
+        );
+    }
+
+    /// Items without the `distinct` field are counted, since they are kept as one.
+    #[test]
+    fn distinct_counts_the_items_without_the_field() {
+        let pipeline = Pipeline {
+            distinct: Some(crate::path::Path::name("owner")),
+            ..Pipeline::default()
+        };
+        let input = serde_json::json!([{"owner": "a"}, {"id": 1}, {"owner": null}, {"id": 2}, {"owner": "a"}]);
+        let (items, counts) = pipeline.apply(input);
+        assert_eq!(
+            items,
+            serde_json::json!([{"owner": "a"}, {"id": 1}])
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+        assert_eq!((counts.distinct, counts.distinct_missing), (2, 3));
+    }
+
+    /// A command's output cut short is an error saying where, not items made of its lines.
+    #[test]
+    fn truncated_json_output_is_an_error_naming_where() {
+        let err = parse_input("{\"items\": [{\"id\": 1},", InputKind::Text).unwrap_err();
+        assert_eq!(
+            err,
+            "not JSON: EOF while parsing a value at line 1 column 21"
+        );
+        let err = parse_input("[1, 2,\n3", InputKind::Text).unwrap_err();
+        assert!(err.contains("at line 2 column 1"), "{err}");
+        let err = parse_input("{\"id\": 1}\n{\"id\":", InputKind::Text).unwrap_err();
+        assert!(err.starts_with("not JSON: "), "{err}");
+        // Lines that only look like JSON at the start are still items.
+        assert_eq!(
+            parse_input("[1/2] build\n[2/2] test\n", InputKind::Text).unwrap(),
+            serde_json::json!(["[1/2] build", "[2/2] test"])
+        );
+        assert_eq!(
+            parse_input("{\"id\": 1}\n{\"id\": 2}\n", InputKind::Text).unwrap(),
+            serde_json::json!(["{\"id\": 1}", "{\"id\": 2}"])
         );
     }
 }

@@ -316,7 +316,7 @@ pub async fn run_watched(
         Ok(child) => child,
         Err(e) => {
             return Output {
-                stderr: format!("cannot start `{}`: {e}", command.program),
+                stderr: format!("could not start `{}`: {e}", command.program),
                 spawn_error: true,
                 duration: started.elapsed(),
                 ..Output::default()

@@ -144,6 +144,9 @@ pub struct ItemRecord {
     /// Whether the item went to the DLQ.
     #[serde(default)]
     pub dead_lettered: bool,
+    /// What its Claude calls cost, when it made any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude: Option<crate::claude::Totals>,
 }
 
 /// A problem with the job's files.
@@ -335,6 +338,7 @@ mod tests {
             error_type: None,
             duration_secs: 0.0,
             dead_lettered: false,
+            claude: None,
         }
     }
 

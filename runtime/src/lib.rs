@@ -7,6 +7,7 @@ pub mod claude;
 pub mod dlq;
 pub mod exec;
 pub mod git;
+pub mod input;
 pub mod job;
 pub mod jobstore;
 pub mod logs;

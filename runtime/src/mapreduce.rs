@@ -43,6 +43,9 @@ pub struct JobOptions {
     /// `--cancel-running`: when the error policy stops the job, cancel the running agents
     /// (their items stay pending) instead of letting them finish.
     pub cancel_running: bool,
+    /// `--strict`: a `json_path` that selects nothing from the input fails the job instead
+    /// of completing it with no items.
+    pub strict: bool,
 }
 
 /// How a job ended.
@@ -88,6 +91,9 @@ pub struct JobReport {
     pub events: PathBuf,
     /// The variables at the end (for the `merge` steps).
     pub vars: Vars,
+    /// Whether the job's state is still there to resume from (false when its state
+    /// directory was removed while it ran).
+    pub resumable: bool,
 }
 
 /// Error metrics (seed `000`): printed at the end of the job and stored with it.
@@ -321,6 +327,8 @@ struct AgentRun {
     /// The agent's worktree, kept because it failed with work in it or its merge
     /// conflicted.
     artifacts: Option<WorktreeArtifacts>,
+    /// What its Claude calls cost.
+    claude: crate::claude::Totals,
 }
 
 impl AgentRun {
@@ -345,6 +353,7 @@ impl AgentRun {
             }),
             duration: Duration::ZERO,
             artifacts: None,
+            claude: crate::claude::Totals::default(),
         }
     }
 
@@ -502,12 +511,14 @@ async fn run_agent(
         (None, _) => RunEnd::Failed,
     };
     let failure = scope.failure.borrow().clone();
+    let claude = *scope.claude.borrow();
     let mut run = AgentRun {
         end,
         output: vars.last_output.take(),
         failure,
         duration: started.elapsed(),
         artifacts: None,
+        claude,
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
         merge_back(runner, session, worktree, index, &mut run).await;
@@ -874,6 +885,19 @@ impl<'a> MapJob<'a> {
         self.runner.say(text);
     }
 
+    /// Why the job's results can no longer be kept, when its state directory (or the
+    /// `items.json` the map phase starts from) vanished while it ran: a removed
+    /// `PRODIGY_HOME` would otherwise end in "completed: 0 succeeded".
+    fn state_lost(&self) -> Option<String> {
+        let dir = self.files.dir();
+        (!dir.join("items.json").is_file()).then(|| {
+            format!(
+                "the job's state directory `{}` was removed while the job ran (is `PRODIGY_HOME` still there?), so its results cannot be kept",
+                dir.display()
+            )
+        })
+    }
+
     /// Writes the checkpoint (and the DLQ's index first).
     ///
     /// # Errors
@@ -1037,10 +1061,13 @@ impl<'a> MapJob<'a> {
             outcome = stopped_by_write(phase, why);
         }
         let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
-        self.runner.record(
-            "job_finished",
-            json!({"status": self.cp.status, "metrics": metrics, "dlq_count": dlq_count, "duration_secs": self.runner.started.elapsed().as_secs_f64()}),
-        );
+        let claude = *crate::lock(&self.runner.claude_totals);
+        let mut finished = json!({"status": self.cp.status, "metrics": metrics, "dlq_count": dlq_count, "duration_secs": self.runner.started.elapsed().as_secs_f64()});
+        if claude.calls > 0 {
+            finished["claude"] = json!(claude);
+        }
+        self.runner.record("job_finished", finished);
+        self.runner.say_claude_totals();
         JobReport {
             job_id: self.cp.job_id.clone(),
             outcome,
@@ -1049,6 +1076,10 @@ impl<'a> MapJob<'a> {
             pending: self.cp.items_remaining.len() as u64,
             events: self.runner.events_path(),
             vars,
+            // The checkpoint was just saved: it is missing only when its directory is gone;
+            // past setup, the items must be there too.
+            resumable: self.files.dir().join("checkpoint.json").is_file()
+                && (self.cp.phase == Phase::Setup || self.state_lost().is_none()),
         }
     }
 
@@ -1206,7 +1237,7 @@ impl<'a> MapJob<'a> {
             .map_err(|e| format!("`map.input`: {e}"))?;
         let mut path = self.runner.workdir().join(input.trim());
         let outside = self.runner.opts.project.join(input.trim());
-        if !path.is_file() && self.runner.worktree().is_some() && outside.is_file() {
+        if !path.exists() && self.runner.worktree().is_some() && outside.exists() {
             // An input the user has not committed is not in the session worktree.
             self.say(&format!(
                 "note: `{}` is not in the run's worktree (it is not committed); reading it from {}",
@@ -1215,9 +1246,10 @@ impl<'a> MapJob<'a> {
             ));
             path = outside;
         }
-        let (text, kind) = if path.is_file() {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        // Anything at the path is the input file; only a regular file within the bound is
+        // read, so a device or a FIFO is refused rather than read without end.
+        let (text, kind) = if path.exists() {
+            let text = crate::input::read_file(&path, crate::input::MAX_INPUT_SIZE)?;
             (text, InputKind::of_file(input.trim()))
         } else if !input.trim().contains(char::is_whitespace)
             && [".json", ".jsonl", ".txt"]
@@ -1229,23 +1261,63 @@ impl<'a> MapJob<'a> {
                 path.display()
             ));
         } else {
-            let out = self.runner.run_shell(&input, vars).await;
-            if out.code != Some(0) {
-                return Err(format!(
-                    "the map input command `{input}` failed: {}",
-                    out.stderr.trim()
-                ));
-            }
-            (out.stdout, InputKind::Text)
+            let (program, args) = exec::shell(&input);
+            let command = exec::Command {
+                program,
+                args,
+                cwd: self.runner.workdir(),
+                env: vars.environment(),
+                clear_env: false,
+                timeout: Some(Duration::from_mins(5)),
+                grace: self.runner.opts.grace,
+                output_limit: self.runner.opts.output_limit,
+                spill: None,
+                mask: None,
+            };
+            let stdout = crate::input::command_output(
+                &command,
+                &input,
+                &mut self.runner.cancel_rx(),
+                crate::input::MAX_INPUT_SIZE,
+            )
+            .await?;
+            (stdout, InputKind::Text)
         };
         let document = prodigy_grammar::pipeline::parse_input(&text, kind)
             .map_err(|e| format!("the map input `{input}`: {e}"))?;
         let pipeline = map.pipeline();
         let (items, counts) = pipeline.apply(document);
-        self.runner.record(
-            "input_loaded",
-            json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept}),
-        );
+        let mut loaded = json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept});
+        if map.distinct.is_some() {
+            // Items without the `distinct` field, which it kept as one.
+            loaded["distinct_missing"] = json!(counts.distinct_missing);
+        }
+        self.runner.record("input_loaded", loaded);
+        if let Some(json_path) = map.json_path.as_ref().filter(|_| counts.selected == 0) {
+            let what = format!(
+                "`json_path: {}` selected nothing from the map input `{}`",
+                json_path.value,
+                input.trim()
+            );
+            if self.opts.strict {
+                return Err(format!("{what} (with --strict, a job needs items)"));
+            }
+            self.say(&format!(
+                "warning: {what}; check the expression against the input with `prodigy items`"
+            ));
+        }
+        if let Some(distinct) = map
+            .distinct
+            .as_ref()
+            .filter(|_| counts.distinct_missing > 1)
+        {
+            let field = distinct.value.trim();
+            self.say(&format!(
+                "warning: `distinct: {field}`: {} items have no `{}` and were kept as one",
+                counts.distinct_missing,
+                field.strip_prefix("item.").unwrap_or(field)
+            ));
+        }
         self.say(&format!(
             "map: {} ({})",
             crate::progress::count(counts.kept, "item"),
@@ -1264,7 +1336,10 @@ impl<'a> MapJob<'a> {
         let Some(map) = &plan.map else {
             return Ok(MapEnd::Finished);
         };
-        let items = self.files.load_items().map_err(|e| e.to_string())?;
+        let items = self
+            .files
+            .load_items()
+            .map_err(|e| self.state_lost().unwrap_or_else(|| e.to_string()))?;
         let previous = self.files.load_results().map_err(|e| e.to_string())?;
         for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
             runner.record("dlq_item_added", json!({"item_id": id, "repaired": true}));
@@ -1334,12 +1409,15 @@ impl<'a> MapJob<'a> {
         let mut progress = Progress::start(total as u64, counts.finished(), monitored);
         let mut last_save = Instant::now();
         let mut stop_announced = false;
+        // Set when the job's state directory vanished: no new agents start.
+        let mut lost: Option<String> = None;
         loop {
             // The counts as the last outcome left them, before agents start in its place, so a
             // plain progress line does not depend on how fast the next agent starts.
             show_progress(&mut progress, &job, agents, dlq_count, breaker.as_ref());
             // Start agents while slots, items and the policy allow.
             while job.admits()
+                && lost.is_none()
                 && !runner.cancelled()
                 && self.write_failed.is_none()
                 && agents < max_parallel
@@ -1623,10 +1701,20 @@ impl<'a> MapJob<'a> {
                 // A failure is noted and stops the job just below.
                 let _ = self.save(None);
                 last_save = Instant::now();
+                if lost.is_none() {
+                    lost = self.state_lost();
+                    if let Some(why) = &lost {
+                        self.say(&format!("error: {why}; no new agents start"));
+                        let _ = halt_tx.send(true);
+                    }
+                }
             }
             self.stop_after_write_failure(&halt_tx);
         }
         progress.finish();
+        if let Some(why) = lost.or_else(|| self.state_lost()) {
+            return Err(why);
+        }
         if !batch.is_empty() {
             self.say(&format!(
                 "{} failed:\n  {}",
@@ -1711,6 +1799,7 @@ impl<'a> MapJob<'a> {
             error_type: failed.then(|| run.error_type().name().to_owned()),
             duration_secs: run.duration.as_secs_f64(),
             dead_lettered,
+            claude: (run.claude.calls > 0).then_some(run.claude),
         };
         match self.files.append(&record) {
             Ok(()) => Some(record),
@@ -1908,6 +1997,7 @@ pub async fn retry_dead_letters(
                     error_type: None,
                     duration_secs: run.duration.as_secs_f64(),
                     dead_lettered: false,
+                    claude: (run.claude.calls > 0).then_some(run.claude),
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;
@@ -2122,6 +2212,7 @@ mod tests {
             error_type: Some(kind.into()),
             duration_secs: 0.0,
             dead_lettered: true,
+            claude: None,
         }
     }
 

@@ -16,14 +16,46 @@ fn bar_slot() -> std::sync::MutexGuard<'static, Option<ProgressBar>> {
     crate::lock(&BAR)
 }
 
-/// Prints a line to stderr, above the bar when one is drawn.
+/// Prints a line to stderr, above the bar when one is drawn; control characters in it are
+/// shown, not sent to the terminal ([`visible`]).
 pub fn println(text: &str) {
+    let text = visible(text);
     match bar_slot().as_ref() {
         Some(bar) => bar.println(text),
         None => {
             let _ = writeln!(std::io::stderr().lock(), "{text}");
         }
     }
+}
+
+/// TEXT as prodigy echoes it to a terminal: every control character but newline and tab
+/// (ESC, which starts colour and cursor sequences, carriage return, backspace, the C1
+/// controls, DEL) is written as a visible escape such as `\x1b`, so that what a command
+/// printed cannot move the cursor, clear the screen or retitle the window. A carriage return
+/// just before a newline (Windows line ends) is dropped. Files prodigy writes (logs,
+/// `output_file`, events) keep the bytes as they were.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    let shown = |c: char| c == '\n' || c == '\t' || !c.is_control();
+    if text.chars().all(shown) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if shown(c) {
+            out.push(c);
+        } else if c == '\r' && chars.peek() == Some(&'\n') {
+            // A Windows line end: the newline follows.
+        } else {
+            let code = u32::from(c);
+            if code < 0x100 {
+                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{code:02x}"));
+            } else {
+                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\u{{{code:x}}}"));
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// What the map phase has done so far.
@@ -225,6 +257,20 @@ pub fn stage_counts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Escape sequences a command prints reach the terminal as visible text.
+    #[test]
+    fn control_characters_are_shown_not_sent() {
+        assert_eq!(visible("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            visible("\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}"),
+            "\\x1b[31mred\\x1b[0m \\x1b]0;title\\x07"
+        );
+        assert_eq!(
+            visible("a\r\nb\rc\u{8}\u{7f}\u{9b}2J"),
+            "a\nb\\x0dc\\x08\\x7f\\x9b2J"
+        );
+    }
 
     #[test]
     fn a_resumed_phase_counts_only_the_items_it_finished() {

@@ -423,8 +423,16 @@ impl Runner {
         let _ = std::io::stderr().flush();
     }
 
+    /// At the end of a run or a job that made Claude calls: what they cost.
+    pub(crate) fn say_claude_totals(&self) {
+        let claude = *lock(&self.claude_totals);
+        if claude.calls > 0 {
+            self.say(&claude.line());
+        }
+    }
+
     /// The signal that stops what runs now: the agent's inside a map agent, else the run's.
-    fn cancel_rx(&self) -> watch::Receiver<bool> {
+    pub(crate) fn cancel_rx(&self) -> watch::Receiver<bool> {
         AGENT
             .try_with(|a| a.cancel.clone())
             .unwrap_or_else(|_| self.cancel.clone())
@@ -771,7 +779,13 @@ impl Runner {
             state_error = Some(why);
         }
         let continued = lock(&self.continued).clone();
-        self.record("workflow_finished", json!({"outcome": status, "failed_step": failed_step, "failed_continued": continued.len(), "duration_secs": self.started.elapsed().as_secs_f64()}));
+        let claude = *lock(&self.claude_totals);
+        let mut finished = json!({"outcome": status, "failed_step": failed_step, "failed_continued": continued.len(), "duration_secs": self.started.elapsed().as_secs_f64()});
+        if claude.calls > 0 {
+            finished["claude"] = json!(claude);
+        }
+        self.record("workflow_finished", finished);
+        self.say_claude_totals();
         let events = lock(&self.log).path.clone();
         Report {
             outcome,
@@ -1777,6 +1791,10 @@ impl Runner {
                 ));
             }
         }
+        if out.spawn_error {
+            // Nothing ran: the reason is the failure, not a missing `result`.
+            return out;
+        }
         let ended = if out.timed_out || out.cancelled {
             None
         } else {
@@ -1792,14 +1810,11 @@ impl Runner {
         } else {
             format!("{}\n", call.verdict.message)
         };
-        if out.spawn_error {
-            out.stdout.clear();
-        }
         self.record(
             "claude_finished",
             json!({
                 "step": step.label,
-                "success": call.verdict.kind.is_none() && !out.timed_out && !out.cancelled && !out.spawn_error,
+                "success": call.verdict.kind.is_none() && !out.timed_out && !out.cancelled,
                 "error_kind": call.verdict.kind,
                 "message": (call.verdict.kind.is_some()).then(|| call.verdict.message.clone()),
                 "session_id": call.session_id,
@@ -2020,6 +2035,14 @@ impl Runner {
                 let how = match (out.code, out.timed_out) {
                     (_, true) => "timed out".to_owned(),
                     (Some(code), false) => format!("exited {code}"),
+                    // It never ran: why ("could not start `PROGRAM`: REASON"), not a signal.
+                    (None, false) if out.spawn_error => {
+                        format!(
+                            "did not run ({})",
+                            out.stderr.lines().next().unwrap_or("").trim()
+                        )
+                    }
+                    (None, false) if out.cancelled => "was interrupted".to_owned(),
                     (None, false) => "ended by a signal".to_owned(),
                 };
                 self.say(&format!(

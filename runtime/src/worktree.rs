@@ -355,19 +355,7 @@ pub async fn create_session(
     {
         let _admin = admin(repo).await?;
         let target = path.to_string_lossy().into_owned();
-        git_retrying(
-            repo,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "-b",
-                &branch,
-                &target,
-                &base_commit,
-            ],
-        )
-        .await?;
+        add_on_new_branch(repo, &branch, &target, &base_commit).await?;
     }
     Ok(SessionWorktree {
         workdir: path.join(prefix),
@@ -377,6 +365,30 @@ pub async fn create_session(
         base_commit,
         repo: repo.to_owned(),
     })
+}
+
+/// `git worktree add -b BRANCH TARGET BASE`. Git makes the branch before the worktree: when
+/// the worktree cannot be made (TARGET exists, the disk is full), the branch it made is
+/// deleted again, so that a failed attempt leaves no stray `prodigy-*` branch. A branch that
+/// existed before is never touched.
+async fn add_on_new_branch(
+    repo: &Path,
+    branch: &str,
+    target: &str,
+    base: &str,
+) -> Result<String, WorktreeError> {
+    let exists = async || {
+        let name = format!("refs/heads/{branch}");
+        git(repo, &["rev-parse", "-q", "--verify", &name])
+            .await
+            .is_ok()
+    };
+    let existed = exists().await;
+    let added = git_retrying(repo, &["worktree", "add", "-q", "-b", branch, target, base]).await;
+    if added.is_err() && !existed && exists().await {
+        let _ = git(repo, &["branch", "-D", "-q", branch]).await;
+    }
+    added
 }
 
 /// Removes the worktree at PATH (with whatever it holds) and deletes BRANCH; missing ones
@@ -417,19 +429,7 @@ pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), 
         .await?
         .trim()
         .to_owned();
-    git_retrying(
-        &saved.repo,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            &saved.branch,
-            &target,
-            &base_commit,
-        ],
-    )
-    .await?;
+    add_on_new_branch(&saved.repo, &saved.branch, &target, &base_commit).await?;
     Ok((
         SessionWorktree {
             base_commit,
@@ -624,11 +624,7 @@ pub async fn create_agent(
     };
     let target = path.to_string_lossy().into_owned();
     let branch = first_free_branch(&branch_for, async |branch: &str| {
-        git_retrying(
-            &session.repo,
-            &["worktree", "add", "-q", "-b", branch, &target, &base],
-        )
-        .await
+        add_on_new_branch(&session.repo, branch, &target, &base).await
     })
     .await?;
     Ok(AgentWorktree {
@@ -1131,6 +1127,32 @@ mod tests {
         std::fs::write(dir.join(name), text).unwrap();
         git_sync(dir, &["add", name]).unwrap();
         git_sync(dir, &["commit", "-q", "-m", name]).unwrap();
+    }
+
+    /// Git makes the branch before the worktree: a worktree that cannot be made left its
+    /// `prodigy-*` branch behind.
+    #[tokio::test]
+    async fn a_worktree_that_cannot_be_made_leaves_no_branch() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        // Something already where the worktree goes.
+        std::fs::create_dir_all(worktrees_dir(&layout)).unwrap();
+        std::fs::write(worktrees_dir(&layout).join("s1"), "in the way").unwrap();
+        let err = create_session(&layout, &top, &prefix, "s1")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err}");
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches.trim(), "main");
+        // A branch that was there before is left alone.
+        git_sync(&top, &["branch", "prodigy-s1"]).unwrap();
+        create_session(&layout, &top, &prefix, "s1")
+            .await
+            .unwrap_err();
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches.trim(), "main\nprodigy-s1");
     }
 
     #[tokio::test]

@@ -640,3 +640,189 @@ fn real_cli_matches_the_recordings() {
          \nrequests the fake API saw:\n{log}"
     );
 }
+
+/// Runs prodigy with ARGS in PROJECT against the real CLI and the fake API on PORT.
+fn prodigy(claude: &Path, port: u16, project: &Path, home: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_prodigy"));
+    for (key, _) in std::env::vars_os() {
+        let key_str = key.to_string_lossy();
+        if key_str.starts_with("ANTHROPIC_") || key_str.starts_with("CLAUDE_") {
+            command.env_remove(&key);
+        }
+    }
+    let child = command
+        .args(args)
+        .current_dir(project)
+        .env("HOME", home)
+        .env("PRODIGY_HOME", home.join("prodigy"))
+        .env("PRODIGY_CLAUDE_COMMAND", claude)
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("ANTHROPIC_API_KEY", "dummy")
+        .env("IS_SANDBOX", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Every file under DIR.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The whole path a user takes, with the real CLI: a tool call's final text is captured, a
+/// 529 is classified and retried by `retry_on: [overloaded]`, an unknown slash command fails
+/// though the CLI exits 0, and a map item whose key is refused goes to the DLQ as an
+/// `authentication` failure with its log, without a retry.
+#[test]
+fn prodigy_runs_the_real_cli_end_to_end() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(claude) = install_cli(scratch.path()) else {
+        return;
+    };
+    let (_server, port) = start_fake_api(scratch.path());
+    let home = scratch.path().join("home");
+    let project = scratch.path().join("project");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&project).unwrap();
+    fs::write(
+        project.join("flow.yml"),
+        r#"- claude: "Run a tool. scenario:tool"
+  capture: answer
+- shell: 'printf "%s\n" "$ANSWER" > answer.txt'
+- claude: "Reply. scenario:529"
+  retry_config:
+    attempts: 2
+    retry_on: [server_error]
+  on_failure:
+    shell: "echo handled"
+    fail_workflow: false
+- claude: "/nosuch"
+"#,
+    )
+    .unwrap();
+    let out = prodigy(
+        &claude,
+        port,
+        &project,
+        &home,
+        &["run", "-v", "--no-worktree", "flow.yml"],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("→ Bash: echo tool-ran"), "{text}");
+    assert_eq!(
+        fs::read_to_string(project.join("answer.txt"))
+            .unwrap()
+            .trim(),
+        "The tool ran."
+    );
+    assert!(text.contains("retrying in"), "529 is retried: {text}");
+    assert!(text.contains("Claude `overloaded` error"), "{text}");
+    assert!(
+        text.contains("failed: /nosuch: Claude `invalid_request` error: Unknown command: /nosuch"),
+        "{text}"
+    );
+    assert!(
+        text.contains("4 Claude calls (3 failed), 4 turns"),
+        "{text}"
+    );
+
+    // A map job in a git repository: one item succeeds, one is refused.
+    for args in [
+        &["init", "-q", "."][..],
+        &["add", "."][..],
+        &["commit", "-qm", "init"][..],
+    ] {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(&project)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    fs::write(
+        project.join("job.yml"),
+        r#"name: real-claude
+mode: mapreduce
+map:
+  input: "printf '%s' '[{\"s\": \"ok\"}, {\"s\": \"401\"}]'"
+  json_path: "$[*]"
+  agent_template:
+    - claude: "Reply briefly. scenario:${item.s}"
+      retry_config:
+        attempts: 3
+  max_parallel: 2
+"#,
+    )
+    .unwrap();
+    let out = prodigy(&claude, port, &project, &home, &["run", "-y", "job.yml"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    // The job completes; the refused item waits in the DLQ.
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("errors: 1 ClaudeFailed"), "{text}");
+    let dlq: Vec<Value> = files_under(&home.join("prodigy/dlq"))
+        .iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("items")))
+        .map(|p| serde_json::from_str(&fs::read_to_string(p).unwrap()).unwrap())
+        .collect();
+    assert_eq!(dlq.len(), 1, "{text}");
+    let failure = &dlq[0]["failure_history"][0];
+    assert_eq!(
+        failure["error_type"],
+        serde_json::json!({"ClaudeFailed": {"kind": "authentication"}}),
+        "{failure}"
+    );
+    assert!(
+        failure["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("Invalid API key"),
+        "{failure}"
+    );
+    let log = PathBuf::from(failure["json_log_location"].as_str().unwrap());
+    assert!(
+        fs::read_to_string(&log)
+            .unwrap()
+            .contains("authentication_failed"),
+        "{}",
+        log.display()
+    );
+    // Authentication failures are not retried unless `retry_on` names them.
+    let requests = fs::read_to_string(scratch.path().join("fake-api.log")).unwrap_or_default();
+    assert_eq!(
+        requests.matches("-> 401").count(),
+        1,
+        "one call for the refused item: {requests}"
+    );
+}

@@ -269,3 +269,113 @@ fn the_language_server_survives_what_a_hostile_client_sends() {
         "the last version was not checked"
     );
 }
+
+/// A MapReduce workflow over INPUT, run with `--no-worktree` and a scratch `PRODIGY_HOME`
+/// (the scratch directory is no git repository); the exit code and stderr.
+fn run_map_job(input: &str, map: &str, extra: &[&str]) -> (i32, String) {
+    let workflow = format!(
+        "name: hostile-input\nmode: mapreduce\nmap:\n  input: {input:?}\n{map}  agent_template:\n    - shell: \"echo ${{item}}\"\n"
+    );
+    let file = Hostile::new(&workflow);
+    let output = Command::cargo_bin("prodigy")
+        .unwrap()
+        .current_dir(file.dir.path())
+        .env("NO_COLOR", "1")
+        .env("PRODIGY_HOME", file.dir.path().join("home"))
+        .args(["run", "--no-worktree"])
+        .args(extra)
+        .arg(&file.path)
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `map.input: /dev/zero` was read until memory ran out, and a FIFO blocked the run: only a
+/// regular file is read, and anything else is refused by name, at once.
+#[test]
+fn a_device_or_a_fifo_as_map_input_is_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("items.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for (input, what) in [
+        ("/dev/zero".to_owned(), "a character device"),
+        (fifo.display().to_string(), "a FIFO"),
+    ] {
+        let (code, stderr) = run_map_job(&input, "", &[]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "the map input `{input}` is {what}, not a regular file"
+            )),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("completed"), "{stderr}");
+    }
+}
+
+/// An input command whose JSON is cut short used to complete "of 0 items": it is an error
+/// saying where the JSON broke.
+#[test]
+fn truncated_json_from_an_input_command_fails_the_job() {
+    let (code, stderr) = run_map_job(r#"printf '{"items": [{"id": 1}, {"id": 2'"#, "", &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("not JSON: EOF while parsing an object at line 1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("completed"), "{stderr}");
+}
+
+/// A `json_path` that selects nothing completed the job "of 0 items" in silence: it warns,
+/// naming the expression and the input, and fails the job under `--strict`.
+#[test]
+fn a_json_path_selecting_nothing_warns_and_fails_under_strict() {
+    let input = r#"printf '{"items": [1, 2]}'"#;
+    let map = "  json_path: \"$.itmes[*]\"\n";
+    let (code, stderr) = run_map_job(input, map, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: `json_path: $.itmes[*]` selected nothing from the map input `{input}`"
+        )),
+        "{stderr}"
+    );
+    let (code, stderr) = run_map_job(input, map, &["--strict"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("selected nothing from the map input") && stderr.contains("--strict"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("completed"), "{stderr}");
+}
+
+/// `prodigy items --input` reads the input as `run` does: a device is refused, unread.
+#[test]
+fn items_refuses_a_device_as_input() {
+    let file = Hostile::new(
+        "name: items\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo ${item}\"\n",
+    );
+    let output = Command::cargo_bin("prodigy")
+        .unwrap()
+        .current_dir(file.dir.path())
+        .env("NO_COLOR", "1")
+        .args(["items", "--input", "/dev/zero"])
+        .arg(&file.path)
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the map input `/dev/zero` is a character device, not a regular file"),
+        "{stderr}"
+    );
+}

@@ -57,7 +57,10 @@ commands:
     .unwrap();
     let output = scratch.run(
         &["run", file.to_str().unwrap()],
-        &[("PRODIGY_CLAUDE_COMMAND", cli.to_str().unwrap())],
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", cli.to_str().unwrap()),
+            ("IS_SANDBOX", "1"),
+        ],
     );
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");

@@ -443,3 +443,66 @@ fn a_job_stopped_by_max_failures_is_not_resumed_into_the_same_failures() {
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert_ne!(std::fs::read_to_string(&log).unwrap(), runs);
 }
+
+/// A program that exists but cannot be started (not executable) was reported at `-vv` as
+/// "ended by a signal": the step says it could not start, naming the program and why.
+#[test]
+fn a_program_that_cannot_start_is_named_with_the_reason() {
+    let scratch = Scratch::new();
+    // It answers the preflight's `--version`, then is no longer executable.
+    let claude = scratch.dir.path().join("claude-not-executable");
+    std::fs::write(&claude, "#!/bin/sh\nchmod -x \"$0\"\necho 1.0\n").unwrap();
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = workflow(
+        &scratch,
+        "wf.yml",
+        "name: s\ncommands:\n  - claude: \"/do it\"\n",
+    );
+    let output = scratch.run(
+        &["run", "-vv", &path],
+        &[("PRODIGY_CLAUDE_COMMAND", claude.to_str().unwrap())],
+    );
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    let reason = format!("could not start `{}`: Permission denied", claude.display());
+    assert!(
+        text.contains(&format!("/do it did not run ({reason}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("failed: /do it: {reason}")),
+        "{text}"
+    );
+    assert!(!text.contains("signal"), "{text}");
+}
+
+/// Escape sequences a step printed reached the terminal as they were (clearing the screen,
+/// retitling the window): prodigy shows them as `\x1b` wherever it echoes output (at `-v`,
+/// in the failure line), while what the step printed is kept byte for byte in variables and
+/// files.
+#[test]
+fn escape_sequences_in_step_output_are_shown_not_sent() {
+    let scratch = Scratch::new();
+    let path = workflow(
+        &scratch,
+        "wf.yml",
+        r#"name: escapes
+commands:
+  - shell: "printf '\\033[2J\\033]0;pwned\\007hello\\n'"
+    capture: painted
+  - shell: "printf '%s' \"${painted}\" > raw.txt"
+  - shell: "printf '\\033[31mbroken\\033[0m\\n' >&2; exit 3"
+"#,
+    );
+    let output = scratch.run(&["run", "-v", "--no-worktree", &path], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains(r"│ \x1b[2J\x1b]0;pwned\x07hello"), "{text}");
+    assert!(text.contains(r"\x1b[31mbroken\x1b[0m"), "{text}");
+    let raw = std::fs::read_to_string(scratch.project().join("raw.txt")).unwrap();
+    assert_eq!(raw, "\u{1b}[2J\u{1b}]0;pwned\u{7}hello");
+}

@@ -783,3 +783,81 @@ fn ids_that_look_like_paths_name_no_job() {
         }
     }
 }
+
+/// `distinct` kept items without its field as one, in silence: the run says how many lacked
+/// it, and the `input_loaded` event counts them.
+#[test]
+fn distinct_says_how_many_items_lacked_the_field() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("items.json"),
+        r#"[{"id": 1, "owner": "ann"}, {"id": 2}, {"id": 3, "owner": null}, {"id": 4}, {"id": 5, "owner": "ann"}, {"id": 6, "owner": "bob"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        scratch.project().join("wf.yml"),
+        "name: owners\nmode: mapreduce\nmap:\n  input: items.json\n  distinct: item.owner\n  max_parallel: 1\n  agent_template:\n    - shell: \"echo ${item.id}\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let output = scratch.run(&["run", "wf.yml"], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "warning: `distinct: item.owner`: 3 items have no `owner` and were kept as one"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("3 succeeded"), "{text}");
+    let loaded = scratch
+        .events()
+        .into_iter()
+        .find(|e| e["event_type"] == "input_loaded")
+        .unwrap();
+    assert_eq!(loaded["distinct_missing"], 3, "{loaded}");
+}
+
+/// A `PRODIGY_HOME` removed while a job ran ended in "completed: 0 succeeded of 40" and
+/// exit 0: the job sees its state directory vanish, starts no new agents and fails saying so.
+#[test]
+fn a_job_whose_state_directory_vanishes_fails_saying_so() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("wf.yml"),
+        "name: vanishing\nmode: mapreduce\nmap:\n  input: \"seq 1 40\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"sleep 0.2\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let child = scratch.spawn(&["run", "--no-worktree", "wf.yml"]);
+    let jobs = scratch.state().join("mapreduce/jobs");
+    let started = std::time::Instant::now();
+    let items = loop {
+        let found = std::fs::read_dir(&jobs).ok().and_then(|mut dirs| {
+            dirs.find_map(|d| Some(d.ok()?.path().join("items.json")))
+                .filter(|p| p.exists())
+        });
+        if let Some(items) = found {
+            break items;
+        }
+        assert!(started.elapsed().as_secs() < 30, "the job never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(items.exists());
+    // Moved away in one step (a recursive removal races with the job's writes): for the job,
+    // its `PRODIGY_HOME` is gone.
+    std::fs::rename(scratch.home(), scratch.dir.path().join("home-removed")).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("was removed while the job ran"), "{text}");
+    assert!(!text.contains("completed"), "{text}");
+    // There is nothing left to resume from.
+    assert!(
+        text.contains("the job cannot be resumed, run the workflow again")
+            && !text.contains("resume-job"),
+        "{text}"
+    );
+    // No new agents started once it was seen: far fewer than 40 items ran.
+    assert!(!text.contains("40/40 done"), "{text}");
+}

@@ -1,5 +1,11 @@
-//! Fixture workflows: `workflows/ok/` and `workflows/examples/` must compile with no diagnostic;
-//! `workflows/err/CODE-*.yml` must report `CODE`, and its rendered report is a snapshot.
+//! Fixture workflows, one test each: `workflows/ok/` and `workflows/examples/` must compile
+//! with no diagnostic and draw the same valid graphs every time; `workflows/err/CODE-*.yml`
+//! must report `CODE`, and its rendered report is a snapshot; `workflows/run/*.yml` run end to
+//! end in a scratch project, and their exit code, output and events are a snapshot.
+//!
+//! A custom harness (`harness = false`, `libtest-mimic`) makes each fixture a test of its own,
+//! named `CHECK::DIR/STEM` (`err_fixtures_report_their_code::err/E001-...`), so that a failing
+//! fixture hides no other and `cargo test --test workflows -- STEM` runs one fixture alone.
 
 #![expect(
     clippy::unwrap_used,
@@ -11,18 +17,24 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use libtest_mimic::{Arguments, Failed, Trial};
 use prodigy_compiler::diagnostics::{Code, render_human};
 use prodigy_compiler::source::SourceFile;
 
 #[path = "../support/external.rs"]
 mod external;
 
+#[path = "../support/scratch.rs"]
+mod scratch;
+
 #[path = "../../src/shellcheck.rs"]
+#[allow(
+    unused_imports,
+    reason = "its unit tests run with the binary's; this custom harness leaves out their `#[test]` functions"
+)]
 mod shellcheck;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use scratch::root;
 
 /// The repository as the project directory: fixtures name files relative to it.
 /// Slash commands are unknown (nothing to compare with), except for the W008 fixtures, which
@@ -95,59 +107,51 @@ fn load_checked(path: &Path) -> (SourceFile, Vec<prodigy_compiler::diagnostics::
     }
 }
 
-#[test]
-fn ok_fixtures_have_no_diagnostics() {
-    let mut failures = Vec::new();
-    for path in fixtures("ok").into_iter().chain(fixtures("examples")) {
-        let file = load(&path);
-        let checked = prodigy_compiler::check_in(&file, &surroundings(""));
-        if !checked.diagnostics.is_empty() || checked.workflow.is_none() {
-            failures.push(render_human(&file, &checked.diagnostics, 100, false));
-        }
-    }
+/// An `ok` or `examples` fixture compiles with no diagnostic.
+fn ok_fixture_has_no_diagnostics(path: &Path) {
+    let file = load(path);
+    let checked = prodigy_compiler::check_in(&file, &surroundings(""));
     assert!(
-        failures.is_empty(),
-        "ok fixtures with diagnostics:\n{}",
-        failures.join("\n")
+        checked.diagnostics.is_empty() && checked.workflow.is_some(),
+        "an ok fixture with diagnostics:\n{}",
+        render_human(&file, &checked.diagnostics, 100, false)
     );
 }
 
-#[test]
-fn err_fixtures_report_their_code() {
-    for path in fixtures("err") {
-        let (file, diagnostics) = load_checked(&path);
-        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
-        let code_text = stem.split('-').next().unwrap();
-        let code = Code::parse(code_text)
-            .unwrap_or_else(|| panic!("{stem}: `{code_text}` is not a registered code"));
-        if code == Code::Shellcheck && shellcheck::ShellCheck::find().is_none() {
-            // Skipped in `load_checked`, which said so: ShellCheck is not installed.
-            continue;
-        }
-        assert!(
-            diagnostics.iter().any(|d| d.code == code),
-            "{stem}: expected {code}, got {:?}",
-            diagnostics
-                .iter()
-                .map(|d| d.code.as_str())
-                .collect::<Vec<_>>()
-        );
-        assert!(
-            diagnostics.iter().all(|d| d.code != Code::Internal),
-            "{stem}: an internal error is a bug, never an expected result"
-        );
-        let rendered = render_human(&file, &diagnostics, 100, false);
-        insta::with_settings!({
-            snapshot_path => "../../workflows/err/snapshots",
-            prepend_module_to_snapshot => false,
-            omit_expression => true,
-        }, {
-            insta::assert_snapshot!(stem, rendered);
-        });
+/// An `err` fixture `CODE-*.yml` reports `CODE` (and no internal error); its rendered
+/// report is a snapshot.
+fn err_fixture_reports_its_code(path: &Path) {
+    let (file, diagnostics) = load_checked(path);
+    let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+    let code_text = stem.split('-').next().unwrap();
+    let code = Code::parse(code_text)
+        .unwrap_or_else(|| panic!("{stem}: `{code_text}` is not a registered code"));
+    if code == Code::Shellcheck && shellcheck::ShellCheck::find().is_none() {
+        // Skipped in `load_checked`, which said so: ShellCheck is not installed.
+        return;
     }
+    assert!(
+        diagnostics.iter().any(|d| d.code == code),
+        "{stem}: expected {code}, got {:?}",
+        diagnostics
+            .iter()
+            .map(|d| d.code.as_str())
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        diagnostics.iter().all(|d| d.code != Code::Internal),
+        "{stem}: an internal error is a bug, never an expected result"
+    );
+    let rendered = render_human(&file, &diagnostics, 100, false);
+    insta::with_settings!({
+        snapshot_path => "../../workflows/err/snapshots",
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!(stem, rendered);
+    });
 }
 
-#[test]
 fn every_code_has_a_fixture() {
     let with_fixture: BTreeSet<String> = fixtures("err")
         .iter()
@@ -244,67 +248,136 @@ fn mermaid_is_valid(name: &str, text: &str) {
     assert_eq!(depth, 0, "{name}: unbalanced subgraph");
 }
 
-#[test]
-fn ok_fixtures_draw_valid_deterministic_graphs() {
-    for path in fixtures("ok").into_iter().chain(fixtures("examples")) {
-        let file = load(&path);
-        let checked = prodigy_compiler::check(&file);
-        let (plan, graph) = (checked.plan.unwrap(), checked.graph.unwrap());
-        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
-        let dot = prodigy_compiler::emit::dot(&graph, &plan);
-        let mermaid = prodigy_compiler::emit::mermaid(&graph, &plan);
-        // The same graph again, byte for byte.
-        let again = prodigy_compiler::check(&file);
-        assert_eq!(
-            dot,
-            prodigy_compiler::emit::dot(
-                again.graph.as_ref().unwrap(),
-                again.plan.as_ref().unwrap()
-            )
-        );
-        dot_accepts(&stem, &dot);
-        mermaid_is_valid(&stem, &mermaid);
-        let dir = if path.starts_with(root().join("workflows/ok")) {
-            "ok"
-        } else {
-            "examples"
-        };
-        insta::with_settings!({
-            snapshot_path => format!("../../workflows/{dir}/snapshots"),
-            prepend_module_to_snapshot => false,
-            omit_expression => true,
-        }, {
-            insta::assert_snapshot!(format!("{stem}.dot"), dot);
-            insta::assert_snapshot!(format!("{stem}.mermaid"), mermaid);
-        });
+/// An `ok` or `examples` fixture draws the same graph twice, which Graphviz renders and
+/// which is valid Mermaid; both are snapshots.
+fn ok_fixture_draws_a_valid_deterministic_graph(path: &Path) {
+    let file = load(path);
+    let checked = prodigy_compiler::check(&file);
+    let (plan, graph) = (checked.plan.unwrap(), checked.graph.unwrap());
+    let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+    let dot = prodigy_compiler::emit::dot(&graph, &plan);
+    let mermaid = prodigy_compiler::emit::mermaid(&graph, &plan);
+    // The same graph again, byte for byte.
+    let again = prodigy_compiler::check(&file);
+    assert_eq!(
+        dot,
+        prodigy_compiler::emit::dot(again.graph.as_ref().unwrap(), again.plan.as_ref().unwrap())
+    );
+    dot_accepts(&stem, &dot);
+    mermaid_is_valid(&stem, &mermaid);
+    let dir = if path.starts_with(root().join("workflows/ok")) {
+        "ok"
+    } else {
+        "examples"
+    };
+    insta::with_settings!({
+        snapshot_path => format!("../../workflows/{dir}/snapshots"),
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!(format!("{stem}.dot"), dot);
+        insta::assert_snapshot!(format!("{stem}.mermaid"), mermaid);
+    });
+}
+
+/// The plans of the examples, and of two documentation examples, are snapshots.
+fn plan_of_the_example(path: &Path) {
+    let file = load(path);
+    let plan = prodigy_compiler::check(&file).plan.unwrap();
+    let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+    let dir = if path.starts_with(root().join("workflows/ok")) {
+        "ok"
+    } else {
+        "examples"
+    };
+    insta::with_settings!({
+        snapshot_path => format!("../../workflows/{dir}/snapshots"),
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_json_snapshot!(format!("{stem}.plan"), plan);
+    });
+}
+
+/// A `run` fixture runs in a fresh scratch project with the arguments and failing stubs its
+/// `# key: value` directives name; its exit code is the `exit` directive (0 by default), and
+/// its report is a snapshot.
+fn run_fixture(path: &Path) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let extra = scratch::directives(&text);
+    let name = path.file_stem().unwrap().to_string_lossy().to_string();
+    let (scratch, output) = scratch::run_file(path, &extra);
+    scratch::check_exit(
+        &name,
+        &output,
+        extra.get("exit").map_or("0", String::as_str),
+    );
+    let unordered = extra.get("events").is_some_and(|v| v == "unordered");
+    scratch::snapshot(
+        "run/snapshots",
+        &name,
+        &scratch::report_with(&scratch, &output, unordered),
+    );
+}
+
+/// One test per fixture and check: `CHECK::DIR/STEM`.
+fn per_fixture(trials: &mut Vec<Trial>, check: &str, dirs: &[&str], test: fn(&Path)) {
+    for dir in dirs {
+        for path in fixtures(dir) {
+            let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+            trials.push(Trial::test(format!("{check}::{dir}/{stem}"), move || {
+                test(&path);
+                Ok::<(), Failed>(())
+            }));
+        }
     }
 }
 
-#[test]
-fn plans_of_the_examples() {
-    for path in fixtures("examples").into_iter().chain(
-        [
-            "seed-002-complete-structure.yml",
-            "seed-000-on-failure-detailed-handler.yml",
-            "claude-settings.yml",
-        ]
-        .iter()
-        .map(|f| root().join("workflows/ok").join(f)),
-    ) {
-        let file = load(&path);
-        let plan = prodigy_compiler::check(&file).plan.unwrap();
-        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
-        let dir = if path.starts_with(root().join("workflows/ok")) {
-            "ok"
-        } else {
-            "examples"
-        };
-        insta::with_settings!({
-            snapshot_path => format!("../../workflows/{dir}/snapshots"),
-            prepend_module_to_snapshot => false,
-            omit_expression => true,
-        }, {
-            insta::assert_json_snapshot!(format!("{stem}.plan"), plan);
-        });
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = Vec::new();
+    per_fixture(
+        &mut trials,
+        "ok_fixtures_have_no_diagnostics",
+        &["ok", "examples"],
+        ok_fixture_has_no_diagnostics,
+    );
+    per_fixture(
+        &mut trials,
+        "ok_fixtures_draw_valid_deterministic_graphs",
+        &["ok", "examples"],
+        ok_fixture_draws_a_valid_deterministic_graph,
+    );
+    per_fixture(
+        &mut trials,
+        "err_fixtures_report_their_code",
+        &["err"],
+        err_fixture_reports_its_code,
+    );
+    per_fixture(
+        &mut trials,
+        "plans_of_the_examples",
+        &["examples"],
+        plan_of_the_example,
+    );
+    for name in [
+        "seed-002-complete-structure",
+        "seed-000-on-failure-detailed-handler",
+        "claude-settings",
+    ] {
+        let path = root().join("workflows/ok").join(format!("{name}.yml"));
+        trials.push(Trial::test(
+            format!("plans_of_the_examples::ok/{name}"),
+            move || {
+                plan_of_the_example(&path);
+                Ok(())
+            },
+        ));
     }
+    per_fixture(&mut trials, "run_fixtures", &["run"], run_fixture);
+    trials.push(Trial::test("every_code_has_a_fixture", || {
+        every_code_has_a_fixture();
+        Ok(())
+    }));
+    libtest_mimic::run(&args, trials).exit();
 }

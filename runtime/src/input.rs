@@ -1,0 +1,257 @@
+//! Reading `map.input` (docs/language.md §7) within a bound: a file only when it is a regular
+//! file of at most [`MAX_INPUT_SIZE`] bytes, a command's standard output only up to the same
+//! bound. A device such as `/dev/zero` is never read without end, and a FIFO such as
+//! `/dev/stdin` on a pipe never blocks the run.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::sync::watch;
+
+use crate::exec::Command;
+
+/// The largest map input prodigy reads, from a file or from a command's standard output:
+/// 1 GiB. A map input may be much larger than a workflow file (whose bound is
+/// [`prodigy_compiler::source::MAX_FILE_SIZE`]), but every item is kept in memory.
+pub const MAX_INPUT_SIZE: u64 = 1024 * 1024 * 1024;
+
+/// How much of an input command's standard error is kept for the message when it fails.
+const STDERR_KEPT: u64 = 64 * 1024;
+
+/// Reads a map input file: a regular file of at most `limit` bytes, as UTF-8 text.
+///
+/// # Errors
+///
+/// A message naming the path and why it was not read: it does not exist, it is a device, a
+/// FIFO or a directory, it is larger than `limit`, or it is not UTF-8.
+pub fn read_file(path: &Path, limit: u64) -> Result<String, String> {
+    use prodigy_compiler::source::{LoadError, read_regular};
+    let shown = path.display();
+    let bytes = read_regular(path, limit).map_err(|e| match e {
+        LoadError::TooLarge { limit, .. } => format!(
+            "the map input file `{shown}` is larger than {}, the most prodigy reads",
+            size(limit)
+        ),
+        LoadError::NotRegular { what, .. } => format!(
+            "the map input `{shown}` is {what}, not a regular file; write the items to a file, or give a command that prints them"
+        ),
+        LoadError::Io { source, .. } => format!("cannot read the map input file `{shown}`: {source}"),
+        LoadError::NotUtf8 { .. } => format!("the map input file `{shown}` is not UTF-8 text"),
+    })?;
+    String::from_utf8(bytes)
+        .map_err(|e| format!("the map input file `{shown}` is not UTF-8 text: {e}"))
+}
+
+/// A byte count for a message: `1 GiB`, `64 KiB`, else bytes.
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+/// Reads PIPE to its end, keeping at most `keep` bytes; when `stop` is set, it stops reading
+/// once it holds more than `keep` (so the caller sees `keep + 1` bytes and knows).
+async fn read_pipe<R: AsyncRead + Unpin>(pipe: Option<R>, keep: u64, stop: bool) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let Some(mut pipe) = pipe else { return kept };
+    let mut chunk = [0u8; 8192];
+    let cap = usize::try_from(keep.saturating_add(1)).unwrap_or(usize::MAX);
+    while let Ok(n) = pipe.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        let room = cap.saturating_sub(kept.len());
+        kept.extend_from_slice(chunk.get(..n.min(room)).unwrap_or_default());
+        if stop && kept.len() >= cap {
+            break;
+        }
+    }
+    kept
+}
+
+fn kill_group(pid: Option<i32>) {
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Runs the map input command COMMAND (shown as TEXT) and returns its standard output, of at
+/// most `limit` bytes. A command that prints more is killed with its process group as soon as
+/// it passes the bound.
+///
+/// # Errors
+///
+/// A message naming the command when it cannot start, exits non-zero (with its standard
+/// error), prints more than `limit` bytes, times out or is cancelled, or prints text that is
+/// not UTF-8.
+pub(crate) async fn command_output(
+    command: &Command,
+    text: &str,
+    cancel: &mut watch::Receiver<bool>,
+    limit: u64,
+) -> Result<String, String> {
+    let mut process = tokio::process::Command::new(&command.program);
+    process
+        .args(&command.args)
+        .current_dir(&command.cwd)
+        .envs(command.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = process.spawn().map_err(|e| {
+        format!(
+            "the map input command `{text}`: could not start `{}`: {e}",
+            command.program
+        )
+    })?;
+    let pid = child.id().and_then(|id| i32::try_from(id).ok());
+    let mut out_task = tokio::spawn(read_pipe(child.stdout.take(), limit, true));
+    let err_task = tokio::spawn(read_pipe(child.stderr.take(), STDERR_KEPT, false));
+    let too_much = || {
+        format!(
+            "the map input command `{text}` printed more than {}, the most prodigy reads; write the items to a file or select fewer",
+            size(limit)
+        )
+    };
+    let timeout = command.timeout.unwrap_or(Duration::MAX);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut stdout: Option<Vec<u8>> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status.ok(),
+            joined = &mut out_task, if stdout.is_none() => {
+                let bytes = joined.unwrap_or_default();
+                if bytes.len() as u64 > limit {
+                    kill_group(pid);
+                    return Err(too_much());
+                }
+                stdout = Some(bytes);
+            }
+            () = &mut deadline => {
+                kill_group(pid);
+                return Err(format!(
+                    "the map input command `{text}` timed out after {}",
+                    humantime::format_duration(timeout)
+                ));
+            }
+            () = crate::exec::cancelled(cancel) => {
+                kill_group(pid);
+                return Err(format!("the map input command `{text}` was interrupted"));
+            }
+        }
+    };
+    let stdout = if let Some(bytes) = stdout {
+        bytes
+    } else {
+        // A background process may hold the pipe open: what arrived soon after the end.
+        let abort = out_task.abort_handle();
+        if let Ok(joined) = tokio::time::timeout(Duration::from_millis(200), out_task).await {
+            joined.unwrap_or_default()
+        } else {
+            abort.abort();
+            Vec::new()
+        }
+    };
+    if stdout.len() as u64 > limit {
+        return Err(too_much());
+    }
+    let code = status.and_then(|s| s.code());
+    if code != Some(0) {
+        let stderr = tokio::time::timeout(Duration::from_millis(200), err_task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let how = code.map_or_else(
+            || "was killed by a signal".to_owned(),
+            |c| format!("exited {c}"),
+        );
+        return Err(format!(
+            "the map input command `{text}` failed ({how}): {}",
+            String::from_utf8_lossy(&stderr).trim()
+        ));
+    }
+    String::from_utf8(stdout)
+        .map_err(|e| format!("the map input command `{text}` printed text that is not UTF-8: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(text: &str) -> Command {
+        let (program, args) = crate::exec::shell(text);
+        Command {
+            program,
+            args,
+            cwd: std::env::temp_dir(),
+            env: Vec::new(),
+            clear_env: false,
+            timeout: Some(Duration::from_secs(20)),
+            grace: Duration::from_secs(1),
+            output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,
+            spill: None,
+            mask: None,
+        }
+    }
+
+    async fn run(text: &str, limit: u64) -> Result<String, String> {
+        let (_tx, mut rx) = watch::channel(false);
+        command_output(&sh(text), text, &mut rx, limit).await
+    }
+
+    #[tokio::test]
+    async fn a_command_printing_without_end_is_stopped_at_the_bound() {
+        let err = run("cat /dev/zero", 1 << 20).await.unwrap_err();
+        assert!(
+            err.contains("`cat /dev/zero` printed more than 1 MiB"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn output_within_the_bound_is_kept_whole() {
+        assert_eq!(run("printf 'a\\nb\\n'", 4).await.unwrap(), "a\nb\n");
+        let err = run("printf 'a\\nb\\n'", 3).await.unwrap_err();
+        assert!(err.contains("printed more than 3 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_failing_command_says_how_it_ended_and_what_it_printed() {
+        let err = run("echo oops >&2; exit 4", 100).await.unwrap_err();
+        assert_eq!(
+            err,
+            "the map input command `echo oops >&2; exit 4` failed (exited 4): oops"
+        );
+    }
+
+    #[test]
+    fn special_files_are_refused_unread() {
+        let err = read_file(Path::new("/dev/zero"), MAX_INPUT_SIZE).unwrap_err();
+        assert_eq!(
+            err,
+            "the map input `/dev/zero` is a character device, not a regular file; write the items to a file, or give a command that prints them"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("items.txt");
+        std::fs::write(&big, "0123456789").unwrap();
+        let err = read_file(&big, 4).unwrap_err();
+        assert!(
+            err.ends_with("is larger than 4 bytes, the most prodigy reads"),
+            "{err}"
+        );
+        let missing = read_file(&dir.path().join("none.json"), 4).unwrap_err();
+        assert!(missing.contains("none.json"), "{missing}");
+    }
+}

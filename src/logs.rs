@@ -1,0 +1,212 @@
+//! `prodigy logs`: the logs runs keep under `$PRODIGY_HOME/logs/{repo}/{id}/` (README
+//! "Logs"): each Claude call's raw stream, and the whole output of a command that outgrew
+//! `PRODIGY_OUTPUT_LIMIT`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use prodigy_runtime::claude::Stream;
+use prodigy_runtime::store::Layout;
+
+use crate::{err, exit_code, out};
+
+/// `prodigy logs`.
+#[derive(clap::Args)]
+pub(crate) struct LogsArgs {
+    /// The session or MapReduce job whose logs to list; without it, the runs that have logs,
+    /// newest first.
+    #[arg(value_name = "ID")]
+    id: Option<String>,
+    /// Only the logs of this item (`item_3`), or `steps` for the steps outside a map phase.
+    #[arg(long, value_name = "ITEM")]
+    item: Option<String>,
+    /// Print each call as people read it (Claude's text, tool calls, API retries, and how
+    /// it ended), instead of the list.
+    #[arg(long, conflicts_with = "raw")]
+    show: bool,
+    /// Print each log as stored (Claude's `stream-json` lines).
+    #[arg(long)]
+    raw: bool,
+}
+
+pub(crate) fn logs(args: &LogsArgs) -> u8 {
+    let root = Layout::home().join("logs");
+    let Some(id) = &args.id else {
+        return list_runs(&root);
+    };
+    let dir = std::fs::read_dir(&root)
+        .ok()
+        .filter(|_| prodigy_runtime::store::is_id(id))
+        .and_then(|repos| {
+            repos
+                .filter_map(Result::ok)
+                .map(|repo| repo.path().join(id))
+                .find(|p| p.is_dir())
+        });
+    let Some(dir) = dir else {
+        err(&format!(
+            "error: no logs for `{id}` under {}; `prodigy logs` lists the runs that have some\n",
+            root.display()
+        ));
+        return exit_code::USAGE;
+    };
+    let mut files = Vec::new();
+    for owner in sorted_entries(&dir) {
+        if args
+            .item
+            .as_ref()
+            .is_some_and(|item| owner.file_name().is_none_or(|n| n != item.as_str()))
+        {
+            continue;
+        }
+        files.extend(sorted_entries(&owner).into_iter().filter(|f| f.is_file()));
+    }
+    if files.is_empty() {
+        err(&format!(
+            "error: no logs for `{id}`{}\n",
+            args.item
+                .as_ref()
+                .map_or_else(String::new, |i| format!(" and item `{i}`"))
+        ));
+        return exit_code::USAGE;
+    }
+    for file in &files {
+        let name = file
+            .strip_prefix(&dir)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        // Line by line: the whole output of a command may be far larger than memory.
+        let lines = std::fs::File::open(file)
+            .map(std::io::BufReader::new)
+            .into_iter()
+            .flat_map(std::io::BufRead::lines)
+            .map_while(Result::ok);
+        let mut text = String::new();
+        if args.raw {
+            for line in lines {
+                text.push_str(&line);
+                text.push('\n');
+                if text.len() > 1 << 20 {
+                    out(&std::mem::take(&mut text));
+                }
+            }
+            out(&text);
+            continue;
+        }
+        if is_claude_log(file) {
+            let mut stream = Stream::default();
+            let mut notes = Vec::new();
+            for line in lines {
+                notes.extend(stream.feed(&line));
+            }
+            let summary = summary(&stream);
+            if args.show {
+                let _ = writeln!(text, "== {name}");
+                for note in &notes {
+                    for line in note.line().lines() {
+                        let _ = writeln!(text, "  │ {line}");
+                    }
+                }
+                let _ = writeln!(text, "  {summary}");
+            } else {
+                let _ = writeln!(text, "{name}  {summary}  {}", file.display());
+            }
+        } else if args.show {
+            let _ = writeln!(text, "== {name}");
+            for line in lines {
+                text.push_str(&line);
+                text.push('\n');
+                if text.len() > 1 << 20 {
+                    out(&prodigy_runtime::progress::visible(&std::mem::take(
+                        &mut text,
+                    )));
+                }
+            }
+        } else {
+            let size = std::fs::metadata(file).map_or(0, |m| m.len());
+            let _ = writeln!(
+                text,
+                "{name}  command output, {size} bytes  {}",
+                file.display()
+            );
+        }
+        out(&prodigy_runtime::progress::visible(&text));
+    }
+    exit_code::OK
+}
+
+/// How a call ended, in a few words: `ok, 3 turns, $0.0123` or `failed (overloaded): …`.
+fn summary(stream: &Stream) -> String {
+    let cost = stream.result.as_ref().map_or(0.0, |r| r.cost_usd);
+    let turns = stream.num_turns();
+    let counts = format!(
+        "{turns} turn{}, ${cost:.4}",
+        if turns == 1 { "" } else { "s" }
+    );
+    // The exit code is not in the log: a `result` without `is_error` is taken as a success.
+    match stream.verdict(Some(0)) {
+        verdict if verdict.kind.is_none() => format!("ok, {counts}"),
+        verdict => {
+            let kind = verdict
+                .kind
+                .map_or("unknown", prodigy_runtime::claude::ErrorKind::name);
+            let first = verdict.message.lines().next().unwrap_or("");
+            let message = if stream.result.is_none() {
+                "no result (still running, or the call was ended)"
+            } else {
+                first
+            };
+            format!("failed ({kind}), {counts}: {message}")
+        }
+    }
+}
+
+fn is_claude_log(file: &Path) -> bool {
+    file.extension().is_some_and(|e| e == "jsonl")
+}
+
+fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    entries.sort();
+    entries
+}
+
+/// Every run with logs, newest first: its id, how many logs, and where.
+fn list_runs(root: &Path) -> u8 {
+    let mut runs: Vec<(std::time::SystemTime, String, usize, PathBuf)> = Vec::new();
+    for repo in sorted_entries(root) {
+        for run in sorted_entries(&repo) {
+            let count = sorted_entries(&run)
+                .iter()
+                .map(|owner| sorted_entries(owner).len())
+                .sum();
+            let modified = std::fs::metadata(&run)
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let id = run
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            runs.push((modified, id, count, run));
+        }
+    }
+    if runs.is_empty() {
+        err(&format!("no logs under {}\n", root.display()));
+        return exit_code::OK;
+    }
+    runs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let mut text = String::new();
+    for (_, id, count, dir) in runs {
+        let _ = writeln!(
+            text,
+            "{id}  {}  {}",
+            prodigy_runtime::progress::count(count as u64, "log"),
+            dir.display()
+        );
+    }
+    out(&text);
+    exit_code::OK
+}

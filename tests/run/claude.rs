@@ -1,0 +1,399 @@
+//! `claude:` steps against recorded Claude Code transcripts (`tests/fixtures/claude`), replayed
+//! by `tests/fixtures/claude/replay` in place of the CLI: how each documented failure is told
+//! apart, retried or not, shown, logged and put in the DLQ.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::{Scratch, root, stderr};
+
+fn replay() -> String {
+    root()
+        .join("tests/fixtures/claude/replay")
+        .display()
+        .to_string()
+}
+
+/// Writes WORKFLOW, commits it, and runs it with the replay stub (`IS_SANDBOX=1`: the tests
+/// may run as root), plus ENV.
+fn run(scratch: &Scratch, args: &[&str], workflow: &str, env: &[(&str, &str)]) -> super::Output {
+    std::fs::write(scratch.project().join("flow.yml"), workflow).unwrap();
+    scratch.commit();
+    let replay = replay();
+    let mut all = vec![
+        ("PRODIGY_CLAUDE_COMMAND", replay.as_str()),
+        ("IS_SANDBOX", "1"),
+    ];
+    all.extend_from_slice(env);
+    let mut full = vec!["run"];
+    full.extend_from_slice(args);
+    full.push("flow.yml");
+    scratch.run(&full, &all)
+}
+
+/// The argument lists the stub received, one list per call (the `--version` preflight
+/// included).
+fn calls(file: &std::path::Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .split("\n\n")
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| c.lines().map(str::to_owned).collect())
+        .collect()
+}
+
+fn events_of(scratch: &Scratch, kind: &str) -> Vec<Value> {
+    scratch
+        .events()
+        .into_iter()
+        .filter(|e| e["event_type"] == kind)
+        .collect()
+}
+
+#[test]
+fn a_successful_call_gives_its_final_text_and_shows_tools_as_they_run() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["-v", "--no-worktree"],
+        "- claude: \"Run a tool. scenario:tool\"\n  capture: answer\n- shell: 'printf \"%s\" \"$ANSWER\" > answer.txt'\n",
+        &[],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("  │ → Bash: echo tool-ran"), "{text}");
+    // The capture is the final text, never the raw events.
+    let answer = std::fs::read_to_string(scratch.project().join("answer.txt")).unwrap();
+    assert!(!answer.contains("\"type\""), "{answer}");
+    assert!(!answer.is_empty());
+    assert!(text.contains("1 Claude call, "), "{text}");
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    assert_eq!(finished["success"], true);
+    assert!(finished["num_turns"].as_u64().unwrap() >= 2, "{finished}");
+    assert!(finished["cost_usd"].as_f64().unwrap() > 0.0, "{finished}");
+    // The raw stream is in the call's log, as it arrived.
+    let log = PathBuf::from(finished["log"].as_str().unwrap());
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        logged,
+        std::fs::read_to_string(root().join("tests/fixtures/claude/tool.jsonl")).unwrap()
+    );
+    let started = &events_of(&scratch, "claude_started")[0];
+    assert_eq!(
+        started["cli_version"].as_str().unwrap(),
+        std::fs::read_to_string(root().join("tests/fixtures/claude/VERSION.txt"))
+            .unwrap()
+            .trim()
+    );
+}
+
+#[test]
+fn an_unknown_slash_command_fails_though_the_cli_exits_0() {
+    let scratch = Scratch::new();
+    let out = run(&scratch, &["--no-worktree"], "- claude: \"/nosuch\"\n", &[]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("failed: /nosuch: Claude `invalid_request` error: Unknown command: /nosuch"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_call_that_ends_without_a_result_fails() {
+    let scratch = Scratch::new();
+    let crash = scratch.dir.path().join("crashing-claude");
+    std::fs::write(
+        &crash,
+        format!(
+            "#!/bin/sh\nfor last; do :; done\n[ \"$last\" = --version ] && exec {} --version\nhead -n 2 {}\nexit 0\n",
+            replay(),
+            root().join("tests/fixtures/claude/ok.jsonl").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&crash, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"Reply briefly.\"\n",
+        &[("PRODIGY_CLAUDE_COMMAND", crash.to_str().unwrap())],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("exited without a `result` event"), "{text}");
+}
+
+#[test]
+fn authentication_failures_are_not_retried_unless_retry_on_names_them() {
+    let scratch = Scratch::new();
+    let args = scratch.dir.path().join("args");
+    let workflow = "- claude: \"Reply. scenario:401\"\n  retry_config:\n    attempts: 3\n    initial_delay: 10ms\n";
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        workflow,
+        &[("CLAUDE_REPLAY_ARGS", args.to_str().unwrap())],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("Claude `authentication` error"), "{text}");
+    assert!(
+        text.contains("ANTHROPIC_API_KEY"),
+        "the fix is named: {text}"
+    );
+    // The preflight's `--version`, then one call.
+    assert_eq!(calls(&args).len(), 2, "{:?}", calls(&args));
+
+    // Not logged in is the same kind, from the assistant's `error`.
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"Reply. scenario:not-logged-in\"\n",
+        &[],
+    );
+    let text = stderr(&out);
+    assert!(
+        text.contains("Claude `authentication` error: Not logged in"),
+        "{text}"
+    );
+}
+
+#[test]
+fn overload_rate_limit_and_max_turns_are_told_apart() {
+    for (scenario, kind) in [
+        ("529", "overloaded"),
+        ("429", "rate_limit"),
+        ("500", "server_error"),
+        ("maxturns", "max_turns"),
+    ] {
+        let scratch = Scratch::new();
+        let out = run(
+            &scratch,
+            &["--no-worktree"],
+            &format!("- claude: \"Reply. scenario:{scenario}\"\n"),
+            &[],
+        );
+        let text = stderr(&out);
+        assert!(
+            text.contains(&format!("Claude `{kind}` error")),
+            "{scenario}: {text}"
+        );
+        assert_eq!(
+            events_of(&scratch, "claude_finished")[0]["error_kind"],
+            kind
+        );
+    }
+}
+
+#[test]
+fn transient_failures_are_retried_by_kind() {
+    let scratch = Scratch::new();
+    let args = scratch.dir.path().join("args");
+    // 529 is `server_error` too; 429 is not.
+    let workflow = "- claude: \"Reply. scenario:529\"\n  retry_config:\n    attempts: 2\n    initial_delay: 10ms\n    retry_on: [server_error]\n  on_failure: true\n- claude: \"Reply. scenario:429\"\n  retry_config:\n    attempts: 2\n    initial_delay: 10ms\n    retry_on: [server_error]\n";
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        workflow,
+        &[("CLAUDE_REPLAY_ARGS", args.to_str().unwrap())],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    // `--version`, two runs of the 529 step, one of the 429 step.
+    assert_eq!(calls(&args).len(), 4, "{text}");
+}
+
+#[test]
+fn the_cli_retrying_the_api_is_shown_as_it_happens() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["-v", "--no-worktree"],
+        "- claude: \"Reply. scenario:529-retried\"\n",
+        &[],
+    );
+    let text = stderr(&out);
+    assert!(
+        text.contains("│ API retry 1/2: overloaded, next in "),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_quoted_claude_command_keeps_its_words_and_the_prompt() {
+    let scratch = Scratch::new();
+    let args = scratch.dir.path().join("args");
+    let command = format!("{} --append-system-prompt \"be terse\"", replay());
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"Reply briefly. scenario:echo\"\n",
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", &command),
+            ("CLAUDE_REPLAY_ARGS", args.to_str().unwrap()),
+        ],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let calls = calls(&args);
+    assert_eq!(
+        calls.last().unwrap(),
+        &[
+            "--append-system-prompt",
+            "be terse",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions",
+            "--",
+            "Reply briefly. scenario:echo"
+        ]
+    );
+    // A command line that cannot be split is refused before anything runs.
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"x\"\n",
+        &[("PRODIGY_CLAUDE_COMMAND", "claude \"oops")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("an opening quote has no closing quote"),
+        "{text}"
+    );
+}
+
+#[test]
+fn as_root_without_is_sandbox_the_run_is_refused_with_the_fix() {
+    if !nix_is_root() {
+        return;
+    }
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("flow.yml"), "- claude: \"x\"\n").unwrap();
+    scratch.commit();
+    let out = scratch.run(
+        &["run", "flow.yml"],
+        &[("PRODIGY_CLAUDE_COMMAND", &replay()), ("IS_SANDBOX", "")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("set `IS_SANDBOX=1`"), "{text}");
+    assert!(
+        !scratch.home().join("worktrees").exists(),
+        "nothing was made"
+    );
+}
+
+fn nix_is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[test]
+fn a_failed_map_item_names_the_claude_error_and_its_log_in_the_dlq() {
+    let scratch = Scratch::new();
+    let workflow = "name: j\nmode: mapreduce\nmap:\n  input: \"printf 'ok\\\\n401\\\\n'\"\n  agent_template:\n    - claude: \"Reply. scenario:${item}\"\n";
+    let out = run(&scratch, &[], workflow, &[]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let mut items = Vec::new();
+    super::collect_files(&scratch.home().join("dlq"), &mut items);
+    let items: Vec<Value> = items
+        .iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("items")))
+        .map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
+        .collect();
+    assert_eq!(items.len(), 1, "{text}");
+    let failure = &items[0]["failure_history"][0];
+    assert_eq!(
+        failure["error_type"],
+        serde_json::json!({"ClaudeFailed": {"kind": "authentication"}})
+    );
+    assert!(
+        failure["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("Invalid API key"),
+        "{failure}"
+    );
+    let log = failure["json_log_location"].as_str().unwrap();
+    assert!(
+        std::fs::read_to_string(log)
+            .unwrap()
+            .contains("authentication_failed")
+    );
+    // The results carry each item's cost.
+    let mut results = Vec::new();
+    super::collect_files(&scratch.state(), &mut results);
+    let results = results
+        .iter()
+        .find(|p| p.ends_with("results.jsonl"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .unwrap();
+    assert!(results.contains("\"claude\":{\"calls\":1"), "{results}");
+
+    // `prodigy logs` lists the job's calls and shows one; `prodigy events --claude` sums them.
+    let job = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+")
+        .unwrap()
+        .find(&text)
+        .unwrap()
+        .as_str()
+        .to_owned();
+    let listed = stdout(&scratch.run(&["logs", &job], &[]));
+    assert!(
+        listed.contains("item_0/0001-Reply.-scenario-item.jsonl  ok, 1 turn"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("item_1/0001-Reply.-scenario-item.jsonl  failed (authentication)"),
+        "{listed}"
+    );
+    let shown = stdout(&scratch.run(&["logs", &job, "--item", "item_1", "--show"], &[]));
+    assert!(!shown.contains("item_0"), "{shown}");
+    assert!(shown.contains("│ Invalid API key"), "{shown}");
+    let raw = stdout(&scratch.run(&["logs", &job, "--item", "item_1", "--raw"], &[]));
+    assert!(
+        raw.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok()),
+        "{raw}"
+    );
+    let runs = stdout(&scratch.run(&["logs"], &[]));
+    assert!(runs.contains(&format!("{job}  2 logs")), "{runs}");
+    let sums = stdout(&scratch.run(&["events", &job, "--claude"], &[]));
+    assert!(
+        sums.contains("in all: 2 Claude calls (1 failed), 2 turns"),
+        "{sums}"
+    );
+    let missing = scratch.run(&["logs", "no-such-run"], &[]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+fn stdout(output: &super::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn secrets_are_masked_in_the_claude_log() {
+    let scratch = Scratch::new();
+    let workflow = "secrets:\n  TOKEN: \"${env:SECRET_TOKEN}\"\ncommands:\n  - claude: \"use ${TOKEN} scenario:echo\"\n";
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        workflow,
+        &[("SECRET_TOKEN", "hunter2-very-secret")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
+    assert!(log.contains("claude: use *** scenario:echo"), "{log}");
+    assert!(!log.contains("hunter2"), "{log}");
+}
