@@ -268,11 +268,23 @@ struct Lines {
 }
 
 impl Lines {
+    /// The longest line a watcher is given whole; a longer one (no JSON event of the CLI
+    /// comes near it) is cut, so memory stays bounded.
+    const LONGEST: usize = 64 << 20;
+
     fn feed(&mut self, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
         self.partial.extend_from_slice(chunk);
-        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            watch(String::from_utf8_lossy(&line[..line.len() - 1]).trim_end_matches('\r'));
+        let mut start = 0;
+        while let Some(end) = self.partial[start..].iter().position(|b| *b == b'\n') {
+            watch(
+                String::from_utf8_lossy(&self.partial[start..start + end]).trim_end_matches('\r'),
+            );
+            start += end + 1;
+        }
+        self.partial.drain(..start);
+        if self.partial.len() > Self::LONGEST {
+            let line = std::mem::take(&mut self.partial);
+            watch(&String::from_utf8_lossy(&line));
         }
     }
 

@@ -99,6 +99,9 @@ pub fn file_part(text: &str) -> String {
     }
 }
 
+/// The longest piece of a line a log holds before writing it.
+pub const LONGEST_LINE: usize = 1 << 20;
+
 /// A log written line by line, each line masked; after a write error it stops writing and
 /// remembers the error.
 pub struct LineLog {
@@ -150,12 +153,35 @@ impl LineLog {
         }
     }
 
-    /// Writes a chunk of a stream: its whole lines now, the rest with the next chunk.
+    /// Writes a chunk of a stream: its whole lines now, the rest with the next chunk. A line
+    /// longer than [`LONGEST_LINE`] is written in pieces, so memory stays bounded.
     pub fn chunk(&mut self, chunk: &[u8]) {
         self.partial.extend_from_slice(chunk);
-        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            self.line(&String::from_utf8_lossy(&line[..line.len() - 1]));
+        let mut start = 0;
+        while let Some(end) = self.partial[start..].iter().position(|b| *b == b'\n') {
+            let line = String::from_utf8_lossy(&self.partial[start..start + end]).into_owned();
+            self.line(&line);
+            start += end + 1;
+        }
+        self.partial.drain(..start);
+        if self.partial.len() > LONGEST_LINE {
+            let piece = std::mem::take(&mut self.partial);
+            self.piece(&String::from_utf8_lossy(&piece));
+        }
+    }
+
+    /// Writes part of a line, without its end.
+    fn piece(&mut self, text: &str) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        let masked = match &self.mask {
+            Some(mask) => mask(text),
+            None => text.to_owned(),
+        };
+        if let Err(e) = file.write_all(masked.as_bytes()) {
+            self.error = Some(e);
+            self.file = None;
         }
     }
 

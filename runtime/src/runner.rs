@@ -1860,7 +1860,14 @@ impl Runner {
             }
         };
         let mut out = self
-            .spawn_command(program, args, step, vars, timeout, Some(&mut watch))
+            .spawn_command(
+                program,
+                args,
+                step,
+                vars,
+                timeout,
+                streamed.then_some(&mut watch as &mut dyn FnMut(&str)),
+            )
             .await;
         out.streamed = streamed;
         out

@@ -379,3 +379,74 @@ fn items_refuses_a_device_as_input() {
         "{stderr}"
     );
 }
+
+/// A step that prints 300 MB: prodigy keeps the last `PRODIGY_OUTPUT_LIMIT` bytes (8 MiB) of
+/// it in memory, in the capture and in the checkpoint, with a truncation mark, and the whole of
+/// it in a log. Memory stays bounded (it was 2.97 GB for 500 MB before).
+#[test]
+fn three_hundred_megabytes_of_output_stay_bounded() {
+    let file = Hostile::new(
+        "- shell: \"head -c 300000000 /dev/zero | tr '\\\\0' a | fold -w 999\"\n  capture: big\n- write_file:\n    path: big.txt\n    content: \"${big}\"\n",
+    );
+    let home = file.dir.path().join("home");
+    let time = std::path::Path::new("/usr/bin/time");
+    let mut command = if time.exists() {
+        let mut c = std::process::Command::new(time);
+        c.args(["-f", "maxrss=%M"])
+            .arg(assert_cmd::cargo::cargo_bin("prodigy"));
+        c
+    } else {
+        external::skip_line(
+            "three_hundred_megabytes_of_output_stay_bounded",
+            "/usr/bin/time is missing: peak memory not measured",
+        );
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("prodigy"))
+    };
+    let output = command
+        .args(["run", "--no-worktree"])
+        .arg(&file.path)
+        .current_dir(file.dir.path())
+        .env("PRODIGY_HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    // What the second step got: the tail after the mark, not 300 MB.
+    let big = std::fs::File::open(file.dir.path().join("big.txt")).unwrap();
+    let size = big.metadata().unwrap().len();
+    assert!(size < 9 << 20 && size > 8 << 20, "{size}");
+    let mut head = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(big, 40), &mut head).unwrap();
+    assert!(head.starts_with("[prodigy: output truncated:"), "{head}");
+    let mut checkpoint = 0;
+    let mut logged = 0;
+    let mut stack = vec![home];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let len = entry.metadata().unwrap().len();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.ends_with("checkpoint.json") {
+                checkpoint = len;
+            } else if path.extension().is_some_and(|e| e == "log") {
+                logged = len;
+            }
+        }
+    }
+    assert!(checkpoint < 64 << 20, "checkpoint of {checkpoint} bytes");
+    assert_eq!(
+        logged,
+        300_000_000 + 300_000_000 / 999 + 1,
+        "the whole output is logged"
+    );
+    if let Some(rss) = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("maxrss="))
+        .and_then(|k| k.trim().parse::<u64>().ok())
+    {
+        // Kilobytes; the output alone would be 300 000.
+        assert!(rss < 200_000, "peak memory {rss} kB");
+        eprintln!("peak memory for 300 MB of output: {rss} kB");
+    }
+}
