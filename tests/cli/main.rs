@@ -10,8 +10,11 @@ use predicates::prelude::*;
 
 fn prodigy() -> Command {
     let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    // A home without `~/.claude`: the user's own Claude commands do not change what
+    // `check` says about the fixtures (W008).
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("NO_COLOR", "1");
+        .env("NO_COLOR", "1")
+        .env("HOME", env!("CARGO_TARGET_TMPDIR"));
     cmd
 }
 
