@@ -323,6 +323,13 @@ impl Note {
     }
 }
 
+/// An event's type, read without building the rest of it.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
 /// What the events of one call said so far.
 #[derive(Clone, Debug, Default)]
 pub struct Stream {
@@ -351,6 +358,15 @@ impl Stream {
     pub fn feed(&mut self, line: &str) -> Vec<Note> {
         let line = line.trim();
         if line.is_empty() {
+            return Vec::new();
+        }
+        // Only the event's type first, skipping the rest without building it: `user`
+        // events (tool results) are most of a long stream and say nothing the verdict needs.
+        let Ok(head) = serde_json::from_str::<Head<'_>>(line) else {
+            self.garbage += 1;
+            return Vec::new();
+        };
+        if !matches!(head.kind.as_deref(), Some("system" | "assistant" | "result")) {
             return Vec::new();
         }
         let Ok(event) = serde_json::from_str::<Value>(line) else {

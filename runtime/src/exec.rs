@@ -175,9 +175,9 @@ impl Buffer {
             log.chunk(chunk);
         }
         self.bytes.extend_from_slice(chunk);
-        // Trimmed in steps of a quarter of the limit, so that a long stream is not moved
-        // for every chunk.
-        if self.bytes.len() > self.limit + self.limit / 4 {
+        // Trimmed once it holds twice the limit, so that each byte of a long stream is
+        // moved at most once.
+        if self.bytes.len() > 2 * self.limit {
             let cut = self.bytes.len() - self.limit;
             self.bytes.drain(..cut);
             self.dropped += cut as u64;

@@ -51,7 +51,7 @@ pub fn create_numbered(dir: &Path, stem: &str, ext: &str, mask: Option<Mask>) ->
                 Ok(file) => {
                     return LineLog {
                         path,
-                        file: Some(file),
+                        file: Some(std::io::BufWriter::new(file)),
                         mask,
                         partial: Vec::new(),
                         error: None,
@@ -107,7 +107,7 @@ pub const LONGEST_LINE: usize = 1 << 20;
 pub struct LineLog {
     /// Where it is.
     pub path: PathBuf,
-    file: Option<File>,
+    file: Option<std::io::BufWriter<File>>,
     mask: Option<Mask>,
     partial: Vec<u8>,
     /// The first write error.
@@ -118,7 +118,7 @@ impl LineLog {
     /// Creates the log at PATH.
     pub fn create(path: PathBuf, mask: Option<Mask>) -> Self {
         let (file, error) = match create_private(&path) {
-            Ok(file) => (Some(file), None),
+            Ok(file) => (Some(std::io::BufWriter::new(file)), None),
             Err(e) => (None, Some(e)),
         };
         LineLog {
@@ -141,8 +141,8 @@ impl LineLog {
             return;
         };
         let masked = match &self.mask {
-            Some(mask) => mask(line),
-            None => line.to_owned(),
+            Some(mask) => std::borrow::Cow::Owned(mask(line)),
+            None => std::borrow::Cow::Borrowed(line),
         };
         if let Err(e) = file
             .write_all(masked.as_bytes())
@@ -176,8 +176,8 @@ impl LineLog {
             return;
         };
         let masked = match &self.mask {
-            Some(mask) => mask(text),
-            None => text.to_owned(),
+            Some(mask) => std::borrow::Cow::Owned(mask(text)),
+            None => std::borrow::Cow::Borrowed(text),
         };
         if let Err(e) = file.write_all(masked.as_bytes()) {
             self.error = Some(e);
@@ -191,8 +191,11 @@ impl LineLog {
             let rest = std::mem::take(&mut self.partial);
             self.line(&String::from_utf8_lossy(&rest));
         }
-        if let Some(file) = self.file.as_mut() {
-            let _ = file.flush();
+        if let Some(file) = self.file.as_mut()
+            && let Err(e) = file.flush()
+        {
+            self.error = Some(e);
+            self.file = None;
         }
     }
 }

@@ -1705,10 +1705,12 @@ impl Runner {
         ))
     }
 
-    /// Masks secrets as the run knows them now.
-    fn masker(&self) -> crate::logs::Mask {
+    /// Masks secrets as the run knows them now (nothing to do when it knows none).
+    fn masker(&self) -> Option<crate::logs::Mask> {
         let secrets = lock(&self.secrets).clone();
-        std::sync::Arc::new(move |text: &str| secrets.mask(text))
+        (!secrets.is_empty()).then(|| {
+            std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask
+        })
     }
 
     /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
@@ -1742,7 +1744,7 @@ impl Runner {
             Err(e) => return Output::error(e.to_string()),
         };
         let mut log = (!self.session.is_empty()).then(|| {
-            crate::logs::create_numbered(&self.log_dir(), &step.label, "jsonl", Some(self.masker()))
+            crate::logs::create_numbered(&self.log_dir(), &step.label, "jsonl", self.masker())
         });
         let log_path = log.as_ref().filter(|l| l.is_open()).map(|l| l.path.clone());
         self.record(
@@ -1944,7 +1946,7 @@ impl Runner {
                 .unwrap_or(self.opts.grace),
             output_limit: self.opts.output_limit,
             spill: (!self.session.is_empty()).then(|| self.spill_path(step)),
-            mask: Some(self.masker()),
+            mask: self.masker(),
         };
         exec::run_watched(&command, &mut self.cancel_rx(), watch).await
     }

@@ -65,6 +65,11 @@ const SEAL_CLOSE: char = '\u{2}';
 pub struct Secrets(Vec<(String, String)>);
 
 impl Secrets {
+    /// Whether no secret is known.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Registers the secret NAME's VALUE, and each line of a multi-line value on its own (a
     /// line shows alone wherever output is cut into lines). An empty value would mask
     /// between every character, so it is not registered.
