@@ -366,7 +366,10 @@ impl Stream {
             self.garbage += 1;
             return Vec::new();
         };
-        if !matches!(head.kind.as_deref(), Some("system" | "assistant" | "result")) {
+        if !matches!(
+            head.kind.as_deref(),
+            Some("system" | "assistant" | "result")
+        ) {
             return Vec::new();
         }
         let Ok(event) = serde_json::from_str::<Value>(line) else {

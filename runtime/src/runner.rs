@@ -1708,9 +1708,8 @@ impl Runner {
     /// Masks secrets as the run knows them now (nothing to do when it knows none).
     fn masker(&self) -> Option<crate::logs::Mask> {
         let secrets = lock(&self.secrets).clone();
-        (!secrets.is_empty()).then(|| {
-            std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask
-        })
+        (!secrets.is_empty())
+            .then(|| std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask)
     }
 
     /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
