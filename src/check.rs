@@ -180,6 +180,34 @@ fn read_stdin(name: &Path) -> Result<SourceFile, LoadError> {
     SourceFile::from_bytes(shown, bytes)
 }
 
+/// The `.claude` directories Claude Code reads commands and skills from, for a workflow in
+/// DIR: DIR's and each parent's up to the repository's root (the first with `.git`), then
+/// the user's `~/.claude`.
+pub(crate) fn claude_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
+    let start = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut dirs = Vec::new();
+    for ancestor in start.ancestors() {
+        dirs.push(ancestor.join(".claude"));
+        if ancestor.join(".git").exists() {
+            break;
+        }
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        dirs.push(std::path::PathBuf::from(home).join(".claude"));
+    }
+    dirs
+}
+
+/// The slash-command lookup of [`prodigy_compiler::Surroundings`] for a workflow in DIR.
+pub(crate) fn slash_commands(
+    dir: &Path,
+) -> impl Fn(&str) -> prodigy_compiler::claude::CommandLookup {
+    let dirs = claude_dirs(dir);
+    move |name: &str| {
+        prodigy_compiler::claude::find_command(name, &dirs, &|p| p.is_file(), &|p| p.is_dir())
+    }
+}
+
 /// The directory a file's relative paths (env files, map inputs) start from: the current one,
 /// as for `run`.
 fn surroundings_check(
@@ -188,9 +216,15 @@ fn surroundings_check(
 ) -> prodigy_compiler::Checked {
     let file_exists = |p: &str| Path::new(p).is_file();
     let read_file = |p: &str| prodigy_compiler::source::read_text(Path::new(p));
+    let dir = Path::new(&file.name)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let slash_command = slash_commands(dir);
     let surroundings = prodigy_compiler::Surroundings {
         file_exists: &file_exists,
         read_file: &read_file,
+        slash_command: &slash_command,
     };
     match shellcheck {
         Some(sc) => {

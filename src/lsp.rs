@@ -491,9 +491,11 @@ impl Server {
         let file_exists = |p: &str| dir.join(p).is_file();
         // Bounded reads of regular files only, as `check` and `run` read them.
         let read_file = |p: &str| prodigy_compiler::source::read_text(&dir.join(p));
+        let slash_command = crate::check::slash_commands(&dir);
         let surroundings = prodigy_compiler::Surroundings {
             file_exists: &file_exists,
             read_file: &read_file,
+            slash_command: &slash_command,
         };
         let checked = match &self.shellcheck {
             Some(sc) => {

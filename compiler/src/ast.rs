@@ -155,9 +155,101 @@ pub struct Workflow {
     pub reduce: Option<Vec<Step>>,
     /// `merge`.
     pub merge: Option<Merge>,
+    /// `claude`: the defaults of every Claude call.
+    pub claude: Option<ClaudeSettings>,
     /// The whole document.
     pub span: Span,
 }
+
+/// How a Claude call runs, as the CLI's options: a step's `claude: {prompt, ...}` or the
+/// workflow's `claude:` defaults. A field left out is the CLI's default, or the workflow's
+/// for a step.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ClaudeSettings {
+    /// `model` (`--model`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// `max_turns` (`--max-turns`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// `allowed_tools` (`--allowedTools`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// `disallowed_tools` (`--disallowedTools`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disallowed_tools: Option<Vec<String>>,
+    /// `append_system_prompt` (`--append-system-prompt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub append_system_prompt: Option<String>,
+    /// `permission_mode` (`--permission-mode`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+    /// `max_budget_usd` (`--max-budget-usd`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_budget_usd: Option<f64>,
+    /// `fallback_model` (`--fallback-model`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_model: Option<String>,
+    /// `mcp_config` (`--mcp-config`, once per entry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_config: Option<Vec<String>>,
+    /// `add_dirs` (`--add-dir`, once per entry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub add_dirs: Option<Vec<String>>,
+}
+
+impl ClaudeSettings {
+    /// These settings over DEFAULTS, field by field: a field given here wins, a list
+    /// included (an empty list clears the default's).
+    #[must_use]
+    pub fn over(&self, defaults: &ClaudeSettings) -> ClaudeSettings {
+        ClaudeSettings {
+            model: self.model.clone().or_else(|| defaults.model.clone()),
+            max_turns: self.max_turns.or(defaults.max_turns),
+            allowed_tools: self
+                .allowed_tools
+                .clone()
+                .or_else(|| defaults.allowed_tools.clone()),
+            disallowed_tools: self
+                .disallowed_tools
+                .clone()
+                .or_else(|| defaults.disallowed_tools.clone()),
+            append_system_prompt: self
+                .append_system_prompt
+                .clone()
+                .or_else(|| defaults.append_system_prompt.clone()),
+            permission_mode: self
+                .permission_mode
+                .clone()
+                .or_else(|| defaults.permission_mode.clone()),
+            max_budget_usd: self.max_budget_usd.or(defaults.max_budget_usd),
+            fallback_model: self
+                .fallback_model
+                .clone()
+                .or_else(|| defaults.fallback_model.clone()),
+            mcp_config: self
+                .mcp_config
+                .clone()
+                .or_else(|| defaults.mcp_config.clone()),
+            add_dirs: self.add_dirs.clone().or_else(|| defaults.add_dirs.clone()),
+        }
+    }
+
+    /// Whether no field is set.
+    pub fn is_empty(&self) -> bool {
+        *self == ClaudeSettings::default()
+    }
+}
+
+/// The permission modes of the Claude Code CLI (`--permission-mode`).
+pub const PERMISSION_MODES: &[&str] = &[
+    "acceptEdits",
+    "auto",
+    "bypassPermissions",
+    "default",
+    "dontAsk",
+    "plan",
+];
 
 /// The two kinds of workflow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -297,6 +389,8 @@ pub struct Step {
     pub outputs: Vec<StepOutput>,
     /// `continue_on_error` of a handler command.
     pub continue_on_error: bool,
+    /// A `claude` step's own settings (`claude: {prompt, model, ...}`).
+    pub claude: Option<ClaudeSettings>,
 }
 
 /// What a step runs.
@@ -563,6 +657,10 @@ pub enum Matcher {
     ServerError,
     /// HTTP 429.
     RateLimit,
+    /// A Claude call that met an overloaded API (529).
+    Overloaded,
+    /// A Claude call whose credentials were refused (401, 403, not logged in).
+    Auth,
     /// A regular expression over stderr and stdout.
     Pattern(Spanned<String>),
 }

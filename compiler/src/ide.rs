@@ -329,10 +329,22 @@ fn variables(text: &str, typed: &str) -> Vec<Completion> {
             "the last command's result (shell or Claude)",
         )
     }));
+    names.extend(crate::scope::CLAUDE_FIELDS.iter().map(|f| {
+        (
+            format!("claude.{f}"),
+            "the last Claude call's result and session",
+        )
+    }));
     names.extend(crate::scope::ERROR_FIELDS.iter().map(|f| {
         (
             format!("error.{f}"),
             "the failure being handled (on_failure)",
+        )
+    }));
+    names.extend(crate::scope::CLAUDE_ERROR_FIELDS.iter().map(|f| {
+        (
+            format!("error.{f}"),
+            "why the Claude call failed (on_failure of a `claude` step)",
         )
     }));
     names
@@ -365,6 +377,31 @@ mod tests {
     }
 
     #[test]
+    fn claude_settings_are_documented_and_completed() {
+        let text = "claude:\n  model: opus\ncommands:\n  - claude:\n      prompt: /a\n      max_turns: 3\n      \n";
+        let doc = hover(text, text.find("max_turns").unwrap() + 2).unwrap();
+        assert!(doc.contains("--max-turns"), "{doc}");
+        let doc = hover(text, text.find("model").unwrap() + 1).unwrap();
+        assert!(doc.contains("--model"), "{doc}");
+        let items = completions(text, text.len() - 1);
+        assert!(
+            labels(&items).contains(&"allowed_tools"),
+            "{:?}",
+            labels(&items)
+        );
+        assert!(!labels(&items).contains(&"max_turns"));
+        let top = "claude:\n  model: x\n  \ncommands: []\n";
+        let at = top.find("\ncommands").unwrap();
+        let items = completions(top, at);
+        assert!(
+            labels(&items).contains(&"max_turns"),
+            "{:?}",
+            labels(&items)
+        );
+        assert!(!labels(&items).contains(&"prompt"));
+    }
+
+    #[test]
     fn completes_the_keys_a_mapping_may_still_take() {
         let text = "commands:\n  - shell: make\n    ti\n";
         let at = text.find("ti").unwrap() + 2;
@@ -390,6 +427,9 @@ mod tests {
             "map.dlq_count",
             "shell.exit_code",
             "error.step",
+            "claude.session_id",
+            "claude.cost_usd",
+            "error.kind",
         ] {
             assert!(
                 labels(&names).contains(&name),

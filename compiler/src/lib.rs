@@ -8,6 +8,7 @@
 
 pub mod ast;
 pub mod checks;
+pub mod claude;
 pub mod detect;
 pub mod diagnostics;
 pub mod emit;
@@ -55,6 +56,10 @@ pub struct Surroundings<'a> {
     pub file_exists: &'a dyn Fn(&str) -> bool,
     /// The text of a file relative to the project directory, if it can be read.
     pub read_file: &'a dyn Fn(&str) -> Option<String>,
+    /// Whether the Claude Code command NAME (`/NAME` in a prompt) is defined where Claude
+    /// Code looks for it: [`claude::find_command`] over the `.claude` directories of the
+    /// workflow's project and of the user's home.
+    pub slash_command: &'a dyn Fn(&str) -> claude::CommandLookup,
 }
 
 /// An external linter of `shell:` commands (ShellCheck): it gets every command of a file as
@@ -67,7 +72,7 @@ pub fn check(file: &SourceFile) -> Checked {
 }
 
 /// [`check`], plus the checks that need to know about the project directory:
-/// `env_files` that do not exist.
+/// `env_files` that do not exist, and slash commands that nothing defines.
 pub fn check_in(file: &SourceFile, surroundings: &Surroundings<'_>) -> Checked {
     compile(file, Some(surroundings), None)
 }
@@ -106,6 +111,11 @@ fn compile(
         diagnostics.extend(scope::check(workflow, &file.text));
         if let Some(surroundings) = surroundings {
             diagnostics.extend(missing_env_files(workflow, surroundings));
+            diagnostics.extend(claude::unknown_commands(
+                workflow,
+                &file.text,
+                surroundings.slash_command,
+            ));
         }
         if let Some(lint) = lint {
             let scripts = shell::scripts(workflow);

@@ -64,6 +64,10 @@ pub struct Plan {
     pub handlers: Vec<(String, Vec<StepId>)>,
     /// The error policy (MapReduce).
     pub error_policy: Option<ErrorPolicy>,
+    /// The workflow's `claude:` defaults, for Claude calls that are not a step's own command
+    /// (`step_validate` checks); each `claude` step has them merged into [`PlanStep::claude`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claude: Option<ast::ClaudeSettings>,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -200,6 +204,10 @@ pub struct PlanStep {
     pub continue_on_error: bool,
     /// The variables this step's own fields read (not its handlers'), as slots.
     pub reads: Vec<Slot>,
+    /// A `claude` step's settings: its own over the workflow's `claude:` defaults, field by
+    /// field; `None` when neither sets anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claude: Option<ast::ClaudeSettings>,
 }
 
 /// What a step runs.
@@ -489,7 +497,10 @@ fn fibonacci(n: u32) -> u32 {
 
 /// Builds the plan of a lowered workflow.
 pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
-    let mut builder = Builder { steps: Vec::new() };
+    let mut builder = Builder {
+        steps: Vec::new(),
+        claude: workflow.claude.clone().unwrap_or_default(),
+    };
     let commands = builder.list(&workflow.commands, Role::Main);
     let setup = workflow.setup.as_ref().map(|s| PlanSetup {
         steps: builder.list(&s.commands, Role::Main),
@@ -547,6 +558,7 @@ pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
         merge,
         handlers,
         error_policy: workflow.error_policy.clone(),
+        claude: workflow.claude.clone().filter(|s| !s.is_empty()),
         variables: Vec::new(),
     }
     .with_variables(workflow)
@@ -688,6 +700,8 @@ fn builtin(root: &str, step: &PlanStep) -> VarSource {
 
 struct Builder {
     steps: Vec<PlanStep>,
+    /// The workflow's `claude:` defaults.
+    claude: ast::ClaudeSettings,
 }
 
 impl Builder {
@@ -751,6 +765,13 @@ impl Builder {
             outputs: step.outputs.clone(),
             continue_on_error: step.continue_on_error,
             reads: Vec::new(),
+            claude: matches!(step.command, ast::Command::Claude(_))
+                .then(|| {
+                    step.claude
+                        .as_ref()
+                        .map_or_else(|| self.claude.clone(), |own| own.over(&self.claude))
+                })
+                .filter(|s| !s.is_empty()),
         });
         let on_failure = step.on_failure.as_ref().map(|f| PlanOnFailure {
             handler: self.list(&f.handler, Role::Handler),

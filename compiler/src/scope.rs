@@ -15,8 +15,8 @@ use prodigy_grammar::path::{Path, Segment};
 use prodigy_grammar::template::{Filter, Part};
 
 use crate::ast::{
-    CaptureFormat, Command, Condition, EnvValue, ForeachInput, MaxParallel, OnFailure, Parsed,
-    RetryExhausted, Step, Template, Workflow,
+    CaptureFormat, Command, Condition, EnvValue, ForeachInput, MaxParallel, Parsed, RetryExhausted,
+    Step, Template, Workflow,
 };
 use crate::diagnostics::{Code, Diagnostic};
 use crate::lower::suggest;
@@ -59,9 +59,22 @@ const GIT_FIELDS: &[&str] = &[
 /// The fields of `${shell.*}`, set after every command, shell or Claude: `output` is both
 /// streams interleaved, `stdout` and `stderr` each alone.
 pub(crate) const SHELL_FIELDS: &[&str] = &["output", "stdout", "stderr", "exit_code"];
-const CLAUDE_FIELDS: &[&str] = &["output"];
+/// The fields of `${claude.*}`, set after a Claude command: its result, and what the CLI
+/// reported about the call (README "Claude Code steps").
+pub(crate) const CLAUDE_FIELDS: &[&str] = &[
+    "output",
+    "stderr",
+    "exit_code",
+    "session_id",
+    "cost_usd",
+    "num_turns",
+    "log",
+    "error_kind",
+];
 /// The fields of `${error.*}` (handlers).
 pub(crate) const ERROR_FIELDS: &[&str] = &["message", "exit_code", "step", "timestamp"];
+/// The fields of `${error.*}` that only a failed Claude call sets: why it failed.
+pub(crate) const CLAUDE_ERROR_FIELDS: &[&str] = &["kind", "type"];
 /// The map item's own variables (map agents).
 pub(crate) const ITEM_NAMES: &[&str] =
     &["item", "item_index", "item_total", "item_id", "item_json"];
@@ -103,6 +116,8 @@ struct Scope {
     names: BTreeMap<String, Var>,
     /// Inside an `on_failure` handler: `error.*` and `attempt`.
     handler: bool,
+    /// Inside the `on_failure` handler of a `claude` step: `error.kind` and `error.type`.
+    claude_failure: bool,
     /// Some step ran before: `shell.*`, `claude.*`.
     after_step: bool,
     /// A `validate` ran: `validation.*`.
@@ -118,6 +133,7 @@ struct Mark {
     undo: usize,
     phase: Phase,
     handler: bool,
+    claude_failure: bool,
     after_step: bool,
     validation: bool,
     foreach: bool,
@@ -134,6 +150,7 @@ impl Scope {
             undo: self.undo.len(),
             phase: self.phase,
             handler: self.handler,
+            claude_failure: self.claude_failure,
             after_step: self.after_step,
             validation: self.validation,
             foreach: self.foreach,
@@ -152,6 +169,7 @@ impl Scope {
         }
         self.phase = mark.phase;
         self.handler = mark.handler;
+        self.claude_failure = mark.claude_failure;
         self.after_step = mark.after_step;
         self.validation = mark.validation;
         self.foreach = mark.foreach;
@@ -187,6 +205,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         phase: Phase::Standard,
         names: BTreeMap::new(),
         handler: false,
+        claude_failure: false,
         after_step: false,
         validation: false,
         foreach: false,
@@ -280,6 +299,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
                     after_step: false,
                     validation: false,
                     handler: false,
+                    claude_failure: false,
                     foreach: false,
                     ..before_merge.clone()
                 },
@@ -381,7 +401,11 @@ impl Checker<'_> {
             }
         }
         if let Some(on_failure) = &step.on_failure {
-            self.handler(on_failure, scope);
+            let claude = matches!(step.command, Command::Claude(_));
+            self.nested(&on_failure.handler, scope, |s| {
+                s.handler = true;
+                s.claude_failure = claude;
+            });
         }
         if let Some(retry) = &step.retry
             && let RetryExhausted::Fallback(t) = &retry.on_failure
@@ -404,10 +428,6 @@ impl Checker<'_> {
         adjust(scope);
         self.steps(steps, scope);
         scope.restore(mark);
-    }
-
-    fn handler(&mut self, on_failure: &OnFailure, scope: &mut Scope) {
-        self.nested(&on_failure.handler, scope, |s| s.handler = true);
     }
 
     fn env_value(&mut self, value: &EnvValue, scope: &Scope) {
@@ -670,7 +690,23 @@ impl Checker<'_> {
             "error" | "attempt" => {
                 if scope.handler {
                     if root == "error" {
-                        closed(self, ERROR_FIELDS, "`error`");
+                        match field {
+                            Some(f)
+                                if CLAUDE_ERROR_FIELDS.contains(&f) && !scope.claude_failure =>
+                            {
+                                self.error(
+                                    span,
+                                    format!("`error.{f}` is only set when a `claude` step fails"),
+                                    "this handler does not handle a Claude call",
+                                    "read `${error.message}` or `${error.exit_code}` here; `error.kind` is for the handlers of `claude` steps".to_owned(),
+                                );
+                            }
+                            _ if scope.claude_failure => {
+                                let fields = [ERROR_FIELDS, CLAUDE_ERROR_FIELDS].concat();
+                                closed(self, &fields, "`error`");
+                            }
+                            _ => closed(self, ERROR_FIELDS, "`error`"),
+                        }
                     }
                 } else {
                     self.error(
@@ -927,11 +963,11 @@ mod tests {
 
     #[track_caller]
     fn codes(text: &str) -> Vec<Code> {
-        crate::check(&SourceFile::new("t.yml", text))
-            .diagnostics
-            .iter()
-            .map(|d| d.code)
-            .collect()
+        checked(text).iter().map(|d| d.code).collect()
+    }
+
+    fn checked(text: &str) -> Vec<crate::diagnostics::Diagnostic> {
+        crate::check(&SourceFile::new("t.yml", text)).diagnostics
     }
 
     #[test]
@@ -1007,6 +1043,43 @@ mod tests {
         );
         assert_eq!(
             codes(&mapreduce("claude: '/a'", "shell: 'echo ${map.totl}'")),
+            [Code::UndefinedVariable]
+        );
+    }
+
+    #[test]
+    fn claude_variables_describe_the_last_claude_call() {
+        assert_eq!(
+            codes(
+                "- claude: /a\n- shell: \"echo ${claude.session_id|shell} ${claude.cost_usd} ${claude.num_turns} ${claude.log|shell} ${claude.error_kind} ${claude.exit_code} ${claude.stderr|shell}\"\n"
+            ),
+            []
+        );
+        assert_eq!(
+            codes("- claude: /a\n- shell: \"echo ${claude.session}\"\n"),
+            [Code::UndefinedVariable]
+        );
+    }
+
+    #[test]
+    fn error_kind_is_known_in_the_handlers_of_claude_steps_only() {
+        assert_eq!(
+            codes(
+                "- claude: /a\n  on_failure:\n    shell: \"echo ${error.kind} ${error.type} ${error.message|shell}\"\n"
+            ),
+            []
+        );
+        let shell = checked("- shell: make\n  on_failure:\n    shell: \"echo ${error.kind}\"\n");
+        assert_eq!(
+            shell.iter().map(|d| d.code).collect::<Vec<_>>(),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            shell[0].message,
+            "`error.kind` is only set when a `claude` step fails"
+        );
+        assert_eq!(
+            codes("- claude: /a\n  on_failure:\n    shell: \"echo ${error.knd}\"\n"),
             [Code::UndefinedVariable]
         );
     }

@@ -128,11 +128,21 @@ const BACKOFF_TY: Ty = Ty::OneOf(&[
     Ty::Object(&BACKOFF_BY_NAME),
     Ty::Object(&BACKOFF_TYPED),
 ]);
+/// A `claude` command: the prompt, or `{prompt, model, ...}`.
+const CLAUDE_TY: Ty = Ty::OneOf(&[Ty::Template, Ty::Object(&CLAUDE_STEP)]);
+/// The permission modes of the Claude Code CLI.
+const PERMISSION_MODES: &[&str] = crate::ast::PERMISSION_MODES;
+/// The named `retry_on` matchers.
+const RETRY_MATCHERS: &[&str] = &[
+    "network",
+    "timeout",
+    "server_error",
+    "rate_limit",
+    "overloaded",
+    "auth",
+];
 /// One `retry_on` matcher.
-const MATCHER_TY: Ty = Ty::OneOf(&[
-    Ty::Enum(&["network", "timeout", "server_error", "rate_limit"]),
-    Ty::Object(&RETRY_ON_PATTERN),
-]);
+const MATCHER_TY: Ty = Ty::OneOf(&[Ty::Enum(RETRY_MATCHERS), Ty::Object(&RETRY_ON_PATTERN)]);
 /// The capture formats.
 const CAPTURE_FORMATS: &[&str] = &["string", "number", "json", "lines", "boolean"];
 /// `parallel` of `foreach`: a number, or `true` for 10.
@@ -192,6 +202,11 @@ pub static WORKFLOW: Shape = Shape {
             "env_files",
             TEMPLATES_TY,
             "Files of `KEY=VALUE` lines, loaded before `env`: a path or a list of paths.",
+        ),
+        key(
+            "claude",
+            Ty::Object(&CLAUDE_DEFAULTS),
+            "Defaults of every Claude call (`model`, `max_turns`, ...); a step's own settings override them field by field.",
         ),
         key(
             "profiles",
@@ -270,8 +285,8 @@ pub static STEP: Shape = Shape {
         ),
         key(
             "claude",
-            Ty::Template,
-            "Claude command, such as `/fix ${item}`, run with the Claude Code CLI.",
+            CLAUDE_TY,
+            "Claude command, such as `/fix ${item}`, run with the Claude Code CLI; or `{prompt, model, max_turns, ...}` with the call's settings.",
         ),
         key(
             "write_file",
@@ -656,7 +671,11 @@ pub static ON_FAILURE_ADVANCED: Shape = Shape {
             Ty::Template,
             "Shell command run on failure, before `claude` when both are given.",
         ),
-        key("claude", Ty::Template, "Claude command run on failure."),
+        key(
+            "claude",
+            CLAUDE_TY,
+            "Claude command run on failure, or `{prompt, model, ...}` with the call's settings.",
+        ),
         key(
             "fail_workflow",
             Ty::Bool,
@@ -740,11 +759,11 @@ pub static RETRY_CONFIG: Shape = Shape {
         key(
             "retry_on",
             Ty::OneOf(&[
-                Ty::Enum(&["network", "timeout", "server_error", "rate_limit"]),
+                Ty::Enum(RETRY_MATCHERS),
                 Ty::Object(&RETRY_ON_PATTERN),
                 Ty::List(&MATCHER_TY),
             ]),
-            "Retry only failures whose output matches `network`, `timeout`, `server_error`, `rate_limit` or `{pattern: REGEX}`, or one of a list of them (default: every failure).",
+            "Retry only failures that match `network`, `timeout`, `server_error`, `rate_limit`, `overloaded`, `auth` or `{pattern: REGEX}`, or one of a list of them (default: every failure but a Claude call's authentication, billing or invalid request).",
         ),
         key(
             "retry_budget",
@@ -1033,8 +1052,8 @@ pub static VALIDATE: Shape = Shape {
         ),
         key(
             "claude",
-            Ty::Template,
-            "Claude command that checks the work and prints a JSON validation result, or writes it to `result_file`.",
+            CLAUDE_TY,
+            "Claude command that checks the work and prints a JSON validation result, or writes it to `result_file`; or `{prompt, model, ...}`.",
         ),
         key("command", Ty::Template, "Deprecated spelling of `shell`."),
         key(
@@ -1081,8 +1100,8 @@ pub static ON_INCOMPLETE: Shape = Shape {
         ),
         key(
             "claude",
-            Ty::Template,
-            "Claude command that completes the work, with `${validation.*}` set.",
+            CLAUDE_TY,
+            "Claude command that completes the work, with `${validation.*}` set; or `{prompt, model, ...}`.",
         ),
         key(
             "command",
@@ -1689,10 +1708,107 @@ pub static ERROR_COLLECTION_BATCHED: Shape = Shape {
     )],
 };
 
+const CLAUDE_MODEL: Key = key(
+    "model",
+    Ty::Text,
+    "Model of the call, such as `sonnet`, `opus` or a full model name (`--model`).",
+);
+const CLAUDE_MAX_TURNS: Key = key(
+    "max_turns",
+    Ty::Int { min: 1 },
+    "Most agentic turns the call may take before it fails with `max_turns` (`--max-turns`).",
+);
+const CLAUDE_ALLOWED_TOOLS: Key = key(
+    "allowed_tools",
+    TEXTS_TY,
+    "Tools the call may use without asking, such as `Read` or `Bash(git:*)` (`--allowedTools`).",
+);
+const CLAUDE_DISALLOWED_TOOLS: Key = key(
+    "disallowed_tools",
+    TEXTS_TY,
+    "Tools the call may not use (`--disallowedTools`).",
+);
+const CLAUDE_APPEND_SYSTEM_PROMPT: Key = key(
+    "append_system_prompt",
+    Ty::Text,
+    "Text appended to the system prompt (`--append-system-prompt`).",
+);
+const CLAUDE_PERMISSION_MODE: Key = key(
+    "permission_mode",
+    Ty::Enum(PERMISSION_MODES),
+    "Permission mode of the call (`--permission-mode`), in place of skipping every permission check.",
+);
+const CLAUDE_MAX_BUDGET_USD: Key = key(
+    "max_budget_usd",
+    Ty::Number {
+        min: 0.0,
+        max: f64::MAX,
+    },
+    "Most the call may spend, in US dollars, above zero (`--max-budget-usd`).",
+);
+const CLAUDE_FALLBACK_MODEL: Key = key(
+    "fallback_model",
+    Ty::Text,
+    "Model used when the main one is overloaded (`--fallback-model`).",
+);
+const CLAUDE_MCP_CONFIG: Key = key(
+    "mcp_config",
+    TEXTS_TY,
+    "MCP server configurations: JSON files or strings, one or a list (`--mcp-config`).",
+);
+const CLAUDE_ADD_DIRS: Key = key(
+    "add_dirs",
+    TEXTS_TY,
+    "More directories the call may read and edit, one or a list (`--add-dir`).",
+);
+
+/// A `claude` command with its settings.
+pub static CLAUDE_STEP: Shape = Shape {
+    name: "claude_call",
+    doc: "A Claude command with the settings of its call; a field left out is the workflow's `claude:` default.",
+    keys: &[
+        key(
+            "prompt",
+            Ty::Template,
+            "The prompt or slash command, such as `/fix ${item}`.",
+        ),
+        CLAUDE_MODEL,
+        CLAUDE_MAX_TURNS,
+        CLAUDE_ALLOWED_TOOLS,
+        CLAUDE_DISALLOWED_TOOLS,
+        CLAUDE_APPEND_SYSTEM_PROMPT,
+        CLAUDE_PERMISSION_MODE,
+        CLAUDE_MAX_BUDGET_USD,
+        CLAUDE_FALLBACK_MODEL,
+        CLAUDE_MCP_CONFIG,
+        CLAUDE_ADD_DIRS,
+    ],
+};
+
+/// The workflow's `claude:` defaults.
+pub static CLAUDE_DEFAULTS: Shape = Shape {
+    name: "claude_defaults",
+    doc: "Settings of every Claude call of the workflow, unless a step sets its own.",
+    keys: &[
+        CLAUDE_MODEL,
+        CLAUDE_MAX_TURNS,
+        CLAUDE_ALLOWED_TOOLS,
+        CLAUDE_DISALLOWED_TOOLS,
+        CLAUDE_APPEND_SYSTEM_PROMPT,
+        CLAUDE_PERMISSION_MODE,
+        CLAUDE_MAX_BUDGET_USD,
+        CLAUDE_FALLBACK_MODEL,
+        CLAUDE_MCP_CONFIG,
+        CLAUDE_ADD_DIRS,
+    ],
+};
+
 /// Every shape, for the schema and the language server.
 pub static SHAPES: &[&Shape] = &[
     &WORKFLOW,
     &STEP,
+    &CLAUDE_STEP,
+    &CLAUDE_DEFAULTS,
     &PHASE_COMMANDS,
     &TEST,
     &METADATA,

@@ -1738,7 +1738,13 @@ impl Runner {
             Ok(text) => text,
             Err(e) => return Output::error(format!("{e} in `{}`", self.mask(&template.value))),
         };
-        let settings = crate::claude::Settings::default();
+        // A step's own command has its settings merged with the workflow's in the plan; a
+        // check of `step_validate` runs with the workflow's defaults.
+        let settings = claude_settings(if live {
+            step.claude.as_ref()
+        } else {
+            self.plan.claude.as_ref()
+        });
         let (program, args) = match crate::claude::invocation(
             &text,
             self.opts.claude_command.as_deref(),
@@ -2342,6 +2348,25 @@ fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
     );
 }
 
+/// The CLI options of a Claude call from the plan's resolved settings.
+fn claude_settings(settings: Option<&ast::ClaudeSettings>) -> crate::claude::Settings {
+    let Some(s) = settings else {
+        return crate::claude::Settings::default();
+    };
+    crate::claude::Settings {
+        model: s.model.clone(),
+        max_turns: s.max_turns,
+        allowed_tools: s.allowed_tools.clone().unwrap_or_default(),
+        disallowed_tools: s.disallowed_tools.clone().unwrap_or_default(),
+        append_system_prompt: s.append_system_prompt.clone(),
+        permission_mode: s.permission_mode.clone(),
+        max_budget_usd: s.max_budget_usd,
+        fallback_model: s.fallback_model.clone(),
+        mcp_config: s.mcp_config.clone().unwrap_or_default(),
+        add_dirs: s.add_dirs.clone().unwrap_or_default(),
+    }
+}
+
 fn retry_policy(step: &PlanStep) -> RetryPolicy {
     let Some(retry) = &step.retry else {
         return RetryPolicy::none();
@@ -2360,6 +2385,8 @@ fn retry_policy(step: &PlanStep) -> RetryPolicy {
                 ast::Matcher::Timeout => Some(Matcher::Timeout),
                 ast::Matcher::ServerError => Some(Matcher::ServerError),
                 ast::Matcher::RateLimit => Some(Matcher::RateLimit),
+                ast::Matcher::Overloaded => Some(Matcher::Overloaded),
+                ast::Matcher::Auth => Some(Matcher::Auth),
                 ast::Matcher::Pattern(p) => prodigy_grammar::compile_regex(&p.value)
                     .ok()
                     .map(Matcher::Pattern),

@@ -718,7 +718,7 @@ fn prodigy_runs_the_real_cli_end_to_end() {
 - claude: "Reply. scenario:529"
   retry_config:
     attempts: 2
-    retry_on: [server_error]
+    retry_on: [overloaded]
   on_failure:
     shell: "echo handled"
     fail_workflow: false

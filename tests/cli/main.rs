@@ -10,8 +10,11 @@ use predicates::prelude::*;
 
 fn prodigy() -> Command {
     let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    // A home without `~/.claude`: the user's own Claude commands do not change what
+    // `check` says about the fixtures (W008).
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("NO_COLOR", "1");
+        .env("NO_COLOR", "1")
+        .env("HOME", env!("CARGO_TARGET_TMPDIR"));
     cmd
 }
 
@@ -431,4 +434,49 @@ fn github_output_is_workflow_commands() {
         .stdout(predicate::str::starts_with(
             "::error file=workflows/err/V004-multiple-commands.yml,line=3,col=3,endLine=3,endColumn=9,title=V004 ",
         ));
+}
+
+#[test]
+fn an_unknown_slash_command_warns_until_its_command_file_exists() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join(".git")).unwrap();
+    let commands = project.path().join(".claude/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(commands.join("prodigy-fix.md"), "Fix $ARGUMENTS.\n").unwrap();
+    let sub = project.path().join("workflows");
+    std::fs::create_dir(&sub).unwrap();
+    let flow = sub.join("flow.yml");
+    std::fs::write(
+        &flow,
+        "- claude: /prodigy-lint src\n- claude: /prodigy-fix src\n- claude: /help\n",
+    )
+    .unwrap();
+    let check = || {
+        let output = prodigy()
+            .env("HOME", home.path())
+            .args(["check", "--format", "json"])
+            .arg(&flow)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "warnings alone exit 0");
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        json.to_string()
+    };
+    let before = check();
+    assert!(before.contains("W008"), "{before}");
+    assert!(before.contains("/prodigy-lint"), "{before}");
+    assert!(!before.contains("/prodigy-fix`"), "{before}");
+    assert!(!before.contains("/help`"), "{before}");
+    // The command in the user's home counts as well as the project's.
+    let home_commands = home.path().join(".claude/commands");
+    std::fs::create_dir_all(&home_commands).unwrap();
+    std::fs::write(home_commands.join("prodigy-lint.md"), "Lint $ARGUMENTS.\n").unwrap();
+    let after = check();
+    assert!(!after.contains("W008"), "{after}");
+    // Without any commands directory there is nothing to compare with: no warning.
+    std::fs::remove_dir_all(project.path().join(".claude")).unwrap();
+    std::fs::remove_dir_all(home.path().join(".claude")).unwrap();
+    let bare = check();
+    assert!(!bare.contains("W008"), "{bare}");
 }

@@ -515,3 +515,26 @@ fn a_burst_of_changes_is_checked_at_its_last_version() {
     assert!(checks <= 20, "{checks} checks for one burst of 200 changes");
     finish(client);
 }
+
+#[test]
+fn an_unknown_slash_command_is_published_on_its_name() {
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join(".git")).unwrap();
+    let commands = project.path().join(".claude/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(commands.join("prodigy-lint.md"), "Lint.\n").unwrap();
+    let uri = format!("file://{}/flow.yml", project.path().display());
+    let mut client = start_session(&["utf-16"]);
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": "- claude: /prodigy-lint\n- claude: /prodigy-lnit src\n"}}),
+    );
+    let diagnostics = client.diagnostics();
+    let w008: Vec<&Value> = diagnostics.iter().filter(|d| d["code"] == "W008").collect();
+    assert_eq!(w008.len(), 1, "{diagnostics:?}");
+    assert_eq!(
+        w008[0]["range"],
+        json!({"start": {"line": 1, "character": 10}, "end": {"line": 1, "character": 23}})
+    );
+    finish(client);
+}

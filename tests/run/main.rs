@@ -103,6 +103,9 @@ const SEED_SCENARIOS: &[Scenario] = &[
             0,
         )
     },
+    // Not a seed: Claude settings and defaults (`workflows/ok/claude-settings.yml`); the
+    // tests fail on both runs, and the handler's Claude call runs after each with its own settings.
+    scenario("claude-settings", "cargo", 0),
     scenario("seed-002-merge-full-format", "", 0),
     scenario("seed-004-retry-config-fields", "curl:1", 0),
 ];
@@ -679,6 +682,7 @@ fn missing_claude_stops_before_the_first_step() {
 }
 
 mod claude;
+mod claude_settings;
 mod examples;
 mod faults;
 mod friction;

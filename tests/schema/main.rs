@@ -88,3 +88,31 @@ fn the_command_prints_the_schema() {
     );
     assert!(jsonschema::draft202012::meta::is_valid(&schema));
 }
+
+#[test]
+fn claude_settings_and_defaults_are_in_the_schema() {
+    let validator = validator();
+    for text in [
+        "claude:\n  model: sonnet\n  max_turns: 5\n  allowed_tools: Read\ncommands:\n  - claude: {prompt: /a, permission_mode: plan, add_dirs: [x, y], max_budget_usd: 1.5}\n",
+        "- shell: make\n  retry_config:\n    retry_on: [overloaded, auth]\n",
+        "- shell: make\n  on_failure:\n    claude: {prompt: /fix, model: opus}\n",
+    ] {
+        let errors: Vec<String> = validator
+            .iter_errors(&as_json(text))
+            .map(|e| format!("{e} at {}", e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{text}: {errors:?}");
+    }
+    for text in [
+        "- claude: {prompt: /a, max_turn: 5}\n",
+        "- claude: {prompt: /a, permission_mode: yolo}\n",
+        "- claude: {prompt: /a, max_turns: 0}\n",
+        "claude:\n  prompt: /a\ncommands:\n  - claude: /a\n",
+        "- shell: make\n  retry_config:\n    retry_on: overload\n",
+    ] {
+        assert!(
+            !validator.is_valid(&as_json(text)),
+            "the schema accepts:\n{text}"
+        );
+    }
+}

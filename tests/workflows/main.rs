@@ -37,10 +37,22 @@ mod shellcheck;
 use scratch::root;
 
 /// The repository as the project directory: fixtures name files relative to it.
-fn surroundings() -> prodigy_compiler::Surroundings<'static> {
+/// Slash commands are unknown (nothing to compare with), except for the W008 fixtures, which
+/// are checked as if in the project `workflows/err/data/claude-project`.
+fn surroundings(stem: &str) -> prodigy_compiler::Surroundings<'static> {
+    use prodigy_compiler::claude::{CommandLookup, find_command};
+    let slash_command: &'static dyn Fn(&str) -> CommandLookup = if stem.starts_with("W008") {
+        &|name: &str| {
+            let dirs = [root().join("workflows/err/data/claude-project/.claude")];
+            find_command(name, &dirs, &|p| p.is_file(), &|p| p.is_dir())
+        }
+    } else {
+        &|_: &str| CommandLookup::Unknown
+    };
     prodigy_compiler::Surroundings {
         file_exists: &|p: &str| root().join(p).is_file(),
         read_file: &|p: &str| std::fs::read_to_string(root().join(p)).ok(),
+        slash_command,
     }
 }
 
@@ -77,9 +89,9 @@ fn load_checked(path: &Path) -> (SourceFile, Vec<prodigy_compiler::diagnostics::
                     return (file, Vec::new());
                 };
                 let lint = |scripts: &[prodigy_compiler::shell::Script]| sc.lint(scripts).unwrap();
-                prodigy_compiler::check_linted(&file, &surroundings(), &lint)
+                prodigy_compiler::check_linted(&file, &surroundings(&stem), &lint)
             } else {
-                prodigy_compiler::check_in(&file, &surroundings())
+                prodigy_compiler::check_in(&file, &surroundings(&stem))
             };
             (file, checked.diagnostics)
         }
@@ -98,7 +110,7 @@ fn load_checked(path: &Path) -> (SourceFile, Vec<prodigy_compiler::diagnostics::
 /// An `ok` or `examples` fixture compiles with no diagnostic.
 fn ok_fixture_has_no_diagnostics(path: &Path) {
     let file = load(path);
-    let checked = prodigy_compiler::check_in(&file, &surroundings());
+    let checked = prodigy_compiler::check_in(&file, &surroundings(""));
     assert!(
         checked.diagnostics.is_empty() && checked.workflow.is_some(),
         "an ok fixture with diagnostics:\n{}",
@@ -351,6 +363,7 @@ fn main() {
     for name in [
         "seed-002-complete-structure",
         "seed-000-on-failure-detailed-handler",
+        "claude-settings",
     ] {
         let path = root().join("workflows/ok").join(format!("{name}.yml"));
         trials.push(Trial::test(

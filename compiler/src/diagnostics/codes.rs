@@ -93,6 +93,7 @@ codes! {
     MaybeUndefined = "W005", Warning, "a variable that nothing in the workflow defines";
     UnquotedInterpolation = "W006", Warning, "untrusted text spliced into a shell command unquoted";
     UselessSuppression = "W007", Warning, "a `# prodigy: ignore[...]` comment that suppresses nothing";
+    UnknownSlashCommand = "W008", Warning, "a Claude prompt that starts with a slash command the project does not define";
     Unreadable = "F001", Error, "a workflow file that cannot be read";
     NotUtf8 = "F002", Error, "a workflow file that is not UTF-8 text";
     EmptyFile = "F003", Error, "a workflow file with no YAML document in it";

@@ -464,6 +464,11 @@ impl Lowerer<'_> {
         if let Some(profiles) = fields.get("profiles") {
             wf.profiles = self.profiles(profiles);
         }
+        if let Some(claude) = fields.get("claude")
+            && let Some(settings) = self.fields(claude, "`claude`", &shapes::CLAUDE_DEFAULTS)
+        {
+            wf.claude = Some(self.claude_settings(&settings));
+        }
         if let Some(handlers) = fields.get("handlers") {
             wf.handlers = self.handlers(handlers);
         }

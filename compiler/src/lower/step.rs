@@ -4,7 +4,7 @@
 use super::values::MAX_ATTEMPTS;
 use super::{Fields, Lowerer, one_of};
 use crate::ast::{
-    Backoff, Capture, CaptureFormat, CaptureStreams, Command, CommitConfig, EnvVar,
+    Backoff, Capture, CaptureFormat, CaptureStreams, ClaudeSettings, Command, CommitConfig, EnvVar,
     ExitCodeHandler, Foreach, ForeachInput, Matcher, OnFailure, OnFailureForm, OnIncomplete,
     RetryConfig, RetryExhausted, Step, StepOutput, StepValidate, Strategy, SuccessCriteria,
     Template, Validate, ValidationCheck, WriteFile, WriteFormat,
@@ -125,8 +125,11 @@ impl Lowerer<'_> {
         }
         let fields = self.fields(node, "a step", &shapes::STEP)?;
         // A step whose command is wrong still has its other fields checked.
-        let command = self.command(&fields, node).unwrap_or(Command::Invalid);
+        let (command, claude) = self
+            .command(&fields, node)
+            .unwrap_or((Command::Invalid, None));
         let mut step = Step::new(node.span, command);
+        step.claude = claude;
         self.step_fields(&fields, &mut step, ctx);
         Some(step)
     }
@@ -156,7 +159,12 @@ impl Lowerer<'_> {
         self.step(node, Ctx::default()).into_iter().collect()
     }
 
-    fn command(&mut self, fields: &Fields<'_>, node: &Node) -> Option<Command> {
+    /// The step's command, and a `claude` command's own settings.
+    fn command(
+        &mut self,
+        fields: &Fields<'_>,
+        node: &Node,
+    ) -> Option<(Command, Option<ClaudeSettings>)> {
         for removed in ["analyze", "goal_seek"] {
             if let Some(entry) = fields.entry(removed) {
                 let help = if removed == "analyze" {
@@ -182,7 +190,7 @@ impl Lowerer<'_> {
         match kinds.as_slice() {
             [] => {
                 if let Some(name) = fields.get("name") {
-                    return self.legacy_named(fields, name);
+                    return self.legacy_named(fields, name).map(|c| (c, None));
                 }
                 let at = node
                     .as_map()
@@ -195,7 +203,10 @@ impl Lowerer<'_> {
                 );
                 None
             }
-            [(kind, entry)] => self.command_of(kind, entry, fields),
+            [("claude", entry)] => self
+                .claude_command(&entry.value)
+                .map(|(t, settings)| (Command::Claude(t), settings)),
+            [(kind, entry)] => self.command_of(kind, entry, fields).map(|c| (c, None)),
             [(first, first_entry), (second, second_entry), ..] => {
                 self.push(
                     Diagnostic::new(
@@ -215,7 +226,7 @@ impl Lowerer<'_> {
         let value = &entry.value;
         Some(match kind {
             "shell" => Command::Shell(self.template(value, "`shell`")?),
-            "claude" => Command::Claude(self.template(value, "`claude`")?),
+            "claude" => Command::Claude(self.claude_command(value)?.0),
             "command" => {
                 let fix = fields.entry("claude").is_none().then(|| {
                     Fix::replace("rename `command` to `claude`", entry.key.span, "claude")
@@ -250,6 +261,79 @@ impl Lowerer<'_> {
                 Command::Shell(self.template(command, "`test.command`")?)
             }
         })
+    }
+
+    /// A `claude` command: its prompt, written alone or as `{prompt, model, ...}` with the
+    /// call's own settings.
+    pub(crate) fn claude_command(
+        &mut self,
+        node: &Node,
+    ) -> Option<(Template, Option<ClaudeSettings>)> {
+        if node.as_map().is_none() {
+            return self.template(node, "`claude`").map(|t| (t, None));
+        }
+        let fields = self.fields(node, "`claude`", &shapes::CLAUDE_STEP)?;
+        let settings = self.claude_settings(&fields);
+        let prompt = self.required(
+            &fields,
+            node,
+            "`claude`",
+            "prompt",
+            "add `prompt: \"/fix ${item}\"` with the prompt or slash command",
+        )?;
+        let prompt = self.template(prompt, "`claude.prompt`")?;
+        Some((prompt, Some(settings)))
+    }
+
+    /// The settings of a Claude call, from a mapping already checked against its shape.
+    pub(crate) fn claude_settings(&mut self, fields: &Fields<'_>) -> ClaudeSettings {
+        let text = |lw: &mut Self, key: &str| {
+            fields
+                .get(key)
+                .and_then(|n| lw.string(n, &format!("`{key}`")))
+                .map(|s| s.value)
+        };
+        let list = |lw: &mut Self, key: &str| {
+            fields.get(key).map(|n| {
+                lw.string_list(n, &format!("`{key}`"))
+                    .into_iter()
+                    .map(|s| s.value)
+                    .collect::<Vec<_>>()
+            })
+        };
+        let modes: Vec<(&str, &str)> = crate::ast::PERMISSION_MODES
+            .iter()
+            .map(|m| (*m, *m))
+            .collect();
+        ClaudeSettings {
+            model: text(self, "model"),
+            max_turns: fields
+                .get("max_turns")
+                .and_then(|n| self.integer(n, "`max_turns`", 1, i64::MAX))
+                .map(|n| u32::try_from(n.value).unwrap_or(u32::MAX)),
+            allowed_tools: list(self, "allowed_tools"),
+            disallowed_tools: list(self, "disallowed_tools"),
+            append_system_prompt: text(self, "append_system_prompt"),
+            permission_mode: fields
+                .get("permission_mode")
+                .and_then(|n| self.choice(n, "`permission_mode`", &modes))
+                .map(|m| m.value.to_owned()),
+            max_budget_usd: fields.get("max_budget_usd").and_then(|n| {
+                let budget = self.number(n, "`max_budget_usd`", 0.0, f64::MAX)?;
+                if budget.value > 0.0 {
+                    return Some(budget.value);
+                }
+                self.push(
+                    Diagnostic::new(Code::OutOfRange, "`max_budget_usd` must be above 0")
+                        .with_primary(n.span, "a budget of 0 allows no call at all")
+                        .with_help("give the most the call may spend in US dollars, such as `2.5`"),
+                );
+                None
+            }),
+            fallback_model: text(self, "fallback_model"),
+            mcp_config: list(self, "mcp_config"),
+            add_dirs: list(self, "add_dirs"),
+        }
     }
 
     /// `{name: X, args, options}`: the Claude command `/X args --option value`.
@@ -777,18 +861,18 @@ impl Lowerer<'_> {
                         out.handler = self.handler_commands(commands, "`on_failure.commands`");
                     }
                 } else {
-                    for kind in ["shell", "claude"] {
-                        if let Some(text) = fields
-                            .get(kind)
-                            .and_then(|n| self.template(n, &format!("`{kind}`")))
-                        {
-                            let command = if kind == "shell" {
-                                Command::Shell(text)
-                            } else {
-                                Command::Claude(text)
-                            };
-                            out.handler.push(Step::new(node.span, command));
-                        }
+                    if let Some(text) = fields
+                        .get("shell")
+                        .and_then(|n| self.template(n, "`shell`"))
+                    {
+                        out.handler.push(Step::new(node.span, Command::Shell(text)));
+                    }
+                    if let Some((text, settings)) =
+                        fields.get("claude").and_then(|n| self.claude_command(n))
+                    {
+                        let mut step = Step::new(node.span, Command::Claude(text));
+                        step.claude = settings;
+                        out.handler.push(step);
                     }
                 }
                 if let Some(e) = self.aliased(&fields, "max_attempts", "max_retries")
@@ -1081,6 +1165,8 @@ impl Lowerer<'_> {
             ("timeout", Matcher::Timeout),
             ("server_error", Matcher::ServerError),
             ("rate_limit", Matcher::RateLimit),
+            ("overloaded", Matcher::Overloaded),
+            ("auth", Matcher::Auth),
         ];
         let mut out = Vec::new();
         for item in items {
@@ -1222,8 +1308,12 @@ impl Lowerer<'_> {
         match *key {
             "commands" => self.handler_commands(&entry.value, &format!("{what}.commands")),
             "claude" => self
-                .template(&entry.value, "`claude`")
-                .map(|t| vec![Step::new(entry.value.span, Command::Claude(t))])
+                .claude_command(&entry.value)
+                .map(|(t, settings)| {
+                    let mut step = Step::new(entry.value.span, Command::Claude(t));
+                    step.claude = settings;
+                    vec![step]
+                })
                 .unwrap_or_default(),
             _ => {
                 if *key == "command" {
@@ -1705,6 +1795,7 @@ impl Step {
             step_validate: None,
             outputs: Vec::new(),
             continue_on_error: false,
+            claude: None,
         }
     }
 }

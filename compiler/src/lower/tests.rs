@@ -429,3 +429,83 @@ fn a_shell_and_claude_handler_mapping_is_lowered_once() {
         vec![Code::UnknownKey]
     );
 }
+
+#[test]
+fn retry_on_names_claude_failures() {
+    use crate::ast::Matcher;
+    let step =
+        first_step("- claude: /a\n  retry_config:\n    retry_on: [overloaded, auth, Rate_Limit]\n");
+    assert_eq!(
+        step.retry.unwrap().retry_on,
+        [Matcher::Overloaded, Matcher::Auth, Matcher::RateLimit]
+    );
+    assert_eq!(
+        codes("- claude: /a\n  retry_config:\n    retry_on: overload\n"),
+        [Code::UnknownVariant]
+    );
+}
+
+#[test]
+fn claude_mapping_carries_the_settings_of_the_call() {
+    let step = first_step(
+        "- claude:\n    prompt: /fix ${workflow.name}\n    model: opus\n    max_turns: 3\n    allowed_tools: Read\n    permission_mode: accept_edits\n    add_dirs: [a, b]\n",
+    );
+    let Command::Claude(prompt) = &step.command else {
+        panic!("expected a claude command, got {:?}", step.command);
+    };
+    assert_eq!(prompt.value, "/fix ${workflow.name}");
+    let settings = step.claude.unwrap();
+    assert_eq!(settings.model.as_deref(), Some("opus"));
+    assert_eq!(settings.max_turns, Some(3));
+    // A single string is a list of one; the mode is spelled as the CLI wants it.
+    assert_eq!(settings.allowed_tools, Some(vec!["Read".to_owned()]));
+    assert_eq!(settings.permission_mode.as_deref(), Some("acceptEdits"));
+    assert_eq!(
+        settings.add_dirs,
+        Some(vec!["a".to_owned(), "b".to_owned()])
+    );
+    assert_eq!(settings.disallowed_tools, None);
+    // The string form has no settings of its own.
+    assert!(first_step("- claude: /fix\n").claude.is_none());
+}
+
+#[test]
+fn claude_settings_are_checked_like_other_fields() {
+    assert_eq!(
+        codes("- claude:\n    prompt: /a\n    modle: opus\n"),
+        [Code::UnknownKey]
+    );
+    assert_eq!(codes("- claude:\n    model: opus\n"), [Code::MissingKey]);
+    assert_eq!(
+        codes("- claude:\n    prompt: /a\n    max_budget_usd: -1\n    max_turns: 0\n"),
+        [Code::OutOfRange, Code::OutOfRange]
+    );
+    assert_eq!(
+        codes("claude:\n  prompt: /a\ncommands:\n  - claude: /a\n"),
+        [Code::UnknownKey]
+    );
+    assert_eq!(
+        codes("- shell: x\n  on_failure:\n    claude: {prompt: /fix, max_turns: 2}\n"),
+        []
+    );
+}
+
+#[test]
+fn a_step_overrides_the_workflow_claude_defaults_field_by_field() {
+    let checked = crate::check(&SourceFile::new(
+        "t.yml",
+        "claude:\n  model: sonnet\n  max_turns: 9\n  allowed_tools: [Read]\ncommands:\n  - claude: /a\n  - claude: {prompt: /b, model: opus, allowed_tools: []}\n  - shell: x\n",
+    ));
+    let plan = checked.plan.unwrap();
+    let [a, b, shell] = plan.steps.as_slice() else {
+        panic!("three steps expected");
+    };
+    let a = a.claude.as_ref().unwrap();
+    assert_eq!((a.model.as_deref(), a.max_turns), (Some("sonnet"), Some(9)));
+    let b = b.claude.as_ref().unwrap();
+    assert_eq!((b.model.as_deref(), b.max_turns), (Some("opus"), Some(9)));
+    // An empty list given by the step clears the default's.
+    assert_eq!(b.allowed_tools, Some(Vec::new()));
+    assert!(shell.claude.is_none());
+    assert_eq!(plan.claude.unwrap().model.as_deref(), Some("sonnet"));
+}
