@@ -192,7 +192,7 @@ impl Buffer {
             dropped += (bytes.len() - self.limit) as u64;
             bytes = &bytes[bytes.len() - self.limit..];
         }
-        let text = String::from_utf8_lossy(bytes);
+        let text = crate::logs::text(bytes);
         if dropped == 0 {
             return text.into_owned();
         }
@@ -275,10 +275,8 @@ impl Lines {
     fn feed(&mut self, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
         self.partial.extend_from_slice(chunk);
         let mut start = 0;
-        while let Some(end) = self.partial[start..].iter().position(|b| *b == b'\n') {
-            watch(
-                String::from_utf8_lossy(&self.partial[start..start + end]).trim_end_matches('\r'),
-            );
+        while let Some(end) = memchr::memchr(b'\n', &self.partial[start..]) {
+            watch(crate::logs::text(&self.partial[start..start + end]).trim_end_matches('\r'));
             start += end + 1;
         }
         self.partial.drain(..start);

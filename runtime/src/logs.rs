@@ -99,6 +99,15 @@ pub fn file_part(text: &str) -> String {
     }
 }
 
+/// BYTES as text: borrowed when they are UTF-8 (the fast, usual case), else with each
+/// invalid sequence replaced.
+pub fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
 /// The longest piece of a line a log holds before writing it.
 pub const LONGEST_LINE: usize = 1 << 20;
 
@@ -156,14 +165,15 @@ impl LineLog {
     /// Writes a chunk of a stream: its whole lines now, the rest with the next chunk. A line
     /// longer than [`LONGEST_LINE`] is written in pieces, so memory stays bounded.
     pub fn chunk(&mut self, chunk: &[u8]) {
-        self.partial.extend_from_slice(chunk);
+        let mut partial = std::mem::take(&mut self.partial);
+        partial.extend_from_slice(chunk);
         let mut start = 0;
-        while let Some(end) = self.partial[start..].iter().position(|b| *b == b'\n') {
-            let line = String::from_utf8_lossy(&self.partial[start..start + end]).into_owned();
-            self.line(&line);
+        while let Some(end) = memchr::memchr(b'\n', &partial[start..]) {
+            self.line(&text(&partial[start..start + end]));
             start += end + 1;
         }
-        self.partial.drain(..start);
+        partial.drain(..start);
+        self.partial = partial;
         if self.partial.len() > LONGEST_LINE {
             let piece = std::mem::take(&mut self.partial);
             self.piece(&String::from_utf8_lossy(&piece));

@@ -213,6 +213,14 @@ pub(crate) struct AgentScope {
     pub claude: std::cell::RefCell<crate::claude::Totals>,
 }
 
+/// How a command's output is followed and kept.
+struct Io<'w> {
+    /// Sees each line of standard output as it arrives.
+    watch: Option<&'w mut dyn FnMut(&str)>,
+    /// Keep this much of each stream instead of `PRODIGY_OUTPUT_LIMIT` (and spill nothing).
+    keep: Option<usize>,
+}
+
 /// The step that ended an agent, for the DLQ.
 #[derive(Clone, Debug)]
 pub(crate) struct StepFailure {
@@ -1799,8 +1807,13 @@ impl Runner {
                 }
             }
         };
+        // The raw stream is in the log; memory keeps only its end.
+        let io = Io {
+            watch: Some(&mut watch),
+            keep: Some(64 << 10),
+        };
         let mut out = self
-            .spawn_command(program, args, step, vars, timeout, Some(&mut watch))
+            .spawn_command(program, args, step, vars, timeout, io)
             .await;
         if let Some(log) = log.as_mut() {
             log.finish();
@@ -1890,7 +1903,10 @@ impl Runner {
                 step,
                 vars,
                 timeout,
-                streamed.then_some(&mut watch as &mut dyn FnMut(&str)),
+                Io {
+                    watch: streamed.then_some(&mut watch as &mut dyn FnMut(&str)),
+                    keep: None,
+                },
             )
             .await;
         out.streamed = streamed;
@@ -1906,7 +1922,7 @@ impl Runner {
         step: &PlanStep,
         vars: &Vars,
         timeout: Option<Duration>,
-        watch: Option<&mut dyn FnMut(&str)>,
+        io: Io<'_>,
     ) -> Output {
         let mut step_env = Vec::new();
         for var in &step.env {
@@ -1966,11 +1982,11 @@ impl Runner {
                 .ok()
                 .flatten()
                 .unwrap_or(self.opts.grace),
-            output_limit: self.opts.output_limit,
-            spill: (!self.session.is_empty()).then(|| self.spill_path(step)),
+            output_limit: io.keep.unwrap_or(self.opts.output_limit),
+            spill: (!self.session.is_empty() && io.keep.is_none()).then(|| self.spill_path(step)),
             mask: self.masker(),
         };
-        exec::run_watched(&command, &mut self.cancel_rx(), watch).await
+        exec::run_watched(&command, &mut self.cancel_rx(), io.watch).await
     }
 
     #[expect(
