@@ -1731,6 +1731,14 @@ impl Runner {
             .then(|| std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask)
     }
 
+    /// A command's text, or why it cannot be rendered (secrets masked).
+    fn command_text(&self, template: &ast::Template, vars: &Vars) -> Result<String, Output> {
+        template
+            .parsed
+            .render(vars)
+            .map_err(|e| Output::error(format!("{e} in `{}`", self.mask(&template.value))))
+    }
+
     /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
     /// read as they arrive, written to the call's log, shown at `-v` when LIVE (a step's
     /// own command), and decide whether the call succeeded.
@@ -1742,9 +1750,9 @@ impl Runner {
         timeout: Option<Duration>,
         live: bool,
     ) -> Output {
-        let text = match template.parsed.render(vars) {
+        let text = match self.command_text(template, vars) {
             Ok(text) => text,
-            Err(e) => return Output::error(format!("{e} in `{}`", self.mask(&template.value))),
+            Err(out) => return out,
         };
         // A step's own command has its settings merged with the workflow's in the plan; a
         // check of `step_validate` runs with the workflow's defaults.
@@ -1882,9 +1890,9 @@ impl Runner {
         timeout: Option<Duration>,
         live: bool,
     ) -> Output {
-        let text = match template.parsed.render(vars) {
+        let text = match self.command_text(template, vars) {
             Ok(text) => text,
-            Err(e) => return Output::error(format!("{e} in `{}`", self.mask(&template.value))),
+            Err(out) => return out,
         };
         if self.opts.verbose > 1 {
             self.say(&format!("  $ {}", text.trim_end().replace('\n', "\n    ")));
