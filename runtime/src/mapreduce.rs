@@ -1924,9 +1924,17 @@ impl<'a> MapJob<'a> {
 
     /// `reduce`, from the checkpoint's next step, with `${map.*}`.
     async fn reduce(&mut self, vars: &mut Vars) -> JobOutcome {
-        let records = self.files.load_results().unwrap_or_default();
-        let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
-        vars.set("map", map_vars(&records, self.cp.items_total, dlq_count));
+        // `${map.*}` holds every item's record: built only when a step can read it.
+        let readers = self
+            .plan
+            .merge
+            .as_ref()
+            .map_or(0, |m| m.steps.len() + m.on_conflict.len());
+        if !self.plan.reduce.is_empty() || readers > 0 {
+            let records = self.files.load_results().unwrap_or_default();
+            let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
+            vars.set("map", map_vars(&records, self.cp.items_total, dlq_count));
+        }
         let total = self.plan.reduce.len();
         if self.cp.reduce_next_step == 0 {
             self.runner
