@@ -144,6 +144,9 @@ pub struct ItemRecord {
     /// Whether the item went to the DLQ.
     #[serde(default)]
     pub dead_lettered: bool,
+    /// The Slurm task that ran it (`--executor slurm`).
+    #[serde(flatten)]
+    pub slurm: Option<crate::slurm::SlurmIds>,
 }
 
 /// A problem with the job's files.
@@ -335,6 +338,7 @@ mod tests {
             error_type: None,
             duration_secs: 0.0,
             dead_lettered: false,
+            slurm: None,
         }
     }
 

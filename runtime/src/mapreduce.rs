@@ -43,6 +43,8 @@ pub struct JobOptions {
     /// `--cancel-running`: when the error policy stops the job, cancel the running agents
     /// (their items stay pending) instead of letting them finish.
     pub cancel_running: bool,
+    /// Where the agents run (`--executor`).
+    pub executor: crate::slurm::Executor,
 }
 
 /// How a job ended.
@@ -240,7 +242,7 @@ pub fn item_index(id: &str) -> Option<usize> {
 }
 
 /// The item variables of docs/language.md §5.
-fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
+pub(crate) fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
     vars.set("item", item.clone());
     vars.set("item_index", json!(index));
     vars.set("item_total", json!(total));
@@ -250,16 +252,22 @@ fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
 
 /// What an agent runs: its steps, its timeouts and how it is stopped.
 pub(crate) struct AgentSpec {
-    steps: Vec<StepId>,
+    pub(crate) steps: Vec<StepId>,
     timeout: Option<Duration>,
     timeouts: Rc<HashMap<StepId, Duration>>,
     grace: Option<Duration>,
     cancel_running: bool,
     total: usize,
+    executor: crate::slurm::Executor,
 }
 
 impl AgentSpec {
-    fn new(plan: &Plan, cancel_running: bool, total: usize) -> Self {
+    pub(crate) fn new(
+        plan: &Plan,
+        cancel_running: bool,
+        total: usize,
+        executor: crate::slurm::Executor,
+    ) -> Self {
         let Some(map) = &plan.map else {
             return AgentSpec {
                 steps: Vec::new(),
@@ -268,6 +276,7 @@ impl AgentSpec {
                 grace: None,
                 cancel_running,
                 total,
+                executor,
             };
         };
         let config = map.timeout_config.as_ref();
@@ -298,6 +307,7 @@ impl AgentSpec {
             grace: config.map(|c| c.cleanup_grace_period),
             cancel_running,
             total,
+            executor,
         }
     }
 }
@@ -321,6 +331,8 @@ struct AgentRun {
     /// The agent's worktree, kept because it failed with work in it or its merge
     /// conflicted.
     artifacts: Option<WorktreeArtifacts>,
+    /// The Slurm task that ran it.
+    slurm: Option<crate::slurm::SlurmIds>,
 }
 
 impl AgentRun {
@@ -345,6 +357,7 @@ impl AgentRun {
             }),
             duration: Duration::ZERO,
             artifacts: None,
+            slurm: None,
         }
     }
 
@@ -485,29 +498,67 @@ async fn run_agent(
         json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt}),
     );
     let started = Instant::now();
-    let (outcome, why) = guarded(
-        runner,
-        scope.clone(),
-        stop,
-        runner.run_agent_steps(&spec.steps, &mut vars),
-        spec.timeout,
-        spec.cancel_running.then_some(halt),
-    )
-    .await;
-    let end = match (why, outcome) {
-        (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
-        (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
-        // A step whose failure was only handled fails the item.
-        (None, o) if o.continues_agent() => RunEnd::Succeeded,
-        (None, _) => RunEnd::Failed,
-    };
-    let failure = scope.failure.borrow().clone();
-    let mut run = AgentRun {
-        end,
-        output: vars.last_output.take(),
-        failure,
-        duration: started.elapsed(),
-        artifacts: None,
+    let mut run = if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
+        // The steps run in a Slurm task; everything around them stays here.
+        let job_dir = runner.opts.layout.job_dir(runner.session());
+        let done = crate::runner::AGENT
+            .scope(
+                scope.clone(),
+                crate::slurm::dispatch(
+                    runner,
+                    crate::slurm::Dispatch {
+                        slurm,
+                        job_dir,
+                        job_id: runner.session().to_owned(),
+                        index,
+                        attempt,
+                        workdir: worktree.as_ref().map(|w| w.workdir.clone()),
+                        timeout: spec.timeout,
+                        halt: spec.cancel_running.then_some(halt),
+                    },
+                ),
+            )
+            .await;
+        let end = match done.end {
+            crate::slurm::Ended::Succeeded => RunEnd::Succeeded,
+            crate::slurm::Ended::Failed => RunEnd::Failed,
+            crate::slurm::Ended::TimedOut => RunEnd::TimedOut,
+            crate::slurm::Ended::Cancelled => RunEnd::Cancelled,
+        };
+        AgentRun {
+            end,
+            output: done.output,
+            failure: done.failure,
+            duration: started.elapsed(),
+            artifacts: None,
+            slurm: done.ids,
+        }
+    } else {
+        let (outcome, why) = guarded(
+            runner,
+            scope.clone(),
+            stop,
+            runner.run_agent_steps(&spec.steps, &mut vars),
+            spec.timeout,
+            spec.cancel_running.then_some(halt),
+        )
+        .await;
+        let end = match (why, outcome) {
+            (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
+            (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
+            // A step whose failure was only handled fails the item.
+            (None, o) if o.continues_agent() => RunEnd::Succeeded,
+            (None, _) => RunEnd::Failed,
+        };
+        let failure = scope.failure.borrow().clone();
+        AgentRun {
+            end,
+            output: vars.last_output.take(),
+            failure,
+            duration: started.elapsed(),
+            artifacts: None,
+            slurm: None,
+        }
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
         merge_back(runner, session, worktree, index, &mut run).await;
@@ -1302,7 +1353,12 @@ impl<'a> MapJob<'a> {
             .timeout_config
             .as_ref()
             .map_or(TimeoutAction::Dlq, |c| c.action);
-        let spec = AgentSpec::new(plan, self.opts.cancel_running, total);
+        let spec = AgentSpec::new(
+            plan,
+            self.opts.cancel_running,
+            total,
+            self.opts.executor.clone(),
+        );
         let mut pending: VecDeque<(usize, u32)> = records
             .iter()
             .enumerate()
@@ -1711,6 +1767,7 @@ impl<'a> MapJob<'a> {
             error_type: failed.then(|| run.error_type().name().to_owned()),
             duration_secs: run.duration.as_secs_f64(),
             dead_lettered,
+            slurm: run.slurm.clone(),
         };
         match self.files.append(&record) {
             Ok(()) => Some(record),
@@ -1836,11 +1893,12 @@ pub async fn retry_dead_letters(
     job_id: &str,
     parallel: Option<usize>,
     total: usize,
+    executor: &crate::slurm::Executor,
 ) -> Result<RetrySummary, String> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
     let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
-    let spec = AgentSpec::new(&runner.plan, false, total);
+    let spec = AgentSpec::new(&runner.plan, false, total, executor.clone());
     let (_halt_tx, halt_rx) = watch::channel(false);
     runner.record("dlq_retry_started", json!({"items": ids.len()}));
     let mut summary = RetrySummary::default();
@@ -1908,6 +1966,7 @@ pub async fn retry_dead_letters(
                     error_type: None,
                     duration_secs: run.duration.as_secs_f64(),
                     dead_lettered: false,
+                    slurm: run.slurm.clone(),
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;
@@ -1995,6 +2054,7 @@ fn failure_of(runner: &Runner, run: &AgentRun, message: &str, index: usize) -> F
             .as_ref()
             .and_then(|f| f.log.as_ref())
             .map(|p| p.display().to_string()),
+        slurm: run.slurm.clone(),
         ..failure_detail(None, message, index, run.duration.as_secs_f64())
     }
 }
@@ -2024,6 +2084,7 @@ fn failure_detail(
         duration_ms: (duration_secs * 1000.0) as u64,
         json_log_location: None,
         command_output: None,
+        slurm: None,
     }
 }
 
