@@ -599,6 +599,7 @@ mod tests {
             duration_ms: 12,
             json_log_location: None,
             command_output: None,
+            slurm: None,
         }
     }
 

@@ -2183,6 +2183,7 @@ mod tests {
             error_type: Some(kind.into()),
             duration_secs: 0.0,
             dead_lettered: true,
+            slurm: None,
         }
     }
 

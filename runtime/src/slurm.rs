@@ -288,8 +288,7 @@ pub fn lost_task(task: &str, state: &str, reason: &str) -> (String, ErrorType) {
 /// arguments `sbatch` passes on.
 pub fn batch_script(program: &Path) -> String {
     let program = shlex::try_quote(&program.to_string_lossy())
-        .map(|q| q.into_owned())
-        .unwrap_or_else(|_| "prodigy".to_owned());
+        .map_or_else(|_| "prodigy".to_owned(), std::borrow::Cow::into_owned);
     format!(
         "#!/bin/sh\n# Written by prodigy: one map agent per Slurm array task.\nexec {program} agent --item \"$SLURM_ARRAY_TASK_ID\" \"$@\"\n"
     )
@@ -498,7 +497,7 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
     if let Err(e) = command("scancel", std::slice::from_ref(&task)).await {
         runner.say(&format!("warning: {e}"));
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     while Instant::now() < deadline {
         if queued(&task).await == Some(false) {
             return;
@@ -630,7 +629,7 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
         }
         // The queue is asked only every few polls, and only matters when no result came.
         polls = polls.wrapping_add(1);
-        if polls % 5 == 0 && queued(&task).await == Some(false) {
+        if polls.is_multiple_of(5) && queued(&task).await == Some(false) {
             if let Some(r) = read_result(&result) {
                 return Dispatched::from_result(r, ids);
             }
