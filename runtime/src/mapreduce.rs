@@ -259,6 +259,9 @@ pub(crate) struct AgentSpec {
     cancel_running: bool,
     total: usize,
     executor: crate::slurm::Executor,
+    /// Whether a Slurm task a killed coordinator left for an item is adopted (the map
+    /// phase, whose pending items have no outcome yet; not `dlq retry`, whose items do).
+    adopt: bool,
 }
 
 impl AgentSpec {
@@ -277,6 +280,7 @@ impl AgentSpec {
                 cancel_running,
                 total,
                 executor,
+                adopt: true,
             };
         };
         let config = map.timeout_config.as_ref();
@@ -308,6 +312,7 @@ impl AgentSpec {
             cancel_running,
             total,
             executor,
+            adopt: true,
         }
     }
 }
@@ -515,6 +520,7 @@ async fn run_agent(
                         workdir: worktree.as_ref().map(|w| w.workdir.clone()),
                         timeout: spec.timeout,
                         halt: spec.cancel_running.then_some(halt),
+                        adopt: spec.adopt,
                     },
                 ),
             )
@@ -1898,7 +1904,10 @@ pub async fn retry_dead_letters(
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
     let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
-    let spec = AgentSpec::new(&runner.plan, false, total, executor.clone());
+    let spec = AgentSpec {
+        adopt: false,
+        ..AgentSpec::new(&runner.plan, false, total, executor.clone())
+    };
     let (_halt_tx, halt_rx) = watch::channel(false);
     runner.record("dlq_retry_started", json!({"items": ids.len()}));
     let mut summary = RetrySummary::default();

@@ -422,6 +422,8 @@ pub(crate) struct Dispatch<'a> {
     pub workdir: Option<PathBuf>,
     pub timeout: Option<Duration>,
     pub halt: Option<watch::Receiver<bool>>,
+    /// Whether the task a killed coordinator submitted for the item is adopted.
+    pub adopt: bool,
 }
 
 /// This coordinator's name in `item_N.job` files: its pid and when its runner started.
@@ -522,6 +524,7 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
     if let Some(earlier) = std::fs::read(&marker)
         .ok()
         .and_then(|t| serde_json::from_slice::<Submitted>(&t).ok())
+        && d.adopt
         && earlier.coordinator != me
         && earlier.workdir == d.workdir
     {
