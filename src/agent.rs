@@ -139,6 +139,10 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         )
     };
     let total = items.len();
+    if let Err(e) = prodigy_runtime::slurm::mark_started(&args.result) {
+        err(&format!("error: {e}\n"));
+        return exit_code::USAGE;
+    }
     let result = crate::run::block_on(async move {
         let (rx, _signal) = crate::run::watch_signals();
         let runner = Runner::with_id(

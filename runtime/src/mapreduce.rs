@@ -469,8 +469,19 @@ async fn run_agent(
     attempt: u32,
     halt: watch::Receiver<bool>,
 ) -> AgentRun {
-    let worktree = match &runner.opts.worktree {
-        Some(session) => {
+    // A Slurm task that a killed coordinator left for this item keeps its worktree.
+    let adopted = match (&spec.executor, spec.adopt) {
+        (crate::slurm::Executor::Slurm(_), true) => {
+            let job_dir = runner.opts.layout.job_dir(runner.session());
+            crate::slurm::adoptable(runner, &job_dir, index)
+                .await
+                .and_then(|s| s.worktree)
+        }
+        _ => None,
+    };
+    let worktree = match (&runner.opts.worktree, adopted) {
+        (Some(_), Some(adopted)) => Some(adopted),
+        (Some(session), None) => {
             match crate::worktree::create_agent(
                 &runner.opts.layout,
                 session,
@@ -489,7 +500,7 @@ async fn run_agent(
                 }
             }
         }
-        None => None,
+        (None, _) => None,
     };
     let mut vars = base.clone();
     item_vars(&mut vars, item, index, spec.total);
@@ -517,7 +528,7 @@ async fn run_agent(
                         job_id: runner.session().to_owned(),
                         index,
                         attempt,
-                        workdir: worktree.as_ref().map(|w| w.workdir.clone()),
+                        worktree: worktree.clone(),
                         timeout: spec.timeout,
                         halt: spec.cancel_running.then_some(halt),
                         adopt: spec.adopt,

@@ -142,6 +142,9 @@ pub struct Submitted {
     /// Where it works.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    /// Its agent worktree, which a coordinator that adopts the task merges from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::worktree::AgentWorktree>,
 }
 
 /// A problem running an agent through Slurm.
@@ -203,6 +206,21 @@ pub fn result_path(job_dir: &Path, index: usize) -> PathBuf {
 
 fn submitted_path(job_dir: &Path, index: usize) -> PathBuf {
     dir(job_dir).join(format!("item_{index}.job"))
+}
+
+/// Where the task whose result goes to RESULT says that it started.
+pub fn started_path(result: &Path) -> PathBuf {
+    result.with_extension("started")
+}
+
+/// Notes that the task whose result goes to RESULT started: its agent timeout runs from now.
+///
+/// # Errors
+///
+/// The file could not be written.
+pub fn mark_started(result: &Path) -> Result<(), SlurmError> {
+    let path = started_path(result);
+    crate::store::write_atomic(&path, b"").map_err(|source| SlurmError::Io { path, source })
 }
 
 /// Writes RESULT to PATH atomically.
@@ -419,7 +437,7 @@ pub(crate) struct Dispatch<'a> {
     pub job_id: String,
     pub index: usize,
     pub attempt: u32,
-    pub workdir: Option<PathBuf>,
+    pub worktree: Option<crate::worktree::AgentWorktree>,
     pub timeout: Option<Duration>,
     pub halt: Option<watch::Receiver<bool>>,
     /// Whether the task a killed coordinator submitted for the item is adopted.
@@ -511,6 +529,20 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
     ));
 }
 
+/// The task a killed coordinator submitted for item INDEX when it can be adopted: it is
+/// still queued or has written its result. Its worktree is the one the item must use.
+pub(crate) async fn adoptable(runner: &Runner, job_dir: &Path, index: usize) -> Option<Submitted> {
+    let earlier = std::fs::read(submitted_path(job_dir, index))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Submitted>(&t).ok())?;
+    if earlier.coordinator == coordinator(runner) {
+        return None;
+    }
+    let adopt =
+        result_path(job_dir, index).exists() || queued(&earlier.ids.task()).await == Some(true);
+    adopt.then_some(earlier)
+}
+
 /// Submits the task of D's item, or adopts the one a killed coordinator left.
 async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), SlurmError> {
     let slurm_dir = dir(&d.job_dir);
@@ -526,19 +558,22 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
         .and_then(|t| serde_json::from_slice::<Submitted>(&t).ok())
         && d.adopt
         && earlier.coordinator != me
-        && earlier.workdir == d.workdir
     {
         let task = earlier.ids.task();
         let result = result_path(&d.job_dir, d.index);
-        if result.exists() || queued(&task).await == Some(true) {
+        if earlier.worktree == d.worktree && (result.exists() || queued(&task).await == Some(true))
+        {
             return Ok((earlier.ids, true));
         }
     }
     let result = result_path(&d.job_dir, d.index);
-    match std::fs::remove_file(&result) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&result)(e)),
-        _ => {}
+    for stale in [&result, &started_path(&result)] {
+        match std::fs::remove_file(stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(stale)(e)),
+            _ => {}
+        }
     }
+    let workdir = d.worktree.as_ref().map(|w| w.workdir.as_path());
     let script = slurm_dir.join("agent.sh");
     let text = batch_script(&d.slurm.program);
     if std::fs::read(&script).ok().as_deref() != Some(text.as_bytes()) {
@@ -555,10 +590,7 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
         "--open-mode=append".to_owned(),
         format!(
             "--chdir={}",
-            d.workdir
-                .as_deref()
-                .unwrap_or(&runner.opts.project)
-                .display()
+            workdir.unwrap_or(&runner.opts.project).display()
         ),
     ];
     args.extend(d.slurm.sbatch_args.iter().cloned());
@@ -571,7 +603,7 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
         "--result".to_owned(),
         result.display().to_string(),
     ]);
-    if let Some(w) = &d.workdir {
+    if let Some(w) = workdir {
         args.extend(["--workdir".to_owned(), w.display().to_string()]);
     }
     let out = command("sbatch", &args).await?;
@@ -583,7 +615,8 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
         ids: ids.clone(),
         attempt: d.attempt,
         coordinator: me,
-        workdir: d.workdir.clone(),
+        workdir: workdir.map(Path::to_owned),
+        worktree: d.worktree.clone(),
     };
     let bytes = serde_json::to_vec(&record).map_err(|e| io(&marker)(std::io::Error::other(e)))?;
     crate::store::write_atomic(&marker, &bytes).map_err(io(&marker))?;
@@ -604,13 +637,18 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
     );
     let task = ids.task();
     let result = result_path(&d.job_dir, d.index);
-    let deadline = d.timeout.map(|t| Instant::now() + t);
+    // The agent's timeout counts from when its task starts, not while it waits in the queue.
+    let started = started_path(&result);
+    let mut deadline = None;
     let mut signal = runner.cancel.clone();
     let mut halt = d.halt.take();
     let mut polls: u32 = 0;
     loop {
         if let Some(r) = read_result(&result) {
             return Dispatched::from_result(r, ids);
+        }
+        if deadline.is_none() && started.exists() {
+            deadline = d.timeout.map(|t| Instant::now() + t);
         }
         if deadline.is_some_and(|t| Instant::now() >= t) {
             cancel(runner, &ids, "timeout").await;

@@ -329,3 +329,92 @@ fn slurm_without_its_tools_is_refused_before_anything_starts() {
     );
     assert!(!p.home().join("state").exists(), "a job started: {text}");
 }
+
+#[test]
+fn a_killed_coordinator_leaves_its_tasks_running_and_resume_job_adopts_them() {
+    if !cluster("a_killed_coordinator_leaves_its_tasks_running") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-kill
+mode: mapreduce
+map:
+  input: "seq 1 4"
+  max_parallel: 2
+  agent_template:
+    - shell: 'echo "start $ITEM" >> "$RUNS_LOG"; sleep 3; echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
+"#,
+    );
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let mut child = cmd
+        .args(["run", "-y", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .envs(git_identity())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once both running items are Slurm tasks.
+    let submitted = |index: usize| {
+        let jobs = p.home().join("state");
+        std::fs::read_dir(&jobs).ok().and_then(|mut repos| {
+            let repo = repos.next()?.ok()?.path().join("mapreduce/jobs");
+            let job = std::fs::read_dir(repo).ok()?.next()?.ok()?.path();
+            job.join(format!("slurm/item_{index}.job"))
+                .exists()
+                .then(|| job.file_name().unwrap().to_string_lossy().into_owned())
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        if let (Some(job), Some(_)) = (submitted(0), submitted(1)) {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "no tasks submitted");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_ne!(
+        queued(&job),
+        "",
+        "the killed coordinator's tasks left the queue"
+    );
+    let out = p.prodigy(&["resume-job", "-y", "--executor", "slurm", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Every item started once: the two running tasks were adopted, not run again.
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let mut starts: Vec<&str> = log.lines().collect();
+    starts.sort_unstable();
+    assert_eq!(
+        starts,
+        ["start 1", "start 2", "start 3", "start 4"],
+        "{log}"
+    );
+    let results = p.results(&job);
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(
+        results.iter().all(|r| r["status"] == "succeeded"),
+        "{results:?}"
+    );
+    // The adopted tasks' commits came back too.
+    for n in 1..=4 {
+        assert!(
+            p.repo().join(format!("item-{n}.txt")).exists(),
+            "item {n} not merged"
+        );
+    }
+    let events = std::fs::read_dir(p.home().join("events"))
+        .unwrap()
+        .flat_map(|repo| std::fs::read_dir(repo.unwrap().path().join(&job)).unwrap())
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
+        .collect::<String>();
+    assert_eq!(
+        events.matches("\"slurm_task_adopted\"").count(),
+        2,
+        "{events}"
+    );
+}
