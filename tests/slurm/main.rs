@@ -418,3 +418,65 @@ map:
         "{events}"
     );
 }
+
+#[test]
+fn waiting_in_the_queue_does_not_count_against_the_agent_timeout() {
+    if !cluster("waiting_in_the_queue_does_not_count_against_the_agent_timeout") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-held
+mode: mapreduce
+map:
+  input: "seq 1 1"
+  agent_timeout_secs: 2
+  agent_template:
+    - shell: 'echo "$ITEM $SLURM_JOB_ID" >> "$RUNS_LOG"'
+"#,
+    );
+    // `--hold` (through PRODIGY_SBATCH_ARGS) keeps the task pending until it is released.
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let child = cmd
+        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .env("PRODIGY_SBATCH_ARGS", "--hold --comment 'held by a test'")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held = |job: &str| queued(job).contains("PENDING");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let state = p.home().join("state");
+        let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
+            let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
+            let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
+            Some(job.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(job) = job.filter(|j| held(j)) {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "no held task");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Held past the agent's timeout, then released.
+    std::thread::sleep(Duration::from_secs(3));
+    let ids = Command::new("squeue")
+        .args(["-h", "-n", &format!("prodigy-{job}"), "-o", "%A"])
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&ids.stdout).trim().to_owned();
+    let released = Command::new("scontrol")
+        .args(["release", &id])
+        .status()
+        .unwrap();
+    assert!(released.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let results = p.results(&job);
+    assert_eq!(results[0]["status"], "succeeded", "{results:?}");
+    assert!(std::fs::read_to_string(p.log()).unwrap().starts_with("1 "));
+}
