@@ -480,3 +480,63 @@ map:
     assert_eq!(results[0]["status"], "succeeded", "{results:?}");
     assert!(std::fs::read_to_string(p.log()).unwrap().starts_with("1 "));
 }
+
+#[test]
+fn an_interrupted_run_cancels_its_slurm_tasks() {
+    if !cluster("an_interrupted_run_cancels_its_slurm_tasks") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-interrupt
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  max_parallel: 2
+  agent_template:
+    - shell: 'sleep 60; echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let child = cmd
+        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let state = p.home().join("state");
+        let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
+            let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
+            let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
+            let both = (0..2).all(|i| {
+                job.path()
+                    .join(format!("slurm/item_{i}.result.started"))
+                    .exists()
+            });
+            both.then(|| job.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(job) = job {
+            break job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tasks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(
+        queued(&job),
+        "",
+        "an interrupted run left its tasks running"
+    );
+    assert!(!p.log().exists(), "an agent finished after the interrupt");
+}
