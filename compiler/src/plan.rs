@@ -64,6 +64,9 @@ pub struct Plan {
     pub handlers: Vec<(String, Vec<StepId>)>,
     /// The error policy (MapReduce).
     pub error_policy: Option<ErrorPolicy>,
+    /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<ast::Slurm>,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -544,6 +547,7 @@ pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
         merge,
         handlers,
         error_policy: workflow.error_policy.clone(),
+        slurm: workflow.slurm.clone(),
         variables: Vec::new(),
     }
     .with_variables(workflow)

@@ -593,6 +593,10 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
             workdir.unwrap_or(&runner.opts.project).display()
         ),
     ];
+    // The workflow's `slurm:` first, so that `PRODIGY_SBATCH_ARGS` can override it.
+    if let Some(options) = &runner.plan.slurm {
+        args.extend(options.sbatch_options());
+    }
     args.extend(d.slurm.sbatch_args.iter().cloned());
     args.push(script.display().to_string());
     args.extend([

@@ -283,7 +283,7 @@ map:
     let out = p.prodigy(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        started.elapsed() < Duration::from_secs(60),
+        started.elapsed() < Duration::from_mins(1),
         "took {:?}",
         started.elapsed()
     );
@@ -539,4 +539,45 @@ map:
         "an interrupted run left its tasks running"
     );
     assert!(!p.log().exists(), "an agent finished after the interrupt");
+}
+
+#[test]
+fn the_workflows_slurm_options_reach_sbatch_and_the_environment_overrides_them() {
+    if !cluster("the_workflows_slurm_options_reach_sbatch") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-options
+mode: mapreduce
+slurm:
+  partition: debug
+  time: "7"
+  cpus_per_task: 1
+  mem: 64M
+  sbatch_args: ["--comment=from-the-workflow"]
+map:
+  input: "seq 1 1"
+  agent_template:
+    - shell: 'scontrol show job "$SLURM_JOB_ID" -o >> "$RUNS_LOG"'
+"#,
+    );
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let out = cmd
+        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .env("PRODIGY_SBATCH_ARGS", "--time=9")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = std::fs::read_to_string(p.log()).unwrap();
+    for expected in [
+        "Partition=debug",
+        "TimeLimit=00:09:00",
+        "MinMemoryNode=64M",
+        "Comment=from-the-workflow",
+    ] {
+        assert!(job.contains(expected), "no {expected} in:\n{job}");
+    }
 }
