@@ -272,8 +272,9 @@ pub fn parse_scontrol(text: &str) -> Option<(String, String)> {
     Some((state, field("Reason=").unwrap_or_default()))
 }
 
-/// The failure of a task that left the queue without a result, from its final Slurm STATE
-/// and REASON (`scontrol`'s words; empty when Slurm no longer knows the task).
+/// The failure of a task that Slurm stopped (it left the queue without a result, or its
+/// agent wrote that it was told to stop when prodigy had not asked), from its final Slurm
+/// STATE and REASON (`scontrol`'s words; empty when Slurm no longer knows the task).
 pub fn lost_task(task: &str, state: &str, reason: &str) -> (String, ErrorType) {
     let why = match state {
         "" => "Slurm no longer knows it".to_owned(),
@@ -296,7 +297,7 @@ pub fn lost_task(task: &str, state: &str, reason: &str) -> (String, ErrorType) {
     };
     (
         format!(
-            "the Slurm task {task} ended without a result: {why}{reason}; its output is in the job's slurm/ directory"
+            "the Slurm task {task} stopped before its agent finished: {why}{reason}; its output is in the job's slurm/ directory"
         ),
         error_type,
     )
@@ -627,6 +628,19 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
     Ok((ids, false))
 }
 
+/// The failure of a task Slurm stopped, once it has left the queue (up to 30 s), with the
+/// state Slurm gives it.
+async fn stopped_by_slurm(ids: &SlurmIds) -> Dispatched {
+    let task = ids.task();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && queued(&task).await == Some(true) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (state, reason) = final_state(&task).await;
+    let (message, error_type) = lost_task(&task, &state, &reason);
+    Dispatched::failed("slurm", message, error_type, Some(ids.clone()))
+}
+
 /// Runs D's item as a Slurm task and waits for its outcome.
 pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched {
     let (ids, adopted) = match submit(runner, &d).await {
@@ -649,6 +663,10 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
     let mut polls: u32 = 0;
     loop {
         if let Some(r) = read_result(&result) {
+            if r.end == TaskEnd::Cancelled {
+                // Prodigy did not ask for it (it returns before reading when it does).
+                return stopped_by_slurm(&ids).await;
+            }
             return Dispatched::from_result(r, ids);
         }
         if deadline.is_none() && started.exists() {
@@ -678,9 +696,7 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
             if let Some(r) = read_result(&result) {
                 return Dispatched::from_result(r, ids);
             }
-            let (state, reason) = final_state(&task).await;
-            let (message, error_type) = lost_task(&task, &state, &reason);
-            return Dispatched::failed("slurm", message, error_type, Some(ids));
+            return stopped_by_slurm(&ids).await;
         }
         tokio::time::sleep(d.slurm.poll).await;
     }

@@ -581,3 +581,31 @@ map:
         assert!(job.contains(expected), "no {expected} in:\n{job}");
     }
 }
+
+#[test]
+fn a_task_that_ends_without_a_result_fails_its_item_with_what_slurm_says() {
+    if !cluster("a_task_that_ends_without_a_result_fails_its_item") {
+        return;
+    }
+    // The agent cancels its own task behind prodigy's back, as an administrator might.
+    let p = Project::new(
+        r#"name: slurm-lost
+mode: mapreduce
+map:
+  input: "seq 1 1"
+  agent_template:
+    - shell: 'scancel "$SLURM_JOB_ID"; sleep 30'
+"#,
+    );
+    let out = p.prodigy(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = job_id(&out);
+    let results = p.results(&job);
+    let error = results[0]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("stopped before its agent finished") && error.contains("CANCELLED"),
+        "{results:?}"
+    );
+    let show = p.prodigy(&["dlq", "show", &job, "--format", "json"]);
+    assert!(String::from_utf8_lossy(&show.stdout).contains("stopped before its agent finished"));
+}
