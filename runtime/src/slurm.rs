@@ -53,16 +53,19 @@ pub struct SlurmOptions {
 
 impl Executor {
     /// How many agents the map phase may have under way at once for `max_parallel` running:
-    /// on Slurm, each slot also has its next task waiting in the queue (it starts the
+    /// on Slurm, each slot also has its next tasks waiting in the queue (one starts the
     /// moment the slot's running task ends, where a task submitted then would wait for the
     /// controller's next scheduling pass, about a second).
     pub fn admit_limit(&self, max_parallel: usize) -> usize {
         match self {
             Executor::Local => max_parallel,
-            Executor::Slurm(_) => max_parallel.saturating_mul(2),
+            Executor::Slurm(_) => max_parallel.saturating_mul(SLOT_DEPTH),
         }
     }
 }
+
+/// How many tasks each slot holds: the running one and those waiting behind it.
+const SLOT_DEPTH: usize = 3;
 
 /// The `max_parallel` slots of a job on Slurm. Each holds the items whose tasks run one
 /// after the other in it: a task is submitted with `--dependency=afterany:` on the task
@@ -147,12 +150,12 @@ impl Drop for Held<'_> {
 }
 
 impl SlurmOptions {
-    /// Options that run PROGRAM with no extra `sbatch` options, polling every 200 ms.
+    /// Options that run PROGRAM with no extra `sbatch` options, polling every 50 ms.
     pub fn new(program: PathBuf) -> Self {
         SlurmOptions {
             program,
             sbatch_args: Vec::new(),
-            poll: Duration::from_millis(200),
+            poll: Duration::from_millis(50),
             slots: std::sync::Arc::default(),
         }
     }
@@ -826,7 +829,8 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
     let mut signal = runner.cancel.clone();
     let mut halt = d.halt.take();
     let mut stopping = d.stopping.take();
-    let mut polls: u32 = 0;
+    // Slurm is asked about a task without a result at most once a second.
+    let mut asked = Instant::now();
     loop {
         if let Some(r) = read_result(&result) {
             if r.end == TaskEnd::Cancelled {
@@ -860,13 +864,14 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
                 ids: Some(ids),
             };
         }
-        // The queue is asked only every few polls, and only matters when no result came.
-        polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(5) && queued(&task).await == Some(false) {
-            if let Some(r) = read_result(&result) {
-                return Dispatched::from_result(r, ids);
+        if asked.elapsed() >= Duration::from_secs(1) {
+            asked = Instant::now();
+            if queued(&task).await == Some(false) {
+                if let Some(r) = read_result(&result) {
+                    return Dispatched::from_result(r, ids);
+                }
+                return stopped_by_slurm(&ids).await;
             }
-            return stopped_by_slurm(&ids).await;
         }
         tokio::time::sleep(d.slurm.poll).await;
     }

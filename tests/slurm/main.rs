@@ -609,3 +609,30 @@ map:
     let show = p.prodigy(&["dlq", "show", &job, "--format", "json"]);
     assert!(String::from_utf8_lossy(&show.stdout).contains("stopped before its agent finished"));
 }
+
+#[test]
+fn when_the_error_policy_stops_the_job_tasks_waiting_in_the_queue_never_run() {
+    if !cluster("when_the_error_policy_stops_the_job_tasks_waiting_never_run") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-stop
+mode: mapreduce
+max_failures: 1
+map:
+  input: "seq 1 4"
+  max_parallel: 1
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"; sleep 1; [ "$ITEM" != 1 ]'
+"#,
+    );
+    let out = p.prodigy(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let job = job_id(&out);
+    assert_eq!(queued(&job), "", "tasks were left in the queue");
+    // Items 2 and 3 were waiting behind item 1 in its slot; they were cancelled, not run.
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    assert_eq!(log, "1\n", "{log}");
+    let results = p.results(&job);
+    assert_eq!(results.len(), 1, "{results:?}");
+}
