@@ -256,7 +256,7 @@ pub static WORKFLOW: Shape = Shape {
         key(
             "slurm",
             Ty::Object(&SLURM),
-            "`sbatch` options for the map agents when they run on Slurm (`prodigy run --executor slurm`).",
+            "The `sbatch` options of the map agents when they run on Slurm (`prodigy run --executor slurm`).",
         ),
     ],
 };
@@ -264,7 +264,7 @@ pub static WORKFLOW: Shape = Shape {
 /// `slurm`.
 pub static SLURM: Shape = Shape {
     name: "slurm",
-    doc: "`sbatch` options for the map agents under `--executor slurm`.",
+    doc: "The `sbatch` options of the map agents under `--executor slurm`.",
     keys: &[
         key(
             "partition",
