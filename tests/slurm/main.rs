@@ -630,9 +630,11 @@ map:
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let job = job_id(&out);
     assert_eq!(queued(&job), "", "tasks were left in the queue");
-    // Items 2 and 3 were waiting behind item 1 in its slot; they were cancelled, not run.
+    // Items 2 and 3 were waiting behind item 1 in its slot. Slurm starts item 2 the moment
+    // item 1 ends, so it may have started before prodigy learnt of the failure (then it
+    // finishes, as a running agent does); item 3 was still waiting: cancelled, never run.
     let log = std::fs::read_to_string(p.log()).unwrap();
-    assert_eq!(log, "1\n", "{log}");
+    assert!(log == "1\n" || log == "1\n2\n", "{log}");
     let results = p.results(&job);
-    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results.len(), log.lines().count(), "{results:?}");
 }
