@@ -92,6 +92,9 @@ pub(crate) struct RetryArgs {
     /// Merge the job's worktree back without asking (when the job works in one).
     #[arg(short = 'y', long)]
     yes: bool,
+    /// Where the retried agents run: `local` processes, or `slurm` jobs.
+    #[arg(long, value_enum, default_value_t)]
+    executor: crate::agent::ExecutorChoice,
 }
 
 /// Output formats of the inspection commands.
@@ -552,6 +555,10 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
         return code;
     }
+    if let Err(code) = args.executor.check() {
+        return code;
+    }
+    let executor = args.executor.executor();
     let mut opts = opts;
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
@@ -580,7 +587,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             Err(code) => return code,
         };
         let summary = match prodigy_runtime::mapreduce::retry_dead_letters(
-            &runner, &vars, &mut files, &job, parallel, total,
+            &runner, &vars, &mut files, &job, parallel, total, &executor,
         )
         .await
         {

@@ -7,6 +7,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod agent;
 mod check;
 mod exit_code;
 mod jobs;
@@ -157,6 +158,9 @@ enum Command {
     },
     /// Print the manual page (roff), with every subcommand: `prodigy man | man -l -`.
     Man,
+    /// Run one map item inside a Slurm task (what `--executor slurm` submits).
+    #[command(hide = true)]
+    Agent(agent::AgentArgs),
 }
 
 /// The command line, with the exit status table after the long help.
@@ -213,6 +217,7 @@ fn main() -> ExitCode {
         Command::Graph(args) => graph(&args),
         Command::Items(args) => items(&args),
         Command::Lsp => lsp::run(),
+        Command::Agent(args) => agent::agent(&args),
         Command::Run(args) => {
             set_quiet(args.quiet);
             run::run(&args)

@@ -81,6 +81,9 @@ pub(crate) struct JobArgs {
     /// and the last line says so).
     #[arg(long)]
     strict: bool,
+    /// Where map agents run: `local` processes, or `slurm` jobs (README "Map agents on Slurm").
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) executor: crate::agent::ExecutorChoice,
 }
 
 impl JobArgs {
@@ -91,6 +94,7 @@ impl JobArgs {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             cancel_running: self.cancel_running,
             strict: self.strict,
+            executor: self.executor.executor(),
         }
     }
 }
@@ -338,6 +342,11 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     };
     if plan.map.is_some() {
         return execute_job(Arc::new(plan), opts, args.job, None, place);
+    }
+    if args.job.executor == crate::agent::ExecutorChoice::Slurm {
+        crate::note(
+            "note: `--executor slurm` runs the map agents of MapReduce workflows; this workflow has no map phase, so its steps run here\n",
+        );
     }
     execute(Arc::new(plan), opts, None, place)
 }
@@ -744,6 +753,9 @@ fn execute_job(
     resume: Option<JobCheckpoint>,
     place: Place,
 ) -> u8 {
+    if let Err(code) = job_args.executor.check() {
+        return code;
+    }
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
         let job_id = resume
@@ -1195,7 +1207,7 @@ pub(crate) async fn start(
 }
 
 /// Puts back what earlier steps captured, without overriding env, secrets or params.
-fn restore(vars: &mut Vars, variables: &serde_json::Value) {
+pub(crate) fn restore(vars: &mut Vars, variables: &serde_json::Value) {
     if let Some(values) = variables.get("values").and_then(|v| v.as_object()) {
         for (k, v) in values {
             if !vars.values.contains_key(k) {

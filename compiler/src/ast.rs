@@ -157,6 +157,8 @@ pub struct Workflow {
     pub merge: Option<Merge>,
     /// `claude`: the defaults of every Claude call.
     pub claude: Option<ClaudeSettings>,
+    /// `slurm`: how `--executor slurm` submits the map agents.
+    pub slurm: Option<Slurm>,
     /// The whole document.
     pub span: Span,
 }
@@ -250,6 +252,74 @@ pub const PERMISSION_MODES: &[&str] = &[
     "dontAsk",
     "plan",
 ];
+/// Top-level `slurm`: `sbatch` options for the map agents when they run on Slurm.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Slurm {
+    /// `--partition`.
+    pub partition: Option<Spanned<String>>,
+    /// `--account`.
+    pub account: Option<Spanned<String>>,
+    /// `--time`, in Slurm's own format (`30`, `1:30:00`, `2-00:00:00`).
+    pub time: Option<Spanned<String>>,
+    /// `--cpus-per-task`.
+    pub cpus_per_task: Option<Spanned<u64>>,
+    /// `--mem` (`4096`, `4G`).
+    pub mem: Option<Spanned<String>>,
+    /// More `sbatch` options, as they are.
+    pub sbatch_args: Vec<Spanned<String>>,
+}
+
+impl Slurm {
+    /// The `sbatch` options this asks for, in a fixed order, `sbatch_args` last.
+    pub fn sbatch_options(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut add = |flag: &str, value: Option<String>| {
+            if let Some(v) = value {
+                out.push(format!("--{flag}={v}"));
+            }
+        };
+        add(
+            "partition",
+            self.partition.as_ref().map(|v| v.value.clone()),
+        );
+        add("account", self.account.as_ref().map(|v| v.value.clone()));
+        add("time", self.time.as_ref().map(|v| v.value.clone()));
+        add(
+            "cpus-per-task",
+            self.cpus_per_task.as_ref().map(|v| v.value.to_string()),
+        );
+        add("mem", self.mem.as_ref().map(|v| v.value.clone()));
+        out.extend(self.sbatch_args.iter().map(|a| a.value.clone()));
+        out
+    }
+}
+
+/// Whether TEXT is a time limit `sbatch --time` takes: `MIN`, `MIN:SEC`, `H:MIN:SEC`,
+/// `D-H`, `D-H:MIN`, `D-H:MIN:SEC`, or `UNLIMITED`/`INFINITE`.
+pub fn is_slurm_time(text: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
+    if matches!(text, "UNLIMITED" | "INFINITE" | "unlimited" | "infinite") {
+        return true;
+    }
+    let (days, rest) = match text.split_once('-') {
+        Some((d, rest)) => (Some(d), rest),
+        None => (None, text),
+    };
+    if days.is_some_and(|d| !digits(d)) {
+        return false;
+    }
+    let parts: Vec<&str> = rest.split(':').collect();
+    parts.iter().all(|p| digits(p)) && (1..=3).contains(&parts.len())
+}
+
+/// Whether TEXT is a memory size `sbatch --mem` takes: a whole number with an optional
+/// unit `K`, `M`, `G` or `T` (megabytes without one).
+pub fn is_slurm_mem(text: &str) -> bool {
+    let number = text.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
+    text.len() - number.len() <= 1
+        && !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
+}
 
 /// The two kinds of workflow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]

@@ -68,6 +68,9 @@ pub struct Plan {
     /// (`step_validate` checks); each `claude` step has them merged into [`PlanStep::claude`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub claude: Option<ast::ClaudeSettings>,
+    /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<ast::Slurm>,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -559,6 +562,7 @@ pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
         handlers,
         error_policy: workflow.error_policy.clone(),
         claude: workflow.claude.clone().filter(|s| !s.is_empty()),
+        slurm: workflow.slurm.clone(),
         variables: Vec::new(),
     }
     .with_variables(workflow)

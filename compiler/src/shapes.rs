@@ -268,6 +268,49 @@ pub static WORKFLOW: Shape = Shape {
             ERROR_COLLECTION_TY,
             "How item errors are reported: `aggregate` (default), `immediate`, `batched:N` or `{batched: {size: N}}`; shorthand for `error_policy.error_collection`.",
         ),
+        key(
+            "slurm",
+            Ty::Object(&SLURM),
+            "The `sbatch` options of the map agents when they run on Slurm (`prodigy run --executor slurm`).",
+        ),
+    ],
+};
+
+/// `slurm`.
+pub static SLURM: Shape = Shape {
+    name: "slurm",
+    doc: "The `sbatch` options of the map agents under `--executor slurm`.",
+    keys: &[
+        key(
+            "partition",
+            Ty::Text,
+            "The Slurm partition the agents run in (`--partition`).",
+        ),
+        key(
+            "account",
+            Ty::Text,
+            "The Slurm account charged for the agents (`--account`).",
+        ),
+        key(
+            "time",
+            Ty::Text,
+            "Slurm's time limit for each agent's task (`--time`): `MIN`, `H:MIN:SEC` or `D-H:MIN:SEC`.",
+        ),
+        key(
+            "cpus_per_task",
+            Ty::Int { min: 1 },
+            "CPUs for each agent's task (`--cpus-per-task`).",
+        ),
+        key(
+            "mem",
+            Ty::Text,
+            "Memory for each agent's task (`--mem`): megabytes, or a number with `K`, `M`, `G` or `T`.",
+        ),
+        key(
+            "sbatch_args",
+            Ty::List(&Ty::Text),
+            "More `sbatch` options, passed as they are (`[\"--qos=long\", \"--constraint=avx2\"]`).",
+        ),
     ],
 };
 
@@ -1851,6 +1894,7 @@ pub static SHAPES: &[&Shape] = &[
     &POLICY_RETRY,
     &ITEM_FAILURE_CUSTOM,
     &ERROR_COLLECTION_BATCHED,
+    &SLURM,
 ];
 
 #[cfg(test)]

@@ -107,6 +107,9 @@ pub struct FailureDetail {
     /// ran (secrets masked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_output: Option<CommandTail>,
+    /// The Slurm task that ran the attempt (`--executor slurm`).
+    #[serde(flatten)]
+    pub slurm: Option<crate::slurm::SlurmIds>,
 }
 
 /// What a failed command left: its exit code and the last lines of what it printed.
@@ -596,6 +599,7 @@ mod tests {
             duration_ms: 12,
             json_log_location: None,
             command_output: None,
+            slurm: None,
         }
     }
 

@@ -147,6 +147,9 @@ pub struct ItemRecord {
     /// What its Claude calls cost, when it made any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude: Option<crate::claude::Totals>,
+    /// The Slurm task that ran it (`--executor slurm`).
+    #[serde(flatten)]
+    pub slurm: Option<crate::slurm::SlurmIds>,
 }
 
 /// A problem with the job's files.
@@ -339,6 +342,7 @@ mod tests {
             duration_secs: 0.0,
             dead_lettered: false,
             claude: None,
+            slurm: None,
         }
     }
 

@@ -16,6 +16,7 @@ pub mod mapreduce;
 pub mod paths;
 pub mod progress;
 pub mod runner;
+pub mod slurm;
 pub mod statefs;
 pub mod store;
 pub mod vars;

@@ -46,6 +46,8 @@ pub struct JobOptions {
     /// `--strict`: a `json_path` that selects nothing from the input fails the job instead
     /// of completing it with no items.
     pub strict: bool,
+    /// Where the agents run (`--executor`).
+    pub executor: crate::slurm::Executor,
 }
 
 /// How a job ended.
@@ -246,7 +248,7 @@ pub fn item_index(id: &str) -> Option<usize> {
 }
 
 /// The item variables of docs/language.md §5.
-fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
+pub(crate) fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
     vars.set("item", item.clone());
     vars.set("item_index", json!(index));
     vars.set("item_total", json!(total));
@@ -256,16 +258,27 @@ fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usize) {
 
 /// What an agent runs: its steps, its timeouts and how it is stopped.
 pub(crate) struct AgentSpec {
-    steps: Vec<StepId>,
+    pub(crate) steps: Vec<StepId>,
     timeout: Option<Duration>,
     timeouts: Rc<HashMap<StepId, Duration>>,
     grace: Option<Duration>,
     cancel_running: bool,
     total: usize,
+    executor: crate::slurm::Executor,
+    /// Whether a Slurm task a killed coordinator left for an item is adopted (the map
+    /// phase, whose pending items have no outcome yet; not `dlq retry`, whose items do).
+    adopt: bool,
+    /// The job's `max_parallel`.
+    parallel: usize,
 }
 
 impl AgentSpec {
-    fn new(plan: &Plan, cancel_running: bool, total: usize) -> Self {
+    pub(crate) fn new(
+        plan: &Plan,
+        cancel_running: bool,
+        total: usize,
+        executor: crate::slurm::Executor,
+    ) -> Self {
         let Some(map) = &plan.map else {
             return AgentSpec {
                 steps: Vec::new(),
@@ -274,6 +287,9 @@ impl AgentSpec {
                 grace: None,
                 cancel_running,
                 total,
+                executor,
+                adopt: true,
+                parallel: 1,
             };
         };
         let config = map.timeout_config.as_ref();
@@ -304,6 +320,9 @@ impl AgentSpec {
             grace: config.map(|c| c.cleanup_grace_period),
             cancel_running,
             total,
+            executor,
+            adopt: true,
+            parallel: 1,
         }
     }
 }
@@ -329,6 +348,8 @@ struct AgentRun {
     artifacts: Option<WorktreeArtifacts>,
     /// What its Claude calls cost.
     claude: crate::claude::Totals,
+    /// The Slurm task that ran it.
+    slurm: Option<crate::slurm::SlurmIds>,
 }
 
 impl AgentRun {
@@ -354,6 +375,7 @@ impl AgentRun {
             duration: Duration::ZERO,
             artifacts: None,
             claude: crate::claude::Totals::default(),
+            slurm: None,
         }
     }
 
@@ -460,8 +482,19 @@ async fn run_agent(
     attempt: u32,
     halt: watch::Receiver<bool>,
 ) -> AgentRun {
-    let worktree = match &runner.opts.worktree {
-        Some(session) => {
+    // A Slurm task that a killed coordinator left for this item keeps its worktree.
+    let adopted = match (&spec.executor, spec.adopt) {
+        (crate::slurm::Executor::Slurm(_), true) => {
+            let job_dir = runner.opts.layout.job_dir(runner.session());
+            crate::slurm::adoptable(runner, &job_dir, index)
+                .await
+                .and_then(|s| s.worktree)
+        }
+        _ => None,
+    };
+    let worktree = match (&runner.opts.worktree, adopted) {
+        (Some(_), Some(adopted)) => Some(adopted),
+        (Some(session), None) => {
             match crate::worktree::create_agent(
                 &runner.opts.layout,
                 session,
@@ -480,7 +513,7 @@ async fn run_agent(
                 }
             }
         }
-        None => None,
+        (None, _) => None,
     };
     let mut vars = base.clone();
     item_vars(&mut vars, item, index, spec.total);
@@ -494,31 +527,74 @@ async fn run_agent(
         json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt}),
     );
     let started = Instant::now();
-    let (outcome, why) = guarded(
-        runner,
-        scope.clone(),
-        stop,
-        runner.run_agent_steps(&spec.steps, &mut vars),
-        spec.timeout,
-        spec.cancel_running.then_some(halt),
-    )
-    .await;
-    let end = match (why, outcome) {
-        (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
-        (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
-        // A step whose failure was only handled fails the item.
-        (None, o) if o.continues_agent() => RunEnd::Succeeded,
-        (None, _) => RunEnd::Failed,
-    };
-    let failure = scope.failure.borrow().clone();
-    let claude = *scope.claude.borrow();
-    let mut run = AgentRun {
-        end,
-        output: vars.last_output.take(),
-        failure,
-        duration: started.elapsed(),
-        artifacts: None,
-        claude,
+    let mut run = if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
+        // The steps run in a Slurm task; everything around them stays here.
+        let job_dir = runner.opts.layout.job_dir(runner.session());
+        let done = crate::runner::AGENT
+            .scope(
+                scope.clone(),
+                crate::slurm::dispatch(
+                    runner,
+                    crate::slurm::Dispatch {
+                        slurm,
+                        job_dir,
+                        job_id: runner.session().to_owned(),
+                        index,
+                        attempt,
+                        worktree: worktree.clone(),
+                        timeout: spec.timeout,
+                        stopping: Some(halt.clone()),
+                        halt: spec.cancel_running.then_some(halt),
+                        adopt: spec.adopt,
+                        parallel: spec.parallel,
+                    },
+                ),
+            )
+            .await;
+        let end = match done.end {
+            crate::slurm::Ended::Succeeded => RunEnd::Succeeded,
+            crate::slurm::Ended::Failed => RunEnd::Failed,
+            crate::slurm::Ended::TimedOut => RunEnd::TimedOut,
+            crate::slurm::Ended::Cancelled => RunEnd::Cancelled,
+        };
+        AgentRun {
+            end,
+            output: done.output,
+            failure: done.failure,
+            duration: started.elapsed(),
+            artifacts: None,
+            slurm: done.ids,
+            // The calls ran inside the Slurm task; their costs are in its events.
+            claude: crate::claude::Totals::default(),
+        }
+    } else {
+        let (outcome, why) = guarded(
+            runner,
+            scope.clone(),
+            stop,
+            runner.run_agent_steps(&spec.steps, &mut vars),
+            spec.timeout,
+            spec.cancel_running.then_some(halt),
+        )
+        .await;
+        let end = match (why, outcome) {
+            (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
+            (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
+            // A step whose failure was only handled fails the item.
+            (None, o) if o.continues_agent() => RunEnd::Succeeded,
+            (None, _) => RunEnd::Failed,
+        };
+        let failure = scope.failure.borrow().clone();
+        let claude = *scope.claude.borrow();
+        AgentRun {
+            end,
+            output: vars.last_output.take(),
+            failure,
+            duration: started.elapsed(),
+            artifacts: None,
+            slurm: None,
+            claude,
+        }
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
         merge_back(runner, session, worktree, index, &mut run, &mut vars).await;
@@ -1437,7 +1513,15 @@ impl<'a> MapJob<'a> {
             .timeout_config
             .as_ref()
             .map_or(TimeoutAction::Dlq, |c| c.action);
-        let spec = AgentSpec::new(plan, self.opts.cancel_running, total);
+        let spec = AgentSpec {
+            parallel: max_parallel,
+            ..AgentSpec::new(
+                plan,
+                self.opts.cancel_running,
+                total,
+                self.opts.executor.clone(),
+            )
+        };
         let mut pending: VecDeque<(usize, u32)> = records
             .iter()
             .enumerate()
@@ -1487,7 +1571,7 @@ impl<'a> MapJob<'a> {
                 && lost.is_none()
                 && !runner.cancelled()
                 && self.write_failed.is_none()
-                && agents < max_parallel
+                && agents < spec.executor.admit_limit(max_parallel)
             {
                 let Some((index, attempt)) = pending.pop_front() else {
                     break;
@@ -1874,6 +1958,7 @@ impl<'a> MapJob<'a> {
             duration_secs: run.duration.as_secs_f64(),
             dead_lettered,
             claude: (run.claude.calls > 0).then_some(run.claude),
+            slurm: run.slurm.clone(),
         };
         match self.files.append(&record) {
             Ok(()) => Some(record),
@@ -2007,11 +2092,16 @@ pub async fn retry_dead_letters(
     job_id: &str,
     parallel: Option<usize>,
     total: usize,
+    executor: &crate::slurm::Executor,
 ) -> Result<RetrySummary, String> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
     let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
-    let spec = AgentSpec::new(&runner.plan, false, total);
+    let spec = AgentSpec {
+        adopt: false,
+        parallel: max_parallel,
+        ..AgentSpec::new(&runner.plan, false, total, executor.clone())
+    };
     let (_halt_tx, halt_rx) = watch::channel(false);
     runner.record("dlq_retry_started", json!({"items": ids.len()}));
     let mut summary = RetrySummary::default();
@@ -2080,6 +2170,7 @@ pub async fn retry_dead_letters(
                     duration_secs: run.duration.as_secs_f64(),
                     dead_lettered: false,
                     claude: (run.claude.calls > 0).then_some(run.claude),
+                    slurm: run.slurm.clone(),
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;
@@ -2167,6 +2258,7 @@ fn failure_of(runner: &Runner, run: &AgentRun, message: &str, index: usize) -> F
             .as_ref()
             .and_then(|f| f.log.as_ref())
             .map(|p| p.display().to_string()),
+        slurm: run.slurm.clone(),
         ..failure_detail(None, message, index, run.duration.as_secs_f64())
     }
 }
@@ -2196,6 +2288,7 @@ fn failure_detail(
         duration_ms: (duration_secs * 1000.0) as u64,
         json_log_location: None,
         command_output: None,
+        slurm: None,
     }
 }
 
@@ -2297,6 +2390,7 @@ mod tests {
             duration_secs: 0.0,
             dead_lettered: true,
             claude: None,
+            slurm: None,
         }
     }
 

@@ -73,7 +73,7 @@ pub struct SessionWorktree {
 }
 
 /// A map agent's worktree.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentWorktree {
     /// The worktree's root.
     pub path: PathBuf,

@@ -94,6 +94,8 @@ const SEED_CASES: &[Case] = &[
     },
     case("seed-002-setup-simple-array", "", 0),
     case("seed-004-resilient-mapreduce-fibonacci", "", 0),
+    // `slurm:` changes nothing when the agents run here (`--executor local`, the default).
+    case("slurm-options", "", 0),
 ];
 
 fn write_items(scratch: &Scratch, workflow: &str, items: Option<fn() -> String>) {

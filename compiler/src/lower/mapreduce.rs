@@ -369,6 +369,54 @@ impl Lowerer<'_> {
         })
     }
 
+    /// `slurm`: the `sbatch` options, with `time` and `mem` in forms Slurm takes.
+    pub(crate) fn slurm(&mut self, node: &Node) -> Option<crate::ast::Slurm> {
+        let f = self.fields(node, "`slurm`", &shapes::SLURM)?;
+        let mut slurm = crate::ast::Slurm {
+            partition: f
+                .get("partition")
+                .and_then(|n| self.string(n, "`slurm.partition`")),
+            account: f
+                .get("account")
+                .and_then(|n| self.string(n, "`slurm.account`")),
+            cpus_per_task: f
+                .get("cpus_per_task")
+                .and_then(|n| self.size(n, "`slurm.cpus_per_task`", 1)),
+            sbatch_args: f
+                .get("sbatch_args")
+                .map(|n| self.string_list(n, "`slurm.sbatch_args`"))
+                .unwrap_or_default(),
+            ..crate::ast::Slurm::default()
+        };
+        if let Some(time) = f.get("time").and_then(|n| self.string(n, "`slurm.time`")) {
+            if crate::ast::is_slurm_time(&time.value) {
+                slurm.time = Some(time);
+            } else {
+                self.push(
+                    Diagnostic::new(
+                        Code::InvalidDuration,
+                        "`slurm.time` is not a Slurm time limit",
+                    )
+                    .with_primary(time.span, format!("`{}` is not a form `sbatch --time` takes", time.value))
+                    .with_help("write minutes (`30`), `H:MIN:SEC` (`1:30:00`) or `D-H:MIN:SEC` (`2-00:00:00`)"),
+                );
+            }
+        }
+        if let Some(mem) = f.get("mem").and_then(|n| self.string(n, "`slurm.mem`")) {
+            if crate::ast::is_slurm_mem(&mem.value) {
+                slurm.mem = Some(mem);
+            } else {
+                self.wrong_type_at(
+                    mem.span,
+                    "`slurm.mem`",
+                    "a size such as `4096` (megabytes) or `4G`",
+                    &format!("`{}`", mem.value),
+                );
+            }
+        }
+        Some(slurm)
+    }
+
     /// `error_policy` with the top-level convenience keys folded in.
     pub(crate) fn error_policy(
         &mut self,

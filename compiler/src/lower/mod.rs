@@ -170,6 +170,15 @@ impl Lowerer<'_> {
         );
     }
 
+    /// Reports a value of the wrong form at SPAN, FOUND being what it is.
+    pub(crate) fn wrong_type_at(&mut self, span: Span, what: &str, expected: &str, found: &str) {
+        self.push(
+            Diagnostic::new(Code::WrongType, format!("{what} must be {expected}"))
+                .with_primary(span, format!("found {found}"))
+                .with_help(format!("write {what} as {expected}")),
+        );
+    }
+
     /// Reports a missing required key on a mapping.
     pub(crate) fn missing(&mut self, at: Span, what: &str, key: &str, help: &str) {
         self.push(
@@ -474,6 +483,16 @@ impl Lowerer<'_> {
         }
         if let Some(merge) = fields.get("merge") {
             wf.merge = self.merge(merge);
+        }
+        if let Some(entry) = fields.entry("slurm") {
+            wf.slurm = self.slurm(&entry.value);
+            if !mapreduce {
+                self.no_effect(
+                    entry,
+                    "only the map agents of a MapReduce workflow run on Slurm",
+                    "remove `slurm:`, or add `mode: mapreduce` with a `map` phase",
+                );
+            }
         }
         wf.error_policy = self.error_policy(&fields, mapreduce, &wf.handlers);
         if mapreduce {

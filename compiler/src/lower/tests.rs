@@ -509,3 +509,58 @@ fn a_step_overrides_the_workflow_claude_defaults_field_by_field() {
     assert!(shell.claude.is_none());
     assert_eq!(plan.claude.unwrap().model.as_deref(), Some("sonnet"));
 }
+
+#[test]
+fn slurm_options_become_sbatch_options() {
+    let wf = lower_ok(
+        "mode: mapreduce\nslurm:\n  partition: gpu\n  account: team\n  time: \"1-02:00:00\"\n  cpus_per_task: 4\n  mem: 8G\n  sbatch_args: [\"--qos=long\"]\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    assert_eq!(
+        wf.slurm.unwrap().sbatch_options(),
+        [
+            "--partition=gpu",
+            "--account=team",
+            "--time=1-02:00:00",
+            "--cpus-per-task=4",
+            "--mem=8G",
+            "--qos=long"
+        ]
+    );
+}
+
+#[test]
+fn slurm_time_and_mem_must_be_forms_slurm_takes() {
+    for good in [
+        "30",
+        "30:00",
+        "1:30:00",
+        "2-0",
+        "2-01:00",
+        "2-01:00:00",
+        "UNLIMITED",
+    ] {
+        assert!(crate::ast::is_slurm_time(good), "{good}");
+    }
+    for bad in ["", "1h", "an hour", "1:2:3:4", "-1", "2-", "1.5"] {
+        assert!(!crate::ast::is_slurm_time(bad), "{bad}");
+    }
+    for good in ["4096", "4G", "512M", "1T"] {
+        assert!(crate::ast::is_slurm_mem(good), "{good}");
+    }
+    for bad in ["", "G", "4GB", "lots", "1.5G"] {
+        assert!(!crate::ast::is_slurm_mem(bad), "{bad}");
+    }
+    let text = "mode: mapreduce\nslurm:\n  time: \"an hour\"\n  mem: lots\n  cpus_per_task: 0\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n";
+    assert_eq!(
+        codes(text),
+        [Code::InvalidDuration, Code::WrongType, Code::OutOfRange]
+    );
+}
+
+#[test]
+fn slurm_in_a_standard_workflow_has_no_effect() {
+    assert_eq!(
+        codes("slurm:\n  partition: debug\ncommands:\n  - shell: \"true\"\n"),
+        [Code::NoEffect]
+    );
+}

@@ -1,0 +1,971 @@
+//! Map agents as Slurm jobs (README "Map agents on Slurm").
+//!
+//! The coordinator ([`crate::mapreduce`]) keeps everything it does for a local agent (the
+//! error policy, the breaker, the DLQ, worktrees and the merge queue); only the agent's
+//! steps run elsewhere: [`dispatch`] submits one Slurm array task for the item, running
+//! `prodigy agent` ([`run_task`]) in the item's worktree, and waits for the result file the
+//! task writes atomically. That file is the truth; `squeue` and `scontrol` are asked only
+//! when the task has left the queue without writing it (node failure, `scancel`, time
+//! limit). Agent timeouts, `--cancel-running` and interrupts cancel the task with
+//! `scancel`. Only the command-line tools are used (`sbatch --parsable`, `squeue -h -o`,
+//! `scontrol show job -o`, `scancel`), whose text output is stable across versions.
+//!
+//! Files, under the job's state directory, in `slurm/`: `agent.sh` (the batch script),
+//! `item_N.job` (the task submitted for the item, see [`Submitted`]), `item_N.result.json`
+//! (the task's [`TaskResult`]) and `item_N.out` (the task's own stdout and stderr).
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::dlq::{CommandTail, ErrorType};
+use crate::runner::{Runner, StepFailure};
+use crate::vars::Vars;
+
+/// Where a MapReduce job's agents run.
+#[derive(Clone, Debug, Default)]
+pub enum Executor {
+    /// As child processes of prodigy, `max_parallel` at a time (the default).
+    #[default]
+    Local,
+    /// As Slurm jobs.
+    Slurm(SlurmOptions),
+}
+
+/// How agents are submitted to Slurm.
+#[derive(Clone, Debug)]
+pub struct SlurmOptions {
+    /// The `prodigy` program the tasks run (the coordinator's own executable: on a cluster,
+    /// the same path must exist on every node).
+    pub program: PathBuf,
+    /// More `sbatch` options, passed as they are (partition, account, time limit, ...).
+    pub sbatch_args: Vec<String>,
+    /// How often the coordinator looks for result files.
+    pub poll: Duration,
+    /// The job's `max_parallel` slots, each a chain of tasks.
+    pub slots: std::sync::Arc<Slots>,
+}
+
+impl Executor {
+    /// How many agents the map phase may have under way at once for `max_parallel` running:
+    /// on Slurm, each slot also has its next tasks waiting in the queue (one starts the
+    /// moment the slot's running task ends, where a task submitted then would wait for the
+    /// controller's next scheduling pass, about a second).
+    pub fn admit_limit(&self, max_parallel: usize) -> usize {
+        match self {
+            Executor::Local => max_parallel,
+            Executor::Slurm(_) => max_parallel.saturating_mul(SLOT_DEPTH),
+        }
+    }
+}
+
+/// How many tasks each slot holds: the running one and those waiting behind it.
+const SLOT_DEPTH: usize = 3;
+
+/// The `max_parallel` slots of a job on Slurm. Each holds the items whose tasks run one
+/// after the other in it: a task is submitted with `--dependency=afterany:` on the task
+/// before it in its slot, so at most `max_parallel` run at once on any cluster.
+#[derive(Debug, Default)]
+pub struct Slots {
+    chains: std::sync::Mutex<Vec<Vec<Link>>>,
+}
+
+#[derive(Debug)]
+struct Link {
+    index: usize,
+    /// `None` while its `sbatch` runs.
+    ids: Option<SlurmIds>,
+}
+
+impl Slots {
+    /// Puts item INDEX at the end of the shortest of the PARALLEL chains; its slot.
+    fn reserve(&self, index: usize, parallel: usize) -> usize {
+        let mut chains = crate::lock(&self.chains);
+        if chains.len() < parallel.max(1) {
+            chains.resize_with(parallel.max(1), Vec::new);
+        }
+        let slot = (0..chains.len())
+            .min_by_key(|&s| chains.get(s).map_or(0, Vec::len))
+            .unwrap_or(0);
+        if let Some(chain) = chains.get_mut(slot) {
+            chain.push(Link { index, ids: None });
+        }
+        slot
+    }
+
+    /// The task item INDEX waits for in SLOT: the one before it, once submitted.
+    async fn before(&self, slot: usize, index: usize) -> Option<SlurmIds> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            {
+                let chains = crate::lock(&self.chains);
+                let chain = chains.get(slot)?;
+                let at = chain.iter().position(|l| l.index == index)?;
+                let previous = at.checked_sub(1).and_then(|p| chain.get(p))?;
+                if let Some(ids) = &previous.ids {
+                    return Some(ids.clone());
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Notes the task of item INDEX in SLOT.
+    fn submitted(&self, slot: usize, index: usize, ids: &SlurmIds) {
+        let mut chains = crate::lock(&self.chains);
+        if let Some(link) = chains
+            .get_mut(slot)
+            .and_then(|c| c.iter_mut().find(|l| l.index == index))
+        {
+            link.ids = Some(ids.clone());
+        }
+    }
+
+    /// Takes item INDEX out of its chain.
+    fn release(&self, index: usize) {
+        for chain in crate::lock(&self.chains).iter_mut() {
+            chain.retain(|l| l.index != index);
+        }
+    }
+}
+
+/// Takes an item out of its slot when its dispatch ends, however it ends.
+struct Held<'a> {
+    slots: &'a Slots,
+    index: usize,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.slots.release(self.index);
+    }
+}
+
+impl SlurmOptions {
+    /// Options that run PROGRAM with no extra `sbatch` options, polling every 50 ms.
+    pub fn new(program: PathBuf) -> Self {
+        SlurmOptions {
+            program,
+            sbatch_args: Vec::new(),
+            poll: Duration::from_millis(50),
+            slots: std::sync::Arc::default(),
+        }
+    }
+}
+
+/// The Slurm ids of the task that ran an item, as `squeue -j` takes them together
+/// (`JOB_TASK`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmIds {
+    /// The array job's id.
+    pub slurm_job_id: String,
+    /// The array task's id (the item's index).
+    pub slurm_task_id: usize,
+}
+
+impl SlurmIds {
+    /// `JOB_TASK`, the form `squeue -j`, `scontrol` and `scancel` take.
+    pub fn task(&self) -> String {
+        format!("{}_{}", self.slurm_job_id, self.slurm_task_id)
+    }
+}
+
+/// How an agent run inside a Slurm task ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskEnd {
+    /// Every step succeeded.
+    Succeeded,
+    /// A step failed.
+    Failed,
+    /// The task was told to stop (SIGTERM from `scancel` or Slurm).
+    Cancelled,
+}
+
+/// The step that failed inside a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskFailure {
+    /// `shell: ...` or `claude: ...`.
+    pub step: String,
+    /// Why it failed (secrets masked).
+    pub message: String,
+    /// The DLQ's classification.
+    pub error_type: ErrorType,
+    /// The failing command's exit code and the last lines of its output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<CommandTail>,
+    /// The log of the Claude call that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
+}
+
+/// What a task writes to its result file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskResult {
+    /// How the agent ended.
+    pub end: TaskEnd,
+    /// The stdout of the agent's last command (secrets masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The step that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<TaskFailure>,
+    /// How long the agent ran, in seconds.
+    pub duration_secs: f64,
+    /// `SLURM_ARRAY_JOB_ID` and `SLURM_ARRAY_TASK_ID` in the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmIds>,
+    /// `SLURMD_NODENAME`: the node that ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// What the coordinator keeps of a submitted task in `item_N.job`: enough to adopt it after
+/// a crash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submitted {
+    /// The task; `None` while `sbatch` runs (the file is written before, so that a task
+    /// whose coordinator was killed before `sbatch` answered is still found, by name).
+    #[serde(flatten)]
+    pub ids: Option<SlurmIds>,
+    /// The attempt of the item it runs.
+    pub attempt: u32,
+    /// Which coordinator submitted it: a task of another one (a coordinator that was
+    /// killed) is adopted by `resume-job`; one of this coordinator is an earlier attempt.
+    pub coordinator: String,
+    /// Where it works.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<PathBuf>,
+    /// Its agent worktree, which a coordinator that adopts the task merges from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::worktree::AgentWorktree>,
+}
+
+/// A problem running an agent through Slurm.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum SlurmError {
+    /// A Slurm command could not be started or failed.
+    #[error("`{command}` failed: {message}")]
+    #[diagnostic(
+        code(prodigy::slurm::command),
+        help(
+            "check that the Slurm client tools are installed and that `sinfo` reaches the cluster"
+        )
+    )]
+    Command {
+        /// The command.
+        command: String,
+        /// Its stderr, or why it could not run.
+        message: String,
+    },
+    /// `sbatch --parsable` printed no job id.
+    #[error("`sbatch --parsable` printed `{output}`, not a job id")]
+    #[diagnostic(
+        code(prodigy::slurm::parse),
+        help("prodigy needs a Slurm whose `sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`")
+    )]
+    Parse {
+        /// What it printed.
+        output: String,
+    },
+    /// A state file could not be written.
+    #[error("cannot write `{path}`: {source}")]
+    #[diagnostic(
+        code(prodigy::slurm::io),
+        help("check the free space and permissions there")
+    )]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// TEXT split into words as a shell would (`PRODIGY_SBATCH_ARGS`); `None` when its quotes
+/// do not close.
+pub fn split_args(text: &str) -> Option<Vec<String>> {
+    shlex::split(text)
+}
+
+/// The directory of a job's Slurm files.
+pub fn dir(job_dir: &Path) -> PathBuf {
+    job_dir.join("slurm")
+}
+
+/// Where the task of item INDEX writes its result.
+pub fn result_path(job_dir: &Path, index: usize) -> PathBuf {
+    dir(job_dir).join(format!("item_{index}.result.json"))
+}
+
+fn submitted_path(job_dir: &Path, index: usize) -> PathBuf {
+    dir(job_dir).join(format!("item_{index}.job"))
+}
+
+/// Where the task whose result goes to RESULT says that it started.
+pub fn started_path(result: &Path) -> PathBuf {
+    result.with_extension("started")
+}
+
+/// Notes that the task whose result goes to RESULT started: its agent timeout runs from now.
+///
+/// # Errors
+///
+/// The file could not be written.
+pub fn mark_started(result: &Path) -> Result<(), SlurmError> {
+    let path = started_path(result);
+    crate::store::write_atomic(&path, b"").map_err(|source| SlurmError::Io { path, source })
+}
+
+/// Writes RESULT to PATH atomically.
+///
+/// # Errors
+///
+/// The file could not be written.
+pub fn write_result(path: &Path, result: &TaskResult) -> Result<(), SlurmError> {
+    let bytes = serde_json::to_vec_pretty(result).map_err(|e| SlurmError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::other(e),
+    })?;
+    crate::store::write_atomic(path, &bytes).map_err(|source| SlurmError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The result at PATH, when a whole one is there.
+pub fn read_result(path: &Path) -> Option<TaskResult> {
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Reads the job id out of what `sbatch --parsable` printed (`JOBID` or `JOBID;CLUSTER`).
+///
+/// # Errors
+///
+/// It printed no job id.
+pub fn parse_job_id(stdout: &str) -> Result<String, SlurmError> {
+    let id = stdout.trim().split(';').next().unwrap_or_default();
+    if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(id.to_owned())
+    } else {
+        Err(SlurmError::Parse {
+            output: stdout.trim().to_owned(),
+        })
+    }
+}
+
+/// `JobState` and `Reason` from `scontrol show job -o` (one line of `Key=Value` words).
+pub fn parse_scontrol(text: &str) -> Option<(String, String)> {
+    let field = |key: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .map(str::to_owned)
+    };
+    let state = field("JobState=")?;
+    Some((state, field("Reason=").unwrap_or_default()))
+}
+
+/// The failure of a task that Slurm stopped (it left the queue without a result, or its
+/// agent wrote that it was told to stop when prodigy had not asked), from its final Slurm
+/// STATE and REASON (`scontrol`'s words; empty when Slurm no longer knows the task).
+pub fn lost_task(task: &str, state: &str, reason: &str) -> (String, ErrorType) {
+    let why = match state {
+        "" => "Slurm no longer knows it".to_owned(),
+        "NODE_FAIL" => "its node failed (NODE_FAIL)".to_owned(),
+        "TIMEOUT" => "it reached its Slurm time limit (TIMEOUT)".to_owned(),
+        "CANCELLED" => "it was cancelled outside prodigy (CANCELLED)".to_owned(),
+        "OUT_OF_MEMORY" => "it ran out of memory (OUT_OF_MEMORY)".to_owned(),
+        "PREEMPTED" => "it was preempted (PREEMPTED)".to_owned(),
+        "BOOT_FAIL" => "its node could not boot (BOOT_FAIL)".to_owned(),
+        other => format!("it ended as {other}"),
+    };
+    let reason = match reason {
+        "" | "None" => String::new(),
+        r => format!(", reason `{r}`"),
+    };
+    let error_type = match state {
+        "OUT_OF_MEMORY" => ErrorType::ResourceExhausted,
+        "TIMEOUT" => ErrorType::Timeout,
+        _ => ErrorType::Unknown,
+    };
+    (
+        format!(
+            "the Slurm task {task} stopped before its agent finished: {why}{reason}; its output is in the job's slurm/ directory"
+        ),
+        error_type,
+    )
+}
+
+/// The batch script every task runs: `prodigy agent` for the task's item, with the
+/// arguments `sbatch` passes on.
+pub fn batch_script(program: &Path) -> String {
+    let program = shlex::try_quote(&program.to_string_lossy())
+        .map_or_else(|_| "prodigy".to_owned(), std::borrow::Cow::into_owned);
+    format!(
+        "#!/bin/sh\n# Written by prodigy: one map agent per Slurm array task.\nexec {program} agent --item \"$SLURM_ARRAY_TASK_ID\" \"$@\"\n"
+    )
+}
+
+/// Runs the agent template for ITEM (index INDEX) in WORKDIR, inside a Slurm task: the
+/// same steps, command timeouts and failure handling as a local agent. The agent's overall
+/// timeout is the coordinator's (it cancels the task).
+pub async fn run_task(
+    runner: &Runner,
+    mut vars: Vars,
+    item: &Value,
+    index: usize,
+    total: usize,
+    workdir: Option<PathBuf>,
+) -> TaskResult {
+    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, Executor::Local);
+    vars.merge(
+        "workflow",
+        crate::runner::fields(json!({"name": runner.plan.name, "id": runner.session()})),
+    );
+    crate::mapreduce::item_vars(&mut vars, item, index, total);
+    let (scope, stop) = crate::mapreduce::scope_for(Some(index), Some(&spec), workdir);
+    let started = Instant::now();
+    let ids = task_ids_from_env();
+    crate::runner::AGENT.sync_scope(Rc::clone(&scope), || runner.record(
+        "slurm_task_started",
+        json!({"slurm_job_id": ids.as_ref().map(|i| i.slurm_job_id.clone()), "slurm_task_id": ids.as_ref().map(|i| i.slurm_task_id), "node": std::env::var("SLURMD_NODENAME").ok()}),
+    ));
+    let (outcome, why) = crate::mapreduce::guarded(
+        runner,
+        Rc::clone(&scope),
+        stop,
+        runner.run_agent_steps(&spec.steps, &mut vars),
+        None,
+        None,
+    )
+    .await;
+    let end = match (why, outcome) {
+        (Some(_), _) | (None, crate::machine::Outcome::Cancelled) => TaskEnd::Cancelled,
+        (None, o) if o.continues_agent() => TaskEnd::Succeeded,
+        (None, _) => TaskEnd::Failed,
+    };
+    let failure = scope.failure.borrow().clone().map(|f| TaskFailure {
+        step: runner.mask(&f.step),
+        message: runner.mask(&f.message),
+        error_type: f.error_type,
+        output: f.output,
+        log: f.log,
+    });
+    TaskResult {
+        end,
+        output: vars.last_output.take().map(|o| runner.mask(&o)),
+        failure,
+        duration_secs: started.elapsed().as_secs_f64(),
+        slurm: ids,
+        node: std::env::var("SLURMD_NODENAME").ok(),
+    }
+}
+
+fn task_ids_from_env() -> Option<SlurmIds> {
+    let job = std::env::var("SLURM_ARRAY_JOB_ID").ok()?;
+    let task = std::env::var("SLURM_ARRAY_TASK_ID").ok()?.parse().ok()?;
+    Some(SlurmIds {
+        slurm_job_id: job,
+        slurm_task_id: task,
+    })
+}
+
+/// How a dispatched agent ended, for the coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+/// What [`dispatch`] reports.
+pub(crate) struct Dispatched {
+    pub end: Ended,
+    pub output: Option<String>,
+    pub failure: Option<StepFailure>,
+    pub ids: Option<SlurmIds>,
+}
+
+impl Dispatched {
+    fn failed(step: &str, message: String, error_type: ErrorType, ids: Option<SlurmIds>) -> Self {
+        Dispatched {
+            end: Ended::Failed,
+            output: None,
+            failure: Some(StepFailure {
+                step: step.into(),
+                message,
+                error_type,
+                output: None,
+                log: None,
+            }),
+            ids,
+        }
+    }
+
+    fn from_result(result: TaskResult, ids: SlurmIds) -> Self {
+        let end = match result.end {
+            TaskEnd::Succeeded => Ended::Succeeded,
+            TaskEnd::Failed => Ended::Failed,
+            TaskEnd::Cancelled => Ended::Cancelled,
+        };
+        Dispatched {
+            end,
+            output: result.output,
+            failure: result.failure.map(|f| StepFailure {
+                step: f.step,
+                message: f.message,
+                error_type: f.error_type,
+                output: f.output,
+                log: f.log,
+            }),
+            ids: result.slurm.or(Some(ids)),
+        }
+    }
+}
+
+/// What one item's dispatch needs.
+pub(crate) struct Dispatch<'a> {
+    pub slurm: &'a SlurmOptions,
+    pub job_dir: PathBuf,
+    pub job_id: String,
+    pub index: usize,
+    pub attempt: u32,
+    pub worktree: Option<crate::worktree::AgentWorktree>,
+    pub timeout: Option<Duration>,
+    pub halt: Option<watch::Receiver<bool>>,
+    /// Whether the task a killed coordinator submitted for the item is adopted.
+    pub adopt: bool,
+    /// The job's `max_parallel`: how many slots its tasks run in.
+    pub parallel: usize,
+    /// Set when the job stops: a task still waiting in the queue is cancelled (its item
+    /// stays pending), as a local agent that had not started would not start.
+    pub stopping: Option<watch::Receiver<bool>>,
+}
+
+/// This coordinator's name in `item_N.job` files: its pid and when its runner started.
+fn coordinator(runner: &Runner) -> String {
+    format!("{}@{}", std::process::id(), runner.started_at)
+}
+
+async fn command(program: &str, args: &[String]) -> Result<String, SlurmError> {
+    let line = || format!("{program} {}", args.join(" "));
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| SlurmError::Command {
+            command: line(),
+            message: e.to_string(),
+        })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(SlurmError::Command {
+            command: line(),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// Whether TASK is still pending or running (`squeue` lists it); `None` when `squeue`
+/// could not tell.
+async fn queued(task: &str) -> Option<bool> {
+    let args = [
+        "-h".to_owned(),
+        "-j".to_owned(),
+        task.to_owned(),
+        "-o".to_owned(),
+        "%T".to_owned(),
+    ];
+    match command("squeue", &args).await {
+        Ok(out) => Some(!out.trim().is_empty()),
+        // A job Slurm has already forgotten is an error for `squeue -j`.
+        Err(SlurmError::Command { message, .. }) if message.contains("Invalid job id") => {
+            Some(false)
+        }
+        Err(_) => None,
+    }
+}
+
+/// The final state and reason of TASK, as `scontrol` still knows them.
+async fn final_state(task: &str) -> (String, String) {
+    let args = [
+        "show".to_owned(),
+        "job".to_owned(),
+        "-o".to_owned(),
+        task.to_owned(),
+    ];
+    command("scontrol", &args)
+        .await
+        .ok()
+        .and_then(|out| parse_scontrol(&out))
+        .unwrap_or_default()
+}
+
+/// Cancels TASK and waits (up to a minute) until it has left the queue, so that nothing
+/// runs in its worktree any more.
+async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
+    let task = ids.task();
+    runner.record(
+        "slurm_task_cancelled",
+        json!({"slurm_job_id": ids.slurm_job_id, "slurm_task_id": ids.slurm_task_id, "reason": why}),
+    );
+    if let Err(e) = command("scancel", std::slice::from_ref(&task)).await {
+        runner.say(&format!("warning: {e}"));
+    }
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while Instant::now() < deadline {
+        if queued(&task).await == Some(false) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    runner.say(&format!(
+        "warning: the Slurm task {task} is still in the queue a minute after `scancel`"
+    ));
+}
+
+/// The task a killed coordinator submitted for item INDEX when it can be adopted: it is
+/// still queued or has written its result. Its worktree is the one the item must use.
+pub(crate) async fn adoptable(runner: &Runner, job_dir: &Path, index: usize) -> Option<Submitted> {
+    let mut earlier = std::fs::read(submitted_path(job_dir, index))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Submitted>(&t).ok())?;
+    if earlier.coordinator == coordinator(runner) {
+        return None;
+    }
+    let result = result_path(job_dir, index);
+    if earlier.ids.is_none() {
+        earlier.ids = match find_task(runner.session(), index).await {
+            Some(ids) => Some(ids),
+            None => read_result(&result).and_then(|r| r.slurm),
+        };
+    }
+    let ids = earlier.ids.clone()?;
+    let adopt = result.exists() || queued(&ids.task()).await == Some(true);
+    adopt.then_some(earlier)
+}
+
+/// The queued task of item INDEX of JOB, found by its name and array index.
+async fn find_task(job: &str, index: usize) -> Option<SlurmIds> {
+    let args = [
+        "-h".to_owned(),
+        "-n".to_owned(),
+        format!("prodigy-{job}"),
+        "-o".to_owned(),
+        "%i".to_owned(),
+    ];
+    let out = command("squeue", &args).await.ok()?;
+    out.lines()
+        .find_map(|line| parse_task(line).filter(|ids| ids.slurm_task_id == index))
+}
+
+/// `JOB_TASK` (running) or `JOB_[TASK]` (pending), as `squeue -o %i` prints an array task.
+pub fn parse_task(text: &str) -> Option<SlurmIds> {
+    let (job, task) = text.trim().split_once('_')?;
+    let task = task.trim_start_matches('[').trim_end_matches(']');
+    Some(SlurmIds {
+        slurm_job_id: parse_job_id(job).ok()?,
+        slurm_task_id: task.parse().ok()?,
+    })
+}
+
+/// Submits the task of D's item, or adopts the one a killed coordinator left.
+async fn submit(
+    runner: &Runner,
+    d: &Dispatch<'_>,
+    slot: usize,
+) -> Result<(SlurmIds, bool), SlurmError> {
+    let slurm_dir = dir(&d.job_dir);
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| SlurmError::Io { path, source }
+    };
+    crate::store::private_dir(&slurm_dir).map_err(io(&slurm_dir))?;
+    let marker = submitted_path(&d.job_dir, d.index);
+    let me = coordinator(runner);
+    if d.adopt
+        && let Some(earlier) = adoptable(runner, &d.job_dir, d.index).await
+        && earlier.worktree == d.worktree
+        && let Some(ids) = earlier.ids
+    {
+        d.slurm.slots.submitted(slot, d.index, &ids);
+        return Ok((ids, true));
+    }
+    let result = result_path(&d.job_dir, d.index);
+    for stale in [&result, &started_path(&result)] {
+        match std::fs::remove_file(stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(stale)(e)),
+            _ => {}
+        }
+    }
+    let workdir = d.worktree.as_ref().map(|w| w.workdir.as_path());
+    let script = slurm_dir.join("agent.sh");
+    let text = batch_script(&d.slurm.program);
+    if std::fs::read(&script).ok().as_deref() != Some(text.as_bytes()) {
+        crate::store::write_atomic(&script, text.as_bytes()).map_err(io(&script))?;
+    }
+    let mut args = vec![
+        "--parsable".to_owned(),
+        format!("--array={}", d.index),
+        format!("--job-name=prodigy-{}", d.job_id),
+        format!(
+            "--output={}",
+            slurm_dir.join(format!("item_{}.out", d.index)).display()
+        ),
+        "--open-mode=append".to_owned(),
+        format!(
+            "--chdir={}",
+            workdir.unwrap_or(&runner.opts.project).display()
+        ),
+    ];
+    // The workflow's `slurm:` first, so that `PRODIGY_SBATCH_ARGS` can override it.
+    if let Some(options) = &runner.plan.slurm {
+        args.extend(options.sbatch_options());
+    }
+    args.extend(d.slurm.sbatch_args.iter().cloned());
+    args.push(script.display().to_string());
+    args.extend([
+        "--home".to_owned(),
+        runner.opts.layout.home.display().to_string(),
+        "--job".to_owned(),
+        d.job_id.clone(),
+        "--result".to_owned(),
+        result.display().to_string(),
+    ]);
+    if let Some(w) = workdir {
+        args.extend(["--workdir".to_owned(), w.display().to_string()]);
+    }
+    // Written before `sbatch` too, so that a task is never left unknown to `resume-job`.
+    let mut record = Submitted {
+        ids: None,
+        attempt: d.attempt,
+        coordinator: me,
+        workdir: workdir.map(Path::to_owned),
+        worktree: d.worktree.clone(),
+    };
+    let write = |record: &Submitted| {
+        let bytes =
+            serde_json::to_vec(record).map_err(|e| io(&marker)(std::io::Error::other(e)))?;
+        crate::store::write_atomic(&marker, &bytes).map_err(io(&marker))
+    };
+    write(&record)?;
+    // The task waits in the queue for the one before it in its slot, and starts as soon as
+    // that one ends.
+    let out = match d.slurm.slots.before(slot, d.index).await {
+        Some(previous) => {
+            let mut chained = args.clone();
+            chained.insert(
+                1,
+                format!("--dependency=afterany:{}", previous.slurm_job_id),
+            );
+            match command("sbatch", &chained).await {
+                // A task Slurm has already forgotten cannot be waited for, nor needs to be.
+                Err(SlurmError::Command { message, .. }) if message.contains("ependency") => {
+                    command("sbatch", &args).await?
+                }
+                other => other?,
+            }
+        }
+        None => command("sbatch", &args).await?,
+    };
+    let ids = SlurmIds {
+        slurm_job_id: parse_job_id(&out)?,
+        slurm_task_id: d.index,
+    };
+    d.slurm.slots.submitted(slot, d.index, &ids);
+    record.ids = Some(ids.clone());
+    write(&record)?;
+    Ok((ids, false))
+}
+
+/// The failure of a task Slurm stopped, once it has left the queue (up to 30 s), with the
+/// state Slurm gives it.
+async fn stopped_by_slurm(ids: &SlurmIds) -> Dispatched {
+    let task = ids.task();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && queued(&task).await == Some(true) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (state, reason) = final_state(&task).await;
+    let (message, error_type) = lost_task(&task, &state, &reason);
+    Dispatched::failed("slurm", message, error_type, Some(ids.clone()))
+}
+
+/// Runs D's item as a Slurm task and waits for its outcome.
+pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched {
+    let slot = d.slurm.slots.reserve(d.index, d.parallel);
+    let _held = Held {
+        slots: &d.slurm.slots,
+        index: d.index,
+    };
+    let (ids, adopted) = match submit(runner, &d, slot).await {
+        Ok(x) => x,
+        Err(e) => {
+            return Dispatched::failed("sbatch", e.to_string(), ErrorType::Unknown, None);
+        }
+    };
+    runner.record(
+        if adopted { "slurm_task_adopted" } else { "slurm_task_submitted" },
+        json!({"slurm_job_id": ids.slurm_job_id, "slurm_task_id": ids.slurm_task_id, "attempt": d.attempt}),
+    );
+    let task = ids.task();
+    let result = result_path(&d.job_dir, d.index);
+    // The agent's timeout counts from when its task starts, not while it waits in the queue.
+    let started = started_path(&result);
+    let mut deadline = None;
+    let mut signal = runner.cancel.clone();
+    let mut halt = d.halt.take();
+    let mut stopping = d.stopping.take();
+    // Slurm is asked about a task without a result at most once a second.
+    let mut asked = Instant::now();
+    loop {
+        if let Some(r) = read_result(&result) {
+            if r.end == TaskEnd::Cancelled {
+                // Prodigy did not ask for it (it returns before reading when it does).
+                return stopped_by_slurm(&ids).await;
+            }
+            return Dispatched::from_result(r, ids);
+        }
+        if deadline.is_none() && started.exists() {
+            deadline = d.timeout.map(|t| Instant::now() + t);
+        }
+        if deadline.is_some_and(|t| Instant::now() >= t) {
+            cancel(runner, &ids, "timeout").await;
+            return Dispatched {
+                end: Ended::TimedOut,
+                output: None,
+                failure: None,
+                ids: Some(ids),
+            };
+        }
+        let waiting = || !started.exists();
+        if *signal.borrow_and_update()
+            || halt.as_mut().is_some_and(|h| *h.borrow_and_update())
+            || (stopping.as_mut().is_some_and(|h| *h.borrow_and_update()) && waiting())
+        {
+            cancel(runner, &ids, "cancelled").await;
+            return Dispatched {
+                end: Ended::Cancelled,
+                output: None,
+                failure: None,
+                ids: Some(ids),
+            };
+        }
+        if asked.elapsed() >= Duration::from_secs(1) {
+            asked = Instant::now();
+            if queued(&task).await == Some(false) {
+                if let Some(r) = read_result(&result) {
+                    return Dispatched::from_result(r, ids);
+                }
+                return stopped_by_slurm(&ids).await;
+            }
+        }
+        tokio::time::sleep(d.slurm.poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sbatch_parsable_output_gives_the_job_id() {
+        assert_eq!(parse_job_id("42\n").unwrap(), "42");
+        assert_eq!(parse_job_id("42;cluster\n").unwrap(), "42");
+        assert!(parse_job_id("Submitted batch job 42").is_err());
+        assert!(parse_job_id("").is_err());
+    }
+
+    #[test]
+    fn squeue_array_tasks_parse_running_and_pending() {
+        let ids = |job: &str, task| SlurmIds {
+            slurm_job_id: job.into(),
+            slurm_task_id: task,
+        };
+        assert_eq!(parse_task("1201_3"), Some(ids("1201", 3)));
+        assert_eq!(parse_task("1203_[5]\n"), Some(ids("1203", 5)));
+        assert_eq!(parse_task("1203"), None);
+        assert_eq!(parse_task("1203_[0-4%2]"), None);
+    }
+
+    #[test]
+    fn scontrol_gives_state_and_reason() {
+        let line = "JobId=7 ArrayJobId=7 ArrayTaskId=3 JobName=x JobState=NODE_FAIL Reason=NodeDown Dependency=(null)";
+        assert_eq!(
+            parse_scontrol(line),
+            Some(("NODE_FAIL".to_owned(), "NodeDown".to_owned()))
+        );
+        assert_eq!(
+            parse_scontrol("slurm_load_jobs error: Invalid job id"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_lost_task_says_why_in_slurm_words() {
+        let (message, kind) = lost_task("7_3", "NODE_FAIL", "NodeDown");
+        assert!(message.contains("7_3"), "{message}");
+        assert!(
+            message.contains("its node failed (NODE_FAIL), reason `NodeDown`"),
+            "{message}"
+        );
+        assert_eq!(kind, ErrorType::Unknown);
+        assert_eq!(
+            lost_task("7_3", "OUT_OF_MEMORY", "None").1,
+            ErrorType::ResourceExhausted
+        );
+        assert_eq!(lost_task("7_3", "TIMEOUT", "").1, ErrorType::Timeout);
+        assert!(
+            lost_task("7_3", "", "")
+                .0
+                .contains("Slurm no longer knows it")
+        );
+    }
+
+    #[test]
+    fn the_batch_script_quotes_the_program() {
+        let s = batch_script(Path::new("/opt/my tools/prodigy"));
+        assert!(
+            s.contains("exec '/opt/my tools/prodigy' agent --item \"$SLURM_ARRAY_TASK_ID\" \"$@\""),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn results_round_trip_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("slurm").join("item_0.result.json");
+        let result = TaskResult {
+            end: TaskEnd::Failed,
+            output: None,
+            failure: Some(TaskFailure {
+                step: "shell: false".into(),
+                message: "exit 1".into(),
+                error_type: ErrorType::CommandFailed { exit_code: 1 },
+                output: None,
+                log: None,
+            }),
+            duration_secs: 0.5,
+            slurm: Some(SlurmIds {
+                slurm_job_id: "9".into(),
+                slurm_task_id: 0,
+            }),
+            node: Some("localhost".into()),
+        };
+        write_result(&path, &result).unwrap();
+        assert_eq!(read_result(&path), Some(result));
+    }
+}

@@ -1,0 +1,177 @@
+//! `--executor` and the hidden `prodigy agent` subcommand that a Slurm task runs for one map
+//! item (README "Map agents on Slurm").
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use prodigy_runtime::jobstore::JobFiles;
+use prodigy_runtime::runner::{Options, Runner};
+use prodigy_runtime::slurm::{Executor, SlurmOptions};
+use prodigy_runtime::store::Layout;
+
+use crate::{err, exit_code};
+
+/// Where a MapReduce job's agents run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ExecutorChoice {
+    /// As child processes of prodigy, `max_parallel` at a time.
+    #[default]
+    Local,
+    /// As Slurm jobs, submitted with `sbatch` (the Slurm client tools must be on `PATH`).
+    Slurm,
+}
+
+impl ExecutorChoice {
+    /// The runtime's executor: Slurm tasks run this very program.
+    pub(crate) fn executor(self) -> Executor {
+        match self {
+            ExecutorChoice::Local => Executor::Local,
+            ExecutorChoice::Slurm => {
+                let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
+                let mut options = SlurmOptions::new(program);
+                options.sbatch_args = sbatch_args();
+                Executor::Slurm(options)
+            }
+        }
+    }
+
+    /// Refuses `--executor slurm` when `sbatch` is not on `PATH`, before anything starts.
+    pub(crate) fn check(self) -> Result<(), u8> {
+        if self == ExecutorChoice::Slurm && !on_path("sbatch") {
+            err(
+                "error: `--executor slurm` needs the Slurm client tools (`sbatch`, `squeue`, `scancel`, `scontrol`) on PATH\n  help: install Slurm's client (Debian: `apt-get install slurm-client`) on this machine, or run with `--executor local`\n",
+            );
+            return Err(exit_code::USAGE);
+        }
+        Ok(())
+    }
+}
+
+/// `PRODIGY_SBATCH_ARGS`: more `sbatch` options, split as a shell would.
+fn sbatch_args() -> Vec<String> {
+    std::env::var("PRODIGY_SBATCH_ARGS")
+        .ok()
+        .and_then(|text| prodigy_runtime::slurm::split_args(&text))
+        .unwrap_or_default()
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| is_executable(&dir.join(program)))
+    })
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `prodigy agent`: what a Slurm task runs. Not for people.
+#[derive(clap::Args)]
+pub(crate) struct AgentArgs {
+    /// The coordinator's `$PRODIGY_HOME`.
+    #[arg(long)]
+    home: PathBuf,
+    /// The MapReduce job.
+    #[arg(long)]
+    job: String,
+    /// The item's index.
+    #[arg(long)]
+    item: usize,
+    /// Where to write the outcome.
+    #[arg(long)]
+    result: PathBuf,
+    /// The agent's worktree.
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+}
+
+/// Runs the agent template for one item of a job and writes its outcome; exit 0 once the
+/// outcome is written (it says whether the agent failed), 2 when it could not be.
+pub(crate) fn agent(args: &AgentArgs) -> u8 {
+    let Some((dir, repo)) = Layout::find_job(&args.home, &args.job) else {
+        err(&format!(
+            "error: no MapReduce job `{}` under {}\n",
+            args.job,
+            args.home.display()
+        ));
+        return exit_code::USAGE;
+    };
+    let files = JobFiles::new(dir);
+    let (checkpoint, items) = match files
+        .load_checkpoint()
+        .and_then(|c| Ok((c, files.load_items()?)))
+    {
+        Ok(x) => x,
+        Err(e) => {
+            err(&format!("error: {e}\n"));
+            return exit_code::USAGE;
+        }
+    };
+    let Some(item) = items.get(args.item).cloned() else {
+        err(&format!(
+            "error: job `{}` has {} items; there is no item {}\n",
+            args.job,
+            items.len(),
+            args.item
+        ));
+        return exit_code::USAGE;
+    };
+    let (file, plan) = match crate::run::compile(&checkpoint.workflow_file) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let opts = Options {
+        params: checkpoint.params.clone(),
+        args: checkpoint.args.clone(),
+        profile: checkpoint.profile.clone(),
+        worktree: checkpoint.worktree.clone(),
+        ..crate::run::options(
+            checkpoint.workflow_file.clone(),
+            &file.text,
+            Layout {
+                home: args.home.clone(),
+                repo,
+            },
+            checkpoint.project.clone(),
+            1,
+            5,
+        )
+    };
+    let total = items.len();
+    if let Err(e) = prodigy_runtime::slurm::mark_started(&args.result) {
+        err(&format!("error: {e}\n"));
+        return exit_code::USAGE;
+    }
+    let result = crate::run::block_on(async move {
+        let (rx, _signal) = crate::run::watch_signals();
+        let runner = Runner::with_id(
+            Arc::new(plan),
+            opts,
+            rx,
+            checkpoint.job_id.clone(),
+            Some(checkpoint.started_at.clone()),
+        )
+        .map_err(|e| format!("{e}"))?;
+        let mut vars = runner.initial_vars().await.map_err(|e| format!("{e}"))?;
+        crate::run::restore(&mut vars, &runner.unseal(checkpoint.variables.clone()));
+        let outcome = prodigy_runtime::slurm::run_task(
+            &runner,
+            vars,
+            &item,
+            args.item,
+            total,
+            args.workdir.clone(),
+        )
+        .await;
+        prodigy_runtime::slurm::write_result(&args.result, &outcome).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(Ok(())) => exit_code::OK,
+        Ok(Err(why)) => {
+            err(&format!("error: {why}\n"));
+            exit_code::USAGE
+        }
+        Err(code) => code,
+    }
+}

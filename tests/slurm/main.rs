@@ -1,0 +1,640 @@
+//! `--executor slurm` against a real one-node Slurm cluster on loopback (README "Map agents
+//! on Slurm"): started by `scripts/slurm-cluster start` when the tests run as root with
+//! Debian's Slurm packages installed, else skipped with a line saying why. `.ci/run`
+//! installs the packages (as root) and stops the cluster afterwards.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "test helpers fail loudly and read what the runs wrote directly"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use assert_cmd::cargo::CommandCargoExt;
+use serde_json::Value;
+
+#[path = "../support/external.rs"]
+mod external;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether the cluster is up (started once per test binary); `false` after a skip line.
+fn cluster(test: &str) -> bool {
+    static UP: OnceLock<Result<(), String>> = OnceLock::new();
+    let up = UP.get_or_init(|| {
+        if !nix::unistd::Uid::effective().is_root() {
+            return Err("starting a Slurm cluster needs root".into());
+        }
+        let out = Command::new(root().join("scripts/slurm-cluster"))
+            .arg("start")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(0) => Ok(()),
+            // Missing packages: `.ci/run` installs them wherever it can use apt as root.
+            Some(2) => {
+                assert!(
+                    std::env::var_os("CI").is_none() || !Path::new("/usr/bin/apt-get").exists(),
+                    "CI must not skip the Slurm tests: .ci/run installs Slurm as root with apt\n{said}"
+                );
+                Err(format!("Slurm is not installed (scripts/install-slurm): {said}"))
+            }
+            _ => panic!("scripts/slurm-cluster start failed:\n{said}"),
+        }
+    });
+    match up {
+        Ok(()) => true,
+        Err(why) => {
+            external::skip_line(test, why.trim());
+            false
+        }
+    }
+}
+
+/// A git repository with WORKFLOW as `wf.yml`, and a `$PRODIGY_HOME` beside it.
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new(workflow: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Project { dir };
+        std::fs::create_dir(p.repo()).unwrap();
+        std::fs::write(p.repo().join("wf.yml"), workflow).unwrap();
+        p.git(&["init", "-q", "-b", "main"]);
+        p.git(&["add", "wf.yml"]);
+        p.git(&["commit", "-qm", "workflow"]);
+        p
+    }
+
+    fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// A file outside the repository that agents can append to.
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("runs.log")
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(self.repo())
+            .envs(git_identity())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn prodigy(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::cargo_bin("prodigy").unwrap();
+        cmd.args(args)
+            .current_dir(self.repo())
+            .env("PRODIGY_HOME", self.home())
+            .env("RUNS_LOG", self.log())
+            .env_remove("PRODIGY_SBATCH_ARGS")
+            .envs(git_identity())
+            .stdin(std::process::Stdio::null());
+        cmd.output().unwrap()
+    }
+
+    fn job_dir(&self, job: &str) -> PathBuf {
+        let state = self.home().join("state");
+        let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
+        repo.path().join("mapreduce/jobs").join(job)
+    }
+
+    fn results(&self, job: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.job_dir(job).join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn git_identity() -> [(&'static str, &'static str); 4] {
+    [
+        ("GIT_AUTHOR_NAME", "t"),
+        ("GIT_AUTHOR_EMAIL", "t@example.com"),
+        ("GIT_COMMITTER_NAME", "t"),
+        ("GIT_COMMITTER_EMAIL", "t@example.com"),
+    ]
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The job id a run printed.
+fn job_id(out: &Output) -> String {
+    let text = stderr(out);
+    let re = regex::Regex::new(r"job (mapreduce-[0-9a-z-]+) started").unwrap();
+    re.captures(&text)
+        .unwrap_or_else(|| panic!("no job id in:\n{text}"))[1]
+        .to_owned()
+}
+
+/// Tasks of JOB still in Slurm's queue.
+fn queued(job: &str) -> String {
+    let out = Command::new("squeue")
+        .args(["-h", "-n", &format!("prodigy-{job}"), "-o", "%i %T"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn every_item_runs_once_inside_a_slurm_job_and_the_agents_commits_are_merged() {
+    if !cluster("every_item_runs_once_inside_a_slurm_job") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-all-items
+mode: mapreduce
+map:
+  input: "seq 1 6"
+  max_parallel: 2
+  agent_template:
+    - shell: 'echo "$ITEM $SLURM_JOB_ID" >> "$RUNS_LOG" && echo "$SLURM_JOB_ID" > "job-$ITEM.txt" && git add "job-$ITEM.txt" && git commit -qm "item $ITEM"'
+reduce:
+  - shell: "echo '${map.successful} of ${map.total}'"
+"#,
+    );
+    let out = p.prodigy(&["run", "-y", "--executor", "slurm", "wf.yml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = job_id(&out);
+    // Each item ran exactly once, inside a Slurm job.
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let mut items: Vec<&str> = log.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    items.sort_unstable();
+    assert_eq!(items, ["1", "2", "3", "4", "5", "6"], "{log}");
+    assert!(
+        log.lines().all(|l| l
+            .split(' ')
+            .nth(1)
+            .is_some_and(|id| id.parse::<u64>().is_ok())),
+        "an item ran outside Slurm:\n{log}"
+    );
+    // Their commits reached the branch the run started from.
+    for n in 1..=6 {
+        let id = std::fs::read_to_string(p.repo().join(format!("job-{n}.txt"))).unwrap();
+        assert!(id.trim().parse::<u64>().is_ok(), "job-{n}.txt: {id}");
+    }
+    assert_eq!(
+        p.git(&["log", "--oneline", "--grep", "^item "])
+            .lines()
+            .count(),
+        6
+    );
+    // The results name the Slurm task of each item.
+    let results = p.results(&job);
+    assert_eq!(results.len(), 6);
+    for r in &results {
+        assert_eq!(r["status"], "succeeded", "{r}");
+        assert!(r["slurm_job_id"].as_str().is_some(), "{r}");
+        assert_eq!(r["slurm_task_id"], r["index"], "{r}");
+    }
+    assert_eq!(queued(&job), "");
+}
+
+#[test]
+fn a_failed_item_goes_to_the_dlq_with_its_slurm_task_and_dlq_retry_runs_it_on_slurm() {
+    if !cluster("a_failed_item_goes_to_the_dlq_with_its_slurm_task") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-dlq
+mode: mapreduce
+map:
+  input: "seq 1 3"
+  max_parallel: 2
+  agent_template:
+    - shell: 'if [ "$ITEM" = 2 ] && [ ! -e "$RUNS_LOG.fixed" ]; then echo broken >&2; exit 7; fi; echo "$ITEM $SLURM_JOB_ID" >> "$RUNS_LOG"'
+"#,
+    );
+    let out = p.prodigy(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = job_id(&out);
+    let show = p.prodigy(&["dlq", "show", &job, "--format", "json"]);
+    let text = String::from_utf8_lossy(&show.stdout).into_owned();
+    assert!(show.status.success(), "{}", stderr(&show));
+    assert!(text.contains("item_1"), "{text}");
+    assert!(
+        text.contains("\"slurm_job_id\""),
+        "the DLQ entry names no Slurm job:\n{text}"
+    );
+    assert!(text.contains("broken"), "{text}");
+    std::fs::write(p.dir.path().join("runs.log.fixed"), "").unwrap();
+    let retry = p.prodigy(&["dlq", "retry", &job, "--executor", "slurm"]);
+    assert!(retry.status.success(), "{}", stderr(&retry));
+    assert!(
+        stderr(&retry).contains("1 succeeded and left the queue"),
+        "{}",
+        stderr(&retry)
+    );
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("2 "))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        line[2..].parse::<u64>().is_ok(),
+        "the retry ran outside Slurm: {line}"
+    );
+    let last = p.results(&job).pop().unwrap();
+    assert_eq!(
+        (last["index"].clone(), last["status"].clone()),
+        (1.into(), "succeeded".into())
+    );
+    assert!(last["slurm_job_id"].as_str().is_some(), "{last}");
+}
+
+#[test]
+fn an_agent_timeout_cancels_its_slurm_task() {
+    if !cluster("an_agent_timeout_cancels_its_slurm_task") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-timeout
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  agent_timeout_secs: 2
+  agent_template:
+    - shell: 'if [ "$ITEM" = 1 ]; then sleep 120; fi; echo "$ITEM done" >> "$RUNS_LOG"'
+"#,
+    );
+    let started = std::time::Instant::now();
+    let out = p.prodigy(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_mins(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    let job = job_id(&out);
+    assert_eq!(queued(&job), "", "the timed-out task is still in the queue");
+    let results = p.results(&job);
+    let first = results.iter().find(|r| r["index"] == 0).unwrap();
+    assert_eq!(first["error_type"], "Timeout", "{first}");
+    assert!(first["slurm_job_id"].as_str().is_some(), "{first}");
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    assert_eq!(log.trim(), "2 done", "{log}");
+}
+
+#[test]
+fn slurm_without_its_tools_is_refused_before_anything_starts() {
+    let p = Project::new(
+        "name: no-slurm\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    // A PATH with git and sh, and no Slurm.
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["git", "sh"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        let at = String::from_utf8_lossy(&found.stdout).trim().to_owned();
+        std::os::unix::fs::symlink(at, bin.path().join(tool)).unwrap();
+    }
+    let path = bin.path().as_os_str().to_owned();
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let out = cmd
+        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("`--executor slurm` needs the Slurm client tools"),
+        "{text}"
+    );
+    assert!(!p.home().join("state").exists(), "a job started: {text}");
+}
+
+#[test]
+fn a_killed_coordinator_leaves_its_tasks_running_and_resume_job_adopts_them() {
+    if !cluster("a_killed_coordinator_leaves_its_tasks_running") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-kill
+mode: mapreduce
+map:
+  input: "seq 1 4"
+  max_parallel: 2
+  agent_template:
+    - shell: 'echo "start $ITEM" >> "$RUNS_LOG"; sleep 3; echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
+"#,
+    );
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let mut child = cmd
+        .args(["run", "-y", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .envs(git_identity())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once both running items are Slurm tasks.
+    let submitted = |index: usize| {
+        let jobs = p.home().join("state");
+        std::fs::read_dir(&jobs).ok().and_then(|mut repos| {
+            let repo = repos.next()?.ok()?.path().join("mapreduce/jobs");
+            let job = std::fs::read_dir(repo).ok()?.next()?.ok()?.path();
+            job.join(format!("slurm/item_{index}.job"))
+                .exists()
+                .then(|| job.file_name().unwrap().to_string_lossy().into_owned())
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        if let (Some(job), Some(_)) = (submitted(0), submitted(1)) {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "no tasks submitted");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_ne!(
+        queued(&job),
+        "",
+        "the killed coordinator's tasks left the queue"
+    );
+    let out = p.prodigy(&["resume-job", "-y", "--executor", "slurm", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Every item started once: the tasks were adopted, not run again.
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let mut starts: Vec<&str> = log.lines().collect();
+    starts.sort_unstable();
+    assert_eq!(
+        starts,
+        ["start 1", "start 2", "start 3", "start 4"],
+        "{log}"
+    );
+    let results = p.results(&job);
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(
+        results.iter().all(|r| r["status"] == "succeeded"),
+        "{results:?}"
+    );
+    // The adopted tasks' commits came back too.
+    for n in 1..=4 {
+        assert!(
+            p.repo().join(format!("item-{n}.txt")).exists(),
+            "item {n} not merged: {}\n{}",
+            stderr(&out),
+            p.git(&["log", "--oneline", "--all", "--graph"])
+        );
+    }
+    let events = std::fs::read_dir(p.home().join("events"))
+        .unwrap()
+        .flat_map(|repo| std::fs::read_dir(repo.unwrap().path().join(&job)).unwrap())
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
+        .collect::<String>();
+    // At least the two tasks that were running when it was killed.
+    let adopted = events.matches("\"slurm_task_adopted\"").count();
+    assert!(adopted >= 2, "{adopted} adopted:\n{events}");
+}
+
+#[test]
+fn waiting_in_the_queue_does_not_count_against_the_agent_timeout() {
+    if !cluster("waiting_in_the_queue_does_not_count_against_the_agent_timeout") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-held
+mode: mapreduce
+map:
+  input: "seq 1 1"
+  agent_timeout_secs: 2
+  agent_template:
+    - shell: 'echo "$ITEM $SLURM_JOB_ID" >> "$RUNS_LOG"'
+"#,
+    );
+    // `--hold` (through PRODIGY_SBATCH_ARGS) keeps the task pending until it is released.
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let child = cmd
+        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .env("PRODIGY_SBATCH_ARGS", "--hold --comment 'held by a test'")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held = |job: &str| queued(job).contains("PENDING");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let state = p.home().join("state");
+        let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
+            let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
+            let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
+            Some(job.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(job) = job.filter(|j| held(j)) {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "no held task");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Held past the agent's timeout, then released.
+    std::thread::sleep(Duration::from_secs(3));
+    let ids = Command::new("squeue")
+        .args(["-h", "-n", &format!("prodigy-{job}"), "-o", "%A"])
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&ids.stdout).trim().to_owned();
+    let released = Command::new("scontrol")
+        .args(["release", &id])
+        .status()
+        .unwrap();
+    assert!(released.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let results = p.results(&job);
+    assert_eq!(results[0]["status"], "succeeded", "{results:?}");
+    assert!(std::fs::read_to_string(p.log()).unwrap().starts_with("1 "));
+}
+
+#[test]
+fn an_interrupted_run_cancels_its_slurm_tasks() {
+    if !cluster("an_interrupted_run_cancels_its_slurm_tasks") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-interrupt
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  max_parallel: 2
+  agent_template:
+    - shell: 'sleep 60; echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let child = cmd
+        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let state = p.home().join("state");
+        let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
+            let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
+            let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
+            let both = (0..2).all(|i| {
+                job.path()
+                    .join(format!("slurm/item_{i}.result.started"))
+                    .exists()
+            });
+            both.then(|| job.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(job) = job {
+            break job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tasks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(
+        queued(&job),
+        "",
+        "an interrupted run left its tasks running"
+    );
+    assert!(!p.log().exists(), "an agent finished after the interrupt");
+}
+
+#[test]
+fn the_workflows_slurm_options_reach_sbatch_and_the_environment_overrides_them() {
+    if !cluster("the_workflows_slurm_options_reach_sbatch") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-options
+mode: mapreduce
+slurm:
+  partition: debug
+  time: "7"
+  cpus_per_task: 1
+  mem: 64M
+  sbatch_args: ["--comment=from-the-workflow"]
+map:
+  input: "seq 1 1"
+  agent_template:
+    - shell: 'scontrol show job "$SLURM_JOB_ID" -o >> "$RUNS_LOG"'
+"#,
+    );
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let out = cmd
+        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .env("PRODIGY_SBATCH_ARGS", "--time=9")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = std::fs::read_to_string(p.log()).unwrap();
+    for expected in [
+        "Partition=debug",
+        "TimeLimit=00:09:00",
+        "MinMemoryNode=64M",
+        "Comment=from-the-workflow",
+    ] {
+        assert!(job.contains(expected), "no {expected} in:\n{job}");
+    }
+}
+
+#[test]
+fn a_task_that_ends_without_a_result_fails_its_item_with_what_slurm_says() {
+    if !cluster("a_task_that_ends_without_a_result_fails_its_item") {
+        return;
+    }
+    // The agent cancels its own task behind prodigy's back, as an administrator might.
+    let p = Project::new(
+        r#"name: slurm-lost
+mode: mapreduce
+map:
+  input: "seq 1 1"
+  agent_template:
+    - shell: 'scancel "$SLURM_JOB_ID"; sleep 30'
+"#,
+    );
+    let out = p.prodigy(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = job_id(&out);
+    let results = p.results(&job);
+    let error = results[0]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("stopped before its agent finished") && error.contains("CANCELLED"),
+        "{results:?}"
+    );
+    let show = p.prodigy(&["dlq", "show", &job, "--format", "json"]);
+    assert!(String::from_utf8_lossy(&show.stdout).contains("stopped before its agent finished"));
+}
+
+#[test]
+fn when_the_error_policy_stops_the_job_tasks_waiting_in_the_queue_never_run() {
+    if !cluster("when_the_error_policy_stops_the_job_tasks_waiting_never_run") {
+        return;
+    }
+    let p = Project::new(
+        r#"name: slurm-stop
+mode: mapreduce
+max_failures: 1
+map:
+  input: "seq 1 4"
+  max_parallel: 1
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"; sleep 1; [ "$ITEM" != 1 ]'
+"#,
+    );
+    let out = p.prodigy(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let job = job_id(&out);
+    assert_eq!(queued(&job), "", "tasks were left in the queue");
+    // Items 2 and 3 were waiting behind item 1 in its slot. Slurm starts item 2 the moment
+    // item 1 ends, so it may have started before prodigy learnt of the failure (then it
+    // finishes, as a running agent does); item 3 was still waiting: cancelled, never run.
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    assert!(log == "1\n" || log == "1\n2\n", "{log}");
+    let results = p.results(&job);
+    assert_eq!(results.len(), log.lines().count(), "{results:?}");
+}
