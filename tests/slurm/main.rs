@@ -101,6 +101,12 @@ impl Project {
     }
 
     fn prodigy(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// `prodigy ARGS` in the project, with its `PRODIGY_HOME`, the runs log and the git
+    /// identity, and no input.
+    fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::cargo_bin("prodigy").unwrap();
         cmd.args(args)
             .current_dir(self.repo())
@@ -109,7 +115,7 @@ impl Project {
             .env_remove("PRODIGY_SBATCH_ARGS")
             .envs(git_identity())
             .stdin(std::process::Stdio::null());
-        cmd.output().unwrap()
+        cmd
     }
 
     fn job_dir(&self, job: &str) -> PathBuf {
@@ -313,11 +319,8 @@ fn slurm_without_its_tools_is_refused_before_anything_starts() {
         std::os::unix::fs::symlink(at, bin.path().join(tool)).unwrap();
     }
     let path = bin.path().as_os_str().to_owned();
-    let mut cmd = Command::cargo_bin("prodigy").unwrap();
-    let out = cmd
-        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
+    let out = p
+        .command(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
         .env("PATH", &path)
         .output()
         .unwrap();
@@ -345,14 +348,8 @@ map:
     - shell: 'echo "start $ITEM" >> "$RUNS_LOG"; sleep 3; echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
 "#,
     );
-    let mut cmd = Command::cargo_bin("prodigy").unwrap();
-    let mut child = cmd
-        .args(["run", "-y", "--executor", "slurm", "wf.yml"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .env("RUNS_LOG", p.log())
-        .envs(git_identity())
-        .stdin(std::process::Stdio::null())
+    let mut child = p
+        .command(&["run", "-y", "--executor", "slurm", "wf.yml"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -435,14 +432,9 @@ map:
 "#,
     );
     // `--hold` (through PRODIGY_SBATCH_ARGS) keeps the task pending until it is released.
-    let mut cmd = Command::cargo_bin("prodigy").unwrap();
-    let child = cmd
-        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .env("RUNS_LOG", p.log())
+    let child = p
+        .command(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
         .env("PRODIGY_SBATCH_ARGS", "--hold --comment 'held by a test'")
-        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -496,13 +488,8 @@ map:
     - shell: 'sleep 60; echo "$ITEM" >> "$RUNS_LOG"'
 "#,
     );
-    let mut cmd = Command::cargo_bin("prodigy").unwrap();
-    let child = cmd
-        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .env("RUNS_LOG", p.log())
-        .stdin(std::process::Stdio::null())
+    let child = p
+        .command(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -561,12 +548,8 @@ map:
     - shell: 'scontrol show job "$SLURM_JOB_ID" -o >> "$RUNS_LOG"'
 "#,
     );
-    let mut cmd = Command::cargo_bin("prodigy").unwrap();
-    let out = cmd
-        .args(["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .env("RUNS_LOG", p.log())
+    let out = p
+        .command(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
         .env("PRODIGY_SBATCH_ARGS", "--time=9")
         .output()
         .unwrap();
