@@ -147,6 +147,18 @@ fn authentication_failures_are_not_retried_unless_retry_on_names_them() {
     // The preflight's `--version`, then one call.
     assert_eq!(calls(&args).len(), 2, "{:?}", calls(&args));
 
+    // Named by `retry_on: [auth]`, it is retried: `--version`, then three calls.
+    let scratch = Scratch::new();
+    let args = scratch.dir.path().join("args");
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        &format!("{workflow}    retry_on: [auth]\n"),
+        &[("CLAUDE_REPLAY_ARGS", args.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(calls(&args).len(), 4, "{:?}", calls(&args));
+
     // Not logged in is the same kind, from the assistant's `error`.
     let scratch = Scratch::new();
     let out = run(

@@ -265,11 +265,7 @@ fn ok_fixture_draws_a_valid_deterministic_graph(path: &Path) {
     );
     dot_accepts(&stem, &dot);
     mermaid_is_valid(&stem, &mermaid);
-    let dir = if path.starts_with(root().join("workflows/ok")) {
-        "ok"
-    } else {
-        "examples"
-    };
+    let dir = fixture_dir(path);
     insta::with_settings!({
         snapshot_path => format!("../../workflows/{dir}/snapshots"),
         prepend_module_to_snapshot => false,
@@ -280,16 +276,21 @@ fn ok_fixture_draws_a_valid_deterministic_graph(path: &Path) {
     });
 }
 
+/// `ok` or `examples`: where PATH's snapshots live.
+fn fixture_dir(path: &Path) -> &'static str {
+    if path.starts_with(root().join("workflows/ok")) {
+        "ok"
+    } else {
+        "examples"
+    }
+}
+
 /// The plans of the examples, and of two documentation examples, are snapshots.
 fn plan_of_the_example(path: &Path) {
     let file = load(path);
     let plan = prodigy_compiler::check(&file).plan.unwrap();
     let stem = path.file_stem().unwrap().to_string_lossy().to_string();
-    let dir = if path.starts_with(root().join("workflows/ok")) {
-        "ok"
-    } else {
-        "examples"
-    };
+    let dir = fixture_dir(path);
     insta::with_settings!({
         snapshot_path => format!("../../workflows/{dir}/snapshots"),
         prepend_module_to_snapshot => false,
