@@ -1,7 +1,7 @@
 //! `--executor` and the hidden `prodigy agent` subcommand that a Slurm task runs for one map
 //! item (README "Map agents on Slurm").
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use prodigy_runtime::jobstore::JobFiles;
@@ -35,12 +35,29 @@ impl ExecutorChoice {
         }
     }
 
-    /// Refuses `--executor slurm` when `sbatch` is not on `PATH`, before anything starts.
+    /// Refuses `--executor slurm` when a Slurm client tool is not on `PATH`, or
+    /// `PRODIGY_SBATCH_ARGS` cannot be split into words, before anything starts.
     pub(crate) fn check(self) -> Result<(), u8> {
-        if self == ExecutorChoice::Slurm && !on_path("sbatch") {
-            err(
-                "error: `--executor slurm` needs the Slurm client tools (`sbatch`, `squeue`, `scancel`, `scontrol`) on PATH\n  help: install Slurm's client (Debian: `apt-get install slurm-client`) on this machine, or run with `--executor local`\n",
-            );
+        if self != ExecutorChoice::Slurm {
+            return Ok(());
+        }
+        let missing: Vec<&str> = ["sbatch", "squeue", "scancel", "scontrol"]
+            .into_iter()
+            .filter(|tool| prodigy_runtime::exec::find_executable(tool).is_none())
+            .collect();
+        if !missing.is_empty() {
+            err(&format!(
+                "error: `--executor slurm` needs the Slurm client tools (`sbatch`, `squeue`, `scancel`, `scontrol`) on PATH; missing: {}\n  help: install Slurm's client (Debian: `apt-get install slurm-client`) on this machine, or run with `--executor local`\n",
+                missing.join(", ")
+            ));
+            return Err(exit_code::USAGE);
+        }
+        if let Ok(text) = std::env::var("PRODIGY_SBATCH_ARGS")
+            && prodigy_runtime::slurm::split_args(&text).is_none()
+        {
+            err(&format!(
+                "error: PRODIGY_SBATCH_ARGS=`{text}` cannot be split into words: an opening quote has no closing quote\n"
+            ));
             return Err(exit_code::USAGE);
         }
         Ok(())
@@ -53,17 +70,6 @@ fn sbatch_args() -> Vec<String> {
         .ok()
         .and_then(|text| prodigy_runtime::slurm::split_args(&text))
         .unwrap_or_default()
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| is_executable(&dir.join(program)))
-    })
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// `prodigy agent`: what a Slurm task runs. Not for people.
@@ -121,6 +127,16 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         Ok(x) => x,
         Err(code) => return code,
     };
+    // The job's steps are the ones its checkpoint was made with: a workflow edited since
+    // (`resume-job --force` accepts it and records the new hash) is refused here.
+    if prodigy_runtime::store::hash(&file.text) != checkpoint.workflow_hash {
+        err(&format!(
+            "error: `{}` changed since job `{}` started; its agents do not run a different workflow (`prodigy resume-job --force` accepts the change)\n",
+            checkpoint.workflow_file.display(),
+            args.job
+        ));
+        return exit_code::USAGE;
+    }
     let opts = Options {
         params: checkpoint.params.clone(),
         args: checkpoint.args.clone(),

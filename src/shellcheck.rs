@@ -5,7 +5,7 @@
 //! Self-contained (it uses only the compiler, `serde_json` and `tempfile`), so that the fixture
 //! tests can include it too.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use prodigy_compiler::shell::{EXCLUDED_RULES, Finding, Script};
@@ -22,11 +22,7 @@ pub(crate) struct ShellCheck {
 impl ShellCheck {
     /// `shellcheck` on `PATH`, if there is one.
     pub(crate) fn find() -> Option<Self> {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("shellcheck"))
-            .find(|p| is_executable(p))
-            .map(|program| ShellCheck { program })
+        prodigy_runtime::exec::find_executable("shellcheck").map(|program| ShellCheck { program })
     }
 
     /// Runs ShellCheck once over every script; what it finds, or why it could not run.
@@ -79,11 +75,6 @@ impl ShellCheck {
         }
         parse(&output.stdout)
     }
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// ShellCheck's `json1` output as findings; its columns count characters, tabs as one.

@@ -126,6 +126,18 @@ pub fn shell(text: &str) -> (String, Vec<String>) {
     ("sh".to_owned(), vec!["-c".to_owned(), text.to_owned()])
 }
 
+/// The executable file PROGRAM names on `PATH`, if there is one.
+pub fn find_executable(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|path| {
+            std::fs::metadata(path)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// Whether a program can be found on `PATH` (or is a path that exists).
 pub fn program_exists(program: &str) -> bool {
     if program.contains('/') {
@@ -424,14 +436,14 @@ pub(crate) async fn cancelled(cancel: &mut watch::Receiver<bool>) {
     }
 }
 
-fn signal_group(pid: Option<i32>, signal: nix::sys::signal::Signal) {
+pub(crate) fn signal_group(pid: Option<i32>, signal: nix::sys::signal::Signal) {
     if let Some(pid) = pid {
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
     }
 }
 
 /// SIGTERM to the group, a grace period, then SIGKILL.
-async fn terminate(
+pub(crate) async fn terminate(
     child: &mut tokio::process::Child,
     pid: Option<i32>,
     grace: Duration,

@@ -74,15 +74,6 @@ async fn read_pipe<R: AsyncRead + Unpin>(pipe: Option<R>, keep: u64, stop: bool)
     kept
 }
 
-fn kill_group(pid: Option<i32>) {
-    if let Some(pid) = pid {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
 /// Runs the map input command COMMAND (shown as TEXT) and returns its standard output, of at
 /// most `limit` bytes. A command that prints more is killed with its process group as soon as
 /// it passes the bound.
@@ -133,20 +124,21 @@ pub(crate) async fn command_output(
             joined = &mut out_task, if stdout.is_none() => {
                 let bytes = joined.unwrap_or_default();
                 if bytes.len() as u64 > limit {
-                    kill_group(pid);
+                    crate::exec::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
                     return Err(too_much());
                 }
                 stdout = Some(bytes);
             }
             () = &mut deadline => {
-                kill_group(pid);
+                // SIGTERM, the grace period, then SIGKILL, as for any command.
+                crate::exec::terminate(&mut child, pid, command.grace).await;
                 return Err(format!(
                     "the map input command `{text}` timed out after {}",
                     humantime::format_duration(timeout)
                 ));
             }
             () = crate::exec::cancelled(cancel) => {
-                kill_group(pid);
+                crate::exec::terminate(&mut child, pid, command.grace).await;
                 return Err(format!("the map input command `{text}` was interrupted"));
             }
         }

@@ -564,8 +564,7 @@ async fn run_agent(
             duration: started.elapsed(),
             artifacts: None,
             slurm: done.ids,
-            // The calls ran inside the Slurm task; their costs are in its events.
-            claude: crate::claude::Totals::default(),
+            claude: done.claude,
         }
     } else {
         let (outcome, why) = guarded(
@@ -1091,6 +1090,17 @@ impl<'a> MapJob<'a> {
         );
         self.cp.status = Status::Running;
         self.cp.stop_reason = None;
+        // After `resume-job --force` the new version is the job's workflow from now on, and
+        // agents in Slurm tasks check it against the checkpoint: written before any starts.
+        if self.cp.workflow_hash != self.runner.opts.workflow_hash {
+            self.cp
+                .workflow_hash
+                .clone_from(&self.runner.opts.workflow_hash);
+            if let Err(why) = self.save(None) {
+                let outcome = stopped_by_write(phase_name(self.cp.phase), why);
+                return self.finish(outcome, vars);
+            }
+        }
         let outcome = self.phases(&mut vars).await;
         self.finish(outcome, vars)
     }

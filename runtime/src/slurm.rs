@@ -226,6 +226,9 @@ pub struct TaskResult {
     /// `SLURMD_NODENAME`: the node that ran it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// What the agent's Claude calls cost, when it made any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude: Option<crate::claude::Totals>,
 }
 
 /// What the coordinator keeps of a submitted task in `item_N.job`: enough to adopt it after
@@ -453,13 +456,19 @@ pub async fn run_task(
         (None, o) if o.continues_agent() => TaskEnd::Succeeded,
         (None, _) => TaskEnd::Failed,
     };
+    // Masked here: the result file is written for the coordinator, on disk.
     let failure = scope.failure.borrow().clone().map(|f| TaskFailure {
         step: runner.mask(&f.step),
         message: runner.mask(&f.message),
         error_type: f.error_type,
-        output: f.output,
+        output: f.output.map(|o| crate::dlq::CommandTail {
+            exit_code: o.exit_code,
+            stdout: runner.mask(&o.stdout),
+            stderr: runner.mask(&o.stderr),
+        }),
         log: f.log,
     });
+    let claude = *scope.claude.borrow();
     TaskResult {
         end,
         output: vars.last_output.take().map(|o| runner.mask(&o)),
@@ -467,6 +476,7 @@ pub async fn run_task(
         duration_secs: started.elapsed().as_secs_f64(),
         slurm: ids,
         node: std::env::var("SLURMD_NODENAME").ok(),
+        claude: (claude.calls > 0).then_some(claude),
     }
 }
 
@@ -494,9 +504,21 @@ pub(crate) struct Dispatched {
     pub output: Option<String>,
     pub failure: Option<StepFailure>,
     pub ids: Option<SlurmIds>,
+    pub claude: crate::claude::Totals,
 }
 
 impl Dispatched {
+    /// A task prodigy stopped: no outcome of its own.
+    fn ended(end: Ended, ids: SlurmIds) -> Self {
+        Dispatched {
+            end,
+            output: None,
+            failure: None,
+            ids: Some(ids),
+            claude: crate::claude::Totals::default(),
+        }
+    }
+
     fn failed(step: &str, message: String, error_type: ErrorType, ids: Option<SlurmIds>) -> Self {
         Dispatched {
             end: Ended::Failed,
@@ -509,6 +531,7 @@ impl Dispatched {
                 log: None,
             }),
             ids,
+            claude: crate::claude::Totals::default(),
         }
     }
 
@@ -529,6 +552,7 @@ impl Dispatched {
                 log: f.log,
             }),
             ids: result.slurm.or(Some(ids)),
+            claude: result.claude.unwrap_or_default(),
         }
     }
 }
@@ -844,12 +868,7 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
         }
         if deadline.is_some_and(|t| Instant::now() >= t) {
             cancel(runner, &ids, "timeout").await;
-            return Dispatched {
-                end: Ended::TimedOut,
-                output: None,
-                failure: None,
-                ids: Some(ids),
-            };
+            return Dispatched::ended(Ended::TimedOut, ids);
         }
         let waiting = || !started.exists();
         if *signal.borrow_and_update()
@@ -857,12 +876,7 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
             || (stopping.as_mut().is_some_and(|h| *h.borrow_and_update()) && waiting())
         {
             cancel(runner, &ids, "cancelled").await;
-            return Dispatched {
-                end: Ended::Cancelled,
-                output: None,
-                failure: None,
-                ids: Some(ids),
-            };
+            return Dispatched::ended(Ended::Cancelled, ids);
         }
         if asked.elapsed() >= Duration::from_secs(1) {
             asked = Instant::now();

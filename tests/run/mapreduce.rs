@@ -863,3 +863,62 @@ fn a_job_whose_state_directory_vanishes_fails_saying_so() {
     // No new agents started once it was seen: far fewer than 40 items ran.
     assert!(!text.contains("40/40 done"), "{text}");
 }
+
+/// A Slurm task runs `prodigy agent` on the job's checkpoint: a workflow edited since the
+/// job started (and not accepted with `resume-job --force`) is refused, never run.
+#[test]
+fn an_agent_refuses_a_workflow_edited_since_its_job_started() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        &file,
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let out = scratch.run(&["run", "--no-worktree", "job.yml"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = only_job(&scratch);
+    let home = scratch.home().display().to_string();
+    let result = scratch.dir.path().join("result.json").display().to_string();
+    let agent = |scratch: &Scratch| {
+        scratch.run(
+            &[
+                "agent", "--home", &home, "--job", &job, "--item", "0", "--result", &result,
+            ],
+            &[],
+        )
+    };
+    let out = agent(&scratch);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::write(&file, "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo edited\"\n").unwrap();
+    let out = agent(&scratch);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("changed since job"), "{text}");
+}
+
+/// `PRODIGY_SBATCH_ARGS` that cannot be split is refused before anything starts, not
+/// dropped.
+#[test]
+fn unsplittable_sbatch_args_are_refused() {
+    let scratch = Scratch::new();
+    // Stand-ins for the Slurm tools: the check only needs them on PATH.
+    for tool in ["sbatch", "squeue", "scancel", "scontrol"] {
+        std::os::unix::fs::symlink("/bin/true", scratch.dir.path().join("bin").join(tool)).unwrap();
+    }
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let out = scratch.run(
+        &["run", "--no-worktree", "--executor", "slurm", "job.yml"],
+        &[("PRODIGY_SBATCH_ARGS", "--comment 'unclosed")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("PRODIGY_SBATCH_ARGS"), "{text}");
+    assert!(!scratch.home().join("state").exists(), "nothing was made");
+}
