@@ -978,6 +978,10 @@ mod tests {
                 slurm_task_id: 0,
             }),
             node: Some("localhost".into()),
+            claude: Some(crate::claude::Totals {
+                calls: 1,
+                ..crate::claude::Totals::default()
+            }),
         };
         write_result(&path, &result).unwrap();
         assert_eq!(read_result(&path), Some(result));
