@@ -94,30 +94,27 @@ pub fn fix_all(file: &SourceFile, check: impl Fn(&SourceFile) -> Vec<Diagnostic>
     let mut text = file.text.to_string();
     let mut diagnostics = check(file);
     let mut applied = 0;
-    let mut refused = 0;
     for _ in 0..MAX_ROUNDS {
-        let (next, done, waiting) = apply_once(&text, &diagnostics);
-        refused = waiting;
+        let (next, done, _) = apply_once(&text, &diagnostics);
         if done == 0 || next == text {
             break;
         }
         let again = check(&SourceFile::new(file.name.clone(), next.clone()));
         if errors(&again) > errors(&diagnostics) {
             // The round made the file worse: keep the text before it.
-            refused += done;
             break;
         }
         text = next;
         diagnostics = again;
         applied += done;
-        refused = 0;
     }
-    let left = diagnostics.iter().filter(|d| d.fix.is_some()).count();
+    // Every fix still offered on the text kept was not applied: overlapping, or undone.
+    let refused = diagnostics.iter().filter(|d| d.fix.is_some()).count();
     Fixed {
         text,
         applied,
         diagnostics,
-        refused: refused.max(left),
+        refused,
     }
 }
 

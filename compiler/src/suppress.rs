@@ -20,12 +20,8 @@ struct Suppression {
 
 /// Removes suppressed diagnostics (warnings only: errors cannot be silenced) and reports
 /// useless suppressions. `steps` are the spans of every step, for step-wide suppressions.
-pub fn apply(file: &SourceFile, steps: &[Span], diagnostics: &mut Vec<Diagnostic>) {
-    apply_unchecked(file, steps, diagnostics, &[]);
-}
-
-/// [`apply`], where the codes `unchecked` were not looked for (ShellCheck's, when it did not
-/// run): a suppression of one of them is not reported as useless.
+/// The codes `unchecked` were not looked for (ShellCheck's, when it did not run): a
+/// suppression of one of them is not reported as useless.
 pub fn apply_unchecked(
     file: &SourceFile,
     steps: &[Span],

@@ -231,11 +231,20 @@ impl Tokens {
     }
 
     /// Adds OTHER.
+    /// Adds OTHER (counts read from the CLI saturate rather than overflow).
     pub fn add(&mut self, other: Tokens) {
-        self.input += other.input;
-        self.output += other.output;
-        self.cache_read += other.cache_read;
-        self.cache_creation += other.cache_creation;
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_creation = self.cache_creation.saturating_add(other.cache_creation);
+    }
+
+    /// Every token, of every kind.
+    pub fn total(&self) -> u64 {
+        self.input
+            .saturating_add(self.output)
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_creation)
     }
 }
 
@@ -626,39 +635,36 @@ pub struct Totals {
 impl Totals {
     /// Counts CALL.
     pub fn add(&mut self, call: &Call) {
-        self.calls += 1;
-        self.failed += u32::from(call.verdict.kind.is_some());
-        self.turns += u64::from(call.num_turns);
-        self.cost_usd += call.cost_usd;
-        self.tokens.add(call.tokens);
+        self.merge(&Totals {
+            calls: 1,
+            failed: u32::from(call.verdict.kind.is_some()),
+            turns: u64::from(call.num_turns),
+            cost_usd: call.cost_usd,
+            tokens: call.tokens,
+        });
     }
 
-    /// Adds OTHER.
+    /// Adds OTHER (counts saturate rather than overflow).
     pub fn merge(&mut self, other: &Totals) {
-        self.calls += other.calls;
-        self.failed += other.failed;
-        self.turns += other.turns;
+        self.calls = self.calls.saturating_add(other.calls);
+        self.failed = self.failed.saturating_add(other.failed);
+        self.turns = self.turns.saturating_add(other.turns);
         self.cost_usd += other.cost_usd;
         self.tokens.add(other.tokens);
     }
 
-    /// One line for people: `3 Claude calls, 12 turns, 45,1k tokens, $0.0387`.
+    /// One line for people: `3 Claude calls (1 failed), 12 turns, 45100 tokens, $0.0387`.
     pub fn line(&self) -> String {
-        let tokens = self.tokens.input
-            + self.tokens.output
-            + self.tokens.cache_read
-            + self.tokens.cache_creation;
+        let failed = if self.failed > 0 {
+            format!(" ({} failed)", self.failed)
+        } else {
+            String::new()
+        };
         format!(
-            "{} Claude call{}{}, {} turn{}, {tokens} tokens, ${:.4}",
-            self.calls,
-            if self.calls == 1 { "" } else { "s" },
-            if self.failed > 0 {
-                format!(" ({} failed)", self.failed)
-            } else {
-                String::new()
-            },
-            self.turns,
-            if self.turns == 1 { "" } else { "s" },
+            "{}{failed}, {}, {} tokens, ${:.4}",
+            crate::progress::count(self.calls, "Claude call"),
+            crate::progress::count(self.turns, "turn"),
+            self.tokens.total(),
             self.cost_usd
         )
     }
@@ -938,7 +944,18 @@ mod tests {
                 r#"{{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"boom"{extra}}}"#
             )
         };
-        let cases: [(&[&str], ErrorKind); 8] = [
+        let cases: [(&[&str], ErrorKind); 11] = [
+            (&[&result(r#","api_error_status":402"#)], ErrorKind::Billing),
+            (
+                &[&result(r#","api_error_status":400"#)],
+                ErrorKind::InvalidRequest,
+            ),
+            (
+                &[
+                    r#"{"type":"result","subtype":"error_max_budget_usd","is_error":true,"num_turns":4}"#,
+                ],
+                ErrorKind::MaxBudget,
+            ),
             (
                 &[&result(r#","api_error_status":401"#)],
                 ErrorKind::Authentication,

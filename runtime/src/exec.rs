@@ -94,7 +94,11 @@ impl Output {
     /// Whether the command succeeded: it exited 0 and, for a Claude call, its events say
     /// it succeeded.
     pub fn success(&self) -> bool {
-        self.exit().success()
+        self.code == Some(0)
+            && !self.timed_out
+            && !self.spawn_error
+            && !self.cancelled
+            && self.claude_error().is_none()
     }
 
     /// Why a Claude call failed.

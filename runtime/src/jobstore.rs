@@ -302,13 +302,13 @@ impl JobFiles {
 /// full disk, and is no record.
 fn cut_torn_tail(file: &mut File) -> std::io::Result<()> {
     use std::io::{Read as _, Seek as _, SeekFrom};
-    const CHUNK: u64 = 8192;
+    const CHUNK: usize = 8192;
     let len = file.metadata()?.len();
     let mut end = len;
-    let mut buf = vec![0u8; 8192];
+    let mut buf = [0u8; CHUNK];
     while end > 0 {
-        let start = end.saturating_sub(CHUNK);
-        let size = usize::try_from(end - start).unwrap_or(buf.len());
+        let start = end.saturating_sub(CHUNK as u64);
+        let size = usize::try_from(end - start).unwrap_or(CHUNK);
         file.seek(SeekFrom::Start(start))?;
         file.read_exact(&mut buf[..size])?;
         if let Some(at) = buf[..size].iter().rposition(|&b| b == b'\n') {

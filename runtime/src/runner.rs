@@ -1978,6 +1978,7 @@ impl Runner {
             Ok(cwd) => cwd,
             Err(e) => return Output::error(e),
         };
+        let spill = (!self.session.is_empty() && io.keep.is_none()).then(|| self.spill_path(step));
         let command = Command {
             program,
             args,
@@ -1991,8 +1992,8 @@ impl Runner {
                 .flatten()
                 .unwrap_or(self.opts.grace),
             output_limit: io.keep.unwrap_or(self.opts.output_limit),
-            spill: (!self.session.is_empty() && io.keep.is_none()).then(|| self.spill_path(step)),
-            mask: self.masker(),
+            mask: if spill.is_some() { self.masker() } else { None },
+            spill,
         };
         exec::run_watched(&command, &mut self.cancel_rx(), io.watch).await
     }
@@ -2209,11 +2210,7 @@ fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::ErrorType {
     use crate::dlq::ErrorType;
     match last {
         Some(o) if o.timed_out => ErrorType::Timeout,
-        Some(o) if o.claude_error().is_some() => ErrorType::ClaudeFailed {
-            kind: o
-                .claude_error()
-                .unwrap_or(crate::claude::ErrorKind::Unknown),
-        },
+        Some(o) if let Some(kind) = o.claude_error() => ErrorType::ClaudeFailed { kind },
         Some(o) if o.code != Some(0) => ErrorType::CommandFailed {
             exit_code: o.code.unwrap_or(-1),
         },

@@ -352,12 +352,10 @@ pub(crate) fn run_file(file: &Path, extra: &BTreeMap<String, String>) -> (Scratc
     if let Some(error) = extra.get("stub-error") {
         env.push(("STUB_ERROR", error.as_str()));
     }
-    for dir in extra
-        .get("dirs")
-        .into_iter()
-        .flat_map(|d| d.split_whitespace())
-    {
-        std::fs::create_dir_all(scratch.project().join(dir)).unwrap();
+    if let Some(dirs) = extra.get("dirs") {
+        for dir in dirs.split_whitespace() {
+            std::fs::create_dir_all(scratch.project().join(dir)).unwrap();
+        }
         scratch.commit();
     }
     if let Some(secret) = extra.get("secret-env") {
