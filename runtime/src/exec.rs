@@ -201,7 +201,7 @@ impl Buffer {
     }
 
     /// The text kept, with a line in front when earlier output was dropped.
-    fn text(&self) -> String {
+    fn text(&self, whole: Option<&Path>) -> String {
         let mut bytes = &self.bytes[..];
         let mut dropped = self.dropped;
         if bytes.len() > self.limit {
@@ -212,12 +212,9 @@ impl Buffer {
         if dropped == 0 {
             return text.into_owned();
         }
-        let whole = match &self.log {
-            Some(log) if log.is_open() => {
-                format!("; the whole output is in {}", log.path.display())
-            }
-            _ => String::new(),
-        };
+        let whole = whole.map_or_else(String::new, |path| {
+            format!("; the whole output is in {}", path.display())
+        });
         format!(
             "{TRUNCATED} {dropped} bytes of earlier output dropped (PRODIGY_OUTPUT_LIMIT){whole}]\n{text}"
         )
@@ -257,16 +254,13 @@ where
                 let _ = watch.send(chunk[..n].to_vec());
             }
         }
-        if let Some(log) = &mut crate::lock(&sink).log {
-            log.finish();
-        }
     });
     (buffer, task)
 }
 
 /// What a pipe reader gathered: everything up to the end of the pipe, or, when a background
 /// process keeps it open, what arrived within 200 ms of the command's end.
-async fn collected((buffer, task): (Shared, tokio::task::JoinHandle<()>)) -> String {
+async fn collected((buffer, task): (Shared, tokio::task::JoinHandle<()>)) -> Shared {
     let abort = task.abort_handle();
     if tokio::time::timeout(Duration::from_millis(200), task)
         .await
@@ -274,7 +268,7 @@ async fn collected((buffer, task): (Shared, tokio::task::JoinHandle<()>)) -> Str
     {
         abort.abort();
     }
-    crate::lock(&buffer).text()
+    buffer
 }
 
 /// Splits chunks of a stream into whole lines for a watcher.
@@ -351,17 +345,18 @@ pub async fn run_watched(
     };
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
     let limit = command.output_limit;
-    let both = Arc::new(Mutex::new(Buffer::new(limit, None)));
+    // The interleaved buffer is the one that spills: its log holds both streams whole.
+    let both = Arc::new(Mutex::new(Buffer::new(
+        limit,
+        command
+            .spill
+            .clone()
+            .map(|path| (path, command.mask.clone())),
+    )));
     let (watch_tx, mut watch_rx) = tokio::sync::mpsc::unbounded_channel();
     let read_out = reader(
         child.stdout.take(),
-        Buffer::new(
-            limit,
-            command
-                .spill
-                .clone()
-                .map(|path| (path, command.mask.clone())),
-        ),
+        Buffer::new(limit, None),
         both.clone(),
         watch.is_some().then_some(watch_tx),
     );
@@ -402,15 +397,24 @@ pub async fn run_watched(
         // Whatever the group left behind goes too.
         signal_group(pid, nix::sys::signal::Signal::SIGKILL);
     }
-    output.stdout = collected(read_out).await;
-    output.stderr = collected(read_err).await;
+    let read_out = collected(read_out).await;
+    let read_err = collected(read_err).await;
+    let whole = {
+        let mut both = crate::lock(&both);
+        both.log.as_mut().and_then(|log| {
+            log.finish();
+            log.is_open().then(|| log.path.clone())
+        })
+    };
+    output.stdout = crate::lock(&read_out).text(whole.as_deref());
+    output.stderr = crate::lock(&read_err).text(whole.as_deref());
     if let Some(watch) = watch {
         while let Ok(chunk) = watch_rx.try_recv() {
             lines.feed(&chunk, watch);
         }
         lines.finish(watch);
     }
-    let mut interleaved = crate::lock(&both).text();
+    let mut interleaved = crate::lock(&both).text(whole.as_deref());
     output.code = status.and_then(|s| s.code());
     if output.timed_out
         && let Some(t) = command.timeout
@@ -689,9 +693,25 @@ mod tests {
         assert!(out.stdout.ends_with("line-2999-TOKEN\n"));
         assert!(out.stdout.len() < 4096 + 300, "{}", out.stdout.len());
         assert!(out.combined().len() < 4096 + 300);
+        assert!(out.combined().contains(&spill.display().to_string()));
         let whole = std::fs::read_to_string(&spill).unwrap();
         assert_eq!(whole.lines().count(), 3000);
         assert!(whole.starts_with("line-0-***\n"), "{}", &whole[..40]);
+        // Standard error past the limit goes to the log too.
+        let mut loud = sh("i=0; while [ $i -lt 3000 ]; do echo err-$i >&2; i=$((i+1)); done");
+        loud.output_limit = 4096;
+        let errors = dir.path().join("logs/err.log");
+        loud.spill = Some(errors.clone());
+        let out = run(&loud, &mut cancel).await;
+        assert!(
+            out.stderr.contains(&errors.display().to_string()),
+            "{}",
+            &out.stderr[..200]
+        );
+        assert_eq!(
+            std::fs::read_to_string(&errors).unwrap().lines().count(),
+            3000
+        );
         // Below the limit nothing is cut and nothing is spilled.
         let mut small = sh("echo hi");
         small.spill = Some(dir.path().join("never.log"));
