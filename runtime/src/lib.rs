@@ -18,6 +18,7 @@ pub mod progress;
 pub mod runner;
 pub mod slurm;
 pub mod statefs;
+pub(crate) mod step;
 pub mod store;
 pub mod vars;
 pub mod worktree;

@@ -1,0 +1,470 @@
+//! One map agent: its worktree, its item's variables and scope, its steps, its timeout, and
+//! the `on_item_failure` handler when it fails.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use prodigy_compiler::ast::TimeoutPolicy;
+use prodigy_compiler::plan::{Plan, StepId};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::dlq::{ErrorType, FailureDetail, WorktreeArtifacts};
+use crate::exec;
+use crate::machine::Outcome;
+use crate::mapreduce::{agent_id, item_id, item_vars, merge_back};
+use crate::runner::{AGENT, AgentScope, Runner, StepFailure};
+use crate::vars::Vars;
+use crate::worktree::AgentWorktree;
+
+/// What an agent runs: its steps, its timeouts and how it is stopped.
+pub(crate) struct AgentSpec {
+    pub(crate) steps: Vec<StepId>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) timeouts: Rc<HashMap<StepId, Duration>>,
+    pub(crate) grace: Option<Duration>,
+    pub(crate) cancel_running: bool,
+    pub(crate) total: usize,
+    pub(crate) executor: crate::slurm::Executor,
+    /// Whether a Slurm task a killed coordinator left for an item is adopted (the map
+    /// phase, whose pending items have no outcome yet; not `dlq retry`, whose items do).
+    pub(crate) adopt: bool,
+    /// The job's `max_parallel`.
+    pub(crate) parallel: usize,
+}
+
+impl AgentSpec {
+    pub(crate) fn new(
+        plan: &Plan,
+        cancel_running: bool,
+        total: usize,
+        executor: crate::slurm::Executor,
+    ) -> Self {
+        let Some(map) = &plan.map else {
+            return AgentSpec {
+                steps: Vec::new(),
+                timeout: None,
+                timeouts: Rc::default(),
+                grace: None,
+                cancel_running,
+                total,
+                executor,
+                adopt: true,
+                parallel: 1,
+            };
+        };
+        let config = map.timeout_config.as_ref();
+        // `per_command` leaves the agent without an overall timeout; named command timeouts
+        // apply under every policy.
+        let timeout = match config.map(|c| c.policy) {
+            Some(TimeoutPolicy::PerCommand) => None,
+            Some(TimeoutPolicy::PerAgent | TimeoutPolicy::Hybrid) | None => map.agent_timeout,
+        };
+        let mut timeouts = HashMap::new();
+        for (key, duration) in config.map_or(&[][..], |c| c.command_timeouts.as_slice()) {
+            for (index, id) in map.steps.iter().enumerate() {
+                let Some(step) = plan.step(*id) else { continue };
+                let names = [
+                    Some(index.to_string()),
+                    step.step_id.clone(),
+                    Some(step.label.clone()),
+                ];
+                if names.iter().flatten().any(|n| n == &key.value) {
+                    timeouts.insert(*id, *duration);
+                }
+            }
+        }
+        AgentSpec {
+            steps: map.steps.clone(),
+            timeout,
+            timeouts: Rc::new(timeouts),
+            grace: config.map(|c| c.cleanup_grace_period),
+            cancel_running,
+            total,
+            executor,
+            adopt: true,
+            parallel: 1,
+        }
+    }
+}
+
+/// How an agent's run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+/// An agent's run.
+#[derive(Clone, Debug)]
+pub(crate) struct AgentRun {
+    pub(crate) end: RunEnd,
+    pub(crate) output: Option<String>,
+    pub(crate) failure: Option<StepFailure>,
+    pub(crate) duration: Duration,
+    /// The agent's worktree, kept because it failed with work in it or its merge
+    /// conflicted.
+    pub(crate) artifacts: Option<WorktreeArtifacts>,
+    /// What its Claude calls cost.
+    pub(crate) claude: crate::claude::Totals,
+    /// The Slurm task that ran it.
+    pub(crate) slurm: Option<crate::slurm::SlurmIds>,
+}
+
+impl AgentRun {
+    pub(crate) fn rejected() -> Self {
+        Self::failed(
+            "circuit breaker",
+            "the circuit breaker is open: the agent was not started".into(),
+            ErrorType::CircuitOpen,
+        )
+    }
+
+    pub(crate) fn failed(step: &str, message: String, error_type: ErrorType) -> Self {
+        AgentRun {
+            end: RunEnd::Failed,
+            output: None,
+            failure: Some(StepFailure {
+                step: step.into(),
+                message,
+                error_type,
+                output: None,
+                log: None,
+            }),
+            duration: Duration::ZERO,
+            artifacts: None,
+            claude: crate::claude::Totals::default(),
+            slurm: None,
+        }
+    }
+
+    pub(crate) fn error_type(&self) -> ErrorType {
+        match (self.end, &self.failure) {
+            (RunEnd::TimedOut, _) => ErrorType::Timeout,
+            (_, Some(f)) => f.error_type.clone(),
+            (_, None) => ErrorType::Unknown,
+        }
+    }
+
+    pub(crate) fn message(&self, timeout: Option<Duration>) -> String {
+        match (self.end, &self.failure) {
+            (RunEnd::TimedOut, _) => format!(
+                "agent timed out after {}",
+                humantime::format_duration(timeout.unwrap_or_default())
+            ),
+            (_, Some(f)) if f.message.is_empty() => format!("`{}` failed", f.step),
+            (_, Some(f)) => f.message.clone(),
+            (_, None) => "the agent failed".into(),
+        }
+    }
+}
+
+/// Why a guarded future was stopped early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    TimedOut,
+    Cancelled,
+}
+
+/// Runs BODY with SCOPE as the agent scope; on TIMEOUT, on the run's signal, or when HALT
+/// is set (if given), sets the scope's cancel signal (its processes get SIGTERM, then
+/// SIGKILL after the grace period) and waits for BODY to wind down.
+pub(crate) async fn guarded<F: std::future::Future>(
+    runner: &Runner,
+    scope: Rc<AgentScope>,
+    stop: watch::Sender<bool>,
+    body: F,
+    timeout: Option<Duration>,
+    halt: Option<watch::Receiver<bool>>,
+) -> (F::Output, Option<Stopped>) {
+    let body = AGENT.scope(scope, body);
+    let mut body = std::pin::pin!(body);
+    let deadline = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut deadline = std::pin::pin!(deadline);
+    let mut signal = runner.cancel.clone();
+    let (mut halt, halting) = match halt {
+        Some(rx) => (rx, true),
+        None => (watch::channel(false).1, false),
+    };
+    let mut why = None;
+    loop {
+        tokio::select! {
+            out = &mut body => return (out, why),
+            () = &mut deadline, if why.is_none() => {
+                why = Some(Stopped::TimedOut);
+                let _ = stop.send(true);
+            }
+            () = exec::cancelled(&mut signal), if why.is_none() => {
+                why = Some(Stopped::Cancelled);
+                let _ = stop.send(true);
+            }
+            () = exec::cancelled(&mut halt), if why.is_none() && halting => {
+                why = Some(Stopped::Cancelled);
+                let _ = stop.send(true);
+            }
+        }
+    }
+}
+
+pub(crate) fn scope_for(
+    index: Option<usize>,
+    spec: Option<&AgentSpec>,
+    workdir: Option<PathBuf>,
+) -> (Rc<AgentScope>, watch::Sender<bool>) {
+    let (tx, rx) = watch::channel(false);
+    let scope = AgentScope {
+        agent_id: index.map(agent_id).unwrap_or_default(),
+        item_id: index.map(item_id).unwrap_or_default(),
+        quiet: index.is_some(),
+        cancel: rx,
+        timeouts: spec.map(|s| s.timeouts.clone()).unwrap_or_default(),
+        grace: spec.and_then(|s| s.grace),
+        failure: RefCell::new(None),
+        claude: RefCell::new(crate::claude::Totals::default()),
+        workdir,
+    };
+    (Rc::new(scope), tx)
+}
+
+/// Runs one agent for ITEM.
+pub(crate) async fn run_agent(
+    runner: &Runner,
+    spec: &AgentSpec,
+    base: &Vars,
+    item: &Value,
+    index: usize,
+    attempt: u32,
+    halt: watch::Receiver<bool>,
+) -> AgentRun {
+    // A Slurm task that a killed coordinator left for this item keeps its worktree.
+    let adopted = match (&spec.executor, spec.adopt) {
+        (crate::slurm::Executor::Slurm(_), true) => {
+            let job_dir = runner.opts.layout.job_dir(runner.session());
+            crate::slurm::adoptable(runner, &job_dir, index)
+                .await
+                .and_then(|s| s.worktree)
+        }
+        _ => None,
+    };
+    let worktree = match (&runner.opts.worktree, adopted) {
+        (Some(_), Some(adopted)) => Some(adopted),
+        (Some(session), None) => {
+            match crate::worktree::create_agent(
+                &runner.opts.layout,
+                session,
+                &runner.agent_worktrees,
+                &item_id(index),
+            )
+            .await
+            {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    return AgentRun::failed(
+                        "worktree",
+                        format!("cannot create the agent's worktree: {e}"),
+                        ErrorType::WorktreeError,
+                    );
+                }
+            }
+        }
+        (None, _) => None,
+    };
+    let mut vars = base.clone();
+    item_vars(&mut vars, item, index, spec.total);
+    let (scope, stop) = scope_for(
+        Some(index),
+        Some(spec),
+        worktree.as_ref().map(|w| w.workdir.clone()),
+    );
+    runner.record(
+        "agent_started",
+        json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt}),
+    );
+    let started = Instant::now();
+    let mut run = if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
+        // The steps run in a Slurm task; everything around them stays here.
+        let job_dir = runner.opts.layout.job_dir(runner.session());
+        let done = crate::runner::AGENT
+            .scope(
+                scope.clone(),
+                crate::slurm::dispatch(
+                    runner,
+                    crate::slurm::Dispatch {
+                        slurm,
+                        job_dir,
+                        job_id: runner.session().to_owned(),
+                        index,
+                        attempt,
+                        worktree: worktree.clone(),
+                        timeout: spec.timeout,
+                        stopping: Some(halt.clone()),
+                        halt: spec.cancel_running.then_some(halt),
+                        adopt: spec.adopt,
+                        parallel: spec.parallel,
+                    },
+                ),
+            )
+            .await;
+        let end = match done.end {
+            crate::slurm::Ended::Succeeded => RunEnd::Succeeded,
+            crate::slurm::Ended::Failed => RunEnd::Failed,
+            crate::slurm::Ended::TimedOut => RunEnd::TimedOut,
+            crate::slurm::Ended::Cancelled => RunEnd::Cancelled,
+        };
+        AgentRun {
+            end,
+            output: done.output,
+            failure: done.failure,
+            duration: started.elapsed(),
+            artifacts: None,
+            slurm: done.ids,
+            claude: done.claude,
+        }
+    } else {
+        let (outcome, why) = guarded(
+            runner,
+            scope.clone(),
+            stop,
+            runner.run_agent_steps(&spec.steps, &mut vars),
+            spec.timeout,
+            spec.cancel_running.then_some(halt),
+        )
+        .await;
+        let end = match (why, outcome) {
+            (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
+            (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
+            // A step whose failure was only handled fails the item.
+            (None, o) if o.continues_agent() => RunEnd::Succeeded,
+            (None, _) => RunEnd::Failed,
+        };
+        let failure = scope.failure.borrow().clone();
+        let claude = *scope.claude.borrow();
+        AgentRun {
+            end,
+            output: vars.last_output.take(),
+            failure,
+            duration: started.elapsed(),
+            artifacts: None,
+            slurm: None,
+            claude,
+        }
+    };
+    if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
+        merge_back(runner, session, worktree, index, &mut run, &mut vars).await;
+    }
+    run
+}
+
+/// The DLQ's record of a kept agent worktree, with its uncommitted CHANGES; secrets masked
+/// (a file name or git's message may hold one).
+pub(crate) fn artifacts(
+    runner: &Runner,
+    worktree: &AgentWorktree,
+    changes: &[String],
+    error_logs: Option<String>,
+) -> WorktreeArtifacts {
+    WorktreeArtifacts {
+        worktree_path: worktree.path.clone(),
+        branch_name: worktree.branch.clone(),
+        uncommitted_changes: (!changes.is_empty()).then(|| runner.mask(&changes.join("\n"))),
+        error_logs: error_logs
+            .filter(|l| !l.is_empty())
+            .map(|l| runner.mask(&l)),
+    }
+}
+
+/// Runs the `custom:` handler for a failed item with `${item}` and `${error.*}` set.
+pub(crate) async fn run_item_handler(
+    runner: &Runner,
+    steps: &[StepId],
+    base: &Vars,
+    item: &Value,
+    index: usize,
+    spec: &AgentSpec,
+    error: Value,
+) -> bool {
+    let mut vars = base.clone();
+    item_vars(&mut vars, item, index, spec.total);
+    vars.set("error", error);
+    let (scope, stop) = scope_for(Some(index), None, None);
+    // The handler works for the item as its agent did: under the agent's timeout.
+    let (outcome, why) = guarded(
+        runner,
+        scope,
+        stop,
+        runner.run_list(steps, &mut vars),
+        spec.timeout,
+        None,
+    )
+    .await;
+    why.is_none() && outcome.continues()
+}
+
+/// The DLQ's record of RUN's failure, with MESSAGE (already masked).
+pub(crate) fn failure_of(
+    runner: &Runner,
+    run: &AgentRun,
+    message: &str,
+    index: usize,
+) -> FailureDetail {
+    let output = run.failure.as_ref().and_then(|f| f.output.as_ref());
+    FailureDetail {
+        error_type: run.error_type(),
+        command_output: output.map(|o| crate::dlq::CommandTail {
+            exit_code: o.exit_code,
+            stdout: runner.mask(&o.stdout),
+            stderr: runner.mask(&o.stderr),
+        }),
+        step_failed: run
+            .failure
+            .as_ref()
+            .map_or_else(|| "agent".to_owned(), |f| runner.mask(&f.step)),
+        json_log_location: run
+            .failure
+            .as_ref()
+            .and_then(|f| f.log.as_ref())
+            .map(|p| p.display().to_string()),
+        slurm: run.slurm.clone(),
+        ..failure_detail(None, message, index, run.duration.as_secs_f64())
+    }
+}
+
+pub(crate) fn failure_detail(
+    error_type: Option<&str>,
+    message: &str,
+    index: usize,
+    duration_secs: f64,
+) -> FailureDetail {
+    let error_type = ErrorType::from_name(error_type.unwrap_or_default());
+    let lines: Vec<&str> = message.lines().collect();
+    FailureDetail {
+        attempt_number: 1,
+        timestamp: crate::store::timestamp(),
+        error_type,
+        error_message: lines.last().copied().unwrap_or("").to_owned(),
+        error_context: (lines.len() > 1).then(|| lines.iter().map(|l| (*l).to_owned()).collect()),
+        stack_trace: (!message.is_empty()).then(|| message.to_owned()),
+        agent_id: agent_id(index),
+        step_failed: "agent".to_owned(),
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a duration in milliseconds, never negative"
+        )]
+        duration_ms: (duration_secs * 1000.0) as u64,
+        json_log_location: None,
+        command_output: None,
+        slurm: None,
+    }
+}

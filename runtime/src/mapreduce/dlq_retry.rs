@@ -1,0 +1,199 @@
+//! `prodigy dlq retry`: the DLQ's items through the agent template again, and repairing a DLQ
+//! that missed an item's failure.
+
+use futures::stream::StreamExt as _;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::dlq::Dlq;
+use crate::jobstore::{ItemRecord, ItemStatus, JobFiles};
+use crate::mapreduce::{
+    AgentSpec, RunEnd, failure_detail, failure_of, item_index, max_parallel, run_agent,
+};
+use crate::runner::Runner;
+use crate::vars::Vars;
+
+/// Puts back the DLQ entries a kill lost between an outcome and its DLQ write: the
+/// dead-lettered outcomes recorded since the last checkpoint (their items were still
+/// REMAINING in it) that are missing from the queue. Entries removed on purpose before that
+/// checkpoint (`dlq clear`, `dlq retry`) stay removed. Returns the ids put back.
+pub(crate) fn repair_dlq(
+    dlq: &Dlq,
+    records: &[ItemRecord],
+    items: &[Value],
+    remaining: &[String],
+) -> Vec<String> {
+    let remaining: std::collections::HashSet<&str> = remaining.iter().map(String::as_str).collect();
+    let mut repaired = Vec::new();
+    for record in records
+        .iter()
+        .filter(|r| r.dead_lettered && remaining.contains(r.item_id.as_str()))
+    {
+        if matches!(dlq.get(&record.item_id), Ok(None)) {
+            let item = items.get(record.index).cloned().unwrap_or(Value::Null);
+            let failure = failure_detail(
+                record.error_type.as_deref(),
+                record.error.as_deref().unwrap_or_default(),
+                record.index,
+                record.duration_secs,
+            );
+            if dlq
+                .record_failure(&record.item_id, &item, failure, None)
+                .is_ok()
+            {
+                repaired.push(record.item_id.clone());
+            }
+        }
+    }
+    repaired
+}
+
+/// What `prodigy dlq retry` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetrySummary {
+    /// Items run again.
+    pub retried: u64,
+    /// Items that succeeded and left the queue.
+    pub succeeded: u64,
+    /// Items that failed again and stay, with one more failure recorded.
+    pub still_failing: u64,
+    /// Items marked for manual review, not run.
+    pub manual: u64,
+    /// Whether a signal stopped the retry.
+    pub interrupted: bool,
+    /// Whether the retried agents' work could not be brought into the session worktree.
+    pub unmerged: bool,
+}
+
+/// Runs the DLQ items of `job_id` again through the agent template, `parallel` at a time
+/// (default: the workflow's `max_parallel`), reading them one by one from the queue. Items that succeed leave the queue and their
+/// success is added to the job's results; items that fail again stay, with the new failure
+/// in their history. Items marked for manual review are left alone.
+pub async fn retry_dead_letters(
+    runner: &Runner,
+    vars: &Vars,
+    files: &mut JobFiles,
+    job_id: &str,
+    parallel: Option<usize>,
+    total: usize,
+    executor: &crate::slurm::Executor,
+) -> Result<RetrySummary, String> {
+    let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
+    let dlq = Dlq::new(&runner.opts.layout, job_id);
+    let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
+    let spec = AgentSpec {
+        adopt: false,
+        parallel: max_parallel,
+        ..AgentSpec::new(&runner.plan, false, total, executor.clone())
+    };
+    let (_halt_tx, halt_rx) = watch::channel(false);
+    runner.record("dlq_retry_started", json!({"items": ids.len()}));
+    let mut summary = RetrySummary::default();
+    let dlq_ref = &dlq;
+    let spec_ref = &spec;
+    let mut runs = futures::stream::iter(ids)
+        .map(|id| {
+            let halt = halt_rx.clone();
+            async move {
+                let Some(index) = item_index(&id) else {
+                    runner.say(&format!("{id}: not an item of this job; left in the queue"));
+                    return (id, 0, None);
+                };
+                let entry = match dlq_ref.get(&id) {
+                    Ok(Some(entry)) => entry,
+                    Ok(None) => return (id, index, None),
+                    Err(e) => {
+                        runner.say(&format!("error: {e}"));
+                        return (id, index, None);
+                    }
+                };
+                if !entry.reprocess_eligible || runner.cancelled() {
+                    return (id, index, Some((entry, None)));
+                }
+                let attempt = entry.failure_count.saturating_add(1);
+                let run = run_agent(
+                    runner,
+                    spec_ref,
+                    vars,
+                    &entry.item_data,
+                    index,
+                    attempt,
+                    halt,
+                )
+                .await;
+                (id, index, Some((entry, Some(run))))
+            }
+        })
+        .buffer_unordered(max_parallel.max(1));
+    while let Some((id, index, result)) = runs.next().await {
+        let Some((entry, run)) = result else { continue };
+        let Some(run) = run else {
+            if runner.cancelled() {
+                summary.interrupted = true;
+            } else {
+                summary.manual += 1;
+                runner.say(&format!("{id}: marked for manual review; not retried"));
+            }
+            continue;
+        };
+        match run.end {
+            RunEnd::Cancelled => summary.interrupted = true,
+            RunEnd::Succeeded => {
+                summary.retried += 1;
+                summary.succeeded += 1;
+                // The success is recorded before the item leaves the queue, so a crash in
+                // between loses nothing.
+                let record = ItemRecord {
+                    item_id: id.clone(),
+                    index,
+                    status: ItemStatus::Succeeded,
+                    attempts: entry.failure_count.saturating_add(1),
+                    output: run.output.as_ref().map(|o| runner.mask(o)),
+                    error: None,
+                    error_type: None,
+                    duration_secs: run.duration.as_secs_f64(),
+                    dead_lettered: false,
+                    claude: (run.claude.calls > 0).then_some(run.claude),
+                    slurm: run.slurm.clone(),
+                };
+                files.append(&record).map_err(|e| e.to_string())?;
+                dlq.remove(&id).map_err(|e| e.to_string())?;
+                runner.record("dlq_item_removed", json!({"item_id": id}));
+                runner.say(&format!(
+                    "{id}: succeeded; removed from the dead letter queue"
+                ));
+            }
+            RunEnd::Failed | RunEnd::TimedOut => {
+                summary.retried += 1;
+                summary.still_failing += 1;
+                let message = runner.mask(&run.message(spec.timeout));
+                let failure = failure_of(runner, &run, &message, index);
+                let updated = dlq
+                    .record_failure(&id, &entry.item_data, failure, run.artifacts.clone())
+                    .map_err(|e| e.to_string())?;
+                runner.record(
+                    "dlq_item_updated",
+                    json!({"item_id": id, "failure_count": updated.failure_count}),
+                );
+                let last = message.lines().last().unwrap_or("").to_owned();
+                runner.say(&format!(
+                    "{id}: failed again ({} failures): {last}",
+                    updated.failure_count
+                ));
+            }
+        }
+    }
+    // A stale index does no harm (the next load rebuilds it from the items): say so, go on.
+    if let Err(e) = dlq.flush() {
+        runner.say(&format!("warning: cannot write the DLQ index: {e}"));
+    }
+    if let Err(why) = runner.end_map_phase().await {
+        runner.say(&format!("error: {why}"));
+        summary.unmerged = true;
+    }
+    runner.record(
+        "dlq_retry_finished",
+        json!({"retried": summary.retried, "succeeded": summary.succeeded, "still_failing": summary.still_failing}),
+    );
+    Ok(summary)
+}

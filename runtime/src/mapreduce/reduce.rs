@@ -1,0 +1,91 @@
+//! The reduce phase, with `${map.*}` built from the items' outcomes.
+
+use serde_json::{Value, json};
+
+use crate::jobstore::ItemRecord;
+use crate::machine::Outcome;
+use crate::mapreduce::{JobOutcome, MapJob, error_metrics, stopped_by_write};
+use crate::vars::Vars;
+
+impl MapJob<'_> {
+    /// `reduce`, from the checkpoint's next step, with `${map.*}`.
+    pub(crate) async fn reduce(&mut self, vars: &mut Vars) -> JobOutcome {
+        // `${map.*}` holds every item's record: built only when a step can read it.
+        let readers = self
+            .plan
+            .merge
+            .as_ref()
+            .map_or(0, |m| m.steps.len() + m.on_conflict.len());
+        if !self.plan.reduce.is_empty() || readers > 0 {
+            let records = self.files.load_results().unwrap_or_default();
+            let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
+            vars.set("map", map_vars(&records, self.cp.items_total, dlq_count));
+        }
+        let total = self.plan.reduce.len();
+        if self.cp.reduce_next_step == 0 {
+            self.runner
+                .record("reduce_started", json!({"steps": total}));
+        }
+        for (index, &id) in self
+            .plan
+            .reduce
+            .iter()
+            .enumerate()
+            .skip(self.cp.reduce_next_step)
+        {
+            if self.runner.cancelled() {
+                return JobOutcome::Interrupted;
+            }
+            let label = self
+                .plan
+                .step(id)
+                .map(|s| s.label.clone())
+                .unwrap_or_default();
+            self.say(&format!("[reduce {}/{total}] {label}", index + 1));
+            match self.runner.run_step(id, vars, Some(index)).await {
+                Outcome::Cancelled => return JobOutcome::Interrupted,
+                o if o.continues() => {}
+                _ => {
+                    return JobOutcome::Failed {
+                        phase: "reduce",
+                        what: format!("step `{label}` failed"),
+                    };
+                }
+            }
+            self.cp.reduce_next_step = index + 1;
+            if let Err(why) = self.save(Some(vars)) {
+                return stopped_by_write("reduce", why);
+            }
+            if let Some(why) = self.write_failure() {
+                return stopped_by_write("reduce", why);
+            }
+        }
+        self.runner.record("reduce_finished", json!({}));
+        JobOutcome::Completed
+    }
+}
+
+/// `${map.*}` (docs/language.md §5).
+pub(crate) fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Value {
+    let metrics = error_metrics(records, total);
+    let finished = metrics.successful + metrics.failed + metrics.skipped;
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "item counts stay far below 2^52"
+    )]
+    let success_rate = if finished > 0 {
+        metrics.successful as f64 / finished as f64
+    } else {
+        0.0
+    };
+    json!({
+        "results": records,
+        "successful": metrics.successful,
+        "failed": metrics.failed,
+        "skipped": metrics.skipped,
+        "total": total,
+        "failure_rate": metrics.failure_rate,
+        "success_rate": success_rate,
+        "dlq_count": dlq_count,
+    })
+}

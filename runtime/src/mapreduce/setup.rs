@@ -1,0 +1,320 @@
+//! The setup phase, its `capture_outputs`, and loading the map input through its pipeline.
+
+use std::time::Duration;
+
+use prodigy_compiler::ast::{CaptureSource, Multiline, SetupCapture};
+use prodigy_grammar::pipeline::InputKind;
+use serde_json::{Value, json};
+
+use crate::exec;
+use crate::machine::Outcome;
+use crate::mapreduce::{JobOutcome, MapJob, Stopped, guarded, scope_for};
+use crate::vars::{CommandOutput, Vars};
+
+impl MapJob<'_> {
+    /// After `setup` in a session worktree: warns once, naming them, about the files setup
+    /// left that no commit holds, since agents branch from commits only and will not see
+    /// them (a `mkdir out` in setup, and every item fails). The map input file is left out:
+    /// prodigy reads it itself, so setup may well leave it uncommitted.
+    pub(crate) async fn warn_setup_leftovers(&self, vars: &Vars) {
+        use crate::worktree::UncommittedKind;
+        const SHOWN: usize = 10;
+        let (Some(session), Some(_)) = (self.runner.worktree(), &self.plan.setup) else {
+            return;
+        };
+        let input = self
+            .plan
+            .map
+            .as_ref()
+            .and_then(|m| m.input.parsed.render(vars).ok())
+            .map(|i| i.trim().trim_start_matches("./").to_owned());
+        let mut left = crate::worktree::not_committed(&session.path).await;
+        left.retain(|u| Some(u.path.as_str()) != input.as_deref());
+        if left.is_empty() {
+            return;
+        }
+        let paths: Vec<&str> = left.iter().map(|u| u.path.as_str()).collect();
+        self.runner
+            .record("setup_left_uncommitted", json!({"paths": paths}));
+        let mut names: Vec<String> = left
+            .iter()
+            .take(SHOWN)
+            .map(|u| match u.kind {
+                UncommittedKind::Changed => u.path.clone(),
+                UncommittedKind::Ignored => format!("{} (ignored)", u.path),
+                UncommittedKind::EmptyDir => format!("{} (empty)", u.path),
+            })
+            .collect();
+        if left.len() > SHOWN {
+            names.push(format!("and {} more", left.len() - SHOWN));
+        }
+        let mut advice = Vec::new();
+        if left.iter().any(|u| u.kind != UncommittedKind::EmptyDir) {
+            advice.push(
+                "commit them in setup (e.g. `git add -A && git commit -m setup`; ignored files need `git add -f`)"
+                    .to_owned(),
+            );
+        }
+        if let Some(dir) = left.iter().find(|u| u.kind == UncommittedKind::EmptyDir) {
+            advice.push(format!(
+                "git keeps no empty directory, so make those in the agent template (e.g. `mkdir -p {}`)",
+                dir.path.trim_end_matches('/')
+            ));
+        }
+        self.say(&format!(
+            "warning: setup left {} that no commit holds in {}: {}; map agents start from the session's commits and will not see them: {}",
+            crate::progress::count(left.len(), "path"),
+            session.path.display(),
+            names.join(", "),
+            advice.join("; ")
+        ));
+    }
+
+    /// `setup`: its steps in order under the phase `timeout`, then `capture_outputs`.
+    pub(crate) async fn setup(&mut self, vars: &mut Vars) -> Result<(), JobOutcome> {
+        let Some(setup) = &self.plan.setup else {
+            return Ok(());
+        };
+        self.runner
+            .record("setup_started", json!({"steps": setup.steps.len()}));
+        let total = setup.steps.len();
+        let runner = self.runner;
+        let plan = self.plan;
+        let body = async {
+            let mut outputs = Vec::new();
+            for (index, &id) in setup.steps.iter().enumerate() {
+                let label = plan.step(id).map(|s| s.label.clone()).unwrap_or_default();
+                runner.say(&format!("[setup {}/{total}] {label}", index + 1));
+                vars.commands.remove(&id.0);
+                let outcome = runner.run_step(id, vars, Some(index)).await;
+                outputs.push(vars.commands.get(&id.0).cloned());
+                if !outcome.continues() {
+                    return (outcome, Some(label), outputs);
+                }
+            }
+            (Outcome::Succeeded, None, outputs)
+        };
+        let (scope, stop) = scope_for(None, None, None);
+        let ((outcome, failed, outputs), why) =
+            guarded(runner, scope, stop, body, setup.timeout, None).await;
+        match (why, outcome) {
+            (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => {
+                return Err(JobOutcome::Interrupted);
+            }
+            (Some(Stopped::TimedOut), _) => {
+                let what = format!(
+                    "setup timed out after {}",
+                    humantime::format_duration(setup.timeout.unwrap_or_default())
+                );
+                self.say(&format!("error: {what}"));
+                return Err(JobOutcome::Failed {
+                    phase: "setup",
+                    what,
+                });
+            }
+            (None, o) if !o.continues() => {
+                return Err(JobOutcome::Failed {
+                    phase: "setup",
+                    what: format!("step `{}` failed", failed.unwrap_or_default()),
+                });
+            }
+            (None, _) => {}
+        }
+        for capture in &setup.capture_outputs {
+            let index = usize::try_from(capture.command_index.value).unwrap_or(usize::MAX);
+            // A step that ran no command (skipped by `when`, a `write_file`) has no output:
+            // the `default` stands in, if there is one.
+            let value = match (outputs.get(index), &capture.default) {
+                (Some(Some(out)), _) => setup_value(capture, out),
+                (_, Some(default)) => Ok(Value::String(default.value.clone())),
+                (_, None) => Err(format!(
+                    "capture `{}`: setup step {index} produced no output, and there is no `default`",
+                    capture.name.value
+                )),
+            };
+            match value {
+                Ok(value) => {
+                    self.runner.record(
+                        "variable_captured",
+                        json!({"name": capture.name.value, "phase": "setup"}),
+                    );
+                    vars.set(capture.name.value.clone(), value);
+                }
+                Err(why) => {
+                    self.say(&format!("error: {why}"));
+                    return Err(JobOutcome::Failed {
+                        phase: "setup",
+                        what: why,
+                    });
+                }
+            }
+        }
+        self.runner.record("setup_finished", json!({}));
+        Ok(())
+    }
+
+    /// The items: `map.input` as a file under the project (JSON, or one item per line), else
+    /// as a shell command whose stdout is the input; then the pipeline of docs/language.md §7.
+    pub(crate) async fn load_items(&self, vars: &Vars) -> Result<Vec<Value>, String> {
+        let Some(map) = &self.plan.map else {
+            return Ok(Vec::new());
+        };
+        let input = map
+            .input
+            .parsed
+            .render(vars)
+            .map_err(|e| format!("`map.input`: {e}"))?;
+        let mut path = self.runner.workdir().join(input.trim());
+        let outside = self.runner.opts.project.join(input.trim());
+        if !path.exists() && self.runner.worktree().is_some() && outside.exists() {
+            // An input the user has not committed is not in the session worktree.
+            self.say(&format!(
+                "note: `{}` is not in the run's worktree (it is not committed); reading it from {}",
+                input.trim(),
+                self.runner.opts.project.display()
+            ));
+            path = outside;
+        }
+        // Anything at the path is the input file; only a regular file within the bound is
+        // read, so a device or a FIFO is refused rather than read without end.
+        let (text, kind) = if path.exists() {
+            let text = crate::input::read_file(&path, crate::input::MAX_INPUT_SIZE)?;
+            (text, InputKind::of_file(input.trim()))
+        } else if !input.trim().contains(char::is_whitespace)
+            && [".json", ".jsonl", ".txt"]
+                .iter()
+                .any(|ext| input.trim().ends_with(ext))
+        {
+            return Err(format!(
+                "the map input file `{}` does not exist",
+                path.display()
+            ));
+        } else {
+            let (program, args) = exec::shell(&input);
+            let command = exec::Command {
+                program,
+                args,
+                cwd: self.runner.workdir(),
+                env: vars.environment(),
+                clear_env: false,
+                timeout: Some(Duration::from_mins(5)),
+                grace: self.runner.opts.grace,
+                output_limit: self.runner.opts.output_limit,
+                spill: None,
+                mask: None,
+            };
+            let stdout = crate::input::command_output(
+                &command,
+                &input,
+                &mut self.runner.cancel_rx(),
+                crate::input::MAX_INPUT_SIZE,
+            )
+            .await?;
+            (stdout, InputKind::Text)
+        };
+        let document = prodigy_grammar::pipeline::parse_input(&text, kind)
+            .map_err(|e| format!("the map input `{input}`: {e}"))?;
+        let pipeline = map.pipeline();
+        let (items, counts) = pipeline.apply(document);
+        let mut loaded = json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept});
+        if map.distinct.is_some() {
+            // Items without the `distinct` field, which it kept as one.
+            loaded["distinct_missing"] = json!(counts.distinct_missing);
+        }
+        self.runner.record("input_loaded", loaded);
+        if let Some(json_path) = map.json_path.as_ref().filter(|_| counts.selected == 0) {
+            let what = format!(
+                "`json_path: {}` selected nothing from the map input `{}`",
+                json_path.value,
+                input.trim()
+            );
+            if self.opts.strict {
+                return Err(format!("{what} (with --strict, a job needs items)"));
+            }
+            self.say(&format!(
+                "warning: {what}; check the expression against the input with `prodigy items`"
+            ));
+        }
+        if let Some(distinct) = map
+            .distinct
+            .as_ref()
+            .filter(|_| counts.distinct_missing > 1)
+        {
+            let field = distinct.value.trim();
+            self.say(&format!(
+                "warning: `distinct: {field}`: {} items have no `{}` and were kept as one",
+                counts.distinct_missing,
+                field.strip_prefix("item.").unwrap_or(field)
+            ));
+        }
+        self.say(&format!(
+            "map: {} ({})",
+            crate::progress::count(counts.kept, "item"),
+            crate::progress::stage_counts(&pipeline, &counts)
+        ));
+        Ok(items)
+    }
+}
+
+/// A setup `capture_outputs` entry from its step's output.
+pub(crate) fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, String> {
+    let CommandOutput {
+        stdout,
+        stderr,
+        success,
+    } = out;
+    let name = &capture.name.value;
+    let mut text = match capture.source {
+        CaptureSource::Stdout => stdout.clone(),
+        CaptureSource::Stderr => stderr.clone(),
+        CaptureSource::Both => format!("stdout:\n{stdout}\nstderr:\n{stderr}"),
+        CaptureSource::Combined => format!("{stdout}{stderr}"),
+    };
+    if let Ok(max) = usize::try_from(capture.max_size)
+        && max > 0
+        && text.len() > max
+    {
+        text.truncate(text.floor_char_boundary(max));
+    }
+    let mut found = Some(text);
+    if let (Some(pattern), Some(t)) = (&capture.pattern, &found) {
+        let re = prodigy_grammar::compile_regex(&pattern.value)
+            .map_err(|e| format!("capture `{name}`: `pattern`: {e}"))?;
+        found = re
+            .captures(t)
+            .and_then(|c| c.get(1).or_else(|| c.get(0)).map(|m| m.as_str().to_owned()));
+    }
+    if let (Some(path), Some(t)) = (&capture.json_path, &found) {
+        let path = prodigy_grammar::jsonpath::JsonPath::parse(&path.value)
+            .map_err(|e| format!("capture `{name}`: `json_path`: {e}"))?;
+        found = serde_json::from_str::<Value>(t)
+            .ok()
+            .and_then(|doc| path.select(&doc).into_iter().next())
+            .map(|v| match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            });
+    }
+    let text = match (found, &capture.default) {
+        (Some(t), _) => t,
+        (None, Some(default)) => default.value.clone(),
+        (None, None) => {
+            return Err(format!(
+                "capture `{name}`: `pattern` or `json_path` found nothing in the output of setup step {}, and there is no `default`",
+                capture.command_index.value
+            ));
+        }
+    };
+    let text = match capture.multiline {
+        Multiline::Preserve => text,
+        Multiline::Join => text.lines().collect::<Vec<_>>().join(" "),
+        Multiline::FirstLine => text.lines().next().unwrap_or("").to_owned(),
+        Multiline::LastLine => text.lines().last().unwrap_or("").to_owned(),
+        Multiline::Array => {
+            return Ok(Value::Array(
+                text.lines().map(|l| Value::String(l.to_owned())).collect(),
+            ));
+        }
+    };
+    crate::step::typed_value(capture.format, name, &text, *success)
+}

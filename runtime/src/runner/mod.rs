@@ -1,0 +1,468 @@
+//! The driver: walks a standard workflow's plan step by step, feeding each step's
+//! [`StepMachine`] with what the executors report, recording every event before acting on
+//! it, and writing a checkpoint after every step.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use prodigy_compiler::plan::{Plan, StepId};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::store::{Checkpoint, ContinuedStep, EventLog, Layout};
+use crate::vars::Vars;
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The workflow file (for checkpoints and resume).
+    pub workflow: PathBuf,
+    /// A hash of the workflow text.
+    pub workflow_hash: String,
+    /// The user's project directory: where env files and secret files are read, and where
+    /// commands run when there is no session worktree.
+    pub project: PathBuf,
+    /// The session worktree commands run in (docs/language.md §11), when the project is a git repository
+    /// and the run was not started with `--no-worktree`.
+    pub worktree: Option<crate::worktree::SessionWorktree>,
+    /// `$PRODIGY_HOME` and the project name.
+    pub layout: Layout,
+    /// `--param K=V`.
+    pub params: Vec<(String, String)>,
+    /// `--args`.
+    pub args: Vec<String>,
+    /// `--profile`.
+    pub profile: Option<String>,
+    /// `PRODIGY_CLAUDE_COMMAND`.
+    pub claude_command: Option<String>,
+    /// `-v` (1: step output; 2: also commands and timings).
+    pub verbose: u8,
+    /// `-q`: say only errors (and no progress display); the caller prints the outcome line.
+    pub quiet: bool,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// Seed for jitter.
+    pub seed: u64,
+    /// How much of each output stream of a command is kept in memory
+    /// (`PRODIGY_OUTPUT_LIMIT`).
+    pub output_limit: usize,
+}
+
+/// Whether a line [`Runner::say`] prints reports an error (shown even under `-q`).
+fn is_error_line(text: &str) -> bool {
+    let text = text.trim_start();
+    ["error", "internal error", "failed:"]
+        .iter()
+        .any(|p| text.starts_with(p))
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Every step succeeded or was allowed to fail.
+    Succeeded,
+    /// A step failed the workflow.
+    Failed,
+    /// A signal stopped it.
+    Interrupted,
+}
+
+/// What a run reports.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// The session.
+    pub session_id: String,
+    /// The step that failed, if one did.
+    pub failed_step: Option<String>,
+    /// The event log.
+    pub events: PathBuf,
+    /// The variables at the end (for the `merge` steps).
+    pub vars: Vars,
+    /// The steps that failed and after which the workflow went on, in order (those before
+    /// a resume included).
+    pub continued: Vec<ContinuedStep>,
+    /// A state write (checkpoint or event log) that failed and stopped the run: the file and
+    /// the OS error. The outcome is then `Failed`, with no failed step.
+    pub state_error: Option<String>,
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A secret's source is missing.
+    #[error("secret `{name}`: {why}")]
+    Secret {
+        /// The secret.
+        name: String,
+        /// What is missing.
+        why: String,
+    },
+    /// `PRODIGY_CLAUDE_COMMAND` cannot be split into words.
+    #[error("{0}")]
+    ClaudeCommand(String),
+    /// The Claude program does not answer `--version`.
+    #[error(
+        "`{program} --version` failed: {why}; check the Claude Code CLI installation (or PRODIGY_CLAUDE_COMMAND)"
+    )]
+    ClaudeVersion {
+        /// The program.
+        program: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// Running as root without `IS_SANDBOX=1`.
+    #[error(
+        "running as root, the Claude Code CLI refuses `--dangerously-skip-permissions`; set `IS_SANDBOX=1` when this machine or container is a sandbox, or run as another user"
+    )]
+    ClaudeAsRoot,
+    /// The Claude program is missing.
+    #[error(
+        "the workflow has `claude` steps but `{program}` is not installed; install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
+    )]
+    ClaudeMissing {
+        /// The program looked for.
+        program: String,
+    },
+    /// An env value could not be computed.
+    #[error("env `{name}`: {why}")]
+    Env {
+        /// The variable.
+        name: String,
+        /// Why.
+        why: String,
+    },
+    /// `--profile` names no profile.
+    #[error("no profile named `{0}`")]
+    Profile(String),
+    /// The store could not be written.
+    #[error("cannot write under {path}: {source}")]
+    Store {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// One run of a plan.
+pub struct Runner {
+    pub(crate) plan: Arc<Plan>,
+    pub(crate) opts: Options,
+    pub(crate) session: String,
+    pub(crate) log: Mutex<EventLog>,
+    pub(crate) cancel: watch::Receiver<bool>,
+    pub(crate) rng: Mutex<StdRng>,
+    pub(crate) started: Instant,
+    pub(crate) started_at: String,
+    pub(crate) secrets: Mutex<crate::vars::Secrets>,
+    /// The checkpoint being made durable while the next step starts.
+    pub(crate) pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
+    /// The first checkpoint that could not be written, described.
+    pub(crate) checkpoint_failed: Mutex<Option<String>>,
+    /// Outputs of `command:` env values with `cache: true`, by rendered command.
+    pub(crate) env_cache: Mutex<std::collections::HashMap<String, String>>,
+    /// Map agents' merges into the session worktree, one at a time.
+    pub(crate) merge_queue: tokio::sync::Mutex<()>,
+    /// Map agents' worktrees between two items.
+    pub(crate) agent_worktrees: crate::worktree::Pool,
+    /// The steps of a standard run that failed and were continued.
+    pub(crate) continued: Mutex<Vec<ContinuedStep>>,
+    /// Numbers the run's log files.
+    pub(crate) log_seq: std::sync::atomic::AtomicU64,
+    /// Turns taken so far by the Claude calls running now.
+    pub(crate) live_turns: std::sync::atomic::AtomicU64,
+    /// What the run's Claude calls cost.
+    pub(crate) claude_totals: Mutex<crate::claude::Totals>,
+}
+
+/// What a map agent adds to the steps it runs: its ids on every event, its own cancel
+/// signal (its timeout, or the job stopping), per-command timeouts, and the failure that
+/// ended it.
+pub(crate) struct AgentScope {
+    /// `agent-<index>`.
+    pub agent_id: String,
+    /// `item_<index>`.
+    pub item_id: String,
+    /// Whether its steps' progress lines show only at `-v` (map agents).
+    pub quiet: bool,
+    /// `timeout_config.cleanup_grace_period_secs`, over `--grace`.
+    pub grace: Option<Duration>,
+    /// Set when the agent must stop (a timeout, a signal, `--cancel-running`).
+    pub cancel: watch::Receiver<bool>,
+    /// `timeout_config.command_timeouts`, resolved to the agent's steps.
+    pub timeouts: std::rc::Rc<std::collections::HashMap<StepId, Duration>>,
+    /// The last step that failed.
+    pub failure: std::cell::RefCell<Option<StepFailure>>,
+    /// The agent's own worktree, when the session has one.
+    pub workdir: Option<PathBuf>,
+    /// What the item's Claude calls cost.
+    pub claude: std::cell::RefCell<crate::claude::Totals>,
+}
+
+/// How a command's output is followed and kept.
+pub(crate) struct Io<'w> {
+    /// Sees each line of standard output as it arrives.
+    pub(crate) watch: Option<&'w mut dyn FnMut(&str)>,
+    /// Keep this much of each stream instead of `PRODIGY_OUTPUT_LIMIT` (and spill nothing).
+    pub(crate) keep: Option<usize>,
+}
+
+/// The step that ended an agent, for the DLQ.
+#[derive(Clone, Debug)]
+pub(crate) struct StepFailure {
+    /// `shell: ...` or `claude: ...`.
+    pub step: String,
+    /// The last lines of its stderr, or why it could not run.
+    pub message: String,
+    /// The DLQ's classification.
+    pub error_type: crate::dlq::ErrorType,
+    /// The failing command's exit code and the last lines of its output, when one ran.
+    pub output: Option<crate::dlq::CommandTail>,
+    /// The log of the Claude call that failed.
+    pub log: Option<PathBuf>,
+}
+
+tokio::task_local! {
+    pub(crate) static AGENT: std::rc::Rc<AgentScope>;
+}
+
+type PendingCheckpoint = tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, String)>;
+
+use crate::lock;
+
+mod env;
+mod preflight;
+mod standard;
+pub use preflight::{needs_claude, preflight};
+
+impl Runner {
+    /// A runner for a new session, or for the session of `resume`.
+    pub fn new(
+        plan: Arc<Plan>,
+        opts: Options,
+        cancel: watch::Receiver<bool>,
+        resume: Option<&Checkpoint>,
+    ) -> Result<Self, StartError> {
+        let session = resume.map_or_else(crate::store::session_id, |c| c.session_id.clone());
+        let started_at = resume.map(|c| c.started_at.clone());
+        Self::with_id(plan, opts, cancel, session, started_at)
+    }
+
+    /// A runner whose events go under `id` (a session or a MapReduce job), started at
+    /// `started_at` when it continues an earlier run.
+    pub fn with_id(
+        plan: Arc<Plan>,
+        opts: Options,
+        cancel: watch::Receiver<bool>,
+        id: String,
+        started_at: Option<String>,
+    ) -> Result<Self, StartError> {
+        let log = EventLog::open(&opts.layout, &id).map_err(|source| StartError::Store {
+            path: opts.layout.home.clone(),
+            source,
+        })?;
+        Ok(Self::with_log(plan, opts, cancel, started_at, id, log))
+    }
+
+    /// A runner that records nothing, for `--dry-run`.
+    pub fn dry(plan: Arc<Plan>, opts: Options) -> Self {
+        let (_, cancel) = watch::channel(false);
+        Self::with_log(plan, opts, cancel, None, String::new(), EventLog::none())
+    }
+
+    fn with_log(
+        plan: Arc<Plan>,
+        opts: Options,
+        cancel: watch::Receiver<bool>,
+        started_at: Option<String>,
+        session: String,
+        log: EventLog,
+    ) -> Self {
+        let seed = opts.seed;
+        Runner {
+            plan,
+            opts,
+            session,
+            log: Mutex::new(log),
+            cancel,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            started: Instant::now(),
+            started_at: started_at.unwrap_or_else(crate::store::timestamp),
+            secrets: Mutex::new(crate::vars::Secrets::default()),
+            pending_checkpoint: Mutex::new(None),
+            checkpoint_failed: Mutex::new(None),
+            env_cache: Mutex::new(std::collections::HashMap::new()),
+            merge_queue: tokio::sync::Mutex::new(()),
+            agent_worktrees: crate::worktree::Pool::default(),
+            continued: Mutex::new(Vec::new()),
+            log_seq: std::sync::atomic::AtomicU64::new(1),
+            live_turns: std::sync::atomic::AtomicU64::new(0),
+            claude_totals: Mutex::new(crate::claude::Totals::default()),
+        }
+    }
+
+    /// Carries over, for `resume`, the steps that failed and were continued before: the
+    /// run's end reports them with its own.
+    pub fn carry_continued(&self, steps: &[ContinuedStep]) {
+        *lock(&self.continued) = steps.to_vec();
+    }
+
+    /// Where commands run: the map agent's worktree, else the session worktree, else the
+    /// project.
+    pub(crate) fn workdir(&self) -> PathBuf {
+        AGENT
+            .try_with(|a| a.workdir.clone())
+            .ok()
+            .flatten()
+            .or_else(|| self.opts.worktree.as_ref().map(|w| w.workdir.clone()))
+            .unwrap_or_else(|| self.opts.project.clone())
+    }
+
+    /// The session worktree, when the run has one.
+    pub fn worktree(&self) -> Option<&crate::worktree::SessionWorktree> {
+        self.opts.worktree.as_ref()
+    }
+
+    /// Ends a map phase (or a DLQ retry) in a session worktree: the agents' merged work
+    /// comes into the session branch, and their idle worktrees are removed.
+    ///
+    /// # Errors
+    ///
+    /// When the merge into the session branch fails (say, setup left uncommitted changes
+    /// in files the agents changed); the agents' work stays on the integration ref.
+    pub async fn end_map_phase(&self) -> Result<(), String> {
+        let Some(session) = &self.opts.worktree else {
+            return Ok(());
+        };
+        self.agent_worktrees.drain(&session.repo).await;
+        crate::worktree::finish_map(session).await.map_err(|e| {
+            format!(
+                "cannot bring the agents' merged work (`refs/prodigy/{}`) into the session worktree {}: {e}; commit or remove the changes there that stand in the way",
+                session.branch,
+                session.path.display()
+            )
+        })
+    }
+
+    /// Whether the workflow has `merge` steps.
+    pub fn has_merge_steps(&self) -> bool {
+        self.plan
+            .merge
+            .as_ref()
+            .is_some_and(|m| !m.steps.is_empty())
+    }
+
+    /// The session id.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    pub(crate) fn mask(&self, text: &str) -> String {
+        lock(&self.secrets).mask(text)
+    }
+
+    /// Registers the secret NAME: it is masked in everything the run prints and writes.
+    fn add_secret(&self, name: &str, value: &str) {
+        lock(&self.secrets).add(name, value);
+    }
+
+    /// Variables as a checkpoint keeps them: whole, with each secret value replaced by its
+    /// name, so that the secret never reaches the disk and [`Runner::unseal`] brings back
+    /// exactly what was captured (`Bearer ${TOKEN}` stays usable after a resume).
+    pub(crate) fn seal_json(&self, value: Value) -> Value {
+        lock(&self.secrets).seal_json(value)
+    }
+
+    /// Variables a checkpoint kept, with the secrets of this run put back in place.
+    pub fn unseal(&self, value: Value) -> Value {
+        lock(&self.secrets).unseal_json(value)
+    }
+
+    /// Records an event; inside a map agent it carries the agent's and the item's ids.
+    pub(crate) fn record(&self, event: &str, fields: Value) {
+        let mut masked = lock(&self.secrets).mask_json(fields);
+        if let Value::Object(map) = &mut masked {
+            let _ = AGENT.try_with(|a| {
+                if !a.agent_id.is_empty() {
+                    map.entry("agent_id")
+                        .or_insert_with(|| Value::String(a.agent_id.clone()));
+                    map.entry("item_id")
+                        .or_insert_with(|| Value::String(a.item_id.clone()));
+                }
+            });
+        }
+        lock(&self.log).record(event, masked);
+    }
+
+    /// DELAY spread by the jitter FACTOR and capped at MAX, from the run's seeded RNG.
+    pub(crate) fn jittered(&self, delay: Duration, factor: f64, max: Duration) -> Duration {
+        crate::machine::jitter(delay, factor, max, &mut *lock(&self.rng))
+    }
+
+    /// The first event that could not be written, described (path and OS error).
+    pub(crate) fn state_failure(&self) -> Option<String> {
+        lock(&self.checkpoint_failed)
+            .clone()
+            .or_else(|| lock(&self.log).failed.clone())
+    }
+
+    /// Where events go.
+    pub fn events_path(&self) -> PathBuf {
+        lock(&self.log).path.clone()
+    }
+
+    /// Prints a line to stderr, secrets masked; inside a map agent only at `-v`, prefixed
+    /// with the item, so that parallel agents stay readable.
+    pub(crate) fn say(&self, text: &str) {
+        use std::io::Write as _;
+        if self.opts.quiet && !is_error_line(text) {
+            return;
+        }
+        let agent = AGENT.try_with(|a| (a.quiet, a.item_id.clone())).ok();
+        let text = match agent {
+            Some((true, _)) if self.opts.verbose == 0 => return,
+            Some((_, item)) if !item.is_empty() => format!("[{item}] {}", text.trim_start()),
+            _ => text.to_owned(),
+        };
+        crate::progress::println(&self.mask(&text));
+        let _ = std::io::stderr().flush();
+    }
+
+    /// Turns taken so far by the Claude calls running now, for the progress display.
+    pub(crate) fn live_claude_turns(&self) -> u64 {
+        self.live_turns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// At the end of a run or a job that made Claude calls: what they cost.
+    pub(crate) fn say_claude_totals(&self) {
+        let claude = *lock(&self.claude_totals);
+        if claude.calls > 0 {
+            self.say(&claude.line());
+        }
+    }
+
+    /// The signal that stops what runs now: the agent's inside a map agent, else the run's.
+    pub(crate) fn cancel_rx(&self) -> watch::Receiver<bool> {
+        AGENT
+            .try_with(|a| a.cancel.clone())
+            .unwrap_or_else(|_| self.cancel.clone())
+    }
+
+    pub(crate) fn cancelled(&self) -> bool {
+        *self.cancel.borrow() || AGENT.try_with(|a| *a.cancel.borrow()).unwrap_or(false)
+    }
+}
+
+/// The fields of a JSON object (nothing for anything else).
+pub(crate) fn fields(value: Value) -> serde_json::Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
+}

@@ -1,0 +1,84 @@
+//! What is checked before anything is made: the Claude CLI when a step needs it.
+
+use prodigy_compiler::plan::{Plan, PlanCommand, StepId};
+
+use crate::exec;
+use crate::runner::StartError;
+
+/// Checks, before anything is made (a worktree, a branch, a lock), that the programs that
+/// running ROOTS needs work: when one of them, or a step they can lead to, is a `claude`
+/// step or `claude` check, the Claude CLI (`claude_command`, else `claude`) is installed,
+/// answers `--version` (remembered for the events), and, as root, `IS_SANDBOX=1` is set.
+///
+/// # Errors
+///
+/// [`StartError::ClaudeMissing`], [`StartError::ClaudeVersion`],
+/// [`StartError::ClaudeAsRoot`], [`StartError::ClaudeCommand`].
+pub fn preflight(
+    plan: &Plan,
+    roots: &[StepId],
+    claude_command: Option<&str>,
+) -> Result<(), StartError> {
+    if !needs_claude(plan, roots) {
+        return Ok(());
+    }
+    let (program, leading) = crate::claude::program(claude_command)
+        .map_err(|e| StartError::ClaudeCommand(e.to_string()))?;
+    if !exec::program_exists(&program) {
+        return Err(StartError::ClaudeMissing { program });
+    }
+    let version = crate::claude::ask_version(&program, &leading).map_err(|why| {
+        StartError::ClaudeVersion {
+            program: program.clone(),
+            why,
+        }
+    })?;
+    crate::claude::remember_version(&version);
+    // As root, the CLI refuses `--dangerously-skip-permissions` unless told it runs in a
+    // sandbox; every call would fail the same way.
+    if version.contains("Claude Code")
+        && nix::unistd::geteuid().is_root()
+        && std::env::var("IS_SANDBOX").as_deref() != Ok("1")
+    {
+        return Err(StartError::ClaudeAsRoot);
+    }
+    Ok(())
+}
+
+/// Whether running ROOTS runs the Claude CLI: one of them, or a step it can lead to
+/// (`on_success`, `on_failure`, `on_exit_code`, `validate` and `on_incomplete` commands,
+/// `foreach` bodies), is a `claude` step or has a `claude` check.
+pub fn needs_claude(plan: &Plan, roots: &[StepId]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = roots.to_vec();
+    while let Some(id) = stack.pop() {
+        let Some(step) = plan.step(id) else { continue };
+        if !seen.insert(id) {
+            continue;
+        }
+        let checks_with_claude = step
+            .step_validate
+            .as_ref()
+            .is_some_and(|v| v.checks.iter().any(|c| c.claude));
+        if matches!(step.command, PlanCommand::Claude(_)) || checks_with_claude {
+            return true;
+        }
+        stack.extend(&step.on_success);
+        if let Some(handler) = &step.on_failure {
+            stack.extend(&handler.handler);
+        }
+        for (_, steps) in &step.on_exit_code {
+            stack.extend(steps);
+        }
+        if let Some(validate) = &step.validate {
+            stack.extend(&validate.commands);
+            if let Some(incomplete) = &validate.on_incomplete {
+                stack.extend(&incomplete.commands);
+            }
+        }
+        if let PlanCommand::Foreach { steps, .. } = &step.command {
+            stack.extend(steps);
+        }
+    }
+    false
+}

@@ -1,0 +1,191 @@
+//! What a command's output becomes: `capture`, `capture_output`, `shell.*` and `claude.*`,
+//! and the output shown at `-v`.
+
+use prodigy_compiler::ast::CaptureFormat;
+use prodigy_compiler::plan::{PlanCommand, PlanStep};
+use serde_json::{Value, json};
+
+use crate::exec::{self, Output};
+use crate::runner::{Runner, fields};
+use crate::vars::Vars;
+
+impl Runner {
+    /// At `-v`, what a command wrote (standard output unless it was shown as it arrived).
+    pub(crate) fn show_output(&self, step: &PlanStep, out: &Output) {
+        if self.opts.verbose > 0 {
+            let stdout = if out.streamed {
+                ""
+            } else {
+                out.stdout.as_str()
+            };
+            for line in stdout.lines().chain(out.stderr.lines()) {
+                self.say(&format!("  │ {line}"));
+            }
+            if self.opts.verbose > 1 {
+                let how = match (out.code, out.timed_out) {
+                    (_, true) => "timed out".to_owned(),
+                    (Some(code), false) => format!("exited {code}"),
+                    // It never ran: why ("could not start `PROGRAM`: REASON"), not a signal.
+                    (None, false) if out.spawn_error => {
+                        format!(
+                            "did not run ({})",
+                            out.stderr.lines().next().unwrap_or("").trim()
+                        )
+                    }
+                    (None, false) if out.cancelled => "was interrupted".to_owned(),
+                    (None, false) => "ended by a signal".to_owned(),
+                };
+                self.say(&format!(
+                    "  {} {how} in {:.3}s",
+                    step.label,
+                    out.duration.as_secs_f64()
+                ));
+            }
+        }
+    }
+
+    /// Typed `capture` and legacy `capture_output` of the last run.
+    pub(crate) fn capture(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        out: &Output,
+    ) -> Result<(), String> {
+        let trim = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
+        if let Some(capture) = &step.capture {
+            let streams = capture.streams;
+            let text = match (streams.stdout, streams.stderr) {
+                (true, true) => format!("{}{}", out.stdout, out.stderr),
+                (false, true) => out.stderr.clone(),
+                (true, false) => out.stdout.clone(),
+                // Neither stream: the value is empty; the other fields still describe the run.
+                (false, false) => String::new(),
+            };
+            let text = trim(&text);
+            let name = &capture.name.value;
+            let value = typed_value(capture.format, name, &text, out.exit().success())?;
+            let mut meta = serde_json::Map::new();
+            if streams.exit_code {
+                meta.insert("exit_code".into(), json!(out.code.unwrap_or(-1)));
+            }
+            if streams.success {
+                meta.insert("success".into(), json!(out.exit().success()));
+            }
+            if streams.duration {
+                meta.insert("duration".into(), json!(out.duration.as_secs_f64()));
+            }
+            meta.insert("stderr".into(), Value::String(trim(&out.stderr)));
+            self.record(
+                "variable_captured",
+                json!({"step": step.label, "name": name, "format": capture.format}),
+            );
+            vars.set(name.clone(), value);
+            vars.meta.insert(name.clone(), Value::Object(meta));
+        }
+        // `capture_output: true` on a shell step names `${shell.output}`, which every
+        // command already sets (both streams); any other name stores stdout.
+        if let Some(name) = step
+            .capture_output
+            .as_ref()
+            .filter(|n| *n != "shell.output")
+        {
+            match name.split_once('.') {
+                Some((root, field)) => {
+                    vars.merge(root, fields(json!({ field: trim(&out.stdout) })));
+                }
+                None => vars.set(name.clone(), Value::String(trim(&out.stdout))),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// TEXT as a capture of FORMAT (docs/language.md §5); a value that does not fit fails with a message
+/// naming the capture. A `boolean` that is neither `true` nor `false` is the command's
+/// success.
+pub(crate) fn typed_value(
+    format: CaptureFormat,
+    name: &str,
+    text: &str,
+    success: bool,
+) -> Result<Value, String> {
+    Ok(match format {
+        CaptureFormat::String => Value::String(text.to_owned()),
+        CaptureFormat::Number => {
+            let t = text.trim();
+            t.parse::<i64>()
+                .map(Value::from)
+                .ok()
+                .or_else(|| {
+                    t.parse::<f64>()
+                        .ok()
+                        .and_then(serde_json::Number::from_f64)
+                        .map(Value::Number)
+                })
+                .ok_or_else(|| format!("capture `{name}`: `{t}` is not a number"))?
+        }
+        CaptureFormat::Json if text.starts_with(exec::TRUNCATED) => {
+            return Err(format!(
+                "capture `{name}`: the output was cut to its last part (PRODIGY_OUTPUT_LIMIT), and a `json` capture needs it whole; raise PRODIGY_OUTPUT_LIMIT or write the JSON to a file"
+            ));
+        }
+        CaptureFormat::Json => {
+            serde_json::from_str(text).map_err(|e| format!("capture `{name}`: not JSON ({e})"))?
+        }
+        CaptureFormat::Lines => {
+            Value::Array(text.lines().map(|l| Value::String(l.to_owned())).collect())
+        }
+        CaptureFormat::Boolean => match text.trim() {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => Value::Bool(success),
+        },
+    })
+}
+
+/// The last N lines of a text.
+pub(crate) fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `shell.*` after every command, shell or Claude, and `claude.*` after a Claude command, for
+/// handlers and the next step: `${shell.output}` is stdout and stderr interleaved as the
+/// command wrote them, `${shell.stdout}` and `${shell.stderr}` each stream alone.
+pub(crate) fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
+    let trimmed = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
+    let exit_code = out.code.unwrap_or(-1);
+    vars.set(
+        "shell",
+        json!({"output": trimmed(&out.combined()), "stdout": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+    );
+    if let Some(call) = &out.claude {
+        vars.set(
+            "claude",
+            json!({
+                "output": trimmed(&out.stdout),
+                "stderr": trimmed(&out.stderr),
+                "exit_code": exit_code,
+                "session_id": call.session_id.clone().unwrap_or_default(),
+                "cost_usd": call.cost_usd,
+                "num_turns": call.num_turns,
+                "log": call.log.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                "error_kind": call.verdict.kind.map_or("", crate::claude::ErrorKind::name),
+            }),
+        );
+    } else if matches!(step.command, PlanCommand::Claude(_)) {
+        vars.set(
+            "claude",
+            json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+        );
+    }
+    vars.last_output = Some(trimmed(&out.stdout));
+    vars.commands.insert(
+        step.id.0,
+        crate::vars::CommandOutput {
+            stdout: trimmed(&out.stdout),
+            stderr: trimmed(&out.stderr),
+            success: out.success(),
+        },
+    );
+}

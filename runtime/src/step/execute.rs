@@ -1,0 +1,445 @@
+//! Running a step's command: a shell command, a Claude call or `write_file`, with its
+//! working directory, environment, timeout, output limit and log.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use prodigy_compiler::ast;
+use prodigy_compiler::plan::{PlanCommand, PlanStep};
+use serde_json::json;
+
+use crate::exec::{self, Command, Output};
+use crate::lock;
+use crate::runner::{Io, Runner};
+use crate::step::AGENT;
+use crate::vars::Vars;
+
+impl Runner {
+    /// Renders and runs a step's command; `output_file` gets its (masked) stdout.
+    pub(crate) async fn execute(&self, step: &PlanStep, vars: &mut Vars) -> Output {
+        let output = self.execute_command(step, vars).await;
+        let Some(template) = &step.output_file else {
+            return output;
+        };
+        // Failing to keep the output the workflow asked for fails the step.
+        let written = template
+            .parsed
+            .render(vars)
+            .map_err(|e| format!("`output_file`: {e}"))
+            .and_then(|file| {
+                // Never outside the project, however the rendered path is spelled or
+                // whatever links it passes.
+                let root = self.workdir();
+                let path = crate::paths::inside(&root, &root, &file)
+                    .map_err(|e| format!("`output_file`: {e}"))?;
+                std::fs::write(&path, self.mask(&output.stdout))
+                    .map_err(|e| format!("`output_file`: cannot write `{}`: {e}", path.display()))
+            });
+        match written {
+            Ok(()) => output,
+            Err(e) => Output::error(e),
+        }
+    }
+
+    pub(crate) async fn execute_command(&self, step: &PlanStep, vars: &mut Vars) -> Output {
+        match &step.command {
+            PlanCommand::Shell(t) => self.run_command(&exec::shell, t, step, vars, true).await,
+            PlanCommand::Claude(t) => {
+                let timeout = Self::step_timeout(step);
+                self.run_claude(t, step, vars, timeout, true).await
+            }
+            PlanCommand::WriteFile(w) => {
+                let (path, content) =
+                    match (w.path.parsed.render(vars), w.content.parsed.render(vars)) {
+                        (Ok(p), Ok(c)) => (p, c),
+                        (Err(e), _) | (_, Err(e)) => return Output::error(e.to_string()),
+                    };
+                match self.cwd(step, vars) {
+                    Ok(cwd) => {
+                        let root = self.workdir();
+                        exec::write_file(
+                            &root,
+                            &cwd,
+                            &path,
+                            &content,
+                            w.format,
+                            w.mode,
+                            w.create_dirs,
+                        )
+                    }
+                    Err(e) => Output::error(e),
+                }
+            }
+            PlanCommand::Foreach {
+                input,
+                parallel,
+                steps,
+                continue_on_error,
+                max_items,
+            } => {
+                self.foreach(
+                    step,
+                    vars,
+                    input,
+                    *parallel,
+                    steps,
+                    *continue_on_error,
+                    *max_items,
+                )
+                .await
+            }
+        }
+    }
+
+    /// The step's directory: `working_dir` under the project, or the project.
+    pub(crate) fn cwd(&self, step: &PlanStep, vars: &Vars) -> Result<PathBuf, String> {
+        match &step.working_dir {
+            Some(t) => t
+                .parsed
+                .render(vars)
+                .map(|dir| self.workdir().join(dir))
+                .map_err(|e| format!("`working_dir`: {e}")),
+            None => Ok(self.workdir()),
+        }
+    }
+
+    pub(crate) async fn run_command(
+        &self,
+        build: &dyn Fn(&str) -> (String, Vec<String>),
+        template: &ast::Template,
+        step: &PlanStep,
+        vars: &Vars,
+        live: bool,
+    ) -> Output {
+        let timeout = Self::step_timeout(step);
+        self.run_command_for(build, template, step, vars, timeout, live)
+            .await
+    }
+
+    /// The step's timeout: the agent's `command_timeouts`, else its own.
+    pub(crate) fn step_timeout(step: &PlanStep) -> Option<Duration> {
+        AGENT
+            .try_with(|a| a.timeouts.get(&step.id).copied())
+            .ok()
+            .flatten()
+            .or(step.timeout)
+    }
+
+    /// The directory of the logs of what runs now: `logs/{repo}/{id}/{item or "steps"}`.
+    pub(crate) fn log_dir(&self) -> PathBuf {
+        let owner = AGENT
+            .try_with(|a| a.item_id.clone())
+            .ok()
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(|| "steps".to_owned());
+        crate::logs::dir(&self.opts.layout, &self.session).join(owner)
+    }
+
+    /// Where a command's whole output goes once it outgrows the limit.
+    pub(crate) fn spill_path(&self, step: &PlanStep) -> PathBuf {
+        let n = self
+            .log_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.log_dir().join(format!(
+            "output-{n:04}-{}.log",
+            crate::logs::file_part(&step.label)
+        ))
+    }
+
+    /// Masks secrets as the run knows them now (nothing to do when it knows none).
+    pub(crate) fn masker(&self) -> Option<crate::logs::Mask> {
+        let secrets = lock(&self.secrets).clone();
+        (!secrets.is_empty())
+            .then(|| std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask)
+    }
+
+    /// A command's text, or why it cannot be rendered (secrets masked).
+    pub(crate) fn command_text(
+        &self,
+        template: &ast::Template,
+        vars: &Vars,
+    ) -> Result<String, Output> {
+        template
+            .parsed
+            .render(vars)
+            .map_err(|e| Output::error(format!("{e} in `{}`", self.mask(&template.value))))
+    }
+
+    /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
+    /// read as they arrive, written to the call's log, shown at `-v` when LIVE (a step's
+    /// own command), and decide whether the call succeeded.
+    pub(crate) async fn run_claude(
+        &self,
+        template: &ast::Template,
+        step: &PlanStep,
+        vars: &Vars,
+        timeout: Option<Duration>,
+        live: bool,
+    ) -> Output {
+        let text = match self.command_text(template, vars) {
+            Ok(text) => text,
+            Err(out) => return out,
+        };
+        // A step's own command has its settings merged with the workflow's in the plan; a
+        // check of `step_validate` runs with the workflow's defaults.
+        let settings = claude_settings(if live {
+            step.claude.as_ref()
+        } else {
+            self.plan.claude.as_ref()
+        });
+        let (program, args) = match crate::claude::invocation(
+            &text,
+            self.opts.claude_command.as_deref(),
+            &settings,
+        ) {
+            Ok(invocation) => invocation,
+            Err(e) => return Output::error(e.to_string()),
+        };
+        let mut log = (!self.session.is_empty()).then(|| {
+            crate::logs::create_numbered(&self.log_dir(), &step.label, "jsonl", self.masker())
+        });
+        let log_path = log.as_ref().filter(|l| l.is_open()).map(|l| l.path.clone());
+        self.record(
+            "claude_started",
+            json!({"step": step.label, "program": program, "args": args, "cli_version": crate::claude::version(), "log": log_path}),
+        );
+        if self.opts.verbose > 1 {
+            let shown: Vec<String> = std::iter::once(program.as_str())
+                .chain(args.iter().map(String::as_str))
+                .map(|word| {
+                    shlex::try_quote(word)
+                        .map_or_else(|_| word.to_owned(), std::borrow::Cow::into_owned)
+                })
+                .collect();
+            self.say(&format!("  $ {}", shown.join(" ")));
+        }
+        let mut stream = crate::claude::Stream::default();
+        let verbose = if live { self.opts.verbose } else { 0 };
+        let mut watch = |line: &str| {
+            if let Some(log) = log.as_mut() {
+                log.line(line);
+            }
+            let turns = stream.turns;
+            let notes = stream.feed(line);
+            if stream.turns > turns {
+                self.live_turns.fetch_add(
+                    u64::from(stream.turns - turns),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+            for note in notes {
+                // The session's id and model at `-vv`; what Claude does at `-v`.
+                let level = if matches!(note, crate::claude::Note::Started { .. }) {
+                    2
+                } else {
+                    1
+                };
+                if verbose >= level {
+                    for shown in note.line().lines() {
+                        self.say(&format!("  │ {shown}"));
+                    }
+                }
+            }
+        };
+        // The raw stream is in the log; memory keeps only its end.
+        let io = Io {
+            watch: Some(&mut watch),
+            keep: Some(64 << 10),
+        };
+        let mut out = self
+            .spawn_command(program, args, step, vars, timeout, io)
+            .await;
+        if let Some(log) = log.as_mut() {
+            log.finish();
+            if let Some(e) = &log.error {
+                self.say(&format!(
+                    "  warning: cannot write the Claude log {}: {e}",
+                    log.path.display()
+                ));
+            }
+        }
+        self.live_turns.fetch_sub(
+            u64::from(stream.turns),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if out.spawn_error {
+            // Nothing ran: the reason is the failure, not a missing `result`.
+            return out;
+        }
+        let ended = if out.timed_out || out.cancelled {
+            None
+        } else {
+            out.code
+        };
+        let call = stream.finish(ended, log_path);
+        out.streamed = live && self.opts.verbose > 0;
+        // `${shell.output}`: the final text, then what the CLI wrote on standard error.
+        out.interleaved = None;
+        // What the step gives on: the final text, never the raw events.
+        out.stdout = if call.verdict.message.is_empty() || call.verdict.message.ends_with('\n') {
+            call.verdict.message.clone()
+        } else {
+            format!("{}\n", call.verdict.message)
+        };
+        self.record(
+            "claude_finished",
+            json!({
+                "step": step.label,
+                "success": call.verdict.kind.is_none() && !out.timed_out && !out.cancelled,
+                "error_kind": call.verdict.kind,
+                "message": (call.verdict.kind.is_some()).then(|| call.verdict.message.clone()),
+                "session_id": call.session_id,
+                "num_turns": call.num_turns,
+                "cost_usd": call.cost_usd,
+                "tokens": call.tokens,
+                "tool_calls": call.tool_calls,
+                "api_retries": call.api_retries,
+                "exit_code": out.code,
+                "log": call.log,
+                "duration_secs": out.duration.as_secs_f64(),
+            }),
+        );
+        lock(&self.claude_totals).add(&call);
+        let _ = AGENT.try_with(|a| a.claude.borrow_mut().add(&call));
+        out.claude = Some(Box::new(call));
+        out
+    }
+
+    /// Renders TEMPLATE and runs it with the step's directory and environment; at `-v`,
+    /// a LIVE command's (a step's own) standard output is shown as it arrives.
+    pub(crate) async fn run_command_for(
+        &self,
+        build: &dyn Fn(&str) -> (String, Vec<String>),
+        template: &ast::Template,
+        step: &PlanStep,
+        vars: &Vars,
+        timeout: Option<Duration>,
+        live: bool,
+    ) -> Output {
+        let text = match self.command_text(template, vars) {
+            Ok(text) => text,
+            Err(out) => return out,
+        };
+        if self.opts.verbose > 1 {
+            self.say(&format!("  $ {}", text.trim_end().replace('\n', "\n    ")));
+        }
+        let (program, args) = build(&text);
+        let streamed = live && self.opts.verbose > 0;
+        let mut watch = |line: &str| {
+            if streamed {
+                self.say(&format!("  │ {line}"));
+            }
+        };
+        let mut out = self
+            .spawn_command(
+                program,
+                args,
+                step,
+                vars,
+                timeout,
+                Io {
+                    watch: streamed.then_some(&mut watch as &mut dyn FnMut(&str)),
+                    keep: None,
+                },
+            )
+            .await;
+        out.streamed = streamed;
+        out
+    }
+
+    /// Runs PROGRAM with ARGS in the step's directory and environment; WATCH sees each line
+    /// of standard output as it arrives.
+    pub(crate) async fn spawn_command(
+        &self,
+        program: String,
+        args: Vec<String>,
+        step: &PlanStep,
+        vars: &Vars,
+        timeout: Option<Duration>,
+        io: Io<'_>,
+    ) -> Output {
+        let mut step_env = Vec::new();
+        for var in &step.env {
+            match self
+                .env_value(&var.name.value, &var.value, vars, false)
+                .await
+            {
+                Ok(Some(v)) => {
+                    step_env.push((var.name.value.clone(), prodigy_grammar::value::render(&v)));
+                }
+                Ok(None) => {}
+                Err(e) => return Output::error(e.to_string()),
+            }
+        }
+        if self.opts.verbose > 1 {
+            for (name, value) in &step_env {
+                let shown = if crate::vars::sensitive_name(name) {
+                    "***REDACTED***"
+                } else {
+                    value.as_str()
+                };
+                self.say(&format!("  env {name}={shown}"));
+            }
+        }
+        // `clear_env`: an empty environment plus the step's own `env` and `PATH` (docs/language.md §2).
+        let mut env = if step.clear_env {
+            Vec::new()
+        } else {
+            vars.environment()
+        };
+        env.extend(step_env);
+        if matches!(step.command, PlanCommand::Claude(_)) {
+            env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
+        }
+        // Secrets win over step env.
+        if !step.clear_env {
+            for secret in &self.plan.secrets {
+                let name = &secret.name.value;
+                if let Some(value) = vars.values.get(name) {
+                    env.push((name.clone(), prodigy_grammar::value::render(value)));
+                }
+            }
+        }
+        let cwd = match self.cwd(step, vars) {
+            Ok(cwd) => cwd,
+            Err(e) => return Output::error(e),
+        };
+        let spill = (!self.session.is_empty() && io.keep.is_none()).then(|| self.spill_path(step));
+        let command = Command {
+            program,
+            args,
+            cwd,
+            env,
+            clear_env: step.clear_env,
+            timeout,
+            grace: AGENT
+                .try_with(|a| a.grace)
+                .ok()
+                .flatten()
+                .unwrap_or(self.opts.grace),
+            output_limit: io.keep.unwrap_or(self.opts.output_limit),
+            mask: if spill.is_some() { self.masker() } else { None },
+            spill,
+        };
+        exec::run_watched(&command, &mut self.cancel_rx(), io.watch).await
+    }
+}
+
+/// The CLI options of a Claude call from the plan's resolved settings.
+pub(crate) fn claude_settings(settings: Option<&ast::ClaudeSettings>) -> crate::claude::Settings {
+    let Some(s) = settings else {
+        return crate::claude::Settings::default();
+    };
+    crate::claude::Settings {
+        model: s.model.clone(),
+        max_turns: s.max_turns,
+        allowed_tools: s.allowed_tools.clone().unwrap_or_default(),
+        disallowed_tools: s.disallowed_tools.clone().unwrap_or_default(),
+        append_system_prompt: s.append_system_prompt.clone(),
+        permission_mode: s.permission_mode.clone(),
+        max_budget_usd: s.max_budget_usd,
+        fallback_model: s.fallback_model.clone(),
+        mcp_config: s.mcp_config.clone().unwrap_or_default(),
+        add_dirs: s.add_dirs.clone().unwrap_or_default(),
+    }
+}

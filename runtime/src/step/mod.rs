@@ -1,0 +1,444 @@
+//! The step driver: runs one step as its [`StepMachine`] says, and lists of steps in order.
+
+use std::time::Duration;
+
+use futures::future::LocalBoxFuture as BoxFuture;
+use prodigy_compiler::ast;
+use prodigy_compiler::plan::{PlanCommand, PlanStep, StepId};
+use serde_json::json;
+
+use crate::exec::{self, Output};
+use crate::lock;
+use crate::machine::{
+    Action, Exhausted, HandlerPolicy, Matcher, Outcome, RetryPolicy, StepEvent, StepMachine,
+};
+use crate::runner::{AGENT, Runner, StepFailure, fields};
+use crate::vars::Vars;
+
+mod capture;
+mod commit;
+mod execute;
+mod foreach;
+mod handlers;
+mod validate;
+
+pub(crate) use capture::*;
+
+impl Runner {
+    /// Runs one step to its outcome.
+    pub fn run_step<'a>(
+        &'a self,
+        id: StepId,
+        vars: &'a mut Vars,
+        index: Option<usize>,
+    ) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            let Some(step) = self.plan.step(id) else {
+                return Outcome::Failed;
+            };
+            if self.cancelled() {
+                return Outcome::Cancelled;
+            }
+            // A step of a phase (`index` given): `step.name`/`step.index` describe it; the
+            // git fields describe the last one.
+            if let Some(index) = index {
+                vars.merge("step", fields(json!({"name": step.label, "index": index})));
+            }
+            if let (Some(description), true) = (&step.description, self.opts.verbose > 0) {
+                self.say(&format!("  ({description})"));
+            }
+            let fields = crate::store::step_fields(index, &step.label, id.0);
+            self.record("step_started", fields.clone());
+            let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
+            if let Some(when) = &step.when {
+                match when.parsed.test(vars) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.record(
+                            "step_skipped",
+                            json!({"step": step.label, "when": when.value}),
+                        );
+                        if self.opts.verbose > 0 {
+                            self.say(&format!("  skipped: `when: {}` is false", when.value));
+                        }
+                        let action = machine.on_event(
+                            StepEvent::Skip,
+                            self.started.elapsed(),
+                            &mut *lock(&self.rng),
+                        );
+                        return match action {
+                            Action::Finish(outcome) => outcome,
+                            other => self.invalid(step, &machine, &other),
+                        };
+                    }
+                    Err(e) => {
+                        self.record(
+                            "step_failed",
+                            json!({"step": step.label, "error": format!("when: {e}")}),
+                        );
+                        self.say(&format!("  error: `when` of `{}`: {e}", step.label));
+                        return Outcome::Failed;
+                    }
+                }
+            }
+            let head_before =
+                if step.commit_required || step.auto_commit || !step.outputs.is_empty() {
+                    crate::git::head(&self.workdir()).await
+                } else {
+                    None
+                };
+            let mut last: Option<Output> = None;
+            // The output of a `strategy: fallback` handler that succeeded after the last run:
+            // when it recovers the step, it stands in for the command's.
+            let mut fallback_result: Option<Output> = None;
+            let mut action = machine.on_event(
+                StepEvent::Start,
+                self.started.elapsed(),
+                &mut *lock(&self.rng),
+            );
+            let mut outcome = loop {
+                match action {
+                    Action::Spawn { run, attempt } => {
+                        fallback_result = None;
+                        self.record(
+                            "attempt_started",
+                            json!({"step": step.label, "run": run, "attempt": attempt}),
+                        );
+                        let out = self.execute(step, vars).await;
+                        self.record(
+                            "attempt_finished",
+                            json!({"step": step.label, "run": run, "attempt": attempt, "exit_code": out.code, "timed_out": out.timed_out, "success": out.exit().success(), "duration_secs": out.duration.as_secs_f64()}),
+                        );
+                        self.show_output(step, &out);
+                        set_last_command(vars, step, &out);
+                        let event = if out.cancelled {
+                            StepEvent::Cancel
+                        } else {
+                            StepEvent::Exited(out.exit())
+                        };
+                        last = Some(out);
+                        action =
+                            machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
+                    }
+                    Action::Wait { delay, next } => {
+                        self.record("retry_scheduled", json!({"step": step.label, "next_attempt": next, "delay_secs": delay.as_secs_f64()}));
+                        if self.opts.verbose > 0 {
+                            self.say(&format!(
+                                "  retrying in {} (attempt {next})",
+                                humantime::format_duration(Duration::from_millis(
+                                    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+                                ))
+                            ));
+                        }
+                        let mut cancel = self.cancel_rx();
+                        let event = tokio::select! {
+                            () = tokio::time::sleep(delay) => StepEvent::TimerFired,
+                            () = exec::cancelled(&mut cancel) => StepEvent::Cancel,
+                        };
+                        action =
+                            machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
+                    }
+                    Action::RunFallback => {
+                        let out = match step.retry.as_ref().map(|r| &r.config.on_failure) {
+                            Some(ast::RetryExhausted::Fallback(t)) => {
+                                self.record("fallback_started", json!({"step": step.label}));
+                                self.run_command(&exec::shell, t, step, vars, true).await
+                            }
+                            _ => Output::error("internal error: no fallback command"),
+                        };
+                        self.show_output(step, &out);
+                        set_last_command(vars, step, &out);
+                        let event = StepEvent::Exited(out.exit());
+                        last = Some(out);
+                        action =
+                            machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
+                    }
+                    Action::RunHandler { run } => {
+                        let (ok, handler_output) =
+                            self.handle_failure(step, vars, run, last.as_ref()).await;
+                        if self.cancelled() {
+                            break Outcome::Cancelled;
+                        }
+                        let fallback = step
+                            .on_failure
+                            .as_ref()
+                            .is_some_and(|f| f.strategy == ast::Strategy::Fallback);
+                        fallback_result = (ok && fallback).then(|| Output {
+                            stdout: handler_output,
+                            code: Some(0),
+                            ..Output::default()
+                        });
+                        action = machine.on_event(
+                            StepEvent::HandlerDone { ok },
+                            self.started.elapsed(),
+                            &mut *lock(&self.rng),
+                        );
+                    }
+                    Action::Finish(outcome) => break outcome,
+                    Action::Kill => break Outcome::Cancelled,
+                    Action::Invalid => break self.invalid(step, &machine, &Action::Invalid),
+                }
+            };
+            if outcome == Outcome::Recovered
+                && let Some(result) = fallback_result.take()
+            {
+                last = Some(result);
+            }
+            if let Some(out) = &last
+                && outcome != Outcome::Cancelled
+                && let Err(why) = self.capture(step, vars, out)
+            {
+                self.say(&format!("  error: {why}"));
+                self.record("capture_failed", json!({"step": step.label, "error": why}));
+                // A value that does not fit its format fails the step; a step whose
+                // failures do not fail the workflow (`allow_failure`, `fail_workflow:
+                // false`) goes on without the variable.
+                // An outcome that is already a failure stays what it is.
+                if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
+                    outcome = failed(step);
+                }
+            }
+            if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
+                outcome = self.after_success(step, vars, head_before, outcome).await;
+            }
+            // `on_exit_code` handlers run for the code the command ended with, whether the
+            // step goes on or fails (a failed step stays failed).
+            if let (Some(out), true) = (&last, outcome != Outcome::Cancelled) {
+                for (code, steps) in &step.on_exit_code {
+                    if out.code == Some(*code) {
+                        self.record(
+                            "exit_code_handler_started",
+                            json!({"step": step.label, "exit_code": code}),
+                        );
+                        outcome = self.run_triggered(steps, vars, outcome).await;
+                    }
+                }
+            }
+            self.record(
+                "step_finished",
+                json!({"step": step.label, "outcome": outcome}),
+            );
+            // A failure that fails the workflow, or one that was only handled: in a map agent
+            // both fail the item.
+            if !outcome.continues_agent() && outcome != Outcome::Cancelled {
+                let detail = last
+                    .as_ref()
+                    .map(|o| {
+                        let line = o.failure_message().trim().lines().last().unwrap_or("");
+                        match o.claude_error() {
+                            Some(kind) => {
+                                let advice = kind
+                                    .advice()
+                                    .map_or_else(String::new, |a| format!(" ({a})"));
+                                format!("Claude `{kind}` error: {line}{advice}")
+                            }
+                            None => line.to_owned(),
+                        }
+                    })
+                    .unwrap_or_default();
+                let _ = AGENT.try_with(|a| {
+                    *a.failure.borrow_mut() = Some(StepFailure {
+                        step: step_text(step),
+                        message: last.as_ref().map_or_else(
+                            || "the step failed".to_owned(),
+                            |o| tail(o.failure_message(), 20),
+                        ),
+                        error_type: error_type(step, last.as_ref()),
+                        output: last.as_ref().map(|o| crate::dlq::CommandTail {
+                            exit_code: o.code,
+                            stdout: tail(&o.stdout, crate::dlq::CommandTail::LINES),
+                            stderr: tail(&o.stderr, crate::dlq::CommandTail::LINES),
+                        }),
+                        log: last
+                            .as_ref()
+                            .and_then(|o| o.claude.as_ref())
+                            .and_then(|c| c.log.clone()),
+                    });
+                });
+                let in_agent = AGENT.try_with(|a| !a.agent_id.is_empty()).unwrap_or(false);
+                self.say(&format!(
+                    "  failed: {}{}{}",
+                    step.label,
+                    if detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {detail}")
+                    },
+                    if outcome == Outcome::FailedContinued && !in_agent {
+                        "; its `on_failure` handler ran and the workflow goes on (`fail_workflow` is false)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            outcome
+        })
+    }
+
+    /// A step machine answered what cannot happen: an internal error, recorded and shown,
+    /// and the step fails.
+    pub(crate) fn invalid(
+        &self,
+        step: &PlanStep,
+        machine: &StepMachine,
+        action: &Action,
+    ) -> Outcome {
+        self.record(
+            "internal_error",
+            json!({"step": step.label, "state": format!("{:?}", machine.state()), "action": format!("{action:?}")}),
+        );
+        self.say(&format!(
+            "internal error in step `{}`: please report it",
+            step.label
+        ));
+        Outcome::Failed
+    }
+
+    /// Runs the steps of a phase (the `merge` steps) in order, each with its index as
+    /// `step.index`: `Succeeded`, or the outcome of the step that ended the list.
+    pub(crate) async fn run_phase(&self, steps: &[StepId], vars: &mut Vars) -> Outcome {
+        for (index, &id) in steps.iter().enumerate() {
+            let outcome = self.run_step(id, vars, Some(index)).await;
+            if !outcome.continues() {
+                return outcome;
+            }
+        }
+        Outcome::Succeeded
+    }
+
+    /// Runs a map agent's template like [`Self::run_phase`], except that a failure that was
+    /// only handled (`FailedContinued`) ends the agent: its item fails.
+    pub(crate) async fn run_agent_steps(&self, steps: &[StepId], vars: &mut Vars) -> Outcome {
+        for (index, &id) in steps.iter().enumerate() {
+            let outcome = self.run_step(id, vars, Some(index)).await;
+            if !outcome.continues_agent() {
+                return outcome;
+            }
+        }
+        Outcome::Succeeded
+    }
+
+    /// Runs a list of steps in order: `Succeeded`, or the outcome (`Failed`, `Cancelled`)
+    /// of the step that ended the list.
+    pub(crate) fn run_list<'a>(
+        &'a self,
+        steps: &'a [StepId],
+        vars: &'a mut Vars,
+    ) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            for &id in steps {
+                let outcome = self.run_step(id, vars, None).await;
+                // A command with `continue_on_error` (validation and `on_incomplete` lists)
+                // does not end the list; an interrupt always does.
+                let tolerated = outcome != Outcome::Cancelled
+                    && self.plan.step(id).is_some_and(|s| s.continue_on_error);
+                if !outcome.continues() && !tolerated {
+                    return outcome;
+                }
+            }
+            Outcome::Succeeded
+        })
+    }
+
+    /// Runs the steps a step triggers (`on_success`, `on_exit_code`, `on_incomplete`): a
+    /// failure among them fails the step, and an interrupt stays an interrupt.
+    pub(crate) async fn run_triggered(
+        &self,
+        steps: &[StepId],
+        vars: &mut Vars,
+        outcome: Outcome,
+    ) -> Outcome {
+        match self.run_list(steps, vars).await {
+            Outcome::Cancelled => Outcome::Cancelled,
+            ended if ended.continues() => outcome,
+            _ => Outcome::Failed,
+        }
+    }
+}
+
+/// How the DLQ classifies a failed step: by how its command ended, else by the check after
+/// it that failed.
+pub(crate) fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::ErrorType {
+    use crate::dlq::ErrorType;
+    match last {
+        Some(o) if o.timed_out => ErrorType::Timeout,
+        Some(o) if let Some(kind) = o.claude_error() => ErrorType::ClaudeFailed { kind },
+        Some(o) if o.code != Some(0) => ErrorType::CommandFailed {
+            exit_code: o.code.unwrap_or(-1),
+        },
+        _ if step.commit_required => ErrorType::CommitValidationFailed,
+        _ if step.validate.is_some() || step.step_validate.is_some() => ErrorType::ValidationFailed,
+        _ => ErrorType::Unknown,
+    }
+}
+
+/// The outcome of a step that failed after its command ran (a capture, a check, a commit):
+/// a failure that fails the workflow unless the step may fail: ignored (`allow_failure`,
+/// `on_failure: true`), or failed and continued (a handler with `fail_workflow: false`).
+pub(crate) fn failed(step: &PlanStep) -> Outcome {
+    let policy = handler_policy(step);
+    if policy.fail_workflow {
+        Outcome::Failed
+    } else if policy.has_handler {
+        Outcome::FailedContinued
+    } else {
+        Outcome::Ignored
+    }
+}
+
+/// A step as the DLQ names it: `shell: ...`, `claude: ...`.
+pub(crate) fn step_text(step: &PlanStep) -> String {
+    match &step.command {
+        PlanCommand::Shell(t) => format!("shell: {}", t.value),
+        PlanCommand::Claude(t) => format!("claude: {}", t.value),
+        PlanCommand::WriteFile(w) => format!("write_file: {}", w.path.value),
+        PlanCommand::Foreach { .. } => format!("foreach: {}", step.label),
+    }
+}
+
+pub(crate) fn retry_policy(step: &PlanStep) -> RetryPolicy {
+    let Some(retry) = &step.retry else {
+        return RetryPolicy::none();
+    };
+    let config = &retry.config;
+    RetryPolicy {
+        attempts: config.attempts.max(1),
+        delays: retry.schedule.clone(),
+        max_delay: config.max_delay,
+        jitter: config.jitter.then_some(config.jitter_factor),
+        retry_on: config
+            .retry_on
+            .iter()
+            .filter_map(|m| match m {
+                ast::Matcher::Network => Some(Matcher::Network),
+                ast::Matcher::Timeout => Some(Matcher::Timeout),
+                ast::Matcher::ServerError => Some(Matcher::ServerError),
+                ast::Matcher::RateLimit => Some(Matcher::RateLimit),
+                ast::Matcher::Overloaded => Some(Matcher::Overloaded),
+                ast::Matcher::Auth => Some(Matcher::Auth),
+                ast::Matcher::Pattern(p) => prodigy_grammar::compile_regex(&p.value)
+                    .ok()
+                    .map(Matcher::Pattern),
+            })
+            .collect(),
+        budget: config.retry_budget,
+        exhausted: match &config.on_failure {
+            ast::RetryExhausted::Stop => Exhausted::Stop,
+            ast::RetryExhausted::Continue => Exhausted::Continue,
+            ast::RetryExhausted::Fallback(_) => Exhausted::Fallback,
+        },
+    }
+}
+
+pub(crate) fn handler_policy(step: &PlanStep) -> HandlerPolicy {
+    match &step.on_failure {
+        None => HandlerPolicy::none(),
+        Some(f) => HandlerPolicy {
+            has_handler: !f.handler.is_empty(),
+            max_attempts: f.max_attempts.max(1),
+            fail_workflow: f.fail_workflow,
+            handler_failure_fatal: f.handler_failure_fatal,
+            recovers: f.strategy == ast::Strategy::Fallback,
+        },
+    }
+}

@@ -1,0 +1,196 @@
+//! `validate` and `step_validate`: running the checks, reading the result, `on_incomplete`.
+
+use prodigy_compiler::ast;
+use prodigy_compiler::plan::PlanStep;
+use serde_json::{Value, json};
+
+use crate::exec;
+use crate::machine::Outcome;
+use crate::runner::Runner;
+use crate::vars::Vars;
+
+impl Runner {
+    /// `step_validate`: run the checks, up to `max_attempts` rounds `retry_delay` apart,
+    /// until `success_criteria` holds.
+    pub(crate) async fn step_validate(
+        &self,
+        step: &PlanStep,
+        checks: &ast::StepValidate,
+        vars: &Vars,
+    ) -> bool {
+        let timeout = checks.timeout.as_ref().map(|t| t.value).or(step.timeout);
+        let rounds = checks.max_attempts.max(1);
+        for round in 1..=rounds {
+            let mut passed = 0u32;
+            for check in &checks.checks {
+                let out = if check.claude {
+                    self.run_claude(&check.command, step, vars, timeout, false)
+                        .await
+                } else {
+                    self.run_command_for(&exec::shell, &check.command, step, vars, timeout, false)
+                        .await
+                };
+                let output_ok = check.expect_output.as_ref().is_none_or(|p| {
+                    prodigy_grammar::compile_regex(&p.value)
+                        .is_ok_and(|re| re.is_match(&out.stdout))
+                });
+                if out.code == Some(check.expect_exit_code) && output_ok {
+                    passed += 1;
+                }
+            }
+            let total = u32::try_from(checks.checks.len()).unwrap_or(u32::MAX);
+            let ok = match checks.success_criteria {
+                ast::SuccessCriteria::All => passed == total,
+                ast::SuccessCriteria::Any => passed > 0 || total == 0,
+                ast::SuccessCriteria::AtLeast(n) => passed >= n,
+            };
+            self.record(
+                "step_validation_finished",
+                json!({"step": step.label, "round": round, "passed": passed, "checks": total, "success": ok}),
+            );
+            if ok {
+                return true;
+            }
+            if round < rounds {
+                let mut cancel = self.cancel_rx();
+                tokio::select! {
+                    () = tokio::time::sleep(checks.retry_delay) => {}
+                    () = exec::cancelled(&mut cancel) => return false,
+                }
+            }
+        }
+        self.say(&format!(
+            "  error: `step_validate` of `{}` failed",
+            step.label
+        ));
+        false
+    }
+
+    pub(crate) async fn validate(
+        &self,
+        step: &PlanStep,
+        validate: &prodigy_compiler::plan::PlanValidate,
+        vars: &mut Vars,
+        outcome: Outcome,
+    ) -> Outcome {
+        let rounds = validate
+            .on_incomplete
+            .as_ref()
+            .map_or(1, |o| o.max_attempts.max(1));
+        for round in 1..=rounds {
+            vars.last_output = None;
+            let ok = match self.run_list(&validate.commands, vars).await {
+                Outcome::Cancelled => return Outcome::Cancelled,
+                ended => ended.continues(),
+            };
+            let mut result = self.validation_result(validate, vars, ok);
+            if let Some(schema) = &validate.expected_schema
+                && let Err(why) = matches_schema(schema, &result)
+            {
+                self.say(&format!(
+                    "  error: the validation result of `{}` does not fit `expected_schema`: {why}",
+                    step.label
+                ));
+                result = json!({"completion_percentage": 0, "status": "invalid", "missing": [why]});
+            }
+            // The value as the validator wrote it, so `${validation.completion}` renders `100`.
+            let reported = result
+                .get("completion_percentage")
+                .filter(|v| v.is_number())
+                .cloned()
+                .unwrap_or_else(|| json!(if ok { 100 } else { 0 }));
+            let completion = reported.as_f64().unwrap_or(0.0);
+            let complete = completion >= validate.threshold;
+            let missing = result.get("missing").cloned().unwrap_or(json!([]));
+            vars.set(
+                "validation",
+                json!({"completion": reported, "missing": missing, "gaps": result.get("gaps").cloned().unwrap_or(json!({})), "status": result.get("status").cloned().unwrap_or(json!(if complete {"complete"} else {"incomplete"})), "attempt_number": round}),
+            );
+            self.record("validation_finished", json!({"step": step.label, "round": round, "completion": completion, "complete": complete}));
+            if complete {
+                return outcome;
+            }
+            let Some(on_incomplete) = &validate.on_incomplete else {
+                self.say(&format!(
+                    "  warning: validation of `{}` is incomplete ({completion}% < {}%)",
+                    step.label, validate.threshold
+                ));
+                return outcome;
+            };
+            if round == rounds {
+                if on_incomplete.fail_workflow {
+                    self.say(&format!(
+                        "  error: validation of `{}` still incomplete after {} ({completion}%)",
+                        step.label,
+                        crate::progress::count(rounds, "attempt")
+                    ));
+                    return Outcome::Failed;
+                }
+                self.say(&format!(
+                    "  warning: validation of `{}` still incomplete ({completion}%)",
+                    step.label
+                ));
+                return outcome;
+            }
+            if let Some(prompt) = &on_incomplete.prompt {
+                self.say(&format!("  {}", self.preview(&prompt.parsed, vars)));
+            }
+            let head_before = if on_incomplete.commit_required {
+                crate::git::head(&self.workdir()).await
+            } else {
+                None
+            };
+            let ended = self
+                .run_triggered(&on_incomplete.commands, vars, outcome)
+                .await;
+            if !ended.continues() {
+                return ended;
+            }
+            if on_incomplete.commit_required
+                && !self
+                    .made_commit(step, "`on_incomplete` of ", head_before.as_deref())
+                    .await
+            {
+                return Outcome::Failed;
+            }
+        }
+        outcome
+    }
+
+    pub(crate) fn validation_result(
+        &self,
+        validate: &prodigy_compiler::plan::PlanValidate,
+        vars: &Vars,
+        ok: bool,
+    ) -> Value {
+        let Some(template) = &validate.result_file else {
+            // Without a result file the validator's output may be the result; if it is not
+            // JSON, its exit status decides.
+            return vars
+                .last_output
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_else(|| json!({"completion_percentage": if ok {100} else {0}}));
+        };
+        // A result file the validator promised but did not write is an incomplete result.
+        let result = template
+            .parsed
+            .render(vars)
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                std::fs::read_to_string(self.workdir().join(&p))
+                    .map_err(|e| format!("cannot read `{p}`: {e}"))
+            })
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")));
+        result.unwrap_or_else(|why| {
+            json!({"completion_percentage": 0, "status": "invalid", "missing": [format!("result_file: {why}")]})
+        })
+    }
+}
+
+/// Checks a validation result against `expected_schema`.
+pub(crate) fn matches_schema(schema: &Value, result: &Value) -> Result<(), String> {
+    let validator =
+        jsonschema::validator_for(schema).map_err(|e| format!("the schema is invalid: {e}"))?;
+    validator.validate(result).map_err(|e| e.to_string())
+}
