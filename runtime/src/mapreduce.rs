@@ -14,17 +14,17 @@ use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use prodigy_compiler::ast::{
-    self, CaptureSource, MaxParallel, Multiline, SetupCapture, TimeoutAction, TimeoutPolicy,
+use prodigy_compiler::plan::{
+    CaptureSource, ErrorCollection, MaxParallel, Multiline, OutputCapture, Plan, StepId,
+    TimeoutAction, TimeoutPolicy,
 };
-use prodigy_compiler::plan::{Plan, StepId};
 use prodigy_grammar::pipeline::InputKind;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::breaker::{Breaker, BreakerAction, BreakerConfig, BreakerEvent, BreakerState};
+use crate::breaker::{Breaker, BreakerAction, BreakerEvent, BreakerState};
 use crate::dlq::{Dlq, ErrorType, FailureDetail, WorktreeArtifacts};
 use crate::exec;
 use crate::job::{Counts, ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
@@ -941,6 +941,9 @@ fn describe(reason: &StopReason) -> String {
         }
         StopReason::MaxFailures(n) => format!("`max_failures` ({n}) items failed"),
         StopReason::AgentTimeout => "an item timed out under `timeout_action: fail`".into(),
+        StopReason::MissingHandler(name) => {
+            format!("`on_item_failure` names handler `{name}`, which `handlers` does not define")
+        }
         StopReason::FailureRate { rate, threshold } => format!(
             "the failure rate {:.0}% went above `failure_threshold` ({:.0}%)",
             rate * 100.0,
@@ -1338,24 +1341,24 @@ impl<'a> MapJob<'a> {
             (None, _) => {}
         }
         for capture in &setup.capture_outputs {
-            let index = usize::try_from(capture.command_index.value).unwrap_or(usize::MAX);
+            let index = usize::try_from(capture.command_index).unwrap_or(usize::MAX);
             // A step that ran no command (skipped by `when`, a `write_file`) has no output:
             // the `default` stands in, if there is one.
             let value = match (outputs.get(index), &capture.default) {
                 (Some(Some(out)), _) => setup_value(capture, out),
-                (_, Some(default)) => Ok(Value::String(default.value.clone())),
+                (_, Some(default)) => Ok(Value::String(default.clone())),
                 (_, None) => Err(format!(
                     "capture `{}`: setup step {index} produced no output, and there is no `default`",
-                    capture.name.value
+                    capture.name
                 )),
             };
             match value {
                 Ok(value) => {
                     self.runner.record(
                         "variable_captured",
-                        json!({"name": capture.name.value, "phase": "setup"}),
+                        json!({"name": capture.name, "phase": "setup"}),
                     );
-                    vars.set(capture.name.value.clone(), value);
+                    vars.set(capture.name.clone(), value);
                 }
                 Err(why) => {
                     self.say(&format!("error: {why}"));
@@ -1501,24 +1504,11 @@ impl<'a> MapJob<'a> {
         let counts = tally(records.iter().flatten());
         let max_parallel = max_parallel(plan, vars, self.opts.max_parallel)?;
         self.cp.max_parallel = max_parallel;
-        let policy = JobPolicy::from_ast(plan.error_policy.as_ref());
-        let collection = plan
-            .error_policy
-            .as_ref()
-            .and_then(|p| p.error_collection.as_ref())
-            .map_or(ast::ErrorCollection::Aggregate, |c| c.value);
+        let policy: JobPolicy = plan.job_policy.clone();
+        let collection = policy.error_collection;
         let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
+        let mut breaker = policy.circuit_breaker.map(Breaker::new);
         let mut job = Job::resumed(policy, counts, total as u64);
-        let mut breaker = plan
-            .error_policy
-            .as_ref()
-            .and_then(|p| p.circuit_breaker.as_ref())
-            .map(|c| Breaker::new(BreakerConfig::from_ast(c)));
-        let handlers: HashMap<&str, &[StepId]> = plan
-            .handlers
-            .iter()
-            .map(|(name, steps)| (name.as_str(), steps.as_slice()))
-            .collect();
         let timeout_action = map
             .timeout_config
             .as_ref()
@@ -1740,10 +1730,10 @@ impl<'a> MapJob<'a> {
                     json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "error_type": run.error_type().name(), "error": message, "step": run.failure.as_ref().map(|f| f.step.clone())}),
                 );
                 match collection {
-                    ast::ErrorCollection::Immediate => {
+                    ErrorCollection::Immediate => {
                         self.say(&format!("item {} failed: {message}", item_id(index)));
                     }
-                    ast::ErrorCollection::Batched(size) => {
+                    ErrorCollection::Batched(size) => {
                         batch.push(format!("{}: {message}", item_id(index)));
                         if batch.len() as u64 >= size.max(1) {
                             self.say(&format!(
@@ -1754,7 +1744,7 @@ impl<'a> MapJob<'a> {
                             batch.clear();
                         }
                     }
-                    ast::ErrorCollection::Aggregate => {}
+                    ErrorCollection::Aggregate => {}
                 }
                 // `timeout_action` decides for every timeout, the agent's or a command's.
                 let timed_out = run.error_type() == ErrorType::Timeout;
@@ -1774,6 +1764,19 @@ impl<'a> MapJob<'a> {
                         | TimeoutAction::Skip
                         | TimeoutAction::Fail,
                     ) => job.on_item(ItemEvent::Failed { attempt }),
+                };
+                // The planner takes a handler's id from `Plan::handlers`; were it missing, the
+                // item is dead-lettered rather than handled by nothing.
+                let action = match action {
+                    ItemAction::Handler(handler) if plan.handler(handler).is_none() => {
+                        self.say(&format!(
+                            "internal error: handler #{} is not in the plan; item {} goes to the DLQ",
+                            handler.0,
+                            item_id(index)
+                        ));
+                        ItemAction::DeadLetter
+                    }
+                    other => other,
                 };
                 if matches!(action, ItemAction::Retry { .. }) {
                     let detail = failure_of(runner, &run, &runner.mask(&message), index);
@@ -1813,8 +1816,8 @@ impl<'a> MapJob<'a> {
                             records[index] = Some(record);
                         }
                     }
-                    ItemAction::Handler(name) => {
-                        let steps = handlers.get(name.as_str()).copied().unwrap_or(&[]);
+                    ItemAction::Handler(handler) => {
+                        let (name, steps) = plan.handler(handler).unwrap_or_default();
                         runner.record(
                             "item_handler_started",
                             json!({"item_id": item_id(index), "handler": name}),
@@ -2303,13 +2306,13 @@ fn failure_detail(
 }
 
 /// A setup `capture_outputs` entry from its step's output.
-fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, String> {
+fn setup_value(capture: &OutputCapture, out: &CommandOutput) -> Result<Value, String> {
     let CommandOutput {
         stdout,
         stderr,
         success,
     } = out;
-    let name = &capture.name.value;
+    let name = &capture.name;
     let mut text = match capture.source {
         CaptureSource::Stdout => stdout.clone(),
         CaptureSource::Stderr => stderr.clone(),
@@ -2324,14 +2327,14 @@ fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, Str
     }
     let mut found = Some(text);
     if let (Some(pattern), Some(t)) = (&capture.pattern, &found) {
-        let re = prodigy_grammar::compile_regex(&pattern.value)
+        let re = prodigy_grammar::compile_regex(pattern)
             .map_err(|e| format!("capture `{name}`: `pattern`: {e}"))?;
         found = re
             .captures(t)
             .and_then(|c| c.get(1).or_else(|| c.get(0)).map(|m| m.as_str().to_owned()));
     }
     if let (Some(path), Some(t)) = (&capture.json_path, &found) {
-        let path = prodigy_grammar::jsonpath::JsonPath::parse(&path.value)
+        let path = prodigy_grammar::jsonpath::JsonPath::parse(path)
             .map_err(|e| format!("capture `{name}`: `json_path`: {e}"))?;
         found = serde_json::from_str::<Value>(t)
             .ok()
@@ -2343,11 +2346,11 @@ fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, Str
     }
     let text = match (found, &capture.default) {
         (Some(t), _) => t,
-        (None, Some(default)) => default.value.clone(),
+        (None, Some(default)) => default.clone(),
         (None, None) => {
             return Err(format!(
                 "capture `{name}`: `pattern` or `json_path` found nothing in the output of setup step {}, and there is no `default`",
-                capture.command_index.value
+                capture.command_index
             ));
         }
     };
@@ -2512,23 +2515,11 @@ mod tests {
         assert!(repair_dlq(&dlq, &records, &items, &remaining).is_empty());
     }
 
-    fn capture(source: CaptureSource) -> SetupCapture {
-        SetupCapture {
-            name: prodigy_compiler::source::Spanned {
-                value: "v".into(),
-                span: prodigy_compiler::source::Span::default(),
-            },
-            command_index: prodigy_compiler::source::Spanned {
-                value: 0,
-                span: prodigy_compiler::source::Span::default(),
-            },
-            format: ast::CaptureFormat::String,
+    fn capture(source: CaptureSource) -> OutputCapture {
+        OutputCapture {
             source,
-            pattern: None,
-            json_path: None,
             max_size: 1024,
-            default: None,
-            multiline: Multiline::Preserve,
+            ..OutputCapture::new("v", 0)
         }
     }
 
@@ -2540,11 +2531,8 @@ mod tests {
             success: true,
         };
         let mut c = capture(CaptureSource::Stdout);
-        c.pattern = Some(prodigy_compiler::source::Spanned {
-            value: r"count: (\d+)".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
-        c.format = ast::CaptureFormat::Number;
+        c.pattern = Some(r"count: (\d+)".into());
+        c.format = prodigy_compiler::plan::CaptureFormat::Number;
         assert_eq!(setup_value(&c, &out).unwrap(), json!(42));
         let mut c = capture(CaptureSource::Stdout);
         c.multiline = Multiline::LastLine;
@@ -2558,21 +2546,12 @@ mod tests {
             success: true,
         };
         let mut c = capture(CaptureSource::Stdout);
-        c.json_path = Some(prodigy_compiler::source::Spanned {
-            value: "$.a.b[0]".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
+        c.json_path = Some("$.a.b[0]".into());
         assert_eq!(setup_value(&c, &json_out).unwrap(), json!("7"));
         let mut c = capture(CaptureSource::Stderr);
-        c.pattern = Some(prodigy_compiler::source::Spanned {
-            value: "nothing".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
+        c.pattern = Some("nothing".into());
         assert!(setup_value(&c, &out).is_err());
-        c.default = Some(prodigy_compiler::source::Spanned {
-            value: "fallback".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
+        c.default = Some("fallback".into());
         assert_eq!(setup_value(&c, &out).unwrap(), json!("fallback"));
         let mut c = capture(CaptureSource::Stdout);
         c.max_size = 5;

@@ -9,8 +9,9 @@ use tokio::time::Instant;
 
 use futures::StreamExt;
 use futures::future::LocalBoxFuture as BoxFuture;
-use prodigy_compiler::ast::{self, CaptureFormat, EnvValue, SecretSource};
-use prodigy_compiler::plan::{Plan, PlanCommand, PlanStep, StepId};
+use prodigy_compiler::plan::{
+    self, CaptureFormat, EnvValue, Plan, PlanCommand, PlanStep, SecretSource, StepId,
+};
 use prodigy_grammar::template::Template;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -18,9 +19,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::exec::{self, Command, Output};
-use crate::machine::{
-    Action, Exhausted, HandlerPolicy, Matcher, Outcome, RetryPolicy, StepEvent, StepMachine,
-};
+use crate::machine::{Action, Outcome, StepEvent, StepMachine};
 use crate::store::{Checkpoint, ContinuedStep, EventLog, Layout};
 use crate::vars::Vars;
 
@@ -605,7 +604,7 @@ impl Runner {
         vars: &Vars,
         dry: bool,
     ) -> Result<Option<Value>, StartError> {
-        let render = |t: &ast::Template, vars: &Vars| {
+        let render = |t: &plan::Template, vars: &Vars| {
             t.parsed.render(vars).map_err(|e| StartError::Env {
                 name: name.to_owned(),
                 why: e.to_string(),
@@ -910,7 +909,8 @@ impl Runner {
             }
             let fields = crate::store::step_fields(index, &step.label, id.0);
             self.record("step_started", fields.clone());
-            let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
+            let mut machine =
+                StepMachine::new(step.retry_policy.clone(), step.handler_policy.clone());
             if let Some(when) = &step.when {
                 match when.parsed.test(vars) {
                     Ok(true) => {}
@@ -1000,12 +1000,12 @@ impl Runner {
                             machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
                     }
                     Action::RunFallback => {
-                        let out = match step.retry.as_ref().map(|r| &r.config.on_failure) {
-                            Some(ast::RetryExhausted::Fallback(t)) => {
+                        let out = match step.fallback() {
+                            Some(t) => {
                                 self.record("fallback_started", json!({"step": step.label}));
                                 self.run_command(&exec::shell, t, step, vars, true).await
                             }
-                            _ => Output::error("internal error: no fallback command"),
+                            None => Output::error("internal error: no fallback command"),
                         };
                         self.show_output(step, &out);
                         set_last_command(vars, step, &out);
@@ -1020,10 +1020,7 @@ impl Runner {
                         if self.cancelled() {
                             break Outcome::Cancelled;
                         }
-                        let fallback = step
-                            .on_failure
-                            .as_ref()
-                            .is_some_and(|f| f.strategy == ast::Strategy::Fallback);
+                        let fallback = step.handler_policy.recovers;
                         fallback_result = (ok && fallback).then(|| Output {
                             stdout: handler_output,
                             code: Some(0),
@@ -1421,7 +1418,7 @@ impl Runner {
     async fn step_validate(
         &self,
         step: &PlanStep,
-        checks: &ast::StepValidate,
+        checks: &plan::StepValidate,
         vars: &Vars,
     ) -> bool {
         let timeout = checks.timeout.as_ref().map(|t| t.value).or(step.timeout);
@@ -1446,9 +1443,9 @@ impl Runner {
             }
             let total = u32::try_from(checks.checks.len()).unwrap_or(u32::MAX);
             let ok = match checks.success_criteria {
-                ast::SuccessCriteria::All => passed == total,
-                ast::SuccessCriteria::Any => passed > 0 || total == 0,
-                ast::SuccessCriteria::AtLeast(n) => passed >= n,
+                plan::SuccessCriteria::All => passed == total,
+                plan::SuccessCriteria::Any => passed > 0 || total == 0,
+                plan::SuccessCriteria::AtLeast(n) => passed >= n,
             };
             self.record(
                 "step_validation_finished",
@@ -1684,7 +1681,7 @@ impl Runner {
     async fn run_command(
         &self,
         build: &dyn Fn(&str) -> (String, Vec<String>),
-        template: &ast::Template,
+        template: &plan::Template,
         step: &PlanStep,
         vars: &Vars,
         live: bool,
@@ -1732,7 +1729,7 @@ impl Runner {
     }
 
     /// A command's text, or why it cannot be rendered (secrets masked).
-    fn command_text(&self, template: &ast::Template, vars: &Vars) -> Result<String, Output> {
+    fn command_text(&self, template: &plan::Template, vars: &Vars) -> Result<String, Output> {
         template
             .parsed
             .render(vars)
@@ -1744,7 +1741,7 @@ impl Runner {
     /// own command), and decide whether the call succeeded.
     async fn run_claude(
         &self,
-        template: &ast::Template,
+        template: &plan::Template,
         step: &PlanStep,
         vars: &Vars,
         timeout: Option<Duration>,
@@ -1884,7 +1881,7 @@ impl Runner {
     async fn run_command_for(
         &self,
         build: &dyn Fn(&str) -> (String, Vec<String>),
-        template: &ast::Template,
+        template: &plan::Template,
         step: &PlanStep,
         vars: &Vars,
         timeout: Option<Duration>,
@@ -2006,14 +2003,14 @@ impl Runner {
         &self,
         step: &PlanStep,
         vars: &mut Vars,
-        input: &ast::ForeachInput,
+        input: &plan::ForeachInput,
         parallel: u32,
         steps: &[StepId],
         continue_on_error: bool,
         max_items: Option<u64>,
     ) -> Output {
         let mut items: Vec<String> = match input {
-            ast::ForeachInput::Command(t) => {
+            plan::ForeachInput::Command(t) => {
                 let out = self.run_command(&exec::shell, t, step, vars, false).await;
                 if out.code != Some(0) {
                     return out;
@@ -2025,7 +2022,7 @@ impl Runner {
                     .map(str::to_owned)
                     .collect()
             }
-            ast::ForeachInput::List(list) => match list
+            plan::ForeachInput::List(list) => match list
                 .iter()
                 .map(|t| t.parsed.render(vars))
                 .collect::<Result<Vec<_>, _>>()
@@ -2224,7 +2221,7 @@ fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::ErrorType {
 /// a failure that fails the workflow unless the step may fail: ignored (`allow_failure`,
 /// `on_failure: true`), or failed and continued (a handler with `fail_workflow: false`).
 fn failed(step: &PlanStep) -> Outcome {
-    let policy = handler_policy(step);
+    let policy = &step.handler_policy;
     if policy.fail_workflow {
         Outcome::Failed
     } else if policy.has_handler {
@@ -2370,7 +2367,7 @@ fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
 }
 
 /// The CLI options of a Claude call from the plan's resolved settings.
-fn claude_settings(settings: Option<&ast::ClaudeSettings>) -> crate::claude::Settings {
+fn claude_settings(settings: Option<&plan::ClaudeSettings>) -> crate::claude::Settings {
     let Some(s) = settings else {
         return crate::claude::Settings::default();
     };
@@ -2385,53 +2382,6 @@ fn claude_settings(settings: Option<&ast::ClaudeSettings>) -> crate::claude::Set
         fallback_model: s.fallback_model.clone(),
         mcp_config: s.mcp_config.clone().unwrap_or_default(),
         add_dirs: s.add_dirs.clone().unwrap_or_default(),
-    }
-}
-
-fn retry_policy(step: &PlanStep) -> RetryPolicy {
-    let Some(retry) = &step.retry else {
-        return RetryPolicy::none();
-    };
-    let config = &retry.config;
-    RetryPolicy {
-        attempts: config.attempts.max(1),
-        delays: retry.schedule.clone(),
-        max_delay: config.max_delay,
-        jitter: config.jitter.then_some(config.jitter_factor),
-        retry_on: config
-            .retry_on
-            .iter()
-            .filter_map(|m| match m {
-                ast::Matcher::Network => Some(Matcher::Network),
-                ast::Matcher::Timeout => Some(Matcher::Timeout),
-                ast::Matcher::ServerError => Some(Matcher::ServerError),
-                ast::Matcher::RateLimit => Some(Matcher::RateLimit),
-                ast::Matcher::Overloaded => Some(Matcher::Overloaded),
-                ast::Matcher::Auth => Some(Matcher::Auth),
-                ast::Matcher::Pattern(p) => prodigy_grammar::compile_regex(&p.value)
-                    .ok()
-                    .map(Matcher::Pattern),
-            })
-            .collect(),
-        budget: config.retry_budget,
-        exhausted: match &config.on_failure {
-            ast::RetryExhausted::Stop => Exhausted::Stop,
-            ast::RetryExhausted::Continue => Exhausted::Continue,
-            ast::RetryExhausted::Fallback(_) => Exhausted::Fallback,
-        },
-    }
-}
-
-fn handler_policy(step: &PlanStep) -> HandlerPolicy {
-    match &step.on_failure {
-        None => HandlerPolicy::none(),
-        Some(f) => HandlerPolicy {
-            has_handler: !f.handler.is_empty(),
-            max_attempts: f.max_attempts.max(1),
-            fail_workflow: f.fail_workflow,
-            handler_failure_fatal: f.handler_failure_fatal,
-            recovers: f.strategy == ast::Strategy::Fallback,
-        },
     }
 }
 
