@@ -5,124 +5,22 @@
 //! Every node keeps the span of its YAML origin.
 //! Every string in one of the small languages arrives parsed ([`Parsed`]): templates,
 //! `when` conditions, filters, sort specifications and JSON paths.
+//! The leaf types that the plan hands on to the runtime (templates, conditions, env values,
+//! capture and write formats, ...) are defined in [`crate::plan::vocab`] and re-exported here.
 
 use std::time::Duration;
 
 use crate::source::{Span, Spanned};
 
-/// A string parsed by one of the expression grammars, with its text and YAML span.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Parsed<T> {
-    /// The text as the YAML scalar holds it.
-    pub value: String,
-    /// Where the scalar is in the file.
-    pub span: Span,
-    /// The parsed form.
-    pub parsed: T,
-    /// Whether `value` lies in the file as written (plain, single-quoted and literal block
-    /// scalars), so that a range inside it maps onto exact file positions; otherwise
-    /// diagnostics inside the string label the whole scalar.
-    #[serde(skip)]
-    pub exact: bool,
-}
-
-impl<T> Parsed<T> {
-    /// The file span of a byte range inside the string; `source` is the whole file.
-    pub fn rebase(&self, source: &str, local: prodigy_grammar::Span) -> Span {
-        self.rebaser(source).span(local)
-    }
-
-    /// Maps many ranges inside the string onto the file, in one pass over it when they come
-    /// in order (the references of a template do): a string with thousands of references
-    /// costs linear time, not a scan from its start for each.
-    pub fn rebaser<'a>(&'a self, source: &'a str) -> Rebaser<'a> {
-        let scalar = source
-            .get(self.span.start as usize..self.span.end as usize)
-            .unwrap_or("");
-        Rebaser {
-            value: &self.value,
-            scalar,
-            whole: self.span,
-            exact: self.exact,
-            i: 0,
-            j: 0,
-        }
-    }
-}
-
-/// Maps byte offsets of a scalar's value onto the file (see [`Parsed::rebaser`]).
-pub struct Rebaser<'a> {
-    value: &'a str,
-    scalar: &'a str,
-    whole: Span,
-    exact: bool,
-    /// How far into `value` the alignment has got...
-    i: usize,
-    /// ...and the matching offset in `scalar`.
-    j: usize,
-}
-
-impl Rebaser<'_> {
-    /// The file span of a byte range inside the string, or the whole scalar when the string
-    /// does not lie in the file as written.
-    pub fn span(&mut self, local: prodigy_grammar::Span) -> Span {
-        if !self.exact {
-            return self.whole;
-        }
-        match (self.align(local.start), self.align(local.end)) {
-            (Some(start), Some(end)) => Span::new(
-                self.whole.start as usize + start,
-                self.whole.start as usize + end.max(start),
-            ),
-            _ => self.whole,
-        }
-    }
-
-    /// The offset in the scalar of byte `at` of the value, where the value is the scalar
-    /// with quotes, indentation and line folding removed: characters are matched in order,
-    /// skipping what the YAML scanner dropped. Goes on from the last offset asked for, or
-    /// starts again when `at` lies before it.
-    fn align(&mut self, at: usize) -> Option<usize> {
-        if at < self.i {
-            (self.i, self.j) = (0, 0);
-        }
-        while self.i < at {
-            let Some(c) = self.value.get(self.i..).and_then(|v| v.chars().next()) else {
-                // Past the end of the value: the end of what was matched.
-                return Some(self.j);
-            };
-            let Some(j) = advance(self.scalar, self.j, c) else {
-                (self.i, self.j) = (0, 0);
-                return None;
-            };
-            self.i += c.len_utf8();
-            self.j = j;
-        }
-        Some(self.j)
-    }
-}
-
-/// The offset just past `c` in `source`, looking from `j` and skipping what the YAML scanner
-/// dropped before it.
-fn advance(source: &str, mut j: usize, c: char) -> Option<usize> {
-    loop {
-        let rest = source.get(j..)?;
-        if rest.starts_with(c) {
-            return Some(j + c.len_utf8());
-        }
-        // A folded line break reads as a space.
-        if c == ' ' && rest.starts_with('\n') {
-            return Some(j + rest.len() - rest.trim_start().len());
-        }
-        j += rest.chars().next()?.len_utf8();
-    }
-}
-
-/// A `${...}` template: command text, paths, env values, messages.
-pub type Template = Parsed<prodigy_grammar::template::Template>;
-
-/// A `when:` or env condition, in the filter language.
-pub type Condition = Parsed<prodigy_grammar::expr::Expr>;
+// The leaf types the runtime also reads live in the plan's vocabulary; lowering and the
+// checks name them here as before.
+pub use crate::plan::vocab::{
+    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeSettings, CommitConfig, Condition,
+    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline,
+    PERMISSION_MODES, Parsed, Profile, Rebaser, RetryExhausted, Secret, SecretSource, Slurm,
+    StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig,
+    TimeoutPolicy, ValidationCheck, WriteFile, WriteFormat,
+};
 
 /// A whole workflow file.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -163,137 +61,6 @@ pub struct Workflow {
     pub span: Span,
 }
 
-/// How a Claude call runs, as the CLI's options: a step's `claude: {prompt, ...}` or the
-/// workflow's `claude:` defaults. A field left out is the CLI's default, or the workflow's
-/// for a step.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct ClaudeSettings {
-    /// `model` (`--model`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// `max_turns` (`--max-turns`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_turns: Option<u32>,
-    /// `allowed_tools` (`--allowedTools`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub allowed_tools: Option<Vec<String>>,
-    /// `disallowed_tools` (`--disallowedTools`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub disallowed_tools: Option<Vec<String>>,
-    /// `append_system_prompt` (`--append-system-prompt`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub append_system_prompt: Option<String>,
-    /// `permission_mode` (`--permission-mode`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub permission_mode: Option<String>,
-    /// `max_budget_usd` (`--max-budget-usd`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_budget_usd: Option<f64>,
-    /// `fallback_model` (`--fallback-model`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback_model: Option<String>,
-    /// `mcp_config` (`--mcp-config`, once per entry).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mcp_config: Option<Vec<String>>,
-    /// `add_dirs` (`--add-dir`, once per entry).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub add_dirs: Option<Vec<String>>,
-}
-
-impl ClaudeSettings {
-    /// These settings over DEFAULTS, field by field: a field given here wins, a list
-    /// included (an empty list clears the default's).
-    #[must_use]
-    pub fn over(&self, defaults: &ClaudeSettings) -> ClaudeSettings {
-        ClaudeSettings {
-            model: self.model.clone().or_else(|| defaults.model.clone()),
-            max_turns: self.max_turns.or(defaults.max_turns),
-            allowed_tools: self
-                .allowed_tools
-                .clone()
-                .or_else(|| defaults.allowed_tools.clone()),
-            disallowed_tools: self
-                .disallowed_tools
-                .clone()
-                .or_else(|| defaults.disallowed_tools.clone()),
-            append_system_prompt: self
-                .append_system_prompt
-                .clone()
-                .or_else(|| defaults.append_system_prompt.clone()),
-            permission_mode: self
-                .permission_mode
-                .clone()
-                .or_else(|| defaults.permission_mode.clone()),
-            max_budget_usd: self.max_budget_usd.or(defaults.max_budget_usd),
-            fallback_model: self
-                .fallback_model
-                .clone()
-                .or_else(|| defaults.fallback_model.clone()),
-            mcp_config: self
-                .mcp_config
-                .clone()
-                .or_else(|| defaults.mcp_config.clone()),
-            add_dirs: self.add_dirs.clone().or_else(|| defaults.add_dirs.clone()),
-        }
-    }
-
-    /// Whether no field is set.
-    pub fn is_empty(&self) -> bool {
-        *self == ClaudeSettings::default()
-    }
-}
-
-/// The permission modes of the Claude Code CLI (`--permission-mode`).
-pub const PERMISSION_MODES: &[&str] = &[
-    "acceptEdits",
-    "auto",
-    "bypassPermissions",
-    "default",
-    "dontAsk",
-    "plan",
-];
-/// Top-level `slurm`: `sbatch` options for the map agents when they run on Slurm.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct Slurm {
-    /// `--partition`.
-    pub partition: Option<Spanned<String>>,
-    /// `--account`.
-    pub account: Option<Spanned<String>>,
-    /// `--time`, in Slurm's own format (`30`, `1:30:00`, `2-00:00:00`).
-    pub time: Option<Spanned<String>>,
-    /// `--cpus-per-task`.
-    pub cpus_per_task: Option<Spanned<u64>>,
-    /// `--mem` (`4096`, `4G`).
-    pub mem: Option<Spanned<String>>,
-    /// More `sbatch` options, as they are.
-    pub sbatch_args: Vec<Spanned<String>>,
-}
-
-impl Slurm {
-    /// The `sbatch` options this asks for, in a fixed order, `sbatch_args` last.
-    pub fn sbatch_options(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut add = |flag: &str, value: Option<String>| {
-            if let Some(v) = value {
-                out.push(format!("--{flag}={v}"));
-            }
-        };
-        add(
-            "partition",
-            self.partition.as_ref().map(|v| v.value.clone()),
-        );
-        add("account", self.account.as_ref().map(|v| v.value.clone()));
-        add("time", self.time.as_ref().map(|v| v.value.clone()));
-        add(
-            "cpus-per-task",
-            self.cpus_per_task.as_ref().map(|v| v.value.to_string()),
-        );
-        add("mem", self.mem.as_ref().map(|v| v.value.clone()));
-        out.extend(self.sbatch_args.iter().map(|a| a.value.clone()));
-        out
-    }
-}
-
 /// Whether TEXT is a time limit `sbatch --time` takes: `MIN`, `MIN:SEC`, `H:MIN:SEC`,
 /// `D-H`, `D-H:MIN`, `D-H:MIN:SEC`, or `UNLIMITED`/`INFINITE`.
 pub fn is_slurm_time(text: &str) -> bool {
@@ -319,80 +86,6 @@ pub fn is_slurm_mem(text: &str) -> bool {
     text.len() - number.len() <= 1
         && !number.is_empty()
         && number.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// The two kinds of workflow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Steps run one after another.
-    #[default]
-    Standard,
-    /// Setup, a parallel map over items, then reduce.
-    MapReduce,
-}
-
-/// One workflow `env` entry.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct EnvVar {
-    /// The variable name.
-    pub name: Spanned<String>,
-    /// Its value.
-    pub value: EnvValue,
-}
-
-/// The forms of an `env` value.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub enum EnvValue {
-    /// A string, number or boolean rendered as text.
-    Static(Template),
-    /// `{secret: true, value: ...}`: masked wherever prodigy prints it.
-    Masked(Template),
-    /// `{command: CMD, cache: bool}`: the command's trimmed stdout.
-    Dynamic {
-        /// The shell command.
-        command: Template,
-        /// Whether to run it once per run.
-        cache: bool,
-    },
-    /// `{condition, when_true, when_false}`.
-    Conditional {
-        /// A `when`-language expression.
-        condition: Condition,
-        /// Value when true.
-        when_true: Template,
-        /// Value when false.
-        when_false: Template,
-    },
-}
-
-/// One `secrets` entry.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Secret {
-    /// The variable name.
-    pub name: Spanned<String>,
-    /// Where its value comes from.
-    pub source: SecretSource,
-}
-
-/// Where a secret's value comes from.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub enum SecretSource {
-    /// A process environment variable.
-    Env(Spanned<String>),
-    /// A file whose trimmed content is the value.
-    File(Spanned<String>),
-}
-
-/// A named env overlay chosen with `--profile`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Profile {
-    /// The profile name.
-    pub name: Spanned<String>,
-    /// Its `description`.
-    pub description: Option<Spanned<String>>,
-    /// The variables it sets.
-    pub env: Vec<EnvVar>,
 }
 
 /// A named list of steps (`handlers`).
@@ -478,34 +171,6 @@ pub enum Command {
     Invalid,
 }
 
-/// `write_file`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct WriteFile {
-    /// Destination, relative to the working directory.
-    pub path: Template,
-    /// Content.
-    pub content: Template,
-    /// `text`, `json` or `yaml`.
-    pub format: WriteFormat,
-    /// Permission bits; without them a new file gets the umask's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<u32>,
-    /// Create missing parent directories.
-    pub create_dirs: bool,
-}
-
-/// `write_file.format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WriteFormat {
-    /// Written as is.
-    Text,
-    /// Validated and pretty-printed JSON.
-    Json,
-    /// Validated YAML.
-    Yaml,
-}
-
 /// `foreach`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Foreach {
@@ -519,73 +184,6 @@ pub struct Foreach {
     pub continue_on_error: bool,
     /// At most this many items.
     pub max_items: Option<u64>,
-}
-
-/// The items of a `foreach`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub enum ForeachInput {
-    /// A command whose non-blank stdout lines are the items.
-    Command(Template),
-    /// A literal list.
-    List(Vec<Template>),
-}
-
-/// Typed `capture`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Capture {
-    /// The variable name.
-    pub name: Spanned<String>,
-    /// `capture_format`.
-    pub format: CaptureFormat,
-    /// `capture_streams`.
-    pub streams: CaptureStreams,
-}
-
-/// `capture_format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CaptureFormat {
-    /// Text, trimmed of one trailing newline.
-    String,
-    /// A number.
-    Number,
-    /// A JSON document.
-    Json,
-    /// A list of lines.
-    Lines,
-    /// `true` or `false`.
-    Boolean,
-}
-
-/// Which streams and facts a capture records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[expect(
-    clippy::struct_excessive_bools,
-    reason = "one flag per documented stream option"
-)]
-pub struct CaptureStreams {
-    /// Stdout in the value.
-    pub stdout: bool,
-    /// Stderr in the value (`NAME.stderr` is always set).
-    pub stderr: bool,
-    /// `NAME.exit_code`.
-    pub exit_code: bool,
-    /// `NAME.success`.
-    pub success: bool,
-    /// `NAME.duration`.
-    pub duration: bool,
-}
-
-impl Default for CaptureStreams {
-    fn default() -> Self {
-        Self {
-            stdout: true,
-            stderr: false,
-            exit_code: true,
-            success: true,
-            duration: true,
-        }
-    }
 }
 
 /// One `on_exit_code` entry.
@@ -638,21 +236,6 @@ pub struct OnFailure {
     pub capture: Vec<Spanned<String>>,
     /// The handler must create a commit.
     pub commit_required: bool,
-}
-
-/// `on_failure.strategy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Strategy {
-    /// Fix the problem; the step stays failed unless a later run of the command succeeds.
-    Recovery,
-    /// Do something else instead; success marks the step recovered, the handler's output
-    /// standing in for the command's.
-    Fallback,
-    /// Clean up; the step stays failed.
-    Cleanup,
-    /// User-defined; the step stays failed.
-    Custom,
 }
 
 /// Command-level `retry_config`.
@@ -735,37 +318,6 @@ pub enum Matcher {
     Pattern(Spanned<String>),
 }
 
-/// `retry_config.on_failure`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetryExhausted {
-    /// The step fails.
-    Stop,
-    /// The step is recorded failed and the workflow goes on.
-    Continue,
-    /// Run this command; its result is the step's.
-    Fallback(Template),
-}
-
-/// `commit_config`.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct CommitConfig {
-    /// `message_template`.
-    pub message_template: Option<Template>,
-    /// `message_pattern`: a regex the message must match.
-    pub message_pattern: Option<Spanned<String>>,
-    /// `sign`.
-    pub sign: bool,
-    /// `author`.
-    pub author: Option<Template>,
-    /// `include_files` globs.
-    pub include_files: Vec<Spanned<String>>,
-    /// `exclude_files` globs.
-    pub exclude_files: Vec<Spanned<String>>,
-    /// `squash`.
-    pub squash: bool,
-}
-
 /// `validate`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Validate {
@@ -798,61 +350,6 @@ pub struct OnIncomplete {
     pub commit_required: bool,
     /// A confirmation prompt.
     pub prompt: Option<Template>,
-}
-
-/// `step_validate`: checks run after the step.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct StepValidate {
-    /// The whole value.
-    pub span: Span,
-    /// The checks.
-    pub checks: Vec<ValidationCheck>,
-    /// How many checks must pass.
-    pub success_criteria: SuccessCriteria,
-    /// Rounds of checks.
-    pub max_attempts: u32,
-    /// Delay between rounds.
-    pub retry_delay: Duration,
-    /// `skip_validation` on the step.
-    pub skip: bool,
-    /// `validation_timeout` on the step.
-    pub timeout: Option<Spanned<Duration>>,
-    /// `ignore_validation_failure` on the step.
-    pub ignore_failure: bool,
-}
-
-/// One `step_validate` check.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct ValidationCheck {
-    /// The command.
-    pub command: Template,
-    /// Run with claude rather than the shell.
-    pub claude: bool,
-    /// A regex stdout must match.
-    pub expect_output: Option<Spanned<String>>,
-    /// The required exit code.
-    pub expect_exit_code: i32,
-}
-
-/// `step_validate.success_criteria`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SuccessCriteria {
-    /// Every check.
-    All,
-    /// One check.
-    Any,
-    /// At least this many.
-    AtLeast(u32),
-}
-
-/// `outputs` entry.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct StepOutput {
-    /// Output name.
-    pub name: Spanned<String>,
-    /// `file_pattern` glob.
-    pub file_pattern: Spanned<String>,
 }
 
 /// `MapReduce` `setup`.
@@ -889,36 +386,6 @@ pub struct SetupCapture {
     pub multiline: Multiline,
 }
 
-/// `capture_outputs.*.source`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CaptureSource {
-    /// Stdout.
-    Stdout,
-    /// Stderr.
-    Stderr,
-    /// Both, labelled.
-    Both,
-    /// Both, concatenated.
-    Combined,
-}
-
-/// `capture_outputs.*.multiline`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Multiline {
-    /// Keep as is.
-    Preserve,
-    /// Join lines with spaces.
-    Join,
-    /// First line only.
-    FirstLine,
-    /// Last line only.
-    LastLine,
-    /// A JSON array of lines.
-    Array,
-}
-
 /// `MapReduce` `map`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct MapPhase {
@@ -946,57 +413,6 @@ pub struct MapPhase {
     pub timeout_config: Option<TimeoutConfig>,
     /// The steps each agent runs.
     pub agent_template: Vec<Step>,
-}
-
-/// `map.max_parallel`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MaxParallel {
-    /// A number.
-    Fixed(Spanned<u64>),
-    /// A `${VAR}` resolved at run time.
-    Variable(Template),
-}
-
-/// `map.timeout_config`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct TimeoutConfig {
-    /// `agent_timeout_secs`.
-    pub agent_timeout: Option<Spanned<Duration>>,
-    /// `command_timeouts`: step name or index to timeout.
-    pub command_timeouts: Vec<(Spanned<String>, Duration)>,
-    /// `timeout_policy`.
-    pub policy: TimeoutPolicy,
-    /// `cleanup_grace_period_secs`.
-    pub cleanup_grace_period: Duration,
-    /// `timeout_action`.
-    pub action: TimeoutAction,
-    /// `enable_monitoring`.
-    pub enable_monitoring: bool,
-}
-
-/// `timeout_config.timeout_policy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum TimeoutPolicy {
-    /// One timeout for the whole agent.
-    PerAgent,
-    /// A timeout per command.
-    PerCommand,
-    /// Both.
-    Hybrid,
-}
-
-/// `timeout_config.timeout_action`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum TimeoutAction {
-    /// Send the item to the DLQ.
-    Dlq,
-    /// Skip the item.
-    Skip,
-    /// Fail the job.
-    Fail,
-    /// Terminate gracefully, then DLQ.
-    GracefulTerminate,
 }
 
 /// `merge`.
@@ -1048,18 +464,6 @@ pub enum ItemFailure {
     Custom(String),
 }
 
-/// `error_collection`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCollection {
-    /// Report at the end.
-    Aggregate,
-    /// Report each error as it happens.
-    Immediate,
-    /// Report every N errors.
-    Batched(u64),
-}
-
 /// `circuit_breaker`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct CircuitBreaker {
@@ -1107,52 +511,5 @@ impl PolicyRetry {
             jitter: false,
             jitter_factor: 0.3,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parsed(source: &str, value: &str, exact: bool) -> Parsed<()> {
-        let start = source.find(['"', '\'', '|']).map_or(0, |i| i + 1);
-        Parsed {
-            value: value.to_owned(),
-            span: Span::new(start, source.len()),
-            parsed: (),
-            exact,
-        }
-    }
-
-    fn local(start: usize, end: usize) -> prodigy_grammar::Span {
-        prodigy_grammar::Span::new(start, end)
-    }
-
-    #[test]
-    fn a_rebaser_maps_ranges_in_any_order() {
-        // A folded plain scalar: the line break and indentation read as one space.
-        let source = "x: one ${a}\n   two ${b}";
-        let p = Parsed {
-            value: "one ${a} two ${b}".to_owned(),
-            span: Span::new(3, source.len()),
-            parsed: (),
-            exact: true,
-        };
-        let mut rebaser = p.rebaser(source);
-        let b = rebaser.span(local(15, 16));
-        assert_eq!(&source[b.start as usize..b.end as usize], "b");
-        // Backwards: it starts again from the beginning.
-        let a = rebaser.span(local(6, 7));
-        assert_eq!(&source[a.start as usize..a.end as usize], "a");
-        assert_eq!(p.rebase(source, local(15, 16)), b);
-        // Past the end of the value: the end of the scalar.
-        assert_eq!(rebaser.span(local(17, 40)).start as usize, source.len());
-    }
-
-    #[test]
-    fn a_string_with_escapes_labels_the_whole_scalar() {
-        let source = "x: \"a\\tb ${c}\"";
-        let p = parsed(source, "a\tb ${c}", false);
-        assert_eq!(p.rebaser(source).span(local(6, 7)), p.span);
     }
 }

@@ -10,30 +10,7 @@
 
 use std::time::Duration;
 
-/// The breaker's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BreakerConfig {
-    /// Consecutive failures that open the breaker.
-    pub failure_threshold: u32,
-    /// How long it stays open before probing.
-    pub timeout: Duration,
-    /// Probes admitted at a time while half-open.
-    pub half_open_requests: u32,
-    /// Probe successes that close it.
-    pub success_threshold: u32,
-}
-
-impl BreakerConfig {
-    /// From the workflow's `error_policy.circuit_breaker`.
-    pub fn from_ast(config: &prodigy_compiler::ast::CircuitBreaker) -> Self {
-        BreakerConfig {
-            failure_threshold: config.failure_threshold.max(1),
-            timeout: config.timeout,
-            half_open_requests: config.half_open_requests.max(1),
-            success_threshold: config.success_threshold.max(1),
-        }
-    }
-}
+pub use prodigy_compiler::plan::BreakerConfig;
 
 /// Where the breaker is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -472,11 +472,11 @@ pub fn write_file(
     cwd: &Path,
     path: &str,
     content: &str,
-    format: prodigy_compiler::ast::WriteFormat,
+    format: prodigy_compiler::plan::WriteFormat,
     mode: Option<u32>,
     create_dirs: bool,
 ) -> Output {
-    use prodigy_compiler::ast::WriteFormat;
+    use prodigy_compiler::plan::WriteFormat;
     let relative = Path::new(path);
     if relative.is_absolute()
         || relative
@@ -493,19 +493,12 @@ pub fn write_file(
             Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default() + "\n",
             Err(e) => return Output::error(format!("`write_file` content is not valid JSON: {e}")),
         },
-        WriteFormat::Yaml => {
-            let file = prodigy_compiler::source::SourceFile::new(path, content);
-            let parsed = prodigy_compiler::syntax::parse(&file);
-            if let Some(d) = parsed.diagnostics.first() {
-                return Output::error(format!(
-                    "`write_file` content is not valid YAML: {}",
-                    d.message
-                ));
+        WriteFormat::Yaml => match prodigy_compiler::plan::support::yaml_to_json(content) {
+            Ok(value) => value.map_or_else(String::new, |v| to_yaml(&v)),
+            Err(why) => {
+                return Output::error(format!("`write_file` content is not valid YAML: {why}"));
             }
-            parsed
-                .root
-                .map_or_else(String::new, |root| to_yaml(&root.to_json()))
-        }
+        },
     };
     // Resolved before anything is made, and written at the real place, so that no link
     // leads the write (or the `chmod`) out of the project.
@@ -629,10 +622,9 @@ mod tests {
     use serde_json::json;
 
     fn read_back(yaml: &str) -> Value {
-        let file = prodigy_compiler::source::SourceFile::new("x.yml", yaml);
-        let parsed = prodigy_compiler::syntax::parse(&file);
-        assert!(parsed.diagnostics.is_empty(), "{yaml}");
-        parsed.root.unwrap().to_json()
+        prodigy_compiler::plan::support::yaml_to_json(yaml)
+            .unwrap_or_else(|why| panic!("{yaml}: {why}"))
+            .unwrap()
     }
 
     fn sh(text: &str) -> Command {

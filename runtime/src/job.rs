@@ -4,75 +4,7 @@
 
 use std::time::Duration;
 
-use prodigy_compiler::ast::{ErrorPolicy, ItemFailure};
-
-/// The error policy, with the defaults of docs/language.md §8 filled in.
-#[derive(Clone, Debug, PartialEq)]
-pub struct JobPolicy {
-    /// What happens to a failed item.
-    pub on_item_failure: ItemFailure,
-    /// Whether other items go on after a failure.
-    pub continue_on_failure: bool,
-    /// More failures than this stop the job.
-    pub max_failures: Option<u64>,
-    /// A failure rate strictly above this stops the job, checked after every finished item
-    /// once 10 items (or all of them, when there are fewer) have finished.
-    pub failure_threshold: Option<f64>,
-    /// Runs of an item before `on_item_failure` applies, counting the first
-    /// (`retry_config.max_attempts`; 1 without a `retry_config`).
-    pub max_attempts: u32,
-    /// Delays before the item's retries (retry n at index n-1).
-    pub retry_delays: Vec<Duration>,
-    /// `retry_config.jitter`: the spread of each delay.
-    pub jitter: Option<f64>,
-    /// `retry_config.max_delay`: no delay, jitter included, is longer.
-    pub max_delay: Option<Duration>,
-}
-
-impl Default for JobPolicy {
-    fn default() -> Self {
-        JobPolicy {
-            on_item_failure: ItemFailure::Dlq,
-            continue_on_failure: true,
-            max_failures: None,
-            failure_threshold: None,
-            max_attempts: 1,
-            retry_delays: Vec::new(),
-            jitter: None,
-            max_delay: None,
-        }
-    }
-}
-
-impl JobPolicy {
-    /// From the workflow's `error_policy` (absent: the defaults).
-    pub fn from_ast(policy: Option<&ErrorPolicy>) -> Self {
-        let Some(p) = policy else {
-            return JobPolicy::default();
-        };
-        let on_item_failure = p
-            .on_item_failure
-            .as_ref()
-            .map_or(ItemFailure::Dlq, |s| s.value.clone());
-        // `retry_config` retries a failed item whatever `on_item_failure` says, before it
-        // applies; `on_item_failure: retry` without one uses the default policy.
-        let default = (on_item_failure == ItemFailure::Retry)
-            .then(|| prodigy_compiler::ast::PolicyRetry::default_at(p.span));
-        let retry = p.retry_config.as_ref().or(default.as_ref());
-        JobPolicy {
-            on_item_failure,
-            continue_on_failure: p.continue_on_failure.as_ref().is_none_or(|s| s.value),
-            max_failures: p.max_failures.as_ref().map(|s| s.value),
-            failure_threshold: p.failure_threshold.as_ref().map(|s| s.value),
-            max_attempts: retry.map_or(1, |r| r.max_attempts.max(1)),
-            retry_delays: retry
-                .map(prodigy_compiler::plan::policy_schedule)
-                .unwrap_or_default(),
-            jitter: retry.filter(|r| r.jitter).map(|r| r.jitter_factor),
-            max_delay: retry.and_then(|r| r.max_delay),
-        }
-    }
-}
+pub use prodigy_compiler::plan::{HandlerId, ItemFailure, JobPolicy};
 
 /// Items finished so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -103,6 +35,8 @@ pub enum StopReason {
     MaxFailures(u64),
     /// An agent timed out under `timeout_action: fail`.
     AgentTimeout,
+    /// `on_item_failure: custom:NAME` names no handler (a plan built despite V011).
+    MissingHandler(String),
     /// The failure rate went above `failure_threshold`.
     FailureRate {
         /// The rate seen.
@@ -149,8 +83,8 @@ pub enum ItemAction {
     DeadLetter,
     /// Record it as skipped.
     Skip,
-    /// Run the named handler for it, then record it as failed.
-    Handler(String),
+    /// Run this handler for it, then record it as failed.
+    Handler(HandlerId),
     /// Record it as failed (the job stops).
     Fail,
 }
@@ -251,9 +185,16 @@ impl Job {
                     self.stop(StopReason::ItemFailureStop);
                     (ItemAction::Fail, true)
                 }
-                ItemFailure::Custom(name) => {
+                ItemFailure::Custom(handler) => {
                     self.counts.failed += 1;
-                    (ItemAction::Handler(name.clone()), true)
+                    (ItemAction::Handler(*handler), true)
+                }
+                ItemFailure::MissingHandler(name) => {
+                    // Nothing is lost: the item is dead-lettered, and the job stops because
+                    // the policy it was given cannot be followed.
+                    self.counts.failed += 1;
+                    self.stop(StopReason::MissingHandler(name.clone()));
+                    (ItemAction::DeadLetter, true)
                 }
             },
         };
@@ -372,20 +313,17 @@ mod tests {
     }
 
     #[test]
-    fn retry_without_a_retry_config_uses_the_default_policy() {
-        let span = prodigy_compiler::source::Span::default();
-        let policy = ErrorPolicy {
-            on_item_failure: Some(prodigy_compiler::source::Spanned {
-                value: ItemFailure::Retry,
-                span,
-            }),
-            ..ErrorPolicy::default()
-        };
-        let policy = JobPolicy::from_ast(Some(&policy));
-        assert_eq!(policy.max_attempts, 3);
-        assert_eq!(policy.retry_delays.len(), 2);
-        let plain = JobPolicy::from_ast(Some(&ErrorPolicy::default()));
-        assert_eq!(plain.max_attempts, 1, "no retry_config, no retries");
+    fn a_missing_handler_dead_letters_the_item_and_stops_the_job() {
+        let mut job = big_job(JobPolicy {
+            on_item_failure: ItemFailure::MissingHandler("notify".into()),
+            ..JobPolicy::default()
+        });
+        assert_eq!(fail(&mut job, 1), ItemAction::DeadLetter);
+        assert_eq!(job.counts().failed, 1);
+        assert_eq!(
+            job.state(),
+            &JobState::Stopping(StopReason::MissingHandler("notify".into()))
+        );
     }
 
     #[test]
@@ -407,10 +345,10 @@ mod tests {
             &JobState::Stopping(StopReason::ItemFailureStop)
         );
         let mut custom = big_job(JobPolicy {
-            on_item_failure: ItemFailure::Custom("notify".into()),
+            on_item_failure: ItemFailure::Custom(HandlerId(1)),
             ..JobPolicy::default()
         });
-        assert_eq!(fail(&mut custom, 1), ItemAction::Handler("notify".into()));
+        assert_eq!(fail(&mut custom, 1), ItemAction::Handler(HandlerId(1)));
     }
 
     #[test]

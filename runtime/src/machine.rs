@@ -38,26 +38,15 @@ impl Exit {
     }
 }
 
-/// Which failures `retry_config` retries.
-#[derive(Clone, Debug)]
-pub enum Matcher {
-    /// `network`.
-    Network,
-    /// `timeout`.
-    Timeout,
-    /// `server_error`.
-    ServerError,
-    /// `rate_limit`.
-    RateLimit,
-    /// `overloaded`: a Claude call that met an overloaded API (529).
-    Overloaded,
-    /// `auth`: a Claude call whose credentials were refused.
-    Auth,
-    /// `{pattern: REGEX}`.
-    Pattern(regex::Regex),
+pub use prodigy_compiler::plan::{Exhausted, HandlerPolicy, Matcher, RetryPolicy};
+
+/// Matching a failure against `retry_config.retry_on`.
+trait Matches {
+    /// Whether this matcher retries EXIT.
+    fn matches(&self, exit: &Exit) -> bool;
 }
 
-impl Matcher {
+impl Matches for Matcher {
     /// Whether this matcher retries EXIT: a Claude call by its error kind (529 and 5xx are
     /// also `server_error`), anything else by the words of its output.
     fn matches(&self, exit: &Exit) -> bool {
@@ -88,17 +77,6 @@ impl Matcher {
     }
 }
 
-/// What happens when `retry_config`'s attempts run out.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Exhausted {
-    /// The run fails (then `on_failure` applies).
-    Stop,
-    /// The step is recorded failed and the workflow goes on.
-    Continue,
-    /// Run the fallback command; its result is the run's.
-    Fallback,
-}
-
 /// DELAY with jitter factor `f`: the delay `d` is capped at MAX first, then drawn uniformly
 /// from `[d·(1-f), d·(1+f)]` cut at `0` and at MAX. A delay at the cap is spread below it,
 /// over `[max·(1-f), max]`, so retries that reach `max_delay` do not all arrive together
@@ -116,55 +94,30 @@ pub fn jitter(delay: Duration, factor: f64, max: Duration, rng: &mut impl Rng) -
     Duration::try_from_secs_f64(value).unwrap_or(max).min(max)
 }
 
-/// `retry_config`, as the machine needs it.
-#[derive(Clone, Debug)]
-pub struct RetryPolicy {
-    /// Runs of the command in one run of the step, counting the first.
-    pub attempts: u32,
-    /// Nominal delay before retry n (index n-1), already capped at `max_delay`.
-    pub delays: Vec<Duration>,
-    /// The cap.
-    pub max_delay: Duration,
-    /// Spread jitter by this factor (only when `Some`).
-    pub jitter: Option<f64>,
-    /// Which failures are retried (empty: all).
-    pub retry_on: Vec<Matcher>,
-    /// Total time for all attempts and delays.
-    pub budget: Option<Duration>,
-    /// After the last attempt.
-    pub exhausted: Exhausted,
+/// What the step machine does with a [`RetryPolicy`] from the plan: draw the delays (with
+/// jitter from the RNG it is given) and decide which failures are retried.
+pub trait Retrying {
+    /// The delay before retry `n` (1-based), with jitter when enabled (see [`jitter`]: a
+    /// delay at `max_delay` is spread below it).
+    fn delay(&self, n: u32, rng: &mut impl Rng) -> Duration;
+
+    /// The delays between the attempts of one run, in order (one fewer than `attempts`).
+    fn delays<'a, R: Rng>(&'a self, rng: &'a mut R) -> impl Iterator<Item = Duration> + 'a;
+
+    /// Whether `retry_on` retries EXIT.
+    fn retries(&self, exit: &Exit) -> bool;
 }
 
-impl RetryPolicy {
-    /// A policy that never retries.
-    pub fn none() -> Self {
-        RetryPolicy {
-            attempts: 1,
-            delays: Vec::new(),
-            max_delay: Duration::ZERO,
-            jitter: None,
-            retry_on: Vec::new(),
-            budget: None,
-            exhausted: Exhausted::Stop,
-        }
-    }
-
-    /// The delay before retry `n` (1-based), with jitter when enabled (see [`jitter`]: a delay
-    /// at `max_delay` is spread below it).
-    pub fn delay(&self, n: u32, rng: &mut impl Rng) -> Duration {
-        let nominal = self
-            .delays
-            .get((n as usize).saturating_sub(1))
-            .copied()
-            .unwrap_or(self.max_delay);
+impl Retrying for RetryPolicy {
+    fn delay(&self, n: u32, rng: &mut impl Rng) -> Duration {
+        let nominal = self.nominal(n);
         match self.jitter {
             Some(factor) => jitter(nominal, factor, self.max_delay, rng),
             None => nominal,
         }
     }
 
-    /// The delays between the attempts of one run, in order (one fewer than `attempts`).
-    pub fn delays<'a, R: Rng>(&'a self, rng: &'a mut R) -> impl Iterator<Item = Duration> + 'a {
+    fn delays<'a, R: Rng>(&'a self, rng: &'a mut R) -> impl Iterator<Item = Duration> + 'a {
         (1..self.attempts).map(move |n| self.delay(n, rng))
     }
 
@@ -176,39 +129,6 @@ impl RetryPolicy {
                 self.retry_on.iter().any(|m| m.matches(exit))
             }
             _ => self.retry_on.is_empty() || self.retry_on.iter().any(|m| m.matches(exit)),
-        }
-    }
-}
-
-/// `on_failure`, as the machine needs it.
-#[derive(Clone, Debug)]
-#[expect(
-    clippy::struct_excessive_bools,
-    reason = "one flag per documented field"
-)]
-pub struct HandlerPolicy {
-    /// There are handler commands to run.
-    pub has_handler: bool,
-    /// Runs of the command, counting the first.
-    pub max_attempts: u32,
-    /// Fail the workflow when attempts are exhausted.
-    pub fail_workflow: bool,
-    /// A failing handler fails the workflow.
-    pub handler_failure_fatal: bool,
-    /// A successful handler recovers the step: `strategy: fallback`, whose result stands in
-    /// for the command's. Any other handler only handles the failure.
-    pub recovers: bool,
-}
-
-impl HandlerPolicy {
-    /// No `on_failure`: a failure fails the workflow.
-    pub fn none() -> Self {
-        HandlerPolicy {
-            has_handler: false,
-            max_attempts: 1,
-            fail_workflow: true,
-            handler_failure_fatal: false,
-            recovers: false,
         }
     }
 }
@@ -562,13 +482,11 @@ impl StepMachine {
 mod tests {
     use super::*;
 
-    impl HandlerPolicy {
-        /// `on_failure: true`: a failure is ignored.
-        fn ignore() -> Self {
-            HandlerPolicy {
-                fail_workflow: false,
-                ..HandlerPolicy::none()
-            }
+    /// `on_failure: true`: a failure is ignored.
+    fn ignore() -> HandlerPolicy {
+        HandlerPolicy {
+            fail_workflow: false,
+            ..HandlerPolicy::none()
         }
     }
     use rand::SeedableRng;
@@ -658,7 +576,7 @@ mod tests {
             ],
         );
         script(
-            StepMachine::new(RetryPolicy::none(), HandlerPolicy::ignore()),
+            StepMachine::new(RetryPolicy::none(), ignore()),
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
                 (StepEvent::Exited(fail()), Action::Finish(Outcome::Ignored)),

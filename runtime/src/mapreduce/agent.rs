@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use prodigy_compiler::ast::TimeoutPolicy;
+use prodigy_compiler::plan::TimeoutPolicy;
 use prodigy_compiler::plan::{Plan, StepId};
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use prodigy_compiler::ast::{self, MaxParallel, TimeoutAction};
-use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_compiler::plan::Plan;
+use prodigy_compiler::plan::{ErrorCollection, MaxParallel, TimeoutAction};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::breaker::{Breaker, BreakerAction, BreakerConfig, BreakerEvent, BreakerState};
+use crate::breaker::{Breaker, BreakerAction, BreakerEvent, BreakerState};
 use crate::dlq::{ErrorType, FailureDetail};
 use crate::exec;
 use crate::job::{ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
@@ -54,24 +54,11 @@ impl MapJob<'_> {
         let counts = tally(records.iter().flatten());
         let max_parallel = max_parallel(plan, vars, self.opts.max_parallel)?;
         self.cp.max_parallel = max_parallel;
-        let policy = JobPolicy::from_ast(plan.error_policy.as_ref());
-        let collection = plan
-            .error_policy
-            .as_ref()
-            .and_then(|p| p.error_collection.as_ref())
-            .map_or(ast::ErrorCollection::Aggregate, |c| c.value);
+        let policy: JobPolicy = plan.job_policy.clone();
+        let collection = policy.error_collection;
         let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
+        let mut breaker = policy.circuit_breaker.map(Breaker::new);
         let mut job = Job::resumed(policy, counts, total as u64);
-        let mut breaker = plan
-            .error_policy
-            .as_ref()
-            .and_then(|p| p.circuit_breaker.as_ref())
-            .map(|c| Breaker::new(BreakerConfig::from_ast(c)));
-        let handlers: HashMap<&str, &[StepId]> = plan
-            .handlers
-            .iter()
-            .map(|(name, steps)| (name.as_str(), steps.as_slice()))
-            .collect();
         let timeout_action = map
             .timeout_config
             .as_ref()
@@ -293,10 +280,10 @@ impl MapJob<'_> {
                     json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "error_type": run.error_type().name(), "error": message, "step": run.failure.as_ref().map(|f| f.step.clone())}),
                 );
                 match collection {
-                    ast::ErrorCollection::Immediate => {
+                    ErrorCollection::Immediate => {
                         self.say(&format!("item {} failed: {message}", item_id(index)));
                     }
-                    ast::ErrorCollection::Batched(size) => {
+                    ErrorCollection::Batched(size) => {
                         batch.push(format!("{}: {message}", item_id(index)));
                         if batch.len() as u64 >= size.max(1) {
                             self.say(&format!(
@@ -307,7 +294,7 @@ impl MapJob<'_> {
                             batch.clear();
                         }
                     }
-                    ast::ErrorCollection::Aggregate => {}
+                    ErrorCollection::Aggregate => {}
                 }
                 // `timeout_action` decides for every timeout, the agent's or a command's.
                 let timed_out = run.error_type() == ErrorType::Timeout;
@@ -327,6 +314,19 @@ impl MapJob<'_> {
                         | TimeoutAction::Skip
                         | TimeoutAction::Fail,
                     ) => job.on_item(ItemEvent::Failed { attempt }),
+                };
+                // The planner takes a handler's id from `Plan::handlers`; were it missing, the
+                // item is dead-lettered rather than handled by nothing.
+                let action = match action {
+                    ItemAction::Handler(handler) if plan.handler(handler).is_none() => {
+                        self.say(&format!(
+                            "internal error: handler #{} is not in the plan; item {} goes to the DLQ",
+                            handler.0,
+                            item_id(index)
+                        ));
+                        ItemAction::DeadLetter
+                    }
+                    other => other,
                 };
                 if matches!(action, ItemAction::Retry { .. }) {
                     let detail = failure_of(runner, &run, &runner.mask(&message), index);
@@ -366,8 +366,8 @@ impl MapJob<'_> {
                             records[index] = Some(record);
                         }
                     }
-                    ItemAction::Handler(name) => {
-                        let steps = handlers.get(name.as_str()).copied().unwrap_or(&[]);
+                    ItemAction::Handler(handler) => {
+                        let (name, steps) = plan.handler(handler).unwrap_or_default();
                         runner.record(
                             "item_handler_started",
                             json!({"item_id": item_id(index), "handler": name}),

@@ -159,6 +159,9 @@ fn describe(reason: &StopReason) -> String {
         }
         StopReason::MaxFailures(n) => format!("`max_failures` ({n}) items failed"),
         StopReason::AgentTimeout => "an item timed out under `timeout_action: fail`".into(),
+        StopReason::MissingHandler(name) => {
+            format!("`on_item_failure` names handler `{name}`, which `handlers` does not define")
+        }
         StopReason::FailureRate { rate, threshold } => format!(
             "the failure rate {:.0}% went above `failure_threshold` ({:.0}%)",
             rate * 100.0,
@@ -403,6 +406,14 @@ impl<'a> MapJob<'a> {
         if let (JobOutcome::Completed, Some(why)) = (&outcome, self.write_failure()) {
             outcome = stopped_by_write(phase_name(self.cp.phase), why);
         }
+        // A write that failed because the job's directory is gone (whichever write saw it
+        // first) leaves nothing to resume: the job failed, and says why.
+        if let (JobOutcome::StateWrite { phase, .. }, Some(lost)) = (&outcome, self.state_lost()) {
+            outcome = JobOutcome::Failed {
+                phase,
+                what: lost,
+            };
+        }
         let phase = phase_name(self.cp.phase);
         let records = self.files.load_results().unwrap_or_default();
         let metrics = error_metrics(&records, self.cp.items_total);
@@ -454,7 +465,7 @@ mod tests {
     use crate::dlq::ErrorType;
     use crate::jobstore::{ItemRecord, ItemStatus};
     use crate::vars::CommandOutput;
-    use prodigy_compiler::ast::{self, CaptureSource, Multiline, SetupCapture};
+    use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
     use setup::setup_value;
 
     fn failed(index: usize, kind: &str, message: &str) -> ItemRecord {
@@ -581,23 +592,11 @@ mod tests {
         assert!(repair_dlq(&dlq, &records, &items, &remaining).is_empty());
     }
 
-    fn capture(source: CaptureSource) -> SetupCapture {
-        SetupCapture {
-            name: prodigy_compiler::source::Spanned {
-                value: "v".into(),
-                span: prodigy_compiler::source::Span::default(),
-            },
-            command_index: prodigy_compiler::source::Spanned {
-                value: 0,
-                span: prodigy_compiler::source::Span::default(),
-            },
-            format: ast::CaptureFormat::String,
+    fn capture(source: CaptureSource) -> OutputCapture {
+        OutputCapture {
             source,
-            pattern: None,
-            json_path: None,
             max_size: 1024,
-            default: None,
-            multiline: Multiline::Preserve,
+            ..OutputCapture::new("v", 0)
         }
     }
 
@@ -609,11 +608,8 @@ mod tests {
             success: true,
         };
         let mut c = capture(CaptureSource::Stdout);
-        c.pattern = Some(prodigy_compiler::source::Spanned {
-            value: r"count: (\d+)".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
-        c.format = ast::CaptureFormat::Number;
+        c.pattern = Some(r"count: (\d+)".into());
+        c.format = prodigy_compiler::plan::CaptureFormat::Number;
         assert_eq!(setup_value(&c, &out).unwrap(), json!(42));
         let mut c = capture(CaptureSource::Stdout);
         c.multiline = Multiline::LastLine;
@@ -627,21 +623,12 @@ mod tests {
             success: true,
         };
         let mut c = capture(CaptureSource::Stdout);
-        c.json_path = Some(prodigy_compiler::source::Spanned {
-            value: "$.a.b[0]".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
+        c.json_path = Some("$.a.b[0]".into());
         assert_eq!(setup_value(&c, &json_out).unwrap(), json!("7"));
         let mut c = capture(CaptureSource::Stderr);
-        c.pattern = Some(prodigy_compiler::source::Spanned {
-            value: "nothing".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
+        c.pattern = Some("nothing".into());
         assert!(setup_value(&c, &out).is_err());
-        c.default = Some(prodigy_compiler::source::Spanned {
-            value: "fallback".into(),
-            span: prodigy_compiler::source::Span::default(),
-        });
+        c.default = Some("fallback".into());
         assert_eq!(setup_value(&c, &out).unwrap(), json!("fallback"));
         let mut c = capture(CaptureSource::Stdout);
         c.max_size = 5;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use prodigy_compiler::ast::{CaptureSource, Multiline, SetupCapture};
+use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
 use prodigy_grammar::pipeline::InputKind;
 use serde_json::{Value, json};
 
@@ -121,24 +121,24 @@ impl MapJob<'_> {
             (None, _) => {}
         }
         for capture in &setup.capture_outputs {
-            let index = usize::try_from(capture.command_index.value).unwrap_or(usize::MAX);
+            let index = usize::try_from(capture.command_index).unwrap_or(usize::MAX);
             // A step that ran no command (skipped by `when`, a `write_file`) has no output:
             // the `default` stands in, if there is one.
             let value = match (outputs.get(index), &capture.default) {
                 (Some(Some(out)), _) => setup_value(capture, out),
-                (_, Some(default)) => Ok(Value::String(default.value.clone())),
+                (_, Some(default)) => Ok(Value::String(default.clone())),
                 (_, None) => Err(format!(
                     "capture `{}`: setup step {index} produced no output, and there is no `default`",
-                    capture.name.value
+                    capture.name
                 )),
             };
             match value {
                 Ok(value) => {
                     self.runner.record(
                         "variable_captured",
-                        json!({"name": capture.name.value, "phase": "setup"}),
+                        json!({"name": capture.name, "phase": "setup"}),
                     );
-                    vars.set(capture.name.value.clone(), value);
+                    vars.set(capture.name.clone(), value);
                 }
                 Err(why) => {
                     self.say(&format!("error: {why}"));
@@ -257,13 +257,13 @@ impl MapJob<'_> {
 }
 
 /// A setup `capture_outputs` entry from its step's output.
-pub(crate) fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result<Value, String> {
+pub(crate) fn setup_value(capture: &OutputCapture, out: &CommandOutput) -> Result<Value, String> {
     let CommandOutput {
         stdout,
         stderr,
         success,
     } = out;
-    let name = &capture.name.value;
+    let name = &capture.name;
     let mut text = match capture.source {
         CaptureSource::Stdout => stdout.clone(),
         CaptureSource::Stderr => stderr.clone(),
@@ -278,14 +278,14 @@ pub(crate) fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result
     }
     let mut found = Some(text);
     if let (Some(pattern), Some(t)) = (&capture.pattern, &found) {
-        let re = prodigy_grammar::compile_regex(&pattern.value)
+        let re = prodigy_grammar::compile_regex(pattern)
             .map_err(|e| format!("capture `{name}`: `pattern`: {e}"))?;
         found = re
             .captures(t)
             .and_then(|c| c.get(1).or_else(|| c.get(0)).map(|m| m.as_str().to_owned()));
     }
     if let (Some(path), Some(t)) = (&capture.json_path, &found) {
-        let path = prodigy_grammar::jsonpath::JsonPath::parse(&path.value)
+        let path = prodigy_grammar::jsonpath::JsonPath::parse(path)
             .map_err(|e| format!("capture `{name}`: `json_path`: {e}"))?;
         found = serde_json::from_str::<Value>(t)
             .ok()
@@ -297,11 +297,11 @@ pub(crate) fn setup_value(capture: &SetupCapture, out: &CommandOutput) -> Result
     }
     let text = match (found, &capture.default) {
         (Some(t), _) => t,
-        (None, Some(default)) => default.value.clone(),
+        (None, Some(default)) => default.clone(),
         (None, None) => {
             return Err(format!(
                 "capture `{name}`: `pattern` or `json_path` found nothing in the output of setup step {}, and there is no `default`",
-                capture.command_index.value
+                capture.command_index
             ));
         }
     };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use prodigy_compiler::ast::{self, EnvValue, SecretSource};
+use prodigy_compiler::plan::{self, EnvValue, SecretSource};
 use prodigy_grammar::template::Template;
 use serde_json::Value;
 
@@ -157,7 +157,7 @@ impl Runner {
         vars: &Vars,
         dry: bool,
     ) -> Result<Option<Value>, StartError> {
-        let render = |t: &ast::Template, vars: &Vars| {
+        let render = |t: &plan::Template, vars: &Vars| {
             t.parsed.render(vars).map_err(|e| StartError::Env {
                 name: name.to_owned(),
                 why: e.to_string(),

@@ -1,7 +1,7 @@
 //! What a command's output becomes: `capture`, `capture_output`, `shell.*` and `claude.*`,
 //! and the output shown at `-v`.
 
-use prodigy_compiler::ast::CaptureFormat;
+use prodigy_compiler::plan::CaptureFormat;
 use prodigy_compiler::plan::{PlanCommand, PlanStep};
 use serde_json::{Value, json};
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use prodigy_compiler::ast;
+use prodigy_compiler::plan;
 use prodigy_compiler::plan::{PlanCommand, PlanStep};
 use serde_json::json;
 
@@ -106,7 +106,7 @@ impl Runner {
     pub(crate) async fn run_command(
         &self,
         build: &dyn Fn(&str) -> (String, Vec<String>),
-        template: &ast::Template,
+        template: &plan::Template,
         step: &PlanStep,
         vars: &Vars,
         live: bool,
@@ -156,7 +156,7 @@ impl Runner {
     /// A command's text, or why it cannot be rendered (secrets masked).
     pub(crate) fn command_text(
         &self,
-        template: &ast::Template,
+        template: &plan::Template,
         vars: &Vars,
     ) -> Result<String, Output> {
         template
@@ -170,7 +170,7 @@ impl Runner {
     /// own command), and decide whether the call succeeded.
     pub(crate) async fn run_claude(
         &self,
-        template: &ast::Template,
+        template: &plan::Template,
         step: &PlanStep,
         vars: &Vars,
         timeout: Option<Duration>,
@@ -310,7 +310,7 @@ impl Runner {
     pub(crate) async fn run_command_for(
         &self,
         build: &dyn Fn(&str) -> (String, Vec<String>),
-        template: &ast::Template,
+        template: &plan::Template,
         step: &PlanStep,
         vars: &Vars,
         timeout: Option<Duration>,
@@ -426,7 +426,7 @@ impl Runner {
 }
 
 /// The CLI options of a Claude call from the plan's resolved settings.
-pub(crate) fn claude_settings(settings: Option<&ast::ClaudeSettings>) -> crate::claude::Settings {
+fn claude_settings(settings: Option<&plan::ClaudeSettings>) -> crate::claude::Settings {
     let Some(s) = settings else {
         return crate::claude::Settings::default();
     };

@@ -1,7 +1,7 @@
 //! `foreach`: the body once per item, `parallel` at a time.
 
 use futures::StreamExt;
-use prodigy_compiler::ast;
+use prodigy_compiler::plan;
 use prodigy_compiler::plan::{PlanStep, StepId};
 use serde_json::{Value, json};
 
@@ -18,14 +18,14 @@ impl Runner {
         &self,
         step: &PlanStep,
         vars: &mut Vars,
-        input: &ast::ForeachInput,
+        input: &plan::ForeachInput,
         parallel: u32,
         steps: &[StepId],
         continue_on_error: bool,
         max_items: Option<u64>,
     ) -> Output {
         let mut items: Vec<String> = match input {
-            ast::ForeachInput::Command(t) => {
+            plan::ForeachInput::Command(t) => {
                 let out = self.run_command(&exec::shell, t, step, vars, false).await;
                 if out.code != Some(0) {
                     return out;
@@ -37,7 +37,7 @@ impl Runner {
                     .map(str::to_owned)
                     .collect()
             }
-            ast::ForeachInput::List(list) => match list
+            plan::ForeachInput::List(list) => match list
                 .iter()
                 .map(|t| t.parsed.render(vars))
                 .collect::<Result<Vec<_>, _>>()

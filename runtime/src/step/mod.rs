@@ -3,15 +3,12 @@
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture as BoxFuture;
-use prodigy_compiler::ast;
 use prodigy_compiler::plan::{PlanCommand, PlanStep, StepId};
 use serde_json::json;
 
 use crate::exec::{self, Output};
 use crate::lock;
-use crate::machine::{
-    Action, Exhausted, HandlerPolicy, Matcher, Outcome, RetryPolicy, StepEvent, StepMachine,
-};
+use crate::machine::{Action, Outcome, StepEvent, StepMachine};
 use crate::runner::{AGENT, Runner, StepFailure, fields};
 use crate::vars::Vars;
 
@@ -49,7 +46,8 @@ impl Runner {
             }
             let fields = crate::store::step_fields(index, &step.label, id.0);
             self.record("step_started", fields.clone());
-            let mut machine = StepMachine::new(retry_policy(step), handler_policy(step));
+            let mut machine =
+                StepMachine::new(step.retry_policy.clone(), step.handler_policy.clone());
             if let Some(when) = &step.when {
                 match when.parsed.test(vars) {
                     Ok(true) => {}
@@ -139,12 +137,12 @@ impl Runner {
                             machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
                     }
                     Action::RunFallback => {
-                        let out = match step.retry.as_ref().map(|r| &r.config.on_failure) {
-                            Some(ast::RetryExhausted::Fallback(t)) => {
+                        let out = match step.fallback() {
+                            Some(t) => {
                                 self.record("fallback_started", json!({"step": step.label}));
                                 self.run_command(&exec::shell, t, step, vars, true).await
                             }
-                            _ => Output::error("internal error: no fallback command"),
+                            None => Output::error("internal error: no fallback command"),
                         };
                         self.show_output(step, &out);
                         set_last_command(vars, step, &out);
@@ -159,10 +157,7 @@ impl Runner {
                         if self.cancelled() {
                             break Outcome::Cancelled;
                         }
-                        let fallback = step
-                            .on_failure
-                            .as_ref()
-                            .is_some_and(|f| f.strategy == ast::Strategy::Fallback);
+                        let fallback = step.handler_policy.recovers;
                         fallback_result = (ok && fallback).then(|| Output {
                             stdout: handler_output,
                             code: Some(0),
@@ -376,7 +371,7 @@ pub(crate) fn error_type(step: &PlanStep, last: Option<&Output>) -> crate::dlq::
 /// a failure that fails the workflow unless the step may fail: ignored (`allow_failure`,
 /// `on_failure: true`), or failed and continued (a handler with `fail_workflow: false`).
 pub(crate) fn failed(step: &PlanStep) -> Outcome {
-    let policy = handler_policy(step);
+    let policy = &step.handler_policy;
     if policy.fail_workflow {
         Outcome::Failed
     } else if policy.has_handler {
@@ -393,52 +388,5 @@ pub(crate) fn step_text(step: &PlanStep) -> String {
         PlanCommand::Claude(t) => format!("claude: {}", t.value),
         PlanCommand::WriteFile(w) => format!("write_file: {}", w.path.value),
         PlanCommand::Foreach { .. } => format!("foreach: {}", step.label),
-    }
-}
-
-pub(crate) fn retry_policy(step: &PlanStep) -> RetryPolicy {
-    let Some(retry) = &step.retry else {
-        return RetryPolicy::none();
-    };
-    let config = &retry.config;
-    RetryPolicy {
-        attempts: config.attempts.max(1),
-        delays: retry.schedule.clone(),
-        max_delay: config.max_delay,
-        jitter: config.jitter.then_some(config.jitter_factor),
-        retry_on: config
-            .retry_on
-            .iter()
-            .filter_map(|m| match m {
-                ast::Matcher::Network => Some(Matcher::Network),
-                ast::Matcher::Timeout => Some(Matcher::Timeout),
-                ast::Matcher::ServerError => Some(Matcher::ServerError),
-                ast::Matcher::RateLimit => Some(Matcher::RateLimit),
-                ast::Matcher::Overloaded => Some(Matcher::Overloaded),
-                ast::Matcher::Auth => Some(Matcher::Auth),
-                ast::Matcher::Pattern(p) => prodigy_grammar::compile_regex(&p.value)
-                    .ok()
-                    .map(Matcher::Pattern),
-            })
-            .collect(),
-        budget: config.retry_budget,
-        exhausted: match &config.on_failure {
-            ast::RetryExhausted::Stop => Exhausted::Stop,
-            ast::RetryExhausted::Continue => Exhausted::Continue,
-            ast::RetryExhausted::Fallback(_) => Exhausted::Fallback,
-        },
-    }
-}
-
-pub(crate) fn handler_policy(step: &PlanStep) -> HandlerPolicy {
-    match &step.on_failure {
-        None => HandlerPolicy::none(),
-        Some(f) => HandlerPolicy {
-            has_handler: !f.handler.is_empty(),
-            max_attempts: f.max_attempts.max(1),
-            fail_workflow: f.fail_workflow,
-            handler_failure_fatal: f.handler_failure_fatal,
-            recovers: f.strategy == ast::Strategy::Fallback,
-        },
     }
 }

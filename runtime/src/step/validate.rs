@@ -1,6 +1,6 @@
 //! `validate` and `step_validate`: running the checks, reading the result, `on_incomplete`.
 
-use prodigy_compiler::ast;
+use prodigy_compiler::plan;
 use prodigy_compiler::plan::PlanStep;
 use serde_json::{Value, json};
 
@@ -15,7 +15,7 @@ impl Runner {
     pub(crate) async fn step_validate(
         &self,
         step: &PlanStep,
-        checks: &ast::StepValidate,
+        checks: &plan::StepValidate,
         vars: &Vars,
     ) -> bool {
         let timeout = checks.timeout.as_ref().map(|t| t.value).or(step.timeout);
@@ -40,9 +40,9 @@ impl Runner {
             }
             let total = u32::try_from(checks.checks.len()).unwrap_or(u32::MAX);
             let ok = match checks.success_criteria {
-                ast::SuccessCriteria::All => passed == total,
-                ast::SuccessCriteria::Any => passed > 0 || total == 0,
-                ast::SuccessCriteria::AtLeast(n) => passed >= n,
+                plan::SuccessCriteria::All => passed == total,
+                plan::SuccessCriteria::Any => passed > 0 || total == 0,
+                plan::SuccessCriteria::AtLeast(n) => passed >= n,
             };
             self.record(
                 "step_validation_finished",

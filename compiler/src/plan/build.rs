@@ -1,0 +1,445 @@
+//! The planner: a lowered workflow in, the frozen [`Plan`] out, every policy resolved.
+
+use std::time::Duration;
+
+use super::{
+    HandlerPolicy, JobPolicy, OutputCapture, Plan, PlanCommand, PlanMap, PlanMerge, PlanOnFailure,
+    PlanOnIncomplete, PlanRetry, PlanSetup, PlanStep, PlanValidate, RetryPolicy, Role, Slot,
+    StepId, Template, VarSource, Variable, schedule,
+};
+use crate::ast::{self, ExitCodeHandler, Step, Strategy};
+
+/// Builds the plan of a lowered workflow.
+pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
+    let mut builder = Builder {
+        steps: Vec::new(),
+        claude: workflow.claude.clone().unwrap_or_default(),
+    };
+    let commands = builder.list(&workflow.commands, Role::Main);
+    let setup = workflow.setup.as_ref().map(|s| PlanSetup {
+        steps: builder.list(&s.commands, Role::Main),
+        timeout: s.timeout.as_ref().map(|t| t.value),
+        capture_outputs: s
+            .capture_outputs
+            .iter()
+            .map(OutputCapture::resolve)
+            .collect(),
+    });
+    let map = workflow.map.as_ref().map(|m| PlanMap {
+        input: m.input.clone(),
+        json_path: m.json_path.clone(),
+        filter: m.filter.clone(),
+        sort_by: m.sort_by.clone(),
+        distinct: m.distinct.clone(),
+        offset: m.offset.as_ref().map(|n| n.value),
+        max_items: m.max_items.as_ref().map(|n| n.value),
+        max_parallel: m.max_parallel.clone(),
+        agent_timeout: m
+            .timeout_config
+            .as_ref()
+            .and_then(|t| t.agent_timeout.as_ref())
+            .or(m.agent_timeout.as_ref())
+            .map(|t| t.value),
+        timeout_config: m.timeout_config.clone(),
+        steps: builder.list(&m.agent_template, Role::Main),
+    });
+    let reduce = workflow
+        .reduce
+        .as_ref()
+        .map(|r| builder.list(r, Role::Main))
+        .unwrap_or_default();
+    let merge = workflow.merge.as_ref().map(|m| PlanMerge {
+        steps: builder.list(&m.commands, Role::Main),
+        timeout: m.timeout.as_ref().map(|t| t.value),
+        on_conflict: builder.list(&m.on_conflict, Role::Main),
+    });
+    let handlers: Vec<(String, Vec<StepId>)> = workflow
+        .handlers
+        .iter()
+        .map(|h| (h.name.value.clone(), builder.list(&h.steps, Role::Main)))
+        .collect();
+    let names: Vec<&str> = handlers.iter().map(|(name, _)| name.as_str()).collect();
+    let job_policy = JobPolicy::resolve(workflow.error_policy.as_ref(), &names);
+    Plan {
+        version: 1,
+        source: source.to_owned(),
+        name: workflow.name.as_ref().map(|n| n.value.clone()),
+        description: workflow.description.as_ref().map(|n| n.value.clone()),
+        mode: workflow.mode,
+        env: workflow.env.clone(),
+        secrets: workflow.secrets.clone(),
+        env_files: workflow.env_files.clone(),
+        profiles: workflow.profiles.clone(),
+        steps: builder.steps,
+        commands,
+        setup,
+        map,
+        reduce,
+        merge,
+        handlers,
+        error_policy: workflow.error_policy.clone(),
+        job_policy,
+        claude: workflow.claude.clone().filter(|s| !s.is_empty()),
+        slurm: workflow.slurm.clone(),
+        variables: Vec::new(),
+    }
+    .with_variables(workflow)
+}
+
+impl Plan {
+    /// Fills the variable table and each step's `reads`.
+    fn with_variables(mut self, workflow: &ast::Workflow) -> Self {
+        let mut known: std::collections::BTreeMap<String, VarSource> =
+            std::collections::BTreeMap::new();
+        for var in workflow
+            .env
+            .iter()
+            .chain(workflow.profiles.iter().flat_map(|p| &p.env))
+        {
+            known.insert(var.name.value.clone(), VarSource::Env);
+        }
+        for secret in &workflow.secrets {
+            known.insert(secret.name.value.clone(), VarSource::Secret);
+        }
+        for capture in workflow.setup.iter().flat_map(|s| &s.capture_outputs) {
+            known.insert(capture.name.value.clone(), VarSource::SetupOutput);
+        }
+        for step in &self.steps {
+            if let Some(c) = &step.capture {
+                known.insert(c.name.value.clone(), VarSource::Capture);
+            }
+            if let Some(name) = &step.capture_output {
+                known.insert(name.clone(), VarSource::Capture);
+            }
+            for name in step.on_failure.iter().flat_map(|f| &f.capture) {
+                known.insert(name.clone(), VarSource::Capture);
+            }
+            if let (Some(id), false) = (&step.step_id, step.outputs.is_empty()) {
+                known.insert(id.clone(), VarSource::Outputs);
+            }
+        }
+        let mut table: Vec<Variable> = Vec::new();
+        for i in 0..self.steps.len() {
+            let roots = step_roots(&self.steps[i]);
+            let mut reads = Vec::new();
+            for (root, bare) in roots {
+                // A bare `$NAME` that the workflow does not define is the shell's.
+                if bare && !known.contains_key(&root) {
+                    continue;
+                }
+                let source = known
+                    .get(&root)
+                    .copied()
+                    .unwrap_or_else(|| builtin(&root, &self.steps[i]));
+                let slot = if let Some(p) = table.iter().position(|v| v.name == root) {
+                    p
+                } else {
+                    table.push(Variable { name: root, source });
+                    table.len() - 1
+                };
+                let slot = Slot(u32::try_from(slot).unwrap_or(u32::MAX));
+                if !reads.contains(&slot) {
+                    reads.push(slot);
+                }
+            }
+            self.steps[i].reads = reads;
+        }
+        self.variables = table;
+        self
+    }
+}
+
+/// The first names of every variable a step's own fields read, and whether each was a bare
+/// `$NAME`.
+fn step_roots(step: &PlanStep) -> Vec<(String, bool)> {
+    let mut templates: Vec<&Template> = Vec::new();
+    match &step.command {
+        PlanCommand::Shell(t)
+        | PlanCommand::Claude(t)
+        | PlanCommand::Foreach {
+            input: ast::ForeachInput::Command(t),
+            ..
+        } => templates.push(t),
+        PlanCommand::WriteFile(w) => templates.extend([&w.path, &w.content]),
+        PlanCommand::Foreach {
+            input: ast::ForeachInput::List(items),
+            ..
+        } => templates.extend(items),
+    }
+    templates.extend(step.working_dir.iter().chain(&step.output_file));
+    for var in &step.env {
+        if let ast::EnvValue::Static(t) | ast::EnvValue::Masked(t) = &var.value {
+            templates.push(t);
+        }
+    }
+    let mut roots: Vec<(String, bool)> = Vec::new();
+    for template in templates {
+        for var in template.parsed.vars() {
+            roots.push((var.path.root.clone(), false));
+        }
+        for part in &template.parsed.parts {
+            if let prodigy_grammar::template::Part::Bare { name, .. } = part {
+                roots.push((name.clone(), true));
+            }
+        }
+    }
+    if let Some(when) = &step.when {
+        roots.extend(
+            when.parsed
+                .references()
+                .into_iter()
+                .map(|(p, _, _)| (p.root.clone(), false)),
+        );
+    }
+    roots
+}
+
+/// Where a name that the workflow does not define comes from.
+fn builtin(root: &str, step: &PlanStep) -> VarSource {
+    match root {
+        "item" | "item_index" | "item_total" | "item_id" | "item_json"
+            if step.role != Role::Foreach =>
+        {
+            VarSource::Item
+        }
+        "item" | "index" | "total" => VarSource::Foreach,
+        "map" => VarSource::MapResults,
+        "shell" | "claude" => VarSource::LastCommand,
+        "error" | "attempt" => VarSource::Failure,
+        "validation" => VarSource::Validation,
+        "merge" => VarSource::Merge,
+        "workflow" | "step" | "git" => VarSource::Context,
+        "env" => VarSource::Process,
+        name if name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') =>
+        {
+            VarSource::Process
+        }
+        _ => VarSource::Param,
+    }
+}
+
+struct Builder {
+    steps: Vec<PlanStep>,
+    /// The workflow's `claude:` defaults.
+    claude: ast::ClaudeSettings,
+}
+
+impl Builder {
+    fn list(&mut self, steps: &[Step], role: Role) -> Vec<StepId> {
+        steps.iter().filter_map(|s| self.step(s, role)).collect()
+    }
+
+    fn default_timeout(&mut self, ids: &[StepId], timeout: Option<Duration>) {
+        for id in ids {
+            if let Some(step) = self.steps.get_mut(id.index()) {
+                step.timeout = step.timeout.or(timeout);
+            }
+        }
+    }
+
+    fn step(&mut self, step: &Step, role: Role) -> Option<StepId> {
+        let command = match &step.command {
+            ast::Command::Shell(t) => PlanCommand::Shell(t.clone()),
+            ast::Command::Claude(t) => PlanCommand::Claude(t.clone()),
+            ast::Command::WriteFile(w) => PlanCommand::WriteFile(w.clone()),
+            ast::Command::Foreach(f) => PlanCommand::Foreach {
+                input: f.input.clone(),
+                parallel: f.parallel,
+                steps: self.list(&f.steps, Role::Foreach),
+                continue_on_error: f.continue_on_error,
+                max_items: f.max_items,
+            },
+            // A step without a command has a diagnostic; a plan is only built without errors.
+            ast::Command::Invalid => return None,
+        };
+        let id = StepId(u32::try_from(self.steps.len()).unwrap_or(u32::MAX));
+        // Reserve the slot so that nested steps get later ids than their parent.
+        self.steps.push(PlanStep {
+            id,
+            origin: step.span,
+            role,
+            label: label(step),
+            command,
+            step_id: step.id.as_ref().map(|i| i.value.clone()),
+            description: step.description.as_ref().map(|d| d.value.clone()),
+            timeout: step.timeout.as_ref().map(|t| t.value),
+            working_dir: step.working_dir.clone(),
+            env: step.env.clone(),
+            clear_env: step.clear_env,
+            when: step.when.clone(),
+            capture: step.capture.clone(),
+            capture_output: step.capture_output.as_ref().map(|c| c.value.clone()),
+            output_file: step.output_file.clone(),
+            on_success: Vec::new(),
+            on_failure: None,
+            on_exit_code: Vec::new(),
+            retry: step.retry.as_ref().map(|r| PlanRetry {
+                config: r.clone(),
+                schedule: schedule(r),
+            }),
+            retry_policy: step
+                .retry
+                .as_ref()
+                .map_or_else(RetryPolicy::none, RetryPolicy::resolve),
+            handler_policy: HandlerPolicy::none(),
+            commit_required: step.commit_required,
+            auto_commit: step.auto_commit,
+            commit_config: step.commit_config.clone(),
+            validate: None,
+            step_validate: step.step_validate.clone(),
+            outputs: step.outputs.clone(),
+            continue_on_error: step.continue_on_error,
+            reads: Vec::new(),
+            claude: matches!(step.command, ast::Command::Claude(_))
+                .then(|| {
+                    step.claude
+                        .as_ref()
+                        .map_or_else(|| self.claude.clone(), |own| own.over(&self.claude))
+                })
+                .filter(|s| !s.is_empty()),
+        });
+        let on_failure = step.on_failure.as_ref().map(|f| PlanOnFailure {
+            handler: self.list(&f.handler, Role::Handler),
+            fail_workflow: f.fail_workflow,
+            max_attempts: f.max_attempts,
+            strategy: f.strategy,
+            strategy_span: f.strategy_span,
+            handler_failure_fatal: f.handler_failure_fatal,
+            timeout: f.timeout.as_ref().map(|t| t.value),
+            capture: f.capture.iter().map(|c| c.value.clone()).collect(),
+            commit_required: f.commit_required,
+        });
+        let on_success = self.list(&step.on_success, Role::OnSuccess);
+        let on_exit_code = step
+            .on_exit_code
+            .iter()
+            .map(|ExitCodeHandler { code, steps }| (code.value, self.list(steps, Role::OnExitCode)))
+            .collect();
+        let validate = step.validate.as_ref().map(|v| PlanValidate {
+            commands: self.list(&v.commands, Role::Validation),
+            result_file: v.result_file.clone(),
+            threshold: v.threshold,
+            timeout: v.timeout.as_ref().map(|t| t.value),
+            expected_schema: v.expected_schema.clone(),
+            on_incomplete: v.on_incomplete.as_ref().map(|o| PlanOnIncomplete {
+                commands: self.list(&o.commands, Role::OnIncomplete),
+                max_attempts: o.max_attempts,
+                fail_workflow: o.fail_workflow,
+                commit_required: o.commit_required,
+                prompt: o.prompt.clone(),
+            }),
+        });
+        // A handler's or a validation's `timeout` bounds each of its commands that has none.
+        if let Some(f) = &on_failure {
+            self.default_timeout(&f.handler, f.timeout);
+        }
+        if let Some(v) = &validate {
+            self.default_timeout(&v.commands, v.timeout);
+        }
+        if let Some(slot) = self.steps.get_mut(id.index()) {
+            slot.handler_policy =
+                on_failure
+                    .as_ref()
+                    .map_or_else(HandlerPolicy::none, |f| HandlerPolicy {
+                        has_handler: !f.handler.is_empty(),
+                        max_attempts: f.max_attempts.max(1),
+                        fail_workflow: f.fail_workflow,
+                        handler_failure_fatal: f.handler_failure_fatal,
+                        recovers: f.strategy == Strategy::Fallback,
+                    });
+            slot.on_failure = on_failure;
+            slot.on_success = on_success;
+            slot.on_exit_code = on_exit_code;
+            slot.validate = validate;
+        }
+        Some(id)
+    }
+}
+
+/// A short label: the name, else the id, else the command's first line, shortened.
+fn label(step: &Step) -> String {
+    if let Some(name) = step.name.as_ref().or(step.id.as_ref()) {
+        return name.value.clone();
+    }
+    let text = match &step.command {
+        ast::Command::Shell(t) | ast::Command::Claude(t) => t.value.as_str(),
+        ast::Command::WriteFile(w) => return format!("write {}", w.path.value),
+        ast::Command::Foreach(_) => return "foreach".to_owned(),
+        ast::Command::Invalid => return String::new(),
+    };
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut short: String = first.chars().take(48).collect();
+    if first.chars().count() > 48 || text.trim().lines().count() > 1 {
+        short.push('…');
+    }
+    short
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::plan::{Exhausted, HandlerId, ItemFailure, Matcher, Plan};
+    use crate::source::SourceFile;
+
+    fn plan_of(yaml: &str) -> Plan {
+        let checked = crate::check(&SourceFile::new("w.yml", yaml));
+        let errors: Vec<_> = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .collect();
+        assert!(errors.is_empty(), "{errors:?}");
+        checked.plan.unwrap()
+    }
+
+    #[test]
+    fn a_custom_item_failure_names_its_handler_by_id() {
+        let plan = plan_of(
+            "name: x\nmode: mapreduce\nmap: {input: i.json, agent_template: [{shell: a}]}\n\
+             on_item_failure: custom:fixer\n\
+             handlers:\n  notify:\n    - shell: echo hi\n  fixer:\n    - shell: echo fix\n",
+        );
+        assert_eq!(
+            plan.job_policy.on_item_failure,
+            ItemFailure::Custom(HandlerId(1))
+        );
+        let (name, steps) = plan.handler(HandlerId(1)).unwrap();
+        assert_eq!(name, "fixer");
+        assert_eq!(steps.len(), 1);
+    }
+
+    #[test]
+    fn steps_carry_the_policies_their_machines_follow() {
+        let plan = plan_of(
+            "- shell: make\n  retry_config:\n    attempts: 3\n    backoff: fixed\n    \
+             initial_delay: 2s\n    retry_on: [network, {pattern: 'busy'}]\n    \
+             on_failure: {fallback: make clean}\n  \
+             on_failure:\n    shell: echo fix\n    strategy: fallback\n    max_attempts: 2\n",
+        );
+        let step = &plan.steps[0];
+        let retry = &step.retry_policy;
+        assert_eq!(retry.attempts, 3);
+        assert_eq!(retry.delays, [Duration::from_secs(2); 2]);
+        assert_eq!(retry.exhausted, Exhausted::Fallback);
+        assert!(matches!(retry.retry_on[0], Matcher::Network));
+        assert!(matches!(&retry.retry_on[1], Matcher::Pattern(re) if re.is_match("busy")));
+        assert_eq!(
+            step.fallback().map(|t| t.value.as_str()),
+            Some("make clean")
+        );
+        let handler = &step.handler_policy;
+        assert!(handler.has_handler && handler.recovers);
+        assert_eq!(handler.max_attempts, 2);
+        // A handler command has neither.
+        let fix = &plan.steps[1];
+        assert_eq!(fix.retry_policy.attempts, 1);
+        assert!(!fix.handler_policy.has_handler && fix.handler_policy.fail_workflow);
+    }
+}

@@ -1,0 +1,500 @@
+//! The plan: the compiled, frozen form of a workflow that the runtime interprets.
+//!
+//! Every step of every context (phases, handlers, success and exit-code handlers, validation,
+//! `foreach` bodies) gets a dense [`StepId`]; nested step lists become lists of ids, so the
+//! runtime walks a flat table and never sees YAML or the AST's nesting.
+//! Templates and expressions arrive pre-parsed, each step keeps its origin span, and each
+//! retry policy carries its concrete delay schedule.
+//!
+//! The plan speaks its own language: [`vocab`] holds the leaf types it shares with the AST
+//! (templates, conditions, env values, formats, ...), [`policy`] the policies the planner
+//! resolves for the runtime's state machines (compiled matchers, clamped breaker settings,
+//! error-policy defaults and schedules, handlers by id), and [`build`] the planner.
+//! The runtime names nothing of the compiler but this module: what else it needs (the
+//! exported env names, bounded file reads, YAML for `write_file`) is re-exported here.
+
+use std::time::Duration;
+
+use crate::ast::{ErrorPolicy, RetryConfig};
+use crate::source::Span;
+
+mod build;
+pub mod policy;
+pub mod vocab;
+
+pub use build::plan;
+pub use policy::{
+    BreakerConfig, Exhausted, HandlerId, HandlerPolicy, ItemFailure, JobPolicy, Matcher,
+    OutputCapture, RetryPolicy, delay, policy_schedule, schedule,
+};
+pub use vocab::{
+    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeSettings, CommitConfig, Condition,
+    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, Parsed, Profile,
+    RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
+    SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, ValidationCheck,
+    WriteFile, WriteFormat,
+};
+
+/// What the runtime needs from the compiler besides the plan itself.
+pub mod support {
+    pub use crate::scope::{
+        EXPORT_SEPARATOR, RESERVED_ENV, export_field, export_root, exported_name,
+    };
+    pub use crate::source::{LoadError, MAX_FILE_SIZE, read_regular};
+
+    /// Parses YAML text (one document) into JSON with the reader that reads workflows
+    /// (anchors, merge keys, the same limits on aliases and nesting); `None` when the text
+    /// holds no document (empty, or only comments).
+    ///
+    /// # Errors
+    ///
+    /// The first problem the reader found, as a message.
+    pub fn yaml_to_json(text: &str) -> Result<Option<serde_json::Value>, String> {
+        let file = crate::source::SourceFile::new("content.yml", text);
+        let parsed = crate::syntax::parse(&file);
+        if let Some(d) = parsed.diagnostics.first() {
+            return Err(d.message.clone());
+        }
+        Ok(parsed.root.map(|root| root.to_json()))
+    }
+}
+
+/// A dense index into [`Plan::steps`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct StepId(pub u32);
+
+impl StepId {
+    /// The index into [`Plan::steps`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The compiled workflow.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Plan {
+    /// Format version of the serialised plan.
+    pub version: u32,
+    /// The workflow file as the user named it.
+    pub source: String,
+    /// `name`.
+    pub name: Option<String>,
+    /// `description`.
+    pub description: Option<String>,
+    /// `standard` or `mapreduce`.
+    pub mode: Mode,
+    /// Workflow `env`.
+    pub env: Vec<EnvVar>,
+    /// `secrets`.
+    pub secrets: Vec<Secret>,
+    /// `env_files`.
+    pub env_files: Vec<Template>,
+    /// `profiles`.
+    pub profiles: Vec<Profile>,
+    /// Every step, indexed by [`StepId`].
+    pub steps: Vec<PlanStep>,
+    /// A standard workflow's steps.
+    pub commands: Vec<StepId>,
+    /// MapReduce `setup`.
+    pub setup: Option<PlanSetup>,
+    /// MapReduce `map`.
+    pub map: Option<PlanMap>,
+    /// MapReduce `reduce`.
+    pub reduce: Vec<StepId>,
+    /// `merge`.
+    pub merge: Option<PlanMerge>,
+    /// Named handlers, indexed by [`HandlerId`].
+    pub handlers: Vec<(String, Vec<StepId>)>,
+    /// The error policy as written (MapReduce), for the graph checks.
+    pub error_policy: Option<ErrorPolicy>,
+    /// The error policy the map phase runs under: defaults filled, schedule computed, the
+    /// circuit breaker clamped, a custom handler by id. Derived from `error_policy` and
+    /// `handlers`, so not serialised.
+    #[serde(skip)]
+    pub job_policy: JobPolicy,
+    /// The workflow's `claude:` defaults, for Claude calls that are not a step's own command
+    /// (`step_validate` checks); each `claude` step has them merged into [`PlanStep::claude`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claude: Option<ClaudeSettings>,
+    /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<Slurm>,
+    /// Every variable the workflow reads, resolved to where its value comes from; steps
+    /// refer to these slots in [`PlanStep::reads`].
+    pub variables: Vec<Variable>,
+}
+
+/// A slot in [`Plan::variables`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Slot(pub u32);
+
+/// A variable the workflow reads, by the name its references start with.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Variable {
+    /// The first name of the references (`item` for `${item.file}`).
+    pub name: String,
+    /// Where its value comes from.
+    pub source: VarSource,
+}
+
+/// Where a variable's value comes from at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VarSource {
+    /// Workflow or profile `env`.
+    Env,
+    /// `secrets` (masked).
+    Secret,
+    /// A step's `capture`, `capture_output` or handler `capture`.
+    Capture,
+    /// A step's `outputs` (`${ID.NAME}`).
+    Outputs,
+    /// Setup's `capture_outputs`.
+    SetupOutput,
+    /// The map item (`item`, `item_id`, ...).
+    Item,
+    /// `foreach` item variables.
+    Foreach,
+    /// The map phase's results (`map.*`).
+    MapResults,
+    /// The last command's result (`shell.*`, `claude.*`).
+    LastCommand,
+    /// The failure being handled (`error.*`, `attempt`).
+    Failure,
+    /// The last validation (`validation.*`).
+    Validation,
+    /// The merge being run (`merge.*`).
+    Merge,
+    /// Run metadata and git context (`workflow.*`, `step.*`, `git.*`).
+    Context,
+    /// The process environment (`env.*`, and upper-case names nothing defines).
+    Process,
+    /// A `--param`/`--args` value, or nothing (an error at run time).
+    Param,
+}
+
+/// Where a step sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A step of a phase or of a named handler.
+    Main,
+    /// An `on_failure` handler command.
+    Handler,
+    /// An `on_success` step.
+    OnSuccess,
+    /// An `on_exit_code` step.
+    OnExitCode,
+    /// A `validate` command.
+    Validation,
+    /// An `on_incomplete` command.
+    OnIncomplete,
+    /// A step of a `foreach.do` body.
+    Foreach,
+}
+
+/// One step.
+#[derive(Clone, Debug, serde::Serialize)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each flag is a documented step field"
+)]
+pub struct PlanStep {
+    /// This step's id.
+    pub id: StepId,
+    /// Where it was written.
+    pub origin: Span,
+    /// Where it sits.
+    pub role: Role,
+    /// A short label for logs and graphs: the `name`, the `id`, or the command text.
+    pub label: String,
+    /// What it runs.
+    pub command: PlanCommand,
+    /// `id`.
+    pub step_id: Option<String>,
+    /// `description`.
+    pub description: Option<String>,
+    /// `timeout`.
+    pub timeout: Option<Duration>,
+    /// `working_dir`.
+    pub working_dir: Option<Template>,
+    /// Step `env`.
+    pub env: Vec<EnvVar>,
+    /// `clear_env`.
+    pub clear_env: bool,
+    /// `when`.
+    pub when: Option<Condition>,
+    /// Typed `capture`.
+    pub capture: Option<Capture>,
+    /// Legacy `capture_output` variable name.
+    pub capture_output: Option<String>,
+    /// `output_file`.
+    pub output_file: Option<Template>,
+    /// `on_success` steps.
+    pub on_success: Vec<StepId>,
+    /// `on_failure`.
+    pub on_failure: Option<PlanOnFailure>,
+    /// `on_exit_code`.
+    pub on_exit_code: Vec<(i32, Vec<StepId>)>,
+    /// `retry_config` as written, with its schedule.
+    pub retry: Option<PlanRetry>,
+    /// What the step machine runs under: `retry_config` resolved (derived from `retry`, so
+    /// not serialised).
+    #[serde(skip)]
+    pub retry_policy: RetryPolicy,
+    /// ... and `on_failure` resolved (derived from `on_failure`).
+    #[serde(skip)]
+    pub handler_policy: HandlerPolicy,
+    /// `commit_required`.
+    pub commit_required: bool,
+    /// `auto_commit`.
+    pub auto_commit: bool,
+    /// `commit_config`.
+    pub commit_config: Option<CommitConfig>,
+    /// `validate`.
+    pub validate: Option<PlanValidate>,
+    /// `step_validate`.
+    pub step_validate: Option<StepValidate>,
+    /// `outputs`.
+    pub outputs: Vec<StepOutput>,
+    /// `continue_on_error` of a handler command.
+    pub continue_on_error: bool,
+    /// The variables this step's own fields read (not its handlers'), as slots.
+    pub reads: Vec<Slot>,
+    /// A `claude` step's settings: its own over the workflow's `claude:` defaults, field by
+    /// field; `None` when neither sets anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claude: Option<ClaudeSettings>,
+}
+
+/// What a step runs.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanCommand {
+    /// `sh -c`.
+    Shell(Template),
+    /// The Claude Code CLI.
+    Claude(Template),
+    /// `write_file`.
+    WriteFile(WriteFile),
+    /// `foreach`.
+    Foreach {
+        /// The items.
+        input: ForeachInput,
+        /// Items at once.
+        parallel: u32,
+        /// The body.
+        steps: Vec<StepId>,
+        /// Keep going after a failed item.
+        continue_on_error: bool,
+        /// At most this many items.
+        max_items: Option<u64>,
+    },
+}
+
+/// `on_failure`, with its handler as step ids.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanOnFailure {
+    /// The handler steps.
+    pub handler: Vec<StepId>,
+    /// Fail the workflow once attempts are exhausted.
+    pub fail_workflow: bool,
+    /// Runs of the command, counting the first.
+    pub max_attempts: u32,
+    /// `strategy`.
+    pub strategy: Strategy,
+    /// Where `strategy` was written, when it was (for the graph checks; not part of the
+    /// plan the runtime reads).
+    #[serde(skip)]
+    pub strategy_span: Option<Span>,
+    /// A failing handler fails the workflow.
+    pub handler_failure_fatal: bool,
+    /// Timeout for each handler command.
+    pub timeout: Option<Duration>,
+    /// Variables that store the handler's output.
+    pub capture: Vec<String>,
+    /// The handler must commit.
+    pub commit_required: bool,
+}
+
+/// A command-level retry policy as written, with its nominal delays (before jitter).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanRetry {
+    /// The policy as written, defaults applied.
+    pub config: RetryConfig,
+    /// Delay before retry n, for n = 1..attempts-1, capped at `max_delay`.
+    pub schedule: Vec<Duration>,
+}
+
+/// `validate`, with its commands as step ids.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanValidate {
+    /// The validation steps.
+    pub commands: Vec<StepId>,
+    /// Where the result is read from.
+    pub result_file: Option<Template>,
+    /// Completion required.
+    pub threshold: f64,
+    /// Timeout.
+    pub timeout: Option<Duration>,
+    /// A JSON Schema for the result.
+    pub expected_schema: Option<serde_json::Value>,
+    /// `on_incomplete`.
+    pub on_incomplete: Option<PlanOnIncomplete>,
+}
+
+/// `on_incomplete`, with its commands as step ids.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanOnIncomplete {
+    /// The completing steps.
+    pub commands: Vec<StepId>,
+    /// Validation rounds at most.
+    pub max_attempts: u32,
+    /// Fail when still incomplete.
+    pub fail_workflow: bool,
+    /// The handler must commit.
+    pub commit_required: bool,
+    /// A confirmation prompt.
+    pub prompt: Option<Template>,
+}
+
+/// MapReduce `setup`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanSetup {
+    /// The steps.
+    pub steps: Vec<StepId>,
+    /// Timeout for the phase.
+    pub timeout: Option<Duration>,
+    /// Variables made from the steps' outputs.
+    pub capture_outputs: Vec<OutputCapture>,
+}
+
+/// MapReduce `map`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanMap {
+    /// The input file or command.
+    pub input: Template,
+    /// `json_path`.
+    pub json_path: Option<Parsed<prodigy_grammar::jsonpath::JsonPath>>,
+    /// `filter`.
+    pub filter: Option<Parsed<prodigy_grammar::expr::Expr>>,
+    /// `sort_by`.
+    pub sort_by: Option<Parsed<prodigy_grammar::sort::SortSpec>>,
+    /// `distinct`.
+    pub distinct: Option<Parsed<prodigy_grammar::path::Path>>,
+    /// `offset`.
+    pub offset: Option<u64>,
+    /// `max_items`.
+    pub max_items: Option<u64>,
+    /// `max_parallel`.
+    pub max_parallel: MaxParallel,
+    /// The agent timeout (from `timeout_config` when it sets one).
+    pub agent_timeout: Option<Duration>,
+    /// `timeout_config`.
+    pub timeout_config: Option<TimeoutConfig>,
+    /// The agent's steps.
+    pub steps: Vec<StepId>,
+}
+
+impl PlanMap {
+    /// The input pipeline (everything after loading the input).
+    pub fn pipeline(&self) -> prodigy_grammar::pipeline::Pipeline {
+        prodigy_grammar::pipeline::Pipeline {
+            json_path: self.json_path.as_ref().map(|p| p.parsed.clone()),
+            filter: self.filter.as_ref().map(|p| p.parsed.clone()),
+            sort_by: self.sort_by.as_ref().map(|p| p.parsed.clone()),
+            distinct: self.distinct.as_ref().map(|p| p.parsed.clone()),
+            offset: self.offset.and_then(|n| usize::try_from(n).ok()),
+            max_items: self.max_items.and_then(|n| usize::try_from(n).ok()),
+        }
+    }
+}
+
+/// `merge`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanMerge {
+    /// The steps (none: the default merge back).
+    pub steps: Vec<StepId>,
+    /// Timeout for the merge.
+    pub timeout: Option<Duration>,
+    /// Steps that resolve a conflicted merge (none: a conflict is not resolved).
+    pub on_conflict: Vec<StepId>,
+}
+
+/// What a step's `retry_config` can cost in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryCost {
+    /// All the delays between attempts.
+    pub delays: Duration,
+    /// Every attempt running to the step's `timeout`, when it has one.
+    pub runs: Option<Duration>,
+}
+
+impl RetryCost {
+    /// Delays plus runs (delays alone without a timeout), saturating.
+    pub fn worst(&self) -> Duration {
+        self.delays.saturating_add(self.runs.unwrap_or_default())
+    }
+}
+
+impl PlanStep {
+    /// The steps this one can run: `on_success`, `on_exit_code`, handlers, validation and
+    /// `on_incomplete` commands, and a `foreach` body.
+    pub fn children(&self) -> impl Iterator<Item = StepId> + '_ {
+        let validate = self.validate.iter().flat_map(|v| {
+            v.commands
+                .iter()
+                .chain(v.on_incomplete.iter().flat_map(|o| &o.commands))
+        });
+        let body: &[StepId] = match &self.command {
+            PlanCommand::Foreach { steps, .. } => steps,
+            PlanCommand::Shell(_) | PlanCommand::Claude(_) | PlanCommand::WriteFile(_) => &[],
+        };
+        self.on_success
+            .iter()
+            .chain(self.on_exit_code.iter().flat_map(|(_, s)| s))
+            .chain(self.on_failure.iter().flat_map(|f| &f.handler))
+            .chain(validate)
+            .chain(body)
+            .copied()
+    }
+
+    /// `retry_config.on_failure`'s fallback command, when it has one
+    /// ([`Exhausted::Fallback`]).
+    pub fn fallback(&self) -> Option<&Template> {
+        match self.retry.as_ref().map(|r| &r.config.on_failure) {
+            Some(RetryExhausted::Fallback(command)) => Some(command),
+            Some(RetryExhausted::Stop | RetryExhausted::Continue) | None => None,
+        }
+    }
+
+    /// The time its retry policy can take, if it has one.
+    pub fn retry_cost(&self) -> Option<RetryCost> {
+        let retry = self.retry.as_ref()?;
+        Some(RetryCost {
+            delays: retry
+                .schedule
+                .iter()
+                .fold(Duration::ZERO, |total, d| total.saturating_add(*d)),
+            runs: self
+                .timeout
+                .map(|t| t.saturating_mul(retry.config.attempts)),
+        })
+    }
+}
+
+impl Plan {
+    /// The step with an id.
+    pub fn step(&self, id: StepId) -> Option<&PlanStep> {
+        self.steps.get(id.index())
+    }
+
+    /// A named handler: its name and steps.
+    pub fn handler(&self, id: HandlerId) -> Option<(&str, &[StepId])> {
+        self.handlers
+            .get(id.index())
+            .map(|(name, steps)| (name.as_str(), steps.as_slice()))
+    }
+}
