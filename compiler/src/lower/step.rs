@@ -140,8 +140,8 @@ impl Lowerer<'_> {
         if node.as_seq().is_some() {
             return self.steps(node, what, Ctx::default());
         }
-        if let Some(map) = node.as_map() {
-            let has = |k: &str| map.iter().any(|e| e.key.text() == Some(k));
+        if let Some(fields) = self.peek(node, &shapes::STEP) {
+            let has = |k: &str| fields.has(k);
             let others = COMMAND_KINDS
                 .iter()
                 .filter(|k| !matches!(**k, "shell" | "claude"))
@@ -189,7 +189,7 @@ impl Lowerer<'_> {
             .collect();
         match kinds.as_slice() {
             [] => {
-                if let Some(name) = fields.get("name") {
+                if let Some(name) = fields.node("name") {
                     return self.legacy_named(fields, name).map(|c| (c, None));
                 }
                 let at = node
@@ -248,17 +248,13 @@ impl Lowerer<'_> {
                     "`test` steps are deprecated",
                     "write `shell:` with an `on_failure:` handler instead",
                 );
-                let test = self.fields(value, "`test`", &shapes::TEST)?;
-                let Some(command) = test.get("command") else {
-                    self.missing(
-                        value.span,
-                        "`test`",
-                        "command",
-                        "add `command: \"cargo test\"`",
-                    );
-                    return None;
-                };
-                Command::Shell(self.template(command, "`test.command`")?)
+                let test = self.fields(value, "`test`", &shapes::TEST)?.within("test");
+                Command::Shell(test.require(
+                    self,
+                    "command",
+                    "add `command: \"cargo test\"`",
+                    Lowerer::template,
+                )?)
             }
         })
     }
@@ -274,32 +270,22 @@ impl Lowerer<'_> {
         }
         let fields = self.fields(node, "`claude`", &shapes::CLAUDE_STEP)?;
         let settings = self.claude_settings(&fields);
-        let prompt = self.required(
-            &fields,
-            node,
-            "`claude`",
+        let prompt = fields.within("claude").require(
+            self,
             "prompt",
             "add `prompt: \"/fix ${item}\"` with the prompt or slash command",
+            Lowerer::template,
         )?;
-        let prompt = self.template(prompt, "`claude.prompt`")?;
         Some((prompt, Some(settings)))
     }
 
     /// The settings of a Claude call, from a mapping already checked against its shape.
     pub(crate) fn claude_settings(&mut self, fields: &Fields<'_>) -> ClaudeSettings {
-        let text = |lw: &mut Self, key: &str| {
-            fields
-                .get(key)
-                .and_then(|n| lw.string(n, &format!("`{key}`")))
-                .map(|s| s.value)
-        };
+        let text = |lw: &mut Self, key: &str| fields.string(lw, key).map(|s| s.value);
         let list = |lw: &mut Self, key: &str| {
-            fields.get(key).map(|n| {
-                lw.string_list(n, &format!("`{key}`"))
-                    .into_iter()
-                    .map(|s| s.value)
-                    .collect::<Vec<_>>()
-            })
+            fields
+                .strings(lw, key)
+                .map(|l| l.into_iter().map(|s| s.value).collect::<Vec<_>>())
         };
         let modes: Vec<(&str, &str)> = crate::ast::PERMISSION_MODES
             .iter()
@@ -308,28 +294,29 @@ impl Lowerer<'_> {
         ClaudeSettings {
             model: text(self, "model"),
             max_turns: fields
-                .get("max_turns")
-                .and_then(|n| self.integer(n, "`max_turns`", 1, i64::MAX))
+                .integer(self, "max_turns", 1, i64::MAX)
                 .map(|n| u32::try_from(n.value).unwrap_or(u32::MAX)),
             allowed_tools: list(self, "allowed_tools"),
             disallowed_tools: list(self, "disallowed_tools"),
             append_system_prompt: text(self, "append_system_prompt"),
             permission_mode: fields
-                .get("permission_mode")
-                .and_then(|n| self.choice(n, "`permission_mode`", &modes))
+                .choice(self, "permission_mode", &modes)
                 .map(|m| m.value.to_owned()),
-            max_budget_usd: fields.get("max_budget_usd").and_then(|n| {
-                let budget = self.number(n, "`max_budget_usd`", 0.0, f64::MAX)?;
-                if budget.value > 0.0 {
-                    return Some(budget.value);
-                }
-                self.push(
-                    Diagnostic::new(Code::OutOfRange, "`max_budget_usd` must be above 0")
-                        .with_primary(n.span, "a budget of 0 allows no call at all")
-                        .with_help("give the most the call may spend in US dollars, such as `2.5`"),
-                );
-                None
-            }),
+            max_budget_usd: fields
+                .number(self, "max_budget_usd", 0.0, f64::MAX)
+                .and_then(|budget| {
+                    if budget.value > 0.0 {
+                        return Some(budget.value);
+                    }
+                    self.push(
+                        Diagnostic::new(Code::OutOfRange, "`max_budget_usd` must be above 0")
+                            .with_primary(budget.span, "a budget of 0 allows no call at all")
+                            .with_help(
+                                "give the most the call may spend in US dollars, such as `2.5`",
+                            ),
+                    );
+                    None
+                }),
             fallback_model: text(self, "fallback_model"),
             mcp_config: list(self, "mcp_config"),
             add_dirs: list(self, "add_dirs"),
@@ -344,13 +331,13 @@ impl Lowerer<'_> {
         } else {
             format!("/{}", name.value)
         };
-        if let Some(args) = fields.get("args") {
-            for arg in self.string_list(args, "`args`") {
+        if let Some(args) = fields.strings(self, "args") {
+            for arg in args {
                 text.push(' ');
                 text.push_str(&arg.value);
             }
         }
-        if let Some(options) = fields.get("options") {
+        if let Some(options) = fields.node("options") {
             for (key, value) in options
                 .as_map()
                 .unwrap_or_default()
@@ -382,12 +369,12 @@ impl Lowerer<'_> {
 
     fn step_fields(&mut self, fields: &Fields<'_>, step: &mut Step, ctx: Ctx) {
         let legacy_named = !COMMAND_KINDS.iter().any(|k| fields.has(k));
-        if let Some(id) = fields.get("id").and_then(|n| self.string(n, "`id`")) {
+        if let Some(id) = fields.string(self, "id") {
             self.step_id(&id);
             step.id = Some(id);
         }
         if !legacy_named {
-            step.name = fields.get("name").and_then(|n| self.string(n, "`name`"));
+            step.name = fields.string(self, "name");
             for key in ["args", "options"] {
                 if let Some(entry) = fields.entry(key) {
                     self.no_effect(
@@ -399,22 +386,16 @@ impl Lowerer<'_> {
             }
         }
         self.flat_foreach_keys(fields);
-        step.description = fields
-            .get("description")
-            .and_then(|n| self.string(n, "`description`"));
-        step.timeout = fields
-            .get("timeout")
-            .and_then(|n| self.duration(n, "`timeout`"));
-        step.working_dir = fields
-            .get("working_dir")
-            .and_then(|n| self.template(n, "`working_dir`"));
-        if let Some(env) = fields.get("env") {
+        step.description = fields.string(self, "description");
+        step.timeout = fields.duration(self, "timeout");
+        step.working_dir = fields.template(self, "working_dir");
+        if let Some(env) = fields.node("env") {
             step.env = self.env_map(env, "step `env`");
         }
-        step.clear_env = self.flag(fields.get("clear_env"), "`clear_env`", false);
+        step.clear_env = fields.flag(self, "clear_env", false);
         // `temporary` asks for what is already the rule: a step's env never outlives the step.
         if let Some(e) = fields.entry("temporary")
-            && self.boolean(&e.value, "`temporary`") == Some(false)
+            && fields.boolean(self, "temporary") == Some(false)
         {
             self.no_effect(
                 e,
@@ -422,9 +403,9 @@ impl Lowerer<'_> {
                 "remove `temporary: false`; step environments are always temporary",
             );
         }
-        step.when = fields.get("when").and_then(|n| self.condition(n, "`when`"));
+        step.when = fields.condition(self, "when");
         self.captures(fields, step);
-        if let Some(e) = self.aliased(fields, "output_file", "output") {
+        if let Some(e) = fields.aliased(self, "output_file", "output") {
             step.output_file = self.template(&e.value, "`output_file`");
             if let Some(t) = &step.output_file
                 && leaves_project(&t.value)
@@ -441,19 +422,21 @@ impl Lowerer<'_> {
                 );
             }
         }
-        if let Some(node) = fields.get("on_success") {
-            step.on_success = self.handler_steps(node, "`on_success`");
+        if let Some(steps) = fields.read(self, "on_success", |lw, n, what| {
+            Some(lw.handler_steps(n, what))
+        }) {
+            step.on_success = steps;
         }
-        if let Some(node) = fields.get("on_exit_code") {
+        if let Some(node) = fields.node("on_exit_code") {
             step.on_exit_code = self.exit_codes(node);
         }
-        if let Some(e) = self.aliased(fields, "retry_config", "retry") {
+        if let Some(e) = fields.aliased(self, "retry_config", "retry") {
             step.retry = self.retry_config(&e.value);
         }
-        step.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
-        step.auto_commit = self.flag(fields.get("auto_commit"), "`auto_commit`", false);
+        step.commit_required = fields.flag(self, "commit_required", false);
+        step.auto_commit = fields.flag(self, "auto_commit", false);
         step.commit_config = fields
-            .get("commit_config")
+            .node("commit_config")
             .and_then(|n| self.commit_config(n));
         if let Some(e) = fields.entry("commit_config").filter(|_| !step.auto_commit) {
             self.no_effect(
@@ -462,9 +445,9 @@ impl Lowerer<'_> {
                 "add `auto_commit: true`",
             );
         }
-        step.validate = fields.get("validate").and_then(|n| self.validate(n));
+        step.validate = fields.node("validate").and_then(|n| self.validate(n));
         self.step_validate(fields, step);
-        if let Some(outputs) = fields.get("outputs") {
+        if let Some(outputs) = fields.node("outputs") {
             step.outputs = self.outputs(outputs);
             if step.id.is_none() && !step.outputs.is_empty() {
                 self.missing(
@@ -483,7 +466,7 @@ impl Lowerer<'_> {
             );
         }
         self.failure_fields(fields, step, ctx);
-        if let Some(metadata) = fields.get("metadata") {
+        if let Some(metadata) = fields.node("metadata") {
             self.metadata(metadata, step);
         }
     }
@@ -494,9 +477,9 @@ impl Lowerer<'_> {
         let mut decided_by: Option<&str> = None;
         // `test: {command, on_failure}` carries its handler inside.
         let test_handler = fields
-            .get("test")
-            .and_then(Node::as_map)
-            .and_then(|m| m.iter().find(|e| e.key.text() == Some("on_failure")));
+            .node("test")
+            .and_then(|test| self.peek(test, &shapes::TEST))
+            .and_then(|test| test.entry("on_failure"));
         if let Some(handler) = test_handler {
             step.on_failure = self.on_failure(&handler.value, 3);
             decided_by = Some("test.on_failure");
@@ -517,7 +500,7 @@ impl Lowerer<'_> {
         // Keys that mean `on_failure: true`.
         for key in ["allow_failure", "continue_on_error"] {
             let Some(e) = fields.entry(key) else { continue };
-            let value = self.boolean(&e.value, &format!("`{key}`")) == Some(true);
+            let value = fields.boolean(self, key) == Some(true);
             if key == "continue_on_error" && ctx.handler_command {
                 step.continue_on_error = value;
                 continue;
@@ -538,7 +521,7 @@ impl Lowerer<'_> {
         }
         // `max_attempts` and `fail_workflow` beside `on_failure` configure it (the Error Handling guide).
         let inner_keys: Vec<&str> = fields
-            .get("on_failure")
+            .node("on_failure")
             .and_then(Node::as_map)
             .map(|m| m.iter().filter_map(|e| e.key.text()).collect())
             .unwrap_or_default();
@@ -548,7 +531,7 @@ impl Lowerer<'_> {
             else {
                 // `fail_workflow: false` on a step without a handler asks to go on after a failure.
                 if key == "fail_workflow" && step.on_failure.is_none() {
-                    if self.boolean(&e.value, "`fail_workflow`") == Some(false) {
+                    if fields.boolean(self, key) == Some(false) {
                         step.on_failure = Some(OnFailure::ignore(e.value.span));
                     }
                     continue;
@@ -569,10 +552,10 @@ impl Lowerer<'_> {
                 continue;
             }
             if key == "max_attempts" {
-                if let Some(n) = self.attempts(&e.value, "`max_attempts`") {
+                if let Some(n) = fields.attempts(self, key) {
                     on_failure.max_attempts = n.value;
                 }
-            } else if let Some(b) = self.boolean(&e.value, "`fail_workflow`") {
+            } else if let Some(b) = fields.boolean(self, key) {
                 on_failure.fail_workflow = b;
             }
         }
@@ -591,7 +574,7 @@ impl Lowerer<'_> {
             );
         };
         if let Some(e) = fields.entry("continue_on_error")
-            && self.boolean(&e.value, "`continue_on_error`") == Some(true)
+            && fields.boolean(self, "continue_on_error") == Some(true)
         {
             if step.on_failure.is_some() {
                 shadowed(self, e, "on_failure");
@@ -600,7 +583,9 @@ impl Lowerer<'_> {
             }
         }
         if let Some(e) = fields.entry("retries")
-            && let Some(n) = self.count_in(&e.value, "`retries`", 0, MAX_ATTEMPTS - 1)
+            && let Some(n) = fields.read(self, "retries", |lw, n, what| {
+                lw.count_in(n, what, 0, MAX_ATTEMPTS - 1)
+            })
             && n.value > 0
         {
             if step.retry.is_some() {
@@ -613,7 +598,7 @@ impl Lowerer<'_> {
             }
         }
         if let Some(e) = fields.entry("timeout")
-            && let Some(t) = self.duration(&e.value, "`timeout`")
+            && let Some(t) = fields.duration(self, "timeout")
         {
             if step.timeout.is_some() {
                 shadowed(self, e, "timeout");
@@ -621,7 +606,7 @@ impl Lowerer<'_> {
                 step.timeout = Some(t);
             }
         }
-        if let Some(env) = fields.get("env") {
+        if let Some(env) = fields.node("env") {
             for var in self.env_map(env, "`metadata.env`") {
                 if let Some(own) = step.env.iter().find(|v| v.name.value == var.name.value) {
                     let own_span = own.name.span;
@@ -637,7 +622,7 @@ impl Lowerer<'_> {
                 }
             }
         }
-        if self.flag(fields.get("commit_required"), "`commit_required`", false) {
+        if fields.flag(self, "commit_required", false) {
             step.commit_required = true;
         }
         if let Some(e) = fields.entry("analysis") {
@@ -650,26 +635,21 @@ impl Lowerer<'_> {
     }
 
     fn captures(&mut self, fields: &Fields<'_>, step: &mut Step) {
-        let format = fields.get("capture_format").and_then(|n| {
-            self.choice(
-                n,
-                "`capture_format`",
-                &[
-                    ("string", CaptureFormat::String),
-                    ("number", CaptureFormat::Number),
-                    ("json", CaptureFormat::Json),
-                    ("lines", CaptureFormat::Lines),
-                    ("boolean", CaptureFormat::Boolean),
-                ],
-            )
-        });
+        let format = fields.choice(
+            self,
+            "capture_format",
+            &[
+                ("string", CaptureFormat::String),
+                ("number", CaptureFormat::Number),
+                ("json", CaptureFormat::Json),
+                ("lines", CaptureFormat::Lines),
+                ("boolean", CaptureFormat::Boolean),
+            ],
+        );
         let streams = fields
-            .get("capture_streams")
+            .node("capture_streams")
             .and_then(|n| self.capture_streams(n));
-        if let Some(name) = fields
-            .get("capture")
-            .and_then(|n| self.string(n, "`capture`"))
-        {
+        if let Some(name) = fields.string(self, "capture") {
             step.capture = Some(Capture {
                 name,
                 format: format.map_or(CaptureFormat::String, |f| f.value),
@@ -686,7 +666,7 @@ impl Lowerer<'_> {
                 }
             }
         }
-        if let Some(node) = fields.get("capture_output") {
+        if let Some(node) = fields.node("capture_output") {
             let default_name = match step.command {
                 Command::Claude(_) => "claude.output",
                 _ => "shell.output",
@@ -694,7 +674,7 @@ impl Lowerer<'_> {
             step.capture_output = match node.scalar() {
                 Some(Scalar::Bool(true)) => Some(Spanned::new(default_name.to_owned(), node.span)),
                 Some(Scalar::Bool(false)) => None,
-                _ => self.string(node, "`capture_output`"),
+                _ => fields.string(self, "capture_output"),
             };
         }
     }
@@ -704,11 +684,11 @@ impl Lowerer<'_> {
             let fields = self.fields(node, "`capture_streams`", &shapes::CAPTURE_STREAMS)?;
             let d = CaptureStreams::default();
             return Some(CaptureStreams {
-                stdout: self.flag(fields.get("stdout"), "`stdout`", d.stdout),
-                stderr: self.flag(fields.get("stderr"), "`stderr`", d.stderr),
-                exit_code: self.flag(fields.get("exit_code"), "`exit_code`", d.exit_code),
-                success: self.flag(fields.get("success"), "`success`", d.success),
-                duration: self.flag(fields.get("duration"), "`duration`", d.duration),
+                stdout: fields.flag(self, "stdout", d.stdout),
+                stderr: fields.flag(self, "stderr", d.stderr),
+                exit_code: fields.flag(self, "exit_code", d.exit_code),
+                success: fields.flag(self, "success", d.success),
+                duration: fields.flag(self, "duration", d.duration),
             });
         }
         let base = CaptureStreams::default();
@@ -839,11 +819,9 @@ impl Lowerer<'_> {
                 })
             }
             NodeKind::Map(_) => {
-                let detailed = node
-                    .as_map()
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|e| e.key.text() == Some("commands"));
+                let detailed = self
+                    .peek(node, &shapes::ON_FAILURE_DETAILED)
+                    .is_some_and(|f| f.has("commands"));
                 let shape = if detailed {
                     &shapes::ON_FAILURE_DETAILED
                 } else {
@@ -857,34 +835,31 @@ impl Lowerer<'_> {
                 };
                 if detailed {
                     out.form = OnFailureForm::Detailed;
-                    if let Some(commands) = fields.get("commands") {
+                    if let Some(commands) = fields.node("commands") {
                         out.handler = self.handler_commands(commands, "`on_failure.commands`");
                     }
                 } else {
-                    if let Some(text) = fields
-                        .get("shell")
-                        .and_then(|n| self.template(n, "`shell`"))
-                    {
+                    if let Some(text) = fields.template(self, "shell") {
                         out.handler.push(Step::new(node.span, Command::Shell(text)));
                     }
                     if let Some((text, settings)) =
-                        fields.get("claude").and_then(|n| self.claude_command(n))
+                        fields.node("claude").and_then(|n| self.claude_command(n))
                     {
                         let mut step = Step::new(node.span, Command::Claude(text));
                         step.claude = settings;
                         out.handler.push(step);
                     }
                 }
-                if let Some(e) = self.aliased(&fields, "max_attempts", "max_retries")
-                    && let Some(n) = self.attempts(&e.value, "`max_attempts`")
+                if let Some(e) = fields.aliased(self, "max_attempts", "max_retries")
+                    && let Some(n) = self.attempts(&e.value, &fields.label("max_attempts"))
                 {
                     out.max_attempts = n.value;
                 }
-                if let Some(e) = fields.entry("retry_original") {
+                // Only the advanced form has `retry_original`.
+                if !detailed && let Some(e) = fields.entry("retry_original") {
                     // `true` means `max_attempts: 2` when no count is given; `false` means
                     // nothing.
-                    let counted = fields.entry("max_attempts").is_some()
-                        || fields.entry("max_retries").is_some();
+                    let counted = fields.has("max_attempts") || fields.has("max_retries");
                     let fix = match e.value.scalar() {
                         Some(Scalar::Bool(true)) if !counted => Some(Fix {
                             description: "write `max_attempts: 2`".into(),
@@ -910,36 +885,26 @@ impl Lowerer<'_> {
                         "set `max_attempts: 2` or more; the command is retried after the handler",
                         fix,
                     );
-                    if self.boolean(&e.value, "`retry_original`") == Some(true) {
+                    if fields.boolean(self, "retry_original") == Some(true) {
                         out.max_attempts = out.max_attempts.max(2);
                     }
                 }
-                out.fail_workflow =
-                    self.flag(fields.get("fail_workflow"), "`fail_workflow`", false);
-                out.handler_failure_fatal = self.flag(
-                    fields.get("handler_failure_fatal"),
-                    "`handler_failure_fatal`",
-                    false,
-                );
-                out.commit_required =
-                    self.flag(fields.get("commit_required"), "`commit_required`", false);
-                out.timeout = fields
-                    .get("timeout")
-                    .and_then(|n| self.duration(n, "`timeout`"));
-                if let Some(n) = fields.get("capture") {
+                out.fail_workflow = fields.flag(self, "fail_workflow", false);
+                out.handler_failure_fatal = fields.flag(self, "handler_failure_fatal", false);
+                out.commit_required = fields.flag(self, "commit_required", false);
+                out.timeout = fields.duration(self, "timeout");
+                if let Some(n) = fields.node("capture") {
                     out.capture = self.handler_capture(n);
                 }
-                if let Some(s) = fields.get("strategy") {
-                    let choices = [
-                        ("recovery", Strategy::Recovery),
-                        ("fallback", Strategy::Fallback),
-                        ("cleanup", Strategy::Cleanup),
-                        ("custom", Strategy::Custom),
-                    ];
-                    if let Some(s) = self.choice(s, "`strategy`", &choices) {
-                        out.strategy = s.value;
-                        out.strategy_span = Some(s.span);
-                    }
+                let choices = [
+                    ("recovery", Strategy::Recovery),
+                    ("fallback", Strategy::Fallback),
+                    ("cleanup", Strategy::Cleanup),
+                    ("custom", Strategy::Custom),
+                ];
+                if let Some(s) = fields.choice(self, "strategy", &choices) {
+                    out.strategy = s.value;
+                    out.strategy_span = Some(s.span);
                 }
                 if out.handler.is_empty() {
                     for key in [
@@ -982,23 +947,17 @@ impl Lowerer<'_> {
     pub(crate) fn retry_config(&mut self, node: &Node) -> Option<RetryConfig> {
         let fields = self.fields(node, "`retry_config`", &shapes::RETRY_CONFIG)?;
         let mut out = RetryConfig::defaults(node.span);
-        let attempts = self.aliased(&fields, "attempts", "max_attempts");
-        if let Some(n) = attempts.and_then(|e| self.attempts(&e.value, "`attempts`")) {
+        let attempts = fields.aliased(self, "attempts", "max_attempts");
+        if let Some(n) = attempts.and_then(|e| self.attempts(&e.value, &fields.label("attempts"))) {
             out.attempts = n.value;
         }
-        if let Some(d) = fields
-            .get("initial_delay")
-            .and_then(|n| self.delay(n, "`initial_delay`"))
-        {
+        if let Some(d) = fields.delay(self, "initial_delay") {
             out.initial_delay = d.value;
         }
-        if let Some(d) = fields
-            .get("max_delay")
-            .and_then(|n| self.delay(n, "`max_delay`"))
-        {
+        if let Some(d) = fields.delay(self, "max_delay") {
             out.max_delay = d.value;
         }
-        if let Some(b) = fields.get("backoff")
+        if let Some(b) = fields.node("backoff")
             && let Some((backoff, max_delay)) = self.backoff(b)
         {
             out.backoff = backoff;
@@ -1015,11 +974,8 @@ impl Lowerer<'_> {
                 out.max_delay = d.value;
             }
         }
-        out.jitter = self.flag(fields.get("jitter"), "`jitter`", false);
-        if let Some(f) = fields
-            .get("jitter_factor")
-            .and_then(|n| self.number(n, "`jitter_factor`", 0.0, 1.0))
-        {
+        out.jitter = fields.flag(self, "jitter", false);
+        if let Some(f) = fields.number(self, "jitter_factor", 0.0, 1.0) {
             out.jitter_factor = f.value;
         }
         if let Some(e) = fields.entry("jitter_factor").filter(|_| !out.jitter) {
@@ -1029,14 +985,11 @@ impl Lowerer<'_> {
                 "add `jitter: true`, or remove `jitter_factor`",
             );
         }
-        if let Some(list) = fields.get("retry_on") {
+        if let Some(list) = fields.node("retry_on") {
             out.retry_on = self.matchers(list);
         }
-        out.retry_budget = fields
-            .get("retry_budget")
-            .and_then(|n| self.delay(n, "`retry_budget`"))
-            .map(|d| d.value);
-        if let Some(n) = fields.get("on_failure")
+        out.retry_budget = fields.delay(self, "retry_budget").map(|d| d.value);
+        if let Some(n) = fields.node("on_failure")
             && let Some(action) = self.retry_exhausted(n)
         {
             out.on_failure = action;
@@ -1055,7 +1008,10 @@ impl Lowerer<'_> {
         } else if let Some(text) = node.text() {
             (text.trim().to_owned(), node, None)
         } else if let Some(map) = node.as_map() {
-            if let Some(type_entry) = map.iter().find(|e| e.key.text() == Some("type")) {
+            if let Some(type_entry) = self
+                .peek(node, &shapes::BACKOFF_TYPED)
+                .and_then(|f| f.entry("type"))
+            {
                 let Some(kind) = type_entry.value.text() else {
                     self.wrong_type(&type_entry.value, "`backoff.type`", &one_of(KINDS));
                     return None;
@@ -1102,13 +1058,14 @@ impl Lowerer<'_> {
             Some(p) => Some(self.fields(p, &what, param_shape)?),
             None => None,
         };
-        let get = |k: &str| fields.as_ref().and_then(|f| f.get(k));
+        let get = |k: &str| fields.as_ref().and_then(|f| f.node(k));
         let dur = |lw: &mut Self, k: &str| {
-            get(k)
-                .and_then(|n| lw.delay(n, &format!("`{k}`")))
+            fields
+                .as_ref()
+                .and_then(|f| f.delay(lw, k))
                 .map(|d| d.value)
         };
-        let max_delay = get("max_delay").and_then(|n| self.delay(n, "`max_delay`"));
+        let max_delay = fields.as_ref().and_then(|f| f.delay(self, "max_delay"));
         let backoff = match *kind {
             "fixed" => Backoff::Fixed {
                 delay: dur(self, "delay"),
@@ -1120,7 +1077,7 @@ impl Lowerer<'_> {
             "exponential" => {
                 let factor = match (&fields, get("base"), get("multiplier")) {
                     (Some(f), Some(_), Some(_)) => {
-                        self.aliased(f, "base", "multiplier").map(|e| &e.value)
+                        f.aliased(self, "base", "multiplier").map(|e| &e.value)
                     }
                     (_, base, multiplier) => base.or(multiplier),
                 };
@@ -1174,8 +1131,7 @@ impl Lowerer<'_> {
                 self.string(item, "`pattern`")
             } else if item.as_map().is_some() {
                 self.fields(item, "a `retry_on` matcher", &shapes::RETRY_ON_PATTERN)
-                    .and_then(|f| f.get("pattern"))
-                    .and_then(|n| self.string(n, "`pattern`"))
+                    .and_then(|f| f.string(self, "pattern"))
             } else {
                 if let Some(m) = self.choice(item, "`retry_on` matcher", &named) {
                     out.push(m.value);
@@ -1210,16 +1166,8 @@ impl Lowerer<'_> {
         let fallback_of = |lw: &mut Self, value: &Node| -> Option<RetryExhausted> {
             if value.as_map().is_some() {
                 let f = lw.fields(value, "`fallback`", &shapes::FALLBACK)?;
-                let Some(c) = f.get("command") else {
-                    lw.missing(
-                        value.span,
-                        "`fallback`",
-                        "command",
-                        "add `command: \"...\"`",
-                    );
-                    return None;
-                };
-                lw.template(c, "`fallback.command`")
+                f.within("fallback")
+                    .require(lw, "command", "add `command: \"...\"`", Lowerer::template)
                     .map(RetryExhausted::Fallback)
             } else {
                 lw.template(value, "`fallback`")
@@ -1232,15 +1180,11 @@ impl Lowerer<'_> {
         if let Some(map) = node.as_map() {
             let f = self.fields(node, "`retry_config.on_failure`", &shapes::RETRY_EXHAUSTED)?;
             let _ = map;
-            let Some(value) = f.get("fallback") else {
-                self.missing(
-                    node.span,
-                    "`retry_config.on_failure`",
-                    "fallback",
-                    "write `stop`, `continue` or `{fallback: {command: \"...\"}}`",
-                );
-                return None;
-            };
+            let value = f.required(
+                self,
+                "fallback",
+                "write `stop`, `continue` or `{fallback: {command: \"...\"}}`",
+            )?;
             return fallback_of(self, value);
         }
         self.choice(
@@ -1256,30 +1200,18 @@ impl Lowerer<'_> {
 
     fn commit_config(&mut self, node: &Node) -> Option<CommitConfig> {
         let fields = self.fields(node, "`commit_config`", &shapes::COMMIT_CONFIG)?;
-        let message_pattern = fields
-            .get("message_pattern")
-            .and_then(|n| self.string(n, "`message_pattern`"));
+        let message_pattern = fields.string(self, "message_pattern");
         if let Some(p) = &message_pattern {
             self.regex(p);
         }
         Some(CommitConfig {
-            message_template: fields
-                .get("message_template")
-                .and_then(|n| self.template(n, "`message_template`")),
+            message_template: fields.template(self, "message_template"),
             message_pattern,
-            sign: self.flag(fields.get("sign"), "`sign`", false),
-            author: fields
-                .get("author")
-                .and_then(|n| self.template(n, "`author`")),
-            include_files: fields
-                .get("include_files")
-                .map(|n| self.string_list(n, "`include_files`"))
-                .unwrap_or_default(),
-            exclude_files: fields
-                .get("exclude_files")
-                .map(|n| self.string_list(n, "`exclude_files`"))
-                .unwrap_or_default(),
-            squash: self.flag(fields.get("squash"), "`squash`", false),
+            sign: fields.flag(self, "sign", false),
+            author: fields.template(self, "author"),
+            include_files: fields.strings(self, "include_files").unwrap_or_default(),
+            exclude_files: fields.strings(self, "exclude_files").unwrap_or_default(),
+            squash: fields.flag(self, "squash", false),
         })
     }
 
@@ -1350,9 +1282,7 @@ impl Lowerer<'_> {
         }
         let fields = self.fields(node, "`validate`", &shapes::VALIDATE)?;
         out.commands = self.inline_commands(&fields, "`validate`");
-        out.result_file = fields
-            .get("result_file")
-            .and_then(|n| self.template(n, "`result_file`"));
+        out.result_file = fields.template(self, "result_file");
         if out.commands.is_empty() && out.result_file.is_none() {
             self.missing(
                 fields.entry("on_incomplete").map_or(node.span, |e| e.key.span),
@@ -1361,17 +1291,12 @@ impl Lowerer<'_> {
                 "add `shell:`, `claude:` or `commands:` that check the work, or `result_file:` that the step writes",
             );
         }
-        if let Some(t) = fields
-            .get("threshold")
-            .and_then(|n| self.number(n, "`threshold`", 0.0, 100.0))
-        {
+        if let Some(t) = fields.number(self, "threshold", 0.0, 100.0) {
             out.threshold = t.value;
         }
-        out.timeout = fields
-            .get("timeout")
-            .and_then(|n| self.duration(n, "`timeout`"));
-        out.expected_schema = fields.get("expected_schema").map(Node::to_json);
-        if let Some(n) = fields.get("on_incomplete") {
+        out.timeout = fields.duration(self, "timeout");
+        out.expected_schema = fields.node("expected_schema").map(Node::to_json);
+        if let Some(n) = fields.node("on_incomplete") {
             out.on_incomplete = self.on_incomplete(n);
         }
         Some(out)
@@ -1399,22 +1324,17 @@ impl Lowerer<'_> {
                 "add `claude:`, `shell:` or `commands:` that complete the work",
             );
         }
-        if let Some(n) = fields
-            .get("max_attempts")
-            .and_then(|n| self.attempts(n, "`max_attempts`"))
-        {
+        if let Some(n) = fields.attempts(self, "max_attempts") {
             out.max_attempts = n.value;
         }
-        out.fail_workflow = self.flag(fields.get("fail_workflow"), "`fail_workflow`", true);
-        out.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
-        out.prompt = fields
-            .get("prompt")
-            .and_then(|n| self.template(n, "`prompt`"));
+        out.fail_workflow = fields.flag(self, "fail_workflow", true);
+        out.commit_required = fields.flag(self, "commit_required", false);
+        out.prompt = fields.template(self, "prompt");
         Some(out)
     }
 
     fn step_validate(&mut self, fields: &Fields<'_>, step: &mut Step) {
-        let Some(node) = fields.get("step_validate") else {
+        let Some(node) = fields.node("step_validate") else {
             for key in [
                 "skip_validation",
                 "validation_timeout",
@@ -1436,15 +1356,9 @@ impl Lowerer<'_> {
             success_criteria: SuccessCriteria::All,
             max_attempts: 1,
             retry_delay: Duration::from_secs(5),
-            skip: self.flag(fields.get("skip_validation"), "`skip_validation`", false),
-            timeout: fields
-                .get("validation_timeout")
-                .and_then(|n| self.duration(n, "`validation_timeout`")),
-            ignore_failure: self.flag(
-                fields.get("ignore_validation_failure"),
-                "`ignore_validation_failure`",
-                false,
-            ),
+            skip: fields.flag(self, "skip_validation", false),
+            timeout: fields.duration(self, "validation_timeout"),
+            ignore_failure: fields.flag(self, "ignore_validation_failure", false),
         };
         let check_of = |text: Template| ValidationCheck {
             command: text,
@@ -1464,7 +1378,7 @@ impl Lowerer<'_> {
         let Some(f) = self.fields(node, "`step_validate`", &shapes::STEP_VALIDATE) else {
             return;
         };
-        if let Some(list) = f.get("commands") {
+        if let Some(list) = f.node("commands") {
             for item in list.as_seq().unwrap_or_default() {
                 if item.as_map().is_none() {
                     out.checks
@@ -1476,33 +1390,23 @@ impl Lowerer<'_> {
                 else {
                     continue;
                 };
-                let Some(command) = c.get("command").and_then(|n| self.template(n, "`command`"))
+                let Some(command) =
+                    c.require(self, "command", "add `command: \"...\"`", Lowerer::template)
                 else {
-                    if !c.has("command") {
-                        self.missing(
-                            item.span,
-                            "a validation command",
-                            "command",
-                            "add `command: \"...\"`",
-                        );
-                    }
                     continue;
                 };
-                let expect_output = c
-                    .get("expect_output")
-                    .and_then(|n| self.string(n, "`expect_output`"));
+                let expect_output = c.string(self, "expect_output");
                 if let Some(p) = &expect_output {
                     self.regex(p);
                 }
-                let claude = c
-                    .get("command_type")
-                    .and_then(|n| {
-                        self.choice(n, "`command_type`", &[("shell", false), ("claude", true)])
-                    })
-                    .is_some_and(|c| c.value);
+                let claude = c.choice_or(
+                    self,
+                    "command_type",
+                    &[("shell", false), ("claude", true)],
+                    false,
+                );
                 let expect_exit_code = c
-                    .get("expect_exit_code")
-                    .and_then(|n| self.integer(n, "`expect_exit_code`", 0, 255))
+                    .integer(self, "expect_exit_code", 0, 255)
                     .map_or(0, |n| i32::try_from(n.value).unwrap_or(0));
                 out.checks.push(ValidationCheck {
                     command,
@@ -1515,19 +1419,13 @@ impl Lowerer<'_> {
                 self.wrong_type(list, "`step_validate.commands`", "a list of commands");
             }
         }
-        if let Some(n) = f.get("success_criteria") {
+        if let Some(n) = f.node("success_criteria") {
             out.success_criteria = self.success_criteria(n).unwrap_or(SuccessCriteria::All);
         }
-        if let Some(n) = f
-            .get("max_attempts")
-            .and_then(|n| self.attempts(n, "`max_attempts`"))
-        {
+        if let Some(n) = f.attempts(self, "max_attempts") {
             out.max_attempts = n.value;
         }
-        if let Some(d) = f
-            .get("retry_delay")
-            .and_then(|n| self.duration(n, "`retry_delay`"))
-        {
+        if let Some(d) = f.duration(self, "retry_delay") {
             out.retry_delay = d.value;
         }
         step.step_validate = Some(out);
@@ -1536,7 +1434,7 @@ impl Lowerer<'_> {
     fn success_criteria(&mut self, node: &Node) -> Option<SuccessCriteria> {
         if node.as_map().is_some() {
             let f = self.fields(node, "`success_criteria`", &shapes::AT_LEAST)?;
-            let n = &self.aliased(&f, "atleast", "at_least")?.value;
+            let n = &f.aliased(self, "atleast", "at_least")?.value;
             return self
                 .count(n, "`at_least`", 1)
                 .map(|n| SuccessCriteria::AtLeast(n.value));
@@ -1566,18 +1464,12 @@ impl Lowerer<'_> {
             let Some(f) = self.fields(&entry.value, "an output", &shapes::OUTPUT) else {
                 continue;
             };
-            let Some(pattern) = f
-                .get("file_pattern")
-                .and_then(|n| self.string(n, "`file_pattern`"))
-            else {
-                if !f.has("file_pattern") {
-                    self.missing(
-                        entry.value.span,
-                        "an output",
-                        "file_pattern",
-                        "add `file_pattern: \"*.md\"`",
-                    );
-                }
+            let Some(pattern) = f.require(
+                self,
+                "file_pattern",
+                "add `file_pattern: \"*.md\"`",
+                Lowerer::string,
+            ) else {
                 continue;
             };
             out.push(StepOutput {
@@ -1590,24 +1482,13 @@ impl Lowerer<'_> {
 
     fn write_file(&mut self, node: &Node) -> Option<WriteFile> {
         let fields = self.fields(node, "`write_file`", &shapes::WRITE_FILE)?;
-        let path = self
-            .required(
-                &fields,
-                node,
-                "`write_file`",
-                "path",
-                "add `path: \"out/result.json\"`",
-            )
-            .and_then(|n| self.template(n, "`path`"));
-        let content = self
-            .required(
-                &fields,
-                node,
-                "`write_file`",
-                "content",
-                "add `content: \"...\"`",
-            )
-            .and_then(|n| self.template(n, "`content`"));
+        let path = fields.require(
+            self,
+            "path",
+            "add `path: \"out/result.json\"`",
+            Lowerer::template,
+        );
+        let content = fields.require(self, "content", "add `content: \"...\"`", Lowerer::template);
         if let Some(p) = &path {
             let escapes =
                 p.value.starts_with('/') || p.value.split(['/', '\\']).any(|part| part == "..");
@@ -1622,9 +1503,9 @@ impl Lowerer<'_> {
                 );
             }
         }
-        let format = self.choice_or(
-            fields.get("format"),
-            "`format`",
+        let format = fields.choice_or(
+            self,
+            "format",
             &[
                 ("text", WriteFormat::Text),
                 ("json", WriteFormat::Json),
@@ -1632,8 +1513,8 @@ impl Lowerer<'_> {
             ],
             WriteFormat::Text,
         );
-        let mode = fields.get("mode").and_then(|n| self.file_mode(n));
-        let create_dirs = self.flag(fields.get("create_dirs"), "`create_dirs`", false);
+        let mode = fields.node("mode").and_then(|n| self.file_mode(n));
+        let create_dirs = fields.flag(self, "create_dirs", false);
         Some(WriteFile {
             path: path?,
             content: content?,
@@ -1668,7 +1549,7 @@ impl Lowerer<'_> {
 
     /// `do`, `parallel` and `max_items` belong to a flat `foreach` (`foreach: CMD` beside them).
     fn flat_foreach_keys(&mut self, fields: &Fields<'_>) {
-        let flat = fields.get("foreach").is_some_and(|n| n.as_map().is_none());
+        let flat = fields.node("foreach").is_some_and(|n| n.as_map().is_none());
         if flat {
             return;
         }
@@ -1692,10 +1573,8 @@ impl Lowerer<'_> {
         } else {
             None
         };
-        let get = |k: &str| match &nested {
-            Some(f) => f.get(k),
-            None => step.get(k),
-        };
+        // The keys of a flat `foreach` stand beside it in the step.
+        let from = nested.as_ref().unwrap_or(step);
         let source = match &nested {
             None => node,
             Some(f) => {
@@ -1733,15 +1612,12 @@ impl Lowerer<'_> {
         } else {
             ForeachInput::Command(self.template(source, "`foreach`")?)
         };
-        let parallel = match get("parallel") {
-            None => 1,
-            Some(n) => match n.scalar() {
-                Some(Scalar::Bool(true)) => 10,
-                Some(Scalar::Bool(false)) => 1,
-                _ => self.count(n, "`parallel`", 1).map_or(1, |c| c.value),
-            },
+        let parallel = match from.node("parallel").map(Node::scalar) {
+            None | Some(Some(Scalar::Bool(false))) => 1,
+            Some(Some(Scalar::Bool(true))) => 10,
+            Some(_) => from.u32(self, "parallel", 1).map_or(1, |c| c.value),
         };
-        let Some(do_node) = get("do") else {
+        let Some(do_node) = from.node("do") else {
             self.missing(
                 node.span,
                 "`foreach`",
@@ -1751,12 +1627,8 @@ impl Lowerer<'_> {
             return None;
         };
         let steps = self.steps(do_node, "`do`", Ctx::default());
-        let continue_on_error = get("continue_on_error")
-            .and_then(|n| self.boolean(n, "`continue_on_error`"))
-            .unwrap_or(false);
-        let max_items = get("max_items")
-            .and_then(|n| self.size(n, "`max_items`", 1))
-            .map(|n| n.value);
+        let continue_on_error = from.flag(self, "continue_on_error", false);
+        let max_items = from.u64(self, "max_items", 1).map(|n| n.value);
         Some(Foreach {
             input,
             parallel,
