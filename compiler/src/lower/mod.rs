@@ -6,13 +6,16 @@
 //! warnings, so that no field is ever silently ignored.
 //! It must not do I/O.
 
+mod command;
 mod env;
+mod failure;
 mod fields;
 mod mapreduce;
 mod parsed;
 pub(crate) mod step;
 #[cfg(test)]
 mod tests;
+mod validate;
 mod values;
 
 use crate::ast::{self, Mode, Workflow};
