@@ -406,56 +406,66 @@ impl Lowerer<'_> {
             None => None,
         };
         let span = policy_entry.map_or_else(|| convenience[0].1.key.span, |e| e.value.span);
-        // A key set in both places is an error; otherwise take it from where it is.
-        let pick = |lw: &mut Self, key: &str| -> Option<&Node> {
-            let nested = inner.as_ref().and_then(|f| f.entry(key));
-            let outer = top.entry(key);
-            if let (Some(n), Some(o)) = (nested, outer) {
-                lw.push(
-                    Diagnostic::new(Code::ConvenienceConflict, format!("`{key}` is set twice"))
-                        .with_primary(o.key.span, "set at the top level")
-                        .with_label(n.key.span, "and inside `error_policy`")
-                        .with_help(format!("keep `{key}` in one place; the top-level key is shorthand for `error_policy.{key}`")),
-                );
-            }
-            nested.or(outer).map(|e| &e.value)
-        };
         let names: Vec<&str> = handler_names(handlers).collect();
         let mut policy = ErrorPolicy {
             span,
             ..ErrorPolicy::default()
         };
-        if let Some(n) = pick(self, "on_item_failure") {
-            policy.on_item_failure = self.item_failure(n, &names);
-            if let Some(Spanned {
-                value: ItemFailure::Custom(name),
-                span,
-            }) = &policy.on_item_failure
-            {
-                self.check_handler_name(&Spanned::new(name.clone(), *span), &names);
-            }
+        let inner = inner.as_ref();
+        policy.on_item_failure = self.convenience(inner, top, "on_item_failure", |lw, n, _| {
+            lw.item_failure(n, &names)
+        });
+        if let Some(Spanned {
+            value: ItemFailure::Custom(name),
+            span,
+        }) = &policy.on_item_failure
+        {
+            self.check_handler_name(&Spanned::new(name.clone(), *span), &names);
         }
-        if let Some(n) = pick(self, "continue_on_failure") {
-            policy.continue_on_failure = self
-                .boolean(n, "`continue_on_failure`")
-                .map(|b| Spanned::new(b, n.span));
-        }
-        if let Some(n) = pick(self, "max_failures") {
-            policy.max_failures = self.size(n, "`max_failures`", 1);
-        }
-        if let Some(n) = pick(self, "failure_threshold") {
-            policy.failure_threshold = self.number(n, "`failure_threshold`", 0.0, 1.0);
-        }
-        if let Some(n) = pick(self, "error_collection") {
-            policy.error_collection = self.error_collection(n);
-        }
-        if let Some(f) = &inner {
+        policy.continue_on_failure =
+            self.convenience(inner, top, "continue_on_failure", |lw, n, what| {
+                lw.boolean(n, what).map(|b| Spanned::new(b, n.span))
+            });
+        policy.max_failures = self.convenience(inner, top, "max_failures", |lw, n, what| {
+            lw.size(n, what, 1)
+        });
+        policy.failure_threshold =
+            self.convenience(inner, top, "failure_threshold", |lw, n, what| {
+                lw.number(n, what, 0.0, 1.0)
+            });
+        policy.error_collection = self.convenience(inner, top, "error_collection", |lw, n, _| {
+            lw.error_collection(n)
+        });
+        if let Some(f) = inner {
             policy.circuit_breaker = f
                 .node("circuit_breaker")
                 .and_then(|n| self.circuit_breaker(n));
             policy.retry_config = f.node("retry_config").and_then(|n| self.policy_retry(n));
         }
         Some(policy)
+    }
+
+    /// A key of the error policy, read from `error_policy` or from the top level where it is
+    /// shorthand; set in both places is an error (the nested one wins).
+    fn convenience<'n, T>(
+        &mut self,
+        inner: Option<&Fields<'n>>,
+        top: &Fields<'n>,
+        key: &str,
+        convert: impl FnOnce(&mut Self, &'n Node, &str) -> Option<T>,
+    ) -> Option<T> {
+        let nested = inner.and_then(|f| f.entry(key));
+        let outer = top.entry(key);
+        if let (Some(n), Some(o)) = (nested, outer) {
+            self.push(
+                Diagnostic::new(Code::ConvenienceConflict, format!("`{key}` is set twice"))
+                    .with_primary(o.key.span, "set at the top level")
+                    .with_label(n.key.span, "and inside `error_policy`")
+                    .with_help(format!("keep `{key}` in one place; the top-level key is shorthand for `error_policy.{key}`")),
+            );
+        }
+        let from = inner.filter(|_| nested.is_some()).unwrap_or(top);
+        from.read(self, key, convert)
     }
 
     fn item_failure(&mut self, node: &Node, handlers: &[&str]) -> Option<Spanned<ItemFailure>> {

@@ -384,7 +384,8 @@ impl Lowerer<'_> {
         if !mapreduce {
             match fields.aliased(self, "commands", "steps") {
                 Some(e) => {
-                    wf.commands = self.steps(&e.value, "`commands`", step::Ctx::default());
+                    wf.commands =
+                        self.steps(&e.value, &fields.label("commands"), step::Ctx::default());
                     if e.value.as_seq().is_some_and(<[Node]>::is_empty) {
                         self.empty_workflow(e.value.span);
                     }

@@ -197,7 +197,7 @@ impl Lowerer<'_> {
         step.when = fields.condition(self, "when");
         self.captures(fields, step);
         if let Some(e) = fields.aliased(self, "output_file", "output") {
-            step.output_file = self.template(&e.value, "`output_file`");
+            step.output_file = self.template(&e.value, &fields.label("output_file"));
             if let Some(t) = &step.output_file
                 && leaves_project(&t.value)
             {
