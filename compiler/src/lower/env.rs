@@ -41,29 +41,24 @@ impl Lowerer<'_> {
             }
             return self.template(node, "an env value").map(EnvValue::Static);
         }
-        let map = node.as_map().unwrap_or_default();
-        let has = |k: &str| map.iter().any(|e| e.key.text() == Some(k));
-        if has("command") {
+        // The form is the one whose distinguishing key the mapping has.
+        let has = |lw: &Self, shape, key| lw.peek(node, shape).is_some_and(|f| f.has(key));
+        if has(self, &shapes::ENV_DYNAMIC, "command") {
             let f = self.fields(node, "a dynamic env value", &shapes::ENV_DYNAMIC)?;
-            let command = self.template(f.get("command")?, "`command`")?;
-            let cache = self.flag(f.get("cache"), "`cache`", false);
+            let command = f.template(self, "command")?;
+            let cache = f.flag(self, "cache", false);
             return Some(EnvValue::Dynamic { command, cache });
         }
-        if has("condition") {
+        if has(self, &shapes::ENV_CONDITIONAL, "condition") {
             let f = self.fields(node, "a conditional env value", &shapes::ENV_CONDITIONAL)?;
-            let condition = self.condition(f.get("condition")?, "`condition`")?;
+            let condition = f.condition(self, "condition")?;
             let branch = |lw: &mut Self, key: &str| {
-                if let Some(n) = f.get(key) {
-                    lw.template(n, &format!("`{key}`"))
-                } else {
-                    lw.missing(
-                        node.span,
-                        "a conditional env value",
-                        key,
-                        "give both `when_true` and `when_false`",
-                    );
-                    None
-                }
+                f.require(
+                    lw,
+                    key,
+                    "give both `when_true` and `when_false`",
+                    Lowerer::template,
+                )
             };
             let when_true = branch(self, "when_true");
             let when_false = branch(self, "when_false");
@@ -74,7 +69,7 @@ impl Lowerer<'_> {
             });
         }
         let f = self.fields(node, "a masked env value", &shapes::ENV_MASKED)?;
-        let Some(value) = f.get("value") else {
+        if !f.has("value") {
             self.missing(
                 node.span,
                 "an env value",
@@ -82,9 +77,9 @@ impl Lowerer<'_> {
                 "write `{secret: true, value: \"...\"}`",
             );
             return None;
-        };
-        let value = self.template(value, "`value`")?;
-        let secret = self.flag(f.get("secret"), "`secret`", false);
+        }
+        let value = f.template(self, "value")?;
+        let secret = f.flag(self, "secret", false);
         Some(if secret {
             EnvValue::Masked(value)
         } else {
@@ -129,7 +124,7 @@ impl Lowerer<'_> {
 
     fn secret_provider(&mut self, node: &Node) -> Option<SecretSource> {
         let f = self.fields(node, "a secret", &shapes::SECRET_PROVIDER)?;
-        let provider = match f.get("provider") {
+        let provider = match f.node("provider") {
             Some(p) => {
                 self.choice(p, "secret provider", &[("env", true), ("file", false)])?
                     .value
@@ -143,16 +138,12 @@ impl Lowerer<'_> {
                 "remove `version`",
             );
         }
-        let Some(key) = f.get("key") else {
-            self.missing(
-                node.span,
-                "a secret",
-                "key",
-                "add `key:` naming the variable or file",
-            );
-            return None;
-        };
-        let key = self.string(key, "`key`")?;
+        let key = f.require(
+            self,
+            "key",
+            "add `key:` naming the variable or file",
+            Lowerer::string,
+        )?;
         Some(if provider {
             SecretSource::Env(key)
         } else {

@@ -13,6 +13,7 @@ use crate::diagnostics::{Code, Diagnostic};
 use crate::shapes;
 use crate::source::Spanned;
 use crate::syntax::{Node, Scalar};
+use prodigy_grammar::{expr::Expr, jsonpath::JsonPath, sort::SortSpec};
 
 /// The keys that may also stand at the top level of a `MapReduce` workflow.
 const CONVENIENCE_KEYS: &[&str] = &[
@@ -34,22 +35,19 @@ impl Lowerer<'_> {
                 capture_outputs: Vec::new(),
             });
         }
-        let fields = self.fields(node, "`setup`", &shapes::SETUP)?;
-        let commands = self
-            .required(
-                &fields,
-                node,
-                "`setup`",
+        let fields = self
+            .fields(node, "`setup`", &shapes::SETUP)?
+            .within("setup");
+        let commands = fields
+            .require(
+                self,
                 "commands",
                 "list the setup steps under `commands:`",
+                |lw, c, what| Some(lw.steps(c, what, Ctx::default())),
             )
-            .map_or_else(Vec::new, |c| {
-                self.steps(c, "`setup.commands`", Ctx::default())
-            });
-        let timeout = fields
-            .get("timeout")
-            .and_then(|n| self.duration(n, "`setup.timeout`"));
-        let capture_outputs = match fields.get("capture_outputs") {
+            .unwrap_or_default();
+        let timeout = fields.duration(self, "timeout");
+        let capture_outputs = match fields.node("capture_outputs") {
             Some(n) => self.capture_outputs(n, commands.len()),
             None => Vec::new(),
         };
@@ -95,13 +93,11 @@ impl Lowerer<'_> {
                     continue;
                 };
                 self.capture_output_fields(&f, &mut capture);
-                let Some(index) = f.get("command_index") else {
-                    self.missing(
-                        entry.value.span,
-                        "a `capture_outputs` entry",
-                        "command_index",
-                        "add `command_index: 0` for the first setup step",
-                    );
+                let Some(index) = f.required(
+                    self,
+                    "command_index",
+                    "add `command_index: 0` for the first setup step",
+                ) else {
                     continue;
                 };
                 index
@@ -124,88 +120,65 @@ impl Lowerer<'_> {
     }
 
     fn capture_output_fields(&mut self, f: &Fields<'_>, capture: &mut SetupCapture) {
-        if let Some(n) = f.get("format") {
-            let choices = [
-                ("string", CaptureFormat::String),
-                ("number", CaptureFormat::Number),
-                ("json", CaptureFormat::Json),
-                ("lines", CaptureFormat::Lines),
-                ("boolean", CaptureFormat::Boolean),
-            ];
-            if let Some(c) = self.choice(n, "`format`", &choices) {
-                capture.format = c.value;
-            }
-        }
-        if let Some(n) = f.get("source") {
-            let choices = [
-                ("stdout", CaptureSource::Stdout),
-                ("stderr", CaptureSource::Stderr),
-                ("both", CaptureSource::Both),
-                ("combined", CaptureSource::Combined),
-            ];
-            if let Some(c) = self.choice(n, "`source`", &choices) {
-                capture.source = c.value;
-            }
-        }
-        capture.pattern = f.get("pattern").and_then(|n| self.string(n, "`pattern`"));
+        let formats = [
+            ("string", CaptureFormat::String),
+            ("number", CaptureFormat::Number),
+            ("json", CaptureFormat::Json),
+            ("lines", CaptureFormat::Lines),
+            ("boolean", CaptureFormat::Boolean),
+        ];
+        capture.format = f.choice_or(self, "format", &formats, capture.format);
+        let sources = [
+            ("stdout", CaptureSource::Stdout),
+            ("stderr", CaptureSource::Stderr),
+            ("both", CaptureSource::Both),
+            ("combined", CaptureSource::Combined),
+        ];
+        capture.source = f.choice_or(self, "source", &sources, capture.source);
+        capture.pattern = f.string(self, "pattern");
         if let Some(p) = capture.pattern.clone() {
             self.regex(&p);
         }
-        capture.json_path = f
-            .get("json_path")
-            .and_then(|n| self.string(n, "`json_path`"));
-        if let Some(n) = f
-            .get("max_size")
-            .and_then(|n| self.size(n, "`max_size`", 1))
-        {
+        capture.json_path = f.string(self, "json_path");
+        if let Some(n) = f.u64(self, "max_size", 1) {
             capture.max_size = n.value;
         }
-        capture.default = f.get("default").and_then(|n| self.string(n, "`default`"));
-        if let Some(n) = f.get("multiline") {
-            let choices = [
-                ("preserve", Multiline::Preserve),
-                ("join", Multiline::Join),
-                ("first_line", Multiline::FirstLine),
-                ("last_line", Multiline::LastLine),
-                ("array", Multiline::Array),
-            ];
-            if let Some(c) = self.choice(n, "`multiline`", &choices) {
-                capture.multiline = c.value;
-            }
-        }
+        capture.default = f.string(self, "default");
+        let multilines = [
+            ("preserve", Multiline::Preserve),
+            ("join", Multiline::Join),
+            ("first_line", Multiline::FirstLine),
+            ("last_line", Multiline::LastLine),
+            ("array", Multiline::Array),
+        ];
+        capture.multiline = f.choice_or(self, "multiline", &multilines, capture.multiline);
     }
 
     /// `map`.
     pub(crate) fn map_phase(&mut self, node: &Node) -> Option<MapPhase> {
         let fields = self.fields(node, "`map`", &shapes::MAP)?;
-        let input = self
-            .required(
-                &fields,
-                node,
-                "`map`",
-                "input",
-                "add `input:` with a JSON file or a command that lists the items",
-            )
-            .and_then(|n| self.template(n, "`map.input`"));
-        let agent_template = self
-            .required(
-                &fields,
-                node,
-                "`map`",
+        let input = fields.within("map").require(
+            self,
+            "input",
+            "add `input:` with a JSON file or a command that lists the items",
+            Lowerer::template,
+        );
+        let agent_template = fields
+            .require(
+                self,
                 "agent_template",
                 "add `agent_template:` with the steps each item runs",
+                |lw, n, what| Some(lw.phase_steps(n, what)),
             )
-            .map_or_else(Vec::new, |n| self.phase_steps(n, "`agent_template`"));
-        let max_parallel = match fields.get("max_parallel") {
+            .unwrap_or_default();
+        let max_parallel = match fields.node("max_parallel") {
             None => MaxParallel::Fixed(Spanned::new(10, node.span)),
             Some(n) => self.max_parallel(n),
         };
         let timeout_config = fields
-            .get("timeout_config")
+            .node("timeout_config")
             .and_then(|n| self.timeout_config(n));
-        let agent_timeout = fields
-            .get("agent_timeout_secs")
-            .and_then(|n| self.duration(n, "`agent_timeout_secs`"));
+        let agent_timeout = fields.duration(self, "agent_timeout_secs");
         if let (Some(e), Some(_)) = (
             fields.entry("agent_timeout_secs"),
             timeout_config
@@ -218,27 +191,26 @@ impl Lowerer<'_> {
                 "keep one of the two agent timeouts",
             );
         }
+        // An empty `json_path` means the whole document.
         let json_path = fields
-            .get("json_path")
+            .node("json_path")
             .filter(|n| n.text().is_some_and(|t| !t.trim().is_empty()))
-            .and_then(|n| {
-                self.parsed(n, "`json_path`", prodigy_grammar::jsonpath::JsonPath::parse)
+            .and_then(|_| {
+                fields.read(self, "json_path", |lw, n, what| {
+                    lw.parsed(n, what, JsonPath::parse)
+                })
             });
-        let filter = fields
-            .get("filter")
-            .and_then(|n| self.parsed(n, "`filter`", prodigy_grammar::expr::Expr::parse));
-        let sort_by = fields
-            .get("sort_by")
-            .and_then(|n| self.parsed(n, "`sort_by`", prodigy_grammar::sort::SortSpec::parse));
-        let distinct = fields
-            .get("distinct")
-            .and_then(|n| self.parsed(n, "`distinct`", distinct_path));
-        let max_items = fields
-            .get("max_items")
-            .and_then(|n| self.size(n, "`max_items`", 0));
-        let offset = fields
-            .get("offset")
-            .and_then(|n| self.size(n, "`offset`", 0));
+        let filter = fields.read(self, "filter", |lw, n, what| {
+            lw.parsed(n, what, Expr::parse)
+        });
+        let sort_by = fields.read(self, "sort_by", |lw, n, what| {
+            lw.parsed(n, what, SortSpec::parse)
+        });
+        let distinct = fields.read(self, "distinct", |lw, n, what| {
+            lw.parsed(n, what, distinct_path)
+        });
+        let max_items = fields.u64(self, "max_items", 0);
+        let offset = fields.u64(self, "offset", 0);
         Some(MapPhase {
             span: node.span,
             input: input?,
@@ -273,7 +245,7 @@ impl Lowerer<'_> {
     fn timeout_config(&mut self, node: &Node) -> Option<TimeoutConfig> {
         let f = self.fields(node, "`timeout_config`", &shapes::TIMEOUT_CONFIG)?;
         let mut command_timeouts = Vec::new();
-        if let Some(map) = f.get("command_timeouts") {
+        if let Some(map) = f.node("command_timeouts") {
             match map.as_map() {
                 Some(entries) => {
                     for e in entries {
@@ -292,9 +264,9 @@ impl Lowerer<'_> {
                 ),
             }
         }
-        let policy = self.choice_or(
-            f.get("timeout_policy"),
-            "`timeout_policy`",
+        let policy = f.choice_or(
+            self,
+            "timeout_policy",
             &[
                 ("PerAgent", TimeoutPolicy::PerAgent),
                 ("PerCommand", TimeoutPolicy::PerCommand),
@@ -302,9 +274,9 @@ impl Lowerer<'_> {
             ],
             TimeoutPolicy::PerAgent,
         );
-        let action = self.choice_or(
-            f.get("timeout_action"),
-            "`timeout_action`",
+        let action = f.choice_or(
+            self,
+            "timeout_action",
             &[
                 ("Dlq", TimeoutAction::Dlq),
                 ("Skip", TimeoutAction::Skip),
@@ -314,17 +286,14 @@ impl Lowerer<'_> {
             TimeoutAction::Dlq,
         );
         Some(TimeoutConfig {
-            agent_timeout: f
-                .get("agent_timeout_secs")
-                .and_then(|n| self.duration(n, "`agent_timeout_secs`")),
+            agent_timeout: f.duration(self, "agent_timeout_secs"),
             command_timeouts,
             policy,
             cleanup_grace_period: f
-                .get("cleanup_grace_period_secs")
-                .and_then(|n| self.duration(n, "`cleanup_grace_period_secs`"))
+                .duration(self, "cleanup_grace_period_secs")
                 .map_or(Duration::from_secs(30), |d| d.value),
             action,
-            enable_monitoring: self.flag(f.get("enable_monitoring"), "`enable_monitoring`", true),
+            enable_monitoring: f.flag(self, "enable_monitoring", true),
         })
     }
 
@@ -338,30 +307,24 @@ impl Lowerer<'_> {
                 on_conflict: Vec::new(),
             });
         }
-        let f = self.fields(node, "`merge`", &shapes::MERGE)?;
-        let on_conflict = f.get("on_conflict").map_or_else(Vec::new, |c| {
-            self.steps(c, "`merge.on_conflict`", Ctx::default())
-        });
+        let f = self
+            .fields(node, "`merge`", &shapes::MERGE)?
+            .within("merge");
+        let steps = |lw: &mut Self, c: &Node, what: &str| Some(lw.steps(c, what, Ctx::default()));
+        let on_conflict = f.read(self, "on_conflict", steps).unwrap_or_default();
         // `on_conflict` alone keeps the default merge back, with a resolver.
         let commands = if on_conflict.is_empty() {
-            self.required(
-                &f,
-                node,
-                "`merge`",
+            f.require(
+                self,
                 "commands",
                 "list the merge steps under `commands:`",
+                steps,
             )
-            .map_or_else(Vec::new, |c| {
-                self.steps(c, "`merge.commands`", Ctx::default())
-            })
         } else {
-            f.get("commands").map_or_else(Vec::new, |c| {
-                self.steps(c, "`merge.commands`", Ctx::default())
-            })
-        };
-        let timeout = f
-            .get("timeout")
-            .and_then(|n| self.duration(n, "`merge.timeout`"));
+            f.read(self, "commands", steps)
+        }
+        .unwrap_or_default();
+        let timeout = f.duration(self, "timeout");
         Some(Merge {
             commands,
             timeout,
@@ -371,24 +334,17 @@ impl Lowerer<'_> {
 
     /// `slurm`: the `sbatch` options, with `time` and `mem` in forms Slurm takes.
     pub(crate) fn slurm(&mut self, node: &Node) -> Option<crate::ast::Slurm> {
-        let f = self.fields(node, "`slurm`", &shapes::SLURM)?;
+        let f = self
+            .fields(node, "`slurm`", &shapes::SLURM)?
+            .within("slurm");
         let mut slurm = crate::ast::Slurm {
-            partition: f
-                .get("partition")
-                .and_then(|n| self.string(n, "`slurm.partition`")),
-            account: f
-                .get("account")
-                .and_then(|n| self.string(n, "`slurm.account`")),
-            cpus_per_task: f
-                .get("cpus_per_task")
-                .and_then(|n| self.size(n, "`slurm.cpus_per_task`", 1)),
-            sbatch_args: f
-                .get("sbatch_args")
-                .map(|n| self.string_list(n, "`slurm.sbatch_args`"))
-                .unwrap_or_default(),
+            partition: f.string(self, "partition"),
+            account: f.string(self, "account"),
+            cpus_per_task: f.u64(self, "cpus_per_task", 1),
+            sbatch_args: f.strings(self, "sbatch_args").unwrap_or_default(),
             ..crate::ast::Slurm::default()
         };
-        if let Some(time) = f.get("time").and_then(|n| self.string(n, "`slurm.time`")) {
+        if let Some(time) = f.string(self, "time") {
             if crate::ast::is_slurm_time(&time.value) {
                 slurm.time = Some(time);
             } else {
@@ -402,7 +358,7 @@ impl Lowerer<'_> {
                 );
             }
         }
-        if let Some(mem) = f.get("mem").and_then(|n| self.string(n, "`slurm.mem`")) {
+        if let Some(mem) = f.string(self, "mem") {
             if crate::ast::is_slurm_mem(&mem.value) {
                 slurm.mem = Some(mem);
             } else {
@@ -450,56 +406,66 @@ impl Lowerer<'_> {
             None => None,
         };
         let span = policy_entry.map_or_else(|| convenience[0].1.key.span, |e| e.value.span);
-        // A key set in both places is an error; otherwise take it from where it is.
-        let pick = |lw: &mut Self, key: &str| -> Option<&Node> {
-            let nested = inner.as_ref().and_then(|f| f.entry(key));
-            let outer = top.entry(key);
-            if let (Some(n), Some(o)) = (nested, outer) {
-                lw.push(
-                    Diagnostic::new(Code::ConvenienceConflict, format!("`{key}` is set twice"))
-                        .with_primary(o.key.span, "set at the top level")
-                        .with_label(n.key.span, "and inside `error_policy`")
-                        .with_help(format!("keep `{key}` in one place; the top-level key is shorthand for `error_policy.{key}`")),
-                );
-            }
-            nested.or(outer).map(|e| &e.value)
-        };
         let names: Vec<&str> = handler_names(handlers).collect();
         let mut policy = ErrorPolicy {
             span,
             ..ErrorPolicy::default()
         };
-        if let Some(n) = pick(self, "on_item_failure") {
-            policy.on_item_failure = self.item_failure(n, &names);
-            if let Some(Spanned {
-                value: ItemFailure::Custom(name),
-                span,
-            }) = &policy.on_item_failure
-            {
-                self.check_handler_name(&Spanned::new(name.clone(), *span), &names);
-            }
+        let inner = inner.as_ref();
+        policy.on_item_failure = self.convenience(inner, top, "on_item_failure", |lw, n, _| {
+            lw.item_failure(n, &names)
+        });
+        if let Some(Spanned {
+            value: ItemFailure::Custom(name),
+            span,
+        }) = &policy.on_item_failure
+        {
+            self.check_handler_name(&Spanned::new(name.clone(), *span), &names);
         }
-        if let Some(n) = pick(self, "continue_on_failure") {
-            policy.continue_on_failure = self
-                .boolean(n, "`continue_on_failure`")
-                .map(|b| Spanned::new(b, n.span));
-        }
-        if let Some(n) = pick(self, "max_failures") {
-            policy.max_failures = self.size(n, "`max_failures`", 1);
-        }
-        if let Some(n) = pick(self, "failure_threshold") {
-            policy.failure_threshold = self.number(n, "`failure_threshold`", 0.0, 1.0);
-        }
-        if let Some(n) = pick(self, "error_collection") {
-            policy.error_collection = self.error_collection(n);
-        }
-        if let Some(f) = &inner {
+        policy.continue_on_failure =
+            self.convenience(inner, top, "continue_on_failure", |lw, n, what| {
+                lw.boolean(n, what).map(|b| Spanned::new(b, n.span))
+            });
+        policy.max_failures = self.convenience(inner, top, "max_failures", |lw, n, what| {
+            lw.size(n, what, 1)
+        });
+        policy.failure_threshold =
+            self.convenience(inner, top, "failure_threshold", |lw, n, what| {
+                lw.number(n, what, 0.0, 1.0)
+            });
+        policy.error_collection = self.convenience(inner, top, "error_collection", |lw, n, _| {
+            lw.error_collection(n)
+        });
+        if let Some(f) = inner {
             policy.circuit_breaker = f
-                .get("circuit_breaker")
+                .node("circuit_breaker")
                 .and_then(|n| self.circuit_breaker(n));
-            policy.retry_config = f.get("retry_config").and_then(|n| self.policy_retry(n));
+            policy.retry_config = f.node("retry_config").and_then(|n| self.policy_retry(n));
         }
         Some(policy)
+    }
+
+    /// A key of the error policy, read from `error_policy` or from the top level where it is
+    /// shorthand; set in both places is an error (the nested one wins).
+    fn convenience<'n, T>(
+        &mut self,
+        inner: Option<&Fields<'n>>,
+        top: &Fields<'n>,
+        key: &str,
+        convert: impl FnOnce(&mut Self, &'n Node, &str) -> Option<T>,
+    ) -> Option<T> {
+        let nested = inner.and_then(|f| f.entry(key));
+        let outer = top.entry(key);
+        if let (Some(n), Some(o)) = (nested, outer) {
+            self.push(
+                Diagnostic::new(Code::ConvenienceConflict, format!("`{key}` is set twice"))
+                    .with_primary(o.key.span, "set at the top level")
+                    .with_label(n.key.span, "and inside `error_policy`")
+                    .with_help(format!("keep `{key}` in one place; the top-level key is shorthand for `error_policy.{key}`")),
+            );
+        }
+        let from = inner.filter(|_| nested.is_some()).unwrap_or(top);
+        from.read(self, key, convert)
     }
 
     fn item_failure(&mut self, node: &Node, handlers: &[&str]) -> Option<Spanned<ItemFailure>> {
@@ -514,13 +480,11 @@ impl Lowerer<'_> {
             return custom(node.text()?, node);
         }
         if let Some(map) = node.as_map() {
-            if let [entry] = map
-                && entry.key.text() == Some("custom")
+            if let [_] = map
+                && let Some(f) = self.peek(node, &shapes::ITEM_FAILURE_CUSTOM)
+                && let Some(value) = f.node("custom")
             {
-                return custom(
-                    self.string(&entry.value, "`custom`")?.value.as_str(),
-                    &entry.value,
-                );
+                return custom(f.string(self, "custom")?.value.as_str(), value);
             }
             self.wrong_type(
                 node,
@@ -565,16 +529,7 @@ impl Lowerer<'_> {
         let batched = |lw: &mut Self, params: &Node| -> Option<Spanned<ErrorCollection>> {
             let size_node = if params.as_map().is_some() {
                 let f = lw.fields(params, "`batched`", &shapes::BATCHED)?;
-                let Some(size) = f.get("size") else {
-                    lw.missing(
-                        params.span,
-                        "`batched`",
-                        "size",
-                        "write `batched: {size: 10}`",
-                    );
-                    return None;
-                };
-                size
+                f.required(lw, "size", "write `batched: {size: 10}`")?
             } else {
                 params
             };
@@ -588,10 +543,12 @@ impl Lowerer<'_> {
             return batched(self, node);
         }
         if let Some(map) = node.as_map() {
-            if let [entry] = map
-                && entry.key.text() == Some("batched")
+            if let [_] = map
+                && let Some(params) = self
+                    .peek(node, &shapes::ERROR_COLLECTION_BATCHED)
+                    .and_then(|f| f.node("batched"))
             {
-                return batched(self, &entry.value);
+                return batched(self, params);
             }
             self.wrong_type(
                 node,
@@ -639,17 +596,14 @@ impl Lowerer<'_> {
 
     fn circuit_breaker(&mut self, node: &Node) -> Option<CircuitBreaker> {
         let f = self.fields(node, "`circuit_breaker`", &shapes::CIRCUIT_BREAKER)?;
-        let count = |lw: &mut Self, key: &str, default: u32| {
-            f.get(key)
-                .and_then(|n| lw.count(n, &format!("`{key}`"), 1))
-                .map_or(default, |c| c.value)
-        };
+        let count =
+            |lw: &mut Self, key: &str, default: u32| f.u32(lw, key, 1).map_or(default, |c| c.value);
         let failure_threshold = count(self, "failure_threshold", 5);
         let success_threshold = count(self, "success_threshold", 3);
         let half_open_requests = count(self, "half_open_requests", 3);
         let timeout = f
-            .get("timeout")
-            .and_then(|n| self.delay(n, "`circuit_breaker.timeout`"))
+            .within("circuit_breaker")
+            .delay(self, "timeout")
             .map_or(Duration::from_secs(30), |d| d.value);
         Some(CircuitBreaker {
             span: node.span,
@@ -663,17 +617,11 @@ impl Lowerer<'_> {
     fn policy_retry(&mut self, node: &Node) -> Option<PolicyRetry> {
         let f = self.fields(node, "`error_policy.retry_config`", &shapes::POLICY_RETRY)?;
         let mut out = PolicyRetry::default_at(node.span);
-        if let Some(n) = f
-            .get("max_attempts")
-            .and_then(|n| self.attempts(n, "`max_attempts`"))
-        {
+        if let Some(n) = f.attempts(self, "max_attempts") {
             out.max_attempts = n.value;
         }
-        out.max_delay = f
-            .get("max_delay")
-            .and_then(|n| self.delay(n, "`max_delay`"))
-            .map(|d| d.value);
-        if let Some((backoff, max_delay)) = f.get("backoff").and_then(|n| self.backoff(n)) {
+        out.max_delay = f.delay(self, "max_delay").map(|d| d.value);
+        if let Some((backoff, max_delay)) = f.node("backoff").and_then(|n| self.backoff(n)) {
             out.backoff = backoff;
             if let Some(d) = max_delay {
                 if let Some(outer) = f.entry("max_delay") {
@@ -688,11 +636,8 @@ impl Lowerer<'_> {
                 out.max_delay = Some(d.value);
             }
         }
-        out.jitter = self.flag(f.get("jitter"), "`jitter`", false);
-        if let Some(v) = f
-            .get("jitter_factor")
-            .and_then(|n| self.number(n, "`jitter_factor`", 0.0, 1.0))
-        {
+        out.jitter = f.flag(self, "jitter", false);
+        if let Some(v) = f.number(self, "jitter_factor", 0.0, 1.0) {
             out.jitter_factor = v.value;
         }
         if let Some(e) = f.entry("jitter_factor").filter(|_| !out.jitter) {
@@ -708,8 +653,8 @@ impl Lowerer<'_> {
 
 /// `distinct`: one path, such as `id` or `item.location.file`.
 fn distinct_path(text: &str) -> Result<prodigy_grammar::path::Path, prodigy_grammar::ParseError> {
-    match prodigy_grammar::expr::Expr::parse(text)? {
-        prodigy_grammar::expr::Expr::Path { path, .. } => Ok(path),
+    match Expr::parse(text)? {
+        Expr::Path { path, .. } => Ok(path),
         other => Err(prodigy_grammar::ParseError {
             kind: prodigy_grammar::ParseErrorKind::Expression,
             message: "`distinct` takes one path".to_owned(),

@@ -6,12 +6,16 @@
 //! warnings, so that no field is ever silently ignored.
 //! It must not do I/O.
 
+mod command;
 mod env;
+mod failure;
+mod fields;
 mod mapreduce;
 mod parsed;
 pub(crate) mod step;
 #[cfg(test)]
 mod tests;
+mod validate;
 mod values;
 
 use crate::ast::{self, Mode, Workflow};
@@ -19,16 +23,14 @@ use crate::diagnostics::{Code, Diagnostic, Fix};
 use crate::shapes::{self, Shape};
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind};
+pub(crate) use fields::Fields;
+use fields::Misreads;
 
 /// Lowers a parsed document. Returns `None` when the root is missing or not a workflow.
 pub fn lower(text: &str, root: Option<&Node>) -> (Option<Workflow>, Vec<Diagnostic>) {
-    let mut lw = Lowerer {
-        text,
-        diagnostics: Vec::new(),
-        step_ids: std::collections::BTreeMap::new(),
-    };
+    let mut lw = Lowerer::new(text);
     let workflow = root.and_then(|root| lw.workflow(root));
-    (workflow, lw.diagnostics)
+    (workflow, lw.finish())
 }
 
 /// The state of one lowering pass.
@@ -38,36 +40,8 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) diagnostics: Vec<Diagnostic>,
     /// Every step `id` seen, with where, to report duplicates.
     step_ids: std::collections::BTreeMap<String, Span>,
-}
-
-/// A mapping whose keys have been checked against a list of known keys.
-pub(crate) struct Fields<'n> {
-    entries: Vec<(&'n str, &'n Entry)>,
-}
-
-impl<'n> Fields<'n> {
-    /// The entry for a key.
-    pub(crate) fn entry(&self, key: &str) -> Option<&'n Entry> {
-        self.entries
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, e)| *e)
-    }
-
-    /// The value node for a key.
-    pub(crate) fn get(&self, key: &str) -> Option<&'n Node> {
-        self.entry(key).map(|e| &e.value)
-    }
-
-    /// Whether a key is present.
-    pub(crate) fn has(&self, key: &str) -> bool {
-        self.entry(key).is_some()
-    }
-
-    /// The keys present, in source order.
-    pub(crate) fn keys(&self) -> impl Iterator<Item = (&'n str, &'n Entry)> + '_ {
-        self.entries.iter().copied()
-    }
+    /// Keys read that their shape does not declare: lowering bugs, reported as `ICE`.
+    misreads: Misreads,
 }
 
 /// The best suggestion for a misspelt word among candidates, if one is close enough.
@@ -99,18 +73,42 @@ pub(crate) fn one_of(choices: &[&str]) -> String {
     }
 }
 
+impl<'a> Lowerer<'a> {
+    fn new(text: &'a str) -> Self {
+        Lowerer {
+            text,
+            diagnostics: Vec::new(),
+            step_ids: std::collections::BTreeMap::new(),
+            misreads: Misreads::default(),
+        }
+    }
+
+    /// Every diagnostic of the pass, with an internal error for each key that lowering read
+    /// and its shape does not declare.
+    fn finish(self) -> Vec<Diagnostic> {
+        let mut diagnostics = self.diagnostics;
+        diagnostics.extend(
+            self.misreads
+                .borrow()
+                .iter()
+                .map(fields::Misread::diagnostic),
+        );
+        diagnostics
+    }
+}
+
 impl Lowerer<'_> {
     pub(crate) fn push(&mut self, diagnostic: Diagnostic) {
         self.diagnostics.push(diagnostic);
     }
 
-    /// Checks that `node` is a mapping whose keys are all in `known`, reporting the others.
-    /// `what` names the mapping in messages ("a step", "`retry_config`").
+    /// Checks that `node` is a mapping whose keys are all declared by `shape`, reporting the
+    /// others. `what` names the mapping in messages ("a step", "`retry_config`").
     pub(crate) fn fields<'n>(
         &mut self,
         node: &'n Node,
         what: &str,
-        shape: &Shape,
+        shape: &'static Shape,
     ) -> Option<Fields<'n>> {
         let Some(map) = node.as_map() else {
             self.wrong_type(node, what, "a mapping");
@@ -146,7 +144,31 @@ impl Lowerer<'_> {
                 }
             }
         }
-        Some(Fields { entries })
+        Some(Fields::new(
+            entries,
+            shape,
+            what,
+            node.span,
+            Misreads::clone(&self.misreads),
+        ))
+    }
+
+    /// A mapping read as `shape` without reporting anything about its keys: to tell its
+    /// forms apart before lowering it, or to read a mapping that is lowered elsewhere.
+    pub(crate) fn peek<'n>(&self, node: &'n Node, shape: &'static Shape) -> Option<Fields<'n>> {
+        let entries = node
+            .as_map()?
+            .iter()
+            .filter_map(|e| Some((e.key.text().filter(|_| e.key.as_map().is_none())?, e)))
+            .filter(|(k, _)| shape.key(k).is_some())
+            .collect();
+        Some(Fields::new(
+            entries,
+            shape,
+            "",
+            node.span,
+            Misreads::clone(&self.misreads),
+        ))
     }
 
     fn unknown_key(&mut self, entry: &Entry, key: &str, what: &str, known: &[&str]) {
@@ -186,22 +208,6 @@ impl Lowerer<'_> {
                 .with_primary(at, format!("`{key}` is required here"))
                 .with_help(help.to_owned()),
         );
-    }
-
-    /// The value of a required key, or a [`Code::MissingKey`] diagnostic on `node`.
-    pub(crate) fn required<'n>(
-        &mut self,
-        fields: &Fields<'n>,
-        node: &Node,
-        what: &str,
-        key: &str,
-        help: &str,
-    ) -> Option<&'n Node> {
-        let value = fields.get(key);
-        if value.is_none() {
-            self.missing(node.span, what, key, help);
-        }
-        value
     }
 
     /// Reports a known key that has no effect where it is.
@@ -254,31 +260,6 @@ impl Lowerer<'_> {
             .trim()
             .is_empty()
             .then(|| Span::new(line_start, line_end))
-    }
-
-    /// The entry for `key` or its alias; both together are an error (the key wins).
-    pub(crate) fn aliased<'n>(
-        &mut self,
-        fields: &Fields<'n>,
-        key: &str,
-        alias: &str,
-    ) -> Option<&'n Entry> {
-        match (fields.entry(key), fields.entry(alias)) {
-            (Some(k), Some(a)) => {
-                self.push(
-                    Diagnostic::new(
-                        Code::DuplicateKey,
-                        format!("`{alias}` and `{key}` are the same key"),
-                    )
-                    .with_primary(a.key.span, format!("`{alias}` is an alias of `{key}`"))
-                    .with_label(k.key.span, format!("`{key}` is set here"))
-                    .with_help(format!("keep `{key}` and remove `{alias}`")),
-                );
-                Some(k)
-            }
-            (Some(e), None) | (None, Some(e)) => Some(e),
-            (None, None) => None,
-        }
     }
 
     /// Reports one setting written in two places.
@@ -357,19 +338,14 @@ impl Lowerer<'_> {
             span: root.span,
             ..Workflow::default()
         };
-        wf.name = fields.get("name").and_then(|n| self.string(n, "`name`"));
-        wf.description = fields
-            .get("description")
-            .and_then(|n| self.string(n, "`description`"));
-        if let Some(mode) = fields.get("mode") {
-            wf.mode = self
-                .choice(
-                    mode,
-                    "`mode`",
-                    &[("standard", Mode::Standard), ("mapreduce", Mode::MapReduce)],
-                )
-                .map_or(Mode::Standard, |m| m.value);
-        }
+        wf.name = fields.string(self, "name");
+        wf.description = fields.string(self, "description");
+        wf.mode = fields.choice_or(
+            self,
+            "mode",
+            &[("standard", Mode::Standard), ("mapreduce", Mode::MapReduce)],
+            Mode::Standard,
+        );
         let mapreduce = wf.mode == Mode::MapReduce;
         let mode_key = fields.entry("mode");
 
@@ -406,9 +382,10 @@ impl Lowerer<'_> {
         }
 
         if !mapreduce {
-            match self.aliased(&fields, "commands", "steps") {
+            match fields.aliased(self, "commands", "steps") {
                 Some(e) => {
-                    wf.commands = self.steps(&e.value, "`commands`", step::Ctx::default());
+                    wf.commands =
+                        self.steps(&e.value, &fields.label("commands"), step::Ctx::default());
                     if e.value.as_seq().is_some_and(<[Node]>::is_empty) {
                         self.empty_workflow(e.value.span);
                     }
@@ -447,7 +424,7 @@ impl Lowerer<'_> {
                         .with_help("add `mode: mapreduce` at the top level of the workflow"),
                 );
             }
-        } else if fields.get("map").is_none() {
+        } else if !fields.has("map") {
             let at = mode_key.map_or(root.span, |m| m.value.span);
             self.push(
                 Diagnostic::new(
@@ -461,27 +438,25 @@ impl Lowerer<'_> {
             );
         }
 
-        if let Some(env) = fields.get("env") {
-            wf.env = self.env_map(env, "`env`");
+        if let Some(env) = fields.read(self, "env", |lw, n, what| Some(lw.env_map(n, what))) {
+            wf.env = env;
         }
-        if let Some(secrets) = fields.get("secrets") {
+        if let Some(secrets) = fields.node("secrets") {
             wf.secrets = self.secrets(secrets);
         }
-        if let Some(files) = fields.get("env_files") {
-            wf.env_files = self.template_list(files, "`env_files`");
-        }
-        if let Some(profiles) = fields.get("profiles") {
+        wf.env_files = fields.templates(self, "env_files");
+        if let Some(profiles) = fields.node("profiles") {
             wf.profiles = self.profiles(profiles);
         }
-        if let Some(claude) = fields.get("claude")
+        if let Some(claude) = fields.node("claude")
             && let Some(settings) = self.fields(claude, "`claude`", &shapes::CLAUDE_DEFAULTS)
         {
             wf.claude = Some(self.claude_settings(&settings));
         }
-        if let Some(handlers) = fields.get("handlers") {
+        if let Some(handlers) = fields.node("handlers") {
             wf.handlers = self.handlers(handlers);
         }
-        if let Some(merge) = fields.get("merge") {
+        if let Some(merge) = fields.node("merge") {
             wf.merge = self.merge(merge);
         }
         if let Some(entry) = fields.entry("slurm") {
@@ -496,15 +471,13 @@ impl Lowerer<'_> {
         }
         wf.error_policy = self.error_policy(&fields, mapreduce, &wf.handlers);
         if mapreduce {
-            if let Some(setup) = fields.get("setup") {
+            if let Some(setup) = fields.node("setup") {
                 wf.setup = self.setup(setup);
             }
-            if let Some(map) = fields.get("map") {
+            if let Some(map) = fields.node("map") {
                 wf.map = self.map_phase(map);
             }
-            if let Some(reduce) = fields.get("reduce") {
-                wf.reduce = Some(self.phase_steps(reduce, "`reduce`"));
-            }
+            wf.reduce = fields.read(self, "reduce", |lw, n, what| Some(lw.phase_steps(n, what)));
         }
         Some(wf)
     }

@@ -1,19 +1,18 @@
-//! Steps, in every context, and the per-step structures: `on_failure`, `retry_config`,
-//! `validate`, `step_validate`, captures, `write_file` and `foreach`.
+//! Steps, in every context, and the fields every step has: ids, environment, captures,
+//! handlers, commits, `metadata` and the keys that stand in for `on_failure`.
+//! A step's command is in `command.rs`, `on_failure` and `retry_config` in `failure.rs`,
+//! `validate` and `step_validate` in `validate.rs`.
 
 use super::values::MAX_ATTEMPTS;
-use super::{Fields, Lowerer, one_of};
+use super::{Fields, Lowerer};
 use crate::ast::{
-    Backoff, Capture, CaptureFormat, CaptureStreams, ClaudeSettings, Command, CommitConfig, EnvVar,
-    ExitCodeHandler, Foreach, ForeachInput, Matcher, OnFailure, OnFailureForm, OnIncomplete,
-    RetryConfig, RetryExhausted, Step, StepOutput, StepValidate, Strategy, SuccessCriteria,
-    Template, Validate, ValidationCheck, WriteFile, WriteFormat,
+    Capture, CaptureFormat, CaptureStreams, Command, EnvVar, ExitCodeHandler, OnFailure,
+    RetryConfig, Step,
 };
-use crate::diagnostics::{Code, Diagnostic, Edit, Fix};
+use crate::diagnostics::{Code, Diagnostic, Fix};
 use crate::shapes;
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind, Scalar};
-use std::time::Duration;
 
 pub(crate) const COMMAND_KINDS: &[&str] = &[
     "shell",
@@ -140,8 +139,8 @@ impl Lowerer<'_> {
         if node.as_seq().is_some() {
             return self.steps(node, what, Ctx::default());
         }
-        if let Some(map) = node.as_map() {
-            let has = |k: &str| map.iter().any(|e| e.key.text() == Some(k));
+        if let Some(fields) = self.peek(node, &shapes::STEP) {
+            let has = |k: &str| fields.has(k);
             let others = COMMAND_KINDS
                 .iter()
                 .filter(|k| !matches!(**k, "shell" | "claude"))
@@ -159,235 +158,14 @@ impl Lowerer<'_> {
         self.step(node, Ctx::default()).into_iter().collect()
     }
 
-    /// The step's command, and a `claude` command's own settings.
-    fn command(
-        &mut self,
-        fields: &Fields<'_>,
-        node: &Node,
-    ) -> Option<(Command, Option<ClaudeSettings>)> {
-        for removed in ["analyze", "goal_seek"] {
-            if let Some(entry) = fields.entry(removed) {
-                let help = if removed == "analyze" {
-                    "remove the step; analysis was removed in Prodigy 0.3, run an analysis tool with `shell:` instead"
-                } else {
-                    "replace it with a step that has `validate:` and `on_incomplete:`, which loop until a threshold is met"
-                };
-                self.push(
-                    Diagnostic::new(
-                        Code::RemovedFeature,
-                        format!("`{removed}` steps were removed"),
-                    )
-                    .with_primary(entry.key.span, format!("`{removed}` no longer exists"))
-                    .with_help(help),
-                );
-                return None;
-            }
-        }
-        let kinds: Vec<(&str, &Entry)> = COMMAND_KINDS
-            .iter()
-            .filter_map(|k| fields.entry(k).map(|e| (*k, e)))
-            .collect();
-        match kinds.as_slice() {
-            [] => {
-                if let Some(name) = fields.get("name") {
-                    return self.legacy_named(fields, name).map(|c| (c, None));
-                }
-                let at = node
-                    .as_map()
-                    .and_then(|m| m.first())
-                    .map_or(node.span, |e| e.key.span);
-                self.push(
-                    Diagnostic::new(Code::NoCommand, "a step needs a command")
-                        .with_primary(at, "this step runs nothing")
-                        .with_help(format!("add one of {}", one_of(&COMMAND_KINDS[..5]))),
-                );
-                None
-            }
-            [("claude", entry)] => self
-                .claude_command(&entry.value)
-                .map(|(t, settings)| (Command::Claude(t), settings)),
-            [(kind, entry)] => self.command_of(kind, entry, fields).map(|c| (c, None)),
-            [(first, first_entry), (second, second_entry), ..] => {
-                self.push(
-                    Diagnostic::new(
-                        Code::MultipleCommands,
-                        format!("a step has both `{first}` and `{second}`"),
-                    )
-                    .with_primary(second_entry.key.span, "second command")
-                    .with_label(first_entry.key.span, "first command")
-                    .with_help("split them into two steps; each step runs exactly one command"),
-                );
-                None
-            }
-        }
-    }
-
-    fn command_of(&mut self, kind: &str, entry: &Entry, fields: &Fields<'_>) -> Option<Command> {
-        let value = &entry.value;
-        Some(match kind {
-            "shell" => Command::Shell(self.template(value, "`shell`")?),
-            "claude" => Command::Claude(self.claude_command(value)?.0),
-            "command" => {
-                let fix = fields.entry("claude").is_none().then(|| {
-                    Fix::replace("rename `command` to `claude`", entry.key.span, "claude")
-                });
-                self.deprecated_fixed(
-                    entry.key.span,
-                    "`command` is a deprecated spelling of `claude`",
-                    "write `claude:` instead",
-                    fix,
-                );
-                Command::Claude(self.template(value, "`command`")?)
-            }
-            "write_file" => Command::WriteFile(self.write_file(value)?),
-            "foreach" => Command::Foreach(Box::new(self.foreach(value, fields)?)),
-            // `test` is rewritten in `step_fields`, where its `on_failure` lands on the step.
-            _ => {
-                self.deprecated(
-                    entry.key.span,
-                    "`test` steps are deprecated",
-                    "write `shell:` with an `on_failure:` handler instead",
-                );
-                let test = self.fields(value, "`test`", &shapes::TEST)?;
-                let Some(command) = test.get("command") else {
-                    self.missing(
-                        value.span,
-                        "`test`",
-                        "command",
-                        "add `command: \"cargo test\"`",
-                    );
-                    return None;
-                };
-                Command::Shell(self.template(command, "`test.command`")?)
-            }
-        })
-    }
-
-    /// A `claude` command: its prompt, written alone or as `{prompt, model, ...}` with the
-    /// call's own settings.
-    pub(crate) fn claude_command(
-        &mut self,
-        node: &Node,
-    ) -> Option<(Template, Option<ClaudeSettings>)> {
-        if node.as_map().is_none() {
-            return self.template(node, "`claude`").map(|t| (t, None));
-        }
-        let fields = self.fields(node, "`claude`", &shapes::CLAUDE_STEP)?;
-        let settings = self.claude_settings(&fields);
-        let prompt = self.required(
-            &fields,
-            node,
-            "`claude`",
-            "prompt",
-            "add `prompt: \"/fix ${item}\"` with the prompt or slash command",
-        )?;
-        let prompt = self.template(prompt, "`claude.prompt`")?;
-        Some((prompt, Some(settings)))
-    }
-
-    /// The settings of a Claude call, from a mapping already checked against its shape.
-    pub(crate) fn claude_settings(&mut self, fields: &Fields<'_>) -> ClaudeSettings {
-        let text = |lw: &mut Self, key: &str| {
-            fields
-                .get(key)
-                .and_then(|n| lw.string(n, &format!("`{key}`")))
-                .map(|s| s.value)
-        };
-        let list = |lw: &mut Self, key: &str| {
-            fields.get(key).map(|n| {
-                lw.string_list(n, &format!("`{key}`"))
-                    .into_iter()
-                    .map(|s| s.value)
-                    .collect::<Vec<_>>()
-            })
-        };
-        let modes: Vec<(&str, &str)> = crate::ast::PERMISSION_MODES
-            .iter()
-            .map(|m| (*m, *m))
-            .collect();
-        ClaudeSettings {
-            model: text(self, "model"),
-            max_turns: fields
-                .get("max_turns")
-                .and_then(|n| self.integer(n, "`max_turns`", 1, i64::MAX))
-                .map(|n| u32::try_from(n.value).unwrap_or(u32::MAX)),
-            allowed_tools: list(self, "allowed_tools"),
-            disallowed_tools: list(self, "disallowed_tools"),
-            append_system_prompt: text(self, "append_system_prompt"),
-            permission_mode: fields
-                .get("permission_mode")
-                .and_then(|n| self.choice(n, "`permission_mode`", &modes))
-                .map(|m| m.value.to_owned()),
-            max_budget_usd: fields.get("max_budget_usd").and_then(|n| {
-                let budget = self.number(n, "`max_budget_usd`", 0.0, f64::MAX)?;
-                if budget.value > 0.0 {
-                    return Some(budget.value);
-                }
-                self.push(
-                    Diagnostic::new(Code::OutOfRange, "`max_budget_usd` must be above 0")
-                        .with_primary(n.span, "a budget of 0 allows no call at all")
-                        .with_help("give the most the call may spend in US dollars, such as `2.5`"),
-                );
-                None
-            }),
-            fallback_model: text(self, "fallback_model"),
-            mcp_config: list(self, "mcp_config"),
-            add_dirs: list(self, "add_dirs"),
-        }
-    }
-
-    /// `{name: X, args, options}`: the Claude command `/X args --option value`.
-    fn legacy_named(&mut self, fields: &Fields<'_>, name: &Node) -> Option<Command> {
-        let name = self.string(name, "`name`")?;
-        let mut text = if name.value.starts_with('/') {
-            name.value.clone()
-        } else {
-            format!("/{}", name.value)
-        };
-        if let Some(args) = fields.get("args") {
-            for arg in self.string_list(args, "`args`") {
-                text.push(' ');
-                text.push_str(&arg.value);
-            }
-        }
-        if let Some(options) = fields.get("options") {
-            for (key, value) in options
-                .as_map()
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|e| Some((e.key.text()?, &e.value)))
-            {
-                match value.scalar() {
-                    Some(Scalar::Bool(true)) => {
-                        text.push_str(" --");
-                        text.push_str(key);
-                    }
-                    Some(Scalar::Bool(false) | Scalar::Null) => {}
-                    _ => {
-                        if let Some(v) = self.string(value, "an option value") {
-                            text.push_str(" --");
-                            text.push_str(key);
-                            text.push(' ');
-                            text.push_str(&v.value);
-                        }
-                    }
-                }
-            }
-            if options.as_map().is_none() {
-                self.wrong_type(options, "`options`", "a mapping of option names to values");
-            }
-        }
-        self.synthesized(text, name.span).map(Command::Claude)
-    }
-
     fn step_fields(&mut self, fields: &Fields<'_>, step: &mut Step, ctx: Ctx) {
         let legacy_named = !COMMAND_KINDS.iter().any(|k| fields.has(k));
-        if let Some(id) = fields.get("id").and_then(|n| self.string(n, "`id`")) {
+        if let Some(id) = fields.string(self, "id") {
             self.step_id(&id);
             step.id = Some(id);
         }
         if !legacy_named {
-            step.name = fields.get("name").and_then(|n| self.string(n, "`name`"));
+            step.name = fields.string(self, "name");
             for key in ["args", "options"] {
                 if let Some(entry) = fields.entry(key) {
                     self.no_effect(
@@ -399,22 +177,16 @@ impl Lowerer<'_> {
             }
         }
         self.flat_foreach_keys(fields);
-        step.description = fields
-            .get("description")
-            .and_then(|n| self.string(n, "`description`"));
-        step.timeout = fields
-            .get("timeout")
-            .and_then(|n| self.duration(n, "`timeout`"));
-        step.working_dir = fields
-            .get("working_dir")
-            .and_then(|n| self.template(n, "`working_dir`"));
-        if let Some(env) = fields.get("env") {
+        step.description = fields.string(self, "description");
+        step.timeout = fields.duration(self, "timeout");
+        step.working_dir = fields.template(self, "working_dir");
+        if let Some(env) = fields.node("env") {
             step.env = self.env_map(env, "step `env`");
         }
-        step.clear_env = self.flag(fields.get("clear_env"), "`clear_env`", false);
+        step.clear_env = fields.flag(self, "clear_env", false);
         // `temporary` asks for what is already the rule: a step's env never outlives the step.
         if let Some(e) = fields.entry("temporary")
-            && self.boolean(&e.value, "`temporary`") == Some(false)
+            && fields.boolean(self, "temporary") == Some(false)
         {
             self.no_effect(
                 e,
@@ -422,10 +194,10 @@ impl Lowerer<'_> {
                 "remove `temporary: false`; step environments are always temporary",
             );
         }
-        step.when = fields.get("when").and_then(|n| self.condition(n, "`when`"));
+        step.when = fields.condition(self, "when");
         self.captures(fields, step);
-        if let Some(e) = self.aliased(fields, "output_file", "output") {
-            step.output_file = self.template(&e.value, "`output_file`");
+        if let Some(e) = fields.aliased(self, "output_file", "output") {
+            step.output_file = self.template(&e.value, &fields.label("output_file"));
             if let Some(t) = &step.output_file
                 && leaves_project(&t.value)
             {
@@ -441,19 +213,21 @@ impl Lowerer<'_> {
                 );
             }
         }
-        if let Some(node) = fields.get("on_success") {
-            step.on_success = self.handler_steps(node, "`on_success`");
+        if let Some(steps) = fields.read(self, "on_success", |lw, n, what| {
+            Some(lw.handler_steps(n, what))
+        }) {
+            step.on_success = steps;
         }
-        if let Some(node) = fields.get("on_exit_code") {
+        if let Some(node) = fields.node("on_exit_code") {
             step.on_exit_code = self.exit_codes(node);
         }
-        if let Some(e) = self.aliased(fields, "retry_config", "retry") {
+        if let Some(e) = fields.aliased(self, "retry_config", "retry") {
             step.retry = self.retry_config(&e.value);
         }
-        step.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
-        step.auto_commit = self.flag(fields.get("auto_commit"), "`auto_commit`", false);
+        step.commit_required = fields.flag(self, "commit_required", false);
+        step.auto_commit = fields.flag(self, "auto_commit", false);
         step.commit_config = fields
-            .get("commit_config")
+            .node("commit_config")
             .and_then(|n| self.commit_config(n));
         if let Some(e) = fields.entry("commit_config").filter(|_| !step.auto_commit) {
             self.no_effect(
@@ -462,9 +236,9 @@ impl Lowerer<'_> {
                 "add `auto_commit: true`",
             );
         }
-        step.validate = fields.get("validate").and_then(|n| self.validate(n));
+        step.validate = fields.node("validate").and_then(|n| self.validate(n));
         self.step_validate(fields, step);
-        if let Some(outputs) = fields.get("outputs") {
+        if let Some(outputs) = fields.node("outputs") {
             step.outputs = self.outputs(outputs);
             if step.id.is_none() && !step.outputs.is_empty() {
                 self.missing(
@@ -483,7 +257,7 @@ impl Lowerer<'_> {
             );
         }
         self.failure_fields(fields, step, ctx);
-        if let Some(metadata) = fields.get("metadata") {
+        if let Some(metadata) = fields.node("metadata") {
             self.metadata(metadata, step);
         }
     }
@@ -494,9 +268,9 @@ impl Lowerer<'_> {
         let mut decided_by: Option<&str> = None;
         // `test: {command, on_failure}` carries its handler inside.
         let test_handler = fields
-            .get("test")
-            .and_then(Node::as_map)
-            .and_then(|m| m.iter().find(|e| e.key.text() == Some("on_failure")));
+            .node("test")
+            .and_then(|test| self.peek(test, &shapes::TEST))
+            .and_then(|test| test.entry("on_failure"));
         if let Some(handler) = test_handler {
             step.on_failure = self.on_failure(&handler.value, 3);
             decided_by = Some("test.on_failure");
@@ -517,7 +291,7 @@ impl Lowerer<'_> {
         // Keys that mean `on_failure: true`.
         for key in ["allow_failure", "continue_on_error"] {
             let Some(e) = fields.entry(key) else { continue };
-            let value = self.boolean(&e.value, &format!("`{key}`")) == Some(true);
+            let value = fields.boolean(self, key) == Some(true);
             if key == "continue_on_error" && ctx.handler_command {
                 step.continue_on_error = value;
                 continue;
@@ -538,7 +312,7 @@ impl Lowerer<'_> {
         }
         // `max_attempts` and `fail_workflow` beside `on_failure` configure it (the Error Handling guide).
         let inner_keys: Vec<&str> = fields
-            .get("on_failure")
+            .node("on_failure")
             .and_then(Node::as_map)
             .map(|m| m.iter().filter_map(|e| e.key.text()).collect())
             .unwrap_or_default();
@@ -548,7 +322,7 @@ impl Lowerer<'_> {
             else {
                 // `fail_workflow: false` on a step without a handler asks to go on after a failure.
                 if key == "fail_workflow" && step.on_failure.is_none() {
-                    if self.boolean(&e.value, "`fail_workflow`") == Some(false) {
+                    if fields.boolean(self, key) == Some(false) {
                         step.on_failure = Some(OnFailure::ignore(e.value.span));
                     }
                     continue;
@@ -569,10 +343,10 @@ impl Lowerer<'_> {
                 continue;
             }
             if key == "max_attempts" {
-                if let Some(n) = self.attempts(&e.value, "`max_attempts`") {
+                if let Some(n) = fields.attempts(self, key) {
                     on_failure.max_attempts = n.value;
                 }
-            } else if let Some(b) = self.boolean(&e.value, "`fail_workflow`") {
+            } else if let Some(b) = fields.boolean(self, key) {
                 on_failure.fail_workflow = b;
             }
         }
@@ -591,7 +365,7 @@ impl Lowerer<'_> {
             );
         };
         if let Some(e) = fields.entry("continue_on_error")
-            && self.boolean(&e.value, "`continue_on_error`") == Some(true)
+            && fields.boolean(self, "continue_on_error") == Some(true)
         {
             if step.on_failure.is_some() {
                 shadowed(self, e, "on_failure");
@@ -600,7 +374,9 @@ impl Lowerer<'_> {
             }
         }
         if let Some(e) = fields.entry("retries")
-            && let Some(n) = self.count_in(&e.value, "`retries`", 0, MAX_ATTEMPTS - 1)
+            && let Some(n) = fields.read(self, "retries", |lw, n, what| {
+                lw.count_in(n, what, 0, MAX_ATTEMPTS - 1)
+            })
             && n.value > 0
         {
             if step.retry.is_some() {
@@ -613,7 +389,7 @@ impl Lowerer<'_> {
             }
         }
         if let Some(e) = fields.entry("timeout")
-            && let Some(t) = self.duration(&e.value, "`timeout`")
+            && let Some(t) = fields.duration(self, "timeout")
         {
             if step.timeout.is_some() {
                 shadowed(self, e, "timeout");
@@ -621,7 +397,7 @@ impl Lowerer<'_> {
                 step.timeout = Some(t);
             }
         }
-        if let Some(env) = fields.get("env") {
+        if let Some(env) = fields.node("env") {
             for var in self.env_map(env, "`metadata.env`") {
                 if let Some(own) = step.env.iter().find(|v| v.name.value == var.name.value) {
                     let own_span = own.name.span;
@@ -637,7 +413,7 @@ impl Lowerer<'_> {
                 }
             }
         }
-        if self.flag(fields.get("commit_required"), "`commit_required`", false) {
+        if fields.flag(self, "commit_required", false) {
             step.commit_required = true;
         }
         if let Some(e) = fields.entry("analysis") {
@@ -650,26 +426,21 @@ impl Lowerer<'_> {
     }
 
     fn captures(&mut self, fields: &Fields<'_>, step: &mut Step) {
-        let format = fields.get("capture_format").and_then(|n| {
-            self.choice(
-                n,
-                "`capture_format`",
-                &[
-                    ("string", CaptureFormat::String),
-                    ("number", CaptureFormat::Number),
-                    ("json", CaptureFormat::Json),
-                    ("lines", CaptureFormat::Lines),
-                    ("boolean", CaptureFormat::Boolean),
-                ],
-            )
-        });
+        let format = fields.choice(
+            self,
+            "capture_format",
+            &[
+                ("string", CaptureFormat::String),
+                ("number", CaptureFormat::Number),
+                ("json", CaptureFormat::Json),
+                ("lines", CaptureFormat::Lines),
+                ("boolean", CaptureFormat::Boolean),
+            ],
+        );
         let streams = fields
-            .get("capture_streams")
+            .node("capture_streams")
             .and_then(|n| self.capture_streams(n));
-        if let Some(name) = fields
-            .get("capture")
-            .and_then(|n| self.string(n, "`capture`"))
-        {
+        if let Some(name) = fields.string(self, "capture") {
             step.capture = Some(Capture {
                 name,
                 format: format.map_or(CaptureFormat::String, |f| f.value),
@@ -686,7 +457,7 @@ impl Lowerer<'_> {
                 }
             }
         }
-        if let Some(node) = fields.get("capture_output") {
+        if let Some(node) = fields.node("capture_output") {
             let default_name = match step.command {
                 Command::Claude(_) => "claude.output",
                 _ => "shell.output",
@@ -694,7 +465,7 @@ impl Lowerer<'_> {
             step.capture_output = match node.scalar() {
                 Some(Scalar::Bool(true)) => Some(Spanned::new(default_name.to_owned(), node.span)),
                 Some(Scalar::Bool(false)) => None,
-                _ => self.string(node, "`capture_output`"),
+                _ => fields.string(self, "capture_output"),
             };
         }
     }
@@ -704,11 +475,11 @@ impl Lowerer<'_> {
             let fields = self.fields(node, "`capture_streams`", &shapes::CAPTURE_STREAMS)?;
             let d = CaptureStreams::default();
             return Some(CaptureStreams {
-                stdout: self.flag(fields.get("stdout"), "`stdout`", d.stdout),
-                stderr: self.flag(fields.get("stderr"), "`stderr`", d.stderr),
-                exit_code: self.flag(fields.get("exit_code"), "`exit_code`", d.exit_code),
-                success: self.flag(fields.get("success"), "`success`", d.success),
-                duration: self.flag(fields.get("duration"), "`duration`", d.duration),
+                stdout: fields.flag(self, "stdout", d.stdout),
+                stderr: fields.flag(self, "stderr", d.stderr),
+                exit_code: fields.flag(self, "exit_code", d.exit_code),
+                success: fields.flag(self, "success", d.success),
+                duration: fields.flag(self, "duration", d.duration),
             });
         }
         let base = CaptureStreams::default();
@@ -767,7 +538,7 @@ impl Lowerer<'_> {
     }
 
     /// A handler command written as a string: a leading `/` means Claude, else shell.
-    fn command_string(&mut self, node: &Node, what: &str) -> Option<Step> {
+    pub(super) fn command_string(&mut self, node: &Node, what: &str) -> Option<Step> {
         let text = self.template(node, what)?;
         let command = if text.value.trim_start().starts_with('/') {
             Command::Claude(text)
@@ -778,7 +549,7 @@ impl Lowerer<'_> {
     }
 
     /// A list of handler commands: strings or steps.
-    fn handler_commands(&mut self, node: &Node, what: &str) -> Vec<Step> {
+    pub(super) fn handler_commands(&mut self, node: &Node, what: &str) -> Vec<Step> {
         let Some(items) = node.as_seq() else {
             self.wrong_type(node, what, "a list of commands");
             return Vec::new();
@@ -798,972 +569,6 @@ impl Lowerer<'_> {
                 }
             })
             .collect()
-    }
-
-    /// `on_failure` in all six forms. `default_attempts` is 3 for the deprecated `test:` form.
-    pub(crate) fn on_failure(&mut self, node: &Node, default_attempts: u32) -> Option<OnFailure> {
-        let base = OnFailure {
-            span: node.span,
-            form: OnFailureForm::Bool,
-            handler: Vec::new(),
-            fail_workflow: false,
-            max_attempts: 1,
-            strategy: Strategy::Recovery,
-            strategy_span: None,
-            handler_failure_fatal: false,
-            timeout: None,
-            capture: Vec::new(),
-            commit_required: false,
-        };
-        match &node.kind {
-            NodeKind::Scalar { .. } => {
-                if let Some(Scalar::Bool(b)) = node.scalar() {
-                    return Some(OnFailure {
-                        fail_workflow: !b,
-                        ..base
-                    });
-                }
-                let step = self.command_string(node, "`on_failure`")?;
-                Some(OnFailure {
-                    form: OnFailureForm::Single,
-                    handler: vec![step],
-                    ..base
-                })
-            }
-            NodeKind::Seq(_) => {
-                let handler = self.handler_commands(node, "`on_failure`");
-                Some(OnFailure {
-                    form: OnFailureForm::List,
-                    handler,
-                    ..base
-                })
-            }
-            NodeKind::Map(_) => {
-                let detailed = node
-                    .as_map()
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|e| e.key.text() == Some("commands"));
-                let shape = if detailed {
-                    &shapes::ON_FAILURE_DETAILED
-                } else {
-                    &shapes::ON_FAILURE_ADVANCED
-                };
-                let fields = self.fields(node, "`on_failure`", shape)?;
-                let mut out = OnFailure {
-                    form: OnFailureForm::Advanced,
-                    max_attempts: default_attempts,
-                    ..base
-                };
-                if detailed {
-                    out.form = OnFailureForm::Detailed;
-                    if let Some(commands) = fields.get("commands") {
-                        out.handler = self.handler_commands(commands, "`on_failure.commands`");
-                    }
-                } else {
-                    if let Some(text) = fields
-                        .get("shell")
-                        .and_then(|n| self.template(n, "`shell`"))
-                    {
-                        out.handler.push(Step::new(node.span, Command::Shell(text)));
-                    }
-                    if let Some((text, settings)) =
-                        fields.get("claude").and_then(|n| self.claude_command(n))
-                    {
-                        let mut step = Step::new(node.span, Command::Claude(text));
-                        step.claude = settings;
-                        out.handler.push(step);
-                    }
-                }
-                if let Some(e) = self.aliased(&fields, "max_attempts", "max_retries")
-                    && let Some(n) = self.attempts(&e.value, "`max_attempts`")
-                {
-                    out.max_attempts = n.value;
-                }
-                if let Some(e) = fields.entry("retry_original") {
-                    // `true` means `max_attempts: 2` when no count is given; `false` means
-                    // nothing.
-                    let counted = fields.entry("max_attempts").is_some()
-                        || fields.entry("max_retries").is_some();
-                    let fix = match e.value.scalar() {
-                        Some(Scalar::Bool(true)) if !counted => Some(Fix {
-                            description: "write `max_attempts: 2`".into(),
-                            edits: vec![
-                                Edit {
-                                    span: e.key.span,
-                                    replacement: "max_attempts".into(),
-                                },
-                                Edit {
-                                    span: e.value.span,
-                                    replacement: "2".into(),
-                                },
-                            ],
-                        }),
-                        Some(Scalar::Bool(false)) => self
-                            .entry_lines(e)
-                            .map(|lines| Fix::replace("remove `retry_original: false`", lines, "")),
-                        _ => None,
-                    };
-                    self.deprecated_fixed(
-                        e.key.span,
-                        "`retry_original` is deprecated",
-                        "set `max_attempts: 2` or more; the command is retried after the handler",
-                        fix,
-                    );
-                    if self.boolean(&e.value, "`retry_original`") == Some(true) {
-                        out.max_attempts = out.max_attempts.max(2);
-                    }
-                }
-                out.fail_workflow =
-                    self.flag(fields.get("fail_workflow"), "`fail_workflow`", false);
-                out.handler_failure_fatal = self.flag(
-                    fields.get("handler_failure_fatal"),
-                    "`handler_failure_fatal`",
-                    false,
-                );
-                out.commit_required =
-                    self.flag(fields.get("commit_required"), "`commit_required`", false);
-                out.timeout = fields
-                    .get("timeout")
-                    .and_then(|n| self.duration(n, "`timeout`"));
-                if let Some(n) = fields.get("capture") {
-                    out.capture = self.handler_capture(n);
-                }
-                if let Some(s) = fields.get("strategy") {
-                    let choices = [
-                        ("recovery", Strategy::Recovery),
-                        ("fallback", Strategy::Fallback),
-                        ("cleanup", Strategy::Cleanup),
-                        ("custom", Strategy::Custom),
-                    ];
-                    if let Some(s) = self.choice(s, "`strategy`", &choices) {
-                        out.strategy = s.value;
-                        out.strategy_span = Some(s.span);
-                    }
-                }
-                if out.handler.is_empty() {
-                    for key in [
-                        "max_attempts",
-                        "max_retries",
-                        "timeout",
-                        "strategy",
-                        "capture",
-                        "handler_failure_fatal",
-                    ] {
-                        if let Some(e) = fields.entry(key) {
-                            self.no_effect(
-                                e,
-                                "this `on_failure` has no handler command",
-                                "add `shell:` or `claude:` to run on failure, or use `retry_config` to retry",
-                            );
-                        }
-                    }
-                }
-                Some(out)
-            }
-        }
-    }
-
-    /// `on_failure.capture`: a name, a list of names, or a mapping whose keys are the names
-    /// (the Error Handling guide writes `error_log: "handler_output"`).
-    fn handler_capture(&mut self, node: &Node) -> Vec<Spanned<String>> {
-        let Some(map) = node.as_map() else {
-            return self.string_list(node, "`capture`");
-        };
-        map.iter()
-            .filter_map(|e| {
-                self.string(&e.value, "a capture source")?;
-                self.string(&e.key, "a variable name")
-            })
-            .collect()
-    }
-
-    /// Command-level `retry_config`.
-    pub(crate) fn retry_config(&mut self, node: &Node) -> Option<RetryConfig> {
-        let fields = self.fields(node, "`retry_config`", &shapes::RETRY_CONFIG)?;
-        let mut out = RetryConfig::defaults(node.span);
-        let attempts = self.aliased(&fields, "attempts", "max_attempts");
-        if let Some(n) = attempts.and_then(|e| self.attempts(&e.value, "`attempts`")) {
-            out.attempts = n.value;
-        }
-        if let Some(d) = fields
-            .get("initial_delay")
-            .and_then(|n| self.delay(n, "`initial_delay`"))
-        {
-            out.initial_delay = d.value;
-        }
-        if let Some(d) = fields
-            .get("max_delay")
-            .and_then(|n| self.delay(n, "`max_delay`"))
-        {
-            out.max_delay = d.value;
-        }
-        if let Some(b) = fields.get("backoff")
-            && let Some((backoff, max_delay)) = self.backoff(b)
-        {
-            out.backoff = backoff;
-            if let Some(d) = max_delay {
-                if let Some(outer) = fields.entry("max_delay") {
-                    self.duplicate(
-                        d.span,
-                        outer.key.span,
-                        "max_delay",
-                        "`backoff`",
-                        "`retry_config`",
-                    );
-                }
-                out.max_delay = d.value;
-            }
-        }
-        out.jitter = self.flag(fields.get("jitter"), "`jitter`", false);
-        if let Some(f) = fields
-            .get("jitter_factor")
-            .and_then(|n| self.number(n, "`jitter_factor`", 0.0, 1.0))
-        {
-            out.jitter_factor = f.value;
-        }
-        if let Some(e) = fields.entry("jitter_factor").filter(|_| !out.jitter) {
-            self.no_effect(
-                e,
-                "jitter is off",
-                "add `jitter: true`, or remove `jitter_factor`",
-            );
-        }
-        if let Some(list) = fields.get("retry_on") {
-            out.retry_on = self.matchers(list);
-        }
-        out.retry_budget = fields
-            .get("retry_budget")
-            .and_then(|n| self.delay(n, "`retry_budget`"))
-            .map(|d| d.value);
-        if let Some(n) = fields.get("on_failure")
-            && let Some(action) = self.retry_exhausted(n)
-        {
-            out.on_failure = action;
-        }
-        Some(out)
-    }
-
-    /// A backoff in any of its spellings: `exponential`, `{exponential: {base: 2}}`,
-    /// `{type: exponential, base: 2}`, or `!exponential {base: 2}`.
-    /// Returns the strategy and a `max_delay` given inside it.
-    pub(crate) fn backoff(&mut self, node: &Node) -> Option<(Backoff, Option<Spanned<Duration>>)> {
-        const KINDS: &[&str] = shapes::BACKOFF_KINDS;
-        let (kind, kind_node, params): (String, &Node, Option<Node>) = if let Some(tag) = &node.tag
-        {
-            (tag.clone(), node, (!node.is_null()).then(|| node.clone()))
-        } else if let Some(text) = node.text() {
-            (text.trim().to_owned(), node, None)
-        } else if let Some(map) = node.as_map() {
-            if let Some(type_entry) = map.iter().find(|e| e.key.text() == Some("type")) {
-                let Some(kind) = type_entry.value.text() else {
-                    self.wrong_type(&type_entry.value, "`backoff.type`", &one_of(KINDS));
-                    return None;
-                };
-                (
-                    kind.trim().to_owned(),
-                    &type_entry.value,
-                    Some(without_key(node, "type")),
-                )
-            } else if let [single] = map {
-                let kind = single.key.text().unwrap_or_default().to_owned();
-                (
-                    kind,
-                    &single.key,
-                    (!single.value.is_null()).then(|| single.value.clone()),
-                )
-            } else {
-                self.wrong_type(
-                    node,
-                    "`backoff`",
-                    "a strategy name such as `exponential`, `{exponential: {base: 2}}` or `{type: exponential, base: 2}`",
-                );
-                return None;
-            }
-        } else {
-            self.wrong_type(node, "`backoff`", "a strategy name or mapping");
-            return None;
-        };
-        let Some(kind) = KINDS.iter().find(|k| k.eq_ignore_ascii_case(&kind)) else {
-            self.unknown_variant(kind_node, "backoff strategy", &kind, KINDS);
-            return None;
-        };
-        // The parameters of each strategy are the shape `backoff_by_name` gives its key.
-        let Some(shapes::Key {
-            ty: shapes::Ty::Object(param_shape),
-            ..
-        }) = shapes::BACKOFF_BY_NAME.key(kind)
-        else {
-            self.unknown_variant(kind_node, "backoff strategy", kind, KINDS);
-            return None;
-        };
-        let what = format!("`{kind}` backoff");
-        let fields = match &params {
-            Some(p) => Some(self.fields(p, &what, param_shape)?),
-            None => None,
-        };
-        let get = |k: &str| fields.as_ref().and_then(|f| f.get(k));
-        let dur = |lw: &mut Self, k: &str| {
-            get(k)
-                .and_then(|n| lw.delay(n, &format!("`{k}`")))
-                .map(|d| d.value)
-        };
-        let max_delay = get("max_delay").and_then(|n| self.delay(n, "`max_delay`"));
-        let backoff = match *kind {
-            "fixed" => Backoff::Fixed {
-                delay: dur(self, "delay"),
-            },
-            "linear" => Backoff::Linear {
-                initial: dur(self, "initial"),
-                increment: dur(self, "increment"),
-            },
-            "exponential" => {
-                let factor = match (&fields, get("base"), get("multiplier")) {
-                    (Some(f), Some(_), Some(_)) => {
-                        self.aliased(f, "base", "multiplier").map(|e| &e.value)
-                    }
-                    (_, base, multiplier) => base.or(multiplier),
-                };
-                let base = factor
-                    .and_then(|n| self.number(n, "`base`", 1.0, f64::MAX))
-                    .map_or(2.0, |b| b.value);
-                Backoff::Exponential {
-                    initial: dur(self, "initial"),
-                    base,
-                }
-            }
-            "fibonacci" => Backoff::Fibonacci {
-                initial: dur(self, "initial"),
-            },
-            _ => {
-                let delays = match get("delays") {
-                    Some(list) if list.as_seq().is_some() => list
-                        .as_seq()
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|n| self.delay(n, "a custom delay").map(|d| d.value))
-                        .collect(),
-                    Some(other) => {
-                        self.wrong_type(other, "`delays`", "a list of durations");
-                        Vec::new()
-                    }
-                    None => Vec::new(),
-                };
-                Backoff::Custom { delays }
-            }
-        };
-        Some((backoff, max_delay))
-    }
-
-    fn matchers(&mut self, node: &Node) -> Vec<Matcher> {
-        let items: Vec<&Node> = match node.as_seq() {
-            Some(items) => items.iter().collect(),
-            None => vec![node],
-        };
-        let named = [
-            ("network", Matcher::Network),
-            ("timeout", Matcher::Timeout),
-            ("server_error", Matcher::ServerError),
-            ("rate_limit", Matcher::RateLimit),
-            ("overloaded", Matcher::Overloaded),
-            ("auth", Matcher::Auth),
-        ];
-        let mut out = Vec::new();
-        for item in items {
-            let pattern = if item.tag.as_deref() == Some("pattern") {
-                self.string(item, "`pattern`")
-            } else if item.as_map().is_some() {
-                self.fields(item, "a `retry_on` matcher", &shapes::RETRY_ON_PATTERN)
-                    .and_then(|f| f.get("pattern"))
-                    .and_then(|n| self.string(n, "`pattern`"))
-            } else {
-                if let Some(m) = self.choice(item, "`retry_on` matcher", &named) {
-                    out.push(m.value);
-                }
-                continue;
-            };
-            if let Some(p) = pattern
-                && self.regex(&p)
-            {
-                out.push(Matcher::Pattern(p));
-            }
-        }
-        out
-    }
-
-    /// Checks that a regular expression compiles.
-    pub(crate) fn regex(&mut self, pattern: &Spanned<String>) -> bool {
-        match prodigy_grammar::compile_regex(&pattern.value) {
-            Ok(_) => true,
-            Err(why) => {
-                self.push(
-                    Diagnostic::new(Code::InvalidRegex, "invalid regular expression")
-                        .with_primary(pattern.span, why)
-                        .with_help("fix the pattern; escape literal characters such as `(` or `[` with `\\`"),
-                );
-                false
-            }
-        }
-    }
-
-    fn retry_exhausted(&mut self, node: &Node) -> Option<RetryExhausted> {
-        let fallback_of = |lw: &mut Self, value: &Node| -> Option<RetryExhausted> {
-            if value.as_map().is_some() {
-                let f = lw.fields(value, "`fallback`", &shapes::FALLBACK)?;
-                let Some(c) = f.get("command") else {
-                    lw.missing(
-                        value.span,
-                        "`fallback`",
-                        "command",
-                        "add `command: \"...\"`",
-                    );
-                    return None;
-                };
-                lw.template(c, "`fallback.command`")
-                    .map(RetryExhausted::Fallback)
-            } else {
-                lw.template(value, "`fallback`")
-                    .map(RetryExhausted::Fallback)
-            }
-        };
-        if node.tag.as_deref() == Some("fallback") {
-            return fallback_of(self, node);
-        }
-        if let Some(map) = node.as_map() {
-            let f = self.fields(node, "`retry_config.on_failure`", &shapes::RETRY_EXHAUSTED)?;
-            let _ = map;
-            let Some(value) = f.get("fallback") else {
-                self.missing(
-                    node.span,
-                    "`retry_config.on_failure`",
-                    "fallback",
-                    "write `stop`, `continue` or `{fallback: {command: \"...\"}}`",
-                );
-                return None;
-            };
-            return fallback_of(self, value);
-        }
-        self.choice(
-            node,
-            "`retry_config.on_failure`",
-            &[
-                ("stop", RetryExhausted::Stop),
-                ("continue", RetryExhausted::Continue),
-            ],
-        )
-        .map(|c| c.value)
-    }
-
-    fn commit_config(&mut self, node: &Node) -> Option<CommitConfig> {
-        let fields = self.fields(node, "`commit_config`", &shapes::COMMIT_CONFIG)?;
-        let message_pattern = fields
-            .get("message_pattern")
-            .and_then(|n| self.string(n, "`message_pattern`"));
-        if let Some(p) = &message_pattern {
-            self.regex(p);
-        }
-        Some(CommitConfig {
-            message_template: fields
-                .get("message_template")
-                .and_then(|n| self.template(n, "`message_template`")),
-            message_pattern,
-            sign: self.flag(fields.get("sign"), "`sign`", false),
-            author: fields
-                .get("author")
-                .and_then(|n| self.template(n, "`author`")),
-            include_files: fields
-                .get("include_files")
-                .map(|n| self.string_list(n, "`include_files`"))
-                .unwrap_or_default(),
-            exclude_files: fields
-                .get("exclude_files")
-                .map(|n| self.string_list(n, "`exclude_files`"))
-                .unwrap_or_default(),
-            squash: self.flag(fields.get("squash"), "`squash`", false),
-        })
-    }
-
-    /// A command written inline in `validate` / `on_incomplete`: `shell`, `claude` or `commands`.
-    fn inline_commands(&mut self, fields: &Fields<'_>, what: &str) -> Vec<Step> {
-        let mut present: Vec<(&str, &Entry)> = Vec::new();
-        for key in ["shell", "claude", "command", "commands"] {
-            if let Some(e) = fields.entry(key) {
-                present.push((key, e));
-            }
-        }
-        if let [(first, a), (second, b), ..] = present.as_slice() {
-            self.push(
-                Diagnostic::new(
-                    Code::MultipleCommands,
-                    format!("{what} has both `{first}` and `{second}`"),
-                )
-                .with_primary(b.key.span, "second command")
-                .with_label(a.key.span, "first command")
-                .with_help("keep one; list several steps under `commands:`"),
-            );
-        }
-        let Some((key, entry)) = present.first() else {
-            return Vec::new();
-        };
-        match *key {
-            "commands" => self.handler_commands(&entry.value, &format!("{what}.commands")),
-            "claude" => self
-                .claude_command(&entry.value)
-                .map(|(t, settings)| {
-                    let mut step = Step::new(entry.value.span, Command::Claude(t));
-                    step.claude = settings;
-                    vec![step]
-                })
-                .unwrap_or_default(),
-            _ => {
-                if *key == "command" {
-                    let fix = (present.len() == 1).then(|| {
-                        Fix::replace("rename `command` to `shell`", entry.key.span, "shell")
-                    });
-                    self.deprecated_fixed(
-                        entry.key.span,
-                        "`command` is a deprecated spelling of `shell`",
-                        "write `shell:` instead",
-                        fix,
-                    );
-                }
-                self.template(&entry.value, "`shell`")
-                    .map(|t| vec![Step::new(entry.value.span, Command::Shell(t))])
-                    .unwrap_or_default()
-            }
-        }
-    }
-
-    fn validate(&mut self, node: &Node) -> Option<Validate> {
-        let mut out = Validate {
-            span: node.span,
-            commands: Vec::new(),
-            result_file: None,
-            threshold: 100.0,
-            timeout: None,
-            expected_schema: None,
-            on_incomplete: None,
-        };
-        if node.as_seq().is_some() {
-            out.commands = self.handler_commands(node, "`validate`");
-            return Some(out);
-        }
-        let fields = self.fields(node, "`validate`", &shapes::VALIDATE)?;
-        out.commands = self.inline_commands(&fields, "`validate`");
-        out.result_file = fields
-            .get("result_file")
-            .and_then(|n| self.template(n, "`result_file`"));
-        if out.commands.is_empty() && out.result_file.is_none() {
-            self.missing(
-                fields.entry("on_incomplete").map_or(node.span, |e| e.key.span),
-                "`validate`",
-                "shell",
-                "add `shell:`, `claude:` or `commands:` that check the work, or `result_file:` that the step writes",
-            );
-        }
-        if let Some(t) = fields
-            .get("threshold")
-            .and_then(|n| self.number(n, "`threshold`", 0.0, 100.0))
-        {
-            out.threshold = t.value;
-        }
-        out.timeout = fields
-            .get("timeout")
-            .and_then(|n| self.duration(n, "`timeout`"));
-        out.expected_schema = fields.get("expected_schema").map(Node::to_json);
-        if let Some(n) = fields.get("on_incomplete") {
-            out.on_incomplete = self.on_incomplete(n);
-        }
-        Some(out)
-    }
-
-    fn on_incomplete(&mut self, node: &Node) -> Option<OnIncomplete> {
-        let mut out = OnIncomplete {
-            commands: Vec::new(),
-            max_attempts: 2,
-            fail_workflow: true,
-            commit_required: false,
-            prompt: None,
-        };
-        if node.as_seq().is_some() {
-            out.commands = self.handler_commands(node, "`on_incomplete`");
-            return Some(out);
-        }
-        let fields = self.fields(node, "`on_incomplete`", &shapes::ON_INCOMPLETE)?;
-        out.commands = self.inline_commands(&fields, "`on_incomplete`");
-        if out.commands.is_empty() && !fields.has("prompt") {
-            self.missing(
-                node.span,
-                "`on_incomplete`",
-                "claude",
-                "add `claude:`, `shell:` or `commands:` that complete the work",
-            );
-        }
-        if let Some(n) = fields
-            .get("max_attempts")
-            .and_then(|n| self.attempts(n, "`max_attempts`"))
-        {
-            out.max_attempts = n.value;
-        }
-        out.fail_workflow = self.flag(fields.get("fail_workflow"), "`fail_workflow`", true);
-        out.commit_required = self.flag(fields.get("commit_required"), "`commit_required`", false);
-        out.prompt = fields
-            .get("prompt")
-            .and_then(|n| self.template(n, "`prompt`"));
-        Some(out)
-    }
-
-    fn step_validate(&mut self, fields: &Fields<'_>, step: &mut Step) {
-        let Some(node) = fields.get("step_validate") else {
-            for key in [
-                "skip_validation",
-                "validation_timeout",
-                "ignore_validation_failure",
-            ] {
-                if let Some(e) = fields.entry(key) {
-                    self.no_effect(
-                        e,
-                        "it configures `step_validate` and this step has none",
-                        "add `step_validate:` or remove it",
-                    );
-                }
-            }
-            return;
-        };
-        let mut out = StepValidate {
-            span: node.span,
-            checks: Vec::new(),
-            success_criteria: SuccessCriteria::All,
-            max_attempts: 1,
-            retry_delay: Duration::from_secs(5),
-            skip: self.flag(fields.get("skip_validation"), "`skip_validation`", false),
-            timeout: fields
-                .get("validation_timeout")
-                .and_then(|n| self.duration(n, "`validation_timeout`")),
-            ignore_failure: self.flag(
-                fields.get("ignore_validation_failure"),
-                "`ignore_validation_failure`",
-                false,
-            ),
-        };
-        let check_of = |text: Template| ValidationCheck {
-            command: text,
-            claude: false,
-            expect_output: None,
-            expect_exit_code: 0,
-        };
-        if node.as_map().is_none() {
-            out.checks = self
-                .template_list(node, "`step_validate`")
-                .into_iter()
-                .map(check_of)
-                .collect();
-            step.step_validate = Some(out);
-            return;
-        }
-        let Some(f) = self.fields(node, "`step_validate`", &shapes::STEP_VALIDATE) else {
-            return;
-        };
-        if let Some(list) = f.get("commands") {
-            for item in list.as_seq().unwrap_or_default() {
-                if item.as_map().is_none() {
-                    out.checks
-                        .extend(self.template(item, "a validation command").map(check_of));
-                    continue;
-                }
-                let Some(c) =
-                    self.fields(item, "a validation command", &shapes::VALIDATION_COMMAND)
-                else {
-                    continue;
-                };
-                let Some(command) = c.get("command").and_then(|n| self.template(n, "`command`"))
-                else {
-                    if !c.has("command") {
-                        self.missing(
-                            item.span,
-                            "a validation command",
-                            "command",
-                            "add `command: \"...\"`",
-                        );
-                    }
-                    continue;
-                };
-                let expect_output = c
-                    .get("expect_output")
-                    .and_then(|n| self.string(n, "`expect_output`"));
-                if let Some(p) = &expect_output {
-                    self.regex(p);
-                }
-                let claude = c
-                    .get("command_type")
-                    .and_then(|n| {
-                        self.choice(n, "`command_type`", &[("shell", false), ("claude", true)])
-                    })
-                    .is_some_and(|c| c.value);
-                let expect_exit_code = c
-                    .get("expect_exit_code")
-                    .and_then(|n| self.integer(n, "`expect_exit_code`", 0, 255))
-                    .map_or(0, |n| i32::try_from(n.value).unwrap_or(0));
-                out.checks.push(ValidationCheck {
-                    command,
-                    claude,
-                    expect_output,
-                    expect_exit_code,
-                });
-            }
-            if list.as_seq().is_none() {
-                self.wrong_type(list, "`step_validate.commands`", "a list of commands");
-            }
-        }
-        if let Some(n) = f.get("success_criteria") {
-            out.success_criteria = self.success_criteria(n).unwrap_or(SuccessCriteria::All);
-        }
-        if let Some(n) = f
-            .get("max_attempts")
-            .and_then(|n| self.attempts(n, "`max_attempts`"))
-        {
-            out.max_attempts = n.value;
-        }
-        if let Some(d) = f
-            .get("retry_delay")
-            .and_then(|n| self.duration(n, "`retry_delay`"))
-        {
-            out.retry_delay = d.value;
-        }
-        step.step_validate = Some(out);
-    }
-
-    fn success_criteria(&mut self, node: &Node) -> Option<SuccessCriteria> {
-        if node.as_map().is_some() {
-            let f = self.fields(node, "`success_criteria`", &shapes::AT_LEAST)?;
-            let n = &self.aliased(&f, "atleast", "at_least")?.value;
-            return self
-                .count(n, "`at_least`", 1)
-                .map(|n| SuccessCriteria::AtLeast(n.value));
-        }
-        self.choice(
-            node,
-            "`success_criteria`",
-            &[("all", SuccessCriteria::All), ("any", SuccessCriteria::Any)],
-        )
-        .map(|c| c.value)
-    }
-
-    fn outputs(&mut self, node: &Node) -> Vec<StepOutput> {
-        let Some(map) = node.as_map() else {
-            self.wrong_type(
-                node,
-                "`outputs`",
-                "a mapping of names to `{file_pattern: GLOB}`",
-            );
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for entry in map {
-            let Some(name) = self.string(&entry.key, "an output name") else {
-                continue;
-            };
-            let Some(f) = self.fields(&entry.value, "an output", &shapes::OUTPUT) else {
-                continue;
-            };
-            let Some(pattern) = f
-                .get("file_pattern")
-                .and_then(|n| self.string(n, "`file_pattern`"))
-            else {
-                if !f.has("file_pattern") {
-                    self.missing(
-                        entry.value.span,
-                        "an output",
-                        "file_pattern",
-                        "add `file_pattern: \"*.md\"`",
-                    );
-                }
-                continue;
-            };
-            out.push(StepOutput {
-                name,
-                file_pattern: pattern,
-            });
-        }
-        out
-    }
-
-    fn write_file(&mut self, node: &Node) -> Option<WriteFile> {
-        let fields = self.fields(node, "`write_file`", &shapes::WRITE_FILE)?;
-        let path = self
-            .required(
-                &fields,
-                node,
-                "`write_file`",
-                "path",
-                "add `path: \"out/result.json\"`",
-            )
-            .and_then(|n| self.template(n, "`path`"));
-        let content = self
-            .required(
-                &fields,
-                node,
-                "`write_file`",
-                "content",
-                "add `content: \"...\"`",
-            )
-            .and_then(|n| self.template(n, "`content`"));
-        if let Some(p) = &path {
-            let escapes =
-                p.value.starts_with('/') || p.value.split(['/', '\\']).any(|part| part == "..");
-            if escapes {
-                self.push(
-                    Diagnostic::new(
-                        Code::PathEscapes,
-                        "`write_file` paths must stay inside the working directory",
-                    )
-                    .with_primary(p.span, "this path leaves the working directory")
-                    .with_help("use a relative path without `..`, such as `out/result.json`"),
-                );
-            }
-        }
-        let format = self.choice_or(
-            fields.get("format"),
-            "`format`",
-            &[
-                ("text", WriteFormat::Text),
-                ("json", WriteFormat::Json),
-                ("yaml", WriteFormat::Yaml),
-            ],
-            WriteFormat::Text,
-        );
-        let mode = fields.get("mode").and_then(|n| self.file_mode(n));
-        let create_dirs = self.flag(fields.get("create_dirs"), "`create_dirs`", false);
-        Some(WriteFile {
-            path: path?,
-            content: content?,
-            format,
-            mode,
-            create_dirs,
-        })
-    }
-
-    fn file_mode(&mut self, node: &Node) -> Option<u32> {
-        let text = node.text().unwrap_or_default().trim();
-        let digits = text.strip_prefix("0o").unwrap_or(text);
-        match u32::from_str_radix(digits, 8) {
-            Ok(mode) if mode <= 0o7777 && !digits.is_empty() && node.as_map().is_none() => {
-                Some(mode)
-            }
-            _ => {
-                self.push(
-                    Diagnostic::new(
-                        Code::InvalidFileMode,
-                        format!("`{text}` is not a file mode"),
-                    )
-                    .with_primary(node.span, "expected octal permission bits")
-                    .with_help(
-                        "write the mode as an octal string such as `\"0644\"` or `\"0755\"`",
-                    ),
-                );
-                None
-            }
-        }
-    }
-
-    /// `do`, `parallel` and `max_items` belong to a flat `foreach` (`foreach: CMD` beside them).
-    fn flat_foreach_keys(&mut self, fields: &Fields<'_>) {
-        let flat = fields.get("foreach").is_some_and(|n| n.as_map().is_none());
-        if flat {
-            return;
-        }
-        for key in ["do", "parallel", "max_items"] {
-            if let Some(e) = fields.entry(key) {
-                let why = if fields.has("foreach") {
-                    "this `foreach` is a mapping; the key belongs inside it"
-                } else {
-                    "it belongs to a `foreach` step"
-                };
-                self.no_effect(e, why, "move it under `foreach:`, or remove it");
-            }
-        }
-    }
-
-    fn foreach(&mut self, node: &Node, step: &Fields<'_>) -> Option<Foreach> {
-        // Nested form: `foreach: {foreach|input|items, parallel, do, continue_on_error, max_items}`.
-        // Flat form: `foreach: CMD|LIST` with `do`, `parallel`, ... beside it in the step.
-        let nested = if node.as_map().is_some() {
-            Some(self.fields(node, "`foreach`", &shapes::FOREACH)?)
-        } else {
-            None
-        };
-        let get = |k: &str| match &nested {
-            Some(f) => f.get(k),
-            None => step.get(k),
-        };
-        let source = match &nested {
-            None => node,
-            Some(f) => {
-                let sources: Vec<&Entry> = ["foreach", "input", "items"]
-                    .iter()
-                    .filter_map(|k| f.entry(k))
-                    .collect();
-                if let [first, second, ..] = sources.as_slice() {
-                    let (a, b) = (
-                        first.key.text().unwrap_or("?"),
-                        second.key.text().unwrap_or("?"),
-                    );
-                    self.duplicate(
-                        second.key.span,
-                        first.key.span,
-                        a,
-                        &format!("`{b}`"),
-                        "the same `foreach`",
-                    );
-                }
-                let Some(source) = sources.first().map(|e| &e.value) else {
-                    self.missing(
-                        node.span,
-                        "`foreach`",
-                        "foreach",
-                        "add `foreach:` with a command or a list of items",
-                    );
-                    return None;
-                };
-                source
-            }
-        };
-        let input = if source.as_seq().is_some() {
-            ForeachInput::List(self.template_list(source, "`foreach` items"))
-        } else {
-            ForeachInput::Command(self.template(source, "`foreach`")?)
-        };
-        let parallel = match get("parallel") {
-            None => 1,
-            Some(n) => match n.scalar() {
-                Some(Scalar::Bool(true)) => 10,
-                Some(Scalar::Bool(false)) => 1,
-                _ => self.count(n, "`parallel`", 1).map_or(1, |c| c.value),
-            },
-        };
-        let Some(do_node) = get("do") else {
-            self.missing(
-                node.span,
-                "`foreach`",
-                "do",
-                "add `do:` with the steps to run for each item",
-            );
-            return None;
-        };
-        let steps = self.steps(do_node, "`do`", Ctx::default());
-        let continue_on_error = get("continue_on_error")
-            .and_then(|n| self.boolean(n, "`continue_on_error`"))
-            .unwrap_or(false);
-        let max_items = get("max_items")
-            .and_then(|n| self.size(n, "`max_items`", 1))
-            .map(|n| n.value);
-        Some(Foreach {
-            input,
-            parallel,
-            steps,
-            continue_on_error,
-            max_items,
-        })
     }
 }
 
@@ -1800,46 +605,6 @@ impl Step {
     }
 }
 
-impl OnFailure {
-    /// `on_failure: true`.
-    pub fn ignore(span: Span) -> Self {
-        OnFailure {
-            span,
-            form: OnFailureForm::Bool,
-            handler: Vec::new(),
-            fail_workflow: false,
-            max_attempts: 1,
-            strategy: Strategy::Recovery,
-            strategy_span: None,
-            handler_failure_fatal: false,
-            timeout: None,
-            capture: Vec::new(),
-            commit_required: false,
-        }
-    }
-}
-
-impl RetryConfig {
-    /// The documented defaults.
-    pub fn defaults(span: Span) -> Self {
-        RetryConfig {
-            span,
-            attempts: 3,
-            backoff: Backoff::Exponential {
-                initial: None,
-                base: 2.0,
-            },
-            initial_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(30),
-            jitter: false,
-            jitter_factor: 0.3,
-            retry_on: Vec::new(),
-            retry_budget: None,
-            on_failure: RetryExhausted::Stop,
-        }
-    }
-}
-
 /// A copy of a mapping node without one key.
 fn keep_keys(node: &Node, keys: &[&str]) -> Node {
     let mut copy = node.clone();
@@ -1849,7 +614,7 @@ fn keep_keys(node: &Node, keys: &[&str]) -> Node {
     copy
 }
 
-fn without_key(node: &Node, key: &str) -> Node {
+pub(super) fn without_key(node: &Node, key: &str) -> Node {
     let mut copy = node.clone();
     if let NodeKind::Map(entries) = &mut copy.kind {
         entries.retain(|e| e.key.text() != Some(key));

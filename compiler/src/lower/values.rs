@@ -50,11 +50,6 @@ impl Lowerer<'_> {
         }
     }
 
-    /// A boolean field of a mapping, with a default.
-    pub(crate) fn flag(&mut self, node: Option<&Node>, what: &str, default: bool) -> bool {
-        node.and_then(|n| self.boolean(n, what)).unwrap_or(default)
-    }
-
     /// A whole number in `min..=max`.
     pub(crate) fn integer(
         &mut self,
@@ -238,14 +233,8 @@ impl Lowerer<'_> {
             return None;
         }
         let fields = self.fields(node, what, &shapes::SECS_NANOS)?;
-        let secs = fields
-            .get("secs")
-            .and_then(|n| self.size(n, "`secs`", 0))
-            .map_or(0, |s| s.value);
-        let nanos = fields
-            .get("nanos")
-            .and_then(|n| self.count(n, "`nanos`", 0))
-            .map_or(0, |s| s.value);
+        let secs = fields.u64(self, "secs", 0).map_or(0, |s| s.value);
+        let nanos = fields.u32(self, "nanos", 0).map_or(0, |s| s.value);
         Some(Spanned::new(Duration::new(secs, nanos), node.span))
     }
 
@@ -266,18 +255,6 @@ impl Lowerer<'_> {
         }
         self.unknown_variant(node, what, text, &names);
         None
-    }
-
-    /// One of a fixed set of words when the key is present, else `default`.
-    pub(crate) fn choice_or<T: Clone>(
-        &mut self,
-        node: Option<&Node>,
-        what: &str,
-        choices: &[(&str, T)],
-        default: T,
-    ) -> T {
-        node.and_then(|n| self.choice(n, what, choices))
-            .map_or(default, |c| c.value)
     }
 
     /// Reports a value that is not one of `names`.
