@@ -3,6 +3,7 @@
 //! no process, on tokio's paused clock, and their event traces can be snapshotted.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -172,10 +173,11 @@ impl Executor for FakeExecutor {
             if output.timed_out
                 && let Some(t) = command.timeout
             {
-                output.stderr.push_str(&format!(
+                let _ = write!(
+                    output.stderr,
                     "prodigy: timed out after {}",
                     humantime::format_duration(t)
-                ));
+                );
             }
             output.interleaved = Some(format!("{}{}", output.stdout, output.stderr));
             output.duration = started.elapsed();
