@@ -268,3 +268,42 @@ async fn an_agent_past_its_timeout_fails_as_a_timeout_and_the_job_goes_on() {
     assert_eq!(started.elapsed(), secs(62));
     insta::assert_snapshot!(trace.text());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_claude_call_goes_through_the_executor_and_its_stream_decides_the_step() {
+    let init = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
+    let fake = FakeExecutor::new()
+        .script(
+            "/fix the bug",
+            [Reply::ok()
+                .stdout(&format!(
+                    "{init}\n{}\n",
+                    r#"{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"Not logged in · Please run /login"}"#
+                ))
+                .takes(secs(4))],
+        )
+        .script(
+            "/explain",
+            [Reply::ok().stdout(&format!(
+                "{init}\n{}\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.25}"#
+            ))],
+        )
+        .script("echo Done.", [Reply::ok()]);
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+- claude: "/explain"
+  capture: answer
+- shell: "echo ${answer}"
+- claude: "/fix the bug"
+"#,
+        )
+        .await;
+    // The process exited 0 both times; the stream's `result` is what failed the second call.
+    assert_eq!(report.outcome, RunOutcome::Failed);
+    assert_eq!(report.failed_step.as_deref(), Some("/fix the bug"));
+    assert_eq!(harness.fake.starts_of("echo Done."), [secs(0)]);
+    insta::assert_snapshot!(trace.text());
+}
