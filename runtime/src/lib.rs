@@ -6,6 +6,7 @@ pub mod breaker;
 pub mod claude;
 pub mod dlq;
 pub mod exec;
+pub mod executor;
 pub mod git;
 pub mod input;
 pub mod job;
@@ -20,6 +21,8 @@ pub mod slurm;
 pub mod statefs;
 pub(crate) mod step;
 pub mod store;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod vars;
 pub mod worktree;
 

@@ -1,13 +1,18 @@
 //! The map phase's dispatcher: admits items up to `max_parallel` under the error policy and
 //! the circuit breaker, collects each agent's outcome, and writes it before acting on it.
+//!
+//! [`Dispatcher`] owns the job machine, the breaker and the queue; the work in flight
+//! (agents, `on_item_failure` handlers, retry timers) runs as futures that each end in one
+//! message ([`Done`]), and the dispatcher reacts to each message in turn: it records the
+//! outcome, feeds the machines, and answers with the work to start next ([`Work`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use prodigy_compiler::plan::Plan;
 use prodigy_compiler::plan::{ErrorCollection, MaxParallel, TimeoutAction};
+use prodigy_compiler::plan::{Plan, StepId};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -22,13 +27,10 @@ use crate::mapreduce::{
     failure_of, item_id, job_write_failure, repair_dlq, run_agent, run_item_handler, tally,
 };
 use crate::progress::{Progress, Tally};
+use crate::runner::Runner;
 use crate::vars::Vars;
 
 impl MapJob<'_> {
-    #[expect(
-        clippy::too_many_lines,
-        reason = "the scheduling loop reads best in one place"
-    )]
     pub(crate) async fn map(&mut self, vars: &Vars) -> Result<MapEnd, String> {
         let runner = self.runner;
         let plan = self.plan;
@@ -57,8 +59,8 @@ impl MapJob<'_> {
         let policy: JobPolicy = plan.job_policy.clone();
         let collection = policy.error_collection;
         let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
-        let mut breaker = policy.circuit_breaker.map(Breaker::new);
-        let mut job = Job::resumed(policy, counts, total as u64);
+        let breaker = policy.circuit_breaker.map(Breaker::new);
+        let job = Job::resumed(policy, counts, total as u64);
         let timeout_action = map
             .timeout_config
             .as_ref()
@@ -72,7 +74,7 @@ impl MapJob<'_> {
                 self.opts.executor.clone(),
             )
         };
-        let mut pending: VecDeque<(usize, u32)> = records
+        let pending: VecDeque<(usize, u32)> = records
             .iter()
             .enumerate()
             .filter(|(_, r)| r.is_none())
@@ -88,351 +90,49 @@ impl MapJob<'_> {
             crate::progress::count(total, "item")
         ));
         let (halt_tx, halt_rx) = watch::channel(false);
-        let mut running: FuturesUnordered<LocalBoxFuture<'_, Done>> = FuturesUnordered::new();
-        let mut agents = 0usize;
-        let mut dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
-        let mut batch: Vec<String> = Vec::new();
-        // The failed attempts `retry_config` ran again, for the DLQ's `failure_history`.
-        let mut earlier: HashMap<usize, Vec<FailureDetail>> = HashMap::new();
+        let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
         // `timeout_config.enable_monitoring: false` turns the progress display off.
         let monitored = map
             .timeout_config
             .as_ref()
             .is_none_or(|c| c.enable_monitoring)
             && !self.runner.opts.quiet;
-        let mut progress = Progress::start(total as u64, counts.finished(), monitored);
-        let mut last_save = Instant::now();
-        let mut stop_announced = false;
-        // Set when the job's state directory vanished: no new agents start.
-        let mut lost: Option<String> = None;
-        loop {
-            // The counts as the last outcome left them, before agents start in its place, so a
-            // plain progress line does not depend on how fast the next agent starts.
-            show_progress(
-                &mut progress,
-                &job,
-                agents,
-                dlq_count,
-                breaker.as_ref(),
-                runner.live_claude_turns(),
-            );
-            // Start agents while slots, items and the policy allow.
-            while job.admits()
-                && lost.is_none()
-                && !runner.cancelled()
-                && self.write_failed.is_none()
-                && agents < spec.executor.admit_limit(max_parallel)
-            {
-                let Some((index, attempt)) = pending.pop_front() else {
-                    break;
-                };
-                let Some(item) = items.get(index) else {
-                    continue;
-                };
-                let mut admission = Admission::Normal;
-                if let Some(b) = breaker.as_mut() {
-                    let before = b.state();
-                    let action = b.on_event(BreakerEvent::Admit, runner.started.elapsed());
-                    if action == BreakerAction::Probe {
-                        admission = Admission::Probe;
-                    }
-                    if matches!(before, BreakerState::Open { .. })
-                        && matches!(b.state(), BreakerState::HalfOpen { .. })
-                    {
-                        runner.record("CircuitHalfOpen", json!({"item_id": item_id(index)}));
-                    }
-                    if action == BreakerAction::Reject {
-                        runner.record(
-                            "agent_rejected",
-                            json!({"item_id": item_id(index), "reason": "CircuitOpen"}),
-                        );
-                        running.push(Box::pin(std::future::ready(Done::Agent {
-                            index,
-                            attempt,
-                            run: AgentRun::rejected(),
-                            admission: Admission::Rejected,
-                        })));
-                        continue;
-                    }
-                }
-                agents += 1;
-                let spec = &spec;
-                let halt = halt_rx.clone();
-                running.push(Box::pin(async move {
-                    let run = run_agent(runner, spec, vars, item, index, attempt, halt).await;
-                    Done::Agent {
-                        index,
-                        attempt,
-                        run,
-                        admission,
-                    }
-                }));
-            }
-            show_progress(
-                &mut progress,
-                &job,
-                agents,
-                dlq_count,
-                breaker.as_ref(),
-                runner.live_claude_turns(),
-            );
-            let Some(done) = running.next().await else {
-                break;
-            };
-            let (index, attempt, run, admission) = match done {
-                Done::RetryDue { index, attempt } => {
-                    pending.push_front((index, attempt));
-                    continue;
-                }
-                Done::Agent {
-                    index,
-                    attempt,
-                    run,
-                    admission,
-                } => {
-                    if admission != Admission::Rejected {
-                        agents = agents.saturating_sub(1);
-                    }
-                    (index, attempt, run, admission)
-                }
-                Done::Handled {
-                    index,
-                    attempt,
-                    run,
-                    ok,
-                } => {
-                    agents = agents.saturating_sub(1);
-                    runner.record(
-                        "item_handler_finished",
-                        json!({"item_id": item_id(index), "success": ok}),
-                    );
-                    let before = earlier.remove(&index).unwrap_or_default();
-                    if let Some(record) =
-                        self.outcome(index, attempt, &run, spec.timeout, ItemStatus::Failed, !ok)
-                    {
-                        if !ok {
-                            dlq_count += self.dead_letter(&record, items.get(index), &run, before);
-                        }
-                        records[index] = Some(record);
-                    }
-                    self.stop_after_write_failure(&halt_tx);
-                    continue;
-                }
-            };
-            if run.end == RunEnd::Cancelled {
-                // Interrupted or cancelled by `--cancel-running`: the item stays pending.
-                runner.record(
-                    "agent_cancelled",
-                    json!({"agent_id": agent_id(index), "item_id": item_id(index)}),
-                );
-                continue;
-            }
-            // A probe's result decides a half-open breaker; a result of an agent that started
-            // before the breaker opened counts only while it is closed.
-            let counts_for_breaker = match admission {
-                Admission::Rejected => false,
-                Admission::Probe => true,
-                Admission::Normal => breaker
-                    .as_ref()
-                    .is_some_and(|b| matches!(b.state(), BreakerState::Closed { .. })),
-            };
-            if let (Some(b), true) = (breaker.as_mut(), counts_for_breaker) {
-                let event = if run.end == RunEnd::Succeeded {
-                    BreakerEvent::Success
-                } else {
-                    BreakerEvent::Failure
-                };
-                match b.on_event(event, runner.started.elapsed()) {
-                    BreakerAction::Opened => {
-                        runner.record("CircuitOpen", json!({"item_id": item_id(index)}));
-                        self.say("circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens");
-                    }
-                    BreakerAction::Closed => {
-                        runner.record("CircuitClosed", json!({"item_id": item_id(index)}));
-                        self.say("circuit breaker closed");
-                    }
-                    BreakerAction::Allow
-                    | BreakerAction::Probe
-                    | BreakerAction::Reject
-                    | BreakerAction::Nothing => {}
-                }
-            }
-            if run.end == RunEnd::Succeeded {
-                job.on_item(ItemEvent::Succeeded);
-                runner.record(
-                    "agent_completed",
-                    json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "duration_secs": run.duration.as_secs_f64()}),
-                );
-                if let Some(record) = self.outcome(
-                    index,
-                    attempt,
-                    &run,
-                    spec.timeout,
-                    ItemStatus::Succeeded,
-                    false,
-                ) {
-                    records[index] = Some(record);
-                }
-            } else {
-                let message = run.message(spec.timeout);
-                runner.record(
-                    "agent_failed",
-                    json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "error_type": run.error_type().name(), "error": message, "step": run.failure.as_ref().map(|f| f.step.clone())}),
-                );
-                match collection {
-                    ErrorCollection::Immediate => {
-                        self.say(&format!("item {} failed: {message}", item_id(index)));
-                    }
-                    ErrorCollection::Batched(size) => {
-                        batch.push(format!("{}: {message}", item_id(index)));
-                        if batch.len() as u64 >= size.max(1) {
-                            self.say(&format!(
-                                "{} failed:\n  {}",
-                                crate::progress::count(batch.len(), "item"),
-                                batch.join("\n  ")
-                            ));
-                            batch.clear();
-                        }
-                    }
-                    ErrorCollection::Aggregate => {}
-                }
-                // `timeout_action` decides for every timeout, the agent's or a command's.
-                let timed_out = run.error_type() == ErrorType::Timeout;
-                let action = match (timed_out, timeout_action) {
-                    (true, TimeoutAction::Skip) => {
-                        job.skip();
-                        ItemAction::Skip
-                    }
-                    (true, TimeoutAction::Fail) => {
-                        job.fail_and_stop(StopReason::AgentTimeout);
-                        ItemAction::Fail
-                    }
-                    (
-                        _,
-                        TimeoutAction::Dlq
-                        | TimeoutAction::GracefulTerminate
-                        | TimeoutAction::Skip
-                        | TimeoutAction::Fail,
-                    ) => job.on_item(ItemEvent::Failed { attempt }),
-                };
-                // The planner takes a handler's id from `Plan::handlers`; were it missing, the
-                // item is dead-lettered rather than handled by nothing.
-                let action = match action {
-                    ItemAction::Handler(handler) if plan.handler(handler).is_none() => {
-                        self.say(&format!(
-                            "internal error: handler #{} is not in the plan; item {} goes to the DLQ",
-                            handler.0,
-                            item_id(index)
-                        ));
-                        ItemAction::DeadLetter
-                    }
-                    other => other,
-                };
-                if matches!(action, ItemAction::Retry { .. }) {
-                    let detail = failure_of(runner, &run, &runner.mask(&message), index);
-                    earlier.entry(index).or_default().push(detail);
-                }
-                match action {
-                    ItemAction::Retry { attempt, delay } => {
-                        let delay = match jitter {
-                            Some(factor) => runner.jittered(delay, factor, max_delay),
-                            None => delay,
-                        };
-                        runner.record(
-                            "item_retry_scheduled",
-                            json!({"item_id": item_id(index), "next_attempt": attempt, "delay_secs": delay.as_secs_f64()}),
-                        );
-                        let mut halt = halt_rx.clone();
-                        let mut signal = runner.cancel.clone();
-                        running.push(Box::pin(async move {
-                            tokio::select! {
-                                () = tokio::time::sleep(delay) => {}
-                                () = exec::cancelled(&mut halt) => {}
-                                () = exec::cancelled(&mut signal) => {}
-                            }
-                            Done::RetryDue { index, attempt }
-                        }));
-                    }
-                    ItemAction::Skip => {
-                        runner.record("item_skipped", json!({"item_id": item_id(index)}));
-                        if let Some(record) = self.outcome(
-                            index,
-                            attempt,
-                            &run,
-                            spec.timeout,
-                            ItemStatus::Skipped,
-                            false,
-                        ) {
-                            records[index] = Some(record);
-                        }
-                    }
-                    ItemAction::Handler(handler) => {
-                        let (name, steps) = plan.handler(handler).unwrap_or_default();
-                        runner.record(
-                            "item_handler_started",
-                            json!({"item_id": item_id(index), "handler": name}),
-                        );
-                        // Every `${error.*}` field a step's handler has, plus the item's.
-                        let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.output.as_ref()).and_then(|o| o.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
-                        let Some(item) = items.get(index) else {
-                            continue;
-                        };
-                        // A handler takes an agent's place among the `max_parallel`.
-                        agents += 1;
-                        let spec = &spec;
-                        running.push(Box::pin(async move {
-                            let ok =
-                                run_item_handler(runner, steps, vars, item, index, spec, error)
-                                    .await;
-                            Done::Handled {
-                                index,
-                                attempt,
-                                run,
-                                ok,
-                            }
-                        }));
-                    }
-                    ItemAction::DeadLetter | ItemAction::Fail | ItemAction::Done => {
-                        let before = earlier.remove(&index).unwrap_or_default();
-                        if let Some(record) = self.outcome(
-                            index,
-                            attempt,
-                            &run,
-                            spec.timeout,
-                            ItemStatus::Failed,
-                            true,
-                        ) {
-                            dlq_count += self.dead_letter(&record, items.get(index), &run, before);
-                            records[index] = Some(record);
-                        }
-                    }
-                }
-            }
-            if let JobState::Stopping(reason) = job.state()
-                && !stop_announced
-            {
-                stop_announced = true;
-                let why = describe(reason);
-                runner.record("job_stopping", json!({"reason": why}));
-                self.say(&format!("stopping: {why}; no new agents start"));
-                let _ = halt_tx.send(true);
-            }
-            if last_save.elapsed() >= Duration::from_secs(1) && self.write_failed.is_none() {
-                self.update_counts(&records);
-                // A failure is noted and stops the job just below.
-                let _ = self.save(None);
-                last_save = Instant::now();
-                if lost.is_none() {
-                    lost = self.state_lost();
-                    if let Some(why) = &lost {
-                        self.say(&format!("error: {why}; no new agents start"));
-                        let _ = halt_tx.send(true);
-                    }
-                }
-            }
-            self.stop_after_write_failure(&halt_tx);
-        }
-        progress.finish();
+        let progress = Progress::start(total as u64, counts.finished(), monitored);
+        let context = Context {
+            runner,
+            spec: &spec,
+            vars,
+            items: &items,
+            plan,
+            halt: halt_rx,
+        };
+        let dispatcher = Dispatcher {
+            job: self,
+            machine: job,
+            breaker,
+            pending,
+            records,
+            agents: 0,
+            dlq_count,
+            batch: Vec::new(),
+            earlier: HashMap::new(),
+            progress,
+            last_save: Instant::now(),
+            stop_announced: false,
+            lost: None,
+            halt: halt_tx,
+            collection,
+            timeout_action,
+            jitter,
+            max_delay,
+            max_parallel,
+        };
+        let Ended {
+            records,
+            batch,
+            lost,
+            machine: job,
+        } = dispatcher.run(&context).await;
         if let Some(why) = lost.or_else(|| self.state_lost()) {
             return Err(why);
         }
@@ -653,4 +353,543 @@ pub(crate) fn show_progress(
         claude_turns,
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
+}
+
+/// What the work in flight borrows, the same for the whole map phase.
+pub(crate) struct Context<'c> {
+    runner: &'c Runner,
+    spec: &'c AgentSpec,
+    vars: &'c Vars,
+    items: &'c [Value],
+    plan: &'c Plan,
+    /// Set when the job stops (the error policy, a failed state write).
+    halt: watch::Receiver<bool>,
+}
+
+/// Work the dispatcher starts; each ends in one [`Done`] message.
+pub(crate) enum Work<'c> {
+    /// An agent for ITEM.
+    Agent {
+        index: usize,
+        attempt: u32,
+        item: &'c Value,
+        admission: Admission,
+    },
+    /// An agent the breaker rejected: it fails at once as `CircuitOpen`.
+    Rejected { index: usize, attempt: u32 },
+    /// The backoff before an item's next attempt; it ends early when the job stops or a
+    /// signal comes.
+    Timer {
+        index: usize,
+        attempt: u32,
+        delay: Duration,
+    },
+    /// The `custom:` handler of a failed item.
+    Handler {
+        index: usize,
+        attempt: u32,
+        item: &'c Value,
+        run: Box<AgentRun>,
+        steps: &'c [StepId],
+        error: Value,
+    },
+}
+
+/// The future of WORK, which ends in its message.
+fn start<'c>(work: Work<'c>, context: &'c Context<'c>) -> LocalBoxFuture<'c, Done> {
+    let Context {
+        runner, spec, vars, ..
+    } = *context;
+    match work {
+        Work::Agent {
+            index,
+            attempt,
+            item,
+            admission,
+        } => {
+            let halt = context.halt.clone();
+            Box::pin(async move {
+                let run = run_agent(runner, spec, vars, item, index, attempt, halt).await;
+                Done::Agent {
+                    index,
+                    attempt,
+                    run,
+                    admission,
+                }
+            })
+        }
+        Work::Rejected { index, attempt } => Box::pin(std::future::ready(Done::Agent {
+            index,
+            attempt,
+            run: AgentRun::rejected(),
+            admission: Admission::Rejected,
+        })),
+        Work::Timer {
+            index,
+            attempt,
+            delay,
+        } => {
+            let mut halt = context.halt.clone();
+            let mut signal = runner.cancel.clone();
+            Box::pin(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = exec::cancelled(&mut halt) => {}
+                    () = exec::cancelled(&mut signal) => {}
+                }
+                Done::RetryDue { index, attempt }
+            })
+        }
+        Work::Handler {
+            index,
+            attempt,
+            item,
+            run,
+            steps,
+            error,
+        } => Box::pin(async move {
+            let ok = run_item_handler(runner, steps, vars, item, index, spec, error).await;
+            Done::Handled {
+                index,
+                attempt,
+                run: *run,
+                ok,
+            }
+        }),
+    }
+}
+
+/// The map phase's dispatcher: it owns the job machine, the breaker, the queue of items and
+/// the records of their outcomes, and reacts to each [`Done`] message.
+pub(crate) struct Dispatcher<'j, 'a> {
+    job: &'j mut MapJob<'a>,
+    machine: Job,
+    breaker: Option<Breaker>,
+    /// Items (and their next attempt) waiting for a slot.
+    pending: VecDeque<(usize, u32)>,
+    records: Vec<Option<ItemRecord>>,
+    /// Agents and handlers running: each takes one of the `max_parallel` slots.
+    agents: usize,
+    dlq_count: u64,
+    /// Failures not reported yet under `error_collection: batched`.
+    batch: Vec<String>,
+    /// The failed attempts `retry_config` ran again, for the DLQ's `failure_history`.
+    earlier: HashMap<usize, Vec<FailureDetail>>,
+    progress: Progress,
+    last_save: Instant,
+    stop_announced: bool,
+    /// Set when the job's state directory vanished: no new agents start.
+    lost: Option<String>,
+    halt: watch::Sender<bool>,
+    collection: ErrorCollection,
+    timeout_action: TimeoutAction,
+    jitter: Option<f64>,
+    max_delay: Duration,
+    max_parallel: usize,
+}
+
+/// What the dispatcher leaves when nothing is in flight any more.
+struct Ended {
+    records: Vec<Option<ItemRecord>>,
+    batch: Vec<String>,
+    lost: Option<String>,
+    machine: Job,
+}
+
+impl Dispatcher<'_, '_> {
+    /// Starts work and reacts to what ends until nothing runs and nothing may start.
+    async fn run<'c>(mut self, context: &'c Context<'c>) -> Ended {
+        let mut running: FuturesUnordered<LocalBoxFuture<'c, Done>> = FuturesUnordered::new();
+        loop {
+            // The counts as the last outcome left them, before agents start in its place, so a
+            // plain progress line does not depend on how fast the next agent starts.
+            self.show(context.runner);
+            for work in self.admit(context) {
+                running.push(start(work, context));
+            }
+            self.show(context.runner);
+            let Some(done) = running.next().await else {
+                break;
+            };
+            if let Some(work) = self.on_message(done, context) {
+                running.push(start(work, context));
+            }
+        }
+        self.progress.finish();
+        Ended {
+            records: self.records,
+            batch: self.batch,
+            lost: self.lost,
+            machine: self.machine,
+        }
+    }
+
+    fn show(&mut self, runner: &Runner) {
+        show_progress(
+            &mut self.progress,
+            &self.machine,
+            self.agents,
+            self.dlq_count,
+            self.breaker.as_ref(),
+            runner.live_claude_turns(),
+        );
+    }
+
+    /// The agents to start while slots, items and the policy allow.
+    fn admit<'c>(&mut self, context: &Context<'c>) -> Vec<Work<'c>> {
+        let runner = context.runner;
+        let mut started = Vec::new();
+        while self.machine.admits()
+            && self.lost.is_none()
+            && !runner.cancelled()
+            && self.job.write_failed.is_none()
+            && self.agents < context.spec.executor.admit_limit(self.max_parallel)
+        {
+            let Some((index, attempt)) = self.pending.pop_front() else {
+                break;
+            };
+            let Some(item) = context.items.get(index) else {
+                continue;
+            };
+            let mut admission = Admission::Normal;
+            if let Some(b) = self.breaker.as_mut() {
+                let before = b.state();
+                let action = b.on_event(BreakerEvent::Admit, runner.started.elapsed());
+                if action == BreakerAction::Probe {
+                    admission = Admission::Probe;
+                }
+                if matches!(before, BreakerState::Open { .. })
+                    && matches!(b.state(), BreakerState::HalfOpen { .. })
+                {
+                    runner.record("CircuitHalfOpen", json!({"item_id": item_id(index)}));
+                }
+                if action == BreakerAction::Reject {
+                    runner.record(
+                        "agent_rejected",
+                        json!({"item_id": item_id(index), "reason": "CircuitOpen"}),
+                    );
+                    started.push(Work::Rejected { index, attempt });
+                    continue;
+                }
+            }
+            self.agents += 1;
+            started.push(Work::Agent {
+                index,
+                attempt,
+                item,
+                admission,
+            });
+        }
+        started
+    }
+
+    /// Reacts to what ended: records it, feeds the machines, and says what starts next.
+    fn on_message<'c>(&mut self, done: Done, context: &Context<'c>) -> Option<Work<'c>> {
+        let runner = context.runner;
+        let (index, attempt, run, admission) = match done {
+            Done::RetryDue { index, attempt } => {
+                self.pending.push_front((index, attempt));
+                return None;
+            }
+            Done::Agent {
+                index,
+                attempt,
+                run,
+                admission,
+            } => {
+                if admission != Admission::Rejected {
+                    self.agents = self.agents.saturating_sub(1);
+                }
+                (index, attempt, run, admission)
+            }
+            Done::Handled {
+                index,
+                attempt,
+                run,
+                ok,
+            } => {
+                self.on_handled(index, attempt, &run, ok, context);
+                return None;
+            }
+        };
+        if run.end == RunEnd::Cancelled {
+            // Interrupted or cancelled by `--cancel-running`: the item stays pending.
+            runner.record(
+                "agent_cancelled",
+                json!({"agent_id": agent_id(index), "item_id": item_id(index)}),
+            );
+            return None;
+        }
+        self.feed_breaker(index, &run, admission, runner);
+        let next = if run.end == RunEnd::Succeeded {
+            self.on_succeeded(index, attempt, &run, context);
+            None
+        } else {
+            self.on_failed(index, attempt, run, context)
+        };
+        self.after_outcome();
+        next
+    }
+
+    /// The `custom:` handler of a failed item ended: the item's outcome is written, and it
+    /// goes to the DLQ unless the handler succeeded.
+    fn on_handled(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        run: &AgentRun,
+        ok: bool,
+        context: &Context<'_>,
+    ) {
+        self.agents = self.agents.saturating_sub(1);
+        context.runner.record(
+            "item_handler_finished",
+            json!({"item_id": item_id(index), "success": ok}),
+        );
+        let before = self.earlier.remove(&index).unwrap_or_default();
+        let timeout = context.spec.timeout;
+        if let Some(record) =
+            self.job
+                .outcome(index, attempt, run, timeout, ItemStatus::Failed, !ok)
+        {
+            if !ok {
+                self.dlq_count +=
+                    self.job
+                        .dead_letter(&record, context.items.get(index), run, before);
+            }
+            self.records[index] = Some(record);
+        }
+        self.job.stop_after_write_failure(&self.halt);
+    }
+
+    /// A probe's result decides a half-open breaker; a result of an agent that started
+    /// before the breaker opened counts only while it is closed.
+    fn feed_breaker(
+        &mut self,
+        index: usize,
+        run: &AgentRun,
+        admission: Admission,
+        runner: &Runner,
+    ) {
+        let counts_for_breaker = match admission {
+            Admission::Rejected => false,
+            Admission::Probe => true,
+            Admission::Normal => self
+                .breaker
+                .as_ref()
+                .is_some_and(|b| matches!(b.state(), BreakerState::Closed { .. })),
+        };
+        let (Some(b), true) = (self.breaker.as_mut(), counts_for_breaker) else {
+            return;
+        };
+        let event = if run.end == RunEnd::Succeeded {
+            BreakerEvent::Success
+        } else {
+            BreakerEvent::Failure
+        };
+        match b.on_event(event, runner.started.elapsed()) {
+            BreakerAction::Opened => {
+                runner.record("CircuitOpen", json!({"item_id": item_id(index)}));
+                self.job.say(
+                    "circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens",
+                );
+            }
+            BreakerAction::Closed => {
+                runner.record("CircuitClosed", json!({"item_id": item_id(index)}));
+                self.job.say("circuit breaker closed");
+            }
+            BreakerAction::Allow
+            | BreakerAction::Probe
+            | BreakerAction::Reject
+            | BreakerAction::Nothing => {}
+        }
+    }
+
+    fn on_succeeded(&mut self, index: usize, attempt: u32, run: &AgentRun, context: &Context<'_>) {
+        self.machine.on_item(ItemEvent::Succeeded);
+        context.runner.record(
+            "agent_completed",
+            json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "duration_secs": run.duration.as_secs_f64()}),
+        );
+        if let Some(record) = self.job.outcome(
+            index,
+            attempt,
+            run,
+            context.spec.timeout,
+            ItemStatus::Succeeded,
+            false,
+        ) {
+            self.records[index] = Some(record);
+        }
+    }
+
+    /// An agent failed: reported as `error_collection` says, then retried, skipped, handed
+    /// to its handler or dead-lettered as the error policy and `timeout_action` say.
+    fn on_failed<'c>(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        run: AgentRun,
+        context: &Context<'c>,
+    ) -> Option<Work<'c>> {
+        let runner = context.runner;
+        let timeout = context.spec.timeout;
+        let message = run.message(timeout);
+        runner.record(
+            "agent_failed",
+            json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "error_type": run.error_type().name(), "error": message, "step": run.failure.as_ref().map(|f| f.step.clone())}),
+        );
+        self.report_failure(index, &message);
+        // `timeout_action` decides for every timeout, the agent's or a command's.
+        let timed_out = run.error_type() == ErrorType::Timeout;
+        let action = match (timed_out, self.timeout_action) {
+            (true, TimeoutAction::Skip) => {
+                self.machine.skip();
+                ItemAction::Skip
+            }
+            (true, TimeoutAction::Fail) => {
+                self.machine.fail_and_stop(StopReason::AgentTimeout);
+                ItemAction::Fail
+            }
+            (
+                _,
+                TimeoutAction::Dlq
+                | TimeoutAction::GracefulTerminate
+                | TimeoutAction::Skip
+                | TimeoutAction::Fail,
+            ) => self.machine.on_item(ItemEvent::Failed { attempt }),
+        };
+        // The planner takes a handler's id from `Plan::handlers`; were it missing, the item is
+        // dead-lettered rather than handled by nothing.
+        let action = match action {
+            ItemAction::Handler(handler) if context.plan.handler(handler).is_none() => {
+                self.job.say(&format!(
+                    "internal error: handler #{} is not in the plan; item {} goes to the DLQ",
+                    handler.0,
+                    item_id(index)
+                ));
+                ItemAction::DeadLetter
+            }
+            other => other,
+        };
+        if matches!(action, ItemAction::Retry { .. }) {
+            let detail = failure_of(runner, &run, &runner.mask(&message), index);
+            self.earlier.entry(index).or_default().push(detail);
+        }
+        match action {
+            ItemAction::Retry { attempt, delay } => {
+                let delay = match self.jitter {
+                    Some(factor) => runner.jittered(delay, factor, self.max_delay),
+                    None => delay,
+                };
+                runner.record(
+                    "item_retry_scheduled",
+                    json!({"item_id": item_id(index), "next_attempt": attempt, "delay_secs": delay.as_secs_f64()}),
+                );
+                Some(Work::Timer {
+                    index,
+                    attempt,
+                    delay,
+                })
+            }
+            ItemAction::Skip => {
+                runner.record("item_skipped", json!({"item_id": item_id(index)}));
+                if let Some(record) =
+                    self.job
+                        .outcome(index, attempt, &run, timeout, ItemStatus::Skipped, false)
+                {
+                    self.records[index] = Some(record);
+                }
+                None
+            }
+            ItemAction::Handler(handler) => {
+                let (name, steps) = context.plan.handler(handler).unwrap_or_default();
+                runner.record(
+                    "item_handler_started",
+                    json!({"item_id": item_id(index), "handler": name}),
+                );
+                // Every `${error.*}` field a step's handler has, plus the item's.
+                let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.output.as_ref()).and_then(|o| o.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
+                let item = context.items.get(index)?;
+                // A handler takes an agent's place among the `max_parallel`.
+                self.agents += 1;
+                Some(Work::Handler {
+                    index,
+                    attempt,
+                    item,
+                    run: Box::new(run),
+                    steps,
+                    error,
+                })
+            }
+            ItemAction::DeadLetter | ItemAction::Fail | ItemAction::Done => {
+                let before = self.earlier.remove(&index).unwrap_or_default();
+                if let Some(record) =
+                    self.job
+                        .outcome(index, attempt, &run, timeout, ItemStatus::Failed, true)
+                {
+                    self.dlq_count +=
+                        self.job
+                            .dead_letter(&record, context.items.get(index), &run, before);
+                    self.records[index] = Some(record);
+                }
+                None
+            }
+        }
+    }
+
+    /// Says a failure as `error_collection` asks: at once, by batches, or (`aggregate`)
+    /// only in the job's summary.
+    fn report_failure(&mut self, index: usize, message: &str) {
+        match self.collection {
+            ErrorCollection::Immediate => {
+                self.job
+                    .say(&format!("item {} failed: {message}", item_id(index)));
+            }
+            ErrorCollection::Batched(size) => {
+                self.batch.push(format!("{}: {message}", item_id(index)));
+                if self.batch.len() as u64 >= size.max(1) {
+                    self.job.say(&format!(
+                        "{} failed:\n  {}",
+                        crate::progress::count(self.batch.len(), "item"),
+                        self.batch.join("\n  ")
+                    ));
+                    self.batch.clear();
+                }
+            }
+            ErrorCollection::Aggregate => {}
+        }
+    }
+
+    /// After an agent's outcome: a stop the error policy decided is announced (and halts
+    /// the agents that watch it), the checkpoint is written at most once a second, and a
+    /// failed state write stops the job.
+    fn after_outcome(&mut self) {
+        if let JobState::Stopping(reason) = self.machine.state()
+            && !self.stop_announced
+        {
+            self.stop_announced = true;
+            let why = describe(reason);
+            self.job
+                .runner
+                .record("job_stopping", json!({"reason": why}));
+            self.job
+                .say(&format!("stopping: {why}; no new agents start"));
+            let _ = self.halt.send(true);
+        }
+        if self.last_save.elapsed() >= Duration::from_secs(1) && self.job.write_failed.is_none() {
+            self.job.update_counts(&self.records);
+            // A failure is noted and stops the job just below.
+            let _ = self.job.save(None);
+            self.last_save = Instant::now();
+            if self.lost.is_none() {
+                self.lost = self.job.state_lost();
+                if let Some(why) = &self.lost {
+                    self.job.say(&format!("error: {why}; no new agents start"));
+                    let _ = self.halt.send(true);
+                }
+            }
+        }
+        self.job.stop_after_write_failure(&self.halt);
+    }
 }

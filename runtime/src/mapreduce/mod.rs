@@ -409,10 +409,7 @@ impl<'a> MapJob<'a> {
         // A write that failed because the job's directory is gone (whichever write saw it
         // first) leaves nothing to resume: the job failed, and says why.
         if let (JobOutcome::StateWrite { phase, .. }, Some(lost)) = (&outcome, self.state_lost()) {
-            outcome = JobOutcome::Failed {
-                phase,
-                what: lost,
-            };
+            outcome = JobOutcome::Failed { phase, what: lost };
         }
         let phase = phase_name(self.cp.phase);
         let records = self.files.load_results().unwrap_or_default();

@@ -219,7 +219,15 @@ impl Runner {
             spill: None,
             mask: None,
         };
-        exec::run(&cmd, &mut self.cancel_rx()).await
+        let request = crate::executor::Request {
+            kind: crate::executor::Kind::Shell {
+                text: text.to_owned(),
+            },
+            command: cmd,
+            watch: None,
+            cancel: self.cancel_rx(),
+        };
+        self.executor.run(request).await
     }
 
     /// A template as `--dry-run` shows it: what can be resolved is, the rest stays as

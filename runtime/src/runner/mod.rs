@@ -179,6 +179,8 @@ pub struct Runner {
     pub(crate) live_turns: std::sync::atomic::AtomicU64,
     /// What the run's Claude calls cost.
     pub(crate) claude_totals: Mutex<crate::claude::Totals>,
+    /// Runs the commands of the steps (local processes unless a test injects another).
+    pub(crate) executor: Arc<dyn crate::executor::Executor>,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -304,7 +306,15 @@ impl Runner {
             log_seq: std::sync::atomic::AtomicU64::new(1),
             live_turns: std::sync::atomic::AtomicU64::new(0),
             claude_totals: Mutex::new(crate::claude::Totals::default()),
+            executor: Arc::new(crate::executor::LocalExecutor),
         }
+    }
+
+    /// The runner with EXECUTOR running its steps' commands instead of local processes.
+    #[must_use]
+    pub fn with_executor(mut self, executor: Arc<dyn crate::executor::Executor>) -> Self {
+        self.executor = executor;
+        self
     }
 
     /// Carries over, for `resume`, the steps that failed and were continued before: the

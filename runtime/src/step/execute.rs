@@ -246,8 +246,9 @@ impl Runner {
             watch: Some(&mut watch),
             keep: Some(64 << 10),
         };
+        let kind = crate::executor::Kind::Claude { prompt: text };
         let mut out = self
-            .spawn_command(program, args, step, vars, timeout, io)
+            .spawn_command(kind, program, args, step, vars, timeout, io)
             .await;
         if let Some(log) = log.as_mut() {
             log.finish();
@@ -324,6 +325,7 @@ impl Runner {
             self.say(&format!("  $ {}", text.trim_end().replace('\n', "\n    ")));
         }
         let (program, args) = build(&text);
+        let kind = crate::executor::Kind::Shell { text };
         let streamed = live && self.opts.verbose > 0;
         let mut watch = |line: &str| {
             if streamed {
@@ -332,6 +334,7 @@ impl Runner {
         };
         let mut out = self
             .spawn_command(
+                kind,
                 program,
                 args,
                 step,
@@ -347,10 +350,15 @@ impl Runner {
         out
     }
 
-    /// Runs PROGRAM with ARGS in the step's directory and environment; WATCH sees each line
-    /// of standard output as it arrives.
+    /// Runs PROGRAM with ARGS (KIND, rendered) in the step's directory and environment, with
+    /// the run's executor; WATCH sees each line of standard output as it arrives.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "what a command is made of, each given by its caller"
+    )]
     pub(crate) async fn spawn_command(
         &self,
+        kind: crate::executor::Kind,
         program: String,
         args: Vec<String>,
         step: &PlanStep,
@@ -421,7 +429,13 @@ impl Runner {
             mask: if spill.is_some() { self.masker() } else { None },
             spill,
         };
-        exec::run_watched(&command, &mut self.cancel_rx(), io.watch).await
+        let request = crate::executor::Request {
+            kind,
+            command,
+            watch: io.watch,
+            cancel: self.cancel_rx(),
+        };
+        self.executor.run(request).await
     }
 }
 

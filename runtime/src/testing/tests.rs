@@ -1,0 +1,309 @@
+//! Whole orchestrations driven by the [`FakeExecutor`] on tokio's paused clock: no process
+//! runs and nothing sleeps, and every event trace is a reviewed snapshot.
+
+use std::time::Duration;
+
+use super::{FakeExecutor, Harness, Reply};
+use crate::mapreduce::{JobOptions, JobOutcome};
+use crate::runner::RunOutcome;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standard_run_retries_with_exponential_backoff_on_the_paused_clock() {
+    let fake = FakeExecutor::new()
+        .script(
+            "make flaky",
+            [
+                Reply::exit(1).stderr("busy\n").takes(secs(1)),
+                Reply::exit(1).stderr("busy\n").takes(secs(1)),
+                Reply::ok().stdout("built\n").takes(secs(1)),
+            ],
+        )
+        .script("echo after", [Reply::ok().stdout("after\n")]);
+    let harness = Harness::new(fake);
+    let started = tokio::time::Instant::now();
+    let (report, trace) = harness
+        .run(
+            r"
+- shell: make flaky
+  retry_config:
+    attempts: 3
+    backoff: exponential
+    initial_delay: 10s
+- shell: echo after
+",
+        )
+        .await;
+    assert_eq!(report.outcome, RunOutcome::Succeeded);
+    // Each attempt takes 1s; then 10s, then 20s of backoff, observed on the paused clock.
+    assert_eq!(
+        harness.fake.starts_of("make flaky"),
+        [secs(0), secs(11), secs(32)]
+    );
+    assert_eq!(harness.fake.starts_of("echo after"), [secs(33)]);
+    assert_eq!(started.elapsed(), secs(33));
+    insta::assert_snapshot!(trace.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_step_runs_its_handler_and_a_false_when_skips_a_step() {
+    let fake = FakeExecutor::new()
+        .script("cargo test", [Reply::exit(101).stderr("1 test failed\n")])
+        .script("echo fixing: 101", [Reply::ok().stdout("fixing\n")])
+        .script("echo last", [Reply::ok()]);
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+- shell: cargo test
+  on_failure:
+    shell: "echo fixing: ${shell.exit_code}"
+    fail_workflow: false
+- shell: echo never
+  when: "1 == 2"
+- shell: echo last
+"#,
+        )
+        .await;
+    assert_eq!(report.outcome, RunOutcome::Succeeded);
+    assert_eq!(report.continued.len(), 1, "{:?}", report.continued);
+    let ran: Vec<String> = harness.fake.calls().into_iter().map(|c| c.text).collect();
+    assert_eq!(ran, ["cargo test", "echo fixing: 101", "echo last"]);
+    let events = trace.events();
+    assert!(events.contains(&"step_skipped"), "{events:?}");
+    assert!(events.contains(&"step_failed_continued"), "{events:?}");
+    insta::assert_snapshot!(trace.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_timeout_stops_the_command_when_it_expires() {
+    let fake = FakeExecutor::new()
+        .script("sleep forever", [Reply::ok().takes(secs(3600))])
+        .script("echo never", [Reply::ok()]);
+    let harness = Harness::new(fake);
+    let started = tokio::time::Instant::now();
+    let (report, trace) = harness
+        .run("- shell: sleep forever\n  timeout: 30s\n- shell: echo never\n")
+        .await;
+    assert_eq!(report.outcome, RunOutcome::Failed);
+    assert_eq!(started.elapsed(), secs(30));
+    assert!(harness.fake.starts_of("echo never").is_empty());
+    insta::assert_snapshot!(trace.text());
+}
+
+/// A job over six items, ITEM with NAME `a` … `f`, whose agents run `work NAME`.
+fn job(policy: &str) -> String {
+    format!(
+        r#"
+name: fake-job
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$[*]"
+  max_parallel: 2
+  agent_template:
+    - shell: "work ${{item.name}}"
+{policy}
+"#
+    )
+}
+
+fn job_harness(fake: FakeExecutor) -> Harness {
+    let harness = Harness::new(fake);
+    let items: Vec<serde_json::Value> = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .map(|name| serde_json::json!({"name": name}))
+        .collect();
+    std::fs::write(
+        harness.project.path().join("items.json"),
+        serde_json::to_string(&items).unwrap(),
+    )
+    .unwrap();
+    harness
+}
+
+fn working(fake: FakeExecutor, names: &[&str], reply: &Reply) -> FakeExecutor {
+    names.iter().fold(fake, |fake, name| {
+        fake.script(&format!("work {name}"), [reply.clone()])
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_map_phase_keeps_max_parallel_and_sends_a_failed_item_to_the_dlq() {
+    let fake = working(
+        FakeExecutor::new(),
+        &["a", "b", "d", "e", "f"],
+        &Reply::ok().stdout("done\n").takes(secs(10)),
+    )
+    .script(
+        "work c",
+        [Reply::exit(2).stderr("c broke\n").takes(secs(5))],
+    );
+    let harness = job_harness(fake);
+    let started = tokio::time::Instant::now();
+    let (report, trace) = harness.run_job(&job(""), JobOptions::default()).await;
+    assert_eq!(report.outcome, JobOutcome::Completed);
+    assert_eq!(harness.fake.max_running(), 2);
+    assert_eq!(harness.fake.calls().len(), 6);
+    assert_eq!((report.metrics.successful, report.metrics.failed), (5, 1));
+    assert_eq!(report.dlq_count, 1);
+    // Two at a time: a, b at 0s; c at 10s (fails at 15s), d at 10s, e at 15s, f at 20s.
+    assert_eq!(harness.fake.starts_of("work f"), [secs(20)]);
+    assert_eq!(started.elapsed(), secs(30));
+    insta::assert_snapshot!(trace.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_error_policy_stops_the_job_and_leaves_the_rest_pending() {
+    let fake = working(
+        FakeExecutor::new(),
+        &["a", "b", "c", "d", "e", "f"],
+        &Reply::exit(1).stderr("down\n").takes(secs(1)),
+    );
+    let harness = job_harness(fake);
+    let (report, trace) = harness
+        .run_job(
+            &job("error_policy:\n  max_failures: 2\n"),
+            JobOptions::default(),
+        )
+        .await;
+    assert!(
+        matches!(&report.outcome, JobOutcome::Stopped(why) if why.contains("max_failures")),
+        "{:?}",
+        report.outcome
+    );
+    // a and b fail together at 1s; c starts in a's slot before b's failure, the second,
+    // stops the job; c finishes, and d, e and f never start.
+    assert_eq!(harness.fake.calls().len(), 3);
+    assert_eq!(report.pending, 3);
+    insta::assert_snapshot!(trace.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_circuit_breaker_opens_rejects_then_half_opens_on_its_timer() {
+    let fake = working(
+        FakeExecutor::new(),
+        &["c", "d", "e", "f"],
+        &Reply::ok().takes(secs(10)),
+    )
+    .script(
+        "work a",
+        [Reply::exit(1).stderr("down\n").takes(secs(1)), Reply::ok()],
+    )
+    .script(
+        "work b",
+        [Reply::exit(1).stderr("down\n").takes(secs(1)), Reply::ok()],
+    );
+    let harness = job_harness(fake);
+    let (report, trace) = harness
+        .run_job(
+            &job("error_policy:
+  on_item_failure: retry
+  retry_config:
+    max_attempts: 2
+    backoff:
+      fixed:
+        delay: 60s
+  circuit_breaker:
+    failure_threshold: 2
+    success_threshold: 1
+    timeout: 30s
+    half_open_requests: 1
+"),
+            JobOptions {
+                max_parallel: Some(1),
+                ..JobOptions::default()
+            },
+        )
+        .await;
+    let events = trace.events();
+    assert!(events.contains(&"CircuitOpen"), "{events:?}");
+    assert!(events.contains(&"agent_rejected"), "{events:?}");
+    assert!(events.contains(&"CircuitHalfOpen"), "{events:?}");
+    assert!(events.contains(&"CircuitClosed"), "{events:?}");
+    assert_eq!(harness.fake.max_running(), 1);
+    // a and b fail (the breaker opens at 2s); c to f are rejected without running and
+    // retried from 62s; a's retry at 61s is the probe after the 30s timeout, and closes it.
+    assert_eq!(harness.fake.starts_of("work a"), [secs(0), secs(61)]);
+    // A retry that falls due goes to the front of the queue: of those due together at 62s,
+    // the last scheduled runs first.
+    let order: Vec<String> = harness.fake.calls().into_iter().map(|c| c.text).collect();
+    assert_eq!(
+        order[3..],
+        ["work b", "work f", "work e", "work d", "work c"]
+    );
+    assert_eq!(harness.fake.starts_of("work f"), [secs(62)]);
+    assert_eq!(harness.fake.starts_of("work c"), [secs(92)]);
+    assert_eq!(report.outcome, JobOutcome::Completed);
+    assert_eq!((report.metrics.successful, report.dlq_count), (6, 0));
+    insta::assert_snapshot!(trace.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_past_its_timeout_fails_as_a_timeout_and_the_job_goes_on() {
+    let fake = working(
+        FakeExecutor::new(),
+        &["a", "b", "c", "d", "f"],
+        &Reply::ok().takes(secs(1)),
+    )
+    .script("work e", [Reply::ok().takes(secs(3600))]);
+    let harness = job_harness(fake);
+    let started = tokio::time::Instant::now();
+    let (report, trace) = harness
+        .run_job(
+            &job("").replace(
+                "  max_parallel: 2\n",
+                "  max_parallel: 2\n  agent_timeout_secs: 60\n",
+            ),
+            JobOptions::default(),
+        )
+        .await;
+    assert_eq!(report.outcome, JobOutcome::Completed);
+    assert_eq!(report.dlq_count, 1);
+    assert_eq!(report.metrics.error_types.get("Timeout"), Some(&1));
+    // Item e started at 2s and was stopped at its 60s.
+    assert_eq!(started.elapsed(), secs(62));
+    insta::assert_snapshot!(trace.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claude_call_goes_through_the_executor_and_its_stream_decides_the_step() {
+    let init = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
+    let fake = FakeExecutor::new()
+        .script(
+            "/fix the bug",
+            [Reply::ok()
+                .stdout(&format!(
+                    "{init}\n{}\n",
+                    r#"{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"Not logged in · Please run /login"}"#
+                ))
+                .takes(secs(4))],
+        )
+        .script(
+            "/explain",
+            [Reply::ok().stdout(&format!(
+                "{init}\n{}\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.25}"#
+            ))],
+        )
+        .script("echo Done.", [Reply::ok()]);
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+- claude: "/explain"
+  capture: answer
+- shell: "echo ${answer}"
+- claude: "/fix the bug"
+"#,
+        )
+        .await;
+    // The process exited 0 both times; the stream's `result` is what failed the second call.
+    assert_eq!(report.outcome, RunOutcome::Failed);
+    assert_eq!(report.failed_step.as_deref(), Some("/fix the bug"));
+    assert_eq!(harness.fake.starts_of("echo Done."), [secs(0)]);
+    insta::assert_snapshot!(trace.text());
+}
