@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use super::*;
+use super::{
+    AgentWorktree, Layout, Merged, SessionWorktree, WorktreeError, add_on_new_branch, admin, git,
+    git_output, git_retrying, remove, worktrees_dir,
+};
 
 /// The agent worktrees of one session, reused from item to item: switching a worktree to a
 /// new branch touches only the files that differ, where creating one checks out the whole

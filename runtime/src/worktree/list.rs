@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::*;
+use serde::Serialize;
+
+use super::{Layout, admin, git_retrying, git_sync, uncommitted};
 
 /// A worktree left under `$PRODIGY_HOME/worktrees/{repo}/`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

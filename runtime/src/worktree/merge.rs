@@ -5,7 +5,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::*;
+use prodigy_compiler::plan::Plan;
+
+use super::{
+    SessionWorktree, WorktreeError, abort_merge, begin_conflicted_merge, changes, conflict,
+    current_branch, git, git_output, git_sync, integration_ref, merge_resolved, remove,
+    uncommitted,
+};
 use crate::runner::Runner;
 use crate::vars::Vars;
 

@@ -14,8 +14,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use prodigy_compiler::plan::Plan;
-
 use crate::store::Layout;
 
 /// Why a git operation failed.
