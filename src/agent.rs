@@ -170,7 +170,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         )
         .map_err(|e| format!("{e}"))?;
         let mut vars = runner.initial_vars().await.map_err(|e| format!("{e}"))?;
-        crate::run::restore(&mut vars, &runner.unseal(checkpoint.variables.clone()));
+        prodigy_runtime::session::restore(&mut vars, &runner.unseal(checkpoint.variables.clone()));
         let outcome = prodigy_runtime::slurm::run_task(
             &runner,
             vars,

@@ -845,7 +845,7 @@ fn resume_hint(home: &Path, id: &str) -> Option<String> {
     match Layout::find_session(home, id)
         .and_then(|(path, _)| prodigy_runtime::store::Checkpoint::load(&path).ok())
     {
-        Some(c) if c.status == "completed" => None,
+        Some(c) if c.status == prodigy_runtime::store::SessionStatus::Completed => None,
         Some(_) => Some(format!("continue it with `prodigy resume {id}`")),
         None => Some(format!(
             "its state is gone, so it cannot be continued (`prodigy resume-job {id}` or `prodigy resume {id}` would say more)"

@@ -104,14 +104,14 @@ pub(crate) fn run() -> u8 {
             .try_for_each(|message| message.write(&mut stdout))
     });
     let mut code = match serve(connection) {
-        Ok(()) => 0,
+        Ok(()) => crate::exit_code::OK,
         Err(e) => {
             crate::err(&format!("prodigy lsp: {e}\n"));
-            1
+            crate::exit_code::PROBLEMS
         }
     };
     if !matches!(writer.join(), Ok(Ok(()))) || lost.load(std::sync::atomic::Ordering::SeqCst) {
-        code = 1;
+        code = crate::exit_code::PROBLEMS;
     }
     code
 }

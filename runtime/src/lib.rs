@@ -17,6 +17,7 @@ pub mod mapreduce;
 pub mod paths;
 pub mod progress;
 pub mod runner;
+pub mod session;
 pub mod slurm;
 pub mod statefs;
 pub(crate) mod step;

@@ -262,8 +262,8 @@ pub struct Checkpoint {
     pub workflow_hash: String,
     /// The index (into the workflow's steps) of the next step to run.
     pub next_step: usize,
-    /// `running`, `completed`, `failed`, `interrupted`.
-    pub status: String,
+    /// How the run stands.
+    pub status: SessionStatus,
     /// Variables captured so far, each secret value sealed (replaced by its name).
     pub variables: Value,
     /// `--param` values.
@@ -283,6 +283,21 @@ pub struct Checkpoint {
     /// them at its end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub continued: Vec<ContinuedStep>,
+}
+
+/// How a standard run stands, in its checkpoint: written as `running`, `completed`,
+/// `failed` or `interrupted`, the strings checkpoints always held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// A process is running it (or was, until it was killed).
+    Running,
+    /// Every step ran.
+    Completed,
+    /// A step failed it, or its state could not be written.
+    Failed,
+    /// A signal stopped it.
+    Interrupted,
 }
 
 /// A step of a standard run that failed and after which the workflow went on.
@@ -455,6 +470,51 @@ pub fn step_fields(index: Option<usize>, label: &str, id: u32) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint written before the status was typed (its `status` a plain string) still
+    /// loads, and each status is written back as the same string.
+    #[test]
+    fn a_checkpoint_with_the_old_string_status_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, status) in [
+            ("running", SessionStatus::Running),
+            ("completed", SessionStatus::Completed),
+            ("failed", SessionStatus::Failed),
+            ("interrupted", SessionStatus::Interrupted),
+        ] {
+            let path = dir.path().join(format!("{text}.json"));
+            let old = json!({
+                "version": 1,
+                "session_id": "session-1",
+                "workflow": "/p/w.yml",
+                "project": "/p",
+                "workflow_hash": "abc",
+                "next_step": 2,
+                "status": text,
+                "variables": {"values": {}, "meta": {}},
+                "params": [],
+                "args": [],
+                "profile": null,
+                "started_at": "2026-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:01Z",
+            });
+            std::fs::write(&path, old.to_string()).unwrap();
+            let loaded = Checkpoint::load(&path).unwrap();
+            assert_eq!(loaded.status, status);
+            let written = serde_json::to_value(&loaded).unwrap();
+            assert_eq!(written["status"], text);
+        }
+        let path = dir.path().join("unknown.json");
+        std::fs::write(
+            &path,
+            std::fs::read_to_string(dir.path().join("failed.json"))
+                .unwrap()
+                .replace("\"failed\"", "\"done\""),
+        )
+        .unwrap();
+        let e = Checkpoint::load(&path).unwrap_err();
+        assert!(e.to_string().contains("unknown variant `done`"), "{e}");
+    }
 
     #[test]
     fn a_session_is_locked_once_and_a_stale_lock_is_taken_over() {

@@ -234,7 +234,8 @@ tokio::task_local! {
     pub(crate) static AGENT: std::rc::Rc<AgentScope>;
 }
 
-type PendingCheckpoint = tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, String)>;
+type PendingCheckpoint =
+    tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, crate::store::SessionStatus)>;
 
 use crate::lock;
 

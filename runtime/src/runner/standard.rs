@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::lock;
 use crate::machine::Outcome;
 use crate::runner::{Report, RunOutcome, Runner, fields};
-use crate::store::{Checkpoint, ContinuedStep};
+use crate::store::{Checkpoint, ContinuedStep, SessionStatus};
 use crate::vars::Vars;
 
 impl Runner {
@@ -105,7 +105,8 @@ impl Runner {
                 }
             }
             if index + 1 < total {
-                self.checkpoint(&vars, next, "running", false).await;
+                self.checkpoint(&vars, next, SessionStatus::Running, false)
+                    .await;
             }
         }
         // A run some of whose state was lost does not end as completed.
@@ -118,9 +119,9 @@ impl Runner {
             state_error = Some(why);
         }
         let status = match outcome {
-            RunOutcome::Succeeded => "completed",
-            RunOutcome::Failed => "failed",
-            RunOutcome::Interrupted => "interrupted",
+            RunOutcome::Succeeded => SessionStatus::Completed,
+            RunOutcome::Failed => SessionStatus::Failed,
+            RunOutcome::Interrupted => SessionStatus::Interrupted,
         };
         self.checkpoint(&vars, next, status, true).await;
         if let (None, Some(why)) = (&state_error, self.state_failure()) {
@@ -166,7 +167,13 @@ impl Runner {
     /// of the next step; each checkpoint waits for the previous one, so they land in order,
     /// and `wait` (the last one of a run) returns only once it is durable. The
     /// `checkpoint_saved` event is recorded when the checkpoint is on disk.
-    pub(crate) async fn checkpoint(&self, vars: &Vars, next_step: usize, status: &str, wait: bool) {
+    pub(crate) async fn checkpoint(
+        &self,
+        vars: &Vars,
+        next_step: usize,
+        status: SessionStatus,
+        wait: bool,
+    ) {
         let checkpoint = Checkpoint {
             version: 1,
             session_id: self.session.clone(),
@@ -174,7 +181,7 @@ impl Runner {
             project: self.opts.project.clone(),
             workflow_hash: self.opts.workflow_hash.clone(),
             next_step,
-            status: status.to_owned(),
+            status,
             variables: self.seal_json(json!({"values": vars.values, "meta": vars.meta})),
             params: self.opts.params.clone(),
             args: self.opts.args.clone(),
@@ -186,7 +193,6 @@ impl Runner {
         };
         self.settle_checkpoint().await;
         let layout = self.opts.layout.clone();
-        let status = status.to_owned();
         let handle =
             tokio::task::spawn_blocking(move || (checkpoint.save(&layout), next_step, status));
         *lock(&self.pending_checkpoint) = Some(handle);

@@ -1,0 +1,414 @@
+//! Bringing a session's work back: the end of a map phase, and the session branch merged
+//! into the branch the run started from (with the workflow's `merge` steps, or `git merge`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use prodigy_compiler::plan::Plan;
+
+use super::{
+    SessionWorktree, WorktreeError, abort_merge, begin_conflicted_merge, changes, conflict,
+    current_branch, git, git_output, git_sync, integration_ref, merge_resolved, remove,
+    uncommitted,
+};
+use crate::runner::Runner;
+use crate::vars::Vars;
+
+/// Ends a map phase: the agents' merged work comes into the session branch (a fast-forward
+/// unless the session committed meanwhile) and the integration ref goes. Nothing to do when
+/// no agent merged anything.
+pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> {
+    let name = integration_ref(session);
+    let Ok(head) = git(&session.path, &["rev-parse", "-q", "--verify", &name]).await else {
+        return Ok(());
+    };
+    let message = format!("Merge the map agents' work ({})", session.branch);
+    git(
+        &session.path,
+        &["merge", "-q", "--ff", "-m", &message, head.trim()],
+    )
+    .await?;
+    git(&session.path, &["update-ref", "-d", &name]).await?;
+    Ok(())
+}
+
+/// The commits of the session branch that TARGET does not have, oldest first, with the
+/// files they change: what merging the session back brings.
+pub fn session_changes(session: &SessionWorktree) -> (Vec<String>, Vec<String>) {
+    let target = session
+        .target_branch
+        .clone()
+        .unwrap_or_else(|| session.base_commit.clone());
+    let range = format!("{target}..{}", session.branch);
+    let commits = git_sync(&session.repo, &["rev-list", "--reverse", &range])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let spec = format!("{target}...{}", session.branch);
+    let files = git_sync(&session.repo, &["diff", "--name-only", &spec])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    (commits, files)
+}
+
+/// Whether a run's session branch still waits to be merged into the branch it started from:
+/// it exists and that branch does not contain it (a run started on a detached HEAD has
+/// nothing to merge into).
+pub fn pending_merge(session: &SessionWorktree) -> bool {
+    session.target_branch.is_some()
+        && git_sync(
+            &session.repo,
+            &[
+                "rev-parse",
+                "-q",
+                "--verify",
+                &format!("refs/heads/{}", session.branch),
+            ],
+        )
+        .is_some()
+        && !merged(session)
+}
+
+/// Whether the session branch is merged into its target branch.
+pub fn merged(session: &SessionWorktree) -> bool {
+    let Some(target) = &session.target_branch else {
+        return false;
+    };
+    git_sync(
+        &session.repo,
+        &["merge-base", "--is-ancestor", &session.branch, target],
+    )
+    .is_some()
+}
+
+/// Merges the session branch into its target in the user's checkout (`git merge --no-ff`).
+/// Refuses when the checkout has another branch out, so nothing else is touched.
+pub async fn merge_session(session: &SessionWorktree) -> Result<(), WorktreeError> {
+    let Some(target) = &session.target_branch else {
+        return Err(WorktreeError::Git {
+            args: "merge".into(),
+            stderr: "the run started on a detached HEAD: there is no branch to merge into".into(),
+        });
+    };
+    let current = current_branch(&session.repo);
+    if current.as_deref() != Some(target.as_str()) {
+        return Err(WorktreeError::Git {
+            args: "merge".into(),
+            stderr: format!(
+                "`{}` has `{}` checked out, not `{target}`, the branch the run started from",
+                session.repo.display(),
+                current.as_deref().unwrap_or("a detached HEAD")
+            ),
+        });
+    }
+    // A merge that would conflict is refused before it starts: the user's checkout is never
+    // left half-merged.
+    let (code, out, _) = git_output(
+        &session.repo,
+        &[
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            target,
+            &session.branch,
+        ],
+    )
+    .await?;
+    if code == Some(1) {
+        return Err(WorktreeError::Conflict {
+            branch: session.branch.clone(),
+            files: conflict(&out).0,
+            output: format!("`{target}` changed since the run started"),
+        });
+    }
+    let message = format!("Merge {} (prodigy)", session.branch);
+    let merged = git(
+        &session.repo,
+        &["merge", "-q", "--no-ff", "-m", &message, &session.branch],
+    )
+    .await;
+    if merged.is_err()
+        && git(
+            &session.repo,
+            &["rev-parse", "-q", "--verify", "MERGE_HEAD"],
+        )
+        .await
+        .is_ok()
+    {
+        let _ = git(&session.repo, &["merge", "--abort"]).await;
+    }
+    merged.map(|_| ())
+}
+
+/// The first step that must commit (`commit_required` on the step, its `on_failure`
+/// handler or its `on_incomplete`), by label: a run outside a git repository refuses it.
+pub fn commit_required_step(plan: &Plan) -> Option<&str> {
+    plan.steps
+        .iter()
+        .find(|s| {
+            s.commit_required
+                || s.on_failure.as_ref().is_some_and(|h| h.commit_required)
+                || s.validate
+                    .as_ref()
+                    .and_then(|v| v.on_incomplete.as_ref())
+                    .is_some_and(|o| o.commit_required)
+        })
+        .map(|s| s.label.as_str())
+}
+
+/// How bringing a session back went. The worktree and its branch are removed, unless the
+/// run left uncommitted changes in it (`left`): those are never merged, and never thrown
+/// away either.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MergeBack {
+    /// The run made no commit: nothing was merged.
+    Nothing {
+        /// Uncommitted changes left in the worktree, which is then kept.
+        left: usize,
+    },
+    /// The session branch is merged into TARGET.
+    Merged {
+        /// Commits brought in.
+        commits: usize,
+        /// The branch merged into.
+        target: String,
+        /// Uncommitted changes left in the worktree, which is then kept.
+        left: usize,
+    },
+}
+
+/// A merge that conflicted, for the `merge.on_conflict` steps.
+pub(crate) struct Conflicted<'a> {
+    /// The worktree that receives the merge.
+    pub dir: &'a Path,
+    /// What is merged into it: a commit or a branch.
+    pub other: &'a str,
+    /// `${merge.source_branch}`: the branch whose work is being merged.
+    pub source_branch: &'a str,
+    /// `${merge.target_branch}`: the branch it is merged into.
+    pub target_branch: &'a str,
+    /// The map item whose work it is, when it is an agent's.
+    pub item: Option<usize>,
+    /// Where the steps run (the worktree, under the project's prefix).
+    pub workdir: Option<PathBuf>,
+}
+
+impl Runner {
+    /// Whether the workflow resolves conflicted merges (`merge.on_conflict`).
+    pub(crate) fn resolves_conflicts(&self) -> bool {
+        self.plan
+            .merge
+            .as_ref()
+            .is_some_and(|m| !m.on_conflict.is_empty())
+    }
+
+    /// Runs the `merge.on_conflict` steps in a worktree holding the conflicted merge of
+    /// `other` into `dir`, with `${merge.*}` and `${merge.conflicted_files}` set. Ok when they
+    /// leave the merge committed and nothing unmerged; else the merge is given up (the
+    /// worktree is as before it) and the error says why, for the DLQ.
+    pub(crate) async fn resolve_conflict(
+        &self,
+        c: Conflicted<'_>,
+        vars: &mut Vars,
+    ) -> Result<(), String> {
+        let Some(merge) = self
+            .plan
+            .merge
+            .as_ref()
+            .filter(|m| !m.on_conflict.is_empty())
+        else {
+            return Err("no `merge.on_conflict` steps".into());
+        };
+        let message = format!(
+            "Merge {} into {} (conflicts resolved by `merge.on_conflict`)",
+            c.target_branch, c.source_branch
+        );
+        let files = begin_conflicted_merge(c.dir, c.other, &message)
+            .await
+            .map_err(|e| e.to_string())?;
+        if files.is_empty() {
+            // It merged cleanly after all.
+            return Ok(());
+        }
+        vars.set(
+            "merge",
+            json!({
+                "worktree": c.dir,
+                "source_branch": c.source_branch,
+                "target_branch": c.target_branch,
+                "session_id": self.session(),
+                "conflicted_files": files,
+            }),
+        );
+        self.record(
+            "merge_conflict_handler_started",
+            json!({"source_branch": c.source_branch, "target_branch": c.target_branch, "conflicted_files": files, "worktree": c.dir}),
+        );
+        self.say(&format!(
+            "merging `{}` into `{}` conflicts in {}: running `merge.on_conflict` in {}",
+            c.source_branch,
+            c.target_branch,
+            files.join(", "),
+            c.dir.display()
+        ));
+        let (scope, stop) = crate::mapreduce::scope_for(c.item, None, c.workdir.clone());
+        let steps = self.run_phase(&merge.on_conflict, vars);
+        let (outcome, why) =
+            crate::mapreduce::guarded(self, scope, stop, steps, merge.timeout, None).await;
+        let result = match (why, outcome.continues()) {
+            (Some(crate::mapreduce::Stopped::TimedOut), _) => Err(format!(
+                "the `merge.on_conflict` steps took longer than the merge's timeout ({})",
+                humantime::format_duration(merge.timeout.unwrap_or_default())
+            )),
+            (Some(crate::mapreduce::Stopped::Cancelled), _) => {
+                Err("the `merge.on_conflict` steps were interrupted".into())
+            }
+            (None, false) => Err("a `merge.on_conflict` step failed".into()),
+            (None, true) => merge_resolved(c.dir, c.other)
+                .await
+                .map_err(|why| format!("the `merge.on_conflict` steps ended, but {why}")),
+        };
+        let log = vars.last_output.clone().unwrap_or_default();
+        self.record(
+            "merge_conflict_handler_finished",
+            json!({"source_branch": c.source_branch, "success": result.is_ok(), "error": result.as_ref().err()}),
+        );
+        vars.values.remove("merge");
+        match result {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                abort_merge(c.dir).await;
+                Err(if log.trim().is_empty() {
+                    why
+                } else {
+                    format!("{why}; the last step printed:\n{}", log.trim_end())
+                })
+            }
+        }
+    }
+
+    /// Brings the session worktree back: the `merge` steps with `${merge.*}` (checked
+    /// afterwards: the session branch must be merged into its target), else `git merge
+    /// --no-ff` into the branch the run started from. On success the session worktree and
+    /// branch are removed. The caller has asked the user first.
+    pub async fn merge_session(&self, vars: &mut Vars) -> Result<MergeBack, String> {
+        let Some(session) = &self.opts.worktree else {
+            return Ok(MergeBack::Nothing { left: 0 });
+        };
+        let left = uncommitted(&session.path).len();
+        let (commits, files) = session_changes(session);
+        if commits.is_empty() {
+            if left == 0 {
+                remove(&session.repo, &session.path, &session.branch).await;
+            }
+            return Ok(MergeBack::Nothing { left });
+        }
+        let target = session
+            .target_branch
+            .clone()
+            .ok_or("the run started on a detached HEAD: there is no branch to merge into")?;
+        self.record(
+            "merge_started",
+            json!({"source_branch": session.branch, "target_branch": target, "commits": commits.len()}),
+        );
+        if let Some(merge) = self.plan.merge.as_ref().filter(|m| !m.steps.is_empty()) {
+            let short: Vec<String> = commits
+                .iter()
+                .map(|c| c.chars().take(7).collect())
+                .collect();
+            vars.set(
+                "merge",
+                json!({
+                    "worktree": session.path,
+                    "source_branch": session.branch,
+                    "target_branch": target,
+                    "session_id": self.session(),
+                    "commits": commits,
+                    "commit_count": commits.len(),
+                    "commit_ids": short.join(","),
+                    "file_list": files.join(","),
+                    "file_count": files.len(),
+                    "modified_files": files,
+                }),
+            );
+            self.say(&format!(
+                "merge: {} in {}",
+                crate::progress::count(merge.steps.len(), "step"),
+                session.path.display()
+            ));
+            // Under the `timeout`, stopped like any step: SIGTERM to the process groups,
+            // then SIGKILL after the grace period.
+            let (scope, stop) = crate::mapreduce::scope_for(None, None, None);
+            let steps = self.run_phase(&merge.steps, vars);
+            let (outcome, why) =
+                crate::mapreduce::guarded(self, scope, stop, steps, merge.timeout, None).await;
+            match why {
+                Some(crate::mapreduce::Stopped::TimedOut) => {
+                    return Err(format!(
+                        "the `merge` steps took longer than their timeout ({})",
+                        humantime::format_duration(merge.timeout.unwrap_or_default())
+                    ));
+                }
+                Some(crate::mapreduce::Stopped::Cancelled) => {
+                    return Err("the `merge` steps were interrupted".into());
+                }
+                None => {}
+            }
+            if !outcome.continues() {
+                return Err("a `merge` step failed".into());
+            }
+            if !merged(session) {
+                return Err(format!(
+                    "the `merge` steps finished, but `{}` is not merged into `{target}`",
+                    session.branch
+                ));
+            }
+        } else {
+            match merge_session(session).await {
+                Err(WorktreeError::Conflict { files, .. }) if self.resolves_conflicts() => {
+                    // Resolved in the session worktree: the target's new work merged into
+                    // the session branch, which then merges back cleanly.
+                    self.resolve_conflict(
+                        Conflicted {
+                            dir: &session.path,
+                            other: &target,
+                            source_branch: &session.branch,
+                            target_branch: &target,
+                            item: None,
+                            workdir: None,
+                        },
+                        vars,
+                    )
+                    .await
+                    .map_err(|why| {
+                        format!(
+                            "merging `{}` back conflicts in {}, and {why}",
+                            session.branch,
+                            files.join(", ")
+                        )
+                    })?;
+                    merge_session(session).await.map_err(|e| e.to_string())?;
+                }
+                other => other.map_err(|e| e.to_string())?,
+            }
+        }
+        self.record(
+            "merge_finished",
+            json!({"source_branch": session.branch, "target_branch": target}),
+        );
+        // The `merge` steps may have left changes of their own: counted again.
+        let left = changes(&session.path).await.len();
+        if left == 0 {
+            remove(&session.repo, &session.path, &session.branch).await;
+        }
+        Ok(MergeBack::Merged {
+            commits: commits.len(),
+            target,
+            left,
+        })
+    }
+}

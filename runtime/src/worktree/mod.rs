@@ -1,0 +1,620 @@
+//! Git worktree isolation (docs/language.md §11): a run works in a session worktree on its own branch,
+//! every map agent in a worktree branched from it, and the agents' commits come back one at
+//! a time.
+//!
+//! Everything goes through the `git` command. Operations that change the repository's
+//! shared administrative state (adding and removing worktrees, deleting branches) are
+//! serialised: inside the process by one async lock, across processes by an advisory lock
+//! on a file under `$PRODIGY_HOME/worktrees/{repo}/`; merges into a session worktree are
+//! serialised by the merge queue of their job. Concurrent `git worktree add` calls race on
+//! the repository's lock files, which is how upstream loses items at high parallelism.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::Layout;
+
+/// Why a git operation failed.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum WorktreeError {
+    /// `git` could not be started.
+    #[error("cannot run `git`: {0}")]
+    Spawn(std::io::Error),
+    /// A git command failed.
+    #[error("`git {args}` failed: {stderr}")]
+    Git {
+        /// The arguments.
+        args: String,
+        /// What git said.
+        stderr: String,
+    },
+    /// The lock file could not be taken.
+    #[error("cannot lock `{path}`: {source}")]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The merge conflicted; the session worktree was put back as it was.
+    #[error("merging `{branch}` conflicts in {}", files.join(", "))]
+    Conflict {
+        /// The agent's branch.
+        branch: String,
+        /// The conflicting paths.
+        files: Vec<String>,
+        /// What git said.
+        output: String,
+    },
+}
+
+/// The session worktree of a run, as its checkpoint keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionWorktree {
+    /// The worktree's root.
+    pub path: PathBuf,
+    /// Where commands run: the project directory's place inside the worktree.
+    pub workdir: PathBuf,
+    /// `prodigy-{session_id}`.
+    pub branch: String,
+    /// The branch the run started from (`None` on a detached HEAD).
+    pub target_branch: Option<String>,
+    /// The commit the session branched from.
+    pub base_commit: String,
+    /// The user's repository (its top level).
+    pub repo: PathBuf,
+}
+
+/// A map agent's worktree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentWorktree {
+    /// The worktree's root.
+    pub path: PathBuf,
+    /// Where the agent's commands run.
+    pub workdir: PathBuf,
+    /// Its branch.
+    pub branch: String,
+    /// The session commit it branched from.
+    pub base: String,
+}
+
+/// How an agent's commits came back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merged {
+    /// The agent made no commit: nothing to merge.
+    Nothing,
+    /// The session branch had not moved: fast-forwarded.
+    FastForward,
+    /// A merge commit (`--no-ff`).
+    MergeCommit,
+}
+
+/// Runs git in DIR: its exit code, standard output and standard error.
+async fn git_output(
+    dir: &Path,
+    args: &[&str],
+) -> Result<(Option<i32>, String, String), WorktreeError> {
+    let out = tokio::process::Command::new("git")
+        .args(["-c", "core.quotePath=false", "-c", "gc.auto=0"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(WorktreeError::Spawn)?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// Runs git in DIR and returns its standard output.
+pub(crate) async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
+    let (code, stdout, stderr) = git_output(dir, args).await?;
+    if code == Some(0) {
+        return Ok(stdout);
+    }
+    let text = if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    };
+    Err(WorktreeError::Git {
+        args: args.join(" "),
+        stderr: text.trim().to_owned(),
+    })
+}
+
+/// Runs git in DIR, retrying a few times when another program holds one of the
+/// repository's lock files.
+async fn git_retrying(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
+    let mut delay = Duration::from_millis(20);
+    let mut tries = 0;
+    loop {
+        match git(dir, args).await {
+            Err(WorktreeError::Git { stderr, .. })
+                if tries < 5 && stderr.contains(".lock") && stderr.contains("exists") =>
+            {
+                tries += 1;
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn git_sync(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["-c", "core.quotePath=false"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The repository PROJECT is in: its top level and PROJECT's path inside it; `None` outside
+/// a repository or before its first commit (there is nothing to branch from).
+pub fn repository(project: &Path) -> Option<(PathBuf, PathBuf)> {
+    let top = git_sync(project, &["rev-parse", "--show-toplevel"])?;
+    git_sync(project, &["rev-parse", "--verify", "-q", "HEAD"])?;
+    let prefix = git_sync(project, &["rev-parse", "--show-prefix"]).unwrap_or_default();
+    Some((PathBuf::from(top), PathBuf::from(prefix)))
+}
+
+/// The uncommitted changes of the working tree at DIR, one `git status --short` line each.
+pub fn uncommitted(dir: &Path) -> Vec<String> {
+    git_sync(dir, &["status", "--porcelain"])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// How many ignored paths (build output and the like; a directory counts once) the working
+/// tree at DIR holds.
+pub fn ignored(dir: &Path) -> usize {
+    git_sync(dir, &["status", "--porcelain", "--ignored"])
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("!!"))
+        .count()
+}
+
+/// [`uncommitted`], without blocking the runtime.
+pub async fn changes(dir: &Path) -> Vec<String> {
+    git(dir, &["status", "--porcelain"])
+        .await
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A path in a working tree that no commit holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uncommitted {
+    /// Relative to the top of the working tree; directories end with `/`.
+    pub path: String,
+    /// What it is.
+    pub kind: UncommittedKind,
+}
+
+/// Why a path is in no commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UncommittedKind {
+    /// New or changed, not committed.
+    Changed,
+    /// Matched by `.gitignore`.
+    Ignored,
+    /// An empty directory: git keeps none, committed or not.
+    EmptyDir,
+}
+
+/// What the working tree at TOP holds that no commit does: what `git status` shows
+/// (new, changed and ignored paths; a new directory once) and empty directories, which git
+/// never keeps. At most 10 000 directories are looked into.
+pub async fn not_committed(top: &Path) -> Vec<Uncommitted> {
+    let status = git(top, &["status", "--porcelain", "--ignored"])
+        .await
+        .unwrap_or_default();
+    let mut found: Vec<Uncommitted> = status
+        .lines()
+        .filter(|l| l.len() > 3)
+        .map(|l| {
+            let path = &l[3..];
+            // A rename shows as `old -> new`: the new path is the one in the tree.
+            let path = path.rsplit(" -> ").next().unwrap_or(path);
+            Uncommitted {
+                path: path.trim_matches('"').to_owned(),
+                kind: if l.starts_with("!!") {
+                    UncommittedKind::Ignored
+                } else {
+                    UncommittedKind::Changed
+                },
+            }
+        })
+        .collect();
+    let listed: std::collections::HashSet<PathBuf> =
+        found.iter().map(|u| top.join(&u.path)).collect();
+    let mut dirs = vec![top.to_path_buf()];
+    let mut budget = 10_000usize;
+    while let Some(dir) = dirs.pop() {
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut empty = true;
+        for entry in entries.flatten() {
+            empty = false;
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            // `.git` is git's, and what git status named is reported already.
+            if is_dir && entry.file_name() != ".git" && !listed.contains(&path) {
+                dirs.push(path);
+            }
+        }
+        if empty && dir != top {
+            let relative = dir.strip_prefix(top).unwrap_or(&dir);
+            found.push(Uncommitted {
+                path: format!("{}/", relative.display()),
+                kind: UncommittedKind::EmptyDir,
+            });
+        }
+    }
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    found
+}
+
+/// The branch checked out at DIR (`None` on a detached HEAD).
+pub fn current_branch(dir: &Path) -> Option<String> {
+    git_sync(dir, &["symbolic-ref", "-q", "--short", "HEAD"]).filter(|b| !b.is_empty())
+}
+
+/// `$PRODIGY_HOME/worktrees/{repo}/`.
+pub fn worktrees_dir(layout: &Layout) -> PathBuf {
+    layout.home.join("worktrees").join(&layout.repo)
+}
+
+/// The in-process half of the lock around worktree administration: one for the process
+/// (a run works on one repository).
+static ADMIN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Holds the worktree administration lock: the process's, and the repository's file lock.
+struct Admin {
+    _guard: tokio::sync::MutexGuard<'static, ()>,
+    _file: std::fs::File,
+}
+
+async fn admin(repo: &Path) -> Result<Admin, WorktreeError> {
+    let guard = ADMIN.lock().await;
+    // In the repository's common git directory, so every process working on the repository
+    // (from any directory, with any `PRODIGY_HOME`) takes the same lock.
+    let common = if repo.join(".git").is_dir() {
+        repo.join(".git")
+    } else {
+        let dir = git(
+            repo,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )
+        .await?;
+        PathBuf::from(dir.trim())
+    };
+    let path = common.join("prodigy-worktrees.lock");
+    let cannot = |source| WorktreeError::Lock {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(cannot)?;
+    // Another prodigy process may hold it for the length of one git command.
+    let file = tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await
+        .map_err(|e| cannot(std::io::Error::other(e)))?
+        .map_err(cannot)?;
+    Ok(Admin {
+        _guard: guard,
+        _file: file,
+    })
+}
+
+/// Creates the session worktree of SESSION for the project at PROJECT (inside REPO at
+/// PREFIX): `worktrees/{repo}/{session}` on branch `prodigy-{session}`, from HEAD.
+pub async fn create_session(
+    layout: &Layout,
+    repo: &Path,
+    prefix: &Path,
+    session: &str,
+) -> Result<SessionWorktree, WorktreeError> {
+    let path = worktrees_dir(layout).join(session);
+    // Readable by the user only, as the rest of `$PRODIGY_HOME`; if it cannot be made, git
+    // says why.
+    let _ = crate::store::private_dir(&worktrees_dir(layout));
+    let branch = format!("prodigy-{session}");
+    let base_commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
+    {
+        let _admin = admin(repo).await?;
+        let target = path.to_string_lossy().into_owned();
+        add_on_new_branch(repo, &branch, &target, &base_commit).await?;
+    }
+    Ok(SessionWorktree {
+        workdir: path.join(prefix),
+        path,
+        branch,
+        target_branch: current_branch(repo),
+        base_commit,
+        repo: repo.to_owned(),
+    })
+}
+
+/// `git worktree add -b BRANCH TARGET BASE`. Git makes the branch before the worktree: when
+/// the worktree cannot be made (TARGET exists, the disk is full), the branch it made is
+/// deleted again, so that a failed attempt leaves no stray `prodigy-*` branch. A branch that
+/// existed before is never touched.
+async fn add_on_new_branch(
+    repo: &Path,
+    branch: &str,
+    target: &str,
+    base: &str,
+) -> Result<String, WorktreeError> {
+    let exists = async || {
+        let name = format!("refs/heads/{branch}");
+        git(repo, &["rev-parse", "-q", "--verify", &name])
+            .await
+            .is_ok()
+    };
+    let existed = exists().await;
+    let added = git_retrying(repo, &["worktree", "add", "-q", "-b", branch, target, base]).await;
+    if added.is_err() && !existed && exists().await {
+        let _ = git(repo, &["branch", "-D", "-q", branch]).await;
+    }
+    added
+}
+
+/// Removes the worktree at PATH (with whatever it holds) and deletes BRANCH; missing ones
+/// are not an error.
+pub async fn remove(repo: &Path, path: &Path, branch: &str) {
+    let _admin = admin(repo).await;
+    let target = path.to_string_lossy().into_owned();
+    if path.exists() {
+        let _ = git_retrying(repo, &["worktree", "remove", "--force", &target]).await;
+        let _ = std::fs::remove_dir_all(path);
+    }
+    let _ = git_retrying(repo, &["worktree", "prune"]).await;
+    let _ = git_retrying(repo, &["branch", "-D", "-q", branch]).await;
+}
+
+/// The session worktree SAVED by a checkpoint, ready to work in again: as it is when it is
+/// still there; put back on its branch when only the directory is gone; else a new one from
+/// HEAD (its branch was merged and removed). The flag says whether it had to be recreated.
+pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), WorktreeError> {
+    if saved.path.is_dir() {
+        return Ok((saved.clone(), false));
+    }
+    let target = saved.path.to_string_lossy().into_owned();
+    let _admin = admin(&saved.repo).await?;
+    let _ = git(&saved.repo, &["worktree", "prune"]).await;
+    let branch_exists = git(&saved.repo, &["rev-parse", "-q", "--verify", &saved.branch])
+        .await
+        .is_ok();
+    if branch_exists {
+        git_retrying(
+            &saved.repo,
+            &["worktree", "add", "-q", &target, &saved.branch],
+        )
+        .await?;
+        return Ok((saved.clone(), true));
+    }
+    let base_commit = git(&saved.repo, &["rev-parse", "HEAD"])
+        .await?
+        .trim()
+        .to_owned();
+    add_on_new_branch(&saved.repo, &saved.branch, &target, &base_commit).await?;
+    Ok((
+        SessionWorktree {
+            base_commit,
+            target_branch: current_branch(&saved.repo),
+            ..saved.clone()
+        },
+        true,
+    ))
+}
+
+mod agent;
+mod list;
+mod merge;
+
+pub use agent::*;
+pub use list::*;
+pub use merge::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["config", "user.email", "t@example.invalid"],
+            &["config", "user.name", "t"],
+            &["commit", "-q", "--allow-empty", "-m", "base"],
+        ] {
+            assert!(git_sync(dir.path(), args).is_some(), "git {args:?}");
+        }
+        dir
+    }
+
+    fn layout(home: &Path) -> Layout {
+        Layout {
+            home: home.to_owned(),
+            repo: "demo".into(),
+        }
+    }
+
+    fn commit_file(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+        git_sync(dir, &["add", name]).unwrap();
+        git_sync(dir, &["commit", "-q", "-m", name]).unwrap();
+    }
+
+    /// Git makes the branch before the worktree: a worktree that cannot be made left its
+    /// `prodigy-*` branch behind.
+    #[tokio::test]
+    async fn a_worktree_that_cannot_be_made_leaves_no_branch() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        // Something already where the worktree goes.
+        std::fs::create_dir_all(worktrees_dir(&layout)).unwrap();
+        std::fs::write(worktrees_dir(&layout).join("s1"), "in the way").unwrap();
+        let err = create_session(&layout, &top, &prefix, "s1")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err}");
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches.trim(), "main");
+        // A branch that was there before is left alone.
+        git_sync(&top, &["branch", "prodigy-s1"]).unwrap();
+        create_session(&layout, &top, &prefix, "s1")
+            .await
+            .unwrap_err();
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches.trim(), "main\nprodigy-s1");
+    }
+
+    #[tokio::test]
+    async fn agents_merge_back_and_a_conflict_leaves_the_session_clean() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s1").await.unwrap();
+        assert_eq!(session.branch, "prodigy-s1");
+        assert_eq!(session.target_branch.as_deref(), Some("main"));
+        let pool = Pool::default();
+        let a = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        let b = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        let c = create_agent(&layout, &session, &pool, "item_2")
+            .await
+            .unwrap();
+        let idle = create_agent(&layout, &session, &pool, "item_3")
+            .await
+            .unwrap();
+        commit_file(&a.path, "same.txt", "a\n");
+        commit_file(&b.path, "other.txt", "b\n");
+        commit_file(&c.path, "same.txt", "c\n");
+        let merge = |agent: AgentWorktree| {
+            let session = session.clone();
+            let pool = &pool;
+            async move { merge_agent(&session, pool, &agent, "merge").await }
+        };
+        assert_eq!(merge(a).await.unwrap(), Merged::FastForward);
+        assert_eq!(merge(b).await.unwrap(), Merged::MergeCommit);
+        let Err(WorktreeError::Conflict { files, .. }) = merge(c).await else {
+            panic!("expected a conflict");
+        };
+        assert_eq!(files, ["same.txt"]);
+        assert!(
+            uncommitted(&session.path).is_empty(),
+            "the session is clean"
+        );
+        assert_eq!(merge(idle.clone()).await.unwrap(), Merged::Nothing);
+        assert!(
+            !session.path.join("other.txt").exists(),
+            "not until the map ends"
+        );
+        finish_map(&session).await.unwrap();
+        assert!(session.path.join("other.txt").exists());
+        remove(&top, &idle.path, &idle.branch).await;
+        assert!(!idle.path.exists());
+        let (commits, files) = session_changes(&session);
+        assert_eq!(commits.len(), 3, "two agent commits and one merge");
+        assert_eq!(files, ["other.txt", "same.txt"]);
+        assert!(!merged(&session));
+        merge_session(&session).await.unwrap();
+        assert!(merged(&session));
+        assert!(project.path().join("other.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn an_agent_worktree_left_by_a_kill_is_left_alone() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s2").await.unwrap();
+        let first = create_agent(&layout, &session, &Pool::default(), "item_0")
+            .await
+            .unwrap();
+        commit_file(&first.path, "half.txt", "x\n");
+        // A new process (a resume) starts with an empty pool; what the first left stays.
+        let again = create_agent(&layout, &session, &Pool::default(), "item_0")
+            .await
+            .unwrap();
+        assert_ne!(again.path, first.path);
+        assert_eq!(again.branch, "prodigy-s2-item_0-2");
+        assert!(!again.path.join("half.txt").exists());
+        assert_eq!(agent_head(&again).await.unwrap(), None);
+        assert!(first.path.join("half.txt").is_file());
+    }
+
+    #[tokio::test]
+    async fn a_reused_worktree_keeps_nothing_of_the_last_agent() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s3").await.unwrap();
+        let pool = Pool::default();
+        let first = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        commit_file(&first.path, "kept.txt", "x\n");
+        std::fs::write(first.path.join("untracked.txt"), "junk").unwrap();
+        merge_agent(&session, &pool, &first, "merge").await.unwrap();
+        let path = first.path.clone();
+        pool.release(first);
+        let second = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        assert_eq!(second.path, path, "the worktree is reused");
+        assert_eq!(second.branch, "prodigy-s3-item_1");
+        assert!(
+            second.path.join("kept.txt").is_file(),
+            "merged work is in the base"
+        );
+        assert!(!second.path.join("untracked.txt").exists());
+        pool.release(second);
+        pool.drain(&top).await;
+        assert!(!path.exists());
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches, "main\nprodigy-s3");
+    }
+
+    #[test]
+    fn outside_a_repository_there_is_nothing_to_isolate() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(repository(dir.path()), None);
+    }
+}

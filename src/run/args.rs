@@ -1,0 +1,224 @@
+//! The options of `run`, `resume` and `resume-job`, and the runner options they make.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use prodigy_compiler::source::SourceFile;
+use prodigy_runtime::mapreduce::JobOptions;
+use prodigy_runtime::runner::Options;
+use prodigy_runtime::store::Layout;
+
+use crate::{err, exit_code};
+
+/// `prodigy run` options.
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// The workflow file.
+    #[arg(value_name = "FILE")]
+    pub(crate) file: PathBuf,
+    /// Positional arguments: `${ARG}` is the first, `${ARG_1}`, `${ARG_2}`, … each one.
+    #[arg(long = "args", value_name = "ARG", num_args = 1..)]
+    pub(crate) args: Vec<String>,
+    /// A variable for the workflow, `NAME=VALUE` (repeatable).
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub(crate) params: Vec<String>,
+    /// Apply this `profiles:` entry on top of `env`.
+    #[arg(long)]
+    pub(crate) profile: Option<String>,
+    /// Print the steps with their commands interpolated as far as possible; run nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+    /// Merge the run's worktree back into the branch it started from without asking (the
+    /// question is asked on a terminal; elsewhere, without `-y`, the branch is kept).
+    #[arg(short = 'y', long)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) place: PlaceArgs,
+    /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub(crate) grace: u64,
+    #[command(flatten)]
+    pub(crate) job: JobArgs,
+}
+
+/// Where `run` works.
+#[derive(clap::Args)]
+pub(crate) struct PlaceArgs {
+    /// Run in the project directory itself instead of a session worktree (the default in a
+    /// git repository: `$PRODIGY_HOME/worktrees/{repo}/{session}` on branch
+    /// `prodigy-{session}`, branched from HEAD and merged back at the end).
+    #[arg(long, conflicts_with = "worktree")]
+    pub(crate) no_worktree: bool,
+    /// Insist on a session worktree: fail outside a git repository.
+    #[arg(long)]
+    pub(crate) worktree: bool,
+}
+
+/// Options of MapReduce jobs, for `run` and `resume-job`.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct JobArgs {
+    /// Agents at a time, over the workflow's `max_parallel` (MapReduce).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_parallel: Option<u64>,
+    /// When the error policy stops a MapReduce job, cancel the running agents (their items
+    /// stay pending for `resume-job`) instead of letting them finish.
+    #[arg(long)]
+    pub(crate) cancel_running: bool,
+    /// Exit 3 when a MapReduce job finishes with items in the dead letter queue (else 0,
+    /// and the last line says so).
+    #[arg(long)]
+    pub(crate) strict: bool,
+    /// Where map agents run: `local` processes, or `slurm` jobs (README "Map agents on Slurm").
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) executor: crate::agent::ExecutorChoice,
+}
+
+impl JobArgs {
+    pub(crate) fn options(self) -> JobOptions {
+        JobOptions {
+            max_parallel: self
+                .max_parallel
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            cancel_running: self.cancel_running,
+            strict: self.strict,
+            executor: self.executor.executor(),
+        }
+    }
+}
+
+/// `prodigy resume-job` options.
+#[derive(clap::Args)]
+pub(crate) struct ResumeJobArgs {
+    /// The job to continue (printed when a job stops, fails or is interrupted).
+    #[arg(value_name = "JOB_ID")]
+    pub(crate) job: String,
+    /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+    /// Resume even if the workflow file changed since the job started, or its error policy
+    /// stopped it (once the cause is fixed, or the setting that stopped it loosened).
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Merge the job's worktree back without asking.
+    #[arg(short = 'y', long)]
+    pub(crate) yes: bool,
+    /// Seconds between SIGTERM and SIGKILL when a step times out or the job is interrupted.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub(crate) grace: u64,
+    #[command(flatten)]
+    pub(crate) job_args: JobArgs,
+}
+
+/// `prodigy resume` options.
+#[derive(clap::Args)]
+pub(crate) struct ResumeArgs {
+    /// The session to continue (printed when a run fails or is interrupted).
+    #[arg(value_name = "SESSION_ID")]
+    pub(crate) session: String,
+    /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+    /// Resume even if the workflow file changed since the run started.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Merge the run's worktree back without asking.
+    #[arg(short = 'y', long)]
+    pub(crate) yes: bool,
+    /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub(crate) grace: u64,
+}
+
+pub(crate) fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan::Plan), u8> {
+    let (file, checked) = crate::load_checked(path)?;
+    let Some(plan) = checked.plan else {
+        err("error: internal error: a workflow without errors has no plan\n");
+        return Err(exit_code::PROBLEMS);
+    };
+    Ok((file, plan))
+}
+
+/// How to run WORKFLOW (whose text is TEXT) for PROJECT: the Claude program and jitter seed
+/// from the environment, `-v` and `--grace`, no parameters, no worktree yet.
+pub(crate) fn options(
+    workflow: PathBuf,
+    text: &str,
+    layout: Layout,
+    project: PathBuf,
+    verbose: u8,
+    grace: u64,
+) -> Options {
+    Options {
+        workflow,
+        workflow_hash: prodigy_runtime::store::hash(text),
+        layout,
+        project,
+        params: Vec::new(),
+        args: Vec::new(),
+        profile: None,
+        claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
+        verbose,
+        quiet: crate::quiet(),
+        grace: Duration::from_secs(grace),
+        seed: super::jitter_seed(),
+        worktree: None,
+        output_limit: output_limit(),
+    }
+}
+
+/// `PRODIGY_OUTPUT_LIMIT`: bytes, or a number with `K`, `M` or `G` (powers of 1024); the
+/// default when unset or not a size (with a warning).
+pub(crate) fn output_limit() -> usize {
+    let Ok(text) = std::env::var("PRODIGY_OUTPUT_LIMIT") else {
+        return prodigy_runtime::exec::DEFAULT_OUTPUT_LIMIT;
+    };
+    parse_size(&text).unwrap_or_else(|| {
+        err(&format!(
+            "warning: PRODIGY_OUTPUT_LIMIT=`{text}` is not a size (bytes, or a number with K, M or G); keeping the default, 8M\n"
+        ));
+        prodigy_runtime::exec::DEFAULT_OUTPUT_LIMIT
+    })
+}
+
+fn parse_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => return None,
+    };
+    number
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|n| *n > 0)
+}
+
+/// Where the runs of PROJECT keep their files: under its repository's namespace (see
+/// [`prodigy_runtime::store::namespace`]), wherever in the repository they start.
+pub(crate) fn layout(project: &Path) -> Layout {
+    Layout::of_project(project)
+}

@@ -1,0 +1,251 @@
+//! The last lines of a run or a job, and its exit code.
+
+use std::fmt::Write as _;
+
+use prodigy_runtime::mapreduce::{JobOutcome, JobReport};
+use prodigy_runtime::progress::count;
+use prodigy_runtime::runner::{Report, RunOutcome};
+use prodigy_runtime::store::Layout;
+
+use crate::{err, exit_code};
+
+/// The last lines of a job: the error metrics when items failed, then how it ended and
+/// what to do next: where the failures are (`dlq show`, the events), what is kept when the
+/// merge back failed (UNMERGED), where to fix a failed step (FIX).
+pub(super) fn finish_job(
+    report: &JobReport,
+    signal: u8,
+    strict: bool,
+    unmerged: Option<&str>,
+    fix: &str,
+) -> u8 {
+    let m = &report.metrics;
+    let mut text = String::new();
+    if m.failed + m.skipped > 0 {
+        let types: Vec<String> = m
+            .error_types
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        let _ = writeln!(
+            text,
+            "errors: {} ({:.1}% of finished items failed)",
+            types.join(", "),
+            m.failure_rate * 100.0
+        );
+        for p in &m.failure_patterns {
+            let _ = writeln!(
+                text,
+                "pattern: {} ×{}: {}",
+                p.pattern, p.frequency, p.suggestion
+            );
+        }
+    }
+    let id = &report.job_id;
+    let events = report.events.display();
+    let queued = match report.dlq_count {
+        0 => None,
+        1 => Some("1 item is in the dead letter queue".to_owned()),
+        n => Some(format!("{n} items are in the dead letter queue")),
+    };
+    let code = match &report.outcome {
+        JobOutcome::Completed => {
+            let _ = writeln!(
+                text,
+                "{} job {id} completed: {} succeeded, {} failed, {} skipped of {} (events in {events})",
+                if unmerged.is_some() { "✗" } else { "✓" },
+                m.successful,
+                m.failed,
+                m.skipped,
+                count(m.total_items, "item"),
+            );
+            if let Some(queued) = &queued {
+                let _ = writeln!(
+                    text,
+                    "{queued}: see why with `prodigy dlq show {id}`, retry with `prodigy dlq retry {id}`"
+                );
+            }
+            if let Some(kept) = unmerged {
+                let _ = writeln!(text, "✗ merging job {id} back failed; {kept}");
+                exit_code::PROBLEMS
+            } else if report.dlq_count > 0 && strict {
+                exit_code::DLQ_STRICT
+            } else {
+                exit_code::OK
+            }
+        }
+        JobOutcome::Stopped(reason) => {
+            let _ = writeln!(
+                text,
+                "✗ job {id} stopped: {reason}; {} pending (events in {events})",
+                count(report.pending, "item")
+            );
+            if let Some(queued) = &queued {
+                let _ = writeln!(text, "{queued}: see why with `prodigy dlq show {id}`");
+            }
+            let _ = writeln!(
+                text,
+                "{}, then resume with: prodigy resume-job --force {id}",
+                stop_advice(reason, fix)
+            );
+            exit_code::PROBLEMS
+        }
+        JobOutcome::Failed { phase, what } => {
+            if let Some(queued) = &queued {
+                let _ = writeln!(
+                    text,
+                    "{queued}: see why with `prodigy dlq show {id}`; events in {events}"
+                );
+            } else {
+                let _ = writeln!(text, "events in {events}");
+            }
+            if report.resumable {
+                let _ = writeln!(
+                    text,
+                    "✗ {phase} failed: {what}; fix it{fix}, then resume with: prodigy resume-job {id}"
+                );
+            } else {
+                // Nothing is left to resume from: the job runs again from the start.
+                let _ = writeln!(
+                    text,
+                    "✗ {phase} failed: {what}; the job cannot be resumed, run the workflow again"
+                );
+            }
+            exit_code::PROBLEMS
+        }
+        JobOutcome::StateWrite { phase, what } => {
+            let _ = writeln!(text, "events in {events}");
+            let _ = writeln!(
+                text,
+                "✗ job {id} stopped in {phase}: {what}; {} pending; make room (or fix the permissions) under {}, then resume with: prodigy resume-job {id}",
+                count(report.pending, "item"),
+                Layout::home().display()
+            );
+            exit_code::PROBLEMS
+        }
+        JobOutcome::Interrupted => {
+            let _ = writeln!(text, "interrupted; resume with: prodigy resume-job {id}");
+            interrupted(signal)
+        }
+    };
+    if crate::quiet() {
+        // `-q`: only the outcome line.
+        text = text
+            .lines()
+            .filter(|l| l.starts_with('✓') || l.starts_with('✗') || l.starts_with("interrupted"))
+            .fold(String::new(), |mut kept, l| {
+                kept.push_str(l);
+                kept.push('\n');
+                kept
+            });
+    }
+    err(&text);
+    code
+}
+
+/// What to change before resuming a job the error policy stopped for REASON (the text the
+/// runtime gave): fix the cause (FIX says where the job's files are), or loosen the setting
+/// that stopped it.
+pub(super) fn stop_advice(reason: &str, fix: &str) -> String {
+    let setting = [
+        ("`max_failures`", "raise `max_failures`"),
+        ("`failure_threshold`", "raise `failure_threshold`"),
+        ("`on_item_failure: stop`", "change `on_item_failure`"),
+        ("`continue_on_failure`", "set `continue_on_failure: true`"),
+        (
+            "`timeout_action: fail`",
+            "give agents more time or change `timeout_action`",
+        ),
+    ]
+    .iter()
+    .find(|(key, _)| reason.contains(key))
+    .map_or_else(String::new, |(_, what)| {
+        format!(", or {what} in the workflow")
+    });
+    format!("fix the cause{fix}{setting}")
+}
+
+/// The exit code of an interrupted run: the signal's (130 for SIGINT, 143 for SIGTERM), or
+/// 130 when a step saw the interrupt before the handler recorded which one.
+pub(crate) fn interrupted(signal: u8) -> u8 {
+    if signal == 0 {
+        exit_code::SIGINT
+    } else {
+        signal
+    }
+}
+
+/// The last line of a standard run: how it ended and what to do next. UNMERGED says what is
+/// kept when its merge back failed; FIX, where to fix a failed step.
+pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &str) -> u8 {
+    if !report.continued.is_empty() {
+        err(&continued_line(&report.continued));
+    }
+    match report.outcome {
+        RunOutcome::Succeeded => {
+            if let Some(kept) = unmerged {
+                err(&format!(
+                    "✗ session {} ran every step, but merging it back failed; {kept} (events in {})\n",
+                    report.session_id,
+                    report.events.display()
+                ));
+                return exit_code::PROBLEMS;
+            }
+            err(&format!(
+                "✓ workflow completed (session {}, events in {})\n",
+                report.session_id,
+                report.events.display()
+            ));
+            exit_code::OK
+        }
+        RunOutcome::Failed if report.state_error.is_some() => {
+            err(&format!(
+                "✗ session {} stopped: {}; make room (or fix the permissions) under {}, then resume with: prodigy resume {}\n",
+                report.session_id,
+                report.state_error.as_deref().unwrap_or_default(),
+                Layout::home().display(),
+                report.session_id
+            ));
+            exit_code::PROBLEMS
+        }
+        RunOutcome::Failed => {
+            err(&format!(
+                "✗ step `{}` failed; fix it{fix}, then resume with: prodigy resume {}\n",
+                report.failed_step.as_deref().unwrap_or("?"),
+                report.session_id
+            ));
+            exit_code::PROBLEMS
+        }
+        RunOutcome::Interrupted => {
+            err(&format!(
+                "interrupted; resume with: prodigy resume {}\n",
+                report.session_id
+            ));
+            interrupted(signal)
+        }
+    }
+}
+
+/// How many steps failed and were continued, and which: those whose `on_failure` handler ran
+/// without any run of the command succeeding, and those whose failure is ignored.
+fn continued_line(steps: &[prodigy_runtime::store::ContinuedStep]) -> String {
+    let names: Vec<String> = steps
+        .iter()
+        .map(|c| {
+            let how = if c.handled {
+                "its `on_failure` handler ran"
+            } else {
+                "failure ignored"
+            };
+            format!("`{}` ({how})", c.step)
+        })
+        .collect();
+    let (count, verb) = match steps.len() {
+        1 => ("1 step".to_owned(), "was"),
+        n => (format!("{n} steps"), "were"),
+    };
+    format!(
+        "warning: {count} failed and {verb} continued: {}\n",
+        names.join(", ")
+    )
+}
