@@ -408,7 +408,9 @@ impl<'a> MapJob<'a> {
         }
         // A write that failed because the job's directory is gone (whichever write saw it
         // first) leaves nothing to resume: the job failed, and says why.
-        if let (JobOutcome::StateWrite { phase, .. }, Some(lost)) = (&outcome, self.state_lost()) {
+        if let (JobOutcome::StateWrite { phase, .. }, Some(lost)) = (&outcome, self.state_lost())
+            && !self.files.dir().is_dir()
+        {
             outcome = JobOutcome::Failed { phase, what: lost };
         }
         let phase = phase_name(self.cp.phase);
