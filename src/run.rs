@@ -170,6 +170,7 @@ pub(crate) fn options(
     Options {
         workflow,
         workflow_hash: prodigy_runtime::store::hash(text),
+        line_starts: prodigy_runtime::events::line_starts(text),
         layout,
         project,
         params: Vec::new(),
@@ -1194,8 +1195,10 @@ pub(crate) async fn start(
         Kind::Job => SessionLock::acquire_in(&opts.layout.job_dir(&id), &format!("job `{id}`")),
     }
     .map_err(|e| fail(exit_code::USAGE)(&e))?;
+    let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
     let runner = Runner::with_id(plan, opts, cancel, id, started_at)
-        .map_err(|e| fail(exit_code::USAGE)(&e))?;
+        .map_err(|e| fail(exit_code::USAGE)(&e))?
+        .report_to(reporter);
     let mut vars = runner
         .initial_vars()
         .await
@@ -1301,7 +1304,8 @@ fn continued_line(steps: &[prodigy_runtime::store::ContinuedStep]) -> String {
 /// (env files, env, the profile, params and args; secrets as `***`; nothing is run).
 fn dry_run(plan: prodigy_compiler::plan::Plan, opts: Options) -> u8 {
     let plan = Arc::new(plan);
-    let runner = Runner::dry(plan.clone(), opts);
+    let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
+    let runner = Runner::dry(plan.clone(), opts).report_to(reporter);
     let vars = match block_on(runner.preview_vars()) {
         Ok(Ok(vars)) => vars,
         Ok(Err(e)) => {

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerAction, BreakerConfig, BreakerEvent, BreakerState};
 use crate::dlq::{ErrorType, FailureDetail};
+use crate::events::Event;
 use crate::exec;
 use crate::job::{ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
 use crate::jobstore::{ItemRecord, ItemStatus};
@@ -41,7 +42,10 @@ impl MapJob<'_> {
             .map_err(|e| self.state_lost().unwrap_or_else(|| e.to_string()))?;
         let previous = self.files.load_results().map_err(|e| e.to_string())?;
         for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
-            runner.record("dlq_item_added", json!({"item_id": id, "repaired": true}));
+            runner.record(&Event::DlqItemRepaired {
+                item_id: id,
+                repaired: true,
+            });
         }
         let total = items.len();
         let mut records: Vec<Option<ItemRecord>> = vec![None; total];
@@ -91,10 +95,11 @@ impl MapJob<'_> {
             .filter(|(_, r)| r.is_none())
             .map(|(i, _)| (i, 1))
             .collect();
-        self.runner.record(
-            "map_started",
-            json!({"items": total, "pending": pending.len(), "max_parallel": max_parallel}),
-        );
+        self.runner.record(&Event::MapStarted {
+            items: total,
+            pending: pending.len(),
+            max_parallel,
+        });
         self.say(&format!(
             "map: {} of {} to run, {max_parallel} at a time",
             pending.len(),
@@ -113,7 +118,12 @@ impl MapJob<'_> {
             .as_ref()
             .is_none_or(|c| c.enable_monitoring)
             && !self.runner.opts.quiet;
-        let mut progress = Progress::start(total as u64, counts.finished(), monitored);
+        let mut progress = Progress::start(
+            runner.sink.reporter(),
+            total as u64,
+            counts.finished(),
+            monitored,
+        );
         let mut last_save = Instant::now();
         let mut stop_announced = false;
         // Set when the job's state directory vanished: no new agents start.
@@ -152,13 +162,15 @@ impl MapJob<'_> {
                     if matches!(before, BreakerState::Open { .. })
                         && matches!(b.state(), BreakerState::HalfOpen { .. })
                     {
-                        runner.record("CircuitHalfOpen", json!({"item_id": item_id(index)}));
+                        runner.record(&Event::CircuitHalfOpen {
+                            item_id: item_id(index),
+                        });
                     }
                     if action == BreakerAction::Reject {
-                        runner.record(
-                            "agent_rejected",
-                            json!({"item_id": item_id(index), "reason": "CircuitOpen"}),
-                        );
+                        runner.record(&Event::AgentRejected {
+                            item_id: item_id(index),
+                            reason: "CircuitOpen".to_owned(),
+                        });
                         running.push(Box::pin(std::future::ready(Done::Agent {
                             index,
                             attempt,
@@ -215,10 +227,10 @@ impl MapJob<'_> {
                     ok,
                 } => {
                     agents = agents.saturating_sub(1);
-                    runner.record(
-                        "item_handler_finished",
-                        json!({"item_id": item_id(index), "success": ok}),
-                    );
+                    runner.record(&Event::ItemHandlerFinished {
+                        item_id: item_id(index),
+                        success: ok,
+                    });
                     let before = earlier.remove(&index).unwrap_or_default();
                     if let Some(record) =
                         self.outcome(index, attempt, &run, spec.timeout, ItemStatus::Failed, !ok)
@@ -234,10 +246,10 @@ impl MapJob<'_> {
             };
             if run.end == RunEnd::Cancelled {
                 // Interrupted or cancelled by `--cancel-running`: the item stays pending.
-                runner.record(
-                    "agent_cancelled",
-                    json!({"agent_id": agent_id(index), "item_id": item_id(index)}),
-                );
+                runner.record(&Event::AgentCancelled {
+                    agent_id: agent_id(index),
+                    item_id: item_id(index),
+                });
                 continue;
             }
             // A probe's result decides a half-open breaker; a result of an agent that started
@@ -257,11 +269,15 @@ impl MapJob<'_> {
                 };
                 match b.on_event(event, runner.started.elapsed()) {
                     BreakerAction::Opened => {
-                        runner.record("CircuitOpen", json!({"item_id": item_id(index)}));
+                        runner.record(&Event::CircuitOpen {
+                            item_id: item_id(index),
+                        });
                         self.say("circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens");
                     }
                     BreakerAction::Closed => {
-                        runner.record("CircuitClosed", json!({"item_id": item_id(index)}));
+                        runner.record(&Event::CircuitClosed {
+                            item_id: item_id(index),
+                        });
                         self.say("circuit breaker closed");
                     }
                     BreakerAction::Allow
@@ -272,10 +288,12 @@ impl MapJob<'_> {
             }
             if run.end == RunEnd::Succeeded {
                 job.on_item(ItemEvent::Succeeded);
-                runner.record(
-                    "agent_completed",
-                    json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "duration_secs": run.duration.as_secs_f64()}),
-                );
+                runner.record(&Event::AgentCompleted {
+                    agent_id: agent_id(index),
+                    item_id: item_id(index),
+                    attempt,
+                    duration_secs: run.duration.as_secs_f64(),
+                });
                 if let Some(record) = self.outcome(
                     index,
                     attempt,
@@ -288,10 +306,14 @@ impl MapJob<'_> {
                 }
             } else {
                 let message = run.message(spec.timeout);
-                runner.record(
-                    "agent_failed",
-                    json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "error_type": run.error_type().name(), "error": message, "step": run.failure.as_ref().map(|f| f.step.clone())}),
-                );
+                runner.record(&Event::AgentFailed {
+                    agent_id: agent_id(index),
+                    item_id: item_id(index),
+                    attempt,
+                    error_type: run.error_type().name().to_owned(),
+                    error: message.clone(),
+                    step: run.failure.as_ref().map(|f| f.step.clone()),
+                });
                 match collection {
                     ast::ErrorCollection::Immediate => {
                         self.say(&format!("item {} failed: {message}", item_id(index)));
@@ -338,10 +360,11 @@ impl MapJob<'_> {
                             Some(factor) => runner.jittered(delay, factor, max_delay),
                             None => delay,
                         };
-                        runner.record(
-                            "item_retry_scheduled",
-                            json!({"item_id": item_id(index), "next_attempt": attempt, "delay_secs": delay.as_secs_f64()}),
-                        );
+                        runner.record(&Event::ItemRetryScheduled {
+                            item_id: item_id(index),
+                            next_attempt: attempt,
+                            delay_secs: delay.as_secs_f64(),
+                        });
                         let mut halt = halt_rx.clone();
                         let mut signal = runner.cancel.clone();
                         running.push(Box::pin(async move {
@@ -354,7 +377,9 @@ impl MapJob<'_> {
                         }));
                     }
                     ItemAction::Skip => {
-                        runner.record("item_skipped", json!({"item_id": item_id(index)}));
+                        runner.record(&Event::ItemSkipped {
+                            item_id: item_id(index),
+                        });
                         if let Some(record) = self.outcome(
                             index,
                             attempt,
@@ -368,10 +393,10 @@ impl MapJob<'_> {
                     }
                     ItemAction::Handler(name) => {
                         let steps = handlers.get(name.as_str()).copied().unwrap_or(&[]);
-                        runner.record(
-                            "item_handler_started",
-                            json!({"item_id": item_id(index), "handler": name}),
-                        );
+                        runner.record(&Event::ItemHandlerStarted {
+                            item_id: item_id(index),
+                            handler: name.clone(),
+                        });
                         // Every `${error.*}` field a step's handler has, plus the item's.
                         let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.output.as_ref()).and_then(|o| o.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
                         let Some(item) = items.get(index) else {
@@ -413,7 +438,9 @@ impl MapJob<'_> {
             {
                 stop_announced = true;
                 let why = describe(reason);
-                runner.record("job_stopping", json!({"reason": why}));
+                runner.record(&Event::JobStopping {
+                    reason: why.clone(),
+                });
                 self.say(&format!("stopping: {why}; no new agents start"));
                 let _ = halt_tx.send(true);
             }
@@ -444,10 +471,12 @@ impl MapJob<'_> {
             ));
         }
         self.update_counts(&records);
-        self.runner.record(
-            "map_finished",
-            json!({"successful": self.cp.successful_items, "failed": self.cp.failed_items, "skipped": self.cp.skipped_items, "pending": self.cp.items_remaining.len()}),
-        );
+        self.runner.record(&Event::MapFinished {
+            successful: self.cp.successful_items,
+            failed: self.cp.failed_items,
+            skipped: self.cp.skipped_items,
+            pending: self.cp.items_remaining.len(),
+        });
         if let Some(why) = self.write_failure() {
             return Err(why);
         }
@@ -556,10 +585,11 @@ impl MapJob<'_> {
             .record_failures(&record.item_id, data, failures, run.artifacts.clone())
         {
             Ok(entry) => {
-                self.runner.record(
-                    "dlq_item_added",
-                    json!({"item_id": record.item_id, "error_signature": entry.error_signature, "failure_count": entry.failure_count}),
-                );
+                self.runner.record(&Event::DlqItemAdded {
+                    item_id: record.item_id.clone(),
+                    error_signature: entry.error_signature.clone(),
+                    failure_count: entry.failure_count,
+                });
                 u64::from(entry.failure_count as usize == attempts + 1)
             }
             Err(e) => {
