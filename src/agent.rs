@@ -161,6 +161,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
     }
     let result = crate::run::block_on(async move {
         let (rx, _signal) = crate::run::watch_signals();
+        let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
         let runner = Runner::with_id(
             Arc::new(plan),
             opts,
@@ -168,7 +169,8 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
             checkpoint.job_id.clone(),
             Some(checkpoint.started_at.clone()),
         )
-        .map_err(|e| format!("{e}"))?;
+        .map_err(|e| format!("{e}"))?
+        .report_to(reporter);
         let mut vars = runner.initial_vars().await.map_err(|e| format!("{e}"))?;
         prodigy_runtime::session::restore(&mut vars, &runner.unseal(checkpoint.variables.clone()));
         let outcome = prodigy_runtime::slurm::run_task(

@@ -14,6 +14,7 @@ mod jobs;
 mod logs;
 mod lsp;
 mod output;
+mod report;
 mod run;
 mod shellcheck;
 mod worktrees;

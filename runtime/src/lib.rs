@@ -5,6 +5,7 @@
 pub mod breaker;
 pub mod claude;
 pub mod dlq;
+pub mod events;
 pub mod exec;
 pub mod executor;
 pub mod git;

@@ -438,10 +438,13 @@ pub async fn run_task(
     let (scope, stop) = crate::mapreduce::scope_for(Some(index), Some(&spec), workdir);
     let started = Instant::now();
     let ids = task_ids_from_env();
-    crate::runner::AGENT.sync_scope(Rc::clone(&scope), || runner.record(
-        "slurm_task_started",
-        json!({"slurm_job_id": ids.as_ref().map(|i| i.slurm_job_id.clone()), "slurm_task_id": ids.as_ref().map(|i| i.slurm_task_id), "node": std::env::var("SLURMD_NODENAME").ok()}),
-    ));
+    crate::runner::AGENT.sync_scope(Rc::clone(&scope), || {
+        runner.record(&crate::events::Event::SlurmTaskStarted {
+            slurm_job_id: ids.as_ref().map(|i| i.slurm_job_id.clone()),
+            slurm_task_id: ids.as_ref().map(|i| i.slurm_task_id),
+            node: std::env::var("SLURMD_NODENAME").ok(),
+        });
+    });
     let (outcome, why) = crate::mapreduce::guarded(
         runner,
         Rc::clone(&scope),
@@ -642,10 +645,11 @@ async fn final_state(task: &str) -> (String, String) {
 /// runs in its worktree any more.
 async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
     let task = ids.task();
-    runner.record(
-        "slurm_task_cancelled",
-        json!({"slurm_job_id": ids.slurm_job_id, "slurm_task_id": ids.slurm_task_id, "reason": why}),
-    );
+    runner.record(&crate::events::Event::SlurmTaskCancelled {
+        slurm_job_id: ids.slurm_job_id.clone(),
+        slurm_task_id: ids.slurm_task_id,
+        reason: why.to_owned(),
+    });
     if let Err(e) = command("scancel", std::slice::from_ref(&task)).await {
         runner.say(&format!("warning: {e}"));
     }
@@ -841,10 +845,21 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
             return Dispatched::failed("sbatch", e.to_string(), ErrorType::Unknown, None);
         }
     };
-    runner.record(
-        if adopted { "slurm_task_adopted" } else { "slurm_task_submitted" },
-        json!({"slurm_job_id": ids.slurm_job_id, "slurm_task_id": ids.slurm_task_id, "attempt": d.attempt}),
-    );
+    let (slurm_job_id, slurm_task_id, attempt) =
+        (ids.slurm_job_id.clone(), ids.slurm_task_id, d.attempt);
+    runner.record(&if adopted {
+        crate::events::Event::SlurmTaskAdopted {
+            slurm_job_id,
+            slurm_task_id,
+            attempt,
+        }
+    } else {
+        crate::events::Event::SlurmTaskSubmitted {
+            slurm_job_id,
+            slurm_task_id,
+            attempt,
+        }
+    });
     let task = ids.task();
     let result = result_path(&d.job_dir, d.index);
     // The agent's timeout counts from when its task starts, not while it waits in the queue.

@@ -443,7 +443,8 @@ pub(crate) async fn start(
     started_at: Option<String>,
     saved: Option<&serde_json::Value>,
 ) -> Result<Started, u8> {
-    session::start(plan, opts, cancel, kind, id, started_at, saved)
+    let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
+    session::start(plan, opts, reporter, cancel, kind, id, started_at, saved)
         .await
         .map_err(|e| {
             err(&format!("error: {e}\n"));

@@ -40,7 +40,7 @@ pub mod support {
     pub use crate::scope::{
         EXPORT_SEPARATOR, RESERVED_ENV, export_field, export_root, exported_name,
     };
-    pub use crate::source::{LoadError, MAX_FILE_SIZE, read_regular};
+    pub use crate::source::{LoadError, MAX_FILE_SIZE, Span, read_regular};
 
     /// Parses YAML text (one document) into JSON with the reader that reads workflows
     /// (anchors, merge keys, the same limits on aliases and nesting); `None` when the text

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use prodigy_compiler::plan::TimeoutPolicy;
 use prodigy_compiler::plan::{Plan, StepId};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -287,10 +287,11 @@ pub(crate) async fn run_agent(
         Some(spec),
         worktree.as_ref().map(|w| w.workdir.clone()),
     );
-    runner.record(
-        "agent_started",
-        json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt}),
-    );
+    runner.record(&crate::events::Event::AgentStarted {
+        agent_id: agent_id(index),
+        item_id: item_id(index),
+        attempt,
+    });
     let started = Instant::now();
     let mut run = if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
         // The steps run in a Slurm task; everything around them stays here.

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerAction, BreakerEvent, BreakerState};
 use crate::dlq::{ErrorType, FailureDetail};
+use crate::events::Event;
 use crate::exec;
 use crate::job::{ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
 use crate::jobstore::{ItemRecord, ItemStatus};
@@ -43,7 +44,10 @@ impl MapJob<'_> {
             .map_err(|e| self.state_lost().unwrap_or_else(|| e.to_string()))?;
         let previous = self.files.load_results().map_err(|e| e.to_string())?;
         for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
-            runner.record("dlq_item_added", json!({"item_id": id, "repaired": true}));
+            runner.record(&Event::DlqItemRepaired {
+                item_id: id,
+                repaired: true,
+            });
         }
         let total = items.len();
         let mut records: Vec<Option<ItemRecord>> = vec![None; total];
@@ -80,10 +84,11 @@ impl MapJob<'_> {
             .filter(|(_, r)| r.is_none())
             .map(|(i, _)| (i, 1))
             .collect();
-        self.runner.record(
-            "map_started",
-            json!({"items": total, "pending": pending.len(), "max_parallel": max_parallel}),
-        );
+        self.runner.record(&Event::MapStarted {
+            items: total,
+            pending: pending.len(),
+            max_parallel,
+        });
         self.say(&format!(
             "map: {} of {} to run, {max_parallel} at a time",
             pending.len(),
@@ -97,7 +102,12 @@ impl MapJob<'_> {
             .as_ref()
             .is_none_or(|c| c.enable_monitoring)
             && !self.runner.opts.quiet;
-        let progress = Progress::start(total as u64, counts.finished(), monitored);
+        let progress = Progress::start(
+            runner.sink.reporter(),
+            total as u64,
+            counts.finished(),
+            monitored,
+        );
         let context = Context {
             runner,
             spec: &spec,
@@ -144,10 +154,12 @@ impl MapJob<'_> {
             ));
         }
         self.update_counts(&records);
-        self.runner.record(
-            "map_finished",
-            json!({"successful": self.cp.successful_items, "failed": self.cp.failed_items, "skipped": self.cp.skipped_items, "pending": self.cp.items_remaining.len()}),
-        );
+        self.runner.record(&Event::MapFinished {
+            successful: self.cp.successful_items,
+            failed: self.cp.failed_items,
+            skipped: self.cp.skipped_items,
+            pending: self.cp.items_remaining.len(),
+        });
         if let Some(why) = self.write_failure() {
             return Err(why);
         }
@@ -256,10 +268,11 @@ impl MapJob<'_> {
             .record_failures(&record.item_id, data, failures, run.artifacts.clone())
         {
             Ok(entry) => {
-                self.runner.record(
-                    "dlq_item_added",
-                    json!({"item_id": record.item_id, "error_signature": entry.error_signature, "failure_count": entry.failure_count}),
-                );
+                self.runner.record(&Event::DlqItemAdded {
+                    item_id: record.item_id.clone(),
+                    error_signature: entry.error_signature.clone(),
+                    failure_count: entry.failure_count,
+                });
                 u64::from(entry.failure_count as usize == attempts + 1)
             }
             Err(e) => {
@@ -561,13 +574,15 @@ impl Dispatcher<'_, '_> {
                 if matches!(before, BreakerState::Open { .. })
                     && matches!(b.state(), BreakerState::HalfOpen { .. })
                 {
-                    runner.record("CircuitHalfOpen", json!({"item_id": item_id(index)}));
+                    runner.record(&Event::CircuitHalfOpen {
+                        item_id: item_id(index),
+                    });
                 }
                 if action == BreakerAction::Reject {
-                    runner.record(
-                        "agent_rejected",
-                        json!({"item_id": item_id(index), "reason": "CircuitOpen"}),
-                    );
+                    runner.record(&Event::AgentRejected {
+                        item_id: item_id(index),
+                        reason: "CircuitOpen".to_owned(),
+                    });
                     started.push(Work::Rejected { index, attempt });
                     continue;
                 }
@@ -614,10 +629,10 @@ impl Dispatcher<'_, '_> {
         };
         if run.end == RunEnd::Cancelled {
             // Interrupted or cancelled by `--cancel-running`: the item stays pending.
-            runner.record(
-                "agent_cancelled",
-                json!({"agent_id": agent_id(index), "item_id": item_id(index)}),
-            );
+            runner.record(&Event::AgentCancelled {
+                agent_id: agent_id(index),
+                item_id: item_id(index),
+            });
             return None;
         }
         self.feed_breaker(index, &run, admission, runner);
@@ -642,10 +657,10 @@ impl Dispatcher<'_, '_> {
         context: &Context<'_>,
     ) {
         self.agents = self.agents.saturating_sub(1);
-        context.runner.record(
-            "item_handler_finished",
-            json!({"item_id": item_id(index), "success": ok}),
-        );
+        context.runner.record(&Event::ItemHandlerFinished {
+            item_id: item_id(index),
+            success: ok,
+        });
         let before = self.earlier.remove(&index).unwrap_or_default();
         let timeout = context.spec.timeout;
         if let Some(record) =
@@ -689,13 +704,17 @@ impl Dispatcher<'_, '_> {
         };
         match b.on_event(event, runner.started.elapsed()) {
             BreakerAction::Opened => {
-                runner.record("CircuitOpen", json!({"item_id": item_id(index)}));
+                runner.record(&Event::CircuitOpen {
+                    item_id: item_id(index),
+                });
                 self.job.say(
                     "circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens",
                 );
             }
             BreakerAction::Closed => {
-                runner.record("CircuitClosed", json!({"item_id": item_id(index)}));
+                runner.record(&Event::CircuitClosed {
+                    item_id: item_id(index),
+                });
                 self.job.say("circuit breaker closed");
             }
             BreakerAction::Allow
@@ -707,10 +726,12 @@ impl Dispatcher<'_, '_> {
 
     fn on_succeeded(&mut self, index: usize, attempt: u32, run: &AgentRun, context: &Context<'_>) {
         self.machine.on_item(ItemEvent::Succeeded);
-        context.runner.record(
-            "agent_completed",
-            json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "duration_secs": run.duration.as_secs_f64()}),
-        );
+        context.runner.record(&Event::AgentCompleted {
+            agent_id: agent_id(index),
+            item_id: item_id(index),
+            attempt,
+            duration_secs: run.duration.as_secs_f64(),
+        });
         if let Some(record) = self.job.outcome(
             index,
             attempt,
@@ -735,10 +756,14 @@ impl Dispatcher<'_, '_> {
         let runner = context.runner;
         let timeout = context.spec.timeout;
         let message = run.message(timeout);
-        runner.record(
-            "agent_failed",
-            json!({"agent_id": agent_id(index), "item_id": item_id(index), "attempt": attempt, "error_type": run.error_type().name(), "error": message, "step": run.failure.as_ref().map(|f| f.step.clone())}),
-        );
+        runner.record(&Event::AgentFailed {
+            agent_id: agent_id(index),
+            item_id: item_id(index),
+            attempt,
+            error_type: run.error_type().name().to_owned(),
+            error: message.clone(),
+            step: run.failure.as_ref().map(|f| f.step.clone()),
+        });
         self.report_failure(index, &message);
         // `timeout_action` decides for every timeout, the agent's or a command's.
         let timed_out = run.error_type() == ErrorType::Timeout;
@@ -782,10 +807,11 @@ impl Dispatcher<'_, '_> {
                     Some(factor) => runner.jittered(delay, factor, self.max_delay),
                     None => delay,
                 };
-                runner.record(
-                    "item_retry_scheduled",
-                    json!({"item_id": item_id(index), "next_attempt": attempt, "delay_secs": delay.as_secs_f64()}),
-                );
+                runner.record(&Event::ItemRetryScheduled {
+                    item_id: item_id(index),
+                    next_attempt: attempt,
+                    delay_secs: delay.as_secs_f64(),
+                });
                 Some(Work::Timer {
                     index,
                     attempt,
@@ -793,7 +819,9 @@ impl Dispatcher<'_, '_> {
                 })
             }
             ItemAction::Skip => {
-                runner.record("item_skipped", json!({"item_id": item_id(index)}));
+                runner.record(&Event::ItemSkipped {
+                    item_id: item_id(index),
+                });
                 if let Some(record) =
                     self.job
                         .outcome(index, attempt, &run, timeout, ItemStatus::Skipped, false)
@@ -804,10 +832,10 @@ impl Dispatcher<'_, '_> {
             }
             ItemAction::Handler(handler) => {
                 let (name, steps) = context.plan.handler(handler).unwrap_or_default();
-                runner.record(
-                    "item_handler_started",
-                    json!({"item_id": item_id(index), "handler": name}),
-                );
+                runner.record(&Event::ItemHandlerStarted {
+                    item_id: item_id(index),
+                    handler: name.to_owned(),
+                });
                 // Every `${error.*}` field a step's handler has, plus the item's.
                 let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.output.as_ref()).and_then(|o| o.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
                 let item = context.items.get(index)?;
@@ -870,9 +898,9 @@ impl Dispatcher<'_, '_> {
         {
             self.stop_announced = true;
             let why = describe(reason);
-            self.job
-                .runner
-                .record("job_stopping", json!({"reason": why}));
+            self.job.runner.record(&Event::JobStopping {
+                reason: why.clone(),
+            });
             self.job
                 .say(&format!("stopping: {why}; no new agents start"));
             let _ = self.halt.send(true);

@@ -2,7 +2,7 @@
 //! that missed an item's failure.
 
 use futures::stream::StreamExt as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::dlq::Dlq;
@@ -87,7 +87,7 @@ pub async fn retry_dead_letters(
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
     let (_halt_tx, halt_rx) = watch::channel(false);
-    runner.record("dlq_retry_started", json!({"items": ids.len()}));
+    runner.record(&crate::events::Event::DlqRetryStarted { items: ids.len() });
     let mut summary = RetrySummary::default();
     let dlq_ref = &dlq;
     let spec_ref = &spec;
@@ -158,7 +158,9 @@ pub async fn retry_dead_letters(
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;
-                runner.record("dlq_item_removed", json!({"item_id": id}));
+                runner.record(&crate::events::Event::DlqItemRemoved {
+                    item_id: id.clone(),
+                });
                 runner.say(&format!(
                     "{id}: succeeded; removed from the dead letter queue"
                 ));
@@ -171,10 +173,10 @@ pub async fn retry_dead_letters(
                 let updated = dlq
                     .record_failure(&id, &entry.item_data, failure, run.artifacts.clone())
                     .map_err(|e| e.to_string())?;
-                runner.record(
-                    "dlq_item_updated",
-                    json!({"item_id": id, "failure_count": updated.failure_count}),
-                );
+                runner.record(&crate::events::Event::DlqItemUpdated {
+                    item_id: id.clone(),
+                    failure_count: updated.failure_count,
+                });
                 let last = message.lines().last().unwrap_or("").to_owned();
                 runner.say(&format!(
                     "{id}: failed again ({} failures): {last}",
@@ -191,9 +193,10 @@ pub async fn retry_dead_letters(
         runner.say(&format!("error: {why}"));
         summary.unmerged = true;
     }
-    runner.record(
-        "dlq_retry_finished",
-        json!({"retried": summary.retried, "succeeded": summary.succeeded, "still_failing": summary.still_failing}),
-    );
+    runner.record(&crate::events::Event::DlqRetryFinished {
+        retried: summary.retried,
+        succeeded: summary.succeeded,
+        still_failing: summary.still_failing,
+    });
     Ok(summary)
 }

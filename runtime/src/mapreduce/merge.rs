@@ -1,8 +1,6 @@
 //! Merging an agent's worktree into the session worktree, with `merge.on_conflict` when
 //! the merge conflicts.
 
-use serde_json::json;
-
 use crate::dlq::ErrorType;
 use crate::mapreduce::{AgentRun, RunEnd, agent_id, artifacts, item_id};
 use crate::runner::{Runner, StepFailure};
@@ -102,20 +100,21 @@ pub(crate) async fn merge_back(
         match merged {
             Ok(how) => {
                 if how != crate::worktree::Merged::Nothing {
-                    runner.record(
-                        "agent_merged",
-                        json!({"branch": worktree.branch, "merge": format!("{how:?}")}),
-                    );
+                    runner.record(&crate::events::Event::AgentMerged {
+                        branch: worktree.branch.clone(),
+                        merge: format!("{how:?}"),
+                    });
                 }
                 // Only commits come back; changes left uncommitted are kept, not wiped.
                 let left = crate::worktree::changes(&worktree.path).await;
                 if left.is_empty() {
                     runner.agent_worktrees.release(worktree);
                 } else {
-                    runner.record(
-                        "agent_worktree_kept",
-                        json!({"path": worktree.path, "branch": worktree.branch, "uncommitted": left}),
-                    );
+                    runner.record(&crate::events::Event::AgentWorktreeKept {
+                        path: worktree.path.clone(),
+                        branch: worktree.branch.clone(),
+                        uncommitted: left.clone(),
+                    });
                     runner.say(&format!(
                         "warning: {} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
                         item_id(index),
@@ -131,10 +130,11 @@ pub(crate) async fn merge_back(
                 } else {
                     ErrorType::WorktreeError
                 };
-                runner.record(
-                    "agent_merge_failed",
-                    json!({"branch": worktree.branch, "error": e.to_string(), "error_type": error_type.name()}),
-                );
+                runner.record(&crate::events::Event::AgentMergeFailed {
+                    branch: worktree.branch.clone(),
+                    error: e.to_string(),
+                    error_type: error_type.name().to_owned(),
+                });
                 let logs = match &e {
                     WorktreeError::Conflict { output, .. } => output.clone(),
                     other => other.to_string(),

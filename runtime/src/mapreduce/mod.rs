@@ -232,7 +232,7 @@ impl<'a> MapJob<'a> {
     fn write_failed(&mut self, why: String) {
         if self.write_failed.is_none() {
             self.runner
-                .record("state_write_failed", json!({"error": why}));
+                .record(&crate::events::Event::StateWriteFailed { error: why.clone() });
             self.write_failed = Some(why);
         }
     }
@@ -281,10 +281,12 @@ impl<'a> MapJob<'a> {
             });
         match written {
             Ok(()) => {
-                self.runner.record(
-                    "checkpoint_saved",
-                    json!({"phase": self.cp.phase, "status": self.cp.status, "items_processed": self.cp.items_processed}),
-                );
+                self.runner
+                    .record(&crate::events::Event::JobCheckpointSaved {
+                        phase: self.cp.phase,
+                        status: self.cp.status,
+                        items_processed: self.cp.items_processed,
+                    });
                 Ok(())
             }
             Err(why) => {
@@ -296,15 +298,24 @@ impl<'a> MapJob<'a> {
 
     /// Runs the job from its checkpoint's phase to the end.
     pub async fn run(mut self, mut vars: Vars) -> JobReport {
-        let event = if self.resumed_from.is_some() {
-            "job_resumed"
-        } else {
-            "job_started"
-        };
-        self.runner.record(
-            event,
-            json!({"workflow": self.plan.name, "phase": self.cp.phase, "job_dir": self.files.dir()}),
+        let (workflow, phase, job_dir) = (
+            self.plan.name.clone(),
+            self.cp.phase,
+            self.files.dir().to_owned(),
         );
+        self.runner.record(&if self.resumed_from.is_some() {
+            crate::events::Event::JobResumed {
+                workflow,
+                phase,
+                job_dir,
+            }
+        } else {
+            crate::events::Event::JobStarted {
+                workflow,
+                phase,
+                job_dir,
+            }
+        });
         vars.merge(
             "workflow",
             crate::runner::fields(json!({"name": self.plan.name, "id": self.cp.job_id})),
@@ -436,11 +447,13 @@ impl<'a> MapJob<'a> {
         }
         let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
         let claude = *crate::lock(&self.runner.claude_totals);
-        let mut finished = json!({"status": self.cp.status, "metrics": metrics, "dlq_count": dlq_count, "duration_secs": self.runner.started.elapsed().as_secs_f64()});
-        if claude.calls > 0 {
-            finished["claude"] = json!(claude);
-        }
-        self.runner.record("job_finished", finished);
+        self.runner.record(&crate::events::Event::JobFinished {
+            status: self.cp.status,
+            metrics: metrics.clone(),
+            dlq_count,
+            duration_secs: self.runner.started.elapsed().as_secs_f64(),
+            claude: (claude.calls > 0).then_some(claude),
+        });
         self.runner.say_claude_totals();
         JobReport {
             job_id: self.cp.job_id.clone(),

@@ -24,7 +24,7 @@ impl MapJob<'_> {
         let total = self.plan.reduce.len();
         if self.cp.reduce_next_step == 0 {
             self.runner
-                .record("reduce_started", json!({"steps": total}));
+                .record(&crate::events::Event::ReduceStarted { steps: total });
         }
         for (index, &id) in self
             .plan
@@ -60,7 +60,7 @@ impl MapJob<'_> {
                 return stopped_by_write("reduce", why);
             }
         }
-        self.runner.record("reduce_finished", json!({}));
+        self.runner.record(&crate::events::Event::ReduceFinished {});
         JobOutcome::Completed
     }
 }

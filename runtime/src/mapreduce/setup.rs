@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
 use prodigy_grammar::pipeline::InputKind;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::exec;
 use crate::machine::Outcome;
@@ -35,7 +35,9 @@ impl MapJob<'_> {
         }
         let paths: Vec<&str> = left.iter().map(|u| u.path.as_str()).collect();
         self.runner
-            .record("setup_left_uncommitted", json!({"paths": paths}));
+            .record(&crate::events::Event::SetupLeftUncommitted {
+                paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            });
         let mut names: Vec<String> = left
             .iter()
             .take(SHOWN)
@@ -75,8 +77,9 @@ impl MapJob<'_> {
         let Some(setup) = &self.plan.setup else {
             return Ok(());
         };
-        self.runner
-            .record("setup_started", json!({"steps": setup.steps.len()}));
+        self.runner.record(&crate::events::Event::SetupStarted {
+            steps: setup.steps.len(),
+        });
         let total = setup.steps.len();
         let runner = self.runner;
         let plan = self.plan;
@@ -134,10 +137,11 @@ impl MapJob<'_> {
             };
             match value {
                 Ok(value) => {
-                    self.runner.record(
-                        "variable_captured",
-                        json!({"name": capture.name, "phase": "setup"}),
-                    );
+                    self.runner
+                        .record(&crate::events::Event::SetupVariableCaptured {
+                            name: capture.name.clone(),
+                            phase: "setup".to_owned(),
+                        });
                     vars.set(capture.name.clone(), value);
                 }
                 Err(why) => {
@@ -149,7 +153,7 @@ impl MapJob<'_> {
                 }
             }
         }
-        self.runner.record("setup_finished", json!({}));
+        self.runner.record(&crate::events::Event::SetupFinished {});
         Ok(())
     }
 
@@ -216,12 +220,15 @@ impl MapJob<'_> {
             .map_err(|e| format!("the map input `{input}`: {e}"))?;
         let pipeline = map.pipeline();
         let (items, counts) = pipeline.apply(document);
-        let mut loaded = json!({"input": input, "selected": counts.selected, "filtered": counts.filtered, "distinct": counts.distinct, "items": counts.kept});
-        if map.distinct.is_some() {
+        self.runner.record(&crate::events::Event::InputLoaded {
+            input: input.clone(),
+            selected: counts.selected,
+            filtered: counts.filtered,
+            distinct: counts.distinct,
+            items: counts.kept,
             // Items without the `distinct` field, which it kept as one.
-            loaded["distinct_missing"] = json!(counts.distinct_missing);
-        }
-        self.runner.record("input_loaded", loaded);
+            distinct_missing: map.distinct.is_some().then_some(counts.distinct_missing),
+        });
         if let Some(json_path) = map.json_path.as_ref().filter(|_| counts.selected == 0) {
             let what = format!(
                 "`json_path: {}` selected nothing from the map input `{}`",

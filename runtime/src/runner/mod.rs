@@ -39,6 +39,9 @@ pub struct Options {
     pub profile: Option<String>,
     /// `PRODIGY_CLAUDE_COMMAND`.
     pub claude_command: Option<String>,
+    /// Where each line of the workflow file starts ([`crate::events::line_starts`]), so that
+    /// step events name the line a step was written on; empty when unknown.
+    pub line_starts: Vec<u32>,
     /// `-v` (1: step output; 2: also commands and timings).
     pub verbose: u8,
     /// `-q`: say only errors (and no progress display); the caller prints the outcome line.
@@ -155,12 +158,12 @@ pub struct Runner {
     pub(crate) plan: Arc<Plan>,
     pub(crate) opts: Options,
     pub(crate) session: String,
-    pub(crate) log: Mutex<EventLog>,
+    /// Where events and lines go.
+    pub(crate) sink: crate::events::Sink,
     pub(crate) cancel: watch::Receiver<bool>,
     pub(crate) rng: Mutex<StdRng>,
     pub(crate) started: Instant,
     pub(crate) started_at: String,
-    pub(crate) secrets: Mutex<crate::vars::Secrets>,
     /// The checkpoint being made durable while the next step starts.
     pub(crate) pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
     /// The first checkpoint that could not be written, described.
@@ -292,12 +295,11 @@ impl Runner {
             plan,
             opts,
             session,
-            log: Mutex::new(log),
+            sink: crate::events::Sink::new(log),
             cancel,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             started: Instant::now(),
             started_at: started_at.unwrap_or_else(crate::store::timestamp),
-            secrets: Mutex::new(crate::vars::Secrets::default()),
             pending_checkpoint: Mutex::new(None),
             checkpoint_failed: Mutex::new(None),
             env_cache: Mutex::new(std::collections::HashMap::new()),
@@ -375,40 +377,38 @@ impl Runner {
     }
 
     pub(crate) fn mask(&self, text: &str) -> String {
-        lock(&self.secrets).mask(text)
+        self.sink.secrets().mask(text)
     }
 
     /// Registers the secret NAME: it is masked in everything the run prints and writes.
     fn add_secret(&self, name: &str, value: &str) {
-        lock(&self.secrets).add(name, value);
+        self.sink.secrets().add(name, value);
     }
 
     /// Variables as a checkpoint keeps them: whole, with each secret value replaced by its
     /// name, so that the secret never reaches the disk and [`Runner::unseal`] brings back
     /// exactly what was captured (`Bearer ${TOKEN}` stays usable after a resume).
     pub(crate) fn seal_json(&self, value: Value) -> Value {
-        lock(&self.secrets).seal_json(value)
+        self.sink.secrets().seal_json(value)
     }
 
     /// Variables a checkpoint kept, with the secrets of this run put back in place.
     pub fn unseal(&self, value: Value) -> Value {
-        lock(&self.secrets).unseal_json(value)
+        self.sink.secrets().unseal_json(value)
     }
 
     /// Records an event; inside a map agent it carries the agent's and the item's ids.
-    pub(crate) fn record(&self, event: &str, fields: Value) {
-        let mut masked = lock(&self.secrets).mask_json(fields);
-        if let Value::Object(map) = &mut masked {
-            let _ = AGENT.try_with(|a| {
-                if !a.agent_id.is_empty() {
-                    map.entry("agent_id")
-                        .or_insert_with(|| Value::String(a.agent_id.clone()));
-                    map.entry("item_id")
-                        .or_insert_with(|| Value::String(a.item_id.clone()));
-                }
-            });
-        }
-        lock(&self.log).record(event, masked);
+    pub(crate) fn record(&self, event: &crate::events::Event) {
+        let agent = AGENT
+            .try_with(|a| (a.agent_id.clone(), a.item_id.clone()))
+            .ok()
+            .filter(|(agent, _)| !agent.is_empty());
+        self.sink.record(
+            event,
+            agent
+                .as_ref()
+                .map(|(agent_id, item_id)| crate::events::AgentIds { agent_id, item_id }),
+        );
     }
 
     /// DELAY spread by the jitter FACTOR and capped at MAX, from the run's seeded RNG.
@@ -420,29 +420,61 @@ impl Runner {
     pub(crate) fn state_failure(&self) -> Option<String> {
         lock(&self.checkpoint_failed)
             .clone()
-            .or_else(|| lock(&self.log).failed.clone())
+            .or_else(|| self.sink.failure())
     }
 
     /// Where events go.
     pub fn events_path(&self) -> PathBuf {
-        lock(&self.log).path.clone()
+        self.sink.path()
     }
 
-    /// Prints a line to stderr, secrets masked; inside a map agent only at `-v`, prefixed
-    /// with the item, so that parallel agents stay readable.
+    /// Shows a line, secrets masked; inside a map agent only at `-v`, prefixed with the
+    /// item, so that parallel agents stay readable. A line starting with `error`, `internal
+    /// error` or `failed:` shows even under `-q`.
     pub(crate) fn say(&self, text: &str) {
-        use std::io::Write as _;
-        if self.opts.quiet && !is_error_line(text) {
-            return;
-        }
-        let agent = AGENT.try_with(|a| (a.quiet, a.item_id.clone())).ok();
-        let text = match agent {
-            Some((true, _)) if self.opts.verbose == 0 => return,
-            Some((_, item)) if !item.is_empty() => format!("[{item}] {}", text.trim_start()),
-            _ => text.to_owned(),
+        self.say_at(0, text);
+    }
+
+    /// Shows a line only at `-v` (VERBOSITY 1) or `-vv` (2), like [`Runner::say`].
+    pub(crate) fn say_at(&self, verbosity: u8, text: &str) {
+        use crate::events::{Level, Line};
+        let level = if is_error_line(text) {
+            Level::Error
+        } else {
+            Level::Info
         };
-        crate::progress::println(&self.mask(&text));
-        let _ = std::io::stderr().flush();
+        let agent = AGENT.try_with(|a| (a.quiet, a.item_id.clone())).ok();
+        let (verbosity, item, text) = match agent {
+            Some((quiet, item)) if !item.is_empty() => (
+                verbosity.max(u8::from(quiet)),
+                Some(item),
+                text.trim_start().to_owned(),
+            ),
+            Some((true, _)) => (verbosity.max(1), None, text.to_owned()),
+            _ => (verbosity, None, text.to_owned()),
+        };
+        self.sink.show(Line {
+            level,
+            verbosity,
+            item,
+            text,
+        });
+    }
+
+    /// Shows lines and the progress of map phases with REPORTER (by default nothing is
+    /// shown: the runtime never writes to the terminal itself).
+    #[must_use]
+    pub fn report_to(mut self, reporter: Arc<dyn crate::events::Reporter>) -> Self {
+        self.sink.report_to(reporter);
+        self
+    }
+
+    /// Where STEP was written, for its events.
+    pub(crate) fn origin(
+        &self,
+        step: &prodigy_compiler::plan::PlanStep,
+    ) -> Option<crate::events::Origin> {
+        crate::events::Origin::of(&self.plan.source, &self.opts.line_starts, step.origin)
     }
 
     /// Turns taken so far by the Claude calls running now, for the progress display.

@@ -12,7 +12,12 @@ use crate::vars::Vars;
 impl Runner {
     /// Runs the standard workflow's steps from `start` (0 for a new run).
     pub async fn run(&self, mut vars: Vars, start: usize) -> Report {
-        self.record("workflow_started", json!({"workflow": self.plan.name, "session_id": self.session, "resumed_at_step": start, "steps": self.plan.commands.len()}));
+        self.record(&crate::events::Event::WorkflowStarted {
+            workflow: self.plan.name.clone(),
+            session_id: self.session.clone(),
+            resumed_at_step: start,
+            steps: self.plan.commands.len(),
+        });
         let total = self.plan.commands.len();
         vars.merge(
             "workflow",
@@ -80,10 +85,11 @@ impl Runner {
             }
             if let Outcome::FailedContinued | Outcome::Ignored = step_outcome {
                 let handled = step_outcome == Outcome::FailedContinued;
-                self.record(
-                    "step_failed_continued",
-                    json!({"step": label, "step_index": index, "handled": handled}),
-                );
+                self.record(&crate::events::Event::StepFailedContinued {
+                    step: label.clone(),
+                    step_index: index,
+                    handled,
+                });
                 let mut continued = lock(&self.continued);
                 continued.retain(|c| c.index != index);
                 continued.push(ContinuedStep {
@@ -134,13 +140,15 @@ impl Runner {
         }
         let continued = lock(&self.continued).clone();
         let claude = *lock(&self.claude_totals);
-        let mut finished = json!({"outcome": status, "failed_step": failed_step, "failed_continued": continued.len(), "duration_secs": self.started.elapsed().as_secs_f64()});
-        if claude.calls > 0 {
-            finished["claude"] = json!(claude);
-        }
-        self.record("workflow_finished", finished);
+        self.record(&crate::events::Event::WorkflowFinished {
+            outcome: status,
+            failed_step: failed_step.clone(),
+            failed_continued: continued.len(),
+            duration_secs: self.started.elapsed().as_secs_f64(),
+            claude: (claude.calls > 0).then_some(claude),
+        });
         self.say_claude_totals();
-        let events = lock(&self.log).path.clone();
+        let events = self.sink.path();
         Report {
             outcome,
             session_id: self.session.clone(),
@@ -207,10 +215,13 @@ impl Runner {
             return;
         };
         match handle.await {
-            Ok((Ok(path), next_step, status)) => self.record(
-                "checkpoint_saved",
-                json!({"next_step": next_step, "status": status, "path": path}),
-            ),
+            Ok((Ok(path), next_step, status)) => {
+                self.record(&crate::events::Event::CheckpointSaved {
+                    next_step,
+                    status,
+                    path,
+                });
+            }
             Ok((Err(e), _, _)) => {
                 let path = self
                     .opts

@@ -73,15 +73,21 @@ pub enum StartFailed {
 }
 
 /// Takes the lock of ID, opens its event log and computes the starting variables (plus
-/// SAVED, a checkpoint's variables, put back with [`restore`]).
+/// SAVED, a checkpoint's variables, put back with [`restore`]); what the run shows goes to
+/// REPORTER.
 ///
 /// # Errors
 ///
 /// [`StartFailed`]: the lock is held, the event log cannot be opened, or the variables
 /// cannot be computed.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what a session starts from, each given by the caller"
+)]
 pub async fn start(
     plan: Arc<Plan>,
     opts: Options,
+    reporter: Arc<dyn crate::events::Reporter>,
     cancel: tokio::sync::watch::Receiver<bool>,
     kind: Kind,
     id: String,
@@ -93,7 +99,9 @@ pub async fn start(
         Kind::Job => SessionLock::acquire_in(&opts.layout.job_dir(&id), &format!("job `{id}`")),
     }
     .map_err(StartFailed::Locked)?;
-    let runner = Runner::with_id(plan, opts, cancel, id, started_at).map_err(StartFailed::Store)?;
+    let runner = Runner::with_id(plan, opts, cancel, id, started_at)
+        .map_err(StartFailed::Store)?
+        .report_to(reporter);
     let mut vars = runner
         .initial_vars()
         .await

@@ -75,10 +75,11 @@ impl Runner {
                 meta.insert("duration".into(), json!(out.duration.as_secs_f64()));
             }
             meta.insert("stderr".into(), Value::String(trim(&out.stderr)));
-            self.record(
-                "variable_captured",
-                json!({"step": step.label, "name": name, "format": capture.format}),
-            );
+            self.record(&crate::events::Event::VariableCaptured {
+                step: step.label.clone(),
+                name: name.clone(),
+                format: capture.format,
+            });
             vars.set(name.clone(), value);
             vars.meta.insert(name.clone(), Value::Object(meta));
         }

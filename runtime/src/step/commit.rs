@@ -1,7 +1,6 @@
 //! `commit_required` and `auto_commit`: whether a step made a commit, and making one.
 
 use prodigy_compiler::plan::PlanStep;
-use serde_json::json;
 
 use crate::runner::Runner;
 use crate::vars::Vars;
@@ -19,10 +18,10 @@ impl Runner {
         if after.is_some() && after.as_deref() != before {
             return true;
         }
-        self.record(
-            "step_failed",
-            json!({"step": step.label, "error": "CommitValidationFailed"}),
-        );
+        self.record(&crate::events::Event::StepFailed {
+            step: step.label.clone(),
+            error: "CommitValidationFailed".to_owned(),
+        });
         self.say(&format!(
             "  error: {what}`{}` requires a commit and made none (CommitValidationFailed)",
             step.label

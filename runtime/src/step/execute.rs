@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use prodigy_compiler::plan;
 use prodigy_compiler::plan::{PlanCommand, PlanStep};
-use serde_json::json;
 
 use crate::exec::{self, Command, Output};
 use crate::lock;
@@ -148,7 +147,7 @@ impl Runner {
 
     /// Masks secrets as the run knows them now (nothing to do when it knows none).
     pub(crate) fn masker(&self) -> Option<crate::logs::Mask> {
-        let secrets = lock(&self.secrets).clone();
+        let secrets = self.sink.secrets().clone();
         (!secrets.is_empty())
             .then(|| std::sync::Arc::new(move |text: &str| secrets.mask(text)) as crate::logs::Mask)
     }
@@ -199,10 +198,13 @@ impl Runner {
             crate::logs::create_numbered(&self.log_dir(), &step.label, "jsonl", self.masker())
         });
         let log_path = log.as_ref().filter(|l| l.is_open()).map(|l| l.path.clone());
-        self.record(
-            "claude_started",
-            json!({"step": step.label, "program": program, "args": args, "cli_version": crate::claude::version(), "log": log_path}),
-        );
+        self.record(&crate::events::Event::ClaudeStarted {
+            step: step.label.clone(),
+            program: program.clone(),
+            args: args.clone(),
+            cli_version: crate::claude::version().map(str::to_owned),
+            log: log_path.clone(),
+        });
         if self.opts.verbose > 1 {
             let shown: Vec<String> = std::iter::once(program.as_str())
                 .chain(args.iter().map(String::as_str))
@@ -282,24 +284,21 @@ impl Runner {
         } else {
             format!("{}\n", call.verdict.message)
         };
-        self.record(
-            "claude_finished",
-            json!({
-                "step": step.label,
-                "success": call.verdict.kind.is_none() && !out.timed_out && !out.cancelled,
-                "error_kind": call.verdict.kind,
-                "message": (call.verdict.kind.is_some()).then(|| call.verdict.message.clone()),
-                "session_id": call.session_id,
-                "num_turns": call.num_turns,
-                "cost_usd": call.cost_usd,
-                "tokens": call.tokens,
-                "tool_calls": call.tool_calls,
-                "api_retries": call.api_retries,
-                "exit_code": out.code,
-                "log": call.log,
-                "duration_secs": out.duration.as_secs_f64(),
-            }),
-        );
+        self.record(&crate::events::Event::ClaudeFinished {
+            step: step.label.clone(),
+            success: call.verdict.kind.is_none() && !out.timed_out && !out.cancelled,
+            error_kind: call.verdict.kind,
+            message: (call.verdict.kind.is_some()).then(|| call.verdict.message.clone()),
+            session_id: call.session_id.clone(),
+            num_turns: call.num_turns,
+            cost_usd: call.cost_usd,
+            tokens: call.tokens,
+            tool_calls: call.tool_calls,
+            api_retries: call.api_retries,
+            exit_code: out.code,
+            log: call.log.clone(),
+            duration_secs: out.duration.as_secs_f64(),
+        });
         lock(&self.claude_totals).add(&call);
         let _ = AGENT.try_with(|a| a.claude.borrow_mut().add(&call));
         out.claude = Some(Box::new(call));

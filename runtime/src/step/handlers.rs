@@ -33,10 +33,11 @@ impl Runner {
         });
         vars.set("error", error);
         vars.set("attempt", json!(run));
-        self.record(
-            "handler_started",
-            json!({"step": step.label, "run": run, "strategy": on_failure.strategy}),
-        );
+        self.record(&crate::events::Event::HandlerStarted {
+            step: step.label.clone(),
+            run,
+            strategy: on_failure.strategy,
+        });
         let head_before = if on_failure.commit_required {
             crate::git::head(&self.workdir()).await
         } else {
@@ -75,10 +76,11 @@ impl Runner {
             vars.set(name.clone(), Value::String(combined.clone()));
         }
         vars.values.remove("error");
-        self.record(
-            "handler_finished",
-            json!({"step": step.label, "run": run, "success": ok}),
-        );
+        self.record(&crate::events::Event::HandlerFinished {
+            step: step.label.clone(),
+            run,
+            success: ok,
+        });
         (ok, combined)
     }
 
@@ -111,7 +113,10 @@ impl Runner {
         if step.auto_commit
             && let Err(why) = self.commit(step, vars, head_before.as_deref()).await
         {
-            self.record("step_failed", json!({"step": step.label, "error": why}));
+            self.record(&crate::events::Event::StepFailed {
+                step: step.label.clone(),
+                error: why.clone(),
+            });
             self.say(&format!("  error: {why}"));
             return failed(step);
         }
@@ -141,7 +146,9 @@ impl Runner {
             vars.set(id.clone(), Value::Object(outputs));
         }
         if !step.on_success.is_empty() {
-            self.record("success_handler_started", json!({"step": step.label}));
+            self.record(&crate::events::Event::SuccessHandlerStarted {
+                step: step.label.clone(),
+            });
             return self.run_triggered(&step.on_success, vars, outcome).await;
         }
         outcome

@@ -6,6 +6,7 @@ use futures::future::LocalBoxFuture as BoxFuture;
 use prodigy_compiler::plan::{PlanCommand, PlanStep, StepId};
 use serde_json::json;
 
+use crate::events::Event;
 use crate::exec::{self, Output};
 use crate::lock;
 use crate::machine::{Action, Outcome, StepEvent, StepMachine};
@@ -44,21 +45,23 @@ impl Runner {
             if let (Some(description), true) = (&step.description, self.opts.verbose > 0) {
                 self.say(&format!("  ({description})"));
             }
-            let fields = crate::store::step_fields(index, &step.label, id.0);
-            self.record("step_started", fields.clone());
+            self.record(&Event::StepStarted {
+                step: step.label.clone(),
+                step_index: index,
+                step_id: id.0,
+                origin: self.origin(step),
+            });
             let mut machine =
                 StepMachine::new(step.retry_policy.clone(), step.handler_policy.clone());
             if let Some(when) = &step.when {
                 match when.parsed.test(vars) {
                     Ok(true) => {}
                     Ok(false) => {
-                        self.record(
-                            "step_skipped",
-                            json!({"step": step.label, "when": when.value}),
-                        );
-                        if self.opts.verbose > 0 {
-                            self.say(&format!("  skipped: `when: {}` is false", when.value));
-                        }
+                        self.record(&Event::StepSkipped {
+                            step: step.label.clone(),
+                            when: when.value.clone(),
+                        });
+                        self.say_at(1, &format!("  skipped: `when: {}` is false", when.value));
                         let action = machine.on_event(
                             StepEvent::Skip,
                             self.started.elapsed(),
@@ -70,10 +73,10 @@ impl Runner {
                         };
                     }
                     Err(e) => {
-                        self.record(
-                            "step_failed",
-                            json!({"step": step.label, "error": format!("when: {e}")}),
-                        );
+                        self.record(&Event::StepFailed {
+                            step: step.label.clone(),
+                            error: format!("when: {e}"),
+                        });
                         self.say(&format!("  error: `when` of `{}`: {e}", step.label));
                         return Outcome::Failed;
                     }
@@ -98,15 +101,21 @@ impl Runner {
                 match action {
                     Action::Spawn { run, attempt } => {
                         fallback_result = None;
-                        self.record(
-                            "attempt_started",
-                            json!({"step": step.label, "run": run, "attempt": attempt}),
-                        );
+                        self.record(&Event::AttemptStarted {
+                            step: step.label.clone(),
+                            run,
+                            attempt,
+                        });
                         let out = self.execute(step, vars).await;
-                        self.record(
-                            "attempt_finished",
-                            json!({"step": step.label, "run": run, "attempt": attempt, "exit_code": out.code, "timed_out": out.timed_out, "success": out.exit().success(), "duration_secs": out.duration.as_secs_f64()}),
-                        );
+                        self.record(&Event::AttemptFinished {
+                            step: step.label.clone(),
+                            run,
+                            attempt,
+                            exit_code: out.code,
+                            timed_out: out.timed_out,
+                            success: out.exit().success(),
+                            duration_secs: out.duration.as_secs_f64(),
+                        });
                         self.show_output(step, &out);
                         set_last_command(vars, step, &out);
                         let event = if out.cancelled {
@@ -119,15 +128,20 @@ impl Runner {
                             machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
                     }
                     Action::Wait { delay, next } => {
-                        self.record("retry_scheduled", json!({"step": step.label, "next_attempt": next, "delay_secs": delay.as_secs_f64()}));
-                        if self.opts.verbose > 0 {
-                            self.say(&format!(
+                        self.record(&Event::RetryScheduled {
+                            step: step.label.clone(),
+                            next_attempt: next,
+                            delay_secs: delay.as_secs_f64(),
+                        });
+                        self.say_at(
+                            1,
+                            &format!(
                                 "  retrying in {} (attempt {next})",
                                 humantime::format_duration(Duration::from_millis(
                                     u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
                                 ))
-                            ));
-                        }
+                            ),
+                        );
                         let mut cancel = self.cancel_rx();
                         let event = tokio::select! {
                             () = tokio::time::sleep(delay) => StepEvent::TimerFired,
@@ -139,7 +153,9 @@ impl Runner {
                     Action::RunFallback => {
                         let out = match step.fallback() {
                             Some(t) => {
-                                self.record("fallback_started", json!({"step": step.label}));
+                                self.record(&Event::FallbackStarted {
+                                    step: step.label.clone(),
+                                });
                                 self.run_command(&exec::shell, t, step, vars, true).await
                             }
                             None => Output::error("internal error: no fallback command"),
@@ -184,7 +200,10 @@ impl Runner {
                 && let Err(why) = self.capture(step, vars, out)
             {
                 self.say(&format!("  error: {why}"));
-                self.record("capture_failed", json!({"step": step.label, "error": why}));
+                self.record(&Event::CaptureFailed {
+                    step: step.label.clone(),
+                    error: why,
+                });
                 // A value that does not fit its format fails the step; a step whose
                 // failures do not fail the workflow (`allow_failure`, `fail_workflow:
                 // false`) goes on without the variable.
@@ -201,18 +220,19 @@ impl Runner {
             if let (Some(out), true) = (&last, outcome != Outcome::Cancelled) {
                 for (code, steps) in &step.on_exit_code {
                     if out.code == Some(*code) {
-                        self.record(
-                            "exit_code_handler_started",
-                            json!({"step": step.label, "exit_code": code}),
-                        );
+                        self.record(&Event::ExitCodeHandlerStarted {
+                            step: step.label.clone(),
+                            exit_code: *code,
+                        });
                         outcome = self.run_triggered(steps, vars, outcome).await;
                     }
                 }
             }
-            self.record(
-                "step_finished",
-                json!({"step": step.label, "outcome": outcome}),
-            );
+            self.record(&Event::StepFinished {
+                step: step.label.clone(),
+                outcome,
+                origin: self.origin(step),
+            });
             // A failure that fails the workflow, or one that was only handled: in a map agent
             // both fail the item.
             if !outcome.continues_agent() && outcome != Outcome::Cancelled {
@@ -278,10 +298,11 @@ impl Runner {
         machine: &StepMachine,
         action: &Action,
     ) -> Outcome {
-        self.record(
-            "internal_error",
-            json!({"step": step.label, "state": format!("{:?}", machine.state()), "action": format!("{action:?}")}),
-        );
+        self.record(&Event::InternalError {
+            step: step.label.clone(),
+            state: format!("{:?}", machine.state()),
+            action: format!("{action:?}"),
+        });
         self.say(&format!(
             "internal error in step `{}`: please report it",
             step.label

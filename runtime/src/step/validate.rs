@@ -44,10 +44,13 @@ impl Runner {
                 plan::SuccessCriteria::Any => passed > 0 || total == 0,
                 plan::SuccessCriteria::AtLeast(n) => passed >= n,
             };
-            self.record(
-                "step_validation_finished",
-                json!({"step": step.label, "round": round, "passed": passed, "checks": total, "success": ok}),
-            );
+            self.record(&crate::events::Event::StepValidationFinished {
+                step: step.label.clone(),
+                round,
+                passed,
+                checks: total,
+                success: ok,
+            });
             if ok {
                 return true;
             }
@@ -106,7 +109,12 @@ impl Runner {
                 "validation",
                 json!({"completion": reported, "missing": missing, "gaps": result.get("gaps").cloned().unwrap_or(json!({})), "status": result.get("status").cloned().unwrap_or(json!(if complete {"complete"} else {"incomplete"})), "attempt_number": round}),
             );
-            self.record("validation_finished", json!({"step": step.label, "round": round, "completion": completion, "complete": complete}));
+            self.record(&crate::events::Event::ValidationFinished {
+                step: step.label.clone(),
+                round,
+                completion,
+                complete,
+            });
             if complete {
                 return outcome;
             }

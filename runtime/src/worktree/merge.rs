@@ -244,10 +244,12 @@ impl Runner {
                 "conflicted_files": files,
             }),
         );
-        self.record(
-            "merge_conflict_handler_started",
-            json!({"source_branch": c.source_branch, "target_branch": c.target_branch, "conflicted_files": files, "worktree": c.dir}),
-        );
+        self.record(&crate::events::Event::MergeConflictHandlerStarted {
+            source_branch: c.source_branch.to_owned(),
+            target_branch: c.target_branch.to_owned(),
+            conflicted_files: files.clone(),
+            worktree: c.dir.to_owned(),
+        });
         self.say(&format!(
             "merging `{}` into `{}` conflicts in {}: running `merge.on_conflict` in {}",
             c.source_branch,
@@ -273,10 +275,11 @@ impl Runner {
                 .map_err(|why| format!("the `merge.on_conflict` steps ended, but {why}")),
         };
         let log = vars.last_output.clone().unwrap_or_default();
-        self.record(
-            "merge_conflict_handler_finished",
-            json!({"source_branch": c.source_branch, "success": result.is_ok(), "error": result.as_ref().err()}),
-        );
+        self.record(&crate::events::Event::MergeConflictHandlerFinished {
+            source_branch: c.source_branch.to_owned(),
+            success: result.is_ok(),
+            error: result.as_ref().err().cloned(),
+        });
         vars.values.remove("merge");
         match result {
             Ok(()) => Ok(()),
@@ -311,10 +314,11 @@ impl Runner {
             .target_branch
             .clone()
             .ok_or("the run started on a detached HEAD: there is no branch to merge into")?;
-        self.record(
-            "merge_started",
-            json!({"source_branch": session.branch, "target_branch": target, "commits": commits.len()}),
-        );
+        self.record(&crate::events::Event::MergeStarted {
+            source_branch: session.branch.clone(),
+            target_branch: target.clone(),
+            commits: commits.len(),
+        });
         if let Some(merge) = self.plan.merge.as_ref().filter(|m| !m.steps.is_empty()) {
             let short: Vec<String> = commits
                 .iter()
@@ -396,10 +400,10 @@ impl Runner {
                 other => other.map_err(|e| e.to_string())?,
             }
         }
-        self.record(
-            "merge_finished",
-            json!({"source_branch": session.branch, "target_branch": target}),
-        );
+        self.record(&crate::events::Event::MergeFinished {
+            source_branch: session.branch.clone(),
+            target_branch: target.clone(),
+        });
         // The `merge` steps may have left changes of their own: counted again.
         let left = changes(&session.path).await.len();
         if left == 0 {

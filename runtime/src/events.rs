@@ -1,0 +1,1054 @@
+//! What a run tells the world: the [`Event`]s written to its events file, the [`Line`]s and
+//! [`ProgressUpdate`]s a person sees, and the [`Sink`] every one of them goes through.
+//!
+//! The runtime never writes to the terminal: it hands lines and progress to a [`Reporter`]
+//! (the binary's draws them; [`Silent`] drops them), and events to the [`Sink`], which masks
+//! secrets, adds a map agent's ids, writes the events file and keeps the first write that
+//! failed, so that the run stops with it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::claude::{ErrorKind, Tokens, Totals};
+use crate::jobstore::{Phase, Status};
+use crate::lock;
+use crate::machine::Outcome;
+use crate::mapreduce::ErrorMetrics;
+use crate::store::EventLog;
+use crate::vars::Secrets;
+
+/// Where a step was written: the workflow file and the line its entry starts on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Origin {
+    /// The workflow file as the user named it.
+    pub file: String,
+    /// From 1.
+    pub line: u32,
+}
+
+impl Origin {
+    /// The origin of the step written at SPAN in FILE, whose lines start at
+    /// `line_starts`; none when the lines are unknown or the step has no place (one the compiler made).
+    pub fn of(
+        file: &str,
+        line_starts: &[u32],
+        span: prodigy_compiler::plan::support::Span,
+    ) -> Option<Origin> {
+        if line_starts.is_empty() || (span.start == 0 && span.end == 0) {
+            return None;
+        }
+        let index = match line_starts.binary_search(&span.start) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        };
+        Some(Origin {
+            file: file.to_owned(),
+            line: u32::try_from(index + 1).unwrap_or(u32::MAX),
+        })
+    }
+}
+
+/// Where each line of TEXT starts, in bytes (for [`Origin::of`]).
+pub fn line_starts(text: &str) -> Vec<u32> {
+    std::iter::once(0)
+        .chain(
+            text.match_indices('\n')
+                .map(|(i, _)| u32::try_from(i + 1).unwrap_or(u32::MAX)),
+        )
+        .collect()
+}
+
+/// One event of a run or a job, as its events file holds it: `event_type` names the variant,
+/// the fields follow in this order (the envelope's `timestamp` and `job_id` are added when it
+/// is written, and inside a map agent `agent_id` and `item_id`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event_type")]
+pub enum Event {
+    /// A standard run starts (or resumes).
+    #[serde(rename = "workflow_started")]
+    WorkflowStarted {
+        /// `name`.
+        workflow: Option<String>,
+        /// The session.
+        session_id: String,
+        /// The step it starts at (0, or where it resumes).
+        resumed_at_step: usize,
+        /// How many top-level steps there are.
+        steps: usize,
+    },
+    /// A standard run ends.
+    #[serde(rename = "workflow_finished")]
+    WorkflowFinished {
+        /// `completed`, `failed` or `interrupted`.
+        outcome: crate::store::SessionStatus,
+        /// The step that failed the run.
+        failed_step: Option<String>,
+        /// How many steps failed and were continued.
+        failed_continued: usize,
+        /// Since the run started.
+        duration_secs: f64,
+        /// What its Claude calls cost, when it made any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        claude: Option<Totals>,
+    },
+    /// A step failed and the workflow goes on.
+    #[serde(rename = "step_failed_continued")]
+    StepFailedContinued {
+        /// Its label.
+        step: String,
+        /// Its index among the top-level steps.
+        step_index: usize,
+        /// Whether a handler ran.
+        handled: bool,
+    },
+    /// A standard run's checkpoint landed.
+    #[serde(rename = "checkpoint_saved")]
+    CheckpointSaved {
+        /// The step a resume starts at.
+        next_step: usize,
+        /// The run's status.
+        status: crate::store::SessionStatus,
+        /// The checkpoint file.
+        path: PathBuf,
+    },
+    /// A MapReduce job's checkpoint landed.
+    #[serde(rename = "checkpoint_saved")]
+    JobCheckpointSaved {
+        /// The job's phase.
+        phase: Phase,
+        /// Its status.
+        status: Status,
+        /// Items with an outcome.
+        items_processed: u64,
+    },
+    /// A step starts.
+    #[serde(rename = "step_started")]
+    StepStarted {
+        /// Its label.
+        step: String,
+        /// Its index in its phase, when it has one.
+        step_index: Option<usize>,
+        /// Its id in the plan.
+        step_id: u32,
+        /// Where it was written.
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        origin: Option<Origin>,
+    },
+    /// A step's `when` is false.
+    #[serde(rename = "step_skipped")]
+    StepSkipped {
+        /// Its label.
+        step: String,
+        /// The condition.
+        when: String,
+    },
+    /// A step failed before or after its command ran.
+    #[serde(rename = "step_failed")]
+    StepFailed {
+        /// Its label.
+        step: String,
+        /// Why.
+        error: String,
+    },
+    /// A step's command starts.
+    #[serde(rename = "attempt_started")]
+    AttemptStarted {
+        /// Its label.
+        step: String,
+        /// The run (handlers' count).
+        run: u32,
+        /// The attempt within the run (retries' count).
+        attempt: u32,
+    },
+    /// A step's command ended.
+    #[serde(rename = "attempt_finished")]
+    AttemptFinished {
+        /// Its label.
+        step: String,
+        /// The run.
+        run: u32,
+        /// The attempt.
+        attempt: u32,
+        /// Its exit code (none when a signal ended it or it never ran).
+        exit_code: Option<i32>,
+        /// Whether its timeout ended it.
+        timed_out: bool,
+        /// Whether it succeeded.
+        success: bool,
+        /// How long it ran.
+        duration_secs: f64,
+    },
+    /// A retry waits.
+    #[serde(rename = "retry_scheduled")]
+    RetryScheduled {
+        /// Its label.
+        step: String,
+        /// The attempt that comes next.
+        next_attempt: u32,
+        /// The wait.
+        delay_secs: f64,
+    },
+    /// `on_failure: fallback` runs its command.
+    #[serde(rename = "fallback_started")]
+    FallbackStarted {
+        /// Its label.
+        step: String,
+    },
+    /// A capture's value does not fit.
+    #[serde(rename = "capture_failed")]
+    CaptureFailed {
+        /// Its label.
+        step: String,
+        /// Why.
+        error: String,
+    },
+    /// An `on_exit_code` handler runs.
+    #[serde(rename = "exit_code_handler_started")]
+    ExitCodeHandlerStarted {
+        /// Its label.
+        step: String,
+        /// The code it handles.
+        exit_code: i32,
+    },
+    /// A step ends.
+    #[serde(rename = "step_finished")]
+    StepFinished {
+        /// Its label.
+        step: String,
+        /// How it ended.
+        outcome: Outcome,
+        /// Where it was written.
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        origin: Option<Origin>,
+    },
+    /// A step machine answered what cannot happen.
+    #[serde(rename = "internal_error")]
+    InternalError {
+        /// Its label.
+        step: String,
+        /// The machine's state.
+        state: String,
+        /// What it answered.
+        action: String,
+    },
+    /// An `on_failure` handler starts.
+    #[serde(rename = "handler_started")]
+    HandlerStarted {
+        /// Its label.
+        step: String,
+        /// The run it handles.
+        run: u32,
+        /// `on_failure.strategy`.
+        strategy: prodigy_compiler::plan::Strategy,
+    },
+    /// An `on_failure` handler ended.
+    #[serde(rename = "handler_finished")]
+    HandlerFinished {
+        /// Its label.
+        step: String,
+        /// The run it handled.
+        run: u32,
+        /// Whether it succeeded.
+        success: bool,
+    },
+    /// `on_success` runs.
+    #[serde(rename = "success_handler_started")]
+    SuccessHandlerStarted {
+        /// Its label.
+        step: String,
+    },
+    /// A step's `capture` set a variable.
+    #[serde(rename = "variable_captured")]
+    VariableCaptured {
+        /// Its label.
+        step: String,
+        /// The variable.
+        name: String,
+        /// Its `capture_format`.
+        format: prodigy_compiler::plan::CaptureFormat,
+    },
+    /// A setup step's `capture_outputs` set a variable.
+    #[serde(rename = "variable_captured")]
+    SetupVariableCaptured {
+        /// The variable.
+        name: String,
+        /// `setup`.
+        phase: String,
+    },
+    /// A round of a step's `validate` checks ended.
+    #[serde(rename = "step_validation_finished")]
+    StepValidationFinished {
+        /// Its label.
+        step: String,
+        /// The round, from 1.
+        round: u32,
+        /// Checks that passed.
+        passed: u32,
+        /// Checks in all.
+        checks: u32,
+        /// Whether the round passed.
+        success: bool,
+    },
+    /// A round of `validate` with a threshold ended.
+    #[serde(rename = "validation_finished")]
+    ValidationFinished {
+        /// Its label.
+        step: String,
+        /// The round, from 1.
+        round: u32,
+        /// The completion reported.
+        completion: f64,
+        /// Whether it reaches the threshold.
+        complete: bool,
+    },
+    /// A Claude call starts.
+    #[serde(rename = "claude_started")]
+    ClaudeStarted {
+        /// Its label.
+        step: String,
+        /// The program.
+        program: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// The CLI's version.
+        cli_version: Option<String>,
+        /// The call's log.
+        log: Option<PathBuf>,
+    },
+    /// A Claude call ended.
+    #[serde(rename = "claude_finished")]
+    ClaudeFinished {
+        /// Its label.
+        step: String,
+        /// Whether it succeeded.
+        success: bool,
+        /// Why it failed.
+        error_kind: Option<ErrorKind>,
+        /// Claude's message of a failure.
+        message: Option<String>,
+        /// Claude's session.
+        session_id: Option<String>,
+        /// Turns taken.
+        num_turns: u32,
+        /// What it cost.
+        cost_usd: f64,
+        /// Tokens used.
+        tokens: Tokens,
+        /// Tools called.
+        tool_calls: u32,
+        /// API requests retried.
+        api_retries: u32,
+        /// The CLI's exit code.
+        exit_code: Option<i32>,
+        /// The call's log.
+        log: Option<PathBuf>,
+        /// How long it ran.
+        duration_secs: f64,
+    },
+    /// `merge.on_conflict` starts.
+    #[serde(rename = "merge_conflict_handler_started")]
+    MergeConflictHandlerStarted {
+        /// The branch being merged.
+        source_branch: String,
+        /// The branch merged into.
+        target_branch: String,
+        /// The files in conflict.
+        conflicted_files: Vec<String>,
+        /// Where the merge is.
+        worktree: PathBuf,
+    },
+    /// `merge.on_conflict` ended.
+    #[serde(rename = "merge_conflict_handler_finished")]
+    MergeConflictHandlerFinished {
+        /// The branch being merged.
+        source_branch: String,
+        /// Whether it resolved the merge.
+        success: bool,
+        /// Why not.
+        error: Option<String>,
+    },
+    /// The session branch is merged back.
+    #[serde(rename = "merge_started")]
+    MergeStarted {
+        /// The session branch.
+        source_branch: String,
+        /// The branch the run started on.
+        target_branch: String,
+        /// Commits to merge.
+        commits: usize,
+    },
+    /// The session branch was merged back.
+    #[serde(rename = "merge_finished")]
+    MergeFinished {
+        /// The session branch.
+        source_branch: String,
+        /// The branch the run started on.
+        target_branch: String,
+    },
+    /// A MapReduce job starts.
+    #[serde(rename = "job_started")]
+    JobStarted {
+        /// `name`.
+        workflow: Option<String>,
+        /// The phase it starts in.
+        phase: Phase,
+        /// Its state directory.
+        job_dir: PathBuf,
+    },
+    /// A MapReduce job resumes.
+    #[serde(rename = "job_resumed")]
+    JobResumed {
+        /// `name`.
+        workflow: Option<String>,
+        /// The phase it resumes in.
+        phase: Phase,
+        /// Its state directory.
+        job_dir: PathBuf,
+    },
+    /// A MapReduce job ends.
+    #[serde(rename = "job_finished")]
+    JobFinished {
+        /// How it stands.
+        status: Status,
+        /// Its items' outcomes.
+        metrics: ErrorMetrics,
+        /// Items in the DLQ.
+        dlq_count: u64,
+        /// Since the job (this process) started.
+        duration_secs: f64,
+        /// What its Claude calls cost, when it made any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        claude: Option<Totals>,
+    },
+    /// A state file could not be written: the job stops.
+    #[serde(rename = "state_write_failed")]
+    StateWriteFailed {
+        /// The file and the OS error.
+        error: String,
+    },
+    /// The job stops starting agents.
+    #[serde(rename = "job_stopping")]
+    JobStopping {
+        /// Why.
+        reason: String,
+    },
+    /// Setup left files the agents will not see.
+    #[serde(rename = "setup_left_uncommitted")]
+    SetupLeftUncommitted {
+        /// Their paths.
+        paths: Vec<String>,
+    },
+    /// Setup starts.
+    #[serde(rename = "setup_started")]
+    SetupStarted {
+        /// Its steps.
+        steps: usize,
+    },
+    /// Setup ended.
+    #[serde(rename = "setup_finished")]
+    SetupFinished {},
+    /// The map input was read and filtered.
+    #[serde(rename = "input_loaded")]
+    InputLoaded {
+        /// `map.input`.
+        input: String,
+        /// Items `json_path` selected.
+        selected: usize,
+        /// Left after `filter`.
+        filtered: usize,
+        /// Left after `distinct`.
+        distinct: usize,
+        /// Kept in the end.
+        items: usize,
+        /// Items without the `distinct` field, when the workflow has `distinct`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        distinct_missing: Option<usize>,
+    },
+    /// The map phase starts.
+    #[serde(rename = "map_started")]
+    MapStarted {
+        /// Items in all.
+        items: usize,
+        /// Items left to run.
+        pending: usize,
+        /// Agents at a time.
+        max_parallel: usize,
+    },
+    /// The map phase ended.
+    #[serde(rename = "map_finished")]
+    MapFinished {
+        /// Items that succeeded.
+        successful: u64,
+        /// Items that failed.
+        failed: u64,
+        /// Items skipped.
+        skipped: u64,
+        /// Items left.
+        pending: usize,
+    },
+    /// An agent starts on an item.
+    #[serde(rename = "agent_started")]
+    AgentStarted {
+        /// `agent-<index>`.
+        agent_id: String,
+        /// `item_<index>`.
+        item_id: String,
+        /// The attempt, from 1.
+        attempt: u32,
+    },
+    /// An agent's item succeeded.
+    #[serde(rename = "agent_completed")]
+    AgentCompleted {
+        /// `agent-<index>`.
+        agent_id: String,
+        /// `item_<index>`.
+        item_id: String,
+        /// The attempt.
+        attempt: u32,
+        /// How long it ran.
+        duration_secs: f64,
+    },
+    /// An agent's item failed.
+    #[serde(rename = "agent_failed")]
+    AgentFailed {
+        /// `agent-<index>`.
+        agent_id: String,
+        /// `item_<index>`.
+        item_id: String,
+        /// The attempt.
+        attempt: u32,
+        /// The DLQ's classification.
+        error_type: String,
+        /// Why.
+        error: String,
+        /// The step that failed.
+        step: Option<String>,
+    },
+    /// An agent was stopped.
+    #[serde(rename = "agent_cancelled")]
+    AgentCancelled {
+        /// `agent-<index>`.
+        agent_id: String,
+        /// `item_<index>`.
+        item_id: String,
+    },
+    /// The breaker turned an item away.
+    #[serde(rename = "agent_rejected")]
+    AgentRejected {
+        /// `item_<index>`.
+        item_id: String,
+        /// `CircuitOpen`.
+        reason: String,
+    },
+    /// An agent's commits came into the session branch.
+    #[serde(rename = "agent_merged")]
+    AgentMerged {
+        /// The agent's branch.
+        branch: String,
+        /// How.
+        merge: String,
+    },
+    /// An agent left uncommitted changes: its worktree is kept.
+    #[serde(rename = "agent_worktree_kept")]
+    AgentWorktreeKept {
+        /// The worktree.
+        path: PathBuf,
+        /// Its branch.
+        branch: String,
+        /// `git status --porcelain` lines.
+        uncommitted: Vec<String>,
+    },
+    /// An agent's commits could not be merged.
+    #[serde(rename = "agent_merge_failed")]
+    AgentMergeFailed {
+        /// The agent's branch.
+        branch: String,
+        /// Why.
+        error: String,
+        /// The DLQ's classification.
+        error_type: String,
+    },
+    /// The breaker half-opens: this item probes.
+    #[serde(rename = "CircuitHalfOpen")]
+    CircuitHalfOpen {
+        /// `item_<index>`.
+        item_id: String,
+    },
+    /// The breaker opens.
+    #[serde(rename = "CircuitOpen")]
+    CircuitOpen {
+        /// `item_<index>`.
+        item_id: String,
+    },
+    /// The breaker closes.
+    #[serde(rename = "CircuitClosed")]
+    CircuitClosed {
+        /// `item_<index>`.
+        item_id: String,
+    },
+    /// A failed item waits for its retry.
+    #[serde(rename = "item_retry_scheduled")]
+    ItemRetryScheduled {
+        /// `item_<index>`.
+        item_id: String,
+        /// The attempt that comes next.
+        next_attempt: u32,
+        /// The wait.
+        delay_secs: f64,
+    },
+    /// A failed item is skipped (`on_item_failure: skip`).
+    #[serde(rename = "item_skipped")]
+    ItemSkipped {
+        /// `item_<index>`.
+        item_id: String,
+    },
+    /// A failed item's handler starts.
+    #[serde(rename = "item_handler_started")]
+    ItemHandlerStarted {
+        /// `item_<index>`.
+        item_id: String,
+        /// The handler.
+        handler: String,
+    },
+    /// A failed item's handler ended.
+    #[serde(rename = "item_handler_finished")]
+    ItemHandlerFinished {
+        /// `item_<index>`.
+        item_id: String,
+        /// Whether it succeeded.
+        success: bool,
+    },
+    /// A failed item went to the DLQ.
+    #[serde(rename = "dlq_item_added")]
+    DlqItemAdded {
+        /// `item_<index>`.
+        item_id: String,
+        /// Its failures' signature.
+        error_signature: String,
+        /// How many times it failed.
+        failure_count: u32,
+    },
+    /// An item the DLQ was missing is put back there on resume.
+    #[serde(rename = "dlq_item_added")]
+    DlqItemRepaired {
+        /// `item_<index>`.
+        item_id: String,
+        /// `true`.
+        repaired: bool,
+    },
+    /// `dlq retry` starts.
+    #[serde(rename = "dlq_retry_started")]
+    DlqRetryStarted {
+        /// Items to retry.
+        items: usize,
+    },
+    /// A retried item succeeded.
+    #[serde(rename = "dlq_item_removed")]
+    DlqItemRemoved {
+        /// `item_<index>`.
+        item_id: String,
+    },
+    /// A retried item failed again.
+    #[serde(rename = "dlq_item_updated")]
+    DlqItemUpdated {
+        /// `item_<index>`.
+        item_id: String,
+        /// How many times it failed.
+        failure_count: u32,
+    },
+    /// `dlq retry` ended.
+    #[serde(rename = "dlq_retry_finished")]
+    DlqRetryFinished {
+        /// Items retried.
+        retried: u64,
+        /// Items that succeeded.
+        succeeded: u64,
+        /// Items that failed again.
+        still_failing: u64,
+    },
+    /// The reduce phase starts.
+    #[serde(rename = "reduce_started")]
+    ReduceStarted {
+        /// Its steps.
+        steps: usize,
+    },
+    /// The reduce phase ended.
+    #[serde(rename = "reduce_finished")]
+    ReduceFinished {},
+    /// A Slurm task started an item's steps.
+    #[serde(rename = "slurm_task_started")]
+    SlurmTaskStarted {
+        /// The Slurm job.
+        slurm_job_id: Option<String>,
+        /// The array task.
+        slurm_task_id: Option<usize>,
+        /// `SLURMD_NODENAME`.
+        node: Option<String>,
+    },
+    /// An item's Slurm task was submitted.
+    #[serde(rename = "slurm_task_submitted")]
+    SlurmTaskSubmitted {
+        /// The Slurm job.
+        slurm_job_id: String,
+        /// The array task.
+        slurm_task_id: usize,
+        /// The item's attempt.
+        attempt: u32,
+    },
+    /// A resumed job found an item's Slurm task still there.
+    #[serde(rename = "slurm_task_adopted")]
+    SlurmTaskAdopted {
+        /// The Slurm job.
+        slurm_job_id: String,
+        /// The array task.
+        slurm_task_id: usize,
+        /// The item's attempt.
+        attempt: u32,
+    },
+    /// An item's Slurm task is cancelled.
+    #[serde(rename = "slurm_task_cancelled")]
+    SlurmTaskCancelled {
+        /// The Slurm job.
+        slurm_job_id: String,
+        /// The array task.
+        slurm_task_id: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// The event's fields as its file holds them, `event_type` first.
+    pub fn to_json(&self) -> serde_json::Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            // Every variant is a struct of plain fields: nothing else can come out.
+            Ok(_) | Err(_) => serde_json::Map::new(),
+        }
+    }
+}
+
+/// How much a [`Line`] matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// An error: shown even under `-q`.
+    Error,
+    /// Progress and warnings: hidden under `-q`.
+    Info,
+}
+
+/// A line for a person, secrets masked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line {
+    /// How much it matters.
+    pub level: Level,
+    /// The least `-v` it is shown at: 0, 1 (`-v`), 2 (`-vv`). A map agent's lines need `-v`.
+    pub verbosity: u8,
+    /// The map item it is about (`item_3`), when a map agent says it: shown as a prefix.
+    pub item: Option<String>,
+    /// The text, without a line end.
+    pub text: String,
+}
+
+/// What the progress display of a map phase is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgressUpdate {
+    /// A map phase of `total` items starts, `done` of them finished before (a resume);
+    /// `shown` is false when the workflow turned the display off.
+    Started {
+        /// Items in all.
+        total: u64,
+        /// Items finished before.
+        done: u64,
+        /// Whether to show anything.
+        shown: bool,
+    },
+    /// The latest counts.
+    Counts {
+        /// What is done.
+        tally: crate::progress::Tally,
+        /// The breaker's state (`closed`, `open`, `half-open`, `off`).
+        breaker: String,
+    },
+    /// The map phase ended.
+    Finished,
+}
+
+/// Shows a run to a person: the binary draws lines and the progress bar on the terminal.
+pub trait Reporter: Send + Sync {
+    /// A line to show (or not, as `-q` and `-v` say).
+    fn line(&self, line: &Line);
+    /// The progress of a map phase.
+    fn progress(&self, update: &ProgressUpdate);
+}
+
+/// A reporter that shows nothing (tests, embedding).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Silent;
+
+impl Reporter for Silent {
+    fn line(&self, _: &Line) {}
+    fn progress(&self, _: &ProgressUpdate) {}
+}
+
+/// The map agent an event or a line comes from.
+#[derive(Clone, Copy, Debug)]
+pub struct AgentIds<'a> {
+    /// `agent-<index>`.
+    pub agent_id: &'a str,
+    /// `item_<index>`.
+    pub item_id: &'a str,
+}
+
+/// Where every event and line of a run goes: the one place that masks secrets, adds a map
+/// agent's ids, writes the events file and notes the first write that failed.
+pub struct Sink {
+    log: Mutex<EventLog>,
+    secrets: Mutex<Secrets>,
+    reporter: Arc<dyn Reporter>,
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink")
+            .field("log", &self.log)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sink {
+    /// A sink writing to LOG and showing nothing until [`Sink::report_to`].
+    pub fn new(log: EventLog) -> Self {
+        Sink {
+            log: Mutex::new(log),
+            secrets: Mutex::new(Secrets::default()),
+            reporter: Arc::new(Silent),
+        }
+    }
+
+    /// Shows lines and progress with REPORTER.
+    pub fn report_to(&mut self, reporter: Arc<dyn Reporter>) {
+        self.reporter = reporter;
+    }
+
+    /// The secrets masked in everything the run writes and shows.
+    pub fn secrets(&self) -> std::sync::MutexGuard<'_, Secrets> {
+        lock(&self.secrets)
+    }
+
+    /// Writes EVENT, secrets masked; from inside a map agent (AGENT) it carries the agent's
+    /// and the item's ids unless it names them itself. A line that cannot be written is
+    /// left out whole and the first failure kept ([`Sink::failure`]).
+    pub fn record(&self, event: &Event, agent: Option<AgentIds<'_>>) {
+        let mut fields = event.to_json();
+        let event_type = match fields.shift_remove("event_type") {
+            Some(Value::String(name)) => name,
+            _ => String::new(),
+        };
+        if let Some(agent) = agent {
+            fields
+                .entry("agent_id")
+                .or_insert_with(|| Value::String(agent.agent_id.to_owned()));
+            fields
+                .entry("item_id")
+                .or_insert_with(|| Value::String(agent.item_id.to_owned()));
+        }
+        let masked = self.secrets().mask_json(Value::Object(fields));
+        lock(&self.log).record(&event_type, masked);
+    }
+
+    /// Shows LINE, secrets masked.
+    pub fn show(&self, mut line: Line) {
+        line.text = self.secrets().mask(&line.text);
+        self.reporter.line(&line);
+    }
+
+    /// Tells the progress display.
+    pub fn progress(&self, update: &ProgressUpdate) {
+        self.reporter.progress(update);
+    }
+
+    /// The reporter lines and progress go to.
+    pub fn reporter(&self) -> Arc<dyn Reporter> {
+        Arc::clone(&self.reporter)
+    }
+
+    /// The first event that could not be written, described (path and OS error).
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.log).failed.clone()
+    }
+
+    /// The events file.
+    pub fn path(&self) -> PathBuf {
+        lock(&self.log).path.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The file's form: `event_type` names the variant, the fields keep their order, and
+    /// optional fields are `null` unless they are left out when empty.
+    #[test]
+    fn events_serialise_as_their_files_hold_them() {
+        let started = Event::WorkflowStarted {
+            workflow: None,
+            session_id: "s".into(),
+            resumed_at_step: 0,
+            steps: 2,
+        };
+        assert_eq!(
+            Value::Object(started.to_json()).to_string(),
+            r#"{"event_type":"workflow_started","workflow":null,"session_id":"s","resumed_at_step":0,"steps":2}"#
+        );
+        let finished = Event::WorkflowFinished {
+            outcome: crate::store::SessionStatus::Completed,
+            failed_step: None,
+            failed_continued: 0,
+            duration_secs: 1.5,
+            claude: None,
+        };
+        assert_eq!(
+            Value::Object(finished.to_json()).to_string(),
+            r#"{"event_type":"workflow_finished","outcome":"completed","failed_step":null,"failed_continued":0,"duration_secs":1.5}"#
+        );
+        let open = Event::CircuitOpen {
+            item_id: "item_3".into(),
+        };
+        assert_eq!(
+            Value::Object(open.to_json()).to_string(),
+            r#"{"event_type":"CircuitOpen","item_id":"item_3"}"#
+        );
+        assert_eq!(
+            Value::Object(Event::SetupFinished {}.to_json()).to_string(),
+            r#"{"event_type":"setup_finished"}"#
+        );
+        let step = Event::StepStarted {
+            step: "build".into(),
+            step_index: Some(0),
+            step_id: 4,
+            origin: Some(Origin {
+                file: "w.yml".into(),
+                line: 7,
+            }),
+        };
+        assert_eq!(
+            Value::Object(step.to_json()).to_string(),
+            r#"{"event_type":"step_started","step":"build","step_index":0,"step_id":4,"file":"w.yml","line":7}"#
+        );
+    }
+
+    #[test]
+    fn an_origin_is_the_line_a_step_starts_on() {
+        use prodigy_compiler::plan::support::Span;
+        let text = "name: demo\ncommands:\n  - shell: make\n  - shell: test\n";
+        let lines = line_starts(text);
+        let second = u32::try_from(text.find("- shell: test").unwrap()).unwrap();
+        assert_eq!(
+            Origin::of(
+                "w.yml",
+                &lines,
+                Span::new(second as usize, second as usize + 13)
+            ),
+            Some(Origin {
+                file: "w.yml".into(),
+                line: 4
+            })
+        );
+        assert_eq!(Origin::of("w.yml", &[], Span::new(5, 9)), None);
+        assert_eq!(Origin::of("w.yml", &lines, Span::new(0, 0)), None);
+    }
+
+    fn sink_in(dir: &std::path::Path) -> Sink {
+        let layout = crate::store::Layout {
+            home: dir.to_owned(),
+            repo: "demo".into(),
+        };
+        Sink::new(EventLog::open(&layout, "job").unwrap())
+    }
+
+    fn lines_of(sink: &Sink) -> Vec<Value> {
+        std::fs::read_to_string(sink.path())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Secrets are masked and a map agent's ids added in the sink, for every event.
+    #[test]
+    fn the_sink_masks_secrets_and_adds_the_agents_ids() {
+        let home = tempfile::tempdir().unwrap();
+        let sink = sink_in(home.path());
+        sink.secrets().add("TOKEN", "hunter2");
+        sink.record(
+            &Event::StepFailed {
+                step: "push".into(),
+                error: "auth hunter2 refused".into(),
+            },
+            Some(AgentIds {
+                agent_id: "agent-1",
+                item_id: "item_1",
+            }),
+        );
+        sink.record(
+            &Event::ItemSkipped {
+                item_id: "item_2".into(),
+            },
+            Some(AgentIds {
+                agent_id: "agent-1",
+                item_id: "item_1",
+            }),
+        );
+        let events = lines_of(&sink);
+        let keys: Vec<&String> = events[0].as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "timestamp",
+                "event_type",
+                "job_id",
+                "step",
+                "error",
+                "agent_id",
+                "item_id"
+            ]
+        );
+        assert_eq!(events[0]["error"], "auth *** refused");
+        assert_eq!(events[0]["item_id"], "item_1");
+        // An event that names its item keeps it.
+        assert_eq!(events[1]["item_id"], "item_2");
+        assert!(sink.failure().is_none());
+    }
+
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<Line>>);
+
+    impl Reporter for Kept {
+        fn line(&self, line: &Line) {
+            lock(&self.0).push(line.clone());
+        }
+        fn progress(&self, _: &ProgressUpdate) {}
+    }
+
+    /// Lines reach the reporter with the secrets masked.
+    #[test]
+    fn lines_reach_the_reporter_masked() {
+        let home = tempfile::tempdir().unwrap();
+        let mut sink = sink_in(home.path());
+        let kept = Arc::new(Kept::default());
+        sink.report_to(kept.clone());
+        sink.secrets().add("TOKEN", "hunter2");
+        sink.show(Line {
+            level: Level::Info,
+            verbosity: 0,
+            item: None,
+            text: "using hunter2".into(),
+        });
+        assert_eq!(lock(&kept.0)[0].text, "using ***");
+    }
+}
