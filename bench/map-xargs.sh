@@ -41,9 +41,11 @@ time_xargs() {
 }
 
 read -r P X < <(alternate time_prodigy time_xargs)
-JOB=$(ls -t "$TMP/home/state/project/mapreduce/jobs" | head -1)
-OUTCOMES=$(wc -l <"$TMP/home/state/project/mapreduce/jobs/$JOB/results.jsonl")
-EVENTS=$(cat "$TMP/home/events/project/$JOB"/events-*.jsonl | wc -l)
+# The state and events of a project live under its name and a hash of its path.
+JOBS=$(find "$TMP/home/state" -type d -path '*/mapreduce/jobs' | head -1)
+JOB=$(ls -t "$JOBS" | head -1)
+OUTCOMES=$(wc -l <"$JOBS/$JOB/results.jsonl")
+EVENTS=$(cat "$TMP/home/events"/*/"$JOB"/events-*.jsonl | wc -l)
 
 printf '%d items of `true` at 4 parallel, median of %d runs\n' "$N" "$RUNS"
 printf '  prodigy run (events, journal, checkpoints): %8.1f ms  (%s outcomes, %s events per run)\n' \
