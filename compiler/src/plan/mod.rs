@@ -486,6 +486,34 @@ impl PlanStep {
 }
 
 impl Plan {
+    /// A standard workflow from SOURCE with nothing in it (for tests that build plans by hand).
+    #[must_use]
+    pub fn empty(source: &str) -> Plan {
+        Plan {
+            version: 1,
+            source: source.to_owned(),
+            name: None,
+            description: None,
+            mode: Mode::Standard,
+            env: Vec::new(),
+            secrets: Vec::new(),
+            env_files: Vec::new(),
+            profiles: Vec::new(),
+            steps: Vec::new(),
+            commands: Vec::new(),
+            setup: None,
+            map: None,
+            reduce: Vec::new(),
+            merge: None,
+            handlers: Vec::new(),
+            error_policy: None,
+            job_policy: JobPolicy::default(),
+            claude: None,
+            slurm: None,
+            variables: Vec::new(),
+        }
+    }
+
     /// The step with an id.
     pub fn step(&self, id: StepId) -> Option<&PlanStep> {
         self.steps.get(id.index())

@@ -213,27 +213,8 @@ mod tests {
 
     fn plan(commands: u32) -> Plan {
         Plan {
-            version: 1,
-            source: "w.yml".into(),
-            name: None,
-            description: None,
-            mode: prodigy_compiler::plan::Mode::Standard,
-            env: Vec::new(),
-            secrets: Vec::new(),
-            env_files: Vec::new(),
-            profiles: Vec::new(),
-            steps: Vec::new(),
             commands: (0..commands).map(StepId).collect(),
-            setup: None,
-            map: None,
-            reduce: Vec::new(),
-            merge: None,
-            handlers: Vec::new(),
-            job_policy: prodigy_compiler::plan::JobPolicy::default(),
-            error_policy: None,
-            claude: None,
-            slurm: None,
-            variables: Vec::new(),
+            ..Plan::empty("w.yml")
         }
     }
 

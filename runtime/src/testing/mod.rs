@@ -293,7 +293,7 @@ impl Harness {
         let dir = runner.opts.layout.job_dir(id);
         crate::store::private_dir(&dir).unwrap();
         let vars = runner.initial_vars().await.unwrap();
-        let checkpoint = new_checkpoint(id, &runner.opts);
+        let checkpoint = crate::session::new_job_checkpoint(id, &runner.opts);
         let job = crate::mapreduce::MapJob::new(
             &runner,
             crate::jobstore::JobFiles::new(dir),
@@ -336,38 +336,6 @@ impl Harness {
             })
             .collect();
         Trace { lines }
-    }
-}
-
-/// A new job's checkpoint, as `prodigy run` makes it.
-fn new_checkpoint(job_id: &str, opts: &crate::runner::Options) -> crate::jobstore::JobCheckpoint {
-    use crate::jobstore::{JobCheckpoint, Phase, Status};
-    let now = crate::store::timestamp();
-    JobCheckpoint {
-        version: 1,
-        job_id: job_id.to_owned(),
-        workflow_file: opts.workflow.clone(),
-        project: opts.project.clone(),
-        workflow_hash: opts.workflow_hash.clone(),
-        phase: Phase::Setup,
-        status: Status::Running,
-        items_processed: 0,
-        items_total: 0,
-        items_remaining: Vec::new(),
-        successful_items: 0,
-        failed_items: 0,
-        skipped_items: 0,
-        started_at: now.clone(),
-        last_checkpoint_at: now,
-        reduce_next_step: 0,
-        variables: serde_json::Value::Null,
-        params: opts.params.clone(),
-        args: opts.args.clone(),
-        profile: opts.profile.clone(),
-        max_parallel: 0,
-        stop_reason: None,
-        error_metrics: None,
-        worktree: opts.worktree.clone(),
     }
 }
 
