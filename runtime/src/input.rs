@@ -56,22 +56,42 @@ fn size(bytes: u64) -> String {
 
 /// Reads PIPE to its end, keeping at most `keep` bytes; when `stop` is set, it stops reading
 /// once it holds more than `keep` (so the caller sees `keep + 1` bytes and knows).
-async fn read_pipe<R: AsyncRead + Unpin>(pipe: Option<R>, keep: u64, stop: bool) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let Some(mut pipe) = pipe else { return kept };
+async fn read_pipe<R: AsyncRead + Unpin>(pipe: Option<R>, keep: u64, stop: bool, kept: Kept) {
+    let Some(mut pipe) = pipe else { return };
     let mut chunk = [0u8; 8192];
     let cap = usize::try_from(keep.saturating_add(1)).unwrap_or(usize::MAX);
     while let Ok(n) = pipe.read(&mut chunk).await {
         if n == 0 {
             break;
         }
+        let mut kept = crate::lock(&kept);
         let room = cap.saturating_sub(kept.len());
         kept.extend_from_slice(chunk.get(..n.min(room)).unwrap_or_default());
         if stop && kept.len() >= cap {
             break;
         }
     }
-    kept
+}
+
+/// What a pipe's reader has kept so far: it outlives the reader, so what arrived before a
+/// reader is given up on (a background process holding the pipe open) is not lost.
+type Kept = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
+
+/// Everything KEPT holds, taken out.
+fn taken(kept: &Kept) -> Vec<u8> {
+    std::mem::take(&mut *crate::lock(kept))
+}
+
+/// Waits a moment for TASK to end (a background process may hold its pipe open), then gives
+/// up on it.
+async fn settle(task: tokio::task::JoinHandle<()>) {
+    let abort = task.abort_handle();
+    if tokio::time::timeout(Duration::from_millis(200), task)
+        .await
+        .is_err()
+    {
+        abort.abort();
+    }
 }
 
 /// Runs the map input command COMMAND (shown as TEXT) and returns its standard output, of at
@@ -106,8 +126,19 @@ pub(crate) async fn command_output(
         )
     })?;
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
-    let mut out_task = tokio::spawn(read_pipe(child.stdout.take(), limit, true));
-    let err_task = tokio::spawn(read_pipe(child.stderr.take(), STDERR_KEPT, false));
+    let (out_kept, err_kept) = (Kept::default(), Kept::default());
+    let mut out_task = tokio::spawn(read_pipe(
+        child.stdout.take(),
+        limit,
+        true,
+        out_kept.clone(),
+    ));
+    let err_task = tokio::spawn(read_pipe(
+        child.stderr.take(),
+        STDERR_KEPT,
+        false,
+        err_kept.clone(),
+    ));
     let too_much = || {
         format!(
             "the map input command `{text}` printed more than {}, the most prodigy reads; write the items to a file or select fewer",
@@ -121,8 +152,8 @@ pub(crate) async fn command_output(
     let status = loop {
         tokio::select! {
             status = child.wait() => break status.ok(),
-            joined = &mut out_task, if stdout.is_none() => {
-                let bytes = joined.unwrap_or_default();
+            _ = &mut out_task, if stdout.is_none() => {
+                let bytes = taken(&out_kept);
                 if bytes.len() as u64 > limit {
                     crate::exec::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
                     return Err(too_much());
@@ -146,25 +177,17 @@ pub(crate) async fn command_output(
     let stdout = if let Some(bytes) = stdout {
         bytes
     } else {
-        // A background process may hold the pipe open: what arrived soon after the end.
-        let abort = out_task.abort_handle();
-        if let Ok(joined) = tokio::time::timeout(Duration::from_millis(200), out_task).await {
-            joined.unwrap_or_default()
-        } else {
-            abort.abort();
-            Vec::new()
-        }
+        // A background process may hold the pipe open: what arrived until soon after the end.
+        settle(out_task).await;
+        taken(&out_kept)
     };
     if stdout.len() as u64 > limit {
         return Err(too_much());
     }
     let code = status.and_then(|s| s.code());
     if code != Some(0) {
-        let stderr = tokio::time::timeout(Duration::from_millis(200), err_task)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+        settle(err_task).await;
+        let stderr = taken(&err_kept);
         let how = code.map_or_else(
             || "was killed by a signal".to_owned(),
             |c| format!("exited {c}"),
@@ -217,6 +240,12 @@ mod tests {
         assert_eq!(run("printf 'a\\nb\\n'", 4).await.unwrap(), "a\nb\n");
         let err = run("printf 'a\\nb\\n'", 3).await.unwrap_err();
         assert!(err.contains("printed more than 3 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn what_a_command_printed_is_kept_when_a_background_process_holds_the_pipe() {
+        let out = run("printf '[1]'; sleep 5 &", 100).await.unwrap();
+        assert_eq!(out, "[1]");
     }
 
     #[tokio::test]
