@@ -44,6 +44,13 @@ const MERGE_FIELDS: &[&str] = &[
     "file_list",
     "file_count",
     "modified_files",
+];
+/// What `merge.on_conflict` steps see: the conflicted merge, not the commits of a merge back.
+const CONFLICT_FIELDS: &[&str] = &[
+    "worktree",
+    "source_branch",
+    "target_branch",
+    "session_id",
     "conflicted_files",
 ];
 const GIT_FIELDS: &[&str] = &[
@@ -99,6 +106,8 @@ enum Phase {
     Map,
     Reduce,
     Merge,
+    /// `merge.on_conflict`: resolving a conflicted merge.
+    MergeConflict,
     /// A named handler run for a failed map item.
     ItemHandler,
 }
@@ -291,11 +300,14 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         }
     }
     if let Some(merge) = &workflow.merge {
-        for steps in [&merge.commands, &merge.on_conflict] {
+        for (steps, phase) in [
+            (&merge.commands, Phase::Merge),
+            (&merge.on_conflict, Phase::MergeConflict),
+        ] {
             checker.steps(
                 steps,
                 &mut Scope {
-                    phase: Phase::Merge,
+                    phase,
                     after_step: false,
                     validation: false,
                     handler: false,
@@ -658,6 +670,8 @@ impl Checker<'_> {
             "merge" => {
                 if scope.phase == Phase::Merge {
                     closed(self, MERGE_FIELDS, "`merge`");
+                } else if scope.phase == Phase::MergeConflict {
+                    closed(self, CONFLICT_FIELDS, "`merge`");
                 } else {
                     self.error(
                         span,
@@ -999,6 +1013,23 @@ mod tests {
         assert_eq!(codes(job), []);
         let shell = "commands:\n  - shell: echo 1\nmerge:\n  - shell: echo ${shell.output}\n";
         assert_eq!(codes(shell), [Code::UndefinedVariable]);
+    }
+
+    #[test]
+    fn merge_fields_are_those_of_the_merge_being_made() {
+        let wf = |commands: &str, on_conflict: &str| {
+            format!(
+                "commands:\n  - shell: \"true\"\nmerge:\n  commands:\n    - shell: echo {commands}\n  on_conflict:\n    - shell: echo {on_conflict}\n"
+            )
+        };
+        let ok = wf("${merge.commits}", "${merge.conflicted_files}");
+        assert_eq!(codes(&ok), []);
+        // The merge back has no conflicted files; a conflicted merge has no commit list.
+        let swapped = wf("${merge.conflicted_files}", "${merge.file_list}");
+        assert_eq!(
+            codes(&swapped),
+            [Code::UndefinedVariable, Code::UndefinedVariable]
+        );
     }
 
     #[test]
