@@ -439,3 +439,20 @@ fn a_json_capture_of_cut_output_says_it_needs_it_whole() {
     let out = scratch.run(&["run", "--no-worktree", "flow.yml"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// A `claude` step that fails without a failed call (here its prompt names a variable nothing
+/// sets, so no call is made) still gives its handler `${error.kind}`, as `check` promises:
+/// `unknown`.
+#[test]
+fn a_claude_step_failing_without_a_call_gives_its_handler_an_error_kind() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"Reply about ${PRODIGY_TEST_NEVER_SET}. scenario:echo\"\n  on_failure:\n    shell: 'echo \"kind=${error.kind}\" > kind.txt'\n    fail_workflow: false\n",
+        &[],
+    );
+    let text = stderr(&out);
+    let kind = std::fs::read_to_string(scratch.project().join("kind.txt")).unwrap_or_default();
+    assert_eq!(kind.trim(), "kind=unknown", "{text}");
+}

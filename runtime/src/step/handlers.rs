@@ -1,7 +1,7 @@
 //! What follows a step's command: `on_failure` handlers, and `on_success`/`on_exit_code` steps
 //! with the checks after a success.
 
-use prodigy_compiler::plan::PlanStep;
+use prodigy_compiler::plan::{PlanCommand, PlanStep};
 use serde_json::{Value, json};
 
 use crate::exec::Output;
@@ -25,7 +25,14 @@ impl Runner {
         };
         let error = last.map_or_else(|| json!({}), |o| {
             let mut error = json!({"message": o.failure_message(), "exit_code": o.code.unwrap_or(-1), "step": step.label, "timestamp": crate::store::timestamp()});
-            if let Some(kind) = o.claude_error() {
+            // A `claude` step can fail with no failed call (its call succeeded but a check
+            // after it failed): `${error.kind}`, which check promises its handlers, is then
+            // `unknown`.
+            let claude_step = matches!(step.command, PlanCommand::Claude(_));
+            if let Some(kind) = o
+                .claude_error()
+                .or(claude_step.then_some(crate::claude::ErrorKind::Unknown))
+            {
                 error["kind"] = json!(kind.name());
                 error["type"] = json!(kind.name());
             }
