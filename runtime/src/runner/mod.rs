@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::store::{Checkpoint, ContinuedStep, EventLog, Layout};
+use crate::store::{ContinuedStep, EventLog, Layout};
 use crate::vars::Vars;
 
 /// How to run.
@@ -248,18 +248,6 @@ mod standard;
 pub use preflight::{needs_claude, preflight};
 
 impl Runner {
-    /// A runner for a new session, or for the session of `resume`.
-    pub fn new(
-        plan: Arc<Plan>,
-        opts: Options,
-        cancel: watch::Receiver<bool>,
-        resume: Option<&Checkpoint>,
-    ) -> Result<Self, StartError> {
-        let session = resume.map_or_else(crate::store::session_id, |c| c.session_id.clone());
-        let started_at = resume.map(|c| c.started_at.clone());
-        Self::with_id(plan, opts, cancel, session, started_at)
-    }
-
     /// A runner whose events go under `id` (a session or a MapReduce job), started at
     /// `started_at` when it continues an earlier run.
     pub fn with_id(

@@ -223,14 +223,14 @@ impl Harness {
         }
     }
 
-    fn plan(yaml: &str) -> Arc<prodigy_compiler::plan::Plan> {
+    pub(crate) fn plan(yaml: &str) -> Arc<prodigy_compiler::plan::Plan> {
         let file = prodigy_compiler::source::SourceFile::new("workflow.yml", yaml);
         let checked = prodigy_compiler::check(&file);
         assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
         Arc::new(checked.plan.unwrap())
     }
 
-    fn options(&self, yaml: &str) -> crate::runner::Options {
+    pub(crate) fn options(&self, yaml: &str) -> crate::runner::Options {
         crate::runner::Options {
             workflow: self.project.path().join("workflow.yml"),
             workflow_hash: crate::store::hash(yaml),

@@ -307,3 +307,36 @@ async fn a_claude_call_goes_through_the_executor_and_its_stream_decides_the_step
     assert_eq!(harness.fake.starts_of("echo Done."), [secs(0)]);
     insta::assert_snapshot!(trace.text());
 }
+
+/// A resumed job's preflight looks at the phases it has left: from setup all of them, from
+/// map the agents and reduce, from reduce only reduce, and nothing once it completed.
+#[test]
+fn a_resumed_job_is_checked_from_the_phase_it_stopped_in() {
+    use crate::jobstore::{Phase, Status};
+    use prodigy_compiler::plan::StepId;
+    let plan = Harness::plan(
+        "mode: mapreduce\nsetup:\n  - shell: \"echo setup\"\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo ${item}\"\nreduce:\n  - shell: \"echo reduce\"\n",
+    );
+    let step = |text: &str| {
+        plan.steps
+            .iter()
+            .find(|s| s.label.contains(text))
+            .map(|s| s.id)
+            .unwrap()
+    };
+    let (setup, agent, reduce) = (step("setup"), step("item"), step("reduce"));
+    let harness = Harness::new(FakeExecutor::new());
+    let mut cp = crate::session::new_job_checkpoint("job-1", &harness.options(""));
+    cp.status = Status::Failed;
+    let roots = |cp: &crate::jobstore::JobCheckpoint| -> Vec<StepId> {
+        crate::session::resume::job_roots(&plan, cp)
+    };
+    cp.phase = Phase::Setup;
+    assert_eq!(roots(&cp), vec![setup, agent, reduce]);
+    cp.phase = Phase::Map;
+    assert_eq!(roots(&cp), vec![agent, reduce]);
+    cp.phase = Phase::Reduce;
+    assert_eq!(roots(&cp), vec![reduce]);
+    cp.status = Status::Completed;
+    assert!(roots(&cp).is_empty());
+}
