@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::fields::Fields;
 use super::step::without_key;
 use super::{Lowerer, one_of};
 use crate::ast::{
@@ -192,33 +193,16 @@ impl Lowerer<'_> {
         if let Some(d) = fields.delay(self, "max_delay") {
             out.max_delay = d.value;
         }
-        if let Some(b) = fields.node("backoff")
-            && let Some((backoff, max_delay)) = self.backoff(b)
-        {
+        let timing = self.retry_timing(&fields, "`retry_config`");
+        if let Some(backoff) = timing.backoff {
             out.backoff = backoff;
-            if let Some(d) = max_delay {
-                if let Some(outer) = fields.entry("max_delay") {
-                    self.duplicate(
-                        d.span,
-                        outer.key.span,
-                        "max_delay",
-                        "`backoff`",
-                        "`retry_config`",
-                    );
-                }
-                out.max_delay = d.value;
-            }
         }
-        out.jitter = fields.flag(self, "jitter", false);
-        if let Some(f) = fields.number(self, "jitter_factor", 0.0, 1.0) {
-            out.jitter_factor = f.value;
+        if let Some(d) = timing.max_delay {
+            out.max_delay = d;
         }
-        if let Some(e) = fields.entry("jitter_factor").filter(|_| !out.jitter) {
-            self.no_effect(
-                e,
-                "jitter is off",
-                "add `jitter: true`, or remove `jitter_factor`",
-            );
+        out.jitter = timing.jitter;
+        if let Some(f) = timing.jitter_factor {
+            out.jitter_factor = f;
         }
         if let Some(list) = fields.node("retry_on") {
             out.retry_on = self.matchers(list);
@@ -235,6 +219,36 @@ impl Lowerer<'_> {
     /// A backoff in any of its spellings: `exponential`, `{exponential: {base: 2}}`,
     /// `{type: exponential, base: 2}`, or `!exponential {base: 2}`.
     /// Returns the strategy and a `max_delay` given inside it.
+    /// What `retry_config` and `error_policy.retry_config` share: `backoff` (whose own
+    /// `max_delay` may not repeat the mapping's), `jitter` and `jitter_factor` (without
+    /// effect when jitter is off). CONTEXT names the mapping in messages.
+    pub(crate) fn retry_timing(&mut self, fields: &Fields<'_>, context: &str) -> RetryTiming {
+        let mut timing = RetryTiming::default();
+        if let Some(b) = fields.node("backoff")
+            && let Some((backoff, max_delay)) = self.backoff(b)
+        {
+            timing.backoff = Some(backoff);
+            if let Some(d) = max_delay {
+                if let Some(outer) = fields.entry("max_delay") {
+                    self.duplicate(d.span, outer.key.span, "max_delay", "`backoff`", context);
+                }
+                timing.max_delay = Some(d.value);
+            }
+        }
+        timing.jitter = fields.flag(self, "jitter", false);
+        timing.jitter_factor = fields
+            .number(self, "jitter_factor", 0.0, 1.0)
+            .map(|f| f.value);
+        if let Some(e) = fields.entry("jitter_factor").filter(|_| !timing.jitter) {
+            self.no_effect(
+                e,
+                "jitter is off",
+                "add `jitter: true`, or remove `jitter_factor`",
+            );
+        }
+        timing
+    }
+
     pub(crate) fn backoff(&mut self, node: &Node) -> Option<(Backoff, Option<Spanned<Duration>>)> {
         const KINDS: &[&str] = shapes::BACKOFF_KINDS;
         let (kind, kind_node, params): (String, &Node, Option<Node>) = if let Some(tag) = &node.tag
@@ -472,4 +486,17 @@ impl RetryConfig {
             on_failure: RetryExhausted::Stop,
         }
     }
+}
+
+/// The timing fields both retry mappings share, as [`Lowerer::retry_timing`] read them.
+#[derive(Default)]
+pub(crate) struct RetryTiming {
+    /// `backoff`, when given and valid.
+    pub backoff: Option<Backoff>,
+    /// `backoff`'s own `max_delay`.
+    pub max_delay: Option<Duration>,
+    /// `jitter`.
+    pub jitter: bool,
+    /// `jitter_factor`, when given and valid.
+    pub jitter_factor: Option<f64>,
 }

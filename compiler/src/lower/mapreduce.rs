@@ -621,31 +621,16 @@ impl Lowerer<'_> {
             out.max_attempts = n.value;
         }
         out.max_delay = f.delay(self, "max_delay").map(|d| d.value);
-        if let Some((backoff, max_delay)) = f.node("backoff").and_then(|n| self.backoff(n)) {
+        let timing = self.retry_timing(&f, "`error_policy.retry_config`");
+        if let Some(backoff) = timing.backoff {
             out.backoff = backoff;
-            if let Some(d) = max_delay {
-                if let Some(outer) = f.entry("max_delay") {
-                    self.duplicate(
-                        d.span,
-                        outer.key.span,
-                        "max_delay",
-                        "`backoff`",
-                        "`retry_config`",
-                    );
-                }
-                out.max_delay = Some(d.value);
-            }
         }
-        out.jitter = f.flag(self, "jitter", false);
-        if let Some(v) = f.number(self, "jitter_factor", 0.0, 1.0) {
-            out.jitter_factor = v.value;
+        if let Some(d) = timing.max_delay {
+            out.max_delay = Some(d);
         }
-        if let Some(e) = f.entry("jitter_factor").filter(|_| !out.jitter) {
-            self.no_effect(
-                e,
-                "jitter is off",
-                "add `jitter: true`, or remove `jitter_factor`",
-            );
+        out.jitter = timing.jitter;
+        if let Some(v) = timing.jitter_factor {
+            out.jitter_factor = v;
         }
         Some(out)
     }

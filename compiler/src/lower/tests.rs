@@ -564,3 +564,19 @@ fn slurm_in_a_standard_workflow_has_no_effect() {
         [Code::NoEffect]
     );
 }
+
+#[test]
+fn a_max_delay_set_twice_names_the_retry_mapping_it_is_in() {
+    let labels = |text: &str| -> Vec<String> {
+        crate::check(&SourceFile::new("t.yml", text))
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == Code::DuplicateKey)
+            .flat_map(|d| d.labels.iter().map(|l| l.text.clone()))
+            .collect()
+    };
+    let step = "- shell: \"true\"\n  retry_config:\n    attempts: 2\n    max_delay: 1s\n    backoff:\n      exponential:\n        base: 2\n        max_delay: 2s\n";
+    assert_eq!(labels(step), ["and in `retry_config`"]);
+    let policy = "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: \"true\"\nerror_policy:\n  retry_config:\n    max_attempts: 2\n    max_delay: 1s\n    backoff:\n      exponential:\n        base: 2\n        max_delay: 2s\n";
+    assert_eq!(labels(policy), ["and in `error_policy.retry_config`"]);
+}
