@@ -133,12 +133,15 @@ impl Project {
     }
 }
 
-fn git_identity() -> [(&'static str, &'static str); 4] {
+/// Git as the test user, whatever the machine's git configuration (signing, hooks).
+fn git_identity() -> [(&'static str, &'static str); 6] {
     [
         ("GIT_AUTHOR_NAME", "t"),
         ("GIT_AUTHOR_EMAIL", "t@example.com"),
         ("GIT_COMMITTER_NAME", "t"),
         ("GIT_COMMITTER_EMAIL", "t@example.com"),
+        ("GIT_CONFIG_GLOBAL", "/dev/null"),
+        ("GIT_CONFIG_NOSYSTEM", "1"),
     ]
 }
 
