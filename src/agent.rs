@@ -150,7 +150,6 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
                 repo,
             },
             checkpoint.project.clone(),
-            1,
             5,
         )
     };
@@ -161,7 +160,8 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
     }
     let result = crate::run::block_on(async move {
         let (rx, _signal) = crate::run::watch_signals();
-        let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
+        // The agent's log shows its steps' output, as `-v` does.
+        let reporter = Arc::new(crate::report::Terminal::new(1, false));
         let runner = Runner::with_id(
             Arc::new(plan),
             opts,

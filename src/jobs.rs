@@ -82,7 +82,7 @@ pub(crate) struct RetryArgs {
     dry_run: bool,
     /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
     #[arg(short, long, action = clap::ArgAction::Count)]
-    verbose: u8,
+    pub(crate) verbose: u8,
     /// Print only the final outcome line and errors (no progress, no step lines).
     #[arg(short, long, conflicts_with = "verbose")]
     pub(crate) quiet: bool,
@@ -533,7 +533,6 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             &file.text,
             located.layout.clone(),
             checkpoint.project.clone(),
-            args.verbose,
             args.grace,
         )
     };

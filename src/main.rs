@@ -51,6 +51,8 @@ enum Color {
 static COLOR: AtomicU8 = AtomicU8::new(Color::Auto as u8);
 /// `-q/--quiet`: only the outcome line and errors.
 static QUIET: AtomicBool = AtomicBool::new(false);
+/// `-v` (1: step output; 2: also commands and timings).
+static VERBOSE: AtomicU8 = AtomicU8::new(0);
 
 /// Whether to colour output for a stream that is (or is not) a terminal.
 pub(crate) fn color(terminal: bool) -> bool {
@@ -61,9 +63,15 @@ pub(crate) fn color(terminal: bool) -> bool {
     }
 }
 
-/// Sets `-q/--quiet` for the command that runs.
-pub(crate) fn set_quiet(quiet: bool) {
+/// Sets `-v` and `-q/--quiet` for the command that runs.
+pub(crate) fn set_verbosity(verbose: u8, quiet: bool) {
+    VERBOSE.store(verbose, Ordering::Relaxed);
     QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// How many `-v`.
+pub(crate) fn verbose() -> u8 {
+    VERBOSE.load(Ordering::Relaxed)
 }
 
 /// Whether `-q/--quiet` is on.
@@ -220,20 +228,20 @@ fn main() -> ExitCode {
         Command::Lsp => lsp::run(),
         Command::Agent(args) => agent::agent(&args),
         Command::Run(args) => {
-            set_quiet(args.quiet);
+            set_verbosity(args.verbose, args.quiet);
             run::run(&args)
         }
         Command::Resume(args) => {
-            set_quiet(args.quiet);
+            set_verbosity(args.verbose, args.quiet);
             run::resume(&args)
         }
         Command::ResumeJob(args) => {
-            set_quiet(args.quiet);
+            set_verbosity(args.verbose, args.quiet);
             run::resume_job(&args)
         }
         Command::Dlq(command) => {
             if let jobs::DlqCommand::Retry(args) = &command {
-                set_quiet(args.quiet);
+                set_verbosity(args.verbose, args.quiet);
             }
             jobs::dlq(&command)
         }

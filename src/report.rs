@@ -10,7 +10,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use prodigy_runtime::events::{Level, Line, ProgressUpdate, Reporter};
+use prodigy_runtime::claude::Note;
+use prodigy_runtime::events::{ProgressUpdate, Reporter};
+use prodigy_runtime::message::{Message, Phase, Severity};
 use prodigy_runtime::progress::{Tally, count, visible};
 use tokio::time::Instant;
 
@@ -25,6 +27,11 @@ pub(crate) struct Terminal {
 }
 
 impl Terminal {
+    /// A reporter for the command's `-v` and `-q`.
+    pub(crate) fn for_flags() -> Self {
+        Self::new(crate::verbose(), crate::quiet())
+    }
+
     /// A reporter for `-v` VERBOSE times, or `-q` when QUIET.
     pub(crate) fn new(verbose: u8, quiet: bool) -> Self {
         Terminal {
@@ -34,26 +41,34 @@ impl Terminal {
         }
     }
 
-    /// LINE as it is shown, if it is: `-q` shows only errors, a line that needs `-v` or
-    /// `-vv` shows only with it, and a map agent's line starts with its item.
-    fn render(&self, line: &Line) -> Option<String> {
-        if line.verbosity > self.verbose || (self.quiet && line.level != Level::Error) {
+    /// MESSAGE as it is shown, if it is: `-q` shows only errors, a message that needs `-v`
+    /// or `-vv` shows only with it, a map agent's messages need `-v` and start with its item
+    /// (ITEM), and what a step says is indented under it.
+    fn render(&self, message: &Message, item: Option<&str>) -> Option<String> {
+        let needs = verbosity(message).max(u8::from(item.is_some()));
+        if needs > self.verbose || (self.quiet && !is_error(message)) {
             return None;
         }
-        Some(match &line.item {
-            Some(item) => format!("[{item}] {}", line.text),
-            None => line.text.clone(),
+        let text = text(message);
+        Some(match item {
+            Some(item) => format!("[{item}] {text}"),
+            None if in_step(message) => format!("  {}", text.replace('\n', "\n  ")),
+            None => text,
         })
     }
 }
 
 impl Reporter for Terminal {
-    fn line(&self, line: &Line) {
-        let Some(text) = self.render(line) else {
+    fn message(&self, message: &Message, item: Option<&str>) {
+        let Some(text) = self.render(message, item) else {
             return;
         };
         let display = lock(&self.display);
         println(display.as_ref().and_then(|d| d.bar.as_ref()), &text);
+    }
+
+    fn shows_output(&self) -> bool {
+        self.verbose > 0
     }
 
     fn progress(&self, update: &ProgressUpdate) {
@@ -75,6 +90,143 @@ impl Reporter for Terminal {
                     d.finish();
                 }
             }
+        }
+    }
+}
+
+/// The least `-v` count that shows MESSAGE (a map agent's messages need at least one).
+fn verbosity(message: &Message) -> u8 {
+    match message {
+        Message::Description(_)
+        | Message::Skipped { .. }
+        | Message::Retrying { .. }
+        | Message::Output(_) => 1,
+        Message::Claude(note) => match note {
+            Note::Started { .. } => 2,
+            Note::Text(_) | Note::Tool { .. } | Note::ApiRetry { .. } => 1,
+        },
+        Message::Command(_) | Message::Env { .. } | Message::Exited { .. } => 2,
+        Message::StepStarted { .. }
+        | Message::StepFailed { .. }
+        | Message::Text { .. }
+        | Message::ClaudeTotals(_)
+        | Message::ItemFailed { .. }
+        | Message::ItemsFailed(_) => 0,
+    }
+}
+
+/// Whether MESSAGE reports an error: shown even under `-q`.
+fn is_error(message: &Message) -> bool {
+    match message {
+        Message::StepFailed { .. } => true,
+        Message::Text { severity, .. } => {
+            matches!(severity, Severity::Internal | Severity::Error)
+        }
+        Message::StepStarted { .. }
+        | Message::Description(_)
+        | Message::Skipped { .. }
+        | Message::Retrying { .. }
+        | Message::Command(_)
+        | Message::Env { .. }
+        | Message::Output(_)
+        | Message::Claude(_)
+        | Message::Exited { .. }
+        | Message::ClaudeTotals(_)
+        | Message::ItemFailed { .. }
+        | Message::ItemsFailed(_) => false,
+    }
+}
+
+/// Whether MESSAGE is about the step being run, so that it is shown under it (indented).
+fn in_step(message: &Message) -> bool {
+    match message {
+        Message::Text { in_step, .. } => *in_step,
+        Message::Description(_)
+        | Message::Skipped { .. }
+        | Message::Retrying { .. }
+        | Message::Command(_)
+        | Message::Env { .. }
+        | Message::Output(_)
+        | Message::Claude(_)
+        | Message::Exited { .. }
+        | Message::StepFailed { .. } => true,
+        Message::StepStarted { .. }
+        | Message::ClaudeTotals(_)
+        | Message::ItemFailed { .. }
+        | Message::ItemsFailed(_) => false,
+    }
+}
+
+/// MESSAGE as text, without the indentation of [`in_step`]; it may span
+/// lines.
+fn text(message: &Message) -> String {
+    match message {
+        Message::StepStarted {
+            phase,
+            number,
+            total,
+            label,
+        } => match phase {
+            Phase::Steps => format!("[{number}/{total}] {label}"),
+            Phase::Setup => format!("[setup {number}/{total}] {label}"),
+            Phase::Reduce => format!("[reduce {number}/{total}] {label}"),
+        },
+        Message::Description(text) => format!("({text})"),
+        Message::Skipped { when } => format!("skipped: `when: {when}` is false"),
+        Message::Retrying { delay, attempt } => format!(
+            "retrying in {} (attempt {attempt})",
+            humantime::format_duration(*delay)
+        ),
+        Message::Command(text) => format!("$ {}", text.trim_end().replace('\n', "\n  ")),
+        Message::Env { name, value } => format!("env {name}={value}"),
+        Message::Output(line) => format!("│ {line}"),
+        Message::Claude(note) => note
+            .line()
+            .lines()
+            .map(|line| format!("│ {line}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Message::Exited {
+            label,
+            how,
+            duration,
+        } => format!("{label} {how} in {:.3}s", duration.as_secs_f64()),
+        Message::StepFailed {
+            label,
+            detail,
+            continued,
+        } => {
+            let detail = if detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {detail}")
+            };
+            let continued = if *continued {
+                "; its `on_failure` handler ran and the workflow goes on (`fail_workflow` is false)"
+            } else {
+                ""
+            };
+            format!("failed: {label}{detail}{continued}")
+        }
+        Message::Text { severity, text, .. } => match severity {
+            Severity::Internal => format!("internal error: {text}"),
+            Severity::Error => format!("error: {text}"),
+            Severity::Warning => format!("warning: {text}"),
+            Severity::Note => format!("note: {text}"),
+            Severity::Info => text.clone(),
+        },
+        Message::ClaudeTotals(totals) => totals.line(),
+        Message::ItemFailed { item, why } => format!("item {item} failed: {why}"),
+        Message::ItemsFailed(items) => {
+            let lines: Vec<String> = items
+                .iter()
+                .map(|(item, why)| format!("{item}: {why}"))
+                .collect();
+            format!(
+                "{} failed:\n  {}",
+                count(items.len(), "item"),
+                lines.join("\n  ")
+            )
         }
     }
 }
@@ -265,39 +417,106 @@ fn eta_text(left: Duration) -> String {
 mod tests {
     use super::*;
 
-    fn line(level: Level, verbosity: u8, item: Option<&str>, text: &str) -> Line {
-        Line {
-            level,
-            verbosity,
-            item: item.map(str::to_owned),
-            text: text.to_owned(),
-        }
-    }
-
-    /// `-q` keeps errors only; `-v` and `-vv` add their lines; an agent's line names its item.
+    /// `-q` keeps errors only; `-v` and `-vv` add their messages; an agent's message names
+    /// its item; what a step says is indented under it.
     #[test]
-    fn quiet_and_verbose_decide_which_lines_show() {
-        let step = line(Level::Info, 0, None, "[1/2] build");
-        let error = line(Level::Error, 0, None, "error: no such file");
-        let output = line(Level::Info, 1, None, "  │ compiled");
-        let command = line(Level::Info, 2, None, "  $ make");
-        let agent = line(Level::Info, 1, Some("item_3"), "[1/1] fix");
+    fn quiet_and_verbose_decide_which_messages_show() {
+        let step = Message::StepStarted {
+            phase: Phase::Steps,
+            number: 1,
+            total: 2,
+            label: "build".into(),
+        };
+        let error = Message::error("no such file");
+        let output = Message::Output("compiled".into());
+        let command = Message::Command("make\ntest".into());
         let normal = Terminal::new(0, false);
         let quiet = Terminal::new(0, true);
         let verbose = Terminal::new(1, false);
         let very = Terminal::new(2, false);
-        assert_eq!(normal.render(&step).as_deref(), Some("[1/2] build"));
-        assert_eq!(normal.render(&output), None);
-        assert_eq!(normal.render(&agent), None);
-        assert_eq!(quiet.render(&step), None);
-        assert_eq!(quiet.render(&error).as_deref(), Some("error: no such file"));
-        assert_eq!(verbose.render(&output).as_deref(), Some("  │ compiled"));
-        assert_eq!(verbose.render(&command), None);
+        assert_eq!(normal.render(&step, None).as_deref(), Some("[1/2] build"));
+        assert_eq!(normal.render(&output, None), None);
+        assert_eq!(normal.render(&step, Some("item_3")), None);
+        assert_eq!(quiet.render(&step, None), None);
         assert_eq!(
-            verbose.render(&agent).as_deref(),
-            Some("[item_3] [1/1] fix")
+            quiet.render(&error, None).as_deref(),
+            Some("error: no such file")
         );
-        assert_eq!(very.render(&command).as_deref(), Some("  $ make"));
+        assert_eq!(quiet.render(&Message::step_warning("slow"), None), None);
+        assert_eq!(
+            verbose.render(&output, None).as_deref(),
+            Some("  │ compiled")
+        );
+        assert_eq!(verbose.render(&command, None), None);
+        assert_eq!(
+            verbose.render(&step, Some("item_3")).as_deref(),
+            Some("[item_3] [1/2] build")
+        );
+        assert_eq!(
+            very.render(&command, None).as_deref(),
+            Some("  $ make\n    test")
+        );
+        assert!(!normal.shows_output() && verbose.shows_output());
+    }
+
+    /// How each kind of message reads, and which `-v` shows it.
+    #[test]
+    fn messages_render_as_people_read_them() {
+        let cases = [
+            (
+                Message::StepStarted {
+                    phase: Phase::Setup,
+                    number: 1,
+                    total: 2,
+                    label: "shell: make".into(),
+                },
+                "[setup 1/2] shell: make",
+                0,
+            ),
+            (
+                Message::Retrying {
+                    delay: Duration::from_secs(2),
+                    attempt: 2,
+                },
+                "retrying in 2s (attempt 2)",
+                1,
+            ),
+            (Message::Command("make\ntest".into()), "$ make\n  test", 2),
+            (
+                Message::StepFailed {
+                    label: "shell: make".into(),
+                    detail: "exit code 2".into(),
+                    continued: false,
+                },
+                "failed: shell: make: exit code 2",
+                0,
+            ),
+            (
+                Message::ItemsFailed(vec![
+                    ("item_1".into(), "boom".into()),
+                    ("item_4".into(), "bang".into()),
+                ]),
+                "2 items failed:\n  item_1: boom\n  item_4: bang",
+                0,
+            ),
+            (
+                Message::ItemFailed {
+                    item: "item_1".into(),
+                    why: "boom".into(),
+                },
+                "item item_1 failed: boom",
+                0,
+            ),
+            (Message::internal("lost"), "internal error: lost", 0),
+        ];
+        for (message, shown, needs) in cases {
+            assert_eq!(text(&message), shown);
+            assert_eq!(verbosity(&message), needs, "{shown}");
+        }
+        assert!(is_error(&Message::step_error("x")));
+        assert!(!is_error(&Message::warning("x")));
+        assert!(in_step(&Message::step_warning("x")));
+        assert!(!in_step(&Message::info("x")));
     }
 
     #[test]

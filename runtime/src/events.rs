@@ -17,6 +17,7 @@ use crate::jobstore::{Phase, Status};
 use crate::lock;
 use crate::machine::Outcome;
 use crate::mapreduce::ErrorMetrics;
+use crate::message::Message;
 use crate::store::EventLog;
 use crate::vars::Secrets;
 
@@ -731,28 +732,6 @@ impl Event {
     }
 }
 
-/// How much a [`Line`] matters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
-    /// An error: shown even under `-q`.
-    Error,
-    /// Progress and warnings: hidden under `-q`.
-    Info,
-}
-
-/// A line for a person, secrets masked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Line {
-    /// How much it matters.
-    pub level: Level,
-    /// The least `-v` it is shown at: 0, 1 (`-v`), 2 (`-vv`). A map agent's lines need `-v`.
-    pub verbosity: u8,
-    /// The map item it is about (`item_3`), when a map agent says it: shown as a prefix.
-    pub item: Option<String>,
-    /// The text, without a line end.
-    pub text: String,
-}
-
 /// What the progress display of a map phase is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProgressUpdate {
@@ -779,10 +758,16 @@ pub enum ProgressUpdate {
 
 /// Shows a run to a person: the binary draws lines and the progress bar on the terminal.
 pub trait Reporter: Send + Sync {
-    /// A line to show (or not, as `-q` and `-v` say).
-    fn line(&self, line: &Line);
+    /// A message to show (or not, as `-q` and `-v` say), secrets masked; ITEM names the
+    /// map item (`item_3`) whose agent says it.
+    fn message(&self, message: &Message, item: Option<&str>);
     /// The progress of a map phase.
     fn progress(&self, update: &ProgressUpdate);
+    /// Whether it shows a step's output as it arrives ([`Message::Output`]): the runtime
+    /// streams output only to a reporter that shows it.
+    fn shows_output(&self) -> bool {
+        false
+    }
 }
 
 /// A reporter that shows nothing (tests, embedding).
@@ -790,7 +775,7 @@ pub trait Reporter: Send + Sync {
 pub struct Silent;
 
 impl Reporter for Silent {
-    fn line(&self, _: &Line) {}
+    fn message(&self, _: &Message, _: Option<&str>) {}
     fn progress(&self, _: &ProgressUpdate) {}
 }
 
@@ -860,10 +845,16 @@ impl Sink {
         lock(&self.log).record(&event_type, masked);
     }
 
-    /// Shows LINE, secrets masked.
-    pub fn show(&self, mut line: Line) {
-        line.text = self.secrets().mask(&line.text);
-        self.reporter.line(&line);
+    /// Tells the reporter MESSAGE, secrets masked; ITEM names the map item that says it.
+    pub fn say(&self, message: Message, item: Option<&str>) {
+        let secrets = self.secrets();
+        let message = if secrets.is_empty() {
+            message
+        } else {
+            message.masked(&|text| secrets.mask(text))
+        };
+        drop(secrets);
+        self.reporter.message(&message, item);
     }
 
     /// Tells the progress display.
@@ -1026,11 +1017,11 @@ mod tests {
     }
 
     #[derive(Default)]
-    struct Kept(Mutex<Vec<Line>>);
+    struct Kept(Mutex<Vec<Message>>);
 
     impl Reporter for Kept {
-        fn line(&self, line: &Line) {
-            lock(&self.0).push(line.clone());
+        fn message(&self, message: &Message, _: Option<&str>) {
+            lock(&self.0).push(message.clone());
         }
         fn progress(&self, _: &ProgressUpdate) {}
     }
@@ -1043,12 +1034,7 @@ mod tests {
         let kept = Arc::new(Kept::default());
         sink.report_to(kept.clone());
         sink.secrets().add("TOKEN", "hunter2");
-        sink.show(Line {
-            level: Level::Info,
-            verbosity: 0,
-            item: None,
-            text: "using hunter2".into(),
-        });
-        assert_eq!(lock(&kept.0)[0].text, "using ***");
+        sink.say(Message::info("using hunter2"), None);
+        assert_eq!(lock(&kept.0)[0], Message::info("using ***"));
     }
 }

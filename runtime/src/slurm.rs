@@ -14,6 +14,7 @@
 //! `item_N.job` (the task submitted for the item, see [`Submitted`]), `item_N.result.json`
 //! (the task's [`TaskResult`]) and `item_N.out` (the task's own stdout and stderr).
 
+use crate::message::Message;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
@@ -651,7 +652,7 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
         reason: why.to_owned(),
     });
     if let Err(e) = command("scancel", std::slice::from_ref(&task)).await {
-        runner.say(&format!("warning: {e}"));
+        runner.say(Message::warning(e.to_string()));
     }
     let deadline = Instant::now() + Duration::from_mins(1);
     while Instant::now() < deadline {
@@ -660,9 +661,9 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    runner.say(&format!(
-        "warning: the Slurm task {task} is still in the queue a minute after `scancel`"
-    ));
+    runner.say(Message::warning(format!(
+        "the Slurm task {task} is still in the queue a minute after `scancel`"
+    )));
 }
 
 /// The task a killed coordinator submitted for item INDEX when it can be adopted: it is

@@ -151,13 +151,12 @@ pub(crate) fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan
 }
 
 /// How to run WORKFLOW (whose text is TEXT) for PROJECT: the Claude program and jitter seed
-/// from the environment, `-v` and `--grace`, no parameters, no worktree yet.
+/// from the environment and `--grace`, no parameters, no worktree yet.
 pub(crate) fn options(
     workflow: PathBuf,
     text: &str,
     layout: Layout,
     project: PathBuf,
-    verbose: u8,
     grace: u64,
 ) -> Options {
     Options {
@@ -170,8 +169,6 @@ pub(crate) fn options(
         args: Vec::new(),
         profile: None,
         claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
-        verbose,
-        quiet: crate::quiet(),
         grace: Duration::from_secs(grace),
         seed: super::jitter_seed(),
         worktree: None,

@@ -15,7 +15,7 @@ use crate::{err, exit_code, out};
 /// (env files, env, the profile, params and args; secrets as `***`; nothing is run).
 pub(super) fn dry_run(plan: prodigy_compiler::plan::Plan, opts: Options) -> u8 {
     let plan = Arc::new(plan);
-    let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
+    let reporter = Arc::new(crate::report::Terminal::for_flags());
     let runner = Runner::dry(plan.clone(), opts).report_to(reporter);
     let vars = match block_on(runner.preview_vars()) {
         Ok(Ok(vars)) => vars,

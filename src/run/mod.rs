@@ -94,7 +94,6 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
             &file.text,
             layout(&project),
             project,
-            args.verbose,
             args.grace,
         )
     };
@@ -188,7 +187,6 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
             &file.text,
             Layout { home, repo },
             checkpoint.project.clone(),
-            args.verbose,
             args.grace,
         )
     };
@@ -363,7 +361,6 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
             // Where the session was found: a run of an older version files it elsewhere.
             Layout { home, repo },
             checkpoint.project.clone(),
-            args.verbose,
             args.grace,
         )
     };
@@ -443,7 +440,7 @@ pub(crate) async fn start(
     started_at: Option<String>,
     saved: Option<&serde_json::Value>,
 ) -> Result<Started, u8> {
-    let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
+    let reporter = Arc::new(crate::report::Terminal::for_flags());
     session::start(plan, opts, reporter, cancel, kind, id, started_at, saved)
         .await
         .map_err(|e| {

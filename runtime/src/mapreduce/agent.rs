@@ -226,7 +226,6 @@ pub(crate) fn scope_for(
     let scope = AgentScope {
         agent_id: index.map(agent_id).unwrap_or_default(),
         item_id: index.map(item_id).unwrap_or_default(),
-        quiet: index.is_some(),
         cancel: rx,
         timeouts: spec.map(|s| s.timeouts.clone()).unwrap_or_default(),
         grace: spec.and_then(|s| s.grace),

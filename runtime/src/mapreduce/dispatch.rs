@@ -6,6 +6,7 @@
 //! message ([`Done`]), and the dispatcher reacts to each message in turn: it records the
 //! outcome, feeds the machines, and answers with the work to start next ([`Work`]).
 
+use crate::message::Message;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -89,19 +90,18 @@ impl MapJob<'_> {
             pending: pending.len(),
             max_parallel,
         });
-        self.say(&format!(
+        self.say(Message::info(format!(
             "map: {} of {} to run, {max_parallel} at a time",
             pending.len(),
             crate::progress::count(total, "item")
-        ));
+        )));
         let (halt_tx, halt_rx) = watch::channel(false);
         let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
         // `timeout_config.enable_monitoring: false` turns the progress display off.
         let monitored = map
             .timeout_config
             .as_ref()
-            .is_none_or(|c| c.enable_monitoring)
-            && !self.runner.opts.quiet;
+            .is_none_or(|c| c.enable_monitoring);
         let progress = Progress::start(
             runner.sink.reporter(),
             total as u64,
@@ -147,11 +147,7 @@ impl MapJob<'_> {
             return Err(why);
         }
         if !batch.is_empty() {
-            self.say(&format!(
-                "{} failed:\n  {}",
-                crate::progress::count(batch.len(), "item"),
-                batch.join("\n  ")
-            ));
+            self.say(Message::ItemsFailed(batch));
         }
         self.update_counts(&records);
         self.runner.record(&Event::MapFinished {
@@ -183,7 +179,7 @@ impl MapJob<'_> {
         };
         self.write_failed(why.clone());
         self.write_announced = true;
-        self.say(&format!("error: {why}; no new agents start"));
+        self.say(Message::error(format!("{why}; no new agents start")));
         let _ = halt.send(true);
     }
 
@@ -485,7 +481,7 @@ pub(crate) struct Dispatcher<'j, 'a> {
     agents: usize,
     dlq_count: u64,
     /// Failures not reported yet under `error_collection: batched`.
-    batch: Vec<String>,
+    batch: Vec<(String, String)>,
     /// The failed attempts `retry_config` ran again, for the DLQ's `failure_history`.
     earlier: HashMap<usize, Vec<FailureDetail>>,
     progress: Progress,
@@ -504,7 +500,7 @@ pub(crate) struct Dispatcher<'j, 'a> {
 /// What the dispatcher leaves when nothing is in flight any more.
 struct Ended {
     records: Vec<Option<ItemRecord>>,
-    batch: Vec<String>,
+    batch: Vec<(String, String)>,
     lost: Option<String>,
     machine: Job,
 }
@@ -707,15 +703,15 @@ impl Dispatcher<'_, '_> {
                 runner.record(&Event::CircuitOpen {
                     item_id: item_id(index),
                 });
-                self.job.say(
+                self.job.say(Message::info(
                     "circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens",
-                );
+                ));
             }
             BreakerAction::Closed => {
                 runner.record(&Event::CircuitClosed {
                     item_id: item_id(index),
                 });
-                self.job.say("circuit breaker closed");
+                self.job.say(Message::info("circuit breaker closed"));
             }
             BreakerAction::Allow
             | BreakerAction::Probe
@@ -788,11 +784,11 @@ impl Dispatcher<'_, '_> {
         // dead-lettered rather than handled by nothing.
         let action = match action {
             ItemAction::Handler(handler) if context.plan.handler(handler).is_none() => {
-                self.job.say(&format!(
-                    "internal error: handler #{} is not in the plan; item {} goes to the DLQ",
+                self.job.say(Message::internal(format!(
+                    "handler #{} is not in the plan; item {} goes to the DLQ",
                     handler.0,
                     item_id(index)
-                ));
+                )));
                 ItemAction::DeadLetter
             }
             other => other,
@@ -871,18 +867,16 @@ impl Dispatcher<'_, '_> {
     fn report_failure(&mut self, index: usize, message: &str) {
         match self.collection {
             ErrorCollection::Immediate => {
-                self.job
-                    .say(&format!("item {} failed: {message}", item_id(index)));
+                self.job.say(Message::ItemFailed {
+                    item: item_id(index),
+                    why: message.to_owned(),
+                });
             }
             ErrorCollection::Batched(size) => {
-                self.batch.push(format!("{}: {message}", item_id(index)));
+                self.batch.push((item_id(index), message.to_owned()));
                 if self.batch.len() as u64 >= size.max(1) {
-                    self.job.say(&format!(
-                        "{} failed:\n  {}",
-                        crate::progress::count(self.batch.len(), "item"),
-                        self.batch.join("\n  ")
-                    ));
-                    self.batch.clear();
+                    self.job
+                        .say(Message::ItemsFailed(std::mem::take(&mut self.batch)));
                 }
             }
             ErrorCollection::Aggregate => {}
@@ -901,8 +895,9 @@ impl Dispatcher<'_, '_> {
             self.job.runner.record(&Event::JobStopping {
                 reason: why.clone(),
             });
-            self.job
-                .say(&format!("stopping: {why}; no new agents start"));
+            self.job.say(Message::info(format!(
+                "stopping: {why}; no new agents start"
+            )));
             let _ = self.halt.send(true);
         }
         if self.last_save.elapsed() >= Duration::from_secs(1) && self.job.write_failed.is_none() {
@@ -913,7 +908,8 @@ impl Dispatcher<'_, '_> {
             if self.lost.is_none() {
                 self.lost = self.job.state_lost();
                 if let Some(why) = &self.lost {
-                    self.job.say(&format!("error: {why}; no new agents start"));
+                    self.job
+                        .say(Message::error(format!("{why}; no new agents start")));
                     let _ = self.halt.send(true);
                 }
             }

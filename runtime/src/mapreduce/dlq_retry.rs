@@ -1,6 +1,7 @@
 //! `prodigy dlq retry`: the DLQ's items through the agent template again, and repairing a DLQ
 //! that missed an item's failure.
 
+use crate::message::Message;
 use futures::stream::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -96,14 +97,16 @@ pub async fn retry_dead_letters(
             let halt = halt_rx.clone();
             async move {
                 let Some(index) = item_index(&id) else {
-                    runner.say(&format!("{id}: not an item of this job; left in the queue"));
+                    runner.say(Message::info(format!(
+                        "{id}: not an item of this job; left in the queue"
+                    )));
                     return (id, 0, None);
                 };
                 let entry = match dlq_ref.get(&id) {
                     Ok(Some(entry)) => entry,
                     Ok(None) => return (id, index, None),
                     Err(e) => {
-                        runner.say(&format!("error: {e}"));
+                        runner.say(Message::error(e.to_string()));
                         return (id, index, None);
                     }
                 };
@@ -132,7 +135,9 @@ pub async fn retry_dead_letters(
                 summary.interrupted = true;
             } else {
                 summary.manual += 1;
-                runner.say(&format!("{id}: marked for manual review; not retried"));
+                runner.say(Message::info(format!(
+                    "{id}: marked for manual review; not retried"
+                )));
             }
             continue;
         };
@@ -161,9 +166,9 @@ pub async fn retry_dead_letters(
                 runner.record(&crate::events::Event::DlqItemRemoved {
                     item_id: id.clone(),
                 });
-                runner.say(&format!(
+                runner.say(Message::info(format!(
                     "{id}: succeeded; removed from the dead letter queue"
-                ));
+                )));
             }
             RunEnd::Failed | RunEnd::TimedOut => {
                 summary.retried += 1;
@@ -178,19 +183,19 @@ pub async fn retry_dead_letters(
                     failure_count: updated.failure_count,
                 });
                 let last = message.lines().last().unwrap_or("").to_owned();
-                runner.say(&format!(
+                runner.say(Message::info(format!(
                     "{id}: failed again ({} failures): {last}",
                     updated.failure_count
-                ));
+                )));
             }
         }
     }
     // A stale index does no harm (the next load rebuilds it from the items): say so, go on.
     if let Err(e) = dlq.flush() {
-        runner.say(&format!("warning: cannot write the DLQ index: {e}"));
+        runner.say(Message::warning(format!("cannot write the DLQ index: {e}")));
     }
     if let Err(why) = runner.end_map_phase().await {
-        runner.say(&format!("error: {why}"));
+        runner.say(Message::error(why.clone()));
         summary.unmerged = true;
     }
     runner.record(&crate::events::Event::DlqRetryFinished {

@@ -3,6 +3,7 @@
 
 use crate::dlq::ErrorType;
 use crate::mapreduce::{AgentRun, RunEnd, agent_id, artifacts, item_id};
+use crate::message::Message;
 use crate::runner::{Runner, StepFailure};
 use crate::vars::Vars;
 use crate::worktree::{AgentWorktree, SessionWorktree, WorktreeError};
@@ -115,12 +116,10 @@ pub(crate) async fn merge_back(
                         branch: worktree.branch.clone(),
                         uncommitted: left.clone(),
                     });
-                    runner.say(&format!(
-                        "warning: {} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
+                    runner.say(Message::warning(format!("{} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
                         item_id(index),
                         crate::progress::count(left.len(), "uncommitted change"),
-                        worktree.path.display()
-                    ));
+                        worktree.path.display())));
                 }
                 return;
             }

@@ -6,6 +6,7 @@
 //! Order of effects for an item: its outcome is appended to `results.jsonl` first, then the
 //! DLQ is written. A kill between the two is repaired when the job resumes.
 
+use crate::message::Message;
 use std::path::PathBuf;
 
 use prodigy_compiler::plan::Plan;
@@ -237,8 +238,8 @@ impl<'a> MapJob<'a> {
         }
     }
 
-    fn say(&self, text: &str) {
-        self.runner.say(text);
+    fn say(&self, message: Message) {
+        self.runner.say(message);
     }
 
     /// Why the job's results can no longer be kept, when its state directory (or the
@@ -352,7 +353,7 @@ impl<'a> MapJob<'a> {
             let items = match self.load_items(vars).await {
                 Ok(items) => items,
                 Err(why) => {
-                    self.say(&format!("error: {why}"));
+                    self.say(Message::error(why.clone()));
                     return JobOutcome::Failed {
                         phase: "map",
                         what: why,
@@ -374,7 +375,7 @@ impl<'a> MapJob<'a> {
         if self.cp.phase == Phase::Map {
             let ended = self.map(vars).await;
             if let Err(why) = self.runner.end_map_phase().await {
-                self.say(&format!("error: {why}"));
+                self.say(Message::error(why.clone()));
                 return JobOutcome::Failed {
                     phase: "map",
                     what: why,
@@ -388,7 +389,7 @@ impl<'a> MapJob<'a> {
                     return stopped_by_write("map", why);
                 }
                 Err(why) => {
-                    self.say(&format!("error: {why}"));
+                    self.say(Message::error(why.clone()));
                     return JobOutcome::Failed {
                         phase: "map",
                         what: why,

@@ -1,5 +1,6 @@
 //! The reduce phase, with `${map.*}` built from the items' outcomes.
 
+use crate::message::{Message, Phase};
 use serde_json::{Value, json};
 
 use crate::jobstore::ItemRecord;
@@ -41,7 +42,12 @@ impl MapJob<'_> {
                 .step(id)
                 .map(|s| s.label.clone())
                 .unwrap_or_default();
-            self.say(&format!("[reduce {}/{total}] {label}", index + 1));
+            self.say(Message::StepStarted {
+                phase: Phase::Reduce,
+                number: index + 1,
+                total,
+                label: label.clone(),
+            });
             match self.runner.run_step(id, vars, Some(index)).await {
                 Outcome::Cancelled => return JobOutcome::Interrupted,
                 o if o.continues() => {}

@@ -1,5 +1,6 @@
 //! The setup phase, its `capture_outputs`, and loading the map input through its pipeline.
 
+use crate::message::{Message, Phase};
 use std::time::Duration;
 
 use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
@@ -63,13 +64,11 @@ impl MapJob<'_> {
                 dir.path.trim_end_matches('/')
             ));
         }
-        self.say(&format!(
-            "warning: setup left {} that no commit holds in {}: {}; map agents start from the session's commits and will not see them: {}",
+        self.say(Message::warning(format!("setup left {} that no commit holds in {}: {}; map agents start from the session's commits and will not see them: {}",
             crate::progress::count(left.len(), "path"),
             session.path.display(),
             names.join(", "),
-            advice.join("; ")
-        ));
+            advice.join("; "))));
     }
 
     /// `setup`: its steps in order under the phase `timeout`, then `capture_outputs`.
@@ -87,7 +86,12 @@ impl MapJob<'_> {
             let mut outputs = Vec::new();
             for (index, &id) in setup.steps.iter().enumerate() {
                 let label = plan.step(id).map(|s| s.label.clone()).unwrap_or_default();
-                runner.say(&format!("[setup {}/{total}] {label}", index + 1));
+                runner.say(Message::StepStarted {
+                    phase: Phase::Setup,
+                    number: index + 1,
+                    total,
+                    label: label.clone(),
+                });
                 vars.commands.remove(&id.0);
                 let outcome = runner.run_step(id, vars, Some(index)).await;
                 outputs.push(vars.commands.get(&id.0).cloned());
@@ -109,7 +113,7 @@ impl MapJob<'_> {
                     "setup timed out after {}",
                     humantime::format_duration(setup.timeout.unwrap_or_default())
                 );
-                self.say(&format!("error: {what}"));
+                self.say(Message::error(what.clone()));
                 return Err(JobOutcome::Failed {
                     phase: "setup",
                     what,
@@ -145,7 +149,7 @@ impl MapJob<'_> {
                     vars.set(capture.name.clone(), value);
                 }
                 Err(why) => {
-                    self.say(&format!("error: {why}"));
+                    self.say(Message::error(why.clone()));
                     return Err(JobOutcome::Failed {
                         phase: "setup",
                         what: why,
@@ -172,11 +176,11 @@ impl MapJob<'_> {
         let outside = self.runner.opts.project.join(input.trim());
         if !path.exists() && self.runner.worktree().is_some() && outside.exists() {
             // An input the user has not committed is not in the session worktree.
-            self.say(&format!(
-                "note: `{}` is not in the run's worktree (it is not committed); reading it from {}",
+            self.say(Message::note(format!(
+                "`{}` is not in the run's worktree (it is not committed); reading it from {}",
                 input.trim(),
                 self.runner.opts.project.display()
-            ));
+            )));
             path = outside;
         }
         // Anything at the path is the input file; only a regular file within the bound is
@@ -238,9 +242,9 @@ impl MapJob<'_> {
             if self.opts.strict {
                 return Err(format!("{what} (with --strict, a job needs items)"));
             }
-            self.say(&format!(
-                "warning: {what}; check the expression against the input with `prodigy items`"
-            ));
+            self.say(Message::warning(format!(
+                "{what}; check the expression against the input with `prodigy items`"
+            )));
         }
         if let Some(distinct) = map
             .distinct
@@ -248,17 +252,17 @@ impl MapJob<'_> {
             .filter(|_| counts.distinct_missing > 1)
         {
             let field = distinct.value.trim();
-            self.say(&format!(
-                "warning: `distinct: {field}`: {} items have no `{}` and were kept as one",
+            self.say(Message::warning(format!(
+                "`distinct: {field}`: {} items have no `{}` and were kept as one",
                 counts.distinct_missing,
                 field.strip_prefix("item.").unwrap_or(field)
-            ));
+            )));
         }
-        self.say(&format!(
+        self.say(Message::info(format!(
             "map: {} ({})",
             crate::progress::count(counts.kept, "item"),
             crate::progress::stage_counts(&pipeline, &counts)
-        ));
+        )));
         Ok(items)
     }
 }

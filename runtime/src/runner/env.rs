@@ -1,6 +1,7 @@
 //! A run's starting variables: workflow and profile `env`, `env_files`, secrets, and the
 //! values of `command:` env entries.
 
+use crate::message::Message;
 use std::time::Duration;
 
 use prodigy_compiler::plan::{self, EnvValue, SecretSource};
@@ -35,10 +36,10 @@ impl Runner {
             let path = self.opts.project.join(&name);
             let read = std::fs::read_to_string(&path);
             if let Err(e) = &read {
-                self.say(&format!(
-                    "warning: env file `{}` not loaded: {e}",
+                self.say(Message::warning(format!(
+                    "env file `{}` not loaded: {e}",
                     path.display()
-                ));
+                )));
             }
             if let Ok(text) = read {
                 for line in text

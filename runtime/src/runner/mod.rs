@@ -42,10 +42,6 @@ pub struct Options {
     /// Where each line of the workflow file starts ([`crate::events::line_starts`]), so that
     /// step events name the line a step was written on; empty when unknown.
     pub line_starts: Vec<u32>,
-    /// `-v` (1: step output; 2: also commands and timings).
-    pub verbose: u8,
-    /// `-q`: say only errors (and no progress display); the caller prints the outcome line.
-    pub quiet: bool,
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// Seed for jitter.
@@ -53,14 +49,6 @@ pub struct Options {
     /// How much of each output stream of a command is kept in memory
     /// (`PRODIGY_OUTPUT_LIMIT`).
     pub output_limit: usize,
-}
-
-/// Whether a line [`Runner::say`] prints reports an error (shown even under `-q`).
-fn is_error_line(text: &str) -> bool {
-    let text = text.trim_start();
-    ["error", "internal error", "failed:"]
-        .iter()
-        .any(|p| text.starts_with(p))
 }
 
 /// How a run ended.
@@ -194,8 +182,6 @@ pub(crate) struct AgentScope {
     pub agent_id: String,
     /// `item_<index>`.
     pub item_id: String,
-    /// Whether its steps' progress lines show only at `-v` (map agents).
-    pub quiet: bool,
     /// `timeout_config.cleanup_grace_period_secs`, over `--grace`.
     pub grace: Option<Duration>,
     /// Set when the agent must stop (a timeout, a signal, `--cancel-running`).
@@ -416,37 +402,16 @@ impl Runner {
         self.sink.path()
     }
 
-    /// Shows a line, secrets masked; inside a map agent only at `-v`, prefixed with the
-    /// item, so that parallel agents stay readable. A line starting with `error`, `internal
-    /// error` or `failed:` shows even under `-q`.
-    pub(crate) fn say(&self, text: &str) {
-        self.say_at(0, text);
+    /// Tells the reporter MESSAGE (secrets masked); inside a map agent, as the agent's item.
+    pub(crate) fn say(&self, message: crate::message::Message) {
+        let item = AGENT.try_with(|a| a.item_id.clone()).ok();
+        self.sink
+            .say(message, item.as_deref().filter(|item| !item.is_empty()));
     }
 
-    /// Shows a line only at `-v` (VERBOSITY 1) or `-vv` (2), like [`Runner::say`].
-    pub(crate) fn say_at(&self, verbosity: u8, text: &str) {
-        use crate::events::{Level, Line};
-        let level = if is_error_line(text) {
-            Level::Error
-        } else {
-            Level::Info
-        };
-        let agent = AGENT.try_with(|a| (a.quiet, a.item_id.clone())).ok();
-        let (verbosity, item, text) = match agent {
-            Some((quiet, item)) if !item.is_empty() => (
-                verbosity.max(u8::from(quiet)),
-                Some(item),
-                text.trim_start().to_owned(),
-            ),
-            Some((true, _)) => (verbosity.max(1), None, text.to_owned()),
-            _ => (verbosity, None, text.to_owned()),
-        };
-        self.sink.show(Line {
-            level,
-            verbosity,
-            item,
-            text,
-        });
+    /// Whether the reporter shows a step's output as it arrives.
+    pub(crate) fn shows_output(&self) -> bool {
+        self.sink.reporter().shows_output()
     }
 
     /// Shows lines and the progress of map phases with REPORTER (by default nothing is
@@ -474,7 +439,7 @@ impl Runner {
     pub(crate) fn say_claude_totals(&self) {
         let claude = *lock(&self.claude_totals);
         if claude.calls > 0 {
-            self.say(&claude.line());
+            self.say(crate::message::Message::ClaudeTotals(claude));
         }
     }
 

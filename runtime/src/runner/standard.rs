@@ -1,6 +1,7 @@
 //! A standard run: its steps in order, the git context after each, and a checkpoint after
 //! every step.
 
+use crate::message::{Message, Phase};
 use serde_json::json;
 
 use crate::lock;
@@ -54,7 +55,7 @@ impl Runner {
             }
             // A run whose state cannot be written stops: what it did since is not kept.
             if let Some(why) = self.state_failure() {
-                self.say(&format!("error: {why}; no further step starts"));
+                self.say(Message::error(format!("{why}; no further step starts")));
                 outcome = RunOutcome::Failed;
                 state_error = Some(why);
                 break;
@@ -68,7 +69,7 @@ impl Runner {
             if index > start
                 && let Err(e) = self.refresh_env(&mut vars).await
             {
-                self.say(&format!("  error: {e}"));
+                self.say(Message::step_error(e.to_string()));
                 outcome = RunOutcome::Failed;
                 failed_step = Some(label);
                 break;
@@ -78,7 +79,12 @@ impl Runner {
             } else {
                 None
             };
-            self.say(&format!("[{}/{total}] {label}", index + 1));
+            self.say(Message::StepStarted {
+                phase: Phase::Steps,
+                number: index + 1,
+                total,
+                label: label.clone(),
+            });
             let step_outcome = self.run_step(id, &mut vars, Some(index)).await;
             if let (Some(base), Some(before)) = (&git_base, &before) {
                 self.git_context(&mut vars, base, before).await;
@@ -120,7 +126,7 @@ impl Runner {
         if let (None, Some(why)) = (&state_error, self.state_failure())
             && outcome != RunOutcome::Interrupted
         {
-            self.say(&format!("error: {why}"));
+            self.say(Message::error(why.clone()));
             outcome = RunOutcome::Failed;
             state_error = Some(why);
         }
@@ -132,7 +138,7 @@ impl Runner {
         self.checkpoint(&vars, next, status, true).await;
         if let (None, Some(why)) = (&state_error, self.state_failure()) {
             // Not durable: resuming runs the steps since the last checkpoint that landed.
-            self.say(&format!("error: {why}"));
+            self.say(Message::error(why.clone()));
             if outcome == RunOutcome::Succeeded {
                 outcome = RunOutcome::Failed;
             }
@@ -231,9 +237,9 @@ impl Runner {
                 lock(&self.checkpoint_failed)
                     .get_or_insert_with(|| crate::statefs::describe(&path, &e));
             }
-            Err(e) => self.say(&format!(
-                "internal error: the checkpoint writer stopped: {e}"
-            )),
+            Err(e) => self.say(Message::internal(format!(
+                "the checkpoint writer stopped: {e}"
+            ))),
         }
     }
 }

@@ -198,8 +198,6 @@ mod tests {
             args: Vec::new(),
             profile: None,
             claude_command: None,
-            verbose: 0,
-            quiet: false,
             grace: std::time::Duration::from_secs(5),
             seed: 0,
             output_limit: 1024,

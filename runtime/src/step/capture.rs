@@ -1,6 +1,7 @@
 //! What a command's output becomes: `capture`, `capture_output`, `shell.*` and `claude.*`,
 //! and the output shown at `-v`.
 
+use crate::message::Message;
 use prodigy_compiler::plan::CaptureFormat;
 use prodigy_compiler::plan::{PlanCommand, PlanStep};
 use serde_json::{Value, json};
@@ -10,18 +11,19 @@ use crate::runner::{Runner, fields};
 use crate::vars::Vars;
 
 impl Runner {
-    /// At `-v`, what a command wrote (standard output unless it was shown as it arrived).
+    /// For a reporter that shows output: what a command wrote (standard output unless it
+    /// was shown as it arrived), and how it ended.
     pub(crate) fn show_output(&self, step: &PlanStep, out: &Output) {
-        if self.opts.verbose > 0 {
+        if self.shows_output() {
             let stdout = if out.streamed {
                 ""
             } else {
                 out.stdout.as_str()
             };
             for line in stdout.lines().chain(out.stderr.lines()) {
-                self.say(&format!("  │ {line}"));
+                self.say(Message::Output(line.to_owned()));
             }
-            if self.opts.verbose > 1 {
+            {
                 let how = match (out.code, out.timed_out) {
                     (_, true) => "timed out".to_owned(),
                     (Some(code), false) => format!("exited {code}"),
@@ -35,11 +37,11 @@ impl Runner {
                     (None, false) if out.cancelled => "was interrupted".to_owned(),
                     (None, false) => "ended by a signal".to_owned(),
                 };
-                self.say(&format!(
-                    "  {} {how} in {:.3}s",
-                    step.label,
-                    out.duration.as_secs_f64()
-                ));
+                self.say(Message::Exited {
+                    label: step.label.clone(),
+                    how,
+                    duration: out.duration,
+                });
             }
         }
     }

@@ -1,5 +1,6 @@
 //! `commit_required` and `auto_commit`: whether a step made a commit, and making one.
 
+use crate::message::Message;
 use prodigy_compiler::plan::PlanStep;
 
 use crate::runner::Runner;
@@ -22,10 +23,10 @@ impl Runner {
             step: step.label.clone(),
             error: "CommitValidationFailed".to_owned(),
         });
-        self.say(&format!(
-            "  error: {what}`{}` requires a commit and made none (CommitValidationFailed)",
+        self.say(Message::step_error(format!(
+            "{what}`{}` requires a commit and made none (CommitValidationFailed)",
             step.label
-        ));
+        )));
         false
     }
 

@@ -1,6 +1,7 @@
 //! Running a step's command: a shell command, a Claude call or `write_file`, with its
 //! working directory, environment, timeout, output limit and log.
 
+use crate::message::Message;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -205,18 +206,17 @@ impl Runner {
             cli_version: crate::claude::version().map(str::to_owned),
             log: log_path.clone(),
         });
-        if self.opts.verbose > 1 {
-            let shown: Vec<String> = std::iter::once(program.as_str())
-                .chain(args.iter().map(String::as_str))
-                .map(|word| {
-                    shlex::try_quote(word)
-                        .map_or_else(|_| word.to_owned(), std::borrow::Cow::into_owned)
-                })
-                .collect();
-            self.say(&format!("  $ {}", shown.join(" ")));
-        }
+        let shown: Vec<String> = std::iter::once(program.as_str())
+            .chain(args.iter().map(String::as_str))
+            .map(|word| {
+                shlex::try_quote(word)
+                    .map_or_else(|_| word.to_owned(), std::borrow::Cow::into_owned)
+            })
+            .collect();
+        self.say(Message::Command(shown.join(" ")));
         let mut stream = crate::claude::Stream::default();
-        let verbose = if live { self.opts.verbose } else { 0 };
+        // What Claude does is shown (as the reporter decides) for the step's own call.
+        let shown = live && self.shows_output();
         let mut watch = |line: &str| {
             if let Some(log) = log.as_mut() {
                 log.line(line);
@@ -229,17 +229,9 @@ impl Runner {
                     std::sync::atomic::Ordering::Relaxed,
                 );
             }
-            for note in notes {
-                // The session's id and model at `-vv`; what Claude does at `-v`.
-                let level = if matches!(note, crate::claude::Note::Started { .. }) {
-                    2
-                } else {
-                    1
-                };
-                if verbose >= level {
-                    for shown in note.line().lines() {
-                        self.say(&format!("  │ {shown}"));
-                    }
+            if shown {
+                for note in notes {
+                    self.say(Message::Claude(note));
                 }
             }
         };
@@ -255,10 +247,10 @@ impl Runner {
         if let Some(log) = log.as_mut() {
             log.finish();
             if let Some(e) = &log.error {
-                self.say(&format!(
-                    "  warning: cannot write the Claude log {}: {e}",
+                self.say(Message::step_warning(format!(
+                    "cannot write the Claude log {}: {e}",
                     log.path.display()
-                ));
+                )));
             }
         }
         self.live_turns.fetch_sub(
@@ -275,7 +267,7 @@ impl Runner {
             out.code
         };
         let call = stream.finish(ended, log_path);
-        out.streamed = live && self.opts.verbose > 0;
+        out.streamed = shown;
         // `${shell.output}`: the final text, then what the CLI wrote on standard error.
         out.interleaved = None;
         // What the step gives on: the final text, never the raw events.
@@ -305,8 +297,9 @@ impl Runner {
         out
     }
 
-    /// Renders TEMPLATE and runs it with the step's directory and environment; at `-v`,
-    /// a LIVE command's (a step's own) standard output is shown as it arrives.
+    /// Renders TEMPLATE and runs it with the step's directory and environment; a LIVE
+    /// command's (a step's own) standard output goes to a reporter that shows output as it
+    /// arrives.
     pub(crate) async fn run_command_for(
         &self,
         build: &dyn Fn(&str) -> (String, Vec<String>),
@@ -320,15 +313,13 @@ impl Runner {
             Ok(text) => text,
             Err(out) => return out,
         };
-        if self.opts.verbose > 1 {
-            self.say(&format!("  $ {}", text.trim_end().replace('\n', "\n    ")));
-        }
+        self.say(Message::Command(text.clone()));
         let (program, args) = build(&text);
         let kind = crate::executor::Kind::Shell { text };
-        let streamed = live && self.opts.verbose > 0;
+        let streamed = live && self.shows_output();
         let mut watch = |line: &str| {
             if streamed {
-                self.say(&format!("  │ {line}"));
+                self.say(Message::Output(line.to_owned()));
             }
         };
         let mut out = self
@@ -378,15 +369,16 @@ impl Runner {
                 Err(e) => return Output::error(e.to_string()),
             }
         }
-        if self.opts.verbose > 1 {
-            for (name, value) in &step_env {
-                let shown = if crate::vars::sensitive_name(name) {
-                    "***REDACTED***"
-                } else {
-                    value.as_str()
-                };
-                self.say(&format!("  env {name}={shown}"));
-            }
+        for (name, value) in &step_env {
+            let shown = if crate::vars::sensitive_name(name) {
+                "***REDACTED***"
+            } else {
+                value.as_str()
+            };
+            self.say(Message::Env {
+                name: name.clone(),
+                value: shown.to_owned(),
+            });
         }
         // `clear_env`: an empty environment plus the step's own `env` and `PATH` (docs/language.md §2).
         let mut env = if step.clear_env {

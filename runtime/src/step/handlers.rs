@@ -1,6 +1,7 @@
 //! What follows a step's command: `on_failure` handlers, and `on_success`/`on_exit_code` steps
 //! with the checks after a success.
 
+use crate::message::Message;
 use prodigy_compiler::plan::{PlanCommand, PlanStep};
 use serde_json::{Value, json};
 
@@ -106,10 +107,10 @@ impl Runner {
             if !checks.ignore_failure {
                 return failed(step);
             }
-            self.say(&format!(
-                "  warning: `step_validate` of `{}` failed; ignored (`ignore_validation_failure`)",
+            self.say(Message::step_warning(format!(
+                "`step_validate` of `{}` failed; ignored (`ignore_validation_failure`)",
                 step.label
-            ));
+            )));
         }
         if let Some(validate) = &step.validate {
             outcome = self.validate(step, validate, vars, outcome).await;
@@ -124,7 +125,7 @@ impl Runner {
                 step: step.label.clone(),
                 error: why.clone(),
             });
-            self.say(&format!("  error: {why}"));
+            self.say(Message::step_error(why.clone()));
             return failed(step);
         }
         if step.commit_required && !self.made_commit(step, "", head_before.as_deref()).await {

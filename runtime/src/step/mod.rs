@@ -1,5 +1,6 @@
 //! The step driver: runs one step as its [`StepMachine`] says, and lists of steps in order.
 
+use crate::message::Message;
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture as BoxFuture;
@@ -42,8 +43,8 @@ impl Runner {
             if let Some(index) = index {
                 vars.merge("step", fields(json!({"name": step.label, "index": index})));
             }
-            if let (Some(description), true) = (&step.description, self.opts.verbose > 0) {
-                self.say(&format!("  ({description})"));
+            if let Some(description) = &step.description {
+                self.say(Message::Description(description.clone()));
             }
             self.record(&Event::StepStarted {
                 step: step.label.clone(),
@@ -61,7 +62,9 @@ impl Runner {
                             step: step.label.clone(),
                             when: when.value.clone(),
                         });
-                        self.say_at(1, &format!("  skipped: `when: {}` is false", when.value));
+                        self.say(Message::Skipped {
+                            when: when.value.clone(),
+                        });
                         let action = machine.on_event(
                             StepEvent::Skip,
                             self.started.elapsed(),
@@ -77,7 +80,10 @@ impl Runner {
                             step: step.label.clone(),
                             error: format!("when: {e}"),
                         });
-                        self.say(&format!("  error: `when` of `{}`: {e}", step.label));
+                        self.say(Message::step_error(format!(
+                            "`when` of `{}`: {e}",
+                            step.label
+                        )));
                         return Outcome::Failed;
                     }
                 }
@@ -133,15 +139,13 @@ impl Runner {
                             next_attempt: next,
                             delay_secs: delay.as_secs_f64(),
                         });
-                        self.say_at(
-                            1,
-                            &format!(
-                                "  retrying in {} (attempt {next})",
-                                humantime::format_duration(Duration::from_millis(
-                                    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
-                                ))
+                        self.say(Message::Retrying {
+                            // Shown to the millisecond.
+                            delay: Duration::from_millis(
+                                u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                             ),
-                        );
+                            attempt: next,
+                        });
                         let mut cancel = self.cancel_rx();
                         let event = tokio::select! {
                             () = tokio::time::sleep(delay) => StepEvent::TimerFired,
@@ -199,7 +203,7 @@ impl Runner {
                 && outcome != Outcome::Cancelled
                 && let Err(why) = self.capture(step, vars, out)
             {
-                self.say(&format!("  error: {why}"));
+                self.say(Message::step_error(why.clone()));
                 self.record(&Event::CaptureFailed {
                     step: step.label.clone(),
                     error: why,
@@ -271,20 +275,11 @@ impl Runner {
                     });
                 });
                 let in_agent = AGENT.try_with(|a| !a.agent_id.is_empty()).unwrap_or(false);
-                self.say(&format!(
-                    "  failed: {}{}{}",
-                    step.label,
-                    if detail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {detail}")
-                    },
-                    if outcome == Outcome::FailedContinued && !in_agent {
-                        "; its `on_failure` handler ran and the workflow goes on (`fail_workflow` is false)"
-                    } else {
-                        ""
-                    }
-                ));
+                self.say(Message::StepFailed {
+                    label: step.label.clone(),
+                    detail,
+                    continued: outcome == Outcome::FailedContinued && !in_agent,
+                });
             }
             outcome
         })
@@ -303,10 +298,10 @@ impl Runner {
             state: format!("{:?}", machine.state()),
             action: format!("{action:?}"),
         });
-        self.say(&format!(
-            "internal error in step `{}`: please report it",
+        self.say(Message::internal(format!(
+            "step `{}` reached a state that cannot happen; please report it",
             step.label
-        ));
+        )));
         Outcome::Failed
     }
 

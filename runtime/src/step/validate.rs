@@ -1,5 +1,6 @@
 //! `validate` and `step_validate`: running the checks, reading the result, `on_incomplete`.
 
+use crate::message::Message;
 use prodigy_compiler::plan;
 use prodigy_compiler::plan::PlanStep;
 use serde_json::{Value, json};
@@ -62,10 +63,10 @@ impl Runner {
                 }
             }
         }
-        self.say(&format!(
-            "  error: `step_validate` of `{}` failed",
+        self.say(Message::step_error(format!(
+            "`step_validate` of `{}` failed",
             step.label
-        ));
+        )));
         false
     }
 
@@ -90,10 +91,10 @@ impl Runner {
             if let Some(schema) = &validate.expected_schema
                 && let Err(why) = matches_schema(schema, &result)
             {
-                self.say(&format!(
-                    "  error: the validation result of `{}` does not fit `expected_schema`: {why}",
+                self.say(Message::step_error(format!(
+                    "the validation result of `{}` does not fit `expected_schema`: {why}",
                     step.label
-                ));
+                )));
                 result = json!({"completion_percentage": 0, "status": "invalid", "missing": [why]});
             }
             // The value as the validator wrote it, so `${validation.completion}` renders `100`.
@@ -119,29 +120,29 @@ impl Runner {
                 return outcome;
             }
             let Some(on_incomplete) = &validate.on_incomplete else {
-                self.say(&format!(
-                    "  warning: validation of `{}` is incomplete ({completion}% < {}%)",
+                self.say(Message::step_warning(format!(
+                    "validation of `{}` is incomplete ({completion}% < {}%)",
                     step.label, validate.threshold
-                ));
+                )));
                 return outcome;
             };
             if round == rounds {
                 if on_incomplete.fail_workflow {
-                    self.say(&format!(
-                        "  error: validation of `{}` still incomplete after {} ({completion}%)",
+                    self.say(Message::step_error(format!(
+                        "validation of `{}` still incomplete after {} ({completion}%)",
                         step.label,
                         crate::progress::count(rounds, "attempt")
-                    ));
+                    )));
                     return Outcome::Failed;
                 }
-                self.say(&format!(
-                    "  warning: validation of `{}` still incomplete ({completion}%)",
+                self.say(Message::step_warning(format!(
+                    "validation of `{}` still incomplete ({completion}%)",
                     step.label
-                ));
+                )));
                 return outcome;
             }
             if let Some(prompt) = &on_incomplete.prompt {
-                self.say(&format!("  {}", self.preview(&prompt.parsed, vars)));
+                self.say(Message::step_info(self.preview(&prompt.parsed, vars)));
             }
             let head_before = if on_incomplete.commit_required {
                 crate::git::head(&self.workdir()).await

@@ -245,8 +245,6 @@ impl Harness {
             args: Vec::new(),
             profile: None,
             claude_command: None,
-            verbose: 0,
-            quiet: true,
             grace: Duration::from_secs(1),
             seed: 7,
             output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,

@@ -1,6 +1,7 @@
 //! Bringing a session's work back: the end of a map phase, and the session branch merged
 //! into the branch the run started from (with the workflow's `merge` steps, or `git merge`).
 
+use crate::message::Message;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -250,13 +251,13 @@ impl Runner {
             conflicted_files: files.clone(),
             worktree: c.dir.to_owned(),
         });
-        self.say(&format!(
+        self.say(Message::info(format!(
             "merging `{}` into `{}` conflicts in {}: running `merge.on_conflict` in {}",
             c.source_branch,
             c.target_branch,
             files.join(", "),
             c.dir.display()
-        ));
+        )));
         let (scope, stop) = crate::mapreduce::scope_for(c.item, None, c.workdir.clone());
         let steps = self.run_phase(&merge.on_conflict, vars);
         let (outcome, why) =
@@ -339,11 +340,11 @@ impl Runner {
                     "modified_files": files,
                 }),
             );
-            self.say(&format!(
+            self.say(Message::info(format!(
                 "merge: {} in {}",
                 crate::progress::count(merge.steps.len(), "step"),
                 session.path.display()
-            ));
+            )));
             // Under the `timeout`, stopped like any step: SIGTERM to the process groups,
             // then SIGKILL after the grace period.
             let (scope, stop) = crate::mapreduce::scope_for(None, None, None);

@@ -1,0 +1,286 @@
+//! What a run tells a person, as values. The runtime says a [`Message`] (through
+//! [`crate::events::Sink::say`], which masks secrets); the reporter the binary gives it
+//! decides whether `-q`, `-v` and `-vv` show it and how it reads. The runtime never decides
+//! what is shown, nor writes to the terminal.
+
+use std::time::Duration;
+
+use crate::claude::{Note, Totals};
+
+/// How much free text matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// A bug in prodigy: `internal error: …`, shown even under `-q`.
+    Internal,
+    /// `error: …`, shown even under `-q`.
+    Error,
+    /// `warning: …`.
+    Warning,
+    /// `note: …`.
+    Note,
+    /// Progress: no prefix.
+    Info,
+}
+
+/// Which list of steps a numbered step belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// A standard workflow's steps or a map agent's template: `[2/5]`.
+    Steps,
+    /// A MapReduce job's `setup`: `[setup 1/2]`.
+    Setup,
+    /// A MapReduce job's `reduce`: `[reduce 1/2]`.
+    Reduce,
+}
+
+/// One thing a run tells a person.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    /// A step starts: its place in its list (from 1) and its label.
+    StepStarted {
+        /// Which list.
+        phase: Phase,
+        /// From 1.
+        number: usize,
+        /// Steps in the list.
+        total: usize,
+        /// The step's label (`shell: make`).
+        label: String,
+    },
+    /// The step's `description` (`-v`).
+    Description(String),
+    /// The step is skipped: its `when` (`-v`).
+    Skipped {
+        /// The condition as written.
+        when: String,
+    },
+    /// The step runs again after DELAY (`-v`).
+    Retrying {
+        /// Before the next attempt.
+        delay: Duration,
+        /// The next attempt, from 1.
+        attempt: u32,
+    },
+    /// A command about to run, as it runs (`-vv`).
+    Command(String),
+    /// A step's environment variable (`-vv`), secrets masked.
+    Env {
+        /// The variable.
+        name: String,
+        /// Its value as shown.
+        value: String,
+    },
+    /// A line a step's command wrote (`-v`).
+    Output(String),
+    /// What a Claude call does (`-v`; the session's id and model at `-vv`).
+    Claude(Note),
+    /// How a step's command ended and how long it took (`-vv`).
+    Exited {
+        /// The step's label.
+        label: String,
+        /// `exited 1`, `timed out`, …
+        how: String,
+        /// How long it ran.
+        duration: Duration,
+    },
+    /// A step failed: `failed: LABEL: DETAIL`, shown even under `-q`.
+    StepFailed {
+        /// The step's label.
+        label: String,
+        /// Why, or empty.
+        detail: String,
+        /// Whether its `on_failure` handler ran and the workflow goes on.
+        continued: bool,
+    },
+    /// Free text, said by a step (`in_step`) or by the run.
+    Text {
+        /// How much it matters.
+        severity: Severity,
+        /// Whether a step says it.
+        in_step: bool,
+        /// The text, without its prefix.
+        text: String,
+    },
+    /// What the Claude calls of a run or a job cost.
+    ClaudeTotals(Totals),
+    /// A map item failed (`error_collection: immediate`).
+    ItemFailed {
+        /// `item_N`.
+        item: String,
+        /// Why.
+        why: String,
+    },
+    /// A batch of map items failed (`error_collection: batched`): `item_N` and why.
+    ItemsFailed(Vec<(String, String)>),
+}
+
+impl Message {
+    /// `error: TEXT` of the run.
+    pub fn error(text: impl Into<String>) -> Self {
+        Self::text(Severity::Error, false, text)
+    }
+
+    /// `warning: TEXT` of the run.
+    pub fn warning(text: impl Into<String>) -> Self {
+        Self::text(Severity::Warning, false, text)
+    }
+
+    /// TEXT of the run, as progress.
+    pub fn info(text: impl Into<String>) -> Self {
+        Self::text(Severity::Info, false, text)
+    }
+
+    /// `note: TEXT` of the run.
+    pub fn note(text: impl Into<String>) -> Self {
+        Self::text(Severity::Note, false, text)
+    }
+
+    /// `internal error: TEXT`.
+    pub fn internal(text: impl Into<String>) -> Self {
+        Self::text(Severity::Internal, false, text)
+    }
+
+    /// `error: TEXT` under the step that says it.
+    pub fn step_error(text: impl Into<String>) -> Self {
+        Self::text(Severity::Error, true, text)
+    }
+
+    /// `warning: TEXT` under the step that says it.
+    pub fn step_warning(text: impl Into<String>) -> Self {
+        Self::text(Severity::Warning, true, text)
+    }
+
+    /// TEXT under the step that says it.
+    pub fn step_info(text: impl Into<String>) -> Self {
+        Self::text(Severity::Info, true, text)
+    }
+
+    fn text(severity: Severity, in_step: bool, text: impl Into<String>) -> Self {
+        Message::Text {
+            severity,
+            in_step,
+            text: text.into(),
+        }
+    }
+
+    /// The message with every text in it passed through MASK (secrets hidden).
+    #[must_use]
+    pub fn masked(self, mask: &dyn Fn(&str) -> String) -> Self {
+        match self {
+            Message::StepStarted {
+                phase,
+                number,
+                total,
+                label,
+            } => Message::StepStarted {
+                phase,
+                number,
+                total,
+                label: mask(&label),
+            },
+            Message::Description(text) => Message::Description(mask(&text)),
+            Message::Skipped { when } => Message::Skipped { when: mask(&when) },
+            Message::Retrying { delay, attempt } => Message::Retrying { delay, attempt },
+            Message::Command(text) => Message::Command(mask(&text)),
+            Message::Env { name, value } => Message::Env {
+                name,
+                value: mask(&value),
+            },
+            Message::Output(line) => Message::Output(mask(&line)),
+            Message::Claude(note) => Message::Claude(match note {
+                Note::Started { session_id, model } => Note::Started { session_id, model },
+                Note::Text(text) => Note::Text(mask(&text)),
+                Note::Tool { name, detail } => Note::Tool {
+                    name,
+                    detail: mask(&detail),
+                },
+                Note::ApiRetry {
+                    attempt,
+                    max,
+                    error,
+                    delay_ms,
+                } => Note::ApiRetry {
+                    attempt,
+                    max,
+                    error: mask(&error),
+                    delay_ms,
+                },
+            }),
+            Message::Exited {
+                label,
+                how,
+                duration,
+            } => Message::Exited {
+                label: mask(&label),
+                how: mask(&how),
+                duration,
+            },
+            Message::StepFailed {
+                label,
+                detail,
+                continued,
+            } => Message::StepFailed {
+                label: mask(&label),
+                detail: mask(&detail),
+                continued,
+            },
+            Message::Text {
+                severity,
+                in_step,
+                text,
+            } => Message::Text {
+                severity,
+                in_step,
+                text: mask(&text),
+            },
+            Message::ClaudeTotals(totals) => Message::ClaudeTotals(totals),
+            Message::ItemFailed { item, why } => Message::ItemFailed {
+                item,
+                why: mask(&why),
+            },
+            Message::ItemsFailed(items) => Message::ItemsFailed(
+                items
+                    .into_iter()
+                    .map(|(item, why)| (item, mask(&why)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every text a message carries is masked.
+    #[test]
+    fn masking_reaches_every_text() {
+        let mask = |text: &str| text.replace("hunter2", "***");
+        let message = Message::StepFailed {
+            label: "shell: echo hunter2".into(),
+            detail: "hunter2 refused".into(),
+            continued: false,
+        }
+        .masked(&mask);
+        assert_eq!(
+            message,
+            Message::StepFailed {
+                label: "shell: echo ***".into(),
+                detail: "*** refused".into(),
+                continued: false,
+            }
+        );
+        let tool = Message::Claude(Note::Tool {
+            name: "Bash".into(),
+            detail: "curl -H hunter2".into(),
+        })
+        .masked(&mask);
+        assert_eq!(
+            tool,
+            Message::Claude(Note::Tool {
+                name: "Bash".into(),
+                detail: "curl -H ***".into(),
+            })
+        );
+    }
+}
