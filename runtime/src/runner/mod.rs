@@ -62,6 +62,17 @@ pub enum RunOutcome {
     Interrupted,
 }
 
+impl RunOutcome {
+    /// The session status a run that ended so is saved with.
+    pub fn status(self) -> crate::store::SessionStatus {
+        match self {
+            RunOutcome::Succeeded => crate::store::SessionStatus::Completed,
+            RunOutcome::Failed => crate::store::SessionStatus::Failed,
+            RunOutcome::Interrupted => crate::store::SessionStatus::Interrupted,
+        }
+    }
+}
+
 /// What a run reports.
 #[derive(Clone, Debug)]
 pub struct Report {

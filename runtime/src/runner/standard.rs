@@ -1,12 +1,14 @@
-//! A standard run: its steps in order, the git context after each, and a checkpoint after
-//! every step.
+//! A standard run's dispatcher: it feeds the run's order machine ([`Sequence`]) what
+//! happened and does what it answers: start a step (its variables refreshed, the git
+//! context after it), write a checkpoint after every step, settle the state and end.
 
 use crate::message::{Message, Phase};
 use serde_json::json;
 
 use crate::lock;
 use crate::machine::Outcome;
-use crate::runner::{Report, RunOutcome, Runner, fields};
+use crate::runner::{Report, Runner, fields};
+use crate::sequence::{Ending, RunAction, RunEvent, Sequence};
 use crate::store::{Checkpoint, ContinuedStep, SessionStatus};
 use crate::vars::Vars;
 
@@ -37,113 +39,42 @@ impl Runner {
         };
         // Steps from START on run again: what they did before a resume no longer counts.
         lock(&self.continued).retain(|c| c.index < start);
-        let mut outcome = RunOutcome::Succeeded;
-        let mut failed_step = None;
-        let mut next = start;
-        let mut state_error = None;
-        for (index, &id) in self.plan.commands.iter().enumerate().skip(start) {
-            if self.cancelled() {
-                outcome = RunOutcome::Interrupted;
-                break;
+        let mut machine = Sequence::new(start, total);
+        let mut event = self.ready();
+        let ending = loop {
+            let reaction = machine.on(event);
+            if let Some(message) = reaction.say {
+                self.say(message);
             }
-            // A checkpoint written while the last step ran has landed by now, most often.
-            let landed = lock(&self.pending_checkpoint)
-                .as_ref()
-                .is_some_and(tokio::task::JoinHandle::is_finished);
-            if landed {
-                self.settle_checkpoint().await;
-            }
-            // A run whose state cannot be written stops: what it did since is not kept.
-            if let Some(why) = self.state_failure() {
-                self.say(Message::error(format!("{why}; no further step starts")));
-                outcome = RunOutcome::Failed;
-                state_error = Some(why);
-                break;
-            }
-            let label = self
-                .plan
-                .step(id)
-                .map(|s| s.label.clone())
-                .unwrap_or_default();
-            // The first step sees the values the run started with.
-            if index > start
-                && let Err(e) = self.refresh_env(&mut vars).await
-            {
-                self.say(Message::step_error(e.to_string()));
-                outcome = RunOutcome::Failed;
-                failed_step = Some(label);
-                break;
-            }
-            let before = if git_base.is_some() {
-                crate::git::head(&self.workdir()).await
-            } else {
-                None
+            event = match reaction.action {
+                RunAction::Start(index) => {
+                    self.start_step(index, start, &mut vars, git_base.as_deref())
+                        .await
+                }
+                RunAction::Checkpoint(next) => {
+                    self.checkpoint(&vars, next, SessionStatus::Running, false)
+                        .await;
+                    self.ready()
+                }
+                RunAction::Settle => {
+                    self.settle_checkpoint().await;
+                    RunEvent::Settled(self.state_failure())
+                }
+                RunAction::SaveLast { status, next } => {
+                    self.checkpoint(&vars, next, status, true).await;
+                    RunEvent::Saved(self.state_failure())
+                }
+                RunAction::End(ending) => break ending,
             };
-            self.say(Message::StepStarted {
-                phase: Phase::Steps,
-                number: index + 1,
-                total,
-                label: label.clone(),
-            });
-            let step_outcome = self.run_step(id, &mut vars, Some(index)).await;
-            if let (Some(base), Some(before)) = (&git_base, &before) {
-                self.git_context(&mut vars, base, before).await;
-            }
-            if let Outcome::FailedContinued | Outcome::Ignored = step_outcome {
-                let handled = step_outcome == Outcome::FailedContinued;
-                self.record(&crate::events::Event::StepFailedContinued {
-                    step: label.clone(),
-                    step_index: index,
-                    handled,
-                });
-                let mut continued = lock(&self.continued);
-                continued.retain(|c| c.index != index);
-                continued.push(ContinuedStep {
-                    index,
-                    step: label.clone(),
-                    handled,
-                });
-            }
-            match step_outcome {
-                Outcome::Cancelled => {
-                    outcome = RunOutcome::Interrupted;
-                    break;
-                }
-                o if o.continues() => next = index + 1,
-                _ => {
-                    outcome = RunOutcome::Failed;
-                    failed_step = Some(label);
-                    break;
-                }
-            }
-            if index + 1 < total {
-                self.checkpoint(&vars, next, SessionStatus::Running, false)
-                    .await;
-            }
-        }
-        // A run some of whose state was lost does not end as completed.
-        self.settle_checkpoint().await;
-        if let (None, Some(why)) = (&state_error, self.state_failure())
-            && outcome != RunOutcome::Interrupted
-        {
-            self.say(Message::error(why.clone()));
-            outcome = RunOutcome::Failed;
-            state_error = Some(why);
-        }
-        let status = match outcome {
-            RunOutcome::Succeeded => SessionStatus::Completed,
-            RunOutcome::Failed => SessionStatus::Failed,
-            RunOutcome::Interrupted => SessionStatus::Interrupted,
         };
-        self.checkpoint(&vars, next, status, true).await;
-        if let (None, Some(why)) = (&state_error, self.state_failure()) {
-            // Not durable: resuming runs the steps since the last checkpoint that landed.
-            self.say(Message::error(why.clone()));
-            if outcome == RunOutcome::Succeeded {
-                outcome = RunOutcome::Failed;
-            }
-            state_error = Some(why);
-        }
+        let Ending {
+            outcome,
+            failed_step,
+            state_error,
+            next: _,
+        } = ending;
+        let status = outcome.status();
+        let failed_step = failed_step.map(|index| self.label_of(index));
         let continued = lock(&self.continued).clone();
         let claude = *lock(&self.claude_totals);
         self.record(&crate::events::Event::WorkflowFinished {
@@ -164,6 +95,85 @@ impl Runner {
             continued,
             state_error,
         }
+    }
+
+    /// Whether the next step may start: a signal, or a state that can no longer be written.
+    fn ready(&self) -> RunEvent {
+        RunEvent::Ready {
+            cancelled: self.cancelled(),
+            state_lost: self.state_failure(),
+        }
+    }
+
+    /// The label of the standard run's step at INDEX.
+    fn label_of(&self, index: usize) -> String {
+        self.plan
+            .commands
+            .get(index)
+            .and_then(|&id| self.plan.step(id))
+            .map(|s| s.label.clone())
+            .unwrap_or_default()
+    }
+
+    /// Runs the step at INDEX of a run that started at START: refreshes the variables
+    /// (not for the run's first step, which sees the values it started with), shows it,
+    /// runs it, and notes the git context and a failure the workflow goes on after.
+    async fn start_step(
+        &self,
+        index: usize,
+        start: usize,
+        vars: &mut Vars,
+        git_base: Option<&str>,
+    ) -> RunEvent {
+        // A checkpoint written while the last step ran has landed by now, most often.
+        let landed = lock(&self.pending_checkpoint)
+            .as_ref()
+            .is_some_and(tokio::task::JoinHandle::is_finished);
+        if landed {
+            self.settle_checkpoint().await;
+        }
+        let Some(&id) = self.plan.commands.get(index) else {
+            self.say(Message::internal(format!(
+                "the run has no step #{index}; please report it"
+            )));
+            return RunEvent::StepEnded(Outcome::Failed);
+        };
+        if index > start
+            && let Err(e) = self.refresh_env(vars).await
+        {
+            return RunEvent::EnvFailed(e.to_string());
+        }
+        let label = self.label_of(index);
+        let before = match git_base {
+            Some(_) => crate::git::head(&self.workdir()).await,
+            None => None,
+        };
+        self.say(Message::StepStarted {
+            phase: Phase::Steps,
+            number: index + 1,
+            total: self.plan.commands.len(),
+            label: label.clone(),
+        });
+        let outcome = self.run_step(id, vars, Some(index)).await;
+        if let (Some(base), Some(before)) = (git_base, &before) {
+            self.git_context(vars, base, before).await;
+        }
+        if let Outcome::FailedContinued | Outcome::Ignored = outcome {
+            let handled = outcome == Outcome::FailedContinued;
+            self.record(&crate::events::Event::StepFailedContinued {
+                step: label.clone(),
+                step_index: index,
+                handled,
+            });
+            let mut continued = lock(&self.continued);
+            continued.retain(|c| c.index != index);
+            continued.push(ContinuedStep {
+                index,
+                step: label,
+                handled,
+            });
+        }
+        RunEvent::StepEnded(outcome)
     }
 
     /// After a step: what it committed (`step.*`), what the run has committed so far
