@@ -173,11 +173,12 @@ pub(crate) fn retry_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan
                 ),
                 None => format!("{} of delays + the runs", duration(cost.delays)),
             };
-            let schedule = if retry.schedule.is_empty() {
+            let schedule = if retry.policy.delays.is_empty() {
                 "none".to_owned()
             } else {
                 retry
-                    .schedule
+                    .policy
+                    .delays
                     .iter()
                     .map(|d| duration(*d))
                     .collect::<Vec<_>>()

@@ -17,9 +17,9 @@ use crate::source::{Span, Spanned};
 pub use crate::plan::vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeSettings, CommitConfig, Condition,
     EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline,
-    PERMISSION_MODES, Parsed, Profile, Rebaser, RetryExhausted, Secret, SecretSource, Slurm,
-    StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig,
-    TimeoutPolicy, ValidationCheck, WriteFile, WriteFormat,
+    PERMISSION_MODES, Parsed, Pattern, Profile, Rebaser, RetryExhausted, Secret, SecretSource,
+    Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction,
+    TimeoutConfig, TimeoutPolicy, ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// A whole workflow file.
@@ -315,7 +315,7 @@ pub enum Matcher {
     /// A Claude call whose credentials were refused (401, 403, not logged in).
     Auth,
     /// A regular expression over stderr and stdout.
-    Pattern(Spanned<String>),
+    Pattern(Pattern),
 }
 
 /// `validate`.
@@ -375,9 +375,9 @@ pub struct SetupCapture {
     /// `source`.
     pub source: CaptureSource,
     /// `pattern`: a regex whose first group (or whole match) is the value.
-    pub pattern: Option<Spanned<String>>,
+    pub pattern: Option<Pattern>,
     /// `json_path` into the output.
-    pub json_path: Option<Spanned<String>>,
+    pub json_path: Option<Parsed<prodigy_grammar::jsonpath::JsonPath>>,
     /// `max_size` in bytes.
     pub max_size: u64,
     /// `default` when pattern or path fail.

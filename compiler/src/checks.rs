@@ -175,7 +175,7 @@ fn retries(step: &PlanStep, out: &mut Vec<Diagnostic>) {
                 .with_help("give the step a `timeout`, or retry on other failures too"),
         );
     }
-    if let (Some(budget), Some(first)) = (config.retry_budget, retry.schedule.first())
+    if let (Some(budget), Some(first)) = (config.retry_budget, retry.policy.delays.first())
         && budget < *first
     {
         out.push(

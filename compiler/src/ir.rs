@@ -289,7 +289,7 @@ impl Builder<'_> {
             if retry.config.attempts > 1 {
                 let edge = Edge::Retry {
                     retries: retry.config.attempts - 1,
-                    schedule: retry.schedule.clone(),
+                    schedule: retry.policy.delays.clone(),
                 };
                 self.g.add_edge(node, node, edge);
             }

@@ -11,6 +11,7 @@
 //! false, and it is not an unknown slash command (`Unknown command: …` with no turn taken).
 //! Everything else is a failure with an [`ErrorKind`].
 
+use prodigy_compiler::plan::ClaudeSettings;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -101,31 +102,6 @@ impl std::fmt::Display for ErrorKind {
     }
 }
 
-/// Per-step (and workflow-wide) settings of a Claude call, as CLI options.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Settings {
-    /// `--model`.
-    pub model: Option<String>,
-    /// `--max-turns`.
-    pub max_turns: Option<u32>,
-    /// `--allowedTools`.
-    pub allowed_tools: Vec<String>,
-    /// `--disallowedTools`.
-    pub disallowed_tools: Vec<String>,
-    /// `--append-system-prompt`.
-    pub append_system_prompt: Option<String>,
-    /// `--permission-mode`; when set, replaces `--dangerously-skip-permissions`.
-    pub permission_mode: Option<String>,
-    /// `--max-budget-usd`.
-    pub max_budget_usd: Option<f64>,
-    /// `--fallback-model`.
-    pub fallback_model: Option<String>,
-    /// `--mcp-config`.
-    pub mcp_config: Vec<String>,
-    /// `--add-dir`.
-    pub add_dirs: Vec<String>,
-}
-
 /// `PRODIGY_CLAUDE_COMMAND` could not be split into words.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -149,13 +125,16 @@ pub fn program(override_command: Option<&str>) -> Result<(String, Vec<String>), 
 /// The whole argument list of a call with TEXT: the program and its leading arguments, then
 /// `-p --output-format stream-json --verbose`, the permission mode, the settings, and TEXT
 /// last, after `--`, so that a prompt that starts with `-` stays a prompt and no list option
-/// swallows it.
+/// swallows it. SETTINGS are the plan's, as resolved for the call (none: the CLI's
+/// defaults); an empty list adds no option.
 pub fn invocation(
     text: &str,
     override_command: Option<&str>,
-    settings: &Settings,
+    settings: Option<&ClaudeSettings>,
 ) -> Result<(String, Vec<String>), BadCommand> {
     let (program, mut args) = program(override_command)?;
+    let none = ClaudeSettings::default();
+    let settings = settings.unwrap_or(&none);
     args.extend(
         ["-p", "--output-format", "stream-json", "--verbose"]
             .iter()
@@ -175,11 +154,11 @@ pub fn invocation(
     if let Some(turns) = settings.max_turns {
         option("--max-turns", turns.to_string());
     }
-    if !settings.allowed_tools.is_empty() {
-        option("--allowedTools", settings.allowed_tools.join(","));
+    if let Some(tools) = settings.allowed_tools.as_ref().filter(|t| !t.is_empty()) {
+        option("--allowedTools", tools.join(","));
     }
-    if !settings.disallowed_tools.is_empty() {
-        option("--disallowedTools", settings.disallowed_tools.join(","));
+    if let Some(tools) = settings.disallowed_tools.as_ref().filter(|t| !t.is_empty()) {
+        option("--disallowedTools", tools.join(","));
     }
     if let Some(prompt) = &settings.append_system_prompt {
         option("--append-system-prompt", prompt.clone());
@@ -190,10 +169,10 @@ pub fn invocation(
     if let Some(model) = &settings.fallback_model {
         option("--fallback-model", model.clone());
     }
-    for config in &settings.mcp_config {
+    for config in settings.mcp_config.iter().flatten() {
         option("--mcp-config", config.clone());
     }
-    for dir in &settings.add_dirs {
+    for dir in settings.add_dirs.iter().flatten() {
         option("--add-dir", dir.clone());
     }
     args.push("--".to_owned());
@@ -836,7 +815,7 @@ mod tests {
         let (program, args) = invocation(
             "fix it",
             Some(r#"claude --append-system-prompt "be terse""#),
-            &Settings::default(),
+            None,
         )
         .unwrap();
         assert_eq!(program, "claude");
@@ -855,29 +834,32 @@ mod tests {
             ]
         );
         assert_eq!(
-            invocation("x", Some(r#"claude "oops"#), &Settings::default()),
+            invocation("x", Some(r#"claude "oops"#), None),
             Err(BadCommand(r#"claude "oops"#.to_owned()))
         );
     }
 
     #[test]
     fn settings_become_options_and_a_permission_mode_replaces_skipping() {
-        let settings = Settings {
+        let settings = ClaudeSettings {
             model: Some("sonnet".into()),
             max_turns: Some(3),
-            allowed_tools: vec!["Bash(git *)".into(), "Edit".into()],
+            allowed_tools: Some(vec!["Bash(git *)".into(), "Edit".into()]),
+            disallowed_tools: Some(Vec::new()),
             permission_mode: Some("acceptEdits".into()),
             max_budget_usd: Some(0.5),
-            add_dirs: vec!["../lib".into()],
-            ..Settings::default()
+            add_dirs: Some(vec!["../lib".into()]),
+            ..ClaudeSettings::default()
         };
-        let (_, args) = invocation("go", None, &settings).unwrap();
+        let (_, args) = invocation("go", None, Some(&settings)).unwrap();
         let joined = args.join(" ");
         assert!(
             joined.contains("--permission-mode acceptEdits --model sonnet --max-turns 3 --allowedTools Bash(git *),Edit --max-budget-usd 0.5 --add-dir ../lib -- go"),
             "{joined}"
         );
         assert!(!joined.contains("--dangerously-skip-permissions"));
+        // An empty list (one that clears the workflow's) adds no option.
+        assert!(!joined.contains("--disallowedTools"), "{joined}");
     }
 
     #[test]

@@ -409,10 +409,10 @@ impl StepMachine {
                         );
                     }
                 }
-                match self.retry.exhausted {
+                match &self.retry.exhausted {
                     Exhausted::Stop => self.run_failed(run, now),
                     Exhausted::Continue => Self::finish(Outcome::Ignored),
-                    Exhausted::Fallback => (Some(S::Fallback { run }), Action::RunFallback),
+                    Exhausted::Fallback(_) => (Some(S::Fallback { run }), Action::RunFallback),
                 }
             }
             (S::Running { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
@@ -525,6 +525,17 @@ mod tests {
             assert_eq!(&got, expect, "step {i}: {event:?} in {:?}", m.state());
         }
         m
+    }
+
+    /// `on_failure: {fallback: make clean}`.
+    fn fallback_command() -> Exhausted {
+        let text = "make clean";
+        Exhausted::Fallback(prodigy_compiler::plan::Template {
+            value: text.to_owned(),
+            span: prodigy_compiler::plan::support::Span::default(),
+            parsed: prodigy_grammar::template::Template::parse(text).unwrap(),
+            exact: true,
+        })
     }
 
     fn retry(attempts: u32) -> RetryPolicy {
@@ -752,7 +763,7 @@ mod tests {
             ],
         );
         let fallback = RetryPolicy {
-            exhausted: Exhausted::Fallback,
+            exhausted: fallback_command(),
             ..retry(1)
         };
         script(
@@ -1023,7 +1034,7 @@ mod tests {
             for event in &events {
                 let mut m = StepMachine::new(
                     RetryPolicy {
-                        exhausted: Exhausted::Fallback,
+                        exhausted: fallback_command(),
                         ..retry(3)
                     },
                     handler(2, true),

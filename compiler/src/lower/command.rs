@@ -223,10 +223,9 @@ impl Lowerer<'_> {
 
     pub(super) fn commit_config(&mut self, node: &Node) -> Option<CommitConfig> {
         let fields = self.fields(node, "`commit_config`", &shapes::COMMIT_CONFIG)?;
-        let message_pattern = fields.string(self, "message_pattern");
-        if let Some(p) = &message_pattern {
-            self.regex(p);
-        }
+        let message_pattern = fields
+            .string(self, "message_pattern")
+            .and_then(|p| self.regex(p));
         Some(CommitConfig {
             message_template: fields.template(self, "message_template"),
             message_pattern,

@@ -7,8 +7,8 @@ use super::fields::Fields;
 use super::step::without_key;
 use super::{Lowerer, one_of};
 use crate::ast::{
-    Backoff, Command, Matcher, OnFailure, OnFailureForm, RetryConfig, RetryExhausted, Step,
-    Strategy,
+    Backoff, Command, Matcher, OnFailure, OnFailureForm, Pattern, RetryConfig, RetryExhausted,
+    Step, Strategy,
 };
 use crate::diagnostics::{Code, Diagnostic, Edit, Fix};
 use crate::shapes;
@@ -387,26 +387,25 @@ impl Lowerer<'_> {
                 }
                 continue;
             };
-            if let Some(p) = pattern
-                && self.regex(&p)
-            {
+            if let Some(p) = pattern.and_then(|p| self.regex(p)) {
                 out.push(Matcher::Pattern(p));
             }
         }
         out
     }
 
-    /// Checks that a regular expression compiles.
-    pub(crate) fn regex(&mut self, pattern: &Spanned<String>) -> bool {
-        match prodigy_grammar::compile_regex(&pattern.value) {
-            Ok(_) => true,
+    /// A regular expression, compiled; `None` (with a diagnostic) when it does not compile.
+    pub(crate) fn regex(&mut self, pattern: Spanned<String>) -> Option<Pattern> {
+        let span = pattern.span;
+        match Pattern::compile(pattern) {
+            Ok(p) => Some(p),
             Err(why) => {
                 self.push(
                     Diagnostic::new(Code::InvalidRegex, "invalid regular expression")
-                        .with_primary(pattern.span, why)
+                        .with_primary(span, why)
                         .with_help("fix the pattern; escape literal characters such as `(` or `[` with `\\`"),
                 );
-                false
+                None
             }
         }
     }

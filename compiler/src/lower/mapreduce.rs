@@ -135,11 +135,10 @@ impl Lowerer<'_> {
             ("combined", CaptureSource::Combined),
         ];
         capture.source = f.choice_or(self, "source", &sources, capture.source);
-        capture.pattern = f.string(self, "pattern");
-        if let Some(p) = capture.pattern.clone() {
-            self.regex(&p);
-        }
-        capture.json_path = f.string(self, "json_path");
+        capture.pattern = f.string(self, "pattern").and_then(|p| self.regex(p));
+        capture.json_path = f.read(self, "json_path", |lw, n, what| {
+            lw.parsed(n, what, JsonPath::parse)
+        });
         if let Some(n) = f.u64(self, "max_size", 1) {
             capture.max_size = n.value;
         }

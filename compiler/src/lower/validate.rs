@@ -191,10 +191,7 @@ impl Lowerer<'_> {
                 else {
                     continue;
                 };
-                let expect_output = c.string(self, "expect_output");
-                if let Some(p) = &expect_output {
-                    self.regex(p);
-                }
+                let expect_output = c.string(self, "expect_output").and_then(|p| self.regex(p));
                 let claude = c.choice_or(
                     self,
                     "command_type",

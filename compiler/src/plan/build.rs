@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{
     HandlerPolicy, JobPolicy, OutputCapture, Plan, PlanCommand, PlanMap, PlanMerge, PlanOnFailure,
     PlanOnIncomplete, PlanRetry, PlanSetup, PlanStep, PlanValidate, RetryPolicy, Role, Slot,
-    StepId, Template, VarSource, Variable, schedule,
+    StepId, Template, VarSource, Variable,
 };
 use crate::ast::{self, ExitCodeHandler, Step, Strategy};
 
@@ -277,12 +277,8 @@ impl Builder {
             on_exit_code: Vec::new(),
             retry: step.retry.as_ref().map(|r| PlanRetry {
                 config: r.clone(),
-                schedule: schedule(r),
+                policy: RetryPolicy::resolve(r),
             }),
-            retry_policy: step
-                .retry
-                .as_ref()
-                .map_or_else(RetryPolicy::none, RetryPolicy::resolve),
             handler_policy: HandlerPolicy::none(),
             commit_required: step.commit_required,
             auto_commit: step.auto_commit,
@@ -424,22 +420,78 @@ mod tests {
              on_failure:\n    shell: echo fix\n    strategy: fallback\n    max_attempts: 2\n",
         );
         let step = &plan.steps[0];
-        let retry = &step.retry_policy;
+        let retry = step.retry_policy();
         assert_eq!(retry.attempts, 3);
         assert_eq!(retry.delays, [Duration::from_secs(2); 2]);
-        assert_eq!(retry.exhausted, Exhausted::Fallback);
+        assert!(
+            matches!(&retry.exhausted, Exhausted::Fallback(command) if command.value == "make clean"),
+            "the exhausted policy carries its fallback command: {:?}",
+            retry.exhausted
+        );
         assert!(matches!(retry.retry_on[0], Matcher::Network));
         assert!(matches!(&retry.retry_on[1], Matcher::Pattern(re) if re.is_match("busy")));
-        assert_eq!(
-            step.fallback().map(|t| t.value.as_str()),
-            Some("make clean")
-        );
         let handler = &step.handler_policy;
         assert!(handler.has_handler && handler.recovers);
         assert_eq!(handler.max_attempts, 2);
         // A handler command has neither.
         let fix = &plan.steps[1];
-        assert_eq!(fix.retry_policy.attempts, 1);
+        assert_eq!(fix.retry_policy().attempts, 1);
         assert!(!fix.handler_policy.has_handler && fix.handler_policy.fail_workflow);
+    }
+
+    #[test]
+    fn patterns_and_paths_are_compiled_once_and_serialise_as_written() {
+        let plan = plan_of(
+            "name: x\nmode: mapreduce\nsetup:\n  commands: [{shell: echo}]\n  capture_outputs:\n    \
+             v: {command_index: 0, pattern: 'v=([0-9]+)', json_path: '$.a'}\n\
+             map:\n  input: i.json\n  agent_template:\n    - shell: make\n      \
+             auto_commit: true\n      commit_config: {message_pattern: '^fix'}\n      \
+             step_validate:\n        commands: [{command: echo ok, expect_output: 'o+k'}]\n      \
+             retry_config: {attempts: 3, backoff: fixed, initial_delay: 2s}\n",
+        );
+        let capture = &plan.setup.as_ref().unwrap().capture_outputs[0];
+        let pattern = capture.pattern.as_ref().unwrap();
+        assert_eq!(
+            pattern
+                .regex()
+                .captures("v=12")
+                .unwrap()
+                .get(1)
+                .unwrap()
+                .as_str(),
+            "12"
+        );
+        let doc = serde_json::json!({"a": 7});
+        assert_eq!(
+            capture.json_path.as_ref().unwrap().parsed.select(&doc),
+            [serde_json::json!(7)]
+        );
+        let step = &plan.steps[plan.map.as_ref().unwrap().steps[0].index()];
+        let check = &step.step_validate.as_ref().unwrap().checks[0];
+        assert!(check.expect_output.as_ref().unwrap().is_match("ook"));
+        let message = step
+            .commit_config
+            .as_ref()
+            .unwrap()
+            .message_pattern
+            .as_ref();
+        assert!(message.unwrap().is_match("fix: it") && !message.unwrap().is_match("wip"));
+        // The serialised plan shows the text as written: a capture's pattern and path as
+        // strings, the other patterns with their spans, the retry schedule as a list.
+        let json = serde_json::to_value(&plan).unwrap();
+        let setup = &json["setup"]["capture_outputs"][0];
+        assert_eq!(setup["pattern"], "v=([0-9]+)");
+        assert_eq!(setup["json_path"], "$.a");
+        let step = &json["steps"][step.id.index()];
+        assert_eq!(
+            step["step_validate"]["checks"][0]["expect_output"]["value"],
+            "o+k"
+        );
+        assert!(step["step_validate"]["checks"][0]["expect_output"]["span"].is_object());
+        assert_eq!(step["commit_config"]["message_pattern"]["value"], "^fix");
+        assert_eq!(
+            step["retry"]["schedule"],
+            serde_json::json!([{"secs": 2, "nanos": 0}, {"secs": 2, "nanos": 0}])
+        );
     }
 }

@@ -29,8 +29,8 @@ pub use policy::{
 };
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeSettings, CommitConfig, Condition,
-    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, Parsed, Profile,
-    RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
+    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, Parsed, Pattern,
+    Profile, RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
     SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, ValidationCheck,
     WriteFile, WriteFormat,
 };
@@ -40,7 +40,7 @@ pub mod support {
     pub use crate::scope::{
         EXPORT_SEPARATOR, RESERVED_ENV, export_field, export_root, exported_name,
     };
-    pub use crate::source::{LoadError, MAX_FILE_SIZE, Span, read_regular};
+    pub use crate::source::{LoadError, MAX_FILE_SIZE, Span, Spanned, read_regular};
 
     /// Parses YAML text (one document) into JSON with the reader that reads workflows
     /// (anchors, merge keys, the same limits on aliases and nesting); `None` when the text
@@ -238,13 +238,11 @@ pub struct PlanStep {
     pub on_failure: Option<PlanOnFailure>,
     /// `on_exit_code`.
     pub on_exit_code: Vec<(i32, Vec<StepId>)>,
-    /// `retry_config` as written, with its schedule.
+    /// `retry_config` as written, with the policy it resolves to (see
+    /// [`PlanStep::retry_policy`]).
     pub retry: Option<PlanRetry>,
-    /// What the step machine runs under: `retry_config` resolved (derived from `retry`, so
-    /// not serialised).
-    #[serde(skip)]
-    pub retry_policy: RetryPolicy,
-    /// ... and `on_failure` resolved (derived from `on_failure`).
+    /// What the step machine runs under: `on_failure` resolved (derived from `on_failure`,
+    /// so not serialised).
     #[serde(skip)]
     pub handler_policy: HandlerPolicy,
     /// `commit_required`.
@@ -319,14 +317,28 @@ pub struct PlanOnFailure {
     pub commit_required: bool,
 }
 
-/// A command-level retry policy as written, with its nominal delays (before jitter).
+/// A command-level retry policy as written, and resolved for the step machine.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PlanRetry {
     /// The policy as written, defaults applied.
     pub config: RetryConfig,
-    /// Delay before retry n, for n = 1..attempts-1, capped at `max_delay`.
-    pub schedule: Vec<Duration>,
+    /// The policy resolved: its schedule (the delay before retry n, for n = 1..attempts-1,
+    /// capped at `max_delay`, before jitter), compiled matchers and fallback command. The
+    /// serialised plan shows its schedule, as `schedule`.
+    #[serde(rename = "schedule", serialize_with = "schedule_of")]
+    pub policy: RetryPolicy,
 }
+
+/// A resolved retry policy as its schedule.
+fn schedule_of<S: serde::Serializer>(
+    policy: &RetryPolicy,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&policy.delays, serializer)
+}
+
+/// The policy of a step without `retry_config`: one run, no retry.
+static NO_RETRY: RetryPolicy = RetryPolicy::none();
 
 /// `validate`, with its commands as step ids.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -461,13 +473,10 @@ impl PlanStep {
             .copied()
     }
 
-    /// `retry_config.on_failure`'s fallback command, when it has one
-    /// ([`Exhausted::Fallback`]).
-    pub fn fallback(&self) -> Option<&Template> {
-        match self.retry.as_ref().map(|r| &r.config.on_failure) {
-            Some(RetryExhausted::Fallback(command)) => Some(command),
-            Some(RetryExhausted::Stop | RetryExhausted::Continue) | None => None,
-        }
+    /// What the step machine runs under: `retry_config` resolved, or a single run without
+    /// one.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        self.retry.as_ref().map_or(&NO_RETRY, |r| &r.policy)
     }
 
     /// The time its retry policy can take, if it has one.
@@ -475,7 +484,8 @@ impl PlanStep {
         let retry = self.retry.as_ref()?;
         Some(RetryCost {
             delays: retry
-                .schedule
+                .policy
+                .delays
                 .iter()
                 .fold(Duration::ZERO, |total, d| total.saturating_add(*d)),
             runs: self

@@ -14,8 +14,12 @@
 
 use std::time::Duration;
 
+use prodigy_grammar::jsonpath::JsonPath;
+
 use crate::ast::{self, RetryConfig};
-use crate::plan::vocab::{CaptureFormat, CaptureSource, ErrorCollection, Multiline};
+use crate::plan::vocab::{
+    CaptureFormat, CaptureSource, ErrorCollection, Multiline, Parsed, Pattern, Template,
+};
 
 /// Which failures a step's `retry_config` retries, ready to match.
 #[derive(Clone, Debug)]
@@ -37,15 +41,14 @@ pub enum Matcher {
 }
 
 /// What happens when `retry_config`'s attempts run out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Exhausted {
     /// The run fails (then `on_failure` applies).
     Stop,
     /// The step is recorded failed and the workflow goes on.
     Continue,
-    /// Run the fallback command ([`crate::plan::PlanStep::fallback`]); its result is the
-    /// run's.
-    Fallback,
+    /// Run this fallback command; its result is the run's.
+    Fallback(Template),
 }
 
 /// A step's `retry_config`, as the step machine needs it.
@@ -53,7 +56,8 @@ pub enum Exhausted {
 pub struct RetryPolicy {
     /// Runs of the command in one run of the step, counting the first (at least 1).
     pub attempts: u32,
-    /// Nominal delay before retry n (index n-1), already capped at `max_delay`.
+    /// Nominal delay before retry n (index n-1), already capped at `max_delay`: the step's
+    /// one retry schedule (the serialised plan shows it as `retry.schedule`).
     pub delays: Vec<Duration>,
     /// The cap.
     pub max_delay: Duration,
@@ -69,7 +73,7 @@ pub struct RetryPolicy {
 
 impl RetryPolicy {
     /// A policy that never retries.
-    pub fn none() -> Self {
+    pub const fn none() -> Self {
         RetryPolicy {
             attempts: 1,
             delays: Vec::new(),
@@ -100,25 +104,21 @@ impl RetryPolicy {
             retry_on: config
                 .retry_on
                 .iter()
-                .filter_map(|m| match m {
-                    ast::Matcher::Network => Some(Matcher::Network),
-                    ast::Matcher::Timeout => Some(Matcher::Timeout),
-                    ast::Matcher::ServerError => Some(Matcher::ServerError),
-                    ast::Matcher::RateLimit => Some(Matcher::RateLimit),
-                    ast::Matcher::Overloaded => Some(Matcher::Overloaded),
-                    ast::Matcher::Auth => Some(Matcher::Auth),
-                    // Lowering keeps only patterns that compile (an invalid one is an
-                    // error), so this never drops one.
-                    ast::Matcher::Pattern(p) => prodigy_grammar::compile_regex(&p.value)
-                        .ok()
-                        .map(Matcher::Pattern),
+                .map(|m| match m {
+                    ast::Matcher::Network => Matcher::Network,
+                    ast::Matcher::Timeout => Matcher::Timeout,
+                    ast::Matcher::ServerError => Matcher::ServerError,
+                    ast::Matcher::RateLimit => Matcher::RateLimit,
+                    ast::Matcher::Overloaded => Matcher::Overloaded,
+                    ast::Matcher::Auth => Matcher::Auth,
+                    ast::Matcher::Pattern(p) => Matcher::Pattern(p.regex().clone()),
                 })
                 .collect(),
             budget: config.retry_budget,
             exhausted: match &config.on_failure {
                 ast::RetryExhausted::Stop => Exhausted::Stop,
                 ast::RetryExhausted::Continue => Exhausted::Continue,
-                ast::RetryExhausted::Fallback(_) => Exhausted::Fallback,
+                ast::RetryExhausted::Fallback(command) => Exhausted::Fallback(command.clone()),
             },
         }
     }
@@ -315,10 +315,13 @@ pub struct OutputCapture {
     pub format: CaptureFormat,
     /// `source`.
     pub source: CaptureSource,
-    /// `pattern`: a regex whose first group (or whole match) is the value.
-    pub pattern: Option<String>,
-    /// `json_path` into the output.
-    pub json_path: Option<String>,
+    /// `pattern`: a regex whose first group (or whole match) is the value, compiled; the
+    /// plan shows its text.
+    #[serde(serialize_with = "text_of_pattern")]
+    pub pattern: Option<Pattern>,
+    /// `json_path` into the output, parsed; the plan shows its text.
+    #[serde(serialize_with = "text_of_path")]
+    pub json_path: Option<Parsed<JsonPath>>,
     /// `max_size` in bytes.
     pub max_size: u64,
     /// `default` when pattern or path fail.
@@ -351,13 +354,38 @@ impl OutputCapture {
             command_index: capture.command_index.value,
             format: capture.format,
             source: capture.source,
-            pattern: capture.pattern.as_ref().map(|p| p.value.clone()),
-            json_path: capture.json_path.as_ref().map(|p| p.value.clone()),
+            pattern: capture.pattern.clone(),
+            json_path: capture.json_path.clone(),
             max_size: capture.max_size,
             default: capture.default.as_ref().map(|d| d.value.clone()),
             multiline: capture.multiline,
         }
     }
+}
+
+/// An optional pattern as the text it was written as (the plan before patterns were kept
+/// compiled showed that).
+#[expect(
+    clippy::ref_option,
+    reason = "serde's `serialize_with` passes the field itself"
+)]
+fn text_of_pattern<S: serde::Serializer>(
+    pattern: &Option<Pattern>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&pattern.as_ref().map(Pattern::as_str), serializer)
+}
+
+/// An optional JSON path as the text it was written as.
+#[expect(
+    clippy::ref_option,
+    reason = "serde's `serialize_with` passes the field itself"
+)]
+fn text_of_path<S: serde::Serializer>(
+    path: &Option<Parsed<JsonPath>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&path.as_ref().map(|p| p.value.as_str()), serializer)
 }
 
 /// The nominal delays of a retry policy: before retry n (n = 1..attempts-1), capped.
@@ -592,7 +620,9 @@ mod tests {
             jitter_factor: 0.5,
             retry_on: vec![
                 ast::Matcher::Network,
-                ast::Matcher::Pattern(Spanned::new("busy|locked".into(), Span::default())),
+                ast::Matcher::Pattern(
+                    Pattern::compile(Spanned::new("busy|locked".into(), Span::default())).unwrap(),
+                ),
             ],
             on_failure: ast::RetryExhausted::Continue,
             ..RetryConfig::defaults(Span::default())

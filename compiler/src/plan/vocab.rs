@@ -119,6 +119,61 @@ fn advance(source: &str, mut j: usize, c: char) -> Option<usize> {
     }
 }
 
+/// A regular expression from the workflow (`retry_on` and `capture_outputs` patterns,
+/// `expect_output`, `message_pattern`), compiled once when the workflow is checked, with the
+/// bounds of [`prodigy_grammar::compile_regex`]: the runtime matches with it and never
+/// compiles. It serialises as the text it was written as, with its span.
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    source: Spanned<String>,
+    regex: regex::Regex,
+}
+
+impl Pattern {
+    /// Compiles SOURCE.
+    ///
+    /// # Errors
+    ///
+    /// Why it is not a valid regular expression (or is too large), as a message.
+    pub fn compile(source: Spanned<String>) -> Result<Self, String> {
+        let regex = prodigy_grammar::compile_regex(&source.value)?;
+        Ok(Pattern { source, regex })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source.value
+    }
+
+    /// Where it was written.
+    pub fn span(&self) -> Span {
+        self.source.span
+    }
+
+    /// The compiled expression.
+    pub fn regex(&self) -> &regex::Regex {
+        &self.regex
+    }
+
+    /// Whether it matches somewhere in TEXT.
+    pub fn is_match(&self, text: &str) -> bool {
+        self.regex.is_match(text)
+    }
+}
+
+/// Two patterns are equal when they were written the same, in the same place.
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl serde::Serialize for Pattern {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.source.serialize(serializer)
+    }
+}
+
 /// A `${...}` template: command text, paths, env values, messages.
 pub type Template = Parsed<prodigy_grammar::template::Template>;
 
@@ -458,7 +513,7 @@ pub struct CommitConfig {
     /// `message_template`.
     pub message_template: Option<Template>,
     /// `message_pattern`: a regex the message must match.
-    pub message_pattern: Option<Spanned<String>>,
+    pub message_pattern: Option<Pattern>,
     /// `sign`.
     pub sign: bool,
     /// `author`.
@@ -500,7 +555,7 @@ pub struct ValidationCheck {
     /// Run with claude rather than the shell.
     pub claude: bool,
     /// A regex stdout must match.
-    pub expect_output: Option<Spanned<String>>,
+    pub expect_output: Option<Pattern>,
     /// The required exit code.
     pub expect_exit_code: i32,
 }

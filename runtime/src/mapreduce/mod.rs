@@ -478,7 +478,9 @@ mod tests {
     use crate::dlq::ErrorType;
     use crate::jobstore::{ItemRecord, ItemStatus};
     use crate::vars::CommandOutput;
+    use prodigy_compiler::plan::support::{Span, Spanned};
     use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
+    use prodigy_grammar::jsonpath::JsonPath;
     use setup::setup_value;
 
     fn failed(index: usize, kind: &str, message: &str) -> ItemRecord {
@@ -605,6 +607,22 @@ mod tests {
         assert!(repair_dlq(&dlq, &records, &items, &remaining).is_empty());
     }
 
+    /// A pattern compiled as the planner compiles it.
+    fn pattern(text: &str) -> prodigy_compiler::plan::Pattern {
+        prodigy_compiler::plan::Pattern::compile(Spanned::new(text.into(), Span::default()))
+            .unwrap()
+    }
+
+    /// A JSON path parsed as the planner parses it.
+    fn path(text: &str) -> prodigy_compiler::plan::Parsed<JsonPath> {
+        prodigy_compiler::plan::Parsed {
+            value: text.into(),
+            span: Span::default(),
+            parsed: JsonPath::parse(text).unwrap(),
+            exact: true,
+        }
+    }
+
     fn capture(source: CaptureSource) -> OutputCapture {
         OutputCapture {
             source,
@@ -621,7 +639,7 @@ mod tests {
             success: true,
         };
         let mut c = capture(CaptureSource::Stdout);
-        c.pattern = Some(r"count: (\d+)".into());
+        c.pattern = Some(pattern(r"count: (\d+)"));
         c.format = prodigy_compiler::plan::CaptureFormat::Number;
         assert_eq!(setup_value(&c, &out).unwrap(), json!(42));
         let mut c = capture(CaptureSource::Stdout);
@@ -636,10 +654,10 @@ mod tests {
             success: true,
         };
         let mut c = capture(CaptureSource::Stdout);
-        c.json_path = Some("$.a.b[0]".into());
+        c.json_path = Some(path("$.a.b[0]"));
         assert_eq!(setup_value(&c, &json_out).unwrap(), json!("7"));
         let mut c = capture(CaptureSource::Stderr);
-        c.pattern = Some("nothing".into());
+        c.pattern = Some(pattern("nothing"));
         assert!(setup_value(&c, &out).is_err());
         c.default = Some("fallback".into());
         assert_eq!(setup_value(&c, &out).unwrap(), json!("fallback"));

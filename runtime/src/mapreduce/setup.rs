@@ -289,18 +289,15 @@ pub(crate) fn setup_value(capture: &OutputCapture, out: &CommandOutput) -> Resul
     }
     let mut found = Some(text);
     if let (Some(pattern), Some(t)) = (&capture.pattern, &found) {
-        let re = prodigy_grammar::compile_regex(pattern)
-            .map_err(|e| format!("capture `{name}`: `pattern`: {e}"))?;
-        found = re
+        found = pattern
+            .regex()
             .captures(t)
             .and_then(|c| c.get(1).or_else(|| c.get(0)).map(|m| m.as_str().to_owned()));
     }
     if let (Some(path), Some(t)) = (&capture.json_path, &found) {
-        let path = prodigy_grammar::jsonpath::JsonPath::parse(path)
-            .map_err(|e| format!("capture `{name}`: `json_path`: {e}"))?;
         found = serde_json::from_str::<Value>(t)
             .ok()
-            .and_then(|doc| path.select(&doc).into_iter().next())
+            .and_then(|doc| path.parsed.select(&doc).into_iter().next())
             .map(|v| match v {
                 Value::String(s) => s,
                 other => other.to_string(),

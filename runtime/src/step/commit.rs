@@ -49,15 +49,13 @@ impl Runner {
             })
             .transpose()?
             .unwrap_or_else(|| format!("prodigy: {}", step.label));
-        if let Some(pattern) = config.and_then(|c| c.message_pattern.as_ref()) {
-            let re = prodigy_grammar::compile_regex(&pattern.value)
-                .map_err(|e| format!("`message_pattern`: {e}"))?;
-            if !re.is_match(&message) {
-                return Err(format!(
-                    "commit message `{message}` does not match `message_pattern` `{}`",
-                    pattern.value
-                ));
-            }
+        if let Some(pattern) = config.and_then(|c| c.message_pattern.as_ref())
+            && !pattern.is_match(&message)
+        {
+            return Err(format!(
+                "commit message `{message}` does not match `message_pattern` `{}`",
+                pattern.as_str()
+            ));
         }
         let author = config
             .and_then(|c| c.author.as_ref())

@@ -182,19 +182,16 @@ impl Runner {
         };
         // A step's own command has its settings merged with the workflow's in the plan; a
         // check of `step_validate` runs with the workflow's defaults.
-        let settings = claude_settings(if live {
+        let settings = if live {
             step.claude.as_ref()
         } else {
             self.plan.claude.as_ref()
-        });
-        let (program, args) = match crate::claude::invocation(
-            &text,
-            self.opts.claude_command.as_deref(),
-            &settings,
-        ) {
-            Ok(invocation) => invocation,
-            Err(e) => return Output::error(e.to_string()),
         };
+        let (program, args) =
+            match crate::claude::invocation(&text, self.opts.claude_command.as_deref(), settings) {
+                Ok(invocation) => invocation,
+                Err(e) => return Output::error(e.to_string()),
+            };
         let mut log = (!self.session.is_empty()).then(|| {
             crate::logs::create_numbered(&self.log_dir(), &step.label, "jsonl", self.masker())
         });
@@ -427,24 +424,5 @@ impl Runner {
             cancel: self.cancel_rx(),
         };
         self.executor.run(request).await
-    }
-}
-
-/// The CLI options of a Claude call from the plan's resolved settings.
-fn claude_settings(settings: Option<&plan::ClaudeSettings>) -> crate::claude::Settings {
-    let Some(s) = settings else {
-        return crate::claude::Settings::default();
-    };
-    crate::claude::Settings {
-        model: s.model.clone(),
-        max_turns: s.max_turns,
-        allowed_tools: s.allowed_tools.clone().unwrap_or_default(),
-        disallowed_tools: s.disallowed_tools.clone().unwrap_or_default(),
-        append_system_prompt: s.append_system_prompt.clone(),
-        permission_mode: s.permission_mode.clone(),
-        max_budget_usd: s.max_budget_usd,
-        fallback_model: s.fallback_model.clone(),
-        mcp_config: s.mcp_config.clone().unwrap_or_default(),
-        add_dirs: s.add_dirs.clone().unwrap_or_default(),
     }
 }

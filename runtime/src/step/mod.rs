@@ -4,7 +4,7 @@ use crate::message::Message;
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture as BoxFuture;
-use prodigy_compiler::plan::{PlanCommand, PlanStep, StepId};
+use prodigy_compiler::plan::{Exhausted, PlanCommand, PlanStep, StepId};
 use serde_json::json;
 
 use crate::events::Event;
@@ -53,7 +53,7 @@ impl Runner {
                 origin: self.origin(step),
             });
             let mut machine =
-                StepMachine::new(step.retry_policy.clone(), step.handler_policy.clone());
+                StepMachine::new(step.retry_policy().clone(), step.handler_policy.clone());
             if let Some(when) = &step.when {
                 match when.parsed.test(vars) {
                     Ok(true) => {}
@@ -155,14 +155,17 @@ impl Runner {
                             machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
                     }
                     Action::RunFallback => {
-                        let out = match step.fallback() {
-                            Some(t) => {
+                        // The machine asks for it only under `Exhausted::Fallback`.
+                        let out = match &step.retry_policy().exhausted {
+                            Exhausted::Fallback(t) => {
                                 self.record(&Event::FallbackStarted {
                                     step: step.label.clone(),
                                 });
                                 self.run_command(&exec::shell, t, step, vars, true).await
                             }
-                            None => Output::error("internal error: no fallback command"),
+                            Exhausted::Stop | Exhausted::Continue => {
+                                Output::error("internal error: no fallback command")
+                            }
                         };
                         self.show_output(step, &out);
                         set_last_command(vars, step, &out);

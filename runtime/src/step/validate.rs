@@ -31,10 +31,10 @@ impl Runner {
                     self.run_command_for(&exec::shell, &check.command, step, vars, timeout, false)
                         .await
                 };
-                let output_ok = check.expect_output.as_ref().is_none_or(|p| {
-                    prodigy_grammar::compile_regex(&p.value)
-                        .is_ok_and(|re| re.is_match(&out.stdout))
-                });
+                let output_ok = check
+                    .expect_output
+                    .as_ref()
+                    .is_none_or(|p| p.is_match(&out.stdout));
                 if out.code == Some(check.expect_exit_code) && output_ok {
                     passed += 1;
                 }
