@@ -283,6 +283,10 @@ impl Builder<'_> {
             retry: step.retry.as_ref().map(|r| PlanRetry {
                 config: r.clone(),
                 schedule: schedule(r),
+                fallback_line: match &r.on_failure {
+                    ast::RetryExhausted::Fallback(command) => line_of(self.file, command.span),
+                    ast::RetryExhausted::Stop | ast::RetryExhausted::Continue => None,
+                },
             }),
             retry_policy: step
                 .retry
@@ -479,6 +483,7 @@ mod tests {
         assert!(handler.has_handler && handler.recovers);
         assert_eq!(handler.max_attempts, 2);
         // A handler command has neither.
+        assert_eq!(step.retry.as_ref().unwrap().fallback_line, Some(7));
         let fix = &plan.steps[1];
         assert_eq!(fix.retry_policy.attempts, 1);
         assert!(!fix.handler_policy.has_handler && fix.handler_policy.fail_workflow);

@@ -330,6 +330,8 @@ pub struct PlanRetry {
     pub config: RetryConfig,
     /// Delay before retry n, for n = 1..attempts-1, capped at `max_delay`.
     pub schedule: Vec<Duration>,
+    /// The line (from 1) its `fallback` command is written on, when it has one.
+    pub fallback_line: Option<u32>,
 }
 
 /// `validate`, with its commands as step ids.
