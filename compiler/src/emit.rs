@@ -113,17 +113,52 @@ impl Labels<'_> {
         label
     }
 
+    /// Where a step node, or the fallback command of one, was written: `FILE:LINE`.
+    fn at(&self, node: &Node) -> Option<String> {
+        let line = match node {
+            Node::Step { step } => self.plan.step(*step)?.line,
+            Node::Fallback { step } => {
+                let step = self.plan.step(*step)?;
+                step.retry
+                    .as_ref()
+                    .and_then(|r| r.fallback_line)
+                    .or(step.line)
+            }
+            Node::Start
+            | Node::Success
+            | Node::Failure
+            | Node::Phase { .. }
+            | Node::Breaker { .. }
+            | Node::Dlq => None,
+        }?;
+        Some(format!("{}:{line}", self.plan.source))
+    }
+
+    /// What hovering a node shows: where it was written, then the step's description or its
+    /// command.
     fn tooltip(&self, node: &Node) -> Option<String> {
-        let Node::Step { step } = node else {
-            return None;
+        let at = self.at(node);
+        let what = match node {
+            Node::Step { step } => self.plan.step(*step).and_then(|step| {
+                if let Some(d) = &step.description {
+                    return Some(d.clone());
+                }
+                match &step.command {
+                    PlanCommand::Shell(t) | PlanCommand::Claude(t) => Some(t.value.clone()),
+                    PlanCommand::WriteFile(_) | PlanCommand::Foreach { .. } => None,
+                }
+            }),
+            Node::Start
+            | Node::Success
+            | Node::Failure
+            | Node::Phase { .. }
+            | Node::Fallback { .. }
+            | Node::Breaker { .. }
+            | Node::Dlq => None,
         };
-        let step = self.plan.step(*step)?;
-        if let Some(d) = &step.description {
-            return Some(d.clone());
-        }
-        match &step.command {
-            PlanCommand::Shell(t) | PlanCommand::Claude(t) => Some(t.value.clone()),
-            PlanCommand::WriteFile(_) | PlanCommand::Foreach { .. } => None,
+        match (at, what) {
+            (Some(at), Some(what)) => Some(format!("{at}\n{what}")),
+            (at, what) => at.or(what),
         }
     }
 
@@ -239,6 +274,12 @@ pub fn dot(graph: &Graph, plan: &Plan) -> String {
         if let Some(label) = Labels::edge(edge) {
             attrs.push(format!("label=\"{}\"", dot_escape(&label)));
         }
+        // A retry loop belongs to the step it runs again: hovering it shows where that was written.
+        if let (Edge::Retry { .. }, Some(at)) =
+            (edge, graph.graph.node_weight(to).and_then(|n| labels.at(n)))
+        {
+            attrs.push(format!("tooltip=\"{}\"", dot_escape(&at)));
+        }
         match edge {
             Edge::OnFailure | Edge::Fallback | Edge::Reject => attrs.push("color=red".to_owned()),
             Edge::Retry { .. } => attrs.push("color=orange, style=dashed".to_owned()),
@@ -281,12 +322,28 @@ pub fn mermaid(graph: &Graph, plan: &Plan) -> String {
             Node::Step { .. } | Node::Fallback { .. } => format!("n{index}[\"{text}\"]"),
         }
     };
+    // Mermaid draws no tooltip without a click handler, which GitHub disables: where a step
+    // was written is a comment after its node, `%% n3: FILE:LINE`. A comment ends at the end
+    // of its line, and braces could be read as a `%%{...}%%` directive.
+    let node_lines = |index: usize, node: &Node| {
+        let mut lines = vec![node_line(index, node)];
+        if let Some(at) = labels.at(node) {
+            let at = at
+                .replace(['\n', '\r'], " ")
+                .replace('{', "(")
+                .replace('}', ")");
+            lines.push(format!("%% n{index}: {at}"));
+        }
+        lines
+    };
     let mut cluster = Vec::new();
     for (index, node) in graph.nodes() {
         if in_agent(node, &agent) {
-            cluster.push(node_line(index.index(), node));
+            cluster.extend(node_lines(index.index(), node));
         } else {
-            let _ = writeln!(out, "  {}", node_line(index.index(), node));
+            for line in node_lines(index.index(), node) {
+                let _ = writeln!(out, "  {line}");
+            }
         }
     }
     if !cluster.is_empty() {
@@ -330,12 +387,23 @@ pub fn json(graph: &Graph, plan: &Plan, file: &SourceFile) -> serde_json::Value 
     let labels = Labels { plan };
     let origin = |node: &Node| {
         let span = match node {
-            Node::Step { step } | Node::Fallback { step } => plan.step(*step).map(|s| s.origin),
+            // A step the compiler made has no place in the file.
+            Node::Step { step } => plan
+                .step(*step)
+                .filter(|s| s.line.is_some())
+                .map(|s| s.origin),
+            Node::Fallback { step } => plan.step(*step).and_then(|s| {
+                let fallback = s.retry.as_ref().and_then(|r| match &r.policy.exhausted {
+                    crate::plan::Exhausted::Fallback(f) => Some(f.span),
+                    crate::plan::Exhausted::Stop | crate::plan::Exhausted::Continue => None,
+                });
+                fallback.or_else(|| s.line.is_some().then_some(s.origin))
+            }),
             Node::Phase { origin, .. } | Node::Breaker { origin } => Some(*origin),
             Node::Start | Node::Success | Node::Failure | Node::Dlq => None,
         }?;
         let at = file.line_col(span.start);
-        Some(serde_json::json!({"line": at.line, "column": at.column}))
+        Some(serde_json::json!({"file": plan.source, "line": at.line, "column": at.column}))
     };
     let nodes: Vec<serde_json::Value> = graph
         .nodes()

@@ -125,7 +125,7 @@ fn compile(
             }
         }
         if !diagnostics.iter().any(Diagnostic::is_error) {
-            let plan = plan::plan(workflow, &file.name);
+            let plan = plan::plan(workflow, file);
             let graph = ir::build(&plan);
             if graph.has_unbounded_cycle() {
                 diagnostics.push(

@@ -31,35 +31,17 @@ pub struct Origin {
 }
 
 impl Origin {
-    /// The origin of the step written at SPAN in FILE, whose lines start at
-    /// `line_starts`; none when the lines are unknown or the step has no place (one the compiler made).
+    /// Where STEP of PLAN was written: the plan's file and the line the planner found; none
+    /// for a step the compiler made.
     pub fn of(
-        file: &str,
-        line_starts: &[u32],
-        span: prodigy_compiler::plan::support::Span,
+        plan: &prodigy_compiler::plan::Plan,
+        step: &prodigy_compiler::plan::PlanStep,
     ) -> Option<Origin> {
-        if line_starts.is_empty() || (span.start == 0 && span.end == 0) {
-            return None;
-        }
-        let index = match line_starts.binary_search(&span.start) {
-            Ok(i) => i,
-            Err(i) => i.saturating_sub(1),
-        };
-        Some(Origin {
-            file: file.to_owned(),
-            line: u32::try_from(index + 1).unwrap_or(u32::MAX),
+        step.line.map(|line| Origin {
+            file: plan.source.clone(),
+            line,
         })
     }
-}
-
-/// Where each line of TEXT starts, in bytes (for [`Origin::of`]).
-pub fn line_starts(text: &str) -> Vec<u32> {
-    std::iter::once(0)
-        .chain(
-            text.match_indices('\n')
-                .map(|(i, _)| u32::try_from(i + 1).unwrap_or(u32::MAX)),
-        )
-        .collect()
 }
 
 /// One event of a run or a job, as its events file holds it: `event_type` names the variant,
@@ -934,24 +916,21 @@ mod tests {
     }
 
     #[test]
-    fn an_origin_is_the_line_a_step_starts_on() {
-        use prodigy_compiler::plan::support::Span;
-        let text = "name: demo\ncommands:\n  - shell: make\n  - shell: test\n";
-        let lines = line_starts(text);
-        let second = u32::try_from(text.find("- shell: test").unwrap()).unwrap();
+    fn an_origin_is_the_plans_file_and_the_line_the_planner_found() {
+        let plan = crate::testing::Harness::plan(
+            "name: demo\ncommands:\n  - shell: make\n  - shell: test\n",
+        );
+        let second = plan.step(plan.commands[1]).unwrap();
         assert_eq!(
-            Origin::of(
-                "w.yml",
-                &lines,
-                Span::new(second as usize, second as usize + 13)
-            ),
+            Origin::of(&plan, second),
             Some(Origin {
-                file: "w.yml".into(),
+                file: "workflow.yml".into(),
                 line: 4
             })
         );
-        assert_eq!(Origin::of("w.yml", &[], Span::new(5, 9)), None);
-        assert_eq!(Origin::of("w.yml", &lines, Span::new(0, 0)), None);
+        let mut made = second.clone();
+        made.line = None;
+        assert_eq!(Origin::of(&plan, &made), None);
     }
 
     fn sink_in(dir: &std::path::Path) -> Sink {

@@ -162,7 +162,6 @@ pub(crate) fn options(
     Options {
         workflow,
         workflow_hash: prodigy_runtime::store::hash(text),
-        line_starts: prodigy_runtime::events::line_starts(text),
         layout,
         project,
         params: Vec::new(),

@@ -344,6 +344,78 @@ fn graph_draws_dot_mermaid_and_json() {
         .code(1);
 }
 
+/// Every step node says where it was written: DOT in a tooltip, Mermaid in a comment after
+/// the node, JSON in its origin; a handler points at its own line, a fallback at its command's.
+#[test]
+fn graph_nodes_point_at_the_lines_their_steps_were_written_on() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir,
+        "w.yml",
+        "name: lines\ncommands:\n  - shell: make\n\n  - name: deploy\n    shell: ./deploy.sh\n    \
+         retry_config:\n      attempts: 3\n      on_failure:\n        fallback: ./rollback.sh\n    \
+         on_failure:\n      shell: echo deploy failed\n",
+    );
+    let graph = |format: &str| {
+        let output = prodigy()
+            .current_dir(dir.path())
+            .args(["graph", "--format", format, "w.yml"])
+            .assert()
+            .code(0)
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(output).unwrap()
+    };
+    let dot = graph("dot");
+    for node in [
+        r#"[label="shell: make", tooltip="w.yml:3\nmake"]"#,
+        r#"[label="shell: deploy", tooltip="w.yml:5\n./deploy.sh"]"#,
+        r#"[label="fallback of shell: deploy", tooltip="w.yml:10"]"#,
+        r#"[label="shell: echo deploy failed", tooltip="w.yml:12\necho deploy failed"]"#,
+        r#"[label="retry ×2: 1s, 2s", tooltip="w.yml:5","#,
+    ] {
+        assert!(dot.contains(node), "{node} not in\n{dot}");
+    }
+    let mermaid = graph("mermaid");
+    for node in [
+        "  n4[\"shell: deploy\"]\n  %% n4: w.yml:5\n",
+        "  n5[\"fallback of shell: deploy\"]\n  %% n5: w.yml:10\n",
+        "  n6[\"shell: echo deploy failed\"]\n  %% n6: w.yml:12\n",
+    ] {
+        assert!(mermaid.contains(node), "{node} not in\n{mermaid}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&graph("json")).unwrap();
+    let origins: Vec<(&str, &serde_json::Value)> = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "step" || n["kind"] == "fallback")
+        .map(|n| (n["label"].as_str().unwrap(), &n["origin"]))
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            (
+                "shell: make",
+                &serde_json::json!({"file": "w.yml", "line": 3, "column": 5})
+            ),
+            (
+                "shell: deploy",
+                &serde_json::json!({"file": "w.yml", "line": 5, "column": 5})
+            ),
+            (
+                "fallback of shell: deploy",
+                &serde_json::json!({"file": "w.yml", "line": 10, "column": 19})
+            ),
+            (
+                "shell: echo deploy failed",
+                &serde_json::json!({"file": "w.yml", "line": 12, "column": 7})
+            ),
+        ]
+    );
+}
+
 #[test]
 fn check_emits_the_plan_and_explains_retries() {
     let example = "workflows/examples/build-and-test.yml";

@@ -213,8 +213,9 @@ fn dot_accepts(name: &str, dot: &str) {
 }
 
 /// A small checker for the Mermaid `flowchart` syntax we emit: every line is a node, an edge,
-/// or a subgraph bracket, labels are quoted without raw quotes or bars, and every edge joins
-/// declared nodes.
+/// a subgraph bracket, or a comment `%% nN: FILE:LINE` after a declared node (not a `%%{`
+/// directive), labels are quoted without raw quotes or bars, and every edge joins declared
+/// nodes.
 fn mermaid_is_valid(name: &str, text: &str) {
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("flowchart TD"), "{name}: header");
@@ -226,6 +227,7 @@ fn mermaid_is_valid(name: &str, text: &str) {
     let edge =
         regex::Regex::new(&format!(r"^(n\d+) (-->|==>|-\.->)(?:\|{label}\|)? (n\d+)$")).unwrap();
     let subgraph = regex::Regex::new(&format!(r"^subgraph \w+\[{label}\]$")).unwrap();
+    let origin = regex::Regex::new(r"^%% (n\d+): [^\n{}]*:[1-9]\d*$").unwrap();
     let mut declared = BTreeSet::new();
     let mut depth = 0;
     for line in lines {
@@ -236,6 +238,11 @@ fn mermaid_is_valid(name: &str, text: &str) {
             assert!(
                 declared.contains(&c[1]) && declared.contains(&c[3]),
                 "{name}: edge to an undeclared node: {line}"
+            );
+        } else if let Some(c) = origin.captures(line) {
+            assert!(
+                declared.contains(&c[1]),
+                "{name}: a comment on an undeclared node: {line}"
             );
         } else if subgraph.is_match(line) {
             depth += 1;

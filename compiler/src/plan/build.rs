@@ -8,10 +8,12 @@ use super::{
     StepId, Template, VarSource, Variable,
 };
 use crate::ast::{self, ExitCodeHandler, Step, Strategy};
+use crate::source::{SourceFile, Span};
 
-/// Builds the plan of a lowered workflow.
-pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
+/// Builds the plan of a lowered workflow, read from FILE.
+pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
     let mut builder = Builder {
+        file,
         steps: Vec::new(),
         claude: workflow.claude.clone().unwrap_or_default(),
     };
@@ -62,7 +64,7 @@ pub fn plan(workflow: &ast::Workflow, source: &str) -> Plan {
     let job_policy = JobPolicy::resolve(workflow.error_policy.as_ref(), &names);
     Plan {
         version: 1,
-        source: source.to_owned(),
+        source: file.name.clone(),
         name: workflow.name.as_ref().map(|n| n.value.clone()),
         description: workflow.description.as_ref().map(|n| n.value.clone()),
         mode: workflow.mode,
@@ -220,13 +222,15 @@ fn builtin(root: &str, step: &PlanStep) -> VarSource {
     }
 }
 
-struct Builder {
+struct Builder<'f> {
+    /// The workflow file, for the line each step starts on.
+    file: &'f SourceFile,
     steps: Vec<PlanStep>,
     /// The workflow's `claude:` defaults.
     claude: ast::ClaudeSettings,
 }
 
-impl Builder {
+impl Builder<'_> {
     fn list(&mut self, steps: &[Step], role: Role) -> Vec<StepId> {
         steps.iter().filter_map(|s| self.step(s, role)).collect()
     }
@@ -259,6 +263,7 @@ impl Builder {
         self.steps.push(PlanStep {
             id,
             origin: step.span,
+            line: line_of(self.file, step.span),
             role,
             label: label(step),
             command,
@@ -278,6 +283,10 @@ impl Builder {
             retry: step.retry.as_ref().map(|r| PlanRetry {
                 config: r.clone(),
                 policy: RetryPolicy::resolve(r),
+                fallback_line: match &r.on_failure {
+                    ast::RetryExhausted::Fallback(command) => line_of(self.file, command.span),
+                    ast::RetryExhausted::Stop | ast::RetryExhausted::Continue => None,
+                },
             }),
             handler_policy: HandlerPolicy::none(),
             commit_required: step.commit_required,
@@ -354,6 +363,15 @@ impl Builder {
     }
 }
 
+/// The line (from 1) that SPAN starts on in FILE; none for the empty span at the start of the
+/// file that a step the compiler made has.
+fn line_of(file: &SourceFile, span: Span) -> Option<u32> {
+    if span.start == 0 && span.end == 0 {
+        return None;
+    }
+    u32::try_from(file.line_col(span.start).line).ok()
+}
+
 /// A short label: the name, else the id, else the command's first line, shortened.
 fn label(step: &Step) -> String {
     if let Some(name) = step.name.as_ref().or(step.id.as_ref()) {
@@ -396,6 +414,33 @@ mod tests {
     }
 
     #[test]
+    fn every_step_knows_the_line_its_entry_starts_on() {
+        let plan = plan_of(
+            "name: lines\ncommands:\n  - shell: make\n\n  - name: test\n    shell: cargo test\n    \
+             on_failure:\n      - shell: echo fix\n      - claude: /fix\n  - foreach: [a, b]\n    \
+             do:\n      - shell: echo ${item}\n",
+        );
+        assert_eq!(plan.source, "w.yml");
+        let lines: Vec<(&str, Option<u32>)> = plan
+            .steps
+            .iter()
+            .map(|s| (s.label.as_str(), s.line))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("make", Some(3)),
+                ("test", Some(5)),
+                ("echo fix", Some(8)),
+                ("/fix", Some(9)),
+                // A `foreach` body is planned before the step that holds it.
+                ("echo ${item}", Some(12)),
+                ("foreach", Some(10)),
+            ]
+        );
+    }
+
+    #[test]
     fn a_custom_item_failure_names_its_handler_by_id() {
         let plan = plan_of(
             "name: x\nmode: mapreduce\nmap: {input: i.json, agent_template: [{shell: a}]}\n\
@@ -434,6 +479,7 @@ mod tests {
         assert!(handler.has_handler && handler.recovers);
         assert_eq!(handler.max_attempts, 2);
         // A handler command has neither.
+        assert_eq!(step.retry.as_ref().unwrap().fallback_line, Some(7));
         let fix = &plan.steps[1];
         assert_eq!(fix.retry_policy().attempts, 1);
         assert!(!fix.handler_policy.has_handler && fix.handler_policy.fail_workflow);

@@ -3,8 +3,8 @@
 //! Every step of every context (phases, handlers, success and exit-code handlers, validation,
 //! `foreach` bodies) gets a dense [`StepId`]; nested step lists become lists of ids, so the
 //! runtime walks a flat table and never sees YAML or the AST's nesting.
-//! Templates and expressions arrive pre-parsed, each step keeps its origin span, and each
-//! retry policy carries its concrete delay schedule.
+//! Templates and expressions arrive pre-parsed, each step keeps its origin span and the line
+//! it starts on, and each retry policy carries its concrete delay schedule.
 //!
 //! The plan speaks its own language: [`vocab`] holds the leaf types it shares with the AST
 //! (templates, conditions, env values, formats, ...), [`policy`] the policies the planner
@@ -206,6 +206,10 @@ pub struct PlanStep {
     pub id: StepId,
     /// Where it was written.
     pub origin: Span,
+    /// The line (from 1) of the workflow file that its entry starts on, as events and
+    /// `prodigy graph` name it with [`Plan::source`]; none for a step the compiler made (whose
+    /// origin is empty at the start of the file).
+    pub line: Option<u32>,
     /// Where it sits.
     pub role: Role,
     /// A short label for logs and graphs: the `name`, the `id`, or the command text.
@@ -327,6 +331,8 @@ pub struct PlanRetry {
     /// serialised plan shows its schedule, as `schedule`.
     #[serde(rename = "schedule", serialize_with = "schedule_of")]
     pub policy: RetryPolicy,
+    /// The line (from 1) its `fallback` command is written on, when it has one.
+    pub fallback_line: Option<u32>,
 }
 
 /// A resolved retry policy as its schedule.

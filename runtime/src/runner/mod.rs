@@ -39,9 +39,6 @@ pub struct Options {
     pub profile: Option<String>,
     /// `PRODIGY_CLAUDE_COMMAND`.
     pub claude_command: Option<String>,
-    /// Where each line of the workflow file starts ([`crate::events::line_starts`]), so that
-    /// step events name the line a step was written on; empty when unknown.
-    pub line_starts: Vec<u32>,
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// Seed for jitter.
@@ -438,7 +435,7 @@ impl Runner {
         &self,
         step: &prodigy_compiler::plan::PlanStep,
     ) -> Option<crate::events::Origin> {
-        crate::events::Origin::of(&self.plan.source, &self.opts.line_starts, step.origin)
+        crate::events::Origin::of(&self.plan, step)
     }
 
     /// Turns taken so far by the Claude calls running now, for the progress display.

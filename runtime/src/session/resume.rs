@@ -187,7 +187,6 @@ mod tests {
         let opts = crate::runner::Options {
             workflow: PathBuf::from("/p/w.yml"),
             workflow_hash: crate::store::hash(text),
-            line_starts: Vec::new(),
             project: PathBuf::from("/p"),
             worktree: None,
             layout: crate::store::Layout {

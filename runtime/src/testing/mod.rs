@@ -234,7 +234,6 @@ impl Harness {
         crate::runner::Options {
             workflow: self.project.path().join("workflow.yml"),
             workflow_hash: crate::store::hash(yaml),
-            line_starts: crate::events::line_starts(yaml),
             project: self.project.path().to_owned(),
             worktree: None,
             layout: crate::store::Layout {
