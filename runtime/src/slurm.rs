@@ -838,12 +838,18 @@ async fn submit(
     }
     // The task waits in the queue for the one before it in its slot, and starts as soon as
     // that one ends; until that one's `sbatch` has answered, this one is not submitted.
+    // Shown without `-v`, unlike an agent's own lines: the whole job may be waiting.
     let mut note = |previous: usize, waited: Duration| {
-        runner.say(&format!(
-            "warning: item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
-            d.index,
-            waited.as_secs()
-        ));
+        runner.sink.show(crate::events::Line {
+            level: crate::events::Level::Info,
+            verbosity: 0,
+            item: None,
+            text: format!(
+                "warning: item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
+                d.index,
+                waited.as_secs()
+            ),
+        });
     };
     let Some(after) = d
         .slurm
