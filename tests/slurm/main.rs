@@ -689,3 +689,46 @@ map:
         assert_eq!(r["status"], "succeeded", "{r}");
     }
 }
+
+#[test]
+fn a_second_start_leaves_the_running_cluster_alone_and_its_configuration_is_its_own() {
+    if !cluster("a_second_start_leaves_the_running_cluster_alone") {
+        return;
+    }
+    let Some(Ok(conf)) = UP.get() else {
+        unreachable!("the cluster is up")
+    };
+    let dir = Path::new(conf)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    let pids = || {
+        ["slurmctld", "slurmd"]
+            .map(|d| std::fs::read_to_string(dir.join(format!("run/{d}.pid"))).unwrap())
+    };
+    let before = pids();
+    // The daemons read the cluster's own slurm.conf, not /etc/slurm's.
+    for pid in &before {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == b"-f" && w[1] == conf.as_bytes()),
+            "{}",
+            String::from_utf8_lossy(&cmdline)
+        );
+    }
+    let again = Command::new(root().join("scripts/slurm-cluster"))
+        .arg("start")
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(stderr(&again).contains("already up"), "{}", stderr(&again));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        format!("SLURM_CONF={conf}")
+    );
+    assert_eq!(pids(), before, "a second start restarted the daemons");
+}
