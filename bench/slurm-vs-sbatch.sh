@@ -15,6 +15,10 @@ set -euo pipefail
 N="${N:-200}"
 RUNS="${RUNS:-3}"
 
+# The cluster of scripts/slurm-cluster keeps its slurm.conf in its own directory.
+if [ -z "${SLURM_CONF:-}" ] && [ -e "${PRODIGY_SLURM_DIR:-/tmp/prodigy-slurm}/etc/slurm.conf" ]; then
+  export SLURM_CONF="${PRODIGY_SLURM_DIR:-/tmp/prodigy-slurm}/etc/slurm.conf"
+fi
 command -v sbatch >/dev/null || { echo "slurm-vs-sbatch: sbatch is not on PATH (see scripts/slurm-cluster)" >&2; exit 1; }
 timeout 5 sinfo -h >/dev/null 2>&1 || { echo "slurm-vs-sbatch: no Slurm cluster answers (as root: scripts/slurm-cluster start)" >&2; exit 1; }
 

@@ -99,21 +99,50 @@ impl Slots {
         slot
     }
 
-    /// The task item INDEX waits for in SLOT: the one before it, once submitted.
-    async fn before(&self, slot: usize, index: usize) -> Option<SlurmIds> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+    /// Where item INDEX stands in SLOT: what it is submitted after, or whose `sbatch` it
+    /// still waits for.
+    fn turn(&self, slot: usize, index: usize) -> Turn {
+        let chains = crate::lock(&self.chains);
+        let previous = chains.get(slot).and_then(|chain| {
+            let at = chain.iter().position(|l| l.index == index)?;
+            at.checked_sub(1).and_then(|p| chain.get(p))
+        });
+        match previous {
+            None => Turn::Submit(None),
+            Some(Link {
+                ids: Some(ids),
+                index: _,
+            }) => Turn::Submit(Some(ids.clone())),
+            Some(Link { ids: None, index }) => Turn::Wait { previous: *index },
+        }
+    }
+
+    /// The task item INDEX is submitted after in SLOT: the one before it, once its `sbatch`
+    /// has answered (an item whose `sbatch` failed leaves the chain, and the one before it
+    /// counts). It waits as long as that takes, since submitting without the dependency
+    /// would let more than `max_parallel` tasks run; every [`WAIT_NOTE`] it calls NOTE with
+    /// the item it waits for and how long it has waited. `None` once STOPPED says so.
+    async fn before(
+        &self,
+        slot: usize,
+        index: usize,
+        stopped: &mut dyn FnMut() -> bool,
+        note: &mut dyn FnMut(usize, Duration),
+    ) -> Option<Option<SlurmIds>> {
+        let since = Instant::now();
+        let mut noted = 0;
         loop {
-            {
-                let chains = crate::lock(&self.chains);
-                let chain = chains.get(slot)?;
-                let at = chain.iter().position(|l| l.index == index)?;
-                let previous = at.checked_sub(1).and_then(|p| chain.get(p))?;
-                if let Some(ids) = &previous.ids {
-                    return Some(ids.clone());
-                }
-            }
-            if Instant::now() >= deadline {
+            let previous = match self.turn(slot, index) {
+                Turn::Submit(after) => return Some(after),
+                Turn::Wait { previous } => previous,
+            };
+            if stopped() {
                 return None;
+            }
+            let waited = since.elapsed();
+            if let Some(n) = note_due(waited, noted) {
+                noted = n;
+                note(previous, waited);
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -136,6 +165,24 @@ impl Slots {
             chain.retain(|l| l.index != index);
         }
     }
+}
+
+/// Where an item stands in its slot ([`Slots::turn`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// Submit it, after this task when there is one.
+    Submit(Option<SlurmIds>),
+    /// Wait: the `sbatch` of item PREVIOUS, before it in the slot, has not answered yet.
+    Wait { previous: usize },
+}
+
+/// How often a task that waits for the `sbatch` of the one before it says so.
+const WAIT_NOTE: Duration = Duration::from_secs(30);
+
+/// After waiting WAITED with NOTED notes made: `Some(notes)` when one more is due.
+fn note_due(waited: Duration, noted: u32) -> Option<u32> {
+    let due = u32::try_from(waited.as_secs() / WAIT_NOTE.as_secs()).unwrap_or(u32::MAX);
+    (due > noted).then_some(due)
 }
 
 /// Takes an item out of its slot when its dispatch ends, however it ends.
@@ -523,6 +570,17 @@ impl Dispatched {
         }
     }
 
+    /// An item stopped before its task was submitted.
+    fn not_submitted() -> Self {
+        Dispatched {
+            end: Ended::Cancelled,
+            output: None,
+            failure: None,
+            ids: None,
+            claude: crate::claude::Totals::default(),
+        }
+    }
+
     fn failed(step: &str, message: String, error_type: ErrorType, ids: Option<SlurmIds>) -> Self {
         Dispatched {
             end: Ended::Failed,
@@ -711,12 +769,14 @@ pub fn parse_task(text: &str) -> Option<SlurmIds> {
     })
 }
 
-/// Submits the task of D's item, or adopts the one a killed coordinator left.
+/// Submits the task of D's item, or adopts the one a killed coordinator left; `None` when
+/// STOPPED said so before it was submitted.
 async fn submit(
     runner: &Runner,
     d: &Dispatch<'_>,
     slot: usize,
-) -> Result<(SlurmIds, bool), SlurmError> {
+    stopped: &mut dyn FnMut() -> bool,
+) -> Result<Option<(SlurmIds, bool)>, SlurmError> {
     let slurm_dir = dir(&d.job_dir);
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -731,7 +791,7 @@ async fn submit(
         && let Some(ids) = earlier.ids
     {
         d.slurm.slots.submitted(slot, d.index, &ids);
-        return Ok((ids, true));
+        return Ok(Some((ids, true)));
     }
     let result = result_path(&d.job_dir, d.index);
     for stale in [&result, &started_path(&result)] {
@@ -777,6 +837,29 @@ async fn submit(
     if let Some(w) = workdir {
         args.extend(["--workdir".to_owned(), w.display().to_string()]);
     }
+    // The task waits in the queue for the one before it in its slot, and starts as soon as
+    // that one ends; until that one's `sbatch` has answered, this one is not submitted.
+    // Shown without `-v`, unlike an agent's own lines: the whole job may be waiting.
+    let mut note = |previous: usize, waited: Duration| {
+        runner.sink.show(crate::events::Line {
+            level: crate::events::Level::Info,
+            verbosity: 0,
+            item: None,
+            text: format!(
+                "warning: item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
+                d.index,
+                waited.as_secs()
+            ),
+        });
+    };
+    let Some(after) = d
+        .slurm
+        .slots
+        .before(slot, d.index, stopped, &mut note)
+        .await
+    else {
+        return Ok(None);
+    };
     // Written before `sbatch` too, so that a task is never left unknown to `resume-job`.
     let mut record = Submitted {
         ids: None,
@@ -791,9 +874,7 @@ async fn submit(
         crate::store::write_atomic(&marker, &bytes).map_err(io(&marker))
     };
     write(&record)?;
-    // The task waits in the queue for the one before it in its slot, and starts as soon as
-    // that one ends.
-    let out = match d.slurm.slots.before(slot, d.index).await {
+    let out = match after {
         Some(previous) => {
             let mut chained = args.clone();
             chained.insert(
@@ -817,7 +898,7 @@ async fn submit(
     d.slurm.slots.submitted(slot, d.index, &ids);
     record.ids = Some(ids.clone());
     write(&record)?;
-    Ok((ids, false))
+    Ok(Some((ids, false)))
 }
 
 /// The failure of a task Slurm stopped, once it has left the queue (up to 30 s), with the
@@ -833,6 +914,42 @@ async fn stopped_by_slurm(ids: &SlurmIds) -> Dispatched {
     Dispatched::failed("slurm", message, error_type, Some(ids.clone()))
 }
 
+/// What asking Slurm to keep a queued task from starting ([`keep_waiting_args`]) said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kept {
+    /// It was still waiting and now will not start: it can be cancelled unstarted.
+    Waiting,
+    /// Slurm has already started it (or it has ended): its agent runs or ran.
+    Started,
+    /// Slurm could not be asked.
+    Unknown,
+}
+
+/// `scontrol update` moving TASK's start time a year ahead: Slurm accepts it only for a task
+/// still pending, and refuses it, in the same step, for one it has started.
+fn keep_waiting_args(task: &str) -> Vec<String> {
+    vec![
+        "update".to_owned(),
+        format!("JobId={task}"),
+        "StartTime=now+365days".to_owned(),
+    ]
+}
+
+/// What `scontrol` answering [`keep_waiting_args`] means.
+fn kept_waiting(answer: &Result<String, SlurmError>) -> Kept {
+    match answer {
+        Ok(_) => Kept::Waiting,
+        Err(SlurmError::Command { message, .. })
+            if ["no longer pending", "already finished", "Invalid job id"]
+                .iter()
+                .any(|m| message.contains(m)) =>
+        {
+            Kept::Started
+        }
+        Err(_) => Kept::Unknown,
+    }
+}
+
 /// Runs D's item as a Slurm task and waits for its outcome.
 pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched {
     let slot = d.slurm.slots.reserve(d.index, d.parallel);
@@ -840,8 +957,18 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
         slots: &d.slurm.slots,
         index: d.index,
     };
-    let (ids, adopted) = match submit(runner, &d, slot).await {
-        Ok(x) => x,
+    let mut signal = runner.cancel.clone();
+    let mut halt = d.halt.take();
+    let mut stopping = d.stopping.take();
+    // Before its task is submitted, an item stops for any of them.
+    let mut stopped = || {
+        *signal.borrow_and_update()
+            || halt.as_mut().is_some_and(|h| *h.borrow_and_update())
+            || stopping.as_mut().is_some_and(|h| *h.borrow_and_update())
+    };
+    let (ids, adopted) = match submit(runner, &d, slot, &mut stopped).await {
+        Ok(Some(x)) => x,
+        Ok(None) => return Dispatched::not_submitted(),
         Err(e) => {
             return Dispatched::failed("sbatch", e.to_string(), ErrorType::Unknown, None);
         }
@@ -866,11 +993,13 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
     // The agent's timeout counts from when its task starts, not while it waits in the queue.
     let started = started_path(&result);
     let mut deadline = None;
-    let mut signal = runner.cancel.clone();
-    let mut halt = d.halt.take();
-    let mut stopping = d.stopping.take();
     // Slurm is asked about a task without a result at most once a second.
     let mut asked = Instant::now();
+    // When the job stops, a task still waiting in the queue is cancelled; one that Slurm has
+    // started runs on like any running agent. Its `.started` file may come seconds after
+    // Slurm starts it (a prolog, a slow node): only Slurm can tell, atomically.
+    let mut runs_on = false;
+    let mut asked_to_wait = None;
     loop {
         if let Some(r) = read_result(&result) {
             if r.end == TaskEnd::Cancelled {
@@ -886,13 +1015,29 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
             cancel(runner, &ids, "timeout").await;
             return Dispatched::ended(Ended::TimedOut, ids);
         }
-        let waiting = || !started.exists();
-        if *signal.borrow_and_update()
-            || halt.as_mut().is_some_and(|h| *h.borrow_and_update())
-            || (stopping.as_mut().is_some_and(|h| *h.borrow_and_update()) && waiting())
-        {
+        if *signal.borrow_and_update() || halt.as_mut().is_some_and(|h| *h.borrow_and_update()) {
             cancel(runner, &ids, "cancelled").await;
             return Dispatched::ended(Ended::Cancelled, ids);
+        }
+        if !runs_on
+            && stopping.as_mut().is_some_and(|h| *h.borrow_and_update())
+            && asked_to_wait.is_none_or(|at: Instant| at.elapsed() >= Duration::from_secs(1))
+        {
+            asked_to_wait = Some(Instant::now());
+            let kept = if started.exists() {
+                Kept::Started
+            } else {
+                kept_waiting(&command("scontrol", &keep_waiting_args(&task)).await)
+            };
+            match kept {
+                Kept::Waiting => {
+                    cancel(runner, &ids, "cancelled").await;
+                    return Dispatched::ended(Ended::Cancelled, ids);
+                }
+                Kept::Started => runs_on = true,
+                // Asked again in a second.
+                Kept::Unknown => {}
+            }
         }
         if asked.elapsed() >= Duration::from_secs(1) {
             asked = Instant::now();
@@ -962,6 +1107,100 @@ mod tests {
             lost_task("7_3", "", "")
                 .0
                 .contains("Slurm no longer knows it")
+        );
+    }
+
+    fn ids(job: &str, task: usize) -> SlurmIds {
+        SlurmIds {
+            slurm_job_id: job.into(),
+            slurm_task_id: task,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_is_submitted_after_the_one_before_it_however_long_its_sbatch_takes() {
+        let slots = Slots::default();
+        assert_eq!(slots.reserve(0, 1), 0);
+        assert_eq!(slots.reserve(1, 1), 0);
+        let notes = std::cell::RefCell::new(Vec::new());
+        let started = Instant::now();
+        let (mut never, mut note) = (
+            || false,
+            |previous, waited: Duration| notes.borrow_mut().push((previous, waited.as_secs())),
+        );
+        let (after, ()) = tokio::join!(slots.before(0, 1, &mut never, &mut note), async {
+            // Item 0's `sbatch` answers after 75 s.
+            tokio::time::sleep(Duration::from_secs(75)).await;
+            slots.submitted(0, 0, &ids("41", 0));
+        });
+        assert_eq!(after, Some(Some(ids("41", 0))));
+        assert!(started.elapsed() >= Duration::from_secs(75));
+        assert_eq!(notes.into_inner(), [(0, 30), (0, 60)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_whose_predecessor_failed_to_submit_goes_after_the_one_before_that() {
+        let slots = Slots::default();
+        for index in 0..3 {
+            slots.reserve(index, 1);
+        }
+        slots.submitted(0, 0, &ids("40", 0));
+        let (mut never, mut note) = (|| false, |_, _| {});
+        let (after, ()) = tokio::join!(slots.before(0, 2, &mut never, &mut note), async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            // Item 1's `sbatch` failed: its dispatch ended.
+            slots.release(1);
+        });
+        assert_eq!(after, Some(Some(ids("40", 0))));
+        assert_eq!(slots.turn(0, 0), Turn::Submit(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_waiting_for_its_slot_is_never_submitted_once_the_job_stops() {
+        let slots = Slots::default();
+        slots.reserve(0, 1);
+        slots.reserve(1, 1);
+        let started = Instant::now();
+        let mut stopped = || started.elapsed() >= Duration::from_secs(40);
+        let after = slots.before(0, 1, &mut stopped, &mut |_, _| {}).await;
+        assert_eq!(after, None);
+        assert!(started.elapsed() < Duration::from_secs(41));
+    }
+
+    #[test]
+    fn a_waiting_task_says_so_every_thirty_seconds() {
+        assert_eq!(note_due(Duration::from_secs(29), 0), None);
+        assert_eq!(note_due(Duration::from_secs(30), 0), Some(1));
+        assert_eq!(note_due(Duration::from_secs(45), 1), None);
+        assert_eq!(note_due(Duration::from_secs(61), 1), Some(2));
+    }
+
+    #[test]
+    fn only_a_task_slurm_kept_from_starting_is_cancelled_unstarted() {
+        let refused = |message: &str| {
+            Err(SlurmError::Command {
+                command: "scontrol update".into(),
+                message: message.into(),
+            })
+        };
+        assert_eq!(kept_waiting(&Ok(String::new())), Kept::Waiting);
+        assert_eq!(
+            kept_waiting(&refused("7223_3: Job is no longer pending execution")),
+            Kept::Started
+        );
+        assert_eq!(
+            kept_waiting(&refused("7223_3: Job has already finished")),
+            Kept::Started
+        );
+        assert_eq!(
+            kept_waiting(&refused(
+                "slurm_update error: Unable to contact slurm controller"
+            )),
+            Kept::Unknown
+        );
+        assert_eq!(
+            keep_waiting_args("7_3"),
+            ["update", "JobId=7_3", "StartTime=now+365days"]
         );
     }
 

@@ -25,9 +25,12 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Whether the cluster is up (started once per test binary); `false` after a skip line.
+/// The cluster, started once per test binary: its `SLURM_CONF` (which `scripts/slurm-cluster
+/// start` prints), or why the tests skip.
+static UP: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// Whether the cluster is up; `false` after a skip line.
 fn cluster(test: &str) -> bool {
-    static UP: OnceLock<Result<(), String>> = OnceLock::new();
     let up = UP.get_or_init(|| {
         if !nix::unistd::Uid::effective().is_root() {
             return Err("starting a Slurm cluster needs root".into());
@@ -38,7 +41,14 @@ fn cluster(test: &str) -> bool {
             .unwrap();
         let said = String::from_utf8_lossy(&out.stderr).into_owned();
         match out.status.code() {
-            Some(0) => Ok(()),
+            Some(0) => {
+                let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+                let conf = printed
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SLURM_CONF="))
+                    .unwrap_or_else(|| panic!("no SLURM_CONF= in:\n{printed}\n{said}"));
+                Ok(conf.to_owned())
+            }
             // Missing packages: `.ci/run` installs them wherever it can use apt as root.
             Some(2) => {
                 assert!(
@@ -51,12 +61,21 @@ fn cluster(test: &str) -> bool {
         }
     });
     match up {
-        Ok(()) => true,
+        Ok(_) => true,
         Err(why) => {
             external::skip_line(test, why.trim());
             false
         }
     }
+}
+
+/// PROGRAM pointed at the test cluster's configuration (nothing is read from /etc/slurm).
+fn slurm(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    if let Some(Ok(conf)) = UP.get() {
+        cmd.env("SLURM_CONF", conf);
+    }
+    cmd
 }
 
 /// A git repository with WORKFLOW as `wf.yml`, and a `$PRODIGY_HOME` beside it.
@@ -115,6 +134,9 @@ impl Project {
             .env_remove("PRODIGY_SBATCH_ARGS")
             .envs(git_identity())
             .stdin(std::process::Stdio::null());
+        if let Some(Ok(conf)) = UP.get() {
+            cmd.env("SLURM_CONF", conf);
+        }
         cmd
     }
 
@@ -160,7 +182,7 @@ fn job_id(out: &Output) -> String {
 
 /// Tasks of JOB still in Slurm's queue.
 fn queued(job: &str) -> String {
-    let out = Command::new("squeue")
+    let out = slurm("squeue")
         .args(["-h", "-n", &format!("prodigy-{job}"), "-o", "%i %T"])
         .output()
         .unwrap();
@@ -357,14 +379,16 @@ map:
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Kill it once both running items are Slurm tasks.
+    // Kill it once both running items are Slurm tasks: `sbatch` answered with their ids.
     let submitted = |index: usize| {
         let jobs = p.home().join("state");
         std::fs::read_dir(&jobs).ok().and_then(|mut repos| {
             let repo = repos.next()?.ok()?.path().join("mapreduce/jobs");
             let job = std::fs::read_dir(repo).ok()?.next()?.ok()?.path();
-            job.join(format!("slurm/item_{index}.job"))
-                .exists()
+            let record = std::fs::read(job.join(format!("slurm/item_{index}.job"))).ok()?;
+            let record: Value = serde_json::from_slice(&record).ok()?;
+            record["slurm_job_id"]
+                .is_string()
                 .then(|| job.file_name().unwrap().to_string_lossy().into_owned())
         })
     };
@@ -459,15 +483,12 @@ map:
     };
     // Held past the agent's timeout, then released.
     std::thread::sleep(Duration::from_secs(3));
-    let ids = Command::new("squeue")
+    let ids = slurm("squeue")
         .args(["-h", "-n", &format!("prodigy-{job}"), "-o", "%A"])
         .output()
         .unwrap();
     let id = String::from_utf8_lossy(&ids.stdout).trim().to_owned();
-    let released = Command::new("scontrol")
-        .args(["release", &id])
-        .status()
-        .unwrap();
+    let released = slurm("scontrol").args(["release", &id]).status().unwrap();
     assert!(released.success());
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -623,4 +644,91 @@ map:
     assert!(log == "1\n" || log == "1\n2\n", "{log}");
     let results = p.results(&job);
     assert_eq!(results.len(), log.lines().count(), "{results:?}");
+}
+
+#[test]
+fn a_task_slurm_started_before_its_agent_did_runs_on_when_the_error_policy_stops_the_job() {
+    if !cluster("a_task_slurm_started_before_its_agent_did_runs_on") {
+        return;
+    }
+    // Item 1 fails after 2 s. Item 2 succeeds at once, and the task behind it in its slot
+    // starts: it is RUNNING in Slurm, but its agent has not started yet (the `slow-start`
+    // partition's prolog takes 4 s) when the error policy stops the job. It runs to the
+    // end like any running agent, and its result is kept. (The task behind item 1 starts
+    // the moment item 1 ends, maybe before prodigy learns of the failure: it may run too.)
+    let p = Project::new(
+        r#"name: slurm-slow-start
+mode: mapreduce
+max_failures: 1
+map:
+  input: "seq 1 4"
+  max_parallel: 2
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"; if [ "$ITEM" = 1 ]; then sleep 2; exit 1; fi'
+"#,
+    );
+    let out = p
+        .command(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .env("PRODIGY_SBATCH_ARGS", "--partition=slow-start")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let job = job_id(&out);
+    assert_eq!(queued(&job), "", "tasks were left in the queue");
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let mut ran: Vec<&str> = log.lines().collect();
+    ran.sort_unstable();
+    assert!(
+        ran.len() >= 3 && ran[..2] == ["1", "2"],
+        "the task Slurm had started was cancelled:\n{log}"
+    );
+    // Every agent that ran has its result: nothing was cancelled half-way.
+    let results = p.results(&job);
+    assert_eq!(results.len(), ran.len(), "{log}\n{results:?}");
+    for r in results.iter().filter(|r| r["index"] != 0) {
+        assert_eq!(r["status"], "succeeded", "{r}");
+    }
+}
+
+#[test]
+fn a_second_start_leaves_the_running_cluster_alone_and_its_configuration_is_its_own() {
+    if !cluster("a_second_start_leaves_the_running_cluster_alone") {
+        return;
+    }
+    let Some(Ok(conf)) = UP.get() else {
+        unreachable!("the cluster is up")
+    };
+    let dir = Path::new(conf)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    let pids = || {
+        ["slurmctld", "slurmd"]
+            .map(|d| std::fs::read_to_string(dir.join(format!("run/{d}.pid"))).unwrap())
+    };
+    let before = pids();
+    // The daemons read the cluster's own slurm.conf, not /etc/slurm's.
+    for pid in &before {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == b"-f" && w[1] == conf.as_bytes()),
+            "{}",
+            String::from_utf8_lossy(&cmdline)
+        );
+    }
+    let again = Command::new(root().join("scripts/slurm-cluster"))
+        .arg("start")
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(stderr(&again).contains("already up"), "{}", stderr(&again));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        format!("SLURM_CONF={conf}")
+    );
+    assert_eq!(pids(), before, "a second start restarted the daemons");
 }
