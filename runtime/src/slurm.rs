@@ -841,16 +841,14 @@ async fn submit(
     // that one ends; until that one's `sbatch` has answered, this one is not submitted.
     // Shown without `-v`, unlike an agent's own lines: the whole job may be waiting.
     let mut note = |previous: usize, waited: Duration| {
-        runner.sink.show(crate::events::Line {
-            level: crate::events::Level::Info,
-            verbosity: 0,
-            item: None,
-            text: format!(
-                "warning: item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
+        runner.sink.say(
+            Message::warning(format!(
+                "item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
                 d.index,
                 waited.as_secs()
-            ),
-        });
+            )),
+            None,
+        );
     };
     let Some(after) = d
         .slurm
