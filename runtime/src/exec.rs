@@ -130,25 +130,27 @@ pub fn shell(text: &str) -> (String, Vec<String>) {
     ("sh".to_owned(), vec!["-c".to_owned(), text.to_owned()])
 }
 
-/// The executable file PROGRAM names on `PATH`, if there is one.
+/// The executable file PROGRAM names: PROGRAM itself when it holds a `/` (a path, relative to
+/// the current directory or absolute), else the first executable file of that name in a
+/// directory of `PATH`, as the shell would find it. A file without execute permission, or a
+/// directory, does not count: starting it would fail.
 pub fn find_executable(program: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|dir| dir.join(program))
-        .find(|path| {
-            std::fs::metadata(path)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    find_in(program, std::env::var_os("PATH").as_deref())
 }
 
-/// Whether a program can be found on `PATH` (or is a path that exists).
-pub fn program_exists(program: &str) -> bool {
+/// [`find_executable`] with PATH the value of `PATH`.
+fn find_in(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     if program.contains('/') {
-        return Path::new(program).is_file();
+        let path = PathBuf::from(program);
+        return executable(&path).then_some(path);
     }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(program))
+        .find(|path| executable(path))
 }
 
 /// How much of each stream a command keeps in memory when `PRODIGY_OUTPUT_LIMIT` does not
@@ -730,6 +732,35 @@ mod tests {
             ["one", "two"]
         );
         assert!(seen[0].1 < Duration::from_millis(400), "{seen:?}");
+    }
+
+    #[test]
+    fn only_executable_files_are_found_on_path_or_by_path() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let first = tempfile::tempdir().unwrap();
+        let second = tempfile::tempdir().unwrap();
+        let make = |dir: &Path, name: &str, mode: u32| {
+            let path = dir.join(name);
+            std::fs::write(&path, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            path
+        };
+        // A non-executable `tool` earlier on PATH is passed over, as the shell does.
+        make(first.path(), "tool", 0o644);
+        let tool = make(second.path(), "tool", 0o755);
+        let plain = make(first.path(), "plain", 0o644);
+        std::fs::create_dir(second.path().join("dir")).unwrap();
+        let path = std::env::join_paths([first.path(), second.path()]).unwrap();
+        assert_eq!(find_in("tool", Some(&path)), Some(tool.clone()));
+        assert_eq!(find_in("plain", Some(&path)), None);
+        assert_eq!(find_in("dir", Some(&path)), None);
+        assert_eq!(find_in("tool", None), None);
+        // A path is taken as it is, whatever PATH says.
+        let named = tool.to_str().unwrap();
+        assert_eq!(find_in(named, None), Some(tool.clone()));
+        assert_eq!(find_in(plain.to_str().unwrap(), Some(&path)), None);
+        let missing = second.path().join("missing");
+        assert_eq!(find_in(missing.to_str().unwrap(), Some(&path)), None);
     }
 
     #[test]

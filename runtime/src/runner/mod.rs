@@ -126,7 +126,7 @@ pub enum StartError {
     ClaudeAsRoot,
     /// The Claude program is missing.
     #[error(
-        "the workflow has `claude` steps but `{program}` is not installed; install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
+        "the workflow has `claude` steps but `{program}` is not installed (or not executable); install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
     )]
     ClaudeMissing {
         /// The program looked for.
