@@ -479,16 +479,12 @@ pub fn write_file(
     create_dirs: bool,
 ) -> Output {
     use prodigy_compiler::plan::WriteFormat;
-    let relative = Path::new(path);
-    if relative.is_absolute()
-        || relative
-            .components()
-            .any(|c| matches!(c, std::path::Component::ParentDir))
-    {
-        return Output::error(format!(
-            "`write_file` path `{path}` leaves the working directory"
-        ));
-    }
+    // Resolved before anything is made, and written at the real place, so that no `..`,
+    // absolute path or link leads the write (or the `chmod`) out of the project.
+    let target = match crate::paths::inside(root, cwd, path) {
+        Ok(target) => target,
+        Err(e) => return Output::error(format!("`write_file`: {e}")),
+    };
     let text = match format {
         WriteFormat::Text => content.to_owned(),
         WriteFormat::Json => match serde_json::from_str::<serde_json::Value>(content) {
@@ -501,12 +497,6 @@ pub fn write_file(
                 return Output::error(format!("`write_file` content is not valid YAML: {why}"));
             }
         },
-    };
-    // Resolved before anything is made, and written at the real place, so that no link
-    // leads the write (or the `chmod`) out of the project.
-    let target = match crate::paths::inside(root, cwd, path) {
-        Ok(target) => target,
-        Err(e) => return Output::error(format!("`write_file`: {e}")),
     };
     if create_dirs
         && let Some(parent) = target.parent()
