@@ -113,7 +113,9 @@ impl Display {
     /// Starts showing a map phase of TOTAL items, DONE of them already finished; nothing is
     /// shown unless SHOWN.
     fn start(total: u64, done: u64, shown: bool) -> Self {
-        let terminal = shown && std::io::stderr().is_terminal() && !under_ci(std::env::var_os("CI").as_deref());
+        let terminal = shown
+            && std::io::stderr().is_terminal()
+            && !under_ci(std::env::var_os("CI").as_deref());
         let bar = terminal.then(|| {
             let bar = new_bar(total, done, ProgressDrawTarget::stderr());
             bar.enable_steady_tick(Duration::from_millis(200));

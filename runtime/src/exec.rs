@@ -273,36 +273,19 @@ async fn collected((buffer, task): (Shared, tokio::task::JoinHandle<()>)) -> Sha
     buffer
 }
 
-/// Splits chunks of a stream into whole lines for a watcher.
-#[derive(Default)]
-struct Lines {
-    partial: Vec<u8>,
+/// The longest line a watcher is given whole; a longer one (no JSON event of the CLI comes
+/// near it) is cut, so memory stays bounded.
+const WATCHED_LINE: usize = 64 << 20;
+
+/// Hands each line of a chunk of standard output to WATCH, without its `\r\n` or `\n`.
+fn watch_lines(lines: &mut crate::logs::LineSplitter, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
+    lines.feed(chunk, WATCHED_LINE, &mut |split| watch_split(split, watch));
 }
 
-impl Lines {
-    /// The longest line a watcher is given whole; a longer one (no JSON event of the CLI
-    /// comes near it) is cut, so memory stays bounded.
-    const LONGEST: usize = 64 << 20;
-
-    fn feed(&mut self, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
-        self.partial.extend_from_slice(chunk);
-        let mut start = 0;
-        while let Some(end) = memchr::memchr(b'\n', &self.partial[start..]) {
-            watch(crate::logs::text(&self.partial[start..start + end]).trim_end_matches('\r'));
-            start += end + 1;
-        }
-        self.partial.drain(..start);
-        if self.partial.len() > Self::LONGEST {
-            let line = std::mem::take(&mut self.partial);
-            watch(&String::from_utf8_lossy(&line));
-        }
-    }
-
-    fn finish(&mut self, watch: &mut dyn FnMut(&str)) {
-        if !self.partial.is_empty() {
-            let line = std::mem::take(&mut self.partial);
-            watch(&String::from_utf8_lossy(&line));
-        }
+fn watch_split(split: crate::logs::Split<'_>, watch: &mut dyn FnMut(&str)) {
+    match split {
+        crate::logs::Split::Line(line) => watch(line.trim_end_matches('\r')),
+        crate::logs::Split::Part(part) => watch(part),
     }
 }
 
@@ -375,7 +358,7 @@ pub async fn run_watched(
         }
     };
     tokio::pin!(deadline);
-    let mut lines = Lines::default();
+    let mut lines = crate::logs::LineSplitter::default();
     let mut output = Output::default();
     let status = loop {
         tokio::select! {
@@ -390,7 +373,7 @@ pub async fn run_watched(
             }
             Some(chunk) = watch_rx.recv(), if watch.is_some() => {
                 if let Some(watch) = watch.as_deref_mut() {
-                    lines.feed(&chunk, watch);
+                    watch_lines(&mut lines, &chunk, watch);
                 }
             }
         }
@@ -412,9 +395,9 @@ pub async fn run_watched(
     output.stderr = crate::lock(&read_err).text(whole.as_deref());
     if let Some(watch) = watch {
         while let Ok(chunk) = watch_rx.try_recv() {
-            lines.feed(&chunk, watch);
+            watch_lines(&mut lines, &chunk, watch);
         }
-        lines.finish(watch);
+        lines.finish(&mut |split| watch_split(split, watch));
     }
     let mut interleaved = crate::lock(&both).text(whole.as_deref());
     output.code = status.and_then(|s| s.code());
