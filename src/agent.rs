@@ -137,22 +137,14 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         ));
         return exit_code::USAGE;
     }
+    // The agent works in the job's worktree, which the coordinator made.
+    let layout = Layout {
+        home: args.home.clone(),
+        repo,
+    };
     let opts = Options {
-        params: checkpoint.params.clone(),
-        args: checkpoint.args.clone(),
-        profile: checkpoint.profile.clone(),
         worktree: checkpoint.worktree.clone(),
-        ..crate::run::options(
-            checkpoint.workflow_file.clone(),
-            &file.text,
-            Layout {
-                home: args.home.clone(),
-                repo,
-            },
-            checkpoint.project.clone(),
-            1,
-            5,
-        )
+        ..crate::run::from_cli(Options::resumed_job(&checkpoint, &file.text, layout), 1, 5)
     };
     let total = items.len();
     if let Err(e) = prodigy_runtime::slurm::mark_started(&args.result) {

@@ -25,11 +25,12 @@ pub(crate) fn required_by(value: Option<&OsStr>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::required_by;
-    use std::ffi::OsStr;
-
+    // Paths in full: a binary without the test harness compiles no `#[test]`, and its
+    // imports would be unused.
     #[test]
     fn ci_is_required_when_set_to_anything_but_empty_false_or_zero() {
+        use super::required_by;
+        use std::ffi::OsStr;
         for on in ["true", "1", "yes", "github"] {
             assert!(required_by(Some(OsStr::new(on))), "CI={on}");
         }
