@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use prodigy_runtime::jobstore::JobFiles;
-use prodigy_runtime::runner::{Options, Runner};
+use prodigy_runtime::runner::Options;
 use prodigy_runtime::slurm::{Executor, SlurmOptions};
 use prodigy_runtime::store::Layout;
 
@@ -154,17 +154,17 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
     let result = crate::run::block_on(async move {
         let (rx, _signal) = crate::run::watch_signals();
         let reporter = Arc::new(crate::report::Terminal::new(opts.verbose, opts.quiet));
-        let runner = Runner::with_id(
+        let (runner, vars) = prodigy_runtime::session::open(
             Arc::new(plan),
             opts,
+            reporter,
             rx,
             checkpoint.job_id.clone(),
             Some(checkpoint.started_at.clone()),
+            Some(&checkpoint.variables),
         )
-        .map_err(|e| format!("{e}"))?
-        .report_to(reporter);
-        let mut vars = runner.initial_vars().await.map_err(|e| format!("{e}"))?;
-        prodigy_runtime::session::restore(&mut vars, &runner.unseal(checkpoint.variables.clone()));
+        .await
+        .map_err(|e| e.to_string())?;
         let outcome = prodigy_runtime::slurm::run_task(
             &runner,
             vars,
