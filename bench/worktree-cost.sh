@@ -12,8 +12,9 @@
 # Usage: bash bench/worktree-cost.sh
 #   PRODIGY_BIN=/path/to/prodigy N=200 RUNS=3 bash bench/worktree-cost.sh
 #
-# Upstream Prodigy v0.4.4 reports 14-20 ms per item at 4 parallel for the same cycle
-# (../shared/reference); only figures measured here, side by side, compare directly.
+# Upstream Prodigy v0.4.4's own documentation claims 14-20 ms per item at 4 parallel for
+# the same cycle (a figure from upstream's docs, not measured here); only figures measured
+# here, side by side, compare directly.
 set -euo pipefail
 
 N="${N:-200}"

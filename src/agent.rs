@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use prodigy_runtime::jobstore::JobFiles;
-use prodigy_runtime::runner::{Options, Runner};
+use prodigy_runtime::runner::Options;
 use prodigy_runtime::slurm::{Executor, SlurmOptions};
 use prodigy_runtime::store::Layout;
 
@@ -137,21 +137,14 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         ));
         return exit_code::USAGE;
     }
+    // The agent works in the job's worktree, which the coordinator made.
+    let layout = Layout {
+        home: args.home.clone(),
+        repo,
+    };
     let opts = Options {
-        params: checkpoint.params.clone(),
-        args: checkpoint.args.clone(),
-        profile: checkpoint.profile.clone(),
         worktree: checkpoint.worktree.clone(),
-        ..crate::run::options(
-            checkpoint.workflow_file.clone(),
-            &file.text,
-            Layout {
-                home: args.home.clone(),
-                repo,
-            },
-            checkpoint.project.clone(),
-            5,
-        )
+        ..crate::run::from_cli(Options::resumed_job(&checkpoint, &file.text, layout), 5)
     };
     let total = items.len();
     if let Err(e) = prodigy_runtime::slurm::mark_started(&args.result) {
@@ -162,17 +155,17 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         let (rx, _signal) = crate::run::watch_signals();
         // The agent's log shows its steps' output, as `-v` does.
         let reporter = Arc::new(crate::report::Terminal::new(1, false));
-        let runner = Runner::with_id(
+        let (runner, vars) = prodigy_runtime::session::open(
             Arc::new(plan),
             opts,
+            reporter,
             rx,
             checkpoint.job_id.clone(),
             Some(checkpoint.started_at.clone()),
+            Some(&checkpoint.variables),
         )
-        .map_err(|e| format!("{e}"))?
-        .report_to(reporter);
-        let mut vars = runner.initial_vars().await.map_err(|e| format!("{e}"))?;
-        prodigy_runtime::session::restore(&mut vars, &runner.unseal(checkpoint.variables.clone()));
+        .await
+        .map_err(|e| e.to_string())?;
         let outcome = prodigy_runtime::slurm::run_task(
             &runner,
             vars,

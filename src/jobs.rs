@@ -10,7 +10,7 @@ use prodigy_runtime::jobstore::JobFiles;
 use prodigy_runtime::runner::Options;
 use prodigy_runtime::store::Layout;
 
-use crate::run::{Kind, Started};
+use crate::run::{Ended, Kind};
 use prodigy_runtime::progress::count;
 use serde_json::Value;
 
@@ -524,18 +524,10 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let parallel = args
         .max_parallel
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-    let opts = Options {
-        params: checkpoint.params.clone(),
-        args: checkpoint.args.clone(),
-        profile: checkpoint.profile.clone(),
-        ..crate::run::options(
-            checkpoint.workflow_file.clone(),
-            &file.text,
-            located.layout.clone(),
-            checkpoint.project.clone(),
-            args.grace,
-        )
-    };
+    let opts = crate::run::from_cli(
+        Options::resumed_job(&checkpoint, &file.text, located.layout.clone()),
+        args.grace,
+    );
     let place = crate::run::Place {
         isolate: None,
         saved: checkpoint.worktree.clone(),
@@ -558,84 +550,89 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         return code;
     }
     let executor = args.executor.executor();
-    let mut opts = opts;
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
     let completed = checkpoint.status == prodigy_runtime::jobstore::Status::Completed;
-    let result = crate::run::block_on(async move {
-        let (rx, signal) = crate::run::watch_signals();
-        if let Err(code) = place.enter(&mut opts, &job).await {
-            return code;
-        }
-        let Started {
-            runner,
-            vars,
-            lock: _lock,
-        } = match crate::run::start(
-            Arc::new(plan),
-            opts,
-            rx,
-            Kind::Job,
-            job.clone(),
-            Some(checkpoint.started_at.clone()),
-            Some(&checkpoint.variables),
-        )
-        .await
-        {
-            Ok(started) => started,
-            Err(code) => return code,
-        };
-        let summary = match prodigy_runtime::mapreduce::retry_dead_letters(
-            &runner, &vars, &mut files, &job, parallel, total, &executor,
-        )
-        .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::PROBLEMS;
+    let launch = crate::run::Launch {
+        kind: Kind::Job,
+        id: job.clone(),
+        resumed: Some((checkpoint.started_at.clone(), checkpoint.variables.clone())),
+    };
+    crate::run::execute(
+        Arc::new(plan),
+        opts,
+        place,
+        launch,
+        async |runner, vars, _| {
+            let summary = match prodigy_runtime::mapreduce::retry_dead_letters(
+                runner, &vars, &mut files, &job, parallel, total, &executor,
+            )
+            .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    err(&format!("error: {e}\n"));
+                    return Ended {
+                        vars,
+                        merge: None,
+                        finish: Box::new(|_, _, _| exit_code::PROBLEMS),
+                    };
+                }
+            };
+            if summary.interrupted {
+                err(&format!(
+                    "interrupted after retrying {}; run `prodigy dlq retry {job}` again for the rest\n",
+                    count(summary.retried, "item")
+                ));
+                return Ended {
+                    vars,
+                    merge: None,
+                    finish: Box::new(|signal, _, _| crate::run::interrupted(signal)),
+                };
             }
-        };
-        let left = summary.still_failing + summary.manual;
-        if summary.interrupted {
-            err(&format!(
-                "interrupted after retrying {}; run `prodigy dlq retry {job}` again for the rest\n",
-                count(summary.retried, "item")
-            ));
-            let code = signal.load(std::sync::atomic::Ordering::SeqCst);
-            return crate::run::interrupted(code);
-        }
-        // The session comes back only for a job that completed (as `run` merges it), and
-        // only when the retried work reached the session worktree.
-        let merged = place
-            .leave(&runner, vars, completed && !summary.unmerged)
-            .await;
-        let mut text = format!(
-            "retried {}: {} succeeded and left the queue, {} failed again; {} in the dead letter queue of {job}",
-            count(summary.retried, "item"),
-            summary.succeeded,
-            summary.still_failing,
-            if left == 1 {
-                "1 item remains".to_owned()
-            } else {
-                format!("{left} items remain")
+            // The session comes back only for a job that completed (as `run` merges it), and
+            // only when the retried work reached the session worktree.
+            Ended {
+                vars,
+                merge: Some(completed && !summary.unmerged),
+                finish: Box::new(move |_, unmerged, _| retried(&summary, &job, unmerged)),
             }
-        );
-        if summary.still_failing > 0 {
-            let _ = write!(text, " (see why with `prodigy dlq show {job}`)");
-        }
-        text.push('\n');
-        if let Err(kept) = &merged {
-            let _ = writeln!(text, "✗ merging job {job} back failed; {kept}");
-        }
-        err(&text);
-        if summary.still_failing > 0 || summary.unmerged || merged.is_err() {
-            exit_code::PROBLEMS
+        },
+    )
+}
+
+/// The last lines of `dlq retry` for job JOB and its exit code; UNMERGED says why merging
+/// the job back failed.
+fn retried(
+    summary: &prodigy_runtime::mapreduce::RetrySummary,
+    job: &str,
+    unmerged: Option<&str>,
+) -> u8 {
+    let left = summary.still_failing + summary.manual;
+    let mut text = format!(
+        "retried {}: {} succeeded and left the queue, {} failed again; {} in the dead letter queue of {job}",
+        count(summary.retried, "item"),
+        summary.succeeded,
+        summary.still_failing,
+        if left == 1 {
+            "1 item remains".to_owned()
         } else {
-            exit_code::OK
+            format!("{left} items remain")
         }
-    });
-    result.unwrap_or_else(|code| code)
+    );
+    if summary.still_failing > 0 {
+        let _ = write!(text, " (see why with `prodigy dlq show {job}`)");
+    }
+    text.push('\n');
+    if let Some(kept) = unmerged {
+        let _ = writeln!(text, "✗ merging job {job} back failed; {kept}");
+    }
+    err(&text);
+    if summary.still_failing > 0 || summary.unmerged || unmerged.is_some() {
+        exit_code::PROBLEMS
+    } else {
+        exit_code::OK
+    }
 }
 
 /// `prodigy events`.

@@ -265,7 +265,9 @@ impl Display {
     /// Starts showing a map phase of TOTAL items, DONE of them already finished; nothing is
     /// shown unless SHOWN.
     fn start(total: u64, done: u64, shown: bool) -> Self {
-        let terminal = shown && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+        let terminal = shown
+            && std::io::stderr().is_terminal()
+            && !under_ci(std::env::var_os("CI").as_deref());
         let bar = terminal.then(|| {
             let bar = new_bar(total, done, ProgressDrawTarget::stderr());
             bar.enable_steady_tick(Duration::from_millis(200));
@@ -413,9 +415,33 @@ fn eta_text(left: Duration) -> String {
     humantime::format_duration(Duration::from_secs(left.as_secs())).to_string()
 }
 
+/// Whether `CI` (its value, `None` when unset) says the run is under CI, where no live bar is
+/// drawn even on a terminal: set to anything but empty, `false` or `0` (README "MapReduce
+/// jobs"; the test binaries apply the same rule).
+fn under_ci(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| {
+        let v = v.to_string_lossy();
+        let v = v.trim();
+        !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("false"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `CI=false` or `CI=` on a terminal still gets the live bar; `CI=true` does not.
+    #[test]
+    fn ci_set_to_false_zero_or_empty_is_not_ci() {
+        use std::ffi::OsStr;
+        for on in ["true", "1", "github"] {
+            assert!(under_ci(Some(OsStr::new(on))), "CI={on}");
+        }
+        for off in ["", "false", "False", "0"] {
+            assert!(!under_ci(Some(OsStr::new(off))), "CI={off}");
+        }
+        assert!(!under_ci(None));
+    }
 
     /// `-q` keeps errors only; `-v` and `-vv` add their messages; an agent's message names
     /// its item; what a step says is indented under it.

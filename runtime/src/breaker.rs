@@ -1,4 +1,4 @@
-//! The circuit breaker of a MapReduce job (seed `000`, docs/language.md §8) as a pure state machine.
+//! The circuit breaker of a MapReduce job (docs/language.md §8) as a pure state machine.
 //!
 //! Closed counts consecutive failures (a success resets the count) and opens at
 //! `failure_threshold`. Open rejects agents without starting them until `timeout` has passed;

@@ -1,4 +1,4 @@
-//! The dead letter queue of a MapReduce job, on disk as seed `003` lays it out (docs/language.md §9):
+//! The dead letter queue of a MapReduce job, on disk as docs/language.md §9 lays it out:
 //! `dlq/{repo}/{job_id}/mapreduce/dlq/{job_id}/items/{item_id}.json`, one
 //! [`DeadLetteredItem`] per file, plus `index.json`. Every write is atomic.
 
@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::store::{Layout, write_atomic};
 
-/// Why an item failed (seed `003`'s `ErrorType`, plus `CircuitOpen`).
+/// Why an item failed (the error types of docs/language.md §9, `CircuitOpen` among them).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ErrorType {
     /// The agent outlived its timeout.

@@ -130,25 +130,27 @@ pub fn shell(text: &str) -> (String, Vec<String>) {
     ("sh".to_owned(), vec!["-c".to_owned(), text.to_owned()])
 }
 
-/// The executable file PROGRAM names on `PATH`, if there is one.
+/// The executable file PROGRAM names: PROGRAM itself when it holds a `/` (a path, relative to
+/// the current directory or absolute), else the first executable file of that name in a
+/// directory of `PATH`, as the shell would find it. A file without execute permission, or a
+/// directory, does not count: starting it would fail.
 pub fn find_executable(program: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|dir| dir.join(program))
-        .find(|path| {
-            std::fs::metadata(path)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    find_in(program, std::env::var_os("PATH").as_deref())
 }
 
-/// Whether a program can be found on `PATH` (or is a path that exists).
-pub fn program_exists(program: &str) -> bool {
+/// [`find_executable`] with PATH the value of `PATH`.
+fn find_in(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     if program.contains('/') {
-        return Path::new(program).is_file();
+        let path = PathBuf::from(program);
+        return executable(&path).then_some(path);
     }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(program))
+        .find(|path| executable(path))
 }
 
 /// How much of each stream a command keeps in memory when `PRODIGY_OUTPUT_LIMIT` does not
@@ -271,36 +273,19 @@ async fn collected((buffer, task): (Shared, tokio::task::JoinHandle<()>)) -> Sha
     buffer
 }
 
-/// Splits chunks of a stream into whole lines for a watcher.
-#[derive(Default)]
-struct Lines {
-    partial: Vec<u8>,
+/// The longest line a watcher is given whole; a longer one (no JSON event of the CLI comes
+/// near it) is cut, so memory stays bounded.
+const WATCHED_LINE: usize = 64 << 20;
+
+/// Hands each line of a chunk of standard output to WATCH, without its `\r\n` or `\n`.
+fn watch_lines(lines: &mut crate::logs::LineSplitter, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
+    lines.feed(chunk, WATCHED_LINE, &mut |split| watch_split(split, watch));
 }
 
-impl Lines {
-    /// The longest line a watcher is given whole; a longer one (no JSON event of the CLI
-    /// comes near it) is cut, so memory stays bounded.
-    const LONGEST: usize = 64 << 20;
-
-    fn feed(&mut self, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
-        self.partial.extend_from_slice(chunk);
-        let mut start = 0;
-        while let Some(end) = memchr::memchr(b'\n', &self.partial[start..]) {
-            watch(crate::logs::text(&self.partial[start..start + end]).trim_end_matches('\r'));
-            start += end + 1;
-        }
-        self.partial.drain(..start);
-        if self.partial.len() > Self::LONGEST {
-            let line = std::mem::take(&mut self.partial);
-            watch(&String::from_utf8_lossy(&line));
-        }
-    }
-
-    fn finish(&mut self, watch: &mut dyn FnMut(&str)) {
-        if !self.partial.is_empty() {
-            let line = std::mem::take(&mut self.partial);
-            watch(&String::from_utf8_lossy(&line));
-        }
+fn watch_split(split: crate::logs::Split<'_>, watch: &mut dyn FnMut(&str)) {
+    match split {
+        crate::logs::Split::Line(line) => watch(line.trim_end_matches('\r')),
+        crate::logs::Split::Part(part) => watch(part),
     }
 }
 
@@ -373,7 +358,7 @@ pub async fn run_watched(
         }
     };
     tokio::pin!(deadline);
-    let mut lines = Lines::default();
+    let mut lines = crate::logs::LineSplitter::default();
     let mut output = Output::default();
     let status = loop {
         tokio::select! {
@@ -388,7 +373,7 @@ pub async fn run_watched(
             }
             Some(chunk) = watch_rx.recv(), if watch.is_some() => {
                 if let Some(watch) = watch.as_deref_mut() {
-                    lines.feed(&chunk, watch);
+                    watch_lines(&mut lines, &chunk, watch);
                 }
             }
         }
@@ -410,9 +395,9 @@ pub async fn run_watched(
     output.stderr = crate::lock(&read_err).text(whole.as_deref());
     if let Some(watch) = watch {
         while let Ok(chunk) = watch_rx.try_recv() {
-            lines.feed(&chunk, watch);
+            watch_lines(&mut lines, &chunk, watch);
         }
-        lines.finish(watch);
+        lines.finish(&mut |split| watch_split(split, watch));
     }
     let mut interleaved = crate::lock(&both).text(whole.as_deref());
     output.code = status.and_then(|s| s.code());
@@ -477,16 +462,12 @@ pub fn write_file(
     create_dirs: bool,
 ) -> Output {
     use prodigy_compiler::plan::WriteFormat;
-    let relative = Path::new(path);
-    if relative.is_absolute()
-        || relative
-            .components()
-            .any(|c| matches!(c, std::path::Component::ParentDir))
-    {
-        return Output::error(format!(
-            "`write_file` path `{path}` leaves the working directory"
-        ));
-    }
+    // Resolved before anything is made, and written at the real place, so that no `..`,
+    // absolute path or link leads the write (or the `chmod`) out of the project.
+    let target = match crate::paths::inside(root, cwd, path) {
+        Ok(target) => target,
+        Err(e) => return Output::error(format!("`write_file`: {e}")),
+    };
     let text = match format {
         WriteFormat::Text => content.to_owned(),
         WriteFormat::Json => match serde_json::from_str::<serde_json::Value>(content) {
@@ -499,12 +480,6 @@ pub fn write_file(
                 return Output::error(format!("`write_file` content is not valid YAML: {why}"));
             }
         },
-    };
-    // Resolved before anything is made, and written at the real place, so that no link
-    // leads the write (or the `chmod`) out of the project.
-    let target = match crate::paths::inside(root, cwd, path) {
-        Ok(target) => target,
-        Err(e) => return Output::error(format!("`write_file`: {e}")),
     };
     if create_dirs
         && let Some(parent) = target.parent()
@@ -730,6 +705,35 @@ mod tests {
             ["one", "two"]
         );
         assert!(seen[0].1 < Duration::from_millis(400), "{seen:?}");
+    }
+
+    #[test]
+    fn only_executable_files_are_found_on_path_or_by_path() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let first = tempfile::tempdir().unwrap();
+        let second = tempfile::tempdir().unwrap();
+        let make = |dir: &Path, name: &str, mode: u32| {
+            let path = dir.join(name);
+            std::fs::write(&path, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            path
+        };
+        // A non-executable `tool` earlier on PATH is passed over, as the shell does.
+        make(first.path(), "tool", 0o644);
+        let tool = make(second.path(), "tool", 0o755);
+        let plain = make(first.path(), "plain", 0o644);
+        std::fs::create_dir(second.path().join("dir")).unwrap();
+        let path = std::env::join_paths([first.path(), second.path()]).unwrap();
+        assert_eq!(find_in("tool", Some(&path)), Some(tool.clone()));
+        assert_eq!(find_in("plain", Some(&path)), None);
+        assert_eq!(find_in("dir", Some(&path)), None);
+        assert_eq!(find_in("tool", None), None);
+        // A path is taken as it is, whatever PATH says.
+        let named = tool.to_str().unwrap();
+        assert_eq!(find_in(named, None), Some(tool.clone()));
+        assert_eq!(find_in(plain.to_str().unwrap(), Some(&path)), None);
+        let missing = second.path().join("missing");
+        assert_eq!(find_in(missing.to_str().unwrap(), Some(&path)), None);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! A MapReduce job on disk (docs/language.md §9, seed `002`), under
+//! A MapReduce job on disk (docs/language.md §9), under
 //! `state/{repo}/mapreduce/jobs/{job_id}/`:
 //!
 //! - `checkpoint.json`: the seed's fields (`job_id`, `workflow_file`, `phase`,
@@ -99,7 +99,7 @@ pub struct JobCheckpoint {
     /// Why the error policy stopped the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
-    /// The error metrics (seed `000`) once the map phase is over.
+    /// The error metrics (docs/language.md §8) once the map phase is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_metrics: Option<Value>,
     /// The session worktree the job works in (docs/language.md §11); resume continues in it.

@@ -53,7 +53,7 @@ pub fn create_numbered(dir: &Path, stem: &str, ext: &str, mask: Option<Mask>) ->
                         path,
                         file: Some(std::io::BufWriter::new(file)),
                         mask,
-                        partial: Vec::new(),
+                        lines: LineSplitter::default(),
                         error: None,
                     };
                 }
@@ -69,7 +69,7 @@ pub fn create_numbered(dir: &Path, stem: &str, ext: &str, mask: Option<Mask>) ->
         path: dir.join(format!("{stem}.{ext}")),
         file: None,
         mask,
-        partial: Vec::new(),
+        lines: LineSplitter::default(),
         error: Some(last_error.unwrap_or_else(|| std::io::Error::other("no free log name"))),
     }
 }
@@ -111,6 +111,75 @@ pub fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 /// The longest piece of a line a log holds before writing it.
 pub const LONGEST_LINE: usize = 1 << 20;
 
+/// What [`LineSplitter`] hands on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split<'a> {
+    /// A whole line, without its `\n`.
+    Line(&'a str),
+    /// The start of a line that outgrew the splitter's limit; the rest follows.
+    Part(&'a str),
+}
+
+/// Splits a stream into lines as its chunks arrive: the one splitter of command output, for
+/// logs and for watchers of a command's lines.
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    partial: Vec<u8>,
+}
+
+impl LineSplitter {
+    /// Hands each whole line of what arrived so far to OUT; the rest waits for the next
+    /// chunk. When what waits outgrows LONGEST bytes it goes to OUT as a [`Split::Part`],
+    /// cut at a character boundary, so memory stays bounded and no character is broken.
+    pub fn feed(&mut self, chunk: &[u8], longest: usize, out: &mut dyn FnMut(Split<'_>)) {
+        self.partial.extend_from_slice(chunk);
+        let mut start = 0;
+        while let Some(end) = memchr::memchr(b'\n', &self.partial[start..]) {
+            out(Split::Line(&text(&self.partial[start..start + end])));
+            start += end + 1;
+        }
+        self.partial.drain(..start);
+        if self.partial.len() > longest {
+            let cut = char_boundary(&self.partial);
+            let rest = self.partial.split_off(cut);
+            let part = std::mem::replace(&mut self.partial, rest);
+            out(Split::Part(&text(&part)));
+        }
+    }
+
+    /// Hands what is left, a last line without its `\n`, to OUT.
+    pub fn finish(&mut self, out: &mut dyn FnMut(Split<'_>)) {
+        if !self.partial.is_empty() {
+            let rest = std::mem::take(&mut self.partial);
+            out(Split::Line(&text(&rest)));
+        }
+    }
+}
+
+/// Where BYTES end, less a UTF-8 sequence that the next bytes will complete (all of them
+/// when that would leave nothing).
+fn char_boundary(bytes: &[u8]) -> usize {
+    let len = bytes.len();
+    for back in 1..=len.min(4) {
+        let byte = bytes[len - back];
+        if byte & 0xC0 != 0x80 {
+            // A lead byte (or ASCII): its sequence length says whether it is complete.
+            let needs = match byte {
+                0xF0..=0xF7 => 4,
+                0xE0..=0xEF => 3,
+                0xC0..=0xDF => 2,
+                _ => 1,
+            };
+            return if needs > back && len > back {
+                len - back
+            } else {
+                len
+            };
+        }
+    }
+    len
+}
+
 /// A log written line by line, each line masked; after a write error it stops writing and
 /// remembers the error.
 pub struct LineLog {
@@ -118,7 +187,7 @@ pub struct LineLog {
     pub path: PathBuf,
     file: Option<std::io::BufWriter<File>>,
     mask: Option<Mask>,
-    partial: Vec<u8>,
+    lines: LineSplitter,
     /// The first write error.
     pub error: Option<std::io::Error>,
 }
@@ -134,7 +203,7 @@ impl LineLog {
             path,
             file,
             mask,
-            partial: Vec::new(),
+            lines: LineSplitter::default(),
             error,
         }
     }
@@ -165,18 +234,15 @@ impl LineLog {
     /// Writes a chunk of a stream: its whole lines now, the rest with the next chunk. A line
     /// longer than [`LONGEST_LINE`] is written in pieces, so memory stays bounded.
     pub fn chunk(&mut self, chunk: &[u8]) {
-        let mut partial = std::mem::take(&mut self.partial);
-        partial.extend_from_slice(chunk);
-        let mut start = 0;
-        while let Some(end) = memchr::memchr(b'\n', &partial[start..]) {
-            self.line(&text(&partial[start..start + end]));
-            start += end + 1;
-        }
-        partial.drain(..start);
-        self.partial = partial;
-        if self.partial.len() > LONGEST_LINE {
-            let piece = std::mem::take(&mut self.partial);
-            self.piece(&String::from_utf8_lossy(&piece));
+        let mut lines = std::mem::take(&mut self.lines);
+        lines.feed(chunk, LONGEST_LINE, &mut |split| self.split(split));
+        self.lines = lines;
+    }
+
+    fn split(&mut self, split: Split<'_>) {
+        match split {
+            Split::Line(line) => self.line(line),
+            Split::Part(part) => self.piece(part),
         }
     }
 
@@ -197,10 +263,8 @@ impl LineLog {
 
     /// Writes what is left of the last line.
     pub fn finish(&mut self) {
-        if !self.partial.is_empty() {
-            let rest = std::mem::take(&mut self.partial);
-            self.line(&String::from_utf8_lossy(&rest));
-        }
+        let mut lines = std::mem::take(&mut self.lines);
+        lines.finish(&mut |split| self.split(split));
         if let Some(file) = self.file.as_mut()
             && let Err(e) = file.flush()
         {
@@ -236,6 +300,47 @@ mod tests {
             .mode()
             & 0o777;
         assert_eq!(dmode, 0o700);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_limit_is_written_in_pieces_without_breaking_a_character() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.log");
+        let mut log = LineLog::create(path.clone(), None);
+        // An odd number of bytes of two-byte characters: the first chunk ends mid-character.
+        let line = "é".repeat(LONGEST_LINE / 2 + 1);
+        let bytes = line.as_bytes();
+        let (first, second) = bytes.split_at(LONGEST_LINE + 1);
+        log.chunk(first);
+        log.chunk(second);
+        log.chunk(b"\nnext");
+        log.finish();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{line}\nnext\n")
+        );
+    }
+
+    #[test]
+    fn the_splitter_hands_on_lines_and_cuts_only_at_character_boundaries() {
+        let mut seen = Vec::new();
+        let mut splitter = LineSplitter::default();
+        let mut out = |s: Split<'_>| {
+            seen.push(match s {
+                Split::Line(l) => format!("line {l}"),
+                Split::Part(p) => format!("part {p}"),
+            });
+        };
+        splitter.feed(b"one\ntw", 100, &mut out);
+        splitter.feed(b"o\n", 100, &mut out);
+        // "aé" then the first byte of "é": five bytes over a limit of 4.
+        splitter.feed(&"aéé".as_bytes()[..4], 3, &mut out);
+        splitter.feed(&"aéé".as_bytes()[4..], 3, &mut out);
+        splitter.finish(&mut out);
+        assert_eq!(seen, ["line one", "line two", "part aé", "line é"]);
+        assert_eq!(char_boundary("aé".as_bytes()), 3);
+        assert_eq!(char_boundary(&"a€".as_bytes()[..3]), 1);
+        assert_eq!(char_boundary(&"€".as_bytes()[..2]), 2);
     }
 
     #[test]

@@ -786,7 +786,7 @@ mod tests {
 
     #[test]
     fn the_handler_runs_after_every_failed_run_and_max_attempts_counts_the_first() {
-        // Seed 000: `max_attempts: 3` → at most 3 runs, the handler after each failure.
+        // docs/language.md §3: `max_attempts: 3` → at most 3 runs, the handler after each failure.
         script(
             StepMachine::new(RetryPolicy::none(), handler(3, false)),
             &[

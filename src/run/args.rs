@@ -150,28 +150,16 @@ pub(crate) fn compile(path: &Path) -> Result<(SourceFile, prodigy_compiler::plan
     Ok((file, plan))
 }
 
-/// How to run WORKFLOW (whose text is TEXT) for PROJECT: the Claude program and jitter seed
-/// from the environment and `--grace`, no parameters, no worktree yet.
-pub(crate) fn options(
-    workflow: PathBuf,
-    text: &str,
-    layout: Layout,
-    project: PathBuf,
-    grace: u64,
-) -> Options {
+/// OPTS (from [`Options::new`], [`Options::resumed`] or [`Options::resumed_job`]) as this
+/// command line and the environment ask: `--grace` GRACE seconds, the Claude program (`PRODIGY_CLAUDE_COMMAND`), the jitter seed and the output limit. Every
+/// run goes through here, new or resumed, so a setting is never missed in one of them.
+pub(crate) fn from_cli(opts: Options, grace: u64) -> Options {
     Options {
-        workflow,
-        workflow_hash: prodigy_runtime::store::hash(text),
-        layout,
-        project,
-        params: Vec::new(),
-        args: Vec::new(),
-        profile: None,
         claude_command: std::env::var("PRODIGY_CLAUDE_COMMAND").ok(),
         grace: Duration::from_secs(grace),
         seed: super::jitter_seed(),
-        worktree: None,
         output_limit: output_limit(),
+        ..opts
     }
 }
 

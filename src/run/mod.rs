@@ -9,11 +9,12 @@ use prodigy_compiler::plan::{Plan, StepId};
 use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, Phase};
 use prodigy_runtime::mapreduce::{JobOutcome, MapJob};
 use prodigy_runtime::progress::count;
-use prodigy_runtime::runner::{Options, RunOutcome};
+use prodigy_runtime::runner::{Inputs, Options, RunOutcome, Runner};
 use prodigy_runtime::session::resume::{Refused, Resume};
 use prodigy_runtime::session::{self, PlaceError, StartFailed};
 pub(crate) use prodigy_runtime::session::{Kind, Started, roots};
 use prodigy_runtime::store::{Checkpoint, Layout};
+use prodigy_runtime::vars::Vars;
 use prodigy_runtime::worktree;
 
 mod args;
@@ -22,7 +23,7 @@ mod finish;
 mod place;
 
 use args::JobArgs;
-pub(crate) use args::{ResumeArgs, ResumeJobArgs, RunArgs, compile, layout, options};
+pub(crate) use args::{ResumeArgs, ResumeJobArgs, RunArgs, compile, from_cli, layout};
 use dry::dry_run;
 pub(crate) use finish::interrupted;
 use finish::{finish, finish_job, stop_advice};
@@ -85,18 +86,22 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
             ));
         }
     }
-    let opts = Options {
+    let layout = layout(&project);
+    let inputs = Inputs {
         params,
         args: args.args.clone(),
         profile: args.profile.clone(),
-        ..options(
+    };
+    let opts = from_cli(
+        Options::new(
             std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone()),
             &file.text,
-            layout(&project),
             project,
-            args.grace,
-        )
-    };
+            layout,
+            inputs,
+        ),
+        args.grace,
+    );
     if args.dry_run {
         return dry_run(plan, opts);
     }
@@ -118,7 +123,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
             "note: `--executor slurm` runs the map agents of MapReduce workflows; this workflow has no map phase, so its steps run here\n",
         );
     }
-    execute(Arc::new(plan), opts, None, place)
+    execute_session(Arc::new(plan), opts, None, place)
 }
 
 /// Checks, before any worktree, branch or lock exists, that the programs the run needs are
@@ -132,7 +137,7 @@ pub(crate) fn preflight(plan: &Plan, roots: &[StepId], git: bool) -> Result<(), 
     })
 }
 
-/// `prodigy resume-job`: continue a MapReduce job from its checkpoint (seed `002`): items
+/// `prodigy resume-job`: continue a MapReduce job from its checkpoint (README "MapReduce jobs"): items
 /// that were running go back to pending, finished items keep their results, failed items
 /// stay in the DLQ, and the job goes on in the phase it stopped in.
 pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
@@ -178,18 +183,10 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
             return exit_code::USAGE;
         }
     }
-    let opts = Options {
-        params: checkpoint.params.clone(),
-        args: checkpoint.args.clone(),
-        profile: checkpoint.profile.clone(),
-        ..options(
-            checkpoint.workflow_file.clone(),
-            &file.text,
-            Layout { home, repo },
-            checkpoint.project.clone(),
-            args.grace,
-        )
-    };
+    let opts = from_cli(
+        Options::resumed_job(&checkpoint, &file.text, Layout { home, repo }),
+        args.grace,
+    );
     let place = Place {
         isolate: None,
         saved: checkpoint.worktree.clone(),
@@ -226,8 +223,8 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
 
 /// Runs a MapReduce job (new, or resumed from CHECKPOINT) under the job's lock.
 fn execute_job(
-    plan: Arc<prodigy_compiler::plan::Plan>,
-    mut opts: Options,
+    plan: Arc<Plan>,
+    opts: Options,
     job_args: JobArgs,
     resume: Option<JobCheckpoint>,
     place: Place,
@@ -235,29 +232,18 @@ fn execute_job(
     if let Err(code) = job_args.executor.check() {
         return code;
     }
-    let result = block_on(async move {
-        let (rx, signal) = watch_signals();
-        let job_id = resume
+    let job_id = resume
+        .as_ref()
+        .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
+    let launch = Launch {
+        kind: Kind::Job,
+        id: job_id.clone(),
+        resumed: resume
             .as_ref()
-            .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
-        place.enter(&mut opts, &job_id).await?;
+            .map(|c| (c.started_at.clone(), c.variables.clone())),
+    };
+    execute(plan, opts, place, launch, async |runner, vars, opts| {
         let dir = opts.layout.job_dir(&job_id);
-        let started_at = resume.as_ref().map(|c| c.started_at.clone());
-        let saved = resume.as_ref().map(|c| &c.variables);
-        let Started {
-            runner,
-            vars,
-            lock: _lock,
-        } = start(
-            plan,
-            opts.clone(),
-            rx,
-            Kind::Job,
-            job_id.clone(),
-            started_at,
-            saved,
-        )
-        .await?;
         let resumed = resume.is_some();
         let checkpoint = if let Some(c) = resume {
             c
@@ -266,26 +252,89 @@ fn execute_job(
                 "job {job_id} started; its state is in {}\n",
                 dir.display()
             ));
-            session::new_job_checkpoint(&job_id, &opts)
+            session::new_job_checkpoint(&job_id, opts)
         };
         let job = MapJob::new(
-            &runner,
+            runner,
             JobFiles::new(dir),
             checkpoint,
             job_args.options(),
             resumed,
         );
         let mut report = job.run(vars).await;
-        // Worktree news first: the last line says how the job ended and what to do next.
         // The variables move (`map.results` holds every item's result).
-        let completed = report.outcome == JobOutcome::Completed;
-        let vars = std::mem::take(&mut report.vars);
-        let merged = place.leave(&runner, vars, completed).await;
+        Ended {
+            merge: Some(report.outcome == JobOutcome::Completed),
+            vars: std::mem::take(&mut report.vars),
+            finish: Box::new(move |signal, unmerged, fix| {
+                finish_job(&report, signal, job_args.strict, unmerged, fix)
+            }),
+        }
+    })
+}
+
+/// A session or job to run: a new one, or one resumed from its checkpoint.
+pub(crate) struct Launch {
+    pub(crate) kind: Kind,
+    pub(crate) id: String,
+    /// When it started and the variables its checkpoint saved, when resumed.
+    pub(crate) resumed: Option<(String, serde_json::Value)>,
+}
+
+/// How the work under the lock ended: its variables (for the merge steps), what becomes of
+/// its place, and its [`Finish`].
+pub(crate) struct Ended {
+    pub(crate) vars: Vars,
+    /// `Some(true)`: it succeeded, and its place is merged back (after the user's decision);
+    /// `Some(false)`: its place is kept; `None`: the work stopped early, and its place is
+    /// left as it is, unannounced.
+    pub(crate) merge: Option<bool>,
+    pub(crate) finish: Finish,
+}
+
+/// What prints the last lines of a session or job and gives its exit code, from the signal
+/// that came (0 when none), why merging it back failed, and where to fix things.
+pub(crate) type Finish = Box<dyn FnOnce(u8, Option<&str>, &str) -> u8>;
+
+/// Runs a session or job: enters its place, takes its lock and computes its starting
+/// variables ([`start`]), does WORK, and leaves the place before WORK's last lines, so that
+/// the last line says how it ended and what to do next. The one path of `run`, `resume`
+/// and `resume-job`, and of `dlq retry`.
+pub(crate) fn execute(
+    plan: Arc<Plan>,
+    mut opts: Options,
+    place: Place,
+    launch: Launch,
+    work: impl AsyncFnOnce(&Runner, Vars, &Options) -> Ended,
+) -> u8 {
+    let result = block_on(async move {
+        let (rx, signal) = watch_signals();
+        place.enter(&mut opts, &launch.id).await?;
+        let (started_at, saved) = launch
+            .resumed
+            .map_or((None, None), |(at, saved)| (Some(at), Some(saved)));
+        let Started {
+            runner,
+            vars,
+            lock: _lock,
+        } = start(
+            plan,
+            opts.clone(),
+            rx,
+            launch.kind,
+            launch.id,
+            started_at,
+            saved.as_ref(),
+        )
+        .await?;
+        let ended = work(&runner, vars, &opts).await;
+        let merged = match ended.merge {
+            Some(succeeded) => place.leave(&runner, ended.vars, succeeded).await,
+            None => Ok(()),
+        };
         let fix = Place::fix_where(&runner);
-        Ok(finish_job(
-            &report,
+        Ok((ended.finish)(
             signal.load(std::sync::atomic::Ordering::SeqCst),
-            job_args.strict,
             merged.err().as_deref(),
             &fix,
         ))
@@ -351,19 +400,11 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         return exit_code::USAGE;
     }
     // After `--force` the new version is the session's workflow from now on.
-    let opts = Options {
-        params: checkpoint.params.clone(),
-        args: checkpoint.args.clone(),
-        profile: checkpoint.profile.clone(),
-        ..options(
-            checkpoint.workflow.clone(),
-            &file.text,
-            // Where the session was found: a run of an older version files it elsewhere.
-            Layout { home, repo },
-            checkpoint.project.clone(),
-            args.grace,
-        )
-    };
+    // Filed where the session was found: a run of an older version files it elsewhere.
+    let opts = from_cli(
+        Options::resumed(&checkpoint, &file.text, Layout { home, repo }),
+        args.grace,
+    );
     let place = Place {
         isolate: None,
         saved: checkpoint.worktree.clone(),
@@ -386,46 +427,37 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
             checkpoint.next_step.saturating_add(1)
         ));
     }
-    execute(Arc::new(plan), opts, Some(checkpoint), place)
+    execute_session(Arc::new(plan), opts, Some(&checkpoint), place)
 }
 
-fn execute(
-    plan: Arc<prodigy_compiler::plan::Plan>,
-    mut opts: Options,
-    resume: Option<Checkpoint>,
+/// Runs a standard session (new, or resumed from CHECKPOINT) under the session's lock.
+fn execute_session(
+    plan: Arc<Plan>,
+    opts: Options,
+    resume: Option<&Checkpoint>,
     place: Place,
 ) -> u8 {
-    let result = block_on(async move {
-        let (rx, signal) = watch_signals();
-        let id = resume
+    let launch = Launch {
+        kind: Kind::Session,
+        id: resume
             .as_ref()
-            .map_or_else(prodigy_runtime::store::session_id, |c| c.session_id.clone());
-        place.enter(&mut opts, &id).await?;
-        let started_at = resume.as_ref().map(|c| c.started_at.clone());
-        let saved = resume.as_ref().map(|c| &c.variables);
-        let Started {
-            runner,
-            vars,
-            lock: _lock,
-        } = start(plan, opts, rx, Kind::Session, id, started_at, saved).await?;
+            .map_or_else(prodigy_runtime::store::session_id, |c| c.session_id.clone()),
+        resumed: resume
+            .as_ref()
+            .map(|c| (c.started_at.clone(), c.variables.clone())),
+    };
+    execute(plan, opts, place, launch, async |runner, vars, _| {
         let first = resume.as_ref().map_or(0, |c| c.next_step);
         if let Some(checkpoint) = &resume {
             runner.carry_continued(&checkpoint.continued);
         }
         let mut report = runner.run(vars, first).await;
-        // Worktree news first: the last line says how the run ended and what to do next.
-        let succeeded = report.outcome == RunOutcome::Succeeded;
-        let vars = std::mem::take(&mut report.vars);
-        let merged = place.leave(&runner, vars, succeeded).await;
-        let fix = Place::fix_where(&runner);
-        Ok(finish(
-            &report,
-            signal.load(std::sync::atomic::Ordering::SeqCst),
-            merged.err().as_deref(),
-            &fix,
-        ))
-    });
-    result.and_then(|r| r).unwrap_or_else(|code| code)
+        Ended {
+            merge: Some(report.outcome == RunOutcome::Succeeded),
+            vars: std::mem::take(&mut report.vars),
+            finish: Box::new(move |signal, unmerged, fix| finish(&report, signal, unmerged, fix)),
+        }
+    })
 }
 
 /// Takes the lock of ID, opens its event log and computes the starting variables (plus

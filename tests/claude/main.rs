@@ -391,7 +391,7 @@ fn a_run_past_its_time_is_killed_with_its_whole_process_group() {
 }
 
 /// Installs the pinned CLI (`tests/claude/install.sh`) and returns its path, or `None` after
-/// a skip line. A missing Node fails under `CI=true`; an unreachable registry skips.
+/// a skip line. A missing Node fails under CI; an unreachable registry skips.
 fn install_cli(scratch: &Path) -> Option<PathBuf> {
     // Two tests installing into the same directory at once break each other's install.
     static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -421,8 +421,8 @@ fn install_cli(scratch: &Path) -> Option<PathBuf> {
             external::missing_tool(TEST, "npm", "npm");
             None
         }
-        Some(4) if std::env::var_os("CI").is_some_and(|v| v == "true") => {
-            panic!("under CI=true the pinned Claude Code CLI must install: {stderr}")
+        Some(4) if external::ci::required() => {
+            panic!("under CI the pinned Claude Code CLI must install: {stderr}")
         }
         Some(4) => {
             external::skip_line(

@@ -154,6 +154,23 @@ fn a_missing_claude_is_reported_before_any_worktree_or_branch_exists() {
 }
 
 #[test]
+fn a_claude_command_that_is_not_executable_counts_as_missing() {
+    let scratch = Scratch::new();
+    let claude = scratch.dir.path().join("claude");
+    std::fs::write(&claude, "#!/bin/sh\necho 'Claude Code'\n").unwrap();
+    let claude = claude.display().to_string();
+    let file = workflow(&scratch, "flow.yml", "- claude: \"/go\"\n");
+    let output = scratch.run(&["run", &file], &[("PRODIGY_CLAUDE_COMMAND", &claude)]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("`{claude}` is not installed (or not executable)")),
+        "{text}"
+    );
+    assert!(branches(&scratch).is_empty(), "{:?}", branches(&scratch));
+}
+
+#[test]
 fn a_missing_git_is_reported_before_the_run_works_in_place() {
     let scratch = Scratch::new();
     let file = workflow(&scratch, "flow.yml", "- shell: \"touch ran\"\n");

@@ -125,3 +125,64 @@ fn write_file_honours_the_umask_unless_mode_is_given() {
     assert_eq!(mode("private.txt"), 0o600);
     assert_eq!(mode("shared.txt"), 0o640);
 }
+
+/// A rendered `write_file` path is judged by where it really leads: `..` out of the project,
+/// an absolute path elsewhere and a link out are refused alike, with nothing written, while
+/// `..` that stays inside (from a `working_dir`) and an absolute path into the project write.
+#[test]
+fn write_file_paths_are_refused_only_when_they_lead_out_of_the_project() {
+    let scratch = Scratch::new();
+    let outside = scratch.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, scratch.project().join("out")).unwrap();
+    std::fs::create_dir(scratch.project().join("sub")).unwrap();
+    let inside = scratch.project().join("absolute.txt");
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(
+        &file,
+        "- write_file:\n    path: \"${climb}/x.txt\"\n    content: no\n  on_failure: true\n\
+         - write_file:\n    path: \"${elsewhere}\"\n    content: no\n  on_failure: true\n\
+         - write_file:\n    path: \"${link}/x.txt\"\n    content: no\n  on_failure: true\n\
+         - write_file:\n    path: \"${climb}/up.txt\"\n    content: yes\n  working_dir: sub\n\
+         - write_file:\n    path: \"${here}\"\n    content: yes\n",
+    )
+    .unwrap();
+    let elsewhere = outside.join("abs.txt");
+    let args = [
+        "run".to_owned(),
+        "-v".to_owned(),
+        "--no-worktree".to_owned(),
+        file.display().to_string(),
+        "--param".to_owned(),
+        "climb=..".to_owned(),
+        "--param".to_owned(),
+        format!("elsewhere={}", elsewhere.display()),
+        "--param".to_owned(),
+        "link=out".to_owned(),
+        "--param".to_owned(),
+        format!("here={}", inside.display()),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = run(&scratch, &args, "022");
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let root = std::fs::canonicalize(scratch.project()).unwrap();
+    for refused in ["../x.txt", &elsewhere.display().to_string(), "out/x.txt"] {
+        assert!(
+            text.contains(&format!(
+                "`write_file`: `{refused}` leads outside the project (`{}`)",
+                root.display()
+            )),
+            "{refused}: {text}"
+        );
+    }
+    assert!(!scratch.dir.path().join("x.txt").exists(), "{text}");
+    assert!(!elsewhere.exists(), "{text}");
+    assert!(!outside.join("x.txt").exists(), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(scratch.project().join("up.txt")).unwrap(),
+        "yes",
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "yes", "{text}");
+}

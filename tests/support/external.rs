@@ -3,7 +3,8 @@
 //! A fresh clone with nothing beside it must pass `cargo test --workspace --locked`, so a test
 //! that needs one of these skips when it is missing, and says so on a line of its own (written
 //! to the real standard error, which the test harness does not capture). CI must not skip:
-//! `.ci/run` sets `PRODIGY_CORPUS` and `CI=true`, and then a missing corpus or tool fails.
+//! `.ci/run` sets `PRODIGY_CORPUS` and `CI=true`, and then a missing corpus or tool fails
+//! (the rule for `CI` is [`ci::required`]).
 //!
 //! Included by each test binary that needs it with `#[path = "../support/external.rs"]`.
 
@@ -11,6 +12,9 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+#[path = "ci.rs"]
+pub(crate) mod ci;
 
 /// Says on the terminal, even under the test harness's capture, that `what` was skipped.
 pub(crate) fn skip_line(what: &str, why: &str) {
@@ -21,7 +25,7 @@ pub(crate) fn skip_line(what: &str, why: &str) {
 /// else `../shared/corpus/prodigy` beside the repository.
 ///
 /// `None` (after a skip line naming `test`) when `PRODIGY_CORPUS` is unset and the default
-/// place holds nothing; a panic when `PRODIGY_CORPUS` names no directory, or under `CI=true`.
+/// place holds nothing; a panic when `PRODIGY_CORPUS` names no directory, or under CI.
 pub(crate) fn corpus_dir(test: &str) -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("PRODIGY_CORPUS") {
         let dir = PathBuf::from(dir);
@@ -37,7 +41,7 @@ pub(crate) fn corpus_dir(test: &str) -> Option<PathBuf> {
         return Some(dir);
     }
     assert!(
-        std::env::var_os("CI").is_none(),
+        !ci::required(),
         "the corpus is missing at {} and CI must not skip: set PRODIGY_CORPUS",
         dir.display()
     );
@@ -72,11 +76,11 @@ pub(crate) fn tool_available(test: &str, program: &str, package: &str) -> bool {
 }
 
 /// `program` could not be started: outside CI the test named `test` skips what needs it, with
-/// a line saying why; under `CI=true` this panics, since `.ci/run` installs every tool the
-/// tests use.
+/// a line saying why; under CI ([`ci::required`]) this panics, since `.ci/run` installs every
+/// tool the tests use.
 pub(crate) fn missing_tool(test: &str, program: &str, package: &str) {
     assert!(
-        std::env::var_os("CI").is_none(),
+        !ci::required(),
         "`{program}` is missing in CI; .ci/run installs the Debian package `{package}`"
     );
     skip_line(

@@ -420,7 +420,7 @@ pub fn delay(config: &RetryConfig, n: u32) -> Duration {
 }
 
 /// The delays between the runs of an item under `error_policy.retry_config`, with the
-/// error-policy formulas of docs/language.md §4 (seed `000`): fixed `delay`; linear `initial +
+/// error-policy formulas of docs/language.md §4: fixed `delay`; linear `initial +
 /// n·increment`; exponential `initial · base^(n-1)`; fibonacci `initial · fib(n)`; custom
 /// `delays[n-1]`. A missing initial delay is 1 s; `max_delay` caps every delay.
 pub fn policy_schedule(config: &ast::PolicyRetry) -> Vec<Duration> {

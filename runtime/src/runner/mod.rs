@@ -48,6 +48,106 @@ pub struct Options {
     pub output_limit: usize,
 }
 
+/// What a run was started with that its checkpoint keeps, and `resume` and `resume-job`
+/// run with again: `--param`, `--args` and `--profile`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inputs {
+    /// `--param K=V`.
+    pub params: Vec<(String, String)>,
+    /// `--args`.
+    pub args: Vec<String>,
+    /// `--profile`.
+    pub profile: Option<String>,
+}
+
+impl From<&crate::store::Checkpoint> for Inputs {
+    fn from(c: &crate::store::Checkpoint) -> Self {
+        Inputs {
+            params: c.params.clone(),
+            args: c.args.clone(),
+            profile: c.profile.clone(),
+        }
+    }
+}
+
+impl From<&crate::jobstore::JobCheckpoint> for Inputs {
+    fn from(c: &crate::jobstore::JobCheckpoint) -> Self {
+        Inputs {
+            params: c.params.clone(),
+            args: c.args.clone(),
+            profile: c.profile.clone(),
+        }
+    }
+}
+
+/// Between SIGTERM and SIGKILL unless `--grace` says otherwise.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+impl Options {
+    /// How to run WORKFLOW, whose text is TEXT, for PROJECT with INPUTS, its files under
+    /// LAYOUT: the one place run options are made, for a new run and a resumed one alike.
+    /// No worktree yet (entering the run's place sets it), [`DEFAULT_GRACE`], jitter seed 0, the default output limit and the
+    /// `claude` program; a caller changes what its command line and environment say.
+    #[must_use]
+    pub fn new(
+        workflow: PathBuf,
+        text: &str,
+        project: PathBuf,
+        layout: Layout,
+        inputs: Inputs,
+    ) -> Self {
+        let Inputs {
+            params,
+            args,
+            profile,
+        } = inputs;
+        Options {
+            workflow,
+            workflow_hash: crate::store::hash(text),
+            project,
+            worktree: None,
+            layout,
+            params,
+            args,
+            profile,
+            claude_command: None,
+            grace: DEFAULT_GRACE,
+            seed: 0,
+            output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,
+        }
+    }
+
+    /// How to run again the session of CHECKPOINT, whose workflow now reads TEXT (after
+    /// `--force`, the new version is the session's from now on), its files under LAYOUT.
+    #[must_use]
+    pub fn resumed(checkpoint: &crate::store::Checkpoint, text: &str, layout: Layout) -> Self {
+        Options::new(
+            checkpoint.workflow.clone(),
+            text,
+            checkpoint.project.clone(),
+            layout,
+            checkpoint.into(),
+        )
+    }
+
+    /// How to run again the MapReduce job of CHECKPOINT, whose workflow now reads TEXT, its
+    /// files under LAYOUT.
+    #[must_use]
+    pub fn resumed_job(
+        checkpoint: &crate::jobstore::JobCheckpoint,
+        text: &str,
+        layout: Layout,
+    ) -> Self {
+        Options::new(
+            checkpoint.workflow_file.clone(),
+            text,
+            checkpoint.project.clone(),
+            layout,
+            checkpoint.into(),
+        )
+    }
+}
+
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunOutcome {
@@ -122,7 +222,7 @@ pub enum StartError {
     ClaudeAsRoot,
     /// The Claude program is missing.
     #[error(
-        "the workflow has `claude` steps but `{program}` is not installed; install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
+        "the workflow has `claude` steps but `{program}` is not installed (or not executable); install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
     )]
     ClaudeMissing {
         /// The program looked for.

@@ -24,7 +24,7 @@ pub fn preflight(
     }
     let (program, leading) = crate::claude::program(claude_command)
         .map_err(|e| StartError::ClaudeCommand(e.to_string()))?;
-    if !exec::program_exists(&program) {
+    if exec::find_executable(&program).is_none() {
         return Err(StartError::ClaudeMissing { program });
     }
     let version = crate::claude::ask_version(&program, &leading).map_err(|why| {

@@ -5,6 +5,7 @@
 //! 2. [`Place::enter`]: the session worktree created, or reopened for a resumed run;
 //! 3. [`start`]: the lock of the session or job taken, its event log opened, its starting
 //!    variables computed and, on resume, what its checkpoint saved put back ([`restore`]);
+//!    a map agent run apart from its job (on Slurm) does the same without the lock ([`open`]);
 //! 4. the runner runs (the binary drives it), checkpointing as it goes ([`new_job_checkpoint`]
 //!    for a job's first one);
 //! 5. [`leave`]: a successful run's worktree merged back (after the caller's decision) or
@@ -99,6 +100,26 @@ pub async fn start(
         Kind::Job => SessionLock::acquire_in(&opts.layout.job_dir(&id), &format!("job `{id}`")),
     }
     .map_err(StartFailed::Locked)?;
+    let (runner, vars) = open(plan, opts, reporter, cancel, id, started_at, saved).await?;
+    Ok(Started { runner, vars, lock })
+}
+
+/// [`start`] without the lock, for one map agent run apart from its job (on Slurm) while
+/// its coordinator holds the job's lock: opens the event log of ID and computes the
+/// starting variables, with SAVED, a checkpoint's variables, put back with [`restore`].
+///
+/// # Errors
+///
+/// [`StartFailed::Store`] or [`StartFailed::Variables`].
+pub async fn open(
+    plan: Arc<Plan>,
+    opts: Options,
+    reporter: Arc<dyn crate::events::Reporter>,
+    cancel: tokio::sync::watch::Receiver<bool>,
+    id: String,
+    started_at: Option<String>,
+    saved: Option<&serde_json::Value>,
+) -> Result<(Runner, Vars), StartFailed> {
     let runner = Runner::with_id(plan, opts, cancel, id, started_at)
         .map_err(StartFailed::Store)?
         .report_to(reporter);
@@ -109,7 +130,7 @@ pub async fn start(
     if let Some(saved) = saved {
         restore(&mut vars, &runner.unseal(saved.clone()));
     }
-    Ok(Started { runner, vars, lock })
+    Ok((runner, vars))
 }
 
 /// Puts back what earlier steps captured, without overriding env, secrets or params.

@@ -24,7 +24,7 @@ pub enum PreflightError {
 /// Whether `git` is on the PATH.
 #[must_use]
 pub fn git_installed() -> bool {
-    crate::exec::program_exists("git")
+    crate::exec::find_executable("git").is_some()
 }
 
 /// The steps a run starts from, for [`preflight`]: a standard workflow's from step FIRST

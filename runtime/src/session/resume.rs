@@ -184,23 +184,16 @@ mod tests {
     }
 
     fn job_checkpoint(status: Status, text: &str) -> JobCheckpoint {
-        let opts = crate::runner::Options {
-            workflow: PathBuf::from("/p/w.yml"),
-            workflow_hash: crate::store::hash(text),
-            project: PathBuf::from("/p"),
-            worktree: None,
-            layout: crate::store::Layout {
+        let opts = crate::runner::Options::new(
+            PathBuf::from("/p/w.yml"),
+            text,
+            PathBuf::from("/p"),
+            crate::store::Layout {
                 home: PathBuf::from("/home"),
                 repo: "demo".into(),
             },
-            params: Vec::new(),
-            args: Vec::new(),
-            profile: None,
-            claude_command: None,
-            grace: std::time::Duration::from_secs(5),
-            seed: 0,
-            output_limit: 1024,
-        };
+            crate::runner::Inputs::default(),
+        );
         JobCheckpoint {
             status,
             phase: Phase::Map,
@@ -275,6 +268,46 @@ mod tests {
         assert!(check_job(&c, "new", true).is_ok());
         c.status = Status::Failed;
         assert!(check_job(&c, "old", false).is_ok());
+    }
+
+    #[test]
+    fn a_resumed_run_runs_with_what_its_checkpoint_kept() {
+        let layout = crate::store::Layout {
+            home: PathBuf::from("/home"),
+            repo: "demo".into(),
+        };
+        let inputs = crate::runner::Inputs {
+            params: vec![("KEY".into(), "value".into())],
+            args: vec!["first".into()],
+            profile: Some("ci".into()),
+        };
+        let mut c = session_checkpoint(SessionStatus::Failed, "old");
+        c.params.clone_from(&inputs.params);
+        c.args.clone_from(&inputs.args);
+        c.profile.clone_from(&inputs.profile);
+        let opts = crate::runner::Options::resumed(&c, "new", layout.clone());
+        assert_eq!(
+            (opts.params, opts.args, opts.profile),
+            (
+                inputs.params.clone(),
+                inputs.args.clone(),
+                inputs.profile.clone()
+            )
+        );
+        assert_eq!(opts.workflow, c.workflow);
+        assert_eq!(opts.project, c.project);
+        assert_eq!(opts.workflow_hash, crate::store::hash("new"));
+        let mut j = job_checkpoint(Status::Failed, "old");
+        j.params = inputs.params.clone();
+        j.args = inputs.args.clone();
+        j.profile = inputs.profile.clone();
+        let opts = crate::runner::Options::resumed_job(&j, "old", layout);
+        assert_eq!(crate::runner::Inputs::from(&j), inputs);
+        assert_eq!(
+            (opts.params, opts.args, opts.profile),
+            (inputs.params, inputs.args, inputs.profile)
+        );
+        assert_eq!(opts.workflow, j.workflow_file);
     }
 
     #[test]

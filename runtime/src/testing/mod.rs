@@ -232,21 +232,18 @@ impl Harness {
 
     pub(crate) fn options(&self, yaml: &str) -> crate::runner::Options {
         crate::runner::Options {
-            workflow: self.project.path().join("workflow.yml"),
-            workflow_hash: crate::store::hash(yaml),
-            project: self.project.path().to_owned(),
-            worktree: None,
-            layout: crate::store::Layout {
-                home: self.home.path().to_owned(),
-                repo: "demo".into(),
-            },
-            params: Vec::new(),
-            args: Vec::new(),
-            profile: None,
-            claude_command: None,
             grace: Duration::from_secs(1),
             seed: 7,
-            output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,
+            ..crate::runner::Options::new(
+                self.project.path().join("workflow.yml"),
+                yaml,
+                self.project.path().to_owned(),
+                crate::store::Layout {
+                    home: self.home.path().to_owned(),
+                    repo: "demo".into(),
+                },
+                crate::runner::Inputs::default(),
+            )
         }
     }
 
