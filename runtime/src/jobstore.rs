@@ -279,22 +279,47 @@ impl JobFiles {
         written.map_err(Self::io(&path))
     }
 
-    /// Every outcome in `results.jsonl`, the last one per item winning; a torn last line is
-    /// skipped.
+    /// Every outcome in `results.jsonl`, in item order, the last one per item winning; a
+    /// torn last line is skipped. The journal is read a line at a time, so that a job of
+    /// many items holds its records once, not also the file's bytes.
     pub fn load_results(&self) -> Result<Vec<ItemRecord>, JobStoreError> {
+        use std::io::BufRead as _;
         let path = self.dir.join("results.jsonl");
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
+        let file = match File::open(&path) {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => return Err(JobStoreError::Io { path, source }),
         };
-        let mut by_index = std::collections::BTreeMap::new();
-        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            if let Ok(record) = serde_json::from_slice::<ItemRecord>(line) {
-                by_index.insert(record.index, record);
+        let mut records: Vec<ItemRecord> = Vec::new();
+        // Where each item's record is in RECORDS, for an item recorded again.
+        let mut at: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(source) => return Err(JobStoreError::Io { path, source }),
+            }
+            let Ok(record) = serde_json::from_slice::<ItemRecord>(&line) else {
+                continue;
+            };
+            match at.entry(record.index) {
+                std::collections::hash_map::Entry::Occupied(slot) => {
+                    if let Some(old) = records.get_mut(*slot.get()) {
+                        *old = record;
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(records.len());
+                    records.push(record);
+                }
             }
         }
-        Ok(by_index.into_values().collect())
+        drop(at);
+        records.sort_unstable_by_key(|r| r.index);
+        Ok(records)
     }
 }
 
