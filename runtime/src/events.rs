@@ -806,7 +806,7 @@ impl Sink {
         lock(&self.secrets)
     }
 
-    /// Writes EVENT, secrets masked; from inside a map agent (AGENT) it carries the agent's
+    /// Writes EVENT, secrets masked; from inside a map agent (AGENT names its ids) it carries the agent's
     /// and the item's ids unless it names them itself. A line that cannot be written is
     /// left out whole and the first failure kept ([`Sink::failure`]).
     pub fn record(&self, event: &Event, agent: Option<AgentIds<'_>>) {

@@ -486,18 +486,16 @@ pub async fn run_task(
     let (scope, stop) = crate::mapreduce::scope_for(Some(index), Some(&spec), workdir);
     let started = Instant::now();
     let ids = task_ids_from_env();
-    crate::runner::AGENT.sync_scope(Rc::clone(&scope), || {
-        runner.record(&crate::events::Event::SlurmTaskStarted {
-            slurm_job_id: ids.as_ref().map(|i| i.slurm_job_id.clone()),
-            slurm_task_id: ids.as_ref().map(|i| i.slurm_task_id),
-            node: std::env::var("SLURMD_NODENAME").ok(),
-        });
+    let agent = runner.in_agent(Rc::clone(&scope));
+    agent.record(&crate::events::Event::SlurmTaskStarted {
+        slurm_job_id: ids.as_ref().map(|i| i.slurm_job_id.clone()),
+        slurm_task_id: ids.as_ref().map(|i| i.slurm_task_id),
+        node: std::env::var("SLURMD_NODENAME").ok(),
     });
     let (outcome, why) = crate::mapreduce::guarded(
         runner,
-        Rc::clone(&scope),
         stop,
-        runner.run_agent_steps(&spec.steps, &mut vars),
+        agent.run_agent_steps(&spec.steps, &mut vars),
         None,
         None,
     )

@@ -17,7 +17,7 @@ use crate::dlq::{ErrorType, FailureDetail, WorktreeArtifacts};
 use crate::exec;
 use crate::machine::Outcome;
 use crate::mapreduce::{agent_id, item_id, item_vars, merge_back};
-use crate::runner::{AGENT, AgentScope, Runner, StepFailure};
+use crate::runner::{AgentScope, Runner, StepFailure};
 use crate::vars::Vars;
 use crate::worktree::AgentWorktree;
 
@@ -172,18 +172,17 @@ pub(crate) enum Stopped {
     Cancelled,
 }
 
-/// Runs BODY with SCOPE as the agent scope; on TIMEOUT, on the run's signal, or when HALT
-/// is set (if given), sets the scope's cancel signal (its processes get SIGTERM, then
-/// SIGKILL after the grace period) and waits for BODY to wind down.
+/// Runs BODY (the steps of an agent's runner, [`Runner::in_agent`]); on TIMEOUT, on the
+/// run's signal, or when HALT is set (if given), sets the agent's cancel signal STOP (its
+/// processes get SIGTERM, then SIGKILL after the grace period) and waits for BODY to wind
+/// down.
 pub(crate) async fn guarded<F: std::future::Future>(
     runner: &Runner,
-    scope: Rc<AgentScope>,
     stop: watch::Sender<bool>,
     body: F,
     timeout: Option<Duration>,
     halt: Option<watch::Receiver<bool>>,
 ) -> (F::Output, Option<Stopped>) {
-    let body = AGENT.scope(scope, body);
     let mut body = std::pin::pin!(body);
     let deadline = async {
         match timeout {
@@ -292,30 +291,27 @@ pub(crate) async fn run_agent(
         attempt,
     });
     let started = Instant::now();
+    let agent = runner.in_agent(Rc::clone(&scope));
     let mut run = if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
         // The steps run in a Slurm task; everything around them stays here.
         let job_dir = runner.opts.layout.job_dir(runner.session());
-        let done = crate::runner::AGENT
-            .scope(
-                scope.clone(),
-                crate::slurm::dispatch(
-                    runner,
-                    crate::slurm::Dispatch {
-                        slurm,
-                        job_dir,
-                        job_id: runner.session().to_owned(),
-                        index,
-                        attempt,
-                        worktree: worktree.clone(),
-                        timeout: spec.timeout,
-                        stopping: Some(halt.clone()),
-                        halt: spec.cancel_running.then_some(halt),
-                        adopt: spec.adopt,
-                        parallel: spec.parallel,
-                    },
-                ),
-            )
-            .await;
+        let done = crate::slurm::dispatch(
+            &agent,
+            crate::slurm::Dispatch {
+                slurm,
+                job_dir,
+                job_id: runner.session().to_owned(),
+                index,
+                attempt,
+                worktree: worktree.clone(),
+                timeout: spec.timeout,
+                stopping: Some(halt.clone()),
+                halt: spec.cancel_running.then_some(halt),
+                adopt: spec.adopt,
+                parallel: spec.parallel,
+            },
+        )
+        .await;
         let end = match done.end {
             crate::slurm::Ended::Succeeded => RunEnd::Succeeded,
             crate::slurm::Ended::Failed => RunEnd::Failed,
@@ -334,9 +330,8 @@ pub(crate) async fn run_agent(
     } else {
         let (outcome, why) = guarded(
             runner,
-            scope.clone(),
             stop,
-            runner.run_agent_steps(&spec.steps, &mut vars),
+            agent.run_agent_steps(&spec.steps, &mut vars),
             spec.timeout,
             spec.cancel_running.then_some(halt),
         )
@@ -398,12 +393,12 @@ pub(crate) async fn run_item_handler(
     item_vars(&mut vars, item, index, spec.total);
     vars.set("error", error);
     let (scope, stop) = scope_for(Some(index), None, None);
+    let agent = runner.in_agent(scope);
     // The handler works for the item as its agent did: under the agent's timeout.
     let (outcome, why) = guarded(
         runner,
-        scope,
         stop,
-        runner.run_list(steps, &mut vars),
+        agent.run_list(steps, &mut vars),
         spec.timeout,
         None,
     )

@@ -80,8 +80,10 @@ impl MapJob<'_> {
             steps: setup.steps.len(),
         });
         let total = setup.steps.len();
-        let runner = self.runner;
         let plan = self.plan;
+        let (scope, stop) = scope_for(None, None, None);
+        // Under the setup's timeout, stopped like an agent.
+        let runner = &self.runner.in_agent(scope);
         let body = async {
             let mut outputs = Vec::new();
             for (index, &id) in setup.steps.iter().enumerate() {
@@ -101,9 +103,8 @@ impl MapJob<'_> {
             }
             (Outcome::Succeeded, None, outputs)
         };
-        let (scope, stop) = scope_for(None, None, None);
         let ((outcome, failed, outputs), why) =
-            guarded(runner, scope, stop, body, setup.timeout, None).await;
+            guarded(self.runner, stop, body, setup.timeout, None).await;
         match (why, outcome) {
             (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => {
                 return Err(JobOutcome::Interrupted);

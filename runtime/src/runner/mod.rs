@@ -249,8 +249,26 @@ pub enum StartError {
     },
 }
 
-/// One run of a plan.
+/// One run of a plan: a handle on the run's state, shared by everything the run does,
+/// and, inside a map agent (or a setup, merge or handler that runs like one), that agent's
+/// scope ([`Runner::in_agent`]). Its fields are the state's ([`RunState`], through
+/// `Deref`).
 pub struct Runner {
+    state: Arc<RunState>,
+    /// The map agent the steps run for, if any.
+    agent: Option<std::rc::Rc<AgentScope>>,
+}
+
+impl std::ops::Deref for Runner {
+    type Target = RunState;
+
+    fn deref(&self) -> &RunState {
+        &self.state
+    }
+}
+
+/// What one run of a plan shares among its steps and agents.
+pub struct RunState {
     pub(crate) plan: Arc<Plan>,
     pub(crate) opts: Options,
     pub(crate) session: String,
@@ -327,10 +345,6 @@ pub(crate) struct StepFailure {
     pub log: Option<PathBuf>,
 }
 
-tokio::task_local! {
-    pub(crate) static AGENT: std::rc::Rc<AgentScope>;
-}
-
 type PendingCheckpoint =
     tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, crate::store::SessionStatus)>;
 
@@ -373,7 +387,7 @@ impl Runner {
         log: EventLog,
     ) -> Self {
         let seed = opts.seed;
-        Runner {
+        let state = RunState {
             plan,
             opts,
             session,
@@ -392,14 +406,44 @@ impl Runner {
             live_turns: std::sync::atomic::AtomicU64::new(0),
             claude_totals: Mutex::new(crate::claude::Totals::default()),
             executor: Arc::new(crate::executor::LocalExecutor),
+        };
+        Runner {
+            state: Arc::new(state),
+            agent: None,
         }
+    }
+
+    /// The same run, for the steps of the map agent (or agent-like phase) of SCOPE: its
+    /// commands run in its directory under its signal and timeouts, and what it says and
+    /// records carries its ids.
+    pub(crate) fn in_agent(&self, scope: std::rc::Rc<AgentScope>) -> Runner {
+        Runner {
+            state: Arc::clone(&self.state),
+            agent: Some(scope),
+        }
+    }
+
+    /// The scope of the map agent the steps run for, if any.
+    pub(crate) fn agent(&self) -> Option<&AgentScope> {
+        self.agent.as_deref()
+    }
+
+    /// Changes the run's state before it starts (the builders below); a runner already
+    /// shared cannot change, which only a bug could ask.
+    fn configure(mut self, change: impl FnOnce(&mut RunState)) -> Self {
+        match Arc::get_mut(&mut self.state) {
+            Some(state) => change(state),
+            None => self.say(crate::message::Message::internal(
+                "a runner in use was reconfigured; please report it",
+            )),
+        }
+        self
     }
 
     /// The runner with EXECUTOR running its steps' commands instead of local processes.
     #[must_use]
-    pub fn with_executor(mut self, executor: Arc<dyn crate::executor::Executor>) -> Self {
-        self.executor = executor;
-        self
+    pub fn with_executor(self, executor: Arc<dyn crate::executor::Executor>) -> Self {
+        self.configure(|state| state.executor = executor)
     }
 
     /// Carries over, for `resume`, the steps that failed and were continued before: the
@@ -411,10 +455,8 @@ impl Runner {
     /// Where commands run: the map agent's worktree, else the session worktree, else the
     /// project.
     pub(crate) fn workdir(&self) -> PathBuf {
-        AGENT
-            .try_with(|a| a.workdir.clone())
-            .ok()
-            .flatten()
+        self.agent()
+            .and_then(|a| a.workdir.clone())
             .or_else(|| self.opts.worktree.as_ref().map(|w| w.workdir.clone()))
             .unwrap_or_else(|| self.opts.project.clone())
     }
@@ -481,16 +523,14 @@ impl Runner {
 
     /// Records an event; inside a map agent it carries the agent's and the item's ids.
     pub(crate) fn record(&self, event: &crate::events::Event) {
-        let agent = AGENT
-            .try_with(|a| (a.agent_id.clone(), a.item_id.clone()))
-            .ok()
-            .filter(|(agent, _)| !agent.is_empty());
-        self.sink.record(
-            event,
-            agent
-                .as_ref()
-                .map(|(agent_id, item_id)| crate::events::AgentIds { agent_id, item_id }),
-        );
+        let agent =
+            self.agent()
+                .filter(|a| !a.agent_id.is_empty())
+                .map(|a| crate::events::AgentIds {
+                    agent_id: &a.agent_id,
+                    item_id: &a.item_id,
+                });
+        self.sink.record(event, agent);
     }
 
     /// DELAY spread by the jitter FACTOR and capped at MAX, from the run's seeded RNG.
@@ -512,9 +552,8 @@ impl Runner {
 
     /// Tells the reporter MESSAGE (secrets masked); inside a map agent, as the agent's item.
     pub(crate) fn say(&self, message: crate::message::Message) {
-        let item = AGENT.try_with(|a| a.item_id.clone()).ok();
-        self.sink
-            .say(message, item.as_deref().filter(|item| !item.is_empty()));
+        let item = self.agent().map(|a| a.item_id.as_str());
+        self.sink.say(message, item.filter(|item| !item.is_empty()));
     }
 
     /// Whether the reporter shows a step's output as it arrives.
@@ -525,9 +564,8 @@ impl Runner {
     /// Shows lines and the progress of map phases with REPORTER (by default nothing is
     /// shown: the runtime never writes to the terminal itself).
     #[must_use]
-    pub fn report_to(mut self, reporter: Arc<dyn crate::events::Reporter>) -> Self {
-        self.sink.report_to(reporter);
-        self
+    pub fn report_to(self, reporter: Arc<dyn crate::events::Reporter>) -> Self {
+        self.configure(|state| state.sink.report_to(reporter))
     }
 
     /// Where STEP was written, for its events.
@@ -553,13 +591,12 @@ impl Runner {
 
     /// The signal that stops what runs now: the agent's inside a map agent, else the run's.
     pub(crate) fn cancel_rx(&self) -> watch::Receiver<bool> {
-        AGENT
-            .try_with(|a| a.cancel.clone())
-            .unwrap_or_else(|_| self.cancel.clone())
+        self.agent()
+            .map_or_else(|| self.cancel.clone(), |a| a.cancel.clone())
     }
 
     pub(crate) fn cancelled(&self) -> bool {
-        *self.cancel.borrow() || AGENT.try_with(|a| *a.cancel.borrow()).unwrap_or(false)
+        *self.cancel.borrow() || self.agent().is_some_and(|a| *a.cancel.borrow())
     }
 }
 

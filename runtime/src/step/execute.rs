@@ -11,7 +11,6 @@ use prodigy_compiler::plan::{PlanCommand, PlanStep};
 use crate::exec::{self, Command, Output};
 use crate::lock;
 use crate::runner::{Io, Runner};
-use crate::step::AGENT;
 use crate::vars::Vars;
 
 impl Runner {
@@ -45,7 +44,7 @@ impl Runner {
         match &step.command {
             PlanCommand::Shell(t) => self.run_command(&exec::shell, t, step, vars, true).await,
             PlanCommand::Claude(t) => {
-                let timeout = Self::step_timeout(step);
+                let timeout = self.step_timeout(step);
                 self.run_claude(t, step, vars, timeout, true).await
             }
             PlanCommand::WriteFile(w) => {
@@ -111,27 +110,25 @@ impl Runner {
         vars: &Vars,
         live: bool,
     ) -> Output {
-        let timeout = Self::step_timeout(step);
+        let timeout = self.step_timeout(step);
         self.run_command_for(build, template, step, vars, timeout, live)
             .await
     }
 
     /// The step's timeout: the agent's `command_timeouts`, else its own.
-    pub(crate) fn step_timeout(step: &PlanStep) -> Option<Duration> {
-        AGENT
-            .try_with(|a| a.timeouts.get(&step.id).copied())
-            .ok()
-            .flatten()
+    pub(crate) fn step_timeout(&self, step: &PlanStep) -> Option<Duration> {
+        self.agent()
+            .and_then(|a| a.timeouts.get(&step.id).copied())
             .or(step.timeout)
     }
 
     /// The directory of the logs of what runs now: `logs/{repo}/{id}/{item or "steps"}`.
     pub(crate) fn log_dir(&self) -> PathBuf {
-        let owner = AGENT
-            .try_with(|a| a.item_id.clone())
-            .ok()
+        let owner = self
+            .agent()
+            .map(|a| a.item_id.as_str())
             .filter(|i| !i.is_empty())
-            .unwrap_or_else(|| "steps".to_owned());
+            .unwrap_or("steps");
         crate::logs::dir(&self.opts.layout, &self.session).join(owner)
     }
 
@@ -289,7 +286,9 @@ impl Runner {
             duration_secs: out.duration.as_secs_f64(),
         });
         lock(&self.claude_totals).add(&call);
-        let _ = AGENT.try_with(|a| a.claude.borrow_mut().add(&call));
+        if let Some(a) = self.agent() {
+            a.claude.borrow_mut().add(&call);
+        }
         out.claude = Some(Box::new(call));
         out
     }
@@ -408,10 +407,9 @@ impl Runner {
             env,
             clear_env: step.clear_env,
             timeout,
-            grace: AGENT
-                .try_with(|a| a.grace)
-                .ok()
-                .flatten()
+            grace: self
+                .agent()
+                .and_then(|a| a.grace)
                 .unwrap_or(self.opts.grace),
             output_limit: io.keep.unwrap_or(self.opts.output_limit),
             mask: if spill.is_some() { self.masker() } else { None },

@@ -11,7 +11,7 @@ use crate::events::Event;
 use crate::exec::{self, Output};
 use crate::lock;
 use crate::machine::{Action, Outcome, StepEvent, StepMachine};
-use crate::runner::{AGENT, Runner, StepFailure, fields};
+use crate::runner::{Runner, StepFailure, fields};
 use crate::vars::Vars;
 
 mod capture;
@@ -258,7 +258,7 @@ impl Runner {
                         }
                     })
                     .unwrap_or_default();
-                let _ = AGENT.try_with(|a| {
+                if let Some(a) = self.agent() {
                     *a.failure.borrow_mut() = Some(StepFailure {
                         step: step_text(step),
                         message: last.as_ref().map_or_else(
@@ -276,8 +276,8 @@ impl Runner {
                             .and_then(|o| o.claude.as_ref())
                             .and_then(|c| c.log.clone()),
                     });
-                });
-                let in_agent = AGENT.try_with(|a| !a.agent_id.is_empty()).unwrap_or(false);
+                }
+                let in_agent = self.agent().is_some_and(|a| !a.agent_id.is_empty());
                 self.say(Message::StepFailed {
                     label: step.label.clone(),
                     detail,

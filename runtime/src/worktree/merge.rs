@@ -259,9 +259,10 @@ impl Runner {
             c.dir.display()
         )));
         let (scope, stop) = crate::mapreduce::scope_for(c.item, None, c.workdir.clone());
-        let steps = self.run_phase(&merge.on_conflict, vars);
+        let agent = self.in_agent(scope);
+        let steps = agent.run_phase(&merge.on_conflict, vars);
         let (outcome, why) =
-            crate::mapreduce::guarded(self, scope, stop, steps, merge.timeout, None).await;
+            crate::mapreduce::guarded(self, stop, steps, merge.timeout, None).await;
         let result = match (why, outcome.continues()) {
             (Some(crate::mapreduce::Stopped::TimedOut), _) => Err(format!(
                 "the `merge.on_conflict` steps took longer than the merge's timeout ({})",
@@ -348,9 +349,10 @@ impl Runner {
             // Under the `timeout`, stopped like any step: SIGTERM to the process groups,
             // then SIGKILL after the grace period.
             let (scope, stop) = crate::mapreduce::scope_for(None, None, None);
-            let steps = self.run_phase(&merge.steps, vars);
+            let agent = self.in_agent(scope);
+            let steps = agent.run_phase(&merge.steps, vars);
             let (outcome, why) =
-                crate::mapreduce::guarded(self, scope, stop, steps, merge.timeout, None).await;
+                crate::mapreduce::guarded(self, stop, steps, merge.timeout, None).await;
             match why {
                 Some(crate::mapreduce::Stopped::TimedOut) => {
                     return Err(format!(
