@@ -144,7 +144,10 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
     };
     let opts = Options {
         worktree: checkpoint.worktree.clone(),
-        ..crate::run::from_cli(Options::resumed_job(&checkpoint, &file.text, layout), 5)
+        ..crate::run::from_cli(
+            Options::resumed_job(&checkpoint, &file.text, layout),
+            prodigy_runtime::runner::DEFAULT_GRACE.as_secs(),
+        )
     };
     let total = items.len();
     if let Err(e) = prodigy_runtime::slurm::mark_started(&args.result) {

@@ -51,7 +51,12 @@ impl Terminal {
         }
         let text = text(message);
         Some(match item {
-            Some(item) => format!("[{item}] {text}"),
+            // Every line names its item: parallel agents' lines interleave.
+            Some(item) => text
+                .lines()
+                .map(|line| format!("[{item}] {line}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
             None if in_step(message) => format!("  {}", text.replace('\n', "\n  ")),
             None => text,
         })
@@ -483,6 +488,12 @@ mod tests {
             Some("  $ make\n    test")
         );
         assert!(!normal.shows_output() && verbose.shows_output());
+        // Each line of an agent's message names its item.
+        let note = Message::Claude(Note::Text("first\nsecond".into()));
+        assert_eq!(
+            verbose.render(&note, Some("item_3")).as_deref(),
+            Some("[item_3] │ first\n[item_3] │ second")
+        );
     }
 
     /// How each kind of message reads, and which `-v` shows it.

@@ -75,8 +75,6 @@ pub struct Ending {
     pub failed_step: Option<usize>,
     /// Why the run's state could not be kept.
     pub state_error: Option<String>,
-    /// The step a resume starts from.
-    pub next: usize,
 }
 
 /// The machine's answer: an action, and what to tell the person first.
@@ -252,7 +250,6 @@ impl Sequence {
             outcome: self.outcome,
             failed_step: self.failed_step,
             state_error: self.state_error.clone(),
-            next: self.next,
         }
     }
 }
@@ -306,7 +303,6 @@ mod tests {
                     outcome: RunOutcome::Succeeded,
                     failed_step: None,
                     state_error: None,
-                    next: 3
                 }),
             ]
         );
@@ -339,7 +335,6 @@ mod tests {
                 outcome: RunOutcome::Failed,
                 failed_step: Some(1),
                 state_error: None,
-                next: 1
             })
         );
     }
@@ -442,7 +437,6 @@ mod tests {
                 outcome: RunOutcome::Failed,
                 failed_step: Some(1),
                 state_error: None,
-                next: 1
             })
         );
     }

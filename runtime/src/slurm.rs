@@ -708,7 +708,7 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
         reason: why.to_owned(),
     });
     if let Err(e) = command("scancel", std::slice::from_ref(&task)).await {
-        runner.say(Message::warning(e.to_string()));
+        runner.say_for_run(Message::warning(e.to_string()));
     }
     let deadline = Instant::now() + Duration::from_mins(1);
     while Instant::now() < deadline {
@@ -717,7 +717,7 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    runner.say(Message::warning(format!(
+    runner.say_for_run(Message::warning(format!(
         "the Slurm task {task} is still in the queue a minute after `scancel`"
     )));
 }
@@ -839,14 +839,11 @@ async fn submit(
     // that one ends; until that one's `sbatch` has answered, this one is not submitted.
     // Shown without `-v`, unlike an agent's own lines: the whole job may be waiting.
     let mut note = |previous: usize, waited: Duration| {
-        runner.sink.say(
-            Message::warning(format!(
+        runner.say_for_run(Message::warning(format!(
                 "item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
                 d.index,
                 waited.as_secs()
-            )),
-            None,
-        );
+            )));
     };
     let Some(after) = d
         .slurm

@@ -180,13 +180,19 @@ fn job_id(out: &Output) -> String {
         .to_owned()
 }
 
-/// Tasks of JOB still in Slurm's queue.
+/// Tasks of JOB still waiting or running in Slurm's queue. A task `COMPLETING` is left out:
+/// its processes have ended and Slurm is only cleaning up after it (its epilog), which can
+/// outlast the coordinator by a moment.
 fn queued(job: &str) -> String {
     let out = slurm("squeue")
         .args(["-h", "-n", &format!("prodigy-{job}"), "-o", "%i %T"])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| !line.ends_with(" COMPLETING"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]

@@ -556,6 +556,13 @@ impl Runner {
         self.sink.say(message, item.filter(|item| !item.is_empty()));
     }
 
+    /// Tells the reporter MESSAGE as the run's own, even from a map agent's runner: trouble
+    /// of the coordinator (a Slurm task that cannot be cancelled, a slot that waits), shown
+    /// without `-v` and without an item.
+    pub(crate) fn say_for_run(&self, message: crate::message::Message) {
+        self.sink.say(message, None);
+    }
+
     /// Whether the reporter shows a step's output as it arrives.
     pub(crate) fn shows_output(&self) -> bool {
         self.sink.reporter().shows_output()

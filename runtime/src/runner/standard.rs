@@ -40,7 +40,7 @@ impl Runner {
         // Steps from START on run again: what they did before a resume no longer counts.
         lock(&self.continued).retain(|c| c.index < start);
         let mut machine = Sequence::new(start, total);
-        let mut event = self.ready();
+        let mut event = self.ready().await;
         let ending = loop {
             let reaction = machine.on(event);
             if let Some(message) = reaction.say {
@@ -54,7 +54,7 @@ impl Runner {
                 RunAction::Checkpoint(next) => {
                     self.checkpoint(&vars, next, SessionStatus::Running, false)
                         .await;
-                    self.ready()
+                    self.ready().await
                 }
                 RunAction::Settle => {
                     self.settle_checkpoint().await;
@@ -71,7 +71,6 @@ impl Runner {
             outcome,
             failed_step,
             state_error,
-            next: _,
         } = ending;
         let status = outcome.status();
         let failed_step = failed_step.map(|index| self.label_of(index));
@@ -97,8 +96,16 @@ impl Runner {
         }
     }
 
-    /// Whether the next step may start: a signal, or a state that can no longer be written.
-    fn ready(&self) -> RunEvent {
+    /// Whether the next step may start: a signal, or a state that can no longer be written
+    /// (a checkpoint written while the last step ran has landed by now, most often, and
+    /// counts).
+    async fn ready(&self) -> RunEvent {
+        let landed = lock(&self.pending_checkpoint)
+            .as_ref()
+            .is_some_and(tokio::task::JoinHandle::is_finished);
+        if landed {
+            self.settle_checkpoint().await;
+        }
         RunEvent::Ready {
             cancelled: self.cancelled(),
             state_lost: self.state_failure(),
@@ -125,13 +132,6 @@ impl Runner {
         vars: &mut Vars,
         git_base: Option<&str>,
     ) -> RunEvent {
-        // A checkpoint written while the last step ran has landed by now, most often.
-        let landed = lock(&self.pending_checkpoint)
-            .as_ref()
-            .is_some_and(tokio::task::JoinHandle::is_finished);
-        if landed {
-            self.settle_checkpoint().await;
-        }
         let Some(&id) = self.plan.commands.get(index) else {
             self.say(Message::internal(format!(
                 "the run has no step #{index}; please report it"
