@@ -84,6 +84,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         claude: workflow.claude.clone().filter(|s| !s.is_empty()),
         slurm: workflow.slurm.clone(),
         variables: Vec::new(),
+        reads_map_results: false,
     }
     .with_variables(workflow)
 }
@@ -122,9 +123,10 @@ impl Plan {
         }
         let mut table: Vec<Variable> = Vec::new();
         for i in 0..self.steps.len() {
-            let roots = step_roots(&self.steps[i]);
+            let references = step_references(&self.steps[i]);
+            self.reads_map_results |= references.iter().any(Reference::may_read_map_results);
             let mut reads = Vec::new();
-            for (root, bare) in roots {
+            for Reference { root, bare, .. } in references {
                 // A bare `$NAME` that the workflow does not define is the shell's.
                 if bare && !known.contains_key(&root) {
                     continue;
@@ -151,9 +153,46 @@ impl Plan {
     }
 }
 
-/// The first names of every variable a step's own fields read, and whether each was a bare
-/// `$NAME`.
-fn step_roots(step: &PlanStep) -> Vec<(String, bool)> {
+/// A variable a step's own fields read.
+struct Reference {
+    /// Its first name.
+    root: String,
+    /// Whether it was a bare `$NAME`.
+    bare: bool,
+    /// The field after the first name (`successful` in `${map.successful}`), if any.
+    field: Option<String>,
+}
+
+impl Reference {
+    fn of(path: &prodigy_grammar::path::Path) -> Self {
+        Reference {
+            root: path.root.clone(),
+            bare: false,
+            field: match path.segments.first() {
+                Some(prodigy_grammar::path::Segment::Field(name)) => Some(name.clone()),
+                Some(prodigy_grammar::path::Segment::Index(_)) | None => None,
+            },
+        }
+    }
+
+    /// Whether it can read `${map.results}`: anything under `map` but its counts and
+    /// rates (docs/language.md §8).
+    fn may_read_map_results(&self) -> bool {
+        const COUNTS: [&str; 7] = [
+            "successful",
+            "failed",
+            "skipped",
+            "total",
+            "failure_rate",
+            "success_rate",
+            "dlq_count",
+        ];
+        self.root == "map" && !self.field.as_deref().is_some_and(|f| COUNTS.contains(&f))
+    }
+}
+
+/// Every variable a step's own fields read.
+fn step_references(step: &PlanStep) -> Vec<Reference> {
     let mut templates: Vec<&Template> = Vec::new();
     match &step.command {
         PlanCommand::Shell(t)
@@ -174,26 +213,30 @@ fn step_roots(step: &PlanStep) -> Vec<(String, bool)> {
             templates.push(t);
         }
     }
-    let mut roots: Vec<(String, bool)> = Vec::new();
+    let mut references: Vec<Reference> = Vec::new();
     for template in templates {
         for var in template.parsed.vars() {
-            roots.push((var.path.root.clone(), false));
+            references.push(Reference::of(&var.path));
         }
         for part in &template.parsed.parts {
             if let prodigy_grammar::template::Part::Bare { name, .. } = part {
-                roots.push((name.clone(), true));
+                references.push(Reference {
+                    root: name.clone(),
+                    bare: true,
+                    field: None,
+                });
             }
         }
     }
     if let Some(when) = &step.when {
-        roots.extend(
+        references.extend(
             when.parsed
                 .references()
                 .into_iter()
-                .map(|(p, _, _)| (p.root.clone(), false)),
+                .map(|(p, _, _)| Reference::of(p)),
         );
     }
-    roots
+    references
 }
 
 /// Where a name that the workflow does not define comes from.
@@ -438,6 +481,29 @@ mod tests {
                 ("foreach", Some(10)),
             ]
         );
+    }
+
+    /// A job builds `${map.results}` only when a step can read it: a reduce that reads
+    /// only the counts does not.
+    #[test]
+    fn the_plan_knows_whether_a_step_can_read_the_map_results() {
+        let job = |reduce: &str| {
+            plan_of(&format!(
+                "name: x\nmode: mapreduce\nmap: {{input: i.json, agent_template: [{{shell: a}}]}}\n\
+                 reduce:\n{reduce}"
+            ))
+            .reads_map_results
+        };
+        assert!(!job("  - shell: echo ${map.successful} of ${map.total}\n"));
+        assert!(!job("  - shell: echo ${item_count}\n"));
+        assert!(job("  - shell: echo '${map.results}'\n"));
+        assert!(job("  - shell: echo '${map}'\n"));
+        assert!(job(
+            "  - shell: echo first\n    when: \"${map.results[0].status} == 'succeeded'\"\n"
+        ));
+        assert!(job(
+            "  - write_file:\n      path: r.json\n      content: \"${map.results}\"\n"
+        ));
     }
 
     #[test]

@@ -123,6 +123,11 @@ pub struct Plan {
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
+    /// Whether a step can read `${map.results}` (or the whole `${map}`): only then does a
+    /// job build that list of every item's record, which a job of many items cannot
+    /// afford for nothing. Derived from `variables`' references, so not serialised.
+    #[serde(skip)]
+    pub reads_map_results: bool,
 }
 
 /// A slot in [`Plan::variables`].
@@ -527,6 +532,7 @@ impl Plan {
             claude: None,
             slurm: None,
             variables: Vec::new(),
+            reads_map_results: false,
         }
     }
 

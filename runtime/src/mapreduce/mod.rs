@@ -408,7 +408,15 @@ impl<'a> MapJob<'a> {
         // A completed job resumed to merge it back: its `merge` steps see `${map.*}`.
         let records = self.files.load_results().unwrap_or_default();
         let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
-        vars.set("map", map_vars(&records, self.cp.items_total, dlq_count));
+        vars.set(
+            "map",
+            map_vars(
+                &records,
+                self.cp.items_total,
+                dlq_count,
+                self.plan.reads_map_results,
+            ),
+        );
         JobOutcome::Completed
     }
 
@@ -497,6 +505,20 @@ mod tests {
             claude: None,
             slurm: None,
         }
+    }
+
+    /// `${map.results}` holds every item's record, so it is built only for a plan whose
+    /// steps can read it; the counts are there either way.
+    #[test]
+    fn map_results_are_built_only_when_asked_for() {
+        let records = vec![failed(0, "Timeout", "agent timed out")];
+        let counts = reduce::map_vars(&records, 1, 1, false);
+        assert!(counts.get("results").is_none(), "{counts}");
+        assert_eq!(counts["failed"], 1);
+        let full = reduce::map_vars(&records, 1, 1, true);
+        let keys: Vec<&String> = full.as_object().unwrap().keys().collect();
+        assert_eq!(keys[0], "results");
+        assert_eq!(full["results"][0]["error"], "agent timed out");
     }
 
     #[test]

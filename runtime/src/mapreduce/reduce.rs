@@ -20,7 +20,15 @@ impl MapJob<'_> {
         if !self.plan.reduce.is_empty() || readers > 0 {
             let records = self.files.load_results().unwrap_or_default();
             let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
-            vars.set("map", map_vars(&records, self.cp.items_total, dlq_count));
+            vars.set(
+                "map",
+                map_vars(
+                    &records,
+                    self.cp.items_total,
+                    dlq_count,
+                    self.plan.reads_map_results,
+                ),
+            );
         }
         let total = self.plan.reduce.len();
         if self.cp.reduce_next_step == 0 {
@@ -71,8 +79,14 @@ impl MapJob<'_> {
     }
 }
 
-/// `${map.*}` (docs/language.md §5).
-pub(crate) fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Value {
+/// `${map.*}` (docs/language.md §5); `results`, every item's record, only `with_results`
+/// (when a step can read it: [`prodigy_compiler::plan::Plan::reads_map_results`]).
+pub(crate) fn map_vars(
+    records: &[ItemRecord],
+    total: u64,
+    dlq_count: u64,
+    with_results: bool,
+) -> Value {
     let metrics = error_metrics(records, total);
     let finished = metrics.successful + metrics.failed + metrics.skipped;
     #[expect(
@@ -84,8 +98,15 @@ pub(crate) fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Va
     } else {
         0.0
     };
-    json!({
-        "results": records,
+    // `results` first, as the variable has always listed it.
+    let mut map = serde_json::Map::new();
+    if with_results {
+        map.insert(
+            "results".to_owned(),
+            serde_json::to_value(records).unwrap_or(Value::Null),
+        );
+    }
+    if let Value::Object(counts) = json!({
         "successful": metrics.successful,
         "failed": metrics.failed,
         "skipped": metrics.skipped,
@@ -93,5 +114,8 @@ pub(crate) fn map_vars(records: &[ItemRecord], total: u64, dlq_count: u64) -> Va
         "failure_rate": metrics.failure_rate,
         "success_rate": success_rate,
         "dlq_count": dlq_count,
-    })
+    }) {
+        map.extend(counts);
+    }
+    Value::Object(map)
 }
