@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::job::Counts;
 use crate::jobstore::{ItemRecord, ItemStatus};
 
-/// Error metrics (seed `000`): printed at the end of the job and stored with it.
+/// Error metrics (docs/language.md §8): printed at the end of the job and stored with it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ErrorMetrics {
     /// Items after the input pipeline.
@@ -50,7 +50,7 @@ pub(crate) fn tally<'r>(records: impl Iterator<Item = &'r ItemRecord>) -> Counts
     counts
 }
 
-/// Error metrics from the item outcomes (seed `000`: a pattern is an error type seen 3 or
+/// Error metrics from the item outcomes (docs/language.md §8: a pattern is an error type seen 3 or
 /// more times; timeouts, network and permission errors get their own suggestion).
 pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
     let mut metrics = ErrorMetrics {
