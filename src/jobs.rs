@@ -80,12 +80,8 @@ pub(crate) struct RetryArgs {
     /// List the items that would be retried; run nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    pub(crate) verbose: u8,
-    /// Print only the final outcome line and errors (no progress, no step lines).
-    #[arg(short, long, conflicts_with = "verbose")]
-    pub(crate) quiet: bool,
+    #[command(flatten)]
+    pub(crate) shown: crate::report::Shown,
     /// Seconds between SIGTERM and SIGKILL when a step times out or the retry is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     grace: u64,

@@ -228,20 +228,20 @@ fn main() -> ExitCode {
         Command::Lsp => lsp::run(),
         Command::Agent(args) => agent::agent(&args),
         Command::Run(args) => {
-            set_verbosity(args.verbose, args.quiet);
+            set_verbosity(args.shown.verbose, args.shown.quiet);
             run::run(&args)
         }
         Command::Resume(args) => {
-            set_verbosity(args.verbose, args.quiet);
+            set_verbosity(args.shown.verbose, args.shown.quiet);
             run::resume(&args)
         }
         Command::ResumeJob(args) => {
-            set_verbosity(args.verbose, args.quiet);
+            set_verbosity(args.shown.verbose, args.shown.quiet);
             run::resume_job(&args)
         }
         Command::Dlq(command) => {
             if let jobs::DlqCommand::Retry(args) = &command {
-                set_verbosity(args.verbose, args.quiet);
+                set_verbosity(args.shown.verbose, args.shown.quiet);
             }
             jobs::dlq(&command)
         }

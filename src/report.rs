@@ -16,6 +16,18 @@ use prodigy_runtime::message::{Message, Phase, Severity};
 use prodigy_runtime::progress::{Tally, count, visible};
 use tokio::time::Instant;
 
+/// `-v`/`-vv` and `-q`, as every command that runs steps takes them.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub(crate) struct Shown {
+    /// Show each step's output, a map agent's too (`-v`); also its command, its `env`
+    /// (credentials redacted) and its timing (`-vv`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// Print only the final outcome line and errors (no progress, no step lines).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+}
+
 /// Shows a run on stderr.
 pub(crate) struct Terminal {
     /// `-v` (1) or `-vv` (2).

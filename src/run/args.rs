@@ -28,12 +28,8 @@ pub(crate) struct RunArgs {
     /// Print the steps with their commands interpolated as far as possible; run nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
-    /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    pub(crate) verbose: u8,
-    /// Print only the final outcome line and errors (no progress, no step lines).
-    #[arg(short, long, conflicts_with = "verbose")]
-    pub(crate) quiet: bool,
+    #[command(flatten)]
+    pub(crate) shown: crate::report::Shown,
     /// Merge the run's worktree back into the branch it started from without asking (the
     /// question is asked on a terminal; elsewhere, without `-y`, the branch is kept).
     #[arg(short = 'y', long)]
@@ -98,12 +94,8 @@ pub(crate) struct ResumeJobArgs {
     /// The job to continue (printed when a job stops, fails or is interrupted).
     #[arg(value_name = "JOB_ID")]
     pub(crate) job: String,
-    /// Show each agent's step output (`-v`); also commands and timings (`-vv`).
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    pub(crate) verbose: u8,
-    /// Print only the final outcome line and errors (no progress, no step lines).
-    #[arg(short, long, conflicts_with = "verbose")]
-    pub(crate) quiet: bool,
+    #[command(flatten)]
+    pub(crate) shown: crate::report::Shown,
     /// Resume even if the workflow file changed since the job started, or its error policy
     /// stopped it (once the cause is fixed, or the setting that stopped it loosened).
     #[arg(long)]
@@ -124,12 +116,8 @@ pub(crate) struct ResumeArgs {
     /// The session to continue (printed when a run fails or is interrupted).
     #[arg(value_name = "SESSION_ID")]
     pub(crate) session: String,
-    /// Show each step's output (`-v`); also its command, its `env` (credentials redacted) and its timing (`-vv`).
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    pub(crate) verbose: u8,
-    /// Print only the final outcome line and errors (no progress, no step lines).
-    #[arg(short, long, conflicts_with = "verbose")]
-    pub(crate) quiet: bool,
+    #[command(flatten)]
+    pub(crate) shown: crate::report::Shown,
     /// Resume even if the workflow file changed since the run started.
     #[arg(long)]
     pub(crate) force: bool,
