@@ -171,7 +171,13 @@ impl Sequence {
             }
             (State::Running, RunEvent::StepEnded(outcome)) => match outcome {
                 Outcome::Cancelled => self.end(RunOutcome::Interrupted, None),
-                o if o.continues() => {
+                Outcome::Failed => self.end(RunOutcome::Failed, Some(self.next)),
+                // The step went on (`Outcome::continues`).
+                Outcome::Succeeded
+                | Outcome::Recovered
+                | Outcome::FailedContinued
+                | Outcome::Ignored
+                | Outcome::Skipped => {
                     self.next += 1;
                     if self.next < self.total {
                         self.state = State::Ready;
@@ -180,7 +186,6 @@ impl Sequence {
                         self.end(RunOutcome::Succeeded, None)
                     }
                 }
-                _ => self.end(RunOutcome::Failed, Some(self.next)),
             },
             (State::Settling, RunEvent::Settled(lost)) => {
                 let mut say = None;

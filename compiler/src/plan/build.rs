@@ -62,7 +62,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         .collect();
     let names: Vec<&str> = handlers.iter().map(|(name, _)| name.as_str()).collect();
     let job_policy = JobPolicy::resolve(workflow.error_policy.as_ref(), &names);
-    Plan {
+    let mut plan = Plan {
         version: 1,
         source: file.name.clone(),
         name: workflow.name.as_ref().map(|n| n.value.clone()),
@@ -86,7 +86,28 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         variables: Vec::new(),
         reads_map_results: false,
     }
-    .with_variables(workflow)
+    .with_variables(workflow);
+    // The variable table sees the templates of a step's own fields; `${map.results}` can
+    // also be read where it does not look (a dynamic `env` command, a `step_validate`
+    // check, Claude settings). Whatever reads it is written in the file, so the file's
+    // text settles it: a false alarm only costs memory, a miss would lose the value.
+    plan.reads_map_results |= mentions_map_results(&file.text);
+    plan
+}
+
+/// Whether TEXT may read `${map.results}` or the whole `${map}`: `map.results`, `map[`,
+/// `map}`, `map |` (a filter) or a bare `$map`. A YAML `map:` key is none of these.
+fn mentions_map_results(text: &str) -> bool {
+    text.match_indices("map").any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            return false;
+        }
+        let after = text[at + 3..].trim_start();
+        after.starts_with(".results")
+            || after.starts_with(['[', '}', '|'])
+            || (before == Some('$') && !after.starts_with(['.', ':']))
+    })
 }
 
 impl Plan {
@@ -504,6 +525,13 @@ mod tests {
         assert!(job(
             "  - write_file:\n      path: r.json\n      content: \"${map.results}\"\n"
         ));
+        // Read only where the variable table does not look: a dynamic `env` value.
+        assert!(job(
+            "  - shell: echo $N\n    env:\n      N:\n        command: \"echo '${map.results}' | wc -c\"\n"
+        ));
+        assert!(job("  - shell: echo ${map | json}\n"));
+        // The job's `map:` key and `${map.total}` are no reads of the results.
+        assert!(!job("  - shell: echo ${map.total}\n"));
     }
 
     #[test]

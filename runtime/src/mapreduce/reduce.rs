@@ -98,24 +98,19 @@ pub(crate) fn map_vars(
     } else {
         0.0
     };
-    // `results` first, as the variable has always listed it.
     let mut map = serde_json::Map::new();
+    map.extend([
+        ("successful".to_owned(), json!(metrics.successful)),
+        ("failed".to_owned(), json!(metrics.failed)),
+        ("skipped".to_owned(), json!(metrics.skipped)),
+        ("total".to_owned(), json!(total)),
+        ("failure_rate".to_owned(), json!(metrics.failure_rate)),
+        ("success_rate".to_owned(), json!(success_rate)),
+        ("dlq_count".to_owned(), json!(dlq_count)),
+    ]);
     if with_results {
-        map.insert(
-            "results".to_owned(),
-            serde_json::to_value(records).unwrap_or(Value::Null),
-        );
-    }
-    if let Value::Object(counts) = json!({
-        "successful": metrics.successful,
-        "failed": metrics.failed,
-        "skipped": metrics.skipped,
-        "total": total,
-        "failure_rate": metrics.failure_rate,
-        "success_rate": success_rate,
-        "dlq_count": dlq_count,
-    }) {
-        map.extend(counts);
+        // First, as the variable has always listed it.
+        map.shift_insert(0, "results".to_owned(), json!(records));
     }
     Value::Object(map)
 }
