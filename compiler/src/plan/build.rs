@@ -87,27 +87,28 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         reads_map_results: false,
     }
     .with_variables(workflow);
-    // The variable table sees the templates of a step's own fields; `${map.results}` can
-    // also be read where it does not look (a dynamic `env` command, a `step_validate`
-    // check, Claude settings). Whatever reads it is written in the file, so the file's
-    // text settles it: a false alarm only costs memory, a miss would lose the value.
-    plan.reads_map_results |= mentions_map_results(&file.text);
+    // Whatever reads `${map.results}` is written in the file (a command, a dynamic `env`
+    // value, a `step_validate` check, Claude settings, a `when`), so the file's text
+    // settles it: a false alarm only costs memory, a miss would lose the value.
+    plan.reads_map_results = mentions_map_results(&file.text);
     plan
 }
 
 /// Whether TEXT may read `${map.results}` or the whole `${map}`: `map.results`, `map[`,
-/// `map}`, `map |` (a filter) or a bare `$map`. A YAML `map:` key is none of these.
+/// `map}`, `map |` (a filter), a bare `$map`, or the exported `MAP__RESULTS…` variables. A
+/// YAML `map:` key is none of these.
 fn mentions_map_results(text: &str) -> bool {
-    text.match_indices("map").any(|(at, _)| {
-        let before = text[..at].chars().next_back();
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
-            return false;
-        }
-        let after = text[at + 3..].trim_start();
-        after.starts_with(".results")
-            || after.starts_with(['[', '}', '|'])
-            || (before == Some('$') && !after.starts_with(['.', ':']))
-    })
+    text.contains("MAP__RESULTS")
+        || text.match_indices("map").any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+                return false;
+            }
+            let after = text[at + 3..].trim_start();
+            after.starts_with(".results")
+                || after.starts_with(['[', '}', '|'])
+                || (before == Some('$') && !after.starts_with(['.', ':']))
+        })
 }
 
 impl Plan {
@@ -144,10 +145,9 @@ impl Plan {
         }
         let mut table: Vec<Variable> = Vec::new();
         for i in 0..self.steps.len() {
-            let references = step_references(&self.steps[i]);
-            self.reads_map_results |= references.iter().any(Reference::may_read_map_results);
+            let roots = step_roots(&self.steps[i]);
             let mut reads = Vec::new();
-            for Reference { root, bare, .. } in references {
+            for (root, bare) in roots {
                 // A bare `$NAME` that the workflow does not define is the shell's.
                 if bare && !known.contains_key(&root) {
                     continue;
@@ -174,46 +174,9 @@ impl Plan {
     }
 }
 
-/// A variable a step's own fields read.
-struct Reference {
-    /// Its first name.
-    root: String,
-    /// Whether it was a bare `$NAME`.
-    bare: bool,
-    /// The field after the first name (`successful` in `${map.successful}`), if any.
-    field: Option<String>,
-}
-
-impl Reference {
-    fn of(path: &prodigy_grammar::path::Path) -> Self {
-        Reference {
-            root: path.root.clone(),
-            bare: false,
-            field: match path.segments.first() {
-                Some(prodigy_grammar::path::Segment::Field(name)) => Some(name.clone()),
-                Some(prodigy_grammar::path::Segment::Index(_)) | None => None,
-            },
-        }
-    }
-
-    /// Whether it can read `${map.results}`: anything under `map` but its counts and
-    /// rates (docs/language.md §8).
-    fn may_read_map_results(&self) -> bool {
-        const COUNTS: [&str; 7] = [
-            "successful",
-            "failed",
-            "skipped",
-            "total",
-            "failure_rate",
-            "success_rate",
-            "dlq_count",
-        ];
-        self.root == "map" && !self.field.as_deref().is_some_and(|f| COUNTS.contains(&f))
-    }
-}
-
-/// Every variable a step's own fields read.
-fn step_references(step: &PlanStep) -> Vec<Reference> {
+/// The first names of every variable a step's own fields read, and whether each was a bare
+/// `$NAME`.
+fn step_roots(step: &PlanStep) -> Vec<(String, bool)> {
     let mut templates: Vec<&Template> = Vec::new();
     match &step.command {
         PlanCommand::Shell(t)
@@ -234,30 +197,26 @@ fn step_references(step: &PlanStep) -> Vec<Reference> {
             templates.push(t);
         }
     }
-    let mut references: Vec<Reference> = Vec::new();
+    let mut roots: Vec<(String, bool)> = Vec::new();
     for template in templates {
         for var in template.parsed.vars() {
-            references.push(Reference::of(&var.path));
+            roots.push((var.path.root.clone(), false));
         }
         for part in &template.parsed.parts {
             if let prodigy_grammar::template::Part::Bare { name, .. } = part {
-                references.push(Reference {
-                    root: name.clone(),
-                    bare: true,
-                    field: None,
-                });
+                roots.push((name.clone(), true));
             }
         }
     }
     if let Some(when) = &step.when {
-        references.extend(
+        roots.extend(
             when.parsed
                 .references()
                 .into_iter()
-                .map(|(p, _, _)| Reference::of(p)),
+                .map(|(p, _, _)| (p.root.clone(), false)),
         );
     }
-    references
+    roots
 }
 
 /// Where a name that the workflow does not define comes from.
@@ -530,6 +489,7 @@ mod tests {
             "  - shell: echo $N\n    env:\n      N:\n        command: \"echo '${map.results}' | wc -c\"\n"
         ));
         assert!(job("  - shell: echo ${map | json}\n"));
+        assert!(job("  - shell: echo $MAP__RESULTS__0__STATUS\n"));
         // The job's `map:` key and `${map.total}` are no reads of the results.
         assert!(!job("  - shell: echo ${map.total}\n"));
     }

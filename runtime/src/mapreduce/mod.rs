@@ -414,7 +414,7 @@ impl<'a> MapJob<'a> {
                 &records,
                 self.cp.items_total,
                 dlq_count,
-                self.plan.reads_map_results,
+                reduce::builds_map_results(self.plan.reads_map_results, self.cp.items_total),
             ),
         );
         JobOutcome::Completed
@@ -519,6 +519,11 @@ mod tests {
         let keys: Vec<&String> = full.as_object().unwrap().keys().collect();
         assert_eq!(keys[0], "results");
         assert_eq!(full["results"][0]["error"], "agent timed out");
+        // A small job builds the list anyway, for scripts that read it from the
+        // environment; a large one only when its workflow mentions it.
+        assert!(reduce::builds_map_results(false, 10_000));
+        assert!(!reduce::builds_map_results(false, 10_001));
+        assert!(reduce::builds_map_results(true, 100_000));
     }
 
     #[test]

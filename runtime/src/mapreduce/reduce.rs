@@ -26,7 +26,7 @@ impl MapJob<'_> {
                     &records,
                     self.cp.items_total,
                     dlq_count,
-                    self.plan.reads_map_results,
+                    builds_map_results(self.plan.reads_map_results, self.cp.items_total),
                 ),
             );
         }
@@ -77,6 +77,14 @@ impl MapJob<'_> {
         self.runner.record(&crate::events::Event::ReduceFinished {});
         JobOutcome::Completed
     }
+}
+
+/// Whether a job of TOTAL items builds `${map.results}`: when its workflow mentions it
+/// (READ, [`prodigy_compiler::plan::Plan::reads_map_results`]), and for a job small enough
+/// that the list costs little, so that a script run by a step still finds it exported as
+/// `MAP__RESULTS…` (README "Variables").
+pub(crate) fn builds_map_results(read: bool, total: u64) -> bool {
+    read || total <= 10_000
 }
 
 /// `${map.*}` (docs/language.md §5); `results`, every item's record, only `with_results`
