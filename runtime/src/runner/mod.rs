@@ -259,6 +259,19 @@ pub struct Runner {
     agent: Option<std::rc::Rc<AgentScope>>,
 }
 
+impl RunState {
+    /// Notes that the session's checkpoint could not be written (the first failure wins):
+    /// no further step starts ([`Runner::state_failure`]).
+    pub(crate) fn checkpoint_write_failed(&self, e: &std::io::Error) {
+        let path = self
+            .opts
+            .layout
+            .session_dir(&self.session)
+            .join("checkpoint.json");
+        lock(&self.checkpoint_failed).get_or_insert_with(|| crate::statefs::describe(&path, e));
+    }
+}
+
 impl std::ops::Deref for Runner {
     type Target = RunState;
 

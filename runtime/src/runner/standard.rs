@@ -40,7 +40,7 @@ impl Runner {
         // Steps from START on run again: what they did before a resume no longer counts.
         lock(&self.continued).retain(|c| c.index < start);
         let mut machine = Sequence::new(start, total);
-        let mut event = self.ready().await;
+        let mut event = self.ready();
         let ending = loop {
             let reaction = machine.on(event);
             if let Some(message) = reaction.say {
@@ -54,7 +54,7 @@ impl Runner {
                 RunAction::Checkpoint(next) => {
                     self.checkpoint(&vars, next, SessionStatus::Running, false)
                         .await;
-                    self.ready().await
+                    self.ready()
                 }
                 RunAction::Settle => {
                     self.settle_checkpoint().await;
@@ -97,15 +97,8 @@ impl Runner {
     }
 
     /// Whether the next step may start: a signal, or a state that can no longer be written
-    /// (a checkpoint written while the last step ran has landed by now, most often, and
-    /// counts).
-    async fn ready(&self) -> RunEvent {
-        let landed = lock(&self.pending_checkpoint)
-            .as_ref()
-            .is_some_and(tokio::task::JoinHandle::is_finished);
-        if landed {
-            self.settle_checkpoint().await;
-        }
+    /// (a checkpoint write in flight that failed already counts).
+    fn ready(&self) -> RunEvent {
         RunEvent::Ready {
             cancelled: self.cancelled(),
             state_lost: self.state_failure(),
@@ -217,8 +210,16 @@ impl Runner {
         };
         self.settle_checkpoint().await;
         let layout = self.opts.layout.clone();
-        let handle =
-            tokio::task::spawn_blocking(move || (checkpoint.save(&layout), next_step, status));
+        // A write that fails is noted at once, so that the next step does not start; one
+        // that lands is recorded when the run next settles its checkpoint (in order).
+        let state = std::sync::Arc::clone(&self.state);
+        let handle = tokio::task::spawn_blocking(move || {
+            let saved = checkpoint.save(&layout);
+            if let Err(e) = &saved {
+                state.checkpoint_write_failed(e);
+            }
+            (saved, next_step, status)
+        });
         *lock(&self.pending_checkpoint) = Some(handle);
         if wait {
             self.settle_checkpoint().await;
@@ -238,15 +239,8 @@ impl Runner {
                     path,
                 });
             }
-            Ok((Err(e), _, _)) => {
-                let path = self
-                    .opts
-                    .layout
-                    .session_dir(&self.session)
-                    .join("checkpoint.json");
-                lock(&self.checkpoint_failed)
-                    .get_or_insert_with(|| crate::statefs::describe(&path, &e));
-            }
+            // Noted by the writer itself.
+            Ok((Err(_), _, _)) => {}
             Err(e) => self.say(Message::internal(format!(
                 "the checkpoint writer stopped: {e}"
             ))),
