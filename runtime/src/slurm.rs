@@ -641,18 +641,41 @@ fn coordinator(runner: &Runner) -> String {
     format!("{}@{}", std::process::id(), runner.started_at)
 }
 
+/// How long a question to Slurm (`squeue`, `scontrol`, `scancel`) may take before it counts
+/// as unanswered: a controller that stops answering must not hold the coordinator (each
+/// client retries on its own for Slurm's `MessageTimeout`, 10 s by default).
+const ASK_WITHIN: Duration = Duration::from_secs(15);
+
+/// Runs PROGRAM with ARGS and returns its stdout; a question to Slurm fails after
+/// [`ASK_WITHIN`], and `sbatch` (which may rightly take long on a busy controller) is not
+/// bounded. See [`command_or_stop`] for one that a stop interrupts.
 async fn command(program: &str, args: &[String]) -> Result<String, SlurmError> {
     let line = || format!("{program} {}", args.join(" "));
-    let out = tokio::process::Command::new(program)
+    let run = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| SlurmError::Command {
-            command: line(),
-            message: e.to_string(),
-        })?;
+        .output();
+    let out = if program == "sbatch" {
+        run.await
+    } else {
+        match tokio::time::timeout(ASK_WITHIN, run).await {
+            Ok(out) => out,
+            Err(_) => {
+                return Err(SlurmError::Command {
+                    command: line(),
+                    message: format!(
+                        "no answer within {} s (is the Slurm controller up?)",
+                        ASK_WITHIN.as_secs()
+                    ),
+                });
+            }
+        }
+    }
+    .map_err(|e| SlurmError::Command {
+        command: line(),
+        message: e.to_string(),
+    })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -660,6 +683,22 @@ async fn command(program: &str, args: &[String]) -> Result<String, SlurmError> {
             command: line(),
             message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         })
+    }
+}
+
+/// [`command`], unless SIGNAL is (or becomes) set first: `None` then, the command killed
+/// (`kill_on_drop`). Ctrl-C and SIGTERM are honoured at once while Slurm does not answer.
+async fn command_or_stop(
+    program: &str,
+    args: &[String],
+    signal: &mut watch::Receiver<bool>,
+) -> Option<Result<String, SlurmError>> {
+    if *signal.borrow_and_update() {
+        return None;
+    }
+    tokio::select! {
+        out = command(program, args) => Some(out),
+        _ = signal.wait_for(|stop| *stop) => None,
     }
 }
 
@@ -707,19 +746,43 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
         slurm_task_id: ids.slurm_task_id,
         reason: why.to_owned(),
     });
-    if let Err(e) = command("scancel", std::slice::from_ref(&task)).await {
-        runner.say_for_run(Message::warning(e.to_string()));
+    // After Ctrl-C or SIGTERM the coordinator waits no longer than its grace period, even
+    // for a controller that does not answer: a task that outlives it is adopted or
+    // cancelled by `resume-job`.
+    let interrupted = *runner.cancel.borrow();
+    let wait = if interrupted {
+        runner.opts.grace
+    } else {
+        Duration::from_mins(1)
+    };
+    let deadline = Instant::now() + wait;
+    match tokio::time::timeout_at(deadline, command("scancel", std::slice::from_ref(&task))).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => runner.say_for_run(Message::warning(e.to_string())),
+        Err(_) => runner.say_for_run(Message::warning(format!(
+            "`scancel {task}` had no answer within {} s",
+            wait.as_secs()
+        ))),
     }
-    let deadline = Instant::now() + Duration::from_mins(1);
-    while Instant::now() < deadline {
-        if queued(&task).await == Some(false) {
-            return;
+    loop {
+        match tokio::time::timeout_at(deadline, queued(&task)).await {
+            Ok(Some(false)) => return,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+        if Instant::now() >= deadline {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    runner.say_for_run(Message::warning(format!(
-        "the Slurm task {task} is still in the queue a minute after `scancel`"
-    )));
+    runner.say_for_run(Message::warning(if interrupted {
+        format!(
+            "the Slurm task {task} was not seen leaving the queue within {} s of `scancel`; `prodigy resume-job` cancels or adopts it",
+            wait.as_secs()
+        )
+    } else {
+        format!("the Slurm task {task} is still in the queue a minute after `scancel`")
+    }));
 }
 
 /// The task a killed coordinator submitted for item INDEX when it can be adopted: it is
@@ -867,6 +930,9 @@ async fn submit(
         crate::store::write_atomic(&marker, &bytes).map_err(io(&marker))
     };
     write(&record)?;
+    // Ctrl-C or SIGTERM stops an `sbatch` that Slurm does not answer: the item stays
+    // pending, and `resume-job` finds the task by its name if Slurm took it after all.
+    let mut signal = runner.cancel.clone();
     let out = match after {
         Some(previous) => {
             let mut chained = args.clone();
@@ -874,15 +940,22 @@ async fn submit(
                 1,
                 format!("--dependency=afterany:{}", previous.slurm_job_id),
             );
-            match command("sbatch", &chained).await {
+            match command_or_stop("sbatch", &chained, &mut signal).await {
+                None => return Ok(None),
                 // A task Slurm has already forgotten cannot be waited for, nor needs to be.
-                Err(SlurmError::Command { message, .. }) if message.contains("ependency") => {
-                    command("sbatch", &args).await?
+                Some(Err(SlurmError::Command { message, .. })) if message.contains("ependency") => {
+                    match command_or_stop("sbatch", &args, &mut signal).await {
+                        None => return Ok(None),
+                        Some(out) => out?,
+                    }
                 }
-                other => other?,
+                Some(other) => other?,
             }
         }
-        None => command("sbatch", &args).await?,
+        None => match command_or_stop("sbatch", &args, &mut signal).await {
+            None => return Ok(None),
+            Some(out) => out?,
+        },
     };
     let ids = SlurmIds {
         slurm_job_id: parse_job_id(&out)?,
@@ -1034,7 +1107,13 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
         }
         if asked.elapsed() >= Duration::from_secs(1) {
             asked = Instant::now();
-            if queued(&task).await == Some(false) {
+            // A signal while Slurm is slow to answer is acted on at the top of the loop.
+            let mut interrupt = runner.cancel.clone();
+            let answer = tokio::select! {
+                answer = queued(&task) => answer,
+                _ = interrupt.wait_for(|stop| *stop) => None,
+            };
+            if answer == Some(false) {
                 if let Some(r) = read_result(&result) {
                     return Dispatched::from_result(r, ids);
                 }

@@ -35,8 +35,10 @@ fn cluster(test: &str) -> bool {
         if !nix::unistd::Uid::effective().is_root() {
             return Err("starting a Slurm cluster needs root".into());
         }
+        // Stopped again when this test binary exits, unless it was already up: the
+        // README's test command leaves nothing running.
         let out = Command::new(root().join("scripts/slurm-cluster"))
-            .arg("start")
+            .args(["start", "--until-exit", &std::process::id().to_string()])
             .output()
             .unwrap();
         let said = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -57,6 +59,11 @@ fn cluster(test: &str) -> bool {
                 );
                 Err(format!("Slurm is not installed (scripts/install-slurm): {said}"))
             }
+            // Another Slurm answers where this cluster's controller should: nothing may be
+            // submitted to it or cancelled on it.
+            Some(3) => panic!(
+                "a Slurm controller that scripts/slurm-cluster did not start answers on its port; the tests refuse to use it:\n{said}"
+            ),
             _ => panic!("scripts/slurm-cluster start failed:\n{said}"),
         }
     });
@@ -737,4 +744,213 @@ fn a_second_start_leaves_the_running_cluster_alone_and_its_configuration_is_its_
         format!("SLURM_CONF={conf}")
     );
     assert_eq!(pids(), before, "a second start restarted the daemons");
+}
+
+/// The pid listening on TCP PORT on this machine, from `ss`.
+fn listener(port: &str) -> Option<String> {
+    let out = Command::new("ss")
+        .args(["-Hltnp", &format!("( sport = :{port} )")])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let at = text.find("pid=")? + 4;
+    Some(
+        text[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect(),
+    )
+}
+
+#[test]
+fn the_test_cluster_shares_no_port_name_or_munge_with_another_slurm() {
+    if !cluster("the_test_cluster_shares_no_port_name_or_munge_with_another_slurm") {
+        return;
+    }
+    let Some(Ok(conf)) = UP.get() else {
+        unreachable!("the cluster is up")
+    };
+    let dir = Path::new(conf).parent().unwrap().parent().unwrap();
+    let text = std::fs::read_to_string(conf).unwrap();
+    let setting = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {conf}"))
+            .to_owned()
+    };
+    // Its own name and munge socket, and ports other than Slurm's defaults.
+    assert_eq!(setting("ClusterName"), "prodigy-test");
+    assert!(
+        setting("AuthInfo").starts_with(&format!("socket={}", dir.display())),
+        "{}",
+        setting("AuthInfo")
+    );
+    let ctld = setting("SlurmctldPort");
+    let slurmd = setting("SlurmdPort");
+    assert!(!["6817", "6818"].contains(&ctld.as_str()), "{ctld}");
+    assert!(!["6817", "6818"].contains(&slurmd.as_str()), "{slurmd}");
+    // What answers on those ports is its own daemons, and the controller says so.
+    for (port, daemon) in [(&ctld, "slurmctld"), (&slurmd, "slurmd")] {
+        let pid = std::fs::read_to_string(dir.join(format!("run/{daemon}.pid"))).unwrap();
+        assert_eq!(
+            listener(port).as_deref(),
+            Some(pid.trim()),
+            "{daemon} on {port}"
+        );
+    }
+    let shown = slurm("scontrol").args(["show", "config"]).output().unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("ClusterName") && l.ends_with("= prodigy-test")),
+        "{shown}"
+    );
+}
+
+/// A TCP relay to the test cluster's controller that can stop answering: what a coordinator
+/// sees when its Slurm controller hangs, without touching the controller other tests use.
+struct Relay {
+    port: u16,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn to(upstream: u16) -> Relay {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = frozen.clone();
+        // Each byte waits while the relay is frozen; threads end with their connections.
+        let pipe = move |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = from.read(&mut buf) {
+                    while flag.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+            });
+        };
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Relay { port, frozen }
+    }
+
+    fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_coordinator_whose_slurm_controller_stops_answering_still_stops_promptly_on_sigterm() {
+    if !cluster("a_coordinator_whose_slurm_controller_stops_answering_still_stops_promptly") {
+        return;
+    }
+    let Some(Ok(conf)) = UP.get() else {
+        unreachable!("the cluster is up")
+    };
+    let p = Project::new(
+        r#"name: slurm-hung-controller
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  max_parallel: 2
+  agent_template:
+    - shell: 'sleep 60; echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    // The coordinator reaches the controller only through the relay.
+    let text = std::fs::read_to_string(conf).unwrap();
+    let port: u16 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("SlurmctldPort="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let relay = Relay::to(port);
+    let relayed = p.dir.path().join("relayed.conf");
+    std::fs::write(
+        &relayed,
+        text.replace(
+            &format!("SlurmctldPort={port}"),
+            &format!("SlurmctldPort={}", relay.port),
+        ),
+    )
+    .unwrap();
+    let child = p
+        .command(&[
+            "run",
+            "--no-worktree",
+            "--grace",
+            "2",
+            "--executor",
+            "slurm",
+            "wf.yml",
+        ])
+        .env("SLURM_CONF", &relayed)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let state = p.home().join("state");
+        let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
+            let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
+            let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
+            let both = (0..2).all(|i| {
+                job.path()
+                    .join(format!("slurm/item_{i}.result.started"))
+                    .exists()
+            });
+            both.then(|| job.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(job) = job {
+            break job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tasks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    relay.freeze();
+    // Let the coordinator's next questions to Slurm hang.
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    // This test's own tasks, which the hung controller never heard cancelled.
+    let _ = slurm("scancel")
+        .args(["-n", &format!("prodigy-{job}")])
+        .status();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    // Its grace (2 s) and a margin; it used to wait for each unanswered question in turn.
+    assert!(
+        took < Duration::from_secs(12),
+        "SIGTERM took {took:?} with a hung controller:\n{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("resume-job"),
+        "the interrupted run says how to go on:\n{}",
+        stderr(&out)
+    );
 }
