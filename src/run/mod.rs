@@ -143,11 +143,18 @@ pub(crate) fn preflight(plan: &Plan, roots: &[StepId], git: bool) -> Result<(), 
 pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
     let home = Layout::home();
     let Some((dir, repo)) = Layout::find_job(&home, &args.job) else {
-        err(&format!(
-            "error: no MapReduce job `{}` under {}\n",
-            args.job,
-            home.display()
-        ));
+        if Layout::find_session(&home, &args.job).is_some() {
+            err(&format!(
+                "error: `{0}` is a standard run's session, not a MapReduce job: continue it with `prodigy resume {0}`\n",
+                args.job
+            ));
+        } else {
+            err(&format!(
+                "error: no MapReduce job `{}` under {}\n",
+                args.job,
+                home.display()
+            ));
+        }
         return exit_code::USAGE;
     };
     let checkpoint = match JobFiles::new(dir).load_checkpoint() {
@@ -369,11 +376,18 @@ pub(crate) fn watch_signals() -> (
 pub(crate) fn resume(args: &ResumeArgs) -> u8 {
     let home = Layout::home();
     let Some((path, repo)) = Layout::find_session(&home, &args.session) else {
-        err(&format!(
-            "error: no session `{}` under {}\n",
-            args.session,
-            home.display()
-        ));
+        if Layout::find_job(&home, &args.session).is_some() {
+            err(&format!(
+                "error: `{0}` is a MapReduce job, not a standard run's session: continue it with `prodigy resume-job {0}`\n",
+                args.session
+            ));
+        } else {
+            err(&format!(
+                "error: no session `{}` under {}\n",
+                args.session,
+                home.display()
+            ));
+        }
         return exit_code::USAGE;
     };
     let checkpoint = match Checkpoint::load(&path) {

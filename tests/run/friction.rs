@@ -523,3 +523,27 @@ commands:
     let raw = std::fs::read_to_string(scratch.project().join("raw.txt")).unwrap();
     assert_eq!(raw, "\u{1b}[2J\u{1b}]0;pwned\u{7}hello");
 }
+
+#[test]
+fn resume_and_resume_job_name_the_command_an_id_needs() {
+    let scratch = Scratch::new();
+    let (job, _) = failing_job(&scratch);
+    let file = workflow(&scratch, "flow.yml", "commands:\n  - shell: \"true\"\n");
+    let output = scratch.run(&["run", "--no-worktree", &file], &[]);
+    let session = id_in(&output, "session");
+
+    let output = scratch.run(&["resume", &job], &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(&format!("continue it with `prodigy resume-job {job}`")),
+        "{}",
+        stderr(&output)
+    );
+    let output = scratch.run(&["resume-job", &session], &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(&format!("continue it with `prodigy resume {session}`")),
+        "{}",
+        stderr(&output)
+    );
+}
