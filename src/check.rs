@@ -56,6 +56,9 @@ pub(crate) struct CheckArgs {
     /// Print each retry policy's delay schedule and worst-case total time, as a table.
     #[arg(long)]
     explain_retries: bool,
+    /// Print only the problems: no summary line when there are none.
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -492,7 +495,9 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
             } else if fixable > 0 {
                 let _ = write!(line, " ({fixable} fixable with `prodigy check --fix`)");
             }
-            err(&format!("{line}\n"));
+            if !(args.quiet && errors + warnings == 0 && applied == 0) {
+                err(&format!("{line}\n"));
+            }
         }
         Format::Sarif => match serde_json::to_string_pretty(&output::sarif(&sarif)) {
             Ok(text) => emit(format!("{text}\n")),

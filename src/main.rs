@@ -32,8 +32,8 @@ use prodigy_compiler::source::SourceFile;
 #[derive(Parser)]
 #[command(name = "prodigy", version, about, long_about = None)]
 struct Cli {
-    /// When to colour the output: `auto` (on a terminal, unless `NO_COLOR` is set), `always`
-    /// or `never`.
+    /// When to colour the output: `auto` (on a terminal, unless `NO_COLOR` is set and not
+    /// empty, or `TERM` is `dumb`), `always` or `never`.
     #[arg(long, value_enum, global = true, default_value_t = Color::Auto, value_name = "WHEN")]
     color: Color,
     #[command(subcommand)]
@@ -56,10 +56,31 @@ static VERBOSE: AtomicU8 = AtomicU8::new(0);
 
 /// Whether to colour output for a stream that is (or is not) a terminal.
 pub(crate) fn color(terminal: bool) -> bool {
-    match COLOR.load(Ordering::Relaxed) {
+    wants_color(
+        COLOR.load(Ordering::Relaxed),
+        terminal,
+        std::env::var_os("NO_COLOR").as_deref(),
+        std::env::var_os("TERM").as_deref(),
+    )
+}
+
+/// `--color` CHOICE (`Color as u8`) for a stream that is (or is not) a terminal, given the
+/// `NO_COLOR` and `TERM` variables: no-color.org counts only a `NO_COLOR` that is not empty,
+/// and a dumb terminal gets no colour.
+fn wants_color(
+    choice: u8,
+    terminal: bool,
+    no_color: Option<&std::ffi::OsStr>,
+    term: Option<&std::ffi::OsStr>,
+) -> bool {
+    match choice {
         c if c == Color::Always as u8 => true,
         c if c == Color::Never as u8 => false,
-        _ => terminal && std::env::var_os("NO_COLOR").is_none(),
+        _ => {
+            terminal
+                && no_color.is_none_or(std::ffi::OsStr::is_empty)
+                && term.is_none_or(|t| t != "dumb")
+        }
     }
 }
 
@@ -468,4 +489,29 @@ fn graph(args: &GraphArgs) -> u8 {
     };
     out(&text);
     exit_code::OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Color, wants_color};
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colour_follows_no_color_org_and_a_dumb_terminal() {
+        let auto = Color::Auto as u8;
+        let set = Some(OsStr::new("1"));
+        let empty = Some(OsStr::new(""));
+        let xterm = Some(OsStr::new("xterm-256color"));
+        let dumb = Some(OsStr::new("dumb"));
+        assert!(wants_color(auto, true, None, xterm));
+        assert!(!wants_color(auto, false, None, xterm));
+        assert!(!wants_color(auto, true, set, xterm));
+        // An empty NO_COLOR does not disable colour.
+        assert!(wants_color(auto, true, empty, xterm));
+        assert!(!wants_color(auto, true, None, dumb));
+        assert!(wants_color(auto, true, None, None));
+        // `--color always` and `never` are what the user said.
+        assert!(wants_color(Color::Always as u8, false, set, dumb));
+        assert!(!wants_color(Color::Never as u8, true, None, xterm));
+    }
 }

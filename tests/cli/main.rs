@@ -53,6 +53,26 @@ fn clean_file_exits_zero() {
 }
 
 #[test]
+fn check_quiet_prints_only_problems() {
+    prodigy()
+        .args([
+            "check",
+            "-q",
+            "workflows/ok/seed-000-on-failure-simple-forms.yml",
+        ])
+        .assert()
+        .code(0)
+        .stdout("")
+        .stderr("");
+    prodigy()
+        .args(["check", "--quiet", "workflows/err/V001-unknown-key.yml"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("V001"))
+        .stderr(predicate::str::contains("checked 1 file: 1 error"));
+}
+
+#[test]
 fn errors_exit_one_with_the_place_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(
