@@ -281,7 +281,12 @@ fn main() -> ExitCode {
         Command::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(shell, &mut cli_command(), "prodigy", &mut text);
-            out(&String::from_utf8_lossy(&text));
+            let text = String::from_utf8_lossy(&text);
+            if shell == clap_complete::Shell::Bash {
+                out(&bash_files_first(&text, &path_commands(&cli_command())));
+            } else {
+                out(&text);
+            }
             exit_code::OK
         }
         Command::Man => match man_page() {
@@ -315,6 +320,55 @@ fn color_argument(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Colo
     value.and_then(|v| Color::from_str(&v, true).ok())
 }
 
+/// The subcommands (as `clap_complete`'s bash script names them, `prodigy__subcmd__check`)
+/// whose positional arguments are paths.
+fn path_commands(command: &clap::Command) -> Vec<String> {
+    command
+        .get_subcommands()
+        .filter(|sub| {
+            sub.get_positionals().any(|arg| {
+                matches!(
+                    arg.get_value_hint(),
+                    clap::ValueHint::AnyPath | clap::ValueHint::FilePath | clap::ValueHint::DirPath
+                )
+            })
+        })
+        .map(|sub| format!("prodigy__subcmd__{}", sub.get_name().replace('-', "__")))
+        .collect()
+}
+
+/// `clap_complete`'s bash SCRIPT with COMMANDS completing files, not options, at a word that
+/// does not start with `-` (it offers only the options right after the subcommand, so
+/// `prodigy check <TAB>` listed no file).
+fn bash_files_first(script: &str, commands: &[String]) -> String {
+    let mut out = String::with_capacity(script.len());
+    let mut inside = false;
+    for line in script.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if let Some(case) = trimmed.strip_suffix(')')
+            && !case.contains(' ')
+            && !case.contains(',')
+            && case.starts_with("prodigy")
+        {
+            inside = commands.iter().any(|c| c == case);
+        }
+        if inside && trimmed.starts_with("if [[ ${cur} == -* || ${COMP_CWORD} -eq ") {
+            out.push_str(&line.replacen(" || ${COMP_CWORD} -eq 2", "", 1));
+        } else if inside
+            && trimmed == r#"COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )"#
+            && !out.trim_end().ends_with("then")
+        {
+            out.push_str(&line.replace(
+                r#"compgen -W "${opts}" -- "${cur}""#,
+                r#"compgen -f -- "${cur}""#,
+            ));
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 /// One manual page: `prodigy`, then a section per subcommand (nested ones too) with its
 /// synopsis, description and options.
 fn man_page() -> std::io::Result<String> {
@@ -344,7 +398,21 @@ fn man_page() -> std::io::Result<String> {
     let mut page = Vec::new();
     clap_mangen::Man::new(command.clone()).render(&mut page)?;
     sections(&command, "prodigy", &mut page)?;
-    Ok(String::from_utf8_lossy(&page).into_owned())
+    Ok(ascii_roff(&String::from_utf8_lossy(&page)))
+}
+
+/// TEXT with every character outside ASCII written as groff's `\[uXXXX]` escape, so that
+/// `man` and `groff -ww` read the page the same in any locale.
+fn ascii_roff(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\[u{:04X}]", u32::from(c)));
+        }
+    }
+    out
 }
 
 /// Writes to stdout, ignoring a closed pipe (as `prodigy check ... | head` expects).

@@ -414,6 +414,40 @@ fn completions_for_every_shell() {
 }
 
 #[test]
+fn bash_completes_files_after_a_command_that_takes_paths() {
+    let script = prodigy()
+        .args(["completions", "bash"])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let dir = tempfile::tempdir().unwrap();
+    let script_path = write(&dir, "prodigy.bash", &String::from_utf8(script).unwrap());
+    write(&dir, "flow.yml", "commands: []\n");
+    // What bash offers for `prodigy WORDS<TAB>`, in a directory holding `flow.yml`.
+    let offered = |words: &str| {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                r#"source "$1"; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}; _prodigy prodigy "${{COMP_WORDS[-1]}}" "${{COMP_WORDS[-2]}}"; printf '%s\n' "${{COMPREPLY[@]}}""#
+            ))
+            .arg("bash")
+            .arg(&script_path)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for command in ["check", "run", "graph"] {
+        let files = offered(&format!("prodigy {command} ''"));
+        assert!(files.lines().any(|f| f == "flow.yml"), "{command}: {files}");
+        let options = offered(&format!("prodigy {command} --"));
+        assert!(options.contains("--help"), "{command}: {options}");
+    }
+}
+
+#[test]
 fn the_man_page_has_every_subcommand() {
     let output = prodigy()
         .arg("man")
@@ -441,6 +475,27 @@ fn the_man_page_has_every_subcommand() {
     }
     assert!(page.contains("\\-\\-stdin\\-filename"));
     assert!(page.contains("Exit status:"));
+    // Characters outside ASCII are groff escapes (`§` is `\[u00A7]`), not raw bytes.
+    assert!(page.is_ascii(), "raw non-ASCII in the man page");
+    assert!(page.contains("docs/language.md \\[u00A7]7"));
+    // groff itself has nothing to say about it, where it is installed.
+    if let Ok(mut groff) = std::process::Command::new("groff")
+        .args(["-ww", "-man", "-Tutf8", "-z"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write as _;
+        groff
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(page.as_bytes())
+            .unwrap();
+        let out = groff.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.trim().is_empty(), "groff -ww warns:\n{said}");
+    }
 }
 
 #[test]
