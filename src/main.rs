@@ -16,6 +16,7 @@ mod lsp;
 mod output;
 mod report;
 mod run;
+mod runs;
 mod shellcheck;
 mod worktrees;
 
@@ -159,6 +160,12 @@ enum Command {
     ///
     /// Exit status as for `run`.
     ResumeJob(run::ResumeJobArgs),
+    /// List the runs and jobs of this repository (every repository's with `--all`), newest
+    /// first, with their state (running, crashed, completed, failed, stopped, interrupted),
+    /// a job's item counts, and the ids that `resume`, `resume-job`, `dlq`, `events` and
+    /// `logs` take.
+    #[command(visible_alias = "runs")]
+    Ls(runs::LsArgs),
     /// Inspect and retry the dead letter queue of a MapReduce job: the items that failed,
     /// with every failed attempt.
     #[command(subcommand)]
@@ -268,6 +275,7 @@ fn main() -> ExitCode {
         }
         Command::Events(args) => jobs::events(&args),
         Command::Logs(args) => logs::logs(&args),
+        Command::Ls(args) => runs::ls(&args),
         Command::Worktree(command) => worktrees::worktree(&command),
         Command::Schema => {
             let schema = prodigy_compiler::schema::schema();
@@ -283,7 +291,7 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut cli_command(), "prodigy", &mut text);
             let text = String::from_utf8_lossy(&text);
             if shell == clap_complete::Shell::Bash {
-                out(&bash_files_first(&text, &path_commands(&cli_command())));
+                out(&bash_completion(&text, &bash_words(&cli_command())));
             } else {
                 out(&text);
             }
@@ -320,10 +328,18 @@ fn color_argument(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Colo
     value.and_then(|v| Color::from_str(&v, true).ok())
 }
 
-/// The subcommands (as `clap_complete`'s bash script names them, `prodigy__subcmd__check`)
-/// whose positional arguments are paths.
-fn path_commands(command: &clap::Command) -> Vec<String> {
-    command
+/// How the first positional argument of a subcommand completes in bash.
+enum Words {
+    /// File names (a workflow, a directory).
+    Files,
+    /// The ids `prodigy ls --all` knows that start with this prefix.
+    Ids(&'static str),
+}
+
+/// The bash completion of each subcommand whose first positional is a path or an id, by the
+/// name `clap_complete`'s bash script gives its block.
+fn bash_words(command: &clap::Command) -> Vec<(String, Words)> {
+    let mut words: Vec<(String, Words)> = command
         .get_subcommands()
         .filter(|sub| {
             sub.get_positionals().any(|arg| {
@@ -333,16 +349,33 @@ fn path_commands(command: &clap::Command) -> Vec<String> {
                 )
             })
         })
-        .map(|sub| format!("prodigy__subcmd__{}", sub.get_name().replace('-', "__")))
-        .collect()
+        .map(|sub| (format!("prodigy__subcmd__{}", sub.get_name()), Words::Files))
+        .collect();
+    let ids = [
+        ("resume", "session-"),
+        ("resume__subcmd__job", "mapreduce-"),
+        ("events", ""),
+        ("logs", ""),
+        ("dlq__subcmd__show", "mapreduce-"),
+        ("dlq__subcmd__list", "mapreduce-"),
+        ("dlq__subcmd__retry", "mapreduce-"),
+        ("dlq__subcmd__stats", "mapreduce-"),
+        ("dlq__subcmd__clear", "mapreduce-"),
+    ];
+    words.extend(
+        ids.into_iter()
+            .map(|(block, prefix)| (format!("prodigy__subcmd__{block}"), Words::Ids(prefix))),
+    );
+    words
 }
 
-/// `clap_complete`'s bash SCRIPT with COMMANDS completing files, not options, at a word that
-/// does not start with `-` (it offers only the options right after the subcommand, so
-/// `prodigy check <TAB>` listed no file).
-fn bash_files_first(script: &str, commands: &[String]) -> String {
+/// `clap_complete`'s bash SCRIPT with the subcommands of WORDS completing files or ids, not
+/// options, at a word that does not start with `-` (it offered only options right after a
+/// subcommand, so `prodigy check <TAB>` listed no file).
+fn bash_completion(script: &str, words: &[(String, Words)]) -> String {
+    use std::fmt::Write as _;
     let mut out = String::with_capacity(script.len());
-    let mut inside = false;
+    let mut inside = None;
     for line in script.split_inclusive('\n') {
         let trimmed = line.trim();
         if let Some(case) = trimmed.strip_suffix(')')
@@ -350,18 +383,33 @@ fn bash_files_first(script: &str, commands: &[String]) -> String {
             && !case.contains(',')
             && case.starts_with("prodigy")
         {
-            inside = commands.iter().any(|c| c == case);
+            inside = words
+                .iter()
+                .find(|(block, _)| block == case)
+                .map(|(_, w)| w);
         }
-        if inside && trimmed.starts_with("if [[ ${cur} == -* || ${COMP_CWORD} -eq ") {
-            out.push_str(&line.replacen(" || ${COMP_CWORD} -eq 2", "", 1));
-        } else if inside
-            && trimmed == r#"COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )"#
+        let Some(words) = inside else {
+            out.push_str(line);
+            continue;
+        };
+        let indent = &line[..line.len() - line.trim_start().len()];
+        if trimmed.starts_with("if [[ ${cur} == -* || ${COMP_CWORD} -eq ") {
+            let _ = writeln!(out, "{indent}if [[ ${{cur}} == -* ]] ; then");
+        } else if trimmed == r#"COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )"#
             && !out.trim_end().ends_with("then")
         {
-            out.push_str(&line.replace(
-                r#"compgen -W "${opts}" -- "${cur}""#,
-                r#"compgen -f -- "${cur}""#,
-            ));
+            match words {
+                Words::Files => {
+                    let _ = write!(out, r#"{indent}COMPREPLY=( $(compgen -f -- "${{cur}}") )"#);
+                }
+                Words::Ids(prefix) => {
+                    let _ = write!(
+                        out,
+                        r#"{indent}COMPREPLY=( $(compgen -W "$(prodigy ls --all -n 0 --ids 2>/dev/null | grep -e '^{prefix}')" -- "${{cur}}") )"#
+                    );
+                }
+            }
+            out.push('\n');
         } else {
             out.push_str(line);
         }

@@ -19,6 +19,7 @@ pub mod message;
 pub mod paths;
 pub mod progress;
 pub mod runner;
+pub mod runs;
 pub mod sequence;
 pub mod session;
 pub mod slurm;

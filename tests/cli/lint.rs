@@ -445,6 +445,45 @@ fn bash_completes_files_after_a_command_that_takes_paths() {
         let options = offered(&format!("prodigy {command} --"));
         assert!(options.contains("--help"), "{command}: {options}");
     }
+    // Ids come from `prodigy ls`: a run's for `resume`, a job's for `resume-job` and `dlq`.
+    let session = r#"{"version":1,"session_id":"session-1-a","workflow":"/p/a.yml","project":"/p","workflow_hash":"0","next_step":0,"status":"failed","variables":{},"params":[],"args":[],"profile":null,"started_at":"2026-11-01T10:00:00.000Z","updated_at":"2026-11-01T10:00:00.000Z"}"#;
+    let job = r#"{"version":1,"job_id":"mapreduce-2-b","workflow_file":"/p/j.yml","project":"/p","workflow_hash":"0","phase":"map","status":"interrupted","items_processed":0,"items_total":3,"items_remaining":[],"successful_items":0,"failed_items":0,"skipped_items":0,"started_at":"2026-11-02T10:00:00.000Z","last_checkpoint_at":"2026-11-02T10:00:00.000Z","reduce_next_step":0,"variables":{},"params":[],"args":[],"profile":null,"max_parallel":2}"#;
+    let home = dir.path().join("home/state/p-1");
+    for (path, text) in [
+        ("sessions/session-1-a", session),
+        ("mapreduce/jobs/mapreduce-2-b", job),
+    ] {
+        std::fs::create_dir_all(home.join(path)).unwrap();
+        std::fs::write(home.join(path).join("checkpoint.json"), text).unwrap();
+    }
+    let bin = assert_cmd::cargo::cargo_bin("prodigy");
+    for (words, id) in [
+        ("resume ''", "session-1-a"),
+        ("resume-job ''", "mapreduce-2-b"),
+        ("dlq show ''", "mapreduce-2-b"),
+        ("events ''", "mapreduce-2-b\nsession-1-a"),
+    ] {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                r#"source "$1"; COMP_WORDS=(prodigy {words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _prodigy prodigy "${{COMP_WORDS[-1]}}" "${{COMP_WORDS[-2]}}"; printf '%s\n' "${{COMPREPLY[@]}}""#
+            ))
+            .arg("bash")
+            .arg(&script_path)
+            .env("PRODIGY_HOME", dir.path().join("home"))
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.parent().unwrap().display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .output()
+            .unwrap();
+        let offered = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(offered.trim(), id, "prodigy {words}");
+    }
 }
 
 #[test]

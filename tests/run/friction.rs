@@ -547,3 +547,47 @@ fn resume_and_resume_job_name_the_command_an_id_needs() {
         stderr(&output)
     );
 }
+
+#[test]
+fn ls_lists_this_repositorys_runs_and_jobs_newest_first() {
+    let scratch = Scratch::new();
+    let file = workflow(&scratch, "flow.yml", "commands:\n  - shell: \"true\"\n");
+    let output = scratch.run(&["run", "--no-worktree", &file], &[]);
+    let session = id_in(&output, "session");
+    let (job, _) = failing_job(&scratch);
+
+    let listed = scratch.run(&["ls"], &[]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("ID "), "{text}");
+    // The job ran after the run: it comes first.
+    assert!(lines[1].starts_with(&job), "{text}");
+    assert!(lines[1].contains("completed"), "{text}");
+    assert!(lines[1].contains("2/3 ok, 1 failed"), "{text}");
+    assert!(lines[1].ends_with("job.yml"), "{text}");
+    assert!(lines[2].starts_with(&session), "{text}");
+    assert!(lines[2].contains(" run "), "{text}");
+
+    let json = scratch.run(&["ls", "--json"], &[]);
+    let first: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&json.stdout)
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first["id"], job.as_str());
+    assert_eq!(first["state"], "completed");
+    assert_eq!(first["items"]["failed"], 1);
+
+    // Another repository has none of them, unless `--all`.
+    let other = tempfile::tempdir().unwrap();
+    let mut elsewhere = scratch.command(&["ls"], &[]);
+    let elsewhere = elsewhere.current_dir(other.path()).output().unwrap();
+    assert!(String::from_utf8_lossy(&elsewhere.stdout).is_empty());
+    assert!(stderr(&elsewhere).contains("no runs or jobs of this repository"));
+    let mut all = scratch.command(&["runs", "--all"], &[]);
+    let all = all.current_dir(other.path()).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&all.stdout).lines().count(), 3);
+}
