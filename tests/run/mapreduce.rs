@@ -234,7 +234,7 @@ pub(super) fn only_job(scratch: &Scratch) -> String {
 }
 
 /// The outcome lines the job recorded, by item.
-fn outcomes(scratch: &Scratch, job: &str) -> Vec<(String, String)> {
+pub(super) fn outcomes(scratch: &Scratch, job: &str) -> Vec<(String, String)> {
     let path = scratch
         .state()
         .join("mapreduce/jobs")
