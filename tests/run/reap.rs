@@ -122,7 +122,7 @@ fn count(scratch: &Scratch, what: &str) -> usize {
 }
 
 /// Starts the shell job, with agents (or setup, at a `setup` offset) sleeping for MARKER
-/// seconds, and kills prodigy with SIGKILL at OFFSET; with GUARD_TOO, its guard first.
+/// seconds, and kills prodigy with SIGKILL at OFFSET; with `guard_too`, its guard first.
 /// Returns the job's id.
 fn kill_shell_job(scratch: &Scratch, marker: &str, offset: &Offset, guard_too: bool) -> String {
     let dir = scratch.dir.path();
@@ -142,7 +142,7 @@ fn kill_shell_job(scratch: &Scratch, marker: &str, offset: &Offset, guard_too: b
         if ready {
             std::thread::sleep(offset.pause);
             if guard_too {
-                let guard = guard_of(pid).expect("the run has a guard");
+                let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
                 nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(guard),
                     nix::sys::signal::Signal::SIGKILL,
@@ -285,7 +285,7 @@ fn a_killed_coordinator_takes_its_claude_calls_with_it_and_resume_never_doubles_
             if ready {
                 std::thread::sleep(offset.pause);
                 if *guard_too {
-                    let guard = guard_of(pid).expect("the run has a guard");
+                    let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
                     nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(guard),
                         nix::sys::signal::Signal::SIGKILL,
@@ -379,7 +379,7 @@ fn resume_ends_what_a_run_killed_with_its_guard_left_before_its_step_runs_again(
     let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
         let ready = !alive_with(&format!("sleep {marker}")).is_empty();
         if ready {
-            let guard = guard_of(pid).expect("the run has a guard");
+            let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(guard),
                 nix::sys::signal::Signal::SIGKILL,
@@ -413,5 +413,68 @@ fn resume_ends_what_a_run_killed_with_its_guard_left_before_its_step_runs_again(
     );
     let log = std::fs::read_to_string(dir.join("log")).unwrap();
     assert_eq!(log, "start\nstart\n", "{text}");
+    assert_eq!(alive_with(&format!("sleep {marker}")), Vec::<i32>::new());
+}
+
+/// `dlq retry` killed with its guard while it retries items: the next `dlq retry` ends
+/// what it left before the items run again.
+#[test]
+fn dlq_retry_ends_what_a_killed_retry_left_before_the_items_run_again() {
+    let scratch = Scratch::new();
+    let dir = scratch.dir.path();
+    std::fs::create_dir(dir.join("locks")).unwrap();
+    let marker = format!("44.{}", std::process::id());
+    let _leftovers = Leftovers(format!("sleep {marker}"));
+    std::fs::write(dir.join("mode"), "fail").unwrap();
+    std::fs::write(dir.join("duration"), &marker).unwrap();
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        format!(
+            "name: reap-dlq\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"exec 9>>{dir}/locks/$ITEM; flock -n 9 || echo overlap $ITEM >> {dir}/log; echo start $ITEM >> {dir}/log; test $(cat {dir}/mode) = ok || exit 1; sleep $(cat {dir}/duration); :\"\n",
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    let output = scratch.run(&["run", "--no-worktree", "job.yml"], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let job = only_job(&scratch);
+    std::fs::write(dir.join("mode"), "ok").unwrap();
+    let child = scratch
+        .command(&["dlq", "retry", "--grace", GRACE, &job], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
+        let ready =
+            count(&scratch, "start") >= 4 && !alive_with(&format!("sleep {marker}")).is_empty();
+        if ready {
+            let guard = guard_of(pid).unwrap_or_else(|| panic!("the retry has no guard"));
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(guard),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        }
+        ready
+    });
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !alive_with(&format!("sleep {marker}")).is_empty(),
+        "nothing survived"
+    );
+    std::fs::write(dir.join("duration"), "0.1").unwrap();
+    let output = scratch.run(&["dlq", "retry", "--grace", GRACE, &job], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("that an earlier run of job {job} left running")),
+        "{text}"
+    );
+    let log = std::fs::read_to_string(dir.join("log")).unwrap();
+    assert_eq!(count(&scratch, "overlap"), 0, "{log}");
+    assert_eq!(count(&scratch, "start"), 6, "{log}");
     assert_eq!(alive_with(&format!("sleep {marker}")), Vec::<i32>::new());
 }

@@ -80,7 +80,7 @@ pub enum StartFailed {
     Survivors(crate::reap::Survivors),
 }
 
-/// Takes the lock of ID, ends what earlier runs of a resumed ID (STARTED_AT set) left
+/// Takes the lock of ID, ends what earlier runs of a resumed ID (`started_at` set) left
 /// running ([`crate::reap::end_earlier`]), opens its event log and computes the starting
 /// variables (plus SAVED, a checkpoint's variables, put back with [`restore`]); what the run
 /// shows goes to REPORTER.
