@@ -376,8 +376,16 @@ fn resume_ends_what_a_run_killed_with_its_guard_left_before_its_step_runs_again(
         .spawn()
         .unwrap();
     let pid = child.id();
+    // The checkpoint after the first step is written while the second starts.
+    let saved = || {
+        std::fs::read_dir(scratch.state().join("sessions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.path().join("checkpoint.json").exists())
+    };
     let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
-        let ready = !alive_with(&format!("sleep {marker}")).is_empty();
+        let ready = !alive_with(&format!("sleep {marker}")).is_empty() && saved();
         if ready {
             let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
             nix::sys::signal::kill(
