@@ -198,6 +198,22 @@ enum Command {
     /// Run one map item inside a Slurm task (what `--executor slurm` submits).
     #[command(hide = true)]
     Agent(agent::AgentArgs),
+    /// Guard a run's processes: end them once the run's process is gone (what `run`,
+    /// `resume`, `resume-job` and `dlq retry` start beside themselves).
+    #[command(hide = true)]
+    Guard(GuardArgs),
+}
+
+/// `prodigy guard`: started by a run, reading its standard input (a pipe from the run) to
+/// its end. Not for people.
+#[derive(clap::Args)]
+struct GuardArgs {
+    /// The mark of the run's processes (`PRODIGY_OWNER`).
+    #[arg(long)]
+    owner: String,
+    /// Milliseconds between SIGTERM and SIGKILL.
+    #[arg(long)]
+    grace_ms: u64,
 }
 
 /// The command line, with the exit status table after the long help.
@@ -255,6 +271,14 @@ fn main() -> ExitCode {
         Command::Items(args) => items(&args),
         Command::Lsp => lsp::run(),
         Command::Agent(args) => agent::agent(&args),
+        Command::Guard(args) => {
+            prodigy_runtime::reap::guard(
+                std::io::stdin().lock(),
+                &args.owner,
+                std::time::Duration::from_millis(args.grace_ms),
+            );
+            exit_code::OK
+        }
         Command::Run(args) => {
             set_verbosity(args.shown.verbose, args.shown.quiet);
             run::run(&args)

@@ -2,6 +2,8 @@
 //!
 //! Every command runs in its own process group. A timeout or a cancellation sends SIGTERM
 //! to the whole group, waits a grace period, then sends SIGKILL, so no child outlives it.
+//! Every command carries its run's mark ([`crate::reap`]), so that what it started is ended
+//! even when prodigy itself is killed.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -317,6 +319,7 @@ pub async fn run_watched(
         }
     }
     process.envs(command.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    crate::reap::mark(&mut process);
     let mut child = match process.spawn() {
         Ok(child) => child,
         Err(e) => {

@@ -119,6 +119,7 @@ pub(crate) async fn command_output(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    crate::reap::mark(&mut process);
     let mut child = process.spawn().map_err(|e| {
         format!(
             "the map input command `{text}`: could not start `{}`: {e}",

@@ -18,6 +18,7 @@ pub mod mapreduce;
 pub mod message;
 pub mod paths;
 pub mod progress;
+pub mod reap;
 pub mod runner;
 pub mod runs;
 pub mod sequence;

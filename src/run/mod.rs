@@ -9,6 +9,7 @@ use prodigy_compiler::plan::{Plan, StepId};
 use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, Phase};
 use prodigy_runtime::mapreduce::{JobOutcome, MapJob};
 use prodigy_runtime::progress::count;
+use prodigy_runtime::reap;
 use prodigy_runtime::runner::{Inputs, Options, RunOutcome, Runner};
 use prodigy_runtime::session::resume::{Refused, Resume};
 use prodigy_runtime::session::{self, PlaceError, StartFailed};
@@ -314,16 +315,34 @@ pub(crate) fn execute(
     launch: Launch,
     work: impl AsyncFnOnce(&Runner, Vars, &Options) -> Ended,
 ) -> u8 {
+    // Every command of the run carries its mark, and the guard ends them once this process
+    // is gone, however it goes (dropped last: a normal end waits for it).
+    let owner = reap::Owner::new(&launch.id);
+    reap::adopt(&owner);
+    let _guard = std::env::current_exe()
+        .and_then(|program| reap::Guard::start(&program, &owner, opts.grace))
+        .inspect_err(|e| {
+            err(&format!(
+                "warning: cannot start the guard that ends the run's processes should prodigy be killed: {e}\n"
+            ));
+        })
+        .ok();
+    let what = match launch.kind {
+        Kind::Session => "session",
+        Kind::Job => "job",
+    };
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
         place.enter(&mut opts, &launch.id).await?;
         let (started_at, saved) = launch
             .resumed
             .map_or((None, None), |(at, saved)| (Some(at), Some(saved)));
+        let id = launch.id.clone();
         let Started {
             runner,
             vars,
             lock: _lock,
+            ended,
         } = start(
             plan,
             opts.clone(),
@@ -334,6 +353,12 @@ pub(crate) fn execute(
             saved.as_ref(),
         )
         .await?;
+        if ended > 0 {
+            crate::note(&format!(
+                "note: ended {ended} {} that an earlier run of {what} {id} left running\n",
+                if ended == 1 { "process" } else { "processes" }
+            ));
+        }
         let ended = work(&runner, vars, &opts).await;
         let merged = match ended.merge {
             Some(succeeded) => place.leave(&runner, ended.vars, succeeded).await,
@@ -492,7 +517,9 @@ pub(crate) async fn start(
         .map_err(|e| {
             err(&format!("error: {e}\n"));
             match e {
-                StartFailed::Locked(_) | StartFailed::Store(_) => exit_code::USAGE,
+                StartFailed::Locked(_) | StartFailed::Store(_) | StartFailed::Survivors(_) => {
+                    exit_code::USAGE
+                }
                 StartFailed::Variables(_) => exit_code::PROBLEMS,
             }
         })

@@ -688,6 +688,7 @@ mod faults;
 mod friction;
 mod mapreduce;
 mod paths;
+mod reap;
 mod secrets;
 mod variables;
 mod worktree;

@@ -234,7 +234,7 @@ pub(super) fn only_job(scratch: &Scratch) -> String {
 }
 
 /// The outcome lines the job recorded, by item.
-fn outcomes(scratch: &Scratch, job: &str) -> Vec<(String, String)> {
+pub(super) fn outcomes(scratch: &Scratch, job: &str) -> Vec<(String, String)> {
     let path = scratch
         .state()
         .join("mapreduce/jobs")
@@ -272,7 +272,7 @@ fn a_killed_job_resumes_and_runs_every_item_exactly_once() {
         std::fs::read_to_string(&runs).is_ok_and(|t| t.matches("end").count() >= 4)
     });
     assert_eq!(output.status.code(), None, "killed by a signal");
-    // The agents' shells outlive a SIGKILL of prodigy (each runs in its own process group);
+    // The run's guard ends the agents' shells once prodigy is gone (`tests/run/reap.rs`);
     // wait until they are gone before reading what started.
     let left = survivors(&format!("sh -c : {}", runs.display()));
     assert!(left.is_empty(), "agents still running: {left:?}");

@@ -54,6 +54,9 @@ pub struct Started {
     pub vars: Vars,
     /// Held until the run ends.
     pub lock: SessionLock,
+    /// How many processes earlier runs left behind were ended before anything ran
+    /// ([`crate::reap::end_earlier`]).
+    pub ended: usize,
 }
 
 /// Why a session or job could not start.
@@ -71,16 +74,21 @@ pub enum StartFailed {
     #[error(transparent)]
     #[diagnostic(code(prodigy::session::variables))]
     Variables(StartError),
+    /// Processes an earlier run of it left would not go.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Survivors(crate::reap::Survivors),
 }
 
-/// Takes the lock of ID, opens its event log and computes the starting variables (plus
-/// SAVED, a checkpoint's variables, put back with [`restore`]); what the run shows goes to
-/// REPORTER.
+/// Takes the lock of ID, ends what earlier runs of a resumed ID (`started_at` set) left
+/// running ([`crate::reap::end_earlier`]), opens its event log and computes the starting
+/// variables (plus SAVED, a checkpoint's variables, put back with [`restore`]); what the run
+/// shows goes to REPORTER.
 ///
 /// # Errors
 ///
-/// [`StartFailed`]: the lock is held, the event log cannot be opened, or the variables
-/// cannot be computed.
+/// [`StartFailed`]: the lock is held, an earlier run's processes would not go, the event log
+/// cannot be opened, or the variables cannot be computed.
 #[expect(
     clippy::too_many_arguments,
     reason = "what a session starts from, each given by the caller"
@@ -100,8 +108,22 @@ pub async fn start(
         Kind::Job => SessionLock::acquire_in(&opts.layout.job_dir(&id), &format!("job `{id}`")),
     }
     .map_err(StartFailed::Locked)?;
+    // Under the lock no live coordinator runs ID: whatever still carries its mark was left
+    // by one that died, and goes before anything runs again.
+    let ended = if started_at.is_some() {
+        crate::reap::end_earlier(&id, opts.grace)
+            .await
+            .map_err(StartFailed::Survivors)?
+    } else {
+        0
+    };
     let (runner, vars) = open(plan, opts, reporter, cancel, id, started_at, saved).await?;
-    Ok(Started { runner, vars, lock })
+    Ok(Started {
+        runner,
+        vars,
+        lock,
+        ended,
+    })
 }
 
 /// [`start`] without the lock, for one map agent run apart from its job (on Slurm) while
