@@ -51,10 +51,9 @@ async fn git_or_say(project: &Path, args: &[&str], hint: &str) -> Result<String,
         Err(crate::worktree::WorktreeError::Git { stderr, .. }) if !stderr.trim().is_empty() => {
             Err(format!("`git {}` failed:\n{}", name, said(&stderr)))
         }
-        Err(crate::worktree::WorktreeError::Git { .. }) => Err(format!(
-            "`git {}` failed and printed nothing{hint}",
-            name
-        )),
+        Err(crate::worktree::WorktreeError::Git { .. }) => {
+            Err(format!("`git {}` failed and printed nothing{hint}", name))
+        }
         Err(e) => Err(e.to_string()),
     }
 }

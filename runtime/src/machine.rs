@@ -1049,13 +1049,19 @@ mod tests {
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
                 (StepEvent::Exited(ok()), Action::Check),
-                (StepEvent::Checked { ok: false }, Action::RunHandler { run: 1 }),
+                (
+                    StepEvent::Checked { ok: false },
+                    Action::RunHandler { run: 1 },
+                ),
                 (
                     StepEvent::HandlerDone { ok: true },
                     Action::Spawn { run: 2, attempt: 1 },
                 ),
                 (StepEvent::Exited(ok()), Action::Check),
-                (StepEvent::Checked { ok: false }, Action::RunHandler { run: 2 }),
+                (
+                    StepEvent::Checked { ok: false },
+                    Action::RunHandler { run: 2 },
+                ),
                 (
                     StepEvent::HandlerDone { ok: true },
                     Action::Finish(Outcome::FailedContinued),
