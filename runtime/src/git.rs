@@ -49,10 +49,10 @@ async fn git_or_say(project: &Path, args: &[&str], hint: &str) -> Result<String,
     match crate::worktree::git(project, args).await {
         Ok(out) => Ok(out),
         Err(crate::worktree::WorktreeError::Git { stderr, .. }) if !stderr.trim().is_empty() => {
-            Err(format!("`git {}` failed:\n{}", name, said(&stderr)))
+            Err(format!("`git {name}` failed:\n{}", said(&stderr)))
         }
         Err(crate::worktree::WorktreeError::Git { .. }) => {
-            Err(format!("`git {}` failed and printed nothing{hint}", name))
+            Err(format!("`git {name}` failed and printed nothing{hint}"))
         }
         Err(e) => Err(e.to_string()),
     }
