@@ -562,6 +562,15 @@ mod tests {
                 "item item_1 failed: boom",
                 0,
             ),
+            (
+                Message::NotExported {
+                    step: "cat \"$ITEM__BLOB\"".into(),
+                    name: "ITEM__BLOB".into(),
+                    why: "its value is over 100 kB".into(),
+                },
+                "warning: `cat \"$ITEM__BLOB\"` reads `$ITEM__BLOB`, which prodigy left out of its environment: its value is over 100 kB; the variable is empty there (write the value to a file with `write_file` and read that)",
+                0,
+            ),
             (Message::internal("lost"), "internal error: lost", 0),
         ];
         for (message, shown, needs) in cases {
