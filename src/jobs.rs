@@ -269,6 +269,9 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
         return unknown_job(job);
     };
     let queue = Dlq::new(&located.layout, job);
+    if let Ok(Some(rebuilt)) = queue.repair() {
+        err(&format!("warning: {rebuilt}\n"));
+    }
     let items = || {
         queue.items().map_err(|e| {
             err(&format!("error: {e}\n"));
@@ -660,6 +663,51 @@ pub(crate) struct ShowArgs {
     /// in all.
     #[arg(long, conflicts_with_all = ["json", "event_type"])]
     claude: bool,
+    /// Fail (exit 1) when a line of the event files is damaged (torn by a crash, or not
+    /// JSON); without it such lines are skipped with a warning that says where they are.
+    #[arg(long)]
+    strict: bool,
+}
+
+/// The damaged lines of the event files: where they are, as `FILE:LINE`.
+#[derive(Default)]
+struct Damaged {
+    /// Every damaged line found so far.
+    total: usize,
+    /// The ones not yet reported.
+    unreported: Vec<String>,
+}
+
+impl Damaged {
+    /// How many places a warning names; the rest are counted.
+    const SHOWN: usize = 10;
+
+    fn note(&mut self, file: &Path, line: usize) {
+        self.total += 1;
+        self.unreported.push(format!("{}:{line}", file.display()));
+    }
+
+    /// Tells, on standard error, of the damaged lines found since the last report.
+    fn report(&mut self) {
+        let places = std::mem::take(&mut self.unreported);
+        if places.is_empty() {
+            return;
+        }
+        let mut shown = places
+            .iter()
+            .take(Self::SHOWN)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if places.len() > Self::SHOWN {
+            let _ = write!(shown, " and {} more", places.len() - Self::SHOWN);
+        }
+        err(&format!(
+            "warning: skipped {} that {} not an event (torn by a crash, or damaged): {shown}\n",
+            count(places.len(), "damaged line"),
+            if places.len() == 1 { "is" } else { "are" },
+        ));
+    }
 }
 
 /// The Claude calls in the event FILES, summed per step and in all.
@@ -759,6 +807,9 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         return exit_code::OK;
     }
     let mut offsets = std::collections::BTreeMap::<PathBuf, u64>::new();
+    // The number of each file's last line read, for the places of damaged lines.
+    let mut lines_read = std::collections::BTreeMap::<PathBuf, usize>::new();
+    let mut damaged = Damaged::default();
     let mut finished = false;
     loop {
         let mut read_any = false;
@@ -771,8 +822,16 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
             let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
             read_any |= end > 0;
             let mut text = String::new();
+            let line_number = lines_read.entry(file.clone()).or_insert(0);
             for line in String::from_utf8_lossy(&bytes[..end]).lines() {
-                let Ok(event) = serde_json::from_str::<Value>(line) else {
+                *line_number += 1;
+                let Some(event) = serde_json::from_str::<Value>(line)
+                    .ok()
+                    .filter(Value::is_object)
+                else {
+                    if !line.trim().is_empty() {
+                        damaged.note(&file, *line_number);
+                    }
                     continue;
                 };
                 let kind = event
@@ -802,8 +861,13 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                 out(&prodigy_runtime::progress::visible(&text));
             }
         }
+        damaged.report();
         if !follow || finished {
-            return exit_code::OK;
+            return if show.strict && damaged.total > 0 {
+                exit_code::PROBLEMS
+            } else {
+                exit_code::OK
+            };
         }
         // A job killed outright never writes `job_finished`: once nothing new comes and no
         // process runs it, there is nothing more to follow.
@@ -815,7 +879,11 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                     "`{job}` is not running and its log ends without finishing; {hint}\n"
                 ));
             }
-            return exit_code::OK;
+            return if show.strict && damaged.total > 0 {
+                exit_code::PROBLEMS
+            } else {
+                exit_code::OK
+            };
         }
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -124,8 +124,8 @@ enum Command {
     Graph(GraphArgs),
     /// Print the items a `MapReduce` workflow's map phase will process, one JSON value per line.
     ///
-    /// Runs the input pipeline of docs/language.md §7 on the input file: `json_path`, `filter`, `sort_by`,
-    /// `distinct`, `offset`, `max_items`. The workflow must check without errors. Stage counts
+    /// Runs the input pipeline of docs/language.md §7 on the input (a file, or the output of
+    /// the input command): `json_path`, `filter`, `sort_by`, `distinct`, `offset`, `max_items`. The workflow must check without errors. Stage counts
     /// go to stderr.
     Items(ItemsArgs),
     /// Run the language server on stdin/stdout, for editors: diagnostics as you type, key
@@ -243,8 +243,8 @@ struct ItemsArgs {
     /// A `MapReduce` workflow.
     #[arg(value_name = "WORKFLOW")]
     workflow: PathBuf,
-    /// The input JSON file, instead of the workflow's `map.input` (needed when that is a
-    /// command, which `items` does not run).
+    /// The input file, instead of the workflow's `map.input` (needed when that holds
+    /// variables; a command there is run, in the current directory, as `run` runs it).
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
 }
@@ -530,36 +530,21 @@ fn items(args: &ItemsArgs) -> u8 {
         err("error: the workflow has no `map` phase\n");
         return exit_code::USAGE;
     };
-    let input_path = match &args.input {
-        Some(path) => path.clone(),
+    let input = match &args.input {
+        Some(path) => read_input_file(path),
         // Relative to the project, the directory prodigy runs in, as for `check` and `run`.
-        None if map.input.parsed.is_literal() => PathBuf::from(&map.input.value),
+        None if map.input.parsed.is_literal() => read_input(&map.input.value),
         None => {
             err(&format!(
-                "error: `map.input` is `{}`, which needs variables or a command; pass the input with `--input FILE`\n",
+                "error: `map.input` is `{}`, which needs variables; pass the input with `--input FILE`\n",
                 map.input.value
             ));
             return exit_code::USAGE;
         }
     };
-    // As `run` reads it: a regular file within the map input bound, never a device or a FIFO.
-    let text = match prodigy_runtime::input::read_file(
-        &input_path,
-        prodigy_runtime::input::MAX_INPUT_SIZE,
-    ) {
-        Ok(text) => text,
-        Err(e) => {
-            err(&format!("error: {e}\n"));
-            return exit_code::USAGE;
-        }
-    };
-    let kind = prodigy_grammar::pipeline::InputKind::of_file(&input_path.to_string_lossy());
-    let input = match prodigy_grammar::pipeline::parse_input(&text, kind) {
-        Ok(value) => value,
-        Err(e) => {
-            err(&format!("error: `{}`: {e}\n", input_path.display()));
-            return exit_code::USAGE;
-        }
+    let input = match input {
+        Ok(input) => input,
+        Err(code) => return code,
     };
     let pipeline = map.pipeline();
     let (items, counts) = pipeline.apply(input);
@@ -577,6 +562,54 @@ fn items(args: &ItemsArgs) -> u8 {
         counts.kept
     ));
     exit_code::OK
+}
+
+/// The map input INPUT as `run` reads it: the file at that path in the project when there
+/// is one (or when INPUT names a file: one word ending in `.json`, `.jsonl` or `.txt`),
+/// else the standard output of INPUT run as a shell command in the project.
+fn read_input(input: &str) -> Result<serde_json::Value, u8> {
+    let path = PathBuf::from(input.trim());
+    if path.exists() || prodigy_runtime::input::names_a_file(input) {
+        return read_input_file(&path);
+    }
+    let dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let (_cancel, mut cancelled) = tokio::sync::watch::channel(false);
+    let text = crate::run::block_on(prodigy_runtime::input::run_command(
+        input,
+        &dir,
+        Vec::new(),
+        prodigy_runtime::runner::DEFAULT_GRACE,
+        &mut cancelled,
+    ))?;
+    let text = text.map_err(|e| {
+        err(&format!("error: {e}\n"));
+        exit_code::USAGE
+    })?;
+    err(&format!(
+        "items: the output of the map input command `{}` (run in {}, without the workflow's `env` and `setup`)\n",
+        input.trim(),
+        dir.display()
+    ));
+    prodigy_grammar::pipeline::parse_input(&text, prodigy_grammar::pipeline::InputKind::Text)
+        .map_err(|e| {
+            err(&format!("error: the map input `{}`: {e}\n", input.trim()));
+            exit_code::USAGE
+        })
+}
+
+/// The map input file PATH, read as `run` reads it: a regular file within the map input
+/// bound, never a device or a FIFO.
+fn read_input_file(path: &std::path::Path) -> Result<serde_json::Value, u8> {
+    let text = prodigy_runtime::input::read_file(path, prodigy_runtime::input::MAX_INPUT_SIZE)
+        .map_err(|e| {
+            err(&format!("error: {e}\n"));
+            exit_code::USAGE
+        })?;
+    let kind = prodigy_grammar::pipeline::InputKind::of_file(&path.to_string_lossy());
+    prodigy_grammar::pipeline::parse_input(&text, kind).map_err(|e| {
+        err(&format!("error: `{}`: {e}\n", path.display()));
+        exit_code::USAGE
+    })
 }
 
 /// Loads and checks a workflow for a command that needs it without errors (`run`, `graph`,

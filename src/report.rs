@@ -125,6 +125,7 @@ fn verbosity(message: &Message) -> u8 {
         Message::Command(_) | Message::Env { .. } | Message::Exited { .. } => 2,
         Message::StepStarted { .. }
         | Message::StepFailed { .. }
+        | Message::NotExported { .. }
         | Message::Text { .. }
         | Message::ClaudeTotals(_)
         | Message::ItemFailed { .. }
@@ -148,6 +149,7 @@ fn is_error(message: &Message) -> bool {
         | Message::Output(_)
         | Message::Claude(_)
         | Message::Exited { .. }
+        | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => false,
@@ -168,6 +170,7 @@ fn in_step(message: &Message) -> bool {
         | Message::Exited { .. }
         | Message::StepFailed { .. } => true,
         Message::StepStarted { .. }
+        | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => false,
@@ -225,6 +228,9 @@ fn text(message: &Message) -> String {
             };
             format!("failed: {label}{detail}{continued}")
         }
+        Message::NotExported { step, name, why } => format!(
+            "warning: `{step}` reads `${name}`, which prodigy left out of its environment: {why}; the variable is empty there (write the value to a file with `write_file` and read that)"
+        ),
         Message::Text { severity, text, .. } => match severity {
             Severity::Internal => format!("internal error: {text}"),
             Severity::Error => format!("error: {text}"),
@@ -554,6 +560,15 @@ mod tests {
                     why: "boom".into(),
                 },
                 "item item_1 failed: boom",
+                0,
+            ),
+            (
+                Message::NotExported {
+                    step: "cat \"$ITEM__BLOB\"".into(),
+                    name: "ITEM__BLOB".into(),
+                    why: "its value is over 100 kB".into(),
+                },
+                "warning: `cat \"$ITEM__BLOB\"` reads `$ITEM__BLOB`, which prodigy left out of its environment: its value is over 100 kB; the variable is empty there (write the value to a file with `write_file` and read that)",
                 0,
             ),
             (Message::internal("lost"), "internal error: lost", 0),

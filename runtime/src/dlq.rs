@@ -286,6 +286,24 @@ struct Cached {
     /// The ids in the queue.
     present: std::collections::HashSet<String>,
     unwritten: usize,
+    /// The index file was damaged and rebuilt from the item files; not yet said.
+    rebuilt: Option<Rebuilt>,
+}
+
+/// A damaged `index.json` rebuilt from the item files (the index only lists them in order).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the dead letter queue's index `{index}` was damaged; it was rebuilt from the {items} item files in `{dir}` (the damaged file is kept as `{kept}`)"
+)]
+pub struct Rebuilt {
+    /// `index.json`.
+    pub index: PathBuf,
+    /// Where the item files are.
+    pub dir: PathBuf,
+    /// How many items the rebuilt index lists.
+    pub items: usize,
+    /// Where the damaged file was moved.
+    pub kept: PathBuf,
 }
 
 impl Cached {
@@ -295,6 +313,7 @@ impl Cached {
             index,
             present,
             unwritten,
+            rebuilt: None,
         };
         cached.compact();
         cached
@@ -426,12 +445,26 @@ impl Dlq {
     /// Reads `index.json` and makes it agree with the item files: ids without a file are
     /// dropped, files the index lacks (a crash between an item and its index write) are
     /// added, oldest first.
+    /// A damaged index (a torn write, a bad disk) is moved aside to `index.json.damaged`
+    /// and rebuilt the same way from the item files, oldest first; [`Dlq::repair`] says so.
     fn load_index(&self) -> Result<Cached, DlqError> {
-        let mut index: DlqIndex =
-            Self::read_json(&self.dir.join("index.json"))?.unwrap_or_else(|| DlqIndex {
-                job_id: self.job_id.clone(),
-                ..DlqIndex::default()
-            });
+        let path = self.dir.join("index.json");
+        let (read, kept) = match Self::read_json(&path) {
+            Ok(read) => (read, None),
+            Err(DlqError::Damaged { .. }) => {
+                let kept = self.dir.join("index.json.damaged");
+                std::fs::rename(&path, &kept).map_err(|source| DlqError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                (None, Some(kept))
+            }
+            Err(e) => return Err(e),
+        };
+        let mut index: DlqIndex = read.unwrap_or_else(|| DlqIndex {
+            job_id: self.job_id.clone(),
+            ..DlqIndex::default()
+        });
         let before = index.item_ids.len();
         index.item_ids.retain(|id| self.item_path(id).is_file());
         let mut unwritten = before - index.item_ids.len();
@@ -452,7 +485,26 @@ impl Dlq {
         missing.sort();
         unwritten += missing.len();
         index.item_ids.extend(missing.into_iter().map(|(_, id)| id));
-        Ok(Cached::new(index, unwritten))
+        let mut cached = Cached::new(index, unwritten);
+        cached.rebuilt = kept.map(|kept| Rebuilt {
+            index: path,
+            dir: self.dir.join("items"),
+            items: cached.index.item_count,
+            kept,
+        });
+        Ok(cached)
+    }
+
+    /// Loads the index now: whether it was damaged and rebuilt from the item files (said
+    /// once), in which case the rebuilt index is written at once.
+    pub fn repair(&self) -> Result<Option<Rebuilt>, DlqError> {
+        self.with_index(|cached| {
+            let rebuilt = cached.rebuilt.take();
+            if rebuilt.is_some() {
+                self.write_index(cached, true)?;
+            }
+            Ok(rebuilt)
+        })
     }
 
     /// Writes the index when enough changes gathered (or ALWAYS).
@@ -611,6 +663,35 @@ mod tests {
             },
             "job-1",
         )
+    }
+
+    /// A damaged `index.json` does not take the queue down: it is moved aside, the index is
+    /// rebuilt from the item files in the order they failed, said once, and written back.
+    #[test]
+    fn a_damaged_index_is_rebuilt_from_the_item_files() {
+        let home = tempfile::tempdir().unwrap();
+        let dlq = queue(home.path());
+        for id in ["item_1", "item_2", "item_3"] {
+            dlq.record_failure(id, &Value::Null, failure("boom", 1), None)
+                .unwrap();
+        }
+        dlq.flush().unwrap();
+        let index = dlq.dir().join("index.json");
+        std::fs::write(&index, "{\"job_id\": \"job-1\", \"item_i").unwrap();
+        let reopened = queue(home.path());
+        let rebuilt = reopened.repair().unwrap().unwrap();
+        assert_eq!(rebuilt.items, 3);
+        assert_eq!(rebuilt.kept, dlq.dir().join("index.json.damaged"));
+        let said = rebuilt.to_string();
+        assert!(said.contains("index.json` was damaged"), "{said}");
+        assert!(said.contains("rebuilt from the 3 item files"), "{said}");
+        assert_eq!(reopened.repair().unwrap(), None);
+        assert_eq!(
+            reopened.index().unwrap().item_ids,
+            ["item_1", "item_2", "item_3"]
+        );
+        let written: DlqIndex = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+        assert_eq!(written.item_count, 3);
     }
 
     #[test]

@@ -36,7 +36,49 @@ pub struct CommitOptions {
     pub squash_since: Option<String>,
 }
 
-/// Stages and commits per OPTIONS; nothing to commit is not an error.
+/// How many of the last lines git (and its hooks) printed a failure message quotes.
+const SAID_LINES: usize = 20;
+
+/// How many characters of one such line it quotes.
+const SAID_LINE_CHARS: usize = 300;
+
+/// Runs git in PROJECT like [`git`]; when it fails, says so with the last lines git and
+/// its hooks printed (bounded; the runner masks secrets in whatever it shows or records).
+async fn git_or_say(project: &Path, args: &[&str], hint: &str) -> Result<String, String> {
+    let name = args.first().copied().unwrap_or_default();
+    match crate::worktree::git(project, args).await {
+        Ok(out) => Ok(out),
+        Err(crate::worktree::WorktreeError::Git { stderr, .. }) if !stderr.trim().is_empty() => {
+            Err(format!("`git {name}` failed:\n{}", said(&stderr)))
+        }
+        Err(crate::worktree::WorktreeError::Git { .. }) => {
+            Err(format!("`git {name}` failed and printed nothing{hint}"))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The last [`SAID_LINES`] lines of TEXT, each cut at [`SAID_LINE_CHARS`] characters, with
+/// a first line that counts what was left out.
+fn said(text: &str) -> String {
+    let lines: Vec<&str> = text.trim().lines().collect();
+    let skipped = lines.len().saturating_sub(SAID_LINES);
+    let mut out: Vec<String> = Vec::new();
+    if skipped > 0 {
+        out.push(format!("({skipped} earlier lines left out)"));
+    }
+    for line in &lines[skipped..] {
+        let mut cut: String = line.chars().take(SAID_LINE_CHARS).collect();
+        if cut.len() < line.len() {
+            cut.push('…');
+        }
+        out.push(cut);
+    }
+    out.join("\n")
+}
+
+/// Stages and commits per OPTIONS; nothing to commit is not an error. A failure says what
+/// git and its hooks (`pre-commit`, `commit-msg`) printed.
 pub async fn commit(project: &Path, options: &CommitOptions) -> Result<(), String> {
     let mut add = vec!["add".to_owned(), "-A".to_owned(), "--".to_owned()];
     if options.include.is_empty() {
@@ -46,11 +88,9 @@ pub async fn commit(project: &Path, options: &CommitOptions) -> Result<(), Strin
     }
     add.extend(options.exclude.iter().map(|p| format!(":(exclude){p}")));
     let add: Vec<&str> = add.iter().map(String::as_str).collect();
-    git(project, &add).await.ok_or("`git add` failed")?;
+    git_or_say(project, &add, "").await?;
     if let Some(base) = &options.squash_since {
-        git(project, &["reset", "--soft", base])
-            .await
-            .ok_or("`git reset --soft` failed")?;
+        git_or_say(project, &["reset", "--soft", base], "").await?;
     }
     if git(project, &["diff", "--cached", "--quiet"])
         .await
@@ -66,9 +106,13 @@ pub async fn commit(project: &Path, options: &CommitOptions) -> Result<(), Strin
     if options.sign {
         args.push("-S");
     }
-    git(project, &args).await.map(|_| ()).ok_or_else(|| {
-        "`git commit` failed (is a signing key or the author's identity missing?)".to_owned()
-    })
+    git_or_say(
+        project,
+        &args,
+        " (is a signing key or the author's identity missing?)",
+    )
+    .await
+    .map(|_| ())
 }
 
 fn lines(text: Option<String>) -> Vec<String> {
@@ -216,6 +260,36 @@ mod tests {
         let s = status(p).await;
         assert_eq!(s["staged"], json!(["a"]));
         assert_eq!(s["modified"], json!(["b"]));
+    }
+
+    /// A hook that refuses the commit is quoted: what it printed, its last lines only.
+    #[tokio::test]
+    async fn a_refusing_hook_is_quoted_in_the_failure() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = repo().await;
+        let p = dir.path();
+        let hook = p.join(".git/hooks/pre-commit");
+        std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
+        std::fs::write(
+            &hook,
+            "#!/bin/sh\nseq 1 30 >&2\necho 'lint: trailing whitespace in a.txt' >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(p.join("a.txt"), "x \n").unwrap();
+        let why = commit_all(p, "lint me").await.unwrap_err();
+        assert!(why.starts_with("`git commit` failed:\n"), "{why}");
+        assert!(why.contains("lint: trailing whitespace in a.txt"), "{why}");
+        assert!(why.contains("(11 earlier lines left out)"), "{why}");
+        assert!(!why.contains("signing key"), "{why}");
+        assert_eq!(why.lines().count(), 22, "{why}");
+    }
+
+    #[test]
+    fn long_lines_are_cut() {
+        let said = said(&"é".repeat(1000));
+        assert_eq!(said.chars().count(), SAID_LINE_CHARS + 1);
+        assert!(said.ends_with('…'));
     }
 
     #[tokio::test]

@@ -54,6 +54,47 @@ fn size(bytes: u64) -> String {
     }
 }
 
+/// Whether INPUT, a rendered `map.input` at whose path nothing exists, names a file that is
+/// missing (one word ending in `.json`, `.jsonl` or `.txt`) rather than a shell command.
+pub fn names_a_file(input: &str) -> bool {
+    let input = input.trim();
+    !input.contains(char::is_whitespace)
+        && [".json", ".jsonl", ".txt"]
+            .iter()
+            .any(|ext| input.ends_with(ext))
+}
+
+/// Runs the map input command TEXT (`sh -c`) in DIR with ENV added to the environment, as a
+/// job does: for at most 5 minutes, then SIGTERM, GRACE and SIGKILL; its standard output
+/// within [`MAX_INPUT_SIZE`].
+///
+/// # Errors
+///
+/// As [`command_output`]'s: the command could not start, failed, printed too much, timed
+/// out or was cancelled.
+pub async fn run_command(
+    text: &str,
+    dir: &Path,
+    env: Vec<(String, String)>,
+    grace: Duration,
+    cancel: &mut watch::Receiver<bool>,
+) -> Result<String, String> {
+    let (program, args) = crate::exec::shell(text);
+    let command = Command {
+        program,
+        args,
+        cwd: dir.to_owned(),
+        env,
+        clear_env: false,
+        timeout: Some(Duration::from_mins(5)),
+        grace,
+        output_limit: 0,
+        spill: None,
+        mask: None,
+    };
+    command_output(&command, text, cancel, MAX_INPUT_SIZE).await
+}
+
 /// Reads PIPE to its end, keeping at most `keep` bytes; when `stop` is set, it stops reading
 /// once it holds more than `keep` (so the caller sees `keep + 1` bytes and knows).
 async fn read_pipe<R: AsyncRead + Unpin>(pipe: Option<R>, keep: u64, stop: bool, kept: Kept) {

@@ -209,6 +209,13 @@ pub enum StepState {
         /// On-failure run.
         run: u32,
     },
+    /// The command of run `run` succeeded; the checks after it (`capture`, `step_validate`,
+    /// `validate`, `auto_commit`, `commit_required`) are running. Their failure is a failure
+    /// of the run: the handler runs, then the command again while runs remain.
+    Checking {
+        /// On-failure run.
+        run: u32,
+    },
     /// The `on_failure` handler is running after run `run` failed.
     Handling {
         /// On-failure run that failed.
@@ -229,6 +236,11 @@ pub enum StepEvent {
     Exited(Exit),
     /// The backoff delay passed.
     TimerFired,
+    /// The checks after a successful command finished.
+    Checked {
+        /// Every check passed.
+        ok: bool,
+    },
     /// The handler finished.
     HandlerDone {
         /// Every handler command succeeded (or continued on error).
@@ -258,6 +270,8 @@ pub enum Action {
     },
     /// Run the `retry_config` fallback command, then send its [`StepEvent::Exited`].
     RunFallback,
+    /// Run the checks after a successful command, then send [`StepEvent::Checked`].
+    Check,
     /// Run the `on_failure` handler, then send [`StepEvent::HandlerDone`].
     RunHandler {
         /// The run that failed.
@@ -375,12 +389,13 @@ impl StepMachine {
             ),
             (S::Pending, E::Skip) => Self::finish(Outcome::Skipped),
             (S::Pending, E::Cancel) => Self::finish(Outcome::Cancelled),
-            (S::Pending, E::Exited(_) | E::TimerFired | E::HandlerDone { .. }) => {
-                (None, Action::Invalid)
-            }
+            (
+                S::Pending,
+                E::Exited(_) | E::TimerFired | E::Checked { .. } | E::HandlerDone { .. },
+            ) => (None, Action::Invalid),
 
-            (S::Running { .. }, E::Exited(exit)) if exit.success() => {
-                Self::finish(Outcome::Succeeded)
+            (S::Running { run, .. }, E::Exited(exit)) if exit.success() => {
+                (Some(S::Checking { run: *run }), Action::Check)
             }
             (
                 S::Running {
@@ -416,9 +431,10 @@ impl StepMachine {
                 }
             }
             (S::Running { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
-            (S::Running { .. }, E::Start | E::Skip | E::TimerFired | E::HandlerDone { .. }) => {
-                (None, Action::Invalid)
-            }
+            (
+                S::Running { .. },
+                E::Start | E::Skip | E::TimerFired | E::Checked { .. } | E::HandlerDone { .. },
+            ) => (None, Action::Invalid),
 
             (
                 S::Backoff {
@@ -439,18 +455,28 @@ impl StepMachine {
                 },
             ),
             (S::Backoff { .. }, E::Cancel) => Self::finish(Outcome::Cancelled),
-            (S::Backoff { .. }, E::Start | E::Skip | E::Exited(_) | E::HandlerDone { .. }) => {
-                (None, Action::Invalid)
-            }
+            (
+                S::Backoff { .. },
+                E::Start | E::Skip | E::Exited(_) | E::Checked { .. } | E::HandlerDone { .. },
+            ) => (None, Action::Invalid),
 
             (S::Fallback { .. }, E::Exited(exit)) if exit.success() => {
                 Self::finish(Outcome::Recovered)
             }
             (S::Fallback { run }, E::Exited(_)) => self.run_failed(*run, now),
             (S::Fallback { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
-            (S::Fallback { .. }, E::Start | E::Skip | E::TimerFired | E::HandlerDone { .. }) => {
-                (None, Action::Invalid)
-            }
+            (
+                S::Fallback { .. },
+                E::Start | E::Skip | E::TimerFired | E::Checked { .. } | E::HandlerDone { .. },
+            ) => (None, Action::Invalid),
+
+            (S::Checking { .. }, E::Checked { ok: true }) => Self::finish(Outcome::Succeeded),
+            (S::Checking { run }, E::Checked { ok: false }) => self.run_failed(*run, now),
+            (S::Checking { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
+            (
+                S::Checking { .. },
+                E::Start | E::Skip | E::Exited(_) | E::TimerFired | E::HandlerDone { .. },
+            ) => (None, Action::Invalid),
 
             (S::Handling { .. }, E::HandlerDone { ok: false })
                 if self.handler.handler_failure_fatal =>
@@ -461,9 +487,10 @@ impl StepMachine {
                 self.runs_exhausted_or_rerun(*run, ok, now)
             }
             (S::Handling { .. }, E::Cancel) => (Some(S::Done(Outcome::Cancelled)), Action::Kill),
-            (S::Handling { .. }, E::Start | E::Skip | E::Exited(_) | E::TimerFired) => {
-                (None, Action::Invalid)
-            }
+            (
+                S::Handling { .. },
+                E::Start | E::Skip | E::Exited(_) | E::TimerFired | E::Checked { .. },
+            ) => (None, Action::Invalid),
 
             (
                 S::Done(_),
@@ -471,6 +498,7 @@ impl StepMachine {
                 | E::Skip
                 | E::Exited(_)
                 | E::TimerFired
+                | E::Checked { .. }
                 | E::HandlerDone { .. }
                 | E::Cancel,
             ) => (None, Action::Invalid),
@@ -572,7 +600,11 @@ mod tests {
             StepMachine::new(RetryPolicy::none(), HandlerPolicy::none()),
             &[
                 (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
-                (StepEvent::Exited(ok()), Action::Finish(Outcome::Succeeded)),
+                (StepEvent::Exited(ok()), Action::Check),
+                (
+                    StepEvent::Checked { ok: true },
+                    Action::Finish(Outcome::Succeeded),
+                ),
             ],
         );
     }
@@ -817,7 +849,11 @@ mod tests {
                     StepEvent::HandlerDone { ok: false },
                     Action::Spawn { run: 2, attempt: 1 },
                 ),
-                (StepEvent::Exited(ok()), Action::Finish(Outcome::Succeeded)),
+                (StepEvent::Exited(ok()), Action::Check),
+                (
+                    StepEvent::Checked { ok: true },
+                    Action::Finish(Outcome::Succeeded),
+                ),
             ],
         );
     }
@@ -885,7 +921,11 @@ mod tests {
                     StepEvent::HandlerDone { ok: true },
                     Action::Spawn { run: 2, attempt: 1 },
                 ),
-                (StepEvent::Exited(ok()), Action::Finish(Outcome::Succeeded)),
+                (StepEvent::Exited(ok()), Action::Check),
+                (
+                    StepEvent::Checked { ok: true },
+                    Action::Finish(Outcome::Succeeded),
+                ),
             ],
         );
         // "Still fail workflow after cleanup": an explicit `fail_workflow: true` wins over a
@@ -999,6 +1039,61 @@ mod tests {
         );
     }
 
+    /// A check after a successful command that fails (`commit_required` without a commit)
+    /// is a failure of the run: the handler runs, then the command again while runs remain,
+    /// and the last failed check ends the step as a failed command would.
+    #[test]
+    fn a_failed_check_runs_the_handler_and_the_command_again() {
+        let m = script(
+            StepMachine::new(RetryPolicy::none(), handler(2, false)),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(ok()), Action::Check),
+                (
+                    StepEvent::Checked { ok: false },
+                    Action::RunHandler { run: 1 },
+                ),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Spawn { run: 2, attempt: 1 },
+                ),
+                (StepEvent::Exited(ok()), Action::Check),
+                (
+                    StepEvent::Checked { ok: false },
+                    Action::RunHandler { run: 2 },
+                ),
+                (
+                    StepEvent::HandlerDone { ok: true },
+                    Action::Finish(Outcome::FailedContinued),
+                ),
+            ],
+        );
+        assert_eq!(m.state(), &StepState::Done(Outcome::FailedContinued));
+        // Without a handler, a failed check fails the step (or is ignored: `on_failure: true`).
+        script(
+            StepMachine::new(RetryPolicy::none(), HandlerPolicy::none()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(ok()), Action::Check),
+                (
+                    StepEvent::Checked { ok: false },
+                    Action::Finish(Outcome::Failed),
+                ),
+            ],
+        );
+        script(
+            StepMachine::new(RetryPolicy::none(), ignore()),
+            &[
+                (StepEvent::Start, Action::Spawn { run: 1, attempt: 1 }),
+                (StepEvent::Exited(ok()), Action::Check),
+                (
+                    StepEvent::Checked { ok: false },
+                    Action::Finish(Outcome::Ignored),
+                ),
+            ],
+        );
+    }
+
     /// Every (state, event) pair is decided: impossible pairs say `Invalid`, nothing panics.
     #[test]
     fn every_state_event_pair_is_decided() {
@@ -1015,6 +1110,7 @@ mod tests {
                 run_started: Duration::ZERO,
             },
             StepState::Fallback { run: 1 },
+            StepState::Checking { run: 1 },
             StepState::Handling { run: 1 },
             StepState::Done(Outcome::Succeeded),
         ];
@@ -1024,6 +1120,8 @@ mod tests {
             StepEvent::Exited(ok()),
             StepEvent::Exited(fail()),
             StepEvent::TimerFired,
+            StepEvent::Checked { ok: true },
+            StepEvent::Checked { ok: false },
             StepEvent::HandlerDone { ok: true },
             StepEvent::HandlerDone { ok: false },
             StepEvent::Cancel,
@@ -1047,23 +1145,34 @@ mod tests {
                         StepState::Pending,
                         StepEvent::Exited(_)
                             | StepEvent::TimerFired
+                            | StepEvent::Checked { .. }
                             | StepEvent::HandlerDone { .. }
                     ) | (
                         StepState::Running { .. },
                         StepEvent::Start
                             | StepEvent::Skip
                             | StepEvent::TimerFired
+                            | StepEvent::Checked { .. }
                             | StepEvent::HandlerDone { .. }
                     ) | (
                         StepState::Backoff { .. },
                         StepEvent::Start
                             | StepEvent::Skip
                             | StepEvent::Exited(_)
+                            | StepEvent::Checked { .. }
                             | StepEvent::HandlerDone { .. }
                     ) | (
                         StepState::Fallback { .. },
                         StepEvent::Start
                             | StepEvent::Skip
+                            | StepEvent::TimerFired
+                            | StepEvent::Checked { .. }
+                            | StepEvent::HandlerDone { .. }
+                    ) | (
+                        StepState::Checking { .. },
+                        StepEvent::Start
+                            | StepEvent::Skip
+                            | StepEvent::Exited(_)
                             | StepEvent::TimerFired
                             | StepEvent::HandlerDone { .. }
                     ) | (
@@ -1072,6 +1181,7 @@ mod tests {
                             | StepEvent::Skip
                             | StepEvent::Exited(_)
                             | StepEvent::TimerFired
+                            | StepEvent::Checked { .. }
                     ) | (StepState::Done(_), _)
                 );
                 assert_eq!(
@@ -1086,8 +1196,8 @@ mod tests {
                 }
             }
         }
-        // 6 states × 8 events, of which 34 cannot happen.
-        assert_eq!(valid, 48 - 34);
+        // 7 states × 10 events, of which 53 cannot happen.
+        assert_eq!(valid, 70 - 53);
     }
 
     #[test]

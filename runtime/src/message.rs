@@ -92,6 +92,16 @@ pub enum Message {
         /// Whether its `on_failure` handler ran and the workflow goes on.
         continued: bool,
     },
+    /// A shell command reads an environment variable that prodigy left out of its
+    /// environment (said once per step and variable in a run).
+    NotExported {
+        /// The step's label.
+        step: String,
+        /// The variable, as the command spells it (`ITEM__BLOB`).
+        name: String,
+        /// Why it was left out.
+        why: String,
+    },
     /// Free text, said by a step (`in_step`) or by the run.
     Text {
         /// How much it matters.
@@ -223,6 +233,11 @@ impl Message {
                 label: mask(&label),
                 detail: mask(&detail),
                 continued,
+            },
+            Message::NotExported { step, name, why } => Message::NotExported {
+                step: mask(&step),
+                name,
+                why: mask(&why),
             },
             Message::Text {
                 severity,

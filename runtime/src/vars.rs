@@ -287,6 +287,12 @@ impl Vars {
     /// an environment string over 128 kB, and `${map.results}` can be far larger); and,
     /// once 512 kB are exported, the rest, deepest fields first. Templates still read them all.
     pub fn environment(&self) -> Vec<(String, String)> {
+        self.environment_left_out().0
+    }
+
+    /// [`Self::environment`], and what it left out that a command might read.
+    pub fn environment_left_out(&self) -> (Vec<(String, String)>, LeftOut) {
+        let mut left_out = LeftOut::default();
         let mut out: Vec<(String, String)> = Vec::new();
         let mut budget = MAX_DERIVED_TOTAL;
         // Roots spelled as their exported name come first, so that `BUILD` wins over `build`.
@@ -312,8 +318,15 @@ impl Vars {
             let own_name =
                 std::env::var_os(&env).is_none() && !RESERVED_ENV.contains(&env.as_str());
             if own_name {
-                full |= !export(&mut out, &mut budget, env.clone(), node.value);
+                full |= !export(
+                    &mut out,
+                    &mut budget,
+                    &mut left_out,
+                    env.clone(),
+                    node.value,
+                );
             }
+            left_out.roots.push(env.clone());
             level.push((env, node));
         }
         'levels: while !level.is_empty() && !full {
@@ -321,22 +334,91 @@ impl Vars {
             for (env, node) in &level {
                 for (part, child) in node.children() {
                     if budget == 0 {
+                        full = true;
                         break 'levels;
                     }
                     let name = format!("{env}{EXPORT_SEPARATOR}{part}");
-                    full |= !export(&mut out, &mut budget, name.clone(), child.value);
+                    full |= !export(
+                        &mut out,
+                        &mut budget,
+                        &mut left_out,
+                        name.clone(),
+                        child.value,
+                    );
                     next.push((name, child));
                 }
             }
             level = next;
         }
+        left_out.budget_spent = full;
         // Names the workflow exports on purpose (env, profile, secrets, params).
         for name in &self.exported {
             if let Some(value) = self.values.get(name) {
                 out.push((name.clone(), prodigy_grammar::value::render(value)));
             }
         }
-        out
+        (out, left_out)
+    }
+}
+
+/// The environment variables the shell script TEXT reads, `$NAME` or `${NAME...}`, each once.
+pub fn env_references(text: &str) -> std::collections::BTreeSet<&str> {
+    let mut names = std::collections::BTreeSet::new();
+    let bytes = text.as_bytes();
+    for (at, _) in text.match_indices('$') {
+        let start = at + 1 + usize::from(bytes.get(at + 1) == Some(&b'{'));
+        let len = bytes
+            .get(start..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+            .count();
+        if len > 0
+            && bytes.get(start).is_some_and(|b| !b.is_ascii_digit())
+            && let Some(name) = text.get(start..start + len)
+        {
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// What [`Vars::environment_left_out`] left out of a process's environment.
+#[derive(Clone, Debug, Default)]
+pub struct LeftOut {
+    /// Names whose value renders to more than [`MAX_DERIVED`] bytes.
+    too_large: std::collections::BTreeSet<String>,
+    /// The [`MAX_DERIVED_TOTAL`] budget ran out: some names were not exported.
+    budget_spent: bool,
+    /// The exported names of the variables, whose fields are exported below them.
+    roots: Vec<String>,
+}
+
+impl LeftOut {
+    /// Why NAME, which a command reads from its environment, is not in ENV, when prodigy
+    /// left it out; `None` for a name it exported or never had.
+    pub fn why(&self, name: &str, env: &[(String, String)]) -> Option<String> {
+        if env.iter().any(|(n, _)| n == name) {
+            return None;
+        }
+        if self.too_large.contains(name) {
+            return Some(format!(
+                "its value is over {} kB, the most one variable exports",
+                MAX_DERIVED / 1000
+            ));
+        }
+        let derived = self.roots.iter().any(|root| {
+            name == root
+                || name
+                    .strip_prefix(root.as_str())
+                    .is_some_and(|rest| rest.starts_with(EXPORT_SEPARATOR))
+        });
+        (self.budget_spent && derived).then(|| {
+            format!(
+                "the variables exported to one command reached {} kB before it",
+                MAX_DERIVED_TOTAL / 1024
+            )
+        })
     }
 }
 
@@ -393,10 +475,12 @@ impl<'v> Node<'v> {
 fn export(
     out: &mut Vec<(String, String)>,
     budget: &mut usize,
+    left_out: &mut LeftOut,
     name: String,
     value: &Value,
 ) -> bool {
     let Some(text) = render_bounded(value, MAX_DERIVED) else {
+        left_out.too_large.insert(name);
         return true;
     };
     let cost = name.len() + text.len() + 2;
@@ -500,6 +584,44 @@ pub fn sensitive_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_reads_the_names_after_a_dollar() {
+        let names = env_references("echo \"$ITEM__BLOB\" ${ITEM__ID:-x} $1 $ $$ ${#A} cost=5$");
+        assert_eq!(
+            names.into_iter().collect::<Vec<_>>(),
+            ["ITEM__BLOB", "ITEM__ID"]
+        );
+    }
+
+    /// A value too big to export, or one the budget had no room for, is said to be left
+    /// out; a name that was exported, or that no variable has, is not.
+    #[test]
+    fn what_was_left_out_is_said() {
+        let mut vars = Vars::default();
+        vars.set(
+            "item",
+            serde_json::json!({"id": 7, "blob": "x".repeat(MAX_DERIVED + 1)}),
+        );
+        let (env, left_out) = vars.environment_left_out();
+        assert!(
+            left_out
+                .why("ITEM__BLOB", &env)
+                .unwrap()
+                .contains("over 100 kB")
+        );
+        assert!(left_out.why("ITEM", &env).is_some());
+        assert_eq!(left_out.why("ITEM__ID", &env), None);
+        assert_eq!(left_out.why("ITEM__NOPE", &env), None);
+        let mut many = Vars::default();
+        let big: Vec<String> = (0..100).map(|_| "y".repeat(60_000)).collect();
+        many.set("parts", serde_json::json!(big));
+        let (env, left_out) = many.environment_left_out();
+        assert!(env.iter().any(|(n, _)| n == "PARTS__0"));
+        assert!(!env.iter().any(|(n, _)| n == "PARTS__99"));
+        assert!(left_out.why("PARTS__99", &env).unwrap().contains("512 kB"));
+        assert_eq!(left_out.why("PARTS__0", &env), None);
+    }
     use serde_json::json;
 
     #[test]

@@ -304,6 +304,56 @@ fn items_prints_what_the_map_phase_would_process() {
         .stderr(predicate::str::contains("P10"));
 }
 
+/// A command as the map input is run as `run` runs it, in the project, and its output goes
+/// through the pipeline; a command that fails says so; a missing file is still a missing
+/// file.
+#[test]
+fn items_runs_an_input_command() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir,
+        "wf.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 3\"\n  max_items: 2\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    let output = prodigy()
+        .current_dir(dir.path())
+        .args(["items", "wf.yml"])
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "\"1\"\n\"2\"\n");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("the output of the map input command `seq 1 3`"),
+        "{said}"
+    );
+    assert!(!said.contains("cannot read"), "{said}");
+    write(
+        &dir,
+        "fails.yml",
+        "mode: mapreduce\nmap:\n  input: \"echo no items here >&2; exit 3\"\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    prodigy()
+        .current_dir(dir.path())
+        .args(["items", "fails.yml"])
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("no items here"));
+    write(
+        &dir,
+        "missing.yml",
+        "mode: mapreduce\nmap:\n  input: gone.json\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    prodigy()
+        .current_dir(dir.path())
+        .args(["items", "missing.yml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("gone.json"));
+}
+
 #[test]
 fn items_counts_only_the_stages_the_workflow_has() {
     let dir = tempfile::tempdir().unwrap();

@@ -326,3 +326,92 @@ fn a_real_full_disk_stops_the_job_and_resume_finishes_it_once_there_is_room() {
     disk.resize("16m");
     assert_resume_completes(&scratch, &job, 200, &durable);
 }
+
+/// The event file of JOB (there is one: the job ran once).
+fn event_file(scratch: &Scratch, job: &str) -> std::path::PathBuf {
+    let dir = scratch.home().join("events").join(scratch.repo()).join(job);
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.into_iter().next().unwrap()
+}
+
+#[test]
+fn damaged_event_lines_are_counted_and_located_and_fail_under_strict() {
+    let scratch = Scratch::new();
+    let file = map_job(&scratch, 3, 1, 1, "true");
+    let output = scratch.run(&["run", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let job = only_job(&scratch);
+    let path = event_file(&scratch, &job);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let total = lines.len();
+    // Line 3 torn by a crash (the next write went on after it), line 6 with a NUL in it.
+    let torn = lines[2].len() / 2;
+    lines[2].truncate(torn);
+    lines[5].insert(5, '\0');
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let shown = scratch.run(&["events", &job, "--json"], &[]);
+    let said = stderr(&shown);
+    assert!(shown.status.success(), "{said}");
+    assert_eq!(
+        String::from_utf8_lossy(&shown.stdout).lines().count(),
+        total - 2
+    );
+    let place = |n: usize| format!("{}:{n}", path.display());
+    assert!(said.contains("skipped 2 damaged lines"), "{said}");
+    assert!(
+        said.contains(&format!("{}, {}", place(3), place(6))),
+        "{said}"
+    );
+    let strict = scratch.run(&["events", &job, "--strict"], &[]);
+    assert_eq!(strict.status.code(), Some(1), "{}", stderr(&strict));
+    assert!(stderr(&strict).contains(&place(3)), "{}", stderr(&strict));
+}
+
+#[test]
+fn a_damaged_dlq_index_is_rebuilt_from_the_item_files_and_resume_goes_on() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        &file,
+        "name: dlq-index\nmode: mapreduce\nmap:\n  input: \"seq 1 4\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"test $ITEM -ne 2\"\nerror_policy:\n  max_failures: 1\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let job = only_job(&scratch);
+    let dir = scratch
+        .home()
+        .join("dlq")
+        .join(scratch.repo())
+        .join(&job)
+        .join("mapreduce/dlq")
+        .join(&job);
+    let index = dir.join("index.json");
+    assert!(index.is_file(), "{}", index.display());
+    // A torn write: the index ends in the middle of a string.
+    std::fs::write(&index, "{\"job_id\": \"x\", \"item_i").unwrap();
+    let resumed = scratch.run(&["resume-job", "--force", &job], &[]);
+    let said = stderr(&resumed);
+    assert_eq!(resumed.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the dead letter queue's index `{}` was damaged; it was rebuilt from the 1 item files",
+            index.display()
+        )),
+        "{said}"
+    );
+    assert!(!said.contains("make room"), "{said}");
+    assert!(dir.join("index.json.damaged").is_file());
+    let rebuilt: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+    assert_eq!(
+        rebuilt["item_ids"],
+        serde_json::json!(["item_1"]),
+        "{rebuilt}"
+    );
+}

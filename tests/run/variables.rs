@@ -165,3 +165,32 @@ fn every_exported_variable_w006_suggests_holds_the_reference_text() {
     assert_eq!(read("job-11-0.env"), "a b'c");
     assert_eq!(read("foreach-100-0.env"), "it's");
 }
+
+/// A value over the export limit is not in a command's environment; a command that reads it
+/// would see it empty, so prodigy warns without `-v`, once per step and variable, even
+/// across map agents, and not for a variable it exported.
+#[test]
+fn a_command_reading_a_variable_left_out_of_its_environment_is_warned() {
+    let scratch = Scratch::new();
+    let items = scratch.project().join("items.json");
+    let blob = "x".repeat(150_000);
+    std::fs::write(
+        &items,
+        serde_json::json!([{"id": 1, "blob": blob}, {"id": 2, "blob": blob}, {"id": 3, "blob": blob}])
+            .to_string(),
+    )
+    .unwrap();
+    let job = scratch.project().join("job.yml");
+    std::fs::write(
+        &job,
+        "mode: mapreduce\nmap:\n  input: items.json\n  max_parallel: 1\n  agent_template:\n    - shell: \"printf %s \\\"$ITEM__BLOB\\\" | wc -c; echo $ITEM__ID\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", "--no-worktree", job.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    let warning =
+        "reads `$ITEM__BLOB`, which prodigy left out of its environment: its value is over 100 kB";
+    assert_eq!(text.matches(warning).count(), 1, "{text}");
+    assert!(!text.contains("`$ITEM__ID`"), "{text}");
+}

@@ -81,6 +81,7 @@ pub async fn retry_dead_letters(
 ) -> Result<RetrySummary, String> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
+    super::say_if_rebuilt(runner, &dlq);
     let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
     let spec = AgentSpec {
         adopt: false,

@@ -143,6 +143,14 @@ fn job_write_failure(e: &crate::jobstore::JobStoreError) -> String {
     }
 }
 
+/// Says when the DLQ's index was damaged and rebuilt from its item files; a queue that
+/// cannot be read at all is reported where it is used.
+pub(crate) fn say_if_rebuilt(runner: &Runner, dlq: &Dlq) {
+    if let Ok(Some(rebuilt)) = dlq.repair() {
+        runner.say_for_run(Message::warning(rebuilt.to_string()));
+    }
+}
+
 /// A failed write of the DLQ, for people: the file and the OS error.
 fn dlq_write_failure(e: &crate::dlq::DlqError) -> String {
     match e {
@@ -208,6 +216,7 @@ impl<'a> MapJob<'a> {
         resumed: bool,
     ) -> Self {
         let dlq = Dlq::new(&runner.opts.layout, &checkpoint.job_id);
+        say_if_rebuilt(runner, &dlq);
         MapJob {
             runner,
             plan: &runner.plan,

@@ -1,13 +1,11 @@
 //! The setup phase, its `capture_outputs`, and loading the map input through its pipeline.
 
 use crate::message::{Message, Phase};
-use std::time::Duration;
 
 use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
 use prodigy_grammar::pipeline::InputKind;
 use serde_json::Value;
 
-use crate::exec;
 use crate::machine::Outcome;
 use crate::mapreduce::{JobOutcome, MapJob, Stopped, guarded, scope_for};
 use crate::vars::{CommandOutput, Vars};
@@ -189,34 +187,18 @@ impl MapJob<'_> {
         let (text, kind) = if path.exists() {
             let text = crate::input::read_file(&path, crate::input::MAX_INPUT_SIZE)?;
             (text, InputKind::of_file(input.trim()))
-        } else if !input.trim().contains(char::is_whitespace)
-            && [".json", ".jsonl", ".txt"]
-                .iter()
-                .any(|ext| input.trim().ends_with(ext))
-        {
+        } else if crate::input::names_a_file(&input) {
             return Err(format!(
                 "the map input file `{}` does not exist",
                 path.display()
             ));
         } else {
-            let (program, args) = exec::shell(&input);
-            let command = exec::Command {
-                program,
-                args,
-                cwd: self.runner.workdir(),
-                env: vars.environment(),
-                clear_env: false,
-                timeout: Some(Duration::from_mins(5)),
-                grace: self.runner.opts.grace,
-                output_limit: self.runner.opts.output_limit,
-                spill: None,
-                mask: None,
-            };
-            let stdout = crate::input::command_output(
-                &command,
+            let stdout = crate::input::run_command(
                 &input,
+                &self.runner.workdir(),
+                vars.environment(),
+                self.runner.opts.grace,
                 &mut self.runner.cancel_rx(),
-                crate::input::MAX_INPUT_SIZE,
             )
             .await?;
             (stdout, InputKind::Text)

@@ -297,6 +297,9 @@ pub struct RunState {
     pub(crate) checkpoint_failed: Mutex<Option<String>>,
     /// Outputs of `command:` env values with `cache: true`, by rendered command.
     pub(crate) env_cache: Mutex<std::collections::HashMap<String, String>>,
+    /// The (step label, variable) pairs already warned of as left out of a command's
+    /// environment.
+    pub(crate) env_warned: Mutex<std::collections::HashSet<(String, String)>>,
     /// Map agents' merges into the session worktree, one at a time.
     pub(crate) merge_queue: tokio::sync::Mutex<()>,
     /// Map agents' worktrees between two items.
@@ -412,6 +415,7 @@ impl Runner {
             pending_checkpoint: Mutex::new(None),
             checkpoint_failed: Mutex::new(None),
             env_cache: Mutex::new(std::collections::HashMap::new()),
+            env_warned: Mutex::new(std::collections::HashSet::new()),
             merge_queue: tokio::sync::Mutex::new(()),
             agent_worktrees: crate::worktree::Pool::default(),
             continued: Mutex::new(Vec::new()),

@@ -8,26 +8,28 @@ use crate::vars::Vars;
 
 impl Runner {
     /// Whether HEAD moved since BEFORE (`commit_required`); when it did not, records and says
-    /// `CommitValidationFailed` for WHAT (`""`, "the handler of ", ...) of STEP.
+    /// `CommitValidationFailed` for WHAT (`""`, "the handler of ", ...) of STEP, and returns
+    /// what it said.
     pub(crate) async fn made_commit(
         &self,
         step: &PlanStep,
         what: &str,
         before: Option<&str>,
-    ) -> bool {
+    ) -> Result<(), String> {
         let after = crate::git::head(&self.workdir()).await;
         if after.is_some() && after.as_deref() != before {
-            return true;
+            return Ok(());
         }
         self.record(&crate::events::Event::StepFailed {
             step: step.label.clone(),
             error: "CommitValidationFailed".to_owned(),
         });
-        self.say(Message::step_error(format!(
+        let why = format!(
             "{what}`{}` requires a commit and made none (CommitValidationFailed)",
             step.label
-        )));
-        false
+        );
+        self.say(Message::step_error(why.clone()));
+        Err(why)
     }
 
     /// `auto_commit` / `commit_config`: stage (all, or the included paths minus the excluded

@@ -293,6 +293,29 @@ impl Runner {
         out
     }
 
+    /// Warns when the shell script TEXT of STEP reads a variable that prodigy left out of its
+    /// environment ENV (too large, or past the budget): the script would read it as empty.
+    /// Once per step and variable in a run, and shown without `-v`, also for a map agent.
+    fn warn_left_out(
+        &self,
+        step: &PlanStep,
+        text: &str,
+        env: &[(String, String)],
+        left_out: &crate::vars::LeftOut,
+    ) {
+        for name in crate::vars::env_references(text) {
+            if let Some(why) = left_out.why(name, env)
+                && lock(&self.env_warned).insert((step.label.clone(), name.to_owned()))
+            {
+                self.say_for_run(Message::NotExported {
+                    step: step.label.clone(),
+                    name: name.to_owned(),
+                    why,
+                });
+            }
+        }
+    }
+
     /// Renders TEMPLATE and runs it with the step's directory and environment; a LIVE
     /// command's (a step's own) standard output goes to a reporter that shows output as it
     /// arrives.
@@ -377,10 +400,10 @@ impl Runner {
             });
         }
         // `clear_env`: an empty environment plus the step's own `env` and `PATH` (docs/language.md §2).
-        let mut env = if step.clear_env {
-            Vec::new()
+        let (mut env, left_out) = if step.clear_env {
+            (Vec::new(), crate::vars::LeftOut::default())
         } else {
-            vars.environment()
+            vars.environment_left_out()
         };
         env.extend(step_env);
         if matches!(step.command, PlanCommand::Claude(_)) {
@@ -394,6 +417,9 @@ impl Runner {
                     env.push((name.clone(), prodigy_grammar::value::render(value)));
                 }
             }
+        }
+        if let crate::executor::Kind::Shell { text } = &kind {
+            self.warn_left_out(step, text, &env, &left_out);
         }
         let cwd = match self.cwd(step, vars) {
             Ok(cwd) => cwd,

@@ -8,18 +8,29 @@ use serde_json::{Value, json};
 use crate::exec::Output;
 use crate::machine::Outcome;
 use crate::runner::Runner;
-use crate::step::failed;
 use crate::vars::Vars;
+
+/// How the checks after a successful run ended.
+pub(crate) enum Checks {
+    /// Every check passed; the step's outcome so far.
+    Passed(Outcome),
+    /// A check failed the run, for this reason.
+    Failed(String),
+    /// `validate` ended the step with this outcome.
+    Ended(Outcome),
+}
 
 impl Runner {
     /// Runs the `on_failure` handler after run RUN failed: whether it succeeded, and what its
-    /// commands printed (their stdout, one after the other).
+    /// commands printed (their stdout, one after the other). CHECK says why a check after a
+    /// successful command failed the run (`${error.message}`), when that is how it failed.
     pub(crate) async fn handle_failure(
         &self,
         step: &PlanStep,
         vars: &mut Vars,
         run: u32,
         last: Option<&Output>,
+        check: Option<&str>,
     ) -> (bool, String) {
         let Some(on_failure) = &step.on_failure else {
             return (true, String::new());
@@ -39,6 +50,10 @@ impl Runner {
             }
             error
         });
+        let mut error = error;
+        if let (Some(why), Some(fields)) = (check, error.as_object_mut()) {
+            fields.insert("message".to_owned(), json!(why));
+        }
         vars.set("error", error);
         vars.set("attempt", json!(run));
         self.record(&crate::events::Event::HandlerStarted {
@@ -74,9 +89,10 @@ impl Runner {
         }
         if ok
             && on_failure.commit_required
-            && !self
+            && self
                 .made_commit(step, "the handler of ", head_before.as_deref())
                 .await
+                .is_err()
         {
             ok = false;
         }
@@ -92,20 +108,27 @@ impl Runner {
         (ok, combined)
     }
 
-    /// Validation, commits and `on_success` after a successful run.
-    pub(crate) async fn after_success(
+    /// The checks after a successful run, on its output OUT: `capture`, `step_validate`,
+    /// `validate`, `auto_commit`, `commit_required`, in that order. Each failure is said and
+    /// recorded where it happens.
+    pub(crate) async fn checks(
         &self,
         step: &PlanStep,
         vars: &mut Vars,
-        head_before: Option<String>,
+        out: &Output,
+        head_before: Option<&str>,
         mut outcome: Outcome,
-    ) -> Outcome {
+    ) -> Checks {
+        if let Err(why) = self.capture(step, vars, out) {
+            self.capture_failed(step, &why);
+            return Checks::Failed(why);
+        }
         if let Some(checks) = &step.step_validate
             && !checks.skip
             && !self.step_validate(step, checks, vars).await
         {
             if !checks.ignore_failure {
-                return failed(step);
+                return Checks::Failed(format!("`step_validate` of `{}` failed", step.label));
             }
             self.say(Message::step_warning(format!(
                 "`step_validate` of `{}` failed; ignored (`ignore_validation_failure`)",
@@ -115,22 +138,45 @@ impl Runner {
         if let Some(validate) = &step.validate {
             outcome = self.validate(step, validate, vars, outcome).await;
             if !outcome.continues() {
-                return outcome;
+                return Checks::Ended(outcome);
             }
         }
         if step.auto_commit
-            && let Err(why) = self.commit(step, vars, head_before.as_deref()).await
+            && let Err(why) = self.commit(step, vars, head_before).await
         {
             self.record(&crate::events::Event::StepFailed {
                 step: step.label.clone(),
                 error: why.clone(),
             });
             self.say(Message::step_error(why.clone()));
-            return failed(step);
+            return Checks::Failed(why);
         }
-        if step.commit_required && !self.made_commit(step, "", head_before.as_deref()).await {
-            return failed(step);
+        if step.commit_required
+            && let Err(why) = self.made_commit(step, "", head_before).await
+        {
+            return Checks::Failed(why);
         }
+        Checks::Passed(outcome)
+    }
+
+    /// Says and records that `capture` failed: WHY.
+    pub(crate) fn capture_failed(&self, step: &PlanStep, why: &str) {
+        self.say(Message::step_error(why.to_owned()));
+        self.record(&crate::events::Event::CaptureFailed {
+            step: step.label.clone(),
+            error: why.to_owned(),
+        });
+    }
+
+    /// What follows a successful run whose checks passed: the `outputs` of its commits and
+    /// `on_success`.
+    pub(crate) async fn after_checks(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        head_before: Option<String>,
+        outcome: Outcome,
+    ) -> Outcome {
         if let (Some(id), Some(before)) = (&step.step_id, &head_before)
             && !step.outputs.is_empty()
         {

@@ -12,6 +12,7 @@ use crate::exec::{self, Output};
 use crate::lock;
 use crate::machine::{Action, Outcome, StepEvent, StepMachine};
 use crate::runner::{Runner, StepFailure, fields};
+use crate::step::handlers::Checks;
 use crate::vars::Vars;
 
 mod capture;
@@ -98,6 +99,12 @@ impl Runner {
             // The output of a `strategy: fallback` handler that succeeded after the last run:
             // when it recovers the step, it stands in for the command's.
             let mut fallback_result: Option<Output> = None;
+            // Why the checks after the last successful run failed it, while that is how the
+            // step stands (`${error.message}` for the handler, the item's DLQ message).
+            let mut check_error: Option<String> = None;
+            // The outcome of the checks that passed; whether `capture` already ran on `last`.
+            let mut checked: Option<Outcome> = None;
+            let mut captured = false;
             let mut action = machine.on_event(
                 StepEvent::Start,
                 self.started.elapsed(),
@@ -107,6 +114,8 @@ impl Runner {
                 match action {
                     Action::Spawn { run, attempt } => {
                         fallback_result = None;
+                        check_error = None;
+                        captured = false;
                         self.record(&Event::AttemptStarted {
                             step: step.label.clone(),
                             run,
@@ -170,13 +179,44 @@ impl Runner {
                         self.show_output(step, &out);
                         set_last_command(vars, step, &out);
                         let event = StepEvent::Exited(out.exit());
+                        check_error = None;
+                        captured = false;
                         last = Some(out);
                         action =
                             machine.on_event(event, self.started.elapsed(), &mut *lock(&self.rng));
                     }
+                    Action::Check => {
+                        let Some(out) = &last else {
+                            break self.invalid(step, &machine, &Action::Check);
+                        };
+                        captured = true;
+                        let checks = self
+                            .checks(step, vars, out, head_before.as_deref(), Outcome::Succeeded)
+                            .await;
+                        if self.cancelled() {
+                            break Outcome::Cancelled;
+                        }
+                        let ok = match checks {
+                            Checks::Passed(outcome) => {
+                                checked = Some(outcome);
+                                true
+                            }
+                            Checks::Failed(why) => {
+                                check_error = Some(why);
+                                false
+                            }
+                            Checks::Ended(outcome) => break outcome,
+                        };
+                        action = machine.on_event(
+                            StepEvent::Checked { ok },
+                            self.started.elapsed(),
+                            &mut *lock(&self.rng),
+                        );
+                    }
                     Action::RunHandler { run } => {
-                        let (ok, handler_output) =
-                            self.handle_failure(step, vars, run, last.as_ref()).await;
+                        let (ok, handler_output) = self
+                            .handle_failure(step, vars, run, last.as_ref(), check_error.as_deref())
+                            .await;
                         if self.cancelled() {
                             break Outcome::Cancelled;
                         }
@@ -197,30 +237,41 @@ impl Runner {
                     Action::Invalid => break self.invalid(step, &machine, &Action::Invalid),
                 }
             };
+            if let (Outcome::Succeeded, Some(passed)) = (outcome, checked) {
+                outcome = passed;
+            }
             if outcome == Outcome::Recovered
                 && let Some(result) = fallback_result.take()
             {
                 last = Some(result);
+                captured = false;
             }
+            // A recovery (a fallback's output standing in for the command's) is checked as a
+            // success is, but a failed check has no run left to fail: the step fails.
+            if let (Outcome::Recovered, Some(out)) = (outcome, &last) {
+                captured = true;
+                outcome = match self
+                    .checks(step, vars, out, head_before.as_deref(), outcome)
+                    .await
+                {
+                    Checks::Passed(outcome) | Checks::Ended(outcome) => outcome,
+                    Checks::Failed(why) => {
+                        check_error = Some(why);
+                        failed(step)
+                    }
+                };
+            }
+            // The output of a failed run is captured too; a value that does not fit its
+            // format is said, and the failure stays what it is.
             if let Some(out) = &last
+                && !captured
                 && outcome != Outcome::Cancelled
                 && let Err(why) = self.capture(step, vars, out)
             {
-                self.say(Message::step_error(why.clone()));
-                self.record(&Event::CaptureFailed {
-                    step: step.label.clone(),
-                    error: why,
-                });
-                // A value that does not fit its format fails the step; a step whose
-                // failures do not fail the workflow (`allow_failure`, `fail_workflow:
-                // false`) goes on without the variable.
-                // An outcome that is already a failure stays what it is.
-                if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
-                    outcome = failed(step);
-                }
+                self.capture_failed(step, &why);
             }
             if matches!(outcome, Outcome::Succeeded | Outcome::Recovered) {
-                outcome = self.after_success(step, vars, head_before, outcome).await;
+                outcome = self.after_checks(step, vars, head_before, outcome).await;
             }
             // `on_exit_code` handlers run for the code the command ended with, whether the
             // step goes on or fails (a failed step stays failed).
@@ -261,9 +312,14 @@ impl Runner {
                 if let Some(a) = self.agent() {
                     *a.failure.borrow_mut() = Some(StepFailure {
                         step: step_text(step),
-                        message: last.as_ref().map_or_else(
-                            || "the step failed".to_owned(),
-                            |o| tail(o.failure_message(), 20),
+                        message: check_error.as_deref().map_or_else(
+                            || {
+                                last.as_ref().map_or_else(
+                                    || "the step failed".to_owned(),
+                                    |o| tail(o.failure_message(), 20),
+                                )
+                            },
+                            |why| tail(why, 20),
                         ),
                         error_type: error_type(step, last.as_ref()),
                         output: last.as_ref().map(|o| crate::dlq::CommandTail {

@@ -156,9 +156,10 @@ impl Runner {
                 return ended;
             }
             if on_incomplete.commit_required
-                && !self
+                && self
                     .made_commit(step, "`on_incomplete` of ", head_before.as_deref())
                     .await
+                    .is_err()
             {
                 return Outcome::Failed;
             }
