@@ -50,10 +50,16 @@ pub(super) fn finish_job(
     };
     let code = match &report.outcome {
         JobOutcome::Completed => {
+            // Some items failed: not a tick, though the exit code stays 0 unless `--strict`.
+            let (mark, completed) = match (unmerged.is_some(), report.dlq_count > 0 || m.failed > 0)
+            {
+                (true, _) => ("✗", "completed"),
+                (false, true) => ("⚠", "completed with failures"),
+                (false, false) => ("✓", "completed"),
+            };
             let _ = writeln!(
                 text,
-                "{} job {id} completed: {} succeeded, {} failed, {} skipped of {} (events in {events})",
-                if unmerged.is_some() { "✗" } else { "✓" },
+                "{mark} job {id} {completed}: {} succeeded, {} failed, {} skipped of {} (events in {events})",
                 m.successful,
                 m.failed,
                 m.skipped,
@@ -129,10 +135,15 @@ pub(super) fn finish_job(
         }
     };
     if crate::quiet() {
-        // `-q`: only the outcome line.
+        // `-q`: only the outcome line, and where failed items went.
         text = text
             .lines()
-            .filter(|l| l.starts_with('✓') || l.starts_with('✗') || l.starts_with("interrupted"))
+            .filter(|l| {
+                l.starts_with(['✓', '✗', '⚠'])
+                    || l.starts_with("interrupted")
+                    // Where the failed items are, which the outcome line does not say.
+                    || l.contains("in the dead letter queue: see why with")
+            })
             .fold(String::new(), |mut kept, l| {
                 kept.push_str(l);
                 kept.push('\n');

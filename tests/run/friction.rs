@@ -591,3 +591,28 @@ fn ls_lists_this_repositorys_runs_and_jobs_newest_first() {
     let all = all.current_dir(other.path()).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&all.stdout).lines().count(), 3);
 }
+
+#[test]
+fn a_job_with_items_in_the_dlq_ends_without_a_tick_and_q_keeps_where_they_are() {
+    let scratch = Scratch::new();
+    let (job, output) = failing_job(&scratch);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(!text.contains('✓'), "{text}");
+    assert!(
+        text.contains(&format!(
+            "⚠ job {job} completed with failures: 2 succeeded, 1 failed"
+        )),
+        "{text}"
+    );
+    let file = scratch.project().join("job.yml").display().to_string();
+    let quiet = scratch.run(&["run", "-q", &file], &[]);
+    let text = stderr(&quiet);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("⚠ job "), "{text}");
+    assert!(
+        lines[1].starts_with("1 item is in the dead letter queue: see why with `prodigy dlq show"),
+        "{text}"
+    );
+}
