@@ -534,6 +534,17 @@ pub enum Event {
         /// How.
         merge: String,
     },
+    /// On resume: an item's work was merged by a process killed before it wrote the item's
+    /// outcome; the item is recorded as succeeded instead of running again.
+    #[serde(rename = "agent_merge_recovered")]
+    AgentMergeRecovered {
+        /// `item_<index>`.
+        item_id: String,
+        /// The agent's branch.
+        branch: String,
+        /// The commit that merged its work.
+        merge_commit: String,
+    },
     /// An agent left uncommitted changes: its worktree is kept.
     #[serde(rename = "agent_worktree_kept")]
     AgentWorktreeKept {

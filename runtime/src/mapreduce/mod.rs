@@ -504,6 +504,7 @@ mod tests {
             dead_lettered: true,
             claude: None,
             slurm: None,
+            merge_commit: None,
         }
     }
 

@@ -309,6 +309,47 @@ pub async fn merge_head(
     }
 }
 
+/// The commit that brought HEAD, an agent's last commit, into the session's merged work
+/// (the integration ref while the map phase runs, else the session branch): the merge
+/// commit on the ref's first-parent line, or HEAD itself when it was fast-forwarded to.
+/// `None` when HEAD is not in that work: it was never merged.
+pub async fn merged_commit(session: &SessionWorktree, head: &str) -> Option<String> {
+    let name = integration_ref(session);
+    let target = if git(&session.path, &["rev-parse", "-q", "--verify", &name])
+        .await
+        .is_ok()
+    {
+        name
+    } else {
+        format!("refs/heads/{}", session.branch)
+    };
+    git(
+        &session.path,
+        &["merge-base", "--is-ancestor", head, &target],
+    )
+    .await
+    .ok()?;
+    let range = format!("{head}..{target}");
+    let line = git(
+        &session.path,
+        &["rev-list", "--first-parent", "--ancestry-path", &range],
+    )
+    .await
+    .ok()?;
+    let Some(oldest) = line.lines().last() else {
+        // The ref is HEAD itself.
+        return Some(head.to_owned());
+    };
+    let parent = git(&session.path, &["rev-parse", &format!("{oldest}^1")])
+        .await
+        .ok()?;
+    Some(if parent.trim() == head {
+        head.to_owned()
+    } else {
+        oldest.to_owned()
+    })
+}
+
 /// Starts merging OTHER into the branch checked out in DIR (`git merge --no-ff`), for the
 /// `merge.on_conflict` steps to resolve: the files left conflicted (none when it merged
 /// cleanly and is committed).

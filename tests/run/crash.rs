@@ -1,0 +1,93 @@
+//! Crash safety around merges: an agent's work merged just before a kill is recorded as
+//! succeeded on resume (not run again).
+
+use super::mapreduce::only_job;
+use super::{Scratch, stderr};
+
+/// Writes a workflow into the project and commits it.
+fn workflow(scratch: &Scratch, name: &str, text: &str) -> String {
+    let path = scratch.project().join(name);
+    std::fs::write(&path, text).unwrap();
+    scratch.commit();
+    path.display().to_string()
+}
+
+/// The lines of `results.jsonl` of JOB, parsed.
+fn results(scratch: &Scratch, job: &str) -> Vec<serde_json::Value> {
+    let path = scratch
+        .state()
+        .join("mapreduce/jobs")
+        .join(job)
+        .join("results.jsonl");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A job killed (SIGKILL, by the debug-build hook `PRODIGY_FAULT_KILL_AFTER_MERGES`) right
+/// after an agent's work was merged and before its outcome was written, at each merge of
+/// the job in turn: `resume-job` records that item as succeeded, with its merge commit,
+/// and does not run it again (run again, the agent would find nothing to commit and fail
+/// with `CommitValidationFailed`).
+#[test]
+fn work_merged_before_a_kill_is_recorded_as_succeeded_and_not_run_again() {
+    for kill_at in 1..=3 {
+        let scratch = Scratch::new();
+        let runs = scratch.dir.path().join("runs.log");
+        let file = workflow(
+            &scratch,
+            "job.yml",
+            &format!(
+                "mode: mapreduce\nmap:\n  input: \"seq 1 3\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"echo $ITEM >> {log}; echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt && git commit -q -m \\\"add $ITEM\\\" || true\"\n      commit_required: true\n",
+                log = runs.display()
+            ),
+        );
+        let at = kill_at.to_string();
+        let output = scratch.run(
+            &["run", "-y", &file],
+            &[("PRODIGY_FAULT_KILL_AFTER_MERGES", &at)],
+        );
+        assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+        let job = only_job(&scratch);
+        let killed = format!("item_{}", kill_at - 1);
+        assert!(
+            !results(&scratch, &job)
+                .iter()
+                .any(|r| r["item_id"] == killed.as_str()),
+            "killed before {killed}'s outcome was written"
+        );
+        let output = scratch.run(&["resume-job", "-y", &job], &[]);
+        let text = stderr(&output);
+        assert!(output.status.success(), "kill at {kill_at}: {text}");
+        assert!(text.contains("3 succeeded, 0 failed"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "{killed}: its work was merged before the job stopped"
+            )),
+            "{text}"
+        );
+        let log = std::fs::read_to_string(&runs).unwrap();
+        let mut ran: Vec<&str> = log.lines().collect();
+        ran.sort_unstable();
+        assert_eq!(
+            ran,
+            ["1", "2", "3"],
+            "each item ran once (kill at {kill_at})"
+        );
+        let records = results(&scratch, &job);
+        assert_eq!(records.len(), 3, "{records:?}");
+        for record in &records {
+            assert_eq!(record["status"], "succeeded", "{record}");
+            let commit = record["merge_commit"].as_str().unwrap_or_default();
+            assert_eq!(commit.len(), 40, "a merge commit is recorded: {record}");
+            // The recorded commit holds the item's file.
+            let item: usize = record["index"].as_u64().unwrap().try_into().unwrap();
+            scratch.git(&["cat-file", "-e", &format!("{commit}:file-{}.txt", item + 1)]);
+        }
+        for n in 1..=3 {
+            assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
+        }
+    }
+}
