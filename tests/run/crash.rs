@@ -1,5 +1,6 @@
 //! Crash safety around merges: an agent's work merged just before a kill is recorded as
-//! succeeded on resume (not run again).
+//! succeeded on resume (not run again), and runs that end together merge into one branch
+//! one at a time.
 
 use super::mapreduce::only_job;
 use super::{Scratch, stderr};
@@ -90,4 +91,42 @@ fn work_merged_before_a_kill_is_recorded_as_succeeded_and_not_run_again() {
             assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
         }
     }
+}
+
+/// Two runs of one workflow that merge back into the same branch at the same time: the
+/// second waits for the first's merge (git's `prepare-commit-msg` hook holds the first
+/// open for two seconds, with its `MERGE_HEAD` there), and both land.
+#[test]
+fn two_runs_ending_together_merge_into_the_branch_one_at_a_time() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "one.yml",
+        "- shell: \"f=$(mktemp out-XXXXXX) && echo x > $f && git add $f && git commit -q -m \\\"add $f\\\"\"\n",
+    );
+    let hook = scratch.project().join(".git/hooks/prepare-commit-msg");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nif [ \"$2\" = merge ]; then sleep 2; fi\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let first = scratch.spawn(&["run", "-y", &file]);
+    let second = scratch.spawn(&["run", "-y", &file]);
+    for child in [first, second] {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    let merges = scratch.git(&["log", "--merges", "--format=%s", "main"]);
+    assert_eq!(merges.lines().count(), 2, "{merges}");
+    let files = scratch.git(&["ls-tree", "--name-only", "main"]);
+    assert_eq!(
+        files.lines().filter(|f| f.starts_with("out-")).count(),
+        2,
+        "{files}"
+    );
+    assert!(
+        !scratch.project().join(".git/MERGE_HEAD").exists(),
+        "no merge is left open"
+    );
 }
