@@ -545,6 +545,15 @@ pub enum Event {
         /// The commit that merged its work.
         merge_commit: String,
     },
+    /// The map phase ended with every item decided: the agent worktrees and branches of the
+    /// job that nothing keeps were removed, earlier runs' included.
+    #[serde(rename = "agent_worktrees_swept")]
+    AgentWorktreesSwept {
+        /// Worktrees removed.
+        worktrees: usize,
+        /// Branches deleted.
+        branches: usize,
+    },
     /// An agent left uncommitted changes: its worktree is kept.
     #[serde(rename = "agent_worktree_kept")]
     AgentWorktreeKept {

@@ -18,6 +18,11 @@ use serde::{Deserialize, Serialize};
 /// The journal's file name in the job's directory.
 pub const FILE: &str = "merges.jsonl";
 
+/// The file naming the agent worktrees kept for their uncommitted changes after a
+/// successful agent (README, "Git worktrees"), one JSON string a line: the end of the map
+/// phase removes every other agent worktree the DLQ does not name.
+pub const KEPT_FILE: &str = "kept-worktrees.jsonl";
+
 /// An agent's merge about to happen: what resume needs to record the item's success.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MergeIntent {
@@ -50,6 +55,24 @@ pub struct MergeIntent {
 /// The journal could not be opened or written (the path and the OS error).
 pub fn append(dir: &Path, intent: &MergeIntent) -> Result<(), String> {
     append_line(&dir.join(FILE), intent)
+}
+
+/// Notes in the job directory DIR that the agent worktree at WORKTREE is kept.
+///
+/// # Errors
+///
+/// The file could not be opened or written (the path and the OS error).
+pub fn note_kept(dir: &Path, worktree: &Path) -> Result<(), String> {
+    append_line(&dir.join(KEPT_FILE), &worktree)
+}
+
+/// The agent worktrees [`note_kept`] noted in the job directory DIR.
+pub fn kept(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_to_string(dir.join(KEPT_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 fn append_line(path: &Path, value: &impl Serialize) -> Result<(), String> {
@@ -164,5 +187,7 @@ mod tests {
             vec![(0, "b"), (2, "c"), (3, "d")]
         );
         assert!(load(&dir.path().join("none")).is_empty());
+        note_kept(&job, Path::new("/w/a")).unwrap();
+        assert_eq!(kept(&job), [PathBuf::from("/w/a")]);
     }
 }

@@ -130,3 +130,92 @@ fn two_runs_ending_together_merge_into_the_branch_one_at_a_time() {
         "no merge is left open"
     );
 }
+
+/// The branches of the project's repository.
+fn branches(scratch: &Scratch) -> Vec<String> {
+    scratch
+        .git(&["branch", "--format=%(refname:short)"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The worktrees git knows under the scratch `PRODIGY_HOME`, by directory name.
+fn worktrees(scratch: &Scratch) -> Vec<String> {
+    let mut names: Vec<String> = scratch
+        .git(&["worktree", "list", "--porcelain"])
+        .lines()
+        .filter_map(|l| l.strip_prefix("worktree "))
+        .filter(|p| p.contains("/home/worktrees/"))
+        .filter_map(|p| p.rsplit('/').next())
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}
+
+/// A job killed twice (at fixed merges: in the first run, then in the first resume) and
+/// resumed to the end leaves none of its agents' worktrees or branches behind, whatever the
+/// killed processes had made; only the worktree the DLQ names (an item that failed with
+/// uncommitted work) and its branch stay.
+#[test]
+fn a_job_resumed_to_the_end_after_kills_leaves_only_what_the_dlq_keeps() {
+    for (first, second) in [(1, 1), (2, 3), (4, 2)] {
+        let scratch = Scratch::new();
+        let marker = format!("{}-{first}", std::process::id());
+        let file = workflow(
+            &scratch,
+            "job.yml",
+            &format!(
+                "mode: mapreduce\nmap:\n  input: \"seq 1 8\"\n  max_parallel: 3\n  agent_template:\n    - shell: \": {marker}; if [ $ITEM = 3 ]; then echo wip > wip.txt; exit 1; fi; echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt && git commit -q -m \\\"add $ITEM\\\"\"\n      commit_required: true\n"
+            ),
+        );
+        let (first, second) = (first.to_string(), second.to_string());
+        let output = scratch.run(
+            &["run", &file],
+            &[("PRODIGY_FAULT_KILL_AFTER_MERGES", &first)],
+        );
+        assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+        let left = super::survivors(&format!("sh -c : {marker}"));
+        assert!(left.is_empty(), "agents still running: {left:?}");
+        let job = only_job(&scratch);
+        let output = scratch.run(
+            &["resume-job", &job],
+            &[("PRODIGY_FAULT_KILL_AFTER_MERGES", &second)],
+        );
+        let left = super::survivors(&format!("sh -c : {marker}"));
+        assert!(left.is_empty(), "agents still running: {left:?}");
+        assert_eq!(
+            output.status.code(),
+            None,
+            "killed again: {}",
+            stderr(&output)
+        );
+        let output = scratch.run(&["resume-job", "-y", &job], &[]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let dlq = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+        let text = String::from_utf8_lossy(&dlq.stdout).into_owned();
+        let entries: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let kept = entries
+            .as_array()
+            .and_then(|a| a.first())
+            .map(|e| e["worktree_artifacts"].clone())
+            .unwrap_or_default();
+        let path = kept["worktree_path"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let branch = kept["branch_name"].as_str().unwrap_or_default().to_owned();
+        assert!(path.ends_with(|c: char| c.is_ascii_digit()), "{text}");
+        assert_eq!(
+            worktrees(&scratch),
+            [path.rsplit('/').next().unwrap().to_owned()],
+            "kills at {first}, {second}"
+        );
+        assert_eq!(branches(&scratch), ["main".to_owned(), branch]);
+        assert!(std::path::Path::new(&path).join("wip.txt").is_file());
+        for n in [1, 2, 4, 5, 6, 7, 8] {
+            assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
+        }
+    }
+}

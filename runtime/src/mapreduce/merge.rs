@@ -158,6 +158,14 @@ pub(crate) async fn merge_back(
                 if left.is_empty() {
                     runner.agent_worktrees.release(worktree);
                 } else {
+                    let dir = runner.opts.layout.job_dir(runner.session());
+                    if let Err(why) = crate::merge_journal::note_kept(&dir, &worktree.path) {
+                        runner.say(Message::warning(format!(
+                            "{why}: if this process is killed, the end of the map phase may remove {} with its changes",
+                            worktree.path.display()
+                        )));
+                    }
+                    runner.agent_worktrees.keep(worktree.path.clone());
                     runner.record(&crate::events::Event::AgentWorktreeKept {
                         path: worktree.path.clone(),
                         branch: worktree.branch.clone(),
@@ -257,6 +265,34 @@ impl MapJob<'_> {
             if let Some(slot) = records.get_mut(intent.index) {
                 *slot = Some(record);
             }
+        }
+    }
+}
+
+impl MapJob<'_> {
+    /// After a map phase in which every item was decided: removes the agent worktrees and
+    /// branches of the job that nothing keeps (the DLQ's worktrees and those kept for a
+    /// successful agent's uncommitted changes stay), including what a killed process left.
+    pub(crate) async fn sweep_agents(&self) {
+        let runner = self.runner;
+        let Some(session) = runner.worktree() else {
+            return;
+        };
+        let mut keep = crate::merge_journal::kept(self.files.dir());
+        keep.extend(runner.agent_worktrees.kept());
+        keep.extend(
+            self.dlq
+                .items()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|e| e.worktree_artifacts.map(|a| a.worktree_path)),
+        );
+        let swept = crate::worktree::sweep_agents(&runner.opts.layout, session, &keep).await;
+        if swept != crate::worktree::Swept::default() {
+            runner.record(&crate::events::Event::AgentWorktreesSwept {
+                worktrees: swept.worktrees,
+                branches: swept.branches,
+            });
         }
     }
 }

@@ -382,7 +382,7 @@ impl<'a> MapJob<'a> {
                 };
             }
             match ended {
-                Ok(MapEnd::Finished) => {}
+                Ok(MapEnd::Finished) => self.sweep_agents().await,
                 Ok(MapEnd::Stopped(reason)) => return JobOutcome::Stopped(reason),
                 Ok(MapEnd::Interrupted) => return JobOutcome::Interrupted,
                 Err(why) if self.write_failed.as_ref() == Some(&why) => {

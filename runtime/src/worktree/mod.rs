@@ -654,6 +654,41 @@ mod tests {
         assert_eq!(branches, "main\nprodigy-s3");
     }
 
+    /// The commit that brought an agent's last commit into the merged work: itself when
+    /// fast-forwarded to, the merge commit otherwise, none when it is not there.
+    #[tokio::test]
+    async fn the_commit_that_merged_an_agent_is_found_again() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s4").await.unwrap();
+        let pool = Pool::default();
+        let a = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        let b = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        let c = create_agent(&layout, &session, &pool, "item_2")
+            .await
+            .unwrap();
+        commit_file(&a.path, "a.txt", "a\n");
+        commit_file(&b.path, "b.txt", "b\n");
+        commit_file(&c.path, "c.txt", "c\n");
+        let head = |w: &AgentWorktree| git_sync(&w.path, &["rev-parse", "HEAD"]).unwrap();
+        assert_eq!(merged_commit(&session, &head(&a)).await, None);
+        merge_agent(&session, &pool, &a, "merge a").await.unwrap();
+        merge_agent(&session, &pool, &b, "merge b").await.unwrap();
+        let ref_head = git_sync(&session.path, &["rev-parse", &integration_ref(&session)]);
+        assert_eq!(merged_commit(&session, &head(&a)).await, Some(head(&a)));
+        assert_eq!(merged_commit(&session, &head(&b)).await, ref_head);
+        assert_eq!(merged_commit(&session, &head(&c)).await, None);
+        // After the map phase, found on the session branch.
+        finish_map(&session).await.unwrap();
+        assert_eq!(merged_commit(&session, &head(&b)).await, ref_head);
+    }
+
     #[test]
     fn outside_a_repository_there_is_nothing_to_isolate() {
         let dir = tempfile::tempdir().unwrap();
