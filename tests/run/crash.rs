@@ -1,6 +1,7 @@
 //! Crash safety around merges: an agent's work merged just before a kill is recorded as
-//! succeeded on resume (not run again), and runs that end together merge into one branch
-//! one at a time.
+//! succeeded on resume (not run again), runs that end together merge into one branch one
+//! at a time, and nothing a killed job made is left behind once it completes or is cleaned
+//! (`worktree clean`, which asks before it throws uncommitted changes away).
 
 use super::mapreduce::only_job;
 use super::{Scratch, stderr};
@@ -218,4 +219,79 @@ fn a_job_resumed_to_the_end_after_kills_leaves_only_what_the_dlq_keeps() {
             assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
         }
     }
+}
+
+/// `worktree ls` names the files a kept worktree holds uncommitted; `worktree clean` removes
+/// them only when told: it keeps that worktree without a terminal (exit 1), asks on one,
+/// and goes ahead with `-y`.
+#[test]
+fn worktree_clean_asks_before_it_throws_uncommitted_changes_away() {
+    let scratch = Scratch::new();
+    let file = workflow(&scratch, "notes.yml", "- shell: \"echo x > notes.txt\"\n");
+    let output = scratch.run(&["run", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(worktrees(&scratch).len(), 1);
+    let output = scratch.run(&["worktree", "ls"], &[]);
+    let listed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(listed.contains("1 uncommitted change"), "{listed}");
+    assert!(listed.contains("\n      notes.txt\n"), "{listed}");
+    let output = scratch.run(&["worktree", "ls", "--json"], &[]);
+    let rows: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        rows[0]["uncommitted_files"],
+        serde_json::json!(["notes.txt"])
+    );
+    // No terminal, no -y: kept and named.
+    let output = scratch.run(&["worktree", "clean"], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("kept ") && text.contains("worktree clean -y"),
+        "{text}"
+    );
+    assert_eq!(worktrees(&scratch).len(), 1);
+    // Asked on a terminal: no keeps it, yes removes it.
+    let output = super::worktree::on_a_terminal(&scratch, "worktree clean", "n\n");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        text.contains("1 worktree holds 1 uncommitted change that no commit has (`prodigy worktree ls` names them); remove it all the same? [y/N]"),
+        "{text}"
+    );
+    assert_eq!(worktrees(&scratch).len(), 1);
+    let output = super::worktree::on_a_terminal(&scratch, "worktree clean", "y\n");
+    assert!(output.status.success());
+    assert!(worktrees(&scratch).is_empty());
+    // -y removes without asking.
+    let output = scratch.run(&["run", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = scratch.run(&["worktree", "clean", "-y"], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(worktrees(&scratch).is_empty());
+    assert_eq!(branches(&scratch), ["main"]);
+}
+
+/// A job killed and never resumed leaves its worktrees and its agents' branches (those
+/// merged into its integration ref have no worktree any more): `worktree clean` removes
+/// them all, since everything on them is merged into the job's work or has no commit.
+#[test]
+fn worktree_clean_removes_the_branches_a_killed_job_left() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nmap:\n  input: \"seq 1 4\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt && git commit -q -m \\\"add $ITEM\\\"\"\n",
+    );
+    let output = scratch.run(&["run", &file], &[("PRODIGY_FAULT_KILL_AFTER_MERGES", "3")]);
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    let job = only_job(&scratch);
+    let left = branches(&scratch);
+    assert!(
+        left.contains(&format!("prodigy-{job}-item_0")),
+        "a merged agent's branch is left: {left:?}"
+    );
+    let output = scratch.run(&["worktree", "clean"], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(worktrees(&scratch).is_empty(), "{text}");
+    assert_eq!(branches(&scratch), ["main"], "{text}");
 }
