@@ -295,3 +295,27 @@ fn worktree_clean_removes_the_branches_a_killed_job_left() {
     assert!(worktrees(&scratch).is_empty(), "{text}");
     assert_eq!(branches(&scratch), ["main"], "{text}");
 }
+
+/// A job whose session worktree is kept (its setup left a file uncommitted) says so in its
+/// last lines, even under `-q`, which shows only the outcome and what needs attention.
+#[test]
+fn a_job_whose_session_worktree_is_kept_says_so_even_when_quiet() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nsetup:\n  - shell: \"echo scratch > notes.txt\"\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo $ITEM > f-$ITEM.txt && git add f-$ITEM.txt && git commit -qm $ITEM\"\n",
+    );
+    let output = scratch.run(&["run", "-q", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains("1 uncommitted change is left in")
+            && lines[0].contains("so it is kept until `prodigy worktree clean`"),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("✓ job "), "{text}");
+    assert_eq!(worktrees(&scratch).len(), 1);
+}
