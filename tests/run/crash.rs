@@ -319,3 +319,50 @@ fn a_job_whose_session_worktree_is_kept_says_so_even_when_quiet() {
     assert!(lines[1].starts_with("✓ job "), "{text}");
     assert_eq!(worktrees(&scratch).len(), 1);
 }
+
+/// `dlq retry` killed right after a retried item's work was merged, before the item left
+/// the queue: the next `dlq retry` records it as succeeded and does not run it again.
+#[test]
+fn a_retried_item_merged_before_a_kill_leaves_the_dlq_without_running_again() {
+    let scratch = Scratch::new();
+    let runs = scratch.dir.path().join("runs.log");
+    let fixed = scratch.dir.path().join("fixed");
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"test $ITEM = 1 || test -f {fixed} || exit 1; echo $ITEM >> {log}; echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt && git commit -q -m \\\"add $ITEM\\\" || true\"\n      commit_required: true\n",
+            fixed = fixed.display(),
+            log = runs.display()
+        ),
+    );
+    let output = scratch.run(&["run", &file], &[]);
+    assert!(
+        stderr(&output).contains("1 succeeded, 1 failed"),
+        "{}",
+        stderr(&output)
+    );
+    let job = only_job(&scratch);
+    std::fs::write(&fixed, "").unwrap();
+    let output = scratch.run(
+        &["dlq", "retry", &job],
+        &[("PRODIGY_FAULT_KILL_AFTER_MERGES", "1")],
+    );
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    let output = scratch.run(&["dlq", "retry", &job], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("item_1: its work was merged before the job stopped"),
+        "{text}"
+    );
+    let log = std::fs::read_to_string(&runs).unwrap();
+    assert_eq!(log.lines().collect::<Vec<_>>(), ["1", "2"], "each ran once");
+    let records = results(&scratch, &job);
+    let last = records.iter().rfind(|r| r["item_id"] == "item_1").unwrap();
+    assert_eq!(last["status"], "succeeded", "{records:?}");
+    assert_eq!(last["merge_commit"].as_str().unwrap_or_default().len(), 40);
+    let dlq = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    let queued: serde_json::Value = serde_json::from_slice(&dlq.stdout).unwrap();
+    assert_eq!(queued, serde_json::json!([]), "the queue is empty");
+}

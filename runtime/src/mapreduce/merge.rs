@@ -224,15 +224,11 @@ impl MapJob<'_> {
     /// merged work holds it, the item succeeded. Its outcome is written now, with the merge
     /// commit, and it does not run again (`merge_journal`).
     pub(crate) async fn recover_merged(&mut self, records: &mut [Option<ItemRecord>]) {
-        let runner = self.runner;
-        let Some(session) = runner.worktree() else {
-            return;
-        };
         for intent in crate::merge_journal::load(self.files.dir()) {
             if !matches!(records.get(intent.index), Some(None)) {
                 continue;
             }
-            let Some(commit) = crate::worktree::merged_commit(session, &intent.head).await else {
+            let Some(run) = merged_run(self.runner, &intent).await else {
                 continue;
             };
             let record = ItemRecord {
@@ -240,28 +236,19 @@ impl MapJob<'_> {
                 index: intent.index,
                 status: ItemStatus::Succeeded,
                 attempts: intent.attempts,
-                output: intent.output.clone(),
+                output: run.output,
                 error: None,
                 error_type: None,
                 duration_secs: intent.duration_secs,
                 dead_lettered: false,
                 claude: intent.claude,
                 slurm: None,
-                merge_commit: Some(commit.clone()),
+                merge_commit: run.merge_commit,
             };
             if let Err(e) = self.files.append(&record) {
                 self.write_failed(job_write_failure(&e));
                 return;
             }
-            runner.record(&crate::events::Event::AgentMergeRecovered {
-                item_id: intent.item_id.clone(),
-                branch: intent.branch.clone(),
-                merge_commit: commit,
-            });
-            runner.say(Message::info(format!(
-                "{}: its work was merged before the job stopped; recorded as succeeded",
-                intent.item_id
-            )));
             if let Some(slot) = records.get_mut(intent.index) {
                 *slot = Some(record);
             }
@@ -270,29 +257,67 @@ impl MapJob<'_> {
 }
 
 impl MapJob<'_> {
-    /// After a map phase in which every item was decided: removes the agent worktrees and
-    /// branches of the job that nothing keeps (the DLQ's worktrees and those kept for a
-    /// successful agent's uncommitted changes stay), including what a killed process left.
+    /// After a map phase in which every item was decided: [`sweep_job_agents`].
     pub(crate) async fn sweep_agents(&self) {
-        let runner = self.runner;
-        let Some(session) = runner.worktree() else {
-            return;
-        };
-        let mut keep = crate::merge_journal::kept(self.files.dir());
-        keep.extend(runner.agent_worktrees.kept());
-        keep.extend(
-            self.dlq
-                .items()
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|e| e.worktree_artifacts.map(|a| a.worktree_path)),
-        );
-        let swept = crate::worktree::sweep_agents(&runner.opts.layout, session, &keep).await;
-        if swept != crate::worktree::Swept::default() {
-            runner.record(&crate::events::Event::AgentWorktreesSwept {
-                worktrees: swept.worktrees,
-                branches: swept.branches,
-            });
-        }
+        sweep_job_agents(self.runner, self.files.dir(), &self.dlq).await;
     }
+}
+
+/// Removes the agent worktrees and branches of the job whose files are in `job_dir` that
+/// nothing keeps (the worktrees the DLQ names, and those kept for a successful agent's
+/// uncommitted changes, stay), including what a killed process left. Only once every item
+/// is decided: an attempt left then is no longer wanted.
+pub(crate) async fn sweep_job_agents(
+    runner: &Runner,
+    job_dir: &std::path::Path,
+    dlq: &crate::dlq::Dlq,
+) {
+    let Some(session) = runner.worktree() else {
+        return;
+    };
+    let mut keep = crate::merge_journal::kept(job_dir);
+    keep.extend(runner.agent_worktrees.kept());
+    keep.extend(
+        dlq.items()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| e.worktree_artifacts.map(|a| a.worktree_path)),
+    );
+    let swept = crate::worktree::sweep_agents(&runner.opts.layout, session, &keep).await;
+    if swept != crate::worktree::Swept::default() {
+        runner.record(&crate::events::Event::AgentWorktreesSwept {
+            worktrees: swept.worktrees,
+            branches: swept.branches,
+        });
+    }
+}
+
+/// The run of an agent whose work a killed process merged (its intent in the merge
+/// journal, its commit in the session's merged work), without running it again: `None`
+/// when INTENT was not merged.
+pub(crate) async fn merged_run(
+    runner: &Runner,
+    intent: &crate::merge_journal::MergeIntent,
+) -> Option<AgentRun> {
+    let session = runner.worktree()?;
+    let commit = crate::worktree::merged_commit(session, &intent.head).await?;
+    runner.record(&crate::events::Event::AgentMergeRecovered {
+        item_id: intent.item_id.clone(),
+        branch: intent.branch.clone(),
+        merge_commit: commit.clone(),
+    });
+    runner.say(Message::info(format!(
+        "{}: its work was merged before the job stopped; recorded as succeeded",
+        intent.item_id
+    )));
+    Some(AgentRun {
+        end: RunEnd::Succeeded,
+        output: intent.output.clone(),
+        failure: None,
+        duration: std::time::Duration::from_secs_f64(intent.duration_secs.max(0.0)),
+        artifacts: None,
+        claude: intent.claude.unwrap_or_default(),
+        slurm: None,
+        merge_commit: Some(commit),
+    })
 }
