@@ -97,7 +97,8 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
                 ));
                 return exit_code::OK;
             }
-            if found.is_empty() {
+            let stray = worktree::stray_branches(&repo);
+            if found.is_empty() && stray.is_empty() {
                 err(&format!(
                     "no worktrees under {}\n",
                     worktree::worktrees_dir(&layout).display()
@@ -122,6 +123,23 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
                         "      … and {} more",
                         f.uncommitted_files.len() - SHOWN_FILES
                     );
+                }
+            }
+            if !stray.is_empty() {
+                let _ = writeln!(
+                    text,
+                    "{} without a worktree:",
+                    count(stray.len(), "`prodigy-*` branch")
+                );
+                for b in &stray {
+                    let state = if is_running(&layout.home, &b.owner) {
+                        "running".to_owned()
+                    } else if b.unmerged_commits > 0 {
+                        count(b.unmerged_commits, "unmerged commit")
+                    } else {
+                        "merged".to_owned()
+                    };
+                    let _ = writeln!(text, "    {}; {state}", b.branch);
                 }
             }
             out(&prodigy_runtime::progress::visible(&text));

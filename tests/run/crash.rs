@@ -289,6 +289,12 @@ fn worktree_clean_removes_the_branches_a_killed_job_left() {
         left.contains(&format!("prodigy-{job}-item_0")),
         "a merged agent's branch is left: {left:?}"
     );
+    let output = scratch.run(&["worktree", "ls"], &[]);
+    let listed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        listed.contains(&format!("    prodigy-{job}-item_0; merged\n")),
+        "{listed}"
+    );
     let output = scratch.run(&["worktree", "clean"], &[]);
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
