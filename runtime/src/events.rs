@@ -534,6 +534,26 @@ pub enum Event {
         /// How.
         merge: String,
     },
+    /// On resume: an item's work was merged by a process killed before it wrote the item's
+    /// outcome; the item is recorded as succeeded instead of running again.
+    #[serde(rename = "agent_merge_recovered")]
+    AgentMergeRecovered {
+        /// `item_<index>`.
+        item_id: String,
+        /// The agent's branch.
+        branch: String,
+        /// The commit that merged its work.
+        merge_commit: String,
+    },
+    /// The map phase ended with every item decided: the agent worktrees and branches of the
+    /// job that nothing keeps were removed, earlier runs' included.
+    #[serde(rename = "agent_worktrees_swept")]
+    AgentWorktreesSwept {
+        /// Worktrees removed.
+        worktrees: usize,
+        /// Branches deleted.
+        branches: usize,
+    },
     /// An agent left uncommitted changes: its worktree is kept.
     #[serde(rename = "agent_worktree_kept")]
     AgentWorktreeKept {

@@ -150,6 +150,11 @@ pub struct ItemRecord {
     /// The Slurm task that ran it (`--executor slurm`).
     #[serde(flatten)]
     pub slurm: Option<crate::slurm::SlurmIds>,
+    /// The commit that brought the agent's work into the session's merged work (its last
+    /// commit when fast-forwarded to); absent when it merged nothing or ran without a
+    /// worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_commit: Option<String>,
 }
 
 /// A problem with the job's files.
@@ -369,6 +374,7 @@ mod tests {
             dead_lettered: false,
             claude: None,
             slurm: None,
+            merge_commit: None,
         }
     }
 

@@ -15,6 +15,7 @@ pub mod jobstore;
 pub mod logs;
 pub mod machine;
 pub mod mapreduce;
+pub mod merge_journal;
 pub mod message;
 pub mod paths;
 pub mod progress;

@@ -96,7 +96,8 @@ impl Place {
         let (back, ignored) = match left {
             Left::InPlace => return Ok(()),
             Left::Kept => {
-                crate::note(&format!("{kept}; nothing was merged\n"));
+                // Said even under `-q`: the worktree stays until it is resumed or cleaned.
+                err(&format!("{kept}; nothing was merged\n"));
                 return Ok(());
             }
             Left::Merged { back, ignored } => (Ok(back), ignored),
@@ -138,7 +139,7 @@ impl Place {
         match back {
             Ok(MergeBack::Nothing { left: 0 }) if ignored == 0 => Ok(()),
             Ok(MergeBack::Nothing { left: n }) => {
-                crate::note(&format!(
+                kept_or_note(n)(&format!(
                     "the run made no commits: nothing to merge; {}\n",
                     left(n)
                 ));
@@ -149,7 +150,7 @@ impl Place {
                 target,
                 left: n,
             }) => {
-                crate::note(&format!(
+                kept_or_note(n)(&format!(
                     "✓ merged {} from `{}` into `{target}`; {}\n",
                     count(commits, "commit"),
                     session.branch,
@@ -215,6 +216,12 @@ pub(super) fn announce_merge(what: &str, saved: &SessionWorktree, place: &Place,
         saved.branch
     ));
     false
+}
+
+/// How the line about a merge back is shown: like any error when it says that the worktree
+/// is kept for LEFT uncommitted changes (so `-q` shows it too), else as a note.
+fn kept_or_note(left: usize) -> fn(&str) {
+    if left > 0 { err } else { crate::note }
 }
 
 /// Asks QUESTION on the terminal; anything but yes (or no terminal) is no.

@@ -683,6 +683,7 @@ fn missing_claude_stops_before_the_first_step() {
 
 mod claude;
 mod claude_settings;
+mod crash;
 mod examples;
 mod faults;
 mod friction;

@@ -115,6 +115,8 @@ pub(crate) struct AgentRun {
     pub(crate) claude: crate::claude::Totals,
     /// The Slurm task that ran it.
     pub(crate) slurm: Option<crate::slurm::SlurmIds>,
+    /// The commit that merged its work, as `ItemRecord::merge_commit`.
+    pub(crate) merge_commit: Option<String>,
 }
 
 impl AgentRun {
@@ -141,6 +143,7 @@ impl AgentRun {
             artifacts: None,
             claude: crate::claude::Totals::default(),
             slurm: None,
+            merge_commit: None,
         }
     }
 
@@ -326,6 +329,7 @@ pub(crate) async fn run_agent(
             artifacts: None,
             slurm: done.ids,
             claude: done.claude,
+            merge_commit: None,
         }
     } else {
         let (outcome, why) = guarded(
@@ -353,10 +357,19 @@ pub(crate) async fn run_agent(
             artifacts: None,
             slurm: None,
             claude,
+            merge_commit: None,
         }
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
-        merge_back(runner, session, worktree, index, &mut run, &mut vars).await;
+        merge_back(
+            runner,
+            session,
+            worktree,
+            (index, attempt),
+            &mut run,
+            &mut vars,
+        )
+        .await;
     }
     run
 }

@@ -58,6 +58,7 @@ impl MapJob<'_> {
                 *slot = Some(record);
             }
         }
+        self.recover_merged(&mut records).await;
         let counts = tally(records.iter().flatten());
         let max_parallel = max_parallel(plan, vars, self.opts.max_parallel)?;
         self.cp.max_parallel = max_parallel;
@@ -230,6 +231,7 @@ impl MapJob<'_> {
             dead_lettered,
             claude: (run.claude.calls > 0).then_some(run.claude),
             slurm: run.slurm.clone(),
+            merge_commit: run.merge_commit.clone(),
         };
         match self.files.append(&record) {
             Ok(()) => Some(record),

@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use crate::dlq::Dlq;
 use crate::jobstore::{ItemRecord, ItemStatus, JobFiles};
 use crate::mapreduce::{
-    AgentSpec, RunEnd, failure_detail, failure_of, item_index, max_parallel, run_agent,
+    AgentSpec, RunEnd, failure_detail, failure_of, item_index, max_parallel, merged_run, run_agent,
+    sweep_job_agents,
 };
 use crate::runner::Runner;
 use crate::vars::Vars;
@@ -91,6 +92,13 @@ pub async fn retry_dead_letters(
     let (_halt_tx, halt_rx) = watch::channel(false);
     runner.record(&crate::events::Event::DlqRetryStarted { items: ids.len() });
     let mut summary = RetrySummary::default();
+    // An item whose retried work a killed process merged is recorded, not run again.
+    let intents: std::collections::HashMap<usize, crate::merge_journal::MergeIntent> =
+        crate::merge_journal::load(files.dir())
+            .into_iter()
+            .map(|i| (i.index, i))
+            .collect();
+    let intents = &intents;
     let dlq_ref = &dlq;
     let spec_ref = &spec;
     let mut runs = futures::stream::iter(ids)
@@ -113,6 +121,11 @@ pub async fn retry_dead_letters(
                 };
                 if !entry.reprocess_eligible || runner.cancelled() {
                     return (id, index, Some((entry, None)));
+                }
+                if let Some(intent) = intents.get(&index)
+                    && let Some(run) = merged_run(runner, intent).await
+                {
+                    return (id, index, Some((entry, Some(run))));
                 }
                 let attempt = entry.failure_count.saturating_add(1);
                 let run = run_agent(
@@ -161,6 +174,7 @@ pub async fn retry_dead_letters(
                     dead_lettered: false,
                     claude: (run.claude.calls > 0).then_some(run.claude),
                     slurm: run.slurm.clone(),
+                    merge_commit: run.merge_commit.clone(),
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;
@@ -198,6 +212,12 @@ pub async fn retry_dead_letters(
     if let Err(why) = runner.end_map_phase().await {
         runner.say(Message::error(why.clone()));
         summary.unmerged = true;
+    } else if files
+        .load_checkpoint()
+        .is_ok_and(|c| c.items_remaining.is_empty())
+    {
+        // Every item decided: what earlier attempts left goes, the DLQ's worktrees stay.
+        sweep_job_agents(runner, files.dir(), &dlq).await;
     }
     runner.record(&crate::events::Event::DlqRetryFinished {
         retried: summary.retried,

@@ -2,7 +2,8 @@
 //! the merge conflicts.
 
 use crate::dlq::ErrorType;
-use crate::mapreduce::{AgentRun, RunEnd, agent_id, artifacts, item_id};
+use crate::jobstore::{ItemRecord, ItemStatus};
+use crate::mapreduce::{AgentRun, MapJob, RunEnd, agent_id, artifacts, item_id, job_write_failure};
 use crate::message::Message;
 use crate::runner::{Runner, StepFailure};
 use crate::vars::Vars;
@@ -47,6 +48,31 @@ pub(crate) async fn resolve_agent_conflict(
     )
 }
 
+/// Appends the merge of HEAD, the last commit of the agent for item INDEX, to the job's
+/// merge journal, with what its outcome will say.
+fn journal_intent(
+    runner: &Runner,
+    worktree: &AgentWorktree,
+    index: usize,
+    attempt: u32,
+    run: &AgentRun,
+    head: &str,
+) -> Result<(), String> {
+    let intent = crate::merge_journal::MergeIntent {
+        item_id: item_id(index),
+        index,
+        attempts: attempt,
+        branch: worktree.branch.clone(),
+        worktree: worktree.path.clone(),
+        head: head.to_owned(),
+        output: run.output.as_ref().map(|o| runner.mask(o)),
+        duration_secs: run.duration.as_secs_f64(),
+        claude: (run.claude.calls > 0).then_some(run.claude),
+    };
+    let dir = runner.opts.layout.job_dir(runner.session());
+    crate::merge_journal::append(&dir, &intent)
+}
+
 /// After an agent in a worktree: a successful agent's commits go into the session's merged
 /// work through the merge queue and its worktree goes back to the pool (kept instead when
 /// it left uncommitted changes); a conflict fails the item with `MergeConflict`. The
@@ -56,7 +82,7 @@ pub(crate) async fn merge_back(
     runner: &Runner,
     session: &SessionWorktree,
     worktree: AgentWorktree,
-    index: usize,
+    (index, attempt): (usize, u32),
     run: &mut AgentRun,
     vars: &mut Vars,
 ) {
@@ -66,6 +92,21 @@ pub(crate) async fn merge_back(
         let merged = match crate::worktree::agent_head(&worktree).await {
             Ok(Some(head)) => {
                 let _queue = runner.merge_queue.lock().await;
+                // Journalled before the ref moves, so that a kill after the merge and before
+                // the outcome is written is recognised on resume (`merge_journal`).
+                if let Err(why) = journal_intent(runner, &worktree, index, attempt, run, &head) {
+                    run.end = RunEnd::Failed;
+                    run.failure = Some(StepFailure {
+                        step: "merge".into(),
+                        message: format!("the merge was not attempted: {why}"),
+                        error_type: ErrorType::WorktreeError,
+                        output: None,
+                        log: None,
+                    });
+                    let left = crate::worktree::changes(&worktree.path).await;
+                    run.artifacts = Some(artifacts(runner, &worktree, &left, None));
+                    return;
+                }
                 let merged = crate::worktree::merge_head(
                     session,
                     &runner.agent_worktrees,
@@ -74,7 +115,7 @@ pub(crate) async fn merge_back(
                     &message,
                 )
                 .await;
-                match merged {
+                let merged = match merged {
                     Err(WorktreeError::Conflict {
                         branch,
                         files,
@@ -93,7 +134,13 @@ pub(crate) async fn merge_back(
                             })
                     }
                     other => other,
+                };
+                if matches!(&merged, Ok(how) if *how != crate::worktree::Merged::Nothing) {
+                    crate::merge_journal::kill_point_after_merge();
+                    // The integration ref as the merge just set it, still under the queue.
+                    run.merge_commit = runner.agent_worktrees.integration(session).await.ok();
                 }
+                merged
             }
             Ok(None) => Ok(crate::worktree::Merged::Nothing),
             Err(e) => Err(e),
@@ -111,6 +158,14 @@ pub(crate) async fn merge_back(
                 if left.is_empty() {
                     runner.agent_worktrees.release(worktree);
                 } else {
+                    let dir = runner.opts.layout.job_dir(runner.session());
+                    if let Err(why) = crate::merge_journal::note_kept(&dir, &worktree.path) {
+                        runner.say(Message::warning(format!(
+                            "{why}: if this process is killed, the end of the map phase may remove {} with its changes",
+                            worktree.path.display()
+                        )));
+                    }
+                    runner.agent_worktrees.keep(worktree.path.clone());
                     runner.record(&crate::events::Event::AgentWorktreeKept {
                         path: worktree.path.clone(),
                         branch: worktree.branch.clone(),
@@ -161,4 +216,108 @@ pub(crate) async fn merge_back(
     } else if !kept {
         runner.agent_worktrees.release(worktree);
     }
+}
+
+impl MapJob<'_> {
+    /// Items whose agent's work a killed process merged without writing their outcome: the
+    /// merge journal names the commit each was about to merge, and where the session's
+    /// merged work holds it, the item succeeded. Its outcome is written now, with the merge
+    /// commit, and it does not run again (`merge_journal`).
+    pub(crate) async fn recover_merged(&mut self, records: &mut [Option<ItemRecord>]) {
+        for intent in crate::merge_journal::load(self.files.dir()) {
+            if !matches!(records.get(intent.index), Some(None)) {
+                continue;
+            }
+            let Some(run) = merged_run(self.runner, &intent).await else {
+                continue;
+            };
+            let record = ItemRecord {
+                item_id: intent.item_id.clone(),
+                index: intent.index,
+                status: ItemStatus::Succeeded,
+                attempts: intent.attempts,
+                output: run.output,
+                error: None,
+                error_type: None,
+                duration_secs: intent.duration_secs,
+                dead_lettered: false,
+                claude: intent.claude,
+                slurm: None,
+                merge_commit: run.merge_commit,
+            };
+            if let Err(e) = self.files.append(&record) {
+                self.write_failed(job_write_failure(&e));
+                return;
+            }
+            if let Some(slot) = records.get_mut(intent.index) {
+                *slot = Some(record);
+            }
+        }
+    }
+}
+
+impl MapJob<'_> {
+    /// After a map phase in which every item was decided: [`sweep_job_agents`].
+    pub(crate) async fn sweep_agents(&self) {
+        sweep_job_agents(self.runner, self.files.dir(), &self.dlq).await;
+    }
+}
+
+/// Removes the agent worktrees and branches of the job whose files are in `job_dir` that
+/// nothing keeps (the worktrees the DLQ names, and those kept for a successful agent's
+/// uncommitted changes, stay), including what a killed process left. Only once every item
+/// is decided: an attempt left then is no longer wanted.
+pub(crate) async fn sweep_job_agents(
+    runner: &Runner,
+    job_dir: &std::path::Path,
+    dlq: &crate::dlq::Dlq,
+) {
+    let Some(session) = runner.worktree() else {
+        return;
+    };
+    let mut keep = crate::merge_journal::kept(job_dir);
+    keep.extend(runner.agent_worktrees.kept());
+    keep.extend(
+        dlq.items()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| e.worktree_artifacts.map(|a| a.worktree_path)),
+    );
+    let swept = crate::worktree::sweep_agents(&runner.opts.layout, session, &keep).await;
+    if swept != crate::worktree::Swept::default() {
+        runner.record(&crate::events::Event::AgentWorktreesSwept {
+            worktrees: swept.worktrees,
+            branches: swept.branches,
+        });
+    }
+}
+
+/// The run of an agent whose work a killed process merged (its intent in the merge
+/// journal, its commit in the session's merged work), without running it again: `None`
+/// when INTENT was not merged.
+pub(crate) async fn merged_run(
+    runner: &Runner,
+    intent: &crate::merge_journal::MergeIntent,
+) -> Option<AgentRun> {
+    let session = runner.worktree()?;
+    let commit = crate::worktree::merged_commit(session, &intent.head).await?;
+    runner.record(&crate::events::Event::AgentMergeRecovered {
+        item_id: intent.item_id.clone(),
+        branch: intent.branch.clone(),
+        merge_commit: commit.clone(),
+    });
+    runner.say(Message::info(format!(
+        "{}: its work was merged before the job stopped; recorded as succeeded",
+        intent.item_id
+    )));
+    Some(AgentRun {
+        end: RunEnd::Succeeded,
+        output: intent.output.clone(),
+        failure: None,
+        duration: std::time::Duration::from_secs_f64(intent.duration_secs.max(0.0)),
+        artifacts: None,
+        claude: intent.claude.unwrap_or_default(),
+        slurm: None,
+        merge_commit: Some(commit),
+    })
 }

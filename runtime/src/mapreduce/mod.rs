@@ -391,7 +391,7 @@ impl<'a> MapJob<'a> {
                 };
             }
             match ended {
-                Ok(MapEnd::Finished) => {}
+                Ok(MapEnd::Finished) => self.sweep_agents().await,
                 Ok(MapEnd::Stopped(reason)) => return JobOutcome::Stopped(reason),
                 Ok(MapEnd::Interrupted) => return JobOutcome::Interrupted,
                 Err(why) if self.write_failed.as_ref() == Some(&why) => {
@@ -513,6 +513,7 @@ mod tests {
             dead_lettered: true,
             claude: None,
             slurm: None,
+            merge_commit: None,
         }
     }
 

@@ -17,6 +17,8 @@ pub struct Pool {
     made: std::sync::atomic::AtomicUsize,
     /// Branches of agents whose work is merged, deleted together when the phase ends.
     done: std::sync::Mutex<Vec<String>>,
+    /// Worktrees kept for a successful agent's uncommitted changes.
+    kept: std::sync::Mutex<Vec<std::path::PathBuf>>,
     /// The integration ref's commit as this process last set or read it (merges into one
     /// session are serialised, and only this process runs the session's job).
     head: std::sync::Mutex<Option<String>>,
@@ -31,6 +33,16 @@ impl Pool {
     /// next agent reuses it.
     pub fn release(&self, agent: AgentWorktree) {
         self.idle().push(agent);
+    }
+
+    /// Notes that the worktree at PATH is kept (a successful agent left changes in it).
+    pub fn keep(&self, path: std::path::PathBuf) {
+        crate::lock(&self.kept).push(path);
+    }
+
+    /// The worktrees [`Pool::keep`] noted.
+    pub fn kept(&self) -> Vec<std::path::PathBuf> {
+        crate::lock(&self.kept).clone()
     }
 
     /// Removes the idle worktrees and the merged agents' branches.
@@ -92,6 +104,102 @@ impl Pool {
         *crate::lock(&self.head) = Some(new.to_owned());
         Ok(())
     }
+}
+
+/// What [`sweep_agents`] removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Agent worktrees removed.
+    pub worktrees: usize,
+    /// Agent branches deleted.
+    pub branches: usize,
+}
+
+/// Removes what the map agents of SESSION left that nothing keeps, however they left it (a
+/// pool drained by a process that was killed, an attempt killed mid-item, a merged agent's
+/// branch): every worktree `{session}-agent-N` under `worktrees/{repo}/` and every branch
+/// `{session branch}-item_*`, except the worktrees in KEEP and their branches. Called when
+/// a map phase ends with every item decided, so that no attempt left is still wanted.
+pub async fn sweep_agents(
+    layout: &Layout,
+    session: &SessionWorktree,
+    keep: &[std::path::PathBuf],
+) -> Swept {
+    let mut swept = Swept::default();
+    let dir = worktrees_dir(layout);
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let name = session
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!("{name}-agent-");
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let keep: Vec<std::path::PathBuf> = keep.iter().map(|p| canonical(p)).collect();
+    let ours = |path: &Path| {
+        path.parent() == Some(dir.as_path())
+            && path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+    };
+    let mut kept_branches = Vec::new();
+    let listed = git(&session.repo, &["worktree", "list", "--porcelain"])
+        .await
+        .unwrap_or_default();
+    let mut known = Vec::new();
+    for block in listed.split("\n\n") {
+        let mut path = None;
+        let mut branch = None;
+        for line in block.lines() {
+            if let Some(p) = line.strip_prefix("worktree ") {
+                path = Some(std::path::PathBuf::from(p));
+            } else if let Some(b) = line.strip_prefix("branch refs/heads/") {
+                branch = Some(b.to_owned());
+            }
+        }
+        let Some(path) = path.filter(|p| ours(p)) else {
+            continue;
+        };
+        if keep.contains(&path) {
+            kept_branches.extend(branch);
+            continue;
+        }
+        known.push(path.clone());
+        remove(&session.repo, &path, branch.as_deref().unwrap_or_default()).await;
+        swept.worktrees += 1;
+    }
+    // Directories git no longer knows (a kill while one was being made).
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if ours(&path) && !keep.contains(&path) && !known.contains(&path) {
+                let _ = std::fs::remove_dir_all(&path);
+                swept.worktrees += 1;
+            }
+        }
+    }
+    let pattern = format!("refs/heads/{}-item_*", session.branch);
+    let branches = git(
+        &session.repo,
+        &["for-each-ref", "--format=%(refname:short)", &pattern],
+    )
+    .await
+    .unwrap_or_default();
+    let stale: Vec<&str> = branches
+        .lines()
+        .filter(|b| !b.is_empty() && !kept_branches.iter().any(|k| k == b))
+        .collect();
+    for chunk in stale.chunks(100) {
+        let Ok(_admin) = admin(&session.repo).await else {
+            break;
+        };
+        let mut args = vec!["branch", "-D", "-q"];
+        args.extend(chunk.iter().copied());
+        if git_retrying(&session.repo, &args).await.is_ok() {
+            swept.branches += chunk.len();
+        }
+    }
+    swept
 }
 
 /// Runs CREATE with the first of `name(1)`, `name(2)`, ... that git does not refuse because
@@ -307,6 +415,47 @@ pub async fn merge_head(
             stderr: err,
         }),
     }
+}
+
+/// The commit that brought HEAD, an agent's last commit, into the session's merged work
+/// (the integration ref while the map phase runs, else the session branch): the merge
+/// commit on the ref's first-parent line, or HEAD itself when it was fast-forwarded to.
+/// `None` when HEAD is not in that work: it was never merged.
+pub async fn merged_commit(session: &SessionWorktree, head: &str) -> Option<String> {
+    let name = integration_ref(session);
+    let target = if git(&session.path, &["rev-parse", "-q", "--verify", &name])
+        .await
+        .is_ok()
+    {
+        name
+    } else {
+        format!("refs/heads/{}", session.branch)
+    };
+    git(
+        &session.path,
+        &["merge-base", "--is-ancestor", head, &target],
+    )
+    .await
+    .ok()?;
+    let range = format!("{head}..{target}");
+    let line = git(
+        &session.path,
+        &["rev-list", "--first-parent", "--ancestry-path", &range],
+    )
+    .await
+    .ok()?;
+    let Some(oldest) = line.lines().last() else {
+        // The ref is HEAD itself.
+        return Some(head.to_owned());
+    };
+    let parent = git(&session.path, &["rev-parse", &format!("{oldest}^1")])
+        .await
+        .ok()?;
+    Some(if parent.trim() == head {
+        head.to_owned()
+    } else {
+        oldest.to_owned()
+    })
 }
 
 /// Starts merging OTHER into the branch checked out in DIR (`git merge --no-ff`), for the

@@ -316,6 +316,10 @@ impl Runner {
             .target_branch
             .clone()
             .ok_or("the run started on a detached HEAD: there is no branch to merge into")?;
+        // Another run merging into the same branch finishes first (README, "Git worktrees").
+        let _merging = super::lock_branch(&session.repo, &target)
+            .await
+            .map_err(|e| e.to_string())?;
         self.record(&crate::events::Event::MergeStarted {
             source_branch: session.branch.clone(),
             target_branch: target.clone(),

@@ -5,9 +5,11 @@
 //! Everything goes through the `git` command. Operations that change the repository's
 //! shared administrative state (adding and removing worktrees, deleting branches) are
 //! serialised: inside the process by one async lock, across processes by an advisory lock
-//! on a file under `$PRODIGY_HOME/worktrees/{repo}/`; merges into a session worktree are
-//! serialised by the merge queue of their job. Concurrent `git worktree add` calls race on
-//! the repository's lock files, which is how upstream loses items at high parallelism.
+//! on a file in the repository's git directory; merges into a session worktree are
+//! serialised by the merge queue of their job, and merges back into one branch across
+//! processes by a lock file per branch there too ([`lock_branch`]). Concurrent `git worktree
+//! add` calls race on the repository's lock files, which is how upstream loses items at high
+//! parallelism.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -299,37 +301,77 @@ struct Admin {
 
 async fn admin(repo: &Path) -> Result<Admin, WorktreeError> {
     let guard = ADMIN.lock().await;
-    // In the repository's common git directory, so every process working on the repository
-    // (from any directory, with any `PRODIGY_HOME`) takes the same lock.
-    let common = if repo.join(".git").is_dir() {
-        repo.join(".git")
-    } else {
-        let dir = git(
-            repo,
-            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-        )
-        .await?;
-        PathBuf::from(dir.trim())
-    };
-    let path = common.join("prodigy-worktrees.lock");
+    // Another prodigy process may hold it for the length of one git command.
+    let file = lock_file(&common_dir(repo).await?.join("prodigy-worktrees.lock")).await?;
+    Ok(Admin {
+        _guard: guard,
+        _file: file,
+    })
+}
+
+/// The repository's common git directory: every process working on the repository (from
+/// any worktree or directory, with any `PRODIGY_HOME`) finds the same lock files there.
+async fn common_dir(repo: &Path) -> Result<PathBuf, WorktreeError> {
+    if repo.join(".git").is_dir() {
+        return Ok(repo.join(".git"));
+    }
+    let dir = git(
+        repo,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )
+    .await?;
+    Ok(PathBuf::from(dir.trim()))
+}
+
+/// Takes the advisory lock on the file at PATH (made if missing), waiting for whoever
+/// holds it; it is released when the file is dropped, or when its process dies.
+async fn lock_file(path: &Path) -> Result<std::fs::File, WorktreeError> {
     let cannot = |source| WorktreeError::Lock {
-        path: path.clone(),
+        path: path.to_owned(),
         source,
     };
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
+        .open(path)
         .map_err(cannot)?;
-    // Another prodigy process may hold it for the length of one git command.
-    let file = tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
         .await
         .map_err(|e| cannot(std::io::Error::other(e)))?
-        .map_err(cannot)?;
-    Ok(Admin {
-        _guard: guard,
-        _file: file,
+        .map_err(cannot)
+}
+
+/// Held while a run merges into BRANCH of a repository: merges into one branch from
+/// several processes (two runs of a workflow ending together) happen one at a time, so
+/// that no `git merge` starts while another's `MERGE_HEAD` is there.
+#[derive(Debug)]
+pub struct BranchLock {
+    _file: std::fs::File,
+}
+
+/// Waits for, and takes, the lock on merges into BRANCH of the repository at REPO: the file
+/// `prodigy-merge-BRANCH.lock` in its common git directory (the branch's name with every
+/// byte other than a letter, digit, `-`, `_` or `.` written `%XX`).
+///
+/// # Errors
+///
+/// When the git directory cannot be found or the file cannot be made or locked.
+pub async fn lock_branch(repo: &Path, branch: &str) -> Result<BranchLock, WorktreeError> {
+    use std::fmt::Write as _;
+    let mut name = String::new();
+    for byte in branch.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.') {
+            name.push(char::from(byte));
+        } else {
+            let _ = write!(name, "%{byte:02X}");
+        }
+    }
+    let path = common_dir(repo)
+        .await?
+        .join(format!("prodigy-merge-{name}.lock"));
+    Ok(BranchLock {
+        _file: lock_file(&path).await?,
     })
 }
 
@@ -610,6 +652,41 @@ mod tests {
         assert!(!path.exists());
         let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
         assert_eq!(branches, "main\nprodigy-s3");
+    }
+
+    /// The commit that brought an agent's last commit into the merged work: itself when
+    /// fast-forwarded to, the merge commit otherwise, none when it is not there.
+    #[tokio::test]
+    async fn the_commit_that_merged_an_agent_is_found_again() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s4").await.unwrap();
+        let pool = Pool::default();
+        let a = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        let b = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        let c = create_agent(&layout, &session, &pool, "item_2")
+            .await
+            .unwrap();
+        commit_file(&a.path, "a.txt", "a\n");
+        commit_file(&b.path, "b.txt", "b\n");
+        commit_file(&c.path, "c.txt", "c\n");
+        let head = |w: &AgentWorktree| git_sync(&w.path, &["rev-parse", "HEAD"]).unwrap();
+        assert_eq!(merged_commit(&session, &head(&a)).await, None);
+        merge_agent(&session, &pool, &a, "merge a").await.unwrap();
+        merge_agent(&session, &pool, &b, "merge b").await.unwrap();
+        let ref_head = git_sync(&session.path, &["rev-parse", &integration_ref(&session)]);
+        assert_eq!(merged_commit(&session, &head(&a)).await, Some(head(&a)));
+        assert_eq!(merged_commit(&session, &head(&b)).await, ref_head);
+        assert_eq!(merged_commit(&session, &head(&c)).await, None);
+        // After the map phase, found on the session branch.
+        finish_map(&session).await.unwrap();
+        assert_eq!(merged_commit(&session, &head(&b)).await, ref_head);
     }
 
     #[test]

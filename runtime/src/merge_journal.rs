@@ -1,0 +1,193 @@
+//! A job's merge journal, `merges.jsonl` beside `results.jsonl`: one line per agent merge,
+//! appended before the agent's commits are merged into the integration ref.
+//!
+//! An agent's merge and its outcome are two writes: the ref moves, then `results.jsonl`
+//! gets the outcome. A kill between the two would leave the item pending with its work
+//! already merged, and running it again on a base that holds its work fails it (nothing
+//! left to commit). With this journal, resume finds the item's intended merge, sees that
+//! the integration ref contains the commit it names, and records the item as succeeded
+//! with its merge commit instead of running it again (`MapJob::recover_merged`).
+//! An intent whose commit is not in the ref was never merged: the item runs again.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The journal's file name in the job's directory.
+pub const FILE: &str = "merges.jsonl";
+
+/// The file naming the agent worktrees kept for their uncommitted changes after a
+/// successful agent (README, "Git worktrees"), one JSON string a line: the end of the map
+/// phase removes every other agent worktree the DLQ does not name.
+pub const KEPT_FILE: &str = "kept-worktrees.jsonl";
+
+/// An agent's merge about to happen: what resume needs to record the item's success.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MergeIntent {
+    /// `item_<index>`.
+    pub item_id: String,
+    /// Its place in `items.json`.
+    pub index: usize,
+    /// The agent's run (its attempt number).
+    pub attempts: u32,
+    /// The agent's branch.
+    pub branch: String,
+    /// The agent's worktree.
+    pub worktree: PathBuf,
+    /// The agent's last commit, the one merged.
+    pub head: String,
+    /// The stdout of the agent's last command, secrets masked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// How long the agent's run took.
+    pub duration_secs: f64,
+    /// What its Claude calls cost, when it made any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude: Option<crate::claude::Totals>,
+}
+
+/// Appends INTENT to the journal in the job directory DIR, with one write.
+///
+/// # Errors
+///
+/// The journal could not be opened or written (the path and the OS error).
+pub fn append(dir: &Path, intent: &MergeIntent) -> Result<(), String> {
+    append_line(&dir.join(FILE), intent)
+}
+
+/// Notes in the job directory DIR that the agent worktree at WORKTREE is kept.
+///
+/// # Errors
+///
+/// The file could not be opened or written (the path and the OS error).
+pub fn note_kept(dir: &Path, worktree: &Path) -> Result<(), String> {
+    append_line(&dir.join(KEPT_FILE), &worktree)
+}
+
+/// The agent worktrees [`note_kept`] noted in the job directory DIR.
+pub fn kept(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_to_string(dir.join(KEPT_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn append_line(path: &Path, value: &impl Serialize) -> Result<(), String> {
+    let fail = |e: &std::io::Error| crate::statefs::describe(path, e);
+    if let Some(dir) = path.parent() {
+        crate::store::private_dir(dir).map_err(|e| fail(&e))?;
+    }
+    let mut line = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .mode(crate::store::PRIVATE_FILE)
+        .open(path)
+        .map_err(|e| fail(&e))?;
+    // A line torn by a crash is ended first, so that this intent stands on its own line.
+    if !ends_a_line(&mut file) {
+        line.insert(0, b'\n');
+    }
+    crate::statefs::append(&mut file, path, &line).map_err(|e| fail(&e))
+}
+
+/// Whether FILE is empty or ends with a newline.
+fn ends_a_line(file: &mut std::fs::File) -> bool {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut last = [b'\n'];
+    if file.metadata().is_ok_and(|m| m.len() > 0) {
+        let _ = file
+            .seek(SeekFrom::End(-1))
+            .and_then(|_| file.read_exact(&mut last));
+    }
+    last[0] == b'\n'
+}
+
+/// The test hook `PRODIGY_FAULT_KILL_AFTER_MERGES` (CONTRIBUTING.md, "Fault injection"):
+/// in debug builds, the process kills itself with SIGKILL right after the Nth agent merge
+/// moved the integration ref, before the item's outcome is written. Release builds ignore
+/// it.
+pub(crate) fn kill_point_after_merge() {
+    static AFTER: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static MERGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let after = AFTER.get_or_init(|| {
+        if !cfg!(debug_assertions) {
+            return None;
+        }
+        std::env::var(KILL_AFTER_MERGES_ENV)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    let Some(after) = after else { return };
+    let merged = MERGES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    if merged == *after {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGKILL);
+    }
+}
+
+/// The name of the kill hook's environment variable.
+pub const KILL_AFTER_MERGES_ENV: &str = "PRODIGY_FAULT_KILL_AFTER_MERGES";
+
+/// The intents in the journal of the job directory DIR, the last one per item winning; torn
+/// or unreadable lines are skipped (an intent that was not written was not acted on).
+pub fn load(dir: &Path) -> Vec<MergeIntent> {
+    let text = std::fs::read_to_string(dir.join(FILE)).unwrap_or_default();
+    let mut by_item = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Ok(intent) = serde_json::from_str::<MergeIntent>(line) {
+            by_item.insert(intent.index, intent);
+        }
+    }
+    by_item.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(index: usize, head: &str) -> MergeIntent {
+        MergeIntent {
+            item_id: format!("item_{index}"),
+            index,
+            attempts: 1,
+            branch: format!("prodigy-s-item_{index}"),
+            worktree: PathBuf::from("/w"),
+            head: head.into(),
+            output: None,
+            duration_secs: 0.5,
+            claude: None,
+        }
+    }
+
+    #[test]
+    fn the_last_intent_per_item_wins_and_a_torn_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job");
+        append(&job, &intent(2, "a")).unwrap();
+        append(&job, &intent(0, "b")).unwrap();
+        append(&job, &intent(2, "c")).unwrap();
+        let mut text = std::fs::read_to_string(job.join(FILE)).unwrap();
+        text.push_str("{\"item_id\": \"item_1\", \"ind");
+        std::fs::write(job.join(FILE), text).unwrap();
+        // The next intent is not glued onto the torn line.
+        append(&job, &intent(3, "d")).unwrap();
+        let loaded = load(&job);
+        assert_eq!(
+            loaded
+                .iter()
+                .map(|i| (i.index, i.head.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(0, "b"), (2, "c"), (3, "d")]
+        );
+        assert!(load(&dir.path().join("none")).is_empty());
+        note_kept(&job, Path::new("/w/a")).unwrap();
+        assert_eq!(kept(&job), [PathBuf::from("/w/a")]);
+    }
+}
