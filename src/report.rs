@@ -127,6 +127,7 @@ fn verbosity(message: &Message) -> u8 {
         | Message::StepFailed { .. }
         | Message::Text { .. }
         | Message::ClaudeTotals(_)
+        | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => 0,
     }
@@ -149,6 +150,7 @@ fn is_error(message: &Message) -> bool {
         | Message::Claude(_)
         | Message::Exited { .. }
         | Message::ClaudeTotals(_)
+        | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => false,
     }
@@ -169,6 +171,7 @@ fn in_step(message: &Message) -> bool {
         | Message::StepFailed { .. } => true,
         Message::StepStarted { .. }
         | Message::ClaudeTotals(_)
+        | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => false,
     }
@@ -233,6 +236,21 @@ fn text(message: &Message) -> String {
             Severity::Info => text.clone(),
         },
         Message::ClaudeTotals(totals) => totals.line(),
+        Message::ClaudeBudgetReached {
+            reached,
+            not_started,
+            unit,
+            stops_running,
+        } => format!(
+            "stopping: {}; {} not started, the running Claude calls {}",
+            prodigy_runtime::budget::describe(reached),
+            count(*not_started, unit),
+            if *stops_running {
+                "are stopped"
+            } else {
+                "finish"
+            }
+        ),
         Message::ItemFailed { item, why } => format!("item {item} failed: {why}"),
         Message::ItemsFailed(items) => {
             let lines: Vec<String> = items
@@ -304,8 +322,11 @@ impl Display {
     /// Shows the latest counts.
     fn update(&mut self, tally: Tally, breaker: &str) {
         let summary = format!(
-            "{} running, {} failed, {} in DLQ, breaker {breaker}",
-            tally.running, tally.failed, tally.dlq
+            "{} running, {} failed, {} in DLQ, breaker {breaker}{}",
+            tally.running,
+            tally.failed,
+            tally.dlq,
+            tally.spending()
         );
         if let Some(bar) = &self.bar {
             bar.set_position(tally.done);

@@ -50,6 +50,44 @@ pub struct Tally {
     /// Turns the Claude calls running now have taken so far (shown on the bar only: plain
     /// lines stay the same from run to run).
     pub claude_turns: u64,
+    /// What the job's Claude calls have cost so far, in cents (earlier processes included).
+    pub claude_cents: u64,
+    /// What the items left will cost at the average so far, in cents (docs/language.md,
+    /// "Claude budgets"); `None` before an item finished.
+    pub forecast_cents: Option<u64>,
+}
+
+impl Tally {
+    /// `, Claude $1.20 spent, ~$3.60 more for the items left`, or nothing when nothing
+    /// was spent.
+    #[must_use]
+    pub fn spending(&self) -> String {
+        if self.claude_cents == 0 {
+            return String::new();
+        }
+        let dollars = |cents: u64| format!("${}.{:02}", cents / 100, cents % 100);
+        let forecast = match self.forecast_cents {
+            Some(cents) if cents > 0 => format!(", ~{} more for the items left", dollars(cents)),
+            Some(_) | None => String::new(),
+        };
+        format!(", Claude {} spent{forecast}", dollars(self.claude_cents))
+    }
+}
+
+/// US dollars in whole cents, rounded (negative and non-finite amounts are 0).
+#[must_use]
+pub fn cents(usd: f64) -> u64 {
+    if usd.is_finite() && usd > 0.0 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a positive finite amount, rounded to whole cents"
+        )]
+        let cents = (usd * 100.0).round() as u64;
+        cents
+    } else {
+        0
+    }
 }
 
 /// A map phase's progress, as its reporter is told it.
@@ -121,6 +159,21 @@ mod tests {
             visible("a\r\nb\rc\u{8}\u{7f}\u{9b}2J"),
             "a\nb\\x0dc\\x08\\x7f\\x9b2J"
         );
+    }
+
+    #[test]
+    fn spending_shows_dollars_and_the_forecast_only_once_something_was_spent() {
+        let mut tally = Tally::default();
+        assert_eq!(tally.spending(), "");
+        tally.claude_cents = 120;
+        assert_eq!(tally.spending(), ", Claude $1.20 spent");
+        tally.forecast_cents = Some(cents(3.604));
+        assert_eq!(
+            tally.spending(),
+            ", Claude $1.20 spent, ~$3.60 more for the items left"
+        );
+        assert_eq!(cents(-1.0), 0);
+        assert_eq!(cents(f64::NAN), 0);
     }
 
     #[test]

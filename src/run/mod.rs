@@ -102,6 +102,10 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         ),
         args.grace,
     );
+    let opts = Options {
+        max_cost_usd: args.job.max_cost_usd,
+        ..opts
+    };
     if args.dry_run {
         return dry_run(plan, opts);
     }
@@ -187,6 +191,10 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         Options::resumed_job(&checkpoint, &file.text, Layout { home, repo }),
         args.grace,
     );
+    let opts = Options {
+        max_cost_usd: args.job_args.max_cost_usd,
+        ..opts
+    };
     let place = Place {
         isolate: None,
         saved: checkpoint.worktree.clone(),

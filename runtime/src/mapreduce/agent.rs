@@ -244,6 +244,7 @@ pub(crate) async fn run_agent(
     index: usize,
     attempt: u32,
     halt: watch::Receiver<bool>,
+    cancel: Option<watch::Receiver<bool>>,
 ) -> AgentRun {
     // A Slurm task that a killed coordinator left for this item keeps its worktree.
     let adopted = match (&spec.executor, spec.adopt) {
@@ -305,8 +306,8 @@ pub(crate) async fn run_agent(
                 attempt,
                 worktree: worktree.clone(),
                 timeout: spec.timeout,
-                stopping: Some(halt.clone()),
-                halt: spec.cancel_running.then_some(halt),
+                stopping: Some(halt),
+                halt: cancel,
                 adopt: spec.adopt,
                 parallel: spec.parallel,
             },
@@ -333,7 +334,7 @@ pub(crate) async fn run_agent(
             stop,
             agent.run_agent_steps(&spec.steps, &mut vars),
             spec.timeout,
-            spec.cancel_running.then_some(halt),
+            cancel,
         )
         .await;
         let end = match (why, outcome) {
