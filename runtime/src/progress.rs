@@ -50,11 +50,12 @@ pub struct Tally {
     /// Turns the Claude calls running now have taken so far (shown on the bar only: plain
     /// lines stay the same from run to run).
     pub claude_turns: u64,
-    /// What the job's Claude calls have cost so far, in cents (earlier processes included).
-    pub claude_cents: u64,
-    /// What the items left will cost at the average so far, in cents (docs/language.md,
-    /// "Claude budgets"); `None` before an item finished.
-    pub forecast_cents: Option<u64>,
+    /// What the job's Claude calls have cost so far, in millionths of a US dollar
+    /// (earlier processes included); whole numbers keep the tally comparable.
+    pub claude_micros: u64,
+    /// What the items left will cost at the average so far, in millionths of a US dollar
+    /// (docs/language.md, "Claude budgets"); `None` before an item finished.
+    pub forecast_micros: Option<u64>,
 }
 
 impl Tally {
@@ -62,29 +63,31 @@ impl Tally {
     /// was spent.
     #[must_use]
     pub fn spending(&self) -> String {
-        if self.claude_cents == 0 {
+        if self.claude_micros == 0 {
             return String::new();
         }
-        let dollars = |cents: u64| format!("${}.{:02}", cents / 100, cents % 100);
-        let forecast = match self.forecast_cents {
-            Some(cents) if cents > 0 => format!(", ~{} more for the items left", dollars(cents)),
+        let dollars = |micros: u64| crate::budget::usd(micros as f64 / 1e6);
+        let forecast = match self.forecast_micros {
+            Some(micros) if micros > 0 => {
+                format!(", ~{} more for the items left", dollars(micros))
+            }
             Some(_) | None => String::new(),
         };
-        format!(", Claude {} spent{forecast}", dollars(self.claude_cents))
+        format!(", Claude {} spent{forecast}", dollars(self.claude_micros))
     }
 }
 
-/// US dollars in whole cents, rounded (negative and non-finite amounts are 0).
+/// US dollars in whole millionths, rounded (negative and non-finite amounts are 0).
 #[must_use]
-pub fn cents(usd: f64) -> u64 {
+pub fn micros(usd: f64) -> u64 {
     if usd.is_finite() && usd > 0.0 {
         #[expect(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
-            reason = "a positive finite amount, rounded to whole cents"
+            reason = "a positive finite amount, rounded to whole millionths"
         )]
-        let cents = (usd * 100.0).round() as u64;
-        cents
+        let micros = (usd * 1e6).round() as u64;
+        micros
     } else {
         0
     }
@@ -165,15 +168,20 @@ mod tests {
     fn spending_shows_dollars_and_the_forecast_only_once_something_was_spent() {
         let mut tally = Tally::default();
         assert_eq!(tally.spending(), "");
-        tally.claude_cents = 120;
+        tally.claude_micros = micros(1.2);
         assert_eq!(tally.spending(), ", Claude $1.20 spent");
-        tally.forecast_cents = Some(cents(3.604));
+        tally.forecast_micros = Some(micros(3.604));
         assert_eq!(
             tally.spending(),
             ", Claude $1.20 spent, ~$3.60 more for the items left"
         );
-        assert_eq!(cents(-1.0), 0);
-        assert_eq!(cents(f64::NAN), 0);
+        tally.claude_micros = micros(0.00078);
+        assert_eq!(
+            tally.spending(),
+            ", Claude $0.0008 spent, ~$3.60 more for the items left"
+        );
+        assert_eq!(micros(-1.0), 0);
+        assert_eq!(micros(f64::NAN), 0);
     }
 
     #[test]

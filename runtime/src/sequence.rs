@@ -396,6 +396,7 @@ mod tests {
             vec![RunEvent::Ready {
                 cancelled: true,
                 state_lost: None,
+                over_budget: false,
             }],
             vec![READY, RunEvent::StepEnded(Outcome::Cancelled)],
         ] {
@@ -421,6 +422,7 @@ mod tests {
         let stop = run.on(RunEvent::Ready {
             cancelled: false,
             state_lost: Some("cannot write the checkpoint".into()),
+            over_budget: false,
         });
         assert_eq!(stop.action, RunAction::Settle);
         assert_eq!(

@@ -72,6 +72,18 @@ const CLAUDE_ON_BUDGET: Key = key(
     "When `max_cost_usd` is reached: `finish` lets the running calls finish (the default), `stop` stops them (their items stay pending).",
 );
 
+/// The help for KEY written in a `claude` step when only the workflow's `claude:` defaults
+/// take it: the budget is for the whole run, not one call.
+pub(crate) fn workflow_only_help(key: &str) -> Option<String> {
+    [CLAUDE_MAX_COST_USD.name, CLAUDE_ON_BUDGET.name]
+        .contains(&key)
+        .then(|| {
+            format!(
+                "`{key}` is for the whole run: set it in the workflow's top-level `claude:`; `max_budget_usd` caps one call"
+            )
+        })
+}
+
 /// A `claude` command with its settings.
 pub static CLAUDE_STEP: Shape = Shape {
     name: "claude_call",

@@ -395,10 +395,10 @@ pub(crate) fn show_progress(
         failed: job.counts().failed + job.counts().skipped,
         dlq,
         claude_turns,
-        claude_cents: crate::progress::cents(spending.spent),
-        forecast_cents: spending
+        claude_micros: crate::progress::micros(spending.spent),
+        forecast_micros: spending
             .average
-            .map(|a| crate::progress::cents(a * spending.total.saturating_sub(done) as f64)),
+            .map(|a| crate::progress::micros(a * spending.total.saturating_sub(done) as f64)),
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
 }
