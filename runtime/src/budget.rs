@@ -129,6 +129,15 @@ impl Budget {
     }
 }
 
+/// Whether an amount is nothing, for serde's `skip_serializing_if`.
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+pub(crate) fn is_zero(usd: &f64) -> bool {
+    *usd == 0.0
+}
+
 /// `Claude budget reached ($25.03 of $25.00)`.
 #[must_use]
 pub fn describe(reached: &Reached) -> String {

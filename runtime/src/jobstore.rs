@@ -107,20 +107,12 @@ pub struct JobCheckpoint {
     pub worktree: Option<crate::worktree::SessionWorktree>,
     /// US dollars the job's Claude calls have cost so far, every process that ran it
     /// included: its Claude budget is for the whole job (docs/language.md, "Claude budgets").
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::budget::is_zero")]
     pub claude_cost_usd: f64,
     /// Set when the job stopped at its Claude budget: `resume-job` continues it without
     /// `--force` (with a larger `--max-cost-usd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude_budget_reached: Option<crate::budget::Reached>,
-}
-
-#[expect(
-    clippy::trivially_copy_pass_by_ref,
-    reason = "serde's skip_serializing_if passes a reference"
-)]
-fn is_zero(n: &f64) -> bool {
-    *n == 0.0
 }
 
 /// How an item ended.

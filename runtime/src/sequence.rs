@@ -7,6 +7,7 @@
 //!  Ready ──cancelled──────────────▶ Ending(interrupted)
 //!    │ ──state lost────────────────▶ Ending(failed)
 //!    │ ──no step left──────────────▶ Ending(succeeded)
+//!    │ ──over the Claude budget────▶ Ending(budget reached, step i next)
 //!    ▼ Start(i)
 //!  Running(i) ──env failed / step failed──▶ Ending(failed, step i)
 //!    │ ──cancelled─────────────────▶ Ending(interrupted)

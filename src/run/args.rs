@@ -138,6 +138,10 @@ pub(crate) struct ResumeArgs {
     /// Merge the run's worktree back without asking.
     #[arg(short = 'y', long)]
     pub(crate) yes: bool,
+    /// Most the session may spend on Claude calls, in US dollars, across resumes (over the
+    /// workflow's `claude.max_cost_usd`).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub(crate) max_cost_usd: Option<f64>,
     /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub(crate) grace: u64,

@@ -248,7 +248,7 @@ pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &
                 |r| prodigy_runtime::budget::describe(&r),
             );
             err(&format!(
-                "✗ session {} stopped: {reached}; resume with: prodigy resume {} (events in {})\n",
+                "✗ session {} stopped: {reached}; raise the budget and resume with: prodigy resume {} --max-cost-usd AMOUNT (events in {})\n",
                 report.session_id,
                 report.session_id,
                 report.events.display()

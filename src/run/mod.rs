@@ -413,6 +413,10 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         Options::resumed(&checkpoint, &file.text, Layout { home, repo }),
         args.grace,
     );
+    let opts = Options {
+        max_cost_usd: args.max_cost_usd,
+        ..opts
+    };
     let place = Place {
         isolate: None,
         saved: checkpoint.worktree.clone(),

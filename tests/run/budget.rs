@@ -118,18 +118,33 @@ fn a_standard_run_stops_before_the_claude_step_that_would_pass_its_budget() {
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(4), "{text}");
     assert!(
-        text.contains(
-            "stopped: Claude budget reached ($0.0003 of $0.0004); resume with: prodigy resume"
-        ),
+        text.contains("stopped: Claude budget reached ($0.0003 of $0.0004); raise the budget and resume with: prodigy resume"),
         "{text}"
     );
     assert!(!scratch.project().join("after.txt").exists());
-    let calls = scratch
-        .events()
-        .into_iter()
-        .filter(|e| e["event_type"] == "claude_finished")
-        .count();
-    assert_eq!(calls, 1);
+    let calls = |scratch: &Scratch| {
+        scratch
+            .events()
+            .into_iter()
+            .filter(|e| e["event_type"] == "claude_finished")
+            .count()
+    };
+    assert_eq!(calls(&scratch), 1);
+    let session = regex::Regex::new("session-[0-9]+-[0-9a-f]+")
+        .unwrap()
+        .find(&text)
+        .unwrap()
+        .as_str()
+        .to_owned();
+    // What the session spent is carried: under the same budget it stops again at once.
+    let output = scratch.run(&["resume", &session, "--max-cost-usd", "0.0004"], &env);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert_eq!(calls(&scratch), 1);
+    let output = scratch.run(&["resume", &session, "--max-cost-usd", "0.01"], &env);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(scratch.project().join("after.txt").exists());
+    // The first step did not run again.
+    assert_eq!(calls(&scratch), 2);
 }
 
 /// A budget of nothing is refused before anything runs.

@@ -49,6 +49,9 @@ pub struct Options {
     /// `--max-cost-usd`: the Claude budget of the run or job, over the workflow's
     /// `claude.max_cost_usd` ([`crate::budget`]).
     pub max_cost_usd: Option<f64>,
+    /// What a resumed session's Claude calls cost before this process (from its
+    /// checkpoint): its budget spans resumes.
+    pub claude_before: crate::claude::Totals,
 }
 
 /// What a run was started with that its checkpoint keeps, and `resume` and `resume-job`
@@ -118,6 +121,7 @@ impl Options {
             seed: 0,
             output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,
             max_cost_usd: None,
+            claude_before: crate::claude::Totals::default(),
         }
     }
 
@@ -125,13 +129,16 @@ impl Options {
     /// `--force`, the new version is the session's from now on), its files under LAYOUT.
     #[must_use]
     pub fn resumed(checkpoint: &crate::store::Checkpoint, text: &str, layout: Layout) -> Self {
-        Options::new(
-            checkpoint.workflow.clone(),
-            text,
-            checkpoint.project.clone(),
-            layout,
-            checkpoint.into(),
-        )
+        Options {
+            claude_before: checkpoint.claude.unwrap_or_default(),
+            ..Options::new(
+                checkpoint.workflow.clone(),
+                text,
+                checkpoint.project.clone(),
+                layout,
+                checkpoint.into(),
+            )
+        }
     }
 
     /// How to run again the MapReduce job of CHECKPOINT, whose workflow now reads TEXT, its

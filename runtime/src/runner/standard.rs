@@ -128,7 +128,7 @@ impl Runner {
         if !claude_step {
             return false;
         }
-        let totals = *lock(&self.claude_totals);
+        let totals = self.claude_so_far();
         let spend = Spend {
             spent: totals.cost_usd,
             running: 0,
@@ -153,6 +153,13 @@ impl Runner {
                 true
             }
         }
+    }
+
+    /// What the session's Claude calls have cost, those of earlier processes included.
+    fn claude_so_far(&self) -> crate::claude::Totals {
+        let mut totals = self.opts.claude_before;
+        totals.merge(&lock(&self.claude_totals));
+        totals
     }
 
     /// The label of the standard run's step at INDEX.
@@ -257,6 +264,7 @@ impl Runner {
             updated_at: crate::store::timestamp(),
             worktree: self.opts.worktree.clone(),
             continued: lock(&self.continued).clone(),
+            claude: Some(self.claude_so_far()).filter(|c| c.calls > 0),
         };
         self.settle_checkpoint().await;
         let layout = self.opts.layout.clone();

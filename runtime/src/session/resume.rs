@@ -182,6 +182,7 @@ mod tests {
             updated_at: String::new(),
             worktree: None,
             continued: Vec::new(),
+            claude: None,
         }
     }
 
