@@ -298,20 +298,17 @@ pub(crate) fn cost_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan)
             * u64::from(handler_runs)
             * if agent { u64::from(item_runs) } else { 1 };
         let budget = step.claude.as_ref().and_then(|c| c.max_budget_usd);
-        let worst = match budget {
-            Some(b) => {
-                let total = b * runs as f64;
-                if !agent {
-                    once = once.map(|o| o + total);
-                }
-                format!("{}{}", usd(total), if agent { " per item" } else { "" })
+        let worst = if let Some(b) = budget {
+            let total = b * prodigy_runtime::budget::amount(runs);
+            if !agent {
+                once = once.map(|o| o + total);
             }
-            None => {
-                if !agent {
-                    once = None;
-                }
-                "no `max_budget_usd`: no cap".to_owned()
+            format!("{}{}", usd(total), if agent { " per item" } else { "" })
+        } else {
+            if !agent {
+                once = None;
             }
+            "no `max_budget_usd`: no cap".to_owned()
         };
         rows.push([
             format!("{}:{}", at.line, at.column),

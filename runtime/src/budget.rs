@@ -27,14 +27,14 @@ impl Spend {
     #[must_use]
     pub fn projected(&self) -> f64 {
         let average = self.average.unwrap_or(0.0).max(0.0);
-        self.spent + average * (self.running as f64 + 1.0)
+        self.spent + average * (amount(self.running) + 1.0)
     }
 
     /// What REMAINING calls (or items) not finished yet will cost at the average; `None`
     /// before any finished.
     #[must_use]
     pub fn forecast(&self, remaining: u64) -> Option<f64> {
-        self.average.map(|a| a.max(0.0) * remaining as f64)
+        self.average.map(|a| a.max(0.0) * amount(remaining))
     }
 }
 
@@ -64,7 +64,8 @@ pub struct Reached {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Budget {
     limit: f64,
-    on_budget: OnBudget,
+    /// `on_budget`.
+    then: OnBudget,
     reached: Option<Reached>,
 }
 
@@ -74,7 +75,7 @@ impl Budget {
     pub fn new(limit: f64, on_budget: OnBudget) -> Self {
         Budget {
             limit,
-            on_budget,
+            then: on_budget,
             reached: None,
         }
     }
@@ -100,7 +101,7 @@ impl Budget {
     /// Whether the running calls are stopped once the budget is reached.
     #[must_use]
     pub fn stops_running(&self) -> bool {
-        match self.on_budget {
+        match self.then {
             OnBudget::Finish => false,
             OnBudget::Stop => true,
         }
@@ -127,6 +128,16 @@ impl Budget {
             None => Admit::Start,
         }
     }
+}
+
+/// N calls or items as a factor of an amount.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "counts of calls and items stay far below 2^52"
+)]
+#[must_use]
+pub fn amount(n: u64) -> f64 {
+    n as f64
 }
 
 /// Whether an amount is nothing, for serde's `skip_serializing_if`.

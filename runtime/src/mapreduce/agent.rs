@@ -235,7 +235,12 @@ pub(crate) fn scope_for(
     (Rc::new(scope), tx)
 }
 
-/// Runs one agent for ITEM.
+/// Runs one agent for ITEM; HALT says the job stops (a Slurm task not yet running is not
+/// started), CANCEL that the running agents are cancelled.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the agent's inputs and its two stop signals, all borrowed from the dispatcher"
+)]
 pub(crate) async fn run_agent(
     runner: &Runner,
     spec: &AgentSpec,

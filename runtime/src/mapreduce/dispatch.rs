@@ -396,9 +396,9 @@ pub(crate) fn show_progress(
         dlq,
         claude_turns,
         claude_micros: crate::progress::micros(spending.spent),
-        forecast_micros: spending
-            .average
-            .map(|a| crate::progress::micros(a * spending.total.saturating_sub(done) as f64)),
+        forecast_micros: spending.average.map(|a| {
+            crate::progress::micros(a * crate::budget::amount(spending.total.saturating_sub(done)))
+        }),
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
 }
@@ -607,7 +607,7 @@ impl Dispatcher<'_, '_> {
     /// What an agent run has cost on average, once one ended.
     fn average_item_cost(&self) -> Option<f64> {
         let (sum, n) = self.item_costs;
-        (n > 0).then(|| sum / n as f64)
+        (n > 0).then(|| sum / crate::budget::amount(n))
     }
 
     /// The agents to start while slots, items and the policy allow.

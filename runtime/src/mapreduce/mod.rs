@@ -63,7 +63,7 @@ pub enum JobOutcome {
     },
     /// The error policy stopped the map phase.
     Stopped(String),
-    /// The Claude budget was reached: no new agent started; NOT_STARTED items are pending.
+    /// The Claude budget was reached: no new agent started; `not_started` items are pending.
     BudgetReached {
         /// The spent amount and the limit.
         reached: crate::budget::Reached,
