@@ -241,16 +241,19 @@ fn text(message: &Message) -> String {
             not_started,
             unit,
             stops_running,
-        } => format!(
-            "stopping: {}; {} not started, the running Claude calls {}",
-            prodigy_runtime::budget::describe(reached),
-            count(*not_started, unit),
-            if *stops_running {
-                "are stopped"
-            } else {
-                "finish"
-            }
-        ),
+        } => {
+            // A standard run's steps run one at a time: nothing is running then.
+            let running = match (*unit, *stops_running) {
+                ("step", _) => "",
+                (_, true) => ", the running agents are stopped",
+                (_, false) => ", the running agents finish",
+            };
+            format!(
+                "stopping: {}; {} not started{running}",
+                prodigy_runtime::budget::describe(reached),
+                count(*not_started, unit),
+            )
+        }
         Message::ItemFailed { item, why } => format!("item {item} failed: {why}"),
         Message::ItemsFailed(items) => {
             let lines: Vec<String> = items

@@ -58,6 +58,10 @@ fn a_job_stops_at_its_claude_budget_and_resume_job_with_more_finishes_it_once() 
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(4), "{text}");
     assert!(
+        text.contains("stopping: Claude budget reached ($0.0008 of $0.001); 3 items not started, the running agents finish\n"),
+        "{text}"
+    );
+    assert!(
         text.contains("stopped: Claude budget reached ($0.0008 of $0.001); 3 items not started"),
         "{text}"
     );

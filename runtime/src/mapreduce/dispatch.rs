@@ -727,6 +727,9 @@ impl Dispatcher<'_, '_> {
                     self.agents = self.agents.saturating_sub(1);
                     self.item_costs.0 += run.claude.cost_usd;
                     self.item_costs.1 += 1;
+                    if run.slurm.is_some() {
+                        self.job.spent_elsewhere += run.claude.cost_usd;
+                    }
                 }
                 (index, attempt, run, admission)
             }

@@ -205,6 +205,9 @@ pub struct MapJob<'a> {
     pub(crate) write_announced: bool,
     /// What the job's Claude calls cost before this process took it over.
     pub(crate) spent_before: f64,
+    /// What the Claude calls of agents that ran elsewhere (Slurm tasks) cost: this process's
+    /// totals do not hold them.
+    pub(crate) spent_elsewhere: f64,
 }
 
 impl<'a> MapJob<'a> {
@@ -230,12 +233,13 @@ impl<'a> MapJob<'a> {
             dlq_unwritten: std::collections::BTreeSet::new(),
             write_announced: false,
             spent_before: checkpoint_spent,
+            spent_elsewhere: 0.0,
         }
     }
 
     /// What the job's Claude calls have cost so far, earlier processes included.
     pub(crate) fn claude_spent(&self) -> f64 {
-        self.spent_before + crate::lock(&self.runner.claude_totals).cost_usd
+        self.spent_before + self.spent_elsewhere + crate::lock(&self.runner.claude_totals).cost_usd
     }
 
     /// The first state write of the job that failed, its event log's included.
