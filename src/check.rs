@@ -59,6 +59,9 @@ pub(crate) struct CheckArgs {
     /// Print only the problems: no summary line when there are none.
     #[arg(short, long)]
     quiet: bool,
+    /// Print each Claude step's worst-case cost (`max_budget_usd` × its runs), as a table.
+    #[arg(long)]
+    explain_costs: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -460,6 +463,11 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
             && let Some(plan) = o.checked.as_ref().and_then(|c| c.plan.as_ref())
         {
             out(&output::retry_table(&o.file, plan));
+        }
+        if args.explain_costs
+            && let Some(plan) = o.checked.as_ref().and_then(|c| c.plan.as_ref())
+        {
+            out(&output::cost_table(&o.file, plan));
         }
         // With the fixed text on stdout, the report goes to stderr.
         let report = |text: &str| {

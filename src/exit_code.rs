@@ -9,6 +9,8 @@ pub(crate) const PROBLEMS: u8 = 1;
 pub(crate) const USAGE: u8 = 2;
 /// Under `--strict`, a job that completed with items in the dead letter queue.
 pub(crate) const DLQ_STRICT: u8 = 3;
+/// A run or job stopped at its Claude budget (`max_cost_usd`, `--max-cost-usd`).
+pub(crate) const BUDGET: u8 = 4;
 /// Interrupted by SIGINT (Ctrl-C): 128 + 2.
 pub(crate) const SIGINT: u8 = 130;
 /// Interrupted by SIGTERM: 128 + 15.
@@ -25,6 +27,10 @@ pub(crate) const TABLE: &[(u8, &str)] = &[
     (
         DLQ_STRICT,
         "with --strict, a job completed with items in the dead letter queue",
+    ),
+    (
+        BUDGET,
+        "a run or job stopped at its Claude budget; resume it with a larger --max-cost-usd",
     ),
     (
         SIGINT,

@@ -894,9 +894,17 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
 fn resume_hint(home: &Path, id: &str) -> Option<String> {
     use prodigy_runtime::jobstore::Status;
     if let Some((dir, _)) = Layout::find_job(home, id) {
-        return match JobFiles::new(dir).load_checkpoint().map(|c| c.status) {
-            Ok(Status::Completed) => None,
-            Ok(Status::Stopped) => Some(format!(
+        let checkpoint = JobFiles::new(dir).load_checkpoint();
+        return match checkpoint
+            .as_ref()
+            .map(|c| (c.status, c.claude_budget_reached))
+        {
+            Ok((Status::Completed, _)) => None,
+            Ok((Status::Stopped, Some(reached))) => Some(format!(
+                "it stopped at its Claude budget ({}): resume it with `prodigy resume-job {id} --max-cost-usd AMOUNT`",
+                prodigy_runtime::budget::usd(reached.limit)
+            )),
+            Ok((Status::Stopped, None)) => Some(format!(
                 "its error policy stopped it: see why with `prodigy dlq show {id}`, and resume it with `prodigy resume-job --force {id}` once the cause is fixed"
             )),
             _ => Some(format!("continue it with `prodigy resume-job {id}`")),

@@ -254,6 +254,115 @@ pub(crate) fn retry_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan
     text
 }
 
+/// The `--explain-costs` table: each Claude step's worst case, its `max_budget_usd` times its
+/// runs (`retry_config` attempts × `on_failure` `max_attempts`; per item, times the item's
+/// runs, in a map agent), and the workflow's `max_cost_usd` (docs/language.md, "Claude
+/// budgets").
+pub(crate) fn cost_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan) -> String {
+    use prodigy_compiler::plan::{PlanCommand, StepId};
+    use prodigy_runtime::budget::usd;
+    // The steps an agent runs, nested ones included: their cost is per item.
+    let mut per_item = std::collections::BTreeSet::new();
+    let mut todo: Vec<StepId> = plan
+        .map
+        .as_ref()
+        .map(|m| m.steps.clone())
+        .unwrap_or_default();
+    while let Some(id) = todo.pop() {
+        if per_item.insert(id)
+            && let Some(step) = plan.step(id)
+        {
+            todo.extend(step.children());
+        }
+    }
+    let item_runs = if plan.map.is_some() {
+        plan.job_policy.max_attempts.max(1)
+    } else {
+        1
+    };
+    let mut rows: Vec<[String; 5]> = Vec::new();
+    // The worst case of the steps that run once (not per item), while every one has a cap.
+    let mut once: Option<f64> = Some(0.0);
+    for step in &plan.steps {
+        if !matches!(step.command, PlanCommand::Claude(_)) {
+            continue;
+        }
+        let at = file.line_col(step.origin.start);
+        let attempts = step.retry.as_ref().map_or(1, |r| r.config.attempts.max(1));
+        let handler_runs = step
+            .on_failure
+            .as_ref()
+            .map_or(1, |f| f.max_attempts.max(1));
+        let agent = per_item.contains(&step.id);
+        let runs = u64::from(attempts)
+            * u64::from(handler_runs)
+            * if agent { u64::from(item_runs) } else { 1 };
+        let budget = step.claude.as_ref().and_then(|c| c.max_budget_usd);
+        let worst = if let Some(b) = budget {
+            let total = b * prodigy_runtime::budget::amount(runs);
+            if !agent {
+                once = once.map(|o| o + total);
+            }
+            format!("{}{}", usd(total), if agent { " per item" } else { "" })
+        } else {
+            if !agent {
+                once = None;
+            }
+            "no `max_budget_usd`: no cap".to_owned()
+        };
+        rows.push([
+            format!("{}:{}", at.line, at.column),
+            step.label.clone(),
+            budget.map_or_else(|| "—".to_owned(), usd),
+            runs.to_string(),
+            worst,
+        ]);
+    }
+    if rows.is_empty() {
+        return format!("{}: no Claude steps\n", file.name);
+    }
+    let header = ["where", "step", "max_budget_usd", "runs", "worst case"];
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut text = format!("{}\n", file.name);
+    text.push_str(&line(&header.map(String::from)));
+    for row in &rows {
+        text.push_str(&line(row));
+    }
+    let per_item_note = if per_item.is_empty() {
+        ""
+    } else {
+        " outside the map agents"
+    };
+    match once {
+        Some(total) => {
+            let _ = writeln!(text, "worst case{per_item_note}: {}", usd(total));
+        }
+        None => {
+            let _ = writeln!(
+                text,
+                "worst case{per_item_note}: no cap (a step has no `max_budget_usd`)"
+            );
+        }
+    }
+    if let Some(limit) = plan.claude_budget.and_then(|b| b.max_cost_usd) {
+        let _ = writeln!(text, "`max_cost_usd` caps the whole run at {}", usd(limit));
+    }
+    text
+}
+
 /// The SARIF 2.1.0 log of a `check` run: one run, every code as a rule, one result per
 /// diagnostic, for GitHub code scanning and other SARIF consumers.
 pub(crate) fn sarif(files: &[(SourceFile, Vec<Diagnostic>)]) -> serde_json::Value {

@@ -128,6 +128,7 @@ fn verbosity(message: &Message) -> u8 {
         | Message::NotExported { .. }
         | Message::Text { .. }
         | Message::ClaudeTotals(_)
+        | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => 0,
     }
@@ -151,6 +152,7 @@ fn is_error(message: &Message) -> bool {
         | Message::Exited { .. }
         | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
+        | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => false,
     }
@@ -172,6 +174,7 @@ fn in_step(message: &Message) -> bool {
         Message::StepStarted { .. }
         | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
+        | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_) => false,
     }
@@ -239,6 +242,24 @@ fn text(message: &Message) -> String {
             Severity::Info => text.clone(),
         },
         Message::ClaudeTotals(totals) => totals.line(),
+        Message::ClaudeBudgetReached {
+            reached,
+            not_started,
+            unit,
+            stops_running,
+        } => {
+            // A standard run's steps run one at a time: nothing is running then.
+            let running = match (*unit, *stops_running) {
+                ("step", _) => "",
+                (_, true) => ", the running agents are stopped",
+                (_, false) => ", the running agents finish",
+            };
+            format!(
+                "stopping: {}; {} not started{running}",
+                prodigy_runtime::budget::describe(reached),
+                count(*not_started, unit),
+            )
+        }
         Message::ItemFailed { item, why } => format!("item {item} failed: {why}"),
         Message::ItemsFailed(items) => {
             let lines: Vec<String> = items
@@ -310,8 +331,11 @@ impl Display {
     /// Shows the latest counts.
     fn update(&mut self, tally: Tally, breaker: &str) {
         let summary = format!(
-            "{} running, {} failed, {} in DLQ, breaker {breaker}",
-            tally.running, tally.failed, tally.dlq
+            "{} running, {} failed, {} in DLQ, breaker {breaker}{}",
+            tally.running,
+            tally.failed,
+            tally.dlq,
+            tally.spending()
         );
         if let Some(bar) = &self.bar {
             bar.set_position(tally.done);

@@ -418,6 +418,17 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// The Claude budget (`max_cost_usd`, `--max-cost-usd`) is reached: no new Claude
+    /// call starts.
+    #[serde(rename = "claude_budget_reached")]
+    ClaudeBudgetReached {
+        /// US dollars spent, earlier processes of the job included.
+        spent: f64,
+        /// The limit.
+        limit: f64,
+        /// Items (or steps) left that will not start.
+        not_started: u64,
+    },
     /// Setup left files the agents will not see.
     #[serde(rename = "setup_left_uncommitted")]
     SetupLeftUncommitted {

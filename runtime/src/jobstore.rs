@@ -105,6 +105,14 @@ pub struct JobCheckpoint {
     /// The session worktree the job works in (docs/language.md §11); resume continues in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::worktree::SessionWorktree>,
+    /// US dollars the job's Claude calls have cost so far, every process that ran it
+    /// included: its Claude budget is for the whole job (docs/language.md, "Claude budgets").
+    #[serde(default, skip_serializing_if = "crate::budget::is_zero")]
+    pub claude_cost_usd: f64,
+    /// Set when the job stopped at its Claude budget: `resume-job` continues it without
+    /// `--force` (with a larger `--max-cost-usd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_budget_reached: Option<crate::budget::Reached>,
 }
 
 /// How an item ended.

@@ -3,6 +3,7 @@
 //! It consumes only the compiler's [`prodigy_compiler::plan::Plan`] and never reads YAML.
 
 pub mod breaker;
+pub mod budget;
 pub mod claude;
 pub mod dlq;
 pub mod events;

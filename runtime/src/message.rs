@@ -113,6 +113,17 @@ pub enum Message {
     },
     /// What the Claude calls of a run or a job cost.
     ClaudeTotals(Totals),
+    /// The Claude budget is reached: no new Claude call starts.
+    ClaudeBudgetReached {
+        /// The spent amount and the limit.
+        reached: crate::budget::Reached,
+        /// What is left that will not start: items of a job, steps of a run.
+        not_started: u64,
+        /// `item` or `step`.
+        unit: &'static str,
+        /// Whether the running calls are stopped (`on_budget: stop`) rather than finish.
+        stops_running: bool,
+    },
     /// A map item failed (`error_collection: immediate`).
     ItemFailed {
         /// `item_N`.
@@ -249,6 +260,7 @@ impl Message {
                 text: mask(&text),
             },
             Message::ClaudeTotals(totals) => Message::ClaudeTotals(totals),
+            budget @ Message::ClaudeBudgetReached { .. } => budget,
             Message::ItemFailed { item, why } => Message::ItemFailed {
                 item,
                 why: mask(&why),

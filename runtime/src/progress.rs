@@ -50,6 +50,47 @@ pub struct Tally {
     /// Turns the Claude calls running now have taken so far (shown on the bar only: plain
     /// lines stay the same from run to run).
     pub claude_turns: u64,
+    /// What the job's Claude calls have cost so far, in millionths of a US dollar
+    /// (earlier processes included); whole numbers keep the tally comparable.
+    pub claude_micros: u64,
+    /// What the items left will cost at the average so far, in millionths of a US dollar
+    /// (docs/language.md, "Claude budgets"); `None` before an item finished.
+    pub forecast_micros: Option<u64>,
+}
+
+impl Tally {
+    /// `, Claude $1.20 spent, ~$3.60 more for the items left`, or nothing when nothing
+    /// was spent.
+    #[must_use]
+    pub fn spending(&self) -> String {
+        if self.claude_micros == 0 {
+            return String::new();
+        }
+        let dollars = |micros: u64| crate::budget::usd(crate::budget::amount(micros) / 1e6);
+        let forecast = match self.forecast_micros {
+            Some(micros) if micros > 0 => {
+                format!(", ~{} more for the items left", dollars(micros))
+            }
+            Some(_) | None => String::new(),
+        };
+        format!(", Claude {} spent{forecast}", dollars(self.claude_micros))
+    }
+}
+
+/// US dollars in whole millionths, rounded (negative and non-finite amounts are 0).
+#[must_use]
+pub fn micros(usd: f64) -> u64 {
+    if usd.is_finite() && usd > 0.0 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a positive finite amount, rounded to whole millionths"
+        )]
+        let micros = (usd * 1e6).round() as u64;
+        micros
+    } else {
+        0
+    }
 }
 
 /// A map phase's progress, as its reporter is told it.
@@ -121,6 +162,26 @@ mod tests {
             visible("a\r\nb\rc\u{8}\u{7f}\u{9b}2J"),
             "a\nb\\x0dc\\x08\\x7f\\x9b2J"
         );
+    }
+
+    #[test]
+    fn spending_shows_dollars_and_the_forecast_only_once_something_was_spent() {
+        let mut tally = Tally::default();
+        assert_eq!(tally.spending(), "");
+        tally.claude_micros = micros(1.2);
+        assert_eq!(tally.spending(), ", Claude $1.20 spent");
+        tally.forecast_micros = Some(micros(3.604));
+        assert_eq!(
+            tally.spending(),
+            ", Claude $1.20 spent, ~$3.60 more for the items left"
+        );
+        tally.claude_micros = micros(0.00078);
+        assert_eq!(
+            tally.spending(),
+            ", Claude $0.0008 spent, ~$3.60 more for the items left"
+        );
+        assert_eq!(micros(-1.0), 0);
+        assert_eq!(micros(f64::NAN), 0);
     }
 
     #[test]

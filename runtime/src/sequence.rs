@@ -7,6 +7,7 @@
 //!  Ready ──cancelled──────────────▶ Ending(interrupted)
 //!    │ ──state lost────────────────▶ Ending(failed)
 //!    │ ──no step left──────────────▶ Ending(succeeded)
+//!    │ ──over the Claude budget────▶ Ending(budget reached, step i next)
 //!    ▼ Start(i)
 //!  Running(i) ──env failed / step failed──▶ Ending(failed, step i)
 //!    │ ──cancelled─────────────────▶ Ending(interrupted)
@@ -31,6 +32,8 @@ pub enum RunEvent {
         cancelled: bool,
         /// The first state write that failed.
         state_lost: Option<String>,
+        /// The Claude budget does not let the next step start ([`crate::budget`]).
+        over_budget: bool,
     },
     /// The variables of the step about to start could not be refreshed (an env file or an
     /// env `command:`).
@@ -147,6 +150,7 @@ impl Sequence {
                 RunEvent::Ready {
                     cancelled,
                     state_lost,
+                    over_budget,
                 },
             ) => {
                 if cancelled {
@@ -159,6 +163,9 @@ impl Sequence {
                     reaction
                 } else if self.next >= self.total {
                     self.end(RunOutcome::Succeeded, None)
+                } else if over_budget {
+                    // The dispatcher said so; a resume starts from this step.
+                    self.end(RunOutcome::BudgetReached, None)
                 } else {
                     self.state = State::Running;
                     Reaction::act(RunAction::Start(self.next))
@@ -266,7 +273,45 @@ mod tests {
     const READY: RunEvent = RunEvent::Ready {
         cancelled: false,
         state_lost: None,
+        over_budget: false,
     };
+
+    /// The Claude budget ends the run before the step that would pass it, without a failed
+    /// step; a resume starts from that step.
+    #[test]
+    fn a_step_over_the_claude_budget_does_not_start_and_is_where_a_resume_starts() {
+        let mut run = Sequence::new(0, 3);
+        let over = RunEvent::Ready {
+            cancelled: false,
+            state_lost: None,
+            over_budget: true,
+        };
+        let actions = drive(
+            &mut run,
+            vec![
+                READY,
+                RunEvent::StepEnded(Outcome::Succeeded),
+                over,
+                RunEvent::Settled(None),
+                RunEvent::Saved(None),
+            ],
+        );
+        assert_eq!(
+            actions[2..],
+            [
+                RunAction::Settle,
+                RunAction::SaveLast {
+                    status: SessionStatus::Interrupted,
+                    next: 1
+                },
+                RunAction::End(Ending {
+                    outcome: RunOutcome::BudgetReached,
+                    failed_step: None,
+                    state_error: None,
+                }),
+            ]
+        );
+    }
 
     /// Feeds EVENTS in turn and returns the actions.
     fn drive(machine: &mut Sequence, events: Vec<RunEvent>) -> Vec<RunAction> {
@@ -352,6 +397,7 @@ mod tests {
             vec![RunEvent::Ready {
                 cancelled: true,
                 state_lost: None,
+                over_budget: false,
             }],
             vec![READY, RunEvent::StepEnded(Outcome::Cancelled)],
         ] {
@@ -377,6 +423,7 @@ mod tests {
         let stop = run.on(RunEvent::Ready {
             cancelled: false,
             state_lost: Some("cannot write the checkpoint".into()),
+            over_budget: false,
         });
         assert_eq!(stop.action, RunAction::Settle);
         assert_eq!(

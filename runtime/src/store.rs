@@ -283,6 +283,10 @@ pub struct Checkpoint {
     /// them at its end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub continued: Vec<ContinuedStep>,
+    /// What the session's Claude calls have cost so far, earlier processes included: its
+    /// Claude budget spans resumes (docs/language.md, "Claude budgets").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude: Option<crate::claude::Totals>,
 }
 
 /// How a standard run stands, in its checkpoint: written as `running`, `completed`,

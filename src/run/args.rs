@@ -70,6 +70,10 @@ pub(crate) struct JobArgs {
     /// and the last line says so).
     #[arg(long)]
     pub(crate) strict: bool,
+    /// Most the run or job may spend on Claude calls, in US dollars, across resumes: no new
+    /// Claude call starts once it would be passed (over the workflow's `claude.max_cost_usd`).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub(crate) max_cost_usd: Option<f64>,
     /// Where map agents run: `local` processes, or `slurm` jobs (README "Map agents on Slurm").
     #[arg(long, value_enum, default_value_t)]
     pub(crate) executor: crate::agent::ExecutorChoice,
@@ -85,6 +89,16 @@ impl JobArgs {
             strict: self.strict,
             executor: self.executor.executor(),
         }
+    }
+}
+
+/// A positive amount of US dollars.
+fn parse_usd(text: &str) -> Result<f64, String> {
+    match text.trim().trim_start_matches('$').parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(n),
+        _ => Err(format!(
+            "`{text}` is not an amount of US dollars above 0, such as `25` or `2.5`"
+        )),
     }
 }
 
@@ -124,6 +138,10 @@ pub(crate) struct ResumeArgs {
     /// Merge the run's worktree back without asking.
     #[arg(short = 'y', long)]
     pub(crate) yes: bool,
+    /// Most the session may spend on Claude calls, in US dollars, across resumes (over the
+    /// workflow's `claude.max_cost_usd`).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub(crate) max_cost_usd: Option<f64>,
     /// Seconds between SIGTERM and SIGKILL when a step times out or the run is interrupted.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub(crate) grace: u64,

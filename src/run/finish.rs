@@ -96,6 +96,25 @@ pub(super) fn finish_job(
             );
             exit_code::PROBLEMS
         }
+        JobOutcome::BudgetReached {
+            reached,
+            not_started,
+        } => {
+            let _ = writeln!(
+                text,
+                "✗ job {id} stopped: {}; {} not started (events in {events})",
+                prodigy_runtime::budget::describe(reached),
+                count(*not_started, "item")
+            );
+            if let Some(queued) = &queued {
+                let _ = writeln!(text, "{queued}: see why with `prodigy dlq show {id}`");
+            }
+            let _ = writeln!(
+                text,
+                "raise the budget and resume with: prodigy resume-job {id} --max-cost-usd AMOUNT"
+            );
+            exit_code::BUDGET
+        }
         JobOutcome::Failed { phase, what } => {
             if let Some(queued) = &queued {
                 let _ = writeln!(
@@ -233,6 +252,19 @@ pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &
                 report.session_id
             ));
             interrupted(signal)
+        }
+        RunOutcome::BudgetReached => {
+            let reached = report.budget.map_or_else(
+                || "Claude budget reached".to_owned(),
+                |r| prodigy_runtime::budget::describe(&r),
+            );
+            err(&format!(
+                "✗ session {} stopped: {reached}; raise the budget and resume with: prodigy resume {} --max-cost-usd AMOUNT (events in {})\n",
+                report.session_id,
+                report.session_id,
+                report.events.display()
+            ));
+            exit_code::BUDGET
         }
     }
 }

@@ -103,6 +103,10 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         ),
         args.grace,
     );
+    let opts = Options {
+        max_cost_usd: args.job.max_cost_usd,
+        ..opts
+    };
     if args.dry_run {
         return dry_run(plan, opts);
     }
@@ -195,6 +199,10 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         Options::resumed_job(&checkpoint, &file.text, Layout { home, repo }),
         args.grace,
     );
+    let opts = Options {
+        max_cost_usd: args.job_args.max_cost_usd,
+        ..opts
+    };
     let place = Place {
         isolate: None,
         saved: checkpoint.worktree.clone(),
@@ -444,6 +452,10 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         Options::resumed(&checkpoint, &file.text, Layout { home, repo }),
         args.grace,
     );
+    let opts = Options {
+        max_cost_usd: args.max_cost_usd,
+        ..opts
+    };
     let place = Place {
         isolate: None,
         saved: checkpoint.worktree.clone(),

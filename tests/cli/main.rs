@@ -486,6 +486,50 @@ fn graph_nodes_point_at_the_lines_their_steps_were_written_on() {
     );
 }
 
+/// `--explain-costs`: a Claude step's worst case is its `max_budget_usd` times its runs,
+/// per item in a map agent (times the item's runs), with the workflow's `max_cost_usd`.
+#[test]
+fn check_explains_the_worst_case_cost_of_claude_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = write(
+        &dir,
+        "job.yml",
+        "mode: mapreduce\nclaude:\n  max_budget_usd: 2\n  max_cost_usd: 25\nsetup:\n  - claude: /plan\n    retry_config:\n      attempts: 3\nmap:\n  input: items.json\n  agent_template:\n    - claude: \"/fix ${item}\"\n      on_failure:\n        claude: \"/repair ${item}\"\n        max_attempts: 2\nerror_policy:\n  retry_config:\n    max_attempts: 2\n",
+    );
+    let out = prodigy()
+        .args(["check", "--explain-costs"])
+        .arg(&job)
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let row = |label: &str| {
+        text.lines()
+            .find(|l| l.contains(label))
+            .and_then(|l| l.split_once(label))
+            .unwrap_or_else(|| panic!("no {label} in:\n{text}"))
+            .1
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // Setup: $2 × 3 attempts, once.
+    assert_eq!(row("/plan"), "$2.00 3 $6.00");
+    // The agent's step: $2 × 2 runs of `on_failure` × 2 runs of the item, per item.
+    assert_eq!(row("/fix ${item}"), "$2.00 4 $8.00 per item");
+    assert_eq!(row("/repair ${item}"), "$2.00 2 $4.00 per item");
+    assert!(
+        text.contains("worst case outside the map agents: $6.00"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`max_cost_usd` caps the whole run at $25.00"),
+        "{text}"
+    );
+}
+
 #[test]
 fn check_emits_the_plan_and_explains_retries() {
     let example = "workflows/examples/build-and-test.yml";

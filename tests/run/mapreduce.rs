@@ -96,6 +96,8 @@ const SEED_CASES: &[Case] = &[
     case("seed-004-resilient-mapreduce-fibonacci", "", 0),
     // `slurm:` changes nothing when the agents run here (`--executor local`, the default).
     case("slurm-options", "", 0),
+    // Not a seed: a Claude budget far above what the stub's calls cost changes nothing.
+    case("claude-budget", "", 0),
 ];
 
 fn write_items(scratch: &Scratch, workflow: &str, items: Option<fn() -> String>) {

@@ -5,8 +5,8 @@
 use super::step::{COMMAND_KINDS, Ctx};
 use super::{Fields, Lowerer, one_of};
 use crate::ast::{
-    ClaudeSettings, Command, CommitConfig, Foreach, ForeachInput, StepOutput, Template, WriteFile,
-    WriteFormat,
+    ClaudeBudget, ClaudeSettings, Command, CommitConfig, Foreach, ForeachInput, OnBudget,
+    StepOutput, Template, WriteFile, WriteFormat,
 };
 use crate::diagnostics::{Code, Diagnostic, Fix};
 use crate::shapes;
@@ -175,6 +175,36 @@ impl Lowerer<'_> {
             mcp_config: list(self, "mcp_config"),
             add_dirs: list(self, "add_dirs"),
         }
+    }
+
+    /// `claude: {max_cost_usd, on_budget}` of the workflow's defaults (docs/language.md,
+    /// "Claude budgets"); `None` when neither is set.
+    pub(crate) fn claude_budget(&mut self, fields: &Fields<'_>) -> Option<ClaudeBudget> {
+        let max_cost_usd = fields
+            .number(self, "max_cost_usd", 0.0, f64::MAX)
+            .and_then(|budget| {
+                if budget.value > 0.0 {
+                    return Some(budget.value);
+                }
+                self.push(
+                    Diagnostic::new(Code::OutOfRange, "`max_cost_usd` must be above 0")
+                        .with_primary(budget.span, "a budget of 0 allows no Claude call at all")
+                        .with_help("give the most the run may spend in US dollars, such as `25`"),
+                );
+                None
+            });
+        let on_budget = fields.choice(
+            self,
+            "on_budget",
+            &[("finish", OnBudget::Finish), ("stop", OnBudget::Stop)],
+        );
+        if max_cost_usd.is_none() && on_budget.is_none() {
+            return None;
+        }
+        Some(ClaudeBudget {
+            max_cost_usd,
+            on_budget: on_budget.map_or(OnBudget::Finish, |o| o.value),
+        })
     }
 
     /// `{name: X, args, options}`: the Claude command `/X args --option value`.

@@ -172,9 +172,13 @@ impl Lowerer<'_> {
     }
 
     fn unknown_key(&mut self, entry: &Entry, key: &str, what: &str, known: &[&str]) {
-        let help = match suggest(key, known.iter().copied()) {
-            Some(s) => format!("did you mean `{s}`?"),
-            None => format!("{what} accepts {}", one_of(known)),
+        let help = match (
+            shapes::workflow_only_help(key).filter(|_| what == "`claude`"),
+            suggest(key, known.iter().copied()),
+        ) {
+            (Some(help), _) => help,
+            (None, Some(s)) => format!("did you mean `{s}`?"),
+            (None, None) => format!("{what} accepts {}", one_of(known)),
         };
         self.push(
             Diagnostic::new(Code::UnknownKey, format!("unknown key `{key}` in {what}"))
@@ -452,6 +456,7 @@ impl Lowerer<'_> {
             && let Some(settings) = self.fields(claude, "`claude`", &shapes::CLAUDE_DEFAULTS)
         {
             wf.claude = Some(self.claude_settings(&settings));
+            wf.claude_budget = self.claude_budget(&settings);
         }
         if let Some(handlers) = fields.node("handlers") {
             wf.handlers = self.handlers(handlers);

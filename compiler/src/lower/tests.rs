@@ -491,6 +491,55 @@ fn claude_settings_are_checked_like_other_fields() {
 }
 
 #[test]
+fn the_claude_budget_is_read_from_the_workflow_defaults_only() {
+    let checked = crate::check(&SourceFile::new(
+        "t.yml",
+        "claude:\n  max_cost_usd: 25\n  on_budget: stop\n  model: opus\ncommands:\n  - claude: /a\n",
+    ));
+    let plan = checked.plan.unwrap();
+    assert_eq!(
+        plan.claude_budget,
+        Some(crate::plan::ClaudeBudget {
+            max_cost_usd: Some(25.0),
+            on_budget: crate::plan::OnBudget::Stop,
+        })
+    );
+    // Not a setting of the calls themselves.
+    assert_eq!(
+        plan.steps[0].claude.as_ref().unwrap().model.as_deref(),
+        Some("opus")
+    );
+    let default = crate::check(&SourceFile::new(
+        "t.yml",
+        "claude:\n  max_cost_usd: 2\ncommands:\n  - shell: x\n",
+    ));
+    assert_eq!(
+        default.plan.unwrap().claude_budget.map(|b| b.on_budget),
+        Some(crate::plan::OnBudget::Finish)
+    );
+    // In a step, it is an unknown key that says where it goes.
+    let step = crate::check(&SourceFile::new(
+        "t.yml",
+        "- claude:\n    prompt: /a\n    max_cost_usd: 5\n",
+    ));
+    let [d] = step.diagnostics.as_slice() else {
+        panic!("{:#?}", step.diagnostics);
+    };
+    assert_eq!(d.code, Code::UnknownKey);
+    assert!(
+        d.help
+            .as_deref()
+            .unwrap_or_default()
+            .contains("top-level `claude:`"),
+        "{d:?}"
+    );
+    assert_eq!(
+        codes("claude:\n  max_cost_usd: 0\n  on_budget: later\ncommands:\n  - shell: x\n"),
+        [Code::OutOfRange, Code::UnknownVariant]
+    );
+}
+
+#[test]
 fn a_step_overrides_the_workflow_claude_defaults_field_by_field() {
     let checked = crate::check(&SourceFile::new(
         "t.yml",

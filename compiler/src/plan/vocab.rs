@@ -260,6 +260,29 @@ impl ClaudeSettings {
     }
 }
 
+/// The workflow's spending cap on Claude calls: `claude: {max_cost_usd, on_budget}`
+/// (docs/language.md, "Claude budgets"), for the whole run or job across resumes.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct ClaudeBudget {
+    /// `max_cost_usd`: the most, in US dollars; `None` when only `on_budget` is set (then
+    /// `--max-cost-usd` gives the amount).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// `on_budget`.
+    pub on_budget: OnBudget,
+}
+
+/// `claude.on_budget`: what happens to the running Claude calls once the budget is reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnBudget {
+    /// They finish (no new one starts).
+    #[default]
+    Finish,
+    /// They are stopped; their items stay pending.
+    Stop,
+}
+
 /// The permission modes of the Claude Code CLI (`--permission-mode`).
 pub const PERMISSION_MODES: &[&str] = &[
     "acceptEdits",

@@ -56,6 +56,34 @@ const CLAUDE_ADD_DIRS: Key = key(
     "More directories the call may read and edit, one or a list (`--add-dir`).",
 );
 
+const CLAUDE_MAX_COST_USD: Key = key(
+    "max_cost_usd",
+    Ty::Number {
+        min: 0.0,
+        max: f64::MAX,
+    },
+    "Most the whole run or job may spend on Claude calls, in US dollars, across resumes; no new call starts once it would be passed (`--max-cost-usd`).",
+);
+/// What `on_budget` may say.
+const ON_BUDGET: &[&str] = &["finish", "stop"];
+const CLAUDE_ON_BUDGET: Key = key(
+    "on_budget",
+    Ty::Enum(ON_BUDGET),
+    "When `max_cost_usd` is reached: `finish` lets the running calls finish (the default), `stop` stops them (their items stay pending).",
+);
+
+/// The help for KEY written in a `claude` step when only the workflow's `claude:` defaults
+/// take it: the budget is for the whole run, not one call.
+pub(crate) fn workflow_only_help(key: &str) -> Option<String> {
+    [CLAUDE_MAX_COST_USD.name, CLAUDE_ON_BUDGET.name]
+        .contains(&key)
+        .then(|| {
+            format!(
+                "`{key}` is for the whole run: set it in the workflow's top-level `claude:`; `max_budget_usd` caps one call"
+            )
+        })
+}
+
 /// A `claude` command with its settings.
 pub static CLAUDE_STEP: Shape = Shape {
     name: "claude_call",
@@ -94,5 +122,7 @@ pub static CLAUDE_DEFAULTS: Shape = Shape {
         CLAUDE_FALLBACK_MODEL,
         CLAUDE_MCP_CONFIG,
         CLAUDE_ADD_DIRS,
+        CLAUDE_MAX_COST_USD,
+        CLAUDE_ON_BUDGET,
     ],
 };

@@ -17,6 +17,7 @@ mod step;
 mod validate;
 mod workflow;
 
+pub(crate) use claude::workflow_only_help;
 pub use claude::{CLAUDE_DEFAULTS, CLAUDE_STEP};
 pub use env::{ENV_CONDITIONAL, ENV_DYNAMIC, ENV_MASKED, SECRET_PROVIDER};
 pub use failure::{

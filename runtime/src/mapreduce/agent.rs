@@ -238,7 +238,12 @@ pub(crate) fn scope_for(
     (Rc::new(scope), tx)
 }
 
-/// Runs one agent for ITEM.
+/// Runs one agent for ITEM; HALT says the job stops (a Slurm task not yet running is not
+/// started), CANCEL that the running agents are cancelled.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the agent's inputs and its two stop signals, all borrowed from the dispatcher"
+)]
 pub(crate) async fn run_agent(
     runner: &Runner,
     spec: &AgentSpec,
@@ -247,6 +252,7 @@ pub(crate) async fn run_agent(
     index: usize,
     attempt: u32,
     halt: watch::Receiver<bool>,
+    cancel: Option<watch::Receiver<bool>>,
 ) -> AgentRun {
     // A Slurm task that a killed coordinator left for this item keeps its worktree.
     let adopted = match (&spec.executor, spec.adopt) {
@@ -308,8 +314,8 @@ pub(crate) async fn run_agent(
                 attempt,
                 worktree: worktree.clone(),
                 timeout: spec.timeout,
-                stopping: Some(halt.clone()),
-                halt: spec.cancel_running.then_some(halt),
+                stopping: Some(halt),
+                halt: cancel,
                 adopt: spec.adopt,
                 parallel: spec.parallel,
             },
@@ -337,7 +343,7 @@ pub(crate) async fn run_agent(
             stop,
             agent.run_agent_steps(&spec.steps, &mut vars),
             spec.timeout,
-            spec.cancel_running.then_some(halt),
+            cancel,
         )
         .await;
         let end = match (why, outcome) {

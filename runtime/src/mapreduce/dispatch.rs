@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerAction, BreakerEvent, BreakerState};
+use crate::budget::{Admit, Budget, Reached, Spend};
 use crate::dlq::{ErrorType, FailureDetail};
 use crate::events::Event;
 use crate::exec;
@@ -97,6 +98,14 @@ impl MapJob<'_> {
             crate::progress::count(total, "item")
         )));
         let (halt_tx, halt_rx) = watch::channel(false);
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let cancel_running = self.opts.cancel_running;
+        let budget = Budget::of(plan, runner.opts.max_cost_usd);
+        // What an item has cost on average: its last attempt's Claude calls, for the items
+        // earlier processes finished; every attempt's from here on.
+        let item_costs = records.iter().flatten().fold((0.0, 0), |(sum, n), r| {
+            (sum + r.claude.map_or(0.0, |c| c.cost_usd), n + 1)
+        });
         let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
         // `timeout_config.enable_monitoring: false` turns the progress display off.
         let monitored = map
@@ -116,6 +125,7 @@ impl MapJob<'_> {
             items: &items,
             plan,
             halt: halt_rx,
+            cancel: cancel_rx,
         };
         let dispatcher = Dispatcher {
             job: self,
@@ -132,6 +142,10 @@ impl MapJob<'_> {
             stop_announced: false,
             lost: None,
             halt: halt_tx,
+            cancel: cancel_tx,
+            cancel_running,
+            budget,
+            item_costs,
             collection,
             timeout_action,
             jitter,
@@ -143,6 +157,7 @@ impl MapJob<'_> {
             batch,
             lost,
             machine: job,
+            budget,
         } = dispatcher.run(&context).await;
         if let Some(why) = lost.or_else(|| self.state_lost()) {
             return Err(why);
@@ -165,6 +180,11 @@ impl MapJob<'_> {
         }
         if let JobState::Stopping(reason) = job.state() {
             return Ok(MapEnd::Stopped(describe(reason)));
+        }
+        if let Some(reached) = budget.and_then(|b| b.reached())
+            && !self.cp.items_remaining.is_empty()
+        {
+            return Ok(MapEnd::Budget(reached));
         }
         Ok(MapEnd::Finished)
     }
@@ -344,7 +364,20 @@ pub(crate) enum Done {
 pub(crate) enum MapEnd {
     Finished,
     Stopped(String),
+    /// The Claude budget was reached with items left.
+    Budget(Reached),
     Interrupted,
+}
+
+/// What the progress display says about the job's Claude spending.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spending {
+    /// US dollars spent so far.
+    pub(crate) spent: f64,
+    /// What an item cost on average, once one finished.
+    pub(crate) average: Option<f64>,
+    /// Items in all.
+    pub(crate) total: u64,
 }
 
 /// Shows the job's counts on the progress display.
@@ -355,13 +388,19 @@ pub(crate) fn show_progress(
     dlq: u64,
     breaker: Option<&Breaker>,
     claude_turns: u64,
+    spending: Spending,
 ) {
+    let done = job.counts().finished();
     let tally = Tally {
-        done: job.counts().finished(),
+        done,
         running: agents as u64,
         failed: job.counts().failed + job.counts().skipped,
         dlq,
         claude_turns,
+        claude_micros: crate::progress::micros(spending.spent),
+        forecast_micros: spending.average.map(|a| {
+            crate::progress::micros(a * crate::budget::amount(spending.total.saturating_sub(done)))
+        }),
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
 }
@@ -373,8 +412,10 @@ pub(crate) struct Context<'c> {
     vars: &'c Vars,
     items: &'c [Value],
     plan: &'c Plan,
-    /// Set when the job stops (the error policy, a failed state write).
+    /// Set when the job stops (the error policy, a failed state write, the Claude budget).
     halt: watch::Receiver<bool>,
+    /// Set when the running agents are to be cancelled (`--cancel-running`, `on_budget: stop`).
+    cancel: watch::Receiver<bool>,
 }
 
 /// Work the dispatcher starts; each ends in one [`Done`] message.
@@ -419,8 +460,9 @@ fn start<'c>(work: Work<'c>, context: &'c Context<'c>) -> LocalBoxFuture<'c, Don
             admission,
         } => {
             let halt = context.halt.clone();
+            let cancel = Some(context.cancel.clone());
             Box::pin(async move {
-                let run = run_agent(runner, spec, vars, item, index, attempt, halt).await;
+                let run = run_agent(runner, spec, vars, item, index, attempt, halt, cancel).await;
                 Done::Agent {
                     index,
                     attempt,
@@ -492,6 +534,14 @@ pub(crate) struct Dispatcher<'j, 'a> {
     /// Set when the job's state directory vanished: no new agents start.
     lost: Option<String>,
     halt: watch::Sender<bool>,
+    /// Cancels the running agents.
+    cancel: watch::Sender<bool>,
+    /// `--cancel-running`: a stop cancels the running agents.
+    cancel_running: bool,
+    /// The Claude budget, if any.
+    budget: Option<Budget>,
+    /// The Claude cost of the agent runs that ended, and how many there were.
+    item_costs: (f64, u64),
     collection: ErrorCollection,
     timeout_action: TimeoutAction,
     jitter: Option<f64>,
@@ -505,6 +555,7 @@ struct Ended {
     batch: Vec<(String, String)>,
     lost: Option<String>,
     machine: Job,
+    budget: Option<Budget>,
 }
 
 impl Dispatcher<'_, '_> {
@@ -518,6 +569,7 @@ impl Dispatcher<'_, '_> {
             for work in self.admit(context) {
                 running.push(start(work, context));
             }
+            self.cancel_if_stopping();
             self.show(context.runner);
             let Some(done) = running.next().await else {
                 break;
@@ -525,6 +577,7 @@ impl Dispatcher<'_, '_> {
             if let Some(work) = self.on_message(done, context) {
                 running.push(start(work, context));
             }
+            self.cancel_if_stopping();
         }
         self.progress.finish();
         Ended {
@@ -532,10 +585,16 @@ impl Dispatcher<'_, '_> {
             batch: self.batch,
             lost: self.lost,
             machine: self.machine,
+            budget: self.budget,
         }
     }
 
     fn show(&mut self, runner: &Runner) {
+        let spending = Spending {
+            spent: self.job.claude_spent(),
+            average: self.average_item_cost(),
+            total: self.records.len() as u64,
+        };
         show_progress(
             &mut self.progress,
             &self.machine,
@@ -543,7 +602,14 @@ impl Dispatcher<'_, '_> {
             self.dlq_count,
             self.breaker.as_ref(),
             runner.live_claude_turns(),
+            spending,
         );
+    }
+
+    /// What an agent run has cost on average, once one ended.
+    fn average_item_cost(&self) -> Option<f64> {
+        let (sum, n) = self.item_costs;
+        (n > 0).then(|| sum / crate::budget::amount(n))
     }
 
     /// The agents to start while slots, items and the policy allow.
@@ -562,6 +628,10 @@ impl Dispatcher<'_, '_> {
             let Some(item) = context.items.get(index) else {
                 continue;
             };
+            if !self.within_budget(runner) {
+                self.pending.push_front((index, attempt));
+                break;
+            }
             let mut admission = Admission::Normal;
             if let Some(b) = self.breaker.as_mut() {
                 let before = b.state();
@@ -596,6 +666,51 @@ impl Dispatcher<'_, '_> {
         started
     }
 
+    /// Whether the Claude budget lets one more agent start; when it has just been reached,
+    /// records and says so, and stops the job from starting agents.
+    fn within_budget(&mut self, runner: &Runner) -> bool {
+        let spend = Spend {
+            spent: self.job.claude_spent(),
+            running: self.agents as u64,
+            average: self.average_item_cost(),
+        };
+        let Some(budget) = self.budget.as_mut() else {
+            return true;
+        };
+        match budget.admit(spend) {
+            Admit::Start => true,
+            Admit::Refused => false,
+            Admit::Reached(reached) => {
+                let not_started = self.pending.len() as u64 + 1;
+                runner.record(&Event::ClaudeBudgetReached {
+                    spent: reached.spent,
+                    limit: reached.limit,
+                    not_started,
+                });
+                self.job.say(Message::ClaudeBudgetReached {
+                    reached,
+                    not_started,
+                    unit: "item",
+                    stops_running: budget.stops_running(),
+                });
+                let _ = self.halt.send(true);
+                false
+            }
+        }
+    }
+
+    /// Cancels the running agents once the job stops under `--cancel-running`, or the
+    /// Claude budget is reached under `on_budget: stop`.
+    fn cancel_if_stopping(&self) {
+        let halted = *self.halt.borrow() && self.cancel_running;
+        let over_budget = self
+            .budget
+            .is_some_and(|b| b.stops_running() && b.reached().is_some());
+        if (halted || over_budget) && !*self.cancel.borrow() {
+            let _ = self.cancel.send(true);
+        }
+    }
+
     /// Reacts to what ended: records it, feeds the machines, and says what starts next.
     fn on_message<'c>(&mut self, done: Done, context: &Context<'c>) -> Option<Work<'c>> {
         let runner = context.runner;
@@ -612,6 +727,11 @@ impl Dispatcher<'_, '_> {
             } => {
                 if admission != Admission::Rejected {
                     self.agents = self.agents.saturating_sub(1);
+                    self.item_costs.0 += run.claude.cost_usd;
+                    self.item_costs.1 += 1;
+                    if run.slurm.is_some() {
+                        self.job.spent_elsewhere += run.claude.cost_usd;
+                    }
                 }
                 (index, attempt, run, admission)
             }

@@ -135,7 +135,8 @@ pub async fn retry_dead_letters(
                     &entry.item_data,
                     index,
                     attempt,
-                    halt,
+                    halt.clone(),
+                    spec_ref.cancel_running.then_some(halt),
                 )
                 .await;
                 (id, index, Some((entry, Some(run))))

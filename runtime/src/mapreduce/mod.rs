@@ -63,6 +63,13 @@ pub enum JobOutcome {
     },
     /// The error policy stopped the map phase.
     Stopped(String),
+    /// The Claude budget was reached: no new agent started; `not_started` items are pending.
+    BudgetReached {
+        /// The spent amount and the limit.
+        reached: crate::budget::Reached,
+        /// Items left pending.
+        not_started: u64,
+    },
     /// A state write failed in PHASE (say, the disk under `$PRODIGY_HOME` is full): no new
     /// agent started after it, and what has no recorded outcome runs again on resume.
     StateWrite {
@@ -204,6 +211,11 @@ pub struct MapJob<'a> {
     pub(crate) dlq_unwritten: std::collections::BTreeSet<usize>,
     /// Whether the map loop said that a write failed.
     pub(crate) write_announced: bool,
+    /// What the job's Claude calls cost before this process took it over.
+    pub(crate) spent_before: f64,
+    /// What the Claude calls of agents that ran elsewhere (Slurm tasks) cost: this process's
+    /// totals do not hold them.
+    pub(crate) spent_elsewhere: f64,
 }
 
 impl<'a> MapJob<'a> {
@@ -217,6 +229,7 @@ impl<'a> MapJob<'a> {
     ) -> Self {
         let dlq = Dlq::new(&runner.opts.layout, &checkpoint.job_id);
         say_if_rebuilt(runner, &dlq);
+        let checkpoint_spent = checkpoint.claude_cost_usd;
         MapJob {
             runner,
             plan: &runner.plan,
@@ -228,7 +241,14 @@ impl<'a> MapJob<'a> {
             write_failed: None,
             dlq_unwritten: std::collections::BTreeSet::new(),
             write_announced: false,
+            spent_before: checkpoint_spent,
+            spent_elsewhere: 0.0,
         }
+    }
+
+    /// What the job's Claude calls have cost so far, earlier processes included.
+    pub(crate) fn claude_spent(&self) -> f64 {
+        self.spent_before + self.spent_elsewhere + crate::lock(&self.runner.claude_totals).cost_usd
     }
 
     /// The first state write of the job that failed, its event log's included.
@@ -279,6 +299,7 @@ impl<'a> MapJob<'a> {
                 .seal_json(json!({"values": values, "meta": vars.meta}));
         }
         self.cp.last_checkpoint_at = crate::store::timestamp();
+        self.cp.claude_cost_usd = self.claude_spent();
         // The DLQ's index catches up with its items at every checkpoint.
         let written = self
             .dlq
@@ -393,6 +414,12 @@ impl<'a> MapJob<'a> {
             match ended {
                 Ok(MapEnd::Finished) => self.sweep_agents().await,
                 Ok(MapEnd::Stopped(reason)) => return JobOutcome::Stopped(reason),
+                Ok(MapEnd::Budget(reached)) => {
+                    return JobOutcome::BudgetReached {
+                        reached,
+                        not_started: self.cp.items_remaining.len() as u64,
+                    };
+                }
                 Ok(MapEnd::Interrupted) => return JobOutcome::Interrupted,
                 Err(why) if self.write_failed.as_ref() == Some(&why) => {
                     return stopped_by_write("map", why);
@@ -448,14 +475,23 @@ impl<'a> MapJob<'a> {
         self.cp.status = match &outcome {
             JobOutcome::Completed => Status::Completed,
             JobOutcome::Failed { .. } | JobOutcome::StateWrite { .. } => Status::Failed,
-            JobOutcome::Stopped(_) => Status::Stopped,
+            JobOutcome::Stopped(_) | JobOutcome::BudgetReached { .. } => Status::Stopped,
             JobOutcome::Interrupted => Status::Interrupted,
         };
         if outcome == JobOutcome::Completed {
             self.cp.phase = Phase::Done;
         }
-        if let JobOutcome::Stopped(reason) = &outcome {
-            self.cp.stop_reason = Some(reason.clone());
+        self.cp.claude_budget_reached = None;
+        match &outcome {
+            JobOutcome::Stopped(reason) => self.cp.stop_reason = Some(reason.clone()),
+            JobOutcome::BudgetReached { reached, .. } => {
+                self.cp.stop_reason = Some(crate::budget::describe(reached));
+                self.cp.claude_budget_reached = Some(*reached);
+            }
+            JobOutcome::Completed
+            | JobOutcome::Failed { .. }
+            | JobOutcome::StateWrite { .. }
+            | JobOutcome::Interrupted => {}
         }
         self.cp.error_metrics = serde_json::to_value(&metrics).ok();
         if let Err(why) = self.save(None)

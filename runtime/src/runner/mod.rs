@@ -46,6 +46,12 @@ pub struct Options {
     /// How much of each output stream of a command is kept in memory
     /// (`PRODIGY_OUTPUT_LIMIT`).
     pub output_limit: usize,
+    /// `--max-cost-usd`: the Claude budget of the run or job, over the workflow's
+    /// `claude.max_cost_usd` ([`crate::budget`]).
+    pub max_cost_usd: Option<f64>,
+    /// What a resumed session's Claude calls cost before this process (from its
+    /// checkpoint): its budget spans resumes.
+    pub claude_before: crate::claude::Totals,
 }
 
 /// What a run was started with that its checkpoint keeps, and `resume` and `resume-job`
@@ -114,6 +120,8 @@ impl Options {
             grace: DEFAULT_GRACE,
             seed: 0,
             output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,
+            max_cost_usd: None,
+            claude_before: crate::claude::Totals::default(),
         }
     }
 
@@ -121,13 +129,16 @@ impl Options {
     /// `--force`, the new version is the session's from now on), its files under LAYOUT.
     #[must_use]
     pub fn resumed(checkpoint: &crate::store::Checkpoint, text: &str, layout: Layout) -> Self {
-        Options::new(
-            checkpoint.workflow.clone(),
-            text,
-            checkpoint.project.clone(),
-            layout,
-            checkpoint.into(),
-        )
+        Options {
+            claude_before: checkpoint.claude.unwrap_or_default(),
+            ..Options::new(
+                checkpoint.workflow.clone(),
+                text,
+                checkpoint.project.clone(),
+                layout,
+                checkpoint.into(),
+            )
+        }
     }
 
     /// How to run again the MapReduce job of CHECKPOINT, whose workflow now reads TEXT, its
@@ -157,6 +168,9 @@ pub enum RunOutcome {
     Failed,
     /// A signal stopped it.
     Interrupted,
+    /// The Claude budget was reached before a Claude step ([`crate::budget`]); it is where
+    /// a resume starts.
+    BudgetReached,
 }
 
 impl RunOutcome {
@@ -165,7 +179,9 @@ impl RunOutcome {
         match self {
             RunOutcome::Succeeded => crate::store::SessionStatus::Completed,
             RunOutcome::Failed => crate::store::SessionStatus::Failed,
-            RunOutcome::Interrupted => crate::store::SessionStatus::Interrupted,
+            RunOutcome::Interrupted | RunOutcome::BudgetReached => {
+                crate::store::SessionStatus::Interrupted
+            }
         }
     }
 }
@@ -189,6 +205,8 @@ pub struct Report {
     /// A state write (checkpoint or event log) that failed and stopped the run: the file and
     /// the OS error. The outcome is then `Failed`, with no failed step.
     pub state_error: Option<String>,
+    /// The Claude budget, when it was reached.
+    pub budget: Option<crate::budget::Reached>,
 }
 
 /// Why a run could not start.

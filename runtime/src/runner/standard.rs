@@ -40,7 +40,8 @@ impl Runner {
         // Steps from START on run again: what they did before a resume no longer counts.
         lock(&self.continued).retain(|c| c.index < start);
         let mut machine = Sequence::new(start, total);
-        let mut event = self.ready();
+        let mut budget = crate::budget::Budget::of(&self.plan, self.opts.max_cost_usd);
+        let mut event = self.ready(start, &mut budget);
         let ending = loop {
             let reaction = machine.on(event);
             if let Some(message) = reaction.say {
@@ -54,7 +55,7 @@ impl Runner {
                 RunAction::Checkpoint(next) => {
                     self.checkpoint(&vars, next, SessionStatus::Running, false)
                         .await;
-                    self.ready()
+                    self.ready(next, &mut budget)
                 }
                 RunAction::Settle => {
                     self.settle_checkpoint().await;
@@ -93,16 +94,72 @@ impl Runner {
             vars,
             continued,
             state_error,
+            budget: budget.and_then(|b| b.reached()),
         }
     }
 
-    /// Whether the next step may start: a signal, or a state that can no longer be written
-    /// (a checkpoint write in flight that failed already counts).
-    fn ready(&self) -> RunEvent {
+    /// Whether the step at NEXT may start: a signal, a state that can no longer be written
+    /// (a checkpoint write in flight that failed already counts), or, for a Claude step,
+    /// the Claude BUDGET.
+    fn ready(&self, next: usize, budget: &mut Option<crate::budget::Budget>) -> RunEvent {
+        let cancelled = self.cancelled();
+        let state_lost = self.state_failure();
+        let over_budget = !cancelled && state_lost.is_none() && self.over_budget(next, budget);
         RunEvent::Ready {
-            cancelled: self.cancelled(),
-            state_lost: self.state_failure(),
+            cancelled,
+            state_lost,
+            over_budget,
         }
+    }
+
+    /// Whether BUDGET keeps the step at NEXT from starting: a Claude step, when what was
+    /// spent and an average call would pass it. Once reached, records and says so.
+    fn over_budget(&self, next: usize, budget: &mut Option<crate::budget::Budget>) -> bool {
+        use crate::budget::{Admit, Spend};
+        let Some(budget) = budget.as_mut() else {
+            return false;
+        };
+        let claude_step = self
+            .plan
+            .commands
+            .get(next)
+            .and_then(|&id| self.plan.step(id))
+            .is_some_and(|s| matches!(s.command, prodigy_compiler::plan::PlanCommand::Claude(_)));
+        if !claude_step {
+            return false;
+        }
+        let totals = self.claude_so_far();
+        let spend = Spend {
+            spent: totals.cost_usd,
+            running: 0,
+            average: (totals.calls > 0).then(|| totals.cost_usd / f64::from(totals.calls)),
+        };
+        match budget.admit(spend) {
+            Admit::Start => false,
+            Admit::Refused => true,
+            Admit::Reached(reached) => {
+                let not_started = self.plan.commands.len().saturating_sub(next) as u64;
+                self.record(&crate::events::Event::ClaudeBudgetReached {
+                    spent: reached.spent,
+                    limit: reached.limit,
+                    not_started,
+                });
+                self.say(Message::ClaudeBudgetReached {
+                    reached,
+                    not_started,
+                    unit: "step",
+                    stops_running: budget.stops_running(),
+                });
+                true
+            }
+        }
+    }
+
+    /// What the session's Claude calls have cost, those of earlier processes included.
+    fn claude_so_far(&self) -> crate::claude::Totals {
+        let mut totals = self.opts.claude_before;
+        totals.merge(&lock(&self.claude_totals));
+        totals
     }
 
     /// The label of the standard run's step at INDEX.
@@ -207,6 +264,7 @@ impl Runner {
             updated_at: crate::store::timestamp(),
             worktree: self.opts.worktree.clone(),
             continued: lock(&self.continued).clone(),
+            claude: Some(self.claude_so_far()).filter(|c| c.calls > 0),
         };
         self.settle_checkpoint().await;
         let layout = self.opts.layout.clone();

@@ -199,6 +199,8 @@ pub fn new_job_checkpoint(job_id: &str, opts: &Options) -> JobCheckpoint {
         max_parallel: 0,
         stop_reason: None,
         error_metrics: None,
+        claude_cost_usd: 0.0,
+        claude_budget_reached: None,
         worktree: opts.worktree.clone(),
     }
 }

@@ -118,7 +118,9 @@ pub fn check_job(checkpoint: &JobCheckpoint, text: &str, force: bool) -> Result<
             workflow: checkpoint.workflow_file.clone(),
         });
     }
-    if checkpoint.status == Status::Stopped {
+    // A job stopped at its Claude budget continues (under a larger `--max-cost-usd`, or it
+    // stops again at once): nothing about it needs fixing first.
+    if checkpoint.status == Status::Stopped && checkpoint.claude_budget_reached.is_none() {
         return Err(Refused::Stopped {
             job: checkpoint.job_id.clone(),
             reason: checkpoint
@@ -180,6 +182,7 @@ mod tests {
             updated_at: String::new(),
             worktree: None,
             continued: Vec::new(),
+            claude: None,
         }
     }
 
@@ -246,6 +249,19 @@ mod tests {
             e.to_string(),
             "/p/w.yml changed since the session started; resume with --force to run the new version from step 3"
         );
+    }
+
+    #[test]
+    fn a_job_stopped_at_its_claude_budget_resumes_without_force_unless_edited() {
+        let mut c = job_checkpoint(Status::Stopped, "old");
+        c.stop_reason = Some("Claude budget reached ($0.30 of $0.25)".into());
+        c.claude_budget_reached = Some(crate::budget::Reached {
+            spent: 0.3,
+            limit: 0.25,
+        });
+        assert!(check_job(&c, "old", false).is_ok());
+        let e = check_job(&c, "new", false).unwrap_err();
+        assert!(matches!(e, Refused::JobEdited { .. }), "{e}");
     }
 
     #[test]

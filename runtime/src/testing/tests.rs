@@ -340,3 +340,125 @@ fn a_resumed_job_is_checked_from_the_phase_it_stopped_in() {
     cp.status = Status::Completed;
     assert!(roots(&cp).is_empty());
 }
+
+/// A Claude call of the fake CLI that costs $0.25 and takes SECS.
+fn costly_call(secs_taken: u64) -> Reply {
+    let init = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
+    let result = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"Done.","total_cost_usd":0.25}"#;
+    Reply::ok()
+        .stdout(&format!("{init}\n{result}\n"))
+        .takes(secs(secs_taken))
+}
+
+/// Six items whose agents make one $0.25 Claude call each, two at a time, under a $1 budget
+/// with `on_budget: ON`; b's call takes 15s, the others 10s.
+async fn budget_job(on: &str) -> (Harness, crate::mapreduce::JobReport, super::Trace) {
+    let fake = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .fold(FakeExecutor::new(), |fake, name| {
+            let taken = if *name == "b" { 15 } else { 10 };
+            fake.script(&format!("/work {name}"), [costly_call(taken)])
+        });
+    let harness = job_harness(fake);
+    let yaml = format!(
+        r#"
+name: budget-job
+mode: mapreduce
+claude:
+  max_cost_usd: 1
+  on_budget: {on}
+map:
+  input: items.json
+  json_path: "$[*]"
+  max_parallel: 2
+  agent_template:
+    - claude: "/work ${{item.name}}"
+"#
+    );
+    let (report, trace) = harness.run_job(&yaml, JobOptions::default()).await;
+    (harness, report, trace)
+}
+
+/// The budget counts what was spent, an average for each running call and one for the new
+/// one: c starts at 10s ($0.25 + 2 × $0.25), d at 15s ($0.50 + 2 × $0.25 = $1), and at 20s
+/// ($0.75 + 2 × $0.25 > $1) e does not; d finishes, e and f stay pending.
+#[tokio::test(start_paused = true)]
+async fn a_job_starts_no_agent_past_its_claude_budget_and_lets_the_running_one_finish() {
+    let started = tokio::time::Instant::now();
+    let (harness, report, trace) = budget_job("finish").await;
+    let JobOutcome::BudgetReached {
+        reached,
+        not_started,
+    } = report.outcome
+    else {
+        panic!("{:?}", report.outcome);
+    };
+    assert_eq!((reached.spent, reached.limit), (0.75, 1.0));
+    assert_eq!(not_started, 2);
+    assert_eq!(harness.fake.starts_of("/work c"), [secs(10)]);
+    assert_eq!(harness.fake.starts_of("/work d"), [secs(15)]);
+    assert!(harness.fake.starts_of("/work e").is_empty());
+    assert_eq!(report.metrics.successful, 4);
+    assert_eq!(started.elapsed(), secs(25));
+    let reached: Vec<&String> = trace
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("claude_budget_reached "))
+        .collect();
+    assert_eq!(
+        reached,
+        [r#"claude_budget_reached {"limit":1.0,"not_started":2,"spent":0.75}"#]
+    );
+}
+
+/// Under `on_budget: stop` the running agent is stopped when the budget is reached: d,
+/// started at 15s, is cancelled at 20s and stays pending with e and f.
+#[tokio::test(start_paused = true)]
+async fn on_budget_stop_cancels_the_running_agents_and_leaves_their_items_pending() {
+    let started = tokio::time::Instant::now();
+    let (harness, report, trace) = budget_job("stop").await;
+    assert!(
+        matches!(
+            report.outcome,
+            JobOutcome::BudgetReached { not_started: 3, .. }
+        ),
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(harness.fake.starts_of("/work d"), [secs(15)]);
+    assert_eq!(report.metrics.successful, 3);
+    assert!(started.elapsed() < secs(25), "{:?}", started.elapsed());
+    assert!(
+        trace.events().contains(&"agent_cancelled"),
+        "{}",
+        trace.text()
+    );
+}
+
+/// A standard run checks its budget before each Claude step only: the shell step after the
+/// first call runs, the second call ($0.25 spent + $0.25 on average > $0.40) does not.
+#[tokio::test(start_paused = true)]
+async fn a_standard_run_stops_before_the_claude_step_that_would_pass_its_budget() {
+    let fake = FakeExecutor::new()
+        .script("/first", [costly_call(3)])
+        .script("echo between", [Reply::ok()])
+        .script("/second", [costly_call(3)]);
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            "claude:\n  max_cost_usd: 0.4\ncommands:\n  - claude: \"/first\"\n  - shell: \"echo between\"\n  - claude: \"/second\"\n",
+        )
+        .await;
+    assert_eq!(report.outcome, RunOutcome::BudgetReached);
+    assert_eq!(report.budget.map(|r| (r.spent, r.limit)), Some((0.25, 0.4)));
+    assert_eq!(harness.fake.starts_of("echo between"), [secs(3)]);
+    assert!(harness.fake.starts_of("/second").is_empty());
+    assert!(
+        trace
+            .lines
+            .iter()
+            .any(|l| l == r#"claude_budget_reached {"limit":0.4,"not_started":1,"spent":0.25}"#),
+        "{}",
+        trace.text()
+    );
+}
