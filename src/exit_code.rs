@@ -9,6 +9,9 @@ pub(crate) const PROBLEMS: u8 = 1;
 pub(crate) const USAGE: u8 = 2;
 /// Under `--strict`, a job that completed with items in the dead letter queue.
 pub(crate) const DLQ_STRICT: u8 = 3;
+/// Stopped for the Claude account's usage limit, resumable after its reset (`claude:
+/// {usage_limit: stop}`, or a reset later than `max_wait`): `EX_TEMPFAIL`.
+pub(crate) const CLAUDE_LIMIT: u8 = 75;
 /// Interrupted by SIGINT (Ctrl-C): 128 + 2.
 pub(crate) const SIGINT: u8 = 130;
 /// Interrupted by SIGTERM: 128 + 15.
@@ -25,6 +28,10 @@ pub(crate) const TABLE: &[(u8, &str)] = &[
     (
         DLQ_STRICT,
         "with --strict, a job completed with items in the dead letter queue",
+    ),
+    (
+        CLAUDE_LIMIT,
+        "stopped at the Claude usage limit; the last line says when and how to resume",
     ),
     (
         SIGINT,

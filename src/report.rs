@@ -36,6 +36,8 @@ pub(crate) struct Terminal {
     quiet: bool,
     /// The map phase being shown.
     display: Mutex<Option<Display>>,
+    /// While Claude calls pause for a usage limit: what the progress display adds.
+    paused: Mutex<Option<String>>,
 }
 
 impl Terminal {
@@ -50,6 +52,7 @@ impl Terminal {
             verbose,
             quiet,
             display: Mutex::new(None),
+            paused: Mutex::new(None),
         }
     }
 
@@ -77,6 +80,24 @@ impl Terminal {
 
 impl Reporter for Terminal {
     fn message(&self, message: &Message, item: Option<&str>) {
+        match message {
+            Message::ClaudePaused {
+                limit_type,
+                resumes_at,
+            } => {
+                *lock(&self.paused) = Some(paused_text(limit_type, resumes_at));
+                if let Some(d) = lock(&self.display).as_mut() {
+                    d.redraw(lock(&self.paused).as_deref());
+                }
+            }
+            Message::ClaudeResumed { .. } => {
+                *lock(&self.paused) = None;
+                if let Some(d) = lock(&self.display).as_mut() {
+                    d.redraw(None);
+                }
+            }
+            _ => {}
+        }
         let Some(text) = self.render(message, item) else {
             return;
         };
@@ -99,7 +120,7 @@ impl Reporter for Terminal {
             }
             ProgressUpdate::Counts { tally, breaker } => {
                 if let Some(d) = display.as_mut() {
-                    d.update(*tally, breaker);
+                    d.update(*tally, breaker, lock(&self.paused).as_deref());
                 }
             }
             ProgressUpdate::Finished => {
@@ -128,14 +149,17 @@ fn verbosity(message: &Message) -> u8 {
         | Message::Text { .. }
         | Message::ClaudeTotals(_)
         | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_) => 0,
+        | Message::ItemsFailed(_)
+        | Message::ClaudePaused { .. }
+        | Message::ClaudeResumed { .. }
+        | Message::ClaudeLimitStop { .. } => 0,
     }
 }
 
 /// Whether MESSAGE reports an error: shown even under `-q`.
 fn is_error(message: &Message) -> bool {
     match message {
-        Message::StepFailed { .. } => true,
+        Message::StepFailed { .. } | Message::ClaudeLimitStop { .. } => true,
         Message::Text { severity, .. } => {
             matches!(severity, Severity::Internal | Severity::Error)
         }
@@ -150,7 +174,9 @@ fn is_error(message: &Message) -> bool {
         | Message::Exited { .. }
         | Message::ClaudeTotals(_)
         | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_) => false,
+        | Message::ItemsFailed(_)
+        | Message::ClaudePaused { .. }
+        | Message::ClaudeResumed { .. } => false,
     }
 }
 
@@ -170,7 +196,10 @@ fn in_step(message: &Message) -> bool {
         Message::StepStarted { .. }
         | Message::ClaudeTotals(_)
         | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_) => false,
+        | Message::ItemsFailed(_)
+        | Message::ClaudePaused { .. }
+        | Message::ClaudeResumed { .. }
+        | Message::ClaudeLimitStop { .. } => false,
     }
 }
 
@@ -245,7 +274,35 @@ fn text(message: &Message) -> String {
                 lines.join("\n  ")
             )
         }
+        Message::ClaudePaused {
+            limit_type,
+            resumes_at,
+        } => paused_text(limit_type, resumes_at),
+        Message::ClaudeResumed { limit_type } => {
+            format!("resumed: Claude usage limit ({limit_type}) lifted")
+        }
+        Message::ClaudeLimitStop {
+            limit_type,
+            resets_at,
+            max_wait,
+        } => {
+            let why = match max_wait {
+                Some(wait) => format!(
+                    "later than `max_wait` ({})",
+                    humantime::format_duration(*wait)
+                ),
+                None => "and `usage_limit` is `stop`".to_owned(),
+            };
+            format!(
+                "stopping: Claude usage limit ({limit_type}) resets at {resets_at}, {why}; running commands end, the run is saved"
+            )
+        }
     }
+}
+
+/// The pause for a usage limit, as its line and the progress display show it.
+fn paused_text(limit_type: &str, resumes_at: &str) -> String {
+    format!("paused: Claude usage limit ({limit_type}), resumes at {resumes_at}")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -276,6 +333,8 @@ struct Display {
     done_at_start: u64,
     /// Whether anything is shown.
     shown: bool,
+    /// The last counts shown, to draw again when a pause starts or ends.
+    last_counts: Option<(Tally, String)>,
 }
 
 impl Display {
@@ -298,25 +357,24 @@ impl Display {
             last_line: (done, now),
             done_at_start: done,
             shown,
+            last_counts: None,
         }
     }
 
-    /// Shows the latest counts.
-    fn update(&mut self, tally: Tally, breaker: &str) {
-        let summary = format!(
-            "{} running, {} failed, {} in DLQ, breaker {breaker}",
-            tally.running, tally.failed, tally.dlq
-        );
+    /// Shows the latest counts again, with PAUSED (the usage limit's pause) or without.
+    fn redraw(&mut self, paused: Option<&str>) {
+        if let (Some(bar), Some((tally, breaker))) = (&self.bar, &self.last_counts) {
+            bar.set_message(bar_message(*tally, breaker, paused));
+        }
+    }
+
+    /// Shows the latest counts, and PAUSED while Claude calls wait for a usage limit.
+    fn update(&mut self, tally: Tally, breaker: &str, paused: Option<&str>) {
+        self.last_counts = Some((tally, breaker.to_owned()));
+        let summary = summary(tally, breaker, paused);
         if let Some(bar) = &self.bar {
             bar.set_position(tally.done);
-            if tally.claude_turns > 0 {
-                bar.set_message(format!(
-                    "{summary}, {} in running Claude calls",
-                    count(tally.claude_turns, "turn")
-                ));
-            } else {
-                bar.set_message(summary);
-            }
+            bar.set_message(bar_message(tally, breaker, paused));
             return;
         }
         if !self.shown {
@@ -357,6 +415,31 @@ impl Display {
         if let Some(bar) = self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+/// The counts of a map phase as its lines show them, PAUSED (the usage limit's pause) last.
+fn summary(tally: Tally, breaker: &str, paused: Option<&str>) -> String {
+    let summary = format!(
+        "{} running, {} failed, {} in DLQ, breaker {breaker}",
+        tally.running, tally.failed, tally.dlq
+    );
+    match paused {
+        Some(paused) => format!("{summary}, {paused}"),
+        None => summary,
+    }
+}
+
+/// The bar's message: the counts, and the turns of the running Claude calls.
+fn bar_message(tally: Tally, breaker: &str, paused: Option<&str>) -> String {
+    let summary = summary(tally, breaker, paused);
+    if tally.claude_turns > 0 {
+        format!(
+            "{summary}, {} in running Claude calls",
+            count(tally.claude_turns, "turn")
+        )
+    } else {
+        summary
     }
 }
 

@@ -15,11 +15,12 @@ use crate::source::{Span, Spanned};
 // The leaf types the runtime also reads live in the plan's vocabulary; lowering and the
 // checks name them here as before.
 pub use crate::plan::vocab::{
-    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeSettings, CommitConfig, Condition,
-    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline,
-    PERMISSION_MODES, Parsed, Pattern, Profile, Rebaser, RetryExhausted, Secret, SecretSource,
-    Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction,
-    TimeoutConfig, TimeoutPolicy, ValidationCheck, WriteFile, WriteFormat,
+    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeLimits, ClaudeSettings,
+    CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode,
+    Multiline, PERMISSION_MODES, Parsed, Pattern, Profile, Rebaser, RetryExhausted, Secret,
+    SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
+    TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile,
+    WriteFormat,
 };
 
 /// A whole workflow file.
@@ -55,6 +56,8 @@ pub struct Workflow {
     pub merge: Option<Merge>,
     /// `claude`: the defaults of every Claude call.
     pub claude: Option<ClaudeSettings>,
+    /// `claude: {usage_limit, max_wait}`: what the run does at the usage limit.
+    pub claude_limits: ClaudeLimits,
     /// `slurm`: how `--executor slurm` submits the map agents.
     pub slurm: Option<Slurm>,
     /// The whole document.

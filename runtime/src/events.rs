@@ -701,6 +701,28 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// A Claude call ended at the account's usage limit: no Claude call starts until it
+    /// resets (`wait`), or the run stops (`stop`).
+    #[serde(rename = "claude_limit_reached")]
+    ClaudeLimitReached {
+        /// The step whose call hit it.
+        step: String,
+        /// `five_hour`, `seven_day`, ... (`unknown` when the CLI did not say).
+        limit_type: String,
+        /// When it resets (RFC 3339).
+        resets_at: String,
+        /// `wait` or `stop`.
+        action: String,
+        /// How long Claude calls wait (`wait`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        wait_secs: Option<f64>,
+    },
+    /// The usage limit's pause is over: Claude calls start again, the interrupted ones first.
+    #[serde(rename = "claude_limit_lifted")]
+    ClaudeLimitLifted {
+        /// The step whose call starts first.
+        step: String,
+    },
 }
 
 impl Event {

@@ -112,6 +112,29 @@ pub enum Message {
     },
     /// A batch of map items failed (`error_collection: batched`): `item_N` and why.
     ItemsFailed(Vec<(String, String)>),
+    /// Claude calls pause for the account's usage limit: `paused: Claude usage limit
+    /// (five_hour), resumes at 07:35 UTC`.
+    ClaudePaused {
+        /// `five_hour`, `seven_day`, ...
+        limit_type: String,
+        /// When calls start again, as a clock (`07:35 UTC`).
+        resumes_at: String,
+    },
+    /// The usage limit's pause is over.
+    ClaudeResumed {
+        /// The limit.
+        limit_type: String,
+    },
+    /// The run stops for the usage limit (`usage_limit: stop`, or a reset beyond
+    /// `max_wait`).
+    ClaudeLimitStop {
+        /// The limit.
+        limit_type: String,
+        /// When it resets, as a clock (`07:35 UTC`).
+        resets_at: String,
+        /// The `max_wait` it exceeds; `None` under `usage_limit: stop`.
+        max_wait: Option<Duration>,
+    },
 }
 
 impl Message {
@@ -244,6 +267,9 @@ impl Message {
                     .map(|(item, why)| (item, mask(&why)))
                     .collect(),
             ),
+            Message::ClaudePaused { .. }
+            | Message::ClaudeResumed { .. }
+            | Message::ClaudeLimitStop { .. } => self,
         }
     }
 }

@@ -310,6 +310,7 @@ pub(crate) fn execute(
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
         place.enter(&mut opts, &launch.id).await?;
+        let (kind, id) = (launch.kind, launch.id.clone());
         let (started_at, saved) = launch
             .resumed
             .map_or((None, None), |(at, saved)| (Some(at), Some(saved)));
@@ -333,11 +334,16 @@ pub(crate) fn execute(
             None => Ok(()),
         };
         let fix = Place::fix_where(&runner);
-        Ok((ended.finish)(
-            signal.load(std::sync::atomic::Ordering::SeqCst),
-            merged.err().as_deref(),
-            &fix,
-        ))
+        let mut signal = signal.load(std::sync::atomic::Ordering::SeqCst);
+        let limit = runner.claude_limit_stop().filter(|_| signal == 0);
+        if limit.is_some() {
+            signal = exit_code::CLAUDE_LIMIT;
+        }
+        let code = (ended.finish)(signal, merged.err().as_deref(), &fix);
+        if let Some(stop) = &limit {
+            finish::limit_stopped(kind, &id, stop);
+        }
+        Ok(code)
     });
     result.and_then(|r| r).unwrap_or_else(|code| code)
 }

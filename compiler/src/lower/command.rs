@@ -5,8 +5,8 @@
 use super::step::{COMMAND_KINDS, Ctx};
 use super::{Fields, Lowerer, one_of};
 use crate::ast::{
-    ClaudeSettings, Command, CommitConfig, Foreach, ForeachInput, StepOutput, Template, WriteFile,
-    WriteFormat,
+    ClaudeLimits, ClaudeSettings, Command, CommitConfig, Foreach, ForeachInput, StepOutput,
+    Template, UsageLimitMode, WriteFile, WriteFormat,
 };
 use crate::diagnostics::{Code, Diagnostic, Fix};
 use crate::shapes;
@@ -174,6 +174,26 @@ impl Lowerer<'_> {
             fallback_model: text(self, "fallback_model"),
             mcp_config: list(self, "mcp_config"),
             add_dirs: list(self, "add_dirs"),
+        }
+    }
+
+    /// `usage_limit` and `max_wait` of the workflow's `claude:` defaults (a step's own
+    /// settings have neither: the limit is the account's, for the whole run).
+    pub(crate) fn claude_limits(&mut self, fields: &Fields<'_>) -> ClaudeLimits {
+        let defaults = ClaudeLimits::default();
+        ClaudeLimits {
+            usage_limit: fields.choice_or(
+                self,
+                "usage_limit",
+                &[
+                    ("wait", UsageLimitMode::Wait),
+                    ("stop", UsageLimitMode::Stop),
+                ],
+                defaults.usage_limit,
+            ),
+            max_wait: fields
+                .duration(self, "max_wait")
+                .map_or(defaults.max_wait, |d| d.value),
         }
     }
 

@@ -452,6 +452,7 @@ impl Lowerer<'_> {
             && let Some(settings) = self.fields(claude, "`claude`", &shapes::CLAUDE_DEFAULTS)
         {
             wf.claude = Some(self.claude_settings(&settings));
+            wf.claude_limits = self.claude_limits(&settings);
         }
         if let Some(handlers) = fields.node("handlers") {
             wf.handlers = self.handlers(handlers);

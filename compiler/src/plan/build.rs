@@ -82,6 +82,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         error_policy: workflow.error_policy.clone(),
         job_policy,
         claude: workflow.claude.clone().filter(|s| !s.is_empty()),
+        claude_limits: workflow.claude_limits,
         slurm: workflow.slurm.clone(),
         variables: Vec::new(),
         reads_map_results: false,

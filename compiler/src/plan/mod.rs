@@ -28,11 +28,11 @@ pub use policy::{
     OutputCapture, RetryPolicy, delay, policy_schedule, schedule,
 };
 pub use vocab::{
-    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeSettings, CommitConfig, Condition,
-    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, Parsed, Pattern,
-    Profile, RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
-    SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, ValidationCheck,
-    WriteFile, WriteFormat,
+    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeLimits, ClaudeSettings,
+    CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode,
+    Multiline, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
+    StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
+    UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// What the runtime needs from the compiler besides the plan itself.
@@ -117,6 +117,10 @@ pub struct Plan {
     /// (`step_validate` checks); each `claude` step has them merged into [`PlanStep::claude`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub claude: Option<ClaudeSettings>,
+    /// What every Claude call of the run does at the account's usage limit (`claude:
+    /// {usage_limit, max_wait}`).
+    #[serde(default, skip_serializing_if = "ClaudeLimits::is_default")]
+    pub claude_limits: ClaudeLimits,
     /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<Slurm>,
@@ -530,6 +534,7 @@ impl Plan {
             error_policy: None,
             job_policy: JobPolicy::default(),
             claude: None,
+            claude_limits: ClaudeLimits::default(),
             slurm: None,
             variables: Vec::new(),
             reads_map_results: false,

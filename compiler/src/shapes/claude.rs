@@ -94,5 +94,20 @@ pub static CLAUDE_DEFAULTS: Shape = Shape {
         CLAUDE_FALLBACK_MODEL,
         CLAUDE_MCP_CONFIG,
         CLAUDE_ADD_DIRS,
+        CLAUDE_USAGE_LIMIT,
+        CLAUDE_MAX_WAIT,
     ],
 };
+
+/// `usage_limit` and `max_wait`: what the run does when the account hits its usage limit;
+/// run-wide, so only in the workflow's defaults.
+const CLAUDE_USAGE_LIMIT: Key = key(
+    "usage_limit",
+    Ty::Enum(&["wait", "stop"]),
+    "At the account's usage limit: `wait` (pause every Claude call until it resets, the default) or `stop` (checkpoint and exit, saying when to resume).",
+);
+const CLAUDE_MAX_WAIT: Key = key(
+    "max_wait",
+    Ty::Duration,
+    "Longest pause for a usage limit (default `6h`); a later reset checkpoints and stops the run.",
+);
