@@ -627,7 +627,8 @@ impl Totals {
     pub fn add(&mut self, call: &Call) {
         self.merge(&Totals {
             calls: 1,
-            failed: u32::from(call.verdict.kind.is_some()),
+            // A usage limit pauses the run; the call is made again and counted again.
+            failed: u32::from(call.verdict.kind.is_some() && call.usage_limit.is_none()),
             turns: u64::from(call.num_turns),
             cost_usd: call.cost_usd,
             tokens: call.tokens,

@@ -1,4 +1,4 @@
-//! The usage limit of a Claude subscription, and the run's Claude gate (docs/language.md §9,
+//! The usage limit of a Claude subscription, and the run's Claude gate (docs/language.md §2,
 //! "Claude usage limits").
 //!
 //! When an account reaches its limit, the CLI emits a `rate_limit_event` whose
@@ -20,7 +20,7 @@ pub const MARGIN: Duration = Duration::from_secs(5);
 
 /// How long to wait when the limit's reset is not known (no `rate_limit_event`, and no time
 /// in the CLI's message): the next call then finds out whether it has lifted.
-pub const UNKNOWN_RESET: Duration = Duration::from_secs(300);
+pub const UNKNOWN_RESET: Duration = Duration::from_mins(5);
 
 /// A call ended at the account's usage limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,7 +154,7 @@ pub fn clock_text(epoch: u64, now: u64) -> String {
     format!("{} {time}", date.get(..10).unwrap_or(&date))
 }
 
-/// The run stopped for the usage limit: resume after RESETS_AT.
+/// The run stopped for the usage limit: resume after `resets_at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitStop {
     /// `five_hour`, `seven_day`, ...
@@ -231,6 +231,8 @@ pub struct Gate {
     state: GateState,
     /// The limit of the last pause, for the line that says it lifted.
     last: String,
+    /// Every pause, from and until, on the run's clock (the last one may be going on).
+    pauses: Vec<(Duration, Duration)>,
 }
 
 impl Gate {
@@ -240,7 +242,18 @@ impl Gate {
             limits,
             state: GateState::Open,
             last: String::new(),
+            pauses: Vec::new(),
         }
+    }
+
+    /// How long the gate is paused after SINCE (on the run's clock), the pause going on
+    /// counted to its planned end: a map agent's timeout does not run while its Claude
+    /// calls cannot start.
+    pub fn paused_since(&self, since: Duration) -> Duration {
+        self.pauses
+            .iter()
+            .map(|(from, until)| until.saturating_sub((*from).max(since)))
+            .sum()
     }
 
     /// The limit of the last pause.
@@ -267,7 +280,7 @@ impl Gate {
                 },
             ),
             (GateState::Open, GateEvent::Limited(limit)) => {
-                let (resets_at, delay) = self.delay(&limit, wall);
+                let (resets_at, delay) = Self::delay(&limit, wall);
                 if self.limits.usage_limit == UsageLimitMode::Stop || delay > self.limits.max_wait {
                     (
                         GateState::Stopped,
@@ -301,7 +314,7 @@ impl Gate {
                 },
                 GateEvent::Limited(limit),
             ) => {
-                let (later, delay) = self.delay(&limit, wall);
+                let (later, delay) = Self::delay(&limit, wall);
                 let until = (*until).max(now + delay);
                 if until.saturating_sub(now) > self.limits.max_wait {
                     (
@@ -333,8 +346,17 @@ impl Gate {
                 (GateState::Stopped, GateAction::Halted)
             }
         };
-        if let GateState::Paused { limit_type, .. } = &state {
+        if let GateState::Paused {
+            limit_type, until, ..
+        } = &state
+        {
             limit_type.clone_into(&mut self.last);
+            match (&self.state, self.pauses.last_mut()) {
+                (GateState::Paused { .. }, Some(last)) => last.1 = *until,
+                (GateState::Paused { .. } | GateState::Open | GateState::Stopped, _) => {
+                    self.pauses.push((now, *until));
+                }
+            }
         }
         self.state = state;
         action
@@ -342,7 +364,7 @@ impl Gate {
 
     /// When LIMIT resets (seconds since the epoch), and how long from WALL until a call may
     /// start again: the reset plus [`MARGIN`], or [`UNKNOWN_RESET`] when it is not known.
-    fn delay(&self, limit: &UsageLimit, wall: u64) -> (u64, Duration) {
+    fn delay(limit: &UsageLimit, wall: u64) -> (u64, Duration) {
         match limit.resets_at {
             Some(at) => (at, Duration::from_secs(at.saturating_sub(wall)) + MARGIN),
             None => (wall + UNKNOWN_RESET.as_secs(), UNKNOWN_RESET),
@@ -354,7 +376,7 @@ impl Gate {
 mod tests {
     use super::*;
 
-    const HOUR: Duration = Duration::from_secs(3600);
+    const HOUR: Duration = Duration::from_hours(1);
 
     fn limit(resets_at: u64) -> GateEvent {
         GateEvent::Limited(UsageLimit {
@@ -388,20 +410,39 @@ mod tests {
         assert_eq!(
             g.on(GateEvent::Acquire, s(610), 1610),
             GateAction::Wait {
-                delay: HOUR + MARGIN - s(600)
+                delay: s(3000) + MARGIN
             }
         );
         // A call that was running ends at the limit too: nothing new, the same wait.
         assert_eq!(
             g.on(limit(4610), s(620), 1620),
             GateAction::Wait {
-                delay: HOUR + MARGIN - s(610)
+                delay: s(2990) + MARGIN
             }
         );
         let open_at = s(10) + HOUR + MARGIN;
         assert_eq!(g.on(GateEvent::Acquire, open_at, 0), GateAction::Lifted);
         assert_eq!(g.state(), &GateState::Open);
         assert_eq!(g.on(GateEvent::Acquire, open_at, 0), GateAction::Go);
+    }
+
+    #[test]
+    fn the_time_paused_after_a_moment_counts_every_pause_to_its_end() {
+        let mut g = gate(UsageLimitMode::Wait, 6 * HOUR);
+        let s = Duration::from_secs;
+        assert_eq!(g.paused_since(s(0)), s(0));
+        // Paused from 10 s to 10 s + 95 s (a reset 90 s ahead, plus the margin).
+        g.on(limit(1100), s(10), 1010);
+        assert_eq!(g.paused_since(s(0)), s(95));
+        // A later reset lengthens the same pause.
+        g.on(limit(1200), s(20), 1020);
+        assert_eq!(g.paused_since(s(0)), s(195));
+        assert_eq!(g.paused_since(s(100)), s(105));
+        assert_eq!(g.on(GateEvent::Acquire, s(205), 0), GateAction::Lifted);
+        // A second pause, from 300 s for 5 s.
+        g.on(limit(2000), s(300), 2000);
+        assert_eq!(g.paused_since(s(0)), s(200));
+        assert_eq!(g.paused_since(s(400)), s(0));
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub type Template = Parsed<prodigy_grammar::template::Template>;
 pub type Condition = Parsed<prodigy_grammar::expr::Expr>;
 
 /// What a run does when a Claude call hits the account's usage limit (`claude: {usage_limit}`,
-/// docs/language.md §9).
+/// docs/language.md §2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UsageLimitMode {
@@ -204,7 +204,7 @@ pub struct ClaudeLimits {
 
 impl ClaudeLimits {
     /// `max_wait` when the workflow does not say: six hours, more than a five-hour limit.
-    pub const DEFAULT_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(6 * 3600);
+    pub const DEFAULT_MAX_WAIT: std::time::Duration = std::time::Duration::from_hours(6);
 
     /// Whether these are the defaults (the serialised plan leaves them out).
     pub fn is_default(&self) -> bool {

@@ -1,4 +1,4 @@
-//! Claude calls under the run's usage-limit gate (docs/language.md §9, "Claude usage
+//! Claude calls under the run's usage-limit gate (docs/language.md §2, "Claude usage
 //! limits"): a call waits while the gate is paused, and a call that ends at the account's
 //! usage limit pauses the gate and is made again once it opens. The step's machine sees only
 //! the call that counted, so a usage limit is no attempt, no `retry_config` retry, no failure
@@ -174,6 +174,20 @@ impl Runner {
         lock(&self.claude_limit.gate).on(event, now, wall)
     }
 
+    /// Sleeps TIMEOUT on the run's clock from now, not counting the time the Claude gate is
+    /// paused meanwhile (a map agent's timeout, docs/language.md §2 "Claude usage limits").
+    pub(crate) async fn sleep_unpaused(&self, timeout: Duration) {
+        let start = self.started.elapsed();
+        loop {
+            let paused = lock(&self.claude_limit.gate).paused_since(start);
+            let end = start + timeout + paused;
+            match end.checked_sub(self.started.elapsed()) {
+                Some(left) if !left.is_zero() => tokio::time::sleep(left).await,
+                Some(_) | None => return,
+            }
+        }
+    }
+
     /// The limit whose pause just ended, for the line that says so.
     fn limit_type_lifted(&self) -> String {
         lock(&self.claude_limit.gate).last_limit().to_owned()
@@ -187,7 +201,7 @@ impl Runner {
             .map_or(0, |d| d.as_secs())
     }
 
-    /// The runner with AT_START as the wall clock when its clock started (tests, whose
+    /// The runner with `at_start` as the wall clock when its clock started (tests, whose
     /// clock is paused).
     #[cfg(test)]
     #[must_use]
@@ -231,7 +245,7 @@ mod tests {
 
     const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
 
-    /// What the CLI prints at the usage limit: the limit resets RESETS_IN seconds after the
+    /// What the CLI prints at the usage limit: the limit resets `resets_in` seconds after the
     /// harness's wall clock starts.
     fn limited(resets_in: u64) -> Reply {
         Reply::exit(1).stdout(&format!(
@@ -263,7 +277,7 @@ mod tests {
     /// Two agents hit the limit (one while the other's call is running); the third agent's
     /// shell step runs during the pause, its Claude call waits; at the reset (plus the
     /// margin) the interrupted calls run again, and nothing fails, however strict the
-    /// error policy.
+    /// error policy, and no agent times out while it waits.
     #[tokio::test(start_paused = true)]
     async fn a_usage_limit_pauses_the_job_and_reruns_the_calls_after_the_reset() {
         let fake = FakeExecutor::new()
@@ -285,6 +299,7 @@ map:
   input: items.json
   json_path: "$[*]"
   max_parallel: 3
+  agent_timeout_secs: 600
   agent_template:
     - shell: "prep ${item.name}"
     - claude: "/work ${item.name}"
