@@ -4,6 +4,7 @@
 
 pub mod breaker;
 pub mod claude;
+pub mod claude_governor;
 pub mod claude_limit;
 pub mod dlq;
 pub mod events;

@@ -604,6 +604,12 @@ fn run_cli(
 
 /// One HTTP/1.1 request to the fake API; the status code and the body.
 fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = http_with_head(port, method, path, body);
+    (status, body)
+}
+
+/// [`http`], with the response's head (status line and headers, lowercased) too.
+fn http_with_head(port: u16, method: &str, path: &str, body: &str) -> (u16, String, String) {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
@@ -620,7 +626,7 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    (status, head.to_lowercase(), body.to_owned())
 }
 
 #[test]
@@ -672,6 +678,33 @@ fn fake_api_answers_every_kind_of_request() {
         assert_eq!(error["type"], "error");
         assert_eq!(error["error"]["type"], kind);
     }
+
+    // A subscription's usage limit: 429 with the unified rate-limit headers until the reset,
+    // the same reset for every request of the scenario; then the ordinary answer.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let limited = ask("x scenario:usage-limit-1", true);
+    let (status, head, body) = http_with_head(port, "POST", "/v1/messages", &limited);
+    assert_eq!(status, 429, "{body}");
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no `{name}` in {head}"))
+    };
+    assert_eq!(header("anthropic-ratelimit-unified-status"), "rejected");
+    assert_eq!(
+        header("anthropic-ratelimit-unified-representative-claim"),
+        "five_hour"
+    );
+    let reset: u64 = header("anthropic-ratelimit-unified-reset").parse().unwrap();
+    assert!((now..=now + 2).contains(&reset), "{reset} vs {now}");
+    assert!(header("retry-after").parse::<u64>().unwrap() <= 1);
+    std::thread::sleep(Duration::from_millis(2100));
+    let (status, body) = http(port, "POST", "/v1/messages", &limited);
+    assert_eq!(status, 200, "after the reset: {body}");
 
     // A side request offers no tools: a short text, whatever the prompt's scenario.
     let side = r#"{"model":"small","max_tokens":9,"messages":[{"role":"user","content":"title for: scenario:401"}]}"#;
