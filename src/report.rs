@@ -36,8 +36,9 @@ pub(crate) struct Terminal {
     quiet: bool,
     /// The map phase being shown.
     display: Mutex<Option<Display>>,
-    /// While Claude calls pause for a usage limit: what the progress display adds.
-    paused: Mutex<Option<String>>,
+    /// What the progress display adds about Claude: the usage limit's pause, and the rate
+    /// governor's slots while it limits them.
+    claude: Mutex<(Option<String>, Option<String>)>,
 }
 
 impl Terminal {
@@ -52,7 +53,7 @@ impl Terminal {
             verbose,
             quiet,
             display: Mutex::new(None),
-            paused: Mutex::new(None),
+            claude: Mutex::new((None, None)),
         }
     }
 
@@ -78,25 +79,40 @@ impl Terminal {
     }
 }
 
+impl Terminal {
+    /// What the progress display adds about Claude, if anything.
+    fn claude_state(&self) -> Option<String> {
+        let claude = lock(&self.claude);
+        let parts: Vec<&str> = [&claude.0, &claude.1]
+            .into_iter()
+            .filter_map(Option::as_deref)
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
 impl Reporter for Terminal {
     fn message(&self, message: &Message, item: Option<&str>) {
-        match message {
+        let changed = match message {
             Message::ClaudePaused {
                 limit_type,
                 resumes_at,
             } => {
-                *lock(&self.paused) = Some(paused_text(limit_type, resumes_at));
-                if let Some(d) = lock(&self.display).as_mut() {
-                    d.redraw(lock(&self.paused).as_deref());
-                }
+                lock(&self.claude).0 = Some(paused_text(limit_type, resumes_at));
+                true
             }
             Message::ClaudeResumed { .. } => {
-                *lock(&self.paused) = None;
-                if let Some(d) = lock(&self.display).as_mut() {
-                    d.redraw(None);
-                }
+                lock(&self.claude).0 = None;
+                true
             }
-            _ => {}
+            Message::ClaudeSlots { slots, max } => {
+                lock(&self.claude).1 = (slots < max).then(|| slots_text(*slots, *max));
+                true
+            }
+            _ => false,
+        };
+        if changed && let Some(d) = lock(&self.display).as_mut() {
+            d.redraw(self.claude_state().as_deref());
         }
         let Some(text) = self.render(message, item) else {
             return;
@@ -120,7 +136,7 @@ impl Reporter for Terminal {
             }
             ProgressUpdate::Counts { tally, breaker } => {
                 if let Some(d) = display.as_mut() {
-                    d.update(*tally, breaker, lock(&self.paused).as_deref());
+                    d.update(*tally, breaker, self.claude_state().as_deref());
                 }
             }
             ProgressUpdate::Finished => {
@@ -138,7 +154,8 @@ fn verbosity(message: &Message) -> u8 {
         Message::Description(_)
         | Message::Skipped { .. }
         | Message::Retrying { .. }
-        | Message::Output(_) => 1,
+        | Message::Output(_)
+        | Message::ClaudeSlots { .. } => 1,
         Message::Claude(note) => match note {
             Note::Started { .. } => 2,
             Note::Text(_) | Note::Tool { .. } | Note::ApiRetry { .. } => 1,
@@ -176,7 +193,8 @@ fn is_error(message: &Message) -> bool {
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
-        | Message::ClaudeResumed { .. } => false,
+        | Message::ClaudeResumed { .. }
+        | Message::ClaudeSlots { .. } => false,
     }
 }
 
@@ -199,7 +217,8 @@ fn in_step(message: &Message) -> bool {
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
-        | Message::ClaudeLimitStop { .. } => false,
+        | Message::ClaudeLimitStop { .. }
+        | Message::ClaudeSlots { .. } => false,
     }
 }
 
@@ -278,6 +297,7 @@ fn text(message: &Message) -> String {
             limit_type,
             resumes_at,
         } => paused_text(limit_type, resumes_at),
+        Message::ClaudeSlots { slots, max } => slots_text(*slots, *max),
         Message::ClaudeResumed { limit_type } => {
             format!("resumed: Claude usage limit ({limit_type}) lifted")
         }
@@ -297,6 +317,15 @@ fn text(message: &Message) -> String {
                 "stopping: Claude usage limit ({limit_type}) resets at {resets_at}, {why}; running commands end, the run is saved"
             )
         }
+    }
+}
+
+/// The rate governor's slots, as its line and the progress display show them.
+fn slots_text(slots: usize, max: usize) -> String {
+    if slots < max {
+        format!("Claude: {slots} of {max} slots (rate limited)")
+    } else {
+        format!("Claude: {slots} of {max} slots")
     }
 }
 

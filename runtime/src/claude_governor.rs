@@ -76,8 +76,8 @@ impl Governor {
 
     /// A call wants to start at NOW.
     pub fn admit(&mut self, now: Duration) -> Admit {
-        if now < self.backoff_until {
-            return Admit::Wait(self.backoff_until - now);
+        if let Some(left) = self.backoff_until.checked_sub(now).filter(|d| !d.is_zero()) {
+            return Admit::Wait(left);
         }
         match self.limit {
             Some(limit) if self.running >= limit => Admit::Full,
@@ -117,7 +117,9 @@ impl Governor {
                     1u32.checked_shl(self.streak.saturating_sub(1).min(16))
                         .unwrap_or(u32::MAX),
                 );
-                let delay = doubled.min(MAX_BACKOFF).max(retry_after.unwrap_or_default());
+                let delay = doubled
+                    .min(MAX_BACKOFF)
+                    .max(retry_after.unwrap_or_default());
                 self.backoff_until = self.backoff_until.max(now + delay);
                 self.successes = 0;
                 let current = self.limit.unwrap_or(running_then.max(1));

@@ -389,6 +389,7 @@ mod tests {
         Gate::new(ClaudeLimits {
             usage_limit: mode,
             max_wait,
+            ..ClaudeLimits::default()
         })
     }
 

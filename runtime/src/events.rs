@@ -723,6 +723,27 @@ pub enum Event {
         /// The step whose call starts first.
         step: String,
     },
+    /// The rate governor changed how many Claude calls may run at once.
+    #[serde(rename = "claude_slots_changed")]
+    ClaudeSlotsChanged {
+        /// Calls that may run at once now.
+        slots: usize,
+        /// The most that ran at once.
+        max: usize,
+        /// `rate_limited` (lowered) or `recovered` (raised).
+        reason: String,
+    },
+    /// A Claude call refused as rate limited or overloaded is made again within
+    /// `patience`, as the same attempt.
+    #[serde(rename = "claude_call_repeated")]
+    ClaudeCallRepeated {
+        /// The step.
+        step: String,
+        /// `rate_limit` or `overloaded`.
+        error_kind: crate::claude::ErrorKind,
+        /// Since the call was first refused.
+        waited_secs: f64,
+    },
 }
 
 impl Event {

@@ -125,6 +125,14 @@ pub enum Message {
         /// The limit.
         limit_type: String,
     },
+    /// The rate governor lets SLOTS of MAX Claude calls run at once (`Claude: 2 of 8 slots
+    /// (rate limited)`); SLOTS equal to MAX: no limit any more.
+    ClaudeSlots {
+        /// Calls that may run at once.
+        slots: usize,
+        /// The most that ran at once.
+        max: usize,
+    },
     /// The run stops for the usage limit (`usage_limit: stop`, or a reset beyond
     /// `max_wait`).
     ClaudeLimitStop {
@@ -269,7 +277,8 @@ impl Message {
             ),
             Message::ClaudePaused { .. }
             | Message::ClaudeResumed { .. }
-            | Message::ClaudeLimitStop { .. } => self,
+            | Message::ClaudeLimitStop { .. }
+            | Message::ClaudeSlots { .. } => self,
         }
     }
 }

@@ -22,6 +22,9 @@
 //             SECONDS (default 3600) after the scenario's first request; then as `ok`. The
 //             CLI reads these headers only when it runs on a subscription
 //             (`CLAUDE_CODE_OAUTH_TOKEN` instead of `ANTHROPIC_API_KEY`).
+//   storm-STATUS-SECONDS
+//             a storm: HTTP STATUS (429 or 529) for SECONDS after the scenario's first
+//             request, with `retry-after: 1`; then as `ok`
 // Requests that are not the conversation itself (a title or summary asked of a small model,
 // token counts, probes, telemetry) get a short harmless answer.
 
@@ -39,7 +42,8 @@ const ERRORS = {
   529: ['overloaded_error', 'Overloaded'],
 };
 
-// When each usage-limit scenario's limit resets, in seconds since the epoch.
+// When each usage-limit scenario's limit resets (and each storm ends), in seconds since the
+// epoch.
 const resets = new Map();
 
 let counter = 0;
@@ -104,6 +108,12 @@ function plan(body) {
     const reset = resets.get(scenario);
     if (now < reset) return { error: 429, reset };
   }
+  const storm = /^storm-(429|529)-([0-9]+)$/.exec(scenario);
+  if (storm !== null) {
+    const now = Date.now() / 1000;
+    if (!resets.has(scenario)) resets.set(scenario, now + Number(storm[2]));
+    if (now < resets.get(scenario)) return { error: Number(storm[1]), retryAfter: 1 };
+  }
   const toolUse = () => ({
     type: 'tool_use',
     id: nextId('toolu'),
@@ -150,9 +160,9 @@ function sendJson(res, status, value, headers = {}) {
   res.end(body);
 }
 
-function sendError(res, status, reset) {
+function sendError(res, status, reset, retryAfter = 0) {
   const [type, message] = ERRORS[status];
-  let headers = status === 429 || status === 529 ? { 'retry-after': '0' } : {};
+  let headers = status === 429 || status === 529 ? { 'retry-after': String(retryAfter) } : {};
   if (reset !== undefined) {
     // What a subscription account gets at its usage limit.
     const wait = Math.max(0, reset - Math.floor(Date.now() / 1000));
@@ -255,7 +265,7 @@ async function messages(req, res, raw) {
     }`,
   );
   if (answer.error !== undefined) {
-    sendError(res, answer.error, answer.reset);
+    sendError(res, answer.error, answer.reset, answer.retryAfter);
   } else if (body.stream) {
     await stream(res, body, answer);
   } else {

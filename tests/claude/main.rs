@@ -691,8 +691,7 @@ fn fake_api_answers_every_kind_of_request() {
     let header = |name: &str| {
         head.lines()
             .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-            .map(str::to_owned)
-            .unwrap_or_else(|| panic!("no `{name}` in {head}"))
+            .map_or_else(|| panic!("no `{name}` in {head}"), str::to_owned)
     };
     assert_eq!(header("anthropic-ratelimit-unified-status"), "rejected");
     assert_eq!(
@@ -705,6 +704,14 @@ fn fake_api_answers_every_kind_of_request() {
     std::thread::sleep(Duration::from_millis(2100));
     let (status, body) = http(port, "POST", "/v1/messages", &limited);
     assert_eq!(status, 200, "after the reset: {body}");
+
+    // A storm: the status for its seconds, with `retry-after`, then the ordinary answer.
+    let storm = ask("x scenario:storm-529-1", true);
+    let (status, head, _) = http_with_head(port, "POST", "/v1/messages", &storm);
+    assert_eq!(status, 529);
+    assert!(head.contains("retry-after: 1"), "{head}");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(http(port, "POST", "/v1/messages", &storm).0, 200);
 
     // A side request offers no tools: a short text, whatever the prompt's scenario.
     let side = r#"{"model":"small","max_tokens":9,"messages":[{"role":"user","content":"title for: scenario:401"}]}"#;
@@ -1020,5 +1027,64 @@ error_policy:
     assert!(count("claude_limit_reached") >= 1, "{events:?}");
     assert!(count("claude_limit_lifted") >= 1, "{events:?}");
     assert_eq!(count("agent_failed"), 0, "{events:?}");
+    assert_eq!(count("dlq_item_added"), 0, "{events:?}");
+}
+
+/// A 429 storm of a few seconds, with the real CLI and no retries of its own: the governor
+/// narrows the job's Claude calls, `patience` makes the refused calls again after its
+/// back-off, and the job ends with every item done and nothing in the DLQ.
+#[test]
+fn prodigy_rides_out_a_rate_limit_storm_with_the_real_cli() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(claude) = install_cli(scratch.path()) else {
+        return;
+    };
+    let (_server, port) = start_fake_api(scratch.path());
+    let home = scratch.path().join("home");
+    let project = scratch.path().join("project");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&project).unwrap();
+    fs::write(project.join("items.json"), r#"["a", "b"]"#).unwrap();
+    fs::write(
+        project.join("job.yml"),
+        r#"name: storm
+mode: mapreduce
+claude:
+  patience: 2m
+map:
+  input: items.json
+  json_path: "$[*]"
+  max_parallel: 2
+  agent_template:
+    - claude: "Reply briefly about ${item}. scenario:storm-429-3"
+error_policy:
+  on_item_failure: dlq
+  max_failures: 1
+"#,
+    )
+    .unwrap();
+    let out = prodigy(
+        &claude,
+        port,
+        &project,
+        &home,
+        &["run", "-v", "--no-worktree", "job.yml"],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
+    let events: Vec<Value> = files_under(&home.join("prodigy/events"))
+        .iter()
+        .flat_map(|f| {
+            fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let count = |kind: &str| events.iter().filter(|e| e["event_type"] == kind).count();
+    assert!(count("claude_slots_changed") >= 1, "{events:?}");
+    assert!(count("claude_call_repeated") >= 1, "{events:?}");
     assert_eq!(count("dlq_item_added"), 0, "{events:?}");
 }

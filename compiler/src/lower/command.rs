@@ -177,7 +177,7 @@ impl Lowerer<'_> {
         }
     }
 
-    /// `usage_limit` and `max_wait` of the workflow's `claude:` defaults (a step's own
+    /// `usage_limit`, `max_wait` and `patience` of the workflow's `claude:` defaults (a step's own
     /// settings have neither: the limit is the account's, for the whole run).
     pub(crate) fn claude_limits(&mut self, fields: &Fields<'_>) -> ClaudeLimits {
         let defaults = ClaudeLimits::default();
@@ -194,6 +194,9 @@ impl Lowerer<'_> {
             max_wait: fields
                 .duration(self, "max_wait")
                 .map_or(defaults.max_wait, |d| d.value),
+            patience: fields
+                .duration(self, "patience")
+                .map_or(defaults.patience, |d| d.value),
         }
     }
 

@@ -193,13 +193,16 @@ pub enum UsageLimitMode {
 }
 
 /// The run-wide Claude settings that are not options of a call: `claude: {usage_limit,
-/// max_wait}` of the workflow's defaults.
+/// max_wait, patience}` of the workflow's defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ClaudeLimits {
     /// `usage_limit`: wait or stop.
     pub usage_limit: UsageLimitMode,
     /// `max_wait`: the longest pause; a later reset stops the run.
     pub max_wait: std::time::Duration,
+    /// `patience`: how long a call refused as rate limited or overloaded (429, 529) is made
+    /// again, as the same attempt, before its failure counts; zero: not at all.
+    pub patience: std::time::Duration,
 }
 
 impl ClaudeLimits {
@@ -217,6 +220,7 @@ impl Default for ClaudeLimits {
         ClaudeLimits {
             usage_limit: UsageLimitMode::Wait,
             max_wait: Self::DEFAULT_MAX_WAIT,
+            patience: std::time::Duration::ZERO,
         }
     }
 }

@@ -96,6 +96,7 @@ pub static CLAUDE_DEFAULTS: Shape = Shape {
         CLAUDE_ADD_DIRS,
         CLAUDE_USAGE_LIMIT,
         CLAUDE_MAX_WAIT,
+        CLAUDE_PATIENCE,
     ],
 };
 
@@ -110,4 +111,9 @@ const CLAUDE_MAX_WAIT: Key = key(
     "max_wait",
     Ty::Duration,
     "Longest pause for a usage limit (default `6h`); a later reset checkpoints and stops the run.",
+);
+const CLAUDE_PATIENCE: Key = key(
+    "patience",
+    Ty::Duration,
+    "How long a call refused as rate limited or overloaded (429, 529) is made again, spaced by the run's shared back-off, before its failure counts against the step's attempts (default `0`: not at all).",
 );

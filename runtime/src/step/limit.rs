@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime};
 use prodigy_compiler::plan::{self, ClaudeLimits, PlanStep};
 use tokio::sync::watch;
 
+use crate::claude::ErrorKind;
+use crate::claude_governor::{Admit, Answer, Governor};
 use crate::claude_limit::{Gate, GateAction, GateEvent, LimitStop, clock_text};
 use crate::events::Event;
 use crate::exec::{self, Output};
@@ -28,6 +30,10 @@ pub(crate) struct ClaudeLimitState {
     /// The wall clock when the run's clock started: resets are given in seconds since the
     /// epoch, waits are taken on the run's (tokio's) clock.
     wall_at_start: Mutex<SystemTime>,
+    /// How many Claude calls may run at once, and the shared back-off.
+    governor: Mutex<Governor>,
+    /// Wakes the calls waiting for a slot when one ends.
+    slot_freed: tokio::sync::Notify,
 }
 
 impl ClaudeLimitState {
@@ -37,6 +43,8 @@ impl ClaudeLimitState {
             halt,
             stop: Mutex::new(None),
             wall_at_start: Mutex::new(SystemTime::now()),
+            governor: Mutex::new(Governor::default()),
+            slot_freed: tokio::sync::Notify::new(),
         }
     }
 }
@@ -74,15 +82,39 @@ impl Runner {
         timeout: Option<Duration>,
         live: bool,
     ) -> Output {
+        // When the call was first refused as rate limited or overloaded (`patience`).
+        let mut refused_at: Option<Duration> = None;
         loop {
             if let Err(out) = self.claude_gate(step).await {
+                return out;
+            }
+            if let Err(out) = self.claude_slot().await {
                 return out;
             }
             let out = self
                 .run_claude_call(template, step, vars, timeout, live)
                 .await;
+            self.release_slot(&out);
             let Some(limit) = out.claude.as_ref().and_then(|c| c.usage_limit.clone()) else {
-                return out;
+                let transient = out
+                    .claude
+                    .as_ref()
+                    .and_then(|c| c.verdict.kind)
+                    .filter(|k| matches!(k, ErrorKind::RateLimit | ErrorKind::Overloaded));
+                let patience = self.plan.claude_limits.patience;
+                let now = self.started.elapsed();
+                let since = *refused_at.get_or_insert(now);
+                match transient {
+                    Some(kind) if now.saturating_sub(since) < patience && !out.cancelled => {
+                        self.record(&Event::ClaudeCallRepeated {
+                            step: step.label.clone(),
+                            error_kind: kind,
+                            waited_secs: now.saturating_sub(since).as_secs_f64(),
+                        });
+                        continue;
+                    }
+                    Some(_) | None => return out,
+                }
             };
             let action = self.on_gate(GateEvent::Limited(limit));
             match action {
@@ -165,6 +197,64 @@ impl Runner {
                 () = tokio::time::sleep(delay) => {}
                 () = exec::cancelled(&mut cancel) => return Err(cancelled()),
             }
+        }
+    }
+
+    /// Waits until the rate governor lets one more Claude call run (a slot, and the shared
+    /// back-off over); the `Output` of a call that does not start (cancelled) otherwise.
+    async fn claude_slot(&self) -> Result<(), Output> {
+        loop {
+            let freed = self.claude_limit.slot_freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            // Registered before asking, so that a slot freed in between is not missed.
+            freed.as_mut().enable();
+            let admit = lock(&self.claude_limit.governor).admit(self.started.elapsed());
+            let mut cancel = self.cancel_rx();
+            match admit {
+                Admit::Go => return Ok(()),
+                Admit::Full => tokio::select! {
+                    () = freed => {}
+                    () = exec::cancelled(&mut cancel) => return Err(cancelled()),
+                },
+                Admit::Wait(delay) => tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = exec::cancelled(&mut cancel) => return Err(cancelled()),
+                },
+            }
+        }
+    }
+
+    /// Gives back the slot of a Claude call that ended with OUT, feeding the governor how the
+    /// API answered; records and shows a change of the slots.
+    fn release_slot(&self, out: &Output) {
+        let answer = match out.claude.as_ref() {
+            Some(call) if call.usage_limit.is_some() => Answer::Other,
+            Some(call) => match call.verdict.kind {
+                None => Answer::Ok,
+                Some(ErrorKind::RateLimit | ErrorKind::Overloaded) => {
+                    Answer::RateLimited { retry_after: None }
+                }
+                Some(_) => Answer::Other,
+            },
+            None => Answer::Other,
+        };
+        let change = lock(&self.claude_limit.governor).release(answer, self.started.elapsed());
+        self.claude_limit.slot_freed.notify_waiters();
+        if let Some(change) = change {
+            self.record(&Event::ClaudeSlotsChanged {
+                slots: change.slots,
+                max: change.max,
+                reason: if change.lowered {
+                    "rate_limited"
+                } else {
+                    "recovered"
+                }
+                .to_owned(),
+            });
+            self.say_for_run(Message::ClaudeSlots {
+                slots: change.slots,
+                max: change.max,
+            });
         }
     }
 
@@ -386,5 +476,88 @@ commands:
             .await;
         assert_eq!(report.outcome, RunOutcome::Interrupted);
         assert_eq!(harness.fake.starts_of("/work"), [secs(0)]);
+    }
+
+    fn refused(status: u16) -> Reply {
+        Reply::exit(1).stdout(&format!(
+            "{INIT}\n{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,\"api_error_status\":{status},\"num_turns\":1,\"result\":\"API Error: {status}\"}}\n"
+        ))
+    }
+
+    /// A 429 storm: the four calls running are refused at once; the governor halves the
+    /// slots down to one and backs off (1 s, doubled per refusal: until 9 s), `patience`
+    /// makes the refused calls again as the same attempts, one at a time, and after five
+    /// successes a second slot opens; nothing fails.
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_limit_storm_narrows_the_claude_calls_and_patience_repeats_them() {
+        let mut fake = FakeExecutor::new();
+        for name in ["a", "b", "c", "d"] {
+            fake = fake.script(
+                &format!("/work {name}"),
+                [refused(429).takes(secs(1)), done().takes(secs(10))],
+            );
+        }
+        for name in ["e", "f"] {
+            fake = fake.script(&format!("/work {name}"), [done().takes(secs(10))]);
+        }
+        let harness = Harness::new(fake);
+        items(&harness, &["a", "b", "c", "d", "e", "f"]);
+        let (report, trace) = harness
+            .run_job(
+                r#"
+name: storm
+mode: mapreduce
+claude:
+  patience: 30m
+map:
+  input: items.json
+  json_path: "$[*]"
+  max_parallel: 4
+  agent_template:
+    - claude: "/work ${item.name}"
+error_policy:
+  on_item_failure: dlq
+  max_failures: 1
+"#,
+                JobOptions::default(),
+            )
+            .await;
+        assert_eq!(report.outcome, JobOutcome::Completed);
+        assert_eq!(report.dlq_count, 0);
+        let mut later: Vec<Duration> = harness
+            .fake
+            .calls()
+            .into_iter()
+            .map(|c| c.at)
+            .filter(|at| *at > Duration::ZERO)
+            .collect();
+        later.sort();
+        // One call at a time from the end of the back-off, two after five successes.
+        assert_eq!(
+            later,
+            [secs(9), secs(19), secs(29), secs(39), secs(49), secs(59)]
+        );
+        let changes: Vec<&String> = trace
+            .lines
+            .iter()
+            .filter(|l| l.starts_with("claude_slots_changed"))
+            .collect();
+        assert_eq!(changes.len(), 3, "{changes:?}");
+        assert!(
+            changes[0].contains(r#""reason":"rate_limited","slots":2"#),
+            "{changes:?}"
+        );
+        assert!(
+            changes[1].contains(r#""reason":"rate_limited","slots":1"#),
+            "{changes:?}"
+        );
+        assert!(
+            changes[2].contains(r#""reason":"recovered","slots":2"#),
+            "{changes:?}"
+        );
+        let events = trace.events();
+        let count = |kind: &str| events.iter().filter(|e| **e == kind).count();
+        assert_eq!(count("claude_call_repeated"), 4, "{events:?}");
+        assert_eq!(count("retry_scheduled"), 0, "{events:?}");
     }
 }
