@@ -111,31 +111,46 @@ impl Governor {
                     lowered: false,
                 })
             }
-            Answer::RateLimited { retry_after } => {
-                self.streak = self.streak.saturating_add(1);
-                let doubled = FIRST_BACKOFF.saturating_mul(
-                    1u32.checked_shl(self.streak.saturating_sub(1).min(16))
-                        .unwrap_or(u32::MAX),
-                );
-                let delay = doubled
-                    .min(MAX_BACKOFF)
-                    .max(retry_after.unwrap_or_default());
-                self.backoff_until = self.backoff_until.max(now + delay);
-                self.successes = 0;
-                let current = self.limit.unwrap_or(running_then.max(1));
-                let halved = (current / 2).max(1);
-                if self.limit == Some(halved) {
-                    return None;
-                }
-                self.limit = Some(halved);
-                Some(Change {
-                    slots: halved,
-                    max: self.peak,
-                    lowered: true,
-                })
-            }
+            Answer::RateLimited { retry_after } => self.refused(retry_after, now, running_then),
             Answer::Other => None,
         }
+    }
+
+    /// The CLI, while a call runs, retries an answer of 429 or 529 after `retry_after`: the
+    /// same pressure as a refused call, the call keeping its slot.
+    pub fn retried(&mut self, retry_after: Option<Duration>, now: Duration) -> Option<Change> {
+        self.refused(retry_after, now, self.running)
+    }
+
+    /// A rate-limited answer at NOW, RUNNING calls running when it came: the back-off
+    /// grows, and the slots are halved.
+    fn refused(
+        &mut self,
+        retry_after: Option<Duration>,
+        now: Duration,
+        running: usize,
+    ) -> Option<Change> {
+        self.streak = self.streak.saturating_add(1);
+        let doubled = FIRST_BACKOFF.saturating_mul(
+            1u32.checked_shl(self.streak.saturating_sub(1).min(16))
+                .unwrap_or(u32::MAX),
+        );
+        let delay = doubled
+            .min(MAX_BACKOFF)
+            .max(retry_after.unwrap_or_default());
+        self.backoff_until = self.backoff_until.max(now + delay);
+        self.successes = 0;
+        let current = self.limit.unwrap_or(running.max(1));
+        let halved = (current / 2).max(1);
+        if self.limit == Some(halved) {
+            return None;
+        }
+        self.limit = Some(halved);
+        Some(Change {
+            slots: halved,
+            max: self.peak,
+            lowered: true,
+        })
     }
 }
 
@@ -197,6 +212,25 @@ mod tests {
         assert_eq!(g.admit(s(100)), Admit::Go);
         assert_eq!(g.admit(s(100)), Admit::Go);
         assert_eq!(g.admit(s(100)), Admit::Full);
+    }
+
+    #[test]
+    fn the_cli_retrying_a_429_narrows_the_slots_while_its_call_keeps_its_own() {
+        let mut g = Governor::default();
+        for _ in 0..4 {
+            assert_eq!(g.admit(s(0)), Admit::Go);
+        }
+        assert_eq!(
+            g.retried(Some(s(3)), s(5)),
+            Some(Change {
+                slots: 2,
+                max: 4,
+                lowered: true
+            })
+        );
+        assert_eq!(g.admit(s(5)), Admit::Wait(s(3)));
+        // All four still run: none ends by the CLI's retry.
+        assert_eq!(g.admit(s(8)), Admit::Full);
     }
 
     #[test]

@@ -218,6 +218,8 @@ impl Runner {
             }
             let turns = stream.turns;
             let notes = stream.feed(line);
+            // The CLI retrying a 429 or 529 itself tells the rate governor too.
+            self.api_retries_seen(&notes);
             if stream.turns > turns {
                 self.live_turns.fetch_add(
                     u64::from(stream.turns - turns),

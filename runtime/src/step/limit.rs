@@ -240,22 +240,58 @@ impl Runner {
         };
         let change = lock(&self.claude_limit.governor).release(answer, self.started.elapsed());
         self.claude_limit.slot_freed.notify_waiters();
-        if let Some(change) = change {
-            self.record(&Event::ClaudeSlotsChanged {
-                slots: change.slots,
-                max: change.max,
-                reason: if change.lowered {
-                    "rate_limited"
-                } else {
-                    "recovered"
-                }
-                .to_owned(),
-            });
-            self.say_for_run(Message::ClaudeSlots {
-                slots: change.slots,
-                max: change.max,
-            });
+        self.slots_changed(change);
+    }
+
+    /// The CLI's own retries in NOTES (`system/api_retry`) of 429 and 529 answers feed the
+    /// rate governor as they happen.
+    pub(crate) fn api_retries_seen(&self, notes: &[crate::claude::Note]) {
+        for note in notes {
+            let crate::claude::Note::ApiRetry {
+                error, delay_ms, ..
+            } = note
+            else {
+                continue;
+            };
+            let rate_limited = matches!(
+                error.as_str(),
+                "rate_limit"
+                    | "rate_limit_error"
+                    | "429"
+                    | "overloaded"
+                    | "overloaded_error"
+                    | "529"
+            );
+            if !rate_limited {
+                continue;
+            }
+            let change = lock(&self.claude_limit.governor).retried(
+                Some(Duration::from_millis(*delay_ms)),
+                self.started.elapsed(),
+            );
+            self.slots_changed(change);
         }
+    }
+
+    /// Records and shows CHANGE of the slots, if any.
+    fn slots_changed(&self, change: Option<crate::claude_governor::Change>) {
+        let Some(change) = change else {
+            return;
+        };
+        self.record(&Event::ClaudeSlotsChanged {
+            slots: change.slots,
+            max: change.max,
+            reason: if change.lowered {
+                "rate_limited"
+            } else {
+                "recovered"
+            }
+            .to_owned(),
+        });
+        self.say_for_run(Message::ClaudeSlots {
+            slots: change.slots,
+            max: change.max,
+        });
     }
 
     fn on_gate(&self, event: GateEvent) -> GateAction {
@@ -559,5 +595,37 @@ error_policy:
         let count = |kind: &str| events.iter().filter(|e| **e == kind).count();
         assert_eq!(count("claude_call_repeated"), 4, "{events:?}");
         assert_eq!(count("retry_scheduled"), 0, "{events:?}");
+    }
+
+    /// The CLI retrying a 429 itself (`system/api_retry`), while two calls run, narrows the
+    /// slots to one though both calls succeed.
+    #[tokio::test(start_paused = true)]
+    async fn the_clis_own_retries_of_a_429_feed_the_governor() {
+        let retried = Reply::ok().stdout(&format!(
+            "{INIT}\n{}\n{}\n",
+            r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":2000,"error_status":429,"error":"rate_limit"}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"Done."}"#
+        ));
+        let fake = FakeExecutor::new()
+            .script("/work a", [retried.takes(secs(5))])
+            .script("/work b", [done().takes(secs(10))]);
+        let harness = Harness::new(fake);
+        items(&harness, &["a", "b"]);
+        let (report, trace) = harness
+            .run_job(
+                "mode: mapreduce\nmap:\n  input: items.json\n  json_path: \"$[*]\"\n  max_parallel: 2\n  agent_template:\n    - claude: \"/work ${item.name}\"\n",
+                JobOptions::default(),
+            )
+            .await;
+        assert_eq!(report.outcome, JobOutcome::Completed);
+        let change = trace
+            .lines
+            .iter()
+            .find(|l| l.starts_with("claude_slots_changed"))
+            .unwrap();
+        assert!(
+            change.contains(r#""max":2,"reason":"rate_limited","slots":1"#),
+            "{change}"
+        );
     }
 }
