@@ -572,6 +572,57 @@ mod tests {
         assert!(!under_ci(None));
     }
 
+    /// A usage limit's pause is a line of its own at every verbosity but `-q`, and stays on
+    /// the progress display's counts, with the rate governor's slots, until it lifts.
+    #[test]
+    fn a_claude_pause_and_narrowed_slots_show_on_the_lines_and_the_counts() {
+        let paused = Message::ClaudePaused {
+            limit_type: "five_hour".into(),
+            resumes_at: "07:35 UTC".into(),
+        };
+        let plain = Terminal::new(0, false);
+        assert_eq!(
+            plain.render(&paused, None).as_deref(),
+            Some("paused: Claude usage limit (five_hour), resumes at 07:35 UTC")
+        );
+        assert_eq!(Terminal::new(0, true).render(&paused, None), None);
+        let stop = Message::ClaudeLimitStop {
+            limit_type: "seven_day".into(),
+            resets_at: "2026-11-30 09:00 UTC".into(),
+            max_wait: Some(Duration::from_hours(6)),
+        };
+        assert_eq!(
+            Terminal::new(0, true).render(&stop, None).as_deref(),
+            Some(
+                "stopping: Claude usage limit (seven_day) resets at 2026-11-30 09:00 UTC, later than `max_wait` (6h); running commands end, the run is saved"
+            )
+        );
+        plain.message(&paused, None);
+        plain.message(&Message::ClaudeSlots { slots: 2, max: 8 }, None);
+        assert_eq!(
+            plain.claude_state().as_deref(),
+            Some(
+                "paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots (rate limited)"
+            )
+        );
+        let tally = Tally {
+            running: 3,
+            ..Tally::default()
+        };
+        assert_eq!(
+            summary(tally, "closed", plain.claude_state().as_deref()),
+            "3 running, 0 failed, 0 in DLQ, breaker closed, paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots (rate limited)"
+        );
+        plain.message(
+            &Message::ClaudeResumed {
+                limit_type: "five_hour".into(),
+            },
+            None,
+        );
+        plain.message(&Message::ClaudeSlots { slots: 8, max: 8 }, None);
+        assert_eq!(plain.claude_state(), None);
+    }
+
     /// `-q` keeps errors only; `-v` and `-vv` add their messages; an agent's message names
     /// its item; what a step says is indented under it.
     #[test]

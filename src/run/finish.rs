@@ -257,22 +257,18 @@ fn continued_line(steps: &[prodigy_runtime::store::ContinuedStep]) -> String {
     )
 }
 
-/// The last line of a run or job (KIND, ID) that stopped for the Claude usage limit STOP:
-/// when it resets and the exact command to run after that.
+/// The last line of a run or job ID that stopped for the Claude usage limit STOP: when it
+/// resets and the exact command to run after that (`prodigy AGAIN ID`).
 pub(crate) fn limit_stopped(
-    kind: prodigy_runtime::session::Kind,
+    again: &str,
     id: &str,
     stop: &prodigy_runtime::claude_limit::LimitStop,
 ) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let command = match kind {
-        prodigy_runtime::session::Kind::Session => "resume",
-        prodigy_runtime::session::Kind::Job => "resume-job",
-    };
     err(&format!(
-        "paused: Claude usage limit ({}) resets at {}; after that, resume with: prodigy {command} {id}\n",
+        "paused: Claude usage limit ({}) resets at {}; after that, resume with: prodigy {again} {id}\n",
         stop.limit_type,
         prodigy_runtime::claude_limit::clock_text(stop.resets_at, now),
     ));
