@@ -11,6 +11,9 @@ pub(crate) const USAGE: u8 = 2;
 pub(crate) const DLQ_STRICT: u8 = 3;
 /// A run or job stopped at its Claude budget (`max_cost_usd`, `--max-cost-usd`).
 pub(crate) const BUDGET: u8 = 4;
+/// Stopped for the Claude account's usage limit, resumable after its reset (`claude:
+/// {usage_limit: stop}`, or a reset later than `max_wait`): `EX_TEMPFAIL`.
+pub(crate) const CLAUDE_LIMIT: u8 = 75;
 /// Interrupted by SIGINT (Ctrl-C): 128 + 2.
 pub(crate) const SIGINT: u8 = 130;
 /// Interrupted by SIGTERM: 128 + 15.
@@ -31,6 +34,10 @@ pub(crate) const TABLE: &[(u8, &str)] = &[
     (
         BUDGET,
         "a run or job stopped at its Claude budget; resume it with a larger --max-cost-usd",
+    ),
+    (
+        CLAUDE_LIMIT,
+        "stopped at the Claude usage limit; the last line says when and how to resume",
     ),
     (
         SIGINT,

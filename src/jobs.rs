@@ -554,6 +554,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let completed = checkpoint.status == prodigy_runtime::jobstore::Status::Completed;
     let launch = crate::run::Launch {
         kind: Kind::Job,
+        again: "dlq retry",
         id: job.clone(),
         resumed: Some((checkpoint.started_at.clone(), checkpoint.variables.clone())),
     };

@@ -36,6 +36,9 @@ pub(crate) struct Terminal {
     quiet: bool,
     /// The map phase being shown.
     display: Mutex<Option<Display>>,
+    /// What the progress display adds about Claude: the usage limit's pause, and the rate
+    /// governor's slots while it limits them.
+    claude: Mutex<(Option<String>, Option<String>)>,
 }
 
 impl Terminal {
@@ -50,6 +53,7 @@ impl Terminal {
             verbose,
             quiet,
             display: Mutex::new(None),
+            claude: Mutex::new((None, None)),
         }
     }
 
@@ -75,8 +79,41 @@ impl Terminal {
     }
 }
 
+impl Terminal {
+    /// What the progress display adds about Claude, if anything.
+    fn claude_state(&self) -> Option<String> {
+        let claude = lock(&self.claude);
+        let parts: Vec<&str> = [&claude.0, &claude.1]
+            .into_iter()
+            .filter_map(Option::as_deref)
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
 impl Reporter for Terminal {
     fn message(&self, message: &Message, item: Option<&str>) {
+        let changed = match message {
+            Message::ClaudePaused {
+                limit_type,
+                resumes_at,
+            } => {
+                lock(&self.claude).0 = Some(paused_text(limit_type, resumes_at));
+                true
+            }
+            Message::ClaudeResumed { .. } => {
+                lock(&self.claude).0 = None;
+                true
+            }
+            Message::ClaudeSlots { slots, max } => {
+                lock(&self.claude).1 = (slots < max).then(|| slots_text(*slots, *max));
+                true
+            }
+            _ => false,
+        };
+        if changed && let Some(d) = lock(&self.display).as_mut() {
+            d.redraw(self.claude_state().as_deref());
+        }
         let Some(text) = self.render(message, item) else {
             return;
         };
@@ -99,7 +136,7 @@ impl Reporter for Terminal {
             }
             ProgressUpdate::Counts { tally, breaker } => {
                 if let Some(d) = display.as_mut() {
-                    d.update(*tally, breaker);
+                    d.update(*tally, breaker, self.claude_state().as_deref());
                 }
             }
             ProgressUpdate::Finished => {
@@ -117,7 +154,8 @@ fn verbosity(message: &Message) -> u8 {
         Message::Description(_)
         | Message::Skipped { .. }
         | Message::Retrying { .. }
-        | Message::Output(_) => 1,
+        | Message::Output(_)
+        | Message::ClaudeSlots { .. } => 1,
         Message::Claude(note) => match note {
             Note::Started { .. } => 2,
             Note::Text(_) | Note::Tool { .. } | Note::ApiRetry { .. } => 1,
@@ -130,14 +168,17 @@ fn verbosity(message: &Message) -> u8 {
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_) => 0,
+        | Message::ItemsFailed(_)
+        | Message::ClaudePaused { .. }
+        | Message::ClaudeResumed { .. }
+        | Message::ClaudeLimitStop { .. } => 0,
     }
 }
 
 /// Whether MESSAGE reports an error: shown even under `-q`.
 fn is_error(message: &Message) -> bool {
     match message {
-        Message::StepFailed { .. } => true,
+        Message::StepFailed { .. } | Message::ClaudeLimitStop { .. } => true,
         Message::Text { severity, .. } => {
             matches!(severity, Severity::Internal | Severity::Error)
         }
@@ -154,7 +195,10 @@ fn is_error(message: &Message) -> bool {
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_) => false,
+        | Message::ItemsFailed(_)
+        | Message::ClaudePaused { .. }
+        | Message::ClaudeResumed { .. }
+        | Message::ClaudeSlots { .. } => false,
     }
 }
 
@@ -176,7 +220,11 @@ fn in_step(message: &Message) -> bool {
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
         | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_) => false,
+        | Message::ItemsFailed(_)
+        | Message::ClaudePaused { .. }
+        | Message::ClaudeResumed { .. }
+        | Message::ClaudeLimitStop { .. }
+        | Message::ClaudeSlots { .. } => false,
     }
 }
 
@@ -272,7 +320,45 @@ fn text(message: &Message) -> String {
                 lines.join("\n  ")
             )
         }
+        Message::ClaudePaused {
+            limit_type,
+            resumes_at,
+        } => paused_text(limit_type, resumes_at),
+        Message::ClaudeSlots { slots, max } => slots_text(*slots, *max),
+        Message::ClaudeResumed { limit_type } => {
+            format!("resumed: Claude usage limit ({limit_type}) lifted")
+        }
+        Message::ClaudeLimitStop {
+            limit_type,
+            resets_at,
+            max_wait,
+        } => {
+            let why = match max_wait {
+                Some(wait) => format!(
+                    "later than `max_wait` ({})",
+                    humantime::format_duration(*wait)
+                ),
+                None => "and `usage_limit` is `stop`".to_owned(),
+            };
+            format!(
+                "stopping: Claude usage limit ({limit_type}) resets at {resets_at}, {why}; running commands end, the run is saved"
+            )
+        }
     }
+}
+
+/// The rate governor's slots, as its line and the progress display show them.
+fn slots_text(slots: usize, max: usize) -> String {
+    if slots < max {
+        format!("Claude: {slots} of {max} slots (rate limited)")
+    } else {
+        format!("Claude: {slots} of {max} slots")
+    }
+}
+
+/// The pause for a usage limit, as its line and the progress display show it.
+fn paused_text(limit_type: &str, resumes_at: &str) -> String {
+    format!("paused: Claude usage limit ({limit_type}), resumes at {resumes_at}")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -303,6 +389,8 @@ struct Display {
     done_at_start: u64,
     /// Whether anything is shown.
     shown: bool,
+    /// The last counts shown, to draw again when a pause starts or ends.
+    last_counts: Option<(Tally, String)>,
 }
 
 impl Display {
@@ -325,28 +413,24 @@ impl Display {
             last_line: (done, now),
             done_at_start: done,
             shown,
+            last_counts: None,
         }
     }
 
-    /// Shows the latest counts.
-    fn update(&mut self, tally: Tally, breaker: &str) {
-        let summary = format!(
-            "{} running, {} failed, {} in DLQ, breaker {breaker}{}",
-            tally.running,
-            tally.failed,
-            tally.dlq,
-            tally.spending()
-        );
+    /// Shows the latest counts again, with PAUSED (the usage limit's pause) or without.
+    fn redraw(&mut self, paused: Option<&str>) {
+        if let (Some(bar), Some((tally, breaker))) = (&self.bar, &self.last_counts) {
+            bar.set_message(bar_message(*tally, breaker, paused));
+        }
+    }
+
+    /// Shows the latest counts, and PAUSED while Claude calls wait for a usage limit.
+    fn update(&mut self, tally: Tally, breaker: &str, paused: Option<&str>) {
+        self.last_counts = Some((tally, breaker.to_owned()));
+        let summary = summary(tally, breaker, paused);
         if let Some(bar) = &self.bar {
             bar.set_position(tally.done);
-            if tally.claude_turns > 0 {
-                bar.set_message(format!(
-                    "{summary}, {} in running Claude calls",
-                    count(tally.claude_turns, "turn")
-                ));
-            } else {
-                bar.set_message(summary);
-            }
+            bar.set_message(bar_message(tally, breaker, paused));
             return;
         }
         if !self.shown {
@@ -387,6 +471,34 @@ impl Display {
         if let Some(bar) = self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+/// The counts of a map phase as its lines show them, PAUSED (the usage limit's pause) last.
+fn summary(tally: Tally, breaker: &str, paused: Option<&str>) -> String {
+    let summary = format!(
+        "{} running, {} failed, {} in DLQ, breaker {breaker}{}",
+        tally.running,
+        tally.failed,
+        tally.dlq,
+        tally.spending()
+    );
+    match paused {
+        Some(paused) => format!("{summary}, {paused}"),
+        None => summary,
+    }
+}
+
+/// The bar's message: the counts, and the turns of the running Claude calls.
+fn bar_message(tally: Tally, breaker: &str, paused: Option<&str>) -> String {
+    let summary = summary(tally, breaker, paused);
+    if tally.claude_turns > 0 {
+        format!(
+            "{summary}, {} in running Claude calls",
+            count(tally.claude_turns, "turn")
+        )
+    } else {
+        summary
     }
 }
 
@@ -488,6 +600,57 @@ mod tests {
             assert!(!under_ci(Some(OsStr::new(off))), "CI={off}");
         }
         assert!(!under_ci(None));
+    }
+
+    /// A usage limit's pause is a line of its own at every verbosity but `-q`, and stays on
+    /// the progress display's counts, with the rate governor's slots, until it lifts.
+    #[test]
+    fn a_claude_pause_and_narrowed_slots_show_on_the_lines_and_the_counts() {
+        let paused = Message::ClaudePaused {
+            limit_type: "five_hour".into(),
+            resumes_at: "07:35 UTC".into(),
+        };
+        let plain = Terminal::new(0, false);
+        assert_eq!(
+            plain.render(&paused, None).as_deref(),
+            Some("paused: Claude usage limit (five_hour), resumes at 07:35 UTC")
+        );
+        assert_eq!(Terminal::new(0, true).render(&paused, None), None);
+        let stop = Message::ClaudeLimitStop {
+            limit_type: "seven_day".into(),
+            resets_at: "2026-11-30 09:00 UTC".into(),
+            max_wait: Some(Duration::from_hours(6)),
+        };
+        assert_eq!(
+            Terminal::new(0, true).render(&stop, None).as_deref(),
+            Some(
+                "stopping: Claude usage limit (seven_day) resets at 2026-11-30 09:00 UTC, later than `max_wait` (6h); running commands end, the run is saved"
+            )
+        );
+        plain.message(&paused, None);
+        plain.message(&Message::ClaudeSlots { slots: 2, max: 8 }, None);
+        assert_eq!(
+            plain.claude_state().as_deref(),
+            Some(
+                "paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots (rate limited)"
+            )
+        );
+        let tally = Tally {
+            running: 3,
+            ..Tally::default()
+        };
+        assert_eq!(
+            summary(tally, "closed", plain.claude_state().as_deref()),
+            "3 running, 0 failed, 0 in DLQ, breaker closed, paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots (rate limited)"
+        );
+        plain.message(
+            &Message::ClaudeResumed {
+                limit_type: "five_hour".into(),
+            },
+            None,
+        );
+        plain.message(&Message::ClaudeSlots { slots: 8, max: 8 }, None);
+        assert_eq!(plain.claude_state(), None);
     }
 
     /// `-q` keeps errors only; `-v` and `-vv` add their messages; an agent's message names

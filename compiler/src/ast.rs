@@ -15,11 +15,12 @@ use crate::source::{Span, Spanned};
 // The leaf types the runtime also reads live in the plan's vocabulary; lowering and the
 // checks name them here as before.
 pub use crate::plan::vocab::{
-    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeSettings,
-    CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode,
-    Multiline, OnBudget, PERMISSION_MODES, Parsed, Pattern, Profile, Rebaser, RetryExhausted,
-    Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
-    TimeoutAction, TimeoutConfig, TimeoutPolicy, ValidationCheck, WriteFile, WriteFormat,
+    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
+    ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
+    MaxParallel, Mode, Multiline, OnBudget, PERMISSION_MODES, Parsed, Pattern, Profile, Rebaser,
+    RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
+    SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode,
+    ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// A whole workflow file.
@@ -57,6 +58,8 @@ pub struct Workflow {
     pub claude: Option<ClaudeSettings>,
     /// `claude: {max_cost_usd, on_budget}`: the cap on the whole run's Claude spending.
     pub claude_budget: Option<ClaudeBudget>,
+    /// `claude: {usage_limit, max_wait}`: what the run does at the usage limit.
+    pub claude_limits: ClaudeLimits,
     /// `slurm`: how `--executor slurm` submits the map agents.
     pub slurm: Option<Slurm>,
     /// The whole document.

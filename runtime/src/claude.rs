@@ -339,6 +339,8 @@ pub struct Stream {
     pub result: Option<Final>,
     /// Lines that were not JSON.
     pub garbage: u32,
+    /// The last `rate_limit_event`'s `rate_limit_info` (a subscription's usage limit).
+    pub rate_limit: Option<crate::claude_limit::RateLimitInfo>,
 }
 
 impl Stream {
@@ -356,7 +358,7 @@ impl Stream {
         };
         if !matches!(
             head.kind.as_deref(),
-            Some("system" | "assistant" | "result")
+            Some("system" | "assistant" | "result" | "rate_limit_event")
         ) {
             return Vec::new();
         }
@@ -434,6 +436,11 @@ impl Stream {
                         }
                         _ => {}
                     }
+                }
+            }
+            (Some("rate_limit_event"), _) => {
+                if let Some(info) = crate::claude_limit::RateLimitInfo::of(&event) {
+                    self.rate_limit = Some(info);
                 }
             }
             (Some("result"), _) => {
@@ -572,6 +579,9 @@ pub struct Call {
     pub api_retries: u32,
     /// Its raw stream, on disk.
     pub log: Option<std::path::PathBuf>,
+    /// The account's usage limit, when the call ended at it (set by the runner, which
+    /// knows the wall clock).
+    pub usage_limit: Option<crate::claude_limit::UsageLimit>,
 }
 
 impl Stream {
@@ -592,6 +602,7 @@ impl Stream {
             tool_calls: self.tool_calls,
             api_retries: self.api_retries,
             log,
+            usage_limit: None,
         }
     }
 }
@@ -616,7 +627,8 @@ impl Totals {
     pub fn add(&mut self, call: &Call) {
         self.merge(&Totals {
             calls: 1,
-            failed: u32::from(call.verdict.kind.is_some()),
+            // A usage limit pauses the run; the call is made again and counted again.
+            failed: u32::from(call.verdict.kind.is_some() && call.usage_limit.is_none()),
             turns: u64::from(call.num_turns),
             cost_usd: call.cost_usd,
             tokens: call.tokens,

@@ -732,6 +732,49 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// A Claude call ended at the account's usage limit: no Claude call starts until it
+    /// resets (`wait`), or the run stops (`stop`).
+    #[serde(rename = "claude_limit_reached")]
+    ClaudeLimitReached {
+        /// The step whose call hit it.
+        step: String,
+        /// `five_hour`, `seven_day`, ... (`unknown` when the CLI did not say).
+        limit_type: String,
+        /// When it resets (RFC 3339).
+        resets_at: String,
+        /// `wait` or `stop`.
+        action: String,
+        /// How long Claude calls wait (`wait`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        wait_secs: Option<f64>,
+    },
+    /// The usage limit's pause is over: Claude calls start again, the interrupted ones first.
+    #[serde(rename = "claude_limit_lifted")]
+    ClaudeLimitLifted {
+        /// The step whose call starts first.
+        step: String,
+    },
+    /// The rate governor changed how many Claude calls may run at once.
+    #[serde(rename = "claude_slots_changed")]
+    ClaudeSlotsChanged {
+        /// Calls that may run at once now.
+        slots: usize,
+        /// The most that ran at once.
+        max: usize,
+        /// `rate_limited` (lowered) or `recovered` (raised).
+        reason: String,
+    },
+    /// A Claude call refused as rate limited or overloaded is made again within
+    /// `patience`, as the same attempt.
+    #[serde(rename = "claude_call_repeated")]
+    ClaudeCallRepeated {
+        /// The step.
+        step: String,
+        /// `rate_limit` or `overloaded`.
+        error_kind: crate::claude::ErrorKind,
+        /// Since the call was first refused.
+        waited_secs: f64,
+    },
 }
 
 impl Event {

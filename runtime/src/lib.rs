@@ -5,6 +5,8 @@
 pub mod breaker;
 pub mod budget;
 pub mod claude;
+pub mod claude_governor;
+pub mod claude_limit;
 pub mod dlq;
 pub mod events;
 pub mod exec;

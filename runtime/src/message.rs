@@ -133,6 +133,37 @@ pub enum Message {
     },
     /// A batch of map items failed (`error_collection: batched`): `item_N` and why.
     ItemsFailed(Vec<(String, String)>),
+    /// Claude calls pause for the account's usage limit: `paused: Claude usage limit
+    /// (five_hour), resumes at 07:35 UTC`.
+    ClaudePaused {
+        /// `five_hour`, `seven_day`, ...
+        limit_type: String,
+        /// When calls start again, as a clock (`07:35 UTC`).
+        resumes_at: String,
+    },
+    /// The usage limit's pause is over.
+    ClaudeResumed {
+        /// The limit.
+        limit_type: String,
+    },
+    /// The rate governor lets SLOTS of MAX Claude calls run at once (`Claude: 2 of 8 slots
+    /// (rate limited)`); SLOTS equal to MAX: no limit any more.
+    ClaudeSlots {
+        /// Calls that may run at once.
+        slots: usize,
+        /// The most that ran at once.
+        max: usize,
+    },
+    /// The run stops for the usage limit (`usage_limit: stop`, or a reset beyond
+    /// `max_wait`).
+    ClaudeLimitStop {
+        /// The limit.
+        limit_type: String,
+        /// When it resets, as a clock (`07:35 UTC`).
+        resets_at: String,
+        /// The `max_wait` it exceeds; `None` under `usage_limit: stop`.
+        max_wait: Option<Duration>,
+    },
 }
 
 impl Message {
@@ -271,6 +302,10 @@ impl Message {
                     .map(|(item, why)| (item, mask(&why)))
                     .collect(),
             ),
+            Message::ClaudePaused { .. }
+            | Message::ClaudeResumed { .. }
+            | Message::ClaudeLimitStop { .. }
+            | Message::ClaudeSlots { .. } => self,
         }
     }
 }

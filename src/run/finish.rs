@@ -149,7 +149,10 @@ pub(super) fn finish_job(
             exit_code::PROBLEMS
         }
         JobOutcome::Interrupted => {
-            let _ = writeln!(text, "interrupted; resume with: prodigy resume-job {id}");
+            // Stopped for the usage limit: the caller's last line says when to resume.
+            if signal != exit_code::CLAUDE_LIMIT {
+                let _ = writeln!(text, "interrupted; resume with: prodigy resume-job {id}");
+            }
             interrupted(signal)
         }
     };
@@ -195,8 +198,9 @@ pub(super) fn stop_advice(reason: &str, fix: &str) -> String {
     format!("fix the cause{fix}{setting}")
 }
 
-/// The exit code of an interrupted run: the signal's (130 for SIGINT, 143 for SIGTERM), or
-/// 130 when a step saw the interrupt before the handler recorded which one.
+/// The exit code of an interrupted run: the signal's (130 for SIGINT, 143 for SIGTERM,
+/// [`exit_code::CLAUDE_LIMIT`] when the run stopped for the usage limit), or 130 when a step
+/// saw the interrupt before the handler recorded which one.
 pub(crate) fn interrupted(signal: u8) -> u8 {
     if signal == 0 {
         exit_code::SIGINT
@@ -247,10 +251,13 @@ pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &
             exit_code::PROBLEMS
         }
         RunOutcome::Interrupted => {
-            err(&format!(
-                "interrupted; resume with: prodigy resume {}\n",
-                report.session_id
-            ));
+            // Stopped for the usage limit: the caller's last line says when to resume.
+            if signal != exit_code::CLAUDE_LIMIT {
+                err(&format!(
+                    "interrupted; resume with: prodigy resume {}\n",
+                    report.session_id
+                ));
+            }
             interrupted(signal)
         }
         RunOutcome::BudgetReached => {
@@ -291,4 +298,21 @@ fn continued_line(steps: &[prodigy_runtime::store::ContinuedStep]) -> String {
         "warning: {count} failed and {verb} continued: {}\n",
         names.join(", ")
     )
+}
+
+/// The last line of a run or job ID that stopped for the Claude usage limit STOP: when it
+/// resets and the exact command to run after that (`prodigy AGAIN ID`).
+pub(crate) fn limit_stopped(
+    again: &str,
+    id: &str,
+    stop: &prodigy_runtime::claude_limit::LimitStop,
+) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    err(&format!(
+        "paused: Claude usage limit ({}) resets at {}; after that, resume with: prodigy {again} {id}\n",
+        stop.limit_type,
+        prodigy_runtime::claude_limit::clock_text(stop.resets_at, now),
+    ));
 }

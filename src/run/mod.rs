@@ -253,6 +253,7 @@ fn execute_job(
         .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
     let launch = Launch {
         kind: Kind::Job,
+        again: "resume-job",
         id: job_id.clone(),
         resumed: resume
             .as_ref()
@@ -292,6 +293,8 @@ fn execute_job(
 /// A session or job to run: a new one, or one resumed from its checkpoint.
 pub(crate) struct Launch {
     pub(crate) kind: Kind,
+    /// The command that goes on with it after a stop: `resume`, `resume-job`, `dlq retry`.
+    pub(crate) again: &'static str,
     pub(crate) id: String,
     /// When it started and the variables its checkpoint saved, when resumed.
     pub(crate) resumed: Option<(String, serde_json::Value)>,
@@ -342,6 +345,7 @@ pub(crate) fn execute(
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
         place.enter(&mut opts, &launch.id).await?;
+        let again = launch.again;
         let (started_at, saved) = launch
             .resumed
             .map_or((None, None), |(at, saved)| (Some(at), Some(saved)));
@@ -373,11 +377,16 @@ pub(crate) fn execute(
             None => Ok(()),
         };
         let fix = Place::fix_where(&runner);
-        Ok((ended.finish)(
-            signal.load(std::sync::atomic::Ordering::SeqCst),
-            merged.err().as_deref(),
-            &fix,
-        ))
+        let mut signal = signal.load(std::sync::atomic::Ordering::SeqCst);
+        let limit = runner.claude_limit_stop().filter(|_| signal == 0);
+        if limit.is_some() {
+            signal = exit_code::CLAUDE_LIMIT;
+        }
+        let code = (ended.finish)(signal, merged.err().as_deref(), &fix);
+        if let Some(stop) = &limit {
+            finish::limit_stopped(again, &id, stop);
+        }
+        Ok(code)
     });
     result.and_then(|r| r).unwrap_or_else(|code| code)
 }
@@ -490,6 +499,7 @@ fn execute_session(
 ) -> u8 {
     let launch = Launch {
         kind: Kind::Session,
+        again: "resume",
         id: resume
             .as_ref()
             .map_or_else(prodigy_runtime::store::session_id, |c| c.session_id.clone()),

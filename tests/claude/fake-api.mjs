@@ -15,6 +15,16 @@
 //   401 429 529 500
 //             the HTTP error with Anthropic's JSON error body
 //   slow      a text reply in several deltas with short pauses
+//   usage-limit, usage-limit-SECONDS
+//             a subscription's usage limit: HTTP 429 with the unified rate-limit headers
+//             (`anthropic-ratelimit-unified-status: rejected`, `-reset`, the
+//             `-representative-claim` `five_hour`, `retry-after`) until the limit resets,
+//             SECONDS (default 3600) after the scenario's first request; then as `ok`. The
+//             CLI reads these headers only when it runs on a subscription
+//             (`CLAUDE_CODE_OAUTH_TOKEN` instead of `ANTHROPIC_API_KEY`).
+//   storm-STATUS-SECONDS
+//             a storm: HTTP STATUS (429 or 529) for SECONDS after the scenario's first
+//             request, with `retry-after: 1`; then as `ok`
 // Requests that are not the conversation itself (a title or summary asked of a small model,
 // token counts, probes, telemetry) get a short harmless answer.
 
@@ -31,6 +41,10 @@ const ERRORS = {
   500: ['api_error', 'Internal server error'],
   529: ['overloaded_error', 'Overloaded'],
 };
+
+// When each usage-limit scenario's limit resets (and each storm ends), in seconds since the
+// epoch.
+const resets = new Map();
 
 let counter = 0;
 const nextId = (prefix) => `${prefix}_fake_${String(++counter).padStart(4, '0')}`;
@@ -87,6 +101,19 @@ function plan(body) {
   }
   const scenario = scenarioOf(messages) ?? 'ok';
   if (ERRORS[scenario] !== undefined) return { error: Number(scenario) };
+  const limit = /^usage-limit(?:-([0-9]+))?$/.exec(scenario);
+  if (limit !== null) {
+    const now = Math.floor(Date.now() / 1000);
+    if (!resets.has(scenario)) resets.set(scenario, now + Number(limit[1] ?? 3600));
+    const reset = resets.get(scenario);
+    if (now < reset) return { error: 429, reset };
+  }
+  const storm = /^storm-(429|529)-([0-9]+)$/.exec(scenario);
+  if (storm !== null) {
+    const now = Date.now() / 1000;
+    if (!resets.has(scenario)) resets.set(scenario, now + Number(storm[2]));
+    if (now < resets.get(scenario)) return { error: Number(storm[1]), retryAfter: 1 };
+  }
   const toolUse = () => ({
     type: 'tool_use',
     id: nextId('toolu'),
@@ -133,9 +160,22 @@ function sendJson(res, status, value, headers = {}) {
   res.end(body);
 }
 
-function sendError(res, status) {
+function sendError(res, status, reset, retryAfter = 0) {
   const [type, message] = ERRORS[status];
-  const headers = status === 429 || status === 529 ? { 'retry-after': '0' } : {};
+  let headers = status === 429 || status === 529 ? { 'retry-after': String(retryAfter) } : {};
+  if (reset !== undefined) {
+    // What a subscription account gets at its usage limit.
+    const wait = Math.max(0, reset - Math.floor(Date.now() / 1000));
+    headers = {
+      'retry-after': String(wait),
+      'anthropic-ratelimit-unified-status': 'rejected',
+      'anthropic-ratelimit-unified-reset': String(reset),
+      'anthropic-ratelimit-unified-representative-claim': 'five_hour',
+      'anthropic-ratelimit-unified-5h-status': 'rejected',
+      'anthropic-ratelimit-unified-5h-reset': String(reset),
+      'anthropic-ratelimit-unified-overage-status': 'rejected',
+    };
+  }
   sendJson(res, status, { type: 'error', error: { type, message } }, headers);
 }
 
@@ -225,7 +265,7 @@ async function messages(req, res, raw) {
     }`,
   );
   if (answer.error !== undefined) {
-    sendError(res, answer.error);
+    sendError(res, answer.error, answer.reset, answer.retryAfter);
   } else if (body.stream) {
     await stream(res, body, answer);
   } else {

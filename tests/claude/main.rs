@@ -40,12 +40,35 @@ fn replay_stub() -> PathBuf {
     fixtures().join("replay")
 }
 
+/// What the CLI authenticates with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Credentials {
+    /// `ANTHROPIC_API_KEY=dummy`.
+    ApiKey,
+    /// Nothing: not logged in.
+    None,
+    /// `CLAUDE_CODE_OAUTH_TOKEN=dummy`: a subscription, whose usage limit the CLI reports
+    /// with a `rate_limit_event`.
+    OAuth,
+}
+
+impl Credentials {
+    /// The variable that holds them, if any.
+    fn variable(self) -> Option<&'static str> {
+        match self {
+            Credentials::ApiKey => Some("ANTHROPIC_API_KEY"),
+            Credentials::None => None,
+            Credentials::OAuth => Some("CLAUDE_CODE_OAUTH_TOKEN"),
+        }
+    }
+}
+
 /// One run of `tests/claude/scenarios.tsv`.
 #[derive(Debug)]
 struct Scenario {
     name: String,
     retries: String,
-    api_key: bool,
+    credentials: Credentials,
     max_turns: Option<String>,
     prompt: String,
 }
@@ -65,10 +88,13 @@ fn scenarios() -> Vec<Scenario> {
             Scenario {
                 name: fields[0].to_owned(),
                 retries: fields[1].to_owned(),
-                api_key: match fields[2] {
-                    "yes" => true,
-                    "no" => false,
-                    other => panic!("scenarios.tsv: api-key is `yes` or `no`, not {other:?}"),
+                credentials: match fields[2] {
+                    "yes" => Credentials::ApiKey,
+                    "no" => Credentials::None,
+                    "oauth" => Credentials::OAuth,
+                    other => panic!(
+                        "scenarios.tsv: the credentials are `yes`, `no` or `oauth`, not {other:?}"
+                    ),
                 },
                 max_turns: (fields[3] != "-").then(|| fields[3].to_owned()),
                 prompt: fields[4].to_owned(),
@@ -99,7 +125,9 @@ fn replay(args: &[&str], env: &[(&str, &str)]) -> Output {
         .args(args)
         .env_remove("CLAUDE_REPLAY")
         .env_remove("CLAUDE_REPLAY_DELAY")
-        .env_remove("CLAUDE_REPLAY_ARGS");
+        .env_remove("CLAUDE_REPLAY_ARGS")
+        .env_remove("CLAUDE_REPLAY_QUEUE")
+        .env_remove("CLAUDE_REPLAY_RESETS_IN");
     for (key, value) in env {
         command.env(key, value);
     }
@@ -254,6 +282,40 @@ fn replay_stub_appends_each_argument_list_to_claude_replay_args() {
     );
 }
 
+/// A queue names the transcripts of the next calls, in order, before the prompt does; a
+/// usage limit's reset can be moved to a few seconds from now.
+#[test]
+fn replay_stub_takes_queued_transcripts_and_moves_the_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = dir.path().join("queue");
+    fs::write(&queue, "usage-limit\n401\n").unwrap();
+    let queue_str = queue.to_str().unwrap();
+    let env = [
+        ("CLAUDE_REPLAY_QUEUE", queue_str),
+        ("CLAUDE_REPLAY_RESETS_IN", "60"),
+    ];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let out = replay(&["x scenario:ok"], &env);
+    assert_eq!(out.status.code(), Some(recorded_exit("usage-limit")));
+    let events = json_lines(&out.stdout);
+    let limit = events
+        .iter()
+        .find(|e| e["type"] == "rate_limit_event")
+        .unwrap();
+    let resets = limit["rate_limit_info"]["resetsAt"].as_u64().unwrap();
+    assert!((now + 59..=now + 62).contains(&resets), "{resets} vs {now}");
+    assert_eq!(replay(&["x scenario:ok"], &env).status.code(), Some(1));
+    // The queue is empty: the prompt decides again.
+    assert_eq!(fs::read_to_string(&queue).unwrap(), "");
+    assert_eq!(
+        replay(&["x scenario:ok"], &env).stdout,
+        recorded_stream("ok")
+    );
+}
+
 #[test]
 fn replay_stub_waits_between_lines_when_asked() {
     let started = Instant::now();
@@ -302,6 +364,17 @@ fn contract(stream: &[u8], exit: Option<i32>) -> Vec<String> {
         };
         for field in fields {
             let _ = write!(fact, " {field}={}", event[*field]);
+        }
+        // A subscription's usage limit: what the gate reads (the reset's time changes).
+        if event["type"] == "rate_limit_event" {
+            let info = &event["rate_limit_info"];
+            let _ = write!(
+                fact,
+                " status={} rateLimitType={} resetsAt is a number: {}",
+                info["status"],
+                info["rateLimitType"],
+                info["resetsAt"].is_u64()
+            );
         }
         facts.push(fact);
     }
@@ -504,8 +577,8 @@ fn run_cli(
         .env("CLAUDE_CODE_MAX_RETRIES", &scenario.retries)
         .env("DISABLE_AUTOUPDATER", "1")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
-    if scenario.api_key {
-        command.env("ANTHROPIC_API_KEY", "dummy");
+    if let Some(variable) = scenario.credentials.variable() {
+        command.env(variable, "dummy");
     }
     let out_path = scratch.join(format!("{}.out", scenario.name));
     let err_path = scratch.join(format!("{}.err", scenario.name));
@@ -531,6 +604,12 @@ fn run_cli(
 
 /// One HTTP/1.1 request to the fake API; the status code and the body.
 fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = http_with_head(port, method, path, body);
+    (status, body)
+}
+
+/// [`http`], with the response's head (status line and headers, lowercased) too.
+fn http_with_head(port: u16, method: &str, path: &str, body: &str) -> (u16, String, String) {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
@@ -547,7 +626,7 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    (status, head.to_lowercase(), body.to_owned())
 }
 
 #[test]
@@ -600,6 +679,40 @@ fn fake_api_answers_every_kind_of_request() {
         assert_eq!(error["error"]["type"], kind);
     }
 
+    // A subscription's usage limit: 429 with the unified rate-limit headers until the reset,
+    // the same reset for every request of the scenario; then the ordinary answer.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let limited = ask("x scenario:usage-limit-1", true);
+    let (status, head, body) = http_with_head(port, "POST", "/v1/messages", &limited);
+    assert_eq!(status, 429, "{body}");
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .map_or_else(|| panic!("no `{name}` in {head}"), str::to_owned)
+    };
+    assert_eq!(header("anthropic-ratelimit-unified-status"), "rejected");
+    assert_eq!(
+        header("anthropic-ratelimit-unified-representative-claim"),
+        "five_hour"
+    );
+    let reset: u64 = header("anthropic-ratelimit-unified-reset").parse().unwrap();
+    assert!((now..=now + 2).contains(&reset), "{reset} vs {now}");
+    assert!(header("retry-after").parse::<u64>().unwrap() <= 1);
+    std::thread::sleep(Duration::from_millis(2100));
+    let (status, body) = http(port, "POST", "/v1/messages", &limited);
+    assert_eq!(status, 200, "after the reset: {body}");
+
+    // A storm: the status for its seconds, with `retry-after`, then the ordinary answer.
+    let storm = ask("x scenario:storm-529-1", true);
+    let (status, head, _) = http_with_head(port, "POST", "/v1/messages", &storm);
+    assert_eq!(status, 529);
+    assert!(head.contains("retry-after: 1"), "{head}");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(http(port, "POST", "/v1/messages", &storm).0, 200);
+
     // A side request offers no tools: a short text, whatever the prompt's scenario.
     let side = r#"{"model":"small","max_tokens":9,"messages":[{"role":"user","content":"title for: scenario:401"}]}"#;
     let (status, body) = http(port, "POST", "/v1/messages", side);
@@ -649,8 +762,21 @@ fn real_cli_matches_the_recordings() {
     );
 }
 
-/// Runs prodigy with ARGS in PROJECT against the real CLI and the fake API on PORT.
+/// Runs prodigy with ARGS in PROJECT against the real CLI and the fake API on PORT, with an
+/// API key.
 fn prodigy(claude: &Path, port: u16, project: &Path, home: &Path, args: &[&str]) -> Output {
+    prodigy_as(Credentials::ApiKey, claude, port, project, home, args)
+}
+
+/// [`prodigy`], the CLI authenticating with CREDENTIALS.
+fn prodigy_as(
+    credentials: Credentials,
+    claude: &Path,
+    port: u16,
+    project: &Path,
+    home: &Path,
+    args: &[&str],
+) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_prodigy"));
     for (key, _) in std::env::vars_os() {
         let key_str = key.to_string_lossy();
@@ -665,7 +791,7 @@ fn prodigy(claude: &Path, port: u16, project: &Path, home: &Path, args: &[&str])
         .env("PRODIGY_HOME", home.join("prodigy"))
         .env("PRODIGY_CLAUDE_COMMAND", claude)
         .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
-        .env("ANTHROPIC_API_KEY", "dummy")
+        .envs(credentials.variable().map(|v| (v, "dummy")))
         .env("IS_SANDBOX", "1")
         .env("CLAUDE_CODE_MAX_RETRIES", "0")
         .env("DISABLE_AUTOUPDATER", "1")
@@ -833,4 +959,132 @@ map:
         1,
         "one call for the refused item: {requests}"
     );
+}
+
+/// A subscription at its usage limit, with the real CLI: the fake API refuses every request
+/// with the unified rate-limit headers until the limit resets a few seconds later; the job
+/// pauses its Claude calls until then, runs them again, and ends with every item done and
+/// nothing in the DLQ, though its error policy sends the first failure there.
+#[test]
+fn prodigy_pauses_at_the_usage_limit_with_the_real_cli() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(claude) = install_cli(scratch.path()) else {
+        return;
+    };
+    let (_server, port) = start_fake_api(scratch.path());
+    let home = scratch.path().join("home");
+    let project = scratch.path().join("project");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&project).unwrap();
+    fs::write(project.join("items.json"), r#"["a", "b"]"#).unwrap();
+    fs::write(
+        project.join("job.yml"),
+        r#"name: limited
+mode: mapreduce
+map:
+  input: items.json
+  json_path: "$[*]"
+  max_parallel: 2
+  agent_template:
+    - claude: "Reply briefly about ${item}. scenario:usage-limit-3"
+error_policy:
+  on_item_failure: dlq
+  max_failures: 1
+"#,
+    )
+    .unwrap();
+    let out = prodigy_as(
+        Credentials::OAuth,
+        &claude,
+        port,
+        &project,
+        &home,
+        &["run", "--no-worktree", "job.yml"],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("paused: Claude usage limit (five_hour), resumes at"),
+        "{text}"
+    );
+    assert!(
+        text.contains("resumed: Claude usage limit (five_hour) lifted"),
+        "{text}"
+    );
+    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
+    assert!(!text.contains("dead letter queue"), "{text}");
+    let events: Vec<Value> = files_under(&home.join("prodigy/events"))
+        .iter()
+        .flat_map(|f| {
+            fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let count = |kind: &str| events.iter().filter(|e| e["event_type"] == kind).count();
+    assert!(count("claude_limit_reached") >= 1, "{events:?}");
+    assert!(count("claude_limit_lifted") >= 1, "{events:?}");
+    assert_eq!(count("agent_failed"), 0, "{events:?}");
+    assert_eq!(count("dlq_item_added"), 0, "{events:?}");
+}
+
+/// A 429 storm of a few seconds, with the real CLI and no retries of its own: the governor
+/// narrows the job's Claude calls, `patience` makes the refused calls again after its
+/// back-off, and the job ends with every item done and nothing in the DLQ.
+#[test]
+fn prodigy_rides_out_a_rate_limit_storm_with_the_real_cli() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(claude) = install_cli(scratch.path()) else {
+        return;
+    };
+    let (_server, port) = start_fake_api(scratch.path());
+    let home = scratch.path().join("home");
+    let project = scratch.path().join("project");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&project).unwrap();
+    fs::write(project.join("items.json"), r#"["a", "b"]"#).unwrap();
+    fs::write(
+        project.join("job.yml"),
+        r#"name: storm
+mode: mapreduce
+claude:
+  patience: 2m
+map:
+  input: items.json
+  json_path: "$[*]"
+  max_parallel: 2
+  agent_template:
+    - claude: "Reply briefly about ${item}. scenario:storm-429-3"
+error_policy:
+  on_item_failure: dlq
+  max_failures: 1
+"#,
+    )
+    .unwrap();
+    let out = prodigy(
+        &claude,
+        port,
+        &project,
+        &home,
+        &["run", "-v", "--no-worktree", "job.yml"],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
+    let events: Vec<Value> = files_under(&home.join("prodigy/events"))
+        .iter()
+        .flat_map(|f| {
+            fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let count = |kind: &str| events.iter().filter(|e| e["event_type"] == kind).count();
+    assert!(count("claude_slots_changed") >= 1, "{events:?}");
+    assert!(count("claude_call_repeated") >= 1, "{events:?}");
+    assert_eq!(count("dlq_item_added"), 0, "{events:?}");
 }

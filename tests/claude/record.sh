@@ -57,12 +57,18 @@ grep -v '^#' "$here/scenarios.tsv" | while IFS="$tab" read -r name retries key t
   home=$tmp/$name/home
   mkdir -p "$home/project"
   if [ "$turns" = - ]; then turns_flag=; else turns_flag="--max-turns $turns"; fi
-  if [ "$key" = yes ]; then key_value=dummy; else key_value=; fi
+  key_value=
+  token_value=
+  case $key in
+    yes) key_value=dummy ;;
+    oauth) token_value=dummy ;;
+  esac
   status=0
   # shellcheck disable=SC2086 # turns_flag is empty or two words
   (cd "$home/project" && env -u ANTHROPIC_API_KEY -u ANTHROPIC_AUTH_TOKEN -u CLAUDE_CODE_OAUTH_TOKEN \
     HOME="$home" ANTHROPIC_BASE_URL="http://127.0.0.1:$port" \
-    ${key_value:+ANTHROPIC_API_KEY=$key_value} IS_SANDBOX=1 \
+    ${key_value:+ANTHROPIC_API_KEY=$key_value} \
+    ${token_value:+CLAUDE_CODE_OAUTH_TOKEN=$token_value} IS_SANDBOX=1 \
     CLAUDE_CODE_MAX_RETRIES="$retries" DISABLE_AUTOUPDATER=1 \
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
     timeout -k 5 120 "$claude" -p --output-format stream-json --verbose \

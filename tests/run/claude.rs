@@ -456,3 +456,134 @@ fn a_claude_step_failing_without_a_call_gives_its_handler_an_error_kind() {
     let kind = std::fs::read_to_string(scratch.project().join("kind.txt")).unwrap_or_default();
     assert_eq!(kind.trim(), "kind=unknown", "{text}");
 }
+
+/// A queue file for the replay stub naming the transcripts of the next calls.
+fn queue(scratch: &Scratch, names: &[&str]) -> PathBuf {
+    let path = scratch.dir.path().join("replay-queue");
+    let mut text = names.join("\n");
+    text.push('\n');
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The recorded usage limit, resetting a second after the call: the run pauses until then
+/// (plus the margin), says so, and makes the call again; the step does not fail and is not
+/// retried.
+#[test]
+fn a_usage_limit_pauses_the_run_and_the_call_runs_again_after_the_reset() {
+    let scratch = Scratch::new();
+    let queue = queue(&scratch, &["usage-limit"]);
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"Reply briefly.\"\n- shell: \"echo after\"\n",
+        &[
+            ("CLAUDE_REPLAY_QUEUE", queue.to_str().unwrap()),
+            ("CLAUDE_REPLAY_RESETS_IN", "1"),
+        ],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("paused: Claude usage limit (five_hour), resumes at "),
+        "{text}"
+    );
+    assert!(
+        text.contains("resumed: Claude usage limit (five_hour) lifted"),
+        "{text}"
+    );
+    assert!(!text.contains("failed"), "{text}");
+    assert_eq!(events_of(&scratch, "claude_started").len(), 2);
+    assert_eq!(events_of(&scratch, "claude_limit_reached").len(), 1);
+    assert_eq!(events_of(&scratch, "claude_limit_lifted").len(), 1);
+    assert!(events_of(&scratch, "retry_scheduled").is_empty());
+    assert!(events_of(&scratch, "step_failed").is_empty());
+    let reached = &events_of(&scratch, "claude_limit_reached")[0];
+    assert_eq!(reached["limit_type"], "five_hour");
+    assert_eq!(reached["action"], "wait");
+}
+
+/// `usage_limit: stop`: the run checkpoints and exits with 75, its last line giving the
+/// reset and the exact resume command, which then finishes the run.
+#[test]
+fn usage_limit_stop_exits_75_with_the_resume_command() {
+    let scratch = Scratch::new();
+    let queue = queue(&scratch, &["usage-limit"]);
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "claude:\n  usage_limit: stop\ncommands:\n  - claude: \"Reply briefly.\"\n  - shell: \"echo after > after.txt\"\n",
+        &[
+            ("CLAUDE_REPLAY_QUEUE", queue.to_str().unwrap()),
+            ("CLAUDE_REPLAY_RESETS_IN", "3600"),
+        ],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(75), "{text}");
+    assert!(
+        text.contains("stopping: Claude usage limit (five_hour) resets at "),
+        "{text}"
+    );
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("paused: Claude usage limit (five_hour) resets at ")
+            && last.contains(" UTC; after that, resume with: prodigy resume "),
+        "{text}"
+    );
+    assert!(!text.contains("interrupted"), "{text}");
+    assert!(!scratch.project().join("after.txt").exists());
+    let id = super::resume_id(&out);
+    let out = scratch.run(
+        &["resume", &id],
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", replay().as_str()),
+            ("IS_SANDBOX", "1"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(scratch.project().join("after.txt").exists());
+}
+
+/// Ctrl-C while the run waits for the limit's reset stops it at once, resumably.
+#[test]
+fn ctrl_c_during_the_pause_exits_promptly_and_resumably() {
+    let scratch = Scratch::new();
+    let queue = queue(&scratch, &["usage-limit"]);
+    std::fs::write(
+        scratch.project().join("flow.yml"),
+        "- claude: \"Reply briefly.\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let child = scratch
+        .command(
+            &["run", "--no-worktree", "flow.yml"],
+            &[
+                ("PRODIGY_CLAUDE_COMMAND", replay().as_str()),
+                ("IS_SANDBOX", "1"),
+                ("CLAUDE_REPLAY_QUEUE", queue.to_str().unwrap()),
+                ("CLAUDE_REPLAY_RESETS_IN", "3600"),
+            ],
+        )
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let out = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, || {
+        !events_of(&scratch, "claude_limit_reached").is_empty()
+    });
+    // Well before the hour the reset is away.
+    assert!(started.elapsed() < std::time::Duration::from_mins(1));
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{text}");
+    let id = super::resume_id(&out);
+    let out = scratch.run(
+        &["resume", &id],
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", replay().as_str()),
+            ("IS_SANDBOX", "1"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

@@ -106,6 +106,9 @@ const SEED_SCENARIOS: &[Scenario] = &[
     // Not a seed: Claude settings and defaults (`workflows/ok/claude-settings.yml`); the
     // tests fail on both runs, and the handler's Claude call runs after each with its own settings.
     scenario("claude-settings", "cargo", 0),
+    // Not a seed: the run-wide Claude settings (`workflows/ok/claude-usage-limit.yml`); no
+    // limit is hit, so the run is an ordinary one.
+    scenario("claude-usage-limit", "", 0),
     scenario("seed-002-merge-full-format", "", 0),
     scenario("seed-004-retry-config-fields", "curl:1", 0),
 ];

@@ -5,8 +5,8 @@
 use super::step::{COMMAND_KINDS, Ctx};
 use super::{Fields, Lowerer, one_of};
 use crate::ast::{
-    ClaudeBudget, ClaudeSettings, Command, CommitConfig, Foreach, ForeachInput, OnBudget,
-    StepOutput, Template, WriteFile, WriteFormat,
+    ClaudeBudget, ClaudeLimits, ClaudeSettings, Command, CommitConfig, Foreach, ForeachInput,
+    OnBudget, StepOutput, Template, UsageLimitMode, WriteFile, WriteFormat,
 };
 use crate::diagnostics::{Code, Diagnostic, Fix};
 use crate::shapes;
@@ -205,6 +205,29 @@ impl Lowerer<'_> {
             max_cost_usd,
             on_budget: on_budget.map_or(OnBudget::Finish, |o| o.value),
         })
+    }
+
+    /// `usage_limit`, `max_wait` and `patience` of the workflow's `claude:` defaults (a step's own
+    /// settings have neither: the limit is the account's, for the whole run).
+    pub(crate) fn claude_limits(&mut self, fields: &Fields<'_>) -> ClaudeLimits {
+        let defaults = ClaudeLimits::default();
+        ClaudeLimits {
+            usage_limit: fields.choice_or(
+                self,
+                "usage_limit",
+                &[
+                    ("wait", UsageLimitMode::Wait),
+                    ("stop", UsageLimitMode::Stop),
+                ],
+                defaults.usage_limit,
+            ),
+            max_wait: fields
+                .duration(self, "max_wait")
+                .map_or(defaults.max_wait, |d| d.value),
+            patience: fields
+                .duration(self, "patience")
+                .map_or(defaults.patience, |d| d.value),
+        }
     }
 
     /// `{name: X, args, options}`: the Claude command `/X args --option value`.

@@ -457,6 +457,7 @@ impl Lowerer<'_> {
         {
             wf.claude = Some(self.claude_settings(&settings));
             wf.claude_budget = self.claude_budget(&settings);
+            wf.claude_limits = self.claude_limits(&settings);
         }
         if let Some(handlers) = fields.node("handlers") {
             wf.handlers = self.handlers(handlers);

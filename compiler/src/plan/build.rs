@@ -83,6 +83,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         job_policy,
         claude: workflow.claude.clone().filter(|s| !s.is_empty()),
         claude_budget: workflow.claude_budget,
+        claude_limits: workflow.claude_limits,
         slurm: workflow.slurm.clone(),
         variables: Vec::new(),
         reads_map_results: false,

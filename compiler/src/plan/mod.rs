@@ -28,11 +28,12 @@ pub use policy::{
     OutputCapture, RetryPolicy, delay, policy_schedule, schedule,
 };
 pub use vocab::{
-    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeSettings,
-    CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode,
-    Multiline, OnBudget, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm,
-    StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig,
-    TimeoutPolicy, ValidationCheck, WriteFile, WriteFormat,
+    Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
+    ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
+    MaxParallel, Mode, Multiline, OnBudget, Parsed, Pattern, Profile, RetryExhausted, Secret,
+    SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
+    TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile,
+    WriteFormat,
 };
 
 /// What the runtime needs from the compiler besides the plan itself.
@@ -120,6 +121,10 @@ pub struct Plan {
     /// `claude: {max_cost_usd, on_budget}`: the cap on the run's or job's Claude spending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude_budget: Option<ClaudeBudget>,
+    /// What every Claude call of the run does at the account's usage limit (`claude:
+    /// {usage_limit, max_wait}`).
+    #[serde(default, skip_serializing_if = "ClaudeLimits::is_default")]
+    pub claude_limits: ClaudeLimits,
     /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<Slurm>,
@@ -534,6 +539,7 @@ impl Plan {
             job_policy: JobPolicy::default(),
             claude: None,
             claude_budget: None,
+            claude_limits: ClaudeLimits::default(),
             slurm: None,
             variables: Vec::new(),
             reads_map_results: false,

@@ -180,6 +180,51 @@ pub type Template = Parsed<prodigy_grammar::template::Template>;
 /// A `when:` or env condition, in the filter language.
 pub type Condition = Parsed<prodigy_grammar::expr::Expr>;
 
+/// What a run does when a Claude call hits the account's usage limit (`claude: {usage_limit}`,
+/// docs/language.md §2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageLimitMode {
+    /// Pause every Claude call until the limit resets (up to `max_wait`), then go on.
+    #[default]
+    Wait,
+    /// Checkpoint and stop, saying when to resume.
+    Stop,
+}
+
+/// The run-wide Claude settings that are not options of a call: `claude: {usage_limit,
+/// max_wait, patience}` of the workflow's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ClaudeLimits {
+    /// `usage_limit`: wait or stop.
+    pub usage_limit: UsageLimitMode,
+    /// `max_wait`: the longest pause; a later reset stops the run.
+    pub max_wait: std::time::Duration,
+    /// `patience`: how long a call refused as rate limited or overloaded (429, 529) is made
+    /// again, as the same attempt, before its failure counts; zero: not at all.
+    pub patience: std::time::Duration,
+}
+
+impl ClaudeLimits {
+    /// `max_wait` when the workflow does not say: six hours, more than a five-hour limit.
+    pub const DEFAULT_MAX_WAIT: std::time::Duration = std::time::Duration::from_hours(6);
+
+    /// Whether these are the defaults (the serialised plan leaves them out).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl Default for ClaudeLimits {
+    fn default() -> Self {
+        ClaudeLimits {
+            usage_limit: UsageLimitMode::Wait,
+            max_wait: Self::DEFAULT_MAX_WAIT,
+            patience: std::time::Duration::ZERO,
+        }
+    }
+}
+
 /// How a Claude call runs, as the CLI's options: a step's `claude: {prompt, ...}` or the
 /// workflow's `claude:` defaults. A field left out is the CLI's default, or the workflow's
 /// for a step.

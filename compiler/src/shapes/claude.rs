@@ -124,5 +124,26 @@ pub static CLAUDE_DEFAULTS: Shape = Shape {
         CLAUDE_ADD_DIRS,
         CLAUDE_MAX_COST_USD,
         CLAUDE_ON_BUDGET,
+        CLAUDE_USAGE_LIMIT,
+        CLAUDE_MAX_WAIT,
+        CLAUDE_PATIENCE,
     ],
 };
+
+/// `usage_limit` and `max_wait`: what the run does when the account hits its usage limit;
+/// run-wide, so only in the workflow's defaults.
+const CLAUDE_USAGE_LIMIT: Key = key(
+    "usage_limit",
+    Ty::Enum(&["wait", "stop"]),
+    "At the account's usage limit: `wait` (pause every Claude call until it resets, the default) or `stop` (checkpoint and exit, saying when to resume).",
+);
+const CLAUDE_MAX_WAIT: Key = key(
+    "max_wait",
+    Ty::Duration,
+    "Longest pause for a usage limit (default `6h`); a later reset checkpoints and stops the run.",
+);
+const CLAUDE_PATIENCE: Key = key(
+    "patience",
+    Ty::Duration,
+    "How long a call refused as rate limited or overloaded (429, 529) is made again, spaced by the run's shared back-off, before its failure counts against the step's attempts (default `0`: not at all).",
+);

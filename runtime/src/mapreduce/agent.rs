@@ -189,7 +189,8 @@ pub(crate) async fn guarded<F: std::future::Future>(
     let mut body = std::pin::pin!(body);
     let deadline = async {
         match timeout {
-            Some(t) => tokio::time::sleep(t).await,
+            // A pause for the Claude usage limit does not count.
+            Some(t) => runner.sleep_unpaused(t).await,
             None => std::future::pending().await,
         }
     };

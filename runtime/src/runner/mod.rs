@@ -332,6 +332,8 @@ pub struct RunState {
     pub(crate) claude_totals: Mutex<crate::claude::Totals>,
     /// Runs the commands of the steps (local processes unless a test injects another).
     pub(crate) executor: Arc<dyn crate::executor::Executor>,
+    /// The run's Claude calls at the account's usage limit ([`crate::step`]'s `limit`).
+    pub(crate) claude_limit: crate::step::ClaudeLimitState,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -421,6 +423,9 @@ impl Runner {
         log: EventLog,
     ) -> Self {
         let seed = opts.seed;
+        // The run's signal, which a usage limit under `usage_limit: stop` can also set.
+        let (cancel, halt) = crate::step::halting(cancel);
+        let claude_limit = crate::step::ClaudeLimitState::new(plan.claude_limits, halt);
         let state = RunState {
             plan,
             opts,
@@ -441,6 +446,7 @@ impl Runner {
             live_turns: std::sync::atomic::AtomicU64::new(0),
             claude_totals: Mutex::new(crate::claude::Totals::default()),
             executor: Arc::new(crate::executor::LocalExecutor),
+            claude_limit,
         };
         Runner {
             state: Arc::new(state),

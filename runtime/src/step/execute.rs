@@ -164,8 +164,9 @@ impl Runner {
 
     /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
     /// read as they arrive, written to the call's log, shown at `-v` when LIVE (a step's
-    /// own command), and decide whether the call succeeded.
-    pub(crate) async fn run_claude(
+    /// own command), and decide whether the call succeeded. Once: `run_claude` (the
+    /// `limit` module) runs it under the run's usage-limit gate.
+    pub(crate) async fn run_claude_call(
         &self,
         template: &plan::Template,
         step: &PlanStep,
@@ -217,6 +218,8 @@ impl Runner {
             }
             let turns = stream.turns;
             let notes = stream.feed(line);
+            // The CLI retrying a 429 or 529 itself tells the rate governor too.
+            self.api_retries_seen(&notes);
             if stream.turns > turns {
                 self.live_turns.fetch_add(
                     u64::from(stream.turns - turns),
@@ -260,7 +263,9 @@ impl Runner {
         } else {
             out.code
         };
-        let call = stream.finish(ended, log_path);
+        let limit = crate::claude_limit::of_stream(&stream, ended, self.wall_secs());
+        let mut call = stream.finish(ended, log_path);
+        call.usage_limit = limit;
         out.streamed = shown;
         // `${shell.output}`: the final text, then what the CLI wrote on standard error.
         out.interleaved = None;

@@ -20,9 +20,11 @@ mod commit;
 mod execute;
 mod foreach;
 mod handlers;
+mod limit;
 mod validate;
 
 pub(crate) use capture::*;
+pub(crate) use limit::{ClaudeLimitState, halting};
 
 impl Runner {
     /// Runs one step to its outcome.

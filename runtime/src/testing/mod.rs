@@ -194,6 +194,10 @@ pub(crate) struct Harness {
     pub(crate) fake: Arc<FakeExecutor>,
 }
 
+/// The wall clock when a harness's run starts: 2026-11-26 06:00:00 UTC, so that what a
+/// run reads against it (a usage limit's reset) is the same on every run.
+pub(crate) const WALL_CLOCK: u64 = 1_795_672_800;
+
 /// What a run left: its event trace, one line per event, ready to snapshot.
 pub(crate) struct Trace {
     pub(crate) lines: Vec<String>,
@@ -263,6 +267,7 @@ impl Harness {
         )
         .unwrap()
         .with_executor(executor)
+        .with_wall_clock(std::time::UNIX_EPOCH + Duration::from_secs(WALL_CLOCK))
     }
 
     /// Runs YAML, a standard workflow, to its end.
