@@ -2,7 +2,9 @@
 //! as they arrive, and the verdict on the call (README "Claude Code steps").
 //!
 //! The CLI is run as `claude -p --output-format stream-json --verbose
-//! --dangerously-skip-permissions [settings] TEXT`. Its standard output is one JSON event
+//! --dangerously-skip-permissions [settings]`, with the prompt on its standard input: an
+//! argument would show the prompt, and any secret in it, to every local user in
+//! `/proc/PID/cmdline` for as long as the call runs. Its standard output is one JSON event
 //! per line: `system/init`, `assistant` and `user` messages (text, tool calls, tool results),
 //! `system/api_retry` while the CLI retries the API itself, and a final `result`. Unknown
 //! event types and fields are ignored, so a newer CLI does not break a run.
@@ -29,8 +31,12 @@ pub enum ErrorKind {
     Overloaded,
     /// Any other server error (5xx).
     ServerError,
-    /// The API could not be reached.
+    /// The API could not be reached, or the stream was cut before its `result`.
     Network,
+    /// The step's `timeout` ended the call.
+    Timeout,
+    /// The call's `stall_timeout` ended it: its CLI reported no event for that long.
+    Stalled,
     /// The call used up `max_turns`.
     MaxTurns,
     /// The call used up `max_budget_usd`.
@@ -38,7 +44,7 @@ pub enum ErrorKind {
     /// The request was refused as malformed (400, 404, 413), or the prompt named an unknown
     /// slash command.
     InvalidRequest,
-    /// Anything else: a crash, a kill, no `result` event.
+    /// Anything else: a crash, a kill by someone else, no `result` event and no clue why.
     Unknown,
 }
 
@@ -52,6 +58,8 @@ impl ErrorKind {
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::ServerError => "server_error",
             ErrorKind::Network => "network",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Stalled => "stalled",
             ErrorKind::MaxTurns => "max_turns",
             ErrorKind::MaxBudget => "max_budget",
             ErrorKind::InvalidRequest => "invalid_request",
@@ -69,6 +77,8 @@ impl ErrorKind {
             | ErrorKind::Overloaded
             | ErrorKind::ServerError
             | ErrorKind::Network
+            | ErrorKind::Timeout
+            | ErrorKind::Stalled
             | ErrorKind::MaxTurns
             | ErrorKind::MaxBudget
             | ErrorKind::Unknown => true,
@@ -91,6 +101,10 @@ impl ErrorKind {
                 "usually temporary: `retry_config` with `retry_on: [overloaded, rate_limit, server_error]` retries it",
             ),
             ErrorKind::Network => Some("check the network and `ANTHROPIC_BASE_URL`"),
+            ErrorKind::Timeout => Some("raise the step's `timeout`, or split the task"),
+            ErrorKind::Stalled => Some(
+                "the CLI went silent (often a hung API connection): `retry_config` retries it; raise `stall_timeout` if the work is slow but alive",
+            ),
             ErrorKind::Unknown => None,
         }
     }
@@ -122,13 +136,13 @@ pub fn program(override_command: Option<&str>) -> Result<(String, Vec<String>), 
     })
 }
 
-/// The whole argument list of a call with TEXT: the program and its leading arguments, then
-/// `-p --output-format stream-json --verbose`, the permission mode, the settings, and TEXT
-/// last, after `--`, so that a prompt that starts with `-` stays a prompt and no list option
-/// swallows it. SETTINGS are the plan's, as resolved for the call (none: the CLI's
+/// The whole argument list of a call: the program and its leading arguments, then
+/// `-p --output-format stream-json --verbose`, the permission mode and the settings. The
+/// prompt is not among them: the caller writes it to the CLI's standard input, which `-p`
+/// reads when no prompt argument is given, so that no secret of the prompt is ever in a
+/// process's argv. SETTINGS are the plan's, as resolved for the call (none: the CLI's
 /// defaults); an empty list adds no option.
 pub fn invocation(
-    text: &str,
     override_command: Option<&str>,
     settings: Option<&ClaudeSettings>,
 ) -> Result<(String, Vec<String>), BadCommand> {
@@ -175,8 +189,6 @@ pub fn invocation(
     for dir in settings.add_dirs.iter().flatten() {
         option("--add-dir", dir.clone());
     }
-    args.push("--".to_owned());
-    args.push(text.to_owned());
     Ok((program, args))
 }
 
@@ -339,6 +351,8 @@ pub struct Stream {
     pub result: Option<Final>,
     /// Lines that were not JSON.
     pub garbage: u32,
+    /// The last line began an event that does not parse: the stream was cut inside it.
+    cut: bool,
 }
 
 impl Stream {
@@ -352,8 +366,11 @@ impl Stream {
         // events (tool results) are most of a long stream and say nothing the verdict needs.
         let Ok(head) = serde_json::from_str::<Head<'_>>(line) else {
             self.garbage += 1;
+            // An event that starts but does not parse: the stream was cut inside it.
+            self.cut = line.starts_with('{');
             return Vec::new();
         };
+        self.cut = false;
         if !matches!(
             head.kind.as_deref(),
             Some("system" | "assistant" | "result")
@@ -495,11 +512,7 @@ impl Stream {
                 }
                 None => "the Claude CLI was ended before its `result` event".to_owned(),
             };
-            let kind = self
-                .last_retry
-                .as_ref()
-                .and_then(|(error, status)| classify_status(*status).or(classify_error(error)))
-                .unwrap_or(ErrorKind::Unknown);
+            let kind = self.missing_result_kind().unwrap_or(ErrorKind::Unknown);
             return Verdict {
                 kind: Some(kind),
                 message: why,
@@ -553,6 +566,66 @@ impl Stream {
     }
 }
 
+/// How the CLI's process ended, as far as the verdict cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal ended it, or a cancellation (the run stopping).
+    Killed,
+    /// The step's `timeout` ended it.
+    TimedOut,
+    /// Its `stall_timeout` ended it.
+    Stalled,
+}
+
+impl End {
+    /// The exit code, when it exited.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            End::Exited(code) => Some(code),
+            End::Killed | End::TimedOut | End::Stalled => None,
+        }
+    }
+}
+
+impl Stream {
+    /// The verdict on the call once it ended as END: a timeout or a stall is its own kind,
+    /// whatever the stream said before; anything else is [`Stream::verdict`].
+    pub fn verdict_after(&self, end: End) -> Verdict {
+        let (kind, message) = match end {
+            End::TimedOut => (
+                ErrorKind::Timeout,
+                "the Claude CLI was stopped by the step's `timeout`",
+            ),
+            End::Stalled => (
+                ErrorKind::Stalled,
+                "the Claude CLI reported no event for `stall_timeout` and was stopped",
+            ),
+            End::Exited(_) | End::Killed => return self.verdict(end.code()),
+        };
+        Verdict {
+            kind: Some(kind),
+            message: message.to_owned(),
+        }
+    }
+
+    /// Why the stream ended without a `result`, when it says: the error of the API retry
+    /// the CLI was making (one without an HTTP status could not reach the API), or a last
+    /// line cut short.
+    fn missing_result_kind(&self) -> Option<ErrorKind> {
+        if let Some((error, status)) = &self.last_retry {
+            return classify_status(*status)
+                .or(classify_error(error))
+                .or(status.is_none().then_some(ErrorKind::Network));
+        }
+        self.assistant_error
+            .as_deref()
+            .and_then(classify_error)
+            .or(self.cut.then_some(ErrorKind::Network))
+    }
+}
+
 /// A finished call, as the runner reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Call {
@@ -576,8 +649,8 @@ pub struct Call {
 
 impl Stream {
     /// The call, once the CLI ended with CODE.
-    pub fn finish(self, code: Option<i32>, log: Option<std::path::PathBuf>) -> Call {
-        let verdict = self.verdict(code);
+    pub fn finish(self, end: End, log: Option<std::path::PathBuf>) -> Call {
+        let verdict = self.verdict_after(end);
         let num_turns = self.num_turns();
         let (cost_usd, tokens) = self
             .result
@@ -811,13 +884,9 @@ mod tests {
         r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m-1","tools":[]}"#;
 
     #[test]
-    fn a_quoted_command_line_keeps_its_words_and_the_prompt_comes_last() {
-        let (program, args) = invocation(
-            "fix it",
-            Some(r#"claude --append-system-prompt "be terse""#),
-            None,
-        )
-        .unwrap();
+    fn a_quoted_command_line_keeps_its_words_and_the_prompt_is_no_argument() {
+        let (program, args) =
+            invocation(Some(r#"claude --append-system-prompt "be terse""#), None).unwrap();
         assert_eq!(program, "claude");
         assert_eq!(
             args,
@@ -829,12 +898,10 @@ mod tests {
                 "stream-json",
                 "--verbose",
                 "--dangerously-skip-permissions",
-                "--",
-                "fix it"
             ]
         );
         assert_eq!(
-            invocation("x", Some(r#"claude "oops"#), None),
+            invocation(Some(r#"claude "oops"#), None),
             Err(BadCommand(r#"claude "oops"#.to_owned()))
         );
     }
@@ -851,10 +918,10 @@ mod tests {
             add_dirs: Some(vec!["../lib".into()]),
             ..ClaudeSettings::default()
         };
-        let (_, args) = invocation("go", None, Some(&settings)).unwrap();
+        let (_, args) = invocation(None, Some(&settings)).unwrap();
         let joined = args.join(" ");
         assert!(
-            joined.contains("--permission-mode acceptEdits --model sonnet --max-turns 3 --allowedTools Bash(git *),Edit --max-budget-usd 0.5 --add-dir ../lib -- go"),
+            joined.contains("--permission-mode acceptEdits --model sonnet --max-turns 3 --allowedTools Bash(git *),Edit --max-budget-usd 0.5 --add-dir ../lib"),
             "{joined}"
         );
         assert!(!joined.contains("--dangerously-skip-permissions"));
@@ -998,6 +1065,41 @@ mod tests {
         assert_eq!(s.api_retries, 1);
         // Killed while retrying: the kind is the retried error's.
         assert_eq!(s.verdict(None).kind, Some(ErrorKind::Overloaded));
+    }
+
+    #[test]
+    fn a_timeout_a_stall_and_a_cut_stream_have_kinds_of_their_own() {
+        let (s, _) = stream(&[INIT]);
+        assert_eq!(
+            s.verdict_after(End::TimedOut).kind,
+            Some(ErrorKind::Timeout)
+        );
+        assert_eq!(s.verdict_after(End::Stalled).kind, Some(ErrorKind::Stalled));
+        assert_eq!(s.verdict_after(End::Killed).kind, Some(ErrorKind::Unknown));
+        // A timeout wins over what the stream said so far.
+        let (s, _) = stream(&[
+            r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":500,"error_status":529,"error":"overloaded"}"#,
+        ]);
+        assert_eq!(
+            s.verdict_after(End::TimedOut).kind,
+            Some(ErrorKind::Timeout)
+        );
+        // Retrying a request that got no answer at all: the API cannot be reached.
+        let (s, _) = stream(&[
+            INIT,
+            r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":500,"error_status":null,"error":"unknown"}"#,
+        ]);
+        assert_eq!(
+            s.verdict_after(End::Exited(1)).kind,
+            Some(ErrorKind::Network)
+        );
+        // An event cut in the middle, then nothing: the stream was cut.
+        let (s, _) = stream(&[INIT, r#"{"type":"assistant","message":{"con"#]);
+        assert_eq!(
+            s.verdict_after(End::Exited(1)).kind,
+            Some(ErrorKind::Network)
+        );
+        assert_eq!(s.verdict_after(End::Killed).kind, Some(ErrorKind::Network));
     }
 
     #[test]

@@ -218,6 +218,7 @@ mod tests {
             output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,
             spill: None,
             mask: None,
+            stdin: None,
         }
     }
 

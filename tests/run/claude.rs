@@ -4,6 +4,7 @@
 //! output keeps in memory.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -262,9 +263,14 @@ fn a_quoted_claude_command_keeps_its_words_and_the_prompt() {
             "stream-json",
             "--verbose",
             "--dangerously-skip-permissions",
-            "--",
-            "Reply briefly. scenario:echo"
         ]
+    );
+    // The prompt reached the CLI on its standard input.
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("claude: Reply briefly. scenario:echo"),
+        "{log}"
     );
     // A command line that cannot be split is refused before anything runs.
     let scratch = Scratch::new();
@@ -455,4 +461,141 @@ fn a_claude_step_failing_without_a_call_gives_its_handler_an_error_kind() {
     let text = stderr(&out);
     let kind = std::fs::read_to_string(scratch.project().join("kind.txt")).unwrap_or_default();
     assert_eq!(kind.trim(), "kind=unknown", "{text}");
+}
+
+/// The processes under PARENT, by pid (`/proc/PID/stat`'s fourth field is the parent's pid).
+fn descendants(parent: u32) -> Vec<u32> {
+    let mut children: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command's name, which is in parentheses and may hold spaces.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        if let Some(ppid) = rest.split(' ').nth(1).and_then(|p| p.parse().ok()) {
+            children.push((pid, ppid));
+        }
+    }
+    let mut found = vec![parent];
+    let mut i = 0;
+    while i < found.len() {
+        let of = found[i];
+        found.extend(children.iter().filter(|(_, p)| *p == of).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.split_off(1)
+}
+
+/// A secret in a prompt is never in the argument list of a process the run starts, where
+/// every local user could read it (`/proc/PID/cmdline`) for as long as the call runs: the
+/// prompt goes to the CLI's standard input. `-vv` and `claude_started` show the arguments,
+/// and `-vv` the prompt, masked.
+#[test]
+fn a_secret_in_the_prompt_is_never_on_a_command_line() {
+    let scratch = Scratch::new();
+    let secret = "hunter2-in-argv-never";
+    std::fs::write(
+        scratch.project().join("flow.yml"),
+        "secrets:\n  TOKEN: \"${env:SECRET_TOKEN}\"\ncommands:\n  - claude: \"/deploy using token ${TOKEN} scenario:echo\"\n    capture: answer\n  - shell: 'test \"$ANSWER\" = \"claude: /deploy using token $TOKEN scenario:echo\"'\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let replay = replay();
+    let mut child = scratch
+        .command(
+            &["run", "-vv", "--no-worktree", "flow.yml"],
+            &[
+                ("PRODIGY_CLAUDE_COMMAND", replay.as_str()),
+                ("IS_SANDBOX", "1"),
+                ("SECRET_TOKEN", secret),
+                // The call lasts about a second, long enough to be seen running.
+                ("CLAUDE_REPLAY_DELAY", "0.5"),
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_mins(1) {
+        for pid in descendants(child.id()) {
+            if let Ok(line) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+                let line = String::from_utf8_lossy(&line).replace('\0', " ");
+                if !line.trim().is_empty() && !seen.contains(&line) {
+                    seen.push(line);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("replay") && l.contains("stream-json")),
+        "the call was never seen running: {seen:?}"
+    );
+    assert!(!seen.iter().any(|l| l.contains(secret)), "{seen:?}");
+    assert!(!text.contains(secret), "{text}");
+    assert!(
+        text.contains("--dangerously-skip-permissions <<< '/deploy using token *** scenario:echo'"),
+        "{text}"
+    );
+    let started = &events_of(&scratch, "claude_started")[0];
+    assert_eq!(
+        started["args"],
+        serde_json::json!([
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions"
+        ])
+    );
+    // The CLI got the prompt whole, the secret's value included: the shell step compared its
+    // answer with it (the log masks it).
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("claude: /deploy using token *** scenario:echo"),
+        "{log}"
+    );
+}
+
+/// `stall_timeout` ends a call whose CLI stays silent that long, with its whole process
+/// group, as kind `stalled`; here the stub prints its `init`, then would wait 30 s before
+/// each further line.
+#[test]
+fn a_silent_call_is_stopped_as_stalled() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "claude:\n  stall_timeout: 1s\ncommands:\n  - claude: \"Reply briefly.\"\n",
+        &[("CLAUDE_REPLAY_DELAY", "30")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "Claude `stalled` error: the Claude CLI reported no event for `stall_timeout`"
+        ),
+        "{text}"
+    );
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    assert_eq!(finished["error_kind"], "stalled", "{finished}");
+    // Stopped after its first event, long before the stub's next line.
+    let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        finished["duration_secs"].as_f64().unwrap() < 29.0,
+        "{finished}"
+    );
 }

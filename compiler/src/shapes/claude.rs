@@ -56,6 +56,12 @@ const CLAUDE_ADD_DIRS: Key = key(
     "More directories the call may read and edit, one or a list (`--add-dir`).",
 );
 
+const CLAUDE_STALL_TIMEOUT: Key = key(
+    "stall_timeout",
+    Ty::Duration,
+    "Ends the call, as error kind `stalled`, when its CLI reports no event for this long (not a CLI option).",
+);
+
 /// A `claude` command with its settings.
 pub static CLAUDE_STEP: Shape = Shape {
     name: "claude_call",
@@ -76,6 +82,7 @@ pub static CLAUDE_STEP: Shape = Shape {
         CLAUDE_FALLBACK_MODEL,
         CLAUDE_MCP_CONFIG,
         CLAUDE_ADD_DIRS,
+        CLAUDE_STALL_TIMEOUT,
     ],
 };
 
@@ -94,5 +101,6 @@ pub static CLAUDE_DEFAULTS: Shape = Shape {
         CLAUDE_FALLBACK_MODEL,
         CLAUDE_MCP_CONFIG,
         CLAUDE_ADD_DIRS,
+        CLAUDE_STALL_TIMEOUT,
     ],
 };

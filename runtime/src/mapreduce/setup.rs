@@ -211,6 +211,7 @@ impl MapJob<'_> {
                 output_limit: self.runner.opts.output_limit,
                 spill: None,
                 mask: None,
+                stdin: None,
             };
             let stdout = crate::input::command_output(
                 &command,

@@ -341,6 +341,8 @@ pub(crate) struct Io<'w> {
     pub(crate) watch: Option<&'w mut dyn FnMut(&str)>,
     /// Keep this much of each stream instead of `PRODIGY_OUTPUT_LIMIT` (and spill nothing).
     pub(crate) keep: Option<usize>,
+    /// Stops the command in place of the run's cancel signal (the caller passes that on).
+    pub(crate) cancel: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// The step that ended an agent, for the DLQ.

@@ -340,3 +340,103 @@ fn a_resumed_job_is_checked_from_the_phase_it_stopped_in() {
     cp.status = Status::Completed;
     assert!(roots(&cp).is_empty());
 }
+
+/// A Claude stream of TURNS assistant messages after its `init`, then a successful result.
+fn claude_stream(turns: usize) -> String {
+    let mut lines = vec![
+        r#"{"type":"system","subtype":"init","session_id":"s-1","model":"claude-sonnet-4-5"}"#
+            .to_owned(),
+    ];
+    for _ in 0..turns {
+        lines.push(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"working"}],"usage":{"input_tokens":1000,"output_tokens":100}}}"#.to_owned());
+    }
+    lines.push(r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.25}"#.to_owned());
+    lines.join("\n") + "\n"
+}
+
+/// `stall_timeout` (the workflow's default, or the step's own) ends a call whose CLI went
+/// silent that long, as kind `stalled`, which `retry_on: [stalled]` retries; a call whose
+/// events keep coming, however slowly, is never stalled.
+#[tokio::test(start_paused = true)]
+async fn a_silent_claude_call_is_stopped_as_stalled_and_retried() {
+    let fake = FakeExecutor::new()
+        .script(
+            "/hang",
+            [
+                // Its first event would come after 45 s: stopped at 30 s.
+                Reply::ok().stdout(&claude_stream(1)).paced(secs(45)),
+                Reply::ok().stdout(&claude_stream(1)).paced(secs(20)),
+            ],
+        )
+        .script(
+            "/slow but alive",
+            [Reply::ok().stdout(&claude_stream(2)).paced(secs(50))],
+        );
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+claude:
+  stall_timeout: 30s
+commands:
+  - claude: "/hang"
+    retry_config:
+      attempts: 2
+      initial_delay: 1s
+      retry_on: [stalled]
+  - claude:
+      prompt: "/slow but alive"
+      stall_timeout: 1m
+"#,
+        )
+        .await;
+    assert_eq!(report.outcome, RunOutcome::Succeeded);
+    // Stopped 30 s after it started (and the grace period of its SIGTERM is not needed by
+    // the fake), retried 1 s later, done after its three events 20 s apart.
+    assert_eq!(harness.fake.starts_of("/hang"), [secs(0), secs(31)]);
+    assert_eq!(harness.fake.starts_of("/slow but alive"), [secs(91)]);
+    let finished: Vec<&String> = trace
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("claude_finished"))
+        .collect();
+    assert!(
+        finished[0].contains(r#""error_kind":"stalled""#),
+        "{}",
+        finished[0]
+    );
+    assert!(finished[1].contains(r#""success":true"#), "{}", finished[1]);
+    assert!(finished[2].contains(r#""success":true"#), "{}", finished[2]);
+}
+
+/// A Claude call that its step's `timeout` ends is kind `timeout`, which `${error.kind}`
+/// gives the handler.
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_claude_call_is_kind_timeout() {
+    let fake = FakeExecutor::new()
+        .script(
+            "/long",
+            [Reply::ok().stdout(&claude_stream(3)).paced(secs(40))],
+        )
+        .script("echo timeout", [Reply::ok()]);
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+- claude: "/long"
+  timeout: 100s
+  on_failure:
+    shell: "echo ${error.kind}"
+"#,
+        )
+        .await;
+    // The handler ran, told the kind, and recovered the step.
+    assert_eq!(report.outcome, RunOutcome::Succeeded);
+    assert_eq!(harness.fake.starts_of("echo timeout"), [secs(100)]);
+    let finished = trace
+        .lines
+        .iter()
+        .find(|l| l.starts_with("claude_finished"))
+        .unwrap();
+    assert!(finished.contains(r#""error_kind":"timeout""#), "{finished}");
+}
