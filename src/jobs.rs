@@ -681,6 +681,7 @@ fn claude_totals(files: &[PathBuf]) -> String {
                 failed: u32::from(!event["error_kind"].is_null()),
                 turns: event["num_turns"].as_u64().unwrap_or(0),
                 cost_usd: event["cost_usd"].as_f64().unwrap_or(0.0),
+                estimated: u32::from(event["cost_estimated"] == true),
                 tokens,
             };
             let step = event["step"].as_str().unwrap_or("?").to_owned();

@@ -353,6 +353,12 @@ pub struct Stream {
     pub garbage: u32,
     /// The last line began an event that does not parse: the stream was cut inside it.
     cut: bool,
+    /// What the assistant messages reported using, for a call that ends without a
+    /// `result`: the messages before the last, and the last one's id and usage (the CLI
+    /// repeats a message's usage on each event of its content).
+    usage: (Tokens, Option<(Option<String>, Tokens)>),
+    /// The model the assistant messages name.
+    assistant_model: Option<String>,
 }
 
 impl Stream {
@@ -428,6 +434,7 @@ impl Stream {
             }
             (Some("assistant"), _) => {
                 self.turns += 1;
+                self.note_usage(&event);
                 if let Some(error) = text(&event, "error") {
                     self.assistant_error = Some(error);
                 }
@@ -566,6 +573,58 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Counts the usage an `assistant` event reports, once per message.
+    fn note_usage(&mut self, event: &Value) {
+        let Some(usage) = event.pointer("/message/usage") else {
+            return;
+        };
+        if let Some(model) = event.pointer("/message/model").and_then(Value::as_str) {
+            self.assistant_model = Some(model.to_owned());
+        }
+        let id = event
+            .pointer("/message/id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let tokens = Tokens::of(Some(usage));
+        let (done, last) = &mut self.usage;
+        match last {
+            Some((last_id, last_tokens)) if id.is_some() && *last_id == id => {
+                *last_tokens = tokens;
+            }
+            _ => {
+                if let Some((_, finished)) = last.take() {
+                    done.add(finished);
+                }
+                *last = Some((id, tokens));
+            }
+        }
+    }
+
+    /// The tokens the assistant messages reported so far.
+    pub fn streamed_tokens(&self) -> Tokens {
+        let (mut tokens, last) = self.usage.clone();
+        if let Some((_, last)) = last {
+            tokens.add(last);
+        }
+        tokens
+    }
+
+    /// What the call cost and the tokens it used: the `result`'s figures, else an estimate
+    /// from the usage the stream reported ([`crate::pricing`]), marked as such.
+    fn cost(&self) -> (f64, Tokens, bool) {
+        if let Some(result) = &self.result {
+            return (crate::pricing::usd(result.cost_usd), result.tokens, false);
+        }
+        let tokens = self.streamed_tokens();
+        if tokens.total() == 0 {
+            return (0.0, tokens, false);
+        }
+        let model = self.assistant_model.as_deref().or(self.model.as_deref());
+        (crate::pricing::estimate(model, &tokens), tokens, true)
+    }
+}
+
 /// How the CLI's process ended, as far as the verdict cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {
@@ -637,6 +696,9 @@ pub struct Call {
     pub num_turns: u32,
     /// What it cost.
     pub cost_usd: f64,
+    /// The cost is an estimate from the tokens the stream reported: the call ended
+    /// without the `result` event that states it.
+    pub cost_estimated: bool,
     /// Tokens used.
     pub tokens: Tokens,
     /// Tool calls made.
@@ -652,15 +714,13 @@ impl Stream {
     pub fn finish(self, end: End, log: Option<std::path::PathBuf>) -> Call {
         let verdict = self.verdict_after(end);
         let num_turns = self.num_turns();
-        let (cost_usd, tokens) = self
-            .result
-            .as_ref()
-            .map_or((0.0, Tokens::default()), |r| (r.cost_usd, r.tokens));
+        let (cost_usd, tokens, cost_estimated) = self.cost();
         Call {
             verdict,
             session_id: self.session_id,
             num_turns,
             cost_usd,
+            cost_estimated,
             tokens,
             tool_calls: self.tool_calls,
             api_retries: self.api_retries,
@@ -680,8 +740,19 @@ pub struct Totals {
     pub turns: u64,
     /// What they cost.
     pub cost_usd: f64,
+    /// Of which calls whose cost is an estimate ([`Call::cost_estimated`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub estimated: u32,
     /// Tokens used.
     pub tokens: Tokens,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's `skip_serializing_if` passes the field by reference"
+)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Totals {
@@ -692,6 +763,7 @@ impl Totals {
             failed: u32::from(call.verdict.kind.is_some()),
             turns: u64::from(call.num_turns),
             cost_usd: call.cost_usd,
+            estimated: u32::from(call.cost_estimated),
             tokens: call.tokens,
         });
     }
@@ -701,19 +773,26 @@ impl Totals {
         self.calls = self.calls.saturating_add(other.calls);
         self.failed = self.failed.saturating_add(other.failed);
         self.turns = self.turns.saturating_add(other.turns);
-        self.cost_usd += other.cost_usd;
+        self.cost_usd = crate::pricing::usd(self.cost_usd + other.cost_usd);
+        self.estimated = self.estimated.saturating_add(other.estimated);
         self.tokens.add(other.tokens);
     }
 
-    /// One line for people: `3 Claude calls (1 failed), 12 turns, 45100 tokens, $0.0387`.
+    /// One line for people: `3 Claude calls (1 failed), 12 turns, 45100 tokens, $0.0387`,
+    /// and `(1 estimated)` after the cost when it holds estimates.
     pub fn line(&self) -> String {
         let failed = if self.failed > 0 {
             format!(" ({} failed)", self.failed)
         } else {
             String::new()
         };
+        let estimated = if self.estimated > 0 {
+            format!(" ({} estimated)", self.estimated)
+        } else {
+            String::new()
+        };
         format!(
-            "{}{failed}, {}, {} tokens, ${:.4}",
+            "{}{failed}, {}, {} tokens, ${:.4}{estimated}",
             crate::progress::count(self.calls, "Claude call"),
             crate::progress::count(self.turns, "turn"),
             self.tokens.total(),
@@ -1100,6 +1179,50 @@ mod tests {
             Some(ErrorKind::Network)
         );
         assert_eq!(s.verdict_after(End::Killed).kind, Some(ErrorKind::Network));
+    }
+
+    #[test]
+    fn a_call_without_a_result_is_priced_from_its_stream_and_says_so() {
+        let message = |id: &str, output: u64| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"{id}","model":"claude-sonnet-4-5","content":[],"usage":{{"input_tokens":1000,"output_tokens":{output},"cache_read_input_tokens":2000}}}}}}"#
+            )
+        };
+        // Two events of message m1 (its usage repeated, then final), one of m2.
+        let (s, _) = stream(&[
+            INIT,
+            &message("m1", 10),
+            &message("m1", 100),
+            &message("m2", 50),
+        ]);
+        let call = s.finish(End::Stalled, None);
+        assert!(call.cost_estimated);
+        assert_eq!(
+            (
+                call.tokens.input,
+                call.tokens.output,
+                call.tokens.cache_read
+            ),
+            (2000, 150, 4000)
+        );
+        // 2000 × $3 + 150 × $15 + 4000 × $0.30, a million tokens each.
+        assert_eq!(call.cost_usd.to_string(), "0.00945");
+        let mut totals = Totals::default();
+        totals.add(&call);
+        assert_eq!(totals.estimated, 1);
+        assert!(
+            totals.line().ends_with("$0.0095 (1 estimated)"),
+            "{}",
+            totals.line()
+        );
+        // With a `result`, its figures stand, as decimals.
+        let (s, _) = stream(&[
+            &message("m1", 10),
+            r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"ok","total_cost_usd":0.008100000000000001}"#,
+        ]);
+        let call = s.finish(End::Exited(0), None);
+        assert!(!call.cost_estimated);
+        assert_eq!(call.cost_usd.to_string(), "0.0081");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod machine;
 pub mod mapreduce;
 pub mod message;
 pub mod paths;
+pub mod pricing;
 pub mod progress;
 pub mod runner;
 pub mod sequence;

@@ -298,6 +298,7 @@ impl Runner {
             session_id: call.session_id.clone(),
             num_turns: call.num_turns,
             cost_usd: call.cost_usd,
+            cost_estimated: call.cost_estimated,
             tokens: call.tokens,
             tool_calls: call.tool_calls,
             api_retries: call.api_retries,

@@ -439,4 +439,14 @@ async fn a_timed_out_claude_call_is_kind_timeout() {
         .find(|l| l.starts_with("claude_finished"))
         .unwrap();
     assert!(finished.contains(r#""error_kind":"timeout""#), "{finished}");
+    // No `result` came to state the cost: it is estimated from the one assistant message
+    // that came, 1000 tokens in and 100 out on Sonnet ($3 and $15 a million).
+    assert!(
+        finished.contains(r#""cost_estimated":true,"cost_usd":0.0045,"#),
+        "{finished}"
+    );
+    assert!(
+        finished.contains(r#""tokens":{"input":1000,"output":100,"#),
+        "{finished}"
+    );
 }
