@@ -323,7 +323,7 @@ fn nix_is_root() -> bool {
 #[test]
 fn a_failed_map_item_names_the_claude_error_and_its_log_in_the_dlq() {
     let scratch = Scratch::new();
-    let workflow = "name: j\nmode: mapreduce\nmap:\n  input: \"printf 'ok\\\\n401\\\\n'\"\n  agent_template:\n    - claude: \"Reply. scenario:${item}\"\n";
+    let workflow = "name: j\nmode: mapreduce\nmap:\n  input: \"printf 'ok\\\\n401\\\\n'\"\n  agent_template:\n    - claude: \"Reply. scenario:${item}\"\n    - shell: \"echo ${item} > ${item}.txt && git add ${item}.txt && git commit -qm ${item}\"\n";
     let out = run(&scratch, &[], workflow, &[]);
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
@@ -362,14 +362,46 @@ fn a_failed_map_item_names_the_claude_error_and_its_log_in_the_dlq() {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .unwrap();
     assert!(results.contains("\"claude\":{\"calls\":1"), "{results}");
+    // Each item's record names its Claude sessions and logs, the kind of its last failed
+    // call, and the commits merged from it.
+    let records: Vec<Value> = results
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let record = |id: &str| records.iter().find(|r| r["item_id"] == id).unwrap();
+    let (ok, failed) = (record("item_0"), record("item_1"));
+    assert_eq!(ok["claude_sessions"].as_array().unwrap().len(), 1, "{ok}");
+    assert!(ok.get("claude_error_kind").is_none(), "{ok}");
+    let commits = ok["commits"].as_array().unwrap();
+    assert_eq!(commits.len(), 1, "{ok}");
+    assert_eq!(
+        scratch
+            .git(&["log", "-1", "--format=%s", commits[0].as_str().unwrap()])
+            .trim(),
+        "ok"
+    );
+    assert_eq!(failed["claude_error_kind"], "authentication", "{failed}");
+    assert_eq!(failed["claude_logs"][0].as_str(), Some(log), "{failed}");
+    assert!(failed.get("commits").is_none(), "{failed}");
 
-    // `prodigy logs` lists the job's calls and shows one; `prodigy events --claude` sums them.
+    // `dlq list` and `dlq show` name the Claude error's kind and the call's log.
     let job = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+")
         .unwrap()
         .find(&text)
         .unwrap()
         .as_str()
         .to_owned();
+    let listed = stdout(&scratch.run(&["dlq", "list", &job], &[]));
+    assert!(listed.contains("ClaudeFailed (authentication)"), "{listed}");
+    assert!(listed.contains(log), "{listed}");
+    let shown = stdout(&scratch.run(&["dlq", "show", &job], &[]));
+    assert!(
+        shown.contains(": ClaudeFailed (authentication) in `"),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("claude log: {log}")), "{shown}");
+
+    // `prodigy logs` lists the job's calls and shows one; `prodigy events --claude` sums them.
     let listed = stdout(&scratch.run(&["logs", &job], &[]));
     assert!(
         listed.contains("item_0/0001-Reply.-scenario-item.jsonl  ok, 1 turn"),
@@ -597,5 +629,36 @@ fn a_silent_call_is_stopped_as_stalled() {
     assert!(
         finished["duration_secs"].as_f64().unwrap() < 29.0,
         "{finished}"
+    );
+}
+
+/// `${claude.cost_usd}` is the decimal the cost stands for, not the float noise the CLI's
+/// figure carries.
+#[test]
+fn a_call_cost_is_rendered_as_a_decimal() {
+    let scratch = Scratch::new();
+    let transcript = scratch.dir.path().join("noisy.jsonl");
+    let ok = std::fs::read_to_string(root().join("tests/fixtures/claude/ok.jsonl")).unwrap();
+    std::fs::write(
+        &transcript,
+        ok.replace(
+            "\"total_cost_usd\":0.00026",
+            "\"total_cost_usd\":0.008100000000000001",
+        ),
+    )
+    .unwrap();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"Reply briefly.\"\n- shell: \"echo cost=${claude.cost_usd} > cost.txt\"\n",
+        &[("CLAUDE_REPLAY", transcript.to_str().unwrap())],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let cost = std::fs::read_to_string(scratch.project().join("cost.txt")).unwrap();
+    assert_eq!(cost, "cost=0.0081\n");
+    assert_eq!(
+        events_of(&scratch, "claude_finished")[0]["cost_usd"],
+        0.0081
     );
 }

@@ -497,6 +497,17 @@ fn claude_settings_are_checked_like_other_fields() {
         ),
         [Code::InvalidDuration]
     );
+    // `retry_on: [stalled]` fires only where a stall timeout applies.
+    assert_eq!(
+        codes("- claude: /a\n  retry_config: {attempts: 2, retry_on: [stalled]}\n"),
+        [Code::RetryNeverFires]
+    );
+    assert_eq!(
+        codes(
+            "claude: {stall_timeout: 5m}\ncommands:\n  - claude: /a\n    retry_config: {attempts: 2, retry_on: [stalled]}\n"
+        ),
+        []
+    );
     assert_eq!(
         codes("- shell: x\n  on_failure:\n    claude: {prompt: /fix, max_turns: 2}\n"),
         []

@@ -115,6 +115,8 @@ pub(crate) struct AgentRun {
     pub(crate) claude: crate::claude::Totals,
     /// The Slurm task that ran it.
     pub(crate) slurm: Option<crate::slurm::SlurmIds>,
+    /// Its Claude sessions and logs, and the commits merged.
+    pub(crate) trail: crate::jobstore::ItemTrail,
 }
 
 impl AgentRun {
@@ -141,6 +143,7 @@ impl AgentRun {
             artifacts: None,
             claude: crate::claude::Totals::default(),
             slurm: None,
+            trail: crate::jobstore::ItemTrail::default(),
         }
     }
 
@@ -230,6 +233,7 @@ pub(crate) fn scope_for(
         grace: spec.and_then(|s| s.grace),
         failure: RefCell::new(None),
         claude: RefCell::new(crate::claude::Totals::default()),
+        trail: RefCell::new(crate::jobstore::ItemTrail::default()),
         workdir,
     };
     (Rc::new(scope), tx)
@@ -326,6 +330,7 @@ pub(crate) async fn run_agent(
             artifacts: None,
             slurm: done.ids,
             claude: done.claude,
+            trail: done.trail,
         }
     } else {
         let (outcome, why) = guarded(
@@ -353,6 +358,7 @@ pub(crate) async fn run_agent(
             artifacts: None,
             slurm: None,
             claude,
+            trail: scope.trail.take(),
         }
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {

@@ -160,6 +160,7 @@ pub async fn retry_dead_letters(
                     dead_lettered: false,
                     claude: (run.claude.calls > 0).then_some(run.claude),
                     slurm: run.slurm.clone(),
+                    trail: run.trail.clone(),
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;

@@ -101,6 +101,7 @@ pub(crate) async fn merge_back(
         match merged {
             Ok(how) => {
                 if how != crate::worktree::Merged::Nothing {
+                    run.trail.commits = crate::worktree::agent_commits(&worktree).await;
                     runner.record(&crate::events::Event::AgentMerged {
                         branch: worktree.branch.clone(),
                         merge: format!("{how:?}"),

@@ -504,6 +504,7 @@ mod tests {
             dead_lettered: true,
             claude: None,
             slurm: None,
+            trail: crate::jobstore::ItemTrail::default(),
         }
     }
 

@@ -333,6 +333,8 @@ pub(crate) struct AgentScope {
     pub workdir: Option<PathBuf>,
     /// What the item's Claude calls cost.
     pub claude: std::cell::RefCell<crate::claude::Totals>,
+    /// The item's Claude sessions, logs and last failed kind, for `results.jsonl`.
+    pub trail: std::cell::RefCell<crate::jobstore::ItemTrail>,
 }
 
 /// How a command's output is followed and kept.

@@ -309,6 +309,7 @@ impl Runner {
         lock(&self.claude_totals).add(&call);
         if let Some(a) = self.agent() {
             a.claude.borrow_mut().add(&call);
+            a.trail.borrow_mut().add_call(&call);
         }
         out.claude = Some(Box::new(call));
         out

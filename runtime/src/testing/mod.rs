@@ -213,6 +213,8 @@ pub(crate) struct Harness {
     pub(crate) home: tempfile::TempDir,
     pub(crate) project: tempfile::TempDir,
     pub(crate) fake: Arc<FakeExecutor>,
+    /// Told what the run shows (none: nothing is shown).
+    pub(crate) reporter: Option<Arc<dyn crate::events::Reporter>>,
 }
 
 /// What a run left: its event trace, one line per event, ready to snapshot.
@@ -241,6 +243,7 @@ impl Harness {
             home: tempfile::tempdir().unwrap(),
             project: tempfile::tempdir().unwrap(),
             fake: Arc::new(fake),
+            reporter: None,
         }
     }
 
@@ -275,7 +278,7 @@ impl Harness {
         cancel: tokio::sync::watch::Receiver<bool>,
     ) -> crate::runner::Runner {
         let executor: Arc<dyn Executor> = self.fake.clone();
-        crate::runner::Runner::with_id(
+        let runner = crate::runner::Runner::with_id(
             Self::plan(yaml),
             self.options(yaml),
             cancel,
@@ -283,7 +286,11 @@ impl Harness {
             None,
         )
         .unwrap()
-        .with_executor(executor)
+        .with_executor(executor);
+        match &self.reporter {
+            Some(reporter) => runner.report_to(reporter.clone()),
+            None => runner,
+        }
     }
 
     /// Runs YAML, a standard workflow, to its end.

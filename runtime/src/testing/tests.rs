@@ -450,3 +450,45 @@ async fn a_timed_out_claude_call_is_kind_timeout() {
         "{finished}"
     );
 }
+
+/// Keeps the counts the map phase shows.
+#[derive(Default)]
+struct Counts(std::sync::Mutex<Vec<crate::progress::Tally>>);
+
+impl crate::events::Reporter for Counts {
+    fn message(&self, _: &crate::message::Message, _: Option<&str>) {}
+    fn progress(&self, update: &crate::events::ProgressUpdate) {
+        if let crate::events::ProgressUpdate::Counts { tally, .. } = update {
+            self.0.lock().unwrap().push(*tally);
+        }
+    }
+}
+
+/// While items wait for a slot, every count shown after an outcome says as many agents run
+/// as do: the one that takes the finished agent's slot is counted (a plain progress line,
+/// printed at the first count after an outcome, used to show one fewer).
+#[tokio::test(start_paused = true)]
+async fn the_progress_counts_every_running_agent() {
+    let fake = working(
+        FakeExecutor::new(),
+        &["a", "b", "c", "d", "e", "f"],
+        &Reply::ok().takes(secs(10)),
+    )
+    .script("work b", [Reply::ok().takes(secs(3))]);
+    let mut harness = job_harness(fake);
+    let counts = std::sync::Arc::new(Counts::default());
+    harness.reporter = Some(counts.clone());
+    let (report, _) = harness.run_job(&job(""), JobOptions::default()).await;
+    assert_eq!(report.outcome, JobOutcome::Completed);
+    let shown = counts.0.lock().unwrap().clone();
+    // Two run at a time until the last item has started (c at 3 s, d at 10 s, e at 13 s,
+    // f at 20 s), so every count with items done and items left to start says 2.
+    let before_the_end: Vec<u64> = shown
+        .iter()
+        .filter(|t| t.done >= 1 && t.done <= 4)
+        .map(|t| t.running)
+        .collect();
+    assert!(!before_the_end.is_empty());
+    assert!(before_the_end.iter().all(|&n| n == 2), "{shown:?}");
+    assert_eq!(shown.last().map(|t| (t.done, t.running)), Some((6, 0)));
+}
