@@ -611,8 +611,8 @@ impl Stream {
     }
 
     /// What the call cost and the tokens it used: the `result`'s figures, else an estimate
-    /// from the usage the stream reported ([`crate::pricing`]), marked as such.
-    fn cost(&self) -> (f64, Tokens, bool) {
+    /// from the usage the stream reported ([`crate::pricing`]), marked as such (`true`).
+    pub fn cost(&self) -> (f64, Tokens, bool) {
         if let Some(result) = &self.result {
             return (crate::pricing::usd(result.cost_usd), result.tokens, false);
         }
