@@ -160,6 +160,17 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
     }
 }
 
+/// An error type for people: its name, with the kind of a failed Claude call
+/// (`ClaudeFailed (rate_limit)`).
+fn error_shown(error: &prodigy_runtime::dlq::ErrorType) -> String {
+    match error {
+        prodigy_runtime::dlq::ErrorType::ClaudeFailed { kind } => {
+            format!("{} ({kind})", error.name())
+        }
+        other => other.name().to_owned(),
+    }
+}
+
 /// One failed attempt of a dead-lettered item, for `dlq show`: when, where and how it
 /// failed, then the command's exit code and the last lines of its standard output and
 /// standard error (or the error, for a failure that ran no command).
@@ -171,9 +182,12 @@ fn show_attempt(text: &mut String, f: &prodigy_runtime::dlq::FailureDetail) {
         f.timestamp,
         f.agent_id,
         f.duration_ms,
-        f.error_type.name(),
+        error_shown(&f.error_type),
         f.step_failed
     );
+    if let Some(log) = &f.json_log_location {
+        let _ = writeln!(text, "    claude log: {log}");
+    }
     let Some(output) = &f.command_output else {
         for line in f.stack_trace.as_deref().unwrap_or(&f.error_message).lines() {
             let _ = writeln!(text, "    │ {line}");
@@ -292,6 +306,11 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                             "item_id": i.item_id,
                             "failure_count": i.failure_count,
                             "error_type": i.failure_history.last().map(|f| f.error_type.name()),
+                            "claude_error_kind": i.failure_history.last().and_then(|f| match &f.error_type {
+                                prodigy_runtime::dlq::ErrorType::ClaudeFailed { kind } => Some(kind.name()),
+                                _ => None,
+                            }),
+                            "log": i.failure_history.last().and_then(|f| f.json_log_location.clone()),
                             "last_attempt": i.last_attempt,
                             "reprocess_eligible": i.reprocess_eligible,
                             "error_signature": i.error_signature,
@@ -306,17 +325,19 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 return exit_code::OK;
             }
             let mut text = format!(
-                "{:<14} {:>8}  {:<22} {:<26} {}\n",
-                "ITEM", "FAILURES", "ERROR", "LAST ATTEMPT", "RETRY"
+                "{:<14} {:>8}  {:<30} {:<26} {:<13}  {}\n",
+                "ITEM", "FAILURES", "ERROR", "LAST ATTEMPT", "RETRY", "CLAUDE LOG"
             );
             for i in &items {
-                let kind = i
-                    .failure_history
-                    .last()
-                    .map_or("Unknown", |f| f.error_type.name());
+                let last = i.failure_history.last();
+                let kind =
+                    last.map_or_else(|| "Unknown".to_owned(), |f| error_shown(&f.error_type));
+                let log = last
+                    .and_then(|f| f.json_log_location.as_deref())
+                    .unwrap_or("-");
                 let _ = writeln!(
                     text,
-                    "{:<14} {:>8}  {:<22} {:<26} {}",
+                    "{:<14} {:>8}  {:<30} {:<26} {:<13}  {log}",
                     i.item_id,
                     i.failure_count,
                     kind,
@@ -730,6 +751,7 @@ fn claude_totals(files: &[PathBuf]) -> String {
                 failed: u32::from(!event["error_kind"].is_null()),
                 turns: event["num_turns"].as_u64().unwrap_or(0),
                 cost_usd: event["cost_usd"].as_f64().unwrap_or(0.0),
+                estimated: u32::from(event["cost_estimated"] == true),
                 tokens,
             };
             let step = event["step"].as_str().unwrap_or("?").to_owned();

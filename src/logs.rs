@@ -138,11 +138,13 @@ pub(crate) fn logs(args: &LogsArgs) -> u8 {
 
 /// How a call ended, in a few words: `ok, 3 turns, $0.0123` or `failed (overloaded): …`.
 fn summary(stream: &Stream) -> String {
-    let cost = stream.result.as_ref().map_or(0.0, |r| r.cost_usd);
+    // A call that ended without a `result` is priced from its stream, an estimate (`~`).
+    let (cost, _, estimated) = stream.cost();
     let turns = stream.num_turns();
     let counts = format!(
-        "{turns} turn{}, ${cost:.4}",
-        if turns == 1 { "" } else { "s" }
+        "{turns} turn{}, {}${cost:.4}",
+        if turns == 1 { "" } else { "s" },
+        if estimated { "~" } else { "" }
     );
     // The exit code is not in the log: a `result` without `is_error` is taken as a success.
     match stream.verdict(Some(0)) {
@@ -209,4 +211,21 @@ fn list_runs(root: &Path) -> u8 {
     }
     out(&text);
     exit_code::OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call whose stream ended before its `result` shows the cost its usage is estimated at.
+    #[test]
+    fn a_call_without_a_result_shows_an_estimated_cost() {
+        let mut stream = Stream::default();
+        stream.feed(
+            r#"{"type":"system","subtype":"init","session_id":"s","model":"claude-sonnet-4-5"}"#,
+        );
+        stream.feed(r#"{"type":"assistant","message":{"id":"m","content":[],"usage":{"input_tokens":1000,"output_tokens":100}}}"#);
+        let line = summary(&stream);
+        assert!(line.contains("1 turn, ~$0.0045: no result"), "{line}");
+    }
 }

@@ -319,6 +319,8 @@ pub enum Matcher {
     Overloaded,
     /// A Claude call whose credentials were refused (401, 403, not logged in).
     Auth,
+    /// A Claude call stopped by its `stall_timeout`.
+    Stalled,
     /// A regular expression over stderr and stdout.
     Pattern(Pattern),
 }

@@ -175,6 +175,20 @@ fn retries(step: &PlanStep, out: &mut Vec<Diagnostic>) {
                 .with_help("give the step a `timeout`, or retry on other failures too"),
         );
     }
+    let only_stalls = !config.retry_on.is_empty()
+        && config
+            .retry_on
+            .iter()
+            .all(|m| matches!(m, Matcher::Stalled));
+    if only_stalls && step.claude.as_ref().and_then(|c| c.stall_timeout).is_none() {
+        out.push(
+            Diagnostic::new(Code::RetryNeverFires, "this retry policy can never fire")
+                .with_primary(at, "`retry_on: [stalled]` needs a `stall_timeout`")
+                .with_help(
+                    "give the call a `stall_timeout` (`claude: {prompt, stall_timeout: 10m}` or the workflow's `claude:`), or retry on other failures too",
+                ),
+        );
+    }
     if let (Some(budget), Some(first)) = (config.retry_budget, retry.policy.delays.first())
         && budget < *first
     {

@@ -2,7 +2,9 @@
 //! as they arrive, and the verdict on the call (README "Claude Code steps").
 //!
 //! The CLI is run as `claude -p --output-format stream-json --verbose
-//! --dangerously-skip-permissions [settings] TEXT`. Its standard output is one JSON event
+//! --dangerously-skip-permissions [settings]`, with the prompt on its standard input: an
+//! argument would show the prompt, and any secret in it, to every local user in
+//! `/proc/PID/cmdline` for as long as the call runs. Its standard output is one JSON event
 //! per line: `system/init`, `assistant` and `user` messages (text, tool calls, tool results),
 //! `system/api_retry` while the CLI retries the API itself, and a final `result`. Unknown
 //! event types and fields are ignored, so a newer CLI does not break a run.
@@ -29,8 +31,12 @@ pub enum ErrorKind {
     Overloaded,
     /// Any other server error (5xx).
     ServerError,
-    /// The API could not be reached.
+    /// The API could not be reached, or the stream was cut before its `result`.
     Network,
+    /// The step's `timeout` ended the call.
+    Timeout,
+    /// The call's `stall_timeout` ended it: its CLI reported no event for that long.
+    Stalled,
     /// The call used up `max_turns`.
     MaxTurns,
     /// The call used up `max_budget_usd`.
@@ -38,7 +44,7 @@ pub enum ErrorKind {
     /// The request was refused as malformed (400, 404, 413), or the prompt named an unknown
     /// slash command.
     InvalidRequest,
-    /// Anything else: a crash, a kill, no `result` event.
+    /// Anything else: a crash, a kill by someone else, no `result` event and no clue why.
     Unknown,
 }
 
@@ -52,6 +58,8 @@ impl ErrorKind {
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::ServerError => "server_error",
             ErrorKind::Network => "network",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Stalled => "stalled",
             ErrorKind::MaxTurns => "max_turns",
             ErrorKind::MaxBudget => "max_budget",
             ErrorKind::InvalidRequest => "invalid_request",
@@ -69,6 +77,8 @@ impl ErrorKind {
             | ErrorKind::Overloaded
             | ErrorKind::ServerError
             | ErrorKind::Network
+            | ErrorKind::Timeout
+            | ErrorKind::Stalled
             | ErrorKind::MaxTurns
             | ErrorKind::MaxBudget
             | ErrorKind::Unknown => true,
@@ -91,6 +101,10 @@ impl ErrorKind {
                 "usually temporary: `retry_config` with `retry_on: [overloaded, rate_limit, server_error]` retries it",
             ),
             ErrorKind::Network => Some("check the network and `ANTHROPIC_BASE_URL`"),
+            ErrorKind::Timeout => Some("raise the step's `timeout`, or split the task"),
+            ErrorKind::Stalled => Some(
+                "the CLI went silent (often a hung API connection): `retry_config` retries it; raise `stall_timeout` if the work is slow but alive",
+            ),
             ErrorKind::Unknown => None,
         }
     }
@@ -122,13 +136,13 @@ pub fn program(override_command: Option<&str>) -> Result<(String, Vec<String>), 
     })
 }
 
-/// The whole argument list of a call with TEXT: the program and its leading arguments, then
-/// `-p --output-format stream-json --verbose`, the permission mode, the settings, and TEXT
-/// last, after `--`, so that a prompt that starts with `-` stays a prompt and no list option
-/// swallows it. SETTINGS are the plan's, as resolved for the call (none: the CLI's
+/// The whole argument list of a call: the program and its leading arguments, then
+/// `-p --output-format stream-json --verbose`, the permission mode and the settings. The
+/// prompt is not among them: the caller writes it to the CLI's standard input, which `-p`
+/// reads when no prompt argument is given, so that no secret of the prompt is ever in a
+/// process's argv. SETTINGS are the plan's, as resolved for the call (none: the CLI's
 /// defaults); an empty list adds no option.
 pub fn invocation(
-    text: &str,
     override_command: Option<&str>,
     settings: Option<&ClaudeSettings>,
 ) -> Result<(String, Vec<String>), BadCommand> {
@@ -175,8 +189,6 @@ pub fn invocation(
     for dir in settings.add_dirs.iter().flatten() {
         option("--add-dir", dir.clone());
     }
-    args.push("--".to_owned());
-    args.push(text.to_owned());
     Ok((program, args))
 }
 
@@ -341,6 +353,14 @@ pub struct Stream {
     pub garbage: u32,
     /// The last `rate_limit_event`'s `rate_limit_info` (a subscription's usage limit).
     pub rate_limit: Option<crate::claude_limit::RateLimitInfo>,
+    /// The last line began an event that does not parse: the stream was cut inside it.
+    cut: bool,
+    /// What the assistant messages reported using, for a call that ends without a
+    /// `result`: the messages before the last, and the last one's id and usage (the CLI
+    /// repeats a message's usage on each event of its content).
+    usage: (Tokens, Option<(Option<String>, Tokens)>),
+    /// The model the assistant messages name.
+    assistant_model: Option<String>,
 }
 
 impl Stream {
@@ -354,8 +374,11 @@ impl Stream {
         // events (tool results) are most of a long stream and say nothing the verdict needs.
         let Ok(head) = serde_json::from_str::<Head<'_>>(line) else {
             self.garbage += 1;
+            // An event that starts but does not parse: the stream was cut inside it.
+            self.cut = line.starts_with('{');
             return Vec::new();
         };
+        self.cut = false;
         if !matches!(
             head.kind.as_deref(),
             Some("system" | "assistant" | "result" | "rate_limit_event")
@@ -413,6 +436,7 @@ impl Stream {
             }
             (Some("assistant"), _) => {
                 self.turns += 1;
+                self.note_usage(&event);
                 if let Some(error) = text(&event, "error") {
                     self.assistant_error = Some(error);
                 }
@@ -502,11 +526,7 @@ impl Stream {
                 }
                 None => "the Claude CLI was ended before its `result` event".to_owned(),
             };
-            let kind = self
-                .last_retry
-                .as_ref()
-                .and_then(|(error, status)| classify_status(*status).or(classify_error(error)))
-                .unwrap_or(ErrorKind::Unknown);
+            let kind = self.missing_result_kind().unwrap_or(ErrorKind::Unknown);
             return Verdict {
                 kind: Some(kind),
                 message: why,
@@ -560,6 +580,118 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Counts the usage an `assistant` event reports, once per message.
+    fn note_usage(&mut self, event: &Value) {
+        let Some(usage) = event.pointer("/message/usage") else {
+            return;
+        };
+        if let Some(model) = event.pointer("/message/model").and_then(Value::as_str) {
+            self.assistant_model = Some(model.to_owned());
+        }
+        let id = event
+            .pointer("/message/id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let tokens = Tokens::of(Some(usage));
+        let (done, last) = &mut self.usage;
+        match last {
+            Some((last_id, last_tokens)) if id.is_some() && *last_id == id => {
+                *last_tokens = tokens;
+            }
+            _ => {
+                if let Some((_, finished)) = last.take() {
+                    done.add(finished);
+                }
+                *last = Some((id, tokens));
+            }
+        }
+    }
+
+    /// The tokens the assistant messages reported so far.
+    pub fn streamed_tokens(&self) -> Tokens {
+        let (mut tokens, last) = self.usage.clone();
+        if let Some((_, last)) = last {
+            tokens.add(last);
+        }
+        tokens
+    }
+
+    /// What the call cost and the tokens it used: the `result`'s figures, else an estimate
+    /// from the usage the stream reported ([`crate::pricing`]), marked as such (`true`).
+    pub fn cost(&self) -> (f64, Tokens, bool) {
+        if let Some(result) = &self.result {
+            return (crate::pricing::usd(result.cost_usd), result.tokens, false);
+        }
+        let tokens = self.streamed_tokens();
+        if tokens.total() == 0 {
+            return (0.0, tokens, false);
+        }
+        let model = self.assistant_model.as_deref().or(self.model.as_deref());
+        (crate::pricing::estimate(model, &tokens), tokens, true)
+    }
+}
+
+/// How the CLI's process ended, as far as the verdict cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal ended it, or a cancellation (the run stopping).
+    Killed,
+    /// The step's `timeout` ended it.
+    TimedOut,
+    /// Its `stall_timeout` ended it.
+    Stalled,
+}
+
+impl End {
+    /// The exit code, when it exited.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            End::Exited(code) => Some(code),
+            End::Killed | End::TimedOut | End::Stalled => None,
+        }
+    }
+}
+
+impl Stream {
+    /// The verdict on the call once it ended as END: a timeout or a stall is its own kind,
+    /// whatever the stream said before; anything else is [`Stream::verdict`].
+    pub fn verdict_after(&self, end: End) -> Verdict {
+        let (kind, message) = match end {
+            End::TimedOut => (
+                ErrorKind::Timeout,
+                "the Claude CLI was stopped by the step's `timeout`",
+            ),
+            End::Stalled => (
+                ErrorKind::Stalled,
+                "the Claude CLI reported no event for `stall_timeout` and was stopped",
+            ),
+            End::Exited(_) | End::Killed => return self.verdict(end.code()),
+        };
+        Verdict {
+            kind: Some(kind),
+            message: message.to_owned(),
+        }
+    }
+
+    /// Why the stream ended without a `result`, when it says: the error of the API retry
+    /// the CLI was making (one without an HTTP status could not reach the API), or a last
+    /// line cut short.
+    fn missing_result_kind(&self) -> Option<ErrorKind> {
+        if let Some((error, status)) = &self.last_retry {
+            return classify_status(*status)
+                .or(classify_error(error))
+                .or(status.is_none().then_some(ErrorKind::Network));
+        }
+        self.assistant_error
+            .as_deref()
+            .and_then(classify_error)
+            .or(self.cut.then_some(ErrorKind::Network))
+    }
+}
+
 /// A finished call, as the runner reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Call {
@@ -571,6 +703,9 @@ pub struct Call {
     pub num_turns: u32,
     /// What it cost.
     pub cost_usd: f64,
+    /// The cost is an estimate from the tokens the stream reported: the call ended
+    /// without the `result` event that states it.
+    pub cost_estimated: bool,
     /// Tokens used.
     pub tokens: Tokens,
     /// Tool calls made.
@@ -586,18 +721,16 @@ pub struct Call {
 
 impl Stream {
     /// The call, once the CLI ended with CODE.
-    pub fn finish(self, code: Option<i32>, log: Option<std::path::PathBuf>) -> Call {
-        let verdict = self.verdict(code);
+    pub fn finish(self, end: End, log: Option<std::path::PathBuf>) -> Call {
+        let verdict = self.verdict_after(end);
         let num_turns = self.num_turns();
-        let (cost_usd, tokens) = self
-            .result
-            .as_ref()
-            .map_or((0.0, Tokens::default()), |r| (r.cost_usd, r.tokens));
+        let (cost_usd, tokens, cost_estimated) = self.cost();
         Call {
             verdict,
             session_id: self.session_id,
             num_turns,
             cost_usd,
+            cost_estimated,
             tokens,
             tool_calls: self.tool_calls,
             api_retries: self.api_retries,
@@ -618,8 +751,19 @@ pub struct Totals {
     pub turns: u64,
     /// What they cost.
     pub cost_usd: f64,
+    /// Of which calls whose cost is an estimate ([`Call::cost_estimated`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub estimated: u32,
     /// Tokens used.
     pub tokens: Tokens,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's `skip_serializing_if` passes the field by reference"
+)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Totals {
@@ -631,6 +775,7 @@ impl Totals {
             failed: u32::from(call.verdict.kind.is_some() && call.usage_limit.is_none()),
             turns: u64::from(call.num_turns),
             cost_usd: call.cost_usd,
+            estimated: u32::from(call.cost_estimated),
             tokens: call.tokens,
         });
     }
@@ -640,19 +785,26 @@ impl Totals {
         self.calls = self.calls.saturating_add(other.calls);
         self.failed = self.failed.saturating_add(other.failed);
         self.turns = self.turns.saturating_add(other.turns);
-        self.cost_usd += other.cost_usd;
+        self.cost_usd = crate::pricing::usd(self.cost_usd + other.cost_usd);
+        self.estimated = self.estimated.saturating_add(other.estimated);
         self.tokens.add(other.tokens);
     }
 
-    /// One line for people: `3 Claude calls (1 failed), 12 turns, 45100 tokens, $0.0387`.
+    /// One line for people: `3 Claude calls (1 failed), 12 turns, 45100 tokens, $0.0387`,
+    /// and `(1 estimated)` after the cost when it holds estimates.
     pub fn line(&self) -> String {
         let failed = if self.failed > 0 {
             format!(" ({} failed)", self.failed)
         } else {
             String::new()
         };
+        let estimated = if self.estimated > 0 {
+            format!(" ({} estimated)", self.estimated)
+        } else {
+            String::new()
+        };
         format!(
-            "{}{failed}, {}, {} tokens, ${:.4}",
+            "{}{failed}, {}, {} tokens, ${:.4}{estimated}",
             crate::progress::count(self.calls, "Claude call"),
             crate::progress::count(self.turns, "turn"),
             self.tokens.total(),
@@ -823,13 +975,9 @@ mod tests {
         r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m-1","tools":[]}"#;
 
     #[test]
-    fn a_quoted_command_line_keeps_its_words_and_the_prompt_comes_last() {
-        let (program, args) = invocation(
-            "fix it",
-            Some(r#"claude --append-system-prompt "be terse""#),
-            None,
-        )
-        .unwrap();
+    fn a_quoted_command_line_keeps_its_words_and_the_prompt_is_no_argument() {
+        let (program, args) =
+            invocation(Some(r#"claude --append-system-prompt "be terse""#), None).unwrap();
         assert_eq!(program, "claude");
         assert_eq!(
             args,
@@ -841,12 +989,10 @@ mod tests {
                 "stream-json",
                 "--verbose",
                 "--dangerously-skip-permissions",
-                "--",
-                "fix it"
             ]
         );
         assert_eq!(
-            invocation("x", Some(r#"claude "oops"#), None),
+            invocation(Some(r#"claude "oops"#), None),
             Err(BadCommand(r#"claude "oops"#.to_owned()))
         );
     }
@@ -863,10 +1009,10 @@ mod tests {
             add_dirs: Some(vec!["../lib".into()]),
             ..ClaudeSettings::default()
         };
-        let (_, args) = invocation("go", None, Some(&settings)).unwrap();
+        let (_, args) = invocation(None, Some(&settings)).unwrap();
         let joined = args.join(" ");
         assert!(
-            joined.contains("--permission-mode acceptEdits --model sonnet --max-turns 3 --allowedTools Bash(git *),Edit --max-budget-usd 0.5 --add-dir ../lib -- go"),
+            joined.contains("--permission-mode acceptEdits --model sonnet --max-turns 3 --allowedTools Bash(git *),Edit --max-budget-usd 0.5 --add-dir ../lib"),
             "{joined}"
         );
         assert!(!joined.contains("--dangerously-skip-permissions"));
@@ -1010,6 +1156,85 @@ mod tests {
         assert_eq!(s.api_retries, 1);
         // Killed while retrying: the kind is the retried error's.
         assert_eq!(s.verdict(None).kind, Some(ErrorKind::Overloaded));
+    }
+
+    #[test]
+    fn a_timeout_a_stall_and_a_cut_stream_have_kinds_of_their_own() {
+        let (s, _) = stream(&[INIT]);
+        assert_eq!(
+            s.verdict_after(End::TimedOut).kind,
+            Some(ErrorKind::Timeout)
+        );
+        assert_eq!(s.verdict_after(End::Stalled).kind, Some(ErrorKind::Stalled));
+        assert_eq!(s.verdict_after(End::Killed).kind, Some(ErrorKind::Unknown));
+        // A timeout wins over what the stream said so far.
+        let (s, _) = stream(&[
+            r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":500,"error_status":529,"error":"overloaded"}"#,
+        ]);
+        assert_eq!(
+            s.verdict_after(End::TimedOut).kind,
+            Some(ErrorKind::Timeout)
+        );
+        // Retrying a request that got no answer at all: the API cannot be reached.
+        let (s, _) = stream(&[
+            INIT,
+            r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":500,"error_status":null,"error":"unknown"}"#,
+        ]);
+        assert_eq!(
+            s.verdict_after(End::Exited(1)).kind,
+            Some(ErrorKind::Network)
+        );
+        // An event cut in the middle, then nothing: the stream was cut.
+        let (s, _) = stream(&[INIT, r#"{"type":"assistant","message":{"con"#]);
+        assert_eq!(
+            s.verdict_after(End::Exited(1)).kind,
+            Some(ErrorKind::Network)
+        );
+        assert_eq!(s.verdict_after(End::Killed).kind, Some(ErrorKind::Network));
+    }
+
+    #[test]
+    fn a_call_without_a_result_is_priced_from_its_stream_and_says_so() {
+        let message = |id: &str, output: u64| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"{id}","model":"claude-sonnet-4-5","content":[],"usage":{{"input_tokens":1000,"output_tokens":{output},"cache_read_input_tokens":2000}}}}}}"#
+            )
+        };
+        // Two events of message m1 (its usage repeated, then final), one of m2.
+        let (s, _) = stream(&[
+            INIT,
+            &message("m1", 10),
+            &message("m1", 100),
+            &message("m2", 50),
+        ]);
+        let call = s.finish(End::Stalled, None);
+        assert!(call.cost_estimated);
+        assert_eq!(
+            (
+                call.tokens.input,
+                call.tokens.output,
+                call.tokens.cache_read
+            ),
+            (2000, 150, 4000)
+        );
+        // 2000 × $3 + 150 × $15 + 4000 × $0.30, a million tokens each.
+        assert_eq!(call.cost_usd.to_string(), "0.00945");
+        let mut totals = Totals::default();
+        totals.add(&call);
+        assert_eq!(totals.estimated, 1);
+        assert!(
+            totals.line().ends_with("$0.0095 (1 estimated)"),
+            "{}",
+            totals.line()
+        );
+        // With a `result`, its figures stand, as decimals.
+        let (s, _) = stream(&[
+            &message("m1", 10),
+            r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"ok","total_cost_usd":0.008100000000000001}"#,
+        ]);
+        let call = s.finish(End::Exited(0), None);
+        assert!(!call.cost_estimated);
+        assert_eq!(call.cost_usd.to_string(), "0.0081");
     }
 
     #[test]

@@ -318,6 +318,9 @@ pub enum Event {
         num_turns: u32,
         /// What it cost.
         cost_usd: f64,
+        /// The cost is an estimate from the stream's usage (no `result` event came).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cost_estimated: bool,
         /// Tokens used.
         tokens: Tokens,
         /// Tools called.

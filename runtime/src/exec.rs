@@ -40,6 +40,10 @@ pub struct Command {
     pub spill: Option<PathBuf>,
     /// Masks secrets in what goes to the spill.
     pub mask: Option<crate::logs::Mask>,
+    /// Written to standard input, which is then closed (`None`: standard input is empty).
+    /// A Claude call's prompt goes this way, never as an argument, because any local user
+    /// reads a process's arguments in `/proc/PID/cmdline` (README "Claude Code steps").
+    pub stdin: Option<String>,
 }
 
 /// What a command produced.
@@ -307,7 +311,11 @@ pub async fn run_watched(
     process
         .args(&command.args)
         .current_dir(&command.cwd)
-        .stdin(Stdio::null())
+        .stdin(if command.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -332,6 +340,7 @@ pub async fn run_watched(
         }
     };
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
+    feed_stdin(child.stdin.take(), command.stdin.clone());
     let limit = command.output_limit;
     // The interleaved buffer is the one that spills: its log holds both streams whole.
     let both = Arc::new(Mutex::new(Buffer::new(
@@ -418,6 +427,20 @@ pub async fn run_watched(
     output.interleaved = Some(interleaved);
     output.duration = started.elapsed();
     output
+}
+
+/// Writes TEXT to a child's standard input and closes it, in the background so that a child
+/// that reads slowly (or never) cannot hold up its own output. A child that exits or closes
+/// its input before reading all of it is no error here: its exit says what happened.
+fn feed_stdin(pipe: Option<tokio::process::ChildStdin>, text: Option<String>) {
+    let (Some(mut pipe), Some(text)) = (pipe, text) else {
+        return;
+    };
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        let _ = pipe.write_all(text.as_bytes()).await;
+        let _ = pipe.shutdown().await;
+    });
 }
 
 /// Resolves once `cancel` is set (never, if its sender is gone without setting it).
@@ -618,7 +641,22 @@ mod tests {
             output_limit: DEFAULT_OUTPUT_LIMIT,
             spill: None,
             mask: None,
+            stdin: None,
         }
+    }
+
+    #[tokio::test]
+    async fn standard_input_gets_the_text_and_then_its_end() {
+        let (_tx, mut cancel) = watch::channel(false);
+        let mut cmd = sh("wc -c; cat");
+        cmd.stdin = Some("a prompt\n".to_owned());
+        let out = run(&cmd, &mut cancel).await;
+        assert_eq!(out.code, Some(0));
+        // `wc` read to the end of the input, so `cat` finds nothing left.
+        assert_eq!(out.stdout.trim(), "9");
+        // Without a text, standard input is empty.
+        let out = run(&sh("cat"), &mut cancel).await;
+        assert_eq!((out.code, out.stdout.as_str()), (Some(0), ""));
     }
 
     #[tokio::test]

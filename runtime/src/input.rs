@@ -91,6 +91,7 @@ pub async fn run_command(
         output_limit: 0,
         spill: None,
         mask: None,
+        stdin: None,
     };
     command_output(&command, text, cancel, MAX_INPUT_SIZE).await
 }
@@ -260,6 +261,7 @@ mod tests {
             output_limit: crate::exec::DEFAULT_OUTPUT_LIMIT,
             spill: None,
             mask: None,
+            stdin: None,
         }
     }
 

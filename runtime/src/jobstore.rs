@@ -163,6 +163,43 @@ pub struct ItemRecord {
     /// worktree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge_commit: Option<String>,
+    /// Its Claude sessions and logs, the kind of its last failed call, its merged commits.
+    #[serde(flatten)]
+    pub trail: ItemTrail,
+}
+
+/// Where to look into what an item did: its Claude calls' sessions and logs (in the order
+/// they ran), the kind of its last failed Claude call, and the commits of its agent merged
+/// into the job's work. Each is left out of `results.jsonl` when empty.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ItemTrail {
+    /// The session id of each Claude call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claude_sessions: Vec<String>,
+    /// The log of each Claude call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claude_logs: Vec<std::path::PathBuf>,
+    /// The kind of the last Claude call that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_error_kind: Option<crate::claude::ErrorKind>,
+    /// The agent's commits merged into the job's work, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commits: Vec<String>,
+}
+
+impl ItemTrail {
+    /// Notes CALL, a Claude call the item made.
+    pub fn add_call(&mut self, call: &crate::claude::Call) {
+        if let Some(session) = &call.session_id {
+            self.claude_sessions.push(session.clone());
+        }
+        if let Some(log) = &call.log {
+            self.claude_logs.push(log.clone());
+        }
+        if let Some(kind) = call.verdict.kind {
+            self.claude_error_kind = Some(kind);
+        }
+    }
 }
 
 /// A problem with the job's files.
@@ -383,6 +420,7 @@ mod tests {
             claude: None,
             slurm: None,
             merge_commit: None,
+            trail: ItemTrail::default(),
         }
     }
 

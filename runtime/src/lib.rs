@@ -21,6 +21,7 @@ pub mod mapreduce;
 pub mod merge_journal;
 pub mod message;
 pub mod paths;
+pub mod pricing;
 pub mod progress;
 pub mod reap;
 pub mod runner;

@@ -55,13 +55,14 @@ impl Matches for Matcher {
         if let Some(kind) = exit.claude {
             return match self {
                 Matcher::Network => kind == ErrorKind::Network,
-                Matcher::Timeout => exit.timed_out,
+                Matcher::Timeout => exit.timed_out || kind == ErrorKind::Timeout,
                 Matcher::ServerError => {
                     matches!(kind, ErrorKind::ServerError | ErrorKind::Overloaded)
                 }
                 Matcher::RateLimit => kind == ErrorKind::RateLimit,
                 Matcher::Overloaded => kind == ErrorKind::Overloaded,
                 Matcher::Auth => kind == ErrorKind::Authentication,
+                Matcher::Stalled => kind == ErrorKind::Stalled,
                 Matcher::Pattern(re) => re.is_match(&exit.text),
             };
         }
@@ -72,6 +73,8 @@ impl Matches for Matcher {
             Matcher::RateLimit => any(&["rate limit", "429", "too many requests"]),
             Matcher::Overloaded => any(&["overloaded", "529"]),
             Matcher::Auth => any(&["authentication", "unauthorized", "401", "not logged in"]),
+            // Only a Claude call has a stall watchdog.
+            Matcher::Stalled => false,
             Matcher::Pattern(re) => re.is_match(&exit.text),
         }
     }
@@ -679,6 +682,13 @@ mod tests {
         assert!(on(vec![Matcher::RateLimit]).retries(&claude(ErrorKind::RateLimit)));
         assert!(on(vec![Matcher::Network]).retries(&claude(ErrorKind::Network)));
         assert!(on(vec![Matcher::Auth]).retries(&claude(ErrorKind::Authentication)));
+        // A stall and a timeout are retried by default, and each by its own matcher.
+        assert!(on(vec![]).retries(&claude(ErrorKind::Stalled)));
+        assert!(on(vec![]).retries(&claude(ErrorKind::Timeout)));
+        assert!(on(vec![Matcher::Stalled]).retries(&claude(ErrorKind::Stalled)));
+        assert!(!on(vec![Matcher::Stalled]).retries(&claude(ErrorKind::Timeout)));
+        assert!(on(vec![Matcher::Timeout]).retries(&claude(ErrorKind::Timeout)));
+        assert!(!on(vec![Matcher::Timeout]).retries(&claude(ErrorKind::Stalled)));
         // An exit code of 0 does not make a failed call a success.
         let zero = Exit {
             code: Some(0),

@@ -277,6 +277,9 @@ pub struct TaskResult {
     /// What the agent's Claude calls cost, when it made any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude: Option<crate::claude::Totals>,
+    /// The agent's Claude sessions, logs and last failed kind.
+    #[serde(flatten)]
+    pub trail: crate::jobstore::ItemTrail,
 }
 
 /// What the coordinator keeps of a submitted task in `item_N.job`: enough to adopt it after
@@ -526,6 +529,7 @@ pub async fn run_task(
         slurm: ids,
         node: std::env::var("SLURMD_NODENAME").ok(),
         claude: (claude.calls > 0).then_some(claude),
+        trail: scope.trail.take(),
     }
 }
 
@@ -554,6 +558,7 @@ pub(crate) struct Dispatched {
     pub failure: Option<StepFailure>,
     pub ids: Option<SlurmIds>,
     pub claude: crate::claude::Totals,
+    pub trail: crate::jobstore::ItemTrail,
 }
 
 impl Dispatched {
@@ -565,6 +570,7 @@ impl Dispatched {
             failure: None,
             ids: Some(ids),
             claude: crate::claude::Totals::default(),
+            trail: crate::jobstore::ItemTrail::default(),
         }
     }
 
@@ -576,6 +582,7 @@ impl Dispatched {
             failure: None,
             ids: None,
             claude: crate::claude::Totals::default(),
+            trail: crate::jobstore::ItemTrail::default(),
         }
     }
 
@@ -592,6 +599,7 @@ impl Dispatched {
             }),
             ids,
             claude: crate::claude::Totals::default(),
+            trail: crate::jobstore::ItemTrail::default(),
         }
     }
 
@@ -613,6 +621,7 @@ impl Dispatched {
             }),
             ids: result.slurm.or(Some(ids)),
             claude: result.claude.unwrap_or_default(),
+            trail: result.trail,
         }
     }
 }
@@ -1309,6 +1318,11 @@ mod tests {
                 calls: 1,
                 ..crate::claude::Totals::default()
             }),
+            trail: crate::jobstore::ItemTrail {
+                claude_sessions: vec!["s-1".into()],
+                claude_error_kind: Some(crate::claude::ErrorKind::Stalled),
+                ..crate::jobstore::ItemTrail::default()
+            },
         };
         write_result(&path, &result).unwrap();
         assert_eq!(read_result(&path), Some(result));

@@ -118,8 +118,15 @@ fn recorded_stream(name: &str) -> Vec<u8> {
     fs::read(fixtures().join(format!("{name}.jsonl"))).unwrap()
 }
 
-/// The replay stub with `args` and `env`, nothing of the caller's `CLAUDE_REPLAY*` inherited.
+/// The replay stub with `args` and `env`, nothing of the caller's `CLAUDE_REPLAY*` inherited,
+/// and an empty standard input.
 fn replay(args: &[&str], env: &[(&str, &str)]) -> Output {
+    replay_fed(args, "", env)
+}
+
+/// [`replay`] with PROMPT on standard input, as prodigy gives it to the CLI.
+fn replay_fed(args: &[&str], prompt: &str, env: &[(&str, &str)]) -> Output {
+    use std::io::Write as _;
     let mut command = Command::new(replay_stub());
     command
         .args(args)
@@ -127,11 +134,19 @@ fn replay(args: &[&str], env: &[(&str, &str)]) -> Output {
         .env_remove("CLAUDE_REPLAY_DELAY")
         .env_remove("CLAUDE_REPLAY_ARGS")
         .env_remove("CLAUDE_REPLAY_QUEUE")
-        .env_remove("CLAUDE_REPLAY_RESETS_IN");
+        .env_remove("CLAUDE_REPLAY_RESETS_IN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (key, value) in env {
         command.env(key, value);
     }
-    command.output().unwrap()
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A stub that exits without reading its input is no failure here.
+    let _ = stdin.write_all(prompt.as_bytes());
+    drop(stdin);
+    child.wait_with_output().unwrap()
 }
 
 fn json_lines(stdout: &[u8]) -> Vec<Value> {
@@ -186,7 +201,7 @@ fn the_recorded_version_is_the_pinned_one() {
 fn replay_stub_replays_every_fixture_byte_for_byte() {
     for scenario in scenarios() {
         let name = &scenario.name;
-        let out = replay(&["-p", "anything"], &[("CLAUDE_REPLAY", name)]);
+        let out = replay_fed(&["-p"], "anything", &[("CLAUDE_REPLAY", name)]);
         assert_eq!(out.stdout, recorded_stream(name), "{name}: stdout");
         assert_eq!(out.stderr, recorded_stderr(name), "{name}: stderr");
         assert_eq!(
@@ -208,7 +223,7 @@ fn replay_stub_picks_the_transcript_from_the_prompt() {
         ("/src/main.rs is broken", "ok"),
     ];
     for (prompt, name) in cases {
-        let out = replay(&["-p", "--verbose", prompt], &[]);
+        let out = replay_fed(&["-p", "--verbose"], prompt, &[]);
         assert_eq!(
             out.stdout,
             recorded_stream(name),
@@ -216,14 +231,18 @@ fn replay_stub_picks_the_transcript_from_the_prompt() {
         );
         assert_eq!(out.status.code(), Some(recorded_exit(name)), "{prompt:?}");
     }
+    // After `--`, the last argument is the prompt, as the CLI takes it too.
+    let out = replay(&["-p", "--", "Fix it scenario:429 now"], &[]);
+    assert_eq!(out.stdout, recorded_stream("429"));
 
     // `CLAUDE_REPLAY` wins over the prompt, as a name or as a path.
-    let out = replay(&["scenario:ok"], &[("CLAUDE_REPLAY", "401")]);
+    let out = replay_fed(&["-p"], "scenario:ok", &[("CLAUDE_REPLAY", "401")]);
     assert_eq!(out.stdout, recorded_stream("401"));
     assert_eq!(out.status.code(), Some(recorded_exit("401")));
     let path = fixtures().join("tool.jsonl");
-    let out = replay(
-        &["scenario:ok"],
+    let out = replay_fed(
+        &["-p"],
+        "scenario:ok",
         &[("CLAUDE_REPLAY", path.to_str().unwrap())],
     );
     assert_eq!(out.stdout, recorded_stream("tool"));
@@ -231,7 +250,7 @@ fn replay_stub_picks_the_transcript_from_the_prompt() {
 
 #[test]
 fn replay_stub_says_which_transcript_is_missing() {
-    let out = replay(&["scenario:nosuchscenario"], &[]);
+    let out = replay_fed(&["-p"], "scenario:nosuchscenario", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -244,7 +263,7 @@ fn replay_stub_says_which_transcript_is_missing() {
 #[test]
 fn replay_stub_echo_sends_back_the_prompt_as_valid_json() {
     let prompt = "Say \"hi\" to C:\\temp\\ and \\n stays\nsecond line\twith a tab é scenario:echo";
-    let out = replay(&["-p", "--output-format", "stream-json", prompt], &[]);
+    let out = replay_fed(&["-p", "--output-format", "stream-json"], prompt, &[]);
     assert!(out.status.success(), "{out:?}");
     let events = json_lines(&out.stdout);
     let kinds: Vec<(Value, Value)> = events
@@ -274,11 +293,13 @@ fn replay_stub_appends_each_argument_list_to_claude_replay_args() {
     let log_str = log.to_str().unwrap();
     let env = [("CLAUDE_REPLAY_ARGS", log_str)];
     replay(&["--version"], &env);
-    let out = replay(&["-p", "--max-turns", "2", "two words\nand a line"], &env);
+    let out = replay_fed(&["-p", "--max-turns", "2"], "a prompt", &env);
+    assert!(out.status.success());
+    let out = replay(&["-p", "--", "two words\nand a line"], &env);
     assert!(out.status.success());
     assert_eq!(
         fs::read_to_string(&log).unwrap(),
-        "--version\n\n-p\n--max-turns\n2\ntwo words\nand a line\n\n"
+        "--version\n\n-p\n--max-turns\n2\n\n-p\n--\ntwo words\nand a line\n\n"
     );
 }
 
@@ -319,7 +340,7 @@ fn replay_stub_takes_queued_transcripts_and_moves_the_reset() {
 #[test]
 fn replay_stub_waits_between_lines_when_asked() {
     let started = Instant::now();
-    let out = replay(&["scenario:tool"], &[("CLAUDE_REPLAY_DELAY", "0.1")]);
+    let out = replay_fed(&["-p"], "scenario:tool", &[("CLAUDE_REPLAY_DELAY", "0.1")]);
     let elapsed = started.elapsed();
     assert_eq!(
         out.stdout,
@@ -563,7 +584,6 @@ fn run_cli(
     if let Some(turns) = &scenario.max_turns {
         command.args(["--max-turns", turns]);
     }
-    command.arg(&scenario.prompt);
     for (key, _) in std::env::vars_os() {
         let key_str = key.to_string_lossy();
         if key_str.starts_with("ANTHROPIC_") || key_str.starts_with("CLAUDE_") {
@@ -582,9 +602,12 @@ fn run_cli(
     }
     let out_path = scratch.join(format!("{}.out", scenario.name));
     let err_path = scratch.join(format!("{}.err", scenario.name));
+    // The prompt on standard input, as prodigy gives it.
+    let prompt = scratch.join(format!("{}.prompt", scenario.name));
+    fs::write(&prompt, &scenario.prompt).unwrap();
     let child = command
         .current_dir(&project)
-        .stdin(Stdio::null())
+        .stdin(fs::File::open(&prompt).unwrap())
         .stdout(fs::File::create(&out_path).unwrap())
         .stderr(fs::File::create(&err_path).unwrap())
         .process_group(0)

@@ -72,8 +72,10 @@ grep -v '^#' "$here/scenarios.tsv" | while IFS="$tab" read -r name retries key t
     CLAUDE_CODE_MAX_RETRIES="$retries" DISABLE_AUTOUPDATER=1 \
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
     timeout -k 5 120 "$claude" -p --output-format stream-json --verbose \
-    --dangerously-skip-permissions $turns_flag "$prompt") \
-    >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null || status=$?
+    --dangerously-skip-permissions $turns_flag) \
+    >"$tmp/$name.out" 2>"$tmp/$name.err" <<EOF_PROMPT || status=$?
+$prompt
+EOF_PROMPT
   normalise() {
     sed -e "s|$home/project|/home/user/project|g" -e "s|$home|/home/user|g" \
       -e "s|$(encode "$home/project")|-home-user-project|g" \

@@ -4,6 +4,7 @@
 //! output keeps in memory.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -262,9 +263,14 @@ fn a_quoted_claude_command_keeps_its_words_and_the_prompt() {
             "stream-json",
             "--verbose",
             "--dangerously-skip-permissions",
-            "--",
-            "Reply briefly. scenario:echo"
         ]
+    );
+    // The prompt reached the CLI on its standard input.
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("claude: Reply briefly. scenario:echo"),
+        "{log}"
     );
     // A command line that cannot be split is refused before anything runs.
     let scratch = Scratch::new();
@@ -317,7 +323,7 @@ fn nix_is_root() -> bool {
 #[test]
 fn a_failed_map_item_names_the_claude_error_and_its_log_in_the_dlq() {
     let scratch = Scratch::new();
-    let workflow = "name: j\nmode: mapreduce\nmap:\n  input: \"printf 'ok\\\\n401\\\\n'\"\n  agent_template:\n    - claude: \"Reply. scenario:${item}\"\n";
+    let workflow = "name: j\nmode: mapreduce\nmap:\n  input: \"printf 'ok\\\\n401\\\\n'\"\n  agent_template:\n    - claude: \"Reply. scenario:${item}\"\n    - shell: \"echo ${item} > ${item}.txt && git add ${item}.txt && git commit -qm ${item}\"\n";
     let out = run(&scratch, &[], workflow, &[]);
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
@@ -356,14 +362,46 @@ fn a_failed_map_item_names_the_claude_error_and_its_log_in_the_dlq() {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .unwrap();
     assert!(results.contains("\"claude\":{\"calls\":1"), "{results}");
+    // Each item's record names its Claude sessions and logs, the kind of its last failed
+    // call, and the commits merged from it.
+    let records: Vec<Value> = results
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let record = |id: &str| records.iter().find(|r| r["item_id"] == id).unwrap();
+    let (ok, failed) = (record("item_0"), record("item_1"));
+    assert_eq!(ok["claude_sessions"].as_array().unwrap().len(), 1, "{ok}");
+    assert!(ok.get("claude_error_kind").is_none(), "{ok}");
+    let commits = ok["commits"].as_array().unwrap();
+    assert_eq!(commits.len(), 1, "{ok}");
+    assert_eq!(
+        scratch
+            .git(&["log", "-1", "--format=%s", commits[0].as_str().unwrap()])
+            .trim(),
+        "ok"
+    );
+    assert_eq!(failed["claude_error_kind"], "authentication", "{failed}");
+    assert_eq!(failed["claude_logs"][0].as_str(), Some(log), "{failed}");
+    assert!(failed.get("commits").is_none(), "{failed}");
 
-    // `prodigy logs` lists the job's calls and shows one; `prodigy events --claude` sums them.
+    // `dlq list` and `dlq show` name the Claude error's kind and the call's log.
     let job = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+")
         .unwrap()
         .find(&text)
         .unwrap()
         .as_str()
         .to_owned();
+    let listed = stdout(&scratch.run(&["dlq", "list", &job], &[]));
+    assert!(listed.contains("ClaudeFailed (authentication)"), "{listed}");
+    assert!(listed.contains(log), "{listed}");
+    let shown = stdout(&scratch.run(&["dlq", "show", &job], &[]));
+    assert!(
+        shown.contains(": ClaudeFailed (authentication) in `"),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("claude log: {log}")), "{shown}");
+
+    // `prodigy logs` lists the job's calls and shows one; `prodigy events --claude` sums them.
     let listed = stdout(&scratch.run(&["logs", &job], &[]));
     assert!(
         listed.contains("item_0/0001-Reply.-scenario-item.jsonl  ok, 1 turn"),
@@ -586,4 +624,172 @@ fn ctrl_c_during_the_pause_exits_promptly_and_resumably() {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// The processes under PARENT, by pid (`/proc/PID/stat`'s fourth field is the parent's pid).
+fn descendants(parent: u32) -> Vec<u32> {
+    let mut children: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command's name, which is in parentheses and may hold spaces.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        if let Some(ppid) = rest.split(' ').nth(1).and_then(|p| p.parse().ok()) {
+            children.push((pid, ppid));
+        }
+    }
+    let mut found = vec![parent];
+    let mut i = 0;
+    while i < found.len() {
+        let of = found[i];
+        found.extend(children.iter().filter(|(_, p)| *p == of).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.split_off(1)
+}
+
+/// A secret in a prompt is never in the argument list of a process the run starts, where
+/// every local user could read it (`/proc/PID/cmdline`) for as long as the call runs: the
+/// prompt goes to the CLI's standard input. `-vv` and `claude_started` show the arguments,
+/// and `-vv` the prompt, masked.
+#[test]
+fn a_secret_in_the_prompt_is_never_on_a_command_line() {
+    let scratch = Scratch::new();
+    let secret = "hunter2-in-argv-never";
+    std::fs::write(
+        scratch.project().join("flow.yml"),
+        "secrets:\n  TOKEN: \"${env:SECRET_TOKEN}\"\ncommands:\n  - claude: \"/deploy using token ${TOKEN} scenario:echo\"\n    capture: answer\n  - shell: 'test \"$ANSWER\" = \"claude: /deploy using token $TOKEN scenario:echo\"'\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let replay = replay();
+    let mut child = scratch
+        .command(
+            &["run", "-vv", "--no-worktree", "flow.yml"],
+            &[
+                ("PRODIGY_CLAUDE_COMMAND", replay.as_str()),
+                ("IS_SANDBOX", "1"),
+                ("SECRET_TOKEN", secret),
+                // The call lasts about a second, long enough to be seen running.
+                ("CLAUDE_REPLAY_DELAY", "0.5"),
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_mins(1) {
+        for pid in descendants(child.id()) {
+            if let Ok(line) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+                let line = String::from_utf8_lossy(&line).replace('\0', " ");
+                if !line.trim().is_empty() && !seen.contains(&line) {
+                    seen.push(line);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("replay") && l.contains("stream-json")),
+        "the call was never seen running: {seen:?}"
+    );
+    assert!(!seen.iter().any(|l| l.contains(secret)), "{seen:?}");
+    assert!(!text.contains(secret), "{text}");
+    assert!(
+        text.contains("--dangerously-skip-permissions <<< '/deploy using token *** scenario:echo'"),
+        "{text}"
+    );
+    let started = &events_of(&scratch, "claude_started")[0];
+    assert_eq!(
+        started["args"],
+        serde_json::json!([
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions"
+        ])
+    );
+    // The CLI got the prompt whole, the secret's value included: the shell step compared its
+    // answer with it (the log masks it).
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("claude: /deploy using token *** scenario:echo"),
+        "{log}"
+    );
+}
+
+/// `stall_timeout` ends a call whose CLI stays silent that long, with its whole process
+/// group, as kind `stalled`; here the stub prints its `init`, then would wait 30 s before
+/// each further line.
+#[test]
+fn a_silent_call_is_stopped_as_stalled() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "claude:\n  stall_timeout: 1s\ncommands:\n  - claude: \"Reply briefly.\"\n",
+        &[("CLAUDE_REPLAY_DELAY", "30")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "Claude `stalled` error: the Claude CLI reported no event for `stall_timeout`"
+        ),
+        "{text}"
+    );
+    let finished = &events_of(&scratch, "claude_finished")[0];
+    assert_eq!(finished["error_kind"], "stalled", "{finished}");
+    // Stopped after its first event, long before the stub's next line.
+    let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        finished["duration_secs"].as_f64().unwrap() < 29.0,
+        "{finished}"
+    );
+}
+
+/// `${claude.cost_usd}` is the decimal the cost stands for, not the float noise the CLI's
+/// figure carries.
+#[test]
+fn a_call_cost_is_rendered_as_a_decimal() {
+    let scratch = Scratch::new();
+    let transcript = scratch.dir.path().join("noisy.jsonl");
+    let ok = std::fs::read_to_string(root().join("tests/fixtures/claude/ok.jsonl")).unwrap();
+    std::fs::write(
+        &transcript,
+        ok.replace(
+            "\"total_cost_usd\":0.00026",
+            "\"total_cost_usd\":0.008100000000000001",
+        ),
+    )
+    .unwrap();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude: \"Reply briefly.\"\n- shell: \"echo cost=${claude.cost_usd} > cost.txt\"\n",
+        &[("CLAUDE_REPLAY", transcript.to_str().unwrap())],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let cost = std::fs::read_to_string(scratch.project().join("cost.txt")).unwrap();
+    assert_eq!(cost, "cost=0.0081\n");
+    assert_eq!(
+        events_of(&scratch, "claude_finished")[0]["cost_usd"],
+        0.0081
+    );
 }

@@ -3,18 +3,18 @@
 
 use super::{Scratch, root, stderr};
 
-/// A CLI that appends its arguments, each in brackets, one call a line, to `args.log` in the
-/// scratch directory, then answers as the stub does.
+/// A CLI that appends its arguments, each in brackets, then its standard input (the prompt)
+/// in angle brackets, one call a line, to `args.log` in the scratch directory, then answers
+/// as the stub does.
 fn recording_cli(scratch: &Scratch) -> (std::path::PathBuf, std::path::PathBuf) {
     let cli = scratch.dir.path().join("bin/recording-claude");
     let log = scratch.dir.path().join("args.log");
     std::fs::write(
         &cli,
         format!(
-            "#!/bin/sh\nif [ \"$1\" != --version ]; then printf '[%s]' \"$@\" >> '{}'; echo >> '{}'; fi\nexec {} \"$@\"\n",
-            log.display(),
-            log.display(),
-            root().join("tests/run/bin/claude").display()
+            "#!/bin/sh\n[ \"$1\" = --version ] && exec {stub} \"$@\"\nprompt=$(cat)\nprintf '[%s]' \"$@\" >> '{log}'\nprintf ' <%s>\\n' \"$prompt\" >> '{log}'\nprintf '%s' \"$prompt\" | exec {stub} \"$@\"\n",
+            log = log.display(),
+            stub = root().join("tests/run/bin/claude").display()
         ),
     )
     .unwrap();
@@ -70,13 +70,13 @@ commands:
         calls.lines().collect::<Vec<_>>(),
         [
             format!(
-                "{base}[--dangerously-skip-permissions][--model][sonnet][--max-turns][20][--allowedTools][Read,Bash(git:*)][--][/prodigy-lint src]"
+                "{base}[--dangerously-skip-permissions][--model][sonnet][--max-turns][20][--allowedTools][Read,Bash(git:*)] </prodigy-lint src>"
             ),
             format!(
-                "{base}[--permission-mode][plan][--model][opus][--max-turns][20][--disallowedTools][WebFetch][--append-system-prompt][Be brief.][--max-budget-usd][2.5][--fallback-model][sonnet][--mcp-config][a.json][--mcp-config][b.json][--add-dir][../docs][--][/prodigy-review src]"
+                "{base}[--permission-mode][plan][--model][opus][--max-turns][20][--disallowedTools][WebFetch][--append-system-prompt][Be brief.][--max-budget-usd][2.5][--fallback-model][sonnet][--mcp-config][a.json][--mcp-config][b.json][--add-dir][../docs] </prodigy-review src>"
             ),
             format!(
-                "{base}[--dangerously-skip-permissions][--model][sonnet][--max-turns][3][--allowedTools][Read,Bash(git:*)][--][/prodigy-fix]"
+                "{base}[--dangerously-skip-permissions][--model][sonnet][--max-turns][3][--allowedTools][Read,Bash(git:*)] </prodigy-fix>"
             ),
         ],
         "{text}"

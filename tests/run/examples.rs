@@ -80,7 +80,7 @@ fn docs_check_example_dead_letters_the_files_that_fail_and_reports() {
 }
 
 /// Runs `claude-fix-loop.yml` on tests that fail until a file `state` exists, with a Claude
-/// stand-in that records each prompt in `stub-state/prompts` and, when `fixes`, writes
+/// stand-in that records each prompt (its standard input) in `stub-state/prompts` and, when `fixes`, writes
 /// `state` and commits it.
 fn run_fix_loop(fixes: bool) -> (Scratch, super::Output) {
     let scratch = Scratch::new();
@@ -94,9 +94,9 @@ fn run_fix_loop(fixes: bool) -> (Scratch, super::Output) {
     std::fs::write(
         &claude,
         format!(
-            "#!/bin/sh\nfor last; do :; done\nif [ \"$last\" != --version ]; then printf '%s\\n---\\n' \"$last\" >> {}; {fix} >&2; fi\nexec {} \"$@\"\n",
-            prompts.display(),
-            super::root().join("tests/run/bin/claude").display()
+            "#!/bin/sh\nfor last; do :; done\n[ \"$last\" = --version ] && exec {stub} \"$@\"\nprompt=$(cat)\nprintf '%s\\n---\\n' \"$prompt\" >> {prompts}\n{fix} >&2\nprintf '%s' \"$prompt\" | exec {stub} \"$@\"\n",
+            prompts = prompts.display(),
+            stub = super::root().join("tests/run/bin/claude").display()
         ),
     )
     .unwrap();

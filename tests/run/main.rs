@@ -443,10 +443,15 @@ fn claude_gets_the_documented_flags_and_automation_mode() {
     );
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
+    // The prompt is no argument: it goes to standard input, and `-vv` shows it so.
     assert!(
         text.contains(
-            "automation=true args=--model x -p --output-format stream-json --verbose --dangerously-skip-permissions -- /prodigy-lint src"
+            "automation=true args=--model x -p --output-format stream-json --verbose --dangerously-skip-permissions\n"
         ),
+        "{text}"
+    );
+    assert!(
+        text.contains("--dangerously-skip-permissions <<< '/prodigy-lint src'\n"),
         "{text}"
     );
     // `-vv` shows how each command ended and how long it took.

@@ -174,6 +174,17 @@ impl Lowerer<'_> {
             fallback_model: text(self, "fallback_model"),
             mcp_config: list(self, "mcp_config"),
             add_dirs: list(self, "add_dirs"),
+            stall_timeout: fields.duration(self, "stall_timeout").and_then(|stall| {
+                if !stall.value.is_zero() {
+                    return Some(stall.value);
+                }
+                self.push(
+                    Diagnostic::new(Code::OutOfRange, "`stall_timeout` must be above 0")
+                        .with_primary(stall.span, "a call would be stopped at once")
+                        .with_help("give how long the call may stay silent, such as `10m`"),
+                );
+                None
+            }),
         }
     }
 

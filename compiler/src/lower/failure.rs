@@ -373,6 +373,7 @@ impl Lowerer<'_> {
             ("rate_limit", Matcher::RateLimit),
             ("overloaded", Matcher::Overloaded),
             ("auth", Matcher::Auth),
+            ("stalled", Matcher::Stalled),
         ];
         let mut out = Vec::new();
         for item in items {

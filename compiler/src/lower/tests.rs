@@ -484,6 +484,30 @@ fn claude_settings_are_checked_like_other_fields() {
         codes("claude:\n  prompt: /a\ncommands:\n  - claude: /a\n"),
         [Code::UnknownKey]
     );
+    // A stall timeout is a duration above 0, in a step and among the defaults.
+    assert_eq!(
+        codes(
+            "claude:\n  stall_timeout: 0s\ncommands:\n  - claude: {prompt: /a, stall_timeout: 10m}\n"
+        ),
+        [Code::OutOfRange]
+    );
+    assert_eq!(
+        codes(
+            "- claude: {prompt: /a, stall_timeout: soon}\n  retry_config: {attempts: 2, retry_on: [stalled]}\n"
+        ),
+        [Code::InvalidDuration]
+    );
+    // `retry_on: [stalled]` fires only where a stall timeout applies.
+    assert_eq!(
+        codes("- claude: /a\n  retry_config: {attempts: 2, retry_on: [stalled]}\n"),
+        [Code::RetryNeverFires]
+    );
+    assert_eq!(
+        codes(
+            "claude: {stall_timeout: 5m}\ncommands:\n  - claude: /a\n    retry_config: {attempts: 2, retry_on: [stalled]}\n"
+        ),
+        []
+    );
     assert_eq!(
         codes("- shell: x\n  on_failure:\n    claude: {prompt: /fix, max_turns: 2}\n"),
         []

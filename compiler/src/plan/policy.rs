@@ -36,6 +36,8 @@ pub enum Matcher {
     Overloaded,
     /// `auth`: a Claude call whose credentials were refused.
     Auth,
+    /// `stalled`: a Claude call stopped by its `stall_timeout`.
+    Stalled,
     /// `{pattern: REGEX}`, compiled.
     Pattern(regex::Regex),
 }
@@ -111,6 +113,7 @@ impl RetryPolicy {
                     ast::Matcher::RateLimit => Matcher::RateLimit,
                     ast::Matcher::Overloaded => Matcher::Overloaded,
                     ast::Matcher::Auth => Matcher::Auth,
+                    ast::Matcher::Stalled => Matcher::Stalled,
                     ast::Matcher::Pattern(p) => Matcher::Pattern(p.regex().clone()),
                 })
                 .collect(),

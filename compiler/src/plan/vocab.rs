@@ -260,6 +260,10 @@ pub struct ClaudeSettings {
     /// `add_dirs` (`--add-dir`, once per entry).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub add_dirs: Option<Vec<String>>,
+    /// `stall_timeout`: prodigy ends the call when its CLI reports no event for this long
+    /// (no CLI option).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_timeout: Option<std::time::Duration>,
 }
 
 impl ClaudeSettings {
@@ -296,6 +300,7 @@ impl ClaudeSettings {
                 .clone()
                 .or_else(|| defaults.mcp_config.clone()),
             add_dirs: self.add_dirs.clone().or_else(|| defaults.add_dirs.clone()),
+            stall_timeout: self.stall_timeout.or(defaults.stall_timeout),
         }
     }
 

@@ -84,6 +84,12 @@ pub(crate) fn workflow_only_help(key: &str) -> Option<String> {
         })
 }
 
+const CLAUDE_STALL_TIMEOUT: Key = key(
+    "stall_timeout",
+    Ty::Duration,
+    "Ends the call, as error kind `stalled`, when its CLI reports no event for this long (not a CLI option).",
+);
+
 /// A `claude` command with its settings.
 pub static CLAUDE_STEP: Shape = Shape {
     name: "claude_call",
@@ -104,6 +110,7 @@ pub static CLAUDE_STEP: Shape = Shape {
         CLAUDE_FALLBACK_MODEL,
         CLAUDE_MCP_CONFIG,
         CLAUDE_ADD_DIRS,
+        CLAUDE_STALL_TIMEOUT,
     ],
 };
 
@@ -127,6 +134,7 @@ pub static CLAUDE_DEFAULTS: Shape = Shape {
         CLAUDE_USAGE_LIMIT,
         CLAUDE_MAX_WAIT,
         CLAUDE_PATIENCE,
+        CLAUDE_STALL_TIMEOUT,
     ],
 };
 

@@ -156,7 +156,7 @@ pub static RETRY_CONFIG: Shape = Shape {
                 Ty::Object(&RETRY_ON_PATTERN),
                 Ty::List(&MATCHER_TY),
             ]),
-            "Retry only failures that match `network`, `timeout`, `server_error`, `rate_limit`, `overloaded`, `auth` or `{pattern: REGEX}`, or one of a list of them (default: every failure but a Claude call's authentication, billing or invalid request).",
+            "Retry only failures that match `network`, `timeout`, `server_error`, `rate_limit`, `overloaded`, `auth`, `stalled` or `{pattern: REGEX}`, or one of a list of them (default: every failure but a Claude call's authentication, billing or invalid request).",
         ),
         key(
             "retry_budget",

@@ -170,6 +170,7 @@ const RETRY_MATCHERS: &[&str] = &[
     "rate_limit",
     "overloaded",
     "auth",
+    "stalled",
 ];
 /// One `retry_on` matcher.
 const MATCHER_TY: Ty = Ty::OneOf(&[Ty::Enum(RETRY_MATCHERS), Ty::Object(&RETRY_ON_PATTERN)]);

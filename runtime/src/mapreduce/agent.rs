@@ -117,6 +117,8 @@ pub(crate) struct AgentRun {
     pub(crate) slurm: Option<crate::slurm::SlurmIds>,
     /// The commit that merged its work, as `ItemRecord::merge_commit`.
     pub(crate) merge_commit: Option<String>,
+    /// Its Claude sessions and logs, and the commits merged.
+    pub(crate) trail: crate::jobstore::ItemTrail,
 }
 
 impl AgentRun {
@@ -144,6 +146,7 @@ impl AgentRun {
             claude: crate::claude::Totals::default(),
             slurm: None,
             merge_commit: None,
+            trail: crate::jobstore::ItemTrail::default(),
         }
     }
 
@@ -234,6 +237,7 @@ pub(crate) fn scope_for(
         grace: spec.and_then(|s| s.grace),
         failure: RefCell::new(None),
         claude: RefCell::new(crate::claude::Totals::default()),
+        trail: RefCell::new(crate::jobstore::ItemTrail::default()),
         workdir,
     };
     (Rc::new(scope), tx)
@@ -337,6 +341,7 @@ pub(crate) async fn run_agent(
             slurm: done.ids,
             claude: done.claude,
             merge_commit: None,
+            trail: done.trail,
         }
     } else {
         let (outcome, why) = guarded(
@@ -365,6 +370,7 @@ pub(crate) async fn run_agent(
             slurm: None,
             claude,
             merge_commit: None,
+            trail: scope.trail.take(),
         }
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {

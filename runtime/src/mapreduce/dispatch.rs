@@ -252,6 +252,7 @@ impl MapJob<'_> {
             claude: (run.claude.calls > 0).then_some(run.claude),
             slurm: run.slurm.clone(),
             merge_commit: run.merge_commit.clone(),
+            trail: run.trail.clone(),
         };
         match self.files.append(&record) {
             Ok(()) => Some(record),
@@ -563,9 +564,9 @@ impl Dispatcher<'_, '_> {
     async fn run<'c>(mut self, context: &'c Context<'c>) -> Ended {
         let mut running: FuturesUnordered<LocalBoxFuture<'c, Done>> = FuturesUnordered::new();
         loop {
-            // The counts as the last outcome left them, before agents start in its place, so a
-            // plain progress line does not depend on how fast the next agent starts.
-            self.show(context.runner);
+            // The counts once the agents that take the place of the last outcome's have
+            // started (nothing is awaited in between): shown before, a plain progress line,
+            // printed at the first count after an outcome, said one fewer ran than did.
             for work in self.admit(context) {
                 running.push(start(work, context));
             }

@@ -176,6 +176,7 @@ pub async fn retry_dead_letters(
                     claude: (run.claude.calls > 0).then_some(run.claude),
                     slurm: run.slurm.clone(),
                     merge_commit: run.merge_commit.clone(),
+                    trail: run.trail.clone(),
                 };
                 files.append(&record).map_err(|e| e.to_string())?;
                 dlq.remove(&id).map_err(|e| e.to_string())?;

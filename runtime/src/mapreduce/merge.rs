@@ -148,6 +148,7 @@ pub(crate) async fn merge_back(
         match merged {
             Ok(how) => {
                 if how != crate::worktree::Merged::Nothing {
+                    run.trail.commits = crate::worktree::agent_commits(&worktree).await;
                     runner.record(&crate::events::Event::AgentMerged {
                         branch: worktree.branch.clone(),
                         merge: format!("{how:?}"),
@@ -244,6 +245,7 @@ impl MapJob<'_> {
                 claude: intent.claude,
                 slurm: None,
                 merge_commit: run.merge_commit,
+                trail: run.trail,
             };
             if let Err(e) = self.files.append(&record) {
                 self.write_failed(job_write_failure(&e));
@@ -319,5 +321,6 @@ pub(crate) async fn merged_run(
         claude: intent.claude.unwrap_or_default(),
         slurm: None,
         merge_commit: Some(commit),
+        trail: crate::jobstore::ItemTrail::default(),
     })
 }

@@ -550,6 +550,7 @@ mod tests {
             claude: None,
             slurm: None,
             merge_commit: None,
+            trail: crate::jobstore::ItemTrail::default(),
         }
     }
 

@@ -219,6 +219,7 @@ impl Runner {
             output_limit: self.opts.output_limit,
             spill: None,
             mask: None,
+            stdin: None,
         };
         let request = crate::executor::Request {
             kind: crate::executor::Kind::Shell {

@@ -356,6 +356,8 @@ pub(crate) struct AgentScope {
     pub workdir: Option<PathBuf>,
     /// What the item's Claude calls cost.
     pub claude: std::cell::RefCell<crate::claude::Totals>,
+    /// The item's Claude sessions, logs and last failed kind, for `results.jsonl`.
+    pub trail: std::cell::RefCell<crate::jobstore::ItemTrail>,
 }
 
 /// How a command's output is followed and kept.
@@ -364,6 +366,8 @@ pub(crate) struct Io<'w> {
     pub(crate) watch: Option<&'w mut dyn FnMut(&str)>,
     /// Keep this much of each stream instead of `PRODIGY_OUTPUT_LIMIT` (and spill nothing).
     pub(crate) keep: Option<usize>,
+    /// Stops the command in place of the run's cancel signal (the caller passes that on).
+    pub(crate) cancel: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// The step that ended an agent, for the DLQ.

@@ -186,7 +186,7 @@ impl Runner {
             self.plan.claude.as_ref()
         };
         let (program, args) =
-            match crate::claude::invocation(&text, self.opts.claude_command.as_deref(), settings) {
+            match crate::claude::invocation(self.opts.claude_command.as_deref(), settings) {
                 Ok(invocation) => invocation,
                 Err(e) => return Output::error(e.to_string()),
             };
@@ -208,11 +208,22 @@ impl Runner {
                     .map_or_else(|_| word.to_owned(), std::borrow::Cow::into_owned)
             })
             .collect();
-        self.say(Message::Command(shown.join(" ")));
+        // The prompt goes to the CLI's standard input; it is shown as a here-string would
+        // give it, masked before it is quoted (quoting could hide a secret from the mask).
+        let masked = self.mask(&text);
+        let prompt =
+            shlex::try_quote(&masked).map_or_else(|_| masked.clone(), std::borrow::Cow::into_owned);
+        self.say(Message::Command(format!(
+            "{} <<< {prompt}",
+            shown.join(" ")
+        )));
         let mut stream = crate::claude::Stream::default();
         // What Claude does is shown (as the reporter decides) for the step's own call.
         let shown = live && self.shows_output();
+        // When the CLI last reported an event, for `stall_timeout`.
+        let heard = std::cell::Cell::new(tokio::time::Instant::now());
         let mut watch = |line: &str| {
+            heard.set(tokio::time::Instant::now());
             if let Some(log) = log.as_mut() {
                 log.line(line);
             }
@@ -232,15 +243,19 @@ impl Runner {
                 }
             }
         };
+        // The call stops on its own signal, which the watchdog sets when the run stops or
+        // the CLI goes silent.
+        let (stop_call, stop_rx) = tokio::sync::watch::channel(false);
         // The raw stream is in the log; memory keeps only its end.
         let io = Io {
             watch: Some(&mut watch),
             keep: Some(64 << 10),
+            cancel: Some(stop_rx),
         };
         let kind = crate::executor::Kind::Claude { prompt: text };
-        let mut out = self
-            .spawn_command(kind, program, args, step, vars, timeout, io)
-            .await;
+        let call = self.spawn_command(kind, program, args, step, vars, timeout, io);
+        let stall = settings.and_then(|s| s.stall_timeout);
+        let (mut out, stalled) = self.stall_watchdog(call, stall, &heard, &stop_call).await;
         if let Some(log) = log.as_mut() {
             log.finish();
             if let Some(e) = &log.error {
@@ -258,12 +273,23 @@ impl Runner {
             // Nothing ran: the reason is the failure, not a missing `result`.
             return out;
         }
-        let ended = if out.timed_out || out.cancelled {
-            None
-        } else {
-            out.code
+        let ended = match (out.code, out.timed_out, stalled) {
+            (_, true, _) => crate::claude::End::TimedOut,
+            (_, false, true) => crate::claude::End::Stalled,
+            (Some(code), false, false) if !out.cancelled => crate::claude::End::Exited(code),
+            (_, false, false) => crate::claude::End::Killed,
         };
-        let limit = crate::claude_limit::of_stream(&stream, ended, self.wall_secs());
+        if stalled {
+            // Stopped by prodigy as a failed call, not by the run stopping.
+            out.cancelled = false;
+        }
+        let exited = match ended {
+            crate::claude::End::Exited(code) => Some(code),
+            crate::claude::End::Killed
+            | crate::claude::End::TimedOut
+            | crate::claude::End::Stalled => None,
+        };
+        let limit = crate::claude_limit::of_stream(&stream, exited, self.wall_secs());
         let mut call = stream.finish(ended, log_path);
         call.usage_limit = limit;
         out.streamed = shown;
@@ -283,6 +309,7 @@ impl Runner {
             session_id: call.session_id.clone(),
             num_turns: call.num_turns,
             cost_usd: call.cost_usd,
+            cost_estimated: call.cost_estimated,
             tokens: call.tokens,
             tool_calls: call.tool_calls,
             api_retries: call.api_retries,
@@ -293,6 +320,7 @@ impl Runner {
         lock(&self.claude_totals).add(&call);
         if let Some(a) = self.agent() {
             a.claude.borrow_mut().add(&call);
+            a.trail.borrow_mut().add_call(&call);
         }
         out.claude = Some(Box::new(call));
         out
@@ -319,6 +347,46 @@ impl Runner {
                 });
             }
         }
+    }
+
+    /// Awaits CALL, a Claude call that stops when STOP is set: it is set when the run stops,
+    /// and when STALL passes with no event from the CLI (HEARD: when the last came), as
+    /// `stall_timeout` asks (docs/language.md §2). Says whether the call was stopped for
+    /// being silent.
+    async fn stall_watchdog(
+        &self,
+        call: impl std::future::Future<Output = Output>,
+        stall: Option<Duration>,
+        heard: &std::cell::Cell<tokio::time::Instant>,
+        stop: &tokio::sync::watch::Sender<bool>,
+    ) -> (Output, bool) {
+        let mut cancel = self.cancel_rx();
+        let watchdog = async {
+            loop {
+                let silent = async {
+                    match stall {
+                        Some(stall) => tokio::time::sleep_until(heard.get() + stall).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = exec::cancelled(&mut cancel) => return false,
+                    () = silent => {
+                        // An event may have come since the timer was set.
+                        if stall.is_some_and(|s| heard.get() + s <= tokio::time::Instant::now()) {
+                            return true;
+                        }
+                    }
+                }
+            }
+        };
+        tokio::pin!(call);
+        let stalled = tokio::select! {
+            out = &mut call => return (out, false),
+            stalled = watchdog => stalled,
+        };
+        let _ = stop.send(true);
+        (call.await, stalled)
     }
 
     /// Renders TEMPLATE and runs it with the step's directory and environment; a LIVE
@@ -357,6 +425,7 @@ impl Runner {
                 Io {
                     watch: streamed.then_some(&mut watch as &mut dyn FnMut(&str)),
                     keep: None,
+                    cancel: None,
                 },
             )
             .await;
@@ -445,12 +514,17 @@ impl Runner {
             output_limit: io.keep.unwrap_or(self.opts.output_limit),
             mask: if spill.is_some() { self.masker() } else { None },
             spill,
+            // A Claude call's prompt is fed on standard input, never as an argument.
+            stdin: match &kind {
+                crate::executor::Kind::Claude { prompt } => Some(prompt.clone()),
+                crate::executor::Kind::Shell { .. } => None,
+            },
         };
         let request = crate::executor::Request {
             kind,
             command,
             watch: io.watch,
-            cancel: self.cancel_rx(),
+            cancel: io.cancel.unwrap_or_else(|| self.cancel_rx()),
         };
         self.executor.run(request).await
     }

@@ -22,6 +22,9 @@ pub(crate) struct Reply {
     pub(crate) stdout: String,
     pub(crate) stderr: String,
     pub(crate) takes: Duration,
+    /// Each line of standard output comes this long after the one before (the first this
+    /// long after the start), before `takes`; `None`: all of them at the end.
+    pub(crate) paced: Option<Duration>,
 }
 
 impl Reply {
@@ -37,6 +40,7 @@ impl Reply {
             stdout: String::new(),
             stderr: String::new(),
             takes: Duration::ZERO,
+            paced: None,
         }
     }
 
@@ -52,6 +56,12 @@ impl Reply {
 
     pub(crate) fn takes(mut self, duration: Duration) -> Self {
         self.takes = duration;
+        self
+    }
+
+    /// Gives each line of standard output GAP after the one before, as it is written.
+    pub(crate) fn paced(mut self, gap: Duration) -> Self {
+        self.paced = Some(gap);
         self
     }
 }
@@ -140,7 +150,7 @@ impl Executor for FakeExecutor {
             let text = request.text().to_owned();
             let Request {
                 command,
-                watch,
+                mut watch,
                 mut cancel,
                 ..
             } = request;
@@ -155,15 +165,26 @@ impl Executor for FakeExecutor {
                 }
             };
             let mut output = Output::default();
+            let body = async {
+                if let Some(gap) = reply.paced {
+                    for line in reply.stdout.lines() {
+                        tokio::time::sleep(gap).await;
+                        if let Some(watch) = watch.as_deref_mut() {
+                            watch(line);
+                        }
+                    }
+                }
+                tokio::time::sleep(reply.takes).await;
+            };
             tokio::select! {
-                () = tokio::time::sleep(reply.takes) => output.code = Some(reply.code),
+                () = body => output.code = Some(reply.code),
                 () = deadline => {
                     output.timed_out = true;
                 }
                 () = crate::exec::cancelled(&mut cancel) => output.cancelled = true,
             }
             lock(&self.state).running -= 1;
-            if let Some(watch) = watch {
+            if let Some(watch) = watch.filter(|_| reply.paced.is_none()) {
                 for line in reply.stdout.lines() {
                     watch(line);
                 }
@@ -192,6 +213,8 @@ pub(crate) struct Harness {
     pub(crate) home: tempfile::TempDir,
     pub(crate) project: tempfile::TempDir,
     pub(crate) fake: Arc<FakeExecutor>,
+    /// Told what the run shows (none: nothing is shown).
+    pub(crate) reporter: Option<Arc<dyn crate::events::Reporter>>,
 }
 
 /// The wall clock when a harness's run starts: 2026-11-26 06:00:00 UTC, so that what a
@@ -224,6 +247,7 @@ impl Harness {
             home: tempfile::tempdir().unwrap(),
             project: tempfile::tempdir().unwrap(),
             fake: Arc::new(fake),
+            reporter: None,
         }
     }
 
@@ -258,7 +282,7 @@ impl Harness {
         cancel: tokio::sync::watch::Receiver<bool>,
     ) -> crate::runner::Runner {
         let executor: Arc<dyn Executor> = self.fake.clone();
-        crate::runner::Runner::with_id(
+        let runner = crate::runner::Runner::with_id(
             Self::plan(yaml),
             self.options(yaml),
             cancel,
@@ -267,7 +291,11 @@ impl Harness {
         )
         .unwrap()
         .with_executor(executor)
-        .with_wall_clock(std::time::UNIX_EPOCH + Duration::from_secs(WALL_CLOCK))
+        .with_wall_clock(std::time::UNIX_EPOCH + Duration::from_secs(WALL_CLOCK));
+        match &self.reporter {
+            Some(reporter) => runner.report_to(reporter.clone()),
+            None => runner,
+        }
     }
 
     /// Runs YAML, a standard workflow, to its end.

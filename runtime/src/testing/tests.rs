@@ -462,3 +462,155 @@ async fn a_standard_run_stops_before_the_claude_step_that_would_pass_its_budget(
         trace.text()
     );
 }
+
+/// A Claude stream of TURNS assistant messages after its `init`, then a successful result.
+fn claude_stream(turns: usize) -> String {
+    let mut lines = vec![
+        r#"{"type":"system","subtype":"init","session_id":"s-1","model":"claude-sonnet-4-5"}"#
+            .to_owned(),
+    ];
+    for _ in 0..turns {
+        lines.push(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"working"}],"usage":{"input_tokens":1000,"output_tokens":100}}}"#.to_owned());
+    }
+    lines.push(r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.25}"#.to_owned());
+    lines.join("\n") + "\n"
+}
+
+/// `stall_timeout` (the workflow's default, or the step's own) ends a call whose CLI went
+/// silent that long, as kind `stalled`, which `retry_on: [stalled]` retries; a call whose
+/// events keep coming, however slowly, is never stalled.
+#[tokio::test(start_paused = true)]
+async fn a_silent_claude_call_is_stopped_as_stalled_and_retried() {
+    let fake = FakeExecutor::new()
+        .script(
+            "/hang",
+            [
+                // Its first event would come after 45 s: stopped at 30 s.
+                Reply::ok().stdout(&claude_stream(1)).paced(secs(45)),
+                Reply::ok().stdout(&claude_stream(1)).paced(secs(20)),
+            ],
+        )
+        .script(
+            "/slow but alive",
+            [Reply::ok().stdout(&claude_stream(2)).paced(secs(50))],
+        );
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+claude:
+  stall_timeout: 30s
+commands:
+  - claude: "/hang"
+    retry_config:
+      attempts: 2
+      initial_delay: 1s
+      retry_on: [stalled]
+  - claude:
+      prompt: "/slow but alive"
+      stall_timeout: 1m
+"#,
+        )
+        .await;
+    assert_eq!(report.outcome, RunOutcome::Succeeded);
+    // Stopped 30 s after it started (and the grace period of its SIGTERM is not needed by
+    // the fake), retried 1 s later, done after its three events 20 s apart.
+    assert_eq!(harness.fake.starts_of("/hang"), [secs(0), secs(31)]);
+    assert_eq!(harness.fake.starts_of("/slow but alive"), [secs(91)]);
+    let finished: Vec<&String> = trace
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("claude_finished"))
+        .collect();
+    assert!(
+        finished[0].contains(r#""error_kind":"stalled""#),
+        "{}",
+        finished[0]
+    );
+    assert!(finished[1].contains(r#""success":true"#), "{}", finished[1]);
+    assert!(finished[2].contains(r#""success":true"#), "{}", finished[2]);
+}
+
+/// A Claude call that its step's `timeout` ends is kind `timeout`, which `${error.kind}`
+/// gives the handler.
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_claude_call_is_kind_timeout() {
+    let fake = FakeExecutor::new()
+        .script(
+            "/long",
+            [Reply::ok().stdout(&claude_stream(3)).paced(secs(40))],
+        )
+        .script("echo timeout", [Reply::ok()]);
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+- claude: "/long"
+  timeout: 100s
+  on_failure:
+    shell: "echo ${error.kind}"
+"#,
+        )
+        .await;
+    // The handler ran, told the kind, and recovered the step.
+    assert_eq!(report.outcome, RunOutcome::Succeeded);
+    assert_eq!(harness.fake.starts_of("echo timeout"), [secs(100)]);
+    let finished = trace
+        .lines
+        .iter()
+        .find(|l| l.starts_with("claude_finished"))
+        .unwrap();
+    assert!(finished.contains(r#""error_kind":"timeout""#), "{finished}");
+    // No `result` came to state the cost: it is estimated from the one assistant message
+    // that came, 1000 tokens in and 100 out on Sonnet ($3 and $15 a million).
+    assert!(
+        finished.contains(r#""cost_estimated":true,"cost_usd":0.0045,"#),
+        "{finished}"
+    );
+    assert!(
+        finished.contains(r#""tokens":{"input":1000,"output":100,"#),
+        "{finished}"
+    );
+}
+
+/// Keeps the counts the map phase shows.
+#[derive(Default)]
+struct Counts(std::sync::Mutex<Vec<crate::progress::Tally>>);
+
+impl crate::events::Reporter for Counts {
+    fn message(&self, _: &crate::message::Message, _: Option<&str>) {}
+    fn progress(&self, update: &crate::events::ProgressUpdate) {
+        if let crate::events::ProgressUpdate::Counts { tally, .. } = update {
+            self.0.lock().unwrap().push(*tally);
+        }
+    }
+}
+
+/// While items wait for a slot, every count shown after an outcome says as many agents run
+/// as do: the one that takes the finished agent's slot is counted (a plain progress line,
+/// printed at the first count after an outcome, used to show one fewer).
+#[tokio::test(start_paused = true)]
+async fn the_progress_counts_every_running_agent() {
+    let fake = working(
+        FakeExecutor::new(),
+        &["a", "b", "c", "d", "e", "f"],
+        &Reply::ok().takes(secs(10)),
+    )
+    .script("work b", [Reply::ok().takes(secs(3))]);
+    let mut harness = job_harness(fake);
+    let counts = std::sync::Arc::new(Counts::default());
+    harness.reporter = Some(counts.clone());
+    let (report, _) = harness.run_job(&job(""), JobOptions::default()).await;
+    assert_eq!(report.outcome, JobOutcome::Completed);
+    let shown = counts.0.lock().unwrap().clone();
+    // Two run at a time until the last item has started (c at 3 s, d at 10 s, e at 13 s,
+    // f at 20 s), so every count with items done and items left to start says 2.
+    let before_the_end: Vec<u64> = shown
+        .iter()
+        .filter(|t| t.done >= 1 && t.done <= 4)
+        .map(|t| t.running)
+        .collect();
+    assert!(!before_the_end.is_empty());
+    assert!(before_the_end.iter().all(|&n| n == 2), "{shown:?}");
+    assert_eq!(shown.last().map(|t| (t.done, t.running)), Some((6, 0)));
+}

@@ -345,6 +345,16 @@ pub async fn agent_head(agent: &AgentWorktree) -> Result<Option<String>, Worktre
     Ok((head != agent.base).then_some(head))
 }
 
+/// The agent's commits since it branched, oldest first (none when git cannot list them:
+/// the list is for the record, never a reason to fail).
+pub async fn agent_commits(agent: &AgentWorktree) -> Vec<String> {
+    let range = format!("{}..HEAD", agent.base);
+    git(&agent.path, &["rev-list", "--reverse", &range])
+        .await
+        .map(|out| out.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// Merges the agent's commits, up to THEIRS (its last commit), into the session's
 /// integration ref: a fast-forward when nothing was merged since the agent branched (and
 /// its history contains what was), else a merge commit computed without a working tree
