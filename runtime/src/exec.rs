@@ -136,6 +136,24 @@ pub fn shell(text: &str) -> (String, Vec<String>) {
     ("sh".to_owned(), vec!["-c".to_owned(), text.to_owned()])
 }
 
+/// The variable [`shell_from_env`] reads its script from.
+pub const SCRIPT_ENV: &str = "PRODIGY_SCRIPT";
+
+/// `sh -c` running the script in `$PRODIGY_SCRIPT` ([`SCRIPT_ENV`]), for a script that holds
+/// a secret: its text stays off the command line, which every local user can read. The
+/// variable is unset before the script runs, so what it starts does not inherit it.
+pub fn shell_from_env() -> (String, Vec<String>) {
+    (
+        "sh".to_owned(),
+        vec![
+            "-c".to_owned(),
+            format!(
+                "__prodigy_script=\"${SCRIPT_ENV}\"; unset {SCRIPT_ENV}; eval \"$__prodigy_script\""
+            ),
+        ],
+    )
+}
+
 /// The executable file PROGRAM names: PROGRAM itself when it holds a `/` (a path, relative to
 /// the current directory or absolute), else the first executable file of that name in a
 /// directory of `PATH`, as the shell would find it. A file without execute permission, or a

@@ -793,3 +793,49 @@ fn a_call_cost_is_rendered_as_a_decimal() {
         0.0081
     );
 }
+
+/// A shell script holding a secret's value (`${TOKEN}` is spliced into its text) reaches
+/// `sh` through its environment, not its argument list, and still runs as written.
+#[test]
+fn a_secret_in_a_shell_script_is_never_on_a_command_line() {
+    let scratch = Scratch::new();
+    let secret = "hunter2-in-shell-argv-never";
+    std::fs::write(
+        scratch.project().join("flow.yml"),
+        "secrets:\n  TOKEN: \"${env:SECRET_TOKEN}\"\ncommands:\n  - shell: 'sleep 1; test \"${TOKEN}\" = \"$TOKEN\" && echo \"same $$\" > same.txt; exit 0'\n  - shell: 'test \"$(cat same.txt)\" != \"\" && test -z \"$PRODIGY_SCRIPT\"'\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let mut child = scratch
+        .command(
+            &["run", "--no-worktree", "flow.yml"],
+            &[("SECRET_TOKEN", secret)],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_mins(1) {
+        for pid in descendants(child.id()) {
+            if let Ok(line) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+                let line = String::from_utf8_lossy(&line).replace('\0', " ");
+                if !line.trim().is_empty() && !seen.contains(&line) {
+                    seen.push(line);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        seen.iter().any(|l| l.contains("sleep 1")),
+        "the script was never seen running: {seen:?}"
+    );
+    assert!(!seen.iter().any(|l| l.contains(secret)), "{seen:?}");
+    // `$$` and the shell's own expansions work as in `sh -c`.
+    let same = std::fs::read_to_string(scratch.project().join("same.txt")).unwrap();
+    assert!(same.starts_with("same "), "{same}");
+}

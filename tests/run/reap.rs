@@ -223,7 +223,8 @@ fn resume_job_ends_what_a_coordinator_killed_with_its_guard_left_before_items_ru
 }
 
 /// The Claude CLI, replayed: a wrapper around the replay stub that takes its item's lock
-/// (the item is the prompt's last word) and then becomes the stub, whose transcript lines
+/// (the item is the last word of the prompt, which comes on standard input) and then
+/// becomes the stub, given the prompt, whose transcript lines
 /// come `CLAUDE_REPLAY_DELAY` seconds apart (each pause a `sleep` of its own).
 fn claude_wrapper(scratch: &Scratch) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt as _;
@@ -234,7 +235,7 @@ fn claude_wrapper(scratch: &Scratch) -> std::path::PathBuf {
     std::fs::write(
         &path,
         format!(
-            "#!/bin/sh\nfor last; do :; done\nif [ \"$last\" != --version ]; then\n  item=${{last##* }}\n  exec 9>>{dir}/locks/$item\n  flock -n 9 || echo overlap $item >> {dir}/log\n  echo start $item >> {dir}/log\nfi\nexec {replay} \"$@\"\n",
+            "#!/bin/sh\nfor last; do :; done\nif [ \"$last\" != --version ]; then\n  prompt=$(cat)\n  item=${{prompt##* }}\n  exec 9>>{dir}/locks/$item\n  flock -n 9 || echo overlap $item >> {dir}/log\n  echo start $item >> {dir}/log\n  exec {replay} \"$@\" <<EOF\n$prompt\nEOF\nfi\nexec {replay} \"$@\"\n",
             dir = dir.display(),
             replay = replay.display()
         ),

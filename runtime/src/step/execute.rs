@@ -499,6 +499,23 @@ impl Runner {
             Ok(cwd) => cwd,
             Err(e) => return Output::error(e),
         };
+        // A script holding a secret's value reaches `sh` through its environment, which
+        // only its user can read, not as an argument every local user can read in
+        // `/proc/PID/cmdline` (docs/language.md §2).
+        let args = match &kind {
+            crate::executor::Kind::Shell { text }
+                if self.plan.secrets.iter().any(|secret| {
+                    vars.values
+                        .get(&secret.name.value)
+                        .map(prodigy_grammar::value::render)
+                        .is_some_and(|value| !value.is_empty() && text.contains(&value))
+                }) =>
+            {
+                env.push((exec::SCRIPT_ENV.to_owned(), text.clone()));
+                exec::shell_from_env().1
+            }
+            crate::executor::Kind::Shell { .. } | crate::executor::Kind::Claude { .. } => args,
+        };
         let spill = (!self.session.is_empty() && io.keep.is_none()).then(|| self.spill_path(step));
         let command = Command {
             program,
