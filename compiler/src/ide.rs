@@ -44,7 +44,7 @@ fn shape_of(at: At, node: &Node) -> Option<&'static Shape> {
         At::Step | At::Steps => Some(&shapes::STEP),
         At::Ty(ty) => match ty {
             Ty::Object(shape) => Some(shape),
-            Ty::Step | Ty::Steps => Some(&shapes::STEP),
+            Ty::Step | Ty::HandlerStep | Ty::Steps => Some(&shapes::STEP),
             Ty::OneOf(options) => {
                 // `on_failure`: the detailed form is the mapping with `commands`.
                 let has_commands = node
@@ -54,7 +54,7 @@ fn shape_of(at: At, node: &Node) -> Option<&'static Shape> {
                     .iter()
                     .filter_map(|o| match o {
                         Ty::Object(s) => Some(*s),
-                        Ty::Step | Ty::Steps => Some(&shapes::STEP),
+                        Ty::Step | Ty::HandlerStep | Ty::Steps => Some(&shapes::STEP),
                         _ => None,
                     })
                     .collect();
@@ -84,13 +84,14 @@ fn child(at: At, node: &Node, key: Option<&str>) -> Option<At> {
                 _ => Some(At::Step),
             }
         }
-        (At::Ty(Ty::List(inner)), None) | (At::Ty(Ty::Map(inner)), Some(_)) => Some(At::Ty(inner)),
+        (At::Ty(Ty::List(inner)), None)
+        | (At::Ty(Ty::Map(inner) | Ty::Keyed { value: inner, .. }), Some(_)) => Some(At::Ty(inner)),
         (_, Some(key)) => {
             let shape = shape_of(at, node)?;
             let k = shape.key(key)?;
             Some(match &k.ty {
                 Ty::Steps => At::Steps,
-                Ty::Step => At::Step,
+                Ty::Step | Ty::HandlerStep => At::Step,
                 other => At::Ty(other),
             })
         }
