@@ -4,6 +4,8 @@
 //! the same tables lowering checks keys against. A half-typed document still gets answers:
 //! when the text does not parse, the line under the cursor is blanked and parsing retried.
 
+use std::ops::Range;
+
 use crate::shapes::{self, Shape, Ty};
 use crate::source::SourceFile;
 use crate::syntax::{self, Node, NodeKind};
@@ -173,7 +175,8 @@ pub fn completions(text: &str, offset: usize) -> Vec<Completion> {
     if let Some(open) = before.rfind("${")
         && !before[open..].contains('}')
     {
-        return variables(text, &before[open + 2..]);
+        let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+        return variables(text, line_start + open..line_end, &before[open + 2..]);
     }
     keys(text, offset, line_start)
 }
@@ -267,12 +270,23 @@ fn key_items(shape: &Shape, present: &[&str]) -> Vec<Completion> {
         .collect()
 }
 
-/// Variables for `${`: what the workflow defines, and the built-in roots.
-fn variables(text: &str, typed: &str) -> Vec<Completion> {
-    let file = SourceFile::new("complete.yml", text);
+/// The workflow of a document being typed into at `typing` (from the `${` to the end of its
+/// line): as written, else without what is being typed, its string closed (`"echo ${it`
+/// does not parse until the quote is closed).
+fn workflow_while_typing(text: &str, typing: Range<usize>) -> Option<crate::ast::Workflow> {
+    let compiled = |text: &str| crate::check(&SourceFile::new("complete.yml", text)).workflow;
+    compiled(text).or_else(|| {
+        let (before, after) = (text.get(..typing.start)?, text.get(typing.end..)?);
+        ["", "\"", "'"]
+            .into_iter()
+            .find_map(|close| compiled(&format!("{before}{close}{after}")))
+    })
+}
+
+/// Variables for `${` typed at `typing`: what the workflow defines, and the built-in roots.
+fn variables(text: &str, typing: Range<usize>, typed: &str) -> Vec<Completion> {
     let mut names: Vec<(String, &str)> = Vec::new();
-    let checked = crate::check(&file);
-    if let Some(workflow) = &checked.workflow {
+    if let Some(workflow) = &workflow_while_typing(text, typing) {
         for var in workflow
             .env
             .iter()
@@ -365,6 +379,39 @@ mod tests {
 
     fn labels(items: &[Completion]) -> Vec<&str> {
         items.iter().map(|c| c.label.as_str()).collect()
+    }
+
+    /// `${` completes the same names while its string is still open as once it is closed.
+    #[test]
+    fn variables_complete_inside_an_open_string() {
+        let head = "name: x\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: ls\n      capture: listing\n";
+        for tail in [
+            "    - shell: \"echo ${it",
+            "    - shell: \"echo ${it\n",
+            "    - shell: 'echo ${it",
+            "    - shell: echo ${it",
+            "    - shell: \"echo ${it}\"\n",
+        ] {
+            let text = format!("{head}{tail}");
+            let at = text.find("${it").unwrap() + 4;
+            let items = completions(&text, at);
+            let names = labels(&items);
+            for want in ["item", "item_index"] {
+                assert!(names.contains(&want), "{tail:?}: {names:?}");
+            }
+            let at = text.find("${it").unwrap() + 2;
+            let names: Vec<String> = completions(&text, at)
+                .into_iter()
+                .map(|c| c.label)
+                .collect();
+            assert!(names.iter().any(|n| n == "listing"), "{tail:?}: {names:?}");
+        }
+        let text = "name: x\nmode: mapreduce\nmap:\n  input: i.json\n  agent_template: [{shell: a}]\nreduce:\n  - shell: \"echo ${map.";
+        let names: Vec<String> = completions(text, text.len())
+            .into_iter()
+            .map(|c| c.label)
+            .collect();
+        assert!(names.iter().any(|n| n == "map.successful"), "{names:?}");
     }
 
     #[test]
