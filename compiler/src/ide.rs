@@ -208,7 +208,10 @@ fn keys(text: &str, offset: usize, line_start: usize) -> Vec<Completion> {
                 if let Some(first) = entries.first() {
                     let start = file.line_col(first.key.span.start);
                     let end = file.line_col(node.span.end);
+                    // A new list item (`- ` typed) starts a mapping of its own.
+                    let fresh = item_indent.is_some() && start.line < cursor_line;
                     if u32::try_from(start.column - 1).unwrap_or(0) == column
+                        && !fresh
                         && start.line <= cursor_line
                         && end.line + 1 >= cursor_line
                     {
@@ -257,11 +260,15 @@ fn top_level(root: Option<&Node>) -> Vec<Completion> {
     key_items(&shapes::WORKFLOW, &present)
 }
 
+/// The keys a mapping may still take: those written today, not yet present, and no second
+/// command in a step that has one.
 fn key_items(shape: &Shape, present: &[&str]) -> Vec<Completion> {
+    let has_command = std::ptr::eq(shape, &shapes::STEP)
+        && present.iter().any(|k| shapes::COMMAND_KINDS.contains(k));
     shape
-        .keys
-        .iter()
-        .filter(|k| !present.contains(&k.name) && !k.doc.starts_with("Removed"))
+        .current()
+        .filter(|k| !present.contains(&k.name))
+        .filter(|k| !(has_command && shapes::COMMAND_KINDS.contains(&k.name)))
         .map(|k| Completion {
             label: k.name.to_owned(),
             detail: k.doc.to_owned(),
@@ -412,6 +419,38 @@ mod tests {
             .map(|c| c.label)
             .collect();
         assert!(names.iter().any(|n| n == "map.successful"), "{names:?}");
+    }
+
+    /// A step with a command is offered no second one, and no deprecated or removed key.
+    #[test]
+    fn step_keys_leave_out_a_second_command_and_old_keys() {
+        let text = "- shell: make\n  \n";
+        let items = completions(text, text.len() - 1);
+        let names = labels(&items);
+        assert!(names.contains(&"timeout"), "{names:?}");
+        for refused in [
+            "shell",
+            "claude",
+            "write_file",
+            "foreach",
+            "test",
+            "command",
+            "analyze",
+            "goal_seek",
+            "analysis",
+        ] {
+            assert!(!names.contains(&refused), "{refused}: {names:?}");
+        }
+        // A new item is a new step, whatever the step above it has.
+        let text = "- shell: make\n- \n";
+        let items = completions(text, text.len() - 1);
+        let names = labels(&items);
+        for offered in ["shell", "claude", "write_file", "foreach"] {
+            assert!(names.contains(&offered), "{offered}: {names:?}");
+        }
+        for refused in ["test", "command", "analyze", "goal_seek"] {
+            assert!(!names.contains(&refused), "{refused}: {names:?}");
+        }
     }
 
     #[test]
