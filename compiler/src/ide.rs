@@ -263,7 +263,7 @@ fn top_level(root: Option<&Node>) -> Vec<Completion> {
 /// The keys a mapping may still take: those written today, not yet present, and no second
 /// command in a step that has one.
 fn key_items(shape: &Shape, present: &[&str]) -> Vec<Completion> {
-    let has_command = std::ptr::eq(shape, &shapes::STEP)
+    let has_command = shape.name == shapes::STEP.name
         && present.iter().any(|k| shapes::COMMAND_KINDS.contains(k));
     shape
         .current()

@@ -76,10 +76,10 @@ fn object(shape: &Shape) -> Value {
         .filter(|k| k.required)
         .map(|k| k.name)
         .collect();
-    if let Some(map) = object.as_object_mut() {
-        if !required.is_empty() {
-            map.insert("required".to_owned(), json!(required));
-        }
+    if let Some(map) = object.as_object_mut()
+        && !required.is_empty()
+    {
+        map.insert("required".to_owned(), json!(required));
     }
     object
 }

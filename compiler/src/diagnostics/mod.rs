@@ -644,7 +644,7 @@ mod tests {
             let diagnostic = Diagnostic::new(Code::UnknownKey, "unknown key `bogus` in a step")
                 .with_primary(Span::new(at, at + 5), "unknown key");
             let out = render_human(&file, std::slice::from_ref(&diagnostic), 100, false);
-            let column = file.line_col(at as u32).column;
+            let column = file.line_col(u32::try_from(at).unwrap()).column;
             assert_eq!(column, text[..at].chars().count() + 1);
             assert!(out.contains(&format!("[emoji.yml:1:{column}]")), "{out}");
         }

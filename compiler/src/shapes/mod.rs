@@ -389,7 +389,7 @@ mod tests {
                     target.name
                 ),
                 Ty::List(inner) | Ty::Map(inner) | Ty::Keyed { value: inner, .. } => {
-                    walk(inner, at, shape)
+                    walk(inner, at, shape);
                 }
                 Ty::OneOf(forms) => forms.iter().for_each(|f| walk(f, at, shape)),
                 _ => {}
