@@ -280,8 +280,31 @@ fn key_items(shape: &Shape, present: &[&str]) -> Vec<Completion> {
 /// The workflow of a document being typed into at `typing` (from the `${` to the end of its
 /// line): as written, else without what is being typed, its string closed (`"echo ${it`
 /// does not parse until the quote is closed).
-fn workflow_while_typing(text: &str, typing: Range<usize>) -> Option<crate::ast::Workflow> {
-    let compiled = |text: &str| crate::check(&SourceFile::new("complete.yml", text)).workflow;
+/// Also the keys of the mappings the cursor is in, outermost first (`map`, `agent_template`).
+fn workflow_while_typing(
+    text: &str,
+    typing: Range<usize>,
+) -> Option<(crate::ast::Workflow, Vec<String>)> {
+    let compiled = |text: &str| {
+        let file = SourceFile::new("complete.yml", text);
+        let workflow = crate::check(&file).workflow?;
+        let at = u32::try_from(typing.start).ok()?;
+        let mut path = Vec::new();
+        let root = syntax::parse(&file).root;
+        let mut node = root.as_ref();
+        let inside = |n: &Node| n.span.start <= at && at <= n.span.end;
+        while let Some(current) = node {
+            node = match &current.kind {
+                NodeKind::Map(entries) => entries.iter().find(|e| inside(&e.value)).map(|e| {
+                    path.push(e.key.text().unwrap_or_default().to_owned());
+                    &e.value
+                }),
+                NodeKind::Seq(items) => items.iter().find(|i| inside(i)),
+                NodeKind::Scalar { .. } => None,
+            };
+        }
+        Some((workflow, path))
+    };
     compiled(text).or_else(|| {
         let (before, after) = (text.get(..typing.start)?, text.get(typing.end..)?);
         ["", "\"", "'"]
@@ -293,7 +316,7 @@ fn workflow_while_typing(text: &str, typing: Range<usize>) -> Option<crate::ast:
 /// Variables for `${` typed at `typing`: what the workflow defines, and the built-in roots.
 fn variables(text: &str, typing: Range<usize>, typed: &str) -> Vec<Completion> {
     let mut names: Vec<(String, &str)> = Vec::new();
-    if let Some(workflow) = &workflow_while_typing(text, typing) {
+    if let Some((workflow, path)) = &workflow_while_typing(text, typing) {
         for var in workflow
             .env
             .iter()
@@ -323,18 +346,25 @@ fn variables(text: &str, typing: Range<usize>, typed: &str) -> Vec<Completion> {
             }
         }
         names.extend(captures);
-        let mapreduce = workflow.map.is_some();
-        if mapreduce {
-            names.extend(
-                crate::scope::ITEM_NAMES
-                    .iter()
-                    .map(|n| ((*n).to_owned(), "the map item (map agents)")),
-            );
-            names.extend(
-                crate::scope::MAP_FIELDS
-                    .iter()
-                    .map(|f| (format!("map.{f}"), "map results (reduce and merge)")),
-            );
+        // The item in the map phase (and a `foreach`), the map's results in `reduce` and
+        // `merge`: where they are in scope (anywhere when the cursor's place is unknown).
+        let phase = path.first().map(String::as_str);
+        let in_foreach = path.iter().any(|k| k == "do" || k == "foreach");
+        if workflow.map.is_some() {
+            if in_foreach || !matches!(phase, Some("setup" | "reduce" | "merge" | "commands")) {
+                names.extend(
+                    crate::scope::ITEM_NAMES
+                        .iter()
+                        .map(|n| ((*n).to_owned(), "the map item (map agents)")),
+                );
+            }
+            if matches!(phase, None | Some("reduce" | "merge")) {
+                names.extend(
+                    crate::scope::MAP_FIELDS
+                        .iter()
+                        .map(|f| (format!("map.{f}"), "map results (reduce and merge)")),
+                );
+            }
         }
     }
     names.extend(
@@ -419,6 +449,15 @@ mod tests {
             .map(|c| c.label)
             .collect();
         assert!(names.iter().any(|n| n == "map.successful"), "{names:?}");
+        // Each where it is in scope: no `item` in `reduce`, no `map.*` in the map phase.
+        assert!(!names.iter().any(|n| n == "item"), "{names:?}");
+        let text = format!("{head}    - shell: \"echo ${{");
+        let names: Vec<String> = completions(&text, text.len())
+            .into_iter()
+            .map(|c| c.label)
+            .collect();
+        assert!(names.iter().any(|n| n == "item"), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("map.")), "{names:?}");
     }
 
     /// A step with a command is offered no second one, and no deprecated or removed key.
@@ -509,6 +548,8 @@ mod tests {
         // Map variables come from the same tables the scope check uses.
         let map = "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: echo ${";
         let names = completions(map, map.len());
+        let reduce = format!("{map}item}}\nreduce:\n  - shell: echo ${{");
+        let names = [names, completions(&reduce, reduce.len())].concat();
         for name in [
             "item_total",
             "map.dlq_count",
