@@ -448,6 +448,9 @@ pub(crate) fn sarif(files: &[(SourceFile, Vec<Diagnostic>)]) -> serde_json::Valu
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "runs": [{
             "tool": {"driver": {"name": "prodigy", "version": env!("CARGO_PKG_VERSION"), "rules": rules}},
+            // Columns count characters (Unicode scalar values), as `--format json` does;
+            // SARIF's default would be UTF-16 code units.
+            "columnKind": "unicodeCodePoints",
             "results": results,
         }],
     })
@@ -460,9 +463,18 @@ fn level(severity: Severity) -> &'static str {
     }
 }
 
-/// A relative path as a SARIF URI (forward slashes).
+/// A path as a SARIF URI reference (RFC 3986): forward slashes, and every byte but the
+/// unreserved characters and `/` percent-encoded (`my file#1.yml` is `my%20file%231.yml`).
 fn uri(name: &str) -> String {
-    name.replace('\\', "/")
+    let mut out = String::with_capacity(name.len());
+    for byte in name.replace('\\', "/").bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
 }
 
 /// GitHub Actions workflow commands: `::error file=…,line=…::message`, one per diagnostic.

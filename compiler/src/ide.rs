@@ -4,6 +4,8 @@
 //! the same tables lowering checks keys against. A half-typed document still gets answers:
 //! when the text does not parse, the line under the cursor is blanked and parsing retried.
 
+use std::ops::Range;
+
 use crate::shapes::{self, Shape, Ty};
 use crate::source::SourceFile;
 use crate::syntax::{self, Node, NodeKind};
@@ -44,7 +46,7 @@ fn shape_of(at: At, node: &Node) -> Option<&'static Shape> {
         At::Step | At::Steps => Some(&shapes::STEP),
         At::Ty(ty) => match ty {
             Ty::Object(shape) => Some(shape),
-            Ty::Step | Ty::Steps => Some(&shapes::STEP),
+            Ty::Step | Ty::HandlerStep | Ty::Steps => Some(&shapes::STEP),
             Ty::OneOf(options) => {
                 // `on_failure`: the detailed form is the mapping with `commands`.
                 let has_commands = node
@@ -54,7 +56,7 @@ fn shape_of(at: At, node: &Node) -> Option<&'static Shape> {
                     .iter()
                     .filter_map(|o| match o {
                         Ty::Object(s) => Some(*s),
-                        Ty::Step | Ty::Steps => Some(&shapes::STEP),
+                        Ty::Step | Ty::HandlerStep | Ty::Steps => Some(&shapes::STEP),
                         _ => None,
                     })
                     .collect();
@@ -84,13 +86,14 @@ fn child(at: At, node: &Node, key: Option<&str>) -> Option<At> {
                 _ => Some(At::Step),
             }
         }
-        (At::Ty(Ty::List(inner)), None) | (At::Ty(Ty::Map(inner)), Some(_)) => Some(At::Ty(inner)),
+        (At::Ty(Ty::List(inner)), None)
+        | (At::Ty(Ty::Map(inner) | Ty::Keyed { value: inner, .. }), Some(_)) => Some(At::Ty(inner)),
         (_, Some(key)) => {
             let shape = shape_of(at, node)?;
             let k = shape.key(key)?;
             Some(match &k.ty {
                 Ty::Steps => At::Steps,
-                Ty::Step => At::Step,
+                Ty::Step | Ty::HandlerStep => At::Step,
                 other => At::Ty(other),
             })
         }
@@ -172,7 +175,8 @@ pub fn completions(text: &str, offset: usize) -> Vec<Completion> {
     if let Some(open) = before.rfind("${")
         && !before[open..].contains('}')
     {
-        return variables(text, &before[open + 2..]);
+        let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+        return variables(text, line_start + open..line_end, &before[open + 2..]);
     }
     keys(text, offset, line_start)
 }
@@ -204,7 +208,10 @@ fn keys(text: &str, offset: usize, line_start: usize) -> Vec<Completion> {
                 if let Some(first) = entries.first() {
                     let start = file.line_col(first.key.span.start);
                     let end = file.line_col(node.span.end);
+                    // A new list item (`- ` typed) starts a mapping of its own.
+                    let fresh = item_indent.is_some() && start.line < cursor_line;
                     if u32::try_from(start.column - 1).unwrap_or(0) == column
+                        && !fresh
                         && start.line <= cursor_line
                         && end.line + 1 >= cursor_line
                     {
@@ -253,11 +260,15 @@ fn top_level(root: Option<&Node>) -> Vec<Completion> {
     key_items(&shapes::WORKFLOW, &present)
 }
 
+/// The keys a mapping may still take: those written today, not yet present, and no second
+/// command in a step that has one.
 fn key_items(shape: &Shape, present: &[&str]) -> Vec<Completion> {
+    let has_command = shape.name == shapes::STEP.name
+        && present.iter().any(|k| shapes::COMMAND_KINDS.contains(k));
     shape
-        .keys
-        .iter()
-        .filter(|k| !present.contains(&k.name) && !k.doc.starts_with("Removed"))
+        .current()
+        .filter(|k| !present.contains(&k.name))
+        .filter(|k| !(has_command && shapes::COMMAND_KINDS.contains(&k.name)))
         .map(|k| Completion {
             label: k.name.to_owned(),
             detail: k.doc.to_owned(),
@@ -266,12 +277,46 @@ fn key_items(shape: &Shape, present: &[&str]) -> Vec<Completion> {
         .collect()
 }
 
-/// Variables for `${`: what the workflow defines, and the built-in roots.
-fn variables(text: &str, typed: &str) -> Vec<Completion> {
-    let file = SourceFile::new("complete.yml", text);
+/// The workflow of a document being typed into at `typing` (from the `${` to the end of its
+/// line): as written, else without what is being typed, its string closed (`"echo ${it`
+/// does not parse until the quote is closed).
+/// Also the keys of the mappings the cursor is in, outermost first (`map`, `agent_template`).
+fn workflow_while_typing(
+    text: &str,
+    typing: Range<usize>,
+) -> Option<(crate::ast::Workflow, Vec<String>)> {
+    let compiled = |text: &str| {
+        let file = SourceFile::new("complete.yml", text);
+        let workflow = crate::check(&file).workflow?;
+        let at = u32::try_from(typing.start).ok()?;
+        let mut path = Vec::new();
+        let root = syntax::parse(&file).root;
+        let mut node = root.as_ref();
+        let inside = |n: &Node| n.span.start <= at && at <= n.span.end;
+        while let Some(current) = node {
+            node = match &current.kind {
+                NodeKind::Map(entries) => entries.iter().find(|e| inside(&e.value)).map(|e| {
+                    path.push(e.key.text().unwrap_or_default().to_owned());
+                    &e.value
+                }),
+                NodeKind::Seq(items) => items.iter().find(|i| inside(i)),
+                NodeKind::Scalar { .. } => None,
+            };
+        }
+        Some((workflow, path))
+    };
+    compiled(text).or_else(|| {
+        let (before, after) = (text.get(..typing.start)?, text.get(typing.end..)?);
+        ["", "\"", "'"]
+            .into_iter()
+            .find_map(|close| compiled(&format!("{before}{close}{after}")))
+    })
+}
+
+/// Variables for `${` typed at `typing`: what the workflow defines, and the built-in roots.
+fn variables(text: &str, typing: Range<usize>, typed: &str) -> Vec<Completion> {
     let mut names: Vec<(String, &str)> = Vec::new();
-    let checked = crate::check(&file);
-    if let Some(workflow) = &checked.workflow {
+    if let Some((workflow, path)) = &workflow_while_typing(text, typing) {
         for var in workflow
             .env
             .iter()
@@ -301,18 +346,25 @@ fn variables(text: &str, typed: &str) -> Vec<Completion> {
             }
         }
         names.extend(captures);
-        let mapreduce = workflow.map.is_some();
-        if mapreduce {
-            names.extend(
-                crate::scope::ITEM_NAMES
-                    .iter()
-                    .map(|n| ((*n).to_owned(), "the map item (map agents)")),
-            );
-            names.extend(
-                crate::scope::MAP_FIELDS
-                    .iter()
-                    .map(|f| (format!("map.{f}"), "map results (reduce and merge)")),
-            );
+        // The item in the map phase (and a `foreach`), the map's results in `reduce` and
+        // `merge`: where they are in scope (anywhere when the cursor's place is unknown).
+        let phase = path.first().map(String::as_str);
+        let in_foreach = path.iter().any(|k| k == "do" || k == "foreach");
+        if workflow.map.is_some() {
+            if in_foreach || !matches!(phase, Some("setup" | "reduce" | "merge" | "commands")) {
+                names.extend(
+                    crate::scope::ITEM_NAMES
+                        .iter()
+                        .map(|n| ((*n).to_owned(), "the map item (map agents)")),
+                );
+            }
+            if matches!(phase, None | Some("reduce" | "merge")) {
+                names.extend(
+                    crate::scope::MAP_FIELDS
+                        .iter()
+                        .map(|f| (format!("map.{f}"), "map results (reduce and merge)")),
+                );
+            }
         }
     }
     names.extend(
@@ -364,6 +416,80 @@ mod tests {
 
     fn labels(items: &[Completion]) -> Vec<&str> {
         items.iter().map(|c| c.label.as_str()).collect()
+    }
+
+    /// `${` completes the same names while its string is still open as once it is closed.
+    #[test]
+    fn variables_complete_inside_an_open_string() {
+        let head = "name: x\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: ls\n      capture: listing\n";
+        for tail in [
+            "    - shell: \"echo ${it",
+            "    - shell: \"echo ${it\n",
+            "    - shell: 'echo ${it",
+            "    - shell: echo ${it",
+            "    - shell: \"echo ${it}\"\n",
+        ] {
+            let text = format!("{head}{tail}");
+            let at = text.find("${it").unwrap() + 4;
+            let items = completions(&text, at);
+            let names = labels(&items);
+            for want in ["item", "item_index"] {
+                assert!(names.contains(&want), "{tail:?}: {names:?}");
+            }
+            let at = text.find("${it").unwrap() + 2;
+            let names: Vec<String> = completions(&text, at)
+                .into_iter()
+                .map(|c| c.label)
+                .collect();
+            assert!(names.iter().any(|n| n == "listing"), "{tail:?}: {names:?}");
+        }
+        let text = "name: x\nmode: mapreduce\nmap:\n  input: i.json\n  agent_template: [{shell: a}]\nreduce:\n  - shell: \"echo ${map.";
+        let names: Vec<String> = completions(text, text.len())
+            .into_iter()
+            .map(|c| c.label)
+            .collect();
+        assert!(names.iter().any(|n| n == "map.successful"), "{names:?}");
+        // Each where it is in scope: no `item` in `reduce`, no `map.*` in the map phase.
+        assert!(!names.iter().any(|n| n == "item"), "{names:?}");
+        let text = format!("{head}    - shell: \"echo ${{");
+        let names: Vec<String> = completions(&text, text.len())
+            .into_iter()
+            .map(|c| c.label)
+            .collect();
+        assert!(names.iter().any(|n| n == "item"), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("map.")), "{names:?}");
+    }
+
+    /// A step with a command is offered no second one, and no deprecated or removed key.
+    #[test]
+    fn step_keys_leave_out_a_second_command_and_old_keys() {
+        let text = "- shell: make\n  \n";
+        let items = completions(text, text.len() - 1);
+        let names = labels(&items);
+        assert!(names.contains(&"timeout"), "{names:?}");
+        for refused in [
+            "shell",
+            "claude",
+            "write_file",
+            "foreach",
+            "test",
+            "command",
+            "analyze",
+            "goal_seek",
+            "analysis",
+        ] {
+            assert!(!names.contains(&refused), "{refused}: {names:?}");
+        }
+        // A new item is a new step, whatever the step above it has.
+        let text = "- shell: make\n- \n";
+        let items = completions(text, text.len() - 1);
+        let names = labels(&items);
+        for offered in ["shell", "claude", "write_file", "foreach"] {
+            assert!(names.contains(&offered), "{offered}: {names:?}");
+        }
+        for refused in ["test", "command", "analyze", "goal_seek"] {
+            assert!(!names.contains(&refused), "{refused}: {names:?}");
+        }
     }
 
     #[test]
@@ -422,6 +548,8 @@ mod tests {
         // Map variables come from the same tables the scope check uses.
         let map = "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: echo ${";
         let names = completions(map, map.len());
+        let reduce = format!("{map}item}}\nreduce:\n  - shell: echo ${{");
+        let names = [names, completions(&reduce, reduce.len())].concat();
         for name in [
             "item_total",
             "map.dlq_count",

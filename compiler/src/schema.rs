@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::shapes::{self, Shape, Ty};
+use crate::shapes::{self, Shape, Status, Ty};
 
 /// The JSON Schema of a workflow file.
 pub fn schema() -> Value {
@@ -11,11 +11,19 @@ pub fn schema() -> Value {
     for shape in shapes::SHAPES {
         defs.insert(shape.name.to_owned(), object(shape));
     }
+    let mapping = format!("#/$defs/{}", shapes::STEP.name);
     defs.insert(
         "step".to_owned(),
         json!({
             "description": "One step: a mapping with exactly one command kind, or a string (a Claude command).",
-            "anyOf": [{"type": "string"}, {"$ref": format!("#/$defs/{}", shapes::STEP.name)}],
+            "anyOf": [{"type": "string"}, {"allOf": [{"$ref": mapping}, one_command(&[])]}],
+        }),
+    );
+    defs.insert(
+        "handler_step".to_owned(),
+        json!({
+            "description": "One step run by `on_success` or `on_exit_code`: a step, or a mapping with both `shell` and `claude`, which runs the shell command, then Claude.",
+            "anyOf": [{"type": "string"}, {"allOf": [{"$ref": mapping}, one_command(&["shell", "claude"])]}],
         }),
     );
     defs.insert(
@@ -37,19 +45,66 @@ fn object(shape: &Shape) -> Value {
         .keys
         .iter()
         .map(|k| {
-            let mut schema = ty(&k.ty);
+            let mut schema = match k.status {
+                // Refused whatever its value; editors show the message (`errorMessage` is
+                // read by yaml-language-server, `description` by every editor).
+                Status::Removed => json!({"not": {}, "deprecated": true, "errorMessage": k.doc}),
+                Status::Deprecated => {
+                    let mut schema = ty(&k.ty);
+                    if let Some(map) = schema.as_object_mut() {
+                        map.insert("deprecated".to_owned(), Value::Bool(true));
+                    }
+                    schema
+                }
+                Status::Current => ty(&k.ty),
+            };
             if let Some(map) = schema.as_object_mut() {
                 map.insert("description".to_owned(), Value::String(k.doc.to_owned()));
             }
             (k.name.to_owned(), schema)
         })
         .collect();
-    json!({
+    let mut object = json!({
         "type": "object",
         "description": shape.doc,
         "properties": properties,
         "additionalProperties": false,
-    })
+    });
+    let required: Vec<&str> = shape
+        .keys
+        .iter()
+        .filter(|k| k.required)
+        .map(|k| k.name)
+        .collect();
+    if let Some(map) = object.as_object_mut()
+        && !required.is_empty()
+    {
+        map.insert("required".to_owned(), json!(required));
+    }
+    object
+}
+
+/// A step has exactly one command, or is the legacy `name:` form (V003, V004); the
+/// commands in TOGETHER may also come together.
+fn one_command(together: &[&str]) -> Value {
+    let kinds = shapes::COMMAND_KINDS;
+    let some: Vec<Value> = kinds
+        .iter()
+        .chain(&["name"])
+        .map(|k| json!({"required": [k]}))
+        .collect();
+    let alone: Map<String, Value> = kinds
+        .iter()
+        .map(|k| {
+            let others: Map<String, Value> = kinds
+                .iter()
+                .filter(|o| o != &k && !(together.contains(o) && together.contains(k)))
+                .map(|o| ((*o).to_owned(), Value::Bool(false)))
+                .collect();
+            ((*k).to_owned(), json!({"properties": others}))
+        })
+        .collect();
+    json!({"anyOf": some, "dependentSchemas": alone})
 }
 
 fn ty(t: &Ty) -> Value {
@@ -83,8 +138,21 @@ fn ty(t: &Ty) -> Value {
         Ty::List(inner) => json!({"type": "array", "items": ty(inner)}),
         Ty::Object(shape) => json!({"$ref": format!("#/$defs/{}", shape.name)}),
         Ty::Map(inner) => json!({"type": "object", "additionalProperties": ty(inner)}),
+        Ty::Keyed {
+            pattern,
+            what,
+            value,
+        } => json!({
+            "type": "object",
+            "propertyNames": {"pattern": pattern, "description": what},
+            "additionalProperties": ty(value),
+        }),
+        Ty::Matching { pattern, what } => {
+            json!({"type": "string", "pattern": pattern, "description": what})
+        }
         Ty::OneOf(options) => json!({"anyOf": options.iter().map(ty).collect::<Vec<_>>()}),
         Ty::Step => json!({"$ref": "#/$defs/step"}),
+        Ty::HandlerStep => json!({"$ref": "#/$defs/handler_step"}),
         Ty::Steps => json!({"$ref": "#/$defs/steps"}),
         Ty::Any => json!({}),
     }

@@ -611,6 +611,123 @@ fn sarif_output_has_rules_and_results() {
     }
 }
 
+/// The structure SARIF 2.1.0 requires of what `check` writes (the required properties and
+/// value forms of the OASIS schema for the objects it uses), as a JSON Schema.
+fn sarif_structure() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "required": ["version", "runs"],
+        "properties": {
+            "version": {"enum": ["2.1.0"]},
+            "runs": {"type": "array", "items": {"$ref": "#/$defs/run"}},
+        },
+        "$defs": {
+            "run": {
+                "type": "object",
+                "required": ["tool"],
+                "properties": {
+                    "tool": {
+                        "type": "object",
+                        "required": ["driver"],
+                        "properties": {"driver": {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {"rules": {"type": "array", "items": {
+                                "type": "object", "required": ["id"],
+                            }}},
+                        }},
+                    },
+                    "columnKind": {"enum": ["utf16CodeUnits", "unicodeCodePoints"]},
+                    "results": {"type": "array", "items": {"$ref": "#/$defs/result"}},
+                },
+            },
+            "result": {
+                "type": "object",
+                "required": ["message"],
+                "properties": {
+                    "message": {"type": "object", "required": ["text"]},
+                    "ruleIndex": {"type": "integer", "minimum": -1},
+                    "level": {"enum": ["none", "note", "warning", "error"]},
+                    "locations": {"type": "array", "items": {"$ref": "#/$defs/location"}},
+                    "relatedLocations": {"type": "array", "items": {"$ref": "#/$defs/location"}},
+                },
+            },
+            "location": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "integer", "minimum": -1},
+                    "physicalLocation": {
+                        "type": "object",
+                        "properties": {
+                            "artifactLocation": {"$ref": "#/$defs/artifactLocation"},
+                            "region": {"$ref": "#/$defs/region"},
+                        },
+                    },
+                },
+            },
+            "artifactLocation": {
+                "type": "object",
+                "properties": {"uri": {"type": "string", "format": "uri-reference"}},
+            },
+            "region": {
+                "type": "object",
+                "properties": {
+                    "startLine": {"type": "integer", "minimum": 1},
+                    "startColumn": {"type": "integer", "minimum": 1},
+                    "endLine": {"type": "integer", "minimum": 1},
+                    "endColumn": {"type": "integer", "minimum": 1},
+                },
+            },
+        },
+    })
+}
+
+/// A file whose name needs percent-encoding, with an error after emoji on its line: SARIF's
+/// URI is RFC 3986, its columns are of the kind it declares and equal to `--format json`'s,
+/// and the human report's `file:line:column` counts characters too.
+#[test]
+fn sarif_uris_are_encoded_and_every_format_counts_columns_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "my file%20#1.yml";
+    let text = "- {shell: \"echo 🎉🎉🎉\", bogus: 1}\n";
+    std::fs::write(dir.path().join(name), text).unwrap();
+    let column = text[..text.find("bogus").unwrap()].chars().count() + 1;
+    let run = |format: &str| {
+        prodigy()
+            .current_dir(dir.path())
+            .args(["check", "--format", format, name])
+            .assert()
+            .code(1)
+            .get_output()
+            .clone()
+    };
+    let sarif: serde_json::Value = serde_json::from_slice(&run("sarif").stdout).unwrap();
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&sarif_structure())
+        .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&sarif)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let run0 = &sarif["runs"][0];
+    assert_eq!(run0["columnKind"], "unicodeCodePoints");
+    let location = &run0["results"][0]["locations"][0]["physicalLocation"];
+    assert_eq!(
+        location["artifactLocation"]["uri"],
+        "my%20file%2520%231.yml"
+    );
+    assert_eq!(location["region"]["startColumn"], column);
+    let json: serde_json::Value = serde_json::from_slice(&run("json").stdout).unwrap();
+    assert_eq!(json["diagnostics"][0]["column"], column);
+    let github = String::from_utf8(run("github").stdout).unwrap();
+    assert!(github.contains(&format!(",col={column},")), "{github}");
+    let human = run("human");
+    let human = String::from_utf8_lossy(&human.stdout) + String::from_utf8_lossy(&human.stderr);
+    assert!(human.contains(&format!("[{name}:1:{column}]")), "{human}");
+}
+
 #[test]
 fn github_output_is_workflow_commands() {
     prodigy()

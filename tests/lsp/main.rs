@@ -287,6 +287,53 @@ fn hover_and_completion() {
     finish(client);
 }
 
+/// `${` completes while its string is still open, as it does once the string is closed.
+#[test]
+fn variables_complete_while_the_string_is_open() {
+    let mut client = start_session(&["utf-16"]);
+    let text = "name: x\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo ${it";
+    open(&mut client, text);
+    let _ = client.diagnostics();
+    let completion = client.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": URI}, "position": {"line": 5, "character": 24}}),
+    );
+    let labels: Vec<&str> = completion
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        labels.contains(&"item") && labels.contains(&"item_index"),
+        "{labels:?}"
+    );
+    finish(client);
+}
+
+/// A step that has a command is offered no second one, nor a deprecated or removed key.
+#[test]
+fn key_completion_offers_one_command_and_no_old_keys() {
+    let mut client = start_session(&["utf-16"]);
+    open(&mut client, "commands:\n  - shell: make\n    \n");
+    let _ = client.diagnostics();
+    let completion = client.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": URI}, "position": {"line": 2, "character": 4}}),
+    );
+    let labels: Vec<&str> = completion
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    assert!(labels.contains(&"on_failure"), "{labels:?}");
+    for refused in ["claude", "write_file", "test", "command", "analyze"] {
+        assert!(!labels.contains(&refused), "{refused}: {labels:?}");
+    }
+    finish(client);
+}
+
 #[test]
 fn sure_fixes_are_offered_as_quick_fixes() {
     let mut client = start_session(&["utf-16"]);

@@ -116,3 +116,80 @@ fn claude_settings_and_defaults_are_in_the_schema() {
         );
     }
 }
+
+/// The `err` fixtures whose error JSON Schema can express: the schema refuses each, as
+/// `check` does.
+const REFUSED: &[&str] = &[
+    "V001-unknown-claude-setting",
+    "V001-unknown-key",
+    "V002-claude-without-prompt",
+    "V002-missing-key",
+    "V003-no-command",
+    "V004-multiple-commands",
+    "V009-removed-feature",
+    "V101-wrong-type",
+    "V102-delay-without-unit",
+    "V103-claude-budget",
+    "V103-out-of-range",
+    "V104-permission-mode",
+    "V104-unknown-variant",
+    "V105-invalid-exit-code",
+    "V107-invalid-file-mode",
+];
+
+#[test]
+fn the_err_fixtures_it_can_express_fail() {
+    let validator = validator();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workflows/err");
+    for stem in REFUSED {
+        let text = std::fs::read_to_string(dir.join(format!("{stem}.yml"))).unwrap();
+        assert!(
+            !validator.is_valid(&as_json(&text)),
+            "the schema accepts workflows/err/{stem}.yml"
+        );
+    }
+}
+
+#[test]
+fn removed_required_and_patterned_keys_agree_with_check() {
+    let validator = validator();
+    for text in [
+        "- shell: make\n  on_exit_code:\n    1: {shell: a}\n    \"255\": [{shell: b}]\n",
+        "- shell: make\n  on_success:\n    shell: a\n    claude: /b\n",
+        "- write_file: {path: a.txt, content: x, mode: \"0755\"}\n",
+        "- name: legacy-command\n",
+    ] {
+        let errors: Vec<String> = validator
+            .iter_errors(&as_json(text))
+            .map(|e| format!("{e} at {}", e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{text}: {errors:?}");
+    }
+    for text in [
+        "- goal_seek: {goal: x}\n",
+        "- shell: make\n  on_exit_code:\n    256: {shell: a}\n",
+        "- write_file: {content: x}\n",
+        "- write_file: {path: a.txt, content: x, mode: \"0o8\"}\n",
+        "- shell: make\n  write_file: {path: a.txt, content: x}\n",
+        "- test: {on_failure: true}\n",
+    ] {
+        assert!(
+            !validator.is_valid(&as_json(text)),
+            "the schema accepts:\n{text}"
+        );
+    }
+    // A removed key carries the message that says what replaces it; a deprecated one is marked.
+    let schema = prodigy_compiler::schema::schema();
+    let analyze = &schema["$defs"]["step_mapping"]["properties"]["analyze"];
+    assert_eq!(analyze["not"], serde_json::json!({}));
+    assert!(
+        analyze["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("run an analysis tool with `shell:`")
+    );
+    assert_eq!(
+        schema["$defs"]["step_mapping"]["properties"]["test"]["deprecated"],
+        true
+    );
+}

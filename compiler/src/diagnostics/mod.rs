@@ -215,16 +215,25 @@ impl SourceCode for Text {
             .ok_or(miette::MietteError::OutOfBounds)?;
         let local = miette::SourceSpan::new((start - base).into(), span.len());
         let contents = window.read_span(&local, context_lines_before, context_lines_after)?;
+        let offset = contents.span().offset() + base;
         Ok(Box::new(miette::MietteSpanContents::new(
             contents.data(),
-            miette::SourceSpan::new(
-                (contents.span().offset() + base).into(),
-                contents.span().len(),
-            ),
+            miette::SourceSpan::new(offset.into(), contents.span().len()),
             contents.line() + first,
-            contents.column(),
+            self.chars_before(offset, contents.column()),
             contents.line_count() + first,
         )))
+    }
+}
+
+impl Text {
+    /// The column of OFFSET in characters, as `--format json`, SARIF and GitHub count it,
+    /// from its column in bytes, as miette counts it.
+    fn chars_before(&self, offset: usize, bytes: usize) -> usize {
+        offset
+            .checked_sub(bytes)
+            .and_then(|line_start| self.text.get(line_start..offset))
+            .map_or(bytes, |before| before.chars().count())
     }
 }
 
@@ -260,8 +269,8 @@ impl SourceCode for Source {
     }
 }
 
-/// One line of a clipped view: the bytes of ellipsis before the original text, and the
-/// original column of that text (in bytes, as miette counts columns).
+/// One line of a clipped view: the characters of ellipsis before the original text, and
+/// the original column of that text (in characters, as [`Text`] reports columns).
 #[derive(Clone, Copy, Debug)]
 struct ViewLine {
     prefix: usize,
@@ -375,8 +384,11 @@ impl Clipped {
             }
             kept.push((keep_start, keep_end, view_start, view.len()));
             lines.push(ViewLine {
-                prefix: if prefix { '…'.len_utf8() } else { 0 },
-                column: keep_start - start,
+                prefix: usize::from(prefix),
+                column: text
+                    .text
+                    .get(start..keep_start)
+                    .map_or(0, |t| t.chars().count()),
             });
             if line < last_line {
                 view.push('\n');
@@ -619,6 +631,23 @@ mod tests {
         let underline = lines[source + 1];
         let col = |l: &str, pat: &str| l[..l.find(pat).unwrap()].chars().count();
         assert_eq!(col(lines[source], "bogus"), col(underline, "─"), "{out}");
+    }
+
+    /// The report's `file:line:column` counts characters, as `--format json`, SARIF and
+    /// GitHub do (miette counts bytes: `1:27` for column 21 after three emoji).
+    #[test]
+    fn the_column_counts_characters_on_short_and_clipped_lines() {
+        for pad in ["", &"x".repeat(500)] {
+            let text = format!("- {{shell: \"🎉🎉🎉{pad}\", bogus: 1}}\n");
+            let file = SourceFile::new("emoji.yml", text.clone());
+            let at = text.find("bogus").unwrap();
+            let diagnostic = Diagnostic::new(Code::UnknownKey, "unknown key `bogus` in a step")
+                .with_primary(Span::new(at, at + 5), "unknown key");
+            let out = render_human(&file, std::slice::from_ref(&diagnostic), 100, false);
+            let column = file.line_col(u32::try_from(at).unwrap()).column;
+            assert_eq!(column, text[..at].chars().count() + 1);
+            assert!(out.contains(&format!("[emoji.yml:1:{column}]")), "{out}");
+        }
     }
 
     #[test]

@@ -116,6 +116,11 @@ impl Lowerer<'_> {
         };
         let known = shape.names();
         let known = known.as_slice();
+        // Messages name only the keys written today, never a deprecated or removed one.
+        let mut current: Vec<&str> = shape.current().map(|k| k.name).collect();
+        if current.is_empty() {
+            current = known.to_vec();
+        }
         let mut entries = Vec::with_capacity(map.len());
         for entry in map {
             let Some(key) = entry.key.text().filter(|_| entry.key.as_map().is_none()) else {
@@ -129,11 +134,11 @@ impl Lowerer<'_> {
             if known.contains(&key) {
                 entries.push((key, entry));
             } else {
-                self.unknown_key(entry, key, what, known);
+                self.unknown_key(entry, key, what, &current);
                 // The did-you-mean is a sure fix unless the mapping already has that key.
                 if let (Some(last), Some(suggested)) = (
                     self.diagnostics.last_mut(),
-                    suggest(key, known.iter().copied()),
+                    suggest(key, current.iter().copied()),
                 ) && !map.iter().any(|e| e.key.text() == Some(suggested))
                 {
                     last.fix = Some(Fix::replace(

@@ -14,14 +14,7 @@ use crate::shapes;
 use crate::source::{Span, Spanned};
 use crate::syntax::{Entry, Node, NodeKind, Scalar};
 
-pub(crate) const COMMAND_KINDS: &[&str] = &[
-    "shell",
-    "claude",
-    "write_file",
-    "foreach",
-    "test",
-    "command",
-];
+pub(crate) use crate::shapes::COMMAND_KINDS;
 
 /// Where a step sits, for the few keys whose meaning depends on it.
 #[derive(Clone, Copy, Debug, Default)]

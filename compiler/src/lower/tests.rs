@@ -653,3 +653,30 @@ fn a_max_delay_set_twice_names_the_retry_mapping_it_is_in() {
     let policy = "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: \"true\"\nerror_policy:\n  retry_config:\n    max_attempts: 2\n    max_delay: 1s\n    backoff:\n      exponential:\n        base: 2\n        max_delay: 2s\n";
     assert_eq!(labels(policy), ["and in `error_policy.retry_config`"]);
 }
+
+/// V001 lists the keys written today: no removed (`analyze`, `goal_seek`) or deprecated
+/// (`test`, `command`) key, and suggests none of them.
+#[test]
+fn unknown_key_help_names_only_current_keys() {
+    let checked = crate::check(&SourceFile::new("t.yml", "- shell: x\n  zzzzzzzzzz: 1\n"));
+    let help = checked.diagnostics[0].help.clone().unwrap();
+    assert!(
+        help.contains("`shell`") && help.contains("`timeout`"),
+        "{help}"
+    );
+    for old in [
+        "`analyze`",
+        "`goal_seek`",
+        "`test`",
+        "`command`",
+        "`analysis`",
+    ] {
+        assert!(!help.contains(old), "{old}: {help}");
+    }
+    let checked = crate::check(&SourceFile::new("t.yml", "- shell: x\n  analyse: 1\n"));
+    let help = checked.diagnostics[0].help.clone().unwrap();
+    assert!(
+        !help.contains("`analyze`") && !help.contains("`analysis`"),
+        "{help}"
+    );
+}

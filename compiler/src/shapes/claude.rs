@@ -1,6 +1,6 @@
 //! A Claude call's settings: a `claude` step's own, and the workflow's defaults.
 
-use super::{Key, PERMISSION_MODES, Shape, TEXTS_TY, Ty, key};
+use super::{Key, PERMISSION_MODES, Shape, TEXTS_TY, Ty, key, required};
 
 const CLAUDE_MODEL: Key = key(
     "model",
@@ -95,7 +95,7 @@ pub static CLAUDE_STEP: Shape = Shape {
     name: "claude_call",
     doc: "A Claude command with the settings of its call; a field left out is the workflow's `claude:` default.",
     keys: &[
-        key(
+        required(
             "prompt",
             Ty::Template,
             "The prompt or slash command, such as `/fix ${item}`.",

@@ -2,7 +2,7 @@
 
 use super::{
     BACKOFF_KINDS, BACKOFF_TY, CLAUDE_TY, HANDLER_COMMANDS_TY, MATCHER_TY, RETRY_MATCHERS, Shape,
-    Ty, key,
+    Ty, deprecated, key, required,
 };
 
 /// `on_failure` as a mapping with `commands`.
@@ -90,7 +90,7 @@ pub static ON_FAILURE_ADVANCED: Shape = Shape {
             "The handler must create a git commit (default false).",
         ),
         key("timeout", Ty::Duration, "Time limit for the handler."),
-        key(
+        deprecated(
             "retry_original",
             Ty::Bool,
             "Deprecated: `true` means `max_attempts` of at least 2.",
@@ -388,7 +388,7 @@ pub static RETRY_ON_PATTERN: Shape = Shape {
 pub static FALLBACK: Shape = Shape {
     name: "fallback",
     doc: "The command of a `fallback`.",
-    keys: &[key(
+    keys: &[required(
         "command",
         Ty::Template,
         "Command run after the last failed attempt; its result is the step's result.",
@@ -399,7 +399,7 @@ pub static FALLBACK: Shape = Shape {
 pub static RETRY_EXHAUSTED: Shape = Shape {
     name: "retry_exhausted",
     doc: "A `retry_config.on_failure` that runs a fallback command.",
-    keys: &[key(
+    keys: &[required(
         "fallback",
         Ty::OneOf(&[Ty::Template, Ty::Object(&FALLBACK)]),
         "Command run after the last failed attempt, as a string or `{command}`; its result is the step's result.",

@@ -2,7 +2,7 @@
 
 use super::{
     BACKOFF_TY, CAPTURE_FORMATS, ERROR_COLLECTION_TY, ITEM_FAILURE_TY, PHASE_COMMANDS, Shape, Ty,
-    key,
+    key, required,
 };
 
 /// `setup` as a mapping.
@@ -36,7 +36,7 @@ pub static CAPTURE_OUTPUT: Shape = Shape {
     name: "capture_output",
     doc: "One variable captured from a setup command's output.",
     keys: &[
-        key(
+        required(
             "command_index",
             Ty::Int { min: 0 },
             "Index, from 0, of the setup command whose output is captured.",
@@ -84,7 +84,7 @@ pub static MAP: Shape = Shape {
     name: "map",
     doc: "The map phase of a MapReduce workflow: the items, and the steps each item runs.",
     keys: &[
-        key(
+        required(
             "input",
             Ty::Template,
             "JSON file with the items, or a command whose output lists them.",
@@ -130,7 +130,7 @@ pub static MAP: Shape = Shape {
             Ty::Object(&TIMEOUT_CONFIG),
             "Detailed time limits for agents and commands.",
         ),
-        key(
+        required(
             "agent_template",
             Ty::OneOf(&[Ty::Steps, Ty::Object(&PHASE_COMMANDS)]),
             "Steps each item runs, as one agent, with `${item}` set.",
@@ -252,7 +252,7 @@ pub static ERROR_POLICY: Shape = Shape {
 pub static BATCHED: Shape = Shape {
     name: "batched",
     doc: "The parameters of `batched` error collection.",
-    keys: &[key(
+    keys: &[required(
         "size",
         Ty::Int { min: 1 },
         "Errors per report, at least 1.",

@@ -30,8 +30,8 @@ pub use mapreduce::{
     ITEM_FAILURE_CUSTOM, MAP, MERGE, POLICY_RETRY, SETUP, TIMEOUT_CONFIG,
 };
 pub use step::{
-    CAPTURE_STREAMS, COMMIT_CONFIG, FOREACH, METADATA, OUTPUT, PHASE_COMMANDS, STEP, TEST,
-    WRITE_FILE,
+    CAPTURE_STREAMS, COMMAND_KINDS, COMMIT_CONFIG, FOREACH, METADATA, OUTPUT, PHASE_COMMANDS, STEP,
+    TEST, WRITE_FILE,
 };
 pub use validate::{AT_LEAST, ON_INCOMPLETE, STEP_VALIDATE, VALIDATE, VALIDATION_COMMAND};
 pub use workflow::{SLURM, WORKFLOW};
@@ -72,10 +72,29 @@ pub enum Ty {
     Object(&'static Shape),
     /// A mapping from any key to values of one type.
     Map(&'static Ty),
+    /// A mapping whose keys match a regular expression, to values of one type.
+    Keyed {
+        /// The regular expression every key matches.
+        pattern: &'static str,
+        /// The keys, in words (`an exit code from 0 to 255`).
+        what: &'static str,
+        /// The type of the values.
+        value: &'static Ty,
+    },
+    /// A string matching a regular expression.
+    Matching {
+        /// The regular expression.
+        pattern: &'static str,
+        /// The form, in words (`octal permission bits`).
+        what: &'static str,
+    },
     /// One of several forms.
     OneOf(&'static [Ty]),
     /// One step.
     Step,
+    /// One step where a handler is expected (`on_success`, `on_exit_code`): a mapping with
+    /// both `shell` and `claude` runs the shell command, then Claude.
+    HandlerStep,
     /// A list of steps.
     Steps,
     /// Anything (kept as JSON).
@@ -91,6 +110,21 @@ pub struct Key {
     pub doc: &'static str,
     /// What its value may be.
     pub ty: Ty,
+    /// Whether it is current, deprecated or removed.
+    pub status: Status,
+    /// Whether the mapping must have it.
+    pub required: bool,
+}
+
+/// Whether a key is still part of the language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Written today.
+    Current,
+    /// Still accepted, with a warning (W001) or no effect (W002); not offered on completion.
+    Deprecated,
+    /// Refused (V009); known only to explain that it was removed.
+    Removed,
 }
 
 /// A kind of mapping.
@@ -114,11 +148,48 @@ impl Shape {
     pub fn key(&self, name: &str) -> Option<&'static Key> {
         self.keys.iter().find(|k| k.name == name)
     }
+
+    /// The keys written today (neither deprecated nor removed): what V001 lists and the
+    /// language server offers.
+    pub fn current(&self) -> impl Iterator<Item = &'static Key> + use<> {
+        let keys: &'static [Key] = self.keys;
+        keys.iter().filter(|k| k.status == Status::Current)
+    }
 }
 
 /// A key, in the tables below.
 const fn key(name: &'static str, ty: Ty, doc: &'static str) -> Key {
-    Key { name, doc, ty }
+    Key {
+        name,
+        doc,
+        ty,
+        status: Status::Current,
+        required: false,
+    }
+}
+
+/// A key the mapping must have.
+const fn required(name: &'static str, ty: Ty, doc: &'static str) -> Key {
+    Key {
+        required: true,
+        ..key(name, ty, doc)
+    }
+}
+
+/// A deprecated key: still accepted, with a warning or to no effect.
+const fn deprecated(name: &'static str, ty: Ty, doc: &'static str) -> Key {
+    Key {
+        status: Status::Deprecated,
+        ..key(name, ty, doc)
+    }
+}
+
+/// A removed key: refused, its documentation says what replaces it.
+const fn removed(name: &'static str, doc: &'static str) -> Key {
+    Key {
+        status: Status::Removed,
+        ..key(name, Ty::Any, doc)
+    }
 }
 
 // Forms shared by several keys.
@@ -128,7 +199,7 @@ const TEXTS_TY: Ty = Ty::OneOf(&[Ty::Text, Ty::List(&Ty::Text)]);
 /// A template or a list of templates.
 const TEMPLATES_TY: Ty = Ty::OneOf(&[Ty::Template, Ty::List(&Ty::Template)]);
 /// One step or a list of steps (`on_success`, `on_exit_code` targets).
-const STEP_OR_STEPS_TY: Ty = Ty::OneOf(&[Ty::Step, Ty::Steps]);
+const STEP_OR_STEPS_TY: Ty = Ty::OneOf(&[Ty::HandlerStep, Ty::Steps]);
 /// A handler command: a string (a leading `/` means Claude, else shell) or a step.
 const HANDLER_COMMAND_TY: Ty = Ty::OneOf(&[Ty::Template, Ty::Step]);
 /// A list of handler commands.
@@ -319,7 +390,9 @@ mod tests {
                     at.name,
                     target.name
                 ),
-                Ty::List(inner) | Ty::Map(inner) => walk(inner, at, shape),
+                Ty::List(inner) | Ty::Map(inner) | Ty::Keyed { value: inner, .. } => {
+                    walk(inner, at, shape);
+                }
                 Ty::OneOf(forms) => forms.iter().for_each(|f| walk(f, at, shape)),
                 _ => {}
             }
@@ -331,10 +404,14 @@ mod tests {
         }
     }
 
-    /// The schema defines `step` (a mapping or a string) and `steps` itself.
+    /// The schema defines `step` (a mapping or a string), `handler_step` and `steps` itself.
     #[test]
     fn step_and_steps_are_not_shape_names() {
-        assert!(SHAPES.iter().all(|s| s.name != "step" && s.name != "steps"));
+        assert!(
+            SHAPES
+                .iter()
+                .all(|s| !["step", "steps", "handler_step"].contains(&s.name))
+        );
     }
 
     #[test]

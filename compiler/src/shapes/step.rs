@@ -4,8 +4,19 @@
 use super::{
     CAPTURE_FORMATS, CLAUDE_TY, ENV_VALUE_TY, HANDLER_COMMANDS_TY, ON_FAILURE_TY, PARALLEL_TY,
     RETRY_CONFIG, STEP_OR_STEPS_TY, STEP_VALIDATE, Shape, TEMPLATES_TY, TEXTS_TY, Ty, VALIDATE,
-    key,
+    deprecated, key, removed, required,
 };
+
+/// The keys of a step that are its command; a step has exactly one of them, or the legacy
+/// `name:` form.
+pub const COMMAND_KINDS: &[&str] = &[
+    "shell",
+    "claude",
+    "write_file",
+    "foreach",
+    "test",
+    "command",
+];
 
 /// A step.
 pub static STEP: Shape = Shape {
@@ -32,20 +43,18 @@ pub static STEP: Shape = Shape {
             Ty::OneOf(&[Ty::Template, Ty::List(&Ty::Template), Ty::Object(&FOREACH)]),
             "Runs `do` for each item: a command whose non-blank output lines are the items, a list of items, or the nested form.",
         ),
-        key(
+        deprecated(
             "test",
             Ty::Object(&TEST),
             "Deprecated: a shell `command` with an `on_failure` handler; write `shell:` with `on_failure:` instead.",
         ),
-        key("command", Ty::Template, "Deprecated spelling of `claude`."),
-        key(
+        deprecated("command", Ty::Template, "Deprecated spelling of `claude`."),
+        removed(
             "analyze",
-            Ty::Any,
             "Removed in Prodigy 0.3: run an analysis tool with `shell:` instead.",
         ),
-        key(
+        removed(
             "goal_seek",
-            Ty::Any,
             "Removed: use `validate:` with `on_incomplete:`, which loop until a threshold is met.",
         ),
         key(
@@ -134,7 +143,11 @@ pub static STEP: Shape = Shape {
         ),
         key(
             "on_exit_code",
-            Ty::Map(&STEP_OR_STEPS_TY),
+            Ty::Keyed {
+                pattern: EXIT_CODE,
+                what: "an exit code from 0 to 255",
+                value: &STEP_OR_STEPS_TY,
+            },
             "Step or steps run for an exit code, keyed by the code (0 to 255).",
         ),
         key(
@@ -231,7 +244,7 @@ pub static STEP: Shape = Shape {
             Ty::Object(&METADATA),
             "Legacy settings, mapped onto the step's `on_failure`, `retry_config`, `timeout`, `env` and `commit_required`.",
         ),
-        key(
+        deprecated(
             "analysis",
             Ty::Any,
             "Has no effect: analysis caching was removed in Prodigy 0.3.",
@@ -254,11 +267,14 @@ pub static STEP: Shape = Shape {
     ],
 };
 
+/// An `on_exit_code` key: a whole number from 0 to 255 (leading zeros and spaces allowed).
+const EXIT_CODE: &str = r"^\s*\+?0*(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\s*$";
+
 /// The deprecated `{commands: [...]}` form of `reduce` and `agent_template` (`phase_steps`).
 pub static PHASE_COMMANDS: Shape = Shape {
     name: "phase_commands",
     doc: "The deprecated `{commands: [...]}` form of a phase's steps.",
-    keys: &[key(
+    keys: &[deprecated(
         "commands",
         Ty::Steps,
         "Steps of the phase; deprecated, list them directly under the phase.",
@@ -270,7 +286,7 @@ pub static TEST: Shape = Shape {
     name: "test",
     doc: "The deprecated `test` command: a shell command with a failure handler.",
     keys: &[
-        key("command", Ty::Template, "Shell command to run."),
+        required("command", Ty::Template, "Shell command to run."),
         key(
             "on_failure",
             ON_FAILURE_TY,
@@ -305,7 +321,7 @@ pub static METADATA: Shape = Shape {
             Ty::Bool,
             "Same as the step's `commit_required: true` when true.",
         ),
-        key(
+        deprecated(
             "analysis",
             Ty::Any,
             "Has no effect: analysis caching was removed in Prodigy 0.3.",
@@ -377,7 +393,7 @@ pub static COMMIT_CONFIG: Shape = Shape {
 pub static OUTPUT: Shape = Shape {
     name: "output",
     doc: "One named output of a step.",
-    keys: &[key(
+    keys: &[required(
         "file_pattern",
         Ty::Text,
         "Glob over the files the step's commits touched; the matches become `${ID.NAME}`.",
@@ -389,12 +405,12 @@ pub static WRITE_FILE: Shape = Shape {
     name: "write_file",
     doc: "The `write_file` command: writes text to a file inside the working directory.",
     keys: &[
-        key(
+        required(
             "path",
             Ty::Template,
             "File to write, relative to the working directory and inside it.",
         ),
-        key("content", Ty::Template, "Text to write."),
+        required("content", Ty::Template, "Text to write."),
         key(
             "format",
             Ty::Enum(&["text", "json", "yaml"]),
@@ -402,7 +418,10 @@ pub static WRITE_FILE: Shape = Shape {
         ),
         key(
             "mode",
-            Ty::Text,
+            Ty::Matching {
+                pattern: r"^\s*(0o)?0*[0-7]{1,4}\s*$",
+                what: "octal permission bits",
+            },
             "Permission bits as an octal string (default `\"0644\"`).",
         ),
         key(

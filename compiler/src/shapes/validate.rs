@@ -1,6 +1,6 @@
 //! `validate` with `on_incomplete`, and `step_validate`.
 
-use super::{CLAUDE_TY, HANDLER_COMMANDS_TY, Shape, Ty, key};
+use super::{CLAUDE_TY, HANDLER_COMMANDS_TY, Shape, Ty, deprecated, key};
 
 /// `validate` as a mapping.
 pub static VALIDATE: Shape = Shape {
@@ -17,7 +17,7 @@ pub static VALIDATE: Shape = Shape {
             CLAUDE_TY,
             "Claude command that checks the work and prints a JSON validation result, or writes it to `result_file`; or `{prompt, model, ...}`.",
         ),
-        key("command", Ty::Template, "Deprecated spelling of `shell`."),
+        deprecated("command", Ty::Template, "Deprecated spelling of `shell`."),
         key(
             "commands",
             HANDLER_COMMANDS_TY,
@@ -65,7 +65,7 @@ pub static ON_INCOMPLETE: Shape = Shape {
             CLAUDE_TY,
             "Claude command that completes the work, with `${validation.*}` set; or `{prompt, model, ...}`.",
         ),
-        key(
+        deprecated(
             "command",
             Ty::Template,
             "Deprecated spelling of `shell` (a warning says so).",
