@@ -467,57 +467,49 @@ impl Checker<'_> {
     }
 
     fn template(&mut self, template: &Template, scope: &Scope, shell: bool) {
-        let mut quote = QuoteState::default();
+        let splices = if shell {
+            crate::shell::splices(template)
+        } else {
+            Vec::new()
+        };
         let mut rebaser = template.rebaser(self.source);
-        let heredoc = template.value.find("<<");
         for part in &template.parsed.parts {
-            match part {
-                Part::Text(text) => quote.feed(text),
-                Part::Dollar | Part::Bare { .. } => {}
-                Part::Var(var) => {
-                    let span = rebaser.span(var.path_span);
-                    let has_default = var.default.is_some()
-                        || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
-                    let before = self.diagnostics.len();
-                    if !has_default {
-                        self.reference(&var.path, span, scope);
-                    }
-                    // A reference that cannot exist is reported once, as that.
-                    let exists = self.diagnostics[before..]
-                        .iter()
-                        .all(|d| d.code != Code::UndefinedVariable);
-                    if let Some(default) = &var.default {
-                        let nested = Parsed {
-                            value: template.value.clone(),
-                            span: template.span,
-                            parsed: default.clone(),
-                            exact: template.exact,
-                        };
-                        self.template(&nested, scope, false);
-                    }
-                    let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
-                    // Single quotes protect nothing: a `'` in the text ends them (and
-                    // `|shell`'s own quotes, inside them, unquote the text).
-                    if shell && exists && quote.single && untrusted(&var.path, scope) {
-                        self.single_quoted(&var.path, span, scope);
-                    } else if shell && exists && !escaped && untrusted(&var.path, scope) {
-                        self.unquoted(&var.path, span, scope);
-                        // Outside double quotes `|shell` makes the text one quoted word;
-                        // inside them its quotes would become part of the text.
-                        if !quote.double {
-                            let fix = shell_filter_fix(
-                                template,
-                                var.span,
-                                heredoc,
-                                &mut rebaser,
-                                self.source,
-                                &var.path,
-                            );
-                            if let Some(last) = self.diagnostics.last_mut() {
-                                last.fix = fix;
-                            }
-                        }
-                    }
+            let Part::Var(var) = part else { continue };
+            let span = rebaser.span(var.path_span);
+            let has_default = var.default.is_some()
+                || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
+            let before = self.diagnostics.len();
+            if !has_default {
+                self.reference(&var.path, span, scope);
+            }
+            // A reference that cannot exist is reported once, as that.
+            let exists = self.diagnostics[before..]
+                .iter()
+                .all(|d| d.code != Code::UndefinedVariable);
+            if let Some(default) = &var.default {
+                let nested = Parsed {
+                    value: template.value.clone(),
+                    span: template.span,
+                    parsed: default.clone(),
+                    exact: template.exact,
+                };
+                self.template(&nested, scope, false);
+            }
+            let splice = splices.iter().find(|s| s.span == var.span);
+            if let Some(splice) = splice
+                && exists
+                && untrusted(&var.path, scope)
+            {
+                let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
+                let w006 = Splicing {
+                    template,
+                    var,
+                    span,
+                    exported: Self::exported(&var.path, scope),
+                    escaped,
+                };
+                if let Some(diagnostic) = w006.diagnostic(splice, &mut rebaser, self.source) {
+                    self.diagnostics.push(diagnostic);
                 }
             }
         }
@@ -536,47 +528,6 @@ impl Checker<'_> {
                     .keys()
                     .any(|other| *other != path.root && Some(other) == root.as_ref())
         })
-    }
-
-    /// W006 for a reference inside single quotes, which end at the first `'` of the text.
-    fn single_quoted(&mut self, path: &Path, span: Span, scope: &Scope) {
-        let help = match Self::exported(path, scope) {
-            Some(name) => {
-                format!("use the exported variable outside the single quotes: \"${name}\"")
-            }
-            None => format!("close the single quotes before it and write `${{{path}|shell}}`"),
-        };
-        self.diagnostics.push(
-            Diagnostic::new(
-                Code::UnquotedInterpolation,
-                format!("`${{{path}}}` is spliced into a shell command inside single quotes"),
-            )
-            .with_primary(
-                span,
-                "untrusted text: a `'` in it ends the quotes and the rest runs as shell syntax",
-            )
-            .with_help(help),
-        );
-    }
-
-    fn unquoted(&mut self, path: &Path, span: Span, scope: &Scope) {
-        let exported = Self::exported(path, scope);
-        self.diagnostics.push(
-            Diagnostic::new(
-                Code::UnquotedInterpolation,
-                format!("`${{{path}}}` is spliced into a shell command unquoted"),
-            )
-            .with_primary(
-                span,
-                "untrusted text: quotes or `;` in it would run as shell syntax",
-            )
-            .with_help(match exported {
-                Some(name) => {
-                    format!("write `${{{path}|shell}}`, or use the exported variable: \"${name}\"")
-                }
-                None => format!("write `${{{path}|shell}}`"),
-            }),
-        );
     }
 
     fn reference(&mut self, path: &Path, span: Span, scope: &Scope) {
@@ -862,56 +813,253 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
     }
 }
 
-/// The fix that adds `|shell` as the last filter of the `${...}` at `local` in `template`,
-/// when the template lies in the file as written.
-/// HEREDOC is where the template's first `<<` starts, if it has one; REBASER places spans
-/// of the template in the file, and is shared with the caller so that placing every
-/// reference of a long command stays one pass.
-fn shell_filter_fix(
-    template: &Template,
-    local: prodigy_grammar::Span,
-    heredoc: Option<usize>,
-    rebaser: &mut crate::ast::Rebaser<'_>,
-    source: &str,
-    path: &Path,
-) -> Option<crate::diagnostics::Fix> {
-    // In a here-document `|shell`'s quotes would be printed, not read: no sure fix after `<<`.
-    let after_heredoc = heredoc.is_some_and(|at| at + 2 <= local.start);
-    if !template.exact || local.end == 0 || after_heredoc {
-        return None;
-    }
-    let close = rebaser.span(prodigy_grammar::Span {
-        start: local.end - 1,
-        end: local.end,
-    });
-    (source.get(close.start as usize..close.end as usize) == Some("}")).then(|| {
-        crate::diagnostics::Fix::replace(
-            format!("quote `${{{path}}}` with `|shell`"),
-            Span::new(close.start as usize, close.start as usize),
-            "|shell",
-        )
-    })
+/// One untrusted `${...}` of a shell command, for W006 (docs/language.md §5).
+struct Splicing<'a> {
+    template: &'a Template,
+    var: &'a prodigy_grammar::template::Var,
+    /// The path's span in the file.
+    span: Span,
+    /// The exported variable that holds the same text, if any.
+    exported: Option<String>,
+    /// Whether it has `|shell`.
+    escaped: bool,
 }
 
-/// Whether the text so far leaves us inside single quotes, as `sh` reads it.
-#[derive(Default)]
-struct QuoteState {
-    single: bool,
-    double: bool,
-}
-
-impl QuoteState {
-    fn feed(&mut self, text: &str) {
-        let mut escaped = false;
-        for c in text.chars() {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' if !self.single => escaped = true,
-                '\'' if !self.double => self.single = !self.single,
-                '"' if !self.single => self.double = !self.double,
-                _ => {}
+impl Splicing<'_> {
+    /// W006 for the reference, unless where it lands makes it safe: outside quotes with
+    /// `|shell`. `|shell`'s single quotes are literal inside double quotes and a here-document,
+    /// close and reopen single quotes, and are removed before `eval` or `sh -c` reads the
+    /// text again.
+    fn diagnostic(
+        &self,
+        splice: &crate::shell::Splice,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        source: &str,
+    ) -> Option<Diagnostic> {
+        use crate::shell::Quoting;
+        let path = &self.var.path;
+        let shelled = format!("${{{path}|shell}}");
+        let (message, label, help, fix) = if let Some(inner) = splice.reparsed {
+            let exported = self.exported.as_ref();
+            (
+                format!("`${{{path}}}` is spliced into a script the shell reads again"),
+                "untrusted text: `eval` and `sh -c` remove its quotes and run the rest as shell syntax",
+                match exported {
+                    Some(name) => format!(
+                        "use the exported variable, which the inner shell expands: \"${name}\""
+                    ),
+                    None => format!("pass it as an argument: `sh -c '... \"$1\"' sh {shelled}`"),
+                },
+                exported.and_then(|name| {
+                    let text = reparsed_reference(name, inner, splice.quoting)?;
+                    self.replace(rebaser, source, format!("read `${name}`"), &text)
+                }),
+            )
+        } else {
+            match splice.quoting {
+                Quoting::Unquoted | Quoting::Comment if self.escaped => return None,
+                Quoting::Unquoted | Quoting::Comment => (
+                    format!("`${{{path}}}` is spliced into a shell command unquoted"),
+                    "untrusted text: quotes or `;` in it would run as shell syntax",
+                    match &self.exported {
+                        Some(name) => {
+                            format!("write `{shelled}`, or use the exported variable: \"${name}\"")
+                        }
+                        None => format!("write `{shelled}`"),
+                    },
+                    self.close_quotes(rebaser, source, ""),
+                ),
+                Quoting::Single => (
+                    format!("`${{{path}}}` is spliced into a shell command inside single quotes"),
+                    "untrusted text: a `'` in it ends the quotes and the rest runs as shell syntax",
+                    match &self.exported {
+                        Some(name) => format!(
+                            "use the exported variable outside the single quotes: \"${name}\""
+                        ),
+                        None => format!("close the single quotes before it and write `{shelled}`"),
+                    },
+                    self.close_quotes(rebaser, source, "'"),
+                ),
+                Quoting::Double => (
+                    format!("`${{{path}}}` is spliced into a shell command inside double quotes"),
+                    if self.escaped {
+                        "untrusted text: `|shell`'s quotes are literal here, and `$(...)` or a backtick in it runs"
+                    } else {
+                        "untrusted text: `$(...)`, a backtick or a `\"` in it would run as shell syntax"
+                    },
+                    match &self.exported {
+                        Some(name) => format!(
+                            "close the double quotes around it: `\"...\"{shelled}\"...\"`, or use the exported variable: `${name}`"
+                        ),
+                        None => {
+                            format!("close the double quotes around it: `\"...\"{shelled}\"...\"`")
+                        }
+                    },
+                    self.close_quotes(rebaser, source, "\""),
+                ),
+                Quoting::Heredoc { quoted } => (
+                    format!("`${{{path}}}` is spliced into a here-document"),
+                    "untrusted text: a line of it that is the delimiter ends the here-document and the rest runs",
+                    match &self.exported {
+                        Some(name) if !quoted => {
+                            format!(
+                                "use the exported variable, which the shell expands: `$${{{name}}}`"
+                            )
+                        }
+                        Some(_) | None => {
+                            "write the text to a file with `write_file:` and read that file"
+                                .to_owned()
+                        }
+                    },
+                    match &self.exported {
+                        Some(name) if !quoted => self.replace(
+                            rebaser,
+                            source,
+                            format!("read `${name}`"),
+                            &format!("$${{{name}}}"),
+                        ),
+                        Some(_) | None => None,
+                    },
+                ),
             }
+        };
+        let mut diagnostic = Diagnostic::new(Code::UnquotedInterpolation, message)
+            .with_primary(self.span, label)
+            .with_help(help);
+        diagnostic.fix = fix;
+        Some(diagnostic)
+    }
+
+    /// The file span of the whole `${...}`, when the template lies in the file as written.
+    fn whole(&self, rebaser: &mut crate::ast::Rebaser<'_>, source: &str) -> Option<Span> {
+        let local = self.var.span;
+        if !self.template.exact || local.end <= local.start {
+            return None;
         }
+        let span = rebaser.span(local);
+        let text = source.get(span.start as usize..span.end as usize)?;
+        (text.starts_with("${") && text.ends_with('}')).then_some(span)
+    }
+
+    /// The fix that replaces the whole `${...}` with TEXT (as the template reads it).
+    fn replace(
+        &self,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        source: &str,
+        description: String,
+        text: &str,
+    ) -> Option<crate::diagnostics::Fix> {
+        let whole = self.whole(rebaser, source)?;
+        let text = yaml_encode(source, self.template.span, text);
+        Some(crate::diagnostics::Fix::replace(description, whole, text))
+    }
+
+    /// The fix that closes the quotes QUOTE around the `${...}` (none outside quotes) and
+    /// adds `|shell` as its last filter: `"a ${x} b"` → `"a "${x|shell}" b"`, one word still.
+    fn close_quotes(
+        &self,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        source: &str,
+        quote: &str,
+    ) -> Option<crate::diagnostics::Fix> {
+        let whole = self.whole(rebaser, source)?;
+        let local = self.var.span;
+        // A quote right before or after the reference is the one that opens or closes the
+        // quotes around it (one inside them would be escaped, or end them): it goes, rather
+        // than a pair of empty quotes being added (`"${x}"` → `${x|shell}`).
+        let value = self.template.value.as_str();
+        let mut quote_at = |start: usize| {
+            let byte = value.get(start..start + 1)?;
+            let escaped = start > 0 && value.get(start - 1..start) == Some("\\");
+            let span = rebaser.span(prodigy_grammar::Span {
+                start,
+                end: start + 1,
+            });
+            (byte == quote
+                && !escaped
+                && source.get(span.start as usize..span.end as usize) == Some(quote))
+            .then_some(span)
+        };
+        let before = local.start.checked_sub(1).and_then(&mut quote_at);
+        let after = quote_at(local.end);
+        let encoded = yaml_encode(source, self.template.span, quote);
+        let at = |offset: u32| Span::new(offset as usize, offset as usize);
+        let mut edits = Vec::new();
+        let mut edit = |span: Span, replacement: &str| {
+            if !replacement.is_empty() || !span.is_empty() {
+                edits.push(crate::diagnostics::Edit {
+                    span,
+                    replacement: replacement.to_owned(),
+                });
+            }
+        };
+        match before {
+            Some(span) if !quote.is_empty() => edit(span, ""),
+            Some(_) | None => edit(at(whole.start), &encoded),
+        }
+        edit(at(whole.end - 1), if self.escaped { "" } else { "|shell" });
+        match after {
+            Some(span) if !quote.is_empty() => edit(span, ""),
+            Some(_) | None => edit(at(whole.end), &encoded),
+        }
+        let path = &self.var.path;
+        Some(crate::diagnostics::Fix {
+            description: if quote.is_empty() {
+                format!("quote `${{{path}}}` with `|shell`")
+            } else {
+                format!("close the quotes around `${{{path}}}` and quote it with `|shell`")
+            },
+            edits,
+        })
+    }
+}
+
+/// How a script read again by `eval` or `sh -c` reads the exported variable NAME, written
+/// where the outer shell finds it in OUTER quoting and the inner one in INNER: `"$NAME"` for
+/// the inner shell, quoted for the outer one, as a template (`${` written `$${`).
+fn reparsed_reference(
+    name: &str,
+    inner: crate::shell::Quoting,
+    outer: crate::shell::Quoting,
+) -> Option<String> {
+    use crate::shell::Quoting;
+    let script = match inner {
+        Quoting::Unquoted => format!("\"${{{name}}}\""),
+        Quoting::Double => format!("${{{name}}}"),
+        Quoting::Single => format!("'\"${{{name}}}\"'"),
+        Quoting::Heredoc { .. } | Quoting::Comment => return None,
+    };
+    let shell = match outer {
+        Quoting::Single => script.replace('\'', "'\\''"),
+        Quoting::Double => script
+            .chars()
+            .flat_map(|c| {
+                let escape = "$`\"\\".contains(c).then_some('\\');
+                escape.into_iter().chain([c])
+            })
+            .collect(),
+        Quoting::Unquoted => script
+            .chars()
+            .flat_map(|c| {
+                let escape = (!c.is_ascii_alphanumeric() && c != '_').then_some('\\');
+                escape.into_iter().chain([c])
+            })
+            .collect(),
+        Quoting::Heredoc { .. } | Quoting::Comment => return None,
+    };
+    Some(shell.replace("${", "$${"))
+}
+
+/// TEXT as it is written inside the YAML scalar at SCALAR: a `'` doubled in a single-quoted
+/// scalar, `"` and `\` escaped in a double-quoted one, as it is in plain and block scalars.
+fn yaml_encode(source: &str, scalar: Span, text: &str) -> String {
+    match source
+        .get(scalar.start as usize..)
+        .and_then(|s| s.chars().next())
+    {
+        Some('\'') => text.replace('\'', "''"),
+        Some('"') => text.replace('\\', "\\\\").replace('"', "\\\""),
+        _ => text.to_owned(),
     }
 }
 
@@ -1252,6 +1400,19 @@ mod tests {
             [Code::UnquotedInterpolation]
         );
         assert_eq!(codes(&agent("\"rm '${item_index}'\"")), []);
+        // `|shell`'s quotes are literal inside double quotes, and removed before `eval` or
+        // `sh -c` reads its script; a command substitution starts a fresh word.
+        for (cmd, found) in [
+            (r#"'echo "processing ${item.f|shell}"'"#, 1),
+            (r#"'sh -c "echo ${item.f|shell}"'"#, 1),
+            (r"'X=1 eval echo ${item.f|shell}'", 1),
+            (r#"'/bin/bash -ec "echo x; rm ${item.f|shell}"'"#, 1),
+            (r#"'sh -c ''echo "$1"'' sh ${item.f|shell}'"#, 0),
+            (r#"'echo "$(cat ${item.f|shell})"'"#, 0),
+            (r"'echo x; rm ${item.f|shell} # -c'", 0),
+        ] {
+            assert_eq!(codes(&agent(cmd)).len(), found, "{cmd}");
+        }
         assert_eq!(codes(&agent("\"echo ${item_index}\"")), []);
     }
 
