@@ -255,6 +255,18 @@ mod tests {
     }
 
     #[test]
+    fn durations_with_units_spelled_out_get_short_units() {
+        let out = fixed(
+            "- shell: make\n  retry_config:\n    attempts: 3\n    initial_delay: \"1 second\"\n    max_delay: 2 minutes\n",
+        );
+        assert_eq!(
+            out.text,
+            "- shell: make\n  retry_config:\n    attempts: 3\n    initial_delay: 1s\n    max_delay: 2m\n"
+        );
+        assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
+    }
+
+    #[test]
     fn a_rename_onto_an_existing_key_is_not_offered() {
         let out = fixed("- shell: make\n  timout: 5\n  timeout: 10\n");
         assert_eq!(out.applied, 0);
