@@ -114,16 +114,14 @@ impl Reporter for Terminal {
 /// The least `-v` count that shows MESSAGE (a map agent's messages need at least one).
 fn verbosity(message: &Message) -> u8 {
     match message {
-        Message::Description(_)
-        | Message::Skipped { .. }
-        | Message::Retrying { .. }
-        | Message::Output(_) => 1,
+        Message::Description(_) | Message::Retrying { .. } | Message::Output(_) => 1,
         Message::Claude(note) => match note {
             Note::Started { .. } => 2,
             Note::Text(_) | Note::Tool { .. } | Note::ApiRetry { .. } => 1,
         },
         Message::Command(_) | Message::Env { .. } | Message::Exited { .. } => 2,
         Message::StepStarted { .. }
+        | Message::Skipped { .. }
         | Message::StepFailed { .. }
         | Message::Text { .. }
         | Message::ClaudeTotals(_)
@@ -189,7 +187,10 @@ fn text(message: &Message) -> String {
             Phase::Reduce => format!("[reduce {number}/{total}] {label}"),
         },
         Message::Description(text) => format!("({text})"),
-        Message::Skipped { when } => format!("skipped: `when: {when}` is false"),
+        Message::Skipped { when, reason } => match reason {
+            Some(reason) => format!("skipped: `when: {when}` is false ({reason})"),
+            None => format!("skipped: `when: {when}` is false"),
+        },
         Message::Retrying { delay, attempt } => format!(
             "retrying in {} (attempt {attempt})",
             humantime::format_duration(*delay)

@@ -93,7 +93,7 @@ enum Var {
     /// Text with no fields (env values, secrets, setup outputs, legacy output captures).
     Plain,
     /// A typed capture: its fields are the metadata, plus any path when it is JSON.
-    Capture { json: bool },
+    Capture { format: CaptureFormat },
     /// A step's `outputs`, read as `${ID.NAME}`.
     Outputs(Vec<String>),
 }
@@ -464,21 +464,80 @@ impl Checker<'_> {
             let span = rebaser.span(local);
             self.reference(path, span, scope);
         }
+        // Each comparison, with why its sides never compare and what it always is.
+        let mut mixed = Vec::new();
+        mixed_comparisons(&condition.parsed, scope, &mut mixed);
+        for (local, why, always) in mixed {
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::MixedComparison,
+                    format!("this comparison is always {always}: its sides are of different types"),
+                )
+                .with_primary(rebaser.span(local), why)
+                .with_help(
+                    "compare with a value of the same type (a string that reads as a number compares with numbers)",
+                ),
+            );
+        }
     }
 
     fn template(&mut self, template: &Template, scope: &Scope, shell: bool) {
-        let splices = if shell {
+        let mut splices = if shell {
             crate::shell::splices(template)
         } else {
             Vec::new()
-        };
+        }
+        .into_iter()
+        .peekable();
         let mut rebaser = template.rebaser(self.source);
         for part in &template.parsed.parts {
-            let Part::Var(var) = part else { continue };
+            let var = match part {
+                Part::Var(var) => var,
+                // Only a `shell:` command keeps the shell's own expansions (`${f%.rs}`).
+                Part::Shell { text, span } => {
+                    self.shell_syntax(
+                        template,
+                        text,
+                        *span,
+                        &mut rebaser,
+                        "uses syntax only a shell reads",
+                    );
+                    continue;
+                }
+                Part::Text(_) | Part::Dollar | Part::Bare { .. } => continue,
+            };
             let span = rebaser.span(var.path_span);
             let has_default = var.default.is_some()
                 || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
             let before = self.diagnostics.len();
+            // A name nothing defines, which the command itself sets, is the shell's.
+            if shell
+                && var.path.segments.is_empty()
+                && var.modifier.is_none()
+                && var.filters.is_empty()
+                && assigns(&template.value, &var.path.root)
+            {
+                self.reference(&var.path, span, scope);
+                let undefined = self.diagnostics[before..]
+                    .iter()
+                    .any(|d| d.code == Code::MaybeUndefined);
+                self.diagnostics.truncate(before);
+                if undefined {
+                    let text = template
+                        .value
+                        .get(var.span.start..var.span.end)
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.shell_syntax(
+                        template,
+                        &text,
+                        var.span,
+                        &mut rebaser,
+                        "names a variable the command sets, which prodigy does not know",
+                    );
+                    continue;
+                }
+            }
             if !has_default {
                 self.reference(&var.path, span, scope);
             }
@@ -495,8 +554,15 @@ impl Checker<'_> {
                 };
                 self.template(&nested, scope, false);
             }
-            let splice = splices.iter().find(|s| s.span == var.span);
-            if let Some(splice) = splice
+            // Both in the order of the text: one pass for a command of many references.
+            while splices
+                .peek()
+                .is_some_and(|s| s.span.start < var.span.start)
+            {
+                splices.next();
+            }
+            let splice = splices.next_if(|s| s.span == var.span);
+            if let Some(splice) = &splice
                 && exists
                 && untrusted(&var.path, scope)
             {
@@ -513,6 +579,37 @@ impl Checker<'_> {
                 }
             }
         }
+    }
+
+    /// W010 for a `${...}` of a shell command that is the shell's (TEXT, at LOCAL in the
+    /// template's value): prodigy would read it, or keep it only by accident.
+    fn shell_syntax(
+        &mut self,
+        template: &Template,
+        text: &str,
+        local: prodigy_grammar::Span,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        why: &str,
+    ) {
+        let span = rebaser.span(local);
+        let at = span.start as usize;
+        let fix = (template.exact && self.source.get(at..at + 2) == Some("${")).then(|| {
+            crate::diagnostics::Fix::replace(
+                format!("escape it as `${text}`"),
+                Span::new(at, at),
+                "$",
+            )
+        });
+        let mut diagnostic = Diagnostic::new(
+            Code::ShellExpansion,
+            format!("`{text}` in a shell command is the shell's, not a prodigy variable"),
+        )
+        .with_primary(span, why)
+        .with_help(format!(
+            "write `${text}`: `$${{` is a literal `${{` for the shell"
+        ));
+        diagnostic.fix = fix;
+        self.diagnostics.push(diagnostic);
     }
 
     /// The exported variable that holds exactly PATH's text, unless another name takes it
@@ -562,8 +659,17 @@ impl Checker<'_> {
         // Names defined by the workflow shadow nothing special; they come first.
         if let Some(var) = scope.names.get(root) {
             match var {
-                Var::Plain | Var::Capture { json: true } => {}
-                Var::Capture { json: false } => {
+                Var::Plain
+                | Var::Capture {
+                    format: CaptureFormat::Json,
+                } => {}
+                Var::Capture {
+                    format:
+                        CaptureFormat::String
+                        | CaptureFormat::Number
+                        | CaptureFormat::Lines
+                        | CaptureFormat::Boolean,
+                } => {
                     if let Some(f) = field
                         && !CAPTURE_FIELDS.contains(&f)
                     {
@@ -766,7 +872,7 @@ fn define(step: &Step, scope: &mut Scope) {
         scope.insert(
             capture.name.value.clone(),
             Var::Capture {
-                json: capture.format == CaptureFormat::Json,
+                format: capture.format,
             },
         );
     }
@@ -809,6 +915,120 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
         root => match scope.names.get(root) {
             Some(Var::Capture { .. }) => !field(&["exit_code", "success", "duration"]),
             Some(Var::Plain | Var::Outputs(_)) | None => false,
+        },
+    }
+}
+
+/// Whether shell command TEXT sets the variable NAME itself: `NAME=`, `for NAME in`, `read
+/// ... NAME`, `local`/`export`/`readonly`/`declare NAME`.
+fn assigns(text: &str, name: &str) -> bool {
+    let name = regex::escape(name);
+    let pattern = format!(
+        r"(?:^|[\s;&|(]){name}=|\bfor\s+{name}\s+in\b|\bread\b[^;&|\n]*\s{name}\b|\b(?:local|export|readonly|declare|typeset)\s+(?:-\w+\s+)*{name}\b"
+    );
+    regex::Regex::new(&pattern).is_ok_and(|re| re.is_match(text))
+}
+
+/// What a condition's operand is known to be, for W009 (docs/language.md §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Known {
+    /// Text that may read as a number (a captured string).
+    Text,
+    /// Text that reads as no number (a literal).
+    Word,
+    Number,
+    Bool,
+}
+
+impl Known {
+    fn name(self) -> &'static str {
+        match self {
+            Known::Text => "text",
+            Known::Word => "text that is not a number",
+            Known::Number => "a number",
+            Known::Bool => "a boolean",
+        }
+    }
+}
+
+/// What EXPR is known to be before the run, if anything: a literal, or a capture whose
+/// format or field fixes its type.
+fn known(expr: &prodigy_grammar::expr::Expr, scope: &Scope) -> Option<Known> {
+    use prodigy_grammar::expr::Expr;
+    use serde_json::Value;
+    match expr {
+        Expr::Literal { value, .. } => match value {
+            Value::Bool(_) => Some(Known::Bool),
+            Value::Number(_) => Some(Known::Number),
+            Value::String(s) if prodigy_grammar::value::read_number(s).is_some() => {
+                Some(Known::Text)
+            }
+            Value::String(_) => Some(Known::Word),
+            Value::Null | Value::Array(_) | Value::Object(_) => None,
+        },
+        Expr::Path { path, .. } | Expr::Var { path, .. } => {
+            let Some(Var::Capture { format }) = scope.names.get(&path.root) else {
+                return None;
+            };
+            match (path.segments.as_slice(), format) {
+                ([], CaptureFormat::String) => Some(Known::Text),
+                ([], CaptureFormat::Number) => Some(Known::Number),
+                ([], CaptureFormat::Boolean) => Some(Known::Bool),
+                (
+                    [Segment::Field(f)],
+                    CaptureFormat::String
+                    | CaptureFormat::Number
+                    | CaptureFormat::Boolean
+                    | CaptureFormat::Lines,
+                ) => match f.as_str() {
+                    "exit_code" | "duration" => Some(Known::Number),
+                    "success" => Some(Known::Bool),
+                    "stderr" => Some(Known::Text),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+        Expr::List { .. } | Expr::Not { .. } | Expr::Binary { .. } | Expr::Call { .. } => None,
+    }
+}
+
+/// Every comparison in EXPR whose sides are known to be of types that never compare, with
+/// a label that says which.
+fn mixed_comparisons(
+    expr: &prodigy_grammar::expr::Expr,
+    scope: &Scope,
+    out: &mut Vec<(prodigy_grammar::Span, String, bool)>,
+) {
+    use prodigy_grammar::expr::{BinOp, Expr};
+    match expr {
+        Expr::Literal { .. } | Expr::Path { .. } | Expr::Var { .. } => {}
+        Expr::List { items, .. } | Expr::Call { args: items, .. } => {
+            for item in items {
+                mixed_comparisons(item, scope, out);
+            }
+        }
+        Expr::Not { expr, .. } => mixed_comparisons(expr, scope, out),
+        Expr::Binary { op, lhs, rhs, span } => match op {
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                if let (Some(a), Some(b)) = (known(lhs, scope), known(rhs, scope)) {
+                    let compatible = a == b
+                        || matches!(
+                            (a, b),
+                            (Known::Text | Known::Word, Known::Text | Known::Word)
+                                | (Known::Text, Known::Number)
+                                | (Known::Number, Known::Text)
+                        );
+                    if !compatible {
+                        let why = format!("{} compared with {}", a.name(), b.name());
+                        out.push((*span, why, *op == BinOp::Ne));
+                    }
+                }
+            }
+            BinOp::In | BinOp::NotIn | BinOp::And | BinOp::Or => {
+                mixed_comparisons(lhs, scope, out);
+                mixed_comparisons(rhs, scope, out);
+            }
         },
     }
 }
@@ -1499,6 +1719,83 @@ mod tests {
             w006_help(&agent("echo \\\"it's ${item.x}\\\"")).len(),
             1,
             "double-quoted: the usual help"
+        );
+    }
+
+    #[test]
+    fn the_shells_own_expansions_are_reported_with_the_escape() {
+        let shell = |cmd: &str| checked(&format!("- shell: |\n    {cmd}\n"));
+        for cmd in [
+            "echo ${f%.rs}",
+            "echo ${f#*/} ${#f}",
+            "echo ${1}",
+            "for f in *.rs; do echo ${f:-none}; done",
+            "f=x; echo ${f}",
+            "read -r line; echo ${line:-empty}",
+        ] {
+            let found = shell(cmd);
+            assert!(
+                !found.is_empty() && found.iter().all(|d| d.code == Code::ShellExpansion),
+                "{cmd}: {found:?}"
+            );
+            let fixed = crate::fix::fix_all(
+                &SourceFile::new("t.yml", format!("- shell: |\n    {cmd}\n")),
+                |f| crate::check(f).diagnostics,
+            );
+            assert!(
+                fixed.diagnostics.is_empty(),
+                "{cmd}: {:?}",
+                fixed.diagnostics
+            );
+            assert!(fixed.text.contains("$${"), "{}", fixed.text);
+        }
+        // Prodigy's own references, and the shell's `$$`, are not reported.
+        for cmd in ["echo $$ ${HOME:-/} ${x:-none}", "x=1; echo $x"] {
+            assert_eq!(shell(cmd), [], "{cmd}");
+        }
+        // A Prodigy variable that the command also sets is Prodigy's.
+        assert_eq!(
+            codes("env:\n  f: a\ncommands:\n  - shell: \"f=b; echo ${f:-x}\"\n"),
+            []
+        );
+        // Elsewhere shell syntax is a syntax error whose help names the escape.
+        let claude = checked("- claude: '/a ${f%.rs}'\n");
+        assert_eq!(claude[0].code, Code::TemplateSyntax);
+        assert!(
+            claude[0]
+                .help
+                .as_deref()
+                .unwrap_or("")
+                .contains("$${f%.rs}")
+        );
+    }
+
+    #[test]
+    fn comparisons_of_types_that_never_compare_are_reported() {
+        let when = |capture: &str, cond: &str| {
+            codes(&format!(
+                "- shell: echo 1\n  capture: x\n{capture}- shell: make\n  when: \"{cond}\"\n"
+            ))
+        };
+        let mixed = [Code::MixedComparison];
+        // A captured string may read as a number: not reported.
+        assert_eq!(when("", "${x} > 10"), []);
+        assert_eq!(when("", "${x} == 'abc'"), []);
+        assert_eq!(when("", "${x} == true"), mixed);
+        assert_eq!(when("", "${x.exit_code} != 'ok'"), mixed);
+        assert_eq!(when("", "${x.exit_code} == '0'"), []);
+        assert_eq!(when("", "x.success == 1"), mixed);
+        assert_eq!(when("  capture_format: number\n", "${x} > 'big'"), mixed);
+        assert_eq!(when("  capture_format: boolean\n", "${x} == true"), []);
+        assert_eq!(when("  capture_format: json\n", "${x} == true"), []);
+        assert_eq!(
+            when("", "'abc' > 3 || !(1 == true)"),
+            [Code::MixedComparison; 2]
+        );
+        let ne = checked("- shell: make\n  when: \"1 != 'one'\"\n");
+        assert_eq!(
+            ne[0].message,
+            "this comparison is always true: its sides are of different types"
         );
     }
 

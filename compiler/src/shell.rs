@@ -9,7 +9,8 @@
 //! In a script, each `${...}` template is stood in for by a placeholder that the shell reads
 //! as one quoted word, so the linter sees the command as the shell will after interpolation:
 //! `"$PRODIGY_T1"` outside quotes, `$PRODIGY_T1` inside double quotes, and a plain word inside
-//! single quotes (where the shell expands nothing). `$$` is a literal `$`.
+//! single quotes (where the shell expands nothing). `$${` is a literal `${`; any other `$$`
+//! is the shell's own.
 
 use crate::ast::{Command, Step, Template, Workflow};
 use crate::diagnostics::{Code, Diagnostic};
@@ -473,7 +474,7 @@ fn walk(template: &Template, mut on: impl FnMut(Event<'_>)) {
     let mut lexer = Lexer::default();
     let mut at = 0;
     let text = |lexer: &mut Lexer, on: &mut dyn FnMut(Event<'_>), from: usize, to: usize| {
-        // `$$` is a literal `$`.
+        // `$${` is a literal `${`: its `$$` stands for one `$`.
         let chunk = value.get(from..to).unwrap_or("");
         let mut i = 0;
         while i < chunk.len() {
@@ -512,8 +513,8 @@ fn walk(template: &Template, mut on: impl FnMut(Event<'_>)) {
     text(&mut lexer, &mut on, at, value.len());
 }
 
-/// The escape that stands for one `$` in a template.
-const ESCAPE: &str = "$$";
+/// The escape whose first two bytes stand for one `$` in a template.
+const ESCAPE: &str = "$${";
 
 /// One command as a script.
 fn script(template: &Template) -> Script {
@@ -640,10 +641,10 @@ mod tests {
     #[test]
     fn templates_become_quoted_words_for_the_context() {
         let (_, scripts) =
-            scripts_of("- shell: echo ${a} \"x ${b}\" '${c}' $$HOME $(cat \"${d}\")\n");
+            scripts_of("- shell: echo ${a} \"x ${b}\" '${c}' $${HOME} $$ $(cat \"${d}\")\n");
         assert_eq!(
             scripts[0].text,
-            r#"echo "$PRODIGY_T1" "x $PRODIGY_T2" 'PRODIGY_T3' $HOME $(cat "$PRODIGY_T4")"#
+            r#"echo "$PRODIGY_T1" "x $PRODIGY_T2" 'PRODIGY_T3' ${HOME} $$ $(cat "$PRODIGY_T4")"#
         );
     }
 
@@ -660,16 +661,16 @@ mod tests {
 
     #[test]
     fn positions_map_back_into_the_yaml_string() {
-        let yaml = "commands:\n  - shell: |\n      echo ${item} $$x\n      ls $y\n";
+        let yaml = "commands:\n  - shell: |\n      echo ${item} $${x}\n      ls $y\n";
         let (file, scripts) = scripts_of(yaml);
         let script = &scripts[0];
-        assert_eq!(script.text, "echo \"$PRODIGY_T1\" $x\nls $y\n");
+        assert_eq!(script.text, "echo \"$PRODIGY_T1\" ${x}\nls $y\n");
         // `$y` on the script's line 2, columns 4..6.
         let span = script.file_span(&file.text, (2, 4), (2, 6));
         assert_eq!(file.slice(span), "$y");
-        // `$x` after a placeholder and an escaped dollar: `$$x` in the file.
-        let span = script.file_span(&file.text, (1, 20), (1, 22));
-        assert_eq!(file.slice(span), "$$x");
+        // `${x}` after a placeholder and an escaped dollar: `$${x}` in the file.
+        let span = script.file_span(&file.text, (1, 20), (1, 24));
+        assert_eq!(file.slice(span), "$${x}");
         // The placeholder maps to the whole template.
         let span = script.file_span(&file.text, (1, 6), (1, 19));
         assert_eq!(file.slice(span), "${item}");

@@ -64,6 +64,7 @@ impl Runner {
                         });
                         self.say(Message::Skipped {
                             when: when.value.clone(),
+                            reason: when.parsed.mismatch(vars),
                         });
                         let action = machine.on_event(
                             StepEvent::Skip,
