@@ -490,6 +490,11 @@ impl Checker<'_> {
         .into_iter()
         .peekable();
         let mut rebaser = template.rebaser(self.source);
+        let sets = if shell {
+            assigned(&template.value)
+        } else {
+            std::collections::BTreeSet::new()
+        };
         for part in &template.parsed.parts {
             let var = match part {
                 Part::Var(var) => var,
@@ -515,7 +520,7 @@ impl Checker<'_> {
                 && var.path.segments.is_empty()
                 && var.modifier.is_none()
                 && var.filters.is_empty()
-                && assigns(&template.value, &var.path.root)
+                && sets.contains(var.path.root.as_str())
             {
                 self.reference(&var.path, span, scope);
                 let undefined = self.diagnostics[before..]
@@ -919,14 +924,35 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
     }
 }
 
-/// Whether shell command TEXT sets the variable NAME itself: `NAME=`, `for NAME in`, `read
-/// ... NAME`, `local`/`export`/`readonly`/`declare NAME`.
-fn assigns(text: &str, name: &str) -> bool {
-    let name = regex::escape(name);
-    let pattern = format!(
-        r"(?:^|[\s;&|(]){name}=|\bfor\s+{name}\s+in\b|\bread\b[^;&|\n]*\s{name}\b|\b(?:local|export|readonly|declare|typeset)\s+(?:-\w+\s+)*{name}\b"
-    );
-    regex::Regex::new(&pattern).is_ok_and(|re| re.is_match(text))
+/// The variables shell command TEXT sets itself: `NAME=`, `for NAME in`, `read ... NAME`,
+/// `local`/`export`/`readonly`/`declare NAME`. One pass over the text.
+fn assigned(text: &str) -> std::collections::BTreeSet<&str> {
+    static SETS: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?:^|[\s;&|(])([A-Za-z_]\w*)=|\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\b([^;&|\n]*)|\b(?:local|export|readonly|declare|typeset)\s+(?:-\w+\s+)*([A-Za-z_]\w*)",
+        )
+        .ok()
+    });
+    let mut out = std::collections::BTreeSet::new();
+    let Some(sets) = SETS.as_ref() else {
+        return out;
+    };
+    for found in sets.captures_iter(text) {
+        for group in [1, 2, 4] {
+            if let Some(name) = found.get(group) {
+                out.insert(name.as_str());
+            }
+        }
+        if let Some(words) = found.get(3) {
+            out.extend(
+                words
+                    .as_str()
+                    .split_whitespace()
+                    .filter(|w| !w.starts_with('-') && !w.starts_with('<')),
+            );
+        }
+    }
+    out
 }
 
 /// What a condition's operand is known to be, for W009 (docs/language.md §7).

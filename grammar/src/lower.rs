@@ -655,6 +655,18 @@ fn expr_error(text: &str, err: &pest::error::Error<ex::Rule>) -> ParseError {
         "==", "!=", "<=", ">=", "<", ">", "&&", "||", "!", "and", "or", "not", "in",
     ];
     let prev = previous_token(text, pos);
+    // `=>` and `=<` are `>=` and `<=` written backwards.
+    for (written, meant) in [("=>", ">="), ("=<", "<=")] {
+        if rest.starts_with(written) {
+            return ParseError::new(
+                ParseErrorKind::Expression,
+                format!("`{written}` is not an operator"),
+                Span::new(pos, pos + written.len()),
+                format!("did you mean `{meant}`?"),
+            )
+            .help(format!("write `{meant}`: the `=` comes second"));
+        }
+    }
     if rest.starts_with('=') && !rest.starts_with("==") {
         return mk("use `==` to compare".to_owned(), "a single `=`")
             .help("write `==` for equality, `!=` for inequality");
