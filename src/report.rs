@@ -152,7 +152,6 @@ impl Reporter for Terminal {
 fn verbosity(message: &Message) -> u8 {
     match message {
         Message::Description(_)
-        | Message::Skipped { .. }
         | Message::Retrying { .. }
         | Message::Output(_)
         | Message::ClaudeSlots { .. } => 1,
@@ -162,6 +161,7 @@ fn verbosity(message: &Message) -> u8 {
         },
         Message::Command(_) | Message::Env { .. } | Message::Exited { .. } => 2,
         Message::StepStarted { .. }
+        | Message::Skipped { .. }
         | Message::StepFailed { .. }
         | Message::NotExported { .. }
         | Message::Text { .. }
@@ -243,7 +243,10 @@ fn text(message: &Message) -> String {
             Phase::Reduce => format!("[reduce {number}/{total}] {label}"),
         },
         Message::Description(text) => format!("({text})"),
-        Message::Skipped { when } => format!("skipped: `when: {when}` is false"),
+        Message::Skipped { when, reason } => match reason {
+            Some(reason) => format!("skipped: `when: {when}` is false ({reason})"),
+            None => format!("skipped: `when: {when}` is false"),
+        },
         Message::Retrying { delay, attempt } => format!(
             "retrying in {} (attempt {attempt})",
             humantime::format_duration(*delay)

@@ -193,27 +193,50 @@ mod tests {
     }
 
     #[test]
-    fn unquoted_splices_get_the_shell_filter_outside_double_quotes() {
-        let text = "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: process ${item.id} --name ${item.name|trim}  # note\n    - shell: echo \"${item.id}\"\n";
+    fn unquoted_splices_get_the_shell_filter_and_quoted_ones_leave_their_quotes() {
+        let text = "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: process ${item.id} --name ${item.name|trim}  # note\n    - shell: echo \"${item.id}\" \"id=${item.id|shell}.\" 'at ${item.id}'\n";
         let out = fixed(text);
         assert_eq!(
             out.text,
-            "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: process ${item.id|shell} --name ${item.name|trim|shell}  # note\n    - shell: echo \"${item.id}\"\n"
+            "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: process ${item.id|shell} --name ${item.name|trim|shell}  # note\n    - shell: echo ${item.id|shell} \"id=\"${item.id|shell}\".\" 'at '${item.id|shell}\n"
         );
-        assert_eq!(out.applied, 2);
-        // Inside double quotes `|shell` would change the text: the warning stays, unfixed.
-        assert_eq!(out.diagnostics.len(), 1);
-        assert_eq!(out.diagnostics[0].code, Code::UnquotedInterpolation);
-        assert!(out.diagnostics[0].fix.is_none());
+        assert_eq!(out.applied, 5);
+        assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
     }
 
     #[test]
-    fn no_shell_filter_is_added_in_a_here_document() {
-        let text = "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: |\n        touch out-${item.id}\n        cat <<EOF\n        id: ${item.id}\n        EOF\n";
+    fn quotes_are_written_as_the_yaml_scalar_needs_them() {
+        let agent = |cmd: &str| {
+            format!(
+                "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: {cmd}\n"
+            )
+        };
+        for (before, after) in [
+            (r#"'echo "a ${item.id}"'"#, r#"'echo "a "${item.id|shell}'"#),
+            (
+                r"'echo ''a ${item.id} b'''",
+                r"'echo ''a ''${item.id|shell}'' b'''",
+            ),
+            (
+                r#""echo 'a ${item.id} b'""#,
+                r#""echo 'a '${item.id|shell}' b'""#,
+            ),
+        ] {
+            let out = fixed(&agent(before));
+            assert_eq!(out.text, agent(after));
+            assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
+        }
+    }
+
+    #[test]
+    fn a_here_document_reads_the_exported_variable() {
+        let text = "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: |\n        touch out-${item.id}\n        cat <<EOF\n        id: ${item.id|shell}\n        EOF\n        cat <<'EOF'\n        name: ${item.name}\n        EOF\n";
         let out = fixed(text);
-        assert_eq!(out.applied, 1);
+        assert_eq!(out.applied, 2);
         assert!(out.text.contains("touch out-${item.id|shell}\n"));
-        assert!(out.text.contains("id: ${item.id}\n"));
+        assert!(out.text.contains("id: $${ITEM__ID}\n"));
+        // A literal body expands nothing: no sure fix.
+        assert!(out.text.contains("name: ${item.name}\n"));
         assert_eq!(out.diagnostics.len(), 1);
         assert!(out.diagnostics[0].fix.is_none());
     }
@@ -232,10 +255,136 @@ mod tests {
     }
 
     #[test]
+    fn durations_with_units_spelled_out_get_short_units() {
+        let out = fixed(
+            "- shell: make\n  retry_config:\n    attempts: 3\n    initial_delay: \"1 second\"\n    max_delay: 2 minutes\n",
+        );
+        assert_eq!(
+            out.text,
+            "- shell: make\n  retry_config:\n    attempts: 3\n    initial_delay: 1s\n    max_delay: 2m\n"
+        );
+        assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
+    }
+
+    #[test]
     fn a_rename_onto_an_existing_key_is_not_offered() {
         let out = fixed("- shell: make\n  timout: 5\n  timeout: 10\n");
         assert_eq!(out.applied, 0);
         assert_eq!(out.diagnostics.len(), 1);
         assert!(out.diagnostics[0].fix.is_none());
+    }
+}
+
+/// `--fix` of W006 against a real shell: wherever a splice of untrusted text sits in a shell
+/// word, the fixed command prints the text as it is.
+#[cfg(test)]
+mod w006_fixes {
+    use crate::ast::Command;
+    use crate::diagnostics::Code;
+    use crate::source::SourceFile;
+    use proptest::prelude::*;
+
+    /// Commands with `X` where the splice goes, and what they print with `X` as the text.
+    const FORMS: &[(&str, &str)] = &[
+        ("printf %s X", "X"),
+        ("printf %s aXb", "aXb"),
+        ("printf %s \"X\"", "X"),
+        ("printf %s \"a X b\"", "a X b"),
+        ("printf %s 'X'", "X"),
+        ("printf %s 'a X b'", "a X b"),
+        ("printf %s \"a\"'b'X\"c\"", "abXc"),
+        ("printf %s \"$(printf %s X)\"", "X"),
+        ("sh -c 'printf %s \"a X b\"'", "a X b"),
+        ("sh -c 'printf %s X'", "X"),
+        ("sh -ec \"printf %s 'a X b'\"", "a X b"),
+        ("sh -c \"printf %s X\"", "X"),
+        ("sh -c 'printf %s \"$1\"' sh X", "X"),
+        ("eval 'printf %s X'", "X"),
+        ("eval printf %s \"a X\"", "aX"),
+        ("cat <<EOF\na X b\nEOF", "a X b\n"),
+    ];
+
+    const HOSTILE: &str = "$(echo pwned) `echo pwned` ' \" \\ ; echo pwned # $HOME ${HOME} */ !";
+
+    /// Fixes FORM with `${item.x}` (or `${item.x|shell}`) at its `X`, checks that no W006 is
+    /// left, and runs the fixed command with TEXT as the item; returns what it printed.
+    fn run_fixed(form: &str, shell_filter: bool, text: &str) -> String {
+        let splice = if shell_filter {
+            "${item.x|shell}"
+        } else {
+            "${item.x}"
+        };
+        let command = form.replace('X', splice).replace('\n', "\n        ");
+        let yaml = format!(
+            "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: |\n        {command}\n"
+        );
+        let fixed = crate::fix::fix_all(&SourceFile::new("w.yml", yaml.as_str()), |f| {
+            crate::check(f).diagnostics
+        });
+        let left: Vec<_> = fixed
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == Code::UnquotedInterpolation)
+            .collect();
+        assert!(left.is_empty(), "{form}: {left:?}\n{}", fixed.text);
+        let checked = crate::check(&SourceFile::new("w.yml", fixed.text.as_str()));
+        let workflow = checked.workflow.expect("a workflow");
+        let Some(Command::Shell(template)) = crate::all_steps(&workflow)
+            .into_iter()
+            .map(|s| s.command.clone())
+            .next()
+        else {
+            panic!("no shell step in {}", fixed.text);
+        };
+        let rendered = template
+            .parsed
+            .render(&serde_json::json!({"item": {"x": text}}))
+            .expect("renders");
+        let dir = std::env::temp_dir().join(format!("prodigy-w006-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &rendered])
+            .env("ITEM__X", text)
+            .current_dir(&dir)
+            .output()
+            .expect("sh runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn every_form_prints_hostile_text_literally() {
+        for (form, prints) in FORMS {
+            for shell_filter in [false, true] {
+                assert_eq!(
+                    run_fixed(form, shell_filter, HOSTILE),
+                    prints.replace('X', HOSTILE),
+                    "{form} with |shell: {shell_filter}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn double_quotes_make_shell_filter_quotes_literal() {
+        // `|shell` inside double quotes: the item's `$(...)` runs (the issue's report).
+        let yaml = "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: echo \"processing ${item.x|shell}\"\n";
+        let found = crate::check(&SourceFile::new("w.yml", yaml)).diagnostics;
+        assert_eq!(
+            found.iter().map(|d| d.code).collect::<Vec<_>>(),
+            [Code::UnquotedInterpolation]
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_text_in_any_position_prints_literally(
+            form in 0..FORMS.len(),
+            shell_filter in any::<bool>(),
+            text in "[a-c $'\"\\\\`;&|(){}*?#~=%!<>-]{0,16}",
+        ) {
+            let (form, prints) = FORMS[form];
+            prop_assert_eq!(run_fixed(form, shell_filter, &text), prints.replace('X', &text));
+        }
     }
 }

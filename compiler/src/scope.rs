@@ -93,7 +93,7 @@ enum Var {
     /// Text with no fields (env values, secrets, setup outputs, legacy output captures).
     Plain,
     /// A typed capture: its fields are the metadata, plus any path when it is JSON.
-    Capture { json: bool },
+    Capture { format: CaptureFormat },
     /// A step's `outputs`, read as `${ID.NAME}`.
     Outputs(Vec<String>),
 }
@@ -464,63 +464,157 @@ impl Checker<'_> {
             let span = rebaser.span(local);
             self.reference(path, span, scope);
         }
+        // Each comparison, with why its sides never compare and what it always is.
+        let mut mixed = Vec::new();
+        mixed_comparisons(&condition.parsed, scope, &mut mixed);
+        for (local, why, always) in mixed {
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::MixedComparison,
+                    format!("this comparison is always {always}: its sides are of different types"),
+                )
+                .with_primary(rebaser.span(local), why)
+                .with_help(
+                    "compare with a value of the same type (a string that reads as a number compares with numbers)",
+                ),
+            );
+        }
     }
 
     fn template(&mut self, template: &Template, scope: &Scope, shell: bool) {
-        let mut quote = QuoteState::default();
+        let mut splices = if shell {
+            crate::shell::splices(template)
+        } else {
+            Vec::new()
+        }
+        .into_iter()
+        .peekable();
         let mut rebaser = template.rebaser(self.source);
-        let heredoc = template.value.find("<<");
+        let sets = if shell {
+            assigned(&template.value)
+        } else {
+            std::collections::BTreeSet::new()
+        };
         for part in &template.parsed.parts {
-            match part {
-                Part::Text(text) => quote.feed(text),
-                Part::Dollar | Part::Bare { .. } => {}
-                Part::Var(var) => {
-                    let span = rebaser.span(var.path_span);
-                    let has_default = var.default.is_some()
-                        || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
-                    let before = self.diagnostics.len();
-                    if !has_default {
-                        self.reference(&var.path, span, scope);
-                    }
-                    // A reference that cannot exist is reported once, as that.
-                    let exists = self.diagnostics[before..]
-                        .iter()
-                        .all(|d| d.code != Code::UndefinedVariable);
-                    if let Some(default) = &var.default {
-                        let nested = Parsed {
-                            value: template.value.clone(),
-                            span: template.span,
-                            parsed: default.clone(),
-                            exact: template.exact,
-                        };
-                        self.template(&nested, scope, false);
-                    }
-                    let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
-                    // Single quotes protect nothing: a `'` in the text ends them (and
-                    // `|shell`'s own quotes, inside them, unquote the text).
-                    if shell && exists && quote.single && untrusted(&var.path, scope) {
-                        self.single_quoted(&var.path, span, scope);
-                    } else if shell && exists && !escaped && untrusted(&var.path, scope) {
-                        self.unquoted(&var.path, span, scope);
-                        // Outside double quotes `|shell` makes the text one quoted word;
-                        // inside them its quotes would become part of the text.
-                        if !quote.double {
-                            let fix = shell_filter_fix(
-                                template,
-                                var.span,
-                                heredoc,
-                                &mut rebaser,
-                                self.source,
-                                &var.path,
-                            );
-                            if let Some(last) = self.diagnostics.last_mut() {
-                                last.fix = fix;
-                            }
-                        }
-                    }
+            let var = match part {
+                Part::Var(var) => var,
+                // Only a `shell:` command keeps the shell's own expansions (`${f%.rs}`).
+                Part::Shell { text, span } => {
+                    self.shell_syntax(
+                        template,
+                        text,
+                        *span,
+                        &mut rebaser,
+                        "uses syntax only a shell reads",
+                    );
+                    continue;
+                }
+                Part::Text(_) | Part::Dollar | Part::Bare { .. } => continue,
+            };
+            let span = rebaser.span(var.path_span);
+            let has_default = var.default.is_some()
+                || var.filters.iter().any(|f| matches!(f, Filter::Default(_)));
+            let before = self.diagnostics.len();
+            // A name nothing defines, which the command itself sets, is the shell's.
+            if shell
+                && var.path.segments.is_empty()
+                && var.modifier.is_none()
+                && var.filters.is_empty()
+                && sets.contains(var.path.root.as_str())
+            {
+                self.reference(&var.path, span, scope);
+                let undefined = self.diagnostics[before..]
+                    .iter()
+                    .any(|d| d.code == Code::MaybeUndefined);
+                self.diagnostics.truncate(before);
+                if undefined {
+                    let text = template
+                        .value
+                        .get(var.span.start..var.span.end)
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.shell_syntax(
+                        template,
+                        &text,
+                        var.span,
+                        &mut rebaser,
+                        "names a variable the command sets, which prodigy does not know",
+                    );
+                    continue;
+                }
+            }
+            if !has_default {
+                self.reference(&var.path, span, scope);
+            }
+            // A reference that cannot exist is reported once, as that.
+            let exists = self.diagnostics[before..]
+                .iter()
+                .all(|d| d.code != Code::UndefinedVariable);
+            if let Some(default) = &var.default {
+                let nested = Parsed {
+                    value: template.value.clone(),
+                    span: template.span,
+                    parsed: default.clone(),
+                    exact: template.exact,
+                };
+                self.template(&nested, scope, false);
+            }
+            // Both in the order of the text: one pass for a command of many references.
+            while splices
+                .peek()
+                .is_some_and(|s| s.span.start < var.span.start)
+            {
+                splices.next();
+            }
+            let splice = splices.next_if(|s| s.span == var.span);
+            if let Some(splice) = &splice
+                && exists
+                && untrusted(&var.path, scope)
+            {
+                let escaped = var.filters.iter().any(|f| matches!(f, Filter::Shell));
+                let w006 = Splicing {
+                    template,
+                    var,
+                    span,
+                    exported: Self::exported(&var.path, scope),
+                    escaped,
+                };
+                if let Some(diagnostic) = w006.diagnostic(splice, &mut rebaser, self.source) {
+                    self.diagnostics.push(diagnostic);
                 }
             }
         }
+    }
+
+    /// W010 for a `${...}` of a shell command that is the shell's (TEXT, at LOCAL in the
+    /// template's value): prodigy would read it, or keep it only by accident.
+    fn shell_syntax(
+        &mut self,
+        template: &Template,
+        text: &str,
+        local: prodigy_grammar::Span,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        why: &str,
+    ) {
+        let span = rebaser.span(local);
+        let at = span.start as usize;
+        let fix = (template.exact && self.source.get(at..at + 2) == Some("${")).then(|| {
+            crate::diagnostics::Fix::replace(
+                format!("escape it as `${text}`"),
+                Span::new(at, at),
+                "$",
+            )
+        });
+        let mut diagnostic = Diagnostic::new(
+            Code::ShellExpansion,
+            format!("`{text}` in a shell command is the shell's, not a prodigy variable"),
+        )
+        .with_primary(span, why)
+        .with_help(format!(
+            "write `${text}`: `$${{` is a literal `${{` for the shell"
+        ));
+        diagnostic.fix = fix;
+        self.diagnostics.push(diagnostic);
     }
 
     /// The exported variable that holds exactly PATH's text, unless another name takes it
@@ -536,47 +630,6 @@ impl Checker<'_> {
                     .keys()
                     .any(|other| *other != path.root && Some(other) == root.as_ref())
         })
-    }
-
-    /// W006 for a reference inside single quotes, which end at the first `'` of the text.
-    fn single_quoted(&mut self, path: &Path, span: Span, scope: &Scope) {
-        let help = match Self::exported(path, scope) {
-            Some(name) => {
-                format!("use the exported variable outside the single quotes: \"${name}\"")
-            }
-            None => format!("close the single quotes before it and write `${{{path}|shell}}`"),
-        };
-        self.diagnostics.push(
-            Diagnostic::new(
-                Code::UnquotedInterpolation,
-                format!("`${{{path}}}` is spliced into a shell command inside single quotes"),
-            )
-            .with_primary(
-                span,
-                "untrusted text: a `'` in it ends the quotes and the rest runs as shell syntax",
-            )
-            .with_help(help),
-        );
-    }
-
-    fn unquoted(&mut self, path: &Path, span: Span, scope: &Scope) {
-        let exported = Self::exported(path, scope);
-        self.diagnostics.push(
-            Diagnostic::new(
-                Code::UnquotedInterpolation,
-                format!("`${{{path}}}` is spliced into a shell command unquoted"),
-            )
-            .with_primary(
-                span,
-                "untrusted text: quotes or `;` in it would run as shell syntax",
-            )
-            .with_help(match exported {
-                Some(name) => {
-                    format!("write `${{{path}|shell}}`, or use the exported variable: \"${name}\"")
-                }
-                None => format!("write `${{{path}|shell}}`"),
-            }),
-        );
     }
 
     fn reference(&mut self, path: &Path, span: Span, scope: &Scope) {
@@ -611,8 +664,17 @@ impl Checker<'_> {
         // Names defined by the workflow shadow nothing special; they come first.
         if let Some(var) = scope.names.get(root) {
             match var {
-                Var::Plain | Var::Capture { json: true } => {}
-                Var::Capture { json: false } => {
+                Var::Plain
+                | Var::Capture {
+                    format: CaptureFormat::Json,
+                } => {}
+                Var::Capture {
+                    format:
+                        CaptureFormat::String
+                        | CaptureFormat::Number
+                        | CaptureFormat::Lines
+                        | CaptureFormat::Boolean,
+                } => {
                     if let Some(f) = field
                         && !CAPTURE_FIELDS.contains(&f)
                     {
@@ -815,7 +877,7 @@ fn define(step: &Step, scope: &mut Scope) {
         scope.insert(
             capture.name.value.clone(),
             Var::Capture {
-                json: capture.format == CaptureFormat::Json,
+                format: capture.format,
             },
         );
     }
@@ -862,56 +924,388 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
     }
 }
 
-/// The fix that adds `|shell` as the last filter of the `${...}` at `local` in `template`,
-/// when the template lies in the file as written.
-/// HEREDOC is where the template's first `<<` starts, if it has one; REBASER places spans
-/// of the template in the file, and is shared with the caller so that placing every
-/// reference of a long command stays one pass.
-fn shell_filter_fix(
-    template: &Template,
-    local: prodigy_grammar::Span,
-    heredoc: Option<usize>,
-    rebaser: &mut crate::ast::Rebaser<'_>,
-    source: &str,
-    path: &Path,
-) -> Option<crate::diagnostics::Fix> {
-    // In a here-document `|shell`'s quotes would be printed, not read: no sure fix after `<<`.
-    let after_heredoc = heredoc.is_some_and(|at| at + 2 <= local.start);
-    if !template.exact || local.end == 0 || after_heredoc {
-        return None;
-    }
-    let close = rebaser.span(prodigy_grammar::Span {
-        start: local.end - 1,
-        end: local.end,
-    });
-    (source.get(close.start as usize..close.end as usize) == Some("}")).then(|| {
-        crate::diagnostics::Fix::replace(
-            format!("quote `${{{path}}}` with `|shell`"),
-            Span::new(close.start as usize, close.start as usize),
-            "|shell",
+/// The variables shell command TEXT sets itself: `NAME=`, `for NAME in`, `read ... NAME`,
+/// `local`/`export`/`readonly`/`declare NAME`. One pass over the text.
+fn assigned(text: &str) -> std::collections::BTreeSet<&str> {
+    static SETS: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?:^|[\s;&|(])([A-Za-z_]\w*)=|\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\b([^;&|\n]*)|\b(?:local|export|readonly|declare|typeset)\s+(?:-\w+\s+)*([A-Za-z_]\w*)",
         )
-    })
-}
-
-/// Whether the text so far leaves us inside single quotes, as `sh` reads it.
-#[derive(Default)]
-struct QuoteState {
-    single: bool,
-    double: bool,
-}
-
-impl QuoteState {
-    fn feed(&mut self, text: &str) {
-        let mut escaped = false;
-        for c in text.chars() {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' if !self.single => escaped = true,
-                '\'' if !self.double => self.single = !self.single,
-                '"' if !self.single => self.double = !self.double,
-                _ => {}
+        .ok()
+    });
+    let mut out = std::collections::BTreeSet::new();
+    let Some(sets) = SETS.as_ref() else {
+        return out;
+    };
+    for found in sets.captures_iter(text) {
+        for group in [1, 2, 4] {
+            if let Some(name) = found.get(group) {
+                out.insert(name.as_str());
             }
         }
+        if let Some(words) = found.get(3) {
+            out.extend(
+                words
+                    .as_str()
+                    .split_whitespace()
+                    .filter(|w| !w.starts_with('-') && !w.starts_with('<')),
+            );
+        }
+    }
+    out
+}
+
+/// What a condition's operand is known to be, for W009 (docs/language.md §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Known {
+    /// Text that may read as a number (a captured string).
+    Text,
+    /// Text that reads as no number (a literal).
+    Word,
+    Number,
+    Bool,
+}
+
+impl Known {
+    fn name(self) -> &'static str {
+        match self {
+            Known::Text => "text",
+            Known::Word => "text that is not a number",
+            Known::Number => "a number",
+            Known::Bool => "a boolean",
+        }
+    }
+}
+
+/// What EXPR is known to be before the run, if anything: a literal, or a capture whose
+/// format or field fixes its type.
+fn known(expr: &prodigy_grammar::expr::Expr, scope: &Scope) -> Option<Known> {
+    use prodigy_grammar::expr::Expr;
+    use serde_json::Value;
+    match expr {
+        Expr::Literal { value, .. } => match value {
+            Value::Bool(_) => Some(Known::Bool),
+            Value::Number(_) => Some(Known::Number),
+            Value::String(s) if prodigy_grammar::value::read_number(s).is_some() => {
+                Some(Known::Text)
+            }
+            Value::String(_) => Some(Known::Word),
+            Value::Null | Value::Array(_) | Value::Object(_) => None,
+        },
+        Expr::Path { path, .. } | Expr::Var { path, .. } => {
+            let Some(Var::Capture { format }) = scope.names.get(&path.root) else {
+                return None;
+            };
+            match (path.segments.as_slice(), format) {
+                ([], CaptureFormat::String) => Some(Known::Text),
+                ([], CaptureFormat::Number) => Some(Known::Number),
+                ([], CaptureFormat::Boolean) => Some(Known::Bool),
+                (
+                    [Segment::Field(f)],
+                    CaptureFormat::String
+                    | CaptureFormat::Number
+                    | CaptureFormat::Boolean
+                    | CaptureFormat::Lines,
+                ) => match f.as_str() {
+                    "exit_code" | "duration" => Some(Known::Number),
+                    "success" => Some(Known::Bool),
+                    "stderr" => Some(Known::Text),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+        Expr::List { .. } | Expr::Not { .. } | Expr::Binary { .. } | Expr::Call { .. } => None,
+    }
+}
+
+/// Every comparison in EXPR whose sides are known to be of types that never compare, with
+/// a label that says which.
+fn mixed_comparisons(
+    expr: &prodigy_grammar::expr::Expr,
+    scope: &Scope,
+    out: &mut Vec<(prodigy_grammar::Span, String, bool)>,
+) {
+    use prodigy_grammar::expr::{BinOp, Expr};
+    match expr {
+        Expr::Literal { .. } | Expr::Path { .. } | Expr::Var { .. } => {}
+        Expr::List { items, .. } | Expr::Call { args: items, .. } => {
+            for item in items {
+                mixed_comparisons(item, scope, out);
+            }
+        }
+        Expr::Not { expr, .. } => mixed_comparisons(expr, scope, out),
+        Expr::Binary { op, lhs, rhs, span } => match op {
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                if let (Some(a), Some(b)) = (known(lhs, scope), known(rhs, scope)) {
+                    let compatible = a == b
+                        || matches!(
+                            (a, b),
+                            (Known::Text | Known::Word, Known::Text | Known::Word)
+                                | (Known::Text, Known::Number)
+                                | (Known::Number, Known::Text)
+                        );
+                    if !compatible {
+                        let why = format!("{} compared with {}", a.name(), b.name());
+                        out.push((*span, why, *op == BinOp::Ne));
+                    }
+                }
+            }
+            BinOp::In | BinOp::NotIn | BinOp::And | BinOp::Or => {
+                mixed_comparisons(lhs, scope, out);
+                mixed_comparisons(rhs, scope, out);
+            }
+        },
+    }
+}
+
+/// One untrusted `${...}` of a shell command, for W006 (docs/language.md §5).
+struct Splicing<'a> {
+    template: &'a Template,
+    var: &'a prodigy_grammar::template::Var,
+    /// The path's span in the file.
+    span: Span,
+    /// The exported variable that holds the same text, if any.
+    exported: Option<String>,
+    /// Whether it has `|shell`.
+    escaped: bool,
+}
+
+impl Splicing<'_> {
+    /// W006 for the reference, unless where it lands makes it safe: outside quotes with
+    /// `|shell`. `|shell`'s single quotes are literal inside double quotes and a here-document,
+    /// close and reopen single quotes, and are removed before `eval` or `sh -c` reads the
+    /// text again.
+    fn diagnostic(
+        &self,
+        splice: &crate::shell::Splice,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        source: &str,
+    ) -> Option<Diagnostic> {
+        use crate::shell::Quoting;
+        let path = &self.var.path;
+        let shelled = format!("${{{path}|shell}}");
+        let (message, label, help, fix) = if let Some(inner) = splice.reparsed {
+            let exported = self.exported.as_ref();
+            (
+                format!("`${{{path}}}` is spliced into a script the shell reads again"),
+                "untrusted text: `eval` and `sh -c` remove its quotes and run the rest as shell syntax",
+                match exported {
+                    Some(name) => format!(
+                        "use the exported variable, which the inner shell expands: \"${name}\""
+                    ),
+                    None => format!("pass it as an argument: `sh -c '... \"$1\"' sh {shelled}`"),
+                },
+                exported.and_then(|name| {
+                    let text = reparsed_reference(name, inner, splice.quoting)?;
+                    self.replace(rebaser, source, format!("read `${name}`"), &text)
+                }),
+            )
+        } else {
+            match splice.quoting {
+                Quoting::Unquoted | Quoting::Comment if self.escaped => return None,
+                Quoting::Unquoted | Quoting::Comment => (
+                    format!("`${{{path}}}` is spliced into a shell command unquoted"),
+                    "untrusted text: quotes or `;` in it would run as shell syntax",
+                    match &self.exported {
+                        Some(name) => {
+                            format!("write `{shelled}`, or use the exported variable: \"${name}\"")
+                        }
+                        None => format!("write `{shelled}`"),
+                    },
+                    self.close_quotes(rebaser, source, ""),
+                ),
+                Quoting::Single => (
+                    format!("`${{{path}}}` is spliced into a shell command inside single quotes"),
+                    "untrusted text: a `'` in it ends the quotes and the rest runs as shell syntax",
+                    match &self.exported {
+                        Some(name) => format!(
+                            "use the exported variable outside the single quotes: \"${name}\""
+                        ),
+                        None => format!("close the single quotes before it and write `{shelled}`"),
+                    },
+                    self.close_quotes(rebaser, source, "'"),
+                ),
+                Quoting::Double => (
+                    format!("`${{{path}}}` is spliced into a shell command inside double quotes"),
+                    if self.escaped {
+                        "untrusted text: `|shell`'s quotes are literal here, and `$(...)` or a backtick in it runs"
+                    } else {
+                        "untrusted text: `$(...)`, a backtick or a `\"` in it would run as shell syntax"
+                    },
+                    match &self.exported {
+                        Some(name) => format!(
+                            "close the double quotes around it: `\"...\"{shelled}\"...\"`, or use the exported variable: `${name}`"
+                        ),
+                        None => {
+                            format!("close the double quotes around it: `\"...\"{shelled}\"...\"`")
+                        }
+                    },
+                    self.close_quotes(rebaser, source, "\""),
+                ),
+                Quoting::Heredoc { quoted } => (
+                    format!("`${{{path}}}` is spliced into a here-document"),
+                    "untrusted text: a line of it that is the delimiter ends the here-document and the rest runs",
+                    match &self.exported {
+                        Some(name) if !quoted => {
+                            format!(
+                                "use the exported variable, which the shell expands: `$${{{name}}}`"
+                            )
+                        }
+                        Some(_) | None => {
+                            "write the text to a file with `write_file:` and read that file"
+                                .to_owned()
+                        }
+                    },
+                    match &self.exported {
+                        Some(name) if !quoted => self.replace(
+                            rebaser,
+                            source,
+                            format!("read `${name}`"),
+                            &format!("$${{{name}}}"),
+                        ),
+                        Some(_) | None => None,
+                    },
+                ),
+            }
+        };
+        let mut diagnostic = Diagnostic::new(Code::UnquotedInterpolation, message)
+            .with_primary(self.span, label)
+            .with_help(help);
+        diagnostic.fix = fix;
+        Some(diagnostic)
+    }
+
+    /// The file span of the whole `${...}`, when the template lies in the file as written.
+    fn whole(&self, rebaser: &mut crate::ast::Rebaser<'_>, source: &str) -> Option<Span> {
+        let local = self.var.span;
+        if !self.template.exact || local.end <= local.start {
+            return None;
+        }
+        let span = rebaser.span(local);
+        let text = source.get(span.start as usize..span.end as usize)?;
+        (text.starts_with("${") && text.ends_with('}')).then_some(span)
+    }
+
+    /// The fix that replaces the whole `${...}` with TEXT (as the template reads it).
+    fn replace(
+        &self,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        source: &str,
+        description: String,
+        text: &str,
+    ) -> Option<crate::diagnostics::Fix> {
+        let whole = self.whole(rebaser, source)?;
+        let text = yaml_encode(source, self.template.span, text);
+        Some(crate::diagnostics::Fix::replace(description, whole, text))
+    }
+
+    /// The fix that closes the quotes QUOTE around the `${...}` (none outside quotes) and
+    /// adds `|shell` as its last filter: `"a ${x} b"` → `"a "${x|shell}" b"`, one word still.
+    fn close_quotes(
+        &self,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+        source: &str,
+        quote: &str,
+    ) -> Option<crate::diagnostics::Fix> {
+        let whole = self.whole(rebaser, source)?;
+        let local = self.var.span;
+        // A quote right before or after the reference is the one that opens or closes the
+        // quotes around it (one inside them would be escaped, or end them): it goes, rather
+        // than a pair of empty quotes being added (`"${x}"` → `${x|shell}`).
+        let value = self.template.value.as_str();
+        let mut quote_at = |start: usize| {
+            let byte = value.get(start..start + 1)?;
+            let escaped = start > 0 && value.get(start - 1..start) == Some("\\");
+            let span = rebaser.span(prodigy_grammar::Span {
+                start,
+                end: start + 1,
+            });
+            (byte == quote
+                && !escaped
+                && source.get(span.start as usize..span.end as usize) == Some(quote))
+            .then_some(span)
+        };
+        let before = local.start.checked_sub(1).and_then(&mut quote_at);
+        let after = quote_at(local.end);
+        let encoded = yaml_encode(source, self.template.span, quote);
+        let at = |offset: u32| Span::new(offset as usize, offset as usize);
+        let mut edits = Vec::new();
+        let mut edit = |span: Span, replacement: &str| {
+            if !replacement.is_empty() || !span.is_empty() {
+                edits.push(crate::diagnostics::Edit {
+                    span,
+                    replacement: replacement.to_owned(),
+                });
+            }
+        };
+        match before {
+            Some(span) if !quote.is_empty() => edit(span, ""),
+            Some(_) | None => edit(at(whole.start), &encoded),
+        }
+        edit(at(whole.end - 1), if self.escaped { "" } else { "|shell" });
+        match after {
+            Some(span) if !quote.is_empty() => edit(span, ""),
+            Some(_) | None => edit(at(whole.end), &encoded),
+        }
+        let path = &self.var.path;
+        Some(crate::diagnostics::Fix {
+            description: if quote.is_empty() {
+                format!("quote `${{{path}}}` with `|shell`")
+            } else {
+                format!("close the quotes around `${{{path}}}` and quote it with `|shell`")
+            },
+            edits,
+        })
+    }
+}
+
+/// How a script read again by `eval` or `sh -c` reads the exported variable NAME, written
+/// where the outer shell finds it in OUTER quoting and the inner one in INNER: `"$NAME"` for
+/// the inner shell, quoted for the outer one, as a template (`${` written `$${`).
+fn reparsed_reference(
+    name: &str,
+    inner: crate::shell::Quoting,
+    outer: crate::shell::Quoting,
+) -> Option<String> {
+    use crate::shell::Quoting;
+    let script = match inner {
+        Quoting::Unquoted => format!("\"${{{name}}}\""),
+        Quoting::Double => format!("${{{name}}}"),
+        Quoting::Single => format!("'\"${{{name}}}\"'"),
+        Quoting::Heredoc { .. } | Quoting::Comment => return None,
+    };
+    let shell = match outer {
+        Quoting::Single => script.replace('\'', "'\\''"),
+        Quoting::Double => script
+            .chars()
+            .flat_map(|c| {
+                let escape = "$`\"\\".contains(c).then_some('\\');
+                escape.into_iter().chain([c])
+            })
+            .collect(),
+        Quoting::Unquoted => script
+            .chars()
+            .flat_map(|c| {
+                let escape = (!c.is_ascii_alphanumeric() && c != '_').then_some('\\');
+                escape.into_iter().chain([c])
+            })
+            .collect(),
+        Quoting::Heredoc { .. } | Quoting::Comment => return None,
+    };
+    Some(shell.replace("${", "$${"))
+}
+
+/// TEXT as it is written inside the YAML scalar at SCALAR: a `'` doubled in a single-quoted
+/// scalar, `"` and `\` escaped in a double-quoted one, as it is in plain and block scalars.
+fn yaml_encode(source: &str, scalar: Span, text: &str) -> String {
+    match source
+        .get(scalar.start as usize..)
+        .and_then(|s| s.chars().next())
+    {
+        Some('\'') => text.replace('\'', "''"),
+        Some('"') => text.replace('\\', "\\\\").replace('"', "\\\""),
+        _ => text.to_owned(),
     }
 }
 
@@ -1252,6 +1646,19 @@ mod tests {
             [Code::UnquotedInterpolation]
         );
         assert_eq!(codes(&agent("\"rm '${item_index}'\"")), []);
+        // `|shell`'s quotes are literal inside double quotes, and removed before `eval` or
+        // `sh -c` reads its script; a command substitution starts a fresh word.
+        for (cmd, found) in [
+            (r#"'echo "processing ${item.f|shell}"'"#, 1),
+            (r#"'sh -c "echo ${item.f|shell}"'"#, 1),
+            (r"'X=1 eval echo ${item.f|shell}'", 1),
+            (r#"'/bin/bash -ec "echo x; rm ${item.f|shell}"'"#, 1),
+            (r#"'sh -c ''echo "$1"'' sh ${item.f|shell}'"#, 0),
+            (r#"'echo "$(cat ${item.f|shell})"'"#, 0),
+            (r"'echo x; rm ${item.f|shell} # -c'", 0),
+        ] {
+            assert_eq!(codes(&agent(cmd)).len(), found, "{cmd}");
+        }
         assert_eq!(codes(&agent("\"echo ${item_index}\"")), []);
     }
 
@@ -1338,6 +1745,83 @@ mod tests {
             w006_help(&agent("echo \\\"it's ${item.x}\\\"")).len(),
             1,
             "double-quoted: the usual help"
+        );
+    }
+
+    #[test]
+    fn the_shells_own_expansions_are_reported_with_the_escape() {
+        let shell = |cmd: &str| checked(&format!("- shell: |\n    {cmd}\n"));
+        for cmd in [
+            "echo ${f%.rs}",
+            "echo ${f#*/} ${#f}",
+            "echo ${1}",
+            "for f in *.rs; do echo ${f:-none}; done",
+            "f=x; echo ${f}",
+            "read -r line; echo ${line:-empty}",
+        ] {
+            let found = shell(cmd);
+            assert!(
+                !found.is_empty() && found.iter().all(|d| d.code == Code::ShellExpansion),
+                "{cmd}: {found:?}"
+            );
+            let fixed = crate::fix::fix_all(
+                &SourceFile::new("t.yml", format!("- shell: |\n    {cmd}\n")),
+                |f| crate::check(f).diagnostics,
+            );
+            assert!(
+                fixed.diagnostics.is_empty(),
+                "{cmd}: {:?}",
+                fixed.diagnostics
+            );
+            assert!(fixed.text.contains("$${"), "{}", fixed.text);
+        }
+        // Prodigy's own references, and the shell's `$$`, are not reported.
+        for cmd in ["echo $$ ${HOME:-/} ${x:-none}", "x=1; echo $x"] {
+            assert_eq!(shell(cmd), [], "{cmd}");
+        }
+        // A Prodigy variable that the command also sets is Prodigy's.
+        assert_eq!(
+            codes("env:\n  f: a\ncommands:\n  - shell: \"f=b; echo ${f:-x}\"\n"),
+            []
+        );
+        // Elsewhere shell syntax is a syntax error whose help names the escape.
+        let claude = checked("- claude: '/a ${f%.rs}'\n");
+        assert_eq!(claude[0].code, Code::TemplateSyntax);
+        assert!(
+            claude[0]
+                .help
+                .as_deref()
+                .unwrap_or("")
+                .contains("$${f%.rs}")
+        );
+    }
+
+    #[test]
+    fn comparisons_of_types_that_never_compare_are_reported() {
+        let when = |capture: &str, cond: &str| {
+            codes(&format!(
+                "- shell: echo 1\n  capture: x\n{capture}- shell: make\n  when: \"{cond}\"\n"
+            ))
+        };
+        let mixed = [Code::MixedComparison];
+        // A captured string may read as a number: not reported.
+        assert_eq!(when("", "${x} > 10"), []);
+        assert_eq!(when("", "${x} == 'abc'"), []);
+        assert_eq!(when("", "${x} == true"), mixed);
+        assert_eq!(when("", "${x.exit_code} != 'ok'"), mixed);
+        assert_eq!(when("", "${x.exit_code} == '0'"), []);
+        assert_eq!(when("", "x.success == 1"), mixed);
+        assert_eq!(when("  capture_format: number\n", "${x} > 'big'"), mixed);
+        assert_eq!(when("  capture_format: boolean\n", "${x} == true"), []);
+        assert_eq!(when("  capture_format: json\n", "${x} == true"), []);
+        assert_eq!(
+            when("", "'abc' > 3 || !(1 == true)"),
+            [Code::MixedComparison; 2]
+        );
+        let ne = checked("- shell: make\n  when: \"1 != 'one'\"\n");
+        assert_eq!(
+            ne[0].message,
+            "this comparison is always true: its sides are of different types"
         );
     }
 

@@ -9,7 +9,8 @@
 //! In a script, each `${...}` template is stood in for by a placeholder that the shell reads
 //! as one quoted word, so the linter sees the command as the shell will after interpolation:
 //! `"$PRODIGY_T1"` outside quotes, `$PRODIGY_T1` inside double quotes, and a plain word inside
-//! single quotes (where the shell expands nothing). `$$` is a literal `$`.
+//! single quotes (where the shell expands nothing). `$${` is a literal `${`; any other `$$`
+//! is the shell's own.
 
 use crate::ast::{Command, Step, Template, Workflow};
 use crate::diagnostics::{Code, Diagnostic};
@@ -104,11 +105,136 @@ struct Heredoc {
     line: String,
 }
 
+/// The words of one simple command read so far: those complete, and the one being read.
+#[derive(Clone, Debug, Default)]
+struct Words {
+    done: Vec<String>,
+    current: Option<String>,
+}
+
+impl Words {
+    fn push(&mut self, c: char) {
+        self.current.get_or_insert_with(String::new).push(c);
+    }
+
+    fn start(&mut self) {
+        self.current.get_or_insert_with(String::new);
+    }
+
+    fn end_word(&mut self) {
+        if let Some(word) = self.current.take() {
+            self.done.push(word);
+        }
+    }
+
+    fn end_command(&mut self) {
+        self.current = None;
+        self.done.clear();
+    }
+
+    /// Whether the word being read (or the next one) is text a shell reads again as a script:
+    /// any argument of `eval`, or the script after `-c` of `sh`, `bash` and the like.
+    fn reparsed(&self) -> bool {
+        let words = &self.done;
+        let first = words
+            .iter()
+            .position(|w| !is_assignment(w))
+            .and_then(|i| words.get(i..));
+        if let Some([command, ..]) = first
+            && command == "eval"
+        {
+            return true;
+        }
+        match words.split_last() {
+            Some((option, before)) => {
+                let is_c = option.len() > 1
+                    && option.starts_with('-')
+                    && option[1..].chars().all(|c| c.is_ascii_alphabetic())
+                    && option.contains('c');
+                is_c && before.iter().any(|w| {
+                    let name = w.rsplit('/').next().unwrap_or(w);
+                    SHELLS.contains(&name)
+                })
+            }
+            None => false,
+        }
+    }
+}
+
+/// Shells whose `-c` takes a script.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox"];
+
+/// Whether a word is a variable assignment before a command (`X=1`).
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// Where a `${...}` of a `shell:` command lands, as the shell reads the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quoting {
+    /// Outside quotes.
+    Unquoted,
+    /// Inside `'...'`.
+    Single,
+    /// Inside `"..."`.
+    Double,
+    /// In the body of a here-document; `quoted` when its delimiter was quoted (a literal body).
+    Heredoc {
+        /// Whether the body is literal.
+        quoted: bool,
+    },
+    /// In a comment.
+    Comment,
+}
+
+/// One `${...}` of a `shell:` command and where it lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Splice {
+    /// The whole `${...}` in the template's value.
+    pub span: prodigy_grammar::Span,
+    /// The quoting around it.
+    pub quoting: Quoting,
+    /// When the word it is part of is read again as a script (`eval`, `sh -c`), so that
+    /// quotes around the spliced text are removed before that second reading: the quoting
+    /// the second reading finds it in.
+    pub reparsed: Option<Quoting>,
+}
+
+/// Every top-level `${...}` of a `shell:` command, in order, with where it lands.
+pub fn splices(template: &Template) -> Vec<Splice> {
+    let mut out = Vec::new();
+    walk(template, |event| {
+        if let Event::Splice(lexer, span) = event {
+            out.push(Splice {
+                span,
+                quoting: lexer.splice_quoting(),
+                reparsed: lexer
+                    .words
+                    .last()
+                    .filter(|words| words.reparsed())
+                    .map(|words| {
+                        let mut inner = Lexer::default();
+                        inner.feed(words.current.as_deref().unwrap_or(""));
+                        inner.splice_quoting()
+                    }),
+            });
+        }
+    });
+    out
+}
+
 /// A small shell lexer: enough to know whether a position is inside quotes, a comment or a
-/// here-document.
+/// here-document, and which words of which command came before it.
 #[derive(Default)]
 struct Lexer {
     stack: Vec<Context>,
+    /// The command being read at each level of `$( )` and backticks (the first is the
+    /// script's own).
+    words: Vec<Words>,
     escaped: bool,
     dollar: bool,
     previous: Option<char>,
@@ -133,6 +259,40 @@ impl Lexer {
         !matches!(self.stack.last(), Some(Context::Single | Context::Double))
     }
 
+    fn command(&mut self) -> &mut Words {
+        if self.words.is_empty() {
+            self.words.push(Words::default());
+        }
+        let last = self.words.len() - 1;
+        &mut self.words[last]
+    }
+
+    /// A `${...}` was read: it is part of the current word.
+    fn spliced(&mut self) {
+        if self.body.is_none() && !self.comment {
+            // A word, to a shell that reads this one's words again.
+            self.command().push('x');
+        }
+        self.previous = Some('}');
+        self.dollar = false;
+    }
+
+    fn splice_quoting(&self) -> Quoting {
+        if let Some(body) = &self.body {
+            return Quoting::Heredoc {
+                quoted: body.quoted,
+            };
+        }
+        if self.comment {
+            return Quoting::Comment;
+        }
+        match self.stack.last() {
+            Some(Context::Single) => Quoting::Single,
+            Some(Context::Double) => Quoting::Double,
+            Some(Context::Subst(_) | Context::Backtick) | None => Quoting::Unquoted,
+        }
+    }
+
     fn step(&mut self, c: char) {
         if let Some(body) = &mut self.body {
             if c == '\n' {
@@ -154,6 +314,7 @@ impl Lexer {
         if self.comment {
             if c == '\n' {
                 self.comment = false;
+                self.command().end_command();
                 self.newline();
             }
             return;
@@ -190,40 +351,76 @@ impl Lexer {
         let dollar = std::mem::replace(&mut self.dollar, c == '$');
         if self.escaped {
             self.escaped = false;
+            // Inside double quotes a backslash escapes only these; before a newline it
+            // joins the lines.
+            if matches!(self.stack.last(), Some(Context::Double)) && !"$`\"\\\n".contains(c) {
+                self.command().push('\\');
+            }
+            if c != '\n' {
+                self.command().push(c);
+            }
             return;
         }
         let word_start = self
             .previous
             .is_none_or(|p| p.is_whitespace() || ";&|(".contains(p));
         match (self.stack.last().copied(), c) {
-            (Some(Context::Single), '\'')
-            | (Some(Context::Double), '"')
-            | (Some(Context::Backtick), '`') => {
+            (Some(Context::Single), '\'') | (Some(Context::Double), '"') => {
                 self.stack.pop();
             }
-            (Some(Context::Single), _) => {}
+            (Some(Context::Backtick), '`') => {
+                self.stack.pop();
+                self.words.pop();
+            }
+            (Some(Context::Single), _) => self.command().push(c),
             (_, '\\') => self.escaped = true,
-            (_, '(') if dollar => self.stack.push(Context::Subst(1)),
+            (_, '(') if dollar => {
+                self.command().push(c);
+                self.stack.push(Context::Subst(1));
+                self.command();
+                self.words.push(Words::default());
+            }
             (Some(Context::Subst(n)), '(') => {
                 self.stack.pop();
                 self.stack.push(Context::Subst(n + 1));
+                self.command().end_command();
             }
             (Some(Context::Subst(n)), ')') => {
                 self.stack.pop();
                 if n > 1 {
                     self.stack.push(Context::Subst(n - 1));
+                    self.command().end_command();
+                } else {
+                    self.words.pop();
+                    self.command().push(c);
                 }
             }
-            (_, '`') => self.stack.push(Context::Backtick),
-            (Some(Context::Double), _) => {}
-            (_, '\'') => self.stack.push(Context::Single),
-            (_, '"') => self.stack.push(Context::Double),
+            (_, '`') => {
+                self.command().push(c);
+                self.stack.push(Context::Backtick);
+                self.words.push(Words::default());
+            }
+            (Some(Context::Double), _) => self.command().push(c),
+            (_, '\'') => {
+                self.command().start();
+                self.stack.push(Context::Single);
+            }
+            (_, '"') => {
+                self.command().start();
+                self.stack.push(Context::Double);
+            }
             (_, '#') if word_start => self.comment = true,
             (_, '<') if self.previous == Some('<') && self.unquoted() => {
                 self.reading = Some(Heredoc::default());
             }
-            (_, '\n') => self.newline(),
-            _ => {}
+            (_, '\n') => {
+                self.command().end_command();
+                self.newline();
+            }
+            (_, ';' | '&' | '|' | '(' | ')') => self.command().end_command(),
+            (_, '<' | '>') => self.command().end_word(),
+            (_, c) if c.is_whitespace() => self.command().end_word(),
+            (_, c) => self.command().push(c),
         }
     }
 
@@ -252,8 +449,17 @@ impl Lexer {
     }
 }
 
-/// One command as a script.
-fn script(template: &Template) -> Script {
+/// What [`walk`] meets in a command, in order.
+enum Event<'a> {
+    /// A top-level `${...}`, with the lexer as it stands before it.
+    Splice(&'a Lexer, prodigy_grammar::Span),
+    /// Literal text: a span of the value and the text the shell reads there.
+    Literal(prodigy_grammar::Span, &'a str),
+}
+
+/// Feeds a command's text to a lexer, telling ON of each splice and piece of literal text;
+/// the lexer takes a splice as part of the current word.
+fn walk(template: &Template, mut on: impl FnMut(Event<'_>)) {
     let value = template.value.as_str();
     let mut vars: Vec<prodigy_grammar::Span> = template
         .parsed
@@ -265,70 +471,83 @@ fn script(template: &Template) -> Script {
         })
         .collect();
     vars.sort_by_key(|s| s.start);
-    let mut text = String::new();
-    let mut pieces = Vec::new();
     let mut lexer = Lexer::default();
     let mut at = 0;
-    let literal =
-        |text: &mut String, pieces: &mut Vec<Piece>, lexer: &mut Lexer, from: usize, to: usize| {
-            // `$$` is a literal `$`.
-            let chunk = value.get(from..to).unwrap_or("");
-            let mut i = 0;
-            while i < chunk.len() {
-                let next = chunk[i..].find("$$").map_or(chunk.len(), |j| i + j);
-                let piece = &chunk[i..next];
-                if !piece.is_empty() {
-                    pieces.push(Piece {
-                        script: text.len(),
-                        len: piece.len(),
-                        value: prodigy_grammar::Span {
-                            start: from + i,
-                            end: from + next,
-                        },
-                        literal: true,
-                    });
-                    text.push_str(piece);
-                    lexer.feed(piece);
-                }
-                if next < chunk.len() {
-                    pieces.push(Piece {
-                        script: text.len(),
-                        len: 1,
-                        value: prodigy_grammar::Span {
-                            start: from + next,
-                            end: from + next + 2,
-                        },
-                        literal: false,
-                    });
-                    text.push('$');
-                    lexer.feed("$");
-                    i = next + 2;
-                } else {
-                    i = next;
-                }
+    let text = |lexer: &mut Lexer, on: &mut dyn FnMut(Event<'_>), from: usize, to: usize| {
+        // `$${` is a literal `${`: its `$$` stands for one `$`.
+        let chunk = value.get(from..to).unwrap_or("");
+        let mut i = 0;
+        while i < chunk.len() {
+            let next = chunk[i..].find(ESCAPE).map_or(chunk.len(), |j| i + j);
+            let piece = &chunk[i..next];
+            if !piece.is_empty() {
+                let span = prodigy_grammar::Span {
+                    start: from + i,
+                    end: from + next,
+                };
+                on(Event::Literal(span, piece));
+                lexer.feed(piece);
             }
-        };
-    for (n, span) in vars.iter().enumerate() {
+            if next < chunk.len() {
+                let span = prodigy_grammar::Span {
+                    start: from + next,
+                    end: from + next + 2,
+                };
+                on(Event::Literal(span, "$"));
+                lexer.feed("$");
+                i = next + 2;
+            } else {
+                i = next;
+            }
+        }
+    };
+    for span in vars {
         if span.start < at {
             continue;
         }
-        literal(&mut text, &mut pieces, &mut lexer, at, span.start);
-        let name = format!("PRODIGY_T{}", n + 1);
-        let placeholder = match lexer.quoting() {
-            Some(Context::Single) => name,
-            Some(Context::Double) => format!("${name}"),
-            _ => format!("\"${name}\""),
-        };
-        pieces.push(Piece {
-            script: text.len(),
-            len: placeholder.len(),
-            value: *span,
-            literal: false,
-        });
-        text.push_str(&placeholder);
+        text(&mut lexer, &mut on, at, span.start);
+        on(Event::Splice(&lexer, span));
+        lexer.spliced();
         at = span.end;
     }
-    literal(&mut text, &mut pieces, &mut lexer, at, value.len());
+    text(&mut lexer, &mut on, at, value.len());
+}
+
+/// The escape whose first two bytes stand for one `$` in a template.
+const ESCAPE: &str = "$${";
+
+/// One command as a script.
+fn script(template: &Template) -> Script {
+    let mut text = String::new();
+    let mut pieces = Vec::new();
+    let mut n = 0;
+    walk(template, |event| match event {
+        Event::Splice(lexer, span) => {
+            n += 1;
+            let name = format!("PRODIGY_T{n}");
+            let placeholder = match lexer.quoting() {
+                Some(Context::Single) => name,
+                Some(Context::Double) => format!("${name}"),
+                _ => format!("\"${name}\""),
+            };
+            pieces.push(Piece {
+                script: text.len(),
+                len: placeholder.len(),
+                value: span,
+                literal: false,
+            });
+            text.push_str(&placeholder);
+        }
+        Event::Literal(span, piece) => {
+            pieces.push(Piece {
+                script: text.len(),
+                len: piece.len(),
+                value: span,
+                literal: span.end - span.start == piece.len(),
+            });
+            text.push_str(piece);
+        }
+    });
     Script {
         text,
         pieces,
@@ -422,10 +641,10 @@ mod tests {
     #[test]
     fn templates_become_quoted_words_for_the_context() {
         let (_, scripts) =
-            scripts_of("- shell: echo ${a} \"x ${b}\" '${c}' $$HOME $(cat \"${d}\")\n");
+            scripts_of("- shell: echo ${a} \"x ${b}\" '${c}' $${HOME} $$ $(cat \"${d}\")\n");
         assert_eq!(
             scripts[0].text,
-            r#"echo "$PRODIGY_T1" "x $PRODIGY_T2" 'PRODIGY_T3' $HOME $(cat "$PRODIGY_T4")"#
+            r#"echo "$PRODIGY_T1" "x $PRODIGY_T2" 'PRODIGY_T3' ${HOME} $$ $(cat "$PRODIGY_T4")"#
         );
     }
 
@@ -442,16 +661,16 @@ mod tests {
 
     #[test]
     fn positions_map_back_into_the_yaml_string() {
-        let yaml = "commands:\n  - shell: |\n      echo ${item} $$x\n      ls $y\n";
+        let yaml = "commands:\n  - shell: |\n      echo ${item} $${x}\n      ls $y\n";
         let (file, scripts) = scripts_of(yaml);
         let script = &scripts[0];
-        assert_eq!(script.text, "echo \"$PRODIGY_T1\" $x\nls $y\n");
+        assert_eq!(script.text, "echo \"$PRODIGY_T1\" ${x}\nls $y\n");
         // `$y` on the script's line 2, columns 4..6.
         let span = script.file_span(&file.text, (2, 4), (2, 6));
         assert_eq!(file.slice(span), "$y");
-        // `$x` after a placeholder and an escaped dollar: `$$x` in the file.
-        let span = script.file_span(&file.text, (1, 20), (1, 22));
-        assert_eq!(file.slice(span), "$$x");
+        // `${x}` after a placeholder and an escaped dollar: `$${x}` in the file.
+        let span = script.file_span(&file.text, (1, 20), (1, 24));
+        assert_eq!(file.slice(span), "$${x}");
         // The placeholder maps to the whole template.
         let span = script.file_span(&file.text, (1, 6), (1, 19));
         assert_eq!(file.slice(span), "${item}");

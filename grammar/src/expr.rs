@@ -3,8 +3,10 @@
 //!
 //! Precedence, tightest first: `!`/`not`, comparisons (`== != < <= > >= in`, `not in`),
 //! `&&`/`and`, `||`/`or`.
-//! Numbers compare by value, different types are never equal (and never ordered), a
-//! missing path is `null`, and a bare value is tested for truthiness.
+//! Numbers compare by value; a string beside a number compares as the number it reads as
+//! (as GitHub Actions expressions do), and otherwise, like any other pair of different
+//! types, is never equal (and never ordered); a missing path is `null`, and a bare value is
+//! tested for truthiness.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -458,6 +460,28 @@ impl<S> Expr<S> {
         Ok(value::truthy(self.eval(ctx)?.as_ref()))
     }
 
+    /// Why the expression is false, when a comparison in it mixes types that never compare
+    /// ([`value::mismatch`]): the first such comparison, left to right, with the reason
+    /// (`"abc" is not a number`). `None` when no comparison does, or one cannot be evaluated.
+    pub fn mismatch(&self, ctx: &dyn Context) -> Option<String> {
+        match self {
+            Expr::Literal { .. } | Expr::Path { .. } | Expr::Var { .. } => None,
+            Expr::List { items, .. } | Expr::Call { args: items, .. } => {
+                items.iter().find_map(|e| e.mismatch(ctx))
+            }
+            Expr::Not { expr, .. } => expr.mismatch(ctx),
+            Expr::Binary { op, lhs, rhs, .. } => match op {
+                BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                    let (a, b) = (lhs.eval(ctx).ok()?, rhs.eval(ctx).ok()?);
+                    value::mismatch(&a, &b)
+                }
+                BinOp::In | BinOp::NotIn | BinOp::And | BinOp::Or => {
+                    lhs.mismatch(ctx).or_else(|| rhs.mismatch(ctx))
+                }
+            },
+        }
+    }
+
     /// Whether a map item passes this filter. Filters cannot fail: a missing field is null.
     pub fn matches_item(&self, item: &Value) -> bool {
         self.test(&Item(item)).unwrap_or(false)
@@ -466,6 +490,13 @@ impl<S> Expr<S> {
 
 fn compare(op: BinOp, a: &Value, b: &Value) -> bool {
     use std::cmp::Ordering::{Equal, Greater, Less};
+    let (a, b) = match op {
+        BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+            value::coerce(a, b)
+        }
+        BinOp::In | BinOp::NotIn | BinOp::And | BinOp::Or => (Cow::Borrowed(a), Cow::Borrowed(b)),
+    };
+    let (a, b) = (a.as_ref(), b.as_ref());
     match op {
         BinOp::Eq => value::equal(a, b),
         BinOp::Ne => !value::equal(a, b),
@@ -578,7 +609,13 @@ mod tests {
     fn semantics_follow_the_spec() {
         check("priority == 5", &json!({"priority": 5.0}), true);
         check("item.priority > 5", &json!({"priority": 7}), true);
-        check("score > 5", &json!({"score": "10"}), false);
+        // A string beside a number compares as the number it reads as, or not at all.
+        check("score > 5", &json!({"score": "10"}), true);
+        check("score == 10", &json!({"score": " 10\n"}), true);
+        check("score <= 5", &json!({"score": "abc"}), false);
+        check("score > 5", &json!({"score": "abc"}), false);
+        check("score != 5", &json!({"score": "abc"}), true);
+        check("score > '5'", &json!({"score": "10"}), false);
         check("missing == null", &json!({}), true);
         check("a > 1 && b < 2 || c == 3", &json!({"c": 3}), true);
         check("!(a > 1) and b in [1, 2]", &json!({"a": 0, "b": 2}), true);
@@ -590,6 +627,20 @@ mod tests {
         );
         check("matches(file, '\\.rs$')", &json!({"file": "main.rs"}), true);
         check("is_null(x)", &json!({}), true);
+    }
+
+    #[test]
+    fn a_mismatch_explains_why_a_condition_is_false() {
+        let why = |expr: &str, item: &Value| Expr::parse(expr).ok()?.mismatch(&Item(item));
+        assert_eq!(
+            why("a == 1 || n > 10", &json!({"a": 2, "n": "abc"})).as_deref(),
+            Some("\"abc\" is not a number")
+        );
+        assert_eq!(why("n > 10", &json!({"n": "61"})), None);
+        assert_eq!(
+            why("n > 'x'", &json!({"n": 3})).as_deref(),
+            Some("\"x\" is not a number")
+        );
     }
 
     #[test]

@@ -91,6 +91,16 @@ fn path_of<R: pest::RuleType>(pair: Pair<'_, R>) -> Path {
 // Templates.
 
 pub(crate) fn parse_template(text: &str, offset: usize) -> Result<Template, ParseError> {
+    parse_template_in(text, offset, false)
+}
+
+/// Parses a template; in a shell command (SHELL) a parameter expansion only the shell reads
+/// (`${f%.rs}`) is kept as written, elsewhere it is a syntax error.
+pub(crate) fn parse_template_in(
+    text: &str,
+    offset: usize,
+    shell: bool,
+) -> Result<Template, ParseError> {
     crate::error::check_template_depth(text).map_err(|mut e| {
         e.span = Span::new(e.span.start + offset, e.span.end + offset);
         e
@@ -104,13 +114,30 @@ pub(crate) fn parse_template(text: &str, offset: usize) -> Result<Template, Pars
     for pair in top.into_inner() {
         let part = match pair.as_rule() {
             tpl::Rule::escaped_dollar => Part::Dollar,
+            tpl::Rule::double_dollar => Part::Text("$$".to_owned()),
             tpl::Rule::lone_dollar => Part::Text("$".to_owned()),
+            tpl::Rule::shell_param if shell => Part::Shell {
+                text: pair.as_str().to_owned(),
+                span: span_of(&pair, offset),
+            },
+            tpl::Rule::shell_param => {
+                let written = pair.as_str();
+                return Err(ParseError::new(
+                    ParseErrorKind::Template,
+                    format!("`{written}` is shell syntax, not a variable reference"),
+                    span_of(&pair, offset),
+                    "only a shell reads this",
+                )
+                .help(format!(
+                    "write `${written}` for the literal text; a reference is `${{path}}`, with an optional `:-default`, `:json`/`:lines`/`:GLOB` and `|filter`s"
+                )));
+            }
             tpl::Rule::literal => Part::Text(pair.as_str().to_owned()),
             tpl::Rule::bare_var => Part::Bare {
                 name: pair.as_str()[1..].to_owned(),
                 span: span_of(&pair, offset),
             },
-            tpl::Rule::braced => Part::Var(braced(pair, offset)?),
+            tpl::Rule::braced => Part::Var(braced(pair, offset, shell)?),
             _ => continue,
         };
         // Adjacent text merges, so that `$1` is one text part, as it prints.
@@ -122,7 +149,7 @@ pub(crate) fn parse_template(text: &str, offset: usize) -> Result<Template, Pars
     Ok(Template { parts })
 }
 
-fn braced(pair: Pair<'_, tpl::Rule>, offset: usize) -> Result<Var, ParseError> {
+fn braced(pair: Pair<'_, tpl::Rule>, offset: usize, shell: bool) -> Result<Var, ParseError> {
     let span = span_of(&pair, offset);
     let mut var = Var {
         path: Path::name(""),
@@ -141,7 +168,7 @@ fn braced(pair: Pair<'_, tpl::Rule>, offset: usize) -> Result<Var, ParseError> {
             tpl::Rule::default => {
                 if let Some(text) = inner.into_inner().next() {
                     let start = text.as_span().start() + offset;
-                    var.default = Some(parse_template(text.as_str(), start)?);
+                    var.default = Some(parse_template_in(text.as_str(), start, shell)?);
                 }
             }
             tpl::Rule::modifier => {
@@ -239,7 +266,7 @@ fn template_error(text: &str, pos: usize, offset: usize) -> ParseError {
             shift(char_span(text, pos)),
             "unexpected character",
         )
-        .help("write `$$` for a literal `$`");
+        .help("write `$${` for a literal `${`");
     };
     let close = text[open..].find('}').map(|c| open + c);
     match close {
@@ -265,7 +292,7 @@ fn template_error(text: &str, pos: usize, offset: usize) -> ParseError {
                 shift(Span::new(open, c + 1)),
                 "expected a name such as `${name}` or `${item.field[0]}`",
             )
-            .help("a reference is `${path}`, with an optional `:-default`, `:json`/`:lines`/`:GLOB` and `|filter`s")
+            .help("a reference is `${path}`, with an optional `:-default`, `:json`/`:lines`/`:GLOB` and `|filter`s; write `$${` for a literal `${`")
         }
     }
 }
@@ -628,6 +655,18 @@ fn expr_error(text: &str, err: &pest::error::Error<ex::Rule>) -> ParseError {
         "==", "!=", "<=", ">=", "<", ">", "&&", "||", "!", "and", "or", "not", "in",
     ];
     let prev = previous_token(text, pos);
+    // `=>` and `=<` are `>=` and `<=` written backwards.
+    for (written, meant) in [("=>", ">="), ("=<", "<=")] {
+        if rest.starts_with(written) {
+            return ParseError::new(
+                ParseErrorKind::Expression,
+                format!("`{written}` is not an operator"),
+                Span::new(pos, pos + written.len()),
+                format!("did you mean `{meant}`?"),
+            )
+            .help(format!("write `{meant}`: the `=` comes second"));
+        }
+    }
     if rest.starts_with('=') && !rest.starts_with("==") {
         return mk("use `==` to compare".to_owned(), "a single `=`")
             .help("write `==` for equality, `!=` for inequality");

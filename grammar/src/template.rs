@@ -2,8 +2,11 @@
 //!
 //! Syntax: `${path}`, `${path:-default}` (the default is itself a template),
 //! `${path:json}` / `${path:lines}` / `${path:GLOB}` for list variables (before a default),
-//! `${path|shell}` / `|json` / `|trim` / `|default:VALUE` filters, `$NAME` (bare), and `$$`
-//! for a literal `$`. `${env:NAME}` is the same as `${env.NAME}`.
+//! `${path|shell}` / `|json` / `|trim` / `|default:VALUE` filters, `$NAME` (bare), and `$${`
+//! for a literal `${` (docs/language.md §7); any other `$$` is itself, so that the shell's
+//! `$$` survives. `${env:NAME}` is the same as `${env.NAME}`. In a `shell:` command
+//! ([`Template::parse_shell`]) a parameter expansion only the shell reads (`${f%.rs}`) is
+//! kept as written.
 
 use std::fmt;
 
@@ -24,7 +27,7 @@ pub struct Template<S = Span> {
 pub enum Part<S = Span> {
     /// Literal text (never contains `${`).
     Text(String),
-    /// `$$`: a literal `$`.
+    /// `$${`: a literal `${`.
     Dollar,
     /// `$NAME`: a Prodigy variable if one has that name, otherwise left for the shell.
     Bare {
@@ -35,6 +38,14 @@ pub enum Part<S = Span> {
     },
     /// `${...}`.
     Var(Var<S>),
+    /// A parameter expansion only a shell reads (`${f%.rs}`, `${#f}`, `${1}`), in a `shell:`
+    /// command: rendered as written.
+    Shell {
+        /// The whole `${...}` as written.
+        text: String,
+        /// Where it was written.
+        span: S,
+    },
 }
 
 /// A `${...}` reference.
@@ -86,6 +97,12 @@ impl Template<Span> {
     pub fn parse(text: &str) -> Result<Self, ParseError> {
         crate::lower::parse_template(text, 0)
     }
+
+    /// Parses a `shell:` command, where a parameter expansion only the shell reads
+    /// (`${f%.rs}`, `${#f}`, `${1}`) is kept for the shell as written.
+    pub fn parse_shell(text: &str) -> Result<Self, ParseError> {
+        crate::lower::parse_template_in(text, 0, true)
+    }
 }
 
 impl<S: Clone> Template<S> {
@@ -114,7 +131,7 @@ impl<S: Clone> Template<S> {
     pub fn is_literal(&self) -> bool {
         self.parts
             .iter()
-            .all(|p| matches!(p, Part::Text(_) | Part::Dollar))
+            .all(|p| matches!(p, Part::Text(_) | Part::Dollar | Part::Shell { .. }))
     }
 }
 
@@ -125,6 +142,10 @@ impl<S: Clone> Part<S> {
             Part::Dollar => Part::Dollar,
             Part::Bare { name, .. } => Part::Bare {
                 name: name.clone(),
+                span: (),
+            },
+            Part::Shell { text, .. } => Part::Shell {
+                text: text.clone(),
                 span: (),
             },
             Part::Var(v) => Part::Var(Var {
@@ -144,7 +165,8 @@ impl<S> fmt::Display for Template<S> {
         for part in &self.parts {
             match part {
                 Part::Text(t) => f.write_str(t)?,
-                Part::Dollar => f.write_str("$$")?,
+                Part::Dollar => f.write_str("$${")?,
+                Part::Shell { text, .. } => f.write_str(text)?,
                 Part::Bare { name, .. } => write!(f, "${name}")?,
                 Part::Var(var) => write!(f, "{var}")?,
             }
@@ -230,7 +252,8 @@ impl<S> Template<S> {
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
-                Part::Dollar => out.push('$'),
+                Part::Dollar => out.push_str("${"),
+                Part::Shell { text, .. } => out.push_str(text),
                 Part::Bare { name, .. } => {
                     if let Some(v) = scope.get_bare(name) {
                         out.push_str(&value::render(&v));
@@ -342,7 +365,13 @@ mod tests {
     #[test]
     fn renders_paths_defaults_filters_and_modifiers() {
         let vars = json!({"name": "Al", "n": 5, "item": {"a": {"b": [1, 2]}}, "files": ["a.md", "b.rs"], "q": "it's"});
-        check("Hi ${name}, $name and $$HOME", &vars, "Hi Al, Al and $HOME");
+        check(
+            "Hi ${name}, $name and $${HOME}",
+            &vars,
+            "Hi Al, Al and ${HOME}",
+        );
+        // Only `$${` is an escape: the shell's `$$` (its process id) stays.
+        check("echo $$ $$HOME $$$", &vars, "echo $$ $$HOME $$$");
         check("${item.a.b[1]} ${n}", &vars, "2 5");
         check("${missing:-${name}!}", &vars, "Al!");
         check("${a:-${b:-${name}}}", &vars, "Al");
@@ -365,6 +394,38 @@ mod tests {
         check("${item.id:-x}", &vars, "1");
         // Without a default, null renders as nothing, as before.
         check("[${item.owner}]", &vars, "[]");
+    }
+
+    #[test]
+    fn shell_parameter_expansions_stay_for_the_shell_in_shell_commands() {
+        let vars = json!({"f": "Prodigy's", "name": "Al"});
+        for text in [
+            "${f%.rs}",
+            "${f#*/}",
+            "${f/a/b}",
+            "${f:=x}",
+            "${f:?unset}",
+            "${f:+set}",
+            "${#f}",
+            "${!f}",
+            "${1}",
+            "${@}",
+            "${#}",
+            "${a[@]}",
+            "${1:-${name}}",
+        ] {
+            let parsed = Template::parse_shell(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(parsed.render(&vars).unwrap(), text);
+            assert_eq!(parsed.to_string(), text);
+            let err = Template::parse(text).expect_err(text);
+            assert!(
+                err.help.as_deref().is_some_and(|h| h.contains("$${")),
+                "{text}: {err:?}"
+            );
+        }
+        // Prodigy's own syntax keeps its meaning.
+        let parsed = Template::parse_shell("${f:-x} ${missing:-x} ${name|shell}").unwrap();
+        assert_eq!(parsed.render(&vars).unwrap(), "Prodigy's x 'Al'");
     }
 
     #[test]

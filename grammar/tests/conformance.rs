@@ -57,6 +57,11 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
         "a bare word is a path, not a string; quote text values (docs/language.md §7)",
     ),
     (
+        "F32",
+        "true",
+        "a string beside a number compares as the number it reads as, as GitHub Actions expressions do (docs/language.md §7)",
+    ),
+    (
         "F40",
         "true",
         "list elements keep their types, and numbers compare by value",
@@ -212,21 +217,6 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
         "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
     ),
     (
-        "W19",
-        "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
-    ),
-    (
-        "W21",
-        "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
-    ),
-    (
-        "W29",
-        "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
-    ),
-    (
         "W31",
         "error",
         "an undefined variable is an error, never an empty or literal value (docs/language.md §7, strict undefined)",
@@ -262,14 +252,9 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
         "text after a complete expression is a syntax error, not silently ignored",
     ),
     (
-        "W48",
-        "false",
-        "inside `when`, `${x}` is the variable's typed value: a string stays a string (docs/language.md §7, typed when)",
-    ),
-    (
         "W50",
         "false",
-        "comparing different types is false, never an error (docs/language.md §7)",
+        "a string that reads as no number compares with a number as false, never an error (docs/language.md §7)",
     ),
     (
         "W55",
@@ -379,8 +364,8 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     ),
     (
         "I35",
-        "\"$ and $HOME and $5 and $\"",
-        "`$$` is a literal `$` (docs/language.md §7)",
+        "\"$$ and $$HOME and $5 and $\"",
+        "only `$${` is an escape (a literal `${`); any other `$$` stays for the shell (docs/language.md §7)",
     ),
     ("I36", "\"x\"", "spaces inside `${ name }` are allowed"),
     (

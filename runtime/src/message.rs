@@ -49,10 +49,14 @@ pub enum Message {
     },
     /// The step's `description` (`-v`).
     Description(String),
-    /// The step is skipped: its `when` (`-v`).
+    /// The step is skipped: its `when`, shown at normal verbosity so that a skipped step
+    /// never reads as one that ran.
     Skipped {
         /// The condition as written.
         when: String,
+        /// Why it is false, when a comparison in it mixed types that never compare
+        /// (`"abc" is not a number`).
+        reason: Option<String>,
     },
     /// The step runs again after DELAY (`-v`).
     Retrying {
@@ -231,7 +235,10 @@ impl Message {
                 label: mask(&label),
             },
             Message::Description(text) => Message::Description(mask(&text)),
-            Message::Skipped { when } => Message::Skipped { when: mask(&when) },
+            Message::Skipped { when, reason } => Message::Skipped {
+                when: mask(&when),
+                reason: reason.map(|r| mask(&r)),
+            },
             Message::Retrying { delay, attempt } => Message::Retrying { delay, attempt },
             Message::Command(text) => Message::Command(mask(&text)),
             Message::Env { name, value } => Message::Env {

@@ -117,7 +117,13 @@ const EXPECTED: &[Expected] = &[
     (
         "workflows/documentation-maintain.yml",
         &[],
-        &[("W005", 164)],
+        &[
+            ("W010", 164),
+            ("W010", 240),
+            ("W010", 241),
+            ("W010", 242),
+            ("W010", 243),
+        ],
     ),
     ("workflows/documentation-workflow.yml", &[], &[]),
     ("workflows/environment-example.yml", &[], &[("W005", 16)]),

@@ -616,3 +616,51 @@ fn a_job_with_items_in_the_dlq_ends_without_a_tick_and_q_keeps_where_they_are() 
         "{text}"
     );
 }
+
+/// A captured number decides `when:` as the number it reads as, and a skipped step says so
+/// without `-v`, with the reason when a comparison could not compare.
+#[test]
+fn when_on_a_captured_number_compares_it_and_skips_say_why() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "when.yml",
+        "commands:\n  - shell: echo 61\n    capture: n\n  - shell: echo abc\n    capture: word\n  - shell: touch big\n    when: \"${n} > 10\"\n  - shell: touch small\n    when: \"${n} <= 10\"\n  - shell: echo never\n    when: \"${word} > 10\"\n",
+    );
+    let output = scratch.run(&["run", "-y", "--no-worktree", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(scratch.project().join("big").exists(), "{text}");
+    assert!(!scratch.project().join("small").exists(), "{text}");
+    assert!(
+        text.contains("[4/5] touch small\n  skipped: `when: ${n} <= 10` is false\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "[5/5] echo never\n  skipped: `when: ${word} > 10` is false (\"abc\" is not a number)\n"
+        ),
+        "{text}"
+    );
+}
+
+/// The shell's own syntax survives interpolation: `$$` is its process id, `$${` its `${`,
+/// and `${f%.rs}` is left for it.
+#[test]
+fn shell_syntax_reaches_the_shell() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "shell.yml",
+        "commands:\n  - shell: |\n      echo \"$$\" > pid.txt\n      f=main.rs\n      echo \"$${f%.rs} ${f%.rs} $${g:-none}\" > name.txt\n",
+    );
+    let output = scratch.run(&["run", "-y", "--no-worktree", &file], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pid = std::fs::read_to_string(scratch.project().join("pid.txt")).unwrap();
+    assert!(
+        !pid.trim().is_empty() && pid.trim().chars().all(|c| c.is_ascii_digit()),
+        "{pid:?}"
+    );
+    let name = std::fs::read_to_string(scratch.project().join("name.txt")).unwrap();
+    assert_eq!(name, "main main none\n");
+}

@@ -94,6 +94,8 @@ codes! {
     UnquotedInterpolation = "W006", Warning, "untrusted text spliced into a shell command unquoted";
     UselessSuppression = "W007", Warning, "a `# prodigy: ignore[...]` comment that suppresses nothing";
     UnknownSlashCommand = "W008", Warning, "a Claude prompt that starts with a slash command the project does not define";
+    MixedComparison = "W009", Warning, "a comparison whose sides are of types that never compare";
+    ShellExpansion = "W010", Warning, "a `${...}` in a shell command that is the shell's own parameter expansion";
     Unreadable = "F001", Error, "a workflow file that cannot be read";
     NotUtf8 = "F002", Error, "a workflow file that is not UTF-8 text";
     EmptyFile = "F003", Error, "a workflow file with no YAML document in it";

@@ -79,7 +79,7 @@ impl Lowerer<'_> {
     fn command_of(&mut self, kind: &str, entry: &Entry, fields: &Fields<'_>) -> Option<Command> {
         let value = &entry.value;
         Some(match kind {
-            "shell" => Command::Shell(self.template(value, "`shell`")?),
+            "shell" => Command::Shell(self.shell_template(value, "`shell`")?),
             "claude" => Command::Claude(self.claude_command(value)?.0),
             "command" => {
                 let fix = fields.entry("claude").is_none().then(|| {
@@ -107,7 +107,7 @@ impl Lowerer<'_> {
                     self,
                     "command",
                     "add `command: \"cargo test\"`",
-                    Lowerer::template,
+                    Lowerer::shell_template,
                 )?)
             }
         })

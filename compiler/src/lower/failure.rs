@@ -75,7 +75,7 @@ impl Lowerer<'_> {
                         out.handler = self.handler_commands(commands, "`on_failure.commands`");
                     }
                 } else {
-                    if let Some(text) = fields.template(self, "shell") {
+                    if let Some(text) = fields.read(self, "shell", Lowerer::shell_template) {
                         out.handler.push(Step::new(node.span, Command::Shell(text)));
                     }
                     if let Some((text, settings)) =

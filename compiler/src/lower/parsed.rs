@@ -99,6 +99,12 @@ impl Lowerer<'_> {
         self.parsed(node, what, prodigy_grammar::template::Template::parse)
     }
 
+    /// A `shell:` command: a template where the shell's own parameter expansions
+    /// (`${f%.rs}`) are kept as written, for W010 to report.
+    pub(crate) fn shell_template(&mut self, node: &Node, what: &str) -> Option<Template> {
+        self.parsed(node, what, prodigy_grammar::template::Template::parse_shell)
+    }
+
     /// A template built by lowering (not written as one scalar): diagnostics label `span`.
     pub(crate) fn synthesized(&mut self, text: String, span: Span) -> Option<Template> {
         self.parse_text(

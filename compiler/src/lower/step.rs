@@ -532,11 +532,13 @@ impl Lowerer<'_> {
 
     /// A handler command written as a string: a leading `/` means Claude, else shell.
     pub(super) fn command_string(&mut self, node: &Node, what: &str) -> Option<Step> {
-        let text = self.template(node, what)?;
-        let command = if text.value.trim_start().starts_with('/') {
-            Command::Claude(text)
+        let claude = node
+            .text()
+            .is_some_and(|text| text.trim_start().starts_with('/'));
+        let command = if claude {
+            Command::Claude(self.template(node, what)?)
         } else {
-            Command::Shell(text)
+            Command::Shell(self.shell_template(node, what)?)
         };
         Some(Step::new(node.span, command))
     }

@@ -165,9 +165,15 @@ fn delays_need_a_unit_where_timeouts_take_seconds() {
             &written
         );
     }
-    // Units, zero and `{secs, nanos}` are fine; seconds fields take numbers.
+    // A unit spelled out is refused (the backoff documentation calls it invalid), with the
+    // short form as the fix.
+    let spelled = diagnostics("- shell: x\n  retry_config: {max_delay: \"2 minutes\"}\n");
+    assert_eq!(spelled.len(), 1, "{spelled:?}");
+    assert_eq!(spelled[0].code, Code::InvalidDuration);
+    assert_eq!(spelled[0].fix.as_ref().unwrap().edits[0].replacement, "2m");
+    // Short units, zero and `{secs, nanos}` are fine; seconds fields take numbers.
     let retry = first_step(
-        "- shell: x\n  timeout: 300\n  retry_config: {initial_delay: 0, max_delay: \"2 minutes\", retry_budget: {secs: 3600}, backoff: {custom: {delays: [500ms, 1s]}}}\n",
+        "- shell: x\n  timeout: 300\n  retry_config: {initial_delay: 0, max_delay: 2m, retry_budget: {secs: 3600}, backoff: {custom: {delays: [500ms, 1s]}}}\n",
     );
     assert_eq!(retry.timeout.unwrap().value, Duration::from_mins(5));
     let config = retry.retry.unwrap();

@@ -55,7 +55,7 @@ impl Lowerer<'_> {
                         fix,
                     );
                 }
-                self.template(&entry.value, "`shell`")
+                self.shell_template(&entry.value, "`shell`")
                     .map(|t| vec![Step::new(entry.value.span, Command::Shell(t))])
                     .unwrap_or_default()
             }

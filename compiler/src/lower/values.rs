@@ -220,6 +220,29 @@ impl Lowerer<'_> {
             );
             return None;
         }
+        // `1 second` and `2 minutes` are invalid formats of these fields (docs/language.md §1,
+        // durations): units are written short and next to their numbers.
+        if let Some(Scalar::Str(s)) = node.scalar()
+            && let Some(compact) = compact_duration(s)
+        {
+            let text = s.trim();
+            let fix = crate::diagnostics::Fix::replace(
+                format!("write `{compact}`"),
+                node.span,
+                compact.clone(),
+            );
+            let mut diagnostic = Diagnostic::new(
+                Code::InvalidDuration,
+                format!("{what} needs a short unit next to its number"),
+            )
+            .with_primary(node.span, format!("`{text}` is not a duration here"))
+            .with_help(format!(
+                "write `{compact}`: short units next to their numbers"
+            ));
+            diagnostic.fix = Some(fix);
+            self.push(diagnostic);
+            return None;
+        }
         self.duration(node, what)
     }
 
@@ -274,6 +297,58 @@ impl Lowerer<'_> {
     }
 }
 
+/// The compact spelling (`1s`, `2m`, `1h30m`) of a duration written with a unit spelled out
+/// (`1 second`, `2 minutes`, `5 secs`) or apart from its number (`30 s`), when it reads as
+/// the same duration; `None` for a duration already written compactly (`1m 30s`) or text
+/// that is not one.
+fn compact_duration(text: &str) -> Option<String> {
+    const UNITS: &[(&str, &[&str])] = &[
+        ("ns", &["ns", "nsec", "nanos", "nanosecond", "nanoseconds"]),
+        (
+            "us",
+            &["us", "usec", "micros", "microsecond", "microseconds"],
+        ),
+        (
+            "ms",
+            &["ms", "msec", "millis", "millisecond", "milliseconds"],
+        ),
+        ("s", &["s", "sec", "secs", "second", "seconds"]),
+        ("m", &["m", "min", "mins", "minute", "minutes"]),
+        ("h", &["h", "hr", "hrs", "hour", "hours"]),
+        ("d", &["d", "day", "days"]),
+        ("w", &["w", "week", "weeks"]),
+    ];
+    let mut rest = text.trim();
+    let mut out = String::new();
+    let mut rewritten = false;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let (number, after) = rest.split_at(digits);
+        let unit_at = after.trim_start();
+        rewritten |= unit_at.len() != after.len();
+        let letters = unit_at
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(unit_at.len());
+        let (unit, next) = unit_at.split_at(letters);
+        let unit = unit.to_ascii_lowercase();
+        let (short, _) = UNITS
+            .iter()
+            .find(|(_, names)| names.contains(&unit.as_str()))?;
+        rewritten |= unit != *short;
+        out.push_str(number);
+        out.push_str(short);
+        rest = next.trim_start();
+    }
+    let same =
+        humantime::parse_duration(&out).ok()? == humantime::parse_duration(text.trim()).ok()?;
+    (rewritten && same).then_some(out)
+}
+
 /// Case and underscores do not matter in choices: `PerAgent`, `per_agent` and `peragent` are one word.
 fn fold(word: &str) -> String {
     word.trim()
@@ -285,3 +360,26 @@ fn fold(word: &str) -> String {
 
 /// The most attempts a retry setting may ask for.
 pub(crate) const MAX_ATTEMPTS: u32 = 1000;
+
+#[cfg(test)]
+mod tests {
+    use super::compact_duration;
+
+    #[test]
+    fn durations_with_units_spelled_out_have_a_compact_spelling() {
+        for (text, compact) in [
+            ("1 second", Some("1s")),
+            ("2 minutes", Some("2m")),
+            ("1 hour 30 mins", Some("1h30m")),
+            ("30 s", Some("30s")),
+            ("500 millis", Some("500ms")),
+            ("1s", None),
+            ("1m 30s", None),
+            ("500ms", None),
+            ("soon", None),
+            ("1 fortnight", None),
+        ] {
+            assert_eq!(compact_duration(text).as_deref(), compact, "{text}");
+        }
+    }
+}

@@ -70,13 +70,28 @@ impl Rebaser<'_> {
         if !self.exact {
             return self.whole;
         }
-        match (self.align(local.start), self.align(local.end)) {
+        match (self.align_start(local.start), self.align(local.end)) {
             (Some(start), Some(end)) => Span::new(
                 self.whole.start as usize + start,
                 self.whole.start as usize + end.max(start),
             ),
             _ => self.whole,
         }
+    }
+
+    /// The offset in the scalar of the character at byte `at` of the value: past what the
+    /// YAML scanner dropped before it (the opening quote of `"${a} == 1"` for offset 0).
+    fn align_start(&mut self, at: usize) -> Option<usize> {
+        let j = self.align(at)?;
+        let found = self
+            .value
+            .get(at..)
+            .and_then(|v| v.chars().next())
+            .and_then(|c| {
+                let k = advance(self.scalar, j, c)? - c.len_utf8();
+                self.scalar.get(k..)?.starts_with(c).then_some(k)
+            });
+        Some(found.unwrap_or(j))
     }
 
     /// The offset in the scalar of byte `at` of the value, where the value is the scalar

@@ -346,6 +346,100 @@ pub fn parse(file: &SourceFile) -> Document {
     }
 }
 
+/// The lines of TEXT with their byte offsets.
+fn lines_at(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.split_inclusive('\n').scan(0, |start, line| {
+        let at = *start;
+        *start += line.len();
+        Some((at, line.trim_end_matches(['\n', '\r'])))
+    })
+}
+
+/// A key at the start of LINE: its column and name (`  - shell: make` → 4, `shell`), and
+/// whether a value follows it on the line.
+fn key_of(line: &str) -> Option<(usize, &str, bool)> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    let mut rest = &line[indent..];
+    let mut column = indent;
+    while let Some(after) = rest.strip_prefix("- ") {
+        let spaces = after.len() - after.trim_start_matches(' ').len();
+        column += 2 + spaces;
+        rest = &after[spaces..];
+    }
+    let end = rest.find(':')?;
+    let key = &rest[..end];
+    let valid = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+    let value = rest[end + 1..].trim();
+    (valid && (rest[end + 1..].is_empty() || rest[end + 1..].starts_with(' '))).then_some((
+        column,
+        key,
+        !value.is_empty() && !value.starts_with('#'),
+    ))
+}
+
+/// A YAML error (at byte AT) that a tab in the indentation, or a key indented unlike the
+/// key before it, explains: said in those words, with the fix.
+fn indentation_mistake(text: &str, at: usize) -> Option<Diagnostic> {
+    let lines: Vec<(usize, &str)> = lines_at(text).collect();
+    let line = lines
+        .iter()
+        .rposition(|(start, _)| *start <= at)
+        .unwrap_or(0);
+    // A tab indenting the line of the error or the next one (the scanner may stop at the
+    // end of the line before).
+    for (start, text) in lines.iter().skip(line).take(2) {
+        let indent = text.len() - text.trim_start_matches([' ', '\t']).len();
+        if let Some(tab) = text[..indent].find('\t') {
+            let tab = start + tab;
+            return Some(
+                Diagnostic::new(Code::YamlSyntax, "invalid YAML: a tab in the indentation")
+                    .with_primary(Span::new(tab, tab + 1), "this `␉` is a tab")
+                    .with_help("replace the tab with spaces: YAML indents with spaces only"),
+            );
+        }
+    }
+    // A key indented unlike the key above it, whose value is on its line (so that this one
+    // cannot be nested under it).
+    let (start, here) = lines.get(line)?;
+    let (column, key, _) = key_of(here)?;
+    let mut keys_above = lines[..line]
+        .iter()
+        .rev()
+        .map(|(_, l)| *l)
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let (above, above_key, has_value) = keys_above.next().and_then(key_of)?;
+    // Back out to a key of an enclosing mapping: that is a well-formed line.
+    let dedent = column < above
+        && keys_above
+            .filter_map(key_of)
+            .find(|(c, _, _)| *c <= column)
+            .is_some_and(|(c, _, _)| c == column);
+    if column == above || !has_value || dedent {
+        return None;
+    }
+    let at = start + column;
+    Some(
+        Diagnostic::new(
+            Code::YamlSyntax,
+            format!("invalid YAML: `{key}` is indented unlike `{above_key}` above it"),
+        )
+        .with_primary(
+            Span::new(at, at + key.len()),
+            format!(
+                "starts at column {}; `{above_key}` starts at column {}",
+                column + 1,
+                above + 1
+            ),
+        )
+        .with_help(format!(
+            "align `{key}` with `{above_key}` (indent it {above} spaces) if it belongs to the same step or mapping"
+        )),
+    )
+}
+
 impl Builder<'_> {
     fn byte(&self, char_index: usize) -> usize {
         match &self.char_to_byte {
@@ -362,6 +456,9 @@ impl Builder<'_> {
 
     fn scan_error(&self, err: &ScanError) -> Diagnostic {
         let at = self.byte(err.marker().index());
+        if let Some(found) = indentation_mistake(&self.file.text, at) {
+            return found;
+        }
         // Point at one character so the label is visible even at the end of a line.
         let end = self.file.text[at..]
             .chars()
@@ -738,6 +835,24 @@ mod tests {
         assert_eq!(
             file.line_col(d.primary.as_ref().unwrap().span.start).line,
             1
+        );
+    }
+
+    #[test]
+    fn tabs_and_misaligned_keys_are_named() {
+        let message = |text: &str| parse_str(text).1.diagnostics[0].message.clone();
+        assert_eq!(
+            message("- shell: make\n\ttimeout: 5\n"),
+            "invalid YAML: a tab in the indentation"
+        );
+        assert_eq!(
+            message("- shell: make\n  timeout: 5\n capture: x\n"),
+            "invalid YAML: `capture` is indented unlike `timeout` above it"
+        );
+        // Backing out to an enclosing mapping is well formed: the real mistake is the `: `.
+        assert_eq!(
+            message("- shell: make\n  on_failure:\n    shell: fix\n  timeout: x: y\n"),
+            "invalid YAML: mapping values are not allowed in this context"
         );
     }
 

@@ -67,6 +67,7 @@ impl Runner {
                         });
                         self.say(Message::Skipped {
                             when: when.value.clone(),
+                            reason: when.parsed.mismatch(vars),
                         });
                         let action = machine.on_event(
                             StepEvent::Skip,
