@@ -21,6 +21,9 @@ pub(crate) const MAX_SCRIPTS: usize = 2_000;
 /// The most script texts remembered in memory; past it the memory starts afresh.
 const MAX_REMEMBERED: usize = 20_000;
 
+/// The largest file of the disk cache read back (one script's text and findings).
+const MAX_KEPT: u64 = 16 << 20;
+
 /// The options ShellCheck runs with (besides `--exclude` and the file names).
 const OPTIONS: [&str; 5] = [
     "--format=json1",
@@ -49,20 +52,22 @@ impl ShellCheck {
     /// `shellcheck` on `PATH`, if there is one (remembering in memory only).
     pub(crate) fn find() -> Option<Self> {
         let program = prodigy_runtime::exec::find_executable("shellcheck")?;
-        let mut identity = program.display().to_string();
-        if let Ok(meta) = std::fs::metadata(&program) {
+        // The program's size and modification time stand for its version: asking it
+        // (`shellcheck --version`) would cost a run even when every script is known.
+        let (size, modified) = std::fs::metadata(&program).map_or((0, 0), |meta| {
             let modified = meta
                 .modified()
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos());
-            identity.push_str(&format!("\n{}\n{modified}", meta.len()));
-        }
-        identity.push_str(&format!(
-            "\n{}\n{}",
+            (meta.len(), modified)
+        });
+        let identity = format!(
+            "{}\n{size}\n{modified}\n{}\n{}",
+            program.display(),
             OPTIONS.join(" "),
             EXCLUDED_RULES.join(",")
-        ));
+        );
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         Some(ShellCheck {
             program,
@@ -249,7 +254,12 @@ impl ShellCheck {
     /// options and text; anything else is a miss).
     fn read_disk(&self, text: &str) -> Option<Vec<Finding>> {
         let path = self.disk_path(text)?;
-        let bytes = std::fs::read(path).ok()?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::fs::File::open(path).ok()?, MAX_KEPT),
+            &mut bytes,
+        )
+        .ok()?;
         let kept: Kept = serde_json::from_slice(&bytes).ok()?;
         (kept.identity == self.identity && kept.text == text).then(|| {
             kept.findings

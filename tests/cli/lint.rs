@@ -720,9 +720,7 @@ exit 1
 }
 
 fn runs(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join("runs"))
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
+    read(&dir.join("runs")).lines().count()
 }
 
 #[test]
