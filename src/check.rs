@@ -400,7 +400,7 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
     let shellcheck = if args.no_shellcheck {
         None
     } else {
-        ShellCheck::find()
+        ShellCheck::find().map(ShellCheck::cached_on_disk)
     };
     let outcomes = check_all(&inputs, args, shellcheck.as_ref());
     let stdin_fix = args.fix && args.stdin_filename.is_some();

@@ -273,7 +273,8 @@ fn serve(connection: Connection) -> Result<(), Box<dyn std::error::Error + Send 
         versions: BTreeMap::new(),
         dirty: BTreeMap::new(),
         published: BTreeMap::new(),
-        shellcheck: crate::shellcheck::ShellCheck::find(),
+        shellcheck: crate::shellcheck::ShellCheck::find()
+            .map(crate::shellcheck::ShellCheck::cached_on_disk),
         clock: system_clock,
     };
     server.main_loop()

@@ -1,63 +1,221 @@
-//! ShellCheck on `shell:` commands: one `shellcheck` process per workflow file, over one
-//! temporary script per command (`prodigy_compiler::shell` builds the scripts and maps the
-//! findings back into the YAML).
+//! ShellCheck on `shell:` commands: one temporary script per command (`prodigy_compiler::shell`
+//! builds the scripts and maps the findings back into the YAML), checked by a few `shellcheck`
+//! processes in parallel (at most one per CPU), and remembered per script text: in memory for
+//! the process (a `check` run, an LSP session) and, when given a directory, on disk, keyed by
+//! a hash of ShellCheck's identity, its options and the text. An unchanged script is never
+//! checked twice.
 //!
-//! Self-contained (it uses only the compiler, `serde_json` and `tempfile`), so that the fixture
-//! tests can include it too.
+//! Self-contained (it uses only the compiler, `serde`, `serde_json` and `tempfile`), so that
+//! the fixture tests can include it too.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 
 use prodigy_compiler::shell::{EXCLUDED_RULES, Finding, Script};
 
-/// The most shell commands of one file that `check` hands to ShellCheck.
+/// The most shell commands of one file, not yet checked, that `check` hands to ShellCheck.
 pub(crate) const MAX_SCRIPTS: usize = 2_000;
 
-/// The `shellcheck` program found on `PATH`.
+/// The most script texts remembered in memory; past it the memory starts afresh.
+const MAX_REMEMBERED: usize = 20_000;
+
+/// The largest file of the disk cache read back (one script's text and findings).
+const MAX_KEPT: u64 = 16 << 20;
+
+/// The options ShellCheck runs with (besides `--exclude` and the file names).
+const OPTIONS: [&str; 5] = [
+    "--format=json1",
+    "--shell=sh",
+    "--norc",
+    "--color=never",
+    "--wiki-link-count=0",
+];
+
+/// The `shellcheck` program found on `PATH`, with what it found so far.
 #[derive(Clone, Debug)]
 pub(crate) struct ShellCheck {
     program: PathBuf,
+    /// The program's path, size and modification time, and the options: part of every key,
+    /// so that another ShellCheck (or other options) never reuses these findings.
+    identity: String,
+    /// Findings per script text (each with `script` 0).
+    remembered: Arc<Mutex<HashMap<String, Vec<Finding>>>>,
+    /// Where findings are kept across runs, if anywhere.
+    disk: Option<PathBuf>,
+    /// Free process slots, shared by every file checked at once.
+    slots: Arc<(Mutex<usize>, Condvar)>,
 }
 
 impl ShellCheck {
-    /// `shellcheck` on `PATH`, if there is one.
+    /// `shellcheck` on `PATH`, if there is one (remembering in memory only).
     pub(crate) fn find() -> Option<Self> {
-        prodigy_runtime::exec::find_executable("shellcheck").map(|program| ShellCheck { program })
+        let program = prodigy_runtime::exec::find_executable("shellcheck")?;
+        // The program's size and modification time stand for its version: asking it
+        // (`shellcheck --version`) would cost a run even when every script is known.
+        let (size, modified) = std::fs::metadata(&program).map_or((0, 0), |meta| {
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            (meta.len(), modified)
+        });
+        let identity = format!(
+            "{}\n{size}\n{modified}\n{}\n{}",
+            program.display(),
+            OPTIONS.join(" "),
+            EXCLUDED_RULES.join(",")
+        );
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        Some(ShellCheck {
+            program,
+            identity,
+            remembered: Arc::default(),
+            disk: None,
+            slots: Arc::new((Mutex::new(cpus), Condvar::new())),
+        })
     }
 
-    /// Runs ShellCheck once over every script; what it finds, or why it could not run.
-    /// A file with more than [`MAX_SCRIPTS`] shell commands is not given to ShellCheck,
+    /// Also keeps findings on disk, under [`cache_dir`] (made when first needed).
+    pub(crate) fn cached_on_disk(mut self) -> Self {
+        self.disk = cache_dir();
+        self
+    }
+
+    /// Runs ShellCheck over every script it has not seen; what it finds, or why it could not
+    /// run. More than [`MAX_SCRIPTS`] new scripts in one file are not given to ShellCheck,
     /// which takes about 15 ms a script (a 60,000-step file would take a quarter of an hour).
     pub(crate) fn lint(&self, scripts: &[Script]) -> Result<Vec<Finding>, String> {
-        if scripts.is_empty() {
-            return Ok(Vec::new());
+        let mut known: Vec<Option<Vec<Finding>>> = Vec::with_capacity(scripts.len());
+        {
+            let remembered = self
+                .remembered
+                .lock()
+                .map_err(|_| "ShellCheck's memory is lost")?;
+            for script in scripts {
+                known.push(remembered.get(&script.text).cloned());
+            }
         }
-        if scripts.len() > MAX_SCRIPTS {
+        for (script, found) in scripts.iter().zip(&mut known) {
+            if found.is_none() {
+                *found = self.read_disk(&script.text);
+            }
+        }
+        // Each text not known yet, once.
+        let mut new: Vec<&str> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (script, found) in scripts.iter().zip(&known) {
+            if found.is_none() && seen.insert(script.text.as_str()) {
+                new.push(&script.text);
+            }
+        }
+        if new.len() > MAX_SCRIPTS {
             return Err(format!(
                 "it has {} shell commands, more than the {MAX_SCRIPTS} ShellCheck is run on (pass --no-shellcheck to skip it quietly)",
-                scripts.len()
+                new.len()
             ));
         }
+        let fresh = self.run_parallel(&new)?;
+        let mut fresh_by_text: HashMap<&str, &Vec<Finding>> = HashMap::new();
+        for (text, found) in new.iter().zip(&fresh) {
+            fresh_by_text.insert(text, found);
+            self.write_disk(text, found);
+        }
+        let mut findings = Vec::new();
+        for (i, (script, found)) in scripts.iter().zip(&known).enumerate() {
+            let found = match found {
+                Some(found) => found,
+                None => fresh_by_text
+                    .get(script.text.as_str())
+                    .copied()
+                    .ok_or("internal error: a script ShellCheck was to check is missing")?,
+            };
+            findings.extend(found.iter().cloned().map(|f| Finding { script: i, ..f }));
+        }
+        {
+            let mut remembered = self
+                .remembered
+                .lock()
+                .map_err(|_| "ShellCheck's memory is lost")?;
+            if remembered.len() + new.len() > MAX_REMEMBERED {
+                remembered.clear();
+            }
+            for (text, found) in new.iter().zip(fresh) {
+                remembered.insert((*text).to_owned(), found);
+            }
+            for (script, found) in scripts.iter().zip(known) {
+                if let Some(found) = found
+                    && !remembered.contains_key(&script.text)
+                {
+                    remembered.insert(script.text.clone(), found);
+                }
+            }
+        }
+        sort(&mut findings);
+        Ok(findings)
+    }
+
+    /// The findings of each text (each with `script` 0), from a few ShellCheck processes at
+    /// once, at most one per free CPU.
+    fn run_parallel(&self, texts: &[&str]) -> Result<Vec<Vec<Finding>>, String> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let chunk = texts.len().div_ceil(cpus.min(texts.len()));
+        let results: Vec<Result<Vec<Vec<Finding>>, String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = texts
+                .chunks(chunk)
+                .map(|part| scope.spawn(move || self.run_slotted(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut all = Vec::with_capacity(texts.len());
+        for part in results {
+            all.extend(part?);
+        }
+        Ok(all)
+    }
+
+    /// [`Self::run`] once a process slot is free.
+    fn run_slotted(&self, texts: &[&str]) -> Result<Vec<Vec<Finding>>, String> {
+        let (free, freed) = &*self.slots;
+        {
+            let mut n = free.lock().map_err(|_| "ShellCheck's slots are lost")?;
+            while *n == 0 {
+                n = freed.wait(n).map_err(|_| "ShellCheck's slots are lost")?;
+            }
+            *n -= 1;
+        }
+        let result = self.run(texts);
+        if let Ok(mut n) = free.lock() {
+            *n += 1;
+        }
+        freed.notify_one();
+        result
+    }
+
+    /// One ShellCheck process over TEXTS: the findings of each.
+    fn run(&self, texts: &[&str]) -> Result<Vec<Vec<Finding>>, String> {
         let dir = tempfile::Builder::new()
             .prefix("prodigy-shellcheck-")
             .tempdir()
             .map_err(|e| format!("cannot make a temporary directory: {e}"))?;
-        let mut names = Vec::with_capacity(scripts.len());
-        for (i, script) in scripts.iter().enumerate() {
+        let mut names = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
             let name = format!("{i}.sh");
-            std::fs::write(dir.path().join(&name), &script.text)
+            std::fs::write(dir.path().join(&name), text)
                 .map_err(|e| format!("cannot write a temporary script: {e}"))?;
             names.push(name);
         }
         let output = Command::new(&self.program)
             .current_dir(dir.path())
-            .args([
-                "--format=json1",
-                "--shell=sh",
-                "--norc",
-                "--color=never",
-                "--wiki-link-count=0",
-            ])
+            .args(OPTIONS)
             .arg(format!("--exclude={}", EXCLUDED_RULES.join(",")))
             .arg("--")
             .args(&names)
@@ -73,8 +231,150 @@ impl ShellCheck {
                 String::from_utf8_lossy(&output.stderr).trim()
             ));
         }
-        parse(&output.stdout)
+        let mut each = vec![Vec::new(); texts.len()];
+        for f in parse(&output.stdout)? {
+            if let Some(list) = each.get_mut(f.script) {
+                list.push(Finding { script: 0, ..f });
+            }
+        }
+        Ok(each)
     }
+
+    /// The file on disk that holds TEXT's findings.
+    fn disk_path(&self, text: &str) -> Option<PathBuf> {
+        let dir = self.disk.as_ref()?;
+        let mut hash = Fnv::default();
+        hash.feed(self.identity.as_bytes());
+        hash.feed(&[0]);
+        hash.feed(text.as_bytes());
+        Some(dir.join(format!("{:016x}.json", hash.0)))
+    }
+
+    /// TEXT's findings kept on disk by an earlier run, if any (for this very ShellCheck,
+    /// options and text; anything else is a miss).
+    fn read_disk(&self, text: &str) -> Option<Vec<Finding>> {
+        let path = self.disk_path(text)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::fs::File::open(path).ok()?, MAX_KEPT),
+            &mut bytes,
+        )
+        .ok()?;
+        let kept: Kept = serde_json::from_slice(&bytes).ok()?;
+        (kept.identity == self.identity && kept.text == text).then(|| {
+            kept.findings
+                .into_iter()
+                .map(|k| Finding {
+                    script: 0,
+                    line: k.line,
+                    column: k.column,
+                    end_line: k.end_line,
+                    end_column: k.end_column,
+                    link: link(&k.code),
+                    code: k.code,
+                    message: k.message,
+                })
+                .collect()
+        })
+    }
+
+    /// Keeps TEXT's findings on disk; quietly does nothing when it cannot (the cache only
+    /// saves time).
+    fn write_disk(&self, text: &str, findings: &[Finding]) {
+        let (Some(dir), Some(path)) = (&self.disk, self.disk_path(text)) else {
+            return;
+        };
+        let kept = Kept {
+            identity: self.identity.clone(),
+            text: text.to_owned(),
+            findings: findings
+                .iter()
+                .map(|f| KeptFinding {
+                    line: f.line,
+                    column: f.column,
+                    end_line: f.end_line,
+                    end_column: f.end_column,
+                    code: f.code.clone(),
+                    message: f.message.clone(),
+                })
+                .collect(),
+        };
+        let Ok(json) = serde_json::to_vec(&kept) else {
+            return;
+        };
+        let _ = write_atomically(dir, &path, &json);
+    }
+}
+
+/// Writes BYTES to PATH in DIR through a temporary file renamed over it, so that a reader
+/// never sees half of it.
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)?;
+    let mut temp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Where the findings of `check` and the LSP are kept across runs:
+/// `$XDG_CACHE_HOME/prodigy/shellcheck`, else `~/.cache/prodigy/shellcheck`.
+fn cache_dir() -> Option<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let base = var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))?;
+    Some(base.join("prodigy").join("shellcheck"))
+}
+
+/// What the disk cache holds for one script.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    identity: String,
+    text: String,
+    findings: Vec<KeptFinding>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptFinding {
+    line: usize,
+    column: usize,
+    end_line: usize,
+    end_column: usize,
+    code: String,
+    message: String,
+}
+
+/// FNV-1a, 64 bits: the same key on every run and Rust version (the text is stored too, so a
+/// collision is only a miss).
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+fn link(code: &str) -> String {
+    format!("https://www.shellcheck.net/wiki/{code}")
+}
+
+fn sort(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        (a.script, a.line, a.column, &a.code).cmp(&(b.script, b.line, b.column, &b.code))
+    });
 }
 
 /// ShellCheck's `json1` output as findings; its columns count characters, tabs as one.
@@ -105,13 +405,11 @@ fn parse(json: &[u8]) -> Result<Vec<Finding>, String> {
                 end_column: number(c, "endColumn"),
                 code: format!("SC{code}"),
                 message: c.get("message")?.as_str()?.to_owned(),
-                link: format!("https://www.shellcheck.net/wiki/SC{code}"),
+                link: link(&format!("SC{code}")),
             })
         })
         .collect();
-    findings.sort_by(|a, b| {
-        (a.script, a.line, a.column, &a.code).cmp(&(b.script, b.line, b.column, &b.code))
-    });
+    sort(&mut findings);
     Ok(findings)
 }
 
@@ -131,5 +429,38 @@ mod tests {
         assert_eq!(found[0].code, "SC2164");
         assert_eq!(found[1].link, "https://www.shellcheck.net/wiki/SC2086");
         assert!(parse(b"not json").is_err());
+    }
+
+    fn at(dir: &Path, identity: &str) -> ShellCheck {
+        ShellCheck {
+            program: PathBuf::from("shellcheck"),
+            identity: identity.to_owned(),
+            remembered: Arc::default(),
+            disk: Some(dir.to_path_buf()),
+            slots: Arc::new((Mutex::new(1), Condvar::new())),
+        }
+    }
+
+    #[test]
+    fn findings_kept_on_disk_come_back_only_for_the_same_shellcheck_and_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let finding = Finding {
+            script: 0,
+            line: 2,
+            column: 3,
+            end_line: 2,
+            end_column: 5,
+            code: "SC2086".to_owned(),
+            message: "Double quote.".to_owned(),
+            link: link("SC2086"),
+        };
+        let sc = at(dir.path(), "shellcheck 0.9");
+        assert_eq!(sc.read_disk("ls $x"), None);
+        sc.write_disk("ls $x", std::slice::from_ref(&finding));
+        sc.write_disk("true", &[]);
+        assert_eq!(sc.read_disk("ls $x"), Some(vec![finding]));
+        assert_eq!(sc.read_disk("true"), Some(vec![]));
+        assert_eq!(sc.read_disk("ls $y"), None);
+        assert_eq!(at(dir.path(), "shellcheck 0.10").read_disk("ls $x"), None);
     }
 }

@@ -684,3 +684,106 @@ fn a_file_too_large_to_read_is_reported_even_in_a_directory() {
         "{d}"
     );
 }
+
+/// A `shellcheck` stand-in in DIR that counts its runs in `DIR/runs` (one line each) and
+/// finds SC2086 at the start of every script it is given, with the script's first word in the
+/// message.
+fn counting_shellcheck(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let stub = bin.join("shellcheck");
+    let runs = dir.join("runs");
+    std::fs::write(
+        &stub,
+        format!(
+            r#"#!/bin/sh
+echo run >> '{runs}'
+while [ "$1" != "--" ]; do shift; done
+shift
+sep=
+printf '{{"comments":['
+for f in "$@"; do
+    word=$(head -c 20 "$f" | tr -dc 'a-z0-9 ')
+    printf '%s{{"file":"%s","line":1,"endLine":1,"column":1,"endColumn":2,"level":"info","code":2086,"message":"saw %s","fix":null}}' "$sep" "$f" "$word"
+    sep=,
+done
+printf ']}}'
+exit 1
+"#,
+            runs = runs.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+fn runs(dir: &Path) -> usize {
+    read(&dir.join("runs")).lines().count()
+}
+
+#[test]
+fn an_unchanged_script_is_never_shellchecked_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = counting_shellcheck(dir.path());
+    let path_var = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let cache = dir.path().join("cache");
+    let check = |file: &Path, cache: &Path| -> serde_json::Value {
+        let out = prodigy()
+            .env("PATH", &path_var)
+            .env("XDG_CACHE_HOME", cache)
+            .args(["check", "--format", "json"])
+            .arg(file)
+            .assert()
+            .code(0)
+            .get_output()
+            .stdout
+            .clone();
+        serde_json::from_slice(&out).unwrap()
+    };
+    // The same script twice in one file: checked once.
+    let file = write(
+        &dir,
+        "w.yml",
+        "- shell: alpha $x\n- shell: beta $y\n- shell: alpha $x\n",
+    );
+    let cold = check(&file, &cache);
+    let messages: Vec<&str> = cold["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages.len(), 3, "{cold}");
+    assert!(messages[0].contains("alpha") && messages[1].contains("beta"));
+    assert!(messages[2].contains("alpha"), "{cold}");
+    let after_cold = runs(dir.path());
+    assert!(after_cold >= 1);
+    // Unchanged: the findings come from the cache, identical, without running ShellCheck.
+    let warm = check(&file, &cache);
+    assert_eq!(warm, cold);
+    assert_eq!(runs(dir.path()), after_cold, "ShellCheck ran again");
+    // One changed script: only it is checked again, by one run.
+    write(
+        &dir,
+        "w.yml",
+        "- shell: alpha $x\n- shell: gamma $y\n- shell: alpha $x\n",
+    );
+    let changed = check(&file, &cache);
+    assert_eq!(runs(dir.path()), after_cold + 1);
+    assert!(
+        changed["diagnostics"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gamma"),
+        "{changed}"
+    );
+    // Without the cache, the same findings.
+    let fresh = check(&file, &dir.path().join("empty-cache"));
+    assert_eq!(fresh, changed);
+}

@@ -14,7 +14,8 @@ fn prodigy() -> Command {
     // `check` says about the fixtures (W008).
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("NO_COLOR", "1")
-        .env("HOME", env!("CARGO_TARGET_TMPDIR"));
+        .env("HOME", env!("CARGO_TARGET_TMPDIR"))
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"));
     cmd
 }
 

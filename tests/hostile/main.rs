@@ -36,6 +36,8 @@ impl Hostile {
             .unwrap()
             .current_dir(self.dir.path())
             .env("NO_COLOR", "1")
+            // ShellCheck's findings are kept here, not in the user's cache.
+            .env("XDG_CACHE_HOME", self.dir.path().join("cache"))
             .args(args)
             .arg(&self.path)
             .output()
@@ -146,7 +148,12 @@ fn sixteen_thousand_references_in_one_string() {
 /// it is checked without it, and the user is told, instead of waiting for minutes.
 #[test]
 fn a_file_of_many_shell_commands_is_checked_without_shellcheck_and_says_so() {
-    let steps = "- shell: \"echo step\"\n".repeat(2_001);
+    // Distinct commands: ShellCheck checks each script text once.
+    let mut steps = String::new();
+    for i in 0..2_001 {
+        std::fmt::Write::write_fmt(&mut steps, format_args!("- shell: \"echo step {i}\"\n"))
+            .unwrap();
+    }
     let file = Hostile::new(&steps);
     if !external::tool_available(
         "a_file_of_many_shell_commands_is_checked_without_shellcheck_and_says_so",

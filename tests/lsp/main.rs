@@ -23,6 +23,8 @@ impl Client {
     fn start() -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_prodigy"))
             .arg("lsp")
+            // ShellCheck's findings are kept here, not in the user's cache.
+            .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -30,6 +30,7 @@ mod scratch;
 #[path = "../../src/shellcheck.rs"]
 #[allow(
     unused_imports,
+    dead_code,
     reason = "its unit tests run with the binary's; this custom harness leaves out their `#[test]` functions"
 )]
 mod shellcheck;

@@ -146,6 +146,9 @@ impl Plan {
             }
         }
         let mut table: Vec<Variable> = Vec::new();
+        // Each name's place in `table`: a search of the table per read made a check
+        // quadratic in the number of steps.
+        let mut slots: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         for i in 0..self.steps.len() {
             let roots = step_roots(&self.steps[i]);
             let mut reads = Vec::new();
@@ -158,9 +161,10 @@ impl Plan {
                     .get(&root)
                     .copied()
                     .unwrap_or_else(|| builtin(&root, &self.steps[i]));
-                let slot = if let Some(p) = table.iter().position(|v| v.name == root) {
+                let slot = if let Some(&p) = slots.get(&root) {
                     p
                 } else {
+                    slots.insert(root.clone(), table.len());
                     table.push(Variable { name: root, source });
                     table.len() - 1
                 };
