@@ -232,25 +232,8 @@ pub(crate) fn retry_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan
         "delays before each retry",
         "worst case",
     ];
-    let mut widths = header.map(|h| h.chars().count());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
     let mut text = format!("{}\n", file.name);
-    text.push_str(&line(&header.map(String::from)));
-    for row in &rows {
-        text.push_str(&line(row));
-    }
+    text.push_str(&table(&header, &rows));
     text
 }
 
@@ -322,25 +305,8 @@ pub(crate) fn cost_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan)
         return format!("{}: no Claude steps\n", file.name);
     }
     let header = ["where", "step", "max_budget_usd", "runs", "worst case"];
-    let mut widths = header.map(|h| h.chars().count());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
     let mut text = format!("{}\n", file.name);
-    text.push_str(&line(&header.map(String::from)));
-    for row in &rows {
-        text.push_str(&line(row));
-    }
+    text.push_str(&table(&header, &rows));
     let per_item_note = if per_item.is_empty() {
         ""
     } else {
@@ -511,4 +477,27 @@ fn escape_data(text: &str) -> String {
 
 fn escape_property(text: &str) -> String {
     escape_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// HEADER and ROWS as columns padded to their widest cell, two spaces apart, a line each
+/// (`check --explain-retries`, `--explain-costs`, `prodigy ls`).
+pub(crate) fn table<R: AsRef<[String]>>(header: &[&str], rows: &[R]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let padded: Vec<String> = cells
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut text = line(&mut header.iter().copied());
+    for row in rows {
+        text.push_str(&line(&mut row.as_ref().iter().map(String::as_str)));
+    }
+    text
 }

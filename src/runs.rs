@@ -84,63 +84,48 @@ pub(crate) fn ls(args: &LsArgs) -> u8 {
     exit_code::OK
 }
 
-/// The human table: id, kind, state, items, workflow, start (and project with `--all`).
+/// The human table: id, kind, state, items, start and workflow (its whole path with
+/// `--all`).
 fn table(runs: &[Summary], all: bool) -> String {
-    let mut rows = vec![vec![
-        "ID".to_owned(),
-        "KIND".to_owned(),
-        "STATE".to_owned(),
-        "ITEMS".to_owned(),
-        "STARTED".to_owned(),
-        "WORKFLOW".to_owned(),
-    ]];
-    for run in runs {
-        let kind = match run.kind {
-            Kind::Run => "run",
-            Kind::Job => "job",
-        };
-        let items = run.items.map_or_else(
-            || "-".to_owned(),
-            |i| {
-                let mut parts = vec![format!("{}/{} ok", i.succeeded, i.total)];
-                if i.failed > 0 {
-                    parts.push(format!("{} failed", i.failed));
-                }
-                if i.skipped > 0 {
-                    parts.push(format!("{} skipped", i.skipped));
-                }
-                parts.join(", ")
-            },
-        );
-        let workflow = if all {
-            run.workflow.display().to_string()
-        } else {
-            relative(&run.workflow, &run.project)
-        };
-        rows.push(vec![
-            run.id.clone(),
-            kind.to_owned(),
-            run.state.word().to_owned(),
-            items,
-            started(&run.started_at),
-            workflow,
-        ]);
-    }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+    let rows: Vec<[String; 6]> = runs
+        .iter()
+        .map(|run| {
+            let kind = match run.kind {
+                Kind::Run => "run",
+                Kind::Job => "job",
+            };
+            let items = run.items.map_or_else(
+                || "-".to_owned(),
+                |i| {
+                    let mut parts = vec![format!("{}/{} ok", i.succeeded, i.total)];
+                    if i.failed > 0 {
+                        parts.push(format!("{} failed", i.failed));
+                    }
+                    if i.skipped > 0 {
+                        parts.push(format!("{} skipped", i.skipped));
+                    }
+                    parts.join(", ")
+                },
+            );
+            let workflow = if all {
+                run.workflow.display().to_string()
+            } else {
+                relative(&run.workflow, &run.project)
+            };
+            [
+                run.id.clone(),
+                kind.to_owned(),
+                run.state.word().to_owned(),
+                items,
+                started(&run.started_at),
+                workflow,
+            ]
+        })
         .collect();
-    let mut text = String::new();
-    for row in rows {
-        let last = row.len() - 1;
-        for (c, cell) in row.iter().enumerate() {
-            text.push_str(cell);
-            if c < last {
-                text.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
-            }
-        }
-        text.push('\n');
-    }
-    text
+    crate::output::table(
+        &["ID", "KIND", "STATE", "ITEMS", "STARTED", "WORKFLOW"],
+        &rows,
+    )
 }
 
 /// PATH relative to PROJECT where it is inside it.

@@ -153,6 +153,32 @@ impl Project {
         repo.path().join("mapreduce/jobs").join(job)
     }
 
+    /// The job whose two tasks (items 0 and 1) have both started, within 30 s.
+    fn both_tasks_started(&self) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = self.home().join("state");
+            let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
+                let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
+                let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
+                let both = (0..2).all(|i| {
+                    job.path()
+                        .join(format!("slurm/item_{i}.result.started"))
+                        .exists()
+                });
+                both.then(|| job.file_name().to_string_lossy().into_owned())
+            });
+            if let Some(job) = job {
+                return job;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the tasks did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn results(&self, job: &str) -> Vec<Value> {
         std::fs::read_to_string(self.job_dir(job).join("results.jsonl"))
             .unwrap()
@@ -531,28 +557,7 @@ map:
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let job = loop {
-        let state = p.home().join("state");
-        let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
-            let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
-            let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
-            let both = (0..2).all(|i| {
-                job.path()
-                    .join(format!("slurm/item_{i}.result.started"))
-                    .exists()
-            });
-            both.then(|| job.file_name().to_string_lossy().into_owned())
-        });
-        if let Some(job) = job {
-            break job;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tasks did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let job = p.both_tasks_started();
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -907,28 +912,7 @@ map:
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let job = loop {
-        let state = p.home().join("state");
-        let job = std::fs::read_dir(&state).ok().and_then(|mut repos| {
-            let jobs = repos.next()?.ok()?.path().join("mapreduce/jobs");
-            let job = std::fs::read_dir(jobs).ok()?.next()?.ok()?;
-            let both = (0..2).all(|i| {
-                job.path()
-                    .join(format!("slurm/item_{i}.result.started"))
-                    .exists()
-            });
-            both.then(|| job.file_name().to_string_lossy().into_owned())
-        });
-        if let Some(job) = job {
-            break job;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tasks did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let job = p.both_tasks_started();
     relay.freeze();
     // Let the coordinator's next questions to Slurm hang.
     std::thread::sleep(Duration::from_secs(2));
