@@ -17,8 +17,8 @@ use crate::source::{Span, Spanned};
 pub use crate::plan::vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
     ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, OnBudget, PERMISSION_MODES, Parsed, Pattern, Profile, Rebaser,
-    RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
+    MaxParallel, Mode, Multiline, OnBudget, OnRetry, PERMISSION_MODES, Parsed, Pattern, Profile,
+    Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
     SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode,
     ValidationCheck, WriteFile, WriteFormat,
 };

@@ -77,6 +77,7 @@ pub(crate) const CLAUDE_FIELDS: &[&str] = &[
     "num_turns",
     "log",
     "error_kind",
+    "error",
 ];
 /// The fields of `${error.*}` (handlers).
 pub(crate) const ERROR_FIELDS: &[&str] = &["message", "exit_code", "step", "timestamp"];
@@ -129,6 +130,9 @@ struct Scope {
     claude_failure: bool,
     /// Some step ran before: `shell.*`, `claude.*`.
     after_step: bool,
+    /// The prompt of a `claude` step's own call: `claude.*` (the last call, on a retry the
+    /// failed attempt's; empty before any call).
+    claude_prompt: bool,
     /// A `validate` ran: `validation.*`.
     validation: bool,
     /// Inside `foreach.do`: `item`, `index`, `total`.
@@ -144,6 +148,7 @@ struct Mark {
     handler: bool,
     claude_failure: bool,
     after_step: bool,
+    claude_prompt: bool,
     validation: bool,
     foreach: bool,
 }
@@ -161,6 +166,7 @@ impl Scope {
             handler: self.handler,
             claude_failure: self.claude_failure,
             after_step: self.after_step,
+            claude_prompt: self.claude_prompt,
             validation: self.validation,
             foreach: self.foreach,
         }
@@ -180,6 +186,7 @@ impl Scope {
         self.handler = mark.handler;
         self.claude_failure = mark.claude_failure;
         self.after_step = mark.after_step;
+        self.claude_prompt = mark.claude_prompt;
         self.validation = mark.validation;
         self.foreach = mark.foreach;
     }
@@ -216,6 +223,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         handler: false,
         claude_failure: false,
         after_step: false,
+        claude_prompt: false,
         validation: false,
         foreach: false,
     };
@@ -309,6 +317,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
                 &mut Scope {
                     phase,
                     after_step: false,
+                    claude_prompt: false,
                     validation: false,
                     handler: false,
                     claude_failure: false,
@@ -353,7 +362,13 @@ impl Checker<'_> {
     fn step(&mut self, step: &Step, scope: &mut Scope) {
         let shell = matches!(step.command, Command::Shell(_));
         match &step.command {
-            Command::Shell(t) | Command::Claude(t) => self.template(t, scope, shell),
+            Command::Shell(t) => self.template(t, scope, shell),
+            Command::Claude(t) => {
+                let mark = scope.mark();
+                scope.claude_prompt = true;
+                self.template(t, scope, shell);
+                scope.restore(mark);
+            }
             Command::WriteFile(w) => {
                 self.template(&w.path, scope, false);
                 self.template(&w.content, scope, false);
@@ -744,7 +759,7 @@ impl Checker<'_> {
                 }
             }
             "shell" | "claude" => {
-                if scope.after_step || scope.handler {
+                if scope.after_step || scope.handler || (root == "claude" && scope.claude_prompt) {
                     closed(
                         self,
                         if root == "shell" {
@@ -1482,6 +1497,26 @@ mod tests {
         );
         assert_eq!(
             codes("- claude: /a\n- shell: \"echo ${claude.session}\"\n"),
+            [Code::UndefinedVariable]
+        );
+    }
+
+    #[test]
+    fn a_claude_prompt_reads_the_last_call_on_every_attempt() {
+        // The first step: `claude.*` is empty on the first attempt, the failed one's on a retry.
+        assert_eq!(
+            codes(
+                "- claude: '/a ${claude.session_id} ${claude.error_kind} ${claude.error}'\n  retry_config: {attempts: 2}\n"
+            ),
+            []
+        );
+        // Only the prompt: a first shell step has no `claude.*` yet, nor a prompt `shell.*`.
+        assert_eq!(
+            codes("- shell: 'echo ${claude.session_id}'\n"),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes("- claude: '/a ${shell.output}'\n"),
             [Code::UndefinedVariable]
         );
     }

@@ -192,6 +192,43 @@ pub fn invocation(
     Ok((program, args))
 }
 
+/// A retried call that goes on with the failed attempt's session (`claude: {on_retry:
+/// continue}`, docs/language.md §2): its edits are still in the worktree, and the new call
+/// resumes its conversation told why it failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Continuation {
+    /// The failed attempt's session.
+    pub session_id: String,
+    /// Why it failed: the call's error kind, or `unknown` when a check after it failed.
+    pub kind: ErrorKind,
+    /// What it said: the call's error message, or why the check failed.
+    pub message: String,
+}
+
+impl Continuation {
+    /// ARGS of a call resume the failed session: `--resume ID` after the settings.
+    pub fn resume(&self, args: &mut Vec<String>) {
+        args.push("--resume".to_owned());
+        args.push(self.session_id.clone());
+    }
+
+    /// The prompt of the continued call: why the previous attempt failed, then PROMPT.
+    pub fn prompt(&self, prompt: &str) -> String {
+        let message = self.message.trim();
+        let message = if message.is_empty() {
+            "no message"
+        } else {
+            message
+        };
+        format!(
+            "The previous attempt at this task failed ({kind}: {message}). Its work in this \
+             session and in the working directory is kept: continue from where it stopped, \
+             and finish the task.\n\n{prompt}",
+            kind = self.kind.name()
+        )
+    }
+}
+
 /// Tokens a call used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
@@ -995,6 +1032,25 @@ mod tests {
             invocation(Some(r#"claude "oops"#), None),
             Err(BadCommand(r#"claude "oops"#.to_owned()))
         );
+    }
+
+    #[test]
+    fn a_continued_retry_resumes_the_failed_session_and_says_why() {
+        let (_, mut args) = invocation(None, None).unwrap();
+        let fresh = args.clone();
+        let continued = Continuation {
+            session_id: "sess-1".to_owned(),
+            kind: ErrorKind::MaxTurns,
+            message: "Reached maximum number of turns (3)".to_owned(),
+        };
+        continued.resume(&mut args);
+        assert!(!fresh.contains(&"--resume".to_owned()));
+        assert_eq!(args[..fresh.len()], fresh[..]);
+        assert_eq!(args[fresh.len()..], ["--resume", "sess-1"]);
+        let prompt = continued.prompt("/fix the build");
+        assert!(prompt.contains("max_turns: Reached maximum number of turns (3)"));
+        assert!(prompt.contains("previous attempt"));
+        assert!(prompt.ends_with("\n\n/fix the build"));
     }
 
     #[test]

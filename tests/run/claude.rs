@@ -839,3 +839,69 @@ fn a_secret_in_a_shell_script_is_never_on_a_command_line() {
     let same = std::fs::read_to_string(scratch.project().join("same.txt")).unwrap();
     assert!(same.starts_with("same "), "{same}");
 }
+
+/// `claude: {on_retry: continue}`: the retry of a call that failed (`max_turns`) resumes its
+/// session (`--resume ID` of the failed call), told why it failed, in the same tree, where
+/// the first attempt's edits still are; both calls are counted in the run's totals.
+#[test]
+fn a_continued_retry_resumes_the_failed_session_with_its_edits() {
+    let scratch = Scratch::new();
+    let queue = queue(&scratch, &["maxturns"]);
+    let args = scratch.dir.path().join("args");
+    let prompts = scratch.dir.path().join("prompts");
+    // A CLI that edits the tree it runs in: the second call notes the first's edit.
+    let wrapper = scratch.dir.path().join("editing-claude");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = --version ] && exec {replay} --version\n\
+             [ -f first-edit.txt ] && echo kept > kept.txt\n\
+             echo edited > first-edit.txt\n\
+             tee -a {prompts} | {replay} \"$@\"\n",
+            replay = replay(),
+            prompts = prompts.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = run(
+        &scratch,
+        &["--no-worktree"],
+        "- claude:\n    prompt: \"Fix it. scenario:echo\"\n    on_retry: continue\n  retry_config: {attempts: 2, initial_delay: 10ms}\n",
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", wrapper.to_str().unwrap()),
+            ("CLAUDE_REPLAY_QUEUE", queue.to_str().unwrap()),
+            ("CLAUDE_REPLAY_ARGS", args.to_str().unwrap()),
+        ],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let calls: Vec<Vec<String>> = calls(&args)
+        .into_iter()
+        .filter(|c| c != &["--version"])
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(!calls[0].contains(&"--resume".to_owned()), "{calls:?}");
+    let failed = "5691e5c4-679a-4569-ac7e-44e7d4a68315";
+    assert!(
+        calls[1].windows(2).any(|w| w == ["--resume", failed]),
+        "{calls:?}"
+    );
+    let prompts = std::fs::read_to_string(&prompts).unwrap();
+    assert!(
+        prompts.contains("The previous attempt at this task failed (max_turns: "),
+        "{prompts}"
+    );
+    assert!(prompts.ends_with("\n\nFix it. scenario:echo"), "{prompts}");
+    // The second call ran where the first one's edit still was.
+    assert!(scratch.project().join("kept.txt").exists(), "{text}");
+    let finished = &events_of(&scratch, "workflow_finished")[0];
+    assert_eq!(finished["claude"]["calls"], 2, "{finished}");
+    assert_eq!(finished["claude"]["failed"], 1, "{finished}");
+    // The failed call's $0.00052 and the continued one's $0.00026.
+    assert_eq!(finished["claude"]["cost_usd"], 0.00078, "{finished}");
+}

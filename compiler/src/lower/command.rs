@@ -6,7 +6,7 @@ use super::step::{COMMAND_KINDS, Ctx};
 use super::{Fields, Lowerer, one_of};
 use crate::ast::{
     ClaudeBudget, ClaudeLimits, ClaudeSettings, Command, CommitConfig, Foreach, ForeachInput,
-    OnBudget, StepOutput, Template, UsageLimitMode, WriteFile, WriteFormat,
+    OnBudget, OnRetry, StepOutput, Template, UsageLimitMode, WriteFile, WriteFormat,
 };
 use crate::diagnostics::{Code, Diagnostic, Fix};
 use crate::shapes;
@@ -185,6 +185,13 @@ impl Lowerer<'_> {
                 );
                 None
             }),
+            on_retry: fields
+                .choice(
+                    self,
+                    "on_retry",
+                    &[("fresh", OnRetry::Fresh), ("continue", OnRetry::Continue)],
+                )
+                .map(|o| o.value),
         }
     }
 

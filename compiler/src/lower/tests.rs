@@ -686,3 +686,20 @@ fn unknown_key_help_names_only_current_keys() {
         "{help}"
     );
 }
+
+#[test]
+fn on_retry_is_a_call_setting_with_a_workflow_default() {
+    let checked = crate::check(&SourceFile::new(
+        "t.yml",
+        "claude:\n  on_retry: continue\ncommands:\n  - claude: /a\n  - claude: {prompt: /b, on_retry: fresh}\n",
+    ));
+    assert!(checked.diagnostics.is_empty(), "{:#?}", checked.diagnostics);
+    let plan = checked.plan.unwrap();
+    let on_retry = |i: usize| plan.steps[i].claude.as_ref().and_then(|c| c.on_retry);
+    assert_eq!(on_retry(0), Some(crate::plan::OnRetry::Continue));
+    assert_eq!(on_retry(1), Some(crate::plan::OnRetry::Fresh));
+    assert_eq!(
+        codes("- claude: {prompt: /a, on_retry: resume}\n"),
+        [Code::UnknownVariant]
+    );
+}

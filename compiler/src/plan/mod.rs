@@ -30,8 +30,8 @@ pub use policy::{
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
     ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, OnBudget, Parsed, Pattern, Profile, RetryExhausted, Secret,
-    SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
+    MaxParallel, Mode, Multiline, OnBudget, OnRetry, Parsed, Pattern, Profile, RetryExhausted,
+    Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
     TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile,
     WriteFormat,
 };

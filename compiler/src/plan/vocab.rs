@@ -279,6 +279,21 @@ pub struct ClaudeSettings {
     /// (no CLI option).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stall_timeout: Option<std::time::Duration>,
+    /// `on_retry`: whether a retried call starts afresh (the default) or continues the
+    /// failed attempt's session (no CLI option of its own: `--resume` on the retry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_retry: Option<OnRetry>,
+}
+
+/// `claude.on_retry`: what a retried call of a step does with the failed attempt's session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRetry {
+    /// A fresh session, as the first attempt had.
+    #[default]
+    Fresh,
+    /// `--resume` the failed attempt's session, told why it failed; its edits stay.
+    Continue,
 }
 
 impl ClaudeSettings {
@@ -316,6 +331,7 @@ impl ClaudeSettings {
                 .or_else(|| defaults.mcp_config.clone()),
             add_dirs: self.add_dirs.clone().or_else(|| defaults.add_dirs.clone()),
             stall_timeout: self.stall_timeout.or(defaults.stall_timeout),
+            on_retry: self.on_retry.or(defaults.on_retry),
         }
     }
 

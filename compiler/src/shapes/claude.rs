@@ -90,6 +90,12 @@ const CLAUDE_STALL_TIMEOUT: Key = key(
     "Ends the call, as error kind `stalled`, when its CLI reports no event for this long (not a CLI option).",
 );
 
+const CLAUDE_ON_RETRY: Key = key(
+    "on_retry",
+    Ty::Enum(&["fresh", "continue"]),
+    "A retried call: `fresh` starts a new session (the default), `continue` resumes the failed attempt's session (`--resume`), told why it failed, with its edits kept.",
+);
+
 /// A `claude` command with its settings.
 pub static CLAUDE_STEP: Shape = Shape {
     name: "claude_call",
@@ -111,6 +117,7 @@ pub static CLAUDE_STEP: Shape = Shape {
         CLAUDE_MCP_CONFIG,
         CLAUDE_ADD_DIRS,
         CLAUDE_STALL_TIMEOUT,
+        CLAUDE_ON_RETRY,
     ],
 };
 
@@ -135,6 +142,7 @@ pub static CLAUDE_DEFAULTS: Shape = Shape {
         CLAUDE_MAX_WAIT,
         CLAUDE_PATIENCE,
         CLAUDE_STALL_TIMEOUT,
+        CLAUDE_ON_RETRY,
     ],
 };
 

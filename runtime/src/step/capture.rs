@@ -152,18 +152,13 @@ pub(crate) fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// `shell.*` after every command, shell or Claude, and `claude.*` after a Claude command, for
-/// handlers and the next step: `${shell.output}` is stdout and stderr interleaved as the
-/// command wrote them, `${shell.stdout}` and `${shell.stderr}` each stream alone.
-pub(crate) fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
+/// `claude.*` after the Claude command that ended as OUT: its result, and what the CLI
+/// reported about the call; `error_kind` and `error` are empty when it succeeded.
+pub(crate) fn set_claude_vars(vars: &mut Vars, out: &Output) {
     let trimmed = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
     let exit_code = out.code.unwrap_or(-1);
-    vars.set(
-        "shell",
-        json!({"output": trimmed(&out.combined()), "stdout": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
-    );
-    if let Some(call) = &out.claude {
-        vars.set(
+    match &out.claude {
+        Some(call) => vars.set(
             "claude",
             json!({
                 "output": trimmed(&out.stdout),
@@ -174,13 +169,39 @@ pub(crate) fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
                 "num_turns": call.num_turns,
                 "log": call.log.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
                 "error_kind": call.verdict.kind.map_or("", crate::claude::ErrorKind::name),
+                "error": if call.verdict.kind.is_some() { trimmed(&call.verdict.message) } else { String::new() },
             }),
-        );
-    } else if matches!(step.command, PlanCommand::Claude(_)) {
+        ),
+        None => vars.set(
+            "claude",
+            json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code, "session_id": "", "cost_usd": 0, "num_turns": 0, "log": "", "error_kind": "", "error": ""}),
+        ),
+    }
+}
+
+/// Before a `claude` step's first attempt: `claude.*` as the last Claude call left it, or
+/// every field empty when none was made, so that its prompt may read them.
+pub(crate) fn claude_vars_or_empty(vars: &mut Vars) {
+    if !vars.values.contains_key("claude") {
         vars.set(
             "claude",
-            json!({"output": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+            json!({"output": "", "stderr": "", "exit_code": "", "session_id": "", "cost_usd": "", "num_turns": "", "log": "", "error_kind": "", "error": ""}),
         );
+    }
+}
+
+/// `shell.*` after every command, shell or Claude, and `claude.*` after a Claude command, for
+/// handlers and the next step: `${shell.output}` is stdout and stderr interleaved as the
+/// command wrote them, `${shell.stdout}` and `${shell.stderr}` each stream alone.
+pub(crate) fn set_last_command(vars: &mut Vars, step: &PlanStep, out: &Output) {
+    let trimmed = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
+    let exit_code = out.code.unwrap_or(-1);
+    vars.set(
+        "shell",
+        json!({"output": trimmed(&out.combined()), "stdout": trimmed(&out.stdout), "stderr": trimmed(&out.stderr), "exit_code": exit_code}),
+    );
+    if out.claude.is_some() || matches!(step.command, PlanCommand::Claude(_)) {
+        set_claude_vars(vars, out);
     }
     vars.last_output = Some(trimmed(&out.stdout));
     vars.commands.insert(

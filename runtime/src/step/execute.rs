@@ -14,9 +14,15 @@ use crate::runner::{Io, Runner};
 use crate::vars::Vars;
 
 impl Runner {
-    /// Renders and runs a step's command; `output_file` gets its (masked) stdout.
-    pub(crate) async fn execute(&self, step: &PlanStep, vars: &mut Vars) -> Output {
-        let output = self.execute_command(step, vars).await;
+    /// Renders and runs a step's command; `output_file` gets its (masked) stdout. RESUME:
+    /// the failed attempt a Claude call continues (`on_retry: continue`).
+    pub(crate) async fn execute(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        resume: Option<&crate::claude::Continuation>,
+    ) -> Output {
+        let output = self.execute_command(step, vars, resume).await;
         let Some(template) = &step.output_file else {
             return output;
         };
@@ -40,12 +46,17 @@ impl Runner {
         }
     }
 
-    pub(crate) async fn execute_command(&self, step: &PlanStep, vars: &mut Vars) -> Output {
+    pub(crate) async fn execute_command(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        resume: Option<&crate::claude::Continuation>,
+    ) -> Output {
         match &step.command {
             PlanCommand::Shell(t) => self.run_command(&exec::shell, t, step, vars, true).await,
             PlanCommand::Claude(t) => {
                 let timeout = self.step_timeout(step);
-                self.run_claude(t, step, vars, timeout, true).await
+                self.run_claude(t, step, vars, timeout, true, resume).await
             }
             PlanCommand::WriteFile(w) => {
                 let (path, content) =
@@ -165,7 +176,8 @@ impl Runner {
     /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
     /// read as they arrive, written to the call's log, shown at `-v` when LIVE (a step's
     /// own command), and decide whether the call succeeded. Once: `run_claude` (the
-    /// `limit` module) runs it under the run's usage-limit gate.
+    /// `limit` module) runs it under the run's usage-limit gate. RESUME (a step's own call
+    /// only): the failed attempt's session, which the call resumes, told why it failed.
     pub(crate) async fn run_claude_call(
         &self,
         template: &plan::Template,
@@ -173,11 +185,13 @@ impl Runner {
         vars: &Vars,
         timeout: Option<Duration>,
         live: bool,
+        resume: Option<&crate::claude::Continuation>,
     ) -> Output {
-        let text = match self.command_text(template, vars) {
+        let mut text = match self.command_text(template, vars) {
             Ok(text) => text,
             Err(out) => return out,
         };
+        let resume = resume.filter(|_| live);
         // A step's own command has its settings merged with the workflow's in the plan; a
         // check of `step_validate` runs with the workflow's defaults.
         let settings = if live {
@@ -185,11 +199,15 @@ impl Runner {
         } else {
             self.plan.claude.as_ref()
         };
-        let (program, args) =
+        let (program, mut args) =
             match crate::claude::invocation(self.opts.claude_command.as_deref(), settings) {
                 Ok(invocation) => invocation,
                 Err(e) => return Output::error(e.to_string()),
             };
+        if let Some(resume) = resume {
+            resume.resume(&mut args);
+            text = resume.prompt(&text);
+        }
         let mut log = (!self.session.is_empty()).then(|| {
             crate::logs::create_numbered(&self.log_dir(), &step.label, "jsonl", self.masker())
         });

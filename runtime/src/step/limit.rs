@@ -81,6 +81,7 @@ impl Runner {
         vars: &Vars,
         timeout: Option<Duration>,
         live: bool,
+        resume: Option<&crate::claude::Continuation>,
     ) -> Output {
         // When the call was first refused as rate limited or overloaded (`patience`).
         let mut refused_at: Option<Duration> = None;
@@ -92,7 +93,7 @@ impl Runner {
                 return out;
             }
             let out = self
-                .run_claude_call(template, step, vars, timeout, live)
+                .run_claude_call(template, step, vars, timeout, live, resume)
                 .await;
             self.release_slot(&out);
             let Some(limit) = out.claude.as_ref().and_then(|c| c.usage_limit.clone()) else {

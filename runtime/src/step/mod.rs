@@ -4,7 +4,7 @@ use crate::message::Message;
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture as BoxFuture;
-use prodigy_compiler::plan::{Exhausted, PlanCommand, PlanStep, StepId};
+use prodigy_compiler::plan::{Exhausted, OnRetry, PlanCommand, PlanStep, StepId};
 use serde_json::json;
 
 use crate::events::Event;
@@ -116,6 +116,18 @@ impl Runner {
             let mut outcome = loop {
                 match action {
                     Action::Spawn { run, attempt } => {
+                        // A retry: `on_retry: continue` goes on with the failed attempt's
+                        // session, and the step's own prompt reads that attempt's `claude.*`
+                        // (a handler's calls in between do not change them).
+                        let resume = last
+                            .as_ref()
+                            .and_then(|o| continuation(step, o, check_error.as_deref()));
+                        if matches!(step.command, PlanCommand::Claude(_)) {
+                            match &last {
+                                Some(failed) => set_claude_vars(vars, failed),
+                                None => claude_vars_or_empty(vars),
+                            }
+                        }
                         fallback_result = None;
                         check_error = None;
                         captured = false;
@@ -124,7 +136,7 @@ impl Runner {
                             run,
                             attempt,
                         });
-                        let out = self.execute(step, vars).await;
+                        let out = self.execute(step, vars, resume.as_ref()).await;
                         self.record(&Event::AttemptFinished {
                             step: step.label.clone(),
                             run,
@@ -427,6 +439,36 @@ impl Runner {
             _ => Outcome::Failed,
         }
     }
+}
+
+/// The session a retry of STEP continues after the attempt that ended as FAILED (CHECK: why
+/// a check after its successful call failed it), when the step asks for it (`claude:
+/// {on_retry: continue}`) and that attempt's call started a session.
+pub(crate) fn continuation(
+    step: &PlanStep,
+    failed: &Output,
+    check: Option<&str>,
+) -> Option<crate::claude::Continuation> {
+    let on_retry = step.claude.as_ref().and_then(|c| c.on_retry);
+    match on_retry {
+        Some(OnRetry::Continue) => {}
+        Some(OnRetry::Fresh) | None => return None,
+    }
+    let call = failed.claude.as_ref()?;
+    let session_id = call.session_id.clone().filter(|s| !s.is_empty())?;
+    let (kind, message) = match (call.verdict.kind, check) {
+        (Some(kind), _) => (kind, call.verdict.message.clone()),
+        (None, Some(why)) => (crate::claude::ErrorKind::Unknown, why.to_owned()),
+        (None, None) => (
+            crate::claude::ErrorKind::Unknown,
+            failed.failure_message().to_owned(),
+        ),
+    };
+    Some(crate::claude::Continuation {
+        session_id,
+        kind,
+        message,
+    })
 }
 
 /// How the DLQ classifies a failed step: by how its command ended, else by the check after

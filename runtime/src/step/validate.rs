@@ -25,7 +25,7 @@ impl Runner {
             let mut passed = 0u32;
             for check in &checks.checks {
                 let out = if check.claude {
-                    self.run_claude(&check.command, step, vars, timeout, false)
+                    self.run_claude(&check.command, step, vars, timeout, false, None)
                         .await
                 } else {
                     self.run_command_for(&exec::shell, &check.command, step, vars, timeout, false)

@@ -614,3 +614,114 @@ async fn the_progress_counts_every_running_agent() {
     assert!(before_the_end.iter().all(|&n| n == 2), "{shown:?}");
     assert_eq!(shown.last().map(|t| (t.done, t.running)), Some((6, 0)));
 }
+
+/// A Claude stream in session SESSION that fails with `error_max_turns`, costing $0.10.
+fn claude_max_turns(session: &str) -> String {
+    format!(
+        "{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"{session}\",\"model\":\"claude-sonnet-4-5\"}}\n\
+         {{\"type\":\"result\",\"subtype\":\"error_max_turns\",\"is_error\":true,\"num_turns\":3,\"result\":\"Reached maximum number of turns (3)\",\"total_cost_usd\":0.1,\"session_id\":\"{session}\"}}\n"
+    )
+}
+
+/// `claude: {on_retry: continue}` makes a retried call, by `retry_config` or by a handler's
+/// `max_attempts`, resume the failed attempt's session with a prompt that says why it failed,
+/// and the prompt reads that attempt's `${claude.session_id}` and `${claude.error_kind}`;
+/// without it a retry starts a fresh session. Every call's cost is counted.
+#[tokio::test(start_paused = true)]
+async fn a_continued_retry_resumes_the_failed_session() {
+    let failed = crate::claude::Continuation {
+        session_id: "s-fix".to_owned(),
+        kind: crate::claude::ErrorKind::MaxTurns,
+        message: "Reached maximum number of turns (3)".to_owned(),
+    };
+    let handled = crate::claude::Continuation {
+        session_id: "s-build".to_owned(),
+        ..failed.clone()
+    };
+    let fake = FakeExecutor::new()
+        .script(
+            "/fix [] []",
+            [Reply::exit(1)
+                .stdout(&claude_max_turns("s-fix"))
+                .takes(secs(5))],
+        )
+        .script(
+            &failed.prompt("/fix [s-fix] [max_turns]"),
+            [Reply::ok().stdout(&claude_stream(1))],
+        )
+        .script(
+            "/build",
+            [Reply::exit(1).stdout(&claude_max_turns("s-build"))],
+        )
+        .script(
+            &handled.prompt("/build"),
+            [Reply::ok().stdout(&claude_stream(1))],
+        )
+        .script("echo handled", [Reply::ok()])
+        .script(
+            "/fresh",
+            [
+                Reply::exit(1).stdout(&claude_max_turns("s-fresh")),
+                Reply::ok().stdout(&claude_stream(1)),
+            ],
+        );
+    let harness = Harness::new(fake);
+    let (report, trace) = harness
+        .run(
+            r#"
+claude:
+  on_retry: continue
+commands:
+  - claude: "/fix [${claude.session_id}] [${claude.error_kind}]"
+    retry_config:
+      attempts: 2
+      initial_delay: 1s
+  - claude: "/build"
+    on_failure:
+      shell: "echo handled"
+      max_attempts: 2
+  - claude:
+      prompt: "/fresh"
+      on_retry: fresh
+    retry_config:
+      attempts: 2
+      initial_delay: 1s
+"#,
+        )
+        .await;
+    assert_eq!(report.outcome, RunOutcome::Succeeded, "{}", trace.text());
+    // The retry came 1 s after the first attempt failed at 5 s, with the continued prompt.
+    assert_eq!(harness.fake.starts_of("/fix [] []"), [secs(0)]);
+    assert_eq!(
+        harness
+            .fake
+            .starts_of(&failed.prompt("/fix [s-fix] [max_turns]")),
+        [secs(6)]
+    );
+    assert_eq!(harness.fake.starts_of(&handled.prompt("/build")).len(), 1);
+    assert_eq!(harness.fake.starts_of("/fresh").len(), 2);
+    let started: Vec<&String> = trace
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("claude_started"))
+        .collect();
+    assert_eq!(started.len(), 6, "{}", trace.text());
+    let resumes = |line: &str, id: &str| line.contains(&format!(r#""--resume","{id}""#));
+    assert!(!started[0].contains("--resume"), "{}", started[0]);
+    assert!(resumes(started[1], "s-fix"), "{}", started[1]);
+    assert!(!started[2].contains("--resume"), "{}", started[2]);
+    assert!(resumes(started[3], "s-build"), "{}", started[3]);
+    // `on_retry: fresh` over the workflow's `continue`: a new session.
+    assert!(!started[4].contains("--resume"), "{}", started[4]);
+    assert!(!started[5].contains("--resume"), "{}", started[5]);
+    // 3 failed calls at $0.10 and 3 that succeeded at $0.25, each counted.
+    let finished = trace
+        .lines
+        .iter()
+        .find(|l| l.starts_with("workflow_finished"))
+        .unwrap();
+    assert!(
+        finished.contains(r#""calls":6,"failed":3,"#) && finished.contains(r#""cost_usd":1.05,"#),
+        "{finished}"
+    );
+}
