@@ -924,3 +924,44 @@ fn unsplittable_sbatch_args_are_refused() {
     assert!(text.contains("PRODIGY_SBATCH_ARGS"), "{text}");
     assert!(!scratch.home().join("state").exists(), "nothing was made");
 }
+
+#[test]
+fn dlq_list_shows_each_item_and_the_pattern_points_to_dlq_stats() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        scratch.project().join("items.json"),
+        r#"[{"n": 1, "path": "src/lib.rs"}, {"name": "alpha", "size": 3}, {"id": "a-very-long-identifier-that-goes-on-and-on-past-any-column"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        &file,
+        "name: show-items\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo no >&2; exit 4\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    let job = job_id(&output);
+    assert!(
+        text.contains(&format!(
+            "pattern: CommandFailed ×3: see which items failed and why with `prodigy dlq stats {job}`"
+        )),
+        "{text}"
+    );
+    let listing = scratch.run(&["dlq", "list", &job], &[]);
+    let table = String::from_utf8_lossy(&listing.stdout).into_owned();
+    assert!(table.starts_with("ITEM    WHAT"), "{table}");
+    let row = |id: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(row("item_0").contains(" src/lib.rs "), "{table}");
+    assert!(row("item_1").contains(" alpha "), "{table}");
+    assert!(
+        row("item_2").contains(" a-very-long-identifier-that-goes-on-and… "),
+        "{table}"
+    );
+}
