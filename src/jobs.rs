@@ -27,6 +27,8 @@ pub(crate) enum DlqCommand {
         /// `human` (a table) or `json`.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
     /// Show dead-lettered items in full, with every failed attempt: one item, or all of them.
     Show {
@@ -39,6 +41,8 @@ pub(crate) enum DlqCommand {
         /// `human` or `json` (the stored `DeadLetteredItem` records).
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
     /// Run the queued items again through the workflow's agent template. Items that succeed
     /// leave the queue; items that fail again stay with the new failure recorded. Items are
@@ -56,6 +60,8 @@ pub(crate) enum DlqCommand {
         /// List the items that would be removed; remove nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
     /// Count the queued items by error type and by error signature.
     Stats {
@@ -65,6 +71,8 @@ pub(crate) enum DlqCommand {
         /// `human` or `json`.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
 }
 
@@ -111,7 +119,7 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
         }
     };
     if items.is_empty() {
-        err(&format!(
+        crate::note(&format!(
             "the dead letter queue of {job} is empty; nothing to remove\n"
         ));
         return exit_code::OK;
@@ -707,6 +715,8 @@ pub(crate) struct EventsArgs {
     follow: bool,
     #[command(flatten)]
     show: ShowArgs,
+    #[command(flatten)]
+    pub(crate) quiet: crate::Quiet,
 }
 
 /// How events are shown.
