@@ -27,6 +27,8 @@ pub(crate) enum DlqCommand {
         /// `human` (a table) or `json`.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
     /// Show dead-lettered items in full, with every failed attempt: one item, or all of them.
     Show {
@@ -39,6 +41,8 @@ pub(crate) enum DlqCommand {
         /// `human` or `json` (the stored `DeadLetteredItem` records).
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
     /// Run the queued items again through the workflow's agent template. Items that succeed
     /// leave the queue; items that fail again stay with the new failure recorded. Items are
@@ -56,6 +60,8 @@ pub(crate) enum DlqCommand {
         /// List the items that would be removed; remove nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
     /// Count the queued items by error type and by error signature.
     Stats {
@@ -65,6 +71,8 @@ pub(crate) enum DlqCommand {
         /// `human` or `json`.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
 }
 
@@ -111,7 +119,7 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
         }
     };
     if items.is_empty() {
-        err(&format!(
+        crate::note(&format!(
             "the dead letter queue of {job} is empty; nothing to remove\n"
         ));
         return exit_code::OK;
@@ -267,6 +275,35 @@ fn unknown_job(job: &str) -> u8 {
     exit_code::USAGE
 }
 
+/// Widest rendering of an item in `dlq list`.
+const ITEM_WIDTH: usize = 40;
+
+/// A short rendering of ITEM for `dlq list`: its `id`, `path` or first string field (an
+/// object), the text itself (a string), else its JSON; cut to [`ITEM_WIDTH`] characters.
+fn item_shown(item: &Value) -> String {
+    let text = match item {
+        Value::String(s) => s.clone(),
+        Value::Object(map) => ["id", "path"]
+            .iter()
+            .find_map(|k| map.get(*k).filter(|v| !v.is_null()))
+            .or_else(|| map.values().find(|v| v.is_string()))
+            .map_or_else(
+                || item.to_string(),
+                |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+            ),
+        other => other.to_string(),
+    };
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.is_empty() {
+        "-".to_owned()
+    } else if text.chars().count() > ITEM_WIDTH {
+        let cut: String = text.chars().take(ITEM_WIDTH - 1).collect();
+        format!("{cut}…")
+    } else {
+        text
+    }
+}
+
 fn to_json(value: &impl serde::Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
 }
@@ -324,31 +361,39 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
                 out(&format!("the dead letter queue of {job} is empty\n"));
                 return exit_code::OK;
             }
-            let mut text = format!(
-                "{:<14} {:>8}  {:<30} {:<26} {:<13}  {}\n",
-                "ITEM", "FAILURES", "ERROR", "LAST ATTEMPT", "RETRY", "CLAUDE LOG"
+            let rows: Vec<[String; 7]> = items
+                .iter()
+                .map(|i| {
+                    let last = i.failure_history.last();
+                    [
+                        i.item_id.clone(),
+                        item_shown(&i.item_data),
+                        i.failure_count.to_string(),
+                        last.map_or_else(|| "Unknown".to_owned(), |f| error_shown(&f.error_type)),
+                        i.last_attempt.clone(),
+                        if i.reprocess_eligible {
+                            "yes"
+                        } else {
+                            "manual review"
+                        }
+                        .to_owned(),
+                        last.and_then(|f| f.json_log_location.clone())
+                            .unwrap_or_else(|| "-".to_owned()),
+                    ]
+                })
+                .collect();
+            let mut text = crate::output::table(
+                &[
+                    "ITEM",
+                    "WHAT",
+                    "FAILURES",
+                    "ERROR",
+                    "LAST ATTEMPT",
+                    "RETRY",
+                    "CLAUDE LOG",
+                ],
+                &rows,
             );
-            for i in &items {
-                let last = i.failure_history.last();
-                let kind =
-                    last.map_or_else(|| "Unknown".to_owned(), |f| error_shown(&f.error_type));
-                let log = last
-                    .and_then(|f| f.json_log_location.as_deref())
-                    .unwrap_or("-");
-                let _ = writeln!(
-                    text,
-                    "{:<14} {:>8}  {:<30} {:<26} {:<13}  {log}",
-                    i.item_id,
-                    i.failure_count,
-                    kind,
-                    i.last_attempt,
-                    if i.reprocess_eligible {
-                        "yes"
-                    } else {
-                        "manual review"
-                    }
-                );
-            }
             let _ = writeln!(text, "{}", count(items.len(), "item"));
             out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
@@ -670,6 +715,8 @@ pub(crate) struct EventsArgs {
     follow: bool,
     #[command(flatten)]
     show: ShowArgs,
+    #[command(flatten)]
+    pub(crate) quiet: crate::Quiet,
 }
 
 /// How events are shown.

@@ -27,6 +27,8 @@ pub(crate) struct LogsArgs {
     /// Print each log as stored (Claude's `stream-json` lines).
     #[arg(long)]
     raw: bool,
+    #[command(flatten)]
+    pub(crate) quiet: crate::Quiet,
 }
 
 pub(crate) fn logs(args: &LogsArgs) -> u8 {
@@ -196,7 +198,7 @@ fn list_runs(root: &Path) -> u8 {
         }
     }
     if runs.is_empty() {
-        err(&format!("no logs under {}\n", root.display()));
+        crate::note(&format!("no logs under {}\n", root.display()));
         return exit_code::OK;
     }
     runs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));

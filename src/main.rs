@@ -85,6 +85,15 @@ fn wants_color(
     }
 }
 
+/// `-q/--quiet` of the commands that print results (`graph`, `items`, `ls`, `dlq`, `events`,
+/// `logs`, `worktree`): their informational lines on stderr are dropped, never the results.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub(crate) struct Quiet {
+    /// Print only the results and errors: no informational lines on stderr.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+}
+
 /// Sets `-v` and `-q/--quiet` for the command that runs.
 pub(crate) fn set_verbosity(verbose: u8, quiet: bool) {
     VERBOSE.store(verbose, Ordering::Relaxed);
@@ -229,6 +238,8 @@ struct GraphArgs {
     /// `dot` (Graphviz), `mermaid` (GitHub's flowchart syntax) or `json`.
     #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
     format: GraphFormat,
+    #[command(flatten)]
+    quiet: Quiet,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -247,6 +258,8 @@ struct ItemsArgs {
     /// variables; a command there is run, in the current directory, as `run` runs it).
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
+    #[command(flatten)]
+    quiet: Quiet,
 }
 
 fn main() -> ExitCode {
@@ -267,8 +280,14 @@ fn main() -> ExitCode {
     COLOR.store(cli.color as u8, Ordering::Relaxed);
     let code = match cli.command {
         Command::Check(args) => check::check(&args),
-        Command::Graph(args) => graph(&args),
-        Command::Items(args) => items(&args),
+        Command::Graph(args) => {
+            set_verbosity(0, args.quiet.quiet);
+            graph(&args)
+        }
+        Command::Items(args) => {
+            set_verbosity(0, args.quiet.quiet);
+            items(&args)
+        }
         Command::Lsp => lsp::run(),
         Command::Agent(args) => agent::agent(&args),
         Command::Guard(args) => {
@@ -292,15 +311,35 @@ fn main() -> ExitCode {
             run::resume_job(&args)
         }
         Command::Dlq(command) => {
-            if let jobs::DlqCommand::Retry(args) = &command {
-                set_verbosity(args.shown.verbose, args.shown.quiet);
+            match &command {
+                jobs::DlqCommand::Retry(args) => {
+                    set_verbosity(args.shown.verbose, args.shown.quiet);
+                }
+                jobs::DlqCommand::List { quiet, .. }
+                | jobs::DlqCommand::Show { quiet, .. }
+                | jobs::DlqCommand::Clear { quiet, .. }
+                | jobs::DlqCommand::Stats { quiet, .. } => set_verbosity(0, quiet.quiet),
             }
             jobs::dlq(&command)
         }
-        Command::Events(args) => jobs::events(&args),
-        Command::Logs(args) => logs::logs(&args),
-        Command::Ls(args) => runs::ls(&args),
-        Command::Worktree(command) => worktrees::worktree(&command),
+        Command::Events(args) => {
+            set_verbosity(0, args.quiet.quiet);
+            jobs::events(&args)
+        }
+        Command::Logs(args) => {
+            set_verbosity(0, args.quiet.quiet);
+            logs::logs(&args)
+        }
+        Command::Ls(args) => {
+            set_verbosity(0, args.quiet.quiet);
+            runs::ls(&args)
+        }
+        Command::Worktree(command) => {
+            let (worktrees::WorktreeCommand::Ls { quiet, .. }
+            | worktrees::WorktreeCommand::Clean { quiet, .. }) = &command;
+            set_verbosity(0, quiet.quiet);
+            worktrees::worktree(&command)
+        }
         Command::Schema => {
             let schema = prodigy_compiler::schema::schema();
             out(&format!(
@@ -493,9 +532,10 @@ pub(crate) fn out(text: &str) {
 }
 
 /// Writes to stderr what may hold a command's output (errors, outcome lines): its control
-/// characters are shown, not sent to the terminal (`prodigy_runtime::progress::visible`).
+/// characters are shown, not sent to the terminal (`prodigy_runtime::progress::visible`),
+/// and its outcome marks are coloured when `--color` says so (`report::marked`).
 pub(crate) fn err(text: &str) {
-    err_styled(&prodigy_runtime::progress::visible(text));
+    err_styled(&report::marked(&prodigy_runtime::progress::visible(text)));
 }
 
 /// Writes prodigy's own styled text (coloured diagnostics) to stderr as it is.
@@ -556,7 +596,7 @@ fn items(args: &ItemsArgs) -> u8 {
     }
     let _ = stdout.flush();
     // Only the stages the workflow has.
-    err(&format!(
+    note(&format!(
         "items: {}, {} kept\n",
         prodigy_runtime::progress::stage_counts(&pipeline, &counts),
         counts.kept

@@ -28,7 +28,7 @@ pub(crate) struct Shown {
     pub(crate) quiet: bool,
 }
 
-/// Shows a run on stderr.
+/// Shows a run on stderr, and what its commands print on stdout.
 pub(crate) struct Terminal {
     /// `-v` (1) or `-vv` (2).
     verbose: u8,
@@ -118,7 +118,12 @@ impl Reporter for Terminal {
             return;
         };
         let display = lock(&self.display);
-        println(display.as_ref().and_then(|d| d.bar.as_ref()), &text);
+        let bar = display.as_ref().and_then(|d| d.bar.as_ref());
+        if matches!(message, Message::Output(_)) {
+            print_output(bar, &text);
+        } else {
+            println(bar, &text);
+        }
     }
 
     fn shows_output(&self) -> bool {
@@ -211,11 +216,12 @@ fn in_step(message: &Message) -> bool {
         | Message::Retrying { .. }
         | Message::Command(_)
         | Message::Env { .. }
-        | Message::Output(_)
         | Message::Claude(_)
         | Message::Exited { .. }
         | Message::StepFailed { .. } => true,
-        Message::StepStarted { .. }
+        // A command's own output goes to stdout as it printed it.
+        Message::Output(_)
+        | Message::StepStarted { .. }
         | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
@@ -253,7 +259,7 @@ fn text(message: &Message) -> String {
         ),
         Message::Command(text) => format!("$ {}", text.trim_end().replace('\n', "\n  ")),
         Message::Env { name, value } => format!("env {name}={value}"),
-        Message::Output(line) => format!("│ {line}"),
+        Message::Output(line) => line.clone(),
         Message::Claude(note) => note
             .line()
             .lines()
@@ -364,14 +370,69 @@ fn paused_text(limit_type: &str, resumes_at: &str) -> String {
     format!("paused: Claude usage limit ({limit_type}), resumes at {resumes_at}")
 }
 
+/// The outcome marks and prefixes that start a line, with their colour: green for what
+/// succeeded, red for what failed, yellow for a warning.
+const MARKS: [(&str, &str); 7] = [
+    ("✓", "32"),
+    ("✗", "31"),
+    ("error:", "31"),
+    ("internal error:", "31"),
+    ("failed:", "31"),
+    ("⚠", "33"),
+    ("warning:", "33"),
+];
+
+/// TEXT (already [`visible`]) with the mark or prefix that starts each line coloured, when
+/// `--color`, `NO_COLOR` and `TERM` allow colour on stderr ([`crate::color`]).
+pub(crate) fn marked(text: &str) -> String {
+    if crate::color(std::io::stderr().is_terminal()) {
+        paint(text)
+    } else {
+        text.to_owned()
+    }
+}
+
+/// TEXT with the mark or prefix ([`MARKS`]) that starts each line (after its indentation)
+/// in its colour.
+fn paint(text: &str) -> String {
+    text.split_inclusive('\n')
+        .map(|line| {
+            let rest = line.trim_start();
+            let indent = &line[..line.len() - rest.len()];
+            match MARKS.iter().find(|(mark, _)| rest.starts_with(mark)) {
+                Some((mark, code)) => {
+                    format!("{indent}\x1b[{code}m{mark}\x1b[0m{}", &rest[mark.len()..])
+                }
+                None => line.to_owned(),
+            }
+        })
+        .collect()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Writes a command's output TEXT to stdout, as `just` does: prodigy's own lines go to
+/// stderr, so `prodigy run -v wf.yml > out.txt` keeps the results. The progress bar (on
+/// stderr) is cleared while it is written.
+fn print_output(bar: Option<&ProgressBar>, text: &str) {
+    let text = visible(text);
+    let write = || {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{text}");
+        let _ = stdout.flush();
+    };
+    match bar {
+        Some(bar) => bar.suspend(write),
+        None => write(),
+    }
 }
 
 /// Prints a line to stderr, above BAR when one is drawn; control characters in it are
 /// shown, not sent to the terminal ([`visible`]).
 fn println(bar: Option<&ProgressBar>, text: &str) {
-    let text = visible(text);
+    let text = marked(&visible(text));
     if let Some(bar) = bar {
         bar.println(text);
     } else {
@@ -656,6 +717,16 @@ mod tests {
         assert_eq!(plain.claude_state(), None);
     }
 
+    /// Each line's mark or prefix gets its colour; the rest of the line stays as it was.
+    #[test]
+    fn outcome_marks_and_prefixes_are_coloured() {
+        assert_eq!(
+            paint("✓ job done\n  error: no file\nplain ✗\n⚠ some failed"),
+            "\x1b[32m✓\x1b[0m job done\n  \x1b[31merror:\x1b[0m no file\nplain ✗\n\x1b[33m⚠\x1b[0m some failed"
+        );
+        assert_eq!(paint("warning: slow\n"), "\x1b[33mwarning:\x1b[0m slow\n");
+    }
+
     /// `-q` keeps errors only; `-v` and `-vv` add their messages; an agent's message names
     /// its item; what a step says is indented under it.
     #[test]
@@ -682,10 +753,7 @@ mod tests {
             Some("error: no such file")
         );
         assert_eq!(quiet.render(&Message::step_warning("slow"), None), None);
-        assert_eq!(
-            verbose.render(&output, None).as_deref(),
-            Some("  │ compiled")
-        );
+        assert_eq!(verbose.render(&output, None).as_deref(), Some("compiled"));
         assert_eq!(verbose.render(&command, None), None);
         assert_eq!(
             verbose.render(&step, Some("item_3")).as_deref(),

@@ -22,6 +22,8 @@ pub(crate) struct LsArgs {
     /// Only the ids, one a line (what shell completion offers).
     #[arg(long, hide = true)]
     ids: bool,
+    #[command(flatten)]
+    pub(crate) quiet: crate::Quiet,
 }
 
 /// `prodigy ls`.

@@ -22,6 +22,8 @@ pub(crate) enum WorktreeCommand {
         /// One JSON object per worktree, in an array.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
     /// Remove the worktrees of runs that are not running, and the `prodigy-*` branches of
     /// runs that ended. Worktrees with uncommitted changes are removed only when you say so:
@@ -36,6 +38,8 @@ pub(crate) enum WorktreeCommand {
         /// Remove worktrees with uncommitted changes without asking.
         #[arg(short = 'y', long)]
         yes: bool,
+        #[command(flatten)]
+        quiet: crate::Quiet,
     },
 }
 
@@ -81,7 +85,7 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
     };
     let found = worktree::list(&layout, &repo);
     match command {
-        WorktreeCommand::Ls { json } => {
+        WorktreeCommand::Ls { json, .. } => {
             if *json {
                 let rows: Vec<serde_json::Value> = found
                     .iter()
@@ -99,7 +103,7 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
             }
             let stray = worktree::stray_branches(&repo);
             if found.is_empty() && stray.is_empty() {
-                err(&format!(
+                crate::note(&format!(
                     "no worktrees under {}\n",
                     worktree::worktrees_dir(&layout).display()
                 ));
@@ -145,7 +149,9 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
             out(&prodigy_runtime::progress::visible(&text));
             exit_code::OK
         }
-        WorktreeCommand::Clean { dry_run, yes } => clean(&layout, &repo, &found, *dry_run, *yes),
+        WorktreeCommand::Clean { dry_run, yes, .. } => {
+            clean(&layout, &repo, &found, *dry_run, *yes)
+        }
     }
 }
 
@@ -161,7 +167,7 @@ fn clean(layout: &Layout, repo: &Path, found: &[Listed], dry_run: bool, yes: boo
         .filter(|f| {
             let busy = running(layout, &f.path);
             if busy {
-                err(&format!(
+                crate::note(&format!(
                     "skipped {}: its run is still going\n",
                     f.path.display()
                 ));

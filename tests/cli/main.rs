@@ -784,3 +784,59 @@ fn an_unknown_slash_command_warns_until_its_command_file_exists() {
     let bare = check();
     assert!(!bare.contains("W008"), "{bare}");
 }
+
+/// `-q` is accepted by every command that prints results: it drops their informational
+/// lines on stderr (`items`' stage counts, `ls`'s "no runs"), never the results on stdout.
+#[test]
+fn quiet_keeps_the_results_and_drops_the_informational_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir,
+        "wf.yml",
+        "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    write(&dir, "items.json", r#"[{"id": "a"}, {"id": "b"}]"#);
+    let home = dir.path().join("home");
+    let run = |args: &[&str]| {
+        prodigy()
+            .current_dir(dir.path())
+            .env("PRODIGY_HOME", &home)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let loud = run(&["items", "wf.yml"]);
+    assert!(String::from_utf8_lossy(&loud.stderr).contains("2 kept"));
+    let quiet = run(&["items", "-q", "wf.yml"]);
+    assert_eq!(quiet.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&quiet.stdout),
+        "{\"id\":\"a\"}\n{\"id\":\"b\"}\n"
+    );
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+    let graph = run(&["graph", "--quiet", "wf.yml"]);
+    assert_eq!(graph.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&graph.stdout).starts_with("digraph"));
+    assert!(String::from_utf8_lossy(&run(&["ls"]).stderr).contains("no runs"));
+    let ls = run(&["ls", "-q"]);
+    assert_eq!((ls.status.code(), &ls.stderr[..]), (Some(0), &b""[..]));
+    // Each of the others accepts it: an unknown job is still an error, not a usage error
+    // about `-q`.
+    for args in [
+        &["dlq", "list", "-q", "nope"][..],
+        &["dlq", "show", "-q", "nope"],
+        &["dlq", "clear", "-q", "nope"],
+        &["dlq", "stats", "-q", "nope"],
+        &["events", "-q", "nope"],
+        &["logs", "-q", "nope"],
+    ] {
+        let out = run(args);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!text.contains("unexpected argument"), "{args:?}: {text}");
+        assert!(text.contains("nope"), "{args:?}: {text}");
+    }
+    for args in [&["worktree", "ls", "-q"][..], &["worktree", "clean", "-q"]] {
+        let text = String::from_utf8_lossy(&run(args).stderr).into_owned();
+        assert!(!text.contains("unexpected argument"), "{args:?}: {text}");
+    }
+}

@@ -2,7 +2,7 @@
 //! run them, in a scratch repository shaped for each.
 
 use super::mapreduce::only_job;
-use super::{Scratch, root, stderr};
+use super::{Scratch, root, shown, stderr};
 
 fn example(name: &str) -> String {
     root()
@@ -34,7 +34,7 @@ fn docs_check_example_dead_letters_the_files_that_fail_and_reports() {
     }
     scratch.commit();
     let output = scratch.run(&["run", "-v", "-y", &example("docs-check.yml")], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("7 Markdown files"), "{text}");
     // Setup leaves the work list uncommitted, which is fine: prodigy reads it, not the agents.

@@ -514,12 +514,19 @@ commands:
     let output = scratch.run(&["run", "-v", "--no-worktree", &path], &[]);
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
+    // The command's output is on stdout (`-v`), escaped there too.
+    let out = String::from_utf8_lossy(&output.stdout);
+    for shown in [&text[..], &out[..]] {
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+            "{shown:?}"
+        );
+    }
+    assert!(out.contains(r"\x1b[2J\x1b]0;pwned\x07hello"), "{out}");
     assert!(
-        !text.contains('\u{1b}') && !text.contains('\u{7}'),
-        "{text:?}"
+        format!("{text}{out}").contains(r"\x1b[31mbroken\x1b[0m"),
+        "{text}{out}"
     );
-    assert!(text.contains(r"│ \x1b[2J\x1b]0;pwned\x07hello"), "{text}");
-    assert!(text.contains(r"\x1b[31mbroken\x1b[0m"), "{text}");
     let raw = std::fs::read_to_string(scratch.project().join("raw.txt")).unwrap();
     assert_eq!(raw, "\u{1b}[2J\u{1b}]0;pwned\u{7}hello");
 }

@@ -167,6 +167,15 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Prodigy's lines (stderr), then what the commands printed (stdout, with `-v`).
+fn shown(output: &Output) -> String {
+    format!(
+        "{}{}",
+        stderr(output),
+        String::from_utf8_lossy(&output.stdout)
+    )
+}
+
 /// The session id that a failed or interrupted run names on its last line.
 fn resume_id(output: &Output) -> String {
     let text = stderr(output);
@@ -199,7 +208,7 @@ fn corpus_standard_workflow_runs() {
     scratch.commit();
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
     assert!(output.status.success(), "{}", stderr(&output));
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(text.contains("Found 1 Rust files"), "{text}");
     assert!(text.contains("README.md exists"), "{text}");
     assert!(text.contains("Workflow complete"), "{text}");
@@ -223,7 +232,7 @@ fn corpus_capture_conditional_flow_runs() {
     // The generic stub's `cargo test` prints no test summary, so `test_count` does not parse
     // as a number: the step allows failure, and `should_bump` then reads an undefined variable.
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(text.contains("is not a number"), "{text}");
     assert!(text.contains("undefined variable `test_count`"), "{text}");
     assert_eq!(output.status.code(), Some(1));
@@ -237,7 +246,7 @@ fn corpus_capture_conditional_flow_runs() {
     .unwrap();
     std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("Running coverage analysis..."), "{text}");
     assert!(text.contains("Would bump version from 1.2.3"), "{text}");
@@ -269,12 +278,12 @@ fn corpus_capture_json_processing_runs_but_for_its_unknown_filter() {
     std::fs::write(&copy, text).unwrap();
     let output = scratch.run(&["run", "-v", copy.to_str().unwrap()], &[]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("Git Commit: "));
+    assert!(shown(&output).contains("Git Commit: "));
     assert!(stderr(&output).contains("capture `final_summary`: not JSON"));
     // Package and git captures flowed into the report.
-    assert!(stderr(&output).contains("Package: Package: test v1.0.0"));
+    assert!(shown(&output).contains("Package: Package: test v1.0.0"));
     // The run works on its session branch.
-    assert!(stderr(&output).contains("Git Branch: prodigy-session-"));
+    assert!(shown(&output).contains("Git Branch: prodigy-session-"));
 }
 
 #[test]
@@ -326,7 +335,7 @@ fn corpus_environment_example_honours_env_profiles_and_secrets() {
     assert!(stderr(&output).contains("SECRET_API_KEY"));
     let env = [("SECRET_API_KEY", "key-0042")];
     let output = scratch.run(&["run", "-v", file, "--param", "branch=main"], &env);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("NODE_ENV=production API_URL=https://api.example.com"));
     assert!(
@@ -345,7 +354,7 @@ fn corpus_environment_example_honours_env_profiles_and_secrets() {
         ],
         &env,
     );
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(
         text.contains("NODE_ENV=test API_URL=http://localhost:4000"),
@@ -410,7 +419,7 @@ fn resume_restores_the_captured_variables() {
     // The run works in its session worktree: the fix goes there.
     std::fs::write(scratch.worktree(&id).join("ready"), "").unwrap();
     let output = scratch.run(&["resume", "-v", &id], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("releasing v1.2"), "{text}");
     assert!(
@@ -441,7 +450,7 @@ fn claude_gets_the_documented_flags_and_automation_mode() {
             &format!("{} --model x", cli.display()),
         )],
     );
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     // The prompt is no argument: it goes to standard input, and `-vv` shows it so.
     assert!(
@@ -547,7 +556,7 @@ fn corpus_sequential_resume_after_interrupt() {
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
     let id = resume_id(&output);
     let output = scratch.run(&["resume", "-v", &id], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(!text.contains("Step 1: Creating test file"), "{text}");
     assert!(!text.contains("Step 2: Appending"), "{text}");
@@ -719,7 +728,7 @@ fn env_files_are_templates_and_a_missing_one_is_reported() {
         &["run", "-v", file.to_str().unwrap()],
         &[("ENV_DIR", dir.to_str().unwrap())],
     );
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("hello from the file"), "{text}");
     assert!(
@@ -738,7 +747,7 @@ fn a_capture_of_neither_stream_is_empty_but_keeps_its_other_fields() {
     )
     .unwrap();
     let output = scratch.run(&["run", "-v", "--no-worktree", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("[''] code 0 err 'err'"), "{text}");
 }
@@ -773,4 +782,59 @@ fn a_resumed_run_still_reports_the_steps_that_failed_and_were_continued() {
     assert_eq!(finished.len(), 2);
     assert_eq!(finished[1]["outcome"], "completed");
     assert_eq!(finished[1]["failed_continued"], 1);
+}
+
+/// What commands print goes to stdout, as they printed it; prodigy's own lines to stderr,
+/// so `prodigy run -v wf.yml > out.txt` keeps the results.
+#[test]
+fn a_commands_output_goes_to_stdout_and_prodigys_lines_to_stderr() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("wf.yml");
+    std::fs::write(
+        &file,
+        "- shell: \"echo result-one; echo result-two\"\n- shell: \"echo to-stderr >&2\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", "-v", "--no-worktree", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(out, "result-one\nresult-two\nto-stderr\n");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("│") || l.trim() == "result-two"),
+        "{text}"
+    );
+    assert!(text.contains("[1/2] echo result-one"), "{text}");
+    assert!(text.contains("completed"), "{text}");
+}
+
+/// `--color always` colours `run`'s outcome marks and prefixes too; `NO_COLOR` (with `auto`,
+/// off a terminal anyway) leaves them plain.
+#[test]
+fn color_always_colours_the_marks_of_a_run() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("wf.yml");
+    std::fs::write(&file, "- shell: \"true\"\n").unwrap();
+    let file = file.to_str().unwrap();
+    let output = scratch.run(&["run", "--color", "always", "--no-worktree", file], &[]);
+    let text = stderr(&output);
+    assert!(
+        text.contains("\u{1b}[32m✓\u{1b}[0m workflow completed"),
+        "{text:?}"
+    );
+    std::fs::write(scratch.project().join("bad.yml"), "- shell: \"exit 3\"\n").unwrap();
+    let bad = scratch.project().join("bad.yml");
+    let args = [
+        "run",
+        "--color",
+        "always",
+        "--no-worktree",
+        bad.to_str().unwrap(),
+    ];
+    let text = stderr(&scratch.run(&args, &[]));
+    assert!(text.contains("\u{1b}[31m✗\u{1b}[0m"), "{text:?}");
+    let plain = stderr(&scratch.run(&["run", "--no-worktree", file], &[]));
+    assert!(!plain.contains('\u{1b}'), "{plain:?}");
 }

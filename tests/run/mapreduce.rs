@@ -2,7 +2,7 @@
 //! MapReduce workflows of the upstream corpus, a kill -9 followed by `resume-job`, the
 //! dead letter queue commands and the event log.
 
-use super::{Output, Scratch, corpus, report, root, snapshot, stderr, survivors};
+use super::{Output, Scratch, corpus, report, root, shown, snapshot, stderr, survivors};
 
 /// The items every documentation example reads from `items.json`.
 const ITEMS: &str = r#"[{"id": 1, "path": "src/a.rs", "output": "a"}, {"id": 2, "path": "src/b.rs", "output": "b"}, {"id": 3, "path": "src/c.rs", "output": "c"}, {"id": 4, "path": "src/d.rs", "output": "d"}, {"id": 5, "path": "src/e.rs", "output": "e"}, {"id": 6, "path": "src/f.rs", "output": "f"}]"#;
@@ -174,7 +174,7 @@ fn corpus_test_mapreduce_runs() {
     };
     let scratch = Scratch::new();
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     for id in 1..=3 {
         assert!(text.contains(&format!("Processing item {id}")), "{text}");
@@ -192,7 +192,7 @@ fn corpus_mapreduce_context_reads_the_file_setup_wrote() {
     };
     let scratch = Scratch::new();
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("Processing item1 in directory:"), "{text}");
     assert!(text.contains("Processing item2 in directory:"), "{text}");
@@ -217,7 +217,7 @@ fn corpus_command_input_maps_over_found_files() {
     std::fs::write(scratch.project().join("src/b.rs"), "fn b() {}\nfn c() {}\n").unwrap();
     scratch.commit();
     let output = scratch.run(&["run", "-v", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("Lines in ./src/a.rs: 1"), "{text}");
     assert!(text.contains("Lines in ./src/b.rs: 2"), "{text}");
@@ -367,7 +367,7 @@ fn corpus_mapreduce_resume_after_interrupt() {
     assert!(last.contains("prodigy resume-job"), "{last}");
     let job = job_id(&output);
     let output = scratch.run(&["resume-job", "-v", &job], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(
         text.contains("SUCCESS: All 5 items were processed"),
@@ -756,7 +756,7 @@ fn setup_captures_read_their_own_step_and_fall_back_to_the_default() {
     )
     .unwrap();
     let output = scratch.run(&["run", "-v", "--no-worktree", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("own=mine later=none"), "{text}");
 }
@@ -923,4 +923,45 @@ fn unsplittable_sbatch_args_are_refused() {
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("PRODIGY_SBATCH_ARGS"), "{text}");
     assert!(!scratch.home().join("state").exists(), "nothing was made");
+}
+
+#[test]
+fn dlq_list_shows_each_item_and_the_pattern_points_to_dlq_stats() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("job.yml");
+    std::fs::write(
+        scratch.project().join("items.json"),
+        r#"[{"n": 1, "path": "src/lib.rs"}, {"name": "alpha", "size": 3}, {"id": "a-very-long-identifier-that-goes-on-and-on-past-any-column"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        &file,
+        "name: show-items\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo no >&2; exit 4\"\n",
+    )
+    .unwrap();
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    let text = stderr(&output);
+    let job = job_id(&output);
+    assert!(
+        text.contains(&format!(
+            "pattern: CommandFailed ×3: see which items failed and why with `prodigy dlq stats {job}`"
+        )),
+        "{text}"
+    );
+    let listing = scratch.run(&["dlq", "list", &job], &[]);
+    let table = String::from_utf8_lossy(&listing.stdout).into_owned();
+    assert!(table.starts_with("ITEM    WHAT"), "{table}");
+    let row = |id: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(row("item_0").contains(" src/lib.rs "), "{table}");
+    assert!(row("item_1").contains(" alpha "), "{table}");
+    assert!(
+        row("item_2").contains(" a-very-long-identifier-that-goes-on-and… "),
+        "{table}"
+    );
 }

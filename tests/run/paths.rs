@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::process::Output;
 
 use super::secrets::under_umask;
-use super::{Scratch, collect_files, stderr};
+use super::{Scratch, collect_files, shown, stderr};
 
 fn run(scratch: &Scratch, args: &[&str], umask: &str) -> Output {
     under_umask(&scratch.command(args, &[]), umask)
@@ -83,7 +83,7 @@ fn write_file_follows_no_link_out_of_the_project() {
         &["run", "-v", "--no-worktree", file.to_str().unwrap()],
         "022",
     );
-    let text = stderr(&output);
+    let text = shown(&output);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep", "{text}");
     assert_eq!(
         std::fs::metadata(&target).unwrap().permissions().mode() & 0o777,
@@ -164,7 +164,7 @@ fn write_file_paths_are_refused_only_when_they_lead_out_of_the_project() {
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let output = run(&scratch, &args, "022");
-    let text = stderr(&output);
+    let text = shown(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
     let root = std::fs::canonicalize(scratch.project()).unwrap();
     for refused in ["../x.txt", &elsewhere.display().to_string(), "out/x.txt"] {

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use super::{Scratch, collect_files, resume_id, stderr};
+use super::{Scratch, collect_files, resume_id, shown, stderr};
 
 const TOKEN: &str = "tok-9f8e7d6c5b4a";
 
@@ -118,7 +118,7 @@ fn a_captured_secret_comes_back_whole_on_resume_and_never_reaches_the_disk() {
     assert_not_on_disk(&scratch, TOKEN);
     std::fs::write(scratch.project().join("ready"), "").unwrap();
     let output = run(&scratch, &["resume", "-v", &id], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("header-intact"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
@@ -160,7 +160,7 @@ fn a_captured_secret_comes_back_whole_in_a_resumed_job() {
     assert_not_on_disk(&scratch, TOKEN);
     std::fs::write(scratch.project().join("ready"), "").unwrap();
     let output = run(&scratch, &["resume-job", "--force", "-v", &job], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     for item in [3, 4] {
         assert!(text.contains(&format!("item-{item}-intact")), "{text}");

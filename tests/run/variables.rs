@@ -1,7 +1,7 @@
 //! Variables as `check` promises them: captures made in `on_success` reach later steps, and
 //! the exported variable W006 suggests holds exactly the text of the reference it replaces.
 
-use super::{Scratch, stderr};
+use super::{Scratch, shown, stderr};
 
 /// The user documentation: a capture in `on_success` "creates a ${metrics} variable ... which
 /// can be used in later workflow steps".
@@ -17,7 +17,7 @@ fn an_on_success_capture_is_there_for_later_steps() {
     let check = scratch.run(&["check", file.to_str().unwrap()], &[]);
     assert!(check.status.success(), "{}", stderr(&check));
     let output = scratch.run(&["run", "-v", "--no-worktree", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("metrics: p95=42ms and nested"), "{text}");
 
@@ -29,7 +29,7 @@ fn an_on_success_capture_is_there_for_later_steps() {
     )
     .unwrap();
     let output = scratch.run(&["run", "-v", "--no-worktree", job.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("agent says seen-a"), "{text}");
     assert!(text.contains("agent says seen-b"), "{text}");

@@ -3,7 +3,7 @@
 //! with `merge:` steps, declined), `prodigy worktree ls|clean`, and runs outside git.
 
 use super::mapreduce::only_job;
-use super::{Scratch, corpus, stderr};
+use super::{Scratch, corpus, shown, stderr};
 
 /// Writes a workflow into the project and commits it.
 fn workflow(scratch: &Scratch, name: &str, text: &str) -> String {
@@ -158,7 +158,7 @@ fn corpus_minimal_mapreduce_merges_back_to_the_original_branch() {
     };
     let scratch = Scratch::new();
     let output = scratch.run(&["run", "-y", "-v", file.to_str().unwrap()], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(
         text.contains("All 3 items were processed successfully"),
@@ -189,7 +189,7 @@ fn merge_steps_see_the_merge_variables_and_must_merge() {
         ),
     );
     let output = scratch.run(&["run", "-y", "-v", &file], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(
         regex::Regex::new(r"from prodigy-session-\S+ to main: 1 commits, files hello.txt")
@@ -467,7 +467,11 @@ fn on_a_terminal_the_merge_is_asked_for() {
     let output = on_a_terminal(&scratch, &format!("run {file}"), "y\n");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{text}");
-    assert!(text.contains("✓ merged 1 commit from"), "{text}");
+    // On a terminal the outcome marks are coloured (`--color auto`).
+    assert!(
+        text.contains("\u{1b}[32m✓\u{1b}[0m merged 1 commit from"),
+        "{text}"
+    );
     assert!(scratch.project().join("x.txt").is_file());
 }
 
@@ -480,7 +484,7 @@ fn a_mapreduce_job_runs_its_merge_steps_with_the_jobs_variables() {
         "mode: mapreduce\nmap:\n  input: \"seq 1 3\"\n  agent_template:\n    - shell: \"echo $ITEM > m-$ITEM.txt && git add . && git commit -qm m$ITEM\"\nreduce:\n  - shell: \"echo ${map.successful}\"\n    capture: done_count\nmerge:\n  commands:\n    - shell: \"echo 'merging ${merge.file_count} files after ${done_count} items'\"\n    - shell: \"cd \\\"$(git rev-parse --path-format=absolute --git-common-dir)/..\\\" && git merge -q --no-ff -m merged ${merge.source_branch}\"\n  timeout: 60\n",
     );
     let output = scratch.run(&["run", "-y", "-v", &file], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("merging 3 files after 3 items"), "{text}");
     for n in 1..=3 {
@@ -512,7 +516,7 @@ fn a_kept_session_is_merged_later_by_resuming_it_with_yes() {
     );
     assert!(!scratch.project().join("r-1.txt").exists());
     let output = scratch.run(&["resume-job", "-y", "-v", &job], &[]);
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     // Two agent commits, and a merge commit unless the second agent started after the first
     // merged.

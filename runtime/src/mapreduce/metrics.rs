@@ -51,8 +51,9 @@ pub(crate) fn tally<'r>(records: impl Iterator<Item = &'r ItemRecord>) -> Counts
 }
 
 /// Error metrics from the item outcomes (docs/language.md §8: a pattern is an error type seen 3 or
-/// more times; timeouts, network and permission errors get their own suggestion).
-pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
+/// more times; timeouts, network and permission errors get their own suggestion, any other
+/// points to `prodigy dlq stats JOB`).
+pub fn error_metrics(records: &[ItemRecord], total: u64, job: &str) -> ErrorMetrics {
     let mut metrics = ErrorMetrics {
         total_items: total,
         ..ErrorMetrics::default()
@@ -88,18 +89,20 @@ pub fn error_metrics(records: &[ItemRecord], total: u64) -> ErrorMetrics {
             continue;
         }
         let suggestion = if kind == "Timeout" {
-            "Consider increasing agent_timeout_secs in timeout_config"
+            "Consider increasing agent_timeout_secs in timeout_config".to_owned()
         } else {
             match dominant_cause(messages.get(kind).map_or(&[][..], Vec::as_slice)) {
-                Cause::Network => "Check network connectivity and retry settings",
-                Cause::Permission => "Verify file permissions and access rights",
-                Cause::Other => "Review error logs for more details.",
+                Cause::Network => "Check network connectivity and retry settings".to_owned(),
+                Cause::Permission => "Verify file permissions and access rights".to_owned(),
+                Cause::Other => {
+                    format!("see which items failed and why with `prodigy dlq stats {job}`")
+                }
             }
         };
         metrics.failure_patterns.push(FailurePattern {
             pattern: kind.clone(),
             frequency: *count,
-            suggestion: suggestion.to_owned(),
+            suggestion,
         });
     }
     metrics

@@ -471,7 +471,7 @@ impl<'a> MapJob<'a> {
         }
         let phase = phase_name(self.cp.phase);
         let records = self.files.load_results().unwrap_or_default();
-        let metrics = error_metrics(&records, self.cp.items_total);
+        let metrics = error_metrics(&records, self.cp.items_total, &self.cp.job_id);
         self.cp.status = match &outcome {
             JobOutcome::Completed => Status::Completed,
             JobOutcome::Failed { .. } | JobOutcome::StateWrite { .. } => Status::Failed,
@@ -590,7 +590,7 @@ mod tests {
             error_type: None,
             ..failed(7, "", "")
         });
-        let metrics = error_metrics(&records, 10);
+        let metrics = error_metrics(&records, 10, "job");
         assert_eq!(
             (metrics.total_items, metrics.successful, metrics.failed),
             (10, 1, 7)
@@ -635,7 +635,7 @@ mod tests {
                 "rm: cannot remove 'b': Permission denied",
             ),
         ];
-        let metrics = error_metrics(&records, 4);
+        let metrics = error_metrics(&records, 4, "job");
         assert_eq!(
             metrics.failure_patterns,
             vec![FailurePattern {
@@ -651,8 +651,8 @@ mod tests {
             failed(2, "CommandFailed", "network unreachable"),
         ];
         assert_eq!(
-            error_metrics(&records, 3).failure_patterns[0].suggestion,
-            "Review error logs for more details."
+            error_metrics(&records, 3, "job").failure_patterns[0].suggestion,
+            "see which items failed and why with `prodigy dlq stats job`"
         );
     }
 

@@ -95,7 +95,8 @@ pub(crate) fn map_vars(
     dlq_count: u64,
     with_results: bool,
 ) -> Value {
-    let metrics = error_metrics(records, total);
+    // Only the counts are read here, never a pattern's advice (which names the job).
+    let metrics = error_metrics(records, total, "");
     let finished = metrics.successful + metrics.failed + metrics.skipped;
     #[expect(
         clippy::cast_precision_loss,
