@@ -32,6 +32,9 @@ pub struct StageCounts {
     pub selected: usize,
     /// After `filter`.
     pub filtered: usize,
+    /// Each field the `filter` reads that some selected items lack, with how many lack it
+    /// (a misspelt field is lacked by all of them).
+    pub filter_missing: Vec<(String, usize)>,
     /// After `distinct`.
     pub distinct: usize,
     /// Items that reached `distinct` without a value at its path (missing or null): they
@@ -54,6 +57,16 @@ impl Pipeline {
         };
         counts.selected = items.len();
         if let Some(filter) = &self.filter {
+            for (path, _, var) in filter.references() {
+                let name = path.to_string();
+                let lacking = items
+                    .iter()
+                    .filter(|item| crate::expr::item_field(item, path).is_none())
+                    .count();
+                if !var && lacking > 0 && !counts.filter_missing.iter().any(|(n, _)| *n == name) {
+                    counts.filter_missing.push((name, lacking));
+                }
+            }
             items.retain(|item| filter.matches_item(item));
         }
         counts.filtered = items.len();
