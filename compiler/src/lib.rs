@@ -114,6 +114,12 @@ fn compile(
             diagnostics.extend(missing_env_files(workflow, surroundings));
             if let Some(map) = &workflow.map {
                 diagnostics.extend(fields::check(map, &file.text, surroundings));
+                diagnostics.extend(fields::missing_input(
+                    workflow,
+                    map,
+                    &file.text,
+                    surroundings,
+                ));
             }
             diagnostics.extend(claude::unknown_commands(
                 workflow,

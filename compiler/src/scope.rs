@@ -1636,10 +1636,19 @@ mod tests {
         );
         // A dotted name may come from `--param build.target=...` as well as a flat one.
         let dotted = checked("- claude: '/a ${build.target}'\n");
-        assert_eq!(dotted.iter().map(|d| d.code).collect::<Vec<_>>(), [Code::MaybeUndefined]);
-        assert_eq!(super::maybe_undefined_name(&dotted[0]), Some("build.target"));
+        assert_eq!(
+            dotted.iter().map(|d| d.code).collect::<Vec<_>>(),
+            [Code::MaybeUndefined]
+        );
+        assert_eq!(
+            super::maybe_undefined_name(&dotted[0]),
+            Some("build.target")
+        );
         // An index is not a name a parameter can supply.
-        assert_eq!(codes("- claude: '/a ${build[0]}'\n"), [Code::UndefinedVariable]);
+        assert_eq!(
+            codes("- claude: '/a ${build[0]}'\n"),
+            [Code::UndefinedVariable]
+        );
         assert_eq!(
             codes(
                 "env:\n  TARGET: x\ncommands:\n  - claude: '/a ${TARGET} ${env.HOME} ${workflow.name}'\n"

@@ -118,6 +118,16 @@ fn canonical(value: &Value) -> String {
     }
 }
 
+/// Whether INPUT, a rendered `map.input` at whose path nothing exists, names a file that is
+/// missing (one word ending in `.json`, `.jsonl` or `.txt`) rather than a shell command.
+pub fn names_a_file(input: &str) -> bool {
+    let input = input.trim();
+    !input.contains(char::is_whitespace)
+        && [".json", ".jsonl", ".txt"]
+            .iter()
+            .any(|ext| input.ends_with(ext))
+}
+
 /// How a map input is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputKind {

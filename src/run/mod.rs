@@ -91,7 +91,9 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         if !unsupplied.is_empty() {
             let color = crate::color(std::io::IsTerminal::is_terminal(&std::io::stderr()));
             crate::err_styled(&crate::output::human(&file, &unsupplied, color));
-            err("error: the workflow uses variables that neither it, `--param` nor the environment sets; fix them first (see above)\n");
+            err(
+                "error: the workflow uses variables that neither it, `--param` nor the environment sets; fix them first (see above)\n",
+            );
             return exit_code::PROBLEMS;
         }
     }
@@ -113,6 +115,10 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
             };
         }
     };
+    if isolate.is_none() && !args.place.no_worktree && !args.dry_run {
+        // Said once, so that a run in place outside a repository is not a surprise.
+        crate::note("not a git repository: running in place\n");
+    }
     if !args.dry_run {
         let merging = isolate.is_some();
         if let Err(code) = preflight(

@@ -375,7 +375,10 @@ fn a_filter_that_keeps_nothing_says_so() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("(2 of 2 without `prority`)"), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
-    assert!(last.starts_with("⚠ job ") && last.contains("completed with no items"), "{stderr}");
+    assert!(
+        last.starts_with("⚠ job ") && last.contains("completed with no items"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("✓"), "{stderr}");
     let (code, stderr) = run_map_job(input, map, &["--strict"]);
     assert_eq!(code, 1, "{stderr}");
@@ -388,6 +391,33 @@ fn a_filter_that_keeps_nothing_says_so() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("(1 of 2 without `priority`)"), "{stderr}");
     assert!(stderr.contains("completed: 1 succeeded"), "{stderr}");
+}
+
+/// Outside a git repository, `run` works in place: it says so once, not under `-q`.
+#[test]
+fn a_run_outside_a_repository_says_it_runs_in_place() {
+    let file = Hostile::new("- shell: \"echo one\"\n- shell: \"echo two\"\n");
+    let run = |extra: &[&str]| {
+        let output = Command::cargo_bin("prodigy")
+            .unwrap()
+            .current_dir(file.dir.path())
+            .env("NO_COLOR", "1")
+            .env("PRODIGY_HOME", file.dir.path().join("home"))
+            .env("GIT_CEILING_DIRECTORIES", file.dir.path().parent().unwrap())
+            .arg("run")
+            .args(extra)
+            .arg(&file.path)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let said = "not a git repository: running in place";
+    let stderr = run(&[]);
+    assert_eq!(stderr.matches(said).count(), 1, "{stderr}");
+    assert!(!run(&["-q"]).contains(said));
+    assert!(!run(&["--no-worktree"]).contains(said));
 }
 
 /// `prodigy items --input` reads the input as `run` does: a device is refused, unread.

@@ -243,7 +243,14 @@ fn a_variable_nothing_supplies_stops_the_run_before_it_starts() {
     assert!(output.status.success(), "{text}");
     assert!(text.contains("hi"), "{text}");
     let output = scratch.run(
-        &["run", "-v", "--no-worktree", &dotted, "--param", "build.target=release"],
+        &[
+            "run",
+            "-v",
+            "--no-worktree",
+            &dotted,
+            "--param",
+            "build.target=release",
+        ],
         &[],
     );
     let text = stderr(&output);
