@@ -41,7 +41,7 @@ pub(crate) fn check(
     }
     if let Some(sort) = &map.sort_by {
         for key in &sort.parsed.keys {
-            read.push((&key.path, sort.rebase(source, key.span.clone()), "sort_by"));
+            read.push((&key.path, sort.rebase(source, key.span), "sort_by"));
         }
     }
     let keys: BTreeSet<&str> = items

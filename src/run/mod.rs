@@ -49,7 +49,7 @@ pub(crate) fn parse_params(params: &[String]) -> Result<Vec<(String, String)>, u
 }
 
 /// The W005 diagnostics (variables nothing in the workflow defines) whose variable neither
-/// PARAMS nor the environment (IN_ENV, for flat names) supplies, made errors: at `run` they
+/// PARAMS nor the environment (`in_env`, for flat names) supplies, made errors: at `run` they
 /// would fail the step that reads them, halfway through.
 fn unsupplied(
     diagnostics: Vec<prodigy_compiler::diagnostics::Diagnostic>,
