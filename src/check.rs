@@ -62,6 +62,10 @@ pub(crate) struct CheckArgs {
     /// Print each Claude step's worst-case cost (`max_budget_usd` × its runs), as a table.
     #[arg(long)]
     explain_costs: bool,
+    /// A variable the run will be given, `NAME=VALUE` (repeatable), as for `run`: no W005
+    /// for it.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    params: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -304,6 +308,15 @@ fn check_one(input: &Input, args: &CheckArgs, shellcheck: Option<&ShellCheck>) -
         });
     }
     let mut checked = surroundings_check(&file, shellcheck);
+    // A variable `--param` supplies is defined.
+    checked.diagnostics.retain(|d| {
+        prodigy_compiler::scope::maybe_undefined_name(d).is_none_or(|name| {
+            !args
+                .params
+                .iter()
+                .any(|p| p.split_once('=').is_some_and(|(k, _)| k == name))
+        })
+    });
     if args.deny.contains(&Deny::Warnings) {
         for d in &mut checked.diagnostics {
             d.severity = Severity::Error;
@@ -390,6 +403,9 @@ fn diff(name: &str, before: &str, after: &str) -> String {
 
 pub(crate) fn check(args: &CheckArgs) -> u8 {
     let color = crate::color(std::io::stdout().is_terminal());
+    if let Err(code) = crate::run::parse_params(&args.params) {
+        return code;
+    }
     let inputs = match inputs(args) {
         Ok(inputs) => inputs,
         Err(e) => {

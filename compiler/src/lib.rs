@@ -12,6 +12,7 @@ pub mod claude;
 pub mod detect;
 pub mod diagnostics;
 pub mod emit;
+mod fields;
 pub mod fix;
 pub mod ide;
 pub mod ir;
@@ -111,6 +112,15 @@ fn compile(
         diagnostics.extend(scope::check(workflow, &file.text));
         if let Some(surroundings) = surroundings {
             diagnostics.extend(missing_env_files(workflow, surroundings));
+            if let Some(map) = &workflow.map {
+                diagnostics.extend(fields::check(map, &file.text, surroundings));
+                diagnostics.extend(fields::missing_input(
+                    workflow,
+                    map,
+                    &file.text,
+                    surroundings,
+                ));
+            }
             diagnostics.extend(claude::unknown_commands(
                 workflow,
                 &file.text,

@@ -846,22 +846,36 @@ impl Checker<'_> {
         }
         let candidates: Vec<&str> = scope.names.keys().map(String::as_str).collect();
         let suggestion = suggest(root, candidates.iter().copied());
-        if path.segments.is_empty() {
+        // A flat or dotted name (`${build.target}`) may come from `--param NAME=...`.
+        let dotted: Option<Vec<&str>> = path
+            .segments
+            .iter()
+            .map(|s| match s {
+                Segment::Field(f) => Some(f.as_str()),
+                Segment::Index(_) => None,
+            })
+            .collect();
+        if let Some(fields) = dotted {
+            let name = std::iter::once(root)
+                .chain(fields)
+                .collect::<Vec<_>>()
+                .join(".");
             let help = match suggestion {
                 Some(s) => format!(
-                    "did you mean `${{{s}}}`? Otherwise define it with `env:`, a capture, or `--param {root}=...`"
+                    "did you mean `${{{s}{}}}`? Otherwise define it with `env:`, a capture, or `--param {name}=...`",
+                    &name[root.len()..]
+                ),
+                None if path.segments.is_empty() => format!(
+                    "for a shell variable write `${root}` or `$${{{root}}}`; otherwise define it with `env:`, a capture or `--param {root}=...`"
                 ),
                 None => format!(
-                    "for a shell variable write `${root}` or `$${{{root}}}`; otherwise define it with `env:`, a capture or `--param {root}=...`"
+                    "define it with a `capture:` (with `capture_format: json` for fields) before this step, or `--param {name}=...`"
                 ),
             };
             self.diagnostics.push(
-                Diagnostic::new(
-                    Code::MaybeUndefined,
-                    format!("nothing in the workflow defines `{root}`"),
-                )
-                .with_primary(span, "not defined here")
-                .with_help(help),
+                Diagnostic::new(Code::MaybeUndefined, maybe_undefined_message(&name))
+                    .with_primary(span, "not defined here")
+                    .with_help(help),
             );
         } else {
             let help = match suggestion {
@@ -884,6 +898,24 @@ impl Checker<'_> {
                 .with_help(help),
         );
     }
+}
+
+const MAYBE_UNDEFINED: &str = "nothing in the workflow defines `";
+
+fn maybe_undefined_message(name: &str) -> String {
+    format!("{MAYBE_UNDEFINED}{name}`")
+}
+
+/// The variable a [`Code::MaybeUndefined`] diagnostic is about (`name` or `build.target`):
+/// what `--param NAME=VALUE` or the environment would have to supply.
+pub fn maybe_undefined_name(diagnostic: &Diagnostic) -> Option<&str> {
+    if diagnostic.code != Code::MaybeUndefined {
+        return None;
+    }
+    diagnostic
+        .message
+        .strip_prefix(MAYBE_UNDEFINED)?
+        .strip_suffix('`')
 }
 
 /// Adds what a step defines for the steps after it.
@@ -1451,7 +1483,7 @@ mod tests {
         assert_eq!(codes(&prompt("still missing ${validation.missing}")), []);
         assert_eq!(
             codes(&prompt("see ${nothing.here}")),
-            [Code::UndefinedVariable]
+            [Code::MaybeUndefined]
         );
     }
 
@@ -1637,8 +1669,19 @@ mod tests {
             codes("- claude: '/a ${GITHUB_TOKEN} $branch ${branch:-main}'\n"),
             []
         );
+        // A dotted name may come from `--param build.target=...` as well as a flat one.
+        let dotted = checked("- claude: '/a ${build.target}'\n");
         assert_eq!(
-            codes("- claude: '/a ${build.target}'\n"),
+            dotted.iter().map(|d| d.code).collect::<Vec<_>>(),
+            [Code::MaybeUndefined]
+        );
+        assert_eq!(
+            super::maybe_undefined_name(&dotted[0]),
+            Some("build.target")
+        );
+        // An index is not a name a parameter can supply.
+        assert_eq!(
+            codes("- claude: '/a ${build[0]}'\n"),
             [Code::UndefinedVariable]
         );
         assert_eq!(

@@ -32,6 +32,9 @@ pub struct StageCounts {
     pub selected: usize,
     /// After `filter`.
     pub filtered: usize,
+    /// Each field the `filter` reads that some selected items lack, with how many lack it
+    /// (a misspelt field is lacked by all of them).
+    pub filter_missing: Vec<(String, usize)>,
     /// After `distinct`.
     pub distinct: usize,
     /// Items that reached `distinct` without a value at its path (missing or null): they
@@ -54,6 +57,16 @@ impl Pipeline {
         };
         counts.selected = items.len();
         if let Some(filter) = &self.filter {
+            for (path, _, var) in filter.references() {
+                let name = path.to_string();
+                let lacking = items
+                    .iter()
+                    .filter(|item| crate::expr::item_field(item, path).is_none())
+                    .count();
+                if !var && lacking > 0 && !counts.filter_missing.iter().any(|(n, _)| *n == name) {
+                    counts.filter_missing.push((name, lacking));
+                }
+            }
             items.retain(|item| filter.matches_item(item));
         }
         counts.filtered = items.len();
@@ -103,6 +116,16 @@ fn canonical(value: &Value) -> String {
         }
         Value::Null | Value::Bool(_) | Value::String(_) => value.to_string(),
     }
+}
+
+/// Whether INPUT, a rendered `map.input` at whose path nothing exists, names a file that is
+/// missing (one word ending in `.json`, `.jsonl` or `.txt`) rather than a shell command.
+pub fn names_a_file(input: &str) -> bool {
+    let input = input.trim();
+    !input.contains(char::is_whitespace)
+        && [".json", ".jsonl", ".txt"]
+            .iter()
+            .any(|ext| input.ends_with(ext))
 }
 
 /// How a map input is read.

@@ -54,15 +54,7 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// Whether INPUT, a rendered `map.input` at whose path nothing exists, names a file that is
-/// missing (one word ending in `.json`, `.jsonl` or `.txt`) rather than a shell command.
-pub fn names_a_file(input: &str) -> bool {
-    let input = input.trim();
-    !input.contains(char::is_whitespace)
-        && [".json", ".jsonl", ".txt"]
-            .iter()
-            .any(|ext| input.ends_with(ext))
-}
+pub use prodigy_grammar::pipeline::names_a_file;
 
 /// Runs the map input command TEXT (`sh -c`) in DIR with ENV added to the environment, as a
 /// job does: for at most 5 minutes, then SIGTERM, GRACE and SIGKILL; its standard output

@@ -139,6 +139,15 @@ pub fn stage_counts(
     let mut text = format!("{} selected", counts.selected);
     if pipeline.filter.is_some() {
         let _ = write!(text, ", {} after filter", counts.filtered);
+        // A field the filter reads that items lack: all of them, when it is misspelt.
+        for (field, lacking) in &counts.filter_missing {
+            let _ = write!(
+                text,
+                " ({lacking} of {} without `{}`)",
+                counts.selected,
+                field.strip_prefix("item.").unwrap_or(field)
+            );
+        }
     }
     if pipeline.distinct.is_some() {
         let _ = write!(text, ", {} after distinct", counts.distinct);

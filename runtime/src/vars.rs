@@ -224,6 +224,26 @@ impl Vars {
         }
     }
 
+    /// Sets the field at the dotted path FIELDS (`target`, `a.b`) of the object variable ROOT
+    /// (made an object, as is each field on the way, if it is not one), keeping its other
+    /// fields.
+    pub fn set_field(&mut self, root: &str, fields: &str, value: Value) {
+        let mut entry = self
+            .values
+            .entry(root.to_owned())
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        for field in fields.split('.') {
+            if !entry.is_object() {
+                *entry = Value::Object(serde_json::Map::new());
+            }
+            let Value::Object(map) = entry else {
+                return;
+            };
+            entry = map.entry(field.to_owned()).or_insert(Value::Null);
+        }
+        *entry = value;
+    }
+
     /// Sets a variable that processes see in their environment too.
     pub fn set_exported(&mut self, name: impl Into<String>, value: Value) {
         let name = name.into();

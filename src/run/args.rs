@@ -66,8 +66,8 @@ pub(crate) struct JobArgs {
     /// stay pending for `resume-job`) instead of letting them finish.
     #[arg(long)]
     pub(crate) cancel_running: bool,
-    /// Exit 3 when a MapReduce job finishes with items in the dead letter queue (else 0,
-    /// and the last line says so).
+    /// Exit 3 when a MapReduce job finishes with items in the dead letter queue, and 1 when
+    /// it had no items to process (else 0, and the last line says so).
     #[arg(long)]
     pub(crate) strict: bool,
     /// Most the run or job may spend on Claude calls, in US dollars, across resumes: no new

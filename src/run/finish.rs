@@ -57,14 +57,23 @@ pub(super) fn finish_job(
                 (false, true) => ("⚠", "completed with failures"),
                 (false, false) => ("✓", "completed"),
             };
-            let _ = writeln!(
-                text,
-                "{mark} job {id} {completed}: {} succeeded, {} failed, {} skipped of {} (events in {events})",
-                m.successful,
-                m.failed,
-                m.skipped,
-                count(m.total_items, "item"),
-            );
+            let empty = m.total_items == 0 && unmerged.is_none();
+            if empty {
+                // A misspelt `filter` field keeps nothing: not a tick, and an error under `--strict`.
+                let _ = writeln!(
+                    text,
+                    "⚠ job {id} completed with no items: the input, after `json_path` and `filter`, had none to process (see them with `prodigy items`; events in {events})"
+                );
+            } else {
+                let _ = writeln!(
+                    text,
+                    "{mark} job {id} {completed}: {} succeeded, {} failed, {} skipped of {} (events in {events})",
+                    m.successful,
+                    m.failed,
+                    m.skipped,
+                    count(m.total_items, "item"),
+                );
+            }
             if let Some(queued) = &queued {
                 let _ = writeln!(
                     text,
@@ -76,6 +85,8 @@ pub(super) fn finish_job(
                 exit_code::PROBLEMS
             } else if report.dlq_count > 0 && strict {
                 exit_code::DLQ_STRICT
+            } else if empty && strict {
+                exit_code::PROBLEMS
             } else {
                 exit_code::OK
             }

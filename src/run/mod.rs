@@ -33,19 +33,68 @@ use place::{announce_merge, fix_in};
 
 use crate::{err, exit_code};
 
+/// `--param NAME=VALUE` options as pairs; a usage error for one without `=` or a name.
+pub(crate) fn parse_params(params: &[String]) -> Result<Vec<(String, String)>, u8> {
+    let mut pairs = Vec::new();
+    for p in params {
+        match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => pairs.push((k.to_owned(), v.to_owned())),
+            _ => {
+                err(&format!("error: `--param {p}` must be NAME=VALUE\n"));
+                return Err(exit_code::USAGE);
+            }
+        }
+    }
+    Ok(pairs)
+}
+
+/// The W005 diagnostics (variables nothing in the workflow defines) whose variable neither
+/// PARAMS nor the environment (`in_env`, for flat names) supplies, made errors: at `run` they
+/// would fail the step that reads them, halfway through.
+fn unsupplied(
+    diagnostics: Vec<prodigy_compiler::diagnostics::Diagnostic>,
+    params: &[(String, String)],
+    in_env: impl Fn(&str) -> bool,
+) -> Vec<prodigy_compiler::diagnostics::Diagnostic> {
+    diagnostics
+        .into_iter()
+        .filter(|d| {
+            prodigy_compiler::scope::maybe_undefined_name(d).is_some_and(|name| {
+                !params.iter().any(|(k, _)| k == name) && (name.contains('.') || !in_env(name))
+            })
+        })
+        .map(|d| prodigy_compiler::diagnostics::Diagnostic {
+            severity: prodigy_compiler::diagnostics::Severity::Error,
+            ..d
+        })
+        .collect()
+}
+
 pub(crate) fn run(args: &RunArgs) -> u8 {
-    let (file, plan) = match compile(&args.file) {
+    let (file, checked) = match crate::load_checked(&args.file) {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let mut params = Vec::new();
-    for p in &args.params {
-        match p.split_once('=') {
-            Some((k, v)) if !k.is_empty() => params.push((k.to_owned(), v.to_owned())),
-            _ => {
-                err(&format!("error: `--param {p}` must be NAME=VALUE\n"));
-                return exit_code::USAGE;
-            }
+    let params = match parse_params(&args.params) {
+        Ok(params) => params,
+        Err(code) => return code,
+    };
+    let Some(plan) = checked.plan else {
+        err("error: internal error: a workflow without errors has no plan\n");
+        return exit_code::PROBLEMS;
+    };
+    // An env file may define anything; a dry run interpolates what it can and runs nothing.
+    if plan.env_files.is_empty() && !args.dry_run {
+        let unsupplied = unsupplied(checked.diagnostics, &params, |name| {
+            std::env::var_os(name).is_some()
+        });
+        if !unsupplied.is_empty() {
+            let color = crate::color(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+            crate::err_styled(&crate::output::human(&file, &unsupplied, color));
+            err(
+                "error: the workflow uses variables that neither it, `--param` nor the environment sets; fix them first (see above)\n",
+            );
+            return exit_code::PROBLEMS;
         }
     }
     let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -66,6 +115,10 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
             };
         }
     };
+    if isolate.is_none() && !args.place.no_worktree && !args.dry_run {
+        // Said once, so that a run in place outside a repository is not a surprise.
+        crate::note("not a git repository: running in place\n");
+    }
     if !args.dry_run {
         let merging = isolate.is_some();
         if let Err(code) = preflight(

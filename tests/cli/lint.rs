@@ -334,7 +334,7 @@ fn shellcheck_findings_are_warnings_at_their_place_in_the_string() {
     let path = write(
         &dir,
         "w.yml",
-        "mode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: |\n        cd ${item.dir|shell}\n        echo ${item.name|shell} x $count\n",
+        "mode: mapreduce\nmap:\n  input: \"ls items\"\n  agent_template:\n    - shell: |\n        cd ${item.dir|shell}\n        echo ${item.name|shell} x $count\n",
     );
     let json = check_json([&path], 0);
     let found: Vec<(String, u64, u64, String)> = json["diagnostics"]

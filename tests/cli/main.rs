@@ -596,7 +596,13 @@ fn sarif_output_has_rules_and_results() {
     let run = &sarif["runs"][0];
     let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
     assert!(rules.iter().any(|r| r["id"] == "W006"));
-    let results = run["results"].as_array().unwrap();
+    // The W006 fixture's map input file is not in the repository (W012).
+    let results: Vec<&serde_json::Value> = run["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ruleId"] != "W012")
+        .collect();
     assert_eq!(results.len(), 2);
     assert_eq!(results[0]["ruleId"], "V004");
     assert_eq!(results[0]["level"], "error");

@@ -364,6 +364,62 @@ fn a_json_path_selecting_nothing_warns_and_fails_under_strict() {
     assert!(!stderr.contains("completed"), "{stderr}");
 }
 
+/// A misspelt field in `filter` completed a job of 0 items with a tick: the run says how many
+/// items lack the field, and the last line says the job had no items (an error under
+/// `--strict`).
+#[test]
+fn a_filter_that_keeps_nothing_says_so() {
+    let input = r#"printf '[{"priority": 3}, {"priority": 1}]'"#;
+    let map = "  filter: \"prority >= 2\"\n";
+    let (code, stderr) = run_map_job(input, map, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("(2 of 2 without `prority`)"), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("⚠ job ") && last.contains("completed with no items"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("✓"), "{stderr}");
+    let (code, stderr) = run_map_job(input, map, &["--strict"]);
+    assert_eq!(code, 1, "{stderr}");
+    // A field some items have is counted, and the job is as before.
+    let (code, stderr) = run_map_job(
+        r#"printf '[{"priority": 3}, {"id": 1}]'"#,
+        "  filter: \"priority >= 2\"\n",
+        &[],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("(1 of 2 without `priority`)"), "{stderr}");
+    assert!(stderr.contains("completed: 1 succeeded"), "{stderr}");
+}
+
+/// Outside a git repository, `run` works in place: it says so once, not under `-q`.
+#[test]
+fn a_run_outside_a_repository_says_it_runs_in_place() {
+    let file = Hostile::new("- shell: \"echo one\"\n- shell: \"echo two\"\n");
+    let run = |extra: &[&str]| {
+        let output = Command::cargo_bin("prodigy")
+            .unwrap()
+            .current_dir(file.dir.path())
+            .env("NO_COLOR", "1")
+            .env("PRODIGY_HOME", file.dir.path().join("home"))
+            .env("GIT_CEILING_DIRECTORIES", file.dir.path().parent().unwrap())
+            .arg("run")
+            .args(extra)
+            .arg(&file.path)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let said = "not a git repository: running in place";
+    let stderr = run(&[]);
+    assert_eq!(stderr.matches(said).count(), 1, "{stderr}");
+    assert!(!run(&["-q"]).contains(said));
+    assert!(!run(&["--no-worktree"]).contains(said));
+}
+
 /// `prodigy items --input` reads the input as `run` does: a device is refused, unread.
 #[test]
 fn items_refuses_a_device_as_input() {

@@ -194,3 +194,74 @@ fn a_command_reading_a_variable_left_out_of_its_environment_is_warned() {
     assert_eq!(text.matches(warning).count(), 1, "{text}");
     assert!(!text.contains("`$ITEM__ID`"), "{text}");
 }
+
+/// A misspelt variable (W005 at `check`) that neither `--param` nor the environment supplies
+/// stops `run` before its first step, with the did-you-mean help; a supplied one does not,
+/// dotted names included (`--param build.target=release` is `${build.target}`).
+#[test]
+fn a_variable_nothing_supplies_stops_the_run_before_it_starts() {
+    let scratch = Scratch::new();
+    let write = |name: &str, text: &str| {
+        let file = scratch.project().join(name);
+        std::fs::write(&file, text).unwrap();
+        file.to_str().unwrap().to_owned()
+    };
+    let flat = write(
+        "flow.yml",
+        "- shell: \"echo hello\"\n  capture: greeting\n- shell: \"touch started\"\n- shell: \"echo ${greting}\"\n",
+    );
+    let dotted = write("dotted.yml", "- shell: \"echo target=${build.target}\"\n");
+    let output = scratch.run(&["run", "--no-worktree", &flat], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("W005"), "{text}");
+    assert!(text.contains("did you mean `${greeting}`?"), "{text}");
+    assert!(!scratch.project().join("started").exists(), "{text}");
+    let output = scratch.run(&["run", "--no-worktree", &dotted], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("W005"), "{text}");
+    assert!(text.contains("--param build.target=..."), "{text}");
+
+    // `check --param` knows what the run will be given; a dotted name is only a warning.
+    for (file, param) in [(&flat, "greting=x"), (&dotted, "build.target=x")] {
+        let check = scratch.run(&["check", file], &[]);
+        let text = String::from_utf8_lossy(&check.stdout).into_owned() + &stderr(&check);
+        assert!(check.status.success(), "{text}");
+        assert!(text.contains("W005"), "{text}");
+        let check = scratch.run(&["check", file, "--param", param], &[]);
+        let text = String::from_utf8_lossy(&check.stdout).into_owned() + &stderr(&check);
+        assert!(check.status.success(), "{text}");
+        assert!(!text.contains("W005"), "{text}");
+    }
+
+    let output = scratch.run(
+        &["run", "-v", "--no-worktree", &flat, "--param", "greting=hi"],
+        &[],
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("hi"), "{text}");
+    let output = scratch.run(
+        &[
+            "run",
+            "-v",
+            "--no-worktree",
+            &dotted,
+            "--param",
+            "build.target=release",
+        ],
+        &[],
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("target=release"), "{text}");
+    // The environment supplies flat names too.
+    let output = scratch.run(
+        &["run", "-v", "--no-worktree", &flat],
+        &[("greting", "from-env")],
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("from-env"), "{text}");
+}

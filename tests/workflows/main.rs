@@ -39,7 +39,9 @@ use scratch::root;
 
 /// The repository as the project directory: fixtures name files relative to it.
 /// Slash commands are unknown (nothing to compare with), except for the W008 fixtures, which
-/// are checked as if in the project `workflows/err/data/claude-project`.
+/// are checked as if in the project `workflows/err/data/claude-project`. Map input files the
+/// fixtures name are there (W012 is for its own fixtures), though only those under
+/// `workflows/` can be read.
 fn surroundings(stem: &str) -> prodigy_compiler::Surroundings<'static> {
     use prodigy_compiler::claude::{CommandLookup, find_command};
     let slash_command: &'static dyn Fn(&str) -> CommandLookup = if stem.starts_with("W008") {
@@ -50,8 +52,13 @@ fn surroundings(stem: &str) -> prodigy_compiler::Surroundings<'static> {
     } else {
         &|_: &str| CommandLookup::Unknown
     };
+    let file_exists: &'static dyn Fn(&str) -> bool = if stem.starts_with("W012") {
+        &|p: &str| root().join(p).is_file()
+    } else {
+        &|p: &str| root().join(p).is_file() || prodigy_grammar::pipeline::names_a_file(p)
+    };
     prodigy_compiler::Surroundings {
-        file_exists: &|p: &str| root().join(p).is_file(),
+        file_exists,
         read_file: &|p: &str| std::fs::read_to_string(root().join(p)).ok(),
         slash_command,
     }

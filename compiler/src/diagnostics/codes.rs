@@ -96,6 +96,8 @@ codes! {
     UnknownSlashCommand = "W008", Warning, "a Claude prompt that starts with a slash command the project does not define";
     MixedComparison = "W009", Warning, "a comparison whose sides are of types that never compare";
     ShellExpansion = "W010", Warning, "a `${...}` in a shell command that is the shell's own parameter expansion";
+    FieldNoItemHas = "W011", Warning, "a map `filter` or `sort_by` that reads a field no item of the input has";
+    MissingMapInput = "W012", Warning, "a map input file that does not exist, which no `setup` step makes";
     Unreadable = "F001", Error, "a workflow file that cannot be read";
     NotUtf8 = "F002", Error, "a workflow file that is not UTF-8 text";
     EmptyFile = "F003", Error, "a workflow file with no YAML document in it";

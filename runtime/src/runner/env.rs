@@ -64,7 +64,11 @@ impl Runner {
             vars.set_exported(format!("ARG_{}", i + 1), Value::String(arg.clone()));
         }
         for (k, v) in &self.opts.params {
-            vars.set_exported(k.clone(), Value::String(v.clone()));
+            match k.split_once('.') {
+                // `--param build.target=release` is `${build.target}`.
+                Some((root, fields)) => vars.set_field(root, fields, Value::String(v.clone())),
+                None => vars.set_exported(k.clone(), Value::String(v.clone())),
+            }
         }
         let mut secrets = Vec::new();
         for secret in &self.plan.secrets {
