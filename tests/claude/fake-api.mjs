@@ -25,6 +25,8 @@
 //   storm-STATUS-SECONDS
 //             a storm: HTTP STATUS (429 or 529) for SECONDS after the scenario's first
 //             request, with `retry-after: 1`; then as `ok`
+//   hang      the request is taken and never answered (a stuck API)
+//   cut       a streamed reply that stops after its first delta: the connection is cut
 // Requests that are not the conversation itself (a title or summary asked of a small model,
 // token counts, probes, telemetry) get a short harmless answer.
 
@@ -128,6 +130,14 @@ function plan(body) {
       return { blocks: [{ type: 'text', text: 'Running a tool.' }, toolUse()], stop: 'tool_use' };
     case 'maxturns':
       return { blocks: [toolUse()], stop: 'tool_use' };
+    case 'hang':
+      return { hang: true, stop: 'hang' };
+    case 'cut':
+      return {
+        blocks: [{ type: 'text', text: 'A reply that is cut off in the middle.' }],
+        stop: 'cut',
+        cut: true,
+      };
     case 'slow':
       return {
         blocks: [{ type: 'text', text: 'Slow reply in several parts.' }],
@@ -220,6 +230,11 @@ async function stream(res, body, answer) {
           index,
           delta: { type: 'text_delta', text: piece },
         });
+        if (answer.cut) {
+          // The stream stops here, mid-message, as a dropped connection does.
+          res.destroy();
+          return;
+        }
       }
     } else {
       send('content_block_start', {
@@ -264,6 +279,10 @@ async function messages(req, res, raw) {
       answer.error ?? answer.stop
     }`,
   );
+  if (answer.hang) {
+    // Never answered; the socket closes when the client gives up or the server stops.
+    return;
+  }
   if (answer.error !== undefined) {
     sendError(res, answer.error, answer.reset, answer.retryAfter);
   } else if (body.stream) {

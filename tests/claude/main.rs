@@ -1111,3 +1111,49 @@ error_policy:
     assert!(count("claude_call_repeated") >= 1, "{events:?}");
     assert_eq!(count("dlq_item_added"), 0, "{events:?}");
 }
+
+/// With the real CLI, an API that takes a request and never answers is found by
+/// `stall_timeout` (kind `stalled`, a few seconds, not the CLI's own ten-minute timeout),
+/// and a stream cut in the middle of a reply is kind `network`.
+#[test]
+fn a_stuck_api_is_a_stalled_call_and_a_cut_stream_a_network_failure_with_the_real_cli() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(claude) = install_cli(scratch.path()) else {
+        return;
+    };
+    let (_server, port) = start_fake_api(scratch.path());
+    let home = scratch.path().join("home");
+    let project = scratch.path().join("project");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&project).unwrap();
+    fs::write(
+        project.join("wf.yml"),
+        "claude:\n  stall_timeout: 3s\ncommands:\n  - claude: \"Reply briefly. scenario:hang\"\n    on_failure: true\n  - claude: \"Reply briefly. scenario:cut\"\n    on_failure: true\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = prodigy(
+        &claude,
+        port,
+        &project,
+        &home,
+        &["run", "--no-worktree", "wf.yml"],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    // Bounded by the stall timeout, far below the CLI's own request timeout.
+    assert!(started.elapsed() < Duration::from_secs(120), "{text}");
+    let finished: Vec<Value> = files_under(&home.join("prodigy/events"))
+        .iter()
+        .flat_map(|f| {
+            fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .filter(|e| e["event_type"] == "claude_finished")
+        .collect();
+    let kinds: Vec<&Value> = finished.iter().map(|e| &e["error_kind"]).collect();
+    assert_eq!(kinds, ["stalled", "network"], "{finished:?}");
+}
