@@ -1142,7 +1142,7 @@ fn a_stuck_api_is_a_stalled_call_and_a_cut_stream_a_network_failure_with_the_rea
     let text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{text}");
     // Bounded by the stall timeout, far below the CLI's own request timeout.
-    assert!(started.elapsed() < Duration::from_secs(120), "{text}");
+    assert!(started.elapsed() < Duration::from_mins(2), "{text}");
     let finished: Vec<Value> = files_under(&home.join("prodigy/events"))
         .iter()
         .flat_map(|f| {
