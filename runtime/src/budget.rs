@@ -4,8 +4,10 @@
 //!
 //! Before a call starts, the dispatcher hands [`Budget::admit`] what has been spent (by this
 //! job across resumes, the running calls' finished parts included), how many calls are
-//! running and what a call has cost on average. The call starts only when the spent amount,
-//! an average for each running call and an average for the new one stay within the limit.
+//! running, what the running calls have cost so far (the usage their streams reported,
+//! priced) and what a call has cost on average. The call starts only when the spent amount,
+//! the running calls (each at least the average, or what it has already cost when more)
+//! and an average for the new one stay within the limit.
 //! Once the budget is reached it stays reached: no call starts for the rest of the process.
 
 use prodigy_compiler::plan::{OnBudget, Plan};
@@ -18,16 +20,21 @@ pub struct Spend {
     pub spent: f64,
     /// Calls (or agents) running now.
     pub running: u64,
+    /// What the calls running now have cost so far.
+    pub running_cost: f64,
     /// What one finished call (or item) cost on average; `None` before any finished.
     pub average: Option<f64>,
 }
 
 impl Spend {
-    /// The spent amount once the running calls and one more end, each at the average.
+    /// The spent amount once the running calls and one more end: each running call at the
+    /// average, or all of them at what they have cost so far when that is more, and the new
+    /// one at the average.
     #[must_use]
     pub fn projected(&self) -> f64 {
         let average = self.average.unwrap_or(0.0).max(0.0);
-        self.spent + average * (amount(self.running) + 1.0)
+        let running = (average * amount(self.running)).max(self.running_cost.max(0.0));
+        self.spent + running + average
     }
 
     /// What REMAINING calls (or items) not finished yet will cost at the average; `None`
@@ -140,6 +147,21 @@ pub fn amount(n: u64) -> f64 {
     n as f64
 }
 
+/// US dollars as a whole number of millionths (negative and non-finite amounts as 0).
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "an amount of dollars, clamped to be finite and not negative"
+)]
+#[must_use]
+pub fn micros(usd: f64) -> u64 {
+    if usd.is_finite() && usd > 0.0 {
+        (usd * 1e6).round() as u64
+    } else {
+        0
+    }
+}
+
 /// Whether an amount is nothing, for serde's `skip_serializing_if`.
 #[expect(
     clippy::trivially_copy_pass_by_ref,
@@ -179,8 +201,24 @@ mod tests {
         Spend {
             spent,
             running,
+            running_cost: 0.0,
             average,
         }
+    }
+
+    #[test]
+    fn a_running_call_that_already_cost_more_than_the_average_counts_at_its_cost() {
+        let mut b = Budget::new(1.0, OnBudget::Finish);
+        // 0.2 spent, one call running at 0.2 on average, one more: 0.6 starts...
+        assert_eq!(b.admit(spend(0.2, 1, Some(0.2))), Admit::Start);
+        // ...but not when the running call has already cost 0.7 (0.2 + 0.7 + 0.2 > 1).
+        let runaway = Spend {
+            running_cost: 0.7,
+            ..spend(0.2, 1, Some(0.2))
+        };
+        assert!(matches!(b.admit(runaway), Admit::Reached(_)));
+        assert_eq!(micros(0.0081), 8100);
+        assert_eq!(micros(-1.0), 0);
     }
 
     #[test]

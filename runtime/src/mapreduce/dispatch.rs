@@ -673,6 +673,7 @@ impl Dispatcher<'_, '_> {
         let spend = Spend {
             spent: self.job.claude_spent(),
             running: self.agents as u64,
+            running_cost: runner.live_claude_cost(),
             average: self.average_item_cost(),
         };
         let Some(budget) = self.budget.as_mut() else {

@@ -328,6 +328,9 @@ pub struct RunState {
     pub(crate) log_seq: std::sync::atomic::AtomicU64,
     /// Turns taken so far by the Claude calls running now.
     pub(crate) live_turns: std::sync::atomic::AtomicU64,
+    /// What the Claude calls running now have cost so far, in millionths of a US dollar,
+    /// from the usage their streams report (the Claude budget counts it).
+    pub(crate) live_cost_micros: std::sync::atomic::AtomicU64,
     /// What the run's Claude calls cost.
     pub(crate) claude_totals: Mutex<crate::claude::Totals>,
     /// Runs the commands of the steps (local processes unless a test injects another).
@@ -448,6 +451,7 @@ impl Runner {
             continued: Mutex::new(Vec::new()),
             log_seq: std::sync::atomic::AtomicU64::new(1),
             live_turns: std::sync::atomic::AtomicU64::new(0),
+            live_cost_micros: std::sync::atomic::AtomicU64::new(0),
             claude_totals: Mutex::new(crate::claude::Totals::default()),
             executor: Arc::new(crate::executor::LocalExecutor),
             claude_limit,
@@ -631,6 +635,15 @@ impl Runner {
     /// Turns taken so far by the Claude calls running now, for the progress display.
     pub(crate) fn live_claude_turns(&self) -> u64 {
         self.live_turns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What the Claude calls running now have cost so far (their streams' usage priced),
+    /// for the Claude budget.
+    pub(crate) fn live_claude_cost(&self) -> f64 {
+        crate::budget::amount(
+            self.live_cost_micros
+                .load(std::sync::atomic::Ordering::Relaxed),
+        ) / 1e6
     }
 
     /// At the end of a run or a job that made Claude calls: what they cost.

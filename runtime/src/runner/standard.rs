@@ -132,6 +132,7 @@ impl Runner {
         let spend = Spend {
             spent: totals.cost_usd,
             running: 0,
+            running_cost: 0.0,
             average: (totals.calls > 0).then(|| totals.cost_usd / f64::from(totals.calls)),
         };
         match budget.admit(spend) {

@@ -240,6 +240,8 @@ impl Runner {
         let shown = live && self.shows_output();
         // When the CLI last reported an event, for `stall_timeout`.
         let heard = std::cell::Cell::new(tokio::time::Instant::now());
+        // What this call has added to the running calls' cost, in millionths of a dollar.
+        let counted = std::cell::Cell::new(0_u64);
         let mut watch = |line: &str| {
             heard.set(tokio::time::Instant::now());
             if let Some(log) = log.as_mut() {
@@ -249,6 +251,12 @@ impl Runner {
             let notes = stream.feed(line);
             // The CLI retrying a 429 or 529 itself tells the rate governor too.
             self.api_retries_seen(&notes);
+            let so_far = crate::budget::micros(stream.cost().0);
+            if so_far > counted.get() {
+                self.live_cost_micros
+                    .fetch_add(so_far - counted.get(), std::sync::atomic::Ordering::Relaxed);
+                counted.set(so_far);
+            }
             if stream.turns > turns {
                 self.live_turns.fetch_add(
                     u64::from(stream.turns - turns),
@@ -287,6 +295,9 @@ impl Runner {
             u64::from(stream.turns),
             std::sync::atomic::Ordering::Relaxed,
         );
+        // Its cost now counts in the run's totals instead.
+        self.live_cost_micros
+            .fetch_sub(counted.get(), std::sync::atomic::Ordering::Relaxed);
         if out.spawn_error {
             // Nothing ran: the reason is the failure, not a missing `result`.
             return out;

@@ -725,3 +725,61 @@ commands:
         "{finished}"
     );
 }
+
+/// A running call is counted by what its stream says it has cost so far when that is more
+/// than an average call: a's first message already reports $0.95 of usage, so once b ends
+/// ($0.05, the average) c would pass the $1 budget (0.05 + 0.95 + 0.05) and does not start,
+/// though by the average alone (0.05 + 0.05 + 0.05) it would have.
+#[tokio::test(start_paused = true)]
+async fn a_running_call_counts_at_what_its_stream_says_it_has_cost_so_far() {
+    let init =
+        r#"{"type":"system","subtype":"init","session_id":"s-a","model":"claude-sonnet-4-5"}"#;
+    let big = r#"{"type":"assistant","message":{"id":"m-1","model":"claude-sonnet-4-5","content":[{"type":"text","text":"reading"}],"usage":{"input_tokens":250000,"output_tokens":13334}}}"#;
+    let idle = r#"{"type":"assistant","message":{"id":"m-2","content":[{"type":"text","text":"."}],"usage":{"input_tokens":0,"output_tokens":0}}}"#;
+    let result = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.95}"#;
+    let mut lines = vec![init, big];
+    lines.extend(std::iter::repeat_n(idle, 8));
+    lines.push(result);
+    let slow = Reply::ok()
+        .stdout(&(lines.join("\n") + "\n"))
+        .paced(secs(1));
+    let cheap = |taken: u64| {
+        let result = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"Done.","total_cost_usd":0.05}"#;
+        Reply::ok()
+            .stdout(&format!("{init}\n{result}\n"))
+            .takes(secs(taken))
+    };
+    let fake = FakeExecutor::new()
+        .script("/work a", [slow])
+        .script("/work b", [cheap(3)])
+        .script("/work c", [cheap(1)]);
+    let harness = Harness::new(fake);
+    std::fs::write(
+        harness.project.path().join("items.json"),
+        r#"[{"name": "a"}, {"name": "b"}, {"name": "c"}]"#,
+    )
+    .unwrap();
+    let yaml = r#"
+name: budget-running
+mode: mapreduce
+claude:
+  max_cost_usd: 1
+map:
+  input: items.json
+  json_path: "$[*]"
+  max_parallel: 2
+  agent_template:
+    - claude: "/work ${item.name}"
+"#;
+    let (report, _trace) = harness.run_job(yaml, JobOptions::default()).await;
+    assert!(
+        matches!(
+            report.outcome,
+            JobOutcome::BudgetReached { not_started: 1, .. }
+        ),
+        "{:?}",
+        report.outcome
+    );
+    assert!(harness.fake.starts_of("/work c").is_empty());
+    assert_eq!(report.metrics.successful, 2);
+}
