@@ -239,7 +239,8 @@ fn a_variable_nothing_supplies_stops_the_run_before_it_starts() {
         &["run", "-v", "--no-worktree", &flat, "--param", "greting=hi"],
         &[],
     );
-    let text = stderr(&output);
+    // What the commands printed is on stdout.
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("hi"), "{text}");
     let output = scratch.run(
@@ -253,7 +254,7 @@ fn a_variable_nothing_supplies_stops_the_run_before_it_starts() {
         ],
         &[],
     );
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("target=release"), "{text}");
     // The environment supplies flat names too.
@@ -261,7 +262,7 @@ fn a_variable_nothing_supplies_stops_the_run_before_it_starts() {
         &["run", "-v", "--no-worktree", &flat],
         &[("greting", "from-env")],
     );
-    let text = stderr(&output);
+    let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("from-env"), "{text}");
 }
