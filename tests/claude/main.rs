@@ -835,6 +835,20 @@ fn prodigy_as(
 }
 
 /// Every file under DIR.
+/// Every event a run under HOME (its `PRODIGY_HOME` is `HOME/prodigy`) recorded, file by file.
+fn events_under(home: &Path) -> Vec<Value> {
+    files_under(&home.join("prodigy/events"))
+        .iter()
+        .flat_map(|f| {
+            fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
@@ -1036,16 +1050,7 @@ error_policy:
     );
     assert!(text.contains("2 succeeded, 0 failed"), "{text}");
     assert!(!text.contains("dead letter queue"), "{text}");
-    let events: Vec<Value> = files_under(&home.join("prodigy/events"))
-        .iter()
-        .flat_map(|f| {
-            fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let events = events_under(&home);
     let count = |kind: &str| events.iter().filter(|e| e["event_type"] == kind).count();
     assert!(count("claude_limit_reached") >= 1, "{events:?}");
     assert!(count("claude_limit_lifted") >= 1, "{events:?}");
@@ -1096,16 +1101,7 @@ error_policy:
     let text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("2 succeeded, 0 failed"), "{text}");
-    let events: Vec<Value> = files_under(&home.join("prodigy/events"))
-        .iter()
-        .flat_map(|f| {
-            fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let events = events_under(&home);
     let count = |kind: &str| events.iter().filter(|e| e["event_type"] == kind).count();
     assert!(count("claude_slots_changed") >= 1, "{events:?}");
     assert!(count("claude_call_repeated") >= 1, "{events:?}");
@@ -1143,15 +1139,8 @@ fn a_stuck_api_is_a_stalled_call_and_a_cut_stream_a_network_failure_with_the_rea
     assert_eq!(out.status.code(), Some(0), "{text}");
     // Bounded by the stall timeout, far below the CLI's own request timeout.
     assert!(started.elapsed() < Duration::from_mins(2), "{text}");
-    let finished: Vec<Value> = files_under(&home.join("prodigy/events"))
-        .iter()
-        .flat_map(|f| {
-            fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
-        })
+    let finished: Vec<Value> = events_under(&home)
+        .into_iter()
         .filter(|e| e["event_type"] == "claude_finished")
         .collect();
     let kinds: Vec<&Value> = finished.iter().map(|e| &e["error_kind"]).collect();
