@@ -52,16 +52,21 @@ impl RateLimitInfo {
                 .get("rateLimitType")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            resets_at: info.get("resetsAt").and_then(|v| {
-                v.as_u64().or_else(|| {
-                    #[expect(
-                        clippy::cast_possible_truncation,
-                        clippy::cast_sign_loss,
-                        reason = "seconds since the epoch, checked to be positive"
-                    )]
-                    v.as_f64().filter(|f| *f > 0.0).map(|f| f as u64)
+            resets_at: info
+                .get("resetsAt")
+                .and_then(|v| {
+                    v.as_u64().or_else(|| {
+                        #[expect(
+                            clippy::cast_possible_truncation,
+                            clippy::cast_sign_loss,
+                            reason = "seconds since the epoch, checked to be positive"
+                        )]
+                        v.as_f64().filter(|f| *f > 0.0).map(|f| f as u64)
+                    })
                 })
-            }),
+                // A time past the year 9999 (milliseconds, or garbage) is no reset time:
+                // the limit is then treated as one whose reset is not known.
+                .filter(|at| *at <= LATEST_RESET),
         })
     }
 }
@@ -139,6 +144,10 @@ fn reset_in_text(text: &str, now: u64) -> Option<u64> {
     let at = midnight + of_day;
     Some(if at > now { at } else { at + 86_400 })
 }
+
+/// The latest reset time read from the CLI (9999-12-31T23:59:59Z): later ones cannot be
+/// written as a date, and are not seconds since the epoch.
+pub const LATEST_RESET: u64 = 253_402_300_799;
 
 /// `07:35 UTC` for EPOCH seconds, with the date before it when it is not the same day as
 /// NOW (`2026-11-27 07:35 UTC`).
@@ -500,6 +509,22 @@ mod tests {
                 delay: UNKNOWN_RESET
             }
         );
+    }
+
+    #[test]
+    fn a_reset_that_is_no_date_is_an_unknown_reset_and_never_panics() {
+        for reset in ["1795678512000", "1.8e19", "18446744073709551615"] {
+            let event: Value = serde_json::from_str(&format!(
+                r#"{{"type":"rate_limit_event","rate_limit_info":{{"status":"rejected","resetsAt":{reset},"rateLimitType":"five_hour"}}}}"#
+            ))
+            .unwrap();
+            let info = RateLimitInfo::of(&event).unwrap();
+            assert_eq!(info.resets_at, None, "{reset}");
+            let limit = usage_limit(Some(&info), Some(429), "anything", 0).unwrap();
+            assert_eq!(limit.resets_at, None);
+        }
+        // The latest reset that is a date is still written as one.
+        assert!(clock_text(LATEST_RESET, 0).starts_with("9999-12-31 23:59"));
     }
 
     #[test]

@@ -316,7 +316,8 @@ pub(crate) async fn merged_run(
         end: RunEnd::Succeeded,
         output: intent.output.clone(),
         failure: None,
-        duration: std::time::Duration::from_secs_f64(intent.duration_secs.max(0.0)),
+        // Read from `merges.jsonl`: a damaged value is no duration, never a panic.
+        duration: std::time::Duration::try_from_secs_f64(intent.duration_secs).unwrap_or_default(),
         artifacts: None,
         claude: intent.claude.unwrap_or_default(),
         slurm: None,
