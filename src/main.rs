@@ -625,7 +625,7 @@ fn read_input(input: &str) -> Result<serde_json::Value, u8> {
         err(&format!("error: {e}\n"));
         exit_code::USAGE
     })?;
-    err(&format!(
+    note(&format!(
         "items: the output of the map input command `{}` (run in {}, without the workflow's `env` and `setup`)\n",
         input.trim(),
         dir.display()

@@ -9,7 +9,7 @@
 //! the fixture tests can include it too.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -243,11 +243,8 @@ impl ShellCheck {
     /// The file on disk that holds TEXT's findings.
     fn disk_path(&self, text: &str) -> Option<PathBuf> {
         let dir = self.disk.as_ref()?;
-        let mut hash = Fnv::default();
-        hash.feed(self.identity.as_bytes());
-        hash.feed(&[0]);
-        hash.feed(text.as_bytes());
-        Some(dir.join(format!("{:016x}.json", hash.0)))
+        let key = prodigy_runtime::store::hash(&format!("{}\0{text}", self.identity));
+        Some(dir.join(format!("{key}.json")))
     }
 
     /// TEXT's findings kept on disk by an earlier run, if any (for this very ShellCheck,
@@ -281,7 +278,7 @@ impl ShellCheck {
     /// Keeps TEXT's findings on disk; quietly does nothing when it cannot (the cache only
     /// saves time).
     fn write_disk(&self, text: &str, findings: &[Finding]) {
-        let (Some(dir), Some(path)) = (&self.disk, self.disk_path(text)) else {
+        let Some(path) = self.disk_path(text) else {
             return;
         };
         let kept = Kept {
@@ -302,19 +299,8 @@ impl ShellCheck {
         let Ok(json) = serde_json::to_vec(&kept) else {
             return;
         };
-        let _ = write_atomically(dir, &path, &json);
+        let _ = prodigy_runtime::store::write_atomic(&path, &json);
     }
-}
-
-/// Writes BYTES to PATH in DIR through a temporary file renamed over it, so that a reader
-/// never sees half of it.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    std::fs::create_dir_all(dir)?;
-    let mut temp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-    temp.write_all(bytes)?;
-    temp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// Where the findings of `check` and the LSP are kept across runs:
@@ -346,25 +332,6 @@ struct KeptFinding {
     end_column: usize,
     code: String,
     message: String,
-}
-
-/// FNV-1a, 64 bits: the same key on every run and Rust version (the text is stored too, so a
-/// collision is only a miss).
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
 }
 
 fn link(code: &str) -> String {
@@ -416,6 +383,7 @@ fn parse(json: &[u8]) -> Result<Vec<Finding>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn json1_output_becomes_findings_in_order() {

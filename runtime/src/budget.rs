@@ -147,21 +147,6 @@ pub fn amount(n: u64) -> f64 {
     n as f64
 }
 
-/// US dollars as a whole number of millionths (negative and non-finite amounts as 0).
-#[expect(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "an amount of dollars, clamped to be finite and not negative"
-)]
-#[must_use]
-pub fn micros(usd: f64) -> u64 {
-    if usd.is_finite() && usd > 0.0 {
-        (usd * 1e6).round() as u64
-    } else {
-        0
-    }
-}
-
 /// Whether an amount is nothing, for serde's `skip_serializing_if`.
 #[expect(
     clippy::trivially_copy_pass_by_ref,
@@ -217,8 +202,6 @@ mod tests {
             ..spend(0.2, 1, Some(0.2))
         };
         assert!(matches!(b.admit(runaway), Admit::Reached(_)));
-        assert_eq!(micros(0.0081), 8100);
-        assert_eq!(micros(-1.0), 0);
     }
 
     #[test]

@@ -251,7 +251,7 @@ impl Runner {
             let notes = stream.feed(line);
             // The CLI retrying a 429 or 529 itself tells the rate governor too.
             self.api_retries_seen(&notes);
-            let so_far = crate::budget::micros(stream.cost().0);
+            let so_far = crate::progress::micros(stream.cost().0);
             if so_far > counted.get() {
                 self.live_cost_micros
                     .fetch_add(so_far - counted.get(), std::sync::atomic::Ordering::Relaxed);
@@ -312,13 +312,7 @@ impl Runner {
             // Stopped by prodigy as a failed call, not by the run stopping.
             out.cancelled = false;
         }
-        let exited = match ended {
-            crate::claude::End::Exited(code) => Some(code),
-            crate::claude::End::Killed
-            | crate::claude::End::TimedOut
-            | crate::claude::End::Stalled => None,
-        };
-        let limit = crate::claude_limit::of_stream(&stream, exited, self.wall_secs());
+        let limit = crate::claude_limit::of_stream(&stream, ended.code(), self.wall_secs());
         let mut call = stream.finish(ended, log_path);
         call.usage_limit = limit;
         out.streamed = shown;
