@@ -183,7 +183,7 @@ fn a_killed_coordinator_takes_its_agents_and_their_children_with_it() {
     for (n, offset) in SHELL_OFFSETS.iter().enumerate() {
         let scratch = Scratch::new();
         shell_job(&scratch);
-        let marker = format!("48.{}{n}", std::process::id());
+        let marker = format!("48.{:07}{n}", std::process::id());
         let _leftovers = Leftovers(format!("sleep {marker}"));
         let job = kill_shell_job(&scratch, &marker, offset, false);
         std::thread::sleep(Duration::from_secs(1));
@@ -206,7 +206,7 @@ fn resume_job_ends_what_a_coordinator_killed_with_its_guard_left_before_items_ru
     {
         let scratch = Scratch::new();
         shell_job(&scratch);
-        let marker = format!("49.{}{n}", std::process::id());
+        let marker = format!("49.{:07}{n}", std::process::id());
         let _leftovers = Leftovers(format!("sleep {marker}"));
         let job = kill_shell_job(&scratch, &marker, offset, true);
         // With the guard gone too, the agents run on.
@@ -258,7 +258,7 @@ fn a_killed_coordinator_takes_its_claude_calls_with_it_and_resume_never_doubles_
         let scratch = Scratch::new();
         let claude = claude_wrapper(&scratch);
         // In the prompt, in the stub's command line, and the length of its pauses.
-        let marker = format!("47.{}{n}", std::process::id());
+        let marker = format!("47.{:07}{n}", std::process::id());
         let _leftovers = Leftovers(marker.clone());
         std::fs::write(
             scratch.project().join("job.yml"),
@@ -341,7 +341,7 @@ fn a_killed_coordinator_takes_its_claude_calls_with_it_and_resume_never_doubles_
 #[test]
 fn a_finished_run_leaves_no_background_process_behind() {
     let scratch = Scratch::new();
-    let marker = format!("46.{}", std::process::id());
+    let marker = format!("46.{:07}", std::process::id());
     let _leftovers = Leftovers(format!("sleep {marker}"));
     std::fs::write(
         scratch.project().join("flow.yml"),
@@ -359,7 +359,7 @@ fn a_finished_run_leaves_no_background_process_behind() {
 fn resume_ends_what_a_run_killed_with_its_guard_left_before_its_step_runs_again() {
     let scratch = Scratch::new();
     let dir = scratch.dir.path();
-    let marker = format!("45.{}", std::process::id());
+    let marker = format!("45.{:07}", std::process::id());
     let _leftovers = Leftovers(format!("sleep {marker}"));
     std::fs::write(dir.join("duration"), &marker).unwrap();
     std::fs::write(
@@ -432,7 +432,7 @@ fn dlq_retry_ends_what_a_killed_retry_left_before_the_items_run_again() {
     let scratch = Scratch::new();
     let dir = scratch.dir.path();
     std::fs::create_dir(dir.join("locks")).unwrap();
-    let marker = format!("44.{}", std::process::id());
+    let marker = format!("44.{:07}", std::process::id());
     let _leftovers = Leftovers(format!("sleep {marker}"));
     std::fs::write(dir.join("mode"), "fail").unwrap();
     std::fs::write(dir.join("duration"), &marker).unwrap();

@@ -167,7 +167,9 @@ impl Scratch {
             .env("PRODIGY_SEED", "1")
             .env_remove("STUB_FAIL")
             .env_remove("STUB_ERROR")
-            .env_remove("NO_COLOR");
+            .env_remove("NO_COLOR")
+            // `check` keeps ShellCheck's findings in a cache: the scratch's, not the user's.
+            .env("XDG_CACHE_HOME", self.dir.path().join("cache"));
         for (k, v) in env {
             cmd.env(k, v);
         }
