@@ -592,6 +592,7 @@ fn sarif_output_has_rules_and_results() {
         .stdout
         .clone();
     let sarif: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert_official_sarif(&sarif);
     assert_eq!(sarif["version"], "2.1.0");
     let run = &sarif["runs"][0];
     let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
@@ -689,6 +690,70 @@ fn sarif_structure() -> serde_json::Value {
     })
 }
 
+/// The official SARIF 2.1.0 JSON Schema (OASIS), as the `serde-sarif` dev-dependency ships it
+/// in its source: found through `cargo metadata`, so that no copy of it lives here.
+#[expect(clippy::disallowed_methods, reason = "a test reads the schema file")]
+fn official_sarif_schema() -> serde_json::Value {
+    // This platform's packages only: the others may never have been downloaded.
+    let rustc = std::path::Path::new(env!("CARGO")).with_file_name("rustc");
+    let version = std::process::Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let host = version
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .unwrap();
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .args(["--filter-platform", host])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let manifest = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "serde-sarif")
+        .and_then(|p| p["manifest_path"].as_str())
+        .unwrap();
+    let schema = std::path::Path::new(manifest).with_file_name("src/schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&schema).unwrap()).unwrap();
+    assert_eq!(
+        schema["title"],
+        "Static Analysis Results Format (SARIF) Version 2.1.0 JSON Schema"
+    );
+    schema
+}
+
+/// `sarif` is valid by the official schema, and reads as the `serde-sarif` crate's typed log.
+fn assert_official_sarif(sarif: &serde_json::Value) {
+    let official = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&official_sarif_schema())
+        .unwrap();
+    let errors: Vec<String> = official.iter_errors(sarif).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "the official SARIF 2.1.0 schema: {errors:?}"
+    );
+    serde_json::from_value::<serde_sarif::sarif::Sarif>(sarif.clone()).unwrap();
+    // The schema has teeth: the file name as it is (not percent-encoded) is no URI reference.
+    let mut raw = sarif.clone();
+    if let Some(location) = raw.pointer_mut("/runs/0/results/0/locations/0/physicalLocation") {
+        location["artifactLocation"]["uri"] = "my file%20#1.yml".into();
+        assert!(!official.is_valid(&raw));
+    }
+}
+
 /// A file whose name needs percent-encoding, with an error after emoji on its line: SARIF's
 /// URI is RFC 3986, its columns are of the kind it declares and equal to `--format json`'s,
 /// and the human report's `file:line:column` counts characters too.
@@ -718,6 +783,7 @@ fn sarif_uris_are_encoded_and_every_format_counts_columns_alike() {
         .map(|e| e.to_string())
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
+    assert_official_sarif(&sarif);
     let run0 = &sarif["runs"][0];
     assert_eq!(run0["columnKind"], "unicodeCodePoints");
     let location = &run0["results"][0]["locations"][0]["physicalLocation"];
