@@ -27,7 +27,10 @@ fn examples(text: &str) -> Vec<(String, String)> {
             continue;
         };
         let fence = lines.next().unwrap_or_default();
-        assert!(fence.starts_with("```"), "no fence after the marker of {path}");
+        assert!(
+            fence.starts_with("```"),
+            "no fence after the marker of {path}"
+        );
         let mut body = String::new();
         for line in lines.by_ref() {
             if line == "```" {
@@ -45,21 +48,34 @@ fn examples(text: &str) -> Vec<(String, String)> {
 fn every_guide_shows_its_examples_as_they_are_in_the_files() {
     for (guide, at_least) in GUIDES {
         let text = std::fs::read_to_string(root().join(guide)).unwrap();
-        let shown = examples(&text);
+        let found = examples(&text);
         assert!(
-            shown.len() >= *at_least,
+            found.len() >= *at_least,
             "{guide} shows {} examples, fewer than {at_least}",
-            shown.len()
+            found.len()
         );
-        for (path, body) in shown {
+        for (path, body) in found {
             let file = std::fs::read_to_string(root().join(&path))
                 .unwrap_or_else(|e| panic!("{guide} shows {path}, which cannot be read: {e}"));
             assert_eq!(
                 body, file,
                 "{guide}: the fenced example differs from {path}; copy the file into the guide"
             );
-            let checked = Scratch::new().run(&["check", "--deny", "warnings", &root().join(&path).display().to_string()], &[]);
-            assert_eq!(checked.status.code(), Some(0), "{path}: {}", shown(&checked));
+            let checked = Scratch::new().run(
+                &[
+                    "check",
+                    "--deny",
+                    "warnings",
+                    &root().join(&path).display().to_string(),
+                ],
+                &[],
+            );
+            assert_eq!(
+                checked.status.code(),
+                Some(0),
+                "{path}: {}",
+                shown(&checked)
+            );
         }
     }
 }
