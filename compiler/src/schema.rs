@@ -161,7 +161,7 @@ fn ty(t: &Ty) -> Value {
 /// The field reference, `docs/reference.md`: every shape with its keys, types and
 /// documentation, from the same tables as [`schema`] (`prodigy schema --markdown`).
 pub fn markdown() -> String {
-    let mut out = String::from(
+    let mut out = vec![String::from(
         "# Field reference\n\n\
          <!-- Generated from compiler/src/shapes/ by `prodigy schema --markdown`; do not edit.\n     \
          Regenerate: cargo run -q -- schema --markdown > docs/reference.md -->\n\n\
@@ -171,12 +171,12 @@ pub fn markdown() -> String {
          *removed* keys are refused (V009), and their line says what replaces them.\n\
          A step is a string (a Claude command) or a [`step_mapping`](#step_mapping) with exactly one command key.\n\n\
          ## Contents\n\n",
-    );
+    )];
     for shape in shapes::SHAPES {
-        out.push_str(&format!("- [`{0}`](#{0})\n", shape.name));
+        out.push(format!("- [`{0}`](#{0})\n", shape.name));
     }
     for shape in shapes::SHAPES {
-        out.push_str(&format!(
+        out.push(format!(
             "\n## {}\n\n{}\n\n| key | type | what |\n| --- | --- | --- |\n",
             shape.name,
             cell(shape.doc)
@@ -192,14 +192,14 @@ pub fn markdown() -> String {
                 Status::Removed => "—".to_owned(),
                 Status::Current | Status::Deprecated => cell(&ty_text(&key.ty)),
             };
-            out.push_str(&format!(
+            out.push(format!(
                 "| `{}`{mark} | {ty} | {} |\n",
                 key.name,
                 cell(key.doc)
             ));
         }
     }
-    out
+    out.concat()
 }
 
 /// TEXT in a table cell: pipes escaped, on one line.
