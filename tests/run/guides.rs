@@ -128,7 +128,7 @@ fn readme_mapreduce_example_dead_letters_the_empty_file() {
     let text = shown(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("2 of 3 files have lines"), "{text}");
-    assert!(text.contains("1 failed: they are in the DLQ"), "{text}");
+    assert!(text.contains("1 failed, kept in the DLQ"), "{text}");
     let job = only_job(&scratch);
     let listed = scratch.run(&["dlq", "list", &job, "--format", "json"], &[]);
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
