@@ -27,7 +27,7 @@ pub(crate) struct CheckArgs {
     #[arg(long, value_name = "NAME")]
     stdin_filename: Option<PathBuf>,
     /// Output format: `human` (miette reports), `json` (`{"version": 1, "diagnostics": [...]}`,
-    /// the stable contract for editors and CI, described in the README), `sarif` (SARIF
+    /// the stable contract for editors and CI, described in docs/linting.md), `sarif` (SARIF
     /// 2.1.0, for GitHub code scanning) or `github` (workflow-command annotations).
     #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,

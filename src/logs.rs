@@ -1,5 +1,5 @@
-//! `prodigy logs`: the logs runs keep under `$PRODIGY_HOME/logs/{repo}/{id}/` (README
-//! "Logs"): each Claude call's raw stream, and the whole output of a command that outgrew
+//! `prodigy logs`: the logs runs keep under `$PRODIGY_HOME/logs/{repo}/{id}/` (docs/claude.md
+//! and docs/running.md): each Claude call's raw stream, and the whole output of a command that outgrew
 //! `PRODIGY_OUTPUT_LIMIT`.
 
 use std::fmt::Write as _;

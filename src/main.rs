@@ -124,6 +124,8 @@ enum Command {
     ///
     /// Exit status: 0 when no file has errors, 1 when one has (or has warnings under
     /// `--deny warnings`), 2 for usage errors and unreadable files.
+    ///
+    /// Complete workflows to copy are in `workflows/examples/` of Prodigy's repository.
     Check(check::CheckArgs),
     /// Draw every path a run can take: steps, handlers, retries, the map fan-out, the breaker
     /// and the dead letter queue.
@@ -141,8 +143,12 @@ enum Command {
     /// documentation on hover, completion of keys and variables.
     Lsp,
     /// Print the JSON Schema (draft 2020-12) of the workflow format, for editors such as
-    /// yaml-language-server (see the README).
-    Schema,
+    /// yaml-language-server (docs/linting.md), or the field reference as Markdown.
+    Schema {
+        /// Print the field reference (`docs/reference.md`) as Markdown instead.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Run a workflow: compile it, then run its steps, recording events and a checkpoint
     /// after every step under `$PRODIGY_HOME` (default `~/.prodigy`).
     ///
@@ -160,6 +166,8 @@ enum Command {
     /// too, unless `--strict`: then 3), 1 when it has errors, a step fails it or the error
     /// policy stops the job, 2 for usage problems, 130/143 when interrupted by
     /// SIGINT/SIGTERM (the last line says how to resume).
+    ///
+    /// Complete workflows to copy are in `workflows/examples/` of Prodigy's repository.
     Run(run::RunArgs),
     /// Continue a standard workflow's session after its last completed step.
     Resume(run::ResumeArgs),
@@ -340,7 +348,11 @@ fn main() -> ExitCode {
             set_verbosity(0, quiet.quiet);
             worktrees::worktree(&command)
         }
-        Command::Schema => {
+        Command::Schema { markdown: true } => {
+            out(&prodigy_compiler::schema::markdown());
+            exit_code::OK
+        }
+        Command::Schema { markdown: false } => {
             let schema = prodigy_compiler::schema::schema();
             out(&format!(
                 "{}\n",

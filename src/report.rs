@@ -639,8 +639,8 @@ fn eta_text(left: Duration) -> String {
 }
 
 /// Whether `CI` (its value, `None` when unset) says the run is under CI, where no live bar is
-/// drawn even on a terminal: set to anything but empty, `false` or `0` (README "MapReduce
-/// jobs"; the test binaries apply the same rule).
+/// drawn even on a terminal: set to anything but empty, `false` or `0` (docs/mapreduce.md;
+/// the test binaries apply the same rule).
 fn under_ci(value: Option<&std::ffi::OsStr>) -> bool {
     value.is_some_and(|v| {
         let v = v.to_string_lossy();

@@ -157,3 +157,81 @@ fn ty(t: &Ty) -> Value {
         Ty::Any => json!({}),
     }
 }
+
+/// The field reference, `docs/reference.md`: every shape with its keys, types and
+/// documentation, from the same tables as [`schema`] (`prodigy schema --markdown`).
+pub fn markdown() -> String {
+    let mut out = vec![String::from(
+        "# Field reference\n\n\
+         <!-- Generated from compiler/src/shapes/ by `prodigy schema --markdown`; do not edit.\n     \
+         Regenerate: cargo run -q -- schema --markdown > docs/reference.md -->\n\n\
+         Every mapping of the workflow format, with its keys, their types and one line each.\n\
+         What the keys mean at run time is in [language.md](language.md).\n\
+         A key marked *required* must be written; *deprecated* keys still work, with warning W001 or W002;\n\
+         *removed* keys are refused (V009), and their line says what replaces them.\n\
+         A step is a string (a Claude command) or a [`step_mapping`](#step_mapping) with exactly one command key.\n\n\
+         ## Contents\n\n",
+    )];
+    for shape in shapes::SHAPES {
+        out.push(format!("- [`{0}`](#{0})\n", shape.name));
+    }
+    for shape in shapes::SHAPES {
+        out.push(format!(
+            "\n## {}\n\n{}\n\n| key | type | what |\n| --- | --- | --- |\n",
+            shape.name,
+            cell(shape.doc)
+        ));
+        for key in shape.keys {
+            let mark = match (key.status, key.required) {
+                (Status::Removed, _) => " (*removed*)",
+                (Status::Deprecated, _) => " (*deprecated*)",
+                (Status::Current, true) => " (*required*)",
+                (Status::Current, false) => "",
+            };
+            let ty = match key.status {
+                Status::Removed => "—".to_owned(),
+                Status::Current | Status::Deprecated => cell(&ty_text(&key.ty)),
+            };
+            out.push(format!(
+                "| `{}`{mark} | {ty} | {} |\n",
+                key.name,
+                cell(key.doc)
+            ));
+        }
+    }
+    out.concat()
+}
+
+/// TEXT in a table cell: pipes escaped, on one line.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+/// A type in words, with links to the shapes it names.
+fn ty_text(t: &Ty) -> String {
+    match t {
+        Ty::Text => "string".to_owned(),
+        Ty::Template => "template".to_owned(),
+        Ty::Expression => "expression".to_owned(),
+        Ty::Bool => "boolean".to_owned(),
+        Ty::Int { min } => format!("integer ≥ {min}"),
+        Ty::Number { min, max } if *max < f64::MAX => format!("number {min}–{max}"),
+        Ty::Number { min, .. } => format!("number ≥ {min}"),
+        Ty::Duration => "duration".to_owned(),
+        Ty::Delay => "delay (with a unit)".to_owned(),
+        Ty::Enum(words) => words
+            .iter()
+            .map(|w| format!("`{w}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Ty::List(inner) => format!("list of {}", ty_text(inner)),
+        Ty::Object(shape) => format!("[`{0}`](#{0})", shape.name),
+        Ty::Map(inner) => format!("map of {}", ty_text(inner)),
+        Ty::Keyed { what, value, .. } => format!("map from {what} to {}", ty_text(value)),
+        Ty::Matching { what, .. } => format!("string: {what}"),
+        Ty::OneOf(options) => options.iter().map(ty_text).collect::<Vec<_>>().join(" or "),
+        Ty::Step | Ty::HandlerStep => format!("[step](#{})", shapes::STEP.name),
+        Ty::Steps => format!("list of [step](#{})", shapes::STEP.name),
+        Ty::Any => "any".to_owned(),
+    }
+}

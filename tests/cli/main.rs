@@ -912,3 +912,15 @@ fn quiet_keeps_the_results_and_drops_the_informational_lines() {
         assert!(!text.contains("unexpected argument"), "{args:?}: {text}");
     }
 }
+
+/// `run --help` and `check --help` say where the examples to copy are.
+#[test]
+fn run_and_check_help_name_the_examples() {
+    for command in ["run", "check"] {
+        prodigy()
+            .args([command, "--help"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("workflows/examples/"));
+    }
+}

@@ -193,3 +193,14 @@ fn removed_required_and_patterned_keys_agree_with_check() {
         true
     );
 }
+
+/// `docs/reference.md` is what `prodigy schema --markdown` prints from the shape tables.
+#[test]
+fn the_field_reference_is_current() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/reference.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == prodigy_compiler::schema::markdown(),
+        "docs/reference.md is stale: regenerate it with\n\n    cargo run -q -- schema --markdown > docs/reference.md\n"
+    );
+}

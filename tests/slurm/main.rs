@@ -1,4 +1,4 @@
-//! `--executor slurm` against a real one-node Slurm cluster on loopback (README "Map agents
+//! `--executor slurm` against a real one-node Slurm cluster on loopback (docs/slurm.md, "Map agents
 //! on Slurm"): started by `scripts/slurm-cluster start` when the tests run as root with
 //! Debian's Slurm packages installed, else skipped with a line saying why. `.ci/run`
 //! installs the packages (as root) and stops the cluster afterwards.
