@@ -1,5 +1,5 @@
 //! `--executor` and the hidden `prodigy agent` subcommand that a Slurm task runs for one map
-//! item (README "Map agents on Slurm").
+//! item (docs/slurm.md).
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Slash commands in Claude prompts: which command a prompt starts with, where Claude Code
 //! looks for it, and warning W008 when the project defines no such command
-//! (README "Claude Code steps").
+//! (docs/claude.md).
 //!
 //! The lookup itself is the caller's ([`crate::Surroundings::slash_command`]): the compiler
 //! does no I/O. [`find_command`] is the rule, over any file system the caller gives it.

@@ -67,7 +67,7 @@ const GIT_FIELDS: &[&str] = &[
 /// streams interleaved, `stdout` and `stderr` each alone.
 pub(crate) const SHELL_FIELDS: &[&str] = &["output", "stdout", "stderr", "exit_code"];
 /// The fields of `${claude.*}`, set after a Claude command: its result, and what the CLI
-/// reported about the call (README "Claude Code steps").
+/// reported about the call (docs/claude.md).
 pub(crate) const CLAUDE_FIELDS: &[&str] = &[
     "output",
     "stderr",

@@ -1,5 +1,5 @@
 //! Claude Code as an executor: the argument list of one call, the CLI's `stream-json` events
-//! as they arrive, and the verdict on the call (README "Claude Code steps").
+//! as they arrive, and the verdict on the call (docs/claude.md).
 //!
 //! The CLI is run as `claude -p --output-format stream-json --verbose
 //! --dangerously-skip-permissions [settings]`, with the prompt on its standard input: an

@@ -42,7 +42,7 @@ pub struct Command {
     pub mask: Option<crate::logs::Mask>,
     /// Written to standard input, which is then closed (`None`: standard input is empty).
     /// A Claude call's prompt goes this way, never as an argument, because any local user
-    /// reads a process's arguments in `/proc/PID/cmdline` (README "Claude Code steps").
+    /// reads a process's arguments in `/proc/PID/cmdline` (docs/claude.md).
     pub stdin: Option<String>,
 }
 
@@ -178,7 +178,7 @@ fn find_in(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
 }
 
 /// How much of each stream a command keeps in memory when `PRODIGY_OUTPUT_LIMIT` does not
-/// say: its last 8 MiB (README "Command output").
+/// say: its last 8 MiB (docs/running.md).
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
 
 /// What a pipe reader keeps: the last `limit` bytes; once the stream outgrows that, all of

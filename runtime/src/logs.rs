@@ -1,4 +1,4 @@
-//! Command logs under `$PRODIGY_HOME/logs/{repo}/{id}/` (README "Logs"): the raw stream of
+//! Command logs under `$PRODIGY_HOME/logs/{repo}/{id}/` (docs/claude.md): the raw stream of
 //! every Claude call, and the whole output of a command that outgrew `PRODIGY_OUTPUT_LIMIT`.
 //! Lines are written as they arrive, secrets masked; files are readable by the user only.
 

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 pub const FILE: &str = "merges.jsonl";
 
 /// The file naming the agent worktrees kept for their uncommitted changes after a
-/// successful agent (README, "Git worktrees"), one JSON string a line: the end of the map
+/// successful agent (docs/running.md, "Git worktrees"), one JSON string a line: the end of the map
 /// phase removes every other agent worktree the DLQ does not name.
 pub const KEPT_FILE: &str = "kept-worktrees.jsonl";
 

@@ -1,4 +1,4 @@
-//! Map agents as Slurm jobs (README "Map agents on Slurm").
+//! Map agents as Slurm jobs (docs/slurm.md).
 //!
 //! The coordinator ([`crate::mapreduce`]) keeps everything it does for a local agent (the
 //! error policy, the breaker, the DLQ, worktrees and the merge queue); only the agent's

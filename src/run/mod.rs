@@ -195,7 +195,7 @@ pub(crate) fn preflight(plan: &Plan, roots: &[StepId], git: bool) -> Result<(), 
     })
 }
 
-/// `prodigy resume-job`: continue a MapReduce job from its checkpoint (README "MapReduce jobs"): items
+/// `prodigy resume-job`: continue a MapReduce job from its checkpoint (docs/mapreduce.md): items
 /// that were running go back to pending, finished items keep their results, failed items
 /// stay in the DLQ, and the job goes on in the phase it stopped in.
 pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {

@@ -82,7 +82,7 @@ impl MapJob<'_> {
 /// Whether a job of TOTAL items builds `${map.results}`: when its workflow mentions it
 /// (READ, [`prodigy_compiler::plan::Plan::reads_map_results`]), and for a job small enough
 /// that the list costs little, so that a script run by a step still finds it exported as
-/// `MAP__RESULTS…` (README "Variables").
+/// `MAP__RESULTS…` (docs/linting.md, "Expressions and variables").
 pub(crate) fn builds_map_results(read: bool, total: u64) -> bool {
     read || total <= 10_000
 }

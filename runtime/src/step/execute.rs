@@ -173,7 +173,7 @@ impl Runner {
             .map_err(|e| Output::error(format!("{e} in `{}`", self.mask(&template.value))))
     }
 
-    /// Runs TEMPLATE as a Claude call (README "Claude Code steps"): the CLI's events are
+    /// Runs TEMPLATE as a Claude call (docs/claude.md): the CLI's events are
     /// read as they arrive, written to the call's log, shown at `-v` when LIVE (a step's
     /// own command), and decide whether the call succeeded. Once: `run_claude` (the
     /// `limit` module) runs it under the run's usage-limit gate. RESUME (a step's own call

@@ -316,7 +316,7 @@ impl Runner {
             .target_branch
             .clone()
             .ok_or("the run started on a detached HEAD: there is no branch to merge into")?;
-        // Another run merging into the same branch finishes first (README, "Git worktrees").
+        // Another run merging into the same branch finishes first (docs/running.md, "Git worktrees").
         let _merging = super::lock_branch(&session.repo, &target)
             .await
             .map_err(|e| e.to_string())?;
