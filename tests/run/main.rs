@@ -705,6 +705,8 @@ mod crash;
 mod examples;
 mod faults;
 mod friction;
+mod items;
+mod logs;
 mod mapreduce;
 mod paths;
 mod reap;
