@@ -218,9 +218,12 @@ fn list_steps(dir: &Path, owner: &Path, entries: &[PathBuf]) -> String {
                     (Some(phase), Some(index)) => format!("[{phase} {}] ", index + 1),
                     _ => String::new(),
                 };
+                // One line per step, whatever its label holds.
                 format!(
                     "{place}{}  {} in {:.3}s, {output}",
-                    r.step, r.outcome, r.duration_secs
+                    r.step.replace('\n', " "),
+                    r.outcome,
+                    r.duration_secs
                 )
             }
             None => format!("(running, or its run was stopped)  {output}"),

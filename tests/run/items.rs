@@ -70,8 +70,10 @@ fn items_says_setup_writes_the_input_and_runs_it_with_run_setup() {
     assert_eq!(stdout(&run), "{\"n\":2}\n{\"n\":3}\n");
     assert!(stderr(&run).contains("making items"), "{}", stderr(&run));
     assert_thrown_away(&scratch);
-    // Setup ran elsewhere: the project has no input file.
+    // Setup ran elsewhere: the project has no input file, and no run was recorded.
     assert!(!scratch.project().join(".items.jsonl").exists());
+    let recorded: Vec<_> = std::fs::read_dir(scratch.home()).unwrap().collect();
+    assert!(recorded.is_empty(), "{recorded:?}");
 }
 
 #[test]
