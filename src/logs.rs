@@ -1,11 +1,12 @@
-//! `prodigy logs`: the logs runs keep under `$PRODIGY_HOME/logs/{repo}/{id}/` (docs/claude.md
-//! and docs/running.md): each Claude call's raw stream, and the whole output of a command that outgrew
-//! `PRODIGY_OUTPUT_LIMIT`.
+//! `prodigy logs`: the logs runs keep under `$PRODIGY_HOME/logs/{repo}/{id}/` (docs/running.md,
+//! "Logs"): every step's output and how it ended, each Claude call's raw stream, and the
+//! whole output of a command that outgrew `PRODIGY_OUTPUT_LIMIT`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use prodigy_runtime::claude::Stream;
+use prodigy_runtime::logs::{StepRecord, step_number};
 use prodigy_runtime::store::Layout;
 
 use crate::{err, exit_code, out};
@@ -20,6 +21,10 @@ pub(crate) struct LogsArgs {
     /// Only the logs of this item (`item_3`), or `steps` for the steps outside a map phase.
     #[arg(long, value_name = "ITEM")]
     item: Option<String>,
+    /// Print the output of step N as the list numbers it (of `--item`, else of the steps
+    /// outside a map phase).
+    #[arg(long, value_name = "N", conflicts_with_all = ["show", "raw"])]
+    step: Option<u32>,
     /// Print each call as people read it (Claude's text, tool calls, API retries, and how
     /// it ended), instead of the list.
     #[arg(long, conflicts_with = "raw")]
@@ -52,7 +57,12 @@ pub(crate) fn logs(args: &LogsArgs) -> u8 {
         ));
         return exit_code::USAGE;
     };
+    if let Some(number) = args.step {
+        let owner = args.item.as_deref().unwrap_or("steps");
+        return show_step(&dir, id, owner, number);
+    }
     let mut files = Vec::new();
+    let mut steps = String::new();
     for owner in sorted_entries(&dir) {
         if args
             .item
@@ -61,9 +71,18 @@ pub(crate) fn logs(args: &LogsArgs) -> u8 {
         {
             continue;
         }
-        files.extend(sorted_entries(&owner).into_iter().filter(|f| f.is_file()));
+        let entries = sorted_entries(&owner);
+        if !args.show && !args.raw {
+            steps.push_str(&list_steps(&dir, &owner, &entries));
+        }
+        files.extend(
+            entries
+                .into_iter()
+                .filter(|f| f.is_file() && !is_step_file(f)),
+        );
     }
-    if files.is_empty() {
+    out(&prodigy_runtime::progress::visible(&steps));
+    if files.is_empty() && steps.is_empty() {
         err(&format!(
             "error: no logs for `{id}`{}\n",
             args.item
@@ -166,6 +185,99 @@ fn summary(stream: &Stream) -> String {
     }
 }
 
+/// The steps whose logs are among ENTRIES of OWNER (under DIR), one line each: `steps/step
+/// 3  [reduce 2] LABEL  succeeded in 0.012s, 14 bytes of output`.
+fn list_steps(dir: &Path, owner: &Path, entries: &[PathBuf]) -> String {
+    let mut numbers: Vec<u32> = entries
+        .iter()
+        .filter_map(|f| {
+            f.file_name()
+                .and_then(|n| step_number(&n.to_string_lossy()))
+        })
+        .collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    let name = owner
+        .strip_prefix(dir)
+        .unwrap_or(owner)
+        .display()
+        .to_string();
+    let mut text = String::new();
+    for number in numbers {
+        let (record, output) = step_files(owner, number);
+        let size = std::fs::metadata(&output).map_or(0, |m| m.len());
+        let output = if size == 0 {
+            "no output".to_owned()
+        } else {
+            format!("{size} bytes of output")
+        };
+        let line = match record {
+            Some(r) => {
+                let place = match (r.phase.as_deref(), r.index) {
+                    (Some("steps"), Some(index)) => format!("[{}] ", index + 1),
+                    (Some(phase), Some(index)) => format!("[{phase} {}] ", index + 1),
+                    _ => String::new(),
+                };
+                // One line per step, whatever its label holds.
+                format!(
+                    "{place}{}  {} in {:.3}s, {output}",
+                    r.step.replace('\n', " "),
+                    r.outcome,
+                    r.duration_secs
+                )
+            }
+            None => format!("(running, or its run was stopped)  {output}"),
+        };
+        let _ = writeln!(text, "{name}/step {number}  {line}");
+    }
+    text
+}
+
+/// Step NUMBER of OWNER in DIR: its record, if it ended, and its output log.
+fn step_files(owner: &Path, number: u32) -> (Option<StepRecord>, PathBuf) {
+    let record = prodigy_compiler::source::read_regular(
+        &owner.join(format!("step-{number:04}.json")),
+        1 << 20,
+    )
+    .ok()
+    .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    (record, owner.join(format!("step-{number:04}.log")))
+}
+
+/// `prodigy logs ID --step N`: the output step N of OWNER kept (the list says which it is).
+fn show_step(dir: &Path, id: &str, owner: &str, number: u32) -> u8 {
+    let owner_dir = dir.join(owner);
+    let (record, output) = step_files(&owner_dir, number);
+    if record.is_none() && !output.is_file() {
+        err(&format!(
+            "error: `{id}` has no step {number} in `{owner}`; `prodigy logs {id}` lists its steps\n"
+        ));
+        return exit_code::USAGE;
+    }
+    let Ok(file) = std::fs::File::open(&output) else {
+        crate::note(&format!("step {number} of `{owner}` printed nothing\n"));
+        return exit_code::OK;
+    };
+    // Line by line: a step keeps up to `PRODIGY_OUTPUT_LIMIT` per command it ran.
+    let mut text = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(file)).map_while(Result::ok) {
+        text.push_str(&line);
+        text.push('\n');
+        if text.len() > 1 << 20 {
+            out(&prodigy_runtime::progress::visible(&std::mem::take(
+                &mut text,
+            )));
+        }
+    }
+    out(&prodigy_runtime::progress::visible(&text));
+    exit_code::OK
+}
+
+fn is_step_file(file: &Path) -> bool {
+    file.file_name()
+        .is_some_and(|n| step_number(&n.to_string_lossy()).is_some())
+}
+
 fn is_claude_log(file: &Path) -> bool {
     file.extension().is_some_and(|e| e == "jsonl")
 }
@@ -180,13 +292,26 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
 
 /// Every run with logs, newest first: its id, how many logs, and where.
 fn list_runs(root: &Path) -> u8 {
-    let mut runs: Vec<(std::time::SystemTime, String, usize, PathBuf)> = Vec::new();
+    let mut runs: Vec<(std::time::SystemTime, String, usize, usize, PathBuf)> = Vec::new();
     for repo in sorted_entries(root) {
         for run in sorted_entries(&repo) {
-            let count = sorted_entries(&run)
-                .iter()
-                .map(|owner| sorted_entries(owner).len())
-                .sum();
+            let (mut count, mut steps) = (0, 0);
+            for owner in sorted_entries(&run) {
+                // A step has a record, an output log, or both.
+                let mut numbers = std::collections::BTreeSet::new();
+                for file in sorted_entries(&owner) {
+                    match file
+                        .file_name()
+                        .and_then(|n| step_number(&n.to_string_lossy()))
+                    {
+                        Some(number) => {
+                            numbers.insert(number);
+                        }
+                        None => count += 1,
+                    }
+                }
+                steps += numbers.len();
+            }
             let modified = std::fs::metadata(&run)
                 .and_then(|m| m.modified())
                 .unwrap_or(std::time::UNIX_EPOCH);
@@ -194,7 +319,7 @@ fn list_runs(root: &Path) -> u8 {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            runs.push((modified, id, count, run));
+            runs.push((modified, id, count, steps, run));
         }
     }
     if runs.is_empty() {
@@ -203,11 +328,12 @@ fn list_runs(root: &Path) -> u8 {
     }
     runs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let mut text = String::new();
-    for (_, id, count, dir) in runs {
+    for (_, id, count, steps, dir) in runs {
         let _ = writeln!(
             text,
-            "{id}  {}  {}",
+            "{id}  {}, {}  {}",
             prodigy_runtime::progress::count(count as u64, "log"),
+            prodigy_runtime::progress::count(steps as u64, "step"),
             dir.display()
         );
     }

@@ -10,6 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod agent;
 mod check;
 mod exit_code;
+mod items;
 mod jobs;
 mod logs;
 mod lsp;
@@ -137,7 +138,8 @@ enum Command {
     ///
     /// Runs the input pipeline of docs/language.md §7 on the input (a file, or the output of
     /// the input command): `json_path`, `filter`, `sort_by`, `distinct`, `offset`, `max_items`. The workflow must check without errors. Stage counts
-    /// go to stderr.
+    /// go to stderr. `--run-setup` runs the workflow's `setup` first, in a throwaway git
+    /// worktree removed afterwards, with its output on stderr.
     Items(ItemsArgs),
     /// Run the language server on stdin/stdout, for editors: diagnostics as you type, key
     /// documentation on hover, completion of keys and variables.
@@ -190,9 +192,10 @@ enum Command {
     /// Print the event log of a job or session (`prodigy events JOB_ID`), or follow it as it
     /// grows (`--follow`).
     Events(jobs::EventsArgs),
-    /// List and show the logs of a run: each Claude call's raw stream, and the whole output
-    /// of a command that outgrew `PRODIGY_OUTPUT_LIMIT` (`prodigy logs ID --item item_3
-    /// --show`).
+    /// List and show the logs of a run: every step's output and how it ended (`prodigy logs
+    /// ID --step N`, `--item item_3 --step N`), each Claude call's raw stream, and the whole
+    /// output of a command that outgrew `PRODIGY_OUTPUT_LIMIT` (`prodigy logs ID --item
+    /// item_3 --show`).
     Logs(logs::LogsArgs),
     /// List or remove the git worktrees runs left behind (after a failure, a declined merge,
     /// uncommitted changes, or a merge conflict parked in the dead letter queue).
@@ -266,6 +269,10 @@ struct ItemsArgs {
     /// variables; a command there is run, in the current directory, as `run` runs it).
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
+    /// Run the workflow's `setup` first, in a throwaway git worktree of the project (removed
+    /// afterwards), and read the input it writes there; setup's output goes to stderr.
+    #[arg(long, conflicts_with = "input")]
+    run_setup: bool,
     #[command(flatten)]
     quiet: Quiet,
 }
@@ -574,21 +581,51 @@ fn explain(code: Option<&str>) -> u8 {
 }
 
 fn items(args: &ItemsArgs) -> u8 {
-    let (_, checked) = match load_checked(&args.workflow) {
+    let (file, checked) = match load_checked(&args.workflow) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let Some(map) = checked.plan.as_ref().and_then(|p| p.map.as_ref()) else {
+    let Some(plan) = checked.plan else {
+        err("error: internal error: a workflow without errors has no plan\n");
+        return exit_code::PROBLEMS;
+    };
+    let Some(map) = plan.map.as_ref() else {
         err("error: the workflow has no `map` phase\n");
         return exit_code::USAGE;
     };
+    let has_setup = plan.setup.as_ref().is_some_and(|s| !s.steps.is_empty());
+    if args.run_setup {
+        if !has_setup {
+            err(
+                "error: the workflow has no `setup` to run; `prodigy items` without `--run-setup` reads its input\n",
+            );
+            return exit_code::USAGE;
+        }
+        let pipeline = map.pipeline();
+        let workflow = PathBuf::from(&file.name);
+        return match items::run_setup(&workflow, &file.text, plan.clone()) {
+            Ok(items) => print_items(&items, None, &pipeline),
+            Err(code) => code,
+        };
+    }
     let input = match &args.input {
         Some(path) => read_input_file(path),
         // Relative to the project, the directory prodigy runs in, as for `check` and `run`.
-        None if map.input.parsed.is_literal() => read_input(&map.input.value),
+        None if map.input.parsed.is_literal() => {
+            if let Some(missing) = written_by_setup(&plan, &map.input.value) {
+                err(&format!("error: {missing}\n"));
+                return exit_code::USAGE;
+            }
+            read_input(&map.input.value)
+        }
         None => {
+            let setup = if has_setup {
+                ", or run `setup` first with `--run-setup`"
+            } else {
+                ""
+            };
             err(&format!(
-                "error: `map.input` is `{}`, which needs variables; pass the input with `--input FILE`\n",
+                "error: `map.input` is `{}`, which needs variables; pass the input with `--input FILE`{setup}\n",
                 map.input.value
             ));
             return exit_code::USAGE;
@@ -600,20 +637,62 @@ fn items(args: &ItemsArgs) -> u8 {
     };
     let pipeline = map.pipeline();
     let (items, counts) = pipeline.apply(input);
+    print_items(&items, Some(&counts), &pipeline)
+}
+
+/// Prints ITEMS on stdout, one JSON value a line, and COUNTS (the stages the workflow has)
+/// on stderr.
+fn print_items(
+    items: &[serde_json::Value],
+    counts: Option<&prodigy_grammar::pipeline::StageCounts>,
+    pipeline: &prodigy_grammar::pipeline::Pipeline,
+) -> u8 {
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-    for item in &items {
+    for item in items {
         if serde_json::to_writer(&mut stdout, item).is_err() || stdout.write_all(b"\n").is_err() {
             return exit_code::OK;
         }
     }
     let _ = stdout.flush();
-    // Only the stages the workflow has.
-    note(&format!(
-        "items: {}, {} kept\n",
-        prodigy_runtime::progress::stage_counts(&pipeline, &counts),
-        counts.kept
-    ));
+    if let Some(counts) = counts {
+        note(&format!(
+            "items: {}, {} kept\n",
+            prodigy_runtime::progress::stage_counts(pipeline, counts),
+            counts.kept
+        ));
+    }
     exit_code::OK
+}
+
+/// Why the map input file INPUT cannot be read yet, when it does not exist and PLAN has a
+/// `setup` that can write it: what to do instead.
+fn written_by_setup(plan: &prodigy_compiler::plan::Plan, input: &str) -> Option<String> {
+    let name = input.trim();
+    let steps = &plan.setup.as_ref()?.steps;
+    if steps.is_empty()
+        || PathBuf::from(name).exists()
+        || !prodigy_runtime::input::names_a_file(input)
+    {
+        return None;
+    }
+    let bare = name.trim_start_matches("./");
+    let mentioned = steps.iter().filter_map(|id| plan.step(*id)).any(|step| {
+        let text = match &step.command {
+            prodigy_compiler::plan::PlanCommand::Shell(t)
+            | prodigy_compiler::plan::PlanCommand::Claude(t) => t.value.as_str(),
+            prodigy_compiler::plan::PlanCommand::WriteFile(w) => w.path.value.as_str(),
+            prodigy_compiler::plan::PlanCommand::Foreach { .. } => "",
+        };
+        text.contains(bare)
+    });
+    let writes = if mentioned {
+        "`setup` writes it"
+    } else {
+        "`setup` may write it"
+    };
+    Some(format!(
+        "`{name}` does not exist yet; {writes}: run it with `--run-setup` or pass `--input FILE`"
+    ))
 }
 
 /// The map input INPUT as `run` reads it: the file at that path in the project when there

@@ -39,6 +39,8 @@ pub(crate) struct Terminal {
     /// What the progress display adds about Claude: the usage limit's pause, and the rate
     /// governor's slots while it limits them.
     claude: Mutex<(Option<String>, Option<String>)>,
+    /// Commands' output goes to stderr too (`items --run-setup`, whose stdout is the items).
+    output_on_stderr: bool,
 }
 
 impl Terminal {
@@ -54,6 +56,16 @@ impl Terminal {
             quiet,
             display: Mutex::new(None),
             claude: Mutex::new((None, None)),
+            output_on_stderr: false,
+        }
+    }
+
+    /// A reporter for `-v` VERBOSE times, or `-q` when QUIET, that writes commands' output
+    /// to stderr too, keeping stdout for what the command itself prints.
+    pub(crate) fn on_stderr(verbose: u8, quiet: bool) -> Self {
+        Terminal {
+            output_on_stderr: true,
+            ..Self::new(verbose, quiet)
         }
     }
 
@@ -119,7 +131,7 @@ impl Reporter for Terminal {
         };
         let display = lock(&self.display);
         let bar = display.as_ref().and_then(|d| d.bar.as_ref());
-        if matches!(message, Message::Output(_)) {
+        if matches!(message, Message::Output(_) | Message::Result(_)) && !self.output_on_stderr {
             print_output(bar, &text);
         } else {
             println(bar, &text);
@@ -128,6 +140,10 @@ impl Reporter for Terminal {
 
     fn shows_output(&self) -> bool {
         self.verbose > 0
+    }
+
+    fn shows_results(&self) -> bool {
+        !self.quiet
     }
 
     fn progress(&self, update: &ProgressUpdate) {
@@ -166,6 +182,7 @@ fn verbosity(message: &Message) -> u8 {
         },
         Message::Command(_) | Message::Env { .. } | Message::Exited { .. } => 2,
         Message::StepStarted { .. }
+        | Message::Result(_)
         | Message::Skipped { .. }
         | Message::StepFailed { .. }
         | Message::NotExported { .. }
@@ -194,6 +211,7 @@ fn is_error(message: &Message) -> bool {
         | Message::Command(_)
         | Message::Env { .. }
         | Message::Output(_)
+        | Message::Result(_)
         | Message::Claude(_)
         | Message::Exited { .. }
         | Message::NotExported { .. }
@@ -221,6 +239,7 @@ fn in_step(message: &Message) -> bool {
         | Message::StepFailed { .. } => true,
         // A command's own output goes to stdout as it printed it.
         Message::Output(_)
+        | Message::Result(_)
         | Message::StepStarted { .. }
         | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
@@ -259,7 +278,7 @@ fn text(message: &Message) -> String {
         ),
         Message::Command(text) => format!("$ {}", text.trim_end().replace('\n', "\n  ")),
         Message::Env { name, value } => format!("env {name}={value}"),
-        Message::Output(line) => line.clone(),
+        Message::Output(line) | Message::Result(line) => line.clone(),
         Message::Claude(note) => note
             .line()
             .lines()
@@ -764,6 +783,15 @@ mod tests {
             Some("  $ make\n    test")
         );
         assert!(!normal.shows_output() && verbose.shows_output());
+        // The run's result (reduce, a standard run's last step) needs no `-v`, and `-q`
+        // drops it.
+        let result = Message::Result("3 of 3 succeeded".into());
+        assert_eq!(
+            normal.render(&result, None).as_deref(),
+            Some("3 of 3 succeeded")
+        );
+        assert_eq!(quiet.render(&result, None), None);
+        assert!(normal.shows_results() && !quiet.shows_results());
         // Each line of an agent's message names its item.
         let note = Message::Claude(Note::Text("first\nsecond".into()));
         assert_eq!(

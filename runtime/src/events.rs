@@ -827,6 +827,11 @@ pub trait Reporter: Send + Sync {
     fn shows_output(&self) -> bool {
         false
     }
+    /// Whether it shows the run's result as it arrives ([`Message::Result`]): the output of
+    /// the reduce phase and of a standard run's last step.
+    fn shows_results(&self) -> bool {
+        false
+    }
 }
 
 /// A reporter that shows nothing (tests, embedding).

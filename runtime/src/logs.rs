@@ -1,5 +1,6 @@
-//! Command logs under `$PRODIGY_HOME/logs/{repo}/{id}/` (docs/claude.md): the raw stream of
-//! every Claude call, and the whole output of a command that outgrew `PRODIGY_OUTPUT_LIMIT`.
+//! Command logs under `$PRODIGY_HOME/logs/{repo}/{id}/` (docs/running.md, "Logs"): the raw stream of
+//! every Claude call, the whole output of a command that outgrew `PRODIGY_OUTPUT_LIMIT`, and
+//! every step's output and record ([`StepLog`]).
 //! Lines are written as they arrive, secrets masked; files are readable by the user only.
 
 use std::fs::File;
@@ -274,6 +275,177 @@ impl LineLog {
     }
 }
 
+/// What a step's record says it was: `step-NNNN.json` beside its output `step-NNNN.log` in
+/// its owner's directory (`steps`, or the map item), written when the step ends (README
+/// "Logs"). A step with an output log and no record is running, or its run was killed.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepRecord {
+    /// The step's label.
+    pub step: String,
+    /// Its list: `steps`, `setup`, `map`, `reduce` or `merge`; none for a step a step runs
+    /// (a handler, a validation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Its index in that list, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    /// How it ended (`succeeded`, `failed`, ...).
+    pub outcome: String,
+    /// From its start to its end.
+    pub duration_secs: f64,
+    /// Commands it ran itself (attempts and a fallback).
+    pub commands: u32,
+    /// Bytes of output in its log.
+    pub output_bytes: u64,
+    /// The logs of its Claude calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claude_logs: Vec<PathBuf>,
+}
+
+/// The number of the step file NAME (`step-0003.log` or `.json`), if it is one.
+pub fn step_number(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("step-")?;
+    let digits = rest
+        .strip_suffix(".json")
+        .or_else(|| rest.strip_suffix(".log"))?;
+    if digits.len() < 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The highest step number in DIR (0 when it has none).
+pub fn last_step_number(dir: &Path) -> u32 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| step_number(&e.file_name().to_string_lossy()))
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+/// The output of one step as it is kept (README "Logs"): what each command it ran itself
+/// printed, stdout and stderr interleaved, as much as the run keeps in memory
+/// (`PRODIGY_OUTPUT_LIMIT` per command, its last part; the whole output of a longer one is
+/// in its spill log, which the kept part's first line names), secrets masked. The file is
+/// made on the first output; the record is written at the end.
+pub struct StepLog {
+    dir: PathBuf,
+    number: u32,
+    file: Option<File>,
+    record: StepRecord,
+    /// The first write error.
+    pub error: Option<std::io::Error>,
+}
+
+impl StepLog {
+    /// The log of step NUMBER in DIR.
+    pub fn new(dir: PathBuf, number: u32, step: String) -> Self {
+        StepLog {
+            dir,
+            number,
+            file: None,
+            record: StepRecord {
+                step,
+                phase: None,
+                index: None,
+                outcome: String::new(),
+                duration_secs: 0.0,
+                commands: 0,
+                output_bytes: 0,
+                claude_logs: Vec::new(),
+            },
+            error: None,
+        }
+    }
+
+    /// Where the output goes.
+    pub fn output_path(&self) -> PathBuf {
+        self.dir.join(format!("step-{:04}.log", self.number))
+    }
+
+    /// Where the record goes.
+    pub fn record_path(&self) -> PathBuf {
+        self.dir.join(format!("step-{:04}.json", self.number))
+    }
+
+    /// Sets the step's list and index in it.
+    pub fn place(&mut self, phase: Option<&str>, index: Option<usize>) {
+        self.record.phase = phase.map(str::to_owned);
+        self.record.index = index;
+    }
+
+    /// Adds the output TEXT (masked) of a command the step ran, after a line saying which
+    /// one it is (HEADER) when it is not the first.
+    pub fn command(&mut self, header: &str, text: &str, claude_log: Option<&Path>) {
+        self.record.commands += 1;
+        if let Some(log) = claude_log {
+            self.record.claude_logs.push(log.to_owned());
+        }
+        let mut bytes = String::new();
+        if self.record.commands > 1 && (self.record.output_bytes > 0 || !text.is_empty()) {
+            bytes.push_str(header);
+            bytes.push('\n');
+        }
+        bytes.push_str(text);
+        if !bytes.is_empty() && !bytes.ends_with('\n') {
+            bytes.push('\n');
+        }
+        if bytes.is_empty() || self.error.is_some() {
+            return;
+        }
+        if self.file.is_none() {
+            match open_append(&self.output_path()) {
+                Ok(file) => self.file = Some(file),
+                Err(e) => {
+                    self.error = Some(e);
+                    return;
+                }
+            }
+        }
+        if let Some(file) = self.file.as_mut() {
+            match file.write_all(bytes.as_bytes()) {
+                Ok(()) => self.record.output_bytes += bytes.len() as u64,
+                Err(e) => {
+                    self.error = Some(e);
+                    self.file = None;
+                }
+            }
+        }
+    }
+
+    /// Writes the record: the step ended as OUTCOME after DURATION.
+    ///
+    /// # Errors
+    ///
+    /// When the record cannot be written.
+    pub fn finish(
+        mut self,
+        outcome: &str,
+        duration: std::time::Duration,
+    ) -> Result<(), std::io::Error> {
+        outcome.clone_into(&mut self.record.outcome);
+        self.record.duration_secs = duration.as_secs_f64();
+        let text = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
+        let mut file = create_private(&self.record_path())?;
+        file.write_all(text.as_bytes())?;
+        file.write_all(b"\n")
+    }
+}
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if let Some(parent) = path.parent() {
+        crate::store::private_dir(parent)?;
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(crate::store::PRIVATE_FILE)
+        .open(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +523,47 @@ mod tests {
         assert!(first.path.ends_with("0001-fix-item.jsonl"));
         assert!(second.path.ends_with("0002-fix-item.jsonl"));
         assert!(second.is_open());
+    }
+
+    #[test]
+    fn a_step_log_keeps_each_commands_output_and_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(last_step_number(dir.path()), 0);
+        let mut log = StepLog::new(dir.path().to_owned(), 3, "make".into());
+        log.place(Some("reduce"), Some(1));
+        log.command("[prodigy: attempt 1]", "one\ntwo", None);
+        log.command(
+            "[prodigy: attempt 2]",
+            "three\n",
+            Some(Path::new("/l/0001-x.jsonl")),
+        );
+        log.finish("recovered", std::time::Duration::from_millis(1500))
+            .unwrap();
+        let output = std::fs::read_to_string(dir.path().join("step-0003.log")).unwrap();
+        assert_eq!(output, "one\ntwo\n[prodigy: attempt 2]\nthree\n");
+        let record: StepRecord = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("step-0003.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(record.outcome, "recovered");
+        assert_eq!(
+            (record.phase.as_deref(), record.index),
+            (Some("reduce"), Some(1))
+        );
+        assert_eq!(
+            (record.commands, record.output_bytes),
+            (2, output.len() as u64)
+        );
+        assert_eq!(record.claude_logs, [PathBuf::from("/l/0001-x.jsonl")]);
+        assert_eq!(last_step_number(dir.path()), 3);
+        // A step that printed nothing has a record and no output file.
+        let quiet = StepLog::new(dir.path().to_owned(), 4, "true".into());
+        quiet
+            .finish("succeeded", std::time::Duration::ZERO)
+            .unwrap();
+        assert!(!dir.path().join("step-0004.log").exists());
+        assert_eq!(step_number("step-0004.json"), Some(4));
+        assert_eq!(step_number("output-0004-x.log"), None);
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub enum Message {
     },
     /// A line a step's command wrote (`-v`).
     Output(String),
+    /// A line the run's result step wrote (a reduce step, a standard run's last step):
+    /// shown at normal verbosity, as [`Message::Output`] is at `-v`.
+    Result(String),
     /// What a Claude call does (`-v`; the session's id and model at `-vv`).
     Claude(Note),
     /// How a step's command ended and how long it took (`-vv`).
@@ -246,6 +249,7 @@ impl Message {
                 value: mask(&value),
             },
             Message::Output(line) => Message::Output(mask(&line)),
+            Message::Result(line) => Message::Result(mask(&line)),
             Message::Claude(note) => Message::Claude(match note {
                 Note::Started { session_id, model } => Note::Started { session_id, model },
                 Note::Text(text) => Note::Text(mask(&text)),

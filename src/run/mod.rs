@@ -449,17 +449,21 @@ pub(crate) fn watch_signals() -> (
     tokio::sync::watch::Receiver<bool>,
     Arc<std::sync::atomic::AtomicU8>,
 ) {
+    use tokio::signal::unix::{SignalKind, signal as handler};
     let (tx, rx) = tokio::sync::watch::channel(false);
     let signal = Arc::new(std::sync::atomic::AtomicU8::new(0));
     let seen = signal.clone();
+    // Both handlers are in place before this returns, so a signal that comes before the
+    // task first runs (right after the first command starts) is caught, not fatal.
+    let (Ok(mut int), Ok(mut term)) = (
+        handler(SignalKind::interrupt()),
+        handler(SignalKind::terminate()),
+    ) else {
+        return (rx, signal);
+    };
     tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
         let code = tokio::select! {
-            _ = tokio::signal::ctrl_c() => crate::exit_code::SIGINT,
+            _ = int.recv() => crate::exit_code::SIGINT,
             _ = term.recv() => crate::exit_code::SIGTERM,
         };
         seen.store(code, std::sync::atomic::Ordering::SeqCst);

@@ -483,21 +483,27 @@ fn three_hundred_megabytes_of_output_stay_bounded() {
     assert!(head.starts_with("[prodigy: output truncated:"), "{head}");
     let mut checkpoint = 0;
     let mut logged = 0;
+    let mut kept = 0;
     let mut stack = vec![home];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let path = entry.path();
             let len = entry.metadata().unwrap().len();
+            let name = entry.file_name().to_string_lossy().into_owned();
             if path.is_dir() {
                 stack.push(path);
             } else if path.ends_with("checkpoint.json") {
                 checkpoint = len;
-            } else if path.extension().is_some_and(|e| e == "log") {
+            } else if name.starts_with("output-") && path.extension().is_some_and(|e| e == "log") {
                 logged = len;
+            } else if name == "step-0001.log" {
+                kept = len;
             }
         }
     }
     assert!(checkpoint < 64 << 20, "checkpoint of {checkpoint} bytes");
+    // The step's own log keeps what memory keeps: the tail, after the line naming the spill.
+    assert!(kept < 9 << 20 && kept > 8 << 20, "step log of {kept} bytes");
     assert_eq!(
         logged,
         300_000_000 + 300_000_000 / 999 + 1,

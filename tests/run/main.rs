@@ -706,6 +706,8 @@ mod examples;
 mod faults;
 mod friction;
 mod guides;
+mod items;
+mod logs;
 mod mapreduce;
 mod paths;
 mod reap;

@@ -26,6 +26,7 @@ mod merge;
 mod metrics;
 mod reduce;
 mod setup;
+pub use setup::setup_and_items;
 
 pub(crate) use agent::*;
 pub(crate) use dispatch::*;

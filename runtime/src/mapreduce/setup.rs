@@ -250,6 +250,34 @@ impl MapJob<'_> {
     }
 }
 
+/// `prodigy items --run-setup`: RUNNER's job `setup` (its `capture_outputs` too) with VARS,
+/// then the items its map input gives (docs/language.md §7). Nothing of a job is kept: give it
+/// a runner that records nothing ([`Runner::unrecorded`]) in a place that is thrown away.
+///
+/// # Errors
+///
+/// Why setup failed, was interrupted, or the items could not be read.
+pub async fn setup_and_items(
+    runner: &crate::runner::Runner,
+    mut vars: Vars,
+) -> Result<Vec<Value>, String> {
+    let checkpoint = crate::session::new_job_checkpoint("items-preview", &runner.opts);
+    let mut job = MapJob::new(
+        runner,
+        crate::jobstore::JobFiles::new(std::path::PathBuf::new()),
+        checkpoint,
+        crate::mapreduce::JobOptions::default(),
+        false,
+    );
+    match job.setup(&mut vars).await {
+        Ok(()) => {}
+        Err(JobOutcome::Failed { what, .. }) => return Err(what),
+        Err(JobOutcome::Interrupted) => return Err("setup was interrupted".to_owned()),
+        Err(other) => return Err(format!("setup ended as {other:?}")),
+    }
+    job.load_items(&vars).await
+}
+
 /// A setup `capture_outputs` entry from its step's output.
 pub(crate) fn setup_value(capture: &OutputCapture, out: &CommandOutput) -> Result<Value, String> {
     let CommandOutput {

@@ -326,6 +326,8 @@ pub struct RunState {
     pub(crate) continued: Mutex<Vec<ContinuedStep>>,
     /// Numbers the run's log files.
     pub(crate) log_seq: std::sync::atomic::AtomicU64,
+    /// The last step number given out in each owner's log directory (`steps`, `item_3`).
+    pub(crate) step_numbers: Mutex<std::collections::BTreeMap<PathBuf, u32>>,
     /// Turns taken so far by the Claude calls running now.
     pub(crate) live_turns: std::sync::atomic::AtomicU64,
     /// What the Claude calls running now have cost so far, in millionths of a US dollar,
@@ -415,6 +417,12 @@ impl Runner {
         Ok(Self::with_log(plan, opts, cancel, started_at, id, log))
     }
 
+    /// A runner that records nothing (no events, no logs) and stops on CANCEL, for
+    /// `prodigy items --run-setup`.
+    pub fn unrecorded(plan: Arc<Plan>, opts: Options, cancel: watch::Receiver<bool>) -> Self {
+        Self::with_log(plan, opts, cancel, None, String::new(), EventLog::none())
+    }
+
     /// A runner that records nothing, for `--dry-run`.
     pub fn dry(plan: Arc<Plan>, opts: Options) -> Self {
         let (_, cancel) = watch::channel(false);
@@ -450,6 +458,7 @@ impl Runner {
             agent_worktrees: crate::worktree::Pool::default(),
             continued: Mutex::new(Vec::new()),
             log_seq: std::sync::atomic::AtomicU64::new(1),
+            step_numbers: Mutex::new(std::collections::BTreeMap::new()),
             live_turns: std::sync::atomic::AtomicU64::new(0),
             live_cost_micros: std::sync::atomic::AtomicU64::new(0),
             claude_totals: Mutex::new(crate::claude::Totals::default()),
@@ -615,6 +624,24 @@ impl Runner {
     /// Whether the reporter shows a step's output as it arrives.
     pub(crate) fn shows_output(&self) -> bool {
         self.sink.reporter().shows_output()
+    }
+
+    /// How a line of STEP's own output is shown, if it is: the output of the reduce phase's
+    /// steps and of a standard run's last step is the run's result, shown at normal
+    /// verbosity (README "`prodigy run`"); any step's at `-v`.
+    pub(crate) fn output_shown_as(
+        &self,
+        step: &prodigy_compiler::plan::PlanStep,
+    ) -> Option<fn(String) -> crate::message::Message> {
+        let result = self.agent().is_none_or(|a| a.agent_id.is_empty())
+            && (self.plan.reduce.contains(&step.id) || self.plan.commands.last() == Some(&step.id));
+        if result && self.sink.reporter().shows_results() {
+            Some(crate::message::Message::Result)
+        } else if self.shows_output() {
+            Some(crate::message::Message::Output)
+        } else {
+            None
+        }
     }
 
     /// Shows lines and the progress of map phases with REPORTER (by default nothing is

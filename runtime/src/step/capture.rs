@@ -11,18 +11,20 @@ use crate::runner::{Runner, fields};
 use crate::vars::Vars;
 
 impl Runner {
-    /// For a reporter that shows output: what a command wrote (standard output unless it
-    /// was shown as it arrived), and how it ended.
+    /// For a reporter that shows output (or the run's result, when STEP gives it): what a
+    /// command wrote (standard output unless it was shown as it arrived), and how it ended.
     pub(crate) fn show_output(&self, step: &PlanStep, out: &Output) {
-        if self.shows_output() {
+        if let Some(shown_as) = self.output_shown_as(step) {
             let stdout = if out.streamed {
                 ""
             } else {
                 out.stdout.as_str()
             };
             for line in stdout.lines().chain(out.stderr.lines()) {
-                self.say(Message::Output(line.to_owned()));
+                self.say(shown_as(line.to_owned()));
             }
+        }
+        if self.shows_output() {
             {
                 let how = match (out.code, out.timed_out) {
                     (_, true) => "timed out".to_owned(),

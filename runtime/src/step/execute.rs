@@ -431,10 +431,15 @@ impl Runner {
         self.say(Message::Command(text.clone()));
         let (program, args) = build(&text);
         let kind = crate::executor::Kind::Shell { text };
-        let streamed = live && self.shows_output();
+        let shown_as = if live {
+            self.output_shown_as(step)
+        } else {
+            None
+        };
+        let streamed = shown_as.is_some();
         let mut watch = |line: &str| {
-            if streamed {
-                self.say(Message::Output(line.to_owned()));
+            if let Some(shown_as) = shown_as {
+                self.say(shown_as(line.to_owned()));
             }
         };
         let mut out = self

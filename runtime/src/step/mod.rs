@@ -27,7 +27,8 @@ pub(crate) use capture::*;
 pub(crate) use limit::{ClaudeLimitState, halting};
 
 impl Runner {
-    /// Runs one step to its outcome.
+    /// Runs one step to its outcome; its output and how it ended are kept in the run's logs
+    /// (README "Logs").
     pub fn run_step<'a>(
         &'a self,
         id: StepId,
@@ -41,6 +42,80 @@ impl Runner {
             if self.cancelled() {
                 return Outcome::Cancelled;
             }
+            let began = self.started.elapsed();
+            let mut log = self.step_log(step, index);
+            let outcome = self.step_body(step, vars, index, log.as_mut()).await;
+            if let Some(mut log) = log {
+                let outcome_name = serde_json::to_value(outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let path = log.record_path();
+                let error = log.error.take();
+                let written =
+                    log.finish(&outcome_name, self.started.elapsed().saturating_sub(began));
+                if let Some(e) = error.or(written.err()) {
+                    self.say(Message::step_warning(format!(
+                        "cannot keep the step's output in {}: {e}",
+                        path.with_extension("log").display()
+                    )));
+                }
+            }
+            outcome
+        })
+    }
+
+    /// The log of STEP's output in the run's logs, numbered in its owner's directory; none
+    /// for a run that keeps nothing (`--dry-run`).
+    fn step_log(&self, step: &PlanStep, index: Option<usize>) -> Option<crate::logs::StepLog> {
+        if self.session.is_empty() {
+            return None;
+        }
+        let dir = self.log_dir();
+        let number = {
+            let mut numbers = lock(&self.step_numbers);
+            let last = numbers
+                .entry(dir.clone())
+                .or_insert_with(|| crate::logs::last_step_number(&dir));
+            *last += 1;
+            *last
+        };
+        let mut log = crate::logs::StepLog::new(dir, number, step.label.clone());
+        let plan = &self.plan;
+        let id = step.id;
+        let phase = index.and_then(|_| {
+            if plan.commands.contains(&id) {
+                Some("steps")
+            } else if plan.setup.as_ref().is_some_and(|s| s.steps.contains(&id)) {
+                Some("setup")
+            } else if plan.map.as_ref().is_some_and(|m| m.steps.contains(&id)) {
+                Some("map")
+            } else if plan.reduce.contains(&id) {
+                Some("reduce")
+            } else if plan
+                .merge
+                .as_ref()
+                .is_some_and(|m| m.steps.contains(&id) || m.on_conflict.contains(&id))
+            {
+                Some("merge")
+            } else {
+                None
+            }
+        });
+        log.place(phase, index);
+        Some(log)
+    }
+
+    /// Runs STEP to its outcome; LOG keeps what its commands print.
+    async fn step_body(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        index: Option<usize>,
+        mut log: Option<&mut crate::logs::StepLog>,
+    ) -> Outcome {
+        let id = step.id;
+        {
             // A step of a phase (`index` given): `step.name`/`step.index` describe it; the
             // git fields describe the last one.
             if let Some(index) = index {
@@ -137,6 +212,14 @@ impl Runner {
                             attempt,
                         });
                         let out = self.execute(step, vars, resume.as_ref()).await;
+                        if let Some(log) = log.as_deref_mut() {
+                            let header = if run > 1 {
+                                format!("[prodigy: run {run}, attempt {attempt}]")
+                            } else {
+                                format!("[prodigy: attempt {attempt}]")
+                            };
+                            self.keep_output(log, &header, &out);
+                        }
                         self.record(&Event::AttemptFinished {
                             step: step.label.clone(),
                             run,
@@ -191,6 +274,9 @@ impl Runner {
                                 Output::error("internal error: no fallback command")
                             }
                         };
+                        if let Some(log) = log.as_deref_mut() {
+                            self.keep_output(log, "[prodigy: fallback command]", &out);
+                        }
                         self.show_output(step, &out);
                         set_last_command(vars, step, &out);
                         let event = StepEvent::Exited(out.exit());
@@ -356,7 +442,13 @@ impl Runner {
                 });
             }
             outcome
-        })
+        }
+    }
+
+    /// Adds what a command of a step printed to the step's LOG, secrets masked.
+    fn keep_output(&self, log: &mut crate::logs::StepLog, header: &str, out: &Output) {
+        let claude_log = out.claude.as_ref().and_then(|c| c.log.as_deref());
+        log.command(header, &self.mask(&out.combined()), claude_log);
     }
 
     /// A step machine answered what cannot happen: an internal error, recorded and shown,
