@@ -993,7 +993,7 @@ fn resume_hint(home: &Path, id: &str) -> Option<String> {
 
 /// The bytes of FILE from OFFSET on; a file shorter than OFFSET (replaced by hand) is read
 /// from its start, and OFFSET reset.
-fn read_from(file: &Path, offset: &mut u64) -> Option<Vec<u8>> {
+pub(crate) fn read_from(file: &Path, offset: &mut u64) -> Option<Vec<u8>> {
     use std::io::{Read as _, Seek as _};
     let mut handle = std::fs::File::open(file).ok()?;
     if handle.metadata().ok()?.len() < *offset {
@@ -1005,7 +1005,7 @@ fn read_from(file: &Path, offset: &mut u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-fn event_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn event_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| {
             entries

@@ -10,6 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod agent;
 mod check;
 mod exit_code;
+mod graph_status;
 mod items;
 mod jobs;
 mod logs;
@@ -243,9 +244,13 @@ fn cli_command() -> clap::Command {
 
 #[derive(clap::Args)]
 struct GraphArgs {
-    /// A workflow file.
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
+    /// A workflow file (with `--status`: the one the run ran, unless named).
+    #[arg(value_name = "FILE", required_unless_present = "status")]
+    file: Option<PathBuf>,
+    /// Draw the state of run or job ID on the plan (as `prodigy ls` names it): each node
+    /// coloured by how far the run got, with its counts; a running run as far as it got.
+    #[arg(long, value_name = "ID")]
+    status: Option<String>,
     /// `dot` (Graphviz), `mermaid` (GitHub's flowchart syntax) or `json`.
     #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
     format: GraphFormat,
@@ -773,7 +778,25 @@ pub(crate) fn load_checked(
 }
 
 fn graph(args: &GraphArgs) -> u8 {
-    let (file, checked) = match load_checked(&args.file) {
+    let found = match &args.status {
+        Some(id) => match graph_status::find(&prodigy_runtime::store::Layout::home(), id) {
+            Ok(found) => Some(found),
+            Err(why) => {
+                err(&format!("error: {why}\n"));
+                return exit_code::USAGE;
+            }
+        },
+        None => None,
+    };
+    let Some(path) = args
+        .file
+        .clone()
+        .or_else(|| found.as_ref().map(|f| f.workflow.clone()))
+    else {
+        err("error: name a workflow file, or a run with `--status ID`\n");
+        return exit_code::USAGE;
+    };
+    let (file, checked) = match load_checked(&path) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
@@ -781,11 +804,23 @@ fn graph(args: &GraphArgs) -> u8 {
         err("error: internal error: a workflow without errors has no plan\n");
         return exit_code::PROBLEMS;
     };
+    let status = found.as_ref().map(|found| {
+        if prodigy_runtime::store::hash(&file.text) != found.workflow_hash {
+            err(&format!(
+                "warning: `{}` changed since `{}` started: the plan drawn may differ from the one it ran\n",
+                path.display(),
+                args.status.as_deref().unwrap_or_default()
+            ));
+        }
+        graph_status::fold(graph, &graph_status::read_events(&found.events))
+    });
     let text = match args.format {
-        GraphFormat::Dot => prodigy_compiler::emit::dot(graph, plan),
-        GraphFormat::Mermaid => prodigy_compiler::emit::mermaid(graph, plan),
+        GraphFormat::Dot => prodigy_compiler::emit::dot_status(graph, plan, status.as_ref()),
+        GraphFormat::Mermaid => {
+            prodigy_compiler::emit::mermaid_status(graph, plan, status.as_ref())
+        }
         GraphFormat::Json => {
-            let value = prodigy_compiler::emit::json(graph, plan, &file);
+            let value = prodigy_compiler::emit::json_status(graph, plan, &file, status.as_ref());
             serde_json::to_string_pretty(&value)
                 .map(|t| t + "\n")
                 .unwrap_or_default()

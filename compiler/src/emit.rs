@@ -40,6 +40,81 @@ pub fn retry_label(retries: u32, schedule: &[Duration]) -> String {
     format!("retry ×{retries}: {}", delays.join(", "))
 }
 
+/// How far a run got at a node (`prodigy graph --status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    /// Nothing reached it.
+    NotReached,
+    /// It started and has not ended.
+    Running,
+    /// It ended well.
+    Succeeded,
+    /// It failed (or, for an item node, items reached it).
+    Failed,
+    /// `when` was false, or items were skipped.
+    Skipped,
+}
+
+impl NodeState {
+    /// Its fill colour in DOT and Mermaid.
+    pub fn colour(self) -> &'static str {
+        match self {
+            NodeState::NotReached => "#eeeeee",
+            NodeState::Running => "#fff2a8",
+            NodeState::Succeeded => "#c8f0c8",
+            NodeState::Failed => "#f8c0c0",
+            NodeState::Skipped => "#d8d8f0",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            NodeState::NotReached => "not_reached",
+            NodeState::Running => "running",
+            NodeState::Succeeded => "succeeded",
+            NodeState::Failed => "failed",
+            NodeState::Skipped => "skipped",
+        }
+    }
+
+    const ALL: [NodeState; 5] = [
+        NodeState::NotReached,
+        NodeState::Running,
+        NodeState::Succeeded,
+        NodeState::Failed,
+        NodeState::Skipped,
+    ];
+}
+
+/// A node's state in a run, with its counts as one line (`ran 3, failed 1, retried 2`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct NodeStatus {
+    /// How far the run got here.
+    pub state: NodeState,
+    /// Runs of the step (or items, events) that reached it.
+    pub count: u64,
+    /// Retries of the step.
+    pub retries: u64,
+    /// Map items that ran it.
+    pub items_ran: u64,
+    /// Map items that failed at it.
+    pub items_failed: u64,
+    /// The counts as a person reads them, drawn under the node's label.
+    pub note: String,
+}
+
+/// The states of a run's nodes, by node index; a node not in it was not reached.
+pub type Status = std::collections::BTreeMap<usize, NodeStatus>;
+
+fn state_of(status: Option<&Status>, index: usize) -> Option<(NodeState, String)> {
+    let status = status?;
+    Some(match status.get(&index) {
+        Some(s) => (s.state, s.note.clone()),
+        None => (NodeState::NotReached, String::new()),
+    })
+}
+
 struct Labels<'a> {
     plan: &'a Plan,
 }
@@ -93,6 +168,8 @@ impl Labels<'_> {
                 None => "circuit breaker".to_owned(),
             },
             Node::Dlq => "dead letter queue".to_owned(),
+            Node::ItemFailed => "item failed".to_owned(),
+            Node::ItemSkipped => "item skipped".to_owned(),
         }
     }
 
@@ -129,7 +206,9 @@ impl Labels<'_> {
             | Node::Failure
             | Node::Phase { .. }
             | Node::Breaker { .. }
-            | Node::Dlq => None,
+            | Node::Dlq
+            | Node::ItemFailed
+            | Node::ItemSkipped => None,
         }?;
         Some(format!("{}:{line}", self.plan.source))
     }
@@ -154,7 +233,9 @@ impl Labels<'_> {
             | Node::Phase { .. }
             | Node::Fallback { .. }
             | Node::Breaker { .. }
-            | Node::Dlq => None,
+            | Node::Dlq
+            | Node::ItemFailed
+            | Node::ItemSkipped => None,
         };
         match (at, what) {
             (Some(at), Some(what)) => Some(format!("{at}\n{what}")),
@@ -174,6 +255,11 @@ impl Labels<'_> {
             Edge::FanIn => Some("all done".to_owned()),
             Edge::Continue => Some("failure ignored".to_owned()),
             Edge::Reject => Some("rejects items while open".to_owned()),
+            Edge::ItemRetry { retries, schedule } => {
+                Some(format!("item {}", retry_label(*retries, schedule)))
+            }
+            Edge::OnItemFailure { action } => Some(format!("on_item_failure: {action}")),
+            Edge::Stop { why } => Some(format!("job stops ({why})")),
         }
     }
 }
@@ -191,12 +277,14 @@ fn agent_steps(plan: &Plan) -> BTreeSet<StepId> {
 fn in_agent(node: &Node, agent: &BTreeSet<StepId>) -> bool {
     match node {
         Node::Step { step } | Node::Fallback { step } => agent.contains(step),
+        Node::ItemFailed => true,
         Node::Start
         | Node::Success
         | Node::Failure
         | Node::Phase { .. }
         | Node::Breaker { .. }
-        | Node::Dlq => false,
+        | Node::Dlq
+        | Node::ItemSkipped => false,
     }
 }
 
@@ -216,6 +304,12 @@ fn dot_escape(text: &str) -> String {
 
 /// Renders DOT for Graphviz.
 pub fn dot(graph: &Graph, plan: &Plan) -> String {
+    dot_status(graph, plan, None)
+}
+
+/// Renders DOT with a run's STATUS on it: each node filled with its state's colour, its counts
+/// under its label.
+pub fn dot_status(graph: &Graph, plan: &Plan, status: Option<&Status>) -> String {
     let labels = Labels { plan };
     let agent = agent_steps(plan);
     let mut out = String::new();
@@ -229,19 +323,35 @@ pub fn dot(graph: &Graph, plan: &Plan) -> String {
     );
     let _ = writeln!(out, "  edge [fontname=\"Helvetica\", fontsize=10];");
     let node_line = |index: usize, node: &Node| {
-        let mut attrs = format!("label=\"{}\"", dot_escape(&labels.node(node)));
+        let state = state_of(status, index);
+        let mut label = labels.node(node);
+        if let Some((state, note)) = &state {
+            let _ = write!(label, "\n[{}]", state.name());
+            if !note.is_empty() {
+                let _ = write!(label, " {note}");
+            }
+        }
+        let mut attrs = format!("label=\"{}\"", dot_escape(&label));
+        if let Some((state, _)) = &state {
+            let _ = write!(
+                attrs,
+                ", style=\"rounded,filled\", fillcolor=\"{}\"",
+                state.colour()
+            );
+        }
         let shape = match node {
             Node::Start => Some("circle"),
             Node::Success | Node::Failure => Some("doublecircle"),
             Node::Phase { .. } => Some("folder"),
             Node::Breaker { .. } => Some("octagon"),
             Node::Dlq => Some("cylinder"),
+            Node::ItemFailed | Node::ItemSkipped => Some("hexagon"),
             Node::Step { .. } | Node::Fallback { .. } => None,
         };
         if let Some(shape) = shape {
             let _ = write!(attrs, ", shape={shape}");
         }
-        if matches!(node, Node::Failure) {
+        if matches!(node, Node::Failure | Node::ItemFailed) {
             attrs.push_str(", color=red");
         }
         if let Some(tip) = labels.tooltip(node) {
@@ -281,8 +391,13 @@ pub fn dot(graph: &Graph, plan: &Plan) -> String {
             attrs.push(format!("tooltip=\"{}\"", dot_escape(&at)));
         }
         match edge {
-            Edge::OnFailure | Edge::Fallback | Edge::Reject => attrs.push("color=red".to_owned()),
-            Edge::Retry { .. } => attrs.push("color=orange, style=dashed".to_owned()),
+            Edge::OnFailure | Edge::Fallback | Edge::Reject | Edge::Stop { .. } => {
+                attrs.push("color=red".to_owned());
+            }
+            Edge::OnItemFailure { .. } => attrs.push("color=red, style=bold".to_owned()),
+            Edge::Retry { .. } | Edge::ItemRetry { .. } => {
+                attrs.push("color=orange, style=dashed".to_owned());
+            }
             Edge::Continue => attrs.push("color=gray, style=dashed".to_owned()),
             Edge::OnSuccess | Edge::OnExitCode { .. } => attrs.push("color=darkgreen".to_owned()),
             Edge::Next | Edge::FanOut | Edge::FanIn => {}
@@ -308,16 +423,31 @@ fn mermaid_escape(text: &str) -> String {
 
 /// Renders a Mermaid `flowchart`, as GitHub renders it.
 pub fn mermaid(graph: &Graph, plan: &Plan) -> String {
+    mermaid_status(graph, plan, None)
+}
+
+/// Renders a Mermaid `flowchart` with a run's STATUS on it: a class per state (its fill
+/// colour), the counts under each node's label.
+pub fn mermaid_status(graph: &Graph, plan: &Plan, status: Option<&Status>) -> String {
     let labels = Labels { plan };
     let agent = agent_steps(plan);
     let mut out = String::from("flowchart TD\n");
     let node_line = |index: usize, node: &Node| {
-        let text = mermaid_escape(&labels.node(node));
+        let mut label = labels.node(node);
+        if let Some((state, note)) = state_of(status, index) {
+            let _ = write!(label, " [{}]", state.name());
+            if !note.is_empty() {
+                let _ = write!(label, " {note}");
+            }
+        }
+        let text = mermaid_escape(&label);
         match node {
             Node::Start | Node::Success => format!("n{index}((\"{text}\"))"),
             Node::Failure => format!("n{index}(((\"{text}\")))"),
             Node::Phase { .. } => format!("n{index}[/\"{text}\"/]"),
-            Node::Breaker { .. } => format!("n{index}{{{{\"{text}\"}}}}"),
+            Node::Breaker { .. } | Node::ItemFailed | Node::ItemSkipped => {
+                format!("n{index}{{{{\"{text}\"}}}}")
+            }
             Node::Dlq => format!("n{index}[(\"{text}\")]"),
             Node::Step { .. } | Node::Fallback { .. } => format!("n{index}[\"{text}\"]"),
         }
@@ -358,8 +488,12 @@ pub fn mermaid(graph: &Graph, plan: &Plan) -> String {
     }
     for (from, to, edge) in graph.edges() {
         let arrow = match edge {
-            Edge::Retry { .. } | Edge::Continue => "-.->",
-            Edge::OnFailure | Edge::Fallback | Edge::Reject => "==>",
+            Edge::Retry { .. } | Edge::ItemRetry { .. } | Edge::Continue => "-.->",
+            Edge::OnFailure
+            | Edge::Fallback
+            | Edge::Reject
+            | Edge::OnItemFailure { .. }
+            | Edge::Stop { .. } => "==>",
             Edge::Next | Edge::OnSuccess | Edge::OnExitCode { .. } | Edge::FanOut | Edge::FanIn => {
                 "-->"
             }
@@ -379,11 +513,37 @@ pub fn mermaid(graph: &Graph, plan: &Plan) -> String {
             }
         }
     }
+    if status.is_some() {
+        for state in NodeState::ALL {
+            let _ = writeln!(
+                out,
+                "  classDef {} fill:{},stroke:#555",
+                state.name(),
+                state.colour()
+            );
+        }
+        for (index, _) in graph.nodes() {
+            if let Some((state, _)) = state_of(status, index.index()) {
+                let _ = writeln!(out, "  class n{} {}", index.index(), state.name());
+            }
+        }
+    }
     out
 }
 
 /// Renders the graph as JSON: nodes with labels and origins, edges with kinds and labels.
 pub fn json(graph: &Graph, plan: &Plan, file: &SourceFile) -> serde_json::Value {
+    json_status(graph, plan, file, None)
+}
+
+/// Renders the graph as JSON with a run's STATUS: each node has a `status` (its state and
+/// counts).
+pub fn json_status(
+    graph: &Graph,
+    plan: &Plan,
+    file: &SourceFile,
+    status: Option<&Status>,
+) -> serde_json::Value {
     let labels = Labels { plan };
     let origin = |node: &Node| {
         let span = match node {
@@ -400,7 +560,12 @@ pub fn json(graph: &Graph, plan: &Plan, file: &SourceFile) -> serde_json::Value 
                 fallback.or_else(|| s.line.is_some().then_some(s.origin))
             }),
             Node::Phase { origin, .. } | Node::Breaker { origin } => Some(*origin),
-            Node::Start | Node::Success | Node::Failure | Node::Dlq => None,
+            Node::Start
+            | Node::Success
+            | Node::Failure
+            | Node::Dlq
+            | Node::ItemFailed
+            | Node::ItemSkipped => None,
         }?;
         let at = file.line_col(span.start);
         Some(serde_json::json!({"file": plan.source, "line": at.line, "column": at.column}))
@@ -416,6 +581,13 @@ pub fn json(graph: &Graph, plan: &Plan, file: &SourceFile) -> serde_json::Value 
                     "origin".into(),
                     origin(node).unwrap_or(serde_json::Value::Null),
                 );
+                if let Some(status) = status {
+                    let value = status.get(&index.index()).map_or_else(
+                        || serde_json::json!({"state": NodeState::NotReached}),
+                        |s| serde_json::to_value(s).unwrap_or(serde_json::Value::Null),
+                    );
+                    map.insert("status".into(), value);
+                }
             }
             value
         })

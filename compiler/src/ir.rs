@@ -9,7 +9,7 @@ use std::time::Duration;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
 
-use crate::ast::ItemFailure;
+use crate::plan::ItemFailure;
 use crate::plan::{Plan, PlanCommand, StepId};
 use crate::source::Span;
 
@@ -47,6 +47,10 @@ pub enum Node {
     },
     /// The dead letter queue.
     Dlq,
+    /// A map item whose agent failed: retried, then handed to `on_item_failure`.
+    ItemFailed,
+    /// Failed items recorded as skipped (`on_item_failure: skip`).
+    ItemSkipped,
 }
 
 /// A phase.
@@ -95,6 +99,24 @@ pub enum Edge {
     Continue,
     /// Items the open circuit breaker turns away.
     Reject,
+    /// A failed map item runs its agent again.
+    ItemRetry {
+        /// Retries at most (`error_policy.retry_config.max_attempts` minus one).
+        retries: u32,
+        /// Delays before each retry (before jitter).
+        schedule: Vec<Duration>,
+    },
+    /// A failed map item's last run: where `on_item_failure` sends it.
+    OnItemFailure {
+        /// `dlq`, `retry`, `skip`, `stop` or `custom:NAME`.
+        action: String,
+    },
+    /// The job stops: no new agent starts and the reduce does not run.
+    Stop {
+        /// Why: `on_item_failure: stop`, `max_failures N`, `failure_threshold X`,
+        /// `continue_on_failure: false`.
+        why: String,
+    },
 }
 
 /// The graph of a plan.
@@ -117,6 +139,7 @@ pub fn build(plan: &Plan) -> Graph {
     let failure = b.g.add_node(Node::Failure);
     let ends = Ends {
         item_failure: failure,
+        agent: false,
     };
     let mut exit = Exit::at(start);
     if plan.map.is_none() {
@@ -138,43 +161,102 @@ pub fn build(plan: &Plan) -> Graph {
         b.link(&exit, node, Edge::Next);
         let policy = plan.error_policy.as_ref();
         let dlq = b.g.add_node(Node::Dlq);
-        let action = policy
-            .and_then(|p| p.on_item_failure.as_ref())
-            .map(|a| a.value.clone());
-        let item_failure = match action {
-            Some(ItemFailure::Stop) => failure,
-            Some(
-                ItemFailure::Dlq | ItemFailure::Retry | ItemFailure::Skip | ItemFailure::Custom(_),
-            )
-            | None => dlq,
+        // Every way an agent fails leads to the item failing; the item is run again under
+        // the item retry policy, then goes where `on_item_failure` says.
+        let item_failed = b.g.add_node(Node::ItemFailed);
+        let agent_ends = Ends {
+            item_failure: item_failed,
+            agent: true,
         };
         if let Some(breaker) = policy.and_then(|p| p.circuit_breaker.as_ref()) {
             let breaker = b.g.add_node(Node::Breaker {
                 origin: breaker.span,
             });
             b.g.add_edge(node, breaker, Edge::Next);
-            b.g.add_edge(breaker, item_failure, Edge::Reject);
+            b.g.add_edge(breaker, item_failed, Edge::Reject);
         }
-        let agents = b.chain(
-            Exit::at(node),
-            &map.steps,
-            Edge::FanOut,
-            Ends { item_failure },
-        );
+        let agents = b.chain(Exit::at(node), &map.steps, Edge::FanOut, agent_ends);
+        let first =
+            b.g.edges(node)
+                .find(|e| matches!(e.weight(), Edge::FanOut))
+                .map(|e| e.target());
+        let job = &plan.job_policy;
+        if job.max_attempts > 1
+            && let Some(first) = first
+        {
+            b.g.add_edge(
+                item_failed,
+                first,
+                Edge::ItemRetry {
+                    retries: job.max_attempts - 1,
+                    schedule: job.retry_delays.clone(),
+                },
+            );
+        }
         let reduce = b.g.add_node(Node::Phase {
             phase: Phase::Reduce,
             origin: map.input.span,
         });
         b.link(&agents, reduce, Edge::FanIn);
-        if let Some(ItemFailure::Custom(name)) = policy
-            .and_then(|p| p.on_item_failure.as_ref())
-            .map(|a| &a.value)
-            && let Some((_, steps)) = plan.handlers.iter().find(|(n, _)| n == name)
-        {
-            let handled = b.chain(Exit::at(dlq), steps, Edge::OnFailure, ends);
-            b.link(&handled, reduce, Edge::FanIn);
-        } else {
+        let action = |name: &str| Edge::OnItemFailure {
+            action: name.to_owned(),
+        };
+        // Where a failed item's fate is decided: the failure limits are checked there.
+        let mut ended = vec![dlq];
+        match &job.on_item_failure {
+            ItemFailure::Dlq => {
+                b.g.add_edge(item_failed, dlq, action("dlq"));
+            }
+            ItemFailure::Retry => {
+                b.g.add_edge(item_failed, dlq, action("retry"));
+            }
+            ItemFailure::Skip => {
+                let skipped = b.g.add_node(Node::ItemSkipped);
+                b.g.add_edge(item_failed, skipped, action("skip"));
+                b.g.add_edge(skipped, reduce, Edge::FanIn);
+                ended.push(skipped);
+            }
+            // The item is dead-lettered and the job stops: no new agent starts and the
+            // reduce does not run.
+            ItemFailure::Stop => {
+                b.g.add_edge(item_failed, dlq, action("stop"));
+                let why = "on_item_failure: stop".to_owned();
+                b.g.add_edge(dlq, failure, Edge::Stop { why });
+            }
+            // The handler runs for the item: a handler that succeeds leaves it failed (not
+            // dead-lettered); one that fails dead-letters it.
+            ItemFailure::Custom(id) => {
+                let (name, steps) = plan.handler(*id).unwrap_or_default();
+                let handled = b.chain(
+                    Exit::at(item_failed),
+                    steps,
+                    action(&format!("custom:{name}")),
+                    Ends {
+                        item_failure: dlq,
+                        agent: false,
+                    },
+                );
+                b.link(&handled, reduce, Edge::FanIn);
+                ended.push(handled.node);
+                ended.extend(handled.continuing);
+            }
+            ItemFailure::MissingHandler(name) => {
+                b.g.add_edge(item_failed, dlq, action(&format!("custom:{name}")));
+                let why = format!("no handler `{name}`");
+                b.g.add_edge(dlq, failure, Edge::Stop { why });
+            }
+        }
+        if !matches!(
+            job.on_item_failure,
+            ItemFailure::Stop | ItemFailure::MissingHandler(_)
+        ) {
             b.g.add_edge(dlq, reduce, Edge::FanIn);
+            // The failure limits stop the job after the item's fate is written.
+            if let Some(why) = limits(job) {
+                for from in ended {
+                    b.g.add_edge(from, failure, Edge::Stop { why: why.clone() });
+                }
+            }
         }
         exit = b.chain(Exit::at(reduce), &plan.reduce, Edge::Next, ends);
     }
@@ -216,6 +298,22 @@ pub fn build(plan: &Plan) -> Graph {
     Graph { graph: b.g, start }
 }
 
+/// Why a failed item can stop the job, besides `on_item_failure: stop`: `max_failures`,
+/// `failure_threshold`, `continue_on_failure: false`.
+fn limits(job: &crate::plan::JobPolicy) -> Option<String> {
+    let mut why = Vec::new();
+    if !job.continue_on_failure {
+        why.push("continue_on_failure: false".to_owned());
+    }
+    if let Some(max) = job.max_failures {
+        why.push(format!("max_failures {max}"));
+    }
+    if let Some(rate) = job.failure_threshold {
+        why.push(format!("failure_threshold {rate}"));
+    }
+    (!why.is_empty()).then(|| why.join(", "))
+}
+
 fn span_of(plan: &Plan, steps: &[StepId]) -> Span {
     steps
         .first()
@@ -227,8 +325,11 @@ fn span_of(plan: &Plan, steps: &[StepId]) -> Span {
 #[derive(Clone, Copy)]
 struct Ends {
     /// Where an unhandled failure goes: the failed end, or for map agents the item's fate
-    /// (the DLQ, or the failed end under `on_item_failure: stop`).
+    /// (the item-failed node).
     item_failure: NodeIndex,
+    /// Whether these are a map agent's own steps, where a failure that was only handled
+    /// (an `on_failure` handler without `fail_workflow`) also fails the item.
+    agent: bool,
 }
 
 /// Where control leaves a chain: its last node, and the nodes whose failure is ignored,
@@ -280,6 +381,12 @@ impl Builder<'_> {
         };
         // In a map agent every unhandled failure fails the item; elsewhere, the run.
         let unhandled = ends.item_failure;
+        // The steps a step runs are run as a list: a handled failure among them goes on.
+        let agent = ends.agent;
+        let ends = Ends {
+            agent: false,
+            ..ends
+        };
         let mut exit = Exit::at(node);
         if let PlanCommand::Foreach { steps, .. } = &step.command {
             let body = self.chain(Exit::at(node), steps, Edge::FanOut, ends);
@@ -360,9 +467,12 @@ impl Builder<'_> {
                         },
                     );
                 }
-                if f.fail_workflow {
+                // In a map agent a failure only handled fails the item; a `strategy:
+                // fallback` handler that succeeds recovers the step, which goes on.
+                if f.fail_workflow || agent {
                     self.g.add_edge(handled.node, unhandled, Edge::OnFailure);
-                } else {
+                }
+                if !f.fail_workflow && (!agent || step.handler_policy.recovers) {
                     exit.continuing.push(handled.node);
                 }
                 exit.continuing.extend(handled.continuing);
@@ -412,7 +522,8 @@ impl Graph {
     /// Kahn's algorithm with an explicit queue: no recursion, so a workflow of any length
     /// is checked in constant stack space (petgraph's cycle check recurses once per node).
     pub fn has_unbounded_cycle(&self) -> bool {
-        let bounded = |e: &Edge| matches!(e, Edge::Retry { .. } | Edge::FanIn);
+        let bounded =
+            |e: &Edge| matches!(e, Edge::Retry { .. } | Edge::ItemRetry { .. } | Edge::FanIn);
         let mut incoming = vec![0usize; self.graph.node_bound()];
         for edge in self.graph.edge_references() {
             if !bounded(edge.weight()) {

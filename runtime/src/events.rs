@@ -44,6 +44,48 @@ impl Origin {
     }
 }
 
+/// How a step ended, as its `step_finished` event says: the step machine's [`Outcome`], except
+/// that a failure only handled by an `on_failure` handler of a map agent's own step is
+/// `failed_handled` (it fails the item), where elsewhere it is `failed_continued` (the run
+/// goes on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    /// The command succeeded.
+    Succeeded,
+    /// A fallback succeeded in the command's place.
+    Recovered,
+    /// The step failed, its handler ran, and the run goes on.
+    FailedContinued,
+    /// A map agent's step failed and its handler ran: the item fails.
+    FailedHandled,
+    /// The failure is ignored.
+    Ignored,
+    /// The step failed.
+    Failed,
+    /// `when` was false.
+    Skipped,
+    /// Cancelled by a signal.
+    Cancelled,
+}
+
+impl StepOutcome {
+    /// The outcome of a step that ended as OUTCOME; `agent_step`: it is one of a map agent's
+    /// own steps, whose handled failure ends the agent.
+    pub fn of(outcome: Outcome, agent_step: bool) -> Self {
+        match outcome {
+            Outcome::Succeeded => StepOutcome::Succeeded,
+            Outcome::Recovered => StepOutcome::Recovered,
+            Outcome::FailedContinued if agent_step => StepOutcome::FailedHandled,
+            Outcome::FailedContinued => StepOutcome::FailedContinued,
+            Outcome::Ignored => StepOutcome::Ignored,
+            Outcome::Failed => StepOutcome::Failed,
+            Outcome::Skipped => StepOutcome::Skipped,
+            Outcome::Cancelled => StepOutcome::Cancelled,
+        }
+    }
+}
+
 /// One event of a run or a job, as its events file holds it: `event_type` names the variant,
 /// the fields follow in this order (the envelope's `timestamp` and `job_id` are added when it
 /// is written, and inside a map agent `agent_id` and `item_id`).
@@ -202,7 +244,7 @@ pub enum Event {
         /// Its label.
         step: String,
         /// How it ended.
-        outcome: Outcome,
+        outcome: StepOutcome,
         /// Where it was written.
         #[serde(flatten, skip_serializing_if = "Option::is_none")]
         origin: Option<Origin>,

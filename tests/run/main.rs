@@ -705,6 +705,7 @@ mod crash;
 mod examples;
 mod faults;
 mod friction;
+mod graph_status;
 mod guides;
 mod items;
 mod logs;

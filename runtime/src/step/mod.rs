@@ -387,9 +387,13 @@ impl Runner {
                     }
                 }
             }
+            // A map agent's own steps are the ones run with an index in an agent's scope
+            // (`run_agent_steps`); what they trigger runs as a list, without one.
+            let agent_step =
+                index.is_some() && self.agent().is_some_and(|a| !a.agent_id.is_empty());
             self.record(&Event::StepFinished {
                 step: step.label.clone(),
-                outcome,
+                outcome: crate::events::StepOutcome::of(outcome, agent_step),
                 origin: self.origin(step),
             });
             // A failure that fails the workflow, or one that was only handled: in a map agent

@@ -89,14 +89,26 @@ struct State {
 pub(crate) struct FakeExecutor {
     state: Mutex<State>,
     started: Instant,
+    /// Answers a command with no script, when set.
+    rule: Option<Rule>,
 }
+
+/// How a [`FakeExecutor`] answers a command with no script, from its text.
+type Rule = Box<dyn Fn(&str) -> Reply + Send + Sync>;
 
 impl FakeExecutor {
     pub(crate) fn new() -> Self {
         FakeExecutor {
             state: Mutex::new(State::default()),
             started: Instant::now(),
+            rule: None,
         }
+    }
+
+    /// A command with no script answers what RULE says from its text.
+    pub(crate) fn rule(mut self, rule: impl Fn(&str) -> Reply + Send + Sync + 'static) -> Self {
+        self.rule = Some(Box::new(rule));
+        self
     }
 
     /// TEXT answers with REPLIES, in order (the last one repeats).
@@ -134,7 +146,9 @@ impl FakeExecutor {
         });
         state.running += 1;
         state.max_running = state.max_running.max(state.running);
-        let script = state.scripts.get_mut(text)?;
+        let Some(script) = state.scripts.get_mut(text) else {
+            return self.rule.as_ref().map(|rule| rule(text));
+        };
         if script.len() > 1 {
             script.pop_front()
         } else {
@@ -366,5 +380,7 @@ impl Harness {
     }
 }
 
+#[cfg(test)]
+mod graph_paths;
 #[cfg(test)]
 mod tests;
