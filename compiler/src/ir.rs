@@ -118,7 +118,8 @@ pub fn build(plan: &Plan) -> Graph {
     let ends = Ends {
         item_failure: failure,
     };
-    let mut exit = Exit::at(start);
+    // `worktree.setup` runs first, in each new worktree.
+    let mut exit = b.chain(Exit::at(start), &plan.worktree.setup, Edge::Next, ends);
     if plan.map.is_none() {
         exit = b.chain(exit, &plan.commands, Edge::Next, ends);
     }

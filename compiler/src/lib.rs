@@ -112,6 +112,7 @@ fn compile(
         diagnostics.extend(scope::check(workflow, &file.text));
         if let Some(surroundings) = surroundings {
             diagnostics.extend(missing_env_files(workflow, surroundings));
+            diagnostics.extend(missing_copies(workflow, surroundings));
             if let Some(map) = &workflow.map {
                 diagnostics.extend(fields::check(map, &file.text, surroundings));
                 diagnostics.extend(fields::missing_input(
@@ -232,6 +233,24 @@ fn static_item_count(plan: &plan::Plan, surroundings: &Surroundings<'_>) -> Opti
     let text = (surroundings.read_file)(&map.input.value)?;
     let input = parse_input(&text, InputKind::of_file(&map.input.value)).ok()?;
     Some(map.pipeline().apply(input).0.len())
+}
+
+/// W013: a plain `worktree.copy` path (no glob) that names no file of the checkout.
+fn missing_copies(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Vec<Diagnostic> {
+    workflow
+        .worktree
+        .iter()
+        .flat_map(|w| &w.copy)
+        .filter(|path| !lower::is_glob(&path.value) && !(surroundings.file_exists)(&path.value))
+        .map(|path| {
+            Diagnostic::new(
+                diagnostics::Code::MissingCopy,
+                format!("`worktree.copy` names `{}`, which does not exist", path.value),
+            )
+            .with_primary(path.span, "no such file in the project directory")
+            .with_help("create the file before the run, fix the path (relative to the repository's root), or remove the entry")
+        })
+        .collect()
 }
 
 fn missing_env_files(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Vec<Diagnostic> {
