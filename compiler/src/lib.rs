@@ -241,6 +241,8 @@ fn missing_copies(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> 
         .worktree
         .iter()
         .flat_map(|w| &w.copy)
+        // A path V110 refuses is not looked for.
+        .filter(|path| !path.value.starts_with('/') && !path.value.split('/').any(|p| p == ".."))
         .filter(|path| !lower::is_glob(&path.value) && !(surroundings.file_exists)(&path.value))
         .map(|path| {
             Diagnostic::new(
