@@ -2,6 +2,8 @@
 //! linked into the session's and every agent's worktree and never committed, `setup` run
 //! once per worktree, a failing `setup`, and the agents' sparse checkout.
 
+use std::os::unix::fs::PermissionsExt as _;
+
 use super::mapreduce::only_job;
 use super::{Scratch, collect_files, shown, stderr};
 
@@ -22,7 +24,7 @@ fn files_at(scratch: &Scratch, rev: &str) -> Vec<String> {
         .collect()
 }
 
-/// The events of the run with EVENT_TYPE.
+/// The events of the run of the given type.
 fn events_of(scratch: &Scratch, event_type: &str) -> Vec<serde_json::Value> {
     scratch
         .events()
@@ -40,7 +42,6 @@ fn project() -> Scratch {
     let project = scratch.project();
     std::fs::write(project.join(".env"), format!("TOKEN={SECRET}\n")).unwrap();
     std::fs::write(project.join("tool.sh"), "#!/bin/sh\necho tool\n").unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(
         project.join("tool.sh"),
         std::fs::Permissions::from_mode(0o755),

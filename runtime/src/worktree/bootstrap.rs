@@ -131,11 +131,11 @@ async fn copy(
     let listed = git(source, &args).await?;
     let files: Vec<&str> = listed.split('\0').filter(|f| !f.is_empty()).collect();
     for entry in entries {
-        let matcher = globset::GlobBuilder::new(entry)
+        let glob = globset::GlobBuilder::new(entry)
             .literal_separator(true)
             .build()
             .map(|g| g.compile_matcher());
-        let matches = |f: &str| match &matcher {
+        let matches = |f: &str| match &glob {
             Ok(m) => m.is_match(f),
             Err(_) => f == entry,
         };
@@ -210,6 +210,9 @@ fn link(
     Ok(())
 }
 
+/// One writer of `info/exclude` at a time in this process: agents are prepared concurrently.
+static EXCLUDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Adds what DONE copied and linked to the repository's `info/exclude`, as anchored paths
 /// (no trailing `/`: a symlink is no directory to git), each line once.
 async fn exclude(worktree: &Path, done: &Prepared) -> Result<(), BootstrapError> {
@@ -223,8 +226,6 @@ async fn exclude(worktree: &Path, done: &Prepared) -> Result<(), BootstrapError>
     .await?;
     let info = PathBuf::from(common.trim()).join("info");
     let path = info.join("exclude");
-    // Agents are prepared concurrently: one writer at a time in this process.
-    static EXCLUDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = crate::lock(&EXCLUDE);
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let present: std::collections::HashSet<&str> = text.lines().map(str::trim).collect();
@@ -345,6 +346,7 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     fn sh(dir: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")
@@ -372,7 +374,6 @@ mod tests {
         std::fs::create_dir_all(repo.join("conf")).unwrap();
         std::fs::write(repo.join("conf/a.local"), "a").unwrap();
         std::fs::write(repo.join("run.sh"), "#!/bin/sh\n").unwrap();
-        use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(repo.join("run.sh"), std::fs::Permissions::from_mode(0o751))
             .unwrap();
         std::fs::write(repo.join("cache/pkg/lib"), "x").unwrap();
@@ -413,7 +414,6 @@ mod tests {
             std::fs::read_to_string(wt.join(".env")).unwrap(),
             "TOKEN=s3cr3t\n"
         );
-        use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(wt.join("run.sh"))
             .unwrap()
             .permissions()
