@@ -60,6 +60,8 @@ pub struct Prepared {
     pub notes: Vec<String>,
     /// Whether `setup` is still to run in this worktree.
     pub needs_setup: bool,
+    /// Whether the worktree was not prepared before (its notes are said then only).
+    pub first: bool,
 }
 
 /// Prepares the worktree at WORKTREE (its root) from the user's checkout at SOURCE (the
@@ -81,6 +83,7 @@ pub async fn prepare(
     }
     let marker = own_git_dir(worktree).await?.join(PREPARED);
     let first = !marker.exists();
+    done.first = first;
     if first && agent && !prep.sparse.is_empty() {
         let mut args = vec!["sparse-checkout", "set", "--cone", "--"];
         args.extend(prep.sparse.iter().map(String::as_str));
@@ -309,8 +312,11 @@ impl Runner {
         let done = prepare(&session.repo, root, prep, agent)
             .await
             .map_err(|e| format!("cannot prepare the worktree {}: {e}", root.display()))?;
-        for note in &done.notes {
-            self.say(Message::note(note.clone()));
+        // A reused worktree would only repeat them.
+        if done.first {
+            for note in &done.notes {
+                self.say(Message::note(note.clone()));
+            }
         }
         self.record(&crate::events::Event::WorktreePrepared {
             path: root.to_path_buf(),
