@@ -57,6 +57,9 @@ pub struct Surroundings<'a> {
     pub file_exists: &'a dyn Fn(&str) -> bool,
     /// The text of a file relative to the project directory, if it can be read.
     pub read_file: &'a dyn Fn(&str) -> Option<String>,
+    /// Whether a path, relative to the project directory, is a file git tracks (`false`
+    /// outside a repository).
+    pub tracked: &'a dyn Fn(&str) -> bool,
     /// Whether the Claude Code command NAME (`/NAME` in a prompt) is defined where Claude
     /// Code looks for it: [`claude::find_command`] over the `.claude` directories of the
     /// workflow's project and of the user's home.
@@ -235,7 +238,8 @@ fn static_item_count(plan: &plan::Plan, surroundings: &Surroundings<'_>) -> Opti
     Some(map.pipeline().apply(input).0.len())
 }
 
-/// W013: a plain `worktree.copy` path (no glob) that names no file of the checkout.
+/// W013: a plain `worktree.copy` path (no glob) that names no file of the checkout; W014:
+/// one that git tracks, which every worktree has already.
 fn missing_copies(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Vec<Diagnostic> {
     workflow
         .worktree
@@ -243,14 +247,25 @@ fn missing_copies(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> 
         .flat_map(|w| &w.copy)
         // A path V110 refuses is not looked for.
         .filter(|path| !path.value.starts_with('/') && !path.value.split('/').any(|p| p == ".."))
-        .filter(|path| !lower::is_glob(&path.value) && !(surroundings.file_exists)(&path.value))
-        .map(|path| {
-            Diagnostic::new(
-                diagnostics::Code::MissingCopy,
-                format!("`worktree.copy` names `{}`, which does not exist", path.value),
-            )
-            .with_primary(path.span, "no such file in the project directory")
-            .with_help("create the file before the run, fix the path (relative to the repository's root), or remove the entry")
+        .filter(|path| !lower::is_glob(&path.value))
+        .filter_map(|path| {
+            if !(surroundings.file_exists)(&path.value) {
+                Some(Diagnostic::new(
+                    diagnostics::Code::MissingCopy,
+                    format!("`worktree.copy` names `{}`, which does not exist", path.value),
+                )
+                .with_primary(path.span, "no such file in the project directory")
+                .with_help("create the file before the run, fix the path (relative to the repository's root), or remove the entry"))
+            } else if (surroundings.tracked)(&path.value) {
+                Some(Diagnostic::new(
+                    diagnostics::Code::TrackedCopy,
+                    format!("`worktree.copy` names `{}`, which git tracks", path.value),
+                )
+                .with_primary(path.span, "every worktree has this file already")
+                .with_help("remove the entry: `copy` is for files git does not track, such as `.env`"))
+            } else {
+                None
+            }
         })
         .collect()
 }

@@ -100,6 +100,7 @@ codes! {
     FieldNoItemHas = "W011", Warning, "a map `filter` or `sort_by` that reads a field no item of the input has";
     MissingMapInput = "W012", Warning, "a map input file that does not exist, which no `setup` step makes";
     MissingCopy = "W013", Warning, "a `worktree.copy` entry that names no file of the checkout";
+    TrackedCopy = "W014", Warning, "a `worktree.copy` entry that names a file git tracks";
     Unreadable = "F001", Error, "a workflow file that cannot be read";
     NotUtf8 = "F002", Error, "a workflow file that is not UTF-8 text";
     EmptyFile = "F003", Error, "a workflow file with no YAML document in it";
