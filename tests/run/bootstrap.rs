@@ -68,6 +68,8 @@ fn copies_and_links_reach_every_worktree_setup_runs_once_per_worktree_and_nothin
     let text = shown(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("8 succeeded, 0 failed"), "{text}");
+    // Agents have the copies and links too: they are no leftovers of setup to warn about.
+    assert!(!text.contains("warning: setup left"), "{text}");
     let job = only_job(&scratch);
     // Every agent's work came back, and no copy or link with it.
     let on_session = files_at(&scratch, &format!("prodigy-{job}"));

@@ -174,6 +174,20 @@ async fn copy(
     Ok(())
 }
 
+/// Whether PATH (relative to a worktree's root; a directory ends with `/`) is what PREP
+/// copies or links into every worktree.
+pub(crate) fn is_prepared(prep: &PlanWorktree, path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    prep.link.iter().any(|l| l.trim_end_matches('/') == path)
+        || prep.copy.iter().any(|c| {
+            c == path
+                || globset::GlobBuilder::new(c)
+                    .literal_separator(true)
+                    .build()
+                    .is_ok_and(|g| g.compile_matcher().is_match(path))
+        })
+}
+
 /// Symlinks the directories of SOURCE that ENTRIES name into WORKTREE.
 fn link(
     source: &Path,
@@ -446,6 +460,17 @@ mod tests {
         let exclude = std::fs::read_to_string(repo.join(".git/info/exclude")).unwrap();
         assert_eq!(exclude.matches("/.env\n").count(), 1, "{exclude}");
         assert_eq!(exclude.matches(EXCLUDE_HEADER).count(), 1, "{exclude}");
+    }
+
+    #[test]
+    fn what_is_copied_or_linked_is_known_as_prepared() {
+        let prep = prep();
+        for yes in [".env", "conf/b.local", "cache/", "cache"] {
+            assert!(is_prepared(&prep, yes), "{yes}");
+        }
+        for no in ["conf/x/b.local", "src/", ".envrc"] {
+            assert!(!is_prepared(&prep, no), "{no}");
+        }
     }
 
     #[tokio::test]
