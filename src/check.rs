@@ -231,9 +231,11 @@ fn surroundings_check(
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let slash_command = slash_commands(dir);
+    let tracked = |p: &str| git_tracks(Path::new("."), p);
     let surroundings = prodigy_compiler::Surroundings {
         file_exists: &file_exists,
         read_file: &read_file,
+        tracked: &tracked,
         slash_command: &slash_command,
     };
     match shellcheck {
@@ -583,4 +585,17 @@ fn fix_summary(applied: usize, files: usize, refused: usize, dry_run: bool) -> S
         );
     }
     text
+}
+
+/// Whether git tracks the file PATH (relative to DIR); `false` outside a repository or
+/// without git.
+pub(crate) fn git_tracks(dir: &Path, path: &str) -> bool {
+    std::process::Command::new("git")
+        .args(["ls-files", "--error-unmatch", "--", path])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }

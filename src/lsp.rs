@@ -493,9 +493,11 @@ impl Server {
         // Bounded reads of regular files only, as `check` and `run` read them.
         let read_file = |p: &str| prodigy_compiler::source::read_text(&dir.join(p));
         let slash_command = crate::check::slash_commands(&dir);
+        let tracked = |p: &str| crate::check::git_tracks(&dir, p);
         let surroundings = prodigy_compiler::Surroundings {
             file_exists: &file_exists,
             read_file: &read_file,
+            tracked: &tracked,
             slash_command: &slash_command,
         };
         let checked = match &self.shellcheck {

@@ -62,7 +62,27 @@ pub struct Workflow {
     pub claude_limits: ClaudeLimits,
     /// `slurm`: how `--executor slurm` submits the map agents.
     pub slurm: Option<Slurm>,
+    /// `worktree`: how each worktree prodigy makes is prepared.
+    pub worktree: Option<WorktreePrep>,
     /// The whole document.
+    pub span: Span,
+}
+
+/// `worktree`: files copied and directories linked into each worktree, its `setup` steps,
+/// the agents' sparse checkout and what cleaning between items keeps (docs/language.md §11).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct WorktreePrep {
+    /// `copy`: untracked files or globs of the user's checkout, relative to the repository.
+    pub copy: Vec<Spanned<String>>,
+    /// `link`: directories of the user's checkout symlinked into each worktree.
+    pub link: Vec<Spanned<String>>,
+    /// `setup`: steps run once per worktree.
+    pub setup: Vec<Step>,
+    /// `sparse`: the cone of the agents' sparse checkout.
+    pub sparse: Vec<Spanned<String>>,
+    /// `keep`: ignored directories the clean between items keeps.
+    pub keep: Vec<Spanned<String>>,
+    /// The `worktree:` key.
     pub span: Span,
 }
 

@@ -146,6 +146,7 @@ mod tests {
         let surroundings = Surroundings {
             file_exists: &|p| p == "items.json",
             read_file: &read,
+            tracked: &|_| false,
             slash_command: &|_| CommandLookup::Unknown,
         };
         crate::check_in(&SourceFile::new("t.yml", text), &surroundings)
@@ -179,6 +180,7 @@ mod tests {
             let surroundings = Surroundings {
                 file_exists: &|p| p == "items.json",
                 read_file: &|_| None,
+                tracked: &|_| false,
                 slash_command: &|_| CommandLookup::Unknown,
             };
             crate::check_in(&SourceFile::new("t.yml", text), &surroundings)

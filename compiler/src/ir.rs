@@ -141,7 +141,8 @@ pub fn build(plan: &Plan) -> Graph {
         item_failure: failure,
         agent: false,
     };
-    let mut exit = Exit::at(start);
+    // `worktree.setup` runs first, in each new worktree.
+    let mut exit = b.chain(Exit::at(start), &plan.worktree.setup, Edge::Next, ends);
     if plan.map.is_none() {
         exit = b.chain(exit, &plan.commands, Edge::Next, ends);
     }

@@ -57,6 +57,9 @@ pub struct Surroundings<'a> {
     pub file_exists: &'a dyn Fn(&str) -> bool,
     /// The text of a file relative to the project directory, if it can be read.
     pub read_file: &'a dyn Fn(&str) -> Option<String>,
+    /// Whether a path, relative to the project directory, is a file git tracks (`false`
+    /// outside a repository).
+    pub tracked: &'a dyn Fn(&str) -> bool,
     /// Whether the Claude Code command NAME (`/NAME` in a prompt) is defined where Claude
     /// Code looks for it: [`claude::find_command`] over the `.claude` directories of the
     /// workflow's project and of the user's home.
@@ -112,6 +115,7 @@ fn compile(
         diagnostics.extend(scope::check(workflow, &file.text));
         if let Some(surroundings) = surroundings {
             diagnostics.extend(missing_env_files(workflow, surroundings));
+            diagnostics.extend(missing_copies(workflow, surroundings));
             if let Some(map) = &workflow.map {
                 diagnostics.extend(fields::check(map, &file.text, surroundings));
                 diagnostics.extend(fields::missing_input(
@@ -232,6 +236,38 @@ fn static_item_count(plan: &plan::Plan, surroundings: &Surroundings<'_>) -> Opti
     let text = (surroundings.read_file)(&map.input.value)?;
     let input = parse_input(&text, InputKind::of_file(&map.input.value)).ok()?;
     Some(map.pipeline().apply(input).0.len())
+}
+
+/// W013: a plain `worktree.copy` path (no glob) that names no file of the checkout; W014:
+/// one that git tracks, which every worktree has already.
+fn missing_copies(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Vec<Diagnostic> {
+    workflow
+        .worktree
+        .iter()
+        .flat_map(|w| &w.copy)
+        // A path V110 refuses is not looked for.
+        .filter(|path| !path.value.starts_with('/') && !path.value.split('/').any(|p| p == ".."))
+        .filter(|path| !lower::is_glob(&path.value))
+        .filter_map(|path| {
+            if !(surroundings.file_exists)(&path.value) {
+                Some(Diagnostic::new(
+                    diagnostics::Code::MissingCopy,
+                    format!("`worktree.copy` names `{}`, which does not exist", path.value),
+                )
+                .with_primary(path.span, "no such file in the project directory")
+                .with_help("create the file before the run, fix the path (relative to the repository's root), or remove the entry"))
+            } else if (surroundings.tracked)(&path.value) {
+                Some(Diagnostic::new(
+                    diagnostics::Code::TrackedCopy,
+                    format!("`worktree.copy` names `{}`, which git tracks", path.value),
+                )
+                .with_primary(path.span, "every worktree has this file already")
+                .with_help("remove the entry: `copy` is for files git does not track, such as `.env`"))
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 fn missing_env_files(workflow: &ast::Workflow, surroundings: &Surroundings<'_>) -> Vec<Diagnostic> {

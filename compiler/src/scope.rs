@@ -245,6 +245,10 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         checker.template(template, &global, false);
     }
 
+    // `worktree.setup` runs before anything else, in each new worktree.
+    if let Some(prep) = &workflow.worktree {
+        checker.steps(&prep.setup, &mut global.clone());
+    }
     // What the run captured reaches the `merge` steps, which run after everything else.
     let mut before_merge = global.clone();
     if workflow.map.is_none() {

@@ -480,6 +480,18 @@ pub enum Event {
         /// Their paths.
         paths: Vec<String>,
     },
+    /// A worktree was prepared as `worktree:` says (names only, never contents).
+    #[serde(rename = "worktree_prepared")]
+    WorktreePrepared {
+        /// The worktree's root.
+        path: PathBuf,
+        /// The files copied in, relative to the repository's root.
+        copied: Vec<String>,
+        /// The directories linked in.
+        linked: Vec<String>,
+        /// Whether its `setup` steps run now (they run once per worktree).
+        setup: bool,
+    },
     /// Setup starts.
     #[serde(rename = "setup_started")]
     SetupStarted {

@@ -424,6 +424,9 @@ pub(crate) fn execute(
                 if ended == 1 { "process" } else { "processes" }
             ));
         }
+        if runner.prepare_session(&vars).await.is_err() {
+            return Ok(exit_code::PROBLEMS);
+        }
         let ended = work(&runner, vars, &opts).await;
         let merged = match ended.merge {
             Some(succeeded) => place.leave(&runner, ended.vars, succeeded).await,

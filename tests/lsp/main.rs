@@ -336,6 +336,42 @@ fn key_completion_offers_one_command_and_no_old_keys() {
     finish(client);
 }
 
+/// `worktree:` keys come from the shape tables: completed and explained on hover.
+#[test]
+fn worktree_keys_complete_and_hover() {
+    let mut client = start_session(&["utf-16"]);
+    open(
+        &mut client,
+        "worktree:\n  sparse: [src]\n  \ncommands:\n  - shell: make\n",
+    );
+    let _ = client.diagnostics();
+    let completion = client.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": URI}, "position": {"line": 2, "character": 2}}),
+    );
+    let labels: Vec<&str> = completion
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    for key in ["copy", "link", "setup", "keep"] {
+        assert!(labels.contains(&key), "{key}: {labels:?}");
+    }
+    let hover = client.request(
+        "textDocument/hover",
+        json!({"textDocument": {"uri": URI}, "position": {"line": 1, "character": 4}}),
+    );
+    assert!(
+        hover["contents"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("sparse checkout"),
+        "{hover}"
+    );
+    finish(client);
+}
+
 #[test]
 fn sure_fixes_are_offered_as_quick_fixes() {
     let mut client = start_session(&["utf-16"]);

@@ -698,6 +698,7 @@ fn missing_claude_stops_before_the_first_step() {
     assert!(scratch.events().is_empty());
 }
 
+mod bootstrap;
 mod budget;
 mod claude;
 mod claude_settings;

@@ -98,6 +98,9 @@ const SEED_CASES: &[Case] = &[
     case("slurm-options", "", 0),
     // Not a seed: a Claude budget far above what the stub's calls cost changes nothing.
     case("claude-budget", "", 0),
+    // Not a seed: nothing of the checkout to copy or link (each says so in a note), `npm ci`
+    // once in the session's and once in the agents' one worktree (`--max-parallel 1`).
+    case("worktree-prep", "", 0),
 ];
 
 fn write_items(scratch: &Scratch, workflow: &str, items: Option<fn() -> String>) {

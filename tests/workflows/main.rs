@@ -60,6 +60,13 @@ fn surroundings(stem: &str) -> prodigy_compiler::Surroundings<'static> {
     prodigy_compiler::Surroundings {
         file_exists,
         read_file: &|p: &str| std::fs::read_to_string(root().join(p)).ok(),
+        tracked: &|p: &str| {
+            std::process::Command::new("git")
+                .args(["ls-files", "--error-unmatch", "--", p])
+                .current_dir(root())
+                .output()
+                .is_ok_and(|o| o.status.success())
+        },
         slash_command,
     }
 }

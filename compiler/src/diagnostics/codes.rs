@@ -80,6 +80,7 @@ codes! {
     InvalidFileMode = "V107", Error, "a `write_file` mode that is not an octal permission";
     PathEscapes = "V108", Error, "a `write_file` path that leaves the working directory";
     OutputFileEscapes = "V109", Error, "an `output_file` that leaves the project";
+    WorktreePathEscapes = "V110", Error, "a `worktree` path that is absolute or leaves the repository";
     Unreachable = "G001", Warning, "a step or handler that can never run";
     RetryNeverFires = "G002", Warning, "a retry policy that can never retry";
     RetryOutlastsTimeout = "G003", Warning, "a retry schedule longer than the time allowed for it";
@@ -98,6 +99,8 @@ codes! {
     ShellExpansion = "W010", Warning, "a `${...}` in a shell command that is the shell's own parameter expansion";
     FieldNoItemHas = "W011", Warning, "a map `filter` or `sort_by` that reads a field no item of the input has";
     MissingMapInput = "W012", Warning, "a map input file that does not exist, which no `setup` step makes";
+    MissingCopy = "W013", Warning, "a `worktree.copy` entry that names no file of the checkout";
+    TrackedCopy = "W014", Warning, "a `worktree.copy` entry that names a file git tracks";
     Unreadable = "F001", Error, "a workflow file that cannot be read";
     NotUtf8 = "F002", Error, "a workflow file that is not UTF-8 text";
     EmptyFile = "F003", Error, "a workflow file with no YAML document in it";

@@ -17,6 +17,9 @@ pub(crate) mod step;
 mod tests;
 mod validate;
 mod values;
+mod worktree;
+
+pub(crate) use worktree::is_glob;
 
 use crate::ast::{self, Mode, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Fix};
@@ -479,6 +482,9 @@ impl Lowerer<'_> {
                     "remove `slurm:`, or add `mode: mapreduce` with a `map` phase",
                 );
             }
+        }
+        if let Some(entry) = fields.entry("worktree") {
+            wf.worktree = self.worktree_prep(entry, mapreduce);
         }
         wf.error_policy = self.error_policy(&fields, mapreduce, &wf.handlers);
         if mapreduce {

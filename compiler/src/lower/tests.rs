@@ -703,3 +703,27 @@ fn on_retry_is_a_call_setting_with_a_workflow_default() {
         [Code::UnknownVariant]
     );
 }
+
+#[test]
+fn worktree_paths_stay_in_the_repository_and_sparse_is_for_agents() {
+    let wf = lower_ok(
+        "worktree:\n  copy: [.env, \"config/*.local\"]\n  link: [node_modules]\n  setup:\n    - shell: \"npm ci\"\ncommands:\n  - shell: \"true\"\n",
+    );
+    let prep = wf.worktree.unwrap();
+    assert_eq!(prep.copy.len(), 2);
+    assert_eq!(prep.setup.len(), 1);
+    for bad in ["/abs", "a/../../b", "..", "~/x", "\"\""] {
+        assert_eq!(
+            codes(&format!(
+                "worktree:\n  link: [{bad}]\ncommands:\n  - shell: \"true\"\n"
+            )),
+            [Code::WorktreePathEscapes],
+            "{bad}"
+        );
+    }
+    // Only map agents are sparse or cleaned between items.
+    assert_eq!(
+        codes("worktree:\n  sparse: [src]\n  keep: [target]\ncommands:\n  - shell: \"true\"\n"),
+        [Code::NoEffect, Code::NoEffect]
+    );
+}

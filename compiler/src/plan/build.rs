@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::{
     HandlerPolicy, JobPolicy, OutputCapture, Plan, PlanCommand, PlanMap, PlanMerge, PlanOnFailure,
-    PlanOnIncomplete, PlanRetry, PlanSetup, PlanStep, PlanValidate, RetryPolicy, Role, Slot,
-    StepId, Template, VarSource, Variable,
+    PlanOnIncomplete, PlanRetry, PlanSetup, PlanStep, PlanValidate, PlanWorktree, RetryPolicy,
+    Role, Slot, StepId, Template, VarSource, Variable,
 };
 use crate::ast::{self, ExitCodeHandler, Step, Strategy};
 use crate::source::{SourceFile, Span};
@@ -17,6 +17,22 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         steps: Vec::new(),
         claude: workflow.claude.clone().unwrap_or_default(),
     };
+    let worktree = workflow
+        .worktree
+        .as_ref()
+        .map(|w| {
+            let texts = |list: &[crate::source::Spanned<String>]| {
+                list.iter().map(|p| p.value.clone()).collect()
+            };
+            PlanWorktree {
+                copy: texts(&w.copy),
+                link: texts(&w.link),
+                setup: builder.list(&w.setup, Role::Main),
+                sparse: texts(&w.sparse),
+                keep: texts(&w.keep),
+            }
+        })
+        .unwrap_or_default();
     let commands = builder.list(&workflow.commands, Role::Main);
     let setup = workflow.setup.as_ref().map(|s| PlanSetup {
         steps: builder.list(&s.commands, Role::Main),
@@ -85,6 +101,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         claude_budget: workflow.claude_budget,
         claude_limits: workflow.claude_limits,
         slurm: workflow.slurm.clone(),
+        worktree,
         variables: Vec::new(),
         reads_map_results: false,
     }

@@ -128,6 +128,9 @@ pub struct Plan {
     /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<Slurm>,
+    /// `worktree`: how each worktree prodigy makes is prepared.
+    #[serde(default, skip_serializing_if = "PlanWorktree::is_empty")]
+    pub worktree: PlanWorktree,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -443,6 +446,33 @@ impl PlanMap {
     }
 }
 
+/// `worktree` (docs/language.md §11): paths relative to the repository's root.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PlanWorktree {
+    /// Untracked files or globs of the user's checkout copied into each worktree.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copy: Vec<String>,
+    /// Directories of the user's checkout symlinked into each worktree.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub link: Vec<String>,
+    /// Steps run once in each new worktree, before its first step or item.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub setup: Vec<StepId>,
+    /// The cone of the map agents' sparse checkout (none: the whole tree).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sparse: Vec<String>,
+    /// Ignored directories that cleaning a reused agent worktree keeps.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub keep: Vec<String>,
+}
+
+impl PlanWorktree {
+    /// Whether the workflow has no `worktree:` preparation.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// `merge`.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PlanMerge {
@@ -541,6 +571,7 @@ impl Plan {
             claude_budget: None,
             claude_limits: ClaudeLimits::default(),
             slurm: None,
+            worktree: PlanWorktree::default(),
             variables: Vec::new(),
             reads_map_results: false,
         }

@@ -116,6 +116,44 @@ pub static WORKFLOW: Shape = Shape {
             Ty::Object(&SLURM),
             "The `sbatch` options of the map agents when they run on Slurm (`prodigy run --executor slurm`).",
         ),
+        key(
+            "worktree",
+            Ty::Object(&WORKTREE),
+            "How each worktree prodigy makes is prepared: untracked files copied in (`copy`), directories linked (`link`), `setup` steps run once per worktree, a `sparse` checkout for agents, ignored directories `keep`t between items.",
+        ),
+    ],
+};
+
+/// `worktree`.
+pub static WORKTREE: Shape = Shape {
+    name: "worktree",
+    doc: "How each worktree prodigy makes (the session's and every map agent's) is prepared before its first step.",
+    keys: &[
+        key(
+            "copy",
+            Ty::List(&Ty::Text),
+            "Untracked files of your checkout (paths or globs relative to the repository's root, e.g. `.env`) copied into every worktree, modes kept, never committed.",
+        ),
+        key(
+            "link",
+            Ty::List(&Ty::Text),
+            "Directories of your checkout (relative to the repository's root, e.g. a dependency cache) symlinked into every worktree, never committed.",
+        ),
+        key(
+            "setup",
+            Ty::Steps,
+            "Steps run once in each new worktree before its first step or item (not once per item), e.g. installing dependencies.",
+        ),
+        key(
+            "sparse",
+            Ty::List(&Ty::Text),
+            "Directories map agents check out (a cone-mode sparse checkout); their merges still carry the whole tree.",
+        ),
+        key(
+            "keep",
+            Ty::List(&Ty::Text),
+            "Ignored directories (e.g. `node_modules`, `target`) that cleaning a reused agent worktree between items keeps.",
+        ),
     ],
 };
 

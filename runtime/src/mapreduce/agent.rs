@@ -306,7 +306,19 @@ pub(crate) async fn run_agent(
     });
     let started = Instant::now();
     let agent = runner.in_agent(Rc::clone(&scope));
-    let mut run = if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
+    // `worktree:` copies, links and, once per worktree, `setup` (docs/language.md §11).
+    let prepared = match &worktree {
+        Some(w) => {
+            agent
+                .prepare_worktree(&w.path, true, &mut base.clone())
+                .await
+        }
+        None => Ok(()),
+    };
+    let mut run = if let Err(message) = prepared {
+        agent.say(crate::message::Message::error(message.clone()));
+        AgentRun::failed("worktree.setup", message, ErrorType::WorktreeError)
+    } else if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
         // The steps run in a Slurm task; everything around them stays here.
         let job_dir = runner.opts.layout.job_dir(runner.session());
         let done = crate::slurm::dispatch(

@@ -29,6 +29,8 @@ impl MapJob<'_> {
             .map(|i| i.trim().trim_start_matches("./").to_owned());
         let mut left = crate::worktree::not_committed(&session.path).await;
         left.retain(|u| Some(u.path.as_str()) != input.as_deref());
+        // What `worktree:` copies and links is in every agent's worktree too.
+        left.retain(|u| !crate::worktree::bootstrap::is_prepared(&self.plan.worktree, &u.path));
         if left.is_empty() {
             return;
         }

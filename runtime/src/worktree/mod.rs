@@ -478,6 +478,7 @@ pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), 
 }
 
 mod agent;
+pub mod bootstrap;
 mod list;
 mod merge;
 

@@ -1,0 +1,230 @@
+//! `worktree:` end to end (docs/language.md §11): untracked files copied and directories
+//! linked into the session's and every agent's worktree and never committed, `setup` run
+//! once per worktree, a failing `setup`, and the agents' sparse checkout.
+
+use std::os::unix::fs::PermissionsExt as _;
+
+use super::mapreduce::only_job;
+use super::{Scratch, collect_files, shown, stderr};
+
+/// Writes a workflow into the project and commits it (and nothing untracked the test made).
+fn workflow(scratch: &Scratch, name: &str, text: &str) -> String {
+    let path = scratch.project().join(name);
+    std::fs::write(&path, text).unwrap();
+    scratch.git(&["add", name]);
+    scratch.git(&["commit", "-q", "-m", name]);
+    path.display().to_string()
+}
+
+fn files_at(scratch: &Scratch, rev: &str) -> Vec<String> {
+    scratch
+        .git(&["ls-tree", "-r", "--name-only", rev])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The events of the run of the given type.
+fn events_of(scratch: &Scratch, event_type: &str) -> Vec<serde_json::Value> {
+    scratch
+        .events()
+        .into_iter()
+        .filter(|e| e["event_type"] == event_type)
+        .collect()
+}
+
+const SECRET: &str = "hunter2-not-for-logs";
+
+/// A project with an untracked `.env` that no `.gitignore` names (so only prodigy's exclude
+/// keeps it out of `git add -A`), an untracked executable script and a dependency cache.
+fn project() -> Scratch {
+    let scratch = Scratch::new();
+    let project = scratch.project();
+    std::fs::write(project.join(".env"), format!("TOKEN={SECRET}\n")).unwrap();
+    std::fs::write(project.join("tool.sh"), "#!/bin/sh\necho tool\n").unwrap();
+    std::fs::set_permissions(
+        project.join("tool.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::create_dir_all(project.join("deps/pkg")).unwrap();
+    std::fs::write(project.join("deps/pkg/lib.txt"), "lib\n").unwrap();
+    scratch
+}
+
+#[test]
+fn copies_and_links_reach_every_worktree_setup_runs_once_per_worktree_and_nothing_is_committed() {
+    let scratch = project();
+    let count = scratch.dir.path().join("setup-count");
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nworktree:\n  copy: [.env, \"*.sh\"]\n  link: [deps]\n  setup:\n    - shell: \"echo \\\"$PWD\\\" >> {count} && grep -q TOKEN .env\"\nsetup:\n  - shell: \"test -x tool.sh && test -f deps/pkg/lib.txt && git add -A && git commit -q --allow-empty -m setup\"\nmap:\n  input: \"seq 1 8\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"./tool.sh && cat deps/pkg/lib.txt && grep -q TOKEN .env && echo $ITEM > f-$ITEM.txt && git add -A && git commit -q -m \\\"item $ITEM\\\"\"\n      commit_required: true\n",
+            count = count.display()
+        ),
+    );
+    let output = scratch.run(&["run", "-v", &file], &[]);
+    let text = shown(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("8 succeeded, 0 failed"), "{text}");
+    // Agents have the copies and links too: they are no leftovers of setup to warn about.
+    assert!(!text.contains("warning: setup left"), "{text}");
+    let job = only_job(&scratch);
+    // Every agent's work came back, and no copy or link with it.
+    let on_session = files_at(&scratch, &format!("prodigy-{job}"));
+    for n in 1..=8 {
+        assert!(on_session.contains(&format!("f-{n}.txt")), "{on_session:?}");
+    }
+    for never in [".env", "tool.sh", "deps", "deps/pkg/lib.txt"] {
+        assert!(
+            !on_session.iter().any(|f| f == never),
+            "`{never}` was committed: {on_session:?}"
+        );
+    }
+    // `setup` ran once in the session worktree and once in each agent worktree made, not
+    // once per item: the pool reuses at most `max_parallel` worktrees here.
+    let setups: Vec<String> = std::fs::read_to_string(&count)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let mut distinct = setups.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        setups.len(),
+        "twice in one worktree: {setups:?}"
+    );
+    assert!(
+        (2..=3).contains(&setups.len()),
+        "the session and at most 2 agent worktrees: {setups:?}"
+    );
+    let prepared = events_of(&scratch, "worktree_prepared");
+    assert_eq!(
+        prepared.len(),
+        1 + 8,
+        "the session, then each item: {prepared:?}"
+    );
+    let with_setup = prepared.iter().filter(|e| e["setup"] == true).count();
+    assert_eq!(with_setup, setups.len());
+    assert_eq!(
+        prepared[0]["copied"],
+        serde_json::json!([".env", "tool.sh"])
+    );
+    assert_eq!(prepared[0]["linked"], serde_json::json!(["deps"]));
+    // The copy's contents are nowhere in what prodigy wrote or said, only in the worktrees.
+    assert!(!text.contains(SECRET), "{text}");
+    let mut files = Vec::new();
+    collect_files(&scratch.home(), &mut files);
+    let worktrees = scratch.home().join("worktrees");
+    for f in files.iter().filter(|f| !f.starts_with(&worktrees)) {
+        let bytes = std::fs::read(f).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(SECRET),
+            "{} holds the secret",
+            f.display()
+        );
+    }
+    // The user's checkout keeps its files, untouched.
+    assert_eq!(
+        std::fs::read_to_string(scratch.project().join(".env")).unwrap(),
+        format!("TOKEN={SECRET}\n")
+    );
+    assert!(scratch.project().join("deps/pkg/lib.txt").is_file());
+}
+
+#[test]
+fn a_failing_setup_stops_the_run_before_its_first_step_naming_the_step() {
+    let scratch = project();
+    let file = workflow(
+        &scratch,
+        "run.yml",
+        "worktree:\n  copy: [.env]\n  setup:\n    - shell: \"true\"\n    - shell: \"exit 3\"\ncommands:\n  - shell: \"touch ran\"\n",
+    );
+    let output = scratch.run(&["run", &file], &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("`worktree.setup` step 2 of 2 (`exit 3`) failed"),
+        "{text}"
+    );
+    assert!(text.contains("the run does not start"), "{text}");
+    let session = std::fs::read_dir(scratch.home().join("worktrees").join(scratch.repo()))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    assert!(!session.join("ran").exists(), "no step ran");
+}
+
+#[test]
+fn an_agent_whose_setup_fails_fails_its_item_naming_the_step() {
+    let scratch = project();
+    let count = scratch.dir.path().join("count");
+    // The first run (the session worktree's) succeeds, every later one (agents') fails.
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nworktree:\n  setup:\n    - shell: \"echo x >> {count} && test $(wc -l < {count}) -eq 1\"\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"true\"\n",
+            count = count.display()
+        ),
+    );
+    let output = scratch.run(&["run", &file], &[]);
+    let text = stderr(&output);
+    assert!(text.contains("0 succeeded, 2 failed"), "{text}");
+    let job = only_job(&scratch);
+    let output = scratch.run(&["dlq", "show", &job, "--format", "json"], &[]);
+    let items: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let history = &items[0]["failure_history"][0];
+    assert_eq!(history["error_type"], "WorktreeError", "{items}");
+    assert!(
+        history
+            .to_string()
+            .contains("`worktree.setup` step 1 of 1 (`echo x >>"),
+        "{items}"
+    );
+}
+
+#[test]
+fn sparse_agents_see_only_their_cone_and_the_merged_tree_keeps_the_rest() {
+    let scratch = Scratch::new();
+    let project = scratch.project();
+    for (path, text) in [
+        ("app/a.txt", "a\n"),
+        ("lib/b.txt", "b\n"),
+        ("top.txt", "t\n"),
+    ] {
+        std::fs::create_dir_all(project.join(path).parent().unwrap()).unwrap();
+        std::fs::write(project.join(path), text).unwrap();
+    }
+    scratch.commit();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nworktree:\n  sparse: [app]\nmap:\n  input: \"seq 1 3\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"test ! -e lib/b.txt && test -f top.txt && echo $ITEM > app/n-$ITEM.txt && git add -A && git commit -q -m \\\"item $ITEM\\\"\"\n      commit_required: true\n",
+    );
+    let output = scratch.run(&["run", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("3 succeeded, 0 failed"), "{text}");
+    let job = only_job(&scratch);
+    let session = format!("prodigy-{job}");
+    let files = files_at(&scratch, &session);
+    for f in [
+        "app/n-1.txt",
+        "app/n-2.txt",
+        "app/n-3.txt",
+        "lib/b.txt",
+        "top.txt",
+    ] {
+        assert!(files.iter().any(|x| x == f), "{f} missing: {files:?}");
+    }
+    let lib = scratch.git(&["show", &format!("{session}:lib/b.txt")]);
+    assert_eq!(lib, "b\n", "outside the cone, unchanged");
+    // The session worktree is whole.
+    assert!(scratch.worktree(&job).join("lib/b.txt").is_file());
+}
