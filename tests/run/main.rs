@@ -705,6 +705,7 @@ mod crash;
 mod examples;
 mod faults;
 mod friction;
+mod live;
 mod mapreduce;
 mod paths;
 mod reap;
