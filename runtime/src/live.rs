@@ -741,7 +741,8 @@ impl Live {
                 self.spend.turns += number("num_turns").unwrap_or(0);
                 self.spend.cost_usd += cost;
                 if let Some(index) = index {
-                    self.row(index).cost_usd += cost;
+                    let row = self.row(index);
+                    row.cost_usd = crate::pricing::usd(row.cost_usd + cost);
                 }
             }
             _ => {}
@@ -814,10 +815,12 @@ impl Live {
             }
         }
         let mut spend = self.spend;
+        spend.cost_usd = crate::pricing::usd(spend.cost_usd);
         if self.summary.kind == Kind::Job && done > 0 && live {
             let items_cost: f64 = self.items.values().map(|r| r.cost_usd).sum();
-            spend.forecast_usd =
-                Some(items_cost / done as f64 * (counts.pending + counts.running) as f64);
+            spend.forecast_usd = Some(crate::pricing::usd(
+                items_cost / done as f64 * (counts.pending + counts.running) as f64,
+            ));
         }
         let agents = self
             .actors
