@@ -32,25 +32,24 @@ pub(crate) struct StatusArgs {
 /// `prodigy status`.
 pub(crate) fn status(args: &StatusArgs) -> u8 {
     let home = Layout::home();
-    let id = match &args.id {
-        Some(id) => id.clone(),
-        None => {
-            let repo = match std::env::current_dir() {
-                Ok(dir) => namespace(&dir),
-                Err(e) => {
-                    err(&format!("error: cannot read the current directory: {e}\n"));
-                    return exit_code::USAGE;
-                }
-            };
-            let Some(id) = default_id(&home, Some(&repo)) else {
-                err(&format!(
-                    "error: no runs or jobs of this repository under {}; `prodigy ls --all` lists the others\n",
-                    home.display()
-                ));
+    let id = if let Some(id) = &args.id {
+        id.clone()
+    } else {
+        let repo = match std::env::current_dir() {
+            Ok(dir) => namespace(&dir),
+            Err(e) => {
+                err(&format!("error: cannot read the current directory: {e}\n"));
                 return exit_code::USAGE;
-            };
-            id
-        }
+            }
+        };
+        let Some(id) = default_id(&home, Some(&repo)) else {
+            err(&format!(
+                "error: no runs or jobs of this repository under {}; `prodigy ls --all` lists the others\n",
+                home.display()
+            ));
+            return exit_code::USAGE;
+        };
+        id
     };
     let mut live = match Live::open(&home, &id) {
         Ok(live) => live,

@@ -122,7 +122,7 @@ pub(crate) fn svg(graph: &Value, picture: &Picture) -> String {
     let total_h = rows.len() * (HEIGHT + GAP_Y) + GAP_Y;
     let mut place = vec![(0usize, 0usize); ids.len()];
     for (row, members) in rows.values().enumerate() {
-        let offset = (total_w - members.len() * (WIDTH + GAP_X) + GAP_X) / 2;
+        let offset = usize::midpoint(total_w - members.len() * (WIDTH + GAP_X), GAP_X);
         for (col, node) in members.iter().enumerate() {
             place[*node] = (
                 offset + col * (WIDTH + GAP_X),
@@ -146,7 +146,7 @@ pub(crate) fn svg(graph: &Value, picture: &Picture) -> String {
             let side = fx.max(tx) + WIDTH + GAP_X / 2;
             let _ = write!(
                 svg,
-                r##"<path d="M{} {} C{side} {} {side} {} {} {}" class="edge back" marker-end="url(#arrow)"/>"##,
+                r#"<path d="M{} {} C{side} {} {side} {} {} {}" class="edge back" marker-end="url(#arrow)"/>"#,
                 fx + WIDTH,
                 fy + HEIGHT / 2,
                 fy + HEIGHT / 2,
@@ -157,15 +157,15 @@ pub(crate) fn svg(graph: &Value, picture: &Picture) -> String {
         } else {
             let _ = write!(
                 svg,
-                r##"<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" class="edge" marker-end="url(#arrow)"/>"##
+                r#"<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" class="edge" marker-end="url(#arrow)"/>"#
             );
         }
         if let Some(label) = label.as_deref().filter(|_| !back) {
             let _ = write!(
                 svg,
                 r#"<text x="{}" y="{}" class="edge-label">{}</text>"#,
-                (x1 + x2) / 2 + 4,
-                (y1 + y2) / 2,
+                usize::midpoint(x1, x2) + 4,
+                usize::midpoint(y1, y2),
                 escape(label)
             );
         }

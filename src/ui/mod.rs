@@ -10,6 +10,7 @@
 mod graph;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -66,9 +67,12 @@ struct App {
     clock: Mutex<u64>,
 }
 
+/// A watched run, and when its files were last read.
+type Watching = Arc<Mutex<(Live, Option<tokio::time::Instant>)>>;
+
 /// A run being watched.
 struct Watched {
-    live: Arc<Mutex<(Live, Option<tokio::time::Instant>)>>,
+    live: Watching,
     used: u64,
 }
 
@@ -176,7 +180,10 @@ fn token() -> std::io::Result<String> {
     use std::io::Read as _;
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(bytes.iter().fold(String::new(), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    }))
 }
 
 /// The token of a request: its `X-Prodigy-Token` header, its cookie, or `?token=`; and
@@ -317,7 +324,7 @@ async fn with_live<T: Send + 'static>(
 }
 
 /// The watched run ID, opened when it is not watched yet (dropping the least recently used).
-fn watch(app: &App, id: &str) -> Option<Arc<Mutex<(Live, Option<tokio::time::Instant>)>>> {
+fn watch(app: &App, id: &str) -> Option<Watching> {
     let tick = {
         let mut clock = app.clock.lock().ok()?;
         *clock += 1;
@@ -445,19 +452,18 @@ async fn graph_svg(State(app): State<Shared>, Path(id): Path<String>) -> Respons
     };
     let path = picture.summary.workflow.clone();
     let cached = app.graphs.lock().ok().and_then(|g| g.get(&path).cloned());
-    let graph = match cached {
-        Some(graph) => graph,
-        None => {
-            let p = path.clone();
-            let graph = tokio::task::spawn_blocking(move || graph::plan_graph(&p))
-                .await
-                .ok()
-                .flatten();
-            if let Ok(mut graphs) = app.graphs.lock() {
-                graphs.insert(path, graph.clone());
-            }
-            graph
+    let graph = if let Some(graph) = cached {
+        graph
+    } else {
+        let p = path.clone();
+        let graph = tokio::task::spawn_blocking(move || graph::plan_graph(&p))
+            .await
+            .ok()
+            .flatten();
+        if let Ok(mut graphs) = app.graphs.lock() {
+            graphs.insert(path, graph.clone());
         }
+        graph
     };
     let svg = graph.map_or_else(
         || {

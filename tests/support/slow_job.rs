@@ -33,7 +33,7 @@ pub(crate) fn slow_job(scratch: &Scratch) -> std::process::Child {
 
 /// The job's id, once its checkpoint exists.
 pub(crate) fn job_id(scratch: &Scratch) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let out = scratch.run(&["ls", "--ids"], &[]);
         let ids = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -11,10 +11,12 @@
     reason = "test helpers fail loudly and read fixtures directly"
 )]
 
+use std::fmt::Write as _;
 use std::io::{BufRead as _, Read as _, Write as _};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use fantoccini::Locator;
 use serde_json::Value;
 
 #[path = "../support/external.rs"]
@@ -78,7 +80,7 @@ impl Server {
             self.address
         );
         for (k, v) in headers {
-            text.push_str(&format!("{k}: {v}\r\n"));
+            let _ = write!(text, "{k}: {v}\r\n");
         }
         text.push_str("\r\n");
         stream.write_all(text.as_bytes()).unwrap();
@@ -243,7 +245,7 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
         &[("X-Prodigy-Token", &server.token)],
     );
     assert_eq!(status, 200, "{body}");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let picture = server.get(&format!("/api/runs/{id}"));
         if picture["counts"]["dlq"] == 0 && picture["counts"]["succeeded"] == 3 {
@@ -325,7 +327,6 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
                 }
             }
         };
-        use fantoccini::Locator;
         client.goto(&server.url()).await.unwrap();
         let row = client
             .wait()
@@ -356,7 +357,7 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
             .await
             .unwrap();
         let first = text("[data-stat='done'] b").await;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_mins(1);
         let mut saw_running_node = false;
         loop {
             saw_running_node |= client
