@@ -24,8 +24,8 @@ use crate::store::Layout;
 
 /// The most of an item's input shown in a row.
 const SHORT: usize = 80;
-/// The most read from a file in one refresh, so one refresh stays short.
-const CHUNK: u64 = 64 << 20;
+/// The most read from a file at once (a refresh reads a growing file in chunks to its end).
+const CHUNK: u64 = 8 << 20;
 
 /// Why a run cannot be watched.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
@@ -399,6 +399,10 @@ impl Tail {
             return Vec::new();
         }
         let Some(end) = memchr::memrchr(b'\n', &bytes) else {
+            if bytes.len() as u64 == CHUNK {
+                // A line longer than a chunk is no event: skipped, not waited for.
+                self.offset += CHUNK;
+            }
             return Vec::new();
         };
         let mut lines = Vec::new();
@@ -528,13 +532,20 @@ impl Live {
             }
         }
         for index in 0..self.files.len() {
-            let (path, tail) = &mut self.files[index];
-            let path = path.clone();
-            for (offset, line) in tail.read(&path) {
-                // Only the fields the fold reads; the rest is skipped unbuilt.
-                if let Ok(event) = serde_json::from_str::<Line<'_>>(&line) {
-                    self.fold(&event, u16::try_from(index).unwrap_or(u16::MAX), offset);
-                    changed = true;
+            // A chunk at a time, to the end: memory stays bounded by the chunk.
+            loop {
+                let (path, tail) = &mut self.files[index];
+                let path = path.clone();
+                let lines = tail.read(&path);
+                if lines.is_empty() {
+                    break;
+                }
+                for (offset, line) in lines {
+                    // Only the fields the fold reads; the rest is skipped unbuilt.
+                    if let Ok(event) = serde_json::from_str::<Line<'_>>(&line) {
+                        self.fold(&event, u16::try_from(index).unwrap_or(u16::MAX), offset);
+                        changed = true;
+                    }
                 }
             }
         }
@@ -1077,8 +1088,8 @@ impl Live {
         let data = dlq.as_ref().map(|d| d.item_data.clone()).or_else(|| {
             let dir = self.job_dir.as_ref()?;
             let file = std::fs::File::open(dir.join("items.json")).ok()?;
-            let items: Vec<Value> = serde_json::from_reader(std::io::BufReader::new(file)).ok()?;
-            items.into_iter().nth(usize::try_from(index).ok()?)
+            let mut reader = serde_json::Deserializer::from_reader(std::io::BufReader::new(file));
+            serde::Deserializer::deserialize_seq(&mut reader, Nth(index)).ok()?
         });
         let claude = logs.iter().map(|log| render_call(log)).collect();
         Some(ItemDetail {
@@ -1098,6 +1109,29 @@ impl Live {
     /// Whether its events say it ended (in its last process).
     pub fn ended(&self) -> bool {
         self.ended
+    }
+}
+
+/// The Nth value of a JSON array, the others skipped unbuilt.
+struct Nth(u64);
+
+impl<'de> serde::de::Visitor<'de> for Nth {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        for _ in 0..self.0 {
+            if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                return Ok(None);
+            }
+        }
+        let found = seq.next_element::<Value>()?;
+        // The rest, so the array ends as it should.
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(found)
     }
 }
 
@@ -1362,6 +1396,11 @@ mod tests {
             ]
         );
         assert_eq!(detail.claude.len(), 1);
+        assert_eq!(detail.data, Some(serde_json::json!({"n": 1})));
+        assert_eq!(
+            live.item("item_2").unwrap().data,
+            Some(Value::from("three"))
+        );
         assert!(live.item("item_3").is_none());
 
         // Its process is gone: crashed, and no agent is shown as working.
