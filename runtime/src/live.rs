@@ -1412,6 +1412,97 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_job_is_read_across_its_events_files_and_its_interrupted_item_runs_again() {
+        let (home, file) = home();
+        append(
+            &file,
+            &event(
+                "00",
+                "map_started",
+                r#","items":3,"pending":3,"max_parallel":2"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "01",
+                "agent_started",
+                r#","agent_id":"agent-0","item_id":"item_0","attempt":1"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "01",
+                "claude_finished",
+                r#","step":"s","num_turns":1,"cost_usd":0.25,"agent_id":"agent-0","item_id":"item_0""#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "02",
+                "agent_completed",
+                r#","agent_id":"agent-0","item_id":"item_0","attempt":1"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "02",
+                "agent_started",
+                r#","agent_id":"agent-1","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        // Killed here; `resume-job` writes a second file.
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        live.refresh();
+        let p = live.picture(SystemTime::UNIX_EPOCH);
+        assert_eq!((p.counts.succeeded, p.counts.running), (1, 1));
+        let second = file.with_file_name("events-2026-11-26T110000Z.jsonl");
+        std::fs::write(&second, event("03", "job_resumed", r#","phase":"map""#)).unwrap();
+        live.refresh();
+        let p = live.picture(SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            (p.counts.succeeded, p.counts.running, p.counts.pending),
+            (1, 0, 2)
+        );
+        append(
+            &second,
+            &event(
+                "04",
+                "agent_started",
+                r#","agent_id":"agent-0","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        append(
+            &second,
+            &event(
+                "04",
+                "claude_finished",
+                r#","step":"s","num_turns":1,"cost_usd":0.25,"agent_id":"agent-0","item_id":"item_1""#,
+            ),
+        );
+        append(
+            &second,
+            &event(
+                "05",
+                "agent_completed",
+                r#","agent_id":"agent-0","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        live.refresh();
+        let p = live.picture(SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            (p.counts.succeeded, p.counts.running, p.counts.pending),
+            (2, 0, 1)
+        );
+        // The spend spans both processes.
+        assert!((p.spend.cost_usd - 0.5).abs() < 1e-9);
+        assert_eq!(live.item("item_1").unwrap().events.len(), 4);
+    }
+
+    #[test]
     fn a_usage_limit_pauses_a_running_job_until_it_is_lifted() {
         let (home, file) = home();
         let mut live = Live::open(home.path(), JOB).unwrap();

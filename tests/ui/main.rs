@@ -406,3 +406,39 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
     let _ = job.wait();
     drop(driver);
 }
+
+#[test]
+fn with_allow_actions_stop_interrupts_a_running_job_as_ctrl_c_does() {
+    let scratch = Scratch::new();
+    let mut job = slow_job(&scratch);
+    let id = job_id(&scratch);
+    let server = Server::start(&scratch, &["--allow-actions"]);
+    // Once it runs (its lock is held), stop it.
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let picture = server.get(&format!("/api/runs/{id}"));
+        if picture["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never running: {picture:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/runs/{id}/stop"),
+        &[("X-Prodigy-Token", &server.token)],
+    );
+    assert_eq!(status, 200, "{body}");
+    let status = job.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "it ends as an interrupted run");
+    // The page sees it at its next refresh.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let picture = server.get(&format!("/api/runs/{id}"));
+        if picture["state"] == "interrupted" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not interrupted: {picture:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
