@@ -375,20 +375,21 @@ struct Tail {
 }
 
 impl Tail {
-    /// The complete lines PATH gained since the last call, with each line's offset.
-    fn read(&mut self, path: &Path) -> Vec<(u64, String)> {
+    /// Hands EACH the complete lines PATH gained since the last call (up to a chunk), with
+    /// each line's offset; whether there was any.
+    fn read(&mut self, path: &Path, each: &mut dyn FnMut(u64, &[u8])) -> bool {
         let Ok(mut file) = std::fs::File::open(path) else {
-            return Vec::new();
+            return false;
         };
         let Ok(len) = file.metadata().map(|m| m.len()) else {
-            return Vec::new();
+            return false;
         };
         if len < self.offset {
             // Cut back (a failed write is cut back): read what is there again.
             self.offset = 0;
         }
         if len == self.offset || file.seek(SeekFrom::Start(self.offset)).is_err() {
-            return Vec::new();
+            return false;
         }
         let mut bytes = Vec::new();
         if file
@@ -396,26 +397,23 @@ impl Tail {
             .read_to_end(&mut bytes)
             .is_err()
         {
-            return Vec::new();
+            return false;
         }
         let Some(end) = memchr::memrchr(b'\n', &bytes) else {
             if bytes.len() as u64 == CHUNK {
                 // A line longer than a chunk is no event: skipped, not waited for.
                 self.offset += CHUNK;
+                return true;
             }
-            return Vec::new();
+            return false;
         };
-        let mut lines = Vec::new();
         let mut start = 0;
         for stop in memchr::memchr_iter(b'\n', &bytes[..=end]) {
-            lines.push((
-                self.offset + start as u64,
-                String::from_utf8_lossy(&bytes[start..stop]).into_owned(),
-            ));
+            each(self.offset + start as u64, &bytes[start..stop]);
             start = stop + 1;
         }
         self.offset += end as u64 + 1;
-        lines
+        true
     }
 }
 
@@ -533,21 +531,17 @@ impl Live {
         }
         for index in 0..self.files.len() {
             // A chunk at a time, to the end: memory stays bounded by the chunk.
-            loop {
-                let (path, tail) = &mut self.files[index];
-                let path = path.clone();
-                let lines = tail.read(&path);
-                if lines.is_empty() {
-                    break;
+            let path = self.files[index].0.clone();
+            let mut tail = std::mem::take(&mut self.files[index].1);
+            let file = u16::try_from(index).unwrap_or(u16::MAX);
+            while tail.read(&path, &mut |offset, line| {
+                // Only the fields the fold reads, from the bytes; the rest is skipped unbuilt.
+                if let Ok(event) = serde_json::from_slice::<Line<'_>>(line) {
+                    self.fold(&event, file, offset);
+                    changed = true;
                 }
-                for (offset, line) in lines {
-                    // Only the fields the fold reads; the rest is skipped unbuilt.
-                    if let Ok(event) = serde_json::from_str::<Line<'_>>(&line) {
-                        self.fold(&event, u16::try_from(index).unwrap_or(u16::MAX), offset);
-                        changed = true;
-                    }
-                }
-            }
+            }) {}
+            self.files[index].1 = tail;
         }
         if !self.shorts_loaded
             && let Some(dir) = &self.job_dir
@@ -568,14 +562,15 @@ impl Live {
             changed = true;
         }
         for call in self.calls.values_mut() {
-            for (_, line) in call.tail.read(&call.log) {
-                for note in call.stream.feed(&line) {
+            let (tail, stream, tool) = (&mut call.tail, &mut call.stream, &mut call.tool);
+            while tail.read(&call.log, &mut |_, line| {
+                for note in stream.feed(&String::from_utf8_lossy(line)) {
                     if let crate::claude::Note::Tool { .. } = note {
-                        call.tool = Some(note.line());
+                        *tool = Some(note.line());
                     }
                 }
                 changed = true;
-            }
+            }) {}
         }
         changed
     }
@@ -1140,15 +1135,14 @@ pub fn render_call(log: &Path) -> ClaudeCall {
     let mut stream = Stream::default();
     let mut lines = Vec::new();
     let mut tail = Tail::default();
-    loop {
-        let got = tail.read(log);
-        if got.is_empty() {
-            break;
-        }
-        for (_, line) in got {
-            lines.extend(stream.feed(&line).iter().map(crate::claude::Note::line));
-        }
-    }
+    while tail.read(log, &mut |_, line| {
+        lines.extend(
+            stream
+                .feed(&String::from_utf8_lossy(line))
+                .iter()
+                .map(crate::claude::Note::line),
+        );
+    }) {}
     ClaudeCall {
         log: log.to_owned(),
         lines,
