@@ -20,6 +20,8 @@ mod report;
 mod run;
 mod runs;
 mod shellcheck;
+mod status;
+mod ui;
 mod worktrees;
 
 use std::io::Write;
@@ -186,6 +188,15 @@ enum Command {
     /// `logs` take.
     #[command(visible_alias = "runs")]
     Ls(runs::LsArgs),
+    /// Show how a run or job stands now: its running agents and what each does (step,
+    /// Claude's current tool call and turn), counts, a usage-limit pause and the Claude
+    /// spend; `--watch` refreshes it in place, `--json` is for scripts.
+    Status(status::StatusArgs),
+    /// Serve a web dashboard of the runs and jobs under `$PRODIGY_HOME` on 127.0.0.1: each
+    /// run's plan with live states, its items, running agents and Claude calls, updated as
+    /// the files grow. It prints its URL with an access token; read-only unless
+    /// `--allow-actions`.
+    Ui(ui::UiArgs),
     /// Inspect and retry the dead letter queue of a MapReduce job: the items that failed,
     /// with every failed attempt.
     #[command(subcommand)]
@@ -349,6 +360,14 @@ fn main() -> ExitCode {
         Command::Logs(args) => {
             set_verbosity(0, args.quiet.quiet);
             logs::logs(&args)
+        }
+        Command::Status(args) => {
+            set_verbosity(0, args.quiet.quiet);
+            status::status(&args)
+        }
+        Command::Ui(args) => {
+            set_verbosity(0, args.quiet.quiet);
+            ui::ui(&args)
         }
         Command::Ls(args) => {
             set_verbosity(0, args.quiet.quiet);

@@ -15,6 +15,7 @@ pub mod git;
 pub mod input;
 pub mod job;
 pub mod jobstore;
+pub mod live;
 pub mod logs;
 pub mod machine;
 pub mod mapreduce;

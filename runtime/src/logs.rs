@@ -232,6 +232,17 @@ impl LineLog {
         }
     }
 
+    /// Writes one line and flushes it, so a reader sees it now.
+    pub fn line_flushed(&mut self, line: &str) {
+        self.line(line);
+        if let Some(file) = self.file.as_mut()
+            && let Err(e) = file.flush()
+        {
+            self.error = Some(e);
+            self.file = None;
+        }
+    }
+
     /// Writes a chunk of a stream: its whole lines now, the rest with the next chunk. A line
     /// longer than [`LONGEST_LINE`] is written in pieces, so memory stays bounded.
     pub fn chunk(&mut self, chunk: &[u8]) {

@@ -144,6 +144,17 @@ pub fn list(home: &Path, repo: Option<&str>) -> Listing {
     listing
 }
 
+/// The run or job ID under HOME, in whichever project it is; `None` when there is none,
+/// an error when its checkpoint cannot be read.
+pub fn find(home: &Path, id: &str) -> Option<Result<Summary, String>> {
+    if let Some((dir, repo)) = crate::store::Layout::find_job(home, id) {
+        return Some(read(&dir, &dir.join("checkpoint.json"), Kind::Job, &repo));
+    }
+    let (checkpoint, repo) = crate::store::Layout::find_session(home, id)?;
+    let dir = checkpoint.parent()?.to_owned();
+    Some(read(&dir, &checkpoint, Kind::Run, &repo))
+}
+
 /// The summary of the run or job whose state directory is DIR.
 fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary, String> {
     let text = std::fs::read(checkpoint).map_err(|e| e.to_string())?;

@@ -709,6 +709,7 @@ mod friction;
 mod graph_status;
 mod guides;
 mod items;
+mod live;
 mod logs;
 mod mapreduce;
 mod paths;

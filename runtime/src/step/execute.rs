@@ -245,7 +245,9 @@ impl Runner {
         let mut watch = |line: &str| {
             heard.set(tokio::time::Instant::now());
             if let Some(log) = log.as_mut() {
-                log.line(line);
+                // Flushed a line at a time: `prodigy status` and `ui` read the call as it
+                // streams (a call's events are few; a command's output is not flushed so).
+                log.line_flushed(line);
             }
             let turns = stream.turns;
             let notes = stream.feed(line);

@@ -1,0 +1,1522 @@
+//! The live picture of one run or job (`prodigy status`, `prodigy ui`), folded from what it
+//! writes under `$PRODIGY_HOME` as it runs: its checkpoint (through [`runs::find`]), its
+//! events files (every process's, so a resumed job counts what earlier ones did), its DLQ
+//! and the streams of the Claude calls running now.
+//!
+//! Read-only, and incremental: [`Live::refresh`] reads only what the files gained since the
+//! last call (each file's offset is remembered; a line still being written waits for its
+//! end), so a dashboard over a growing file reads it once. What is kept per item is a row
+//! and the offsets of its event lines, so memory grows with the items, not with their
+//! output; an item's detail ([`Live::item`]) reads its lines back.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::claude::Stream;
+use crate::runs::{self, Kind, Summary};
+use crate::store::Layout;
+
+/// The most of an item's input shown in a row.
+const SHORT: usize = 80;
+/// The most read from a file at once (a refresh reads a growing file in chunks to its end).
+const CHUNK: u64 = 8 << 20;
+
+/// Why a run cannot be watched.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum LiveError {
+    /// No run or job has the id.
+    #[error("no run or job `{0}` under the prodigy home")]
+    #[diagnostic(code(prodigy::live::unknown))]
+    Unknown(String),
+    /// Its checkpoint cannot be read.
+    #[error("the checkpoint of `{id}` cannot be read: {why}")]
+    #[diagnostic(code(prodigy::live::unreadable))]
+    Unreadable {
+        /// The id.
+        id: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// How a run stands, as the dashboard shows it: the checkpoint's state, and whether its
+/// Claude calls wait for a usage limit to reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// A live process runs it.
+    Running,
+    /// A live process runs it, but its Claude calls wait for the usage limit to reset.
+    Paused,
+    /// Its checkpoint says running, but no process holds it.
+    Crashed,
+    /// It ended well.
+    Completed,
+    /// A step or the error policy failed it.
+    Failed,
+    /// The error policy or the budget stopped it.
+    Stopped,
+    /// A signal stopped it.
+    Interrupted,
+}
+
+impl State {
+    /// The word shown.
+    pub fn word(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Paused => "paused at the usage limit",
+            State::Crashed => "crashed",
+            State::Completed => "completed",
+            State::Failed => "failed",
+            State::Stopped => "stopped",
+            State::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// The counts of a job's items (a standard run's steps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// In all (0 until the input is loaded).
+    pub total: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Skipped by the policy.
+    pub skipped: u64,
+    /// Running now.
+    pub running: u64,
+    /// Not finished and not running.
+    pub pending: u64,
+    /// In the dead letter queue.
+    pub dlq: u64,
+    /// Retries scheduled (of items, and of steps).
+    pub retries: u64,
+}
+
+/// What the Claude calls cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Spend {
+    /// Calls ended.
+    pub calls: u64,
+    /// Turns taken.
+    pub turns: u64,
+    /// US dollars.
+    pub cost_usd: f64,
+    /// The cost of the items left, at the average finished item's (a job's map phase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast_usd: Option<f64>,
+}
+
+/// A usage-limit pause.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Pause {
+    /// `five_hour`, `seven_day`, ….
+    pub limit_type: String,
+    /// When it resets (RFC 3339).
+    pub resets_at: String,
+}
+
+/// One agent (or a standard run's own step) working now.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Agent {
+    /// `agent-N`, or `run` for a standard run's steps and a job's setup and reduce.
+    pub agent_id: String,
+    /// `item_N`, for a map agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item_id: Option<String>,
+    /// The item's attempt.
+    pub attempt: u32,
+    /// The step running now.
+    pub step: Option<String>,
+    /// Its plan id.
+    pub step_id: Option<u32>,
+    /// When the agent started (RFC 3339).
+    pub started_at: String,
+    /// Seconds since then.
+    pub elapsed_secs: f64,
+    /// A Claude call running now: its last tool call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// A Claude call running now: turns so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turns: Option<u32>,
+    /// Its Slurm task, under `--executor slurm`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm_task: Option<String>,
+}
+
+/// One step of the plan as the agents go through it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StepLive {
+    /// Its plan id.
+    pub step_id: u32,
+    /// Its label.
+    pub label: String,
+    /// Agents (or the run) in it now.
+    pub running: u64,
+    /// Times it succeeded.
+    pub succeeded: u64,
+    /// Times it failed.
+    pub failed: u64,
+    /// Retries of it scheduled.
+    pub retries: u64,
+}
+
+/// How an item stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    /// Not started.
+    Pending,
+    /// An agent works on it.
+    Running,
+    /// Waits for a retry.
+    Retrying,
+    /// Succeeded.
+    Succeeded,
+    /// Failed (in the DLQ unless skipped).
+    Failed,
+    /// Skipped by the policy.
+    Skipped,
+}
+
+/// One item's row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ItemRow {
+    /// `item_N`.
+    pub item_id: String,
+    /// N.
+    pub index: u64,
+    /// How it stands.
+    pub status: ItemStatus,
+    /// Attempts started.
+    pub attempts: u32,
+    /// The last finished attempt's duration.
+    pub duration_secs: Option<f64>,
+    /// Its Claude calls' cost.
+    pub cost_usd: f64,
+    /// The agent that ran it last.
+    pub agent_id: Option<String>,
+    /// Its last Slurm task (`JOB_TASK`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm_task: Option<String>,
+    /// Whether it is in the DLQ.
+    pub in_dlq: bool,
+    /// Why it failed last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The item as the input gave it, shortened.
+    pub short: String,
+    /// Where its event lines are: (events file, byte offset).
+    #[serde(skip)]
+    lines: Vec<(u16, u64)>,
+}
+
+/// The whole picture at one moment (what `prodigy status --json` prints, without the item
+/// rows).
+#[derive(Clone, Debug, Serialize)]
+pub struct Picture {
+    /// The run or job.
+    pub summary: Summary,
+    /// How it stands.
+    pub state: State,
+    /// The usage-limit pause, while paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+    /// A job's phase (`setup`, `map`, `reduce`), from its events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The item counts (a standard run: its steps).
+    pub counts: Counts,
+    /// The Claude spend.
+    pub spend: Spend,
+    /// The breaker (`closed`, `open`, `half_open`), for a job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<&'static str>,
+    /// Items finished a minute in the map phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items_per_min: Option<f64>,
+    /// Seconds left at that rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eta_secs: Option<f64>,
+    /// Seconds since it started (until it ended, when it did).
+    pub duration_secs: f64,
+    /// The agents working now.
+    pub agents: Vec<Agent>,
+    /// The steps, in plan order.
+    pub steps: Vec<StepLive>,
+    /// Why it stopped, when the job said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<String>,
+}
+
+/// One item in full: its row, its events, its DLQ entry and its Claude calls.
+#[derive(Clone, Debug, Serialize)]
+pub struct ItemDetail {
+    /// Its row.
+    pub row: ItemRow,
+    /// The item as the input gave it.
+    pub data: Option<Value>,
+    /// Its events, in order.
+    pub events: Vec<Value>,
+    /// Its DLQ entry.
+    pub dlq: Option<crate::dlq::DeadLetteredItem>,
+    /// Its Claude calls, as `prodigy logs --show` renders them.
+    pub claude: Vec<ClaudeCall>,
+}
+
+/// One Claude call rendered for people.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClaudeCall {
+    /// The log file.
+    pub log: PathBuf,
+    /// Its lines: the session, text, tool calls, API retries.
+    pub lines: Vec<String>,
+    /// How it ended, when it did: the final text.
+    pub result: Option<String>,
+    /// Turns.
+    pub turns: u32,
+    /// Tool calls.
+    pub tool_calls: u32,
+}
+
+/// What the fold reads of an event line (serde skips the other fields without building
+/// them, which makes the first read of a large job's events several times faster).
+#[derive(Debug, Default, serde::Deserialize)]
+struct Line<'a> {
+    #[serde(borrow)]
+    event_type: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    timestamp: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    item_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    agent_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    step: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    phase: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    action: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    limit_type: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    resets_at: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    error: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    log: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    outcome: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    slurm_job_id: Option<Cow<'a, str>>,
+    step_id: Option<u64>,
+    attempt: Option<u64>,
+    items: Option<u64>,
+    steps: Option<u64>,
+    num_turns: Option<u64>,
+    slurm_task_id: Option<u64>,
+    cost_usd: Option<f64>,
+    duration_secs: Option<f64>,
+}
+
+impl Line<'_> {
+    /// The text field KEY.
+    fn text(&self, key: &str) -> Option<String> {
+        let field = match key {
+            "event_type" => &self.event_type,
+            "timestamp" => &self.timestamp,
+            "item_id" => &self.item_id,
+            "agent_id" => &self.agent_id,
+            "step" => &self.step,
+            "phase" => &self.phase,
+            "action" => &self.action,
+            "limit_type" => &self.limit_type,
+            "resets_at" => &self.resets_at,
+            "reason" => &self.reason,
+            "error" => &self.error,
+            "log" => &self.log,
+            "outcome" => &self.outcome,
+            "slurm_job_id" => &self.slurm_job_id,
+            _ => return None,
+        };
+        field.as_deref().map(str::to_owned)
+    }
+
+    /// The number field KEY.
+    fn number(&self, key: &str) -> Option<u64> {
+        match key {
+            "step_id" => self.step_id,
+            "attempt" => self.attempt,
+            "items" => self.items,
+            "steps" => self.steps,
+            "num_turns" => self.num_turns,
+            "slurm_task_id" => self.slurm_task_id,
+            _ => None,
+        }
+    }
+}
+
+/// A file read as it grows.
+#[derive(Debug, Default)]
+struct Tail {
+    offset: u64,
+}
+
+impl Tail {
+    /// Hands EACH the complete lines PATH gained since the last call (up to a chunk), with
+    /// each line's offset; whether there was any.
+    fn read(&mut self, path: &Path, each: &mut dyn FnMut(u64, &[u8])) -> bool {
+        let Ok(mut file) = std::fs::File::open(path) else {
+            return false;
+        };
+        let Ok(len) = file.metadata().map(|m| m.len()) else {
+            return false;
+        };
+        if len < self.offset {
+            // Cut back (a failed write is cut back): read what is there again.
+            self.offset = 0;
+        }
+        if len == self.offset || file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return false;
+        }
+        let mut bytes = Vec::new();
+        if file
+            .take((len - self.offset).min(CHUNK))
+            .read_to_end(&mut bytes)
+            .is_err()
+        {
+            return false;
+        }
+        let Some(end) = memchr::memrchr(b'\n', &bytes) else {
+            if bytes.len() as u64 == CHUNK {
+                // A line longer than a chunk is no event: skipped, not waited for.
+                self.offset += CHUNK;
+                return true;
+            }
+            return false;
+        };
+        let mut start = 0;
+        for stop in memchr::memchr_iter(b'\n', &bytes[..=end]) {
+            each(self.offset + start as u64, &bytes[start..stop]);
+            start = stop + 1;
+        }
+        self.offset += end as u64 + 1;
+        true
+    }
+}
+
+/// A running Claude call's stream, read as it grows.
+#[derive(Debug, Default)]
+struct Call {
+    log: PathBuf,
+    tail: Tail,
+    stream: Stream,
+    tool: Option<String>,
+}
+
+/// Who does what now: a map agent, or the run itself.
+#[derive(Debug, Clone)]
+struct Actor {
+    item_id: Option<String>,
+    attempt: u32,
+    started_at: String,
+    step: Option<(u32, String)>,
+    slurm_task: Option<String>,
+}
+
+/// A run or job being watched.
+#[derive(Debug)]
+pub struct Live {
+    home: PathBuf,
+    id: String,
+    summary: Summary,
+    events_dir: PathBuf,
+    files: Vec<(PathBuf, Tail)>,
+    job_dir: Option<PathBuf>,
+    shorts_loaded: bool,
+    // The fold.
+    phase: Option<String>,
+    pause: Option<Pause>,
+    breaker: Option<&'static str>,
+    stopping: Option<String>,
+    counts: Counts,
+    spend: Spend,
+    items: BTreeMap<u64, ItemRow>,
+    dlq: BTreeSet<String>,
+    steps: BTreeMap<u32, StepLive>,
+    actors: BTreeMap<String, Actor>,
+    calls: BTreeMap<String, Call>,
+    first_at: Option<String>,
+    last_at: Option<String>,
+    map_started_at: Option<String>,
+    finished_in_map: u64,
+    ended: bool,
+}
+
+impl Live {
+    /// Starts watching ID under HOME (nothing is read until [`Live::refresh`]).
+    pub fn open(home: &Path, id: &str) -> Result<Live, LiveError> {
+        let summary = load(home, id)?;
+        let layout = Layout {
+            home: home.to_owned(),
+            repo: summary.repo.clone(),
+        };
+        let job_dir = (summary.kind == Kind::Job).then(|| layout.job_dir(id));
+        Ok(Live {
+            home: home.to_owned(),
+            id: id.to_owned(),
+            events_dir: layout.events_dir(id),
+            summary,
+            files: Vec::new(),
+            job_dir,
+            shorts_loaded: false,
+            phase: None,
+            pause: None,
+            breaker: None,
+            stopping: None,
+            counts: Counts::default(),
+            spend: Spend::default(),
+            items: BTreeMap::new(),
+            dlq: BTreeSet::new(),
+            steps: BTreeMap::new(),
+            actors: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            first_at: None,
+            last_at: None,
+            map_started_at: None,
+            finished_in_map: 0,
+            ended: false,
+        })
+    }
+
+    /// The id watched.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Reads what the files gained; true when anything changed.
+    pub fn refresh(&mut self) -> bool {
+        let mut changed = false;
+        if let Ok(summary) = load(&self.home, &self.id) {
+            changed |= summary.updated_at != self.summary.updated_at
+                || summary.state != self.summary.state;
+            self.summary = summary;
+        }
+        // Events files: one per process, named by their start, so names sort in order.
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.events_dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        for name in names {
+            if !self.files.iter().any(|(p, _)| *p == name) {
+                self.files.push((name, Tail::default()));
+            }
+        }
+        for index in 0..self.files.len() {
+            // A chunk at a time, to the end: memory stays bounded by the chunk.
+            let path = self.files[index].0.clone();
+            let mut tail = std::mem::take(&mut self.files[index].1);
+            let file = u16::try_from(index).unwrap_or(u16::MAX);
+            while tail.read(&path, &mut |offset, line| {
+                // Only the fields the fold reads, from the bytes; the rest is skipped unbuilt.
+                if let Ok(event) = serde_json::from_slice::<Line<'_>>(line) {
+                    self.fold(&event, file, offset);
+                    changed = true;
+                }
+            }) {}
+            self.files[index].1 = tail;
+        }
+        if !self.shorts_loaded
+            && let Some(dir) = &self.job_dir
+            && let Ok(text) = std::fs::File::open(dir.join("items.json")).and_then(|mut f| {
+                let mut s = Vec::new();
+                f.read_to_end(&mut s).map(|_| s)
+            })
+            && let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(&text)
+        {
+            self.shorts_loaded = true;
+            if self.counts.total == 0 {
+                self.counts.total = items.len() as u64;
+            }
+            for (index, item) in items.iter().enumerate() {
+                let row = self.row(index as u64);
+                row.short = short(item);
+            }
+            changed = true;
+        }
+        for call in self.calls.values_mut() {
+            let (tail, stream, tool) = (&mut call.tail, &mut call.stream, &mut call.tool);
+            while tail.read(&call.log, &mut |_, line| {
+                for note in stream.feed(&String::from_utf8_lossy(line)) {
+                    if let crate::claude::Note::Tool { .. } = note {
+                        *tool = Some(note.line());
+                    }
+                }
+                changed = true;
+            }) {}
+        }
+        changed
+    }
+
+    fn row(&mut self, index: u64) -> &mut ItemRow {
+        self.items.entry(index).or_insert_with(|| ItemRow {
+            item_id: format!("item_{index}"),
+            index,
+            status: ItemStatus::Pending,
+            attempts: 0,
+            duration_secs: None,
+            cost_usd: 0.0,
+            agent_id: None,
+            slurm_task: None,
+            in_dlq: false,
+            error: None,
+            short: String::new(),
+            lines: Vec::new(),
+        })
+    }
+
+    /// Folds one event.
+    fn fold(&mut self, event: &Line<'_>, file: u16, offset: u64) {
+        let text = |key: &str| event.text(key);
+        let number = |key: &str| event.number(key);
+        let kind = text("event_type").unwrap_or_default();
+        let at = text("timestamp");
+        if self.first_at.is_none() {
+            self.first_at.clone_from(&at);
+        }
+        if at.is_some() {
+            self.last_at.clone_from(&at);
+        }
+        let item = text("item_id");
+        let index = item.as_deref().and_then(item_index);
+        if let Some(index) = index {
+            self.row(index).lines.push((file, offset));
+        }
+        // Who does it: a map agent, else the run itself.
+        let actor_key = text("agent_id")
+            .filter(|_| item.is_some())
+            .unwrap_or_else(|| "run".to_owned());
+        match kind.as_str() {
+            "job_started" | "job_resumed" | "workflow_started" => {
+                self.ended = false;
+                self.phase = text("phase");
+                self.actors.clear();
+                self.calls.clear();
+                self.pause = None;
+                if self.summary.kind == Kind::Job {
+                    self.breaker.get_or_insert("closed");
+                }
+                if kind == "job_resumed" {
+                    // Items that were running start again.
+                    for row in self.items.values_mut() {
+                        if row.status == ItemStatus::Running || row.status == ItemStatus::Retrying {
+                            row.status = ItemStatus::Pending;
+                        }
+                    }
+                }
+                if kind == "workflow_started" {
+                    self.counts.total = number("steps").unwrap_or(0);
+                }
+            }
+            "setup_started" => self.phase = Some("setup".to_owned()),
+            "input_loaded" => self.counts.total = number("items").unwrap_or(0),
+            "map_started" => {
+                self.phase = Some("map".to_owned());
+                self.counts.total = number("items").unwrap_or(self.counts.total);
+                self.map_started_at.clone_from(&at);
+            }
+            "reduce_started" => self.phase = Some("reduce".to_owned()),
+            "job_finished" | "workflow_finished" => {
+                self.ended = true;
+                if kind == "job_finished" {
+                    self.phase = Some("done".to_owned());
+                }
+                self.actors.clear();
+                self.calls.clear();
+                self.pause = None;
+            }
+            "job_stopping" => self.stopping = text("reason"),
+            "claude_budget_reached" => {
+                self.stopping = Some("the Claude budget is reached".to_owned());
+            }
+            "claude_limit_reached" if text("action").as_deref() == Some("wait") => {
+                self.pause = Some(Pause {
+                    limit_type: text("limit_type").unwrap_or_default(),
+                    resets_at: text("resets_at").unwrap_or_default(),
+                });
+            }
+            "claude_limit_lifted" => self.pause = None,
+            "CircuitOpen" => self.breaker = Some("open"),
+            "CircuitHalfOpen" => self.breaker = Some("half_open"),
+            "CircuitClosed" => self.breaker = Some("closed"),
+            "agent_started" => {
+                let attempt = number("attempt").and_then(|n| u32::try_from(n).ok());
+                if let Some(index) = index {
+                    let row = self.row(index);
+                    row.status = ItemStatus::Running;
+                    row.attempts = attempt.unwrap_or(row.attempts + 1);
+                    row.agent_id = text("agent_id");
+                }
+                self.actors.insert(
+                    actor_key,
+                    Actor {
+                        item_id: item.clone(),
+                        attempt: attempt.unwrap_or(1),
+                        started_at: at.clone().unwrap_or_default(),
+                        step: None,
+                        slurm_task: None,
+                    },
+                );
+            }
+            "slurm_task_submitted" | "slurm_task_adopted" => {
+                let task = format!(
+                    "{}_{}",
+                    text("slurm_job_id").unwrap_or_default(),
+                    number("slurm_task_id").unwrap_or(0)
+                );
+                if let Some(index) = index {
+                    self.row(index).slurm_task = Some(task.clone());
+                }
+                if let Some(actor) = self.actors.get_mut(&actor_key) {
+                    actor.slurm_task = Some(task);
+                }
+            }
+            "agent_completed" | "agent_failed" | "agent_cancelled" | "agent_rejected" => {
+                if let Some(index) = index {
+                    let duration = event.duration_secs;
+                    let error = text("error");
+                    let row = self.row(index);
+                    match kind.as_str() {
+                        "agent_completed" => row.status = ItemStatus::Succeeded,
+                        "agent_cancelled" => row.status = ItemStatus::Pending,
+                        _ => {
+                            row.status = ItemStatus::Failed;
+                            row.error = error.or_else(|| text("reason"));
+                        }
+                    }
+                    if duration.is_some() {
+                        row.duration_secs = duration;
+                    }
+                }
+                // A rejected item had no agent.
+                if kind != "agent_rejected" {
+                    self.actors.remove(&actor_key);
+                    self.calls.remove(&actor_key);
+                }
+            }
+            "item_retry_scheduled" => {
+                self.counts.retries += 1;
+                if let Some(index) = index {
+                    self.row(index).status = ItemStatus::Retrying;
+                }
+            }
+            "item_skipped" => {
+                if let Some(index) = index {
+                    self.row(index).status = ItemStatus::Skipped;
+                }
+            }
+            "dlq_item_added" => {
+                if let Some((index, id)) = index.zip(item.clone()) {
+                    self.dlq.insert(id);
+                    self.row(index).in_dlq = true;
+                }
+            }
+            "dlq_item_removed" => {
+                if let Some((index, id)) = index.zip(item.clone()) {
+                    self.dlq.remove(&id);
+                    let row = self.row(index);
+                    row.in_dlq = false;
+                    row.status = ItemStatus::Succeeded;
+                }
+            }
+            "dlq_retry_started" => self.ended = false,
+            "dlq_retry_finished" => {
+                self.ended = true;
+                self.actors.clear();
+                self.calls.clear();
+            }
+            "step_started" => {
+                let id = number("step_id").and_then(|n| u32::try_from(n).ok());
+                let label = text("step").unwrap_or_default();
+                if let Some(id) = id {
+                    let step = self.steps.entry(id).or_insert_with(|| StepLive {
+                        step_id: id,
+                        label: label.clone(),
+                        ..StepLive::default()
+                    });
+                    step.running += 1;
+                }
+                let actor = self.actors.entry(actor_key).or_insert_with(|| Actor {
+                    item_id: None,
+                    attempt: 1,
+                    started_at: at.clone().unwrap_or_default(),
+                    step: None,
+                    slurm_task: None,
+                });
+                if let Some((old, _)) = actor.step.take()
+                    && let Some(step) = self.steps.get_mut(&old)
+                {
+                    step.running = step.running.saturating_sub(1);
+                }
+                actor.step = id.map(|id| (id, label));
+            }
+            "step_finished" | "step_skipped" => {
+                let succeeded = !matches!(
+                    text("outcome").as_deref(),
+                    Some("failed" | "failed_continued" | "cancelled")
+                );
+                if let Some(actor) = self.actors.get_mut(&actor_key)
+                    && let Some((id, _)) = actor.step.take()
+                    && let Some(step) = self.steps.get_mut(&id)
+                {
+                    step.running = step.running.saturating_sub(1);
+                    if succeeded {
+                        step.succeeded += 1;
+                    } else {
+                        step.failed += 1;
+                    }
+                }
+                if self.summary.kind == Kind::Run && actor_key == "run" {
+                    if succeeded {
+                        self.counts.succeeded += 1;
+                    } else {
+                        self.counts.failed += 1;
+                    }
+                }
+            }
+            "retry_scheduled" => {
+                self.counts.retries += 1;
+                if let Some(actor) = self.actors.get(&actor_key)
+                    && let Some((id, _)) = &actor.step
+                    && let Some(step) = self.steps.get_mut(id)
+                {
+                    step.retries += 1;
+                }
+            }
+            "claude_started" => {
+                if let Some(log) = text("log") {
+                    self.calls.insert(
+                        actor_key,
+                        Call {
+                            log: PathBuf::from(log),
+                            ..Call::default()
+                        },
+                    );
+                }
+            }
+            "claude_finished" => {
+                self.calls.remove(&actor_key);
+                let cost = event.cost_usd.unwrap_or(0.0);
+                self.spend.calls += 1;
+                self.spend.turns += number("num_turns").unwrap_or(0);
+                self.spend.cost_usd += cost;
+                if let Some(index) = index {
+                    let row = self.row(index);
+                    row.cost_usd = crate::pricing::usd(row.cost_usd + cost);
+                }
+            }
+            _ => {}
+        }
+        if matches!(
+            kind.as_str(),
+            "agent_completed" | "agent_failed" | "item_skipped"
+        ) && self.phase.as_deref() == Some("map")
+        {
+            self.finished_in_map += 1;
+        }
+    }
+
+    /// The picture now (NOW: the wall clock, for elapsed times).
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "item counts far below 2^52, for a rate and a forecast"
+    )]
+    pub fn picture(&self, now: SystemTime) -> Picture {
+        let mut counts = self.counts;
+        if self.summary.kind == Kind::Job {
+            counts.succeeded = 0;
+            counts.failed = 0;
+            counts.skipped = 0;
+            counts.running = 0;
+            for row in self.items.values() {
+                match row.status {
+                    ItemStatus::Succeeded => counts.succeeded += 1,
+                    ItemStatus::Failed => counts.failed += 1,
+                    ItemStatus::Skipped => counts.skipped += 1,
+                    ItemStatus::Running => counts.running += 1,
+                    ItemStatus::Pending | ItemStatus::Retrying => {}
+                }
+            }
+            counts.dlq = self.dlq.len() as u64;
+        } else {
+            counts.running = u64::from(self.actors.values().any(|a| a.step.is_some()));
+        }
+        let done = counts.succeeded + counts.failed + counts.skipped;
+        counts.pending = counts.total.saturating_sub(done + counts.running);
+        let live = matches!(self.summary.state, runs::State::Running);
+        let state = match self.summary.state {
+            runs::State::Running if self.pause.is_some() => State::Paused,
+            runs::State::Running => State::Running,
+            runs::State::Crashed => State::Crashed,
+            runs::State::Completed => State::Completed,
+            runs::State::Failed => State::Failed,
+            runs::State::Stopped => State::Stopped,
+            runs::State::Interrupted => State::Interrupted,
+        };
+        let start =
+            parse(&self.summary.started_at).or_else(|| self.first_at.as_deref().and_then(parse));
+        let end = if live {
+            Some(now)
+        } else {
+            self.last_at.as_deref().and_then(parse)
+        };
+        let duration_secs = start
+            .zip(end)
+            .and_then(|(s, e)| e.duration_since(s).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        // The rate of the map phase, from its start in this process.
+        let (mut items_per_min, mut eta_secs) = (None, None);
+        if let Some(map_start) = self.map_started_at.as_deref().and_then(parse)
+            && let Some(end) = end
+            && let Ok(spent) = end.duration_since(map_start)
+            && self.finished_in_map > 0
+            && spent.as_secs_f64() > 0.0
+        {
+            let rate = self.finished_in_map as f64 / spent.as_secs_f64();
+            items_per_min = Some(rate * 60.0);
+            if live {
+                eta_secs = Some(counts.pending.saturating_add(counts.running) as f64 / rate);
+            }
+        }
+        let mut spend = self.spend;
+        spend.cost_usd = crate::pricing::usd(spend.cost_usd);
+        if self.summary.kind == Kind::Job && done > 0 && live {
+            let items_cost: f64 = self.items.values().map(|r| r.cost_usd).sum();
+            spend.forecast_usd = Some(crate::pricing::usd(
+                items_cost / done as f64 * (counts.pending + counts.running) as f64,
+            ));
+        }
+        let agents = self
+            .actors
+            .iter()
+            .filter(|_| live)
+            .map(|(key, actor)| {
+                let call = self.calls.get(key);
+                Agent {
+                    agent_id: key.clone(),
+                    item_id: actor.item_id.clone(),
+                    attempt: actor.attempt,
+                    step: actor.step.as_ref().map(|(_, l)| l.clone()),
+                    step_id: actor.step.as_ref().map(|(id, _)| *id),
+                    started_at: actor.started_at.clone(),
+                    elapsed_secs: parse(&actor.started_at)
+                        .and_then(|s| now.duration_since(s).ok())
+                        .map_or(0.0, |d| d.as_secs_f64()),
+                    tool: call.and_then(|c| c.tool.clone()),
+                    turns: call.map(|c| c.stream.turns),
+                    slurm_task: actor.slurm_task.clone(),
+                }
+            })
+            .filter(|a| a.item_id.is_some() || a.step.is_some())
+            .collect();
+        let mut steps: Vec<StepLive> = self.steps.values().cloned().collect();
+        if !live {
+            for step in &mut steps {
+                step.running = 0;
+            }
+        }
+        Picture {
+            summary: self.summary.clone(),
+            state,
+            pause: self.pause.clone().filter(|_| live),
+            phase: self.phase.clone(),
+            counts,
+            spend,
+            breaker: self.breaker,
+            items_per_min,
+            eta_secs,
+            duration_secs,
+            agents,
+            steps,
+            stopping: self.stopping.clone(),
+        }
+    }
+
+    /// Item rows: those whose status is FILTER (every one without), sorted by SORT
+    /// (`index`, `status`, `attempts`, `duration`, `cost`, `agent`; descending with
+    /// DESCENDING), the page of LIMIT rows from OFFSET; and how many matched.
+    pub fn rows(
+        &self,
+        filter: Option<ItemStatus>,
+        sort: &str,
+        descending: bool,
+        offset: usize,
+        limit: usize,
+    ) -> (Vec<ItemRow>, usize) {
+        let total = self.counts.total.max(self.items.len() as u64);
+        let pending = ItemRow {
+            item_id: String::new(),
+            index: 0,
+            status: ItemStatus::Pending,
+            attempts: 0,
+            duration_secs: None,
+            cost_usd: 0.0,
+            agent_id: None,
+            slurm_task: None,
+            in_dlq: false,
+            error: None,
+            short: String::new(),
+            lines: Vec::new(),
+        };
+        // Items never seen are pending; they get a row only when a page shows them.
+        let mut rows: Vec<(u64, Option<&ItemRow>)> = (0..total)
+            .map(|i| (i, self.items.get(&i)))
+            .filter(|(_, r)| {
+                filter.is_none_or(|f| r.map_or(ItemStatus::Pending, |r| r.status) == f)
+            })
+            .collect();
+        let order = |a: &(u64, Option<&ItemRow>), b: &(u64, Option<&ItemRow>)| {
+            let (x, y) = (a.1.unwrap_or(&pending), b.1.unwrap_or(&pending));
+            let by = match sort {
+                "status" => x.status.cmp(&y.status),
+                "attempts" => x.attempts.cmp(&y.attempts),
+                "duration" => x
+                    .duration_secs
+                    .unwrap_or(0.0)
+                    .total_cmp(&y.duration_secs.unwrap_or(0.0)),
+                "cost" => x.cost_usd.total_cmp(&y.cost_usd),
+                "agent" => x.agent_id.cmp(&y.agent_id),
+                _ => a.0.cmp(&b.0),
+            };
+            let by = if descending { by.reverse() } else { by };
+            by.then(a.0.cmp(&b.0))
+        };
+        let matched = rows.len();
+        if offset < matched {
+            let end = (offset + limit).min(matched);
+            if end < matched {
+                rows.select_nth_unstable_by(end, order);
+                rows.truncate(end);
+            }
+            rows.sort_by(order);
+        }
+        let page = rows
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(i, r)| {
+                r.cloned().unwrap_or_else(|| ItemRow {
+                    item_id: format!("item_{i}"),
+                    index: i,
+                    ..pending.clone()
+                })
+            })
+            .collect();
+        (page, matched)
+    }
+
+    /// One item in full, read back from its event lines, its DLQ entry and its Claude logs.
+    pub fn item(&self, item_id: &str) -> Option<ItemDetail> {
+        let index = item_index(item_id)?;
+        if index >= self.counts.total.max(self.items.len() as u64) {
+            return None;
+        }
+        let row = self.items.get(&index).cloned().unwrap_or_else(|| ItemRow {
+            item_id: item_id.to_owned(),
+            index,
+            status: ItemStatus::Pending,
+            attempts: 0,
+            duration_secs: None,
+            cost_usd: 0.0,
+            agent_id: None,
+            slurm_task: None,
+            in_dlq: false,
+            error: None,
+            short: String::new(),
+            lines: Vec::new(),
+        });
+        let mut events = Vec::new();
+        let mut logs = Vec::new();
+        for (file, offset) in &row.lines {
+            let Some((path, _)) = self.files.get(usize::from(*file)) else {
+                continue;
+            };
+            let Some(line) = line_at(path, *offset) else {
+                continue;
+            };
+            if let Ok(event) = serde_json::from_str::<Value>(&line) {
+                if event.get("event_type").and_then(Value::as_str) == Some("claude_started")
+                    && let Some(log) = event.get("log").and_then(Value::as_str)
+                {
+                    logs.push(PathBuf::from(log));
+                }
+                events.push(event);
+            }
+        }
+        let dlq = self.job_dir.as_ref().and_then(|_| {
+            let layout = Layout {
+                home: self.home.clone(),
+                repo: self.summary.repo.clone(),
+            };
+            crate::dlq::Dlq::new(&layout, &self.id)
+                .get(item_id)
+                .ok()
+                .flatten()
+        });
+        let data = dlq.as_ref().map(|d| d.item_data.clone()).or_else(|| {
+            let dir = self.job_dir.as_ref()?;
+            let file = std::fs::File::open(dir.join("items.json")).ok()?;
+            let mut reader = serde_json::Deserializer::from_reader(std::io::BufReader::new(file));
+            serde::Deserializer::deserialize_seq(&mut reader, Nth(index)).ok()?
+        });
+        let claude = logs.iter().map(|log| render_call(log)).collect();
+        Some(ItemDetail {
+            row,
+            data,
+            events,
+            dlq,
+            claude,
+        })
+    }
+
+    /// Whether the run still runs (a live process holds it).
+    pub fn is_running(&self) -> bool {
+        self.summary.state == runs::State::Running
+    }
+
+    /// Whether its events say it ended (in its last process).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+}
+
+/// The Nth value of a JSON array, the others skipped unbuilt.
+struct Nth(u64);
+
+impl<'de> serde::de::Visitor<'de> for Nth {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        for _ in 0..self.0 {
+            if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                return Ok(None);
+            }
+        }
+        let found = seq.next_element::<Value>()?;
+        // The rest, so the array ends as it should.
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(found)
+    }
+}
+
+/// A Claude call's log rendered as `prodigy logs --show` does.
+pub fn render_call(log: &Path) -> ClaudeCall {
+    let mut stream = Stream::default();
+    let mut lines = Vec::new();
+    let mut tail = Tail::default();
+    while tail.read(log, &mut |_, line| {
+        lines.extend(
+            stream
+                .feed(&String::from_utf8_lossy(line))
+                .iter()
+                .map(crate::claude::Note::line),
+        );
+    }) {}
+    ClaudeCall {
+        log: log.to_owned(),
+        lines,
+        result: stream.result.as_ref().and_then(|r| r.result.clone()),
+        turns: stream.num_turns(),
+        tool_calls: stream.tool_calls,
+    }
+}
+
+/// The line of PATH at OFFSET.
+fn line_at(path: &Path, offset: u64) -> Option<String> {
+    use std::io::BufRead as _;
+    let mut file = std::fs::File::open(path).ok()?;
+    file.seek(SeekFrom::Start(offset)).ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(file)
+        .take(16 << 20)
+        .read_line(&mut line)
+        .ok()?;
+    Some(line)
+}
+
+/// N of `item_N`.
+fn item_index(item_id: &str) -> Option<u64> {
+    item_id.strip_prefix("item_")?.parse().ok()
+}
+
+/// VALUE as one line of at most [`SHORT`] characters.
+fn short(value: &Value) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let text = crate::progress::visible(&text).replace('\n', " ");
+    if text.chars().count() > SHORT {
+        let mut cut: String = text.chars().take(SHORT - 1).collect();
+        cut.push('…');
+        cut
+    } else {
+        text
+    }
+}
+
+/// An RFC 3339 time.
+fn parse(at: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339_weak(at.trim_end_matches('Z')).ok()
+}
+
+/// The summary of ID.
+fn load(home: &Path, id: &str) -> Result<Summary, LiveError> {
+    match runs::find(home, id) {
+        None => Err(LiveError::Unknown(id.to_owned())),
+        Some(Err(why)) => Err(LiveError::Unreadable {
+            id: id.to_owned(),
+            why,
+        }),
+        Some(Ok(summary)) => Ok(summary),
+    }
+}
+
+/// The run to show when none is named: the newest running one of REPO, else its newest.
+pub fn default_id(home: &Path, repo: Option<&str>) -> Option<String> {
+    let listing = runs::list(home, repo);
+    listing
+        .runs
+        .iter()
+        .find(|r| r.state == runs::State::Running)
+        .or_else(|| listing.runs.first())
+        .map(|r| r.id.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    const JOB: &str = "mapreduce-1-00000000000001";
+
+    /// A home with a running job's checkpoint (nothing holds its lock: crashed) and an
+    /// empty events file; returns the events file.
+    fn home() -> (tempfile::TempDir, PathBuf) {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("state/p-1/mapreduce/jobs").join(JOB);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("checkpoint.json"),
+            format!(
+                r#"{{"version":1,"job_id":"{JOB}","workflow_file":"/p/j.yml","project":"/p","workflow_hash":"0","phase":"map","status":"running","items_processed":0,"items_total":3,"items_remaining":[],"successful_items":0,"failed_items":0,"skipped_items":0,"started_at":"2026-11-26T10:00:00.000Z","last_checkpoint_at":"2026-11-26T10:00:00.000Z","reduce_next_step":0,"variables":{{}},"params":[],"args":[],"profile":null,"max_parallel":2}}"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.join("items.json"), r#"[{"n":1},{"n":2},"three"]"#).unwrap();
+        let events = home.path().join("events/p-1").join(JOB);
+        std::fs::create_dir_all(&events).unwrap();
+        let file = events.join("events-2026-11-26T100000Z.jsonl");
+        std::fs::write(&file, "").unwrap();
+        (home, file)
+    }
+
+    fn append(file: &Path, text: &str) {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(file)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+
+    fn event(at: &str, kind: &str, fields: &str) -> String {
+        format!(
+            r#"{{"timestamp":"2026-11-26T10:00:{at}.000Z","event_type":"{kind}","job_id":"{JOB}"{fields}}}"#
+        ) + "\n"
+    }
+
+    #[test]
+    fn a_growing_events_file_is_folded_once_and_a_cut_line_waits_for_its_end() {
+        let (home, file) = home();
+        let dir = home.path().join("state/p-1/mapreduce/jobs").join(JOB);
+        let lock = crate::store::SessionLock::acquire_in(&dir, "job").unwrap();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        append(&file, &event("00", "job_started", r#","phase":"map""#));
+        append(
+            &file,
+            &event(
+                "00",
+                "map_started",
+                r#","items":3,"pending":3,"max_parallel":2"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "01",
+                "agent_started",
+                r#","agent_id":"agent-0","item_id":"item_0","attempt":1"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "01",
+                "step_started",
+                r#","step":"claude: fix","step_index":0,"step_id":0,"agent_id":"agent-0","item_id":"item_0""#,
+            ),
+        );
+        let log = home.path().join("call.jsonl");
+        std::fs::write(&log, "").unwrap();
+        append(
+            &file,
+            &event(
+                "01",
+                "claude_started",
+                &format!(
+                    r#","step":"claude: fix","log":"{}","agent_id":"agent-0","item_id":"item_0""#,
+                    log.display()
+                ),
+            ),
+        );
+        assert!(live.refresh());
+        let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+        assert_eq!(p.counts.total, 3);
+        assert_eq!(p.counts.running, 1);
+        assert_eq!(p.counts.pending, 2);
+        assert_eq!(p.phase.as_deref(), Some("map"));
+        assert_eq!(p.state, State::Running);
+        assert_eq!(p.steps[0].running, 1);
+        assert_eq!(p.agents.len(), 1);
+        assert_eq!(p.agents[0].item_id.as_deref(), Some("item_0"));
+        assert_eq!(p.agents[0].step.as_deref(), Some("claude: fix"));
+        assert!((p.agents[0].elapsed_secs - 4.0).abs() < 1e-6);
+        assert_eq!(p.agents[0].turns, Some(0));
+        // The call's stream grows: its tool call and turn show.
+        append(
+            &log,
+            concat!(
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","name":"Bash","input":{"command":"cargo test"}}]}}"#,
+                "\n"
+            ),
+        );
+        assert!(live.refresh());
+        let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+        assert_eq!(p.agents[0].tool.as_deref(), Some("→ Bash: cargo test"));
+        assert_eq!(p.agents[0].turns, Some(1));
+
+        // Half a line: nothing changes until its end arrives.
+        let done = event(
+            "03",
+            "claude_finished",
+            r#","step":"claude: fix","success":true,"num_turns":2,"cost_usd":0.5,"agent_id":"agent-0","item_id":"item_0""#,
+        );
+        let (head, rest) = done.split_at(40);
+        append(&file, head);
+        assert!(!live.refresh());
+        append(&file, rest);
+        append(
+            &file,
+            &event(
+                "03",
+                "agent_failed",
+                r#","agent_id":"agent-0","item_id":"item_0","attempt":1,"error_type":"CommandFailed","error":"boom","step":"claude: fix""#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "03",
+                "dlq_item_added",
+                r#","item_id":"item_0","error_signature":"x","failure_count":1"#,
+            ),
+        );
+        assert!(live.refresh());
+        assert!(!live.refresh(), "nothing new: nothing read again");
+        let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+        assert_eq!((p.counts.failed, p.counts.dlq, p.counts.running), (1, 1, 0));
+        assert_eq!((p.spend.calls, p.spend.turns), (1, 2));
+        assert!((p.spend.cost_usd - 0.5).abs() < 1e-9);
+        assert_eq!(p.steps[0].failed, 0, "the step itself never finished");
+
+        let (rows, matched) = live.rows(Some(ItemStatus::Failed), "index", false, 0, 10);
+        assert_eq!(matched, 1);
+        assert_eq!(rows[0].item_id, "item_0");
+        assert_eq!(rows[0].short, r#"{"n":1}"#);
+        assert_eq!(rows[0].error.as_deref(), Some("boom"));
+        let (rows, matched) = live.rows(None, "cost", true, 1, 1);
+        assert_eq!(matched, 3);
+        assert_eq!(rows[0].item_id, "item_1", "cost descending, then index");
+        assert_eq!(rows[0].short, r#"{"n":2}"#);
+
+        let detail = live.item("item_0").unwrap();
+        let kinds: Vec<_> = detail
+            .events
+            .iter()
+            .map(|e| e["event_type"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "agent_started",
+                "step_started",
+                "claude_started",
+                "claude_finished",
+                "agent_failed",
+                "dlq_item_added"
+            ]
+        );
+        assert_eq!(detail.claude.len(), 1);
+        assert_eq!(detail.data, Some(serde_json::json!({"n": 1})));
+        assert_eq!(
+            live.item("item_2").unwrap().data,
+            Some(Value::from("three"))
+        );
+        assert!(live.item("item_3").is_none());
+
+        // Its process is gone: crashed, and no agent is shown as working.
+        drop(lock);
+        live.refresh();
+        let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+        assert_eq!(p.state, State::Crashed);
+        assert!(p.agents.is_empty());
+    }
+
+    #[test]
+    fn a_resumed_job_is_read_across_its_events_files_and_its_interrupted_item_runs_again() {
+        let (home, file) = home();
+        append(
+            &file,
+            &event(
+                "00",
+                "map_started",
+                r#","items":3,"pending":3,"max_parallel":2"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "01",
+                "agent_started",
+                r#","agent_id":"agent-0","item_id":"item_0","attempt":1"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "01",
+                "claude_finished",
+                r#","step":"s","num_turns":1,"cost_usd":0.25,"agent_id":"agent-0","item_id":"item_0""#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "02",
+                "agent_completed",
+                r#","agent_id":"agent-0","item_id":"item_0","attempt":1"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "02",
+                "agent_started",
+                r#","agent_id":"agent-1","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        // Killed here; `resume-job` writes a second file.
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        live.refresh();
+        let p = live.picture(SystemTime::UNIX_EPOCH);
+        assert_eq!((p.counts.succeeded, p.counts.running), (1, 1));
+        let second = file.with_file_name("events-2026-11-26T110000Z.jsonl");
+        std::fs::write(&second, event("03", "job_resumed", r#","phase":"map""#)).unwrap();
+        live.refresh();
+        let p = live.picture(SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            (p.counts.succeeded, p.counts.running, p.counts.pending),
+            (1, 0, 2)
+        );
+        append(
+            &second,
+            &event(
+                "04",
+                "agent_started",
+                r#","agent_id":"agent-0","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        append(
+            &second,
+            &event(
+                "04",
+                "claude_finished",
+                r#","step":"s","num_turns":1,"cost_usd":0.25,"agent_id":"agent-0","item_id":"item_1""#,
+            ),
+        );
+        append(
+            &second,
+            &event(
+                "05",
+                "agent_completed",
+                r#","agent_id":"agent-0","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        live.refresh();
+        let p = live.picture(SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            (p.counts.succeeded, p.counts.running, p.counts.pending),
+            (2, 0, 1)
+        );
+        // The spend spans both processes.
+        assert!((p.spend.cost_usd - 0.5).abs() < 1e-9);
+        assert_eq!(live.item("item_1").unwrap().events.len(), 4);
+    }
+
+    #[test]
+    fn a_usage_limit_pauses_a_running_job_until_it_is_lifted() {
+        let (home, file) = home();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        append(
+            &file,
+            &event(
+                "00",
+                "claude_limit_reached",
+                r#","step":"s","limit_type":"five_hour","resets_at":"2026-11-26T15:00:00Z","action":"wait","wait_secs":60.0"#,
+            ),
+        );
+        live.refresh();
+        // What the picture says of a live run (the lock is a process's; the fold is not).
+        live.summary.state = runs::State::Running;
+        let p = live.picture(SystemTime::UNIX_EPOCH);
+        assert_eq!(p.state, State::Paused);
+        assert_eq!(p.pause.unwrap().limit_type, "five_hour");
+        append(&file, &event("01", "claude_limit_lifted", r#","step":"s""#));
+        live.refresh();
+        live.summary.state = runs::State::Running;
+        assert_eq!(live.picture(SystemTime::UNIX_EPOCH).state, State::Running);
+    }
+}

@@ -1,0 +1,278 @@
+//! The dashboard's picture of a plan: the graph `prodigy graph --format json` prints, laid out
+//! in layers here (no Graphviz) and drawn as SVG, each step node coloured by its live state.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use prodigy_runtime::live::Picture;
+use serde_json::Value;
+
+const WIDTH: usize = 260;
+const HEIGHT: usize = 46;
+const GAP_X: usize = 30;
+const GAP_Y: usize = 34;
+
+/// The graph of the workflow at PATH as `prodigy graph --format json` gives it; `None` when
+/// it cannot be read or has errors now.
+pub(crate) fn plan_graph(path: &std::path::Path) -> Option<Value> {
+    let file = prodigy_compiler::source::SourceFile::load(path).ok()?;
+    let checked = prodigy_compiler::check(&file);
+    let (Some(plan), Some(graph)) = (&checked.plan, &checked.graph) else {
+        return None;
+    };
+    Some(prodigy_compiler::emit::json(graph, plan, &file))
+}
+
+/// Layers: each node's longest distance from the nodes nothing points at, over the edges
+/// that do not go back (a retry's loop).
+fn layers(ids: &[String], edges: &[(usize, usize)]) -> Vec<usize> {
+    let n = ids.len();
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for &(a, b) in edges {
+        out[a].push(b);
+    }
+    // Depth-first order marks back edges (to a node on the stack).
+    let mut state = vec![0u8; n];
+    let mut forward = vec![Vec::new(); n];
+    for root in 0..n {
+        if state[root] != 0 {
+            continue;
+        }
+        let mut stack = vec![(root, 0usize)];
+        state[root] = 1;
+        while let Some((node, next)) = stack.pop() {
+            if let Some(&to) = out[node].get(next) {
+                stack.push((node, next + 1));
+                match state[to] {
+                    0 => {
+                        forward[node].push(to);
+                        state[to] = 1;
+                        stack.push((to, 0));
+                    }
+                    2 => forward[node].push(to),
+                    _ => {}
+                }
+            } else {
+                state[node] = 2;
+            }
+        }
+    }
+    // Longest path over the forward edges, in a topological order (reverse post-order).
+    let mut order = Vec::with_capacity(n);
+    let mut seen = vec![false; n];
+    for root in 0..n {
+        if seen[root] {
+            continue;
+        }
+        let mut stack = vec![(root, 0usize)];
+        seen[root] = true;
+        while let Some((node, next)) = stack.pop() {
+            if let Some(&to) = forward[node].get(next) {
+                stack.push((node, next + 1));
+                if !seen[to] {
+                    seen[to] = true;
+                    stack.push((to, 0));
+                }
+            } else {
+                order.push(node);
+            }
+        }
+    }
+    order.reverse();
+    let mut layer = vec![0usize; n];
+    for &node in &order {
+        for &to in &forward[node] {
+            layer[to] = layer[to].max(layer[node] + 1);
+        }
+    }
+    layer
+}
+
+/// The SVG of GRAPH with the live state of PICTURE.
+pub(crate) fn svg(graph: &Value, picture: &Picture) -> String {
+    let empty = Vec::new();
+    let nodes = graph["nodes"].as_array().unwrap_or(&empty);
+    let ids: Vec<String> = nodes
+        .iter()
+        .map(|n| n["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let index: BTreeMap<&str, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    let edges: Vec<(usize, usize, Option<String>)> = graph["edges"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .filter_map(|e| {
+            let from = *index.get(e["from"].as_str()?)?;
+            let to = *index.get(e["to"].as_str()?)?;
+            Some((from, to, e["label"].as_str().map(str::to_owned)))
+        })
+        .collect();
+    let pairs: Vec<(usize, usize)> = edges.iter().map(|(a, b, _)| (*a, *b)).collect();
+    let layer = layers(&ids, &pairs);
+    let mut rows: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (node, l) in layer.iter().enumerate() {
+        rows.entry(*l).or_default().push(node);
+    }
+    let widest = rows.values().map(Vec::len).max().unwrap_or(1);
+    let total_w = widest * (WIDTH + GAP_X) + GAP_X;
+    let total_h = rows.len() * (HEIGHT + GAP_Y) + GAP_Y;
+    let mut place = vec![(0usize, 0usize); ids.len()];
+    for (row, members) in rows.values().enumerate() {
+        let offset = usize::midpoint(total_w - members.len() * (WIDTH + GAP_X), GAP_X);
+        for (col, node) in members.iter().enumerate() {
+            place[*node] = (
+                offset + col * (WIDTH + GAP_X),
+                GAP_Y + row * (HEIGHT + GAP_Y),
+            );
+        }
+    }
+    let steps: BTreeMap<u32, &prodigy_runtime::live::StepLive> =
+        picture.steps.iter().map(|s| (s.step_id, s)).collect();
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {total_w} {total_h}" width="{total_w}" height="{total_h}" class="plan"><defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#888"/></marker></defs>"##
+    );
+    for (from, to, label) in &edges {
+        let (fx, fy) = place[*from];
+        let (tx, ty) = place[*to];
+        let (x1, y1) = (fx + WIDTH / 2, fy + HEIGHT);
+        let (x2, y2) = (tx + WIDTH / 2, ty);
+        let back = layer[*to] <= layer[*from];
+        if back {
+            // A loop back: around the right side.
+            let side = fx.max(tx) + WIDTH + GAP_X / 2;
+            let _ = write!(
+                svg,
+                r#"<path d="M{} {} C{side} {} {side} {} {} {}" class="edge back" marker-end="url(#arrow)"/>"#,
+                fx + WIDTH,
+                fy + HEIGHT / 2,
+                fy + HEIGHT / 2,
+                ty + HEIGHT / 2,
+                tx + WIDTH,
+                ty + HEIGHT / 2
+            );
+        } else {
+            let _ = write!(
+                svg,
+                r#"<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" class="edge" marker-end="url(#arrow)"/>"#
+            );
+        }
+        if let Some(label) = label.as_deref().filter(|_| !back) {
+            let _ = write!(
+                svg,
+                r#"<text x="{}" y="{}" class="edge-label">{}</text>"#,
+                usize::midpoint(x1, x2) + 4,
+                usize::midpoint(y1, y2),
+                escape(label)
+            );
+        }
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        let (x, y) = place[i];
+        let kind = node["kind"].as_str().unwrap_or("step");
+        let label = node["label"].as_str().unwrap_or_default();
+        let (state, detail) = match kind {
+            "step" | "fallback" => node["step"]
+                .as_u64()
+                .and_then(|s| u32::try_from(s).ok())
+                .and_then(|s| steps.get(&s))
+                .map_or(("idle", String::new()), |s| {
+                    let state = if s.running > 0 {
+                        "running"
+                    } else if s.failed > 0 {
+                        "failed"
+                    } else if s.succeeded > 0 {
+                        "done"
+                    } else {
+                        "idle"
+                    };
+                    let mut d = format!(
+                        "{} running · {} ok · {} failed",
+                        s.running, s.succeeded, s.failed
+                    );
+                    if s.retries > 0 {
+                        let _ = write!(d, " · {} retries", s.retries);
+                    }
+                    (state, d)
+                }),
+            "dlq" => (
+                if picture.counts.dlq > 0 {
+                    "failed"
+                } else {
+                    "idle"
+                },
+                format!("{} items", picture.counts.dlq),
+            ),
+            "breaker" => (
+                match picture.breaker {
+                    Some("open") => "failed",
+                    Some("half_open") => "running",
+                    _ => "idle",
+                },
+                picture.breaker.unwrap_or("closed").replace('_', "-"),
+            ),
+            "phase" => {
+                let phase = node["phase"].as_str().unwrap_or_default();
+                let now = picture.phase.as_deref() == Some(phase);
+                (if now { "running" } else { "idle" }, String::new())
+            }
+            _ => ("idle", String::new()),
+        };
+        let _ = write!(
+            svg,
+            r#"<g class="node {kind} {state}" data-id="{}" data-step="{}"><title>{}</title><rect x="{x}" y="{y}" width="{WIDTH}" height="{HEIGHT}" rx="6"/><text x="{}" y="{}" class="label">{}</text><text x="{}" y="{}" class="detail">{}</text></g>"#,
+            escape(&ids[i]),
+            node["step"]
+                .as_u64()
+                .map_or_else(String::new, |s| s.to_string()),
+            escape(label),
+            x + 8,
+            y + 19,
+            escape(&cut(label, 36)),
+            x + 8,
+            y + 37,
+            escape(&detail),
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// TEXT's first line cut to N characters.
+fn cut(text: &str, n: usize) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    if line.chars().count() > n || text.contains('\n') {
+        let mut c: String = line.chars().take(n - 1).collect();
+        c.push('…');
+        c
+    } else {
+        line.to_owned()
+    }
+}
+
+/// TEXT for XML.
+pub(crate) fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_follow_the_longest_path_and_a_loop_back_does_not_lift_its_target() {
+        let ids: Vec<String> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        // a → b → c, a → c, c → b (a retry loop), c → d.
+        let layer = layers(&ids, &[(0, 1), (1, 2), (0, 2), (2, 1), (2, 3)]);
+        assert_eq!(layer, [0, 1, 2, 3]);
+    }
+}

@@ -1,0 +1,82 @@
+//! Watching a run live (`prodigy status`, `prodigy ui`) while a slow job runs: a Claude
+//! call's tool call shows as it streams, counts move, and the end is seen.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Scratch, stderr};
+
+#[path = "../support/slow_job.rs"]
+mod slow_job;
+
+use slow_job::{job_id, slow_job};
+
+fn status(scratch: &Scratch, id: &str) -> Value {
+    let out = scratch.run(&["status", id, "--json"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn status_shows_a_running_agents_claude_tool_call_then_the_finished_counts() {
+    let scratch = Scratch::new();
+    let child = slow_job(&scratch);
+    let id = job_id(&scratch);
+    // Poll until an agent is seen inside its Claude call, at a tool call.
+    let deadline = Instant::now() + Duration::from_mins(1);
+    let seen = loop {
+        let picture = status(&scratch, &id);
+        if let Some(agent) = picture["agents"].as_array().and_then(|a| a.first())
+            && agent["tool"].is_string()
+        {
+            break picture;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no running Claude call seen: {picture:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(seen["state"], "running");
+    assert_eq!(seen["counts"]["total"], 3);
+    let agent = &seen["agents"][0];
+    assert!(agent["item_id"].as_str().unwrap().starts_with("item_"));
+    assert_eq!(agent["step"], "/work on ${item}");
+    assert!(agent["turns"].as_u64().unwrap() >= 1, "{agent}");
+    assert!(agent["tool"].as_str().unwrap().starts_with("→ "), "{agent}");
+
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let end = status(&scratch, &id);
+    assert_eq!(end["state"], "completed");
+    assert_eq!(end["counts"]["succeeded"], 2);
+    assert_eq!(end["counts"]["failed"], 1);
+    assert_eq!(end["counts"]["dlq"], 1);
+    assert_eq!(end["spend"]["calls"], 3);
+    assert!(end["agents"].as_array().unwrap().is_empty());
+
+    // Without an id: this repository's newest; as text.
+    let out = scratch.run(&["status"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with(&format!("job {id} completed")), "{text}");
+    assert!(
+        text.contains(
+            "items: 3/3 done (2 succeeded, 1 failed, 0 skipped), 0 running, 0 pending, 1 in DLQ"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("Claude: 3 calls"), "{text}");
+}
+
+#[test]
+fn status_of_an_unknown_id_is_a_usage_error() {
+    let scratch = Scratch::new();
+    let out = scratch.run(&["status", "mapreduce-1-00"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no run or job `mapreduce-1-00`"),
+        "{}",
+        stderr(&out)
+    );
+}

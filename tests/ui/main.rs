@@ -1,0 +1,444 @@
+//! `prodigy ui` end to end: the server started by the binary over a scratch `PRODIGY_HOME`,
+//! its handlers' JSON (snapshots), the token and the read-only default, the actions under
+//! `--allow-actions`, and a real browser (headless Chromium through chromedriver) watching
+//! a slow job: counts and a node's state change without reloading, an item's Claude call
+//! opens, and a screenshot is kept as `target/ui-dashboard.png`.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "test helpers fail loudly and read fixtures directly"
+)]
+
+use std::fmt::Write as _;
+use std::io::{BufRead as _, Read as _, Write as _};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::Locator;
+use serde_json::Value;
+
+#[path = "../support/external.rs"]
+mod external;
+
+#[path = "../support/scratch.rs"]
+mod scratch;
+
+#[path = "../support/slow_job.rs"]
+mod slow_job;
+
+use scratch::Scratch;
+use slow_job::{job_id, slow_job};
+
+/// A `prodigy ui` of the scratch home, stopped by its pid when dropped.
+struct Server {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    address: String,
+    token: String,
+}
+
+impl Server {
+    fn start(scratch: &Scratch, args: &[&str]) -> Server {
+        let mut all = vec!["ui"];
+        all.extend(args);
+        let mut child = scratch
+            .command(&all, &[])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let re =
+            regex::Regex::new(r"^prodigy ui: http://([0-9.:]+)/\?token=([0-9a-f]{32})\n$").unwrap();
+        let caps = re
+            .captures(&line)
+            .unwrap_or_else(|| panic!("no URL in {line:?}"));
+        Server {
+            address: caps[1].to_owned(),
+            token: caps[2].to_owned(),
+            child,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/?token={}", self.address, self.token)
+    }
+
+    /// One HTTP/1.1 request; the status and the body.
+    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut stream = std::net::TcpStream::connect(&self.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut text = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n",
+            self.address
+        );
+        for (k, v) in headers {
+            let _ = write!(text, "{k}: {v}\r\n");
+        }
+        text.push_str("\r\n");
+        stream.write_all(text.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).unwrap();
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        let status = head.split(' ').nth(1).unwrap_or("0").parse().unwrap();
+        // Chunked bodies: the JSON handlers answer with a length, so only SSE is chunked.
+        (status, body.to_owned())
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let (status, body) = self.request("GET", path, &[("X-Prodigy-Token", &self.token)]);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A finished job in the scratch home: item 2 failed into the DLQ.
+fn finished_job(scratch: &Scratch) -> String {
+    let mut child = slow_job(scratch);
+    let id = job_id(scratch);
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    id
+}
+
+/// VALUE with what changes from run to run replaced.
+fn stable(scratch: &Scratch, value: &Value) -> Value {
+    let text = value.to_string().replace(&scratch.repo(), "project");
+    let text = regex::Regex::new(
+        r#""(timestamp|started_at|updated_at|first_attempt|last_attempt)":"[^"]*""#,
+    )
+    .unwrap()
+    .replace_all(&text, r#""$1":"[time]""#);
+    let text =
+        regex::Regex::new(r#""(duration_secs|elapsed_secs|items_per_min|duration_ms)":[0-9.e-]+"#)
+            .unwrap()
+            .replace_all(&text, r#""$1":"[secs]""#);
+    let text = regex::Regex::new(r"mapreduce-[0-9]+-[0-9a-f]+")
+        .unwrap()
+        .replace_all(&text, "[job]");
+    let text = regex::Regex::new(r#""session_id":"[^"]*""#)
+        .unwrap()
+        .replace_all(&text, r#""session_id":"[session]""#);
+    let text = scratch.normalize(&text);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    assert!(server.address.starts_with("127.0.0.1:"));
+    assert_eq!(server.request("GET", "/api/runs", &[]).0, 401);
+    assert_eq!(
+        server
+            .request(
+                "GET",
+                "/api/runs",
+                &[("X-Prodigy-Token", "0".repeat(32).as_str())]
+            )
+            .0,
+        401
+    );
+    // The page with the token in its URL leaves it in a cookie, which then suffices to read.
+    let (status, body) = server.request("GET", &format!("/?token={}", server.token), &[]);
+    assert_eq!(status, 200);
+    assert!(body.contains("<script src=\"/app.js\">"), "{body}");
+    let cookie = format!("prodigy_token={}", server.token);
+    assert_eq!(
+        server.request("GET", "/api/runs", &[("Cookie", &cookie)]).0,
+        200
+    );
+    // Without --allow-actions nothing changes, whatever the request carries.
+    for action in ["stop", "dlq-retry"] {
+        let (status, body) = server.request(
+            "POST",
+            &format!("/api/runs/{id}/{action}"),
+            &[("X-Prodigy-Token", &server.token)],
+        );
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("--allow-actions"), "{body}");
+    }
+}
+
+#[test]
+fn handlers_answer_with_the_runs_the_picture_the_items_and_an_item_in_full() {
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+
+    let runs = server.get("/api/runs");
+    insta::assert_json_snapshot!("runs", stable(&scratch, &runs));
+    let picture = server.get(&format!("/api/runs/{id}"));
+    insta::assert_json_snapshot!("picture", stable(&scratch, &picture));
+    let page = server.get(&format!(
+        "/api/runs/{id}/items?sort=status&desc=true&limit=2"
+    ));
+    insta::assert_json_snapshot!("items-by-status", stable(&scratch, &page));
+    let failed = server.get(&format!("/api/runs/{id}/items?status=failed"));
+    assert_eq!(failed["matched"], 1);
+    assert_eq!(failed["rows"][0]["item_id"], "item_1");
+    let item = server.get(&format!("/api/runs/{id}/items/item_1"));
+    insta::assert_json_snapshot!("item", stable(&scratch, &item));
+
+    let (status, svg) = server.request(
+        "GET",
+        &format!("/api/runs/{id}/graph.svg"),
+        &[("X-Prodigy-Token", &server.token)],
+    );
+    assert_eq!(status, 200);
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert!(svg.contains(r#"class="node dlq failed""#), "{svg}");
+    assert!(svg.contains("1 items"), "{svg}");
+    assert_eq!(
+        server
+            .request(
+                "GET",
+                "/api/runs/nope/items",
+                &[("X-Prodigy-Token", &server.token)]
+            )
+            .0,
+        404
+    );
+}
+
+#[test]
+fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &["--allow-actions"]);
+    let cookie = format!("prodigy_token={}", server.token);
+    // A cross-site form sends the cookie, never the header.
+    let (status, _) = server.request(
+        "POST",
+        &format!("/api/runs/{id}/dlq-retry"),
+        &[("Cookie", &cookie)],
+    );
+    assert_eq!(status, 403);
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/runs/{id}/stop"),
+        &[("X-Prodigy-Token", &server.token)],
+    );
+    assert_eq!(status, 409, "a finished job cannot be stopped: {body}");
+
+    // The item can pass now; the retry runs it and the DLQ empties.
+    std::fs::write(scratch.dir.path().join("pass"), "").unwrap();
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/runs/{id}/dlq-retry"),
+        &[("X-Prodigy-Token", &server.token)],
+    );
+    assert_eq!(status, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let picture = server.get(&format!("/api/runs/{id}"));
+        if picture["counts"]["dlq"] == 0 && picture["counts"]["succeeded"] == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the DLQ was not retried: {picture:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A free port on loopback.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// chromedriver, stopped by its pid when dropped.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_claude_call() {
+    const TEST: &str = "ui::a_browser_sees_a_running_job";
+    if !external::tool_available(TEST, "chromedriver", "chromium-driver") {
+        return;
+    }
+    let port = free_port();
+    let driver = Driver(
+        std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let scratch = Scratch::new();
+    let mut job = slow_job(&scratch);
+    let id = job_id(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let shot = runtime.block_on(async {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".to_owned(),
+            serde_json::json!({
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1400,1000"]
+            }),
+        );
+        // chromedriver takes a moment to listen.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            match fantoccini::ClientBuilder::new(
+                hyper_util::client::legacy::connect::HttpConnector::new(),
+            )
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            {
+                Ok(client) => break client,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "chromedriver: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        client.goto(&server.url()).await.unwrap();
+        let row = client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
+            .await
+            .unwrap();
+        row.click().await.unwrap();
+        let text = |sel: &'static str| {
+            let client = client.clone();
+            async move {
+                match client.find(Locator::Css(sel)).await {
+                    Ok(e) => e.text().await.unwrap_or_default(),
+                    Err(_) => String::new(),
+                }
+            }
+        };
+        // The first picture, then a change pushed by the server: the page is never reloaded
+        // (a mark left on the window survives).
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css("[data-stat='done']"))
+            .await
+            .unwrap();
+        client
+            .execute("window.stillTheSamePage = true;", vec![])
+            .await
+            .unwrap();
+        let first = text("[data-stat='done'] b").await;
+        let deadline = Instant::now() + Duration::from_mins(1);
+        let mut saw_running_node = false;
+        loop {
+            saw_running_node |= client
+                .find(Locator::Css("svg.plan g.node.step.running"))
+                .await
+                .is_ok();
+            let now = text("[data-stat='done'] b").await;
+            if now != first && saw_running_node {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the counts never moved from {first} (a running node seen: {saw_running_node})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let same = client
+            .execute("return window.stillTheSamePage === true;", vec![])
+            .await
+            .unwrap();
+        assert_eq!(same, Value::Bool(true), "the page was reloaded");
+        // An item's Claude call, rendered as `prodigy logs --show` does.
+        client
+            .find(Locator::Css("#items-table tr[data-item='item_0']"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let call = client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css("#detail .claude-call pre"))
+            .await
+            .unwrap();
+        let rendered = call.text().await.unwrap();
+        assert!(rendered.contains("→ Bash"), "{rendered}");
+        let shot = client.screenshot().await.unwrap();
+        client.close().await.unwrap();
+        shot
+    });
+    let path = scratch::root().join("target/ui-dashboard.png");
+    std::fs::write(&path, &shot).unwrap();
+    assert!(shot.starts_with(b"\x89PNG"));
+    let _ = job.kill();
+    let _ = job.wait();
+    drop(driver);
+}
+
+#[test]
+fn with_allow_actions_stop_interrupts_a_running_job_as_ctrl_c_does() {
+    let scratch = Scratch::new();
+    let mut job = slow_job(&scratch);
+    let id = job_id(&scratch);
+    let server = Server::start(&scratch, &["--allow-actions"]);
+    // Once it runs (its lock is held), stop it.
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let picture = server.get(&format!("/api/runs/{id}"));
+        if picture["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never running: {picture:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/runs/{id}/stop"),
+        &[("X-Prodigy-Token", &server.token)],
+    );
+    assert_eq!(status, 200, "{body}");
+    let status = job.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "it ends as an interrupted run");
+    // The page sees it at its next refresh.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let picture = server.get(&format!("/api/runs/{id}"));
+        if picture["state"] == "interrupted" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not interrupted: {picture:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
