@@ -706,6 +706,7 @@ mod examples;
 mod faults;
 mod friction;
 mod mapreduce;
+mod notify;
 mod paths;
 mod reap;
 mod secrets;

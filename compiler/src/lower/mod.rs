@@ -11,6 +11,7 @@ mod env;
 mod failure;
 mod fields;
 mod mapreduce;
+mod notify;
 mod parsed;
 pub(crate) mod step;
 #[cfg(test)]
@@ -479,6 +480,9 @@ impl Lowerer<'_> {
                     "remove `slurm:`, or add `mode: mapreduce` with a `map` phase",
                 );
             }
+        }
+        if let Some(notify) = fields.node("notify") {
+            wf.notify = self.notify(notify);
         }
         wf.error_policy = self.error_policy(&fields, mapreduce, &wf.handlers);
         if mapreduce {

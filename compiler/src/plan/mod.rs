@@ -29,12 +29,21 @@ pub use policy::{
 };
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, OnBudget, OnRetry, Parsed, Pattern, Profile, RetryExhausted,
-    Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
-    TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile,
-    WriteFormat,
+    ClaudeSettings, CommitConfig, Condition, DEFAULT_NOTIFY_TIMEOUT, EVENT_FIELDS, EnvValue,
+    EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, NotifyEvent, OnBudget,
+    OnRetry, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
+    StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
+    UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };
+
+/// One `notify:` entry (docs/language.md §2, "Notifications").
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PlanNotify {
+    /// The events it fires on.
+    pub on: Vec<NotifyEvent>,
+    /// Its command, a step of its own (its `timeout` always set).
+    pub step: StepId,
+}
 
 /// What the runtime needs from the compiler besides the plan itself.
 pub mod support {
@@ -128,6 +137,10 @@ pub struct Plan {
     /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<Slurm>,
+    /// `notify`: the notifications, each a step run when the run or job reaches one of
+    /// its events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<PlanNotify>,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -541,6 +554,7 @@ impl Plan {
             claude_budget: None,
             claude_limits: ClaudeLimits::default(),
             slurm: None,
+            notify: Vec::new(),
             variables: Vec::new(),
             reads_map_results: false,
         }
