@@ -189,6 +189,7 @@ fn verbosity(message: &Message) -> u8 {
         | Message::Text { .. }
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
+        | Message::NotificationFailed { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
@@ -217,6 +218,7 @@ fn is_error(message: &Message) -> bool {
         | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
+        | Message::NotificationFailed { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
@@ -244,6 +246,7 @@ fn in_step(message: &Message) -> bool {
         | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
+        | Message::NotificationFailed { .. }
         | Message::ItemFailed { .. }
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
@@ -318,6 +321,13 @@ fn text(message: &Message) -> String {
             Severity::Info => text.clone(),
         },
         Message::ClaudeTotals(totals) => totals.line(),
+        Message::NotificationFailed {
+            event,
+            command,
+            why,
+        } => format!(
+            "warning: the `{event}` notification `{command}` failed ({why}); the run goes on"
+        ),
         Message::ClaudeBudgetReached {
             reached,
             not_started,

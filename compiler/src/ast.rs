@@ -17,10 +17,10 @@ use crate::source::{Span, Spanned};
 pub use crate::plan::vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
     ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, OnBudget, OnRetry, PERMISSION_MODES, Parsed, Pattern, Profile,
-    Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
-    SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode,
-    ValidationCheck, WriteFile, WriteFormat,
+    MaxParallel, Mode, Multiline, NotifyEvent, OnBudget, OnRetry, PERMISSION_MODES, Parsed,
+    Pattern, Profile, Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
+    StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
+    UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// A whole workflow file.
@@ -64,6 +64,8 @@ pub struct Workflow {
     pub slurm: Option<Slurm>,
     /// `worktree`: how each worktree prodigy makes is prepared.
     pub worktree: Option<WorktreePrep>,
+    /// `notify`: commands run when the run or job reaches an event.
+    pub notify: Vec<Notify>,
     /// The whole document.
     pub span: Span,
 }
@@ -111,6 +113,16 @@ pub fn is_slurm_mem(text: &str) -> bool {
     text.len() - number.len() <= 1
         && !number.is_empty()
         && number.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// One `notify:` entry: the events it fires on and its command, as a step with its
+/// `timeout` (docs/language.md §2, "Notifications").
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Notify {
+    /// `on`.
+    pub on: Vec<Spanned<NotifyEvent>>,
+    /// Its `shell` or `claude` command, with its `timeout`.
+    pub step: Step,
 }
 
 /// A named list of steps (`handlers`).

@@ -111,6 +111,8 @@ enum Phase {
     MergeConflict,
     /// A named handler run for a failed map item.
     ItemHandler,
+    /// A `notify:` command: `${event.*}`.
+    Notify,
 }
 
 #[derive(Clone, Debug)]
@@ -249,6 +251,18 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
     if let Some(prep) = &workflow.worktree {
         checker.steps(&prep.setup, &mut global.clone());
     }
+    // Notifications see the workflow's env and secrets, and the event (docs/language.md §2,
+    // "Notifications"): they can fire before setup has captured anything.
+    for notify in &workflow.notify {
+        checker.steps(
+            std::slice::from_ref(&notify.step),
+            &mut Scope {
+                phase: Phase::Notify,
+                ..global.clone()
+            },
+        );
+    }
+
     // What the run captured reaches the `merge` steps, which run after everything else.
     let mut before_merge = global.clone();
     if workflow.map.is_none() {
@@ -736,6 +750,9 @@ impl Checker<'_> {
                 }
             }
             "index" | "total" if scope.foreach => {}
+            "event" if scope.phase == Phase::Notify => {
+                closed(self, crate::plan::EVENT_FIELDS, "a notification's `event`");
+            }
             "map" => {
                 if matches!(scope.phase, Phase::Reduce | Phase::Merge) {
                     closed(self, MAP_FIELDS, "`map`");
@@ -1427,6 +1444,30 @@ mod tests {
 
     fn checked(text: &str) -> Vec<crate::diagnostics::Diagnostic> {
         crate::check(&SourceFile::new("t.yml", text)).diagnostics
+    }
+
+    #[test]
+    fn event_fields_exist_in_notifications_only() {
+        let notify = |command: &str| {
+            format!(
+                "commands:\n  - shell: make\nnotify:\n  - on: [failed]\n    shell: \"{command}\"\n"
+            )
+        };
+        assert_eq!(codes(&notify("echo ${event.status} ${event.item_id}")), []);
+        let misspelt = checked(&notify("echo ${event.stauts}"));
+        assert_eq!(
+            misspelt.iter().map(|d| d.code).collect::<Vec<_>>(),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            misspelt[0].help.as_deref(),
+            Some("did you mean `event.status`?")
+        );
+        // A step is no notification: `event` is any other unknown name there.
+        assert_eq!(
+            codes("- shell: \"echo ${event.status}\"\n"),
+            [Code::MaybeUndefined]
+        );
     }
 
     #[test]

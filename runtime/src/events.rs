@@ -821,6 +821,22 @@ pub enum Event {
         /// `rate_limited` (lowered) or `recovered` (raised).
         reason: String,
     },
+    /// A `notify:` command ran (docs/language.md §2, "Notifications").
+    #[serde(rename = "notification_finished")]
+    NotificationFinished {
+        /// The event it fired on.
+        event: String,
+        /// Its command's label.
+        command: String,
+        /// Whether it succeeded.
+        success: bool,
+        /// Its exit code, when it exited.
+        exit_code: Option<i32>,
+        /// Whether its `timeout` stopped it.
+        timed_out: bool,
+        /// How long it ran.
+        duration_secs: f64,
+    },
     /// A Claude call refused as rate limited or overloaded is made again within
     /// `patience`, as the same attempt.
     #[serde(rename = "claude_call_repeated")]

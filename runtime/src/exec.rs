@@ -318,6 +318,42 @@ pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Outpu
     run_watched(command, cancel, None).await
 }
 
+/// Where a bare program name (`sh`) is on the PATH COMMAND runs with, found once per
+/// name and PATH for the whole process: left to the child, the lookup costs a failed
+/// `execve` for each directory before it on every spawn (bench/README.md). `None` (the
+/// child looks it up) for a path, a PATH with a relative directory (it depends on the
+/// working directory), or a name not found.
+fn on_path(command: &Command) -> Option<PathBuf> {
+    type Found = std::collections::HashMap<(String, std::ffi::OsString), PathBuf>;
+    static FOUND: std::sync::OnceLock<Mutex<Found>> = std::sync::OnceLock::new();
+    use std::os::unix::fs::PermissionsExt;
+    if command.program.is_empty() || command.program.contains('/') {
+        return None;
+    }
+    let path: std::ffi::OsString = match command.env.iter().rev().find(|(k, _)| k == "PATH") {
+        Some((_, v)) => v.into(),
+        None => std::env::var_os("PATH")?,
+    };
+    let key = (command.program.clone(), path);
+    let found = FOUND.get_or_init(Mutex::default);
+    if let Some(hit) = crate::lock(found).get(&key) {
+        return Some(hit.clone());
+    }
+    for dir in std::env::split_paths(&key.1) {
+        if !dir.is_absolute() {
+            return None;
+        }
+        let candidate = dir.join(&command.program);
+        let executable = std::fs::metadata(&candidate)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        if executable {
+            crate::lock(found).insert(key, candidate.clone());
+            return Some(candidate);
+        }
+    }
+    None
+}
+
 /// [`run`], and each line of standard output goes to WATCH as it arrives.
 pub async fn run_watched(
     command: &Command,
@@ -325,7 +361,15 @@ pub async fn run_watched(
     mut watch: Option<&mut dyn FnMut(&str)>,
 ) -> Output {
     let started = Instant::now();
-    let mut process = tokio::process::Command::new(&command.program);
+    let mut process = match on_path(command) {
+        // The program as found, with the name it was given as its `argv[0]` (`$0`).
+        Some(found) => {
+            let mut process = tokio::process::Command::new(found);
+            process.arg0(&command.program);
+            process
+        }
+        None => tokio::process::Command::new(&command.program),
+    };
     process
         .args(&command.args)
         .current_dir(&command.cwd)
@@ -661,6 +705,31 @@ mod tests {
             mask: None,
             stdin: None,
         }
+    }
+
+    /// `sh` is found on the PATH once, not by the child on every spawn, and the script
+    /// still sees the name it was run by as `$0`; a step's own PATH decides where.
+    #[tokio::test]
+    async fn a_program_found_on_the_path_keeps_its_name_as_argv0() {
+        let (_tx, mut cancel) = watch::channel(false);
+        let out = run(&sh("echo \"$0\""), &mut cancel).await;
+        assert_eq!((out.code, out.stdout.as_str()), (Some(0), "sh\n"));
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = sh("true");
+        cmd.env
+            .push(("PATH".into(), dir.path().display().to_string()));
+        assert_eq!(on_path(&cmd), None, "no `sh` in that PATH");
+        let mut cmd = sh("true");
+        cmd.env
+            .push(("PATH".into(), "relative:/usr/bin:/bin".into()));
+        assert_eq!(
+            on_path(&cmd),
+            None,
+            "a relative directory depends on the cwd"
+        );
+        let mut cmd = sh("true");
+        cmd.env.push(("PATH".into(), "/usr/bin:/bin".into()));
+        assert!(on_path(&cmd).is_some_and(|p| p.is_absolute() && p.ends_with("sh")));
     }
 
     #[tokio::test]

@@ -21,6 +21,7 @@ pub mod machine;
 pub mod mapreduce;
 pub mod merge_journal;
 pub mod message;
+pub(crate) mod notify;
 pub mod paths;
 pub mod pricing;
 pub mod progress;

@@ -131,6 +131,15 @@ pub enum Message {
         /// Whether the running calls are stopped (`on_budget: stop`) rather than finish.
         stops_running: bool,
     },
+    /// A `notify:` command failed or timed out; the run goes on as it was.
+    NotificationFailed {
+        /// The event it fired on.
+        event: &'static str,
+        /// Its command's label.
+        command: String,
+        /// Why: its exit code and last line of output, or its timeout.
+        why: String,
+    },
     /// A map item failed (`error_collection: immediate`).
     ItemFailed {
         /// `item_N`.
@@ -303,6 +312,15 @@ impl Message {
             },
             Message::ClaudeTotals(totals) => Message::ClaudeTotals(totals),
             budget @ Message::ClaudeBudgetReached { .. } => budget,
+            Message::NotificationFailed {
+                event,
+                command,
+                why,
+            } => Message::NotificationFailed {
+                event,
+                command: mask(&command),
+                why: mask(&why),
+            },
             Message::ItemFailed { item, why } => Message::ItemFailed {
                 item,
                 why: mask(&why),

@@ -221,13 +221,36 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     // Unique per process and per write, so concurrent writers never share a temporary file.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // The directory of the last write, made already: a run writes its checkpoint into one
+    // directory after every step, and `mkdir -p` of a directory that exists costs two
+    // system calls each time. Should it be removed meanwhile, the write fails and makes it.
+    static LAST_DIR: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    private_dir(dir)?;
+    let known = crate::lock(&LAST_DIR).as_deref() == Some(dir);
+    if !known {
+        private_dir(dir)?;
+        *crate::lock(&LAST_DIR) = Some(dir.to_owned());
+    }
+    match write_atomic_in(dir, path, bytes, &WRITES) {
+        Err(e) if known && e.kind() == std::io::ErrorKind::NotFound => {
+            private_dir(dir)?;
+            write_atomic_in(dir, path, bytes, &WRITES)
+        }
+        done => done,
+    }
+}
+
+fn write_atomic_in(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    writes: &std::sync::atomic::AtomicU64,
+) -> std::io::Result<()> {
     let tmp = dir.join(format!(
         ".{}.tmp-{}-{}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
         std::process::id(),
-        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let written = OpenOptions::new()
         .write(true)
@@ -578,6 +601,18 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
         let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("a")).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+
+    /// The directory of the last write is not made again, yet a write into it after it
+    /// was removed still lands.
+    #[test]
+    fn an_atomic_write_makes_its_directory_again_when_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone/c.json");
+        write_atomic(&path, b"one").unwrap();
+        std::fs::remove_dir_all(dir.path().join("gone")).unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
     }
 
     #[test]

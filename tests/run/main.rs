@@ -712,6 +712,7 @@ mod items;
 mod live;
 mod logs;
 mod mapreduce;
+mod notify;
 mod paths;
 mod reap;
 mod secrets;

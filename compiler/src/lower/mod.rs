@@ -11,6 +11,7 @@ mod env;
 mod failure;
 mod fields;
 mod mapreduce;
+mod notify;
 mod parsed;
 pub(crate) mod step;
 #[cfg(test)]
@@ -485,6 +486,8 @@ impl Lowerer<'_> {
         }
         if let Some(entry) = fields.entry("worktree") {
             wf.worktree = self.worktree_prep(entry, mapreduce);
+        if let Some(notify) = fields.node("notify") {
+            wf.notify = self.notify(notify);
         }
         wf.error_policy = self.error_policy(&fields, mapreduce, &wf.handlers);
         if mapreduce {

@@ -727,3 +727,51 @@ fn worktree_paths_stay_in_the_repository_and_sparse_is_for_agents() {
         [Code::NoEffect, Code::NoEffect]
     );
 }
+
+#[test]
+fn notify_entries_lower_with_their_events_and_a_bounded_timeout() {
+    use crate::ast::NotifyEvent::{Failed, Finished, Paused};
+    let wf = lower_ok(
+        "commands:\n  - shell: make\nnotify:\n  - on: [finished, failed]\n    shell: \"echo done\"\n  - on: paused\n    claude: \"/tell\"\n    timeout: 5s\n",
+    );
+    let on: Vec<Vec<crate::ast::NotifyEvent>> = wf
+        .notify
+        .iter()
+        .map(|n| n.on.iter().map(|e| e.value).collect())
+        .collect();
+    assert_eq!(on, [vec![Finished, Failed], vec![Paused]]);
+    let timeouts: Vec<_> = wf
+        .notify
+        .iter()
+        .map(|n| n.step.timeout.as_ref().map(|t| t.value))
+        .collect();
+    assert_eq!(
+        timeouts,
+        [
+            Some(crate::plan::DEFAULT_NOTIFY_TIMEOUT),
+            Some(std::time::Duration::from_secs(5))
+        ]
+    );
+}
+
+#[test]
+fn a_notify_entry_needs_known_events_and_one_command() {
+    assert_eq!(
+        codes("commands:\n  - shell: make\nnotify:\n  - on: [finishd]\n    shell: \"echo\"\n"),
+        [Code::UnknownNotifyEvent]
+    );
+    assert_eq!(
+        codes("commands:\n  - shell: make\nnotify:\n  - on: [failed]\n"),
+        [Code::NoCommand]
+    );
+    assert_eq!(
+        codes(
+            "commands:\n  - shell: make\nnotify:\n  - on: [failed]\n    shell: a\n    claude: b\n"
+        ),
+        [Code::MultipleCommands]
+    );
+    assert_eq!(
+        codes("commands:\n  - shell: make\nnotify:\n  - shell: a\n"),
+        [Code::MissingKey]
+    );
+}

@@ -76,6 +76,16 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         .iter()
         .map(|h| (h.name.value.clone(), builder.list(&h.steps, Role::Main)))
         .collect();
+    let notify = workflow
+        .notify
+        .iter()
+        .filter_map(|n| {
+            Some(super::PlanNotify {
+                on: n.on.iter().map(|e| e.value).collect(),
+                step: builder.step(&n.step, Role::Main)?,
+            })
+        })
+        .collect();
     let names: Vec<&str> = handlers.iter().map(|(name, _)| name.as_str()).collect();
     let job_policy = JobPolicy::resolve(workflow.error_policy.as_ref(), &names);
     let mut plan = Plan {
@@ -102,6 +112,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         claude_limits: workflow.claude_limits,
         slurm: workflow.slurm.clone(),
         worktree,
+        notify,
         variables: Vec::new(),
         reads_map_results: false,
     }

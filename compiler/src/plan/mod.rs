@@ -29,12 +29,21 @@ pub use policy::{
 };
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, OnBudget, OnRetry, Parsed, Pattern, Profile, RetryExhausted,
-    Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
-    TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile,
-    WriteFormat,
+    ClaudeSettings, CommitConfig, Condition, DEFAULT_NOTIFY_TIMEOUT, EVENT_FIELDS, EnvValue,
+    EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, NotifyEvent, OnBudget,
+    OnRetry, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
+    StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
+    UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };
+
+/// One `notify:` entry (docs/language.md §2, "Notifications").
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PlanNotify {
+    /// The events it fires on.
+    pub on: Vec<NotifyEvent>,
+    /// Its command, a step of its own (its `timeout` always set).
+    pub step: StepId,
+}
 
 /// What the runtime needs from the compiler besides the plan itself.
 pub mod support {
@@ -131,6 +140,10 @@ pub struct Plan {
     /// `worktree`: how each worktree prodigy makes is prepared.
     #[serde(default, skip_serializing_if = "PlanWorktree::is_empty")]
     pub worktree: PlanWorktree,
+    /// `notify`: the notifications, each a step run when the run or job reaches one of
+    /// its events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<PlanNotify>,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -572,6 +585,7 @@ impl Plan {
             claude_limits: ClaudeLimits::default(),
             slurm: None,
             worktree: PlanWorktree::default(),
+            notify: Vec::new(),
             variables: Vec::new(),
             reads_map_results: false,
         }

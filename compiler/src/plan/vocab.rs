@@ -824,3 +824,68 @@ mod tests {
         assert_eq!(p.rebaser(source).span(local(6, 7)), p.span);
     }
 }
+
+/// What a `notify:` entry fires on (docs/language.md §2, "Notifications").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyEvent {
+    /// The run or job ended successfully.
+    Finished,
+    /// The run or job ended failed (a job also when its error policy stopped it).
+    Failed,
+    /// A Claude call reached the account's usage limit: Claude calls wait for the reset,
+    /// or the run stops.
+    Paused,
+    /// The Claude budget was reached: no new Claude call starts.
+    BudgetReached,
+    /// A map item went to the DLQ.
+    ItemDeadLettered,
+}
+
+impl NotifyEvent {
+    /// Every event with its name, in the order the documentation lists them.
+    pub const ALL: [(&'static str, NotifyEvent); 5] = [
+        ("finished", NotifyEvent::Finished),
+        ("failed", NotifyEvent::Failed),
+        ("paused", NotifyEvent::Paused),
+        ("budget_reached", NotifyEvent::BudgetReached),
+        ("item_dead_lettered", NotifyEvent::ItemDeadLettered),
+    ];
+
+    /// Its name, as `on:` and `${event.name}` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NotifyEvent::Finished => "finished",
+            NotifyEvent::Failed => "failed",
+            NotifyEvent::Paused => "paused",
+            NotifyEvent::BudgetReached => "budget_reached",
+            NotifyEvent::ItemDeadLettered => "item_dead_lettered",
+        }
+    }
+}
+
+/// The fields of `${event.*}` in a notification's command; a field an event does not
+/// carry is empty (docs/language.md §2, "Notifications").
+pub const EVENT_FIELDS: &[&str] = &[
+    "name",
+    "id",
+    "workflow",
+    "mode",
+    "status",
+    "duration_secs",
+    "cost_usd",
+    "failed_step",
+    "items_total",
+    "items_succeeded",
+    "items_failed",
+    "items_dlq",
+    "reset_at",
+    "limit_type",
+    "spent_usd",
+    "limit_usd",
+    "item_id",
+    "error",
+];
+
+/// How long a notification's command may run unless its `timeout:` says otherwise.
+pub const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_mins(1);

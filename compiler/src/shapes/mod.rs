@@ -34,7 +34,7 @@ pub use step::{
     TEST, WRITE_FILE,
 };
 pub use validate::{AT_LEAST, ON_INCOMPLETE, STEP_VALIDATE, VALIDATE, VALIDATION_COMMAND};
-pub use workflow::{SLURM, WORKFLOW, WORKTREE};
+pub use workflow::{NOTIFY, SLURM, WORKFLOW, WORKTREE};
 
 /// The type of a value, as precise as a JSON Schema can say it.
 #[derive(Debug)]
@@ -328,6 +328,7 @@ pub static SHAPES: &[&Shape] = &[
     &ERROR_COLLECTION_BATCHED,
     &SLURM,
     &WORKTREE,
+    &NOTIFY,
 ];
 
 #[cfg(test)]

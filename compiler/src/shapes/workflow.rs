@@ -2,7 +2,7 @@
 
 use super::{
     CLAUDE_DEFAULTS, ENV_VALUE_TY, ERROR_COLLECTION_TY, ERROR_POLICY, ITEM_FAILURE_TY, MAP, MERGE,
-    PHASE_COMMANDS, SECRET_PROVIDER, SETUP, Shape, TEMPLATES_TY, Ty, key,
+    PHASE_COMMANDS, SECRET_PROVIDER, SETUP, Shape, TEMPLATES_TY, Ty, key, required,
 };
 
 /// A workflow written as a mapping.
@@ -120,6 +120,9 @@ pub static WORKFLOW: Shape = Shape {
             "worktree",
             Ty::Object(&WORKTREE),
             "How each worktree prodigy makes is prepared: untracked files copied in (`copy`), directories linked (`link`), `setup` steps run once per worktree, a `sparse` checkout for agents, ignored directories `keep`t between items.",
+            "notify",
+            Ty::List(&Ty::Object(&NOTIFY)),
+            "Commands run when the run or job reaches an event (`finished`, `failed`, `paused`, `budget_reached`, `item_dead_lettered`), with `${event.*}` set; a failing one never fails the run.",
         ),
     ],
 };
@@ -153,6 +156,43 @@ pub static WORKTREE: Shape = Shape {
             "keep",
             Ty::List(&Ty::Text),
             "Ignored directories (e.g. `node_modules`, `target`) that cleaning a reused agent worktree between items keeps.",
+        ),
+    ],
+};
+
+/// The events a `notify:` entry can name.
+const NOTIFY_EVENTS_TY: Ty = Ty::Enum(&[
+    "finished",
+    "failed",
+    "paused",
+    "budget_reached",
+    "item_dead_lettered",
+]);
+
+/// One `notify:` entry.
+pub static NOTIFY: Shape = Shape {
+    name: "notify",
+    doc: "A notification: the events it fires on and the command it runs.",
+    keys: &[
+        required(
+            "on",
+            Ty::OneOf(&[NOTIFY_EVENTS_TY, Ty::List(&NOTIFY_EVENTS_TY)]),
+            "The events it fires on: `finished`, `failed`, `paused` (a usage limit), `budget_reached`, `item_dead_lettered`; one or a list.",
+        ),
+        key(
+            "shell",
+            Ty::Template,
+            "A shell command to run (`sh -c`), with `${event.*}` set; secrets in its output are masked.",
+        ),
+        key(
+            "claude",
+            Ty::Template,
+            "A Claude Code prompt to run, with `${event.*}` set.",
+        ),
+        key(
+            "timeout",
+            Ty::Duration,
+            "How long the command may run before it is stopped (default 60s); a stopped notification is reported and the run goes on.",
         ),
     ],
 };

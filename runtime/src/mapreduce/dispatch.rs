@@ -578,6 +578,9 @@ impl Dispatcher<'_, '_> {
             if let Some(work) = self.on_message(done, context) {
                 running.push(start(work, context));
             }
+            // A dead-lettered item or the budget tells its notifications now, each bounded
+            // by its `timeout` (docs/language.md §2, "Notifications").
+            context.runner.notify_pending(context.vars).await;
             self.cancel_if_stopping();
         }
         self.progress.finish();

@@ -362,11 +362,11 @@ impl<'a> MapJob<'a> {
                 .clone_from(&self.runner.opts.workflow_hash);
             if let Err(why) = self.save(None) {
                 let outcome = stopped_by_write(phase_name(self.cp.phase), why);
-                return self.finish(outcome, vars);
+                return self.finish(outcome, vars).await;
             }
         }
         let outcome = self.phases(&mut vars).await;
-        self.finish(outcome, vars)
+        self.finish(outcome, vars).await
     }
 
     async fn phases(&mut self, vars: &mut Vars) -> JobOutcome {
@@ -457,7 +457,7 @@ impl<'a> MapJob<'a> {
         JobOutcome::Completed
     }
 
-    fn finish(mut self, mut outcome: JobOutcome, vars: Vars) -> JobReport {
+    async fn finish(mut self, mut outcome: JobOutcome, vars: Vars) -> JobReport {
         // A job whose state could not all be written did not complete: what is missing runs
         // again when it is resumed.
         if let (JobOutcome::Completed, Some(why)) = (&outcome, self.write_failure()) {
@@ -510,6 +510,7 @@ impl<'a> MapJob<'a> {
             claude: (claude.calls > 0).then_some(claude),
         });
         self.runner.say_claude_totals();
+        self.runner.notify_pending(&vars).await;
         JobReport {
             job_id: self.cp.job_id.clone(),
             outcome,

@@ -339,6 +339,8 @@ pub struct RunState {
     pub(crate) executor: Arc<dyn crate::executor::Executor>,
     /// The run's Claude calls at the account's usage limit ([`crate::step`]'s `limit`).
     pub(crate) claude_limit: crate::step::ClaudeLimitState,
+    /// Notifications fired and not run yet ([`crate::notify`]).
+    pub(crate) notify_queue: Mutex<Vec<crate::notify::Fired>>,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -464,6 +466,7 @@ impl Runner {
             claude_totals: Mutex::new(crate::claude::Totals::default()),
             executor: Arc::new(crate::executor::LocalExecutor),
             claude_limit,
+            notify_queue: Mutex::new(Vec::new()),
         };
         Runner {
             state: Arc::new(state),
@@ -589,6 +592,7 @@ impl Runner {
                     item_id: &a.item_id,
                 });
         self.sink.record(event, agent);
+        self.queue_notifications(event);
     }
 
     /// DELAY spread by the jitter FACTOR and capped at MAX, from the run's seeded RNG.

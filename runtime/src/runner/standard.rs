@@ -55,6 +55,7 @@ impl Runner {
                 RunAction::Checkpoint(next) => {
                     self.checkpoint(&vars, next, SessionStatus::Running, false)
                         .await;
+                    self.notify_pending(&vars).await;
                     self.ready(next, &mut budget)
                 }
                 RunAction::Settle => {
@@ -85,6 +86,7 @@ impl Runner {
             claude: (claude.calls > 0).then_some(claude),
         });
         self.say_claude_totals();
+        self.notify_pending(&vars).await;
         let events = self.sink.path();
         Report {
             outcome,

@@ -135,6 +135,7 @@ impl Runner {
                         limit_type,
                         resumes_at: clock_text(resets_at, self.wall_secs()),
                     });
+                    self.notify_pending(vars).await;
                 }
                 GateAction::Stop {
                     limit_type,
@@ -154,6 +155,7 @@ impl Runner {
                         max_wait: (limits.usage_limit == plan::UsageLimitMode::Wait)
                             .then_some(limits.max_wait),
                     });
+                    self.notify_pending(vars).await;
                     *lock(&self.claude_limit.stop) = Some(LimitStop {
                         limit_type,
                         resets_at,

@@ -1,0 +1,78 @@
+//! `notify:` on the events the run fixtures cannot drive (docs/language.md §2,
+//! "Notifications"): `paused` at a subscription's usage limit and `budget_reached` at the
+//! Claude budget, with the recorded Claude transcripts replayed in place of the CLI.
+
+use super::{Scratch, root, stderr};
+
+fn replay() -> String {
+    root()
+        .join("tests/fixtures/claude/replay")
+        .display()
+        .to_string()
+}
+
+fn run(scratch: &Scratch, args: &[&str], workflow: &str, env: &[(&str, &str)]) -> super::Output {
+    std::fs::write(scratch.project().join("flow.yml"), workflow).unwrap();
+    scratch.commit();
+    let replay = replay();
+    let mut all = vec![
+        ("PRODIGY_CLAUDE_COMMAND", replay.as_str()),
+        ("IS_SANDBOX", "1"),
+    ];
+    all.extend_from_slice(env);
+    let mut full = vec!["run", "--no-worktree"];
+    full.extend_from_slice(args);
+    full.push("flow.yml");
+    scratch.run(&full, &all)
+}
+
+fn read(scratch: &Scratch, name: &str) -> String {
+    std::fs::read_to_string(scratch.project().join(name)).unwrap_or_default()
+}
+
+/// The usage limit pauses the run: `paused` fires once, with the limit and its reset, while
+/// the run waits, and the run then finishes (`finished` fires too).
+#[test]
+fn a_usage_limit_fires_paused_with_its_reset() {
+    let scratch = Scratch::new();
+    let queue = scratch.dir.path().join("replay-queue");
+    std::fs::write(&queue, "usage-limit\n").unwrap();
+    let out = run(
+        &scratch,
+        &[],
+        "commands:\n  - claude: \"Reply briefly.\"\nnotify:\n  - on: [paused]\n    shell: \"echo '${event.name} ${event.status} ${event.limit_type} ${event.reset_at}' >> paused.txt\"\n  - on: [finished]\n    shell: \"echo '${event.name} ${event.status}' > end.txt\"\n",
+        &[
+            ("CLAUDE_REPLAY_QUEUE", queue.to_str().unwrap()),
+            ("CLAUDE_REPLAY_RESETS_IN", "1"),
+        ],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let paused = read(&scratch, "paused.txt");
+    let lines: Vec<&str> = paused.lines().collect();
+    let [line] = lines.as_slice() else {
+        panic!("expected one `paused` notification, got {paused:?}\n{text}");
+    };
+    assert!(line.starts_with("paused wait five_hour 20"), "{line}");
+    assert_eq!(read(&scratch, "end.txt").trim(), "finished completed");
+}
+
+/// The Claude budget stops a standard run before the step that would pass it:
+/// `budget_reached` fires with what was spent and the limit; the run is not `failed`.
+#[test]
+fn the_claude_budget_fires_budget_reached() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &["--max-cost-usd", "0.0004"],
+        "commands:\n  - claude: \"/first\"\n  - claude: \"/second\"\nnotify:\n  - on: [budget_reached]\n    shell: \"echo '${event.name} ${event.spent_usd} of ${event.limit_usd}' > budget.txt\"\n  - on: [failed]\n    shell: \"touch failed.txt\"\n",
+        &[("CLAUDE_REPLAY", "ok")],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert_eq!(
+        read(&scratch, "budget.txt").trim(),
+        "budget_reached 0.00026 of 0.0004"
+    );
+    assert!(!scratch.project().join("failed.txt").exists(), "{text}");
+}
