@@ -486,6 +486,7 @@ impl Lowerer<'_> {
         }
         if let Some(entry) = fields.entry("worktree") {
             wf.worktree = self.worktree_prep(entry, mapreduce);
+        }
         if let Some(notify) = fields.node("notify") {
             wf.notify = self.notify(notify);
         }

@@ -120,6 +120,8 @@ pub static WORKFLOW: Shape = Shape {
             "worktree",
             Ty::Object(&WORKTREE),
             "How each worktree prodigy makes is prepared: untracked files copied in (`copy`), directories linked (`link`), `setup` steps run once per worktree, a `sparse` checkout for agents, ignored directories `keep`t between items.",
+        ),
+        key(
             "notify",
             Ty::List(&Ty::Object(&NOTIFY)),
             "Commands run when the run or job reaches an event (`finished`, `failed`, `paused`, `budget_reached`, `item_dead_lettered`), with `${event.*}` set; a failing one never fails the run.",
