@@ -107,9 +107,23 @@ pub struct FailureDetail {
     /// ran (secrets masked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_output: Option<CommandTail>,
-    /// The Slurm task that ran the attempt (`--executor slurm`).
-    #[serde(flatten)]
+    /// The backend's task that ran it (`--executor slurm|container`). Records of earlier
+    /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<crate::backend::TaskRef>,
+    /// The Slurm task as records of earlier versions name it; read, never written
+    /// (`task()` answers for both).
+    #[serde(flatten, skip_serializing)]
     pub slurm: Option<crate::slurm::SlurmIds>,
+}
+
+impl FailureDetail {
+    /// The task that ran it, however the record names it.
+    pub fn task_ref(&self) -> Option<crate::backend::TaskRef> {
+        self.task
+            .clone()
+            .or_else(|| self.slurm.as_ref().map(crate::backend::TaskRef::from))
+    }
 }
 
 /// What a failed command left: its exit code and the last lines of what it printed.
@@ -651,6 +665,7 @@ mod tests {
             duration_ms: 12,
             json_log_location: None,
             command_output: None,
+            task: None,
             slurm: None,
         }
     }

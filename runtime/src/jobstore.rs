@@ -155,8 +155,13 @@ pub struct ItemRecord {
     /// What its Claude calls cost, when it made any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude: Option<crate::claude::Totals>,
-    /// The Slurm task that ran it (`--executor slurm`).
-    #[serde(flatten)]
+    /// The backend's task that ran it (`--executor slurm|container`). Records of earlier
+    /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<crate::backend::TaskRef>,
+    /// The Slurm task as records of earlier versions name it; read, never written
+    /// (`task()` answers for both).
+    #[serde(flatten, skip_serializing)]
     pub slurm: Option<crate::slurm::SlurmIds>,
     /// The commit that brought the agent's work into the session's merged work (its last
     /// commit when fast-forwarded to); absent when it merged nothing or ran without a
@@ -166,6 +171,15 @@ pub struct ItemRecord {
     /// Its Claude sessions and logs, the kind of its last failed call, its merged commits.
     #[serde(flatten)]
     pub trail: ItemTrail,
+}
+
+impl ItemRecord {
+    /// The task that ran it, however the record names it.
+    pub fn task_ref(&self) -> Option<crate::backend::TaskRef> {
+        self.task
+            .clone()
+            .or_else(|| self.slurm.as_ref().map(crate::backend::TaskRef::from))
+    }
 }
 
 /// Where to look into what an item did: its Claude calls' sessions and logs (in the order
@@ -418,6 +432,7 @@ mod tests {
             duration_secs: 0.0,
             dead_lettered: false,
             claude: None,
+            task: None,
             slurm: None,
             merge_commit: None,
             trail: ItemTrail::default(),
