@@ -51,7 +51,7 @@ impl ExecutorChoice {
                 Executor::Backend(Arc::new(ContainerOptions {
                     engine: container_engine().unwrap_or_else(|| "podman".to_owned()),
                     program,
-                    image: var("PRODIGY_CONTAINER_IMAGE").unwrap_or_default(),
+                    image: var("PRODIGY_CONTAINER_IMAGE"),
                     network: var("PRODIGY_CONTAINER_NETWORK").is_some_and(|v| v == "host"),
                     cpus: var("PRODIGY_CONTAINER_CPUS"),
                     memory: var("PRODIGY_CONTAINER_MEMORY"),
@@ -66,9 +66,10 @@ impl ExecutorChoice {
 
     /// Refuses `--executor slurm` when a Slurm client tool is not on `PATH`, or
     /// `PRODIGY_SBATCH_ARGS` cannot be split into words, before anything starts.
-    pub(crate) fn check(self) -> Result<(), u8> {
+    pub(crate) fn check(self, plan: &prodigy_compiler::plan::Plan) -> Result<(), u8> {
         if self == ExecutorChoice::Container {
-            return check_container();
+            let named = plan.container.as_ref().is_some_and(|c| c.image.is_some());
+            return check_container(named);
         }
         if self != ExecutorChoice::Slurm {
             return Ok(());
@@ -112,19 +113,20 @@ fn container_engine() -> Option<String> {
 
 /// Refuses `--executor container` without an engine, an image, or with
 /// `PRODIGY_CONTAINER_ARGS` that cannot be split into words.
-fn check_container() -> Result<(), u8> {
+fn check_container(named: bool) -> Result<(), u8> {
     if container_engine().is_none() {
         err(
             "error: `--executor container` needs podman (or docker) on PATH\n  help: install podman (Debian: `apt-get install podman`), or run with `--executor local`\n",
         );
         return Err(exit_code::USAGE);
     }
-    if std::env::var("PRODIGY_CONTAINER_IMAGE")
-        .unwrap_or_default()
-        .is_empty()
+    if !named
+        && std::env::var("PRODIGY_CONTAINER_IMAGE")
+            .unwrap_or_default()
+            .is_empty()
     {
         err(
-            "error: `--executor container` needs an image: set PRODIGY_CONTAINER_IMAGE\n  help: the image needs a shell, git, the C library prodigy was built against and, for Claude steps, the Claude CLI (README \"Map agents in containers\")\n",
+            "error: `--executor container` needs an image: name it in the workflow's `executor.container.image` (or set PRODIGY_CONTAINER_IMAGE)\n  help: the image needs a shell, git, the C library prodigy was built against and, for Claude steps, the Claude CLI (README \"Map agents in containers\")\n",
         );
         return Err(exit_code::USAGE);
     }

@@ -611,7 +611,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
         return code;
     }
-    if let Err(code) = args.executor.check() {
+    if let Err(code) = args.executor.check(&plan) {
         return code;
     }
     let executor = args.executor.executor();

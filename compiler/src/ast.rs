@@ -16,11 +16,11 @@ use crate::source::{Span, Spanned};
 // checks name them here as before.
 pub use crate::plan::vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, OnBudget, OnRetry, PERMISSION_MODES, Parsed, Pattern, Profile,
-    Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
-    SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode,
-    ValidationCheck, WriteFile, WriteFormat,
+    ClaudeSettings, CommitConfig, Condition, Container, EnvValue, EnvVar, ErrorCollection,
+    ForeachInput, MaxParallel, Mode, Multiline, OnBudget, OnRetry, PERMISSION_MODES, Parsed,
+    Pattern, Profile, Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
+    StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
+    UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// A whole workflow file.
@@ -60,8 +60,10 @@ pub struct Workflow {
     pub claude_budget: Option<ClaudeBudget>,
     /// `claude: {usage_limit, max_wait}`: what the run does at the usage limit.
     pub claude_limits: ClaudeLimits,
-    /// `slurm`: how `--executor slurm` submits the map agents.
+    /// `slurm` or `executor.slurm`: how `--executor slurm` submits the map agents.
     pub slurm: Option<Slurm>,
+    /// `executor.container`: the map agents' containers under `--executor container`.
+    pub container: Option<Container>,
     /// The whole document.
     pub span: Span,
 }

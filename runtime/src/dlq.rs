@@ -652,6 +652,14 @@ impl Dlq {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_failure_of_an_earlier_version_still_names_its_slurm_task() {
+        let old = r#"{"attempt_number":1,"timestamp":"2026-11-01T00:00:00Z","error_type":"Unknown","error_message":"lost","agent_id":"agent-0","step_failed":"slurm","duration_ms":5,"slurm_job_id":"7","slurm_task_id":0}"#;
+        let f: FailureDetail = serde_json::from_str(old).unwrap();
+        let task = f.task_ref().unwrap();
+        assert_eq!((task.backend.as_str(), task.id.as_str()), ("slurm", "7_0"));
+    }
+
     fn failure(message: &str, code: i32) -> FailureDetail {
         FailureDetail {
             attempt_number: 0,

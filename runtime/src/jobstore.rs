@@ -420,6 +420,25 @@ fn cut_torn_tail(file: &mut File) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_record_of_an_earlier_version_still_names_its_slurm_task() {
+        let old = r#"{"item_id":"item_2","index":2,"status":"failed","attempts":1,"duration_secs":1.5,"slurm_job_id":"41","slurm_task_id":2}"#;
+        let r: ItemRecord = serde_json::from_str(old).unwrap();
+        let task = r.task_ref().unwrap();
+        assert_eq!((task.backend.as_str(), task.id.as_str()), ("slurm", "41_2"));
+        // Written again, it names the task the current way, once.
+        let text = serde_json::to_string(&ItemRecord {
+            task: r.task_ref(),
+            ..r
+        })
+        .unwrap();
+        assert!(
+            text.contains(r#""task":{"backend":"slurm","id":"41_2"}"#),
+            "{text}"
+        );
+        assert!(!text.contains("slurm_job_id"), "{text}");
+    }
+
     fn record(index: usize, status: ItemStatus) -> ItemRecord {
         ItemRecord {
             item_id: format!("item_{index}"),

@@ -299,7 +299,7 @@ fn execute_job(
     resume: Option<JobCheckpoint>,
     place: Place,
 ) -> u8 {
-    if let Err(code) = job_args.executor.check() {
+    if let Err(code) = job_args.executor.check(&plan) {
         return code;
     }
     let job_id = resume

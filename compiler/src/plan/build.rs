@@ -85,6 +85,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         claude_budget: workflow.claude_budget,
         claude_limits: workflow.claude_limits,
         slurm: workflow.slurm.clone(),
+        container: workflow.container.clone(),
         variables: Vec::new(),
         reads_map_results: false,
     }

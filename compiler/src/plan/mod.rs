@@ -29,11 +29,11 @@ pub use policy::{
 };
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, OnBudget, OnRetry, Parsed, Pattern, Profile, RetryExhausted,
-    Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template,
-    TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile,
-    WriteFormat,
+    ClaudeSettings, CommitConfig, Condition, Container, EnvValue, EnvVar, ErrorCollection,
+    ForeachInput, MaxParallel, Mode, Multiline, OnBudget, OnRetry, Parsed, Pattern, Profile,
+    RetryExhausted, Secret, SecretSource, Slurm, StepOutput, StepValidate, Strategy,
+    SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy, UsageLimitMode,
+    ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// What the runtime needs from the compiler besides the plan itself.
@@ -128,6 +128,9 @@ pub struct Plan {
     /// `slurm`: `sbatch` options for the map agents under `--executor slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<Slurm>,
+    /// `executor.container`: the map agents' containers under `--executor container`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -541,6 +544,7 @@ impl Plan {
             claude_budget: None,
             claude_limits: ClaudeLimits::default(),
             slurm: None,
+            container: None,
             variables: Vec::new(),
             reads_map_results: false,
         }

@@ -34,7 +34,7 @@ pub use step::{
     TEST, WRITE_FILE,
 };
 pub use validate::{AT_LEAST, ON_INCOMPLETE, STEP_VALIDATE, VALIDATE, VALIDATION_COMMAND};
-pub use workflow::{SLURM, WORKFLOW};
+pub use workflow::{CONTAINER, EXECUTOR, SLURM, WORKFLOW};
 
 /// The type of a value, as precise as a JSON Schema can say it.
 #[derive(Debug)]
@@ -327,6 +327,8 @@ pub static SHAPES: &[&Shape] = &[
     &ITEM_FAILURE_CUSTOM,
     &ERROR_COLLECTION_BATCHED,
     &SLURM,
+    &EXECUTOR,
+    &CONTAINER,
 ];
 
 #[cfg(test)]

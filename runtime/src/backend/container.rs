@@ -40,13 +40,15 @@ pub struct ContainerOptions {
     /// needs the C library it was built against, a shell, git, and the Claude CLI for
     /// Claude steps).
     pub program: PathBuf,
-    /// The image.
-    pub image: String,
-    /// Whether the agents may use the network (the host's); off by default.
+    /// The image (`PRODIGY_CONTAINER_IMAGE`), instead of the workflow's
+    /// `executor.container.image`.
+    pub image: Option<String>,
+    /// Whether the agents may use the network (the host's), whatever the workflow says
+    /// (`PRODIGY_CONTAINER_NETWORK=host`).
     pub network: bool,
-    /// CPUs per agent (`--cpus`).
+    /// CPUs per agent (`--cpus`), instead of the workflow's.
     pub cpus: Option<String>,
-    /// Memory per agent (`--memory`).
+    /// Memory per agent (`--memory`), instead of the workflow's.
     pub memory: Option<String>,
     /// More `run` options, passed as they are (`PRODIGY_CONTAINER_ARGS`).
     pub run_args: Vec<String>,
@@ -168,6 +170,27 @@ fn run_args(
     let project = runner.opts.project.display().to_string();
     let program = o.program.display().to_string();
     let workdir = d.worktree.as_ref().map(|w| w.workdir.display().to_string());
+    let workflow = runner.plan.container.as_ref();
+    let network = o.network || workflow.is_some_and(|c| c.network);
+    let image = o
+        .image
+        .clone()
+        .or_else(|| {
+            workflow
+                .and_then(|c| c.image.as_ref())
+                .map(|i| i.value.clone())
+        })
+        .unwrap_or_default();
+    let cpus = o.cpus.clone().or_else(|| {
+        workflow
+            .and_then(|c| c.cpus.as_ref())
+            .map(|c| c.value.to_string())
+    });
+    let memory = o.memory.clone().or_else(|| {
+        workflow
+            .and_then(|c| c.memory.as_ref())
+            .map(|m| m.value.clone())
+    });
     let mut args = vec![
         "run".to_owned(),
         "-d".to_owned(),
@@ -175,7 +198,7 @@ fn run_args(
         name.to_owned(),
         "--label".to_owned(),
         format!("{JOB_LABEL}={}", d.job_id),
-        format!("--network={}", if o.network { "host" } else { "none" }),
+        format!("--network={}", if network { "host" } else { "none" }),
         // The run's mark, from the engine's own environment (`reap::mark`).
         "--env".to_owned(),
         crate::reap::OWNER_ENV.to_owned(),
@@ -192,10 +215,10 @@ fn run_args(
         "-w".to_owned(),
         workdir.clone().unwrap_or_else(|| project.clone()),
     ];
-    if let Some(cpus) = &o.cpus {
+    if let Some(cpus) = cpus {
         args.push(format!("--cpus={cpus}"));
     }
-    if let Some(memory) = &o.memory {
+    if let Some(memory) = memory {
         args.push(format!("--memory={memory}"));
     }
     if let Some(w) = &workdir
@@ -206,7 +229,7 @@ fn run_args(
     }
     args.extend(o.run_args.iter().cloned());
     args.extend([
-        o.image.clone(),
+        image,
         program,
         "agent".to_owned(),
         "--item".to_owned(),

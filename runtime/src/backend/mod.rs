@@ -470,3 +470,46 @@ pub struct Dispatch {
     /// stays pending), as a local agent that had not started would not start.
     pub stopping: Option<watch::Receiver<bool>>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_ref_reads_both_its_own_form_and_slurm_ids() {
+        let current: TaskRef =
+            serde_json::from_str(r#"{"backend":"container","id":"prodigy-j-item_0-1"}"#).unwrap();
+        assert_eq!(current.backend, "container");
+        assert_eq!(current.node, None);
+        let old: TaskRef =
+            serde_json::from_str(r#"{"slurm_job_id":"41","slurm_task_id":3}"#).unwrap();
+        assert_eq!(
+            old,
+            TaskRef {
+                backend: "slurm".into(),
+                id: "41_3".into(),
+                node: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_result_file_of_an_earlier_version_gives_its_task_and_node() {
+        let old = r#"{"end":"succeeded","duration_secs":0.1,"slurm":{"slurm_job_id":"9","slurm_task_id":1},"node":"n1"}"#;
+        let result: TaskResult = serde_json::from_str(old).unwrap();
+        let fallback = TaskRef {
+            backend: "slurm".into(),
+            id: "0_0".into(),
+            node: None,
+        };
+        let done = Dispatched::from_result(result, fallback);
+        assert_eq!(
+            done.task,
+            Some(TaskRef {
+                backend: "slurm".into(),
+                id: "9_1".into(),
+                node: Some("n1".into())
+            })
+        );
+    }
+}
