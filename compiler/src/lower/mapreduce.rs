@@ -332,7 +332,7 @@ impl Lowerer<'_> {
     }
 
     /// `executor`: each backend's options. `executor.slurm` is the top-level `slurm`
-    /// (TOP_SLURM, which has no effect beside it).
+    /// (`top_slurm`, which has no effect beside it).
     pub(crate) fn executor(
         &mut self,
         entry: &crate::syntax::Entry,

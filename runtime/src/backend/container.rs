@@ -250,8 +250,7 @@ fn run_args(
 /// This machine's name, as the task reference's node.
 fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".to_owned())
+        .map_or_else(|_| "localhost".to_owned(), |h| h.trim().to_owned())
 }
 
 /// Removes container NAME (`rm -f`, stopping it first with a grace period).

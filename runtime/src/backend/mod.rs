@@ -52,7 +52,7 @@ pub trait AgentBackend: std::fmt::Debug + Send + Sync {
     fn dispatch<'a>(&'a self, runner: &'a Runner, d: Dispatch) -> Pending<'a, Dispatched>;
 
     /// The worktree of the task a killed coordinator left for item INDEX of the job in
-    /// JOB_DIR, when that task is adopted rather than run again.
+    /// `job_dir`, when that task is adopted rather than run again.
     fn adoptable<'a>(
         &'a self,
         runner: &'a Runner,
