@@ -96,7 +96,7 @@ pub(crate) struct RetryArgs {
     /// Merge the job's worktree back without asking (when the job works in one).
     #[arg(short = 'y', long)]
     yes: bool,
-    /// Where the retried agents run: `local` processes, or `slurm` jobs.
+    /// Where the retried agents run: `local` processes, `slurm` jobs, or a `container` each.
     #[arg(long, value_enum, default_value_t)]
     executor: crate::agent::ExecutorChoice,
 }

@@ -74,7 +74,8 @@ pub(crate) struct JobArgs {
     /// Claude call starts once it would be passed (over the workflow's `claude.max_cost_usd`).
     #[arg(long, value_name = "USD", value_parser = parse_usd)]
     pub(crate) max_cost_usd: Option<f64>,
-    /// Where map agents run: `local` processes, or `slurm` jobs (README "Map agents on Slurm").
+    /// Where map agents run: `local` processes, `slurm` jobs, or a `container` each (README
+    /// "Map agents on Slurm", "Map agents in containers").
     #[arg(long, value_enum, default_value_t)]
     pub(crate) executor: crate::agent::ExecutorChoice,
 }
