@@ -73,7 +73,8 @@ awk -v pm="$p_med" -v pl="$p_min" -v ph="$p_max" -v rm="$r_med" -v rl="$r_min" -
 # millisecond, within one day): prodigy admitting the item until its `sbatch` answered,
 # Slurm starting the task (its place in the slot's chain included), and the agent running
 # in the task until the coordinator has read its result and recorded the outcome.
-events=$(find "$TMP/home/events" -name 'events-*.jsonl' | head -1)
+# The coordinator's and the tasks' events files of the job.
+find "$TMP/home/events" -name 'events-*.jsonl' -exec cat {} + >"$TMP/events.jsonl"
 awk '
     function ms(line,   t) {
         match(line, /"timestamp":"[^"]*"/); t = substr(line, RSTART + 24, 12)
@@ -98,4 +99,4 @@ awk '
         printf "  submitted -> task started    %8.1f (Slurm: the slot'"'"'s chain and the start)\n", med(sub2)
         printf "  task started -> outcome      %8.1f (the agent, its result file, the coordinator)\n", med(sub3)
         printf "  job started -> finished      %8.1f (all items)\n", j1 - j0
-    }' "$events"
+    }' "$TMP/events.jsonl"

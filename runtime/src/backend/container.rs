@@ -315,7 +315,7 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
     loop {
         if let Some(r) = read_result(&result) {
             remove(o, runner, &name).await;
-            return Dispatched::from_result(r, task);
+            return finished(r, task, &name);
         }
         if deadline.is_none() && started.exists() {
             deadline = d.timeout.map(|t| Instant::now() + t);
@@ -342,7 +342,7 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
             if running(o, &name).await == Some(false) {
                 if let Some(r) = read_result(&result) {
                     remove(o, runner, &name).await;
-                    return Dispatched::from_result(r, task);
+                    return finished(r, task, &name);
                 }
                 let args = ["inspect", "-f", "{{.State.ExitCode}}", &name].map(str::to_owned);
                 let code = engine(&o.engine, &args).await.unwrap_or_default();
@@ -363,6 +363,20 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
         }
         tokio::time::sleep(o.poll).await;
     }
+}
+
+/// The outcome of container NAME's agent; one that was told to stop when prodigy had not
+/// asked (it returns before reading the result when it does) fails its item.
+fn finished(result: super::TaskResult, task: TaskRef, name: &str) -> Dispatched {
+    if result.end == super::TaskEnd::Cancelled {
+        return Dispatched::failed(
+            "container",
+            format!("the container {name} was stopped outside prodigy before its agent finished"),
+            ErrorType::Unknown,
+            Some(task),
+        );
+    }
+    Dispatched::from_result(result, task)
 }
 
 #[cfg(test)]

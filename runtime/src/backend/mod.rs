@@ -181,7 +181,7 @@ pub enum TaskEnd {
     Succeeded,
     /// A step failed.
     Failed,
-    /// The task was told to stop (SIGTERM from `scancel` or Slurm).
+    /// The task was told to stop (SIGTERM from its backend: `scancel`, Slurm, the engine).
     Cancelled,
 }
 
