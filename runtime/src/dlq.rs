@@ -111,9 +111,10 @@ pub struct FailureDetail {
     /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<crate::backend::TaskRef>,
-    /// The Slurm task as records of earlier versions name it; read, never written
-    /// (`task()` answers for both).
-    #[serde(flatten, skip_serializing)]
+    /// The Slurm task as records of earlier versions name it (`slurm_job_id`,
+    /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
+    /// both).
+    #[serde(flatten)]
     pub slurm: Option<crate::slurm::SlurmIds>,
 }
 

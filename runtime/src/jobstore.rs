@@ -159,9 +159,10 @@ pub struct ItemRecord {
     /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<crate::backend::TaskRef>,
-    /// The Slurm task as records of earlier versions name it; read, never written
-    /// (`task()` answers for both).
-    #[serde(flatten, skip_serializing)]
+    /// The Slurm task as records of earlier versions name it (`slurm_job_id`,
+    /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
+    /// both).
+    #[serde(flatten)]
     pub slurm: Option<crate::slurm::SlurmIds>,
     /// The commit that brought the agent's work into the session's merged work (its last
     /// commit when fast-forwarded to); absent when it merged nothing or ran without a
@@ -426,9 +427,13 @@ mod tests {
         let r: ItemRecord = serde_json::from_str(old).unwrap();
         let task = r.task_ref().unwrap();
         assert_eq!((task.backend.as_str(), task.id.as_str()), ("slurm", "41_2"));
-        // Written again, it names the task the current way, once.
+        // Shown again (`dlq show --format json`, `${map.results}`), it keeps its ids.
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""slurm_job_id":"41""#), "{text}");
+        // A new record names its task the current way only.
         let text = serde_json::to_string(&ItemRecord {
             task: r.task_ref(),
+            slurm: None,
             ..r
         })
         .unwrap();
