@@ -3,8 +3,9 @@
 # `max_parallel: 2`, under `prodigy run --executor slurm` (results, events, checkpoints,
 # DLQ bookkeeping, one Slurm task per item), against one raw job array of the same N
 # `true` tasks (`sbatch --array=0-(N-1)%2`) polled with `squeue` until it leaves the
-# queue. Alternating, median of RUNS (default 3); prints both, their ratio and the
-# per-item overhead.
+# queue. Alternating, RUNS runs of each (default 5) after a warm-up; prints the median and
+# the spread (min-max) of both side by side, the ratio of the medians and the per-item
+# overhead, and where prodigy's time per item goes (from the events of its last run).
 #
 # Needs a Slurm cluster: as root, `scripts/slurm-cluster start` starts a one-node one.
 #
@@ -13,7 +14,7 @@
 set -euo pipefail
 
 N="${N:-200}"
-RUNS="${RUNS:-3}"
+RUNS="${RUNS:-5}"
 
 # The cluster of scripts/slurm-cluster keeps its slurm.conf in its own directory.
 if [ -z "${SLURM_CONF:-}" ] && [ -e "${PRODIGY_SLURM_DIR:-/tmp/prodigy-slurm}/etc/slurm.conf" ]; then
@@ -38,6 +39,7 @@ YAML
 time_prodigy() {
     local start end
     start=$(now_ns)
+    rm -rf "$TMP/home"
     (cd "$TMP/project" && PRODIGY_HOME="$TMP/home" "$BIN" run -q --no-worktree --executor slurm "$TMP/workflow.yml" >/dev/null 2>"$TMP/prodigy.err") ||
         { cat "$TMP/prodigy.err" >&2; exit 1; }
     end=$(now_ns)
@@ -54,11 +56,47 @@ time_sbatch() {
     echo $(((end - start) / 1000))
 }
 
-read -r prodigy raw < <(alternate time_prodigy time_sbatch)
-awk -v p="$prodigy" -v r="$raw" -v n="$N" 'BEGIN {
-    printf "%d items of `true` at 2 parallel on Slurm (median of runs)\n", n
-    printf "  prodigy --executor slurm  %8.2f s\n", p / 1e6
-    printf "  raw sbatch --array + squeue %6.2f s\n", r / 1e6
-    printf "  ratio prodigy/raw         %8.2f (target 1.2 or less)\n", p / r
-    printf "  overhead per item         %8.1f ms\n", (p - r) / 1e3 / n
+alternate time_prodigy time_sbatch >/dev/null
+spread() { sort -n "$TMP/alternate-$1.txt" | awk '{a[NR] = $1} END {printf "%.2f %.2f %.2f", a[int((NR + 1) / 2)] / 1e6, a[1] / 1e6, a[NR] / 1e6}'; }
+read -r p_med p_min p_max <<<"$(spread time_prodigy)"
+read -r r_med r_min r_max <<<"$(spread time_sbatch)"
+awk -v pm="$p_med" -v pl="$p_min" -v ph="$p_max" -v rm="$r_med" -v rl="$r_min" -v rh="$r_max" -v n="$N" -v runs="$RUNS" 'BEGIN {
+    printf "%d items of `true` at 2 parallel on Slurm, %d runs each (seconds)\n", n, runs
+    printf "  %-28s %8s %8s %8s\n", "", "median", "min", "max"
+    printf "  %-28s %8.2f %8.2f %8.2f\n", "prodigy --executor slurm", pm, pl, ph
+    printf "  %-28s %8.2f %8.2f %8.2f\n", "raw sbatch --array + squeue", rm, rl, rh
+    printf "  ratio of the medians         %8.2f (target 1.15 or less)\n", pm / rm
+    printf "  overhead per item            %8.1f ms\n", (pm - rm) * 1e3 / n
 }'
+
+# Where the time goes, per item, from the last prodigy run's events (timestamps to the
+# millisecond, within one day): prodigy admitting the item until its `sbatch` answered,
+# Slurm starting the task (its place in the slot's chain included), and the agent running
+# in the task until the coordinator has read its result and recorded the outcome.
+# The coordinator's and the tasks' events files of the job.
+find "$TMP/home/events" -name 'events-*.jsonl' -exec cat {} + >"$TMP/events.jsonl"
+awk '
+    function ms(line,   t) {
+        match(line, /"timestamp":"[^"]*"/); t = substr(line, RSTART + 24, 12)
+        return ((substr(t, 1, 2) * 60 + substr(t, 4, 2)) * 60 + substr(t, 7, 6)) * 1000
+    }
+    function item(line) { match(line, /"item_id":"item_[0-9]+"/); return substr(line, RSTART + 11, RLENGTH - 12) }
+    /"event_type":"agent_started"/   { a[item($0)] = ms($0) }
+    /"event_type":"task_submitted"/  { s[item($0)] = ms($0) }
+    /"event_type":"task_started"/    { t[item($0)] = ms($0) }
+    /"event_type":"agent_completed"/ { c[item($0)] = ms($0) }
+    /"event_type":"job_started"/     { j0 = ms($0) }
+    /"event_type":"job_finished"/    { j1 = ms($0) }
+    function med(x,   k, n, v, i, j, tmp) {
+        n = 0; for (k in x) v[++n] = x[k]
+        for (i = 2; i <= n; i++) { tmp = v[i]; for (j = i - 1; j >= 1 && v[j] > tmp; j--) v[j + 1] = v[j]; v[j + 1] = tmp }
+        return n ? v[int((n + 1) / 2)] : 0
+    }
+    END {
+        for (k in c) if ((k in a) && (k in s) && (k in t)) { sub1[k] = s[k] - a[k]; sub2[k] = t[k] - s[k]; sub3[k] = c[k] - t[k] }
+        printf "where an item'"'"'s time goes in prodigy'"'"'s last run (median per item, ms; items overlap)\n"
+        printf "  admitted -> sbatch answered  %8.1f\n", med(sub1)
+        printf "  submitted -> task started    %8.1f (Slurm: the slot'"'"'s chain and the start)\n", med(sub2)
+        printf "  task started -> outcome      %8.1f (the agent, its result file, the coordinator)\n", med(sub3)
+        printf "  job started -> finished      %8.1f (all items)\n", j1 - j0
+    }' "$TMP/events.jsonl"

@@ -4,9 +4,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use prodigy_runtime::backend::Executor;
+use prodigy_runtime::backend::container::ContainerOptions;
 use prodigy_runtime::jobstore::JobFiles;
 use prodigy_runtime::runner::Options;
-use prodigy_runtime::slurm::{Executor, SlurmOptions};
+use prodigy_runtime::slurm::SlurmOptions;
 use prodigy_runtime::store::Layout;
 
 use crate::{err, exit_code};
@@ -19,9 +21,20 @@ pub(crate) enum ExecutorChoice {
     Local,
     /// As Slurm jobs, submitted with `sbatch` (the Slurm client tools must be on `PATH`).
     Slurm,
+    /// In containers, one per agent (podman, or docker; `PRODIGY_CONTAINER_IMAGE`).
+    Container,
 }
 
 impl ExecutorChoice {
+    /// Its name in `--executor`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ExecutorChoice::Local => "local",
+            ExecutorChoice::Slurm => "slurm",
+            ExecutorChoice::Container => "container",
+        }
+    }
+
     /// The runtime's executor: Slurm tasks run this very program.
     pub(crate) fn executor(self) -> Executor {
         match self {
@@ -30,14 +43,34 @@ impl ExecutorChoice {
                 let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
                 let mut options = SlurmOptions::new(program);
                 options.sbatch_args = sbatch_args();
-                Executor::Slurm(options)
+                Executor::Backend(Arc::new(options))
+            }
+            ExecutorChoice::Container => {
+                let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
+                let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+                Executor::Backend(Arc::new(ContainerOptions {
+                    engine: container_engine().unwrap_or_else(|| "podman".to_owned()),
+                    program,
+                    image: var("PRODIGY_CONTAINER_IMAGE"),
+                    network: var("PRODIGY_CONTAINER_NETWORK").is_some_and(|v| v == "host"),
+                    cpus: var("PRODIGY_CONTAINER_CPUS"),
+                    memory: var("PRODIGY_CONTAINER_MEMORY"),
+                    run_args: var("PRODIGY_CONTAINER_ARGS")
+                        .and_then(|text| prodigy_runtime::slurm::split_args(&text))
+                        .unwrap_or_default(),
+                    poll: std::time::Duration::from_millis(50),
+                }))
             }
         }
     }
 
     /// Refuses `--executor slurm` when a Slurm client tool is not on `PATH`, or
     /// `PRODIGY_SBATCH_ARGS` cannot be split into words, before anything starts.
-    pub(crate) fn check(self) -> Result<(), u8> {
+    pub(crate) fn check(self, plan: &prodigy_compiler::plan::Plan) -> Result<(), u8> {
+        if self == ExecutorChoice::Container {
+            let named = plan.container.as_ref().is_some_and(|c| c.image.is_some());
+            return check_container(named);
+        }
         if self != ExecutorChoice::Slurm {
             return Ok(());
         }
@@ -62,6 +95,50 @@ impl ExecutorChoice {
         }
         Ok(())
     }
+}
+
+/// The container engine: `PRODIGY_CONTAINER_ENGINE`, else podman, else docker, as found on
+/// `PATH`.
+fn container_engine() -> Option<String> {
+    if let Ok(engine) = std::env::var("PRODIGY_CONTAINER_ENGINE")
+        && !engine.is_empty()
+    {
+        return Some(engine);
+    }
+    ["podman", "docker"]
+        .into_iter()
+        .find(|e| prodigy_runtime::exec::find_executable(e).is_some())
+        .map(str::to_owned)
+}
+
+/// Refuses `--executor container` without an engine, an image, or with
+/// `PRODIGY_CONTAINER_ARGS` that cannot be split into words.
+fn check_container(named: bool) -> Result<(), u8> {
+    if container_engine().is_none() {
+        err(
+            "error: `--executor container` needs podman (or docker) on PATH\n  help: install podman (Debian: `apt-get install podman`), or run with `--executor local`\n",
+        );
+        return Err(exit_code::USAGE);
+    }
+    if !named
+        && std::env::var("PRODIGY_CONTAINER_IMAGE")
+            .unwrap_or_default()
+            .is_empty()
+    {
+        err(
+            "error: `--executor container` needs an image: name it in the workflow's `executor.container.image` (or set PRODIGY_CONTAINER_IMAGE)\n  help: the image needs a shell, git, the C library prodigy was built against and, for Claude steps, the Claude CLI (docs/containers.md)\n",
+        );
+        return Err(exit_code::USAGE);
+    }
+    if let Ok(text) = std::env::var("PRODIGY_CONTAINER_ARGS")
+        && prodigy_runtime::slurm::split_args(&text).is_none()
+    {
+        err(&format!(
+            "error: PRODIGY_CONTAINER_ARGS=`{text}` cannot be split into words: an opening quote has no closing quote\n"
+        ));
+        return Err(exit_code::USAGE);
+    }
+    Ok(())
 }
 
 /// `PRODIGY_SBATCH_ARGS`: more `sbatch` options, split as a shell would.
@@ -150,7 +227,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         )
     };
     let total = items.len();
-    if let Err(e) = prodigy_runtime::slurm::mark_started(&args.result) {
+    if let Err(e) = prodigy_runtime::backend::mark_started(&args.result) {
         err(&format!("error: {e}\n"));
         return exit_code::USAGE;
     }
@@ -169,7 +246,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         )
         .await
         .map_err(|e| e.to_string())?;
-        let outcome = prodigy_runtime::slurm::run_task(
+        let outcome = prodigy_runtime::backend::run_task(
             &runner,
             vars,
             &item,
@@ -178,7 +255,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
             args.workdir.clone(),
         )
         .await;
-        prodigy_runtime::slurm::write_result(&args.result, &outcome).map_err(|e| e.to_string())
+        prodigy_runtime::backend::write_result(&args.result, &outcome).map_err(|e| e.to_string())
     });
     match result {
         Ok(Ok(())) => exit_code::OK,

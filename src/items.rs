@@ -1,5 +1,5 @@
 //! `prodigy items --run-setup`: a job's `setup` run in a throwaway worktree of the project,
-//! then the map input pipeline over what it wrote (README "`prodigy items`"). The worktree
+//! then the map input pipeline over what it wrote (docs/mapreduce.md, "`prodigy items`"). The worktree
 //! is removed whatever happens: success, a failed setup, Ctrl-C or SIGTERM.
 
 use std::path::{Path, PathBuf};

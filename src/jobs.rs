@@ -96,7 +96,7 @@ pub(crate) struct RetryArgs {
     /// Merge the job's worktree back without asking (when the job works in one).
     #[arg(short = 'y', long)]
     yes: bool,
-    /// Where the retried agents run: `local` processes, or `slurm` jobs.
+    /// Where the retried agents run: `local` processes, `slurm` jobs, or a `container` each.
     #[arg(long, value_enum, default_value_t)]
     executor: crate::agent::ExecutorChoice,
 }
@@ -611,7 +611,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
         return code;
     }
-    if let Err(code) = args.executor.check() {
+    if let Err(code) = args.executor.check(&plan) {
         return code;
     }
     let executor = args.executor.executor();

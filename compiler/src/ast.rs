@@ -16,7 +16,7 @@ use crate::source::{Span, Spanned};
 // checks name them here as before.
 pub use crate::plan::vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, EnvValue, EnvVar, ErrorCollection, ForeachInput,
+    ClaudeSettings, CommitConfig, Condition, Container, EnvValue, EnvVar, ErrorCollection, ForeachInput,
     MaxParallel, Mode, Multiline, NotifyEvent, OnBudget, OnRetry, PERMISSION_MODES, Parsed,
     Pattern, Profile, Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
     StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
@@ -60,12 +60,14 @@ pub struct Workflow {
     pub claude_budget: Option<ClaudeBudget>,
     /// `claude: {usage_limit, max_wait}`: what the run does at the usage limit.
     pub claude_limits: ClaudeLimits,
-    /// `slurm`: how `--executor slurm` submits the map agents.
+    /// `slurm` or `executor.slurm`: how `--executor slurm` submits the map agents.
     pub slurm: Option<Slurm>,
     /// `worktree`: how each worktree prodigy makes is prepared.
     pub worktree: Option<WorktreePrep>,
     /// `notify`: commands run when the run or job reaches an event.
     pub notify: Vec<Notify>,
+    /// `executor.container`: the map agents' containers under `--executor container`.
+    pub container: Option<Container>,
     /// The whole document.
     pub span: Span,
 }

@@ -107,9 +107,24 @@ pub struct FailureDetail {
     /// ran (secrets masked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_output: Option<CommandTail>,
-    /// The Slurm task that ran the attempt (`--executor slurm`).
+    /// The backend's task that ran it (`--executor slurm|container`). Records of earlier
+    /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<crate::backend::TaskRef>,
+    /// The Slurm task as records of earlier versions name it (`slurm_job_id`,
+    /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
+    /// both).
     #[serde(flatten)]
     pub slurm: Option<crate::slurm::SlurmIds>,
+}
+
+impl FailureDetail {
+    /// The task that ran it, however the record names it.
+    pub fn task_ref(&self) -> Option<crate::backend::TaskRef> {
+        self.task
+            .clone()
+            .or_else(|| self.slurm.as_ref().map(crate::backend::TaskRef::from))
+    }
 }
 
 /// What a failed command left: its exit code and the last lines of what it printed.
@@ -638,6 +653,14 @@ impl Dlq {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_failure_of_an_earlier_version_still_names_its_slurm_task() {
+        let old = r#"{"attempt_number":1,"timestamp":"2026-11-01T00:00:00Z","error_type":"Unknown","error_message":"lost","agent_id":"agent-0","step_failed":"slurm","duration_ms":5,"slurm_job_id":"7","slurm_task_id":0}"#;
+        let f: FailureDetail = serde_json::from_str(old).unwrap();
+        let task = f.task_ref().unwrap();
+        assert_eq!((task.backend.as_str(), task.id.as_str()), ("slurm", "7_0"));
+    }
+
     fn failure(message: &str, code: i32) -> FailureDetail {
         FailureDetail {
             attempt_number: 0,
@@ -651,6 +674,7 @@ mod tests {
             duration_ms: 12,
             json_log_location: None,
             command_output: None,
+            task: None,
             slurm: None,
         }
     }

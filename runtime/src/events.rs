@@ -749,43 +749,34 @@ pub enum Event {
     /// The reduce phase ended.
     #[serde(rename = "reduce_finished")]
     ReduceFinished {},
-    /// A Slurm task started an item's steps.
-    #[serde(rename = "slurm_task_started")]
-    SlurmTaskStarted {
-        /// The Slurm job.
-        slurm_job_id: Option<String>,
-        /// The array task.
-        slurm_task_id: Option<usize>,
-        /// `SLURMD_NODENAME`.
-        node: Option<String>,
+    /// A backend's task started an item's steps (`slurm_task_started` before backends
+    /// had one set of events).
+    #[serde(rename = "task_started")]
+    TaskStarted {
+        /// The task.
+        task: crate::backend::TaskRef,
     },
-    /// An item's Slurm task was submitted.
-    #[serde(rename = "slurm_task_submitted")]
-    SlurmTaskSubmitted {
-        /// The Slurm job.
-        slurm_job_id: String,
-        /// The array task.
-        slurm_task_id: usize,
+    /// An item's task was submitted to its backend.
+    #[serde(rename = "task_submitted")]
+    TaskSubmitted {
+        /// The task.
+        task: crate::backend::TaskRef,
         /// The item's attempt.
         attempt: u32,
     },
-    /// A resumed job found an item's Slurm task still there.
-    #[serde(rename = "slurm_task_adopted")]
-    SlurmTaskAdopted {
-        /// The Slurm job.
-        slurm_job_id: String,
-        /// The array task.
-        slurm_task_id: usize,
+    /// A resumed job found an item's task still there and waits for it.
+    #[serde(rename = "task_adopted")]
+    TaskAdopted {
+        /// The task.
+        task: crate::backend::TaskRef,
         /// The item's attempt.
         attempt: u32,
     },
-    /// An item's Slurm task is cancelled.
-    #[serde(rename = "slurm_task_cancelled")]
-    SlurmTaskCancelled {
-        /// The Slurm job.
-        slurm_job_id: String,
-        /// The array task.
-        slurm_task_id: usize,
+    /// An item's task is cancelled.
+    #[serde(rename = "task_cancelled")]
+    TaskCancelled {
+        /// The task.
+        task: crate::backend::TaskRef,
         /// Why.
         reason: String,
     },

@@ -155,7 +155,13 @@ pub struct ItemRecord {
     /// What its Claude calls cost, when it made any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude: Option<crate::claude::Totals>,
-    /// The Slurm task that ran it (`--executor slurm`).
+    /// The backend's task that ran it (`--executor slurm|container`). Records of earlier
+    /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<crate::backend::TaskRef>,
+    /// The Slurm task as records of earlier versions name it (`slurm_job_id`,
+    /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
+    /// both).
     #[serde(flatten)]
     pub slurm: Option<crate::slurm::SlurmIds>,
     /// The commit that brought the agent's work into the session's merged work (its last
@@ -166,6 +172,15 @@ pub struct ItemRecord {
     /// Its Claude sessions and logs, the kind of its last failed call, its merged commits.
     #[serde(flatten)]
     pub trail: ItemTrail,
+}
+
+impl ItemRecord {
+    /// The task that ran it, however the record names it.
+    pub fn task_ref(&self) -> Option<crate::backend::TaskRef> {
+        self.task
+            .clone()
+            .or_else(|| self.slurm.as_ref().map(crate::backend::TaskRef::from))
+    }
 }
 
 /// Where to look into what an item did: its Claude calls' sessions and logs (in the order
@@ -406,6 +421,29 @@ fn cut_torn_tail(file: &mut File) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_record_of_an_earlier_version_still_names_its_slurm_task() {
+        let old = r#"{"item_id":"item_2","index":2,"status":"failed","attempts":1,"duration_secs":1.5,"slurm_job_id":"41","slurm_task_id":2}"#;
+        let r: ItemRecord = serde_json::from_str(old).unwrap();
+        let task = r.task_ref().unwrap();
+        assert_eq!((task.backend.as_str(), task.id.as_str()), ("slurm", "41_2"));
+        // Shown again (`dlq show --format json`, `${map.results}`), it keeps its ids.
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""slurm_job_id":"41""#), "{text}");
+        // A new record names its task the current way only.
+        let text = serde_json::to_string(&ItemRecord {
+            task: r.task_ref(),
+            slurm: None,
+            ..r
+        })
+        .unwrap();
+        assert!(
+            text.contains(r#""task":{"backend":"slurm","id":"41_2"}"#),
+            "{text}"
+        );
+        assert!(!text.contains("slurm_job_id"), "{text}");
+    }
+
     fn record(index: usize, status: ItemStatus) -> ItemRecord {
         ItemRecord {
             item_id: format!("item_{index}"),
@@ -418,6 +456,7 @@ mod tests {
             duration_secs: 0.0,
             dead_lettered: false,
             claude: None,
+            task: None,
             slurm: None,
             merge_commit: None,
             trail: ItemTrail::default(),

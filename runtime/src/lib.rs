@@ -2,6 +2,7 @@
 //!
 //! It consumes only the compiler's [`prodigy_compiler::plan::Plan`] and never reads YAML.
 
+pub mod backend;
 pub mod breaker;
 pub mod budget;
 pub mod claude;

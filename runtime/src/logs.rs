@@ -336,7 +336,7 @@ pub fn last_step_number(dir: &Path) -> u32 {
     })
 }
 
-/// The output of one step as it is kept (README "Logs"): what each command it ran itself
+/// The output of one step as it is kept (docs/running.md, "Logs"): what each command it ran itself
 /// printed, stdout and stderr interleaved, as much as the run keeps in memory
 /// (`PRODIGY_OUTPUT_LIMIT` per command, its last part; the whole output of a longer one is
 /// in its spill log, which the kept part's first line names), secrets masked. The file is

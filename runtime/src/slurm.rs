@@ -16,27 +16,17 @@
 
 use crate::message::Message;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+
+use crate::backend::{read_result, started_path};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::dlq::{CommandTail, ErrorType};
-use crate::runner::{Runner, StepFailure};
-use crate::vars::Vars;
-
-/// Where a MapReduce job's agents run.
-#[derive(Clone, Debug, Default)]
-pub enum Executor {
-    /// As child processes of prodigy, `max_parallel` at a time (the default).
-    #[default]
-    Local,
-    /// As Slurm jobs.
-    Slurm(SlurmOptions),
-}
+use crate::backend::{AgentBackend, Dispatch, Dispatched, Ended, Pending, TaskEnd, TaskRef};
+use crate::dlq::ErrorType;
+use crate::runner::Runner;
 
 /// How agents are submitted to Slurm.
 #[derive(Clone, Debug)]
@@ -52,16 +42,29 @@ pub struct SlurmOptions {
     pub slots: std::sync::Arc<Slots>,
 }
 
-impl Executor {
-    /// How many agents the map phase may have under way at once for `max_parallel` running:
-    /// on Slurm, each slot also has its next tasks waiting in the queue (one starts the
-    /// moment the slot's running task ends, where a task submitted then would wait for the
+impl AgentBackend for SlurmOptions {
+    fn name(&self) -> &'static str {
+        "slurm"
+    }
+
+    /// Each slot also has its next tasks waiting in the queue (one starts the moment the
+    /// slot's running task ends, where a task submitted then would wait for the
     /// controller's next scheduling pass, about a second).
-    pub fn admit_limit(&self, max_parallel: usize) -> usize {
-        match self {
-            Executor::Local => max_parallel,
-            Executor::Slurm(_) => max_parallel.saturating_mul(SLOT_DEPTH),
-        }
+    fn admit_limit(&self, max_parallel: usize) -> usize {
+        max_parallel.saturating_mul(SLOT_DEPTH)
+    }
+
+    fn dispatch<'a>(&'a self, runner: &'a Runner, d: Dispatch) -> Pending<'a, Dispatched> {
+        Box::pin(dispatch(runner, self, d))
+    }
+
+    fn adoptable<'a>(
+        &'a self,
+        runner: &'a Runner,
+        job_dir: &'a Path,
+        index: usize,
+    ) -> Pending<'a, Option<Option<crate::worktree::AgentWorktree>>> {
+        Box::pin(async move { adoptable(runner, job_dir, index).await.map(|s| s.worktree) })
     }
 }
 
@@ -226,62 +229,6 @@ impl SlurmIds {
     }
 }
 
-/// How an agent run inside a Slurm task ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskEnd {
-    /// Every step succeeded.
-    Succeeded,
-    /// A step failed.
-    Failed,
-    /// The task was told to stop (SIGTERM from `scancel` or Slurm).
-    Cancelled,
-}
-
-/// The step that failed inside a task.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TaskFailure {
-    /// `shell: ...` or `claude: ...`.
-    pub step: String,
-    /// Why it failed (secrets masked).
-    pub message: String,
-    /// The DLQ's classification.
-    pub error_type: ErrorType,
-    /// The failing command's exit code and the last lines of its output.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<CommandTail>,
-    /// The log of the Claude call that failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<PathBuf>,
-}
-
-/// What a task writes to its result file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TaskResult {
-    /// How the agent ended.
-    pub end: TaskEnd,
-    /// The stdout of the agent's last command (secrets masked).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<String>,
-    /// The step that failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<TaskFailure>,
-    /// How long the agent ran, in seconds.
-    pub duration_secs: f64,
-    /// `SLURM_ARRAY_JOB_ID` and `SLURM_ARRAY_TASK_ID` in the task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<SlurmIds>,
-    /// `SLURMD_NODENAME`: the node that ran it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    /// What the agent's Claude calls cost, when it made any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude: Option<crate::claude::Totals>,
-    /// The agent's Claude sessions, logs and last failed kind.
-    #[serde(flatten)]
-    pub trail: crate::jobstore::ItemTrail,
-}
-
 /// What the coordinator keeps of a submitted task in `item_N.job`: enough to adopt it after
 /// a crash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -364,43 +311,6 @@ fn submitted_path(job_dir: &Path, index: usize) -> PathBuf {
     dir(job_dir).join(format!("item_{index}.job"))
 }
 
-/// Where the task whose result goes to RESULT says that it started.
-pub fn started_path(result: &Path) -> PathBuf {
-    result.with_extension("started")
-}
-
-/// Notes that the task whose result goes to RESULT started: its agent timeout runs from now.
-///
-/// # Errors
-///
-/// The file could not be written.
-pub fn mark_started(result: &Path) -> Result<(), SlurmError> {
-    let path = started_path(result);
-    crate::store::write_atomic(&path, b"").map_err(|source| SlurmError::Io { path, source })
-}
-
-/// Writes RESULT to PATH atomically.
-///
-/// # Errors
-///
-/// The file could not be written.
-pub fn write_result(path: &Path, result: &TaskResult) -> Result<(), SlurmError> {
-    let bytes = serde_json::to_vec_pretty(result).map_err(|e| SlurmError::Io {
-        path: path.to_owned(),
-        source: std::io::Error::other(e),
-    })?;
-    crate::store::write_atomic(path, &bytes).map_err(|source| SlurmError::Io {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// The result at PATH, when a whole one is there.
-pub fn read_result(path: &Path) -> Option<TaskResult> {
-    let bytes = std::fs::read(path).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
 /// Reads the job id out of what `sbatch --parsable` printed (`JOBID` or `JOBID;CLUSTER`).
 ///
 /// # Errors
@@ -472,179 +382,6 @@ pub fn batch_script(program: &Path) -> String {
 /// Runs the agent template for ITEM (index INDEX) in WORKDIR, inside a Slurm task: the
 /// same steps, command timeouts and failure handling as a local agent. The agent's overall
 /// timeout is the coordinator's (it cancels the task).
-pub async fn run_task(
-    runner: &Runner,
-    mut vars: Vars,
-    item: &Value,
-    index: usize,
-    total: usize,
-    workdir: Option<PathBuf>,
-) -> TaskResult {
-    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, Executor::Local);
-    vars.merge(
-        "workflow",
-        crate::runner::fields(json!({"name": runner.plan.name, "id": runner.session()})),
-    );
-    crate::mapreduce::item_vars(&mut vars, item, index, total);
-    let (scope, stop) = crate::mapreduce::scope_for(Some(index), Some(&spec), workdir);
-    let started = Instant::now();
-    let ids = task_ids_from_env();
-    let agent = runner.in_agent(Rc::clone(&scope));
-    agent.record(&crate::events::Event::SlurmTaskStarted {
-        slurm_job_id: ids.as_ref().map(|i| i.slurm_job_id.clone()),
-        slurm_task_id: ids.as_ref().map(|i| i.slurm_task_id),
-        node: std::env::var("SLURMD_NODENAME").ok(),
-    });
-    let (outcome, why) = crate::mapreduce::guarded(
-        runner,
-        stop,
-        agent.run_agent_steps(&spec.steps, &mut vars),
-        None,
-        None,
-    )
-    .await;
-    let end = match (why, outcome) {
-        (Some(_), _) | (None, crate::machine::Outcome::Cancelled) => TaskEnd::Cancelled,
-        (None, o) if o.continues_agent() => TaskEnd::Succeeded,
-        (None, _) => TaskEnd::Failed,
-    };
-    // Masked here: the result file is written for the coordinator, on disk.
-    let failure = scope.failure.borrow().clone().map(|f| TaskFailure {
-        step: runner.mask(&f.step),
-        message: runner.mask(&f.message),
-        error_type: f.error_type,
-        output: f.output.map(|o| crate::dlq::CommandTail {
-            exit_code: o.exit_code,
-            stdout: runner.mask(&o.stdout),
-            stderr: runner.mask(&o.stderr),
-        }),
-        log: f.log,
-    });
-    let claude = *scope.claude.borrow();
-    TaskResult {
-        end,
-        output: vars.last_output.take().map(|o| runner.mask(&o)),
-        failure,
-        duration_secs: started.elapsed().as_secs_f64(),
-        slurm: ids,
-        node: std::env::var("SLURMD_NODENAME").ok(),
-        claude: (claude.calls > 0).then_some(claude),
-        trail: scope.trail.take(),
-    }
-}
-
-fn task_ids_from_env() -> Option<SlurmIds> {
-    let job = std::env::var("SLURM_ARRAY_JOB_ID").ok()?;
-    let task = std::env::var("SLURM_ARRAY_TASK_ID").ok()?.parse().ok()?;
-    Some(SlurmIds {
-        slurm_job_id: job,
-        slurm_task_id: task,
-    })
-}
-
-/// How a dispatched agent ended, for the coordinator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Ended {
-    Succeeded,
-    Failed,
-    TimedOut,
-    Cancelled,
-}
-
-/// What [`dispatch`] reports.
-pub(crate) struct Dispatched {
-    pub end: Ended,
-    pub output: Option<String>,
-    pub failure: Option<StepFailure>,
-    pub ids: Option<SlurmIds>,
-    pub claude: crate::claude::Totals,
-    pub trail: crate::jobstore::ItemTrail,
-}
-
-impl Dispatched {
-    /// A task prodigy stopped: no outcome of its own.
-    fn ended(end: Ended, ids: SlurmIds) -> Self {
-        Dispatched {
-            end,
-            output: None,
-            failure: None,
-            ids: Some(ids),
-            claude: crate::claude::Totals::default(),
-            trail: crate::jobstore::ItemTrail::default(),
-        }
-    }
-
-    /// An item stopped before its task was submitted.
-    fn not_submitted() -> Self {
-        Dispatched {
-            end: Ended::Cancelled,
-            output: None,
-            failure: None,
-            ids: None,
-            claude: crate::claude::Totals::default(),
-            trail: crate::jobstore::ItemTrail::default(),
-        }
-    }
-
-    fn failed(step: &str, message: String, error_type: ErrorType, ids: Option<SlurmIds>) -> Self {
-        Dispatched {
-            end: Ended::Failed,
-            output: None,
-            failure: Some(StepFailure {
-                step: step.into(),
-                message,
-                error_type,
-                output: None,
-                log: None,
-            }),
-            ids,
-            claude: crate::claude::Totals::default(),
-            trail: crate::jobstore::ItemTrail::default(),
-        }
-    }
-
-    fn from_result(result: TaskResult, ids: SlurmIds) -> Self {
-        let end = match result.end {
-            TaskEnd::Succeeded => Ended::Succeeded,
-            TaskEnd::Failed => Ended::Failed,
-            TaskEnd::Cancelled => Ended::Cancelled,
-        };
-        Dispatched {
-            end,
-            output: result.output,
-            failure: result.failure.map(|f| StepFailure {
-                step: f.step,
-                message: f.message,
-                error_type: f.error_type,
-                output: f.output,
-                log: f.log,
-            }),
-            ids: result.slurm.or(Some(ids)),
-            claude: result.claude.unwrap_or_default(),
-            trail: result.trail,
-        }
-    }
-}
-
-/// What one item's dispatch needs.
-pub(crate) struct Dispatch<'a> {
-    pub slurm: &'a SlurmOptions,
-    pub job_dir: PathBuf,
-    pub job_id: String,
-    pub index: usize,
-    pub attempt: u32,
-    pub worktree: Option<crate::worktree::AgentWorktree>,
-    pub timeout: Option<Duration>,
-    pub halt: Option<watch::Receiver<bool>>,
-    /// Whether the task a killed coordinator submitted for the item is adopted.
-    pub adopt: bool,
-    /// The job's `max_parallel`: how many slots its tasks run in.
-    pub parallel: usize,
-    /// Set when the job stops: a task still waiting in the queue is cancelled (its item
-    /// stays pending), as a local agent that had not started would not start.
-    pub stopping: Option<watch::Receiver<bool>>,
-}
-
 /// This coordinator's name in `item_N.job` files: its pid and when its runner started.
 fn coordinator(runner: &Runner) -> String {
     format!("{}@{}", std::process::id(), runner.started_at)
@@ -750,9 +487,8 @@ async fn final_state(task: &str) -> (String, String) {
 /// runs in its worktree any more.
 async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
     let task = ids.task();
-    runner.record(&crate::events::Event::SlurmTaskCancelled {
-        slurm_job_id: ids.slurm_job_id.clone(),
-        slurm_task_id: ids.slurm_task_id,
+    runner.record(&crate::events::Event::TaskCancelled {
+        task: TaskRef::from(ids),
         reason: why.to_owned(),
     });
     // After Ctrl-C or SIGTERM the coordinator waits no longer than its grace period, even
@@ -807,7 +543,9 @@ pub(crate) async fn adoptable(runner: &Runner, job_dir: &Path, index: usize) -> 
     if earlier.ids.is_none() {
         earlier.ids = match find_task(runner.session(), index).await {
             Some(ids) => Some(ids),
-            None => read_result(&result).and_then(|r| r.slurm),
+            None => read_result(&result)
+                .and_then(|r| r.task)
+                .and_then(|t| parse_task(&t.id)),
         };
     }
     let ids = earlier.ids.clone()?;
@@ -843,7 +581,8 @@ pub fn parse_task(text: &str) -> Option<SlurmIds> {
 /// STOPPED said so before it was submitted.
 async fn submit(
     runner: &Runner,
-    d: &Dispatch<'_>,
+    slurm: &SlurmOptions,
+    d: &Dispatch,
     slot: usize,
     stopped: &mut dyn FnMut() -> bool,
 ) -> Result<Option<(SlurmIds, bool)>, SlurmError> {
@@ -860,7 +599,7 @@ async fn submit(
         && earlier.worktree == d.worktree
         && let Some(ids) = earlier.ids
     {
-        d.slurm.slots.submitted(slot, d.index, &ids);
+        slurm.slots.submitted(slot, d.index, &ids);
         return Ok(Some((ids, true)));
     }
     let result = result_path(&d.job_dir, d.index);
@@ -872,7 +611,7 @@ async fn submit(
     }
     let workdir = d.worktree.as_ref().map(|w| w.workdir.as_path());
     let script = slurm_dir.join("agent.sh");
-    let text = batch_script(&d.slurm.program);
+    let text = batch_script(&slurm.program);
     if std::fs::read(&script).ok().as_deref() != Some(text.as_bytes()) {
         crate::store::write_atomic(&script, text.as_bytes()).map_err(io(&script))?;
     }
@@ -894,7 +633,7 @@ async fn submit(
     if let Some(options) = &runner.plan.slurm {
         args.extend(options.sbatch_options());
     }
-    args.extend(d.slurm.sbatch_args.iter().cloned());
+    args.extend(slurm.sbatch_args.iter().cloned());
     args.push(script.display().to_string());
     args.extend([
         "--home".to_owned(),
@@ -917,12 +656,7 @@ async fn submit(
                 waited.as_secs()
             )));
     };
-    let Some(after) = d
-        .slurm
-        .slots
-        .before(slot, d.index, stopped, &mut note)
-        .await
-    else {
+    let Some(after) = slurm.slots.before(slot, d.index, stopped, &mut note).await else {
         return Ok(None);
     };
     // Written before `sbatch` too, so that a task is never left unknown to `resume-job`.
@@ -970,7 +704,7 @@ async fn submit(
         slurm_job_id: parse_job_id(&out)?,
         slurm_task_id: d.index,
     };
-    d.slurm.slots.submitted(slot, d.index, &ids);
+    slurm.slots.submitted(slot, d.index, &ids);
     record.ids = Some(ids.clone());
     write(&record)?;
     Ok(Some((ids, false)))
@@ -986,7 +720,7 @@ async fn stopped_by_slurm(ids: &SlurmIds) -> Dispatched {
     }
     let (state, reason) = final_state(&task).await;
     let (message, error_type) = lost_task(&task, &state, &reason);
-    Dispatched::failed("slurm", message, error_type, Some(ids.clone()))
+    Dispatched::failed("slurm", message, error_type, Some(TaskRef::from(ids)))
 }
 
 /// What asking Slurm to keep a queued task from starting ([`keep_waiting_args`]) said.
@@ -1026,10 +760,10 @@ fn kept_waiting(answer: &Result<String, SlurmError>) -> Kept {
 }
 
 /// Runs D's item as a Slurm task and waits for its outcome.
-pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched {
-    let slot = d.slurm.slots.reserve(d.index, d.parallel);
+async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dispatched {
+    let slot = slurm.slots.reserve(d.index, d.parallel);
     let _held = Held {
-        slots: &d.slurm.slots,
+        slots: &slurm.slots,
         index: d.index,
     };
     let mut signal = runner.cancel.clone();
@@ -1041,27 +775,18 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
             || halt.as_mut().is_some_and(|h| *h.borrow_and_update())
             || stopping.as_mut().is_some_and(|h| *h.borrow_and_update())
     };
-    let (ids, adopted) = match submit(runner, &d, slot, &mut stopped).await {
+    let (ids, adopted) = match submit(runner, slurm, &d, slot, &mut stopped).await {
         Ok(Some(x)) => x,
         Ok(None) => return Dispatched::not_submitted(),
         Err(e) => {
             return Dispatched::failed("sbatch", e.to_string(), ErrorType::Unknown, None);
         }
     };
-    let (slurm_job_id, slurm_task_id, attempt) =
-        (ids.slurm_job_id.clone(), ids.slurm_task_id, d.attempt);
+    let (task, attempt) = (TaskRef::from(&ids), d.attempt);
     runner.record(&if adopted {
-        crate::events::Event::SlurmTaskAdopted {
-            slurm_job_id,
-            slurm_task_id,
-            attempt,
-        }
+        crate::events::Event::TaskAdopted { task, attempt }
     } else {
-        crate::events::Event::SlurmTaskSubmitted {
-            slurm_job_id,
-            slurm_task_id,
-            attempt,
-        }
+        crate::events::Event::TaskSubmitted { task, attempt }
     });
     let task = ids.task();
     let result = result_path(&d.job_dir, d.index);
@@ -1081,18 +806,18 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
                 // Prodigy did not ask for it (it returns before reading when it does).
                 return stopped_by_slurm(&ids).await;
             }
-            return Dispatched::from_result(r, ids);
+            return Dispatched::from_result(r, TaskRef::from(&ids));
         }
         if deadline.is_none() && started.exists() {
             deadline = d.timeout.map(|t| Instant::now() + t);
         }
         if deadline.is_some_and(|t| Instant::now() >= t) {
             cancel(runner, &ids, "timeout").await;
-            return Dispatched::ended(Ended::TimedOut, ids);
+            return Dispatched::ended(Ended::TimedOut, TaskRef::from(&ids));
         }
         if *signal.borrow_and_update() || halt.as_mut().is_some_and(|h| *h.borrow_and_update()) {
             cancel(runner, &ids, "cancelled").await;
-            return Dispatched::ended(Ended::Cancelled, ids);
+            return Dispatched::ended(Ended::Cancelled, TaskRef::from(&ids));
         }
         if !runs_on
             && stopping.as_mut().is_some_and(|h| *h.borrow_and_update())
@@ -1107,7 +832,7 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
             match kept {
                 Kept::Waiting => {
                     cancel(runner, &ids, "cancelled").await;
-                    return Dispatched::ended(Ended::Cancelled, ids);
+                    return Dispatched::ended(Ended::Cancelled, TaskRef::from(&ids));
                 }
                 Kept::Started => runs_on = true,
                 // Asked again in a second.
@@ -1124,12 +849,12 @@ pub(crate) async fn dispatch(runner: &Runner, mut d: Dispatch<'_>) -> Dispatched
             };
             if answer == Some(false) {
                 if let Some(r) = read_result(&result) {
-                    return Dispatched::from_result(r, ids);
+                    return Dispatched::from_result(r, TaskRef::from(&ids));
                 }
                 return stopped_by_slurm(&ids).await;
             }
         }
-        tokio::time::sleep(d.slurm.poll).await;
+        tokio::time::sleep(slurm.poll).await;
     }
 }
 
@@ -1296,6 +1021,7 @@ mod tests {
 
     #[test]
     fn results_round_trip_through_the_file() {
+        use crate::backend::{TaskFailure, TaskResult, write_result};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("slurm").join("item_0.result.json");
         let result = TaskResult {
@@ -1309,11 +1035,11 @@ mod tests {
                 log: None,
             }),
             duration_secs: 0.5,
-            slurm: Some(SlurmIds {
-                slurm_job_id: "9".into(),
-                slurm_task_id: 0,
+            task: Some(TaskRef {
+                node: Some("localhost".into()),
+                ..TaskRef::from(&ids("9", 0))
             }),
-            node: Some("localhost".into()),
+            node: None,
             claude: Some(crate::claude::Totals {
                 calls: 1,
                 ..crate::claude::Totals::default()

@@ -74,7 +74,8 @@ pub(crate) struct JobArgs {
     /// Claude call starts once it would be passed (over the workflow's `claude.max_cost_usd`).
     #[arg(long, value_name = "USD", value_parser = parse_usd)]
     pub(crate) max_cost_usd: Option<f64>,
-    /// Where map agents run: `local` processes, or `slurm` jobs (docs/slurm.md).
+    /// Where map agents run: `local` processes, `slurm` jobs, or a `container` each
+    /// (docs/slurm.md, docs/containers.md).
     #[arg(long, value_enum, default_value_t)]
     pub(crate) executor: crate::agent::ExecutorChoice,
 }

@@ -176,10 +176,11 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     if plan.map.is_some() {
         return execute_job(Arc::new(plan), opts, args.job, None, place);
     }
-    if args.job.executor == crate::agent::ExecutorChoice::Slurm {
-        crate::note(
-            "note: `--executor slurm` runs the map agents of MapReduce workflows; this workflow has no map phase, so its steps run here\n",
-        );
+    if args.job.executor != crate::agent::ExecutorChoice::Local {
+        crate::note(&format!(
+            "note: `--executor {}` runs the map agents of MapReduce workflows; this workflow has no map phase, so its steps run here\n",
+            args.job.executor.name()
+        ));
     }
     execute_session(Arc::new(plan), opts, None, place)
 }
@@ -298,7 +299,7 @@ fn execute_job(
     resume: Option<JobCheckpoint>,
     place: Place,
 ) -> u8 {
-    if let Err(code) = job_args.executor.check() {
+    if let Err(code) = job_args.executor.check(&plan) {
         return code;
     }
     let job_id = resume

@@ -276,8 +276,10 @@ reduce:
     assert_eq!(results.len(), 6);
     for r in &results {
         assert_eq!(r["status"], "succeeded", "{r}");
-        assert!(r["slurm_job_id"].as_str().is_some(), "{r}");
-        assert_eq!(r["slurm_task_id"], r["index"], "{r}");
+        assert_eq!(r["task"]["backend"], "slurm", "{r}");
+        let id = r["task"]["id"].as_str().unwrap();
+        assert!(id.ends_with(&format!("_{}", r["index"])), "{r}");
+        assert_eq!(r["task"]["node"], "localhost", "{r}");
     }
     assert_eq!(queued(&job), "");
 }
@@ -305,7 +307,7 @@ map:
     assert!(show.status.success(), "{}", stderr(&show));
     assert!(text.contains("item_1"), "{text}");
     assert!(
-        text.contains("\"slurm_job_id\""),
+        text.contains("\"backend\"") && text.contains("\"slurm\""),
         "the DLQ entry names no Slurm job:\n{text}"
     );
     assert!(text.contains("broken"), "{text}");
@@ -331,7 +333,7 @@ map:
         (last["index"].clone(), last["status"].clone()),
         (1.into(), "succeeded".into())
     );
-    assert!(last["slurm_job_id"].as_str().is_some(), "{last}");
+    assert_eq!(last["task"]["backend"], "slurm", "{last}");
 }
 
 #[test]
@@ -362,7 +364,7 @@ map:
     let results = p.results(&job);
     let first = results.iter().find(|r| r["index"] == 0).unwrap();
     assert_eq!(first["error_type"], "Timeout", "{first}");
-    assert!(first["slurm_job_id"].as_str().is_some(), "{first}");
+    assert_eq!(first["task"]["backend"], "slurm", "{first}");
     let log = std::fs::read_to_string(p.log()).unwrap();
     assert_eq!(log.trim(), "2 done", "{log}");
 }
@@ -478,7 +480,7 @@ map:
         .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
         .collect::<String>();
     // At least the two tasks that were running when it was killed.
-    let adopted = events.matches("\"slurm_task_adopted\"").count();
+    let adopted = events.matches("\"task_adopted\"").count();
     assert!(adopted >= 2, "{adopted} adopted:\n{events}");
 }
 

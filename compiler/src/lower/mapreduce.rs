@@ -331,6 +331,41 @@ impl Lowerer<'_> {
         })
     }
 
+    /// `executor`: each backend's options. `executor.slurm` is the top-level `slurm`
+    /// (`top_slurm`, which has no effect beside it).
+    pub(crate) fn executor(
+        &mut self,
+        entry: &crate::syntax::Entry,
+        wf: &mut crate::ast::Workflow,
+        top_slurm: Option<&crate::syntax::Entry>,
+    ) {
+        let Some(f) = self.fields(&entry.value, "`executor`", &shapes::EXECUTOR) else {
+            return;
+        };
+        let f = f.within("executor");
+        if let Some(slurm) = f.node("slurm") {
+            wf.slurm = self.slurm(slurm);
+            if let Some(top) = top_slurm {
+                self.no_effect(
+                    top,
+                    "`executor.slurm` is given too, and is what `--executor slurm` uses",
+                    "keep one of `slurm:` and `executor.slurm`",
+                );
+            }
+        }
+        if let Some(node) = f.node("container")
+            && let Some(c) = self.fields(node, "`executor.container`", &shapes::CONTAINER)
+        {
+            let c = c.within("executor.container");
+            wf.container = Some(crate::ast::Container {
+                image: c.string(self, "image"),
+                network: c.boolean(self, "network").unwrap_or(false),
+                cpus: c.number(self, "cpus", 0.01, 1024.0),
+                memory: c.string(self, "memory"),
+            });
+        }
+    }
+
     /// `slurm`: the `sbatch` options, with `time` and `mem` in forms Slurm takes.
     pub(crate) fn slurm(&mut self, node: &Node) -> Option<crate::ast::Slurm> {
         let f = self

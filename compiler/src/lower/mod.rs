@@ -490,6 +490,16 @@ impl Lowerer<'_> {
         if let Some(notify) = fields.node("notify") {
             wf.notify = self.notify(notify);
         }
+        if let Some(entry) = fields.entry("executor") {
+            self.executor(entry, &mut wf, fields.entry("slurm"));
+            if !mapreduce {
+                self.no_effect(
+                    entry,
+                    "only the map agents of a MapReduce workflow run on an agent backend",
+                    "remove `executor:`, or add `mode: mapreduce` with a `map` phase",
+                );
+            }
+        }
         wf.error_policy = self.error_policy(&fields, mapreduce, &wf.handlers);
         if mapreduce {
             if let Some(setup) = fields.node("setup") {

@@ -775,3 +775,32 @@ fn a_notify_entry_needs_known_events_and_one_command() {
         [Code::MissingKey]
     );
 }
+
+#[test]
+fn the_executor_section_names_the_container_and_slurm_options() {
+    let wf = lower_ok(
+        "mode: mapreduce\nexecutor:\n  slurm:\n    partition: gpu\n  container:\n    image: localhost/agent:1\n    network: true\n    cpus: 1.5\n    memory: 2g\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    assert_eq!(wf.slurm.unwrap().sbatch_options(), ["--partition=gpu"]);
+    let c = wf.container.unwrap();
+    assert_eq!(c.image.unwrap().value, "localhost/agent:1");
+    assert!(c.network);
+    assert!((c.cpus.unwrap().value - 1.5).abs() < f64::EPSILON);
+    assert_eq!(c.memory.unwrap().value, "2g");
+}
+
+#[test]
+fn a_top_level_slurm_beside_executor_slurm_has_no_effect() {
+    assert_eq!(
+        codes(
+            "mode: mapreduce\nslurm:\n  partition: a\nexecutor:\n  slurm:\n    partition: b\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n"
+        ),
+        [Code::NoEffect]
+    );
+    assert_eq!(
+        codes(
+            "mode: mapreduce\nexecutor:\n  container:\n    imagee: x\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n"
+        ),
+        [Code::UnknownKey]
+    );
+}

@@ -113,6 +113,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         slurm: workflow.slurm.clone(),
         worktree,
         notify,
+        container: workflow.container.clone(),
         variables: Vec::new(),
         reads_map_results: false,
     }

@@ -29,7 +29,7 @@ pub use policy::{
 };
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, DEFAULT_NOTIFY_TIMEOUT, EVENT_FIELDS, EnvValue,
+    ClaudeSettings, CommitConfig, Condition, Container, DEFAULT_NOTIFY_TIMEOUT, EVENT_FIELDS, EnvValue,
     EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, NotifyEvent, OnBudget,
     OnRetry, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
     StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
@@ -144,6 +144,9 @@ pub struct Plan {
     /// its events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<PlanNotify>,
+    /// `executor.container`: the map agents' containers under `--executor container`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
     /// Every variable the workflow reads, resolved to where its value comes from; steps
     /// refer to these slots in [`PlanStep::reads`].
     pub variables: Vec<Variable>,
@@ -586,6 +589,7 @@ impl Plan {
             slurm: None,
             worktree: PlanWorktree::default(),
             notify: Vec::new(),
+            container: None,
             variables: Vec::new(),
             reads_map_results: false,
         }

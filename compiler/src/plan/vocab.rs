@@ -373,7 +373,20 @@ pub const PERMISSION_MODES: &[&str] = &[
     "dontAsk",
     "plan",
 ];
-/// Top-level `slurm`: `sbatch` options for the map agents when they run on Slurm.
+/// `executor.container`: the map agents' containers under `--executor container`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Container {
+    /// The image.
+    pub image: Option<Spanned<String>>,
+    /// Whether the agents may use the network.
+    pub network: bool,
+    /// `--cpus`.
+    pub cpus: Option<Spanned<f64>>,
+    /// `--memory`.
+    pub memory: Option<Spanned<String>>,
+}
+
+/// Top-level `slurm` (or `executor.slurm`): `sbatch` options for the map agents when they run on Slurm.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Slurm {
     /// `--partition`.

@@ -34,7 +34,7 @@ pub use step::{
     TEST, WRITE_FILE,
 };
 pub use validate::{AT_LEAST, ON_INCOMPLETE, STEP_VALIDATE, VALIDATE, VALIDATION_COMMAND};
-pub use workflow::{NOTIFY, SLURM, WORKFLOW, WORKTREE};
+pub use workflow::{CONTAINER, EXECUTOR, NOTIFY, SLURM, WORKFLOW, WORKTREE};
 
 /// The type of a value, as precise as a JSON Schema can say it.
 #[derive(Debug)]
@@ -329,6 +329,8 @@ pub static SHAPES: &[&Shape] = &[
     &SLURM,
     &WORKTREE,
     &NOTIFY,
+    &EXECUTOR,
+    &CONTAINER,
 ];
 
 #[cfg(test)]

@@ -114,7 +114,61 @@ pub static WORKFLOW: Shape = Shape {
         key(
             "slurm",
             Ty::Object(&SLURM),
-            "The `sbatch` options of the map agents when they run on Slurm (`prodigy run --executor slurm`).",
+            "The `sbatch` options of the map agents when they run on Slurm (`prodigy run --executor slurm`); the same as `executor.slurm`.",
+        ),
+        key(
+            "executor",
+            Ty::Object(&EXECUTOR),
+            "How each agent backend runs the map agents (`prodigy run --executor local|slurm|container`).",
+        ),
+    ],
+};
+
+/// `executor`.
+pub static EXECUTOR: Shape = Shape {
+    name: "executor",
+    doc: "How each agent backend runs the map agents; `--executor` chooses the backend.",
+    keys: &[
+        key(
+            "slurm",
+            Ty::Object(&SLURM),
+            "The `sbatch` options of the map agents under `--executor slurm`.",
+        ),
+        key(
+            "container",
+            Ty::Object(&CONTAINER),
+            "The image and limits of the map agents' containers under `--executor container`.",
+        ),
+    ],
+};
+
+/// `executor.container`.
+pub static CONTAINER: Shape = Shape {
+    name: "container",
+    doc: "The map agents' containers under `--executor container`.",
+    keys: &[
+        key(
+            "image",
+            Ty::Text,
+            "The image each agent's container is made from (it needs a shell, git, the C library prodigy was built against and, for Claude steps, the Claude CLI).",
+        ),
+        key(
+            "network",
+            Ty::Bool,
+            "Whether the agents may use the network (the host's); `false` (the default) runs them with none.",
+        ),
+        key(
+            "cpus",
+            Ty::Number {
+                min: 0.01,
+                max: 1024.0,
+            },
+            "CPUs for each agent's container (`--cpus`).",
+        ),
+        key(
+            "memory",
+            Ty::Text,
+            "Memory for each agent's container (`--memory`): bytes, or a number with `k`, `m` or `g`.",
         ),
         key(
             "worktree",

@@ -29,7 +29,7 @@ pub(crate) struct AgentSpec {
     pub(crate) grace: Option<Duration>,
     pub(crate) cancel_running: bool,
     pub(crate) total: usize,
-    pub(crate) executor: crate::slurm::Executor,
+    pub(crate) executor: crate::backend::Executor,
     /// Whether a Slurm task a killed coordinator left for an item is adopted (the map
     /// phase, whose pending items have no outcome yet; not `dlq retry`, whose items do).
     pub(crate) adopt: bool,
@@ -42,7 +42,7 @@ impl AgentSpec {
         plan: &Plan,
         cancel_running: bool,
         total: usize,
-        executor: crate::slurm::Executor,
+        executor: crate::backend::Executor,
     ) -> Self {
         let Some(map) = &plan.map else {
             return AgentSpec {
@@ -113,8 +113,8 @@ pub(crate) struct AgentRun {
     pub(crate) artifacts: Option<WorktreeArtifacts>,
     /// What its Claude calls cost.
     pub(crate) claude: crate::claude::Totals,
-    /// The Slurm task that ran it.
-    pub(crate) slurm: Option<crate::slurm::SlurmIds>,
+    /// The backend's task that ran it.
+    pub(crate) task: Option<crate::backend::TaskRef>,
     /// The commit that merged its work, as `ItemRecord::merge_commit`.
     pub(crate) merge_commit: Option<String>,
     /// Its Claude sessions and logs, and the commits merged.
@@ -144,7 +144,7 @@ impl AgentRun {
             duration: Duration::ZERO,
             artifacts: None,
             claude: crate::claude::Totals::default(),
-            slurm: None,
+            task: None,
             merge_commit: None,
             trail: crate::jobstore::ItemTrail::default(),
         }
@@ -259,15 +259,13 @@ pub(crate) async fn run_agent(
     halt: watch::Receiver<bool>,
     cancel: Option<watch::Receiver<bool>>,
 ) -> AgentRun {
-    // A Slurm task that a killed coordinator left for this item keeps its worktree.
+    // A task that a killed coordinator left for this item keeps its worktree.
     let adopted = match (&spec.executor, spec.adopt) {
-        (crate::slurm::Executor::Slurm(_), true) => {
+        (crate::backend::Executor::Backend(backend), true) => {
             let job_dir = runner.opts.layout.job_dir(runner.session());
-            crate::slurm::adoptable(runner, &job_dir, index)
-                .await
-                .and_then(|s| s.worktree)
+            backend.adoptable(runner, &job_dir, index).await.flatten()
         }
-        _ => None,
+        (crate::backend::Executor::Backend(_) | crate::backend::Executor::Local, _) => None,
     };
     let worktree = match (&runner.opts.worktree, adopted) {
         (Some(_), Some(adopted)) => Some(adopted),
@@ -318,31 +316,31 @@ pub(crate) async fn run_agent(
     let mut run = if let Err(message) = prepared {
         agent.say(crate::message::Message::error(message.clone()));
         AgentRun::failed("worktree.setup", message, ErrorType::WorktreeError)
-    } else if let crate::slurm::Executor::Slurm(slurm) = &spec.executor {
-        // The steps run in a Slurm task; everything around them stays here.
+    } else if let crate::backend::Executor::Backend(backend) = &spec.executor {
+        // The steps run in the backend's task; everything around them stays here.
         let job_dir = runner.opts.layout.job_dir(runner.session());
-        let done = crate::slurm::dispatch(
-            &agent,
-            crate::slurm::Dispatch {
-                slurm,
-                job_dir,
-                job_id: runner.session().to_owned(),
-                index,
-                attempt,
-                worktree: worktree.clone(),
-                timeout: spec.timeout,
-                stopping: Some(halt),
-                halt: cancel,
-                adopt: spec.adopt,
-                parallel: spec.parallel,
-            },
-        )
-        .await;
+        let done = backend
+            .dispatch(
+                &agent,
+                crate::backend::Dispatch {
+                    job_dir,
+                    job_id: runner.session().to_owned(),
+                    index,
+                    attempt,
+                    worktree: worktree.clone(),
+                    timeout: spec.timeout,
+                    stopping: Some(halt),
+                    halt: cancel,
+                    adopt: spec.adopt,
+                    parallel: spec.parallel,
+                },
+            )
+            .await;
         let end = match done.end {
-            crate::slurm::Ended::Succeeded => RunEnd::Succeeded,
-            crate::slurm::Ended::Failed => RunEnd::Failed,
-            crate::slurm::Ended::TimedOut => RunEnd::TimedOut,
-            crate::slurm::Ended::Cancelled => RunEnd::Cancelled,
+            crate::backend::Ended::Succeeded => RunEnd::Succeeded,
+            crate::backend::Ended::Failed => RunEnd::Failed,
+            crate::backend::Ended::TimedOut => RunEnd::TimedOut,
+            crate::backend::Ended::Cancelled => RunEnd::Cancelled,
         };
         AgentRun {
             end,
@@ -350,7 +348,7 @@ pub(crate) async fn run_agent(
             failure: done.failure,
             duration: started.elapsed(),
             artifacts: None,
-            slurm: done.ids,
+            task: done.task,
             claude: done.claude,
             merge_commit: None,
             trail: done.trail,
@@ -379,7 +377,7 @@ pub(crate) async fn run_agent(
             failure,
             duration: started.elapsed(),
             artifacts: None,
-            slurm: None,
+            task: None,
             claude,
             merge_commit: None,
             trail: scope.trail.take(),
@@ -468,7 +466,8 @@ pub(crate) fn failure_of(
             .as_ref()
             .and_then(|f| f.log.as_ref())
             .map(|p| p.display().to_string()),
-        slurm: run.slurm.clone(),
+        task: run.task.clone(),
+        slurm: None,
         ..failure_detail(None, message, index, run.duration.as_secs_f64())
     }
 }
@@ -498,6 +497,7 @@ pub(crate) fn failure_detail(
         duration_ms: (duration_secs * 1000.0) as u64,
         json_log_location: None,
         command_output: None,
+        task: None,
         slurm: None,
     }
 }

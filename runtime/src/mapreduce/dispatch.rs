@@ -81,6 +81,12 @@ impl MapJob<'_> {
                 self.opts.executor.clone(),
             )
         };
+        // What an earlier coordinator of the job left on the backend goes before items run.
+        if let crate::backend::Executor::Backend(backend) = &spec.executor {
+            backend
+                .end_earlier(self.runner, self.runner.session())
+                .await;
+        }
         let pending: VecDeque<(usize, u32)> = records
             .iter()
             .enumerate()
@@ -250,7 +256,8 @@ impl MapJob<'_> {
             duration_secs: run.duration.as_secs_f64(),
             dead_lettered,
             claude: (run.claude.calls > 0).then_some(run.claude),
-            slurm: run.slurm.clone(),
+            task: run.task.clone(),
+            slurm: None,
             merge_commit: run.merge_commit.clone(),
             trail: run.trail.clone(),
         };
@@ -734,7 +741,7 @@ impl Dispatcher<'_, '_> {
                     self.agents = self.agents.saturating_sub(1);
                     self.item_costs.0 += run.claude.cost_usd;
                     self.item_costs.1 += 1;
-                    if run.slurm.is_some() {
+                    if run.task.is_some() {
                         self.job.spent_elsewhere += run.claude.cost_usd;
                     }
                 }

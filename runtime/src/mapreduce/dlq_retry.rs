@@ -78,7 +78,7 @@ pub async fn retry_dead_letters(
     job_id: &str,
     parallel: Option<usize>,
     total: usize,
-    executor: &crate::slurm::Executor,
+    executor: &crate::backend::Executor,
 ) -> Result<RetrySummary, String> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
@@ -89,6 +89,9 @@ pub async fn retry_dead_letters(
         parallel: max_parallel,
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
+    if let crate::backend::Executor::Backend(backend) = executor {
+        backend.end_earlier(runner, job_id).await;
+    }
     let (_halt_tx, halt_rx) = watch::channel(false);
     runner.record(&crate::events::Event::DlqRetryStarted { items: ids.len() });
     let mut summary = RetrySummary::default();
@@ -174,7 +177,8 @@ pub async fn retry_dead_letters(
                     duration_secs: run.duration.as_secs_f64(),
                     dead_lettered: false,
                     claude: (run.claude.calls > 0).then_some(run.claude),
-                    slurm: run.slurm.clone(),
+                    task: run.task.clone(),
+                    slurm: None,
                     merge_commit: run.merge_commit.clone(),
                     trail: run.trail.clone(),
                 };

@@ -243,6 +243,7 @@ impl MapJob<'_> {
                 duration_secs: intent.duration_secs,
                 dead_lettered: false,
                 claude: intent.claude,
+                task: None,
                 slurm: None,
                 merge_commit: run.merge_commit,
                 trail: run.trail,
@@ -320,7 +321,7 @@ pub(crate) async fn merged_run(
         duration: std::time::Duration::try_from_secs_f64(intent.duration_secs).unwrap_or_default(),
         artifacts: None,
         claude: intent.claude.unwrap_or_default(),
-        slurm: None,
+        task: None,
         merge_commit: Some(commit),
         trail: crate::jobstore::ItemTrail::default(),
     })

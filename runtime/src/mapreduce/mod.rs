@@ -47,7 +47,7 @@ pub struct JobOptions {
     /// of completing it with no items.
     pub strict: bool,
     /// Where the agents run (`--executor`).
-    pub executor: crate::slurm::Executor,
+    pub executor: crate::backend::Executor,
 }
 
 /// How a job ended.
@@ -550,6 +550,7 @@ mod tests {
             duration_secs: 0.0,
             dead_lettered: true,
             claude: None,
+            task: None,
             slurm: None,
             merge_commit: None,
             trail: crate::jobstore::ItemTrail::default(),

@@ -632,7 +632,7 @@ impl Runner {
 
     /// How a line of STEP's own output is shown, if it is: the output of the reduce phase's
     /// steps and of a standard run's last step is the run's result, shown at normal
-    /// verbosity (README "`prodigy run`"); any step's at `-v`.
+    /// verbosity (docs/running.md); any step's at `-v`.
     pub(crate) fn output_shown_as(
         &self,
         step: &prodigy_compiler::plan::PlanStep,

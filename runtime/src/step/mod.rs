@@ -28,7 +28,7 @@ pub(crate) use limit::{ClaudeLimitState, halting};
 
 impl Runner {
     /// Runs one step to its outcome; its output and how it ended are kept in the run's logs
-    /// (README "Logs").
+    /// (docs/running.md, "Logs").
     pub fn run_step<'a>(
         &'a self,
         id: StepId,
