@@ -108,9 +108,9 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         Err(e) => {
             err(&format!("error: {e}\n"));
             return match e {
-                PlaceError::NoGit { .. } | PlaceError::CommitOutsideRepository { .. } => {
-                    exit_code::PROBLEMS
-                }
+                PlaceError::NoGit { .. }
+                | PlaceError::CommitOutsideRepository { .. }
+                | PlaceError::OldGit { .. } => exit_code::PROBLEMS,
                 PlaceError::NotARepository { .. } => exit_code::USAGE,
             };
         }

@@ -372,3 +372,48 @@ fn a_retried_item_merged_before_a_kill_leaves_the_dlq_without_running_again() {
     let queued: serde_json::Value = serde_json::from_slice(&dlq.stdout).unwrap();
     assert_eq!(queued, serde_json::json!([]), "the queue is empty");
 }
+
+/// A job killed after its first merge leaves its slot's worktree on that item's branch,
+/// with ignored output in it: the resume cleans it and runs the remaining items in it
+/// (not in a new checkout), and none of them sees what the killed process's item left.
+#[test]
+fn a_resumed_job_cleans_and_reuses_the_worktrees_a_kill_left() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join(".gitignore"), "out/\n").unwrap();
+    let log = scratch.dir.path().join("dirs.log");
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nmap:\n  input: \"seq 1 3\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"pwd >> {log}; if [ -e out ]; then echo saw the last item; exit 1; fi; mkdir -p out/deep && echo $ITEM > out/deep/f; echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt && git commit -q -m \\\"add $ITEM\\\"\"\n      commit_required: true\n",
+            log = log.display()
+        ),
+    );
+    let output = scratch.run(
+        &["run", "-y", &file],
+        &[("PRODIGY_FAULT_KILL_AFTER_MERGES", "1")],
+    );
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    let job = only_job(&scratch);
+    assert_eq!(
+        worktrees(&scratch).len(),
+        2,
+        "the session's and one agent's"
+    );
+    let output = scratch.run(&["resume-job", "-y", &job], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("3 succeeded, 0 failed"), "{text}");
+    let dirs = std::fs::read_to_string(&log).unwrap();
+    let dirs: Vec<&str> = dirs.lines().collect();
+    assert_eq!(dirs.len(), 3, "{dirs:?}");
+    assert!(
+        dirs.iter().all(|d| *d == dirs[0]),
+        "the killed process's worktree is reused: {dirs:?}"
+    );
+    assert!(worktrees(&scratch).is_empty());
+    assert_eq!(branches(&scratch), ["main"]);
+    for n in 1..=3 {
+        assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
+    }
+}

@@ -723,3 +723,35 @@ fn a_conflict_handler_resolves_the_merge_back() {
     );
     assert_eq!(scratch.git(&["status", "--porcelain"]), "");
 }
+
+/// One slot (`max_parallel: 1`) runs every item in the same worktree, moved from item to
+/// item; what an item left that is ignored (a file, a directory with more in it), and what
+/// a failed item left, is gone before the next starts.
+#[test]
+fn an_item_never_sees_what_the_last_item_left_in_its_worktree() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join(".gitignore"), "out/\n*.log\n").unwrap();
+    let log = scratch.dir.path().join("dirs.log");
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nmap:\n  input: \"seq 1 4\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"pwd >> {log}; if [ -e out ] || [ -e junk.log ]; then echo saw the last item; exit 1; fi; mkdir -p out/deep && echo $ITEM > out/deep/f && echo $ITEM > junk.log; if [ $ITEM = 2 ]; then exit 1; fi; echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt && git commit -q -m \\\"add $ITEM\\\"\"\n      commit_required: true\n",
+            log = log.display()
+        ),
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(text.contains("3 succeeded, 1 failed"), "{text}");
+    assert!(!text.contains("saw the last item"), "{text}");
+    let dirs = std::fs::read_to_string(&log).unwrap();
+    let dirs: Vec<&str> = dirs.lines().collect();
+    assert_eq!(dirs.len(), 4, "{dirs:?}");
+    assert!(
+        dirs.iter().all(|d| *d == dirs[0]),
+        "one worktree for the slot: {dirs:?}"
+    );
+    for n in [1, 3, 4] {
+        assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
+    }
+}

@@ -60,6 +60,7 @@ impl MapJob<'_> {
             }
         }
         self.recover_merged(&mut records).await;
+        self.adopt_agents().await;
         let counts = tally(records.iter().flatten());
         let max_parallel = max_parallel(plan, vars, self.opts.max_parallel)?;
         self.cp.max_parallel = max_parallel;

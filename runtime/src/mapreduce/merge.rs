@@ -266,6 +266,45 @@ impl MapJob<'_> {
     }
 }
 
+/// The agent worktrees of the job whose files are in `job_dir` that must stay as they are:
+/// those the DLQ names, and those kept for a successful agent's uncommitted changes (noted
+/// by this process or, in the job's files, by an earlier one).
+fn kept_worktrees(
+    runner: &Runner,
+    job_dir: &std::path::Path,
+    dlq: &crate::dlq::Dlq,
+) -> Vec<std::path::PathBuf> {
+    let mut keep = crate::merge_journal::kept(job_dir);
+    keep.extend(runner.agent_worktrees.kept());
+    keep.extend(
+        dlq.items()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| e.worktree_artifacts.map(|a| a.worktree_path)),
+    );
+    keep
+}
+
+impl MapJob<'_> {
+    /// Before a map phase's agents start: the agent worktrees an earlier process of this
+    /// job left (killed, or stopped) go back into the pool, cleaned, unless they are kept
+    /// ([`kept_worktrees`]). Not under Slurm, where a task a killed coordinator left may
+    /// still be working in its worktree.
+    pub(crate) async fn adopt_agents(&self) {
+        let runner = self.runner;
+        let (Some(session), crate::slurm::Executor::Local) =
+            (runner.worktree(), &self.opts.executor)
+        else {
+            return;
+        };
+        let keep = kept_worktrees(runner, self.files.dir(), &self.dlq);
+        runner
+            .agent_worktrees
+            .adopt(&runner.opts.layout, session, &keep)
+            .await;
+    }
+}
+
 /// Removes the agent worktrees and branches of the job whose files are in `job_dir` that
 /// nothing keeps (the worktrees the DLQ names, and those kept for a successful agent's
 /// uncommitted changes, stay), including what a killed process left. Only once every item
@@ -278,14 +317,7 @@ pub(crate) async fn sweep_job_agents(
     let Some(session) = runner.worktree() else {
         return;
     };
-    let mut keep = crate::merge_journal::kept(job_dir);
-    keep.extend(runner.agent_worktrees.kept());
-    keep.extend(
-        dlq.items()
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|e| e.worktree_artifacts.map(|a| a.worktree_path)),
-    );
+    let keep = kept_worktrees(runner, job_dir, dlq);
     let swept = crate::worktree::sweep_agents(&runner.opts.layout, session, &keep).await;
     if swept != crate::worktree::Swept::default() {
         runner.record(&crate::events::Event::AgentWorktreesSwept {

@@ -43,6 +43,17 @@ pub enum PlaceError {
         /// The project directory.
         project: PathBuf,
     },
+    /// A MapReduce job would run in worktrees, and git is older than 2.38: its agents' work
+    /// could not be merged (`git merge-tree --write-tree`).
+    #[error(
+        "the map agents' work is merged with `git merge-tree --write-tree`, which needs git {}.{} or newer, and `git` is {}.{}; upgrade git, or run in place with --no-worktree",
+        worktree::MERGE_TREE_GIT.0, worktree::MERGE_TREE_GIT.1, found.0, found.1
+    )]
+    #[diagnostic(code(prodigy::session::old_git))]
+    OldGit {
+        /// The version found (major, minor).
+        found: (u32, u32),
+    },
     /// `--worktree`, and the project is not in a git repository.
     #[error(
         "`--worktree` needs a git repository with a commit, and {} is not one",
@@ -100,6 +111,10 @@ pub fn choose_place(
     }
     match repository {
         _ if how.no_worktree || how.dry_run => Ok(None),
+        Some(_) if plan.map.is_some() => match worktree::git_version() {
+            Some(found) if found < worktree::MERGE_TREE_GIT => Err(PlaceError::OldGit { found }),
+            _ => Ok(repository),
+        },
         Some(repo) => Ok(Some(repo)),
         None if how.worktree => Err(PlaceError::NotARepository {
             project: project.to_owned(),

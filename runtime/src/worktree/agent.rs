@@ -22,6 +22,22 @@ pub struct Pool {
     /// The integration ref's commit as this process last set or read it (merges into one
     /// session are serialised, and only this process runs the session's job).
     head: std::sync::Mutex<Option<String>>,
+    /// What the clean between two items keeps: gitignore patterns of ignored paths (the
+    /// dependency directories the workflow names, `worktree.keep`).
+    keep: std::sync::Mutex<Vec<String>>,
+}
+
+/// How an agent's worktree was readied for its item: the one place that says when a
+/// worktree's own setup (dependencies, copied files) is due.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readied {
+    /// A new worktree was checked out for this agent's slot: nothing of a previous item is
+    /// in it, and neither is anything the clean keeps.
+    #[default]
+    Created,
+    /// A slot's worktree moved to this item: the base checked out, everything untracked and
+    /// ignored removed except what [`Pool::keep_ignored`] names.
+    Moved,
 }
 
 impl Pool {
@@ -33,6 +49,67 @@ impl Pool {
     /// next agent reuses it.
     pub fn release(&self, agent: AgentWorktree) {
         self.idle().push(agent);
+    }
+
+    /// Sets what the clean between two items keeps: gitignore patterns (`node_modules`,
+    /// `/target`) of ignored paths, such as dependency directories that are costly to make
+    /// again. Untracked paths that are not ignored are never kept: an agent that leaves
+    /// them keeps its worktree out of the pool instead.
+    pub fn keep_ignored(&self, patterns: Vec<String>) {
+        *crate::lock(&self.keep) = patterns;
+    }
+
+    /// Removes everything untracked or ignored from the worktree at PATH, except what
+    /// [`Pool::keep_ignored`] names: the first half of moving a slot to its next item (the
+    /// caller then checks out the base).
+    async fn clean(&self, path: &Path) -> Result<(), WorktreeError> {
+        let keep = crate::lock(&self.keep).clone();
+        let mut args = vec!["clean", "-ffdxq"];
+        for pattern in &keep {
+            args.extend(["-e", pattern.as_str()]);
+        }
+        git(path, &args).await.map(|_| ())
+    }
+
+    /// Adds the agent worktrees of SESSION that an earlier process left (killed, or stopped
+    /// before the map phase ended) to the idle ones, except those in KEEP (kept for the
+    /// DLQ or for uncommitted changes): each is reset to its commit and cleaned, then used
+    /// like any idle worktree. Their branches (a killed attempt's commits) are not this
+    /// process's to delete: they stay until the map phase ends with every item decided
+    /// ([`sweep_agents`]). Returns how many were taken.
+    pub async fn adopt(
+        &self,
+        layout: &Layout,
+        session: &SessionWorktree,
+        keep: &[std::path::PathBuf],
+    ) -> usize {
+        let keep: Vec<std::path::PathBuf> = keep.iter().map(|p| canonical(p)).collect();
+        let mut taken = 0;
+        for (path, _) in leftover_agents(layout, session).await {
+            if keep.contains(&path) || self.idle().iter().any(|a| a.path == path) {
+                continue;
+            }
+            // A kill may have left git's index lock, or a merge half done.
+            let gitdir = git(&path, &["rev-parse", "--absolute-git-dir"]).await;
+            if let Ok(gitdir) = gitdir {
+                let _ = std::fs::remove_file(Path::new(gitdir.trim()).join("index.lock"));
+            }
+            let reset = git(&path, &["reset", "-q", "--hard"]).await;
+            if reset.is_err() || self.clean(&path).await.is_err() {
+                continue;
+            }
+            let base = git(&path, &["rev-parse", "HEAD"]).await.unwrap_or_default();
+            self.idle().push(AgentWorktree {
+                workdir: path.clone(),
+                path,
+                // No branch of this process's: none is deleted when the slot moves on.
+                branch: String::new(),
+                base: base.trim().to_owned(),
+                readied: Readied::Moved,
+            });
+            taken += 1;
+        }
+        taken
     }
 
     /// Notes that the worktree at PATH is kept (a successful agent left changes in it).
@@ -126,49 +203,22 @@ pub async fn sweep_agents(
     keep: &[std::path::PathBuf],
 ) -> Swept {
     let mut swept = Swept::default();
-    let dir = worktrees_dir(layout);
-    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-    let name = session
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let prefix = format!("{name}-agent-");
-    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
     let keep: Vec<std::path::PathBuf> = keep.iter().map(|p| canonical(p)).collect();
-    let ours = |path: &Path| {
-        path.parent() == Some(dir.as_path())
-            && path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
-    };
     let mut kept_branches = Vec::new();
-    let listed = git(&session.repo, &["worktree", "list", "--porcelain"])
-        .await
-        .unwrap_or_default();
     let mut known = Vec::new();
-    for block in listed.split("\n\n") {
-        let mut path = None;
-        let mut branch = None;
-        for line in block.lines() {
-            if let Some(p) = line.strip_prefix("worktree ") {
-                path = Some(std::path::PathBuf::from(p));
-            } else if let Some(b) = line.strip_prefix("branch refs/heads/") {
-                branch = Some(b.to_owned());
-            }
-        }
-        let Some(path) = path.filter(|p| ours(p)) else {
-            continue;
-        };
-        if keep.contains(&path) {
-            kept_branches.extend(branch);
-            continue;
-        }
+    for (path, branch) in leftover_agents(layout, session).await {
         known.push(path.clone());
-        remove(&session.repo, &path, branch.as_deref().unwrap_or_default()).await;
+        if keep.contains(&path) {
+            kept_branches.push(branch);
+            continue;
+        }
+        remove(&session.repo, &path, &branch).await;
         swept.worktrees += 1;
     }
     // Directories git no longer knows (a kill while one was being made).
+    let dir = worktrees_dir(layout);
+    let dir = canonical(&dir);
+    let ours = agent_path(layout, session);
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for entry in entries.flatten() {
             let path = entry.path();
@@ -200,6 +250,56 @@ pub async fn sweep_agents(
         }
     }
     swept
+}
+
+fn canonical(path: &Path) -> std::path::PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// Whether a path (canonical) is one of SESSION's agent worktrees: `{session}-agent-N`
+/// under `worktrees/{repo}/`.
+fn agent_path(layout: &Layout, session: &SessionWorktree) -> impl Fn(&Path) -> bool {
+    let dir = canonical(&worktrees_dir(layout));
+    let name = session
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!("{name}-agent-");
+    move |path: &Path| {
+        path.parent() == Some(dir.as_path())
+            && path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+    }
+}
+
+/// The agent worktrees of SESSION that git knows, with their branches (empty on a
+/// detached HEAD).
+async fn leftover_agents(
+    layout: &Layout,
+    session: &SessionWorktree,
+) -> Vec<(std::path::PathBuf, String)> {
+    let ours = agent_path(layout, session);
+    let listed = git(&session.repo, &["worktree", "list", "--porcelain"])
+        .await
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    for block in listed.split("\n\n") {
+        let mut path = None;
+        let mut branch = None;
+        for line in block.lines() {
+            if let Some(p) = line.strip_prefix("worktree ") {
+                path = Some(std::path::PathBuf::from(p));
+            } else if let Some(b) = line.strip_prefix("branch refs/heads/") {
+                branch = Some(b.to_owned());
+            }
+        }
+        if let Some(path) = path.filter(|p| ours(p)) {
+            found.push((path, branch.unwrap_or_default()));
+        }
+    }
+    found
 }
 
 /// Runs CREATE with the first of `name(1)`, `name(2)`, ... that git does not refuse because
@@ -239,9 +339,10 @@ pub(super) fn conflict(out: &str) -> (Vec<String>, String) {
 
 /// The worktree of the map agent for ITEM in the session SESSION, on branch
 /// `prodigy-{session}-{item}` (`-2`, `-3`, ... for later attempts while an earlier one's
-/// branch exists) from the session's merged work as it is now: an idle one of POOL switched
-/// to the new branch (cleaned of everything the last agent left), else a new
-/// `{session}-agent-N` next to the session worktree.
+/// branch exists) from the session's merged work as it is now: an idle one of POOL (one
+/// slot's worktree, kept for the whole job) cleaned of everything the last agent left and
+/// switched to the new branch, else a new `{session}-agent-N` next to the session
+/// worktree. [`AgentWorktree::readied`] says which.
 pub async fn create_agent(
     layout: &Layout,
     session: &SessionWorktree,
@@ -265,10 +366,11 @@ pub async fn create_agent(
         .to_owned();
     let reused = pool.idle().pop();
     if let Some(old) = reused {
-        // Released only without commits or uncommitted changes: what is left to clear is
-        // ignored files (build output and the like).
-        let switched = match git(&old.path, &["clean", "-ffdxq"]).await {
-            Ok(_) => first_free_branch(&branch_for, async |branch: &str| {
+        // Released only without commits or uncommitted changes (or reset when adopted): what
+        // is left to clear is ignored files (build output and the like). The switch
+        // rewrites only the files that differ between the two commits.
+        let switched = match pool.clean(&old.path).await {
+            Ok(()) => first_free_branch(&branch_for, async |branch: &str| {
                 git(&old.path, &["switch", "-q", "-c", branch, &base]).await
             })
             .await
@@ -276,12 +378,15 @@ pub async fn create_agent(
             Err(_) => None,
         };
         if let Some(branch) = switched {
-            crate::lock(&pool.done).push(old.branch);
+            if !old.branch.is_empty() {
+                crate::lock(&pool.done).push(old.branch);
+            }
             return Ok(AgentWorktree {
                 workdir: old.path.join(&prefix),
                 path: old.path,
                 branch,
                 base,
+                readied: Readied::Moved,
             });
         }
         remove(&session.repo, &old.path, &old.branch).await;
@@ -291,26 +396,37 @@ pub async fn create_agent(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let _admin = admin(&session.repo).await?;
-    let _ = crate::store::private_dir(&worktrees_dir(layout));
-    // Paths left by another process (kept for the DLQ, or by a kill) are skipped, not reused.
-    let path = loop {
-        let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = worktrees_dir(layout).join(format!("{name}-agent-{n}"));
-        if !path.exists() {
-            break path;
-        }
+    let (path, branch) = {
+        let _admin = admin(&session.repo).await?;
+        let _ = crate::store::private_dir(&worktrees_dir(layout));
+        // Paths left by another process (kept for the DLQ, or by a kill) are skipped here;
+        // the map phase adopts the unkept ones first ([`Pool::adopt`]).
+        let path = loop {
+            let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = worktrees_dir(layout).join(format!("{name}-agent-{n}"));
+            if !path.exists() {
+                break path;
+            }
+        };
+        let target = path.to_string_lossy().into_owned();
+        // Registered under the lock, checked out outside it: the slots' first checkouts
+        // (the whole tree each) run side by side.
+        let branch = first_free_branch(&branch_for, async |branch: &str| {
+            add_on_new_branch(&session.repo, branch, &target, &base, true).await
+        })
+        .await?;
+        (path, branch)
     };
-    let target = path.to_string_lossy().into_owned();
-    let branch = first_free_branch(&branch_for, async |branch: &str| {
-        add_on_new_branch(&session.repo, branch, &target, &base).await
-    })
-    .await?;
+    if let Err(e) = git(&path, &["reset", "-q", "--hard"]).await {
+        remove(&session.repo, &path, &branch).await;
+        return Err(e);
+    }
     Ok(AgentWorktree {
         workdir: path.join(prefix),
         path,
         branch,
         base,
+        readied: Readied::Created,
     })
 }
 

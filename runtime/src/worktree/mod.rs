@@ -80,6 +80,10 @@ pub struct AgentWorktree {
     pub branch: String,
     /// The session commit it branched from.
     pub base: String,
+    /// Whether the worktree is new or a slot's moved to this item (not saved: it matters
+    /// only where the worktree is made).
+    #[serde(skip)]
+    pub readied: Readied,
 }
 
 /// How an agent's commits came back.
@@ -161,6 +165,24 @@ fn git_sync(dir: &Path, args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The oldest git that merges map agents' work: `git merge-tree --write-tree` came with
+/// git 2.38.
+pub const MERGE_TREE_GIT: (u32, u32) = (2, 38);
+
+/// The version of `git` on PATH as (major, minor), from `git version` ("git version
+/// 2.47.3"); `None` when git cannot be run or says something else.
+pub fn git_version() -> Option<(u32, u32)> {
+    parse_git_version(&git_sync(Path::new("."), &["version"])?)
+}
+
+fn parse_git_version(out: &str) -> Option<(u32, u32)> {
+    let version = out.trim().strip_prefix("git version ")?;
+    let mut parts = version.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 /// The repository PROJECT is in: its top level and PROJECT's path inside it; `None` outside
@@ -392,7 +414,7 @@ pub async fn create_session(
     {
         let _admin = admin(repo).await?;
         let target = path.to_string_lossy().into_owned();
-        add_on_new_branch(repo, &branch, &target, &base_commit).await?;
+        add_on_new_branch(repo, &branch, &target, &base_commit, false).await?;
     }
     Ok(SessionWorktree {
         workdir: path.join(prefix),
@@ -413,6 +435,7 @@ async fn add_on_new_branch(
     branch: &str,
     target: &str,
     base: &str,
+    no_checkout: bool,
 ) -> Result<String, WorktreeError> {
     let exists = async || {
         let name = format!("refs/heads/{branch}");
@@ -421,7 +444,12 @@ async fn add_on_new_branch(
             .is_ok()
     };
     let existed = exists().await;
-    let added = git_retrying(repo, &["worktree", "add", "-q", "-b", branch, target, base]).await;
+    let mut args = vec!["worktree", "add", "-q"];
+    if no_checkout {
+        args.push("--no-checkout");
+    }
+    args.extend(["-b", branch, target, base]);
+    let added = git_retrying(repo, &args).await;
     if added.is_err() && !existed && exists().await {
         let _ = git(repo, &["branch", "-D", "-q", branch]).await;
     }
@@ -466,7 +494,7 @@ pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), 
         .await?
         .trim()
         .to_owned();
-    add_on_new_branch(&saved.repo, &saved.branch, &target, &base_commit).await?;
+    add_on_new_branch(&saved.repo, &saved.branch, &target, &base_commit, false).await?;
     Ok((
         SessionWorktree {
             base_commit,
@@ -655,6 +683,148 @@ mod tests {
         assert_eq!(branches, "main\nprodigy-s3");
     }
 
+    /// A slot's worktree moves to the next item without what the last one left, ignored
+    /// or not, except the ignored paths the pool is told to keep.
+    #[tokio::test]
+    async fn a_moved_slot_keeps_only_the_ignored_paths_it_is_told_to() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        commit_file(&top, ".gitignore", "node_modules/\nout/\n*.log\n");
+        let session = create_session(&layout, &top, &prefix, "s5").await.unwrap();
+        let pool = Pool::default();
+        pool.keep_ignored(vec!["node_modules".into()]);
+        let first = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        assert_eq!(first.readied, Readied::Created);
+        for dir in ["node_modules/dep", "out/deep", "sub/node_modules"] {
+            std::fs::create_dir_all(first.path.join(dir)).unwrap();
+        }
+        std::fs::write(first.path.join("node_modules/dep/index.js"), "x").unwrap();
+        std::fs::write(first.path.join("out/deep/secret"), "x").unwrap();
+        std::fs::write(first.path.join("debug.log"), "x").unwrap();
+        let path = first.path.clone();
+        pool.release(first);
+        let second = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        assert_eq!(second.path, path, "the slot's worktree is reused");
+        assert_eq!(second.readied, Readied::Moved);
+        assert!(second.path.join("node_modules/dep/index.js").is_file());
+        assert!(!second.path.join("out").exists());
+        assert!(!second.path.join("debug.log").exists());
+        assert!(
+            second.path.join("sub/node_modules").exists(),
+            "the pattern is gitignore's: `node_modules` matches at any depth"
+        );
+    }
+
+    /// The worktrees a killed process left are taken into the next process's pool (reset
+    /// and cleaned), except those kept; the next item works in one of them.
+    #[tokio::test]
+    async fn worktrees_a_killed_process_left_are_cleaned_and_reused() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        commit_file(&top, "README", "demo\n");
+        let session = create_session(&layout, &top, &prefix, "s6").await.unwrap();
+        let killed = Pool::default();
+        let busy = create_agent(&layout, &session, &killed, "item_0")
+            .await
+            .unwrap();
+        let kept = create_agent(&layout, &session, &killed, "item_1")
+            .await
+            .unwrap();
+        std::fs::write(busy.path.join("half.txt"), "x").unwrap();
+        std::fs::write(busy.path.join("README"), "changed").unwrap();
+        std::fs::write(kept.path.join("wip.txt"), "keep me").unwrap();
+        // A new process (a resume) with an empty pool.
+        let pool = Pool::default();
+        let taken = pool
+            .adopt(&layout, &session, std::slice::from_ref(&kept.path))
+            .await;
+        assert_eq!(taken, 1);
+        let again = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        assert_eq!(again.path, busy.path);
+        assert_eq!(again.readied, Readied::Moved);
+        assert_eq!(again.branch, "prodigy-s6-item_0-2");
+        assert!(!again.path.join("half.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(again.path.join("README")).unwrap(),
+            "demo\n"
+        );
+        assert!(
+            kept.path.join("wip.txt").is_file(),
+            "a kept worktree is left alone"
+        );
+    }
+
+    /// A clean merge made without a working tree is the merge `git merge --no-ff` makes:
+    /// the same tree, the same parents in the same order, the same message.
+    #[tokio::test]
+    async fn a_merge_without_a_checkout_is_the_merge_git_makes() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        commit_file(&top, "README", "demo\n");
+        commit_file(&top, "shared.txt", "one\ntwo\nthree\nfour\nfive\n");
+        let session = create_session(&layout, &top, &prefix, "s7").await.unwrap();
+        let pool = Pool::default();
+        let a = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        let b = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        // Both change the same file, in different places: a real three-way merge.
+        commit_file(&a.path, "shared.txt", "ONE\ntwo\nthree\nfour\nfive\n");
+        commit_file(&a.path, "a.txt", "a\n");
+        commit_file(&b.path, "shared.txt", "one\ntwo\nthree\nfour\nFIVE\n");
+        std::fs::remove_file(b.path.join("README")).unwrap();
+        git_sync(&b.path, &["commit", "-q", "-am", "no readme"]).unwrap();
+        merge_agent(&session, &pool, &a, "merge a").await.unwrap();
+        let before = git_sync(&session.path, &["rev-parse", &integration_ref(&session)]).unwrap();
+        assert_eq!(
+            merge_agent(&session, &pool, &b, "Merge item_1")
+                .await
+                .unwrap(),
+            Merged::MergeCommit
+        );
+        let ours = git_sync(&session.path, &["rev-parse", &integration_ref(&session)]).unwrap();
+        // The same merge with git's porcelain, in a checkout of what was merged before.
+        let theirs = git_sync(&b.path, &["rev-parse", "HEAD"]).unwrap();
+        let check = home.path().join("check");
+        let target = check.to_string_lossy().into_owned();
+        git_sync(
+            &top,
+            &["worktree", "add", "-q", "--detach", &target, &before],
+        )
+        .unwrap();
+        git_sync(
+            &check,
+            &["merge", "-q", "--no-ff", "-m", "Merge item_1", &theirs],
+        )
+        .unwrap();
+        let show = |dir: &Path, rev: &str| {
+            git_sync(dir, &["show", "-s", "--format=%T %P%n%B", rev]).unwrap()
+        };
+        assert_eq!(show(&session.path, &ours), show(&check, "HEAD"));
+        let tree = |dir: &Path, rev: &str| git_sync(dir, &["ls-tree", "-r", rev]).unwrap();
+        assert_eq!(tree(&session.path, &ours), tree(&check, "HEAD"));
+        assert!(tree(&check, "HEAD").contains("a.txt"));
+        assert!(!tree(&check, "HEAD").contains("README"));
+        // The session worktree was not touched: its branch and files are as they were.
+        assert!(uncommitted(&session.path).is_empty());
+        assert!(!session.path.join("a.txt").exists());
+        assert!(session.path.join("README").exists());
+    }
+
     /// The commit that brought an agent's last commit into the merged work: itself when
     /// fast-forwarded to, the merge commit otherwise, none when it is not there.
     #[tokio::test]
@@ -688,6 +858,21 @@ mod tests {
         // After the map phase, found on the session branch.
         finish_map(&session).await.unwrap();
         assert_eq!(merged_commit(&session, &head(&b)).await, ref_head);
+    }
+
+    #[test]
+    fn git_versions_are_read_as_git_prints_them() {
+        assert_eq!(parse_git_version("git version 2.47.3\n"), Some((2, 47)));
+        assert_eq!(
+            parse_git_version("git version 2.39.5 (Apple Git-154)"),
+            Some((2, 39))
+        );
+        assert_eq!(
+            parse_git_version("git version 2.37.1.windows.1"),
+            Some((2, 37))
+        );
+        assert_eq!(parse_git_version("not git"), None);
+        assert!(git_version().is_some_and(|v| v >= MERGE_TREE_GIT));
     }
 
     #[test]
