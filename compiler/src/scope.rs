@@ -985,6 +985,8 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
         "shell" => field(&["output", "stdout", "stderr"]),
         "claude" => field(&["output"]),
         "error" => field(&["message"]),
+        // A notification's `${event.error}` holds what a command printed.
+        "event" => field(&["error"]),
         root => match scope.names.get(root) {
             Some(Var::Capture { .. }) => !field(&["exit_code", "success", "duration"]),
             Some(Var::Plain | Var::Outputs(_)) | None => false,
@@ -1759,6 +1761,19 @@ mod tests {
             [Code::UnquotedInterpolation]
         );
         assert_eq!(codes(&agent("\"rm ${item.f|shell}\"")), []);
+        // What a failed command printed reaches a notification as `${event.error}`.
+        assert_eq!(
+            codes(
+                "commands:\n  - shell: make\nnotify:\n  - on: failed\n    shell: \"echo ${event.error}\"\n"
+            ),
+            [Code::UnquotedInterpolation]
+        );
+        assert_eq!(
+            codes(
+                "commands:\n  - shell: make\nnotify:\n  - on: failed\n    shell: \"echo ${event.error|shell} ${event.status}\"\n"
+            ),
+            []
+        );
         // Single quotes end at the first `'` of the text: no protection.
         assert_eq!(
             codes(&agent("\"rm '${item.f}'\"")),

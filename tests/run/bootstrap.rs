@@ -135,6 +135,28 @@ fn copies_and_links_reach_every_worktree_setup_runs_once_per_worktree_and_nothin
     assert!(scratch.project().join("deps/pkg/lib.txt").is_file());
 }
 
+/// What `setup` installs in a `keep` directory stays for the next item of the slot, which
+/// runs no `setup` again; what an item leaves elsewhere does not.
+#[test]
+fn a_slot_keeps_its_setup_in_the_kept_directories_and_nothing_else() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join(".gitignore"), "deps/\nscratch/\n").unwrap();
+    scratch.git(&["add", ".gitignore"]);
+    scratch.git(&["commit", "-q", "-m", "ignore"]);
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nworktree:\n  setup:\n    - shell: \"mkdir -p deps && touch deps/installed\"\n  keep: [deps]\nmap:\n  input: \"seq 1 3\"\n  max_parallel: 1\n  agent_template:\n    - shell: \"test -f deps/installed && test ! -e scratch && mkdir scratch && touch scratch/left\"\n",
+    );
+    let output = scratch.run(&["run", "-v", &file], &[]);
+    let text = shown(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("3 succeeded, 0 failed"), "{text}");
+    let prepared = events_of(&scratch, "worktree_prepared");
+    let with_setup = prepared.iter().filter(|e| e["setup"] == true).count();
+    assert_eq!(with_setup, 2, "the session and the one slot: {prepared:?}");
+}
+
 #[test]
 fn a_failing_setup_stops_the_run_before_its_first_step_naming_the_step() {
     let scratch = project();

@@ -121,6 +121,16 @@ pub static WORKFLOW: Shape = Shape {
             Ty::Object(&EXECUTOR),
             "How each agent backend runs the map agents (`prodigy run --executor local|slurm|container`).",
         ),
+        key(
+            "worktree",
+            Ty::Object(&WORKTREE),
+            "How each worktree prodigy makes is prepared: untracked files copied in (`copy`), directories linked (`link`), `setup` steps run once per worktree, a `sparse` checkout for agents, ignored directories `keep`t between items.",
+        ),
+        key(
+            "notify",
+            Ty::List(&Ty::Object(&NOTIFY)),
+            "Commands run when the run or job reaches an event (`finished`, `failed`, `paused`, `budget_reached`, `item_dead_lettered`), with `${event.*}` set; a failing one never fails the run.",
+        ),
     ],
 };
 
@@ -169,16 +179,6 @@ pub static CONTAINER: Shape = Shape {
             "memory",
             Ty::Text,
             "Memory for each agent's container (`--memory`): bytes, or a number with `k`, `m` or `g`.",
-        ),
-        key(
-            "worktree",
-            Ty::Object(&WORKTREE),
-            "How each worktree prodigy makes is prepared: untracked files copied in (`copy`), directories linked (`link`), `setup` steps run once per worktree, a `sparse` checkout for agents, ignored directories `keep`t between items.",
-        ),
-        key(
-            "notify",
-            Ty::List(&Ty::Object(&NOTIFY)),
-            "Commands run when the run or job reaches an event (`finished`, `failed`, `paused`, `budget_reached`, `item_dead_lettered`), with `${event.*}` set; a failing one never fails the run.",
         ),
     ],
 };

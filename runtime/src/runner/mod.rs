@@ -443,6 +443,9 @@ impl Runner {
         // The run's signal, which a usage limit under `usage_limit: stop` can also set.
         let (cancel, halt) = crate::step::halting(cancel);
         let claude_limit = crate::step::ClaudeLimitState::new(plan.claude_limits, halt);
+        // `worktree.keep`: the ignored directories a pooled slot keeps between items.
+        let agent_worktrees = crate::worktree::Pool::default();
+        agent_worktrees.keep_ignored(plan.worktree.keep.clone());
         let state = RunState {
             plan,
             opts,
@@ -457,7 +460,7 @@ impl Runner {
             env_cache: Mutex::new(std::collections::HashMap::new()),
             env_warned: Mutex::new(std::collections::HashSet::new()),
             merge_queue: tokio::sync::Mutex::new(()),
-            agent_worktrees: crate::worktree::Pool::default(),
+            agent_worktrees,
             continued: Mutex::new(Vec::new()),
             log_seq: std::sync::atomic::AtomicU64::new(1),
             step_numbers: Mutex::new(std::collections::BTreeMap::new()),

@@ -89,8 +89,9 @@ pub async fn prepare(
         args.extend(prep.sparse.iter().map(String::as_str));
         git(worktree, &args).await?;
     }
-    copy(source, worktree, &prep.copy, &mut done).await?;
+    // Links first, so that a copy entry that reaches into a linked directory sees the link.
     link(source, worktree, &prep.link, &mut done)?;
+    copy(source, worktree, &prep.copy, &mut done).await?;
     exclude(worktree, &done).await?;
     done.needs_setup = first && !prep.setup.is_empty();
     if first && prep.setup.is_empty() {
@@ -161,6 +162,14 @@ async fn copy(
         if !from.is_file() {
             continue;
         }
+        // A file under a linked directory is there through the link already; writing it
+        // would write (and first remove) the user's own file through the link.
+        if through_link(worktree, file) {
+            done.notes.push(format!(
+                "`worktree.copy`: `{file}` is inside a linked directory, so the worktree sees it through the link; not copied"
+            ));
+            continue;
+        }
         let to = worktree.join(file);
         if let Some(parent) = to.parent() {
             std::fs::create_dir_all(parent).map_err(io("create", parent))?;
@@ -172,6 +181,19 @@ async fn copy(
         done.copied.push(file.to_owned());
     }
     Ok(())
+}
+
+/// Whether a directory on the way from WORKTREE to FILE (relative to it) is a symbolic link.
+fn through_link(worktree: &Path, file: &str) -> bool {
+    let mut at = worktree.to_path_buf();
+    let parts: Vec<&str> = file.split('/').collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether PATH (relative to a worktree's root; a directory ends with `/`) is what PREP
@@ -460,6 +482,32 @@ mod tests {
         let exclude = std::fs::read_to_string(repo.join(".git/info/exclude")).unwrap();
         assert_eq!(exclude.matches("/.env\n").count(), 1, "{exclude}");
         assert_eq!(exclude.matches(EXCLUDE_HEADER).count(), 1, "{exclude}");
+    }
+
+    /// A copy entry that reaches into a linked directory never writes through the link: the
+    /// second preparation (a resume) would otherwise remove the user's own file.
+    #[tokio::test]
+    async fn a_copy_inside_a_linked_directory_leaves_the_users_file_alone() {
+        let (dir, wt) = project();
+        let repo = dir.path().join("repo");
+        let prep = PlanWorktree {
+            copy: vec!["**/lib".into()],
+            link: vec!["cache".into()],
+            ..PlanWorktree::default()
+        };
+        let first = prepare(&repo, &wt, &prep, false).await.unwrap();
+        assert!(first.copied.is_empty(), "{:?}", first.copied);
+        let again = prepare(&repo, &wt, &prep, false).await.unwrap();
+        assert!(again.copied.is_empty(), "{:?}", again.copied);
+        assert!(
+            again.notes.iter().any(|n| n.contains("inside a linked directory")),
+            "{:?}",
+            again.notes
+        );
+        assert_eq!(
+            std::fs::read_to_string(repo.join("cache/pkg/lib")).unwrap(),
+            "x"
+        );
     }
 
     #[test]
