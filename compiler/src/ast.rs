@@ -16,9 +16,9 @@ use crate::source::{Span, Spanned};
 // checks name them here as before.
 pub use crate::plan::vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, Container, EnvValue, EnvVar, ErrorCollection, ForeachInput,
-    MaxParallel, Mode, Multiline, NotifyEvent, OnBudget, OnRetry, PERMISSION_MODES, Parsed,
-    Pattern, Profile, Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
+    ClaudeSettings, CommitConfig, Condition, Container, EnvValue, EnvVar, ErrorCollection,
+    ForeachInput, MaxParallel, Mode, Multiline, NotifyEvent, OnBudget, OnRetry, PERMISSION_MODES,
+    Parsed, Pattern, Profile, Rebaser, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
     StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
     UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };

@@ -29,11 +29,11 @@ pub use policy::{
 };
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
-    ClaudeSettings, CommitConfig, Condition, Container, DEFAULT_NOTIFY_TIMEOUT, EVENT_FIELDS, EnvValue,
-    EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, NotifyEvent, OnBudget,
-    OnRetry, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm, StepOutput,
-    StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig, TimeoutPolicy,
-    UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
+    ClaudeSettings, CommitConfig, Condition, Container, DEFAULT_NOTIFY_TIMEOUT, EVENT_FIELDS,
+    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, NotifyEvent,
+    OnBudget, OnRetry, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm,
+    StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig,
+    TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// One `notify:` entry (docs/language.md §2, "Notifications").

@@ -500,7 +500,10 @@ mod tests {
         let again = prepare(&repo, &wt, &prep, false).await.unwrap();
         assert!(again.copied.is_empty(), "{:?}", again.copied);
         assert!(
-            again.notes.iter().any(|n| n.contains("inside a linked directory")),
+            again
+                .notes
+                .iter()
+                .any(|n| n.contains("inside a linked directory")),
             "{:?}",
             again.notes
         );
