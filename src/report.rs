@@ -12,8 +12,9 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use prodigy_runtime::claude::Note;
 use prodigy_runtime::events::{ProgressUpdate, Reporter};
-use prodigy_runtime::message::{Message, Phase, Severity};
+use prodigy_runtime::message::{Bug, DlqRetried, Message, Phase, Severity};
 use prodigy_runtime::progress::{Tally, count, visible};
+use prodigy_runtime::worktree::{Uncommitted, UncommittedKind};
 use tokio::time::Instant;
 
 /// `-v`/`-vv` and `-q`, as every command that runs steps takes them.
@@ -194,14 +195,49 @@ fn verbosity(message: &Message) -> u8 {
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
-        | Message::ClaudeLimitStop { .. } => 0,
+        | Message::ClaudeLimitStop { .. }
+        | Message::Bug(_)
+        | Message::EnvFileNotLoaded { .. }
+        | Message::EnvFailed(_)
+        | Message::StateLost { .. }
+        | Message::CommitFailed(_)
+        | Message::CaptureFailed(_)
+        | Message::StepValidateFailed { .. }
+        | Message::ValidationInvalid { .. }
+        | Message::ValidationIncomplete { .. }
+        | Message::ValidationGaveUp { .. }
+        | Message::PromptPreview(_)
+        | Message::JobFailed(_)
+        | Message::SetupLeftovers { .. }
+        | Message::InputFromProject { .. }
+        | Message::NothingSelected { .. }
+        | Message::DistinctMissing { .. }
+        | Message::ItemsLoaded { .. }
+        | Message::KeptWorktreeNotNoted { .. }
+        | Message::AgentWorktreeKept { .. }
+        | Message::MergeRecovered { .. }
+        | Message::DlqRetry { .. }
+        | Message::DlqUnreadable(_)
+        | Message::DlqIndexNotWritten(_)
+        | Message::DlqRebuilt(_) => 0,
     }
 }
 
 /// Whether MESSAGE reports an error: shown even under `-q`.
 fn is_error(message: &Message) -> bool {
     match message {
-        Message::StepFailed { .. } | Message::ClaudeLimitStop { .. } => true,
+        Message::StepFailed { .. }
+        | Message::ClaudeLimitStop { .. }
+        | Message::Bug(_)
+        | Message::EnvFailed(_)
+        | Message::StateLost { .. }
+        | Message::CommitFailed(_)
+        | Message::CaptureFailed(_)
+        | Message::ValidationInvalid { .. }
+        | Message::JobFailed(_)
+        | Message::DlqUnreadable(_) => true,
+        Message::StepValidateFailed { ignored, .. } => !ignored,
+        Message::ValidationGaveUp { fails_after, .. } => fails_after.is_some(),
         Message::Text { severity, .. } => {
             matches!(severity, Severity::Internal | Severity::Error)
         }
@@ -223,7 +259,21 @@ fn is_error(message: &Message) -> bool {
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
-        | Message::ClaudeSlots { .. } => false,
+        | Message::ClaudeSlots { .. }
+        | Message::EnvFileNotLoaded { .. }
+        | Message::ValidationIncomplete { .. }
+        | Message::PromptPreview(_)
+        | Message::SetupLeftovers { .. }
+        | Message::InputFromProject { .. }
+        | Message::NothingSelected { .. }
+        | Message::DistinctMissing { .. }
+        | Message::ItemsLoaded { .. }
+        | Message::KeptWorktreeNotNoted { .. }
+        | Message::AgentWorktreeKept { .. }
+        | Message::MergeRecovered { .. }
+        | Message::DlqRetry { .. }
+        | Message::DlqIndexNotWritten(_)
+        | Message::DlqRebuilt(_) => false,
     }
 }
 
@@ -238,7 +288,15 @@ fn in_step(message: &Message) -> bool {
         | Message::Env { .. }
         | Message::Claude(_)
         | Message::Exited { .. }
-        | Message::StepFailed { .. } => true,
+        | Message::StepFailed { .. }
+        | Message::EnvFailed(_)
+        | Message::CommitFailed(_)
+        | Message::CaptureFailed(_)
+        | Message::StepValidateFailed { .. }
+        | Message::ValidationInvalid { .. }
+        | Message::ValidationIncomplete { .. }
+        | Message::ValidationGaveUp { .. }
+        | Message::PromptPreview(_) => true,
         // A command's own output goes to stdout as it printed it.
         Message::Output(_)
         | Message::Result(_)
@@ -252,7 +310,23 @@ fn in_step(message: &Message) -> bool {
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
         | Message::ClaudeLimitStop { .. }
-        | Message::ClaudeSlots { .. } => false,
+        | Message::ClaudeSlots { .. }
+        | Message::Bug(_)
+        | Message::EnvFileNotLoaded { .. }
+        | Message::StateLost { .. }
+        | Message::JobFailed(_)
+        | Message::SetupLeftovers { .. }
+        | Message::InputFromProject { .. }
+        | Message::NothingSelected { .. }
+        | Message::DistinctMissing { .. }
+        | Message::ItemsLoaded { .. }
+        | Message::KeptWorktreeNotNoted { .. }
+        | Message::AgentWorktreeKept { .. }
+        | Message::MergeRecovered { .. }
+        | Message::DlqRetry { .. }
+        | Message::DlqUnreadable(_)
+        | Message::DlqIndexNotWritten(_)
+        | Message::DlqRebuilt(_) => false,
     }
 }
 
@@ -382,7 +456,149 @@ fn text(message: &Message) -> String {
                 "stopping: Claude usage limit ({limit_type}) resets at {resets_at}, {why}; running commands end, the run is saved"
             )
         }
+        Message::Bug(bug) => format!("internal error: {}", bug_text(bug)),
+        Message::EnvFileNotLoaded { path, why } => {
+            format!("warning: env file `{}` not loaded: {why}", path.display())
+        }
+        Message::EnvFailed(why)
+        | Message::CommitFailed(why)
+        | Message::CaptureFailed(why)
+        | Message::JobFailed(why)
+        | Message::DlqUnreadable(why) => format!("error: {why}"),
+        Message::StateLost { why, stops } => {
+            if *stops {
+                format!("error: {why}; no further step starts")
+            } else {
+                format!("error: {why}")
+            }
+        }
+        Message::StepValidateFailed { label, ignored } => {
+            if *ignored {
+                format!(
+                    "warning: `step_validate` of `{label}` failed; ignored (`ignore_validation_failure`)"
+                )
+            } else {
+                format!("error: `step_validate` of `{label}` failed")
+            }
+        }
+        Message::ValidationInvalid { label, why } => format!(
+            "error: the validation result of `{label}` does not fit `expected_schema`: {why}"
+        ),
+        Message::ValidationIncomplete {
+            label,
+            completion,
+            threshold,
+        } => {
+            format!("warning: validation of `{label}` is incomplete ({completion}% < {threshold}%)")
+        }
+        Message::ValidationGaveUp {
+            label,
+            completion,
+            fails_after,
+        } => match fails_after {
+            Some(attempts) => format!(
+                "error: validation of `{label}` still incomplete after {} ({completion}%)",
+                count(*attempts, "attempt")
+            ),
+            None => format!("warning: validation of `{label}` still incomplete ({completion}%)"),
+        },
+        Message::PromptPreview(text) => text.clone(),
+        Message::SetupLeftovers { left, worktree } => setup_leftovers_text(left, worktree),
+        Message::InputFromProject { input, project } => format!(
+            "note: `{input}` is not in the run's worktree (it is not committed); reading it from {}",
+            project.display()
+        ),
+        Message::NothingSelected { json_path, input } => format!(
+            "warning: `json_path: {json_path}` selected nothing from the map input `{input}`; check the expression against the input with `prodigy items`"
+        ),
+        Message::DistinctMissing { field, missing } => format!(
+            "warning: `distinct: {field}`: {missing} items have no `{}` and were kept as one",
+            field.strip_prefix("item.").unwrap_or(field)
+        ),
+        Message::ItemsLoaded { items, stages } => {
+            format!("map: {} ({stages})", count(*items, "item"))
+        }
+        Message::KeptWorktreeNotNoted { path, why } => format!(
+            "warning: {why}: if this process is killed, the end of the map phase may remove {} with its changes",
+            path.display()
+        ),
+        Message::AgentWorktreeKept {
+            item,
+            changes,
+            path,
+        } => format!(
+            "warning: {item} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
+            count(*changes, "uncommitted change"),
+            path.display()
+        ),
+        Message::MergeRecovered { item } => {
+            format!("{item}: its work was merged before the job stopped; recorded as succeeded")
+        }
+        Message::DlqRetry { item, how } => match how {
+            DlqRetried::NotAnItem => format!("{item}: not an item of this job; left in the queue"),
+            DlqRetried::ManualReview => format!("{item}: marked for manual review; not retried"),
+            DlqRetried::Succeeded => {
+                format!("{item}: succeeded; removed from the dead letter queue")
+            }
+            DlqRetried::FailedAgain { failures, last } => {
+                format!("{item}: failed again ({failures} failures): {last}")
+            }
+        },
+        Message::DlqIndexNotWritten(why) => format!("warning: cannot write the DLQ index: {why}"),
+        Message::DlqRebuilt(rebuilt) => format!("warning: {rebuilt}"),
     }
+}
+
+/// A bug, as `internal error: …` says it.
+fn bug_text(bug: &Bug) -> String {
+    match bug {
+        Bug::NoSuchStep(index) => format!("the run has no step #{index}; please report it"),
+        Bug::CheckpointWriterStopped(why) => format!("the checkpoint writer stopped: {why}"),
+        Bug::RunnerReconfigured => "a runner in use was reconfigured; please report it".to_owned(),
+        Bug::GateOpenedOnLimit => {
+            "the Claude gate opened on a usage limit; please report it".to_owned()
+        }
+        Bug::UnexpectedRunEvent { event, state } => {
+            format!("the run received {event} while {state}; please report it")
+        }
+    }
+}
+
+/// The paths `setup` left that no commit holds (the first ten, each with why), and what to do.
+fn setup_leftovers_text(left: &[Uncommitted], worktree: &std::path::Path) -> String {
+    const SHOWN: usize = 10;
+    let mut names: Vec<String> = left
+        .iter()
+        .take(SHOWN)
+        .map(|u| match u.kind {
+            UncommittedKind::Changed => u.path.clone(),
+            UncommittedKind::Ignored => format!("{} (ignored)", u.path),
+            UncommittedKind::EmptyDir => format!("{} (empty)", u.path),
+        })
+        .collect();
+    if left.len() > SHOWN {
+        names.push(format!("and {} more", left.len() - SHOWN));
+    }
+    let mut advice = Vec::new();
+    if left.iter().any(|u| u.kind != UncommittedKind::EmptyDir) {
+        advice.push(
+            "commit them in setup (e.g. `git add -A && git commit -m setup`; ignored files need `git add -f`)"
+                .to_owned(),
+        );
+    }
+    if let Some(dir) = left.iter().find(|u| u.kind == UncommittedKind::EmptyDir) {
+        advice.push(format!(
+            "git keeps no empty directory, so make those in the agent template (e.g. `mkdir -p {}`)",
+            dir.path.trim_end_matches('/')
+        ));
+    }
+    format!(
+        "warning: setup left {} that no commit holds in {}: {}; map agents start from the session's commits and will not see them: {}",
+        count(left.len(), "path"),
+        worktree.display(),
+        names.join(", "),
+        advice.join("; ")
+    )
 }
 
 /// The rate governor's slots, as its line and the progress display show them.
