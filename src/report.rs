@@ -1095,6 +1095,301 @@ mod tests {
         assert!(!in_step(&Message::info("x")));
     }
 
+    /// The typed messages read as the free text the runtime wrote before them did, with
+    /// the same prefix, place (under the step or not) and `-q` behaviour.
+    #[test]
+    fn typed_messages_read_as_their_free_text_did() {
+        let label = || "shell: make".to_owned();
+        let left = vec![
+            Uncommitted {
+                path: "out/".into(),
+                kind: UncommittedKind::EmptyDir,
+            },
+            Uncommitted {
+                path: "notes.txt".into(),
+                kind: UncommittedKind::Changed,
+            },
+            Uncommitted {
+                path: "build.log".into(),
+                kind: UncommittedKind::Ignored,
+            },
+        ];
+        // (message, text, an error (shown under -q), under the step)
+        let cases = [
+            (
+                Message::Bug(Bug::NoSuchStep(3)),
+                "internal error: the run has no step #3; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::CheckpointWriterStopped("panicked".into())),
+                "internal error: the checkpoint writer stopped: panicked",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::RunnerReconfigured),
+                "internal error: a runner in use was reconfigured; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::GateOpenedOnLimit),
+                "internal error: the Claude gate opened on a usage limit; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::UnexpectedRunEvent {
+                    event: "Saved(None)".into(),
+                    state: "Ready".into(),
+                }),
+                "internal error: the run received Saved(None) while Ready; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::EnvFileNotLoaded {
+                    path: "/p/.env".into(),
+                    why: "gone".into(),
+                },
+                "warning: env file `/p/.env` not loaded: gone",
+                false,
+                false,
+            ),
+            (Message::EnvFailed("gone".into()), "error: gone", true, true),
+            (
+                Message::StateLost {
+                    why: "disk full".into(),
+                    stops: true,
+                },
+                "error: disk full; no further step starts",
+                true,
+                false,
+            ),
+            (
+                Message::StateLost {
+                    why: "disk full".into(),
+                    stops: false,
+                },
+                "error: disk full",
+                true,
+                false,
+            ),
+            (
+                Message::CommitFailed("no commit".into()),
+                "error: no commit",
+                true,
+                true,
+            ),
+            (
+                Message::CaptureFailed("bad json".into()),
+                "error: bad json",
+                true,
+                true,
+            ),
+            (
+                Message::StepValidateFailed {
+                    label: label(),
+                    ignored: false,
+                },
+                "error: `step_validate` of `shell: make` failed",
+                true,
+                true,
+            ),
+            (
+                Message::StepValidateFailed {
+                    label: label(),
+                    ignored: true,
+                },
+                "warning: `step_validate` of `shell: make` failed; ignored (`ignore_validation_failure`)",
+                false,
+                true,
+            ),
+            (
+                Message::ValidationInvalid {
+                    label: label(),
+                    why: "no `status`".into(),
+                },
+                "error: the validation result of `shell: make` does not fit `expected_schema`: no `status`",
+                true,
+                true,
+            ),
+            (
+                Message::ValidationIncomplete {
+                    label: label(),
+                    completion: 62.5,
+                    threshold: 100.0,
+                },
+                "warning: validation of `shell: make` is incomplete (62.5% < 100%)",
+                false,
+                true,
+            ),
+            (
+                Message::ValidationGaveUp {
+                    label: label(),
+                    completion: 80.0,
+                    fails_after: Some(1),
+                },
+                "error: validation of `shell: make` still incomplete after 1 attempt (80%)",
+                true,
+                true,
+            ),
+            (
+                Message::ValidationGaveUp {
+                    label: label(),
+                    completion: 80.0,
+                    fails_after: None,
+                },
+                "warning: validation of `shell: make` still incomplete (80%)",
+                false,
+                true,
+            ),
+            (
+                Message::PromptPreview("fix it".into()),
+                "fix it",
+                false,
+                true,
+            ),
+            (
+                Message::JobFailed("setup timed out after 1s".into()),
+                "error: setup timed out after 1s",
+                true,
+                false,
+            ),
+            (
+                Message::SetupLeftovers {
+                    left,
+                    worktree: "/wt/s".into(),
+                },
+                "warning: setup left 3 paths that no commit holds in /wt/s: out/ (empty), notes.txt, build.log (ignored); map agents start from the session's commits and will not see them: commit them in setup (e.g. `git add -A && git commit -m setup`; ignored files need `git add -f`); git keeps no empty directory, so make those in the agent template (e.g. `mkdir -p out`)",
+                false,
+                false,
+            ),
+            (
+                Message::InputFromProject {
+                    input: "items.json".into(),
+                    project: "/p".into(),
+                },
+                "note: `items.json` is not in the run's worktree (it is not committed); reading it from /p",
+                false,
+                false,
+            ),
+            (
+                Message::NothingSelected {
+                    json_path: "$.x[*]".into(),
+                    input: "items.json".into(),
+                },
+                "warning: `json_path: $.x[*]` selected nothing from the map input `items.json`; check the expression against the input with `prodigy items`",
+                false,
+                false,
+            ),
+            (
+                Message::DistinctMissing {
+                    field: "item.id".into(),
+                    missing: 2,
+                },
+                "warning: `distinct: item.id`: 2 items have no `id` and were kept as one",
+                false,
+                false,
+            ),
+            (
+                Message::ItemsLoaded {
+                    items: 1,
+                    stages: "1 read".into(),
+                },
+                "map: 1 item (1 read)",
+                false,
+                false,
+            ),
+            (
+                Message::KeptWorktreeNotNoted {
+                    path: "/wt/a".into(),
+                    why: "cannot write".into(),
+                },
+                "warning: cannot write: if this process is killed, the end of the map phase may remove /wt/a with its changes",
+                false,
+                false,
+            ),
+            (
+                Message::AgentWorktreeKept {
+                    item: "item_2".into(),
+                    changes: 2,
+                    path: "/wt/a".into(),
+                },
+                "warning: item_2 left 2 uncommitted changes in /wt/a; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
+                false,
+                false,
+            ),
+            (
+                Message::MergeRecovered {
+                    item: "item_2".into(),
+                },
+                "item_2: its work was merged before the job stopped; recorded as succeeded",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "x".into(),
+                    how: DlqRetried::NotAnItem,
+                },
+                "x: not an item of this job; left in the queue",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "item_1".into(),
+                    how: DlqRetried::ManualReview,
+                },
+                "item_1: marked for manual review; not retried",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "item_1".into(),
+                    how: DlqRetried::Succeeded,
+                },
+                "item_1: succeeded; removed from the dead letter queue",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "item_1".into(),
+                    how: DlqRetried::FailedAgain {
+                        failures: 3,
+                        last: "boom".into(),
+                    },
+                },
+                "item_1: failed again (3 failures): boom",
+                false,
+                false,
+            ),
+            (
+                Message::DlqUnreadable("damaged".into()),
+                "error: damaged",
+                true,
+                false,
+            ),
+            (
+                Message::DlqIndexNotWritten("denied".into()),
+                "warning: cannot write the DLQ index: denied",
+                false,
+                false,
+            ),
+        ];
+        for (message, shown, error, under_step) in cases {
+            assert_eq!(text(&message), shown);
+            assert_eq!(verbosity(&message), 0, "{shown}");
+            assert_eq!(is_error(&message), error, "{shown}");
+            assert_eq!(in_step(&message), under_step, "{shown}");
+        }
+    }
+
     #[test]
     fn a_resumed_phase_counts_only_the_items_it_finished() {
         // 90 of 100 items were done before the resume; 5 more in 10 s is 0.5 items/s, and
