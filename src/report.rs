@@ -12,8 +12,9 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use prodigy_runtime::claude::Note;
 use prodigy_runtime::events::{ProgressUpdate, Reporter};
-use prodigy_runtime::message::{Message, Phase, Severity};
+use prodigy_runtime::message::{Bug, DlqRetried, Message, Phase, Severity};
 use prodigy_runtime::progress::{Tally, count, visible};
+use prodigy_runtime::worktree::{Uncommitted, UncommittedKind};
 use tokio::time::Instant;
 
 /// `-v`/`-vv` and `-q`, as every command that runs steps takes them.
@@ -194,14 +195,49 @@ fn verbosity(message: &Message) -> u8 {
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
-        | Message::ClaudeLimitStop { .. } => 0,
+        | Message::ClaudeLimitStop { .. }
+        | Message::Bug(_)
+        | Message::EnvFileNotLoaded { .. }
+        | Message::EnvFailed(_)
+        | Message::StateLost { .. }
+        | Message::CommitFailed(_)
+        | Message::CaptureFailed(_)
+        | Message::StepValidateFailed { .. }
+        | Message::ValidationInvalid { .. }
+        | Message::ValidationIncomplete { .. }
+        | Message::ValidationGaveUp { .. }
+        | Message::PromptPreview(_)
+        | Message::JobFailed(_)
+        | Message::SetupLeftovers { .. }
+        | Message::InputFromProject { .. }
+        | Message::NothingSelected { .. }
+        | Message::DistinctMissing { .. }
+        | Message::ItemsLoaded { .. }
+        | Message::KeptWorktreeNotNoted { .. }
+        | Message::AgentWorktreeKept { .. }
+        | Message::MergeRecovered { .. }
+        | Message::DlqRetry { .. }
+        | Message::DlqUnreadable(_)
+        | Message::DlqIndexNotWritten(_)
+        | Message::DlqRebuilt(_) => 0,
     }
 }
 
 /// Whether MESSAGE reports an error: shown even under `-q`.
 fn is_error(message: &Message) -> bool {
     match message {
-        Message::StepFailed { .. } | Message::ClaudeLimitStop { .. } => true,
+        Message::StepFailed { .. }
+        | Message::ClaudeLimitStop { .. }
+        | Message::Bug(_)
+        | Message::EnvFailed(_)
+        | Message::StateLost { .. }
+        | Message::CommitFailed(_)
+        | Message::CaptureFailed(_)
+        | Message::ValidationInvalid { .. }
+        | Message::JobFailed(_)
+        | Message::DlqUnreadable(_) => true,
+        Message::StepValidateFailed { ignored, .. } => !ignored,
+        Message::ValidationGaveUp { fails_after, .. } => fails_after.is_some(),
         Message::Text { severity, .. } => {
             matches!(severity, Severity::Internal | Severity::Error)
         }
@@ -223,7 +259,21 @@ fn is_error(message: &Message) -> bool {
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
-        | Message::ClaudeSlots { .. } => false,
+        | Message::ClaudeSlots { .. }
+        | Message::EnvFileNotLoaded { .. }
+        | Message::ValidationIncomplete { .. }
+        | Message::PromptPreview(_)
+        | Message::SetupLeftovers { .. }
+        | Message::InputFromProject { .. }
+        | Message::NothingSelected { .. }
+        | Message::DistinctMissing { .. }
+        | Message::ItemsLoaded { .. }
+        | Message::KeptWorktreeNotNoted { .. }
+        | Message::AgentWorktreeKept { .. }
+        | Message::MergeRecovered { .. }
+        | Message::DlqRetry { .. }
+        | Message::DlqIndexNotWritten(_)
+        | Message::DlqRebuilt(_) => false,
     }
 }
 
@@ -238,7 +288,15 @@ fn in_step(message: &Message) -> bool {
         | Message::Env { .. }
         | Message::Claude(_)
         | Message::Exited { .. }
-        | Message::StepFailed { .. } => true,
+        | Message::StepFailed { .. }
+        | Message::EnvFailed(_)
+        | Message::CommitFailed(_)
+        | Message::CaptureFailed(_)
+        | Message::StepValidateFailed { .. }
+        | Message::ValidationInvalid { .. }
+        | Message::ValidationIncomplete { .. }
+        | Message::ValidationGaveUp { .. }
+        | Message::PromptPreview(_) => true,
         // A command's own output goes to stdout as it printed it.
         Message::Output(_)
         | Message::Result(_)
@@ -252,7 +310,23 @@ fn in_step(message: &Message) -> bool {
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
         | Message::ClaudeLimitStop { .. }
-        | Message::ClaudeSlots { .. } => false,
+        | Message::ClaudeSlots { .. }
+        | Message::Bug(_)
+        | Message::EnvFileNotLoaded { .. }
+        | Message::StateLost { .. }
+        | Message::JobFailed(_)
+        | Message::SetupLeftovers { .. }
+        | Message::InputFromProject { .. }
+        | Message::NothingSelected { .. }
+        | Message::DistinctMissing { .. }
+        | Message::ItemsLoaded { .. }
+        | Message::KeptWorktreeNotNoted { .. }
+        | Message::AgentWorktreeKept { .. }
+        | Message::MergeRecovered { .. }
+        | Message::DlqRetry { .. }
+        | Message::DlqUnreadable(_)
+        | Message::DlqIndexNotWritten(_)
+        | Message::DlqRebuilt(_) => false,
     }
 }
 
@@ -382,7 +456,149 @@ fn text(message: &Message) -> String {
                 "stopping: Claude usage limit ({limit_type}) resets at {resets_at}, {why}; running commands end, the run is saved"
             )
         }
+        Message::Bug(bug) => format!("internal error: {}", bug_text(bug)),
+        Message::EnvFileNotLoaded { path, why } => {
+            format!("warning: env file `{}` not loaded: {why}", path.display())
+        }
+        Message::EnvFailed(why)
+        | Message::CommitFailed(why)
+        | Message::CaptureFailed(why)
+        | Message::JobFailed(why)
+        | Message::DlqUnreadable(why) => format!("error: {why}"),
+        Message::StateLost { why, stops } => {
+            if *stops {
+                format!("error: {why}; no further step starts")
+            } else {
+                format!("error: {why}")
+            }
+        }
+        Message::StepValidateFailed { label, ignored } => {
+            if *ignored {
+                format!(
+                    "warning: `step_validate` of `{label}` failed; ignored (`ignore_validation_failure`)"
+                )
+            } else {
+                format!("error: `step_validate` of `{label}` failed")
+            }
+        }
+        Message::ValidationInvalid { label, why } => format!(
+            "error: the validation result of `{label}` does not fit `expected_schema`: {why}"
+        ),
+        Message::ValidationIncomplete {
+            label,
+            completion,
+            threshold,
+        } => {
+            format!("warning: validation of `{label}` is incomplete ({completion}% < {threshold}%)")
+        }
+        Message::ValidationGaveUp {
+            label,
+            completion,
+            fails_after,
+        } => match fails_after {
+            Some(attempts) => format!(
+                "error: validation of `{label}` still incomplete after {} ({completion}%)",
+                count(*attempts, "attempt")
+            ),
+            None => format!("warning: validation of `{label}` still incomplete ({completion}%)"),
+        },
+        Message::PromptPreview(text) => text.clone(),
+        Message::SetupLeftovers { left, worktree } => setup_leftovers_text(left, worktree),
+        Message::InputFromProject { input, project } => format!(
+            "note: `{input}` is not in the run's worktree (it is not committed); reading it from {}",
+            project.display()
+        ),
+        Message::NothingSelected { json_path, input } => format!(
+            "warning: `json_path: {json_path}` selected nothing from the map input `{input}`; check the expression against the input with `prodigy items`"
+        ),
+        Message::DistinctMissing { field, missing } => format!(
+            "warning: `distinct: {field}`: {missing} items have no `{}` and were kept as one",
+            field.strip_prefix("item.").unwrap_or(field)
+        ),
+        Message::ItemsLoaded { items, stages } => {
+            format!("map: {} ({stages})", count(*items, "item"))
+        }
+        Message::KeptWorktreeNotNoted { path, why } => format!(
+            "warning: {why}: if this process is killed, the end of the map phase may remove {} with its changes",
+            path.display()
+        ),
+        Message::AgentWorktreeKept {
+            item,
+            changes,
+            path,
+        } => format!(
+            "warning: {item} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
+            count(*changes, "uncommitted change"),
+            path.display()
+        ),
+        Message::MergeRecovered { item } => {
+            format!("{item}: its work was merged before the job stopped; recorded as succeeded")
+        }
+        Message::DlqRetry { item, how } => match how {
+            DlqRetried::NotAnItem => format!("{item}: not an item of this job; left in the queue"),
+            DlqRetried::ManualReview => format!("{item}: marked for manual review; not retried"),
+            DlqRetried::Succeeded => {
+                format!("{item}: succeeded; removed from the dead letter queue")
+            }
+            DlqRetried::FailedAgain { failures, last } => {
+                format!("{item}: failed again ({failures} failures): {last}")
+            }
+        },
+        Message::DlqIndexNotWritten(why) => format!("warning: cannot write the DLQ index: {why}"),
+        Message::DlqRebuilt(rebuilt) => format!("warning: {rebuilt}"),
     }
+}
+
+/// A bug, as `internal error: …` says it.
+fn bug_text(bug: &Bug) -> String {
+    match bug {
+        Bug::NoSuchStep(index) => format!("the run has no step #{index}; please report it"),
+        Bug::CheckpointWriterStopped(why) => format!("the checkpoint writer stopped: {why}"),
+        Bug::RunnerReconfigured => "a runner in use was reconfigured; please report it".to_owned(),
+        Bug::GateOpenedOnLimit => {
+            "the Claude gate opened on a usage limit; please report it".to_owned()
+        }
+        Bug::UnexpectedRunEvent { event, state } => {
+            format!("the run received {event} while {state}; please report it")
+        }
+    }
+}
+
+/// The paths `setup` left that no commit holds (the first ten, each with why), and what to do.
+fn setup_leftovers_text(left: &[Uncommitted], worktree: &std::path::Path) -> String {
+    const SHOWN: usize = 10;
+    let mut names: Vec<String> = left
+        .iter()
+        .take(SHOWN)
+        .map(|u| match u.kind {
+            UncommittedKind::Changed => u.path.clone(),
+            UncommittedKind::Ignored => format!("{} (ignored)", u.path),
+            UncommittedKind::EmptyDir => format!("{} (empty)", u.path),
+        })
+        .collect();
+    if left.len() > SHOWN {
+        names.push(format!("and {} more", left.len() - SHOWN));
+    }
+    let mut advice = Vec::new();
+    if left.iter().any(|u| u.kind != UncommittedKind::EmptyDir) {
+        advice.push(
+            "commit them in setup (e.g. `git add -A && git commit -m setup`; ignored files need `git add -f`)"
+                .to_owned(),
+        );
+    }
+    if let Some(dir) = left.iter().find(|u| u.kind == UncommittedKind::EmptyDir) {
+        advice.push(format!(
+            "git keeps no empty directory, so make those in the agent template (e.g. `mkdir -p {}`)",
+            dir.path.trim_end_matches('/')
+        ));
+    }
+    format!(
+        "warning: setup left {} that no commit holds in {}: {}; map agents start from the session's commits and will not see them: {}",
+        count(left.len(), "path"),
+        worktree.display(),
+        names.join(", "),
+        advice.join("; ")
+    )
 }
 
 /// The rate governor's slots, as its line and the progress display show them.
@@ -877,6 +1093,301 @@ mod tests {
         assert!(!is_error(&Message::warning("x")));
         assert!(in_step(&Message::step_warning("x")));
         assert!(!in_step(&Message::info("x")));
+    }
+
+    /// The typed messages read as the free text the runtime wrote before them did, with
+    /// the same prefix, place (under the step or not) and `-q` behaviour.
+    #[test]
+    fn typed_messages_read_as_their_free_text_did() {
+        let label = || "shell: make".to_owned();
+        let left = vec![
+            Uncommitted {
+                path: "out/".into(),
+                kind: UncommittedKind::EmptyDir,
+            },
+            Uncommitted {
+                path: "notes.txt".into(),
+                kind: UncommittedKind::Changed,
+            },
+            Uncommitted {
+                path: "build.log".into(),
+                kind: UncommittedKind::Ignored,
+            },
+        ];
+        // (message, text, an error (shown under -q), under the step)
+        let cases = [
+            (
+                Message::Bug(Bug::NoSuchStep(3)),
+                "internal error: the run has no step #3; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::CheckpointWriterStopped("panicked".into())),
+                "internal error: the checkpoint writer stopped: panicked",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::RunnerReconfigured),
+                "internal error: a runner in use was reconfigured; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::GateOpenedOnLimit),
+                "internal error: the Claude gate opened on a usage limit; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::Bug(Bug::UnexpectedRunEvent {
+                    event: "Saved(None)".into(),
+                    state: "Ready".into(),
+                }),
+                "internal error: the run received Saved(None) while Ready; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::EnvFileNotLoaded {
+                    path: "/p/.env".into(),
+                    why: "gone".into(),
+                },
+                "warning: env file `/p/.env` not loaded: gone",
+                false,
+                false,
+            ),
+            (Message::EnvFailed("gone".into()), "error: gone", true, true),
+            (
+                Message::StateLost {
+                    why: "disk full".into(),
+                    stops: true,
+                },
+                "error: disk full; no further step starts",
+                true,
+                false,
+            ),
+            (
+                Message::StateLost {
+                    why: "disk full".into(),
+                    stops: false,
+                },
+                "error: disk full",
+                true,
+                false,
+            ),
+            (
+                Message::CommitFailed("no commit".into()),
+                "error: no commit",
+                true,
+                true,
+            ),
+            (
+                Message::CaptureFailed("bad json".into()),
+                "error: bad json",
+                true,
+                true,
+            ),
+            (
+                Message::StepValidateFailed {
+                    label: label(),
+                    ignored: false,
+                },
+                "error: `step_validate` of `shell: make` failed",
+                true,
+                true,
+            ),
+            (
+                Message::StepValidateFailed {
+                    label: label(),
+                    ignored: true,
+                },
+                "warning: `step_validate` of `shell: make` failed; ignored (`ignore_validation_failure`)",
+                false,
+                true,
+            ),
+            (
+                Message::ValidationInvalid {
+                    label: label(),
+                    why: "no `status`".into(),
+                },
+                "error: the validation result of `shell: make` does not fit `expected_schema`: no `status`",
+                true,
+                true,
+            ),
+            (
+                Message::ValidationIncomplete {
+                    label: label(),
+                    completion: 62.5,
+                    threshold: 100.0,
+                },
+                "warning: validation of `shell: make` is incomplete (62.5% < 100%)",
+                false,
+                true,
+            ),
+            (
+                Message::ValidationGaveUp {
+                    label: label(),
+                    completion: 80.0,
+                    fails_after: Some(1),
+                },
+                "error: validation of `shell: make` still incomplete after 1 attempt (80%)",
+                true,
+                true,
+            ),
+            (
+                Message::ValidationGaveUp {
+                    label: label(),
+                    completion: 80.0,
+                    fails_after: None,
+                },
+                "warning: validation of `shell: make` still incomplete (80%)",
+                false,
+                true,
+            ),
+            (
+                Message::PromptPreview("fix it".into()),
+                "fix it",
+                false,
+                true,
+            ),
+            (
+                Message::JobFailed("setup timed out after 1s".into()),
+                "error: setup timed out after 1s",
+                true,
+                false,
+            ),
+            (
+                Message::SetupLeftovers {
+                    left,
+                    worktree: "/wt/s".into(),
+                },
+                "warning: setup left 3 paths that no commit holds in /wt/s: out/ (empty), notes.txt, build.log (ignored); map agents start from the session's commits and will not see them: commit them in setup (e.g. `git add -A && git commit -m setup`; ignored files need `git add -f`); git keeps no empty directory, so make those in the agent template (e.g. `mkdir -p out`)",
+                false,
+                false,
+            ),
+            (
+                Message::InputFromProject {
+                    input: "items.json".into(),
+                    project: "/p".into(),
+                },
+                "note: `items.json` is not in the run's worktree (it is not committed); reading it from /p",
+                false,
+                false,
+            ),
+            (
+                Message::NothingSelected {
+                    json_path: "$.x[*]".into(),
+                    input: "items.json".into(),
+                },
+                "warning: `json_path: $.x[*]` selected nothing from the map input `items.json`; check the expression against the input with `prodigy items`",
+                false,
+                false,
+            ),
+            (
+                Message::DistinctMissing {
+                    field: "item.id".into(),
+                    missing: 2,
+                },
+                "warning: `distinct: item.id`: 2 items have no `id` and were kept as one",
+                false,
+                false,
+            ),
+            (
+                Message::ItemsLoaded {
+                    items: 1,
+                    stages: "1 read".into(),
+                },
+                "map: 1 item (1 read)",
+                false,
+                false,
+            ),
+            (
+                Message::KeptWorktreeNotNoted {
+                    path: "/wt/a".into(),
+                    why: "cannot write".into(),
+                },
+                "warning: cannot write: if this process is killed, the end of the map phase may remove /wt/a with its changes",
+                false,
+                false,
+            ),
+            (
+                Message::AgentWorktreeKept {
+                    item: "item_2".into(),
+                    changes: 2,
+                    path: "/wt/a".into(),
+                },
+                "warning: item_2 left 2 uncommitted changes in /wt/a; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
+                false,
+                false,
+            ),
+            (
+                Message::MergeRecovered {
+                    item: "item_2".into(),
+                },
+                "item_2: its work was merged before the job stopped; recorded as succeeded",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "x".into(),
+                    how: DlqRetried::NotAnItem,
+                },
+                "x: not an item of this job; left in the queue",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "item_1".into(),
+                    how: DlqRetried::ManualReview,
+                },
+                "item_1: marked for manual review; not retried",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "item_1".into(),
+                    how: DlqRetried::Succeeded,
+                },
+                "item_1: succeeded; removed from the dead letter queue",
+                false,
+                false,
+            ),
+            (
+                Message::DlqRetry {
+                    item: "item_1".into(),
+                    how: DlqRetried::FailedAgain {
+                        failures: 3,
+                        last: "boom".into(),
+                    },
+                },
+                "item_1: failed again (3 failures): boom",
+                false,
+                false,
+            ),
+            (
+                Message::DlqUnreadable("damaged".into()),
+                "error: damaged",
+                true,
+                false,
+            ),
+            (
+                Message::DlqIndexNotWritten("denied".into()),
+                "warning: cannot write the DLQ index: denied",
+                false,
+                false,
+            ),
+        ];
+        for (message, shown, error, under_step) in cases {
+            assert_eq!(text(&message), shown);
+            assert_eq!(verbosity(&message), 0, "{shown}");
+            assert_eq!(is_error(&message), error, "{shown}");
+            assert_eq!(in_step(&message), under_step, "{shown}");
+        }
     }
 
     #[test]

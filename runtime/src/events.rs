@@ -1156,7 +1156,7 @@ mod tests {
         let kept = Arc::new(Kept::default());
         sink.report_to(kept.clone());
         sink.secrets().add("TOKEN", "hunter2");
-        sink.say(Message::info("using hunter2"), None);
-        assert_eq!(lock(&kept.0)[0], Message::info("using ***"));
+        sink.say(Message::Output("using hunter2".into()), None);
+        assert_eq!(lock(&kept.0)[0], Message::Output("using ***".into()));
     }
 }

@@ -3,6 +3,7 @@
 //! decides whether `-q`, `-v` and `-vv` show it and how it reads. The runtime never decides
 //! what is shown, nor writes to the terminal.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::claude::{Note, Totals};
@@ -109,7 +110,8 @@ pub enum Message {
         /// Why it was left out.
         why: String,
     },
-    /// Free text, said by a step (`in_step`) or by the run.
+    /// Free text, said by a step (`in_step`) or by the run. Only the files that
+    /// `tests/says_typed_messages.rs` allow-lists still say it; a new message is a variant.
     Text {
         /// How much it matters.
         severity: Severity,
@@ -179,6 +181,171 @@ pub enum Message {
         resets_at: String,
         /// The `max_wait` it exceeds; `None` under `usage_limit: stop`.
         max_wait: Option<Duration>,
+    },
+    /// A bug in prodigy: `internal error: …`, shown even under `-q`.
+    Bug(Bug),
+    /// An `env_files` entry could not be read; the run goes on without it.
+    EnvFileNotLoaded {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        why: String,
+    },
+    /// A step's environment could not be made (under the step).
+    EnvFailed(String),
+    /// The run's state could not be kept (a checkpoint, the job's files).
+    StateLost {
+        /// What was not written.
+        why: String,
+        /// Whether no further step starts because of it.
+        stops: bool,
+    },
+    /// A step's commit failed or a required commit is missing (under the step).
+    CommitFailed(String),
+    /// A step's `capture` failed (under the step).
+    CaptureFailed(String),
+    /// A step's `step_validate` failed (under the step).
+    StepValidateFailed {
+        /// The step's label.
+        label: String,
+        /// Whether `ignore_validation_failure` lets the step go on.
+        ignored: bool,
+    },
+    /// A validation result does not fit `expected_schema` (under the step).
+    ValidationInvalid {
+        /// The step's label.
+        label: String,
+        /// Why.
+        why: String,
+    },
+    /// A validation is below its threshold and has no `on_incomplete` (under the step).
+    ValidationIncomplete {
+        /// The step's label.
+        label: String,
+        /// The completion it reported, in percent.
+        completion: f64,
+        /// The `threshold`, in percent.
+        threshold: f64,
+    },
+    /// A validation is still incomplete after its `on_incomplete` attempts (under the step).
+    ValidationGaveUp {
+        /// The step's label.
+        label: String,
+        /// The completion it reported, in percent.
+        completion: f64,
+        /// The attempts when the workflow fails for it (`fail_workflow`); `None`: it goes on.
+        fails_after: Option<u32>,
+    },
+    /// The prompt an `on_incomplete` handler gives Claude, as rendered (under the step).
+    PromptPreview(String),
+    /// A MapReduce job fails: why.
+    JobFailed(String),
+    /// `setup` left paths that no commit holds in the session's worktree.
+    SetupLeftovers {
+        /// The paths and why each is in no commit.
+        left: Vec<crate::worktree::Uncommitted>,
+        /// The session's worktree.
+        worktree: PathBuf,
+    },
+    /// The map input is not committed and is read from the project instead.
+    InputFromProject {
+        /// The input as rendered.
+        input: String,
+        /// The project.
+        project: PathBuf,
+    },
+    /// `json_path` selected nothing from the map input.
+    NothingSelected {
+        /// The `json_path` as written.
+        json_path: String,
+        /// The input as rendered.
+        input: String,
+    },
+    /// Items without the `distinct` field were kept as one.
+    DistinctMissing {
+        /// The `distinct` expression as written.
+        field: String,
+        /// How many items lack it.
+        missing: usize,
+    },
+    /// The map input gave ITEMS (`map: 3 items (…)`).
+    ItemsLoaded {
+        /// The items kept.
+        items: usize,
+        /// What each stage of the pipeline did, as [`crate::progress::stage_counts`] says it.
+        stages: String,
+    },
+    /// A kept agent worktree could not be noted in the merge journal.
+    KeptWorktreeNotNoted {
+        /// The worktree.
+        path: PathBuf,
+        /// Why the journal was not written.
+        why: String,
+    },
+    /// A map agent left uncommitted changes: its worktree is kept.
+    AgentWorktreeKept {
+        /// `item_N`.
+        item: String,
+        /// How many changes it left.
+        changes: usize,
+        /// The worktree.
+        path: PathBuf,
+    },
+    /// An agent's merge is found done after a stop; the item is recorded as succeeded.
+    MergeRecovered {
+        /// `item_N`.
+        item: String,
+    },
+    /// What `prodigy dlq retry` did with an item.
+    DlqRetry {
+        /// `item_N`.
+        item: String,
+        /// What happened.
+        how: DlqRetried,
+    },
+    /// The dead letter queue cannot be read: why.
+    DlqUnreadable(String),
+    /// The dead letter queue's index cannot be written (a stale one does no harm).
+    DlqIndexNotWritten(String),
+    /// The dead letter queue's damaged index was rebuilt.
+    DlqRebuilt(crate::dlq::Rebuilt),
+}
+
+/// A bug in prodigy, said as `internal error: …`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Bug {
+    /// The run asked for a step its plan does not have.
+    NoSuchStep(usize),
+    /// The checkpoint writer's task stopped.
+    CheckpointWriterStopped(String),
+    /// A runner already shared was changed.
+    RunnerReconfigured,
+    /// The Claude gate opened on a usage limit.
+    GateOpenedOnLimit,
+    /// The run's state machine got an event its state does not take.
+    UnexpectedRunEvent {
+        /// The event, as debugged.
+        event: String,
+        /// The state, as debugged.
+        state: String,
+    },
+}
+
+/// What `prodigy dlq retry` did with an item.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DlqRetried {
+    /// Its id names no item of the job: left in the queue.
+    NotAnItem,
+    /// Marked for manual review: not retried.
+    ManualReview,
+    /// It succeeded and left the queue.
+    Succeeded,
+    /// It failed again.
+    FailedAgain {
+        /// Its failures now.
+        failures: u32,
+        /// The last line of its failure.
+        last: String,
     },
 }
 
@@ -334,7 +501,79 @@ impl Message {
             Message::ClaudePaused { .. }
             | Message::ClaudeResumed { .. }
             | Message::ClaudeLimitStop { .. }
-            | Message::ClaudeSlots { .. } => self,
+            | Message::ClaudeSlots { .. }
+            | Message::Bug(_)
+            | Message::SetupLeftovers { .. }
+            | Message::DistinctMissing { .. }
+            | Message::ItemsLoaded { .. }
+            | Message::AgentWorktreeKept { .. }
+            | Message::MergeRecovered { .. }
+            | Message::DlqRebuilt(_) => self,
+            Message::EnvFileNotLoaded { path, why } => Message::EnvFileNotLoaded {
+                path,
+                why: mask(&why),
+            },
+            Message::EnvFailed(why) => Message::EnvFailed(mask(&why)),
+            Message::StateLost { why, stops } => Message::StateLost {
+                why: mask(&why),
+                stops,
+            },
+            Message::CommitFailed(why) => Message::CommitFailed(mask(&why)),
+            Message::CaptureFailed(why) => Message::CaptureFailed(mask(&why)),
+            Message::StepValidateFailed { label, ignored } => Message::StepValidateFailed {
+                label: mask(&label),
+                ignored,
+            },
+            Message::ValidationInvalid { label, why } => Message::ValidationInvalid {
+                label: mask(&label),
+                why: mask(&why),
+            },
+            Message::ValidationIncomplete {
+                label,
+                completion,
+                threshold,
+            } => Message::ValidationIncomplete {
+                label: mask(&label),
+                completion,
+                threshold,
+            },
+            Message::ValidationGaveUp {
+                label,
+                completion,
+                fails_after,
+            } => Message::ValidationGaveUp {
+                label: mask(&label),
+                completion,
+                fails_after,
+            },
+            Message::PromptPreview(text) => Message::PromptPreview(mask(&text)),
+            Message::JobFailed(why) => Message::JobFailed(mask(&why)),
+            Message::InputFromProject { input, project } => Message::InputFromProject {
+                input: mask(&input),
+                project,
+            },
+            Message::NothingSelected { json_path, input } => Message::NothingSelected {
+                json_path,
+                input: mask(&input),
+            },
+            Message::KeptWorktreeNotNoted { path, why } => Message::KeptWorktreeNotNoted {
+                path,
+                why: mask(&why),
+            },
+            Message::DlqRetry { item, how } => Message::DlqRetry {
+                item,
+                how: match how {
+                    DlqRetried::FailedAgain { failures, last } => DlqRetried::FailedAgain {
+                        failures,
+                        last: mask(&last),
+                    },
+                    how @ (DlqRetried::NotAnItem
+                    | DlqRetried::ManualReview
+                    | DlqRetried::Succeeded) => how,
+                },
+            },
+            Message::DlqUnreadable(why) => Message::DlqUnreadable(mask(&why)),
+            Message::DlqIndexNotWritten(why) => Message::DlqIndexNotWritten(mask(&why)),
         }
     }
 }

@@ -156,7 +156,10 @@ impl Sequence {
                 if cancelled {
                     self.end(RunOutcome::Interrupted, None)
                 } else if let Some(why) = state_lost {
-                    let say = Message::error(format!("{why}; no further step starts"));
+                    let say = Message::StateLost {
+                        why: why.clone(),
+                        stops: true,
+                    };
                     self.state_error = Some(why);
                     let mut reaction = self.end(RunOutcome::Failed, None);
                     reaction.say = Some(say);
@@ -173,7 +176,7 @@ impl Sequence {
             }
             (State::Running, RunEvent::EnvFailed(why)) => {
                 let mut reaction = self.end(RunOutcome::Failed, Some(self.next));
-                reaction.say = Some(Message::step_error(why));
+                reaction.say = Some(Message::EnvFailed(why));
                 reaction
             }
             (State::Running, RunEvent::StepEnded(outcome)) => match outcome {
@@ -200,7 +203,10 @@ impl Sequence {
                 if let (None, Some(why)) = (&self.state_error, lost)
                     && self.outcome != RunOutcome::Interrupted
                 {
-                    say = Some(Message::error(why.clone()));
+                    say = Some(Message::StateLost {
+                        why: why.clone(),
+                        stops: false,
+                    });
                     self.outcome = RunOutcome::Failed;
                     self.state_error = Some(why);
                 }
@@ -217,7 +223,10 @@ impl Sequence {
                 let mut say = None;
                 // Not durable: resuming runs the steps since the last checkpoint that landed.
                 if let (None, Some(why)) = (&self.state_error, lost) {
-                    say = Some(Message::error(why.clone()));
+                    say = Some(Message::StateLost {
+                        why: why.clone(),
+                        stops: false,
+                    });
                     if self.outcome == RunOutcome::Succeeded {
                         self.outcome = RunOutcome::Failed;
                     }
@@ -237,10 +246,10 @@ impl Sequence {
                 | RunEvent::Settled(_)
                 | RunEvent::Saved(_)),
             ) => {
-                let say = Message::internal(format!(
-                    "the run received {event:?} while {:?}; please report it",
-                    self.state
-                ));
+                let say = Message::Bug(crate::message::Bug::UnexpectedRunEvent {
+                    event: format!("{event:?}"),
+                    state: format!("{:?}", self.state),
+                });
                 self.outcome = RunOutcome::Failed;
                 self.state = State::Ended;
                 Reaction::said(say, RunAction::End(self.ending()))
@@ -428,9 +437,10 @@ mod tests {
         assert_eq!(stop.action, RunAction::Settle);
         assert_eq!(
             stop.say,
-            Some(Message::error(
-                "cannot write the checkpoint; no further step starts"
-            ))
+            Some(Message::StateLost {
+                why: "cannot write the checkpoint".into(),
+                stops: true,
+            })
         );
         // Said once: the later settle does not say it again.
         assert_eq!(run.on(RunEvent::Settled(None)).say, None);
@@ -459,7 +469,13 @@ mod tests {
             ],
         );
         let end = run.on(RunEvent::Saved(Some("no space left".into())));
-        assert_eq!(end.say, Some(Message::error("no space left")));
+        assert_eq!(
+            end.say,
+            Some(Message::StateLost {
+                why: "no space left".into(),
+                stops: false,
+            })
+        );
         assert!(matches!(
             end.action,
             RunAction::End(Ending {
@@ -478,7 +494,7 @@ mod tests {
             vec![READY, RunEvent::StepEnded(Outcome::Succeeded), READY],
         );
         let failed = run.on(RunEvent::EnvFailed("env file gone".into()));
-        assert_eq!(failed.say, Some(Message::step_error("env file gone")));
+        assert_eq!(failed.say, Some(Message::EnvFailed("env file gone".into())));
         let actions = drive(
             &mut run,
             vec![RunEvent::Settled(None), RunEvent::Saved(None)],
@@ -498,7 +514,7 @@ mod tests {
     fn an_event_out_of_turn_is_an_internal_error() {
         let mut run = Sequence::new(0, 2);
         let odd = run.on(RunEvent::StepEnded(Outcome::Succeeded));
-        assert!(matches!(odd.say, Some(Message::Text { .. })));
+        assert!(matches!(odd.say, Some(Message::Bug(_))));
         assert!(matches!(
             odd.action,
             RunAction::End(Ending {

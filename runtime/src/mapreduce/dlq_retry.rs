@@ -1,7 +1,7 @@
 //! `prodigy dlq retry`: the DLQ's items through the agent template again, and repairing a DLQ
 //! that missed an item's failure.
 
-use crate::message::Message;
+use crate::message::{DlqRetried, Message};
 use futures::stream::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -109,16 +109,17 @@ pub async fn retry_dead_letters(
             let halt = halt_rx.clone();
             async move {
                 let Some(index) = item_index(&id) else {
-                    runner.say(Message::info(format!(
-                        "{id}: not an item of this job; left in the queue"
-                    )));
+                    runner.say(Message::DlqRetry {
+                        item: id.clone(),
+                        how: DlqRetried::NotAnItem,
+                    });
                     return (id, 0, None);
                 };
                 let entry = match dlq_ref.get(&id) {
                     Ok(Some(entry)) => entry,
                     Ok(None) => return (id, index, None),
                     Err(e) => {
-                        runner.say(Message::error(e.to_string()));
+                        runner.say(Message::DlqUnreadable(e.to_string()));
                         return (id, index, None);
                     }
                 };
@@ -153,9 +154,10 @@ pub async fn retry_dead_letters(
                 summary.interrupted = true;
             } else {
                 summary.manual += 1;
-                runner.say(Message::info(format!(
-                    "{id}: marked for manual review; not retried"
-                )));
+                runner.say(Message::DlqRetry {
+                    item: id.clone(),
+                    how: DlqRetried::ManualReview,
+                });
             }
             continue;
         };
@@ -187,9 +189,10 @@ pub async fn retry_dead_letters(
                 runner.record(&crate::events::Event::DlqItemRemoved {
                     item_id: id.clone(),
                 });
-                runner.say(Message::info(format!(
-                    "{id}: succeeded; removed from the dead letter queue"
-                )));
+                runner.say(Message::DlqRetry {
+                    item: id.clone(),
+                    how: DlqRetried::Succeeded,
+                });
             }
             RunEnd::Failed | RunEnd::TimedOut => {
                 summary.retried += 1;
@@ -204,19 +207,22 @@ pub async fn retry_dead_letters(
                     failure_count: updated.failure_count,
                 });
                 let last = message.lines().last().unwrap_or("").to_owned();
-                runner.say(Message::info(format!(
-                    "{id}: failed again ({} failures): {last}",
-                    updated.failure_count
-                )));
+                runner.say(Message::DlqRetry {
+                    item: id.clone(),
+                    how: DlqRetried::FailedAgain {
+                        failures: updated.failure_count,
+                        last,
+                    },
+                });
             }
         }
     }
     // A stale index does no harm (the next load rebuilds it from the items): say so, go on.
     if let Err(e) = dlq.flush() {
-        runner.say(Message::warning(format!("cannot write the DLQ index: {e}")));
+        runner.say(Message::DlqIndexNotWritten(e.to_string()));
     }
     if let Err(why) = runner.end_map_phase().await {
-        runner.say(Message::error(why.clone()));
+        runner.say(Message::JobFailed(why.clone()));
         summary.unmerged = true;
     } else if files
         .load_checkpoint()

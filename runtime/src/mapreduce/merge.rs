@@ -161,10 +161,10 @@ pub(crate) async fn merge_back(
                 } else {
                     let dir = runner.opts.layout.job_dir(runner.session());
                     if let Err(why) = crate::merge_journal::note_kept(&dir, &worktree.path) {
-                        runner.say(Message::warning(format!(
-                            "{why}: if this process is killed, the end of the map phase may remove {} with its changes",
-                            worktree.path.display()
-                        )));
+                        runner.say(Message::KeptWorktreeNotNoted {
+                            path: worktree.path.clone(),
+                            why,
+                        });
                     }
                     runner.agent_worktrees.keep(worktree.path.clone());
                     runner.record(&crate::events::Event::AgentWorktreeKept {
@@ -172,10 +172,11 @@ pub(crate) async fn merge_back(
                         branch: worktree.branch.clone(),
                         uncommitted: left.clone(),
                     });
-                    runner.say(Message::warning(format!("{} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
-                        item_id(index),
-                        crate::progress::count(left.len(), "uncommitted change"),
-                        worktree.path.display())));
+                    runner.say(Message::AgentWorktreeKept {
+                        item: item_id(index),
+                        changes: left.len(),
+                        path: worktree.path.clone(),
+                    });
                 }
                 return;
             }
@@ -341,10 +342,9 @@ pub(crate) async fn merged_run(
         branch: intent.branch.clone(),
         merge_commit: commit.clone(),
     });
-    runner.say(Message::info(format!(
-        "{}: its work was merged before the job stopped; recorded as succeeded",
-        intent.item_id
-    )));
+    runner.say(Message::MergeRecovered {
+        item: intent.item_id.clone(),
+    });
     Some(AgentRun {
         end: RunEnd::Succeeded,
         output: intent.output.clone(),

@@ -155,7 +155,7 @@ fn job_write_failure(e: &crate::jobstore::JobStoreError) -> String {
 /// cannot be read at all is reported where it is used.
 pub(crate) fn say_if_rebuilt(runner: &Runner, dlq: &Dlq) {
     if let Ok(Some(rebuilt)) = dlq.repair() {
-        runner.say_for_run(Message::warning(rebuilt.to_string()));
+        runner.say_for_run(Message::DlqRebuilt(rebuilt));
     }
 }
 
@@ -384,7 +384,7 @@ impl<'a> MapJob<'a> {
             let items = match self.load_items(vars).await {
                 Ok(items) => items,
                 Err(why) => {
-                    self.say(Message::error(why.clone()));
+                    self.say(Message::JobFailed(why.clone()));
                     return JobOutcome::Failed {
                         phase: "map",
                         what: why,
@@ -406,7 +406,7 @@ impl<'a> MapJob<'a> {
         if self.cp.phase == Phase::Map {
             let ended = self.map(vars).await;
             if let Err(why) = self.runner.end_map_phase().await {
-                self.say(Message::error(why.clone()));
+                self.say(Message::JobFailed(why.clone()));
                 return JobOutcome::Failed {
                     phase: "map",
                     what: why,
@@ -426,7 +426,7 @@ impl<'a> MapJob<'a> {
                     return stopped_by_write("map", why);
                 }
                 Err(why) => {
-                    self.say(Message::error(why.clone()));
+                    self.say(Message::JobFailed(why.clone()));
                     return JobOutcome::Failed {
                         phase: "map",
                         what: why,

@@ -16,8 +16,6 @@ impl MapJob<'_> {
     /// them (a `mkdir out` in setup, and every item fails). The map input file is left out:
     /// prodigy reads it itself, so setup may well leave it uncommitted.
     pub(crate) async fn warn_setup_leftovers(&self, vars: &Vars) {
-        use crate::worktree::UncommittedKind;
-        const SHOWN: usize = 10;
         let (Some(session), Some(_)) = (self.runner.worktree(), &self.plan.setup) else {
             return;
         };
@@ -39,36 +37,10 @@ impl MapJob<'_> {
             .record(&crate::events::Event::SetupLeftUncommitted {
                 paths: paths.iter().map(|p| (*p).to_owned()).collect(),
             });
-        let mut names: Vec<String> = left
-            .iter()
-            .take(SHOWN)
-            .map(|u| match u.kind {
-                UncommittedKind::Changed => u.path.clone(),
-                UncommittedKind::Ignored => format!("{} (ignored)", u.path),
-                UncommittedKind::EmptyDir => format!("{} (empty)", u.path),
-            })
-            .collect();
-        if left.len() > SHOWN {
-            names.push(format!("and {} more", left.len() - SHOWN));
-        }
-        let mut advice = Vec::new();
-        if left.iter().any(|u| u.kind != UncommittedKind::EmptyDir) {
-            advice.push(
-                "commit them in setup (e.g. `git add -A && git commit -m setup`; ignored files need `git add -f`)"
-                    .to_owned(),
-            );
-        }
-        if let Some(dir) = left.iter().find(|u| u.kind == UncommittedKind::EmptyDir) {
-            advice.push(format!(
-                "git keeps no empty directory, so make those in the agent template (e.g. `mkdir -p {}`)",
-                dir.path.trim_end_matches('/')
-            ));
-        }
-        self.say(Message::warning(format!("setup left {} that no commit holds in {}: {}; map agents start from the session's commits and will not see them: {}",
-            crate::progress::count(left.len(), "path"),
-            session.path.display(),
-            names.join(", "),
-            advice.join("; "))));
+        self.say(Message::SetupLeftovers {
+            left,
+            worktree: session.path.clone(),
+        });
     }
 
     /// `setup`: its steps in order under the phase `timeout`, then `capture_outputs`.
@@ -114,7 +86,7 @@ impl MapJob<'_> {
                     "setup timed out after {}",
                     humantime::format_duration(setup.timeout.unwrap_or_default())
                 );
-                self.say(Message::error(what.clone()));
+                self.say(Message::JobFailed(what.clone()));
                 return Err(JobOutcome::Failed {
                     phase: "setup",
                     what,
@@ -150,7 +122,7 @@ impl MapJob<'_> {
                     vars.set(capture.name.clone(), value);
                 }
                 Err(why) => {
-                    self.say(Message::error(why.clone()));
+                    self.say(Message::JobFailed(why.clone()));
                     return Err(JobOutcome::Failed {
                         phase: "setup",
                         what: why,
@@ -177,11 +149,10 @@ impl MapJob<'_> {
         let outside = self.runner.opts.project.join(input.trim());
         if !path.exists() && self.runner.worktree().is_some() && outside.exists() {
             // An input the user has not committed is not in the session worktree.
-            self.say(Message::note(format!(
-                "`{}` is not in the run's worktree (it is not committed); reading it from {}",
-                input.trim(),
-                self.runner.opts.project.display()
-            )));
+            self.say(Message::InputFromProject {
+                input: input.trim().to_owned(),
+                project: self.runner.opts.project.clone(),
+            });
             path = outside;
         }
         // Anything at the path is the input file; only a regular file within the bound is
@@ -227,9 +198,10 @@ impl MapJob<'_> {
             if self.opts.strict {
                 return Err(format!("{what} (with --strict, a job needs items)"));
             }
-            self.say(Message::warning(format!(
-                "{what}; check the expression against the input with `prodigy items`"
-            )));
+            self.say(Message::NothingSelected {
+                json_path: json_path.value.clone(),
+                input: input.trim().to_owned(),
+            });
         }
         if let Some(distinct) = map
             .distinct
@@ -237,17 +209,15 @@ impl MapJob<'_> {
             .filter(|_| counts.distinct_missing > 1)
         {
             let field = distinct.value.trim();
-            self.say(Message::warning(format!(
-                "`distinct: {field}`: {} items have no `{}` and were kept as one",
-                counts.distinct_missing,
-                field.strip_prefix("item.").unwrap_or(field)
-            )));
+            self.say(Message::DistinctMissing {
+                field: field.to_owned(),
+                missing: counts.distinct_missing,
+            });
         }
-        self.say(Message::info(format!(
-            "map: {} ({})",
-            crate::progress::count(counts.kept, "item"),
-            crate::progress::stage_counts(&pipeline, &counts)
-        )));
+        self.say(Message::ItemsLoaded {
+            items: counts.kept,
+            stages: crate::progress::stage_counts(&pipeline, &counts),
+        });
         Ok(items)
     }
 }

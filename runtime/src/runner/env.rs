@@ -36,10 +36,10 @@ impl Runner {
             let path = self.opts.project.join(&name);
             let read = std::fs::read_to_string(&path);
             if let Err(e) = &read {
-                self.say(Message::warning(format!(
-                    "env file `{}` not loaded: {e}",
-                    path.display()
-                )));
+                self.say(Message::EnvFileNotLoaded {
+                    path: path.clone(),
+                    why: e.to_string(),
+                });
             }
             if let Ok(text) = read {
                 for line in text

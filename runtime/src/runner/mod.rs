@@ -497,8 +497,8 @@ impl Runner {
     fn configure(mut self, change: impl FnOnce(&mut RunState)) -> Self {
         match Arc::get_mut(&mut self.state) {
             Some(state) => change(state),
-            None => self.say(crate::message::Message::internal(
-                "a runner in use was reconfigured; please report it",
+            None => self.say(crate::message::Message::Bug(
+                crate::message::Bug::RunnerReconfigured,
             )),
         }
         self

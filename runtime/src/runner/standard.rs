@@ -2,7 +2,7 @@
 //! happened and does what it answers: start a step (its variables refreshed, the git
 //! context after it), write a checkpoint after every step, settle the state and end.
 
-use crate::message::{Message, Phase};
+use crate::message::{Bug, Message, Phase};
 use serde_json::json;
 
 use crate::lock;
@@ -186,9 +186,7 @@ impl Runner {
         git_base: Option<&str>,
     ) -> RunEvent {
         let Some(&id) = self.plan.commands.get(index) else {
-            self.say(Message::internal(format!(
-                "the run has no step #{index}; please report it"
-            )));
+            self.say(Message::Bug(Bug::NoSuchStep(index)));
             return RunEvent::StepEnded(Outcome::Failed);
         };
         if index > start
@@ -302,9 +300,7 @@ impl Runner {
             }
             // Noted by the writer itself.
             Ok((Err(_), _, _)) => {}
-            Err(e) => self.say(Message::internal(format!(
-                "the checkpoint writer stopped: {e}"
-            ))),
+            Err(e) => self.say(Message::Bug(Bug::CheckpointWriterStopped(e.to_string()))),
         }
     }
 }

@@ -28,7 +28,7 @@ impl Runner {
             "{what}`{}` requires a commit and made none (CommitValidationFailed)",
             step.label
         );
-        self.say(Message::step_error(why.clone()));
+        self.say(Message::CommitFailed(why.clone()));
         Err(why)
     }
 

@@ -130,10 +130,10 @@ impl Runner {
             if !checks.ignore_failure {
                 return Checks::Failed(format!("`step_validate` of `{}` failed", step.label));
             }
-            self.say(Message::step_warning(format!(
-                "`step_validate` of `{}` failed; ignored (`ignore_validation_failure`)",
-                step.label
-            )));
+            self.say(Message::StepValidateFailed {
+                label: step.label.clone(),
+                ignored: true,
+            });
         }
         if let Some(validate) = &step.validate {
             outcome = self.validate(step, validate, vars, outcome).await;
@@ -148,7 +148,7 @@ impl Runner {
                 step: step.label.clone(),
                 error: why.clone(),
             });
-            self.say(Message::step_error(why.clone()));
+            self.say(Message::CommitFailed(why.clone()));
             return Checks::Failed(why);
         }
         if step.commit_required
@@ -161,7 +161,7 @@ impl Runner {
 
     /// Says and records that `capture` failed: WHY.
     pub(crate) fn capture_failed(&self, step: &PlanStep, why: &str) {
-        self.say(Message::step_error(why.to_owned()));
+        self.say(Message::CaptureFailed(why.to_owned()));
         self.record(&crate::events::Event::CaptureFailed {
             step: step.label.clone(),
             error: why.to_owned(),

@@ -168,9 +168,7 @@ impl Runner {
                 GateAction::Wait { .. } => {}
                 GateAction::Halted => return cancelled(),
                 GateAction::Go | GateAction::Lifted => {
-                    self.say(Message::internal(
-                        "the Claude gate opened on a usage limit; please report it",
-                    ));
+                    self.say(Message::Bug(crate::message::Bug::GateOpenedOnLimit));
                     return out;
                 }
             }

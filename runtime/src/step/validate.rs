@@ -63,10 +63,10 @@ impl Runner {
                 }
             }
         }
-        self.say(Message::step_error(format!(
-            "`step_validate` of `{}` failed",
-            step.label
-        )));
+        self.say(Message::StepValidateFailed {
+            label: step.label.clone(),
+            ignored: false,
+        });
         false
     }
 
@@ -91,10 +91,10 @@ impl Runner {
             if let Some(schema) = &validate.expected_schema
                 && let Err(why) = matches_schema(schema, &result)
             {
-                self.say(Message::step_error(format!(
-                    "the validation result of `{}` does not fit `expected_schema`: {why}",
-                    step.label
-                )));
+                self.say(Message::ValidationInvalid {
+                    label: step.label.clone(),
+                    why: why.clone(),
+                });
                 result = json!({"completion_percentage": 0, "status": "invalid", "missing": [why]});
             }
             // The value as the validator wrote it, so `${validation.completion}` renders `100`.
@@ -120,29 +120,31 @@ impl Runner {
                 return outcome;
             }
             let Some(on_incomplete) = &validate.on_incomplete else {
-                self.say(Message::step_warning(format!(
-                    "validation of `{}` is incomplete ({completion}% < {}%)",
-                    step.label, validate.threshold
-                )));
+                self.say(Message::ValidationIncomplete {
+                    label: step.label.clone(),
+                    completion,
+                    threshold: validate.threshold,
+                });
                 return outcome;
             };
             if round == rounds {
                 if on_incomplete.fail_workflow {
-                    self.say(Message::step_error(format!(
-                        "validation of `{}` still incomplete after {} ({completion}%)",
-                        step.label,
-                        crate::progress::count(rounds, "attempt")
-                    )));
+                    self.say(Message::ValidationGaveUp {
+                        label: step.label.clone(),
+                        completion,
+                        fails_after: Some(rounds),
+                    });
                     return Outcome::Failed;
                 }
-                self.say(Message::step_warning(format!(
-                    "validation of `{}` still incomplete ({completion}%)",
-                    step.label
-                )));
+                self.say(Message::ValidationGaveUp {
+                    label: step.label.clone(),
+                    completion,
+                    fails_after: None,
+                });
                 return outcome;
             }
             if let Some(prompt) = &on_incomplete.prompt {
-                self.say(Message::step_info(self.preview(&prompt.parsed, vars)));
+                self.say(Message::PromptPreview(self.preview(&prompt.parsed, vars)));
             }
             let head_before = if on_incomplete.commit_required {
                 crate::git::head(&self.workdir()).await
