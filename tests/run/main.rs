@@ -32,6 +32,8 @@ struct Scenario {
     fail: &'static str,
     error: &'static str,
     dirs: &'static [&'static str],
+    /// `NAME=VALUE` of a secret the workflow reads from the environment, or empty.
+    secret: &'static str,
     exit: i32,
 }
 
@@ -41,6 +43,7 @@ const fn scenario(name: &'static str, fail: &'static str, exit: i32) -> Scenario
         fail,
         error: "failed",
         dirs: &[],
+        secret: "",
         exit,
     }
 }
@@ -111,6 +114,12 @@ const SEED_SCENARIOS: &[Scenario] = &[
     scenario("claude-usage-limit", "", 0),
     scenario("seed-002-merge-full-format", "", 0),
     scenario("seed-004-retry-config-fields", "curl:1", 0),
+    // Not a seed: notifications (`workflows/ok/notify.yml`); the run finishes, so the
+    // `finished` entry runs (curl, stubbed) with the secret masked in what it shows.
+    Scenario {
+        secret: "HOOK_TOKEN=hook-secret-value",
+        ..scenario("notify", "", 0)
+    },
 ];
 
 fn is_standard(text: &str) -> bool {
@@ -143,6 +152,9 @@ fn seed_standard_workflows_run_as_documented() {
                     extra.insert("stub-fail".to_owned(), s.fail.to_owned());
                     extra.insert("stub-error".to_owned(), s.error.to_owned());
                     extra.insert("dirs".to_owned(), s.dirs.join(" "));
+                    if !s.secret.is_empty() {
+                        extra.insert("secret-env".to_owned(), s.secret.to_owned());
+                    }
                     let file = root().join(format!("workflows/ok/{}.yml", s.name));
                     let (scratch, output) = run_file(&file, &extra);
                     (s, report(&scratch, &output), output)
