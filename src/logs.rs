@@ -36,6 +36,10 @@ pub(crate) struct LogsArgs {
     pub(crate) quiet: crate::Quiet,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub(crate) fn logs(args: &LogsArgs) -> u8 {
     let root = Layout::home().join("logs");
     let Some(id) = &args.id else {

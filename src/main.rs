@@ -293,6 +293,10 @@ struct ItemsArgs {
     quiet: Quiet,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 fn main() -> ExitCode {
     // `--color` also colours clap's own help and errors, so it is read before parsing.
     let choice = color_argument(std::env::args_os().skip(1));

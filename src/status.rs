@@ -87,6 +87,10 @@ pub(crate) fn status(args: &StatusArgs) -> u8 {
 }
 
 /// The picture for people.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub(crate) fn render(p: &Picture) -> String {
     let mut text = String::new();
     let s = &p.summary;

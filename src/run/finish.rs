@@ -12,6 +12,10 @@ use crate::{err, exit_code};
 /// The last lines of a job: the error metrics when items failed, then how it ended and
 /// what to do next: where the failures are (`dlq show`, the events), what is kept when the
 /// merge back failed (UNMERGED), where to fix a failed step (FIX).
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub(super) fn finish_job(
     report: &JobReport,
     signal: u8,

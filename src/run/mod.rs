@@ -70,6 +70,10 @@ fn unsupplied(
         .collect()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub(crate) fn run(args: &RunArgs) -> u8 {
     let (file, checked) = match crate::load_checked(&args.file) {
         Ok(x) => x,

@@ -89,6 +89,10 @@ fn layers(ids: &[String], edges: &[(usize, usize)]) -> Vec<usize> {
 }
 
 /// The SVG of GRAPH with the live state of PICTURE.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub(crate) fn svg(graph: &Value, picture: &Picture) -> String {
     let empty = Vec::new();
     let nodes = graph["nodes"].as_array().unwrap_or(&empty);
