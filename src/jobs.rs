@@ -553,10 +553,55 @@ fn dlq_stats(queue: &Dlq, job: &str, format: Format) -> u8 {
     exit_code::OK
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-)]
+/// `prodigy dlq retry --dry-run`: which items of QUEUE would run again, and with which
+/// workflow (the job's CHECKPOINT says it).
+fn retry_dry_run(queue: &Dlq, checkpoint: &prodigy_runtime::jobstore::JobCheckpoint) -> u8 {
+    let items = match queue_items(queue) {
+        Ok(items) => items,
+        Err(code) => return code,
+    };
+    let (eligible, manual): (Vec<_>, Vec<_>) = items.iter().partition(|i| i.reprocess_eligible);
+    let mut text = format!(
+        "dry run: {} would be retried with {}\n",
+        count(eligible.len(), "item"),
+        checkpoint.workflow_file.display()
+    );
+    for i in &eligible {
+        let _ = writeln!(text, "  {}  {}", i.item_id, i.item_data);
+    }
+    if !manual.is_empty() {
+        let _ = writeln!(
+            text,
+            "{} manual review and would be left alone",
+            match manual.len() {
+                1 => "1 item needs".to_owned(),
+                n => format!("{n} items need"),
+            }
+        );
+    }
+    out(&prodigy_runtime::progress::visible(&text));
+    exit_code::OK
+}
+
+/// The steps `prodigy dlq retry` runs for PLAN: the agents again, and the session's way
+/// back (the merge) when the job had completed in a SAVED worktree.
+fn retried_steps(
+    plan: &prodigy_compiler::plan::Plan,
+    checkpoint: &prodigy_runtime::jobstore::JobCheckpoint,
+    saved: bool,
+) -> Vec<prodigy_compiler::plan::StepId> {
+    let mut steps: Vec<_> = plan
+        .map
+        .as_ref()
+        .map(|m| m.steps.clone())
+        .unwrap_or_default();
+    if saved && checkpoint.status == prodigy_runtime::jobstore::Status::Completed {
+        steps.extend(crate::run::roots(plan, None, 0, true));
+    }
+    steps
+}
+
+/// `prodigy dlq retry`: runs the eligible items of QUEUE again with the job's workflow.
 fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let Some(state) = &located.state else {
         err(&format!(
@@ -574,34 +619,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         }
     };
     if args.dry_run {
-        let items = match queue.items() {
-            Ok(items) => items,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
-        };
-        let (eligible, manual): (Vec<_>, Vec<_>) = items.iter().partition(|i| i.reprocess_eligible);
-        let mut text = format!(
-            "dry run: {} would be retried with {}\n",
-            count(eligible.len(), "item"),
-            checkpoint.workflow_file.display()
-        );
-        for i in &eligible {
-            let _ = writeln!(text, "  {}  {}", i.item_id, i.item_data);
-        }
-        if !manual.is_empty() {
-            let _ = writeln!(
-                text,
-                "{} manual review and would be left alone",
-                match manual.len() {
-                    1 => "1 item needs".to_owned(),
-                    n => format!("{n} items need"),
-                }
-            );
-        }
-        out(&prodigy_runtime::progress::visible(&text));
-        return exit_code::OK;
+        return retry_dry_run(queue, &checkpoint);
     }
     let (file, plan) = match crate::run::compile(&checkpoint.workflow_file) {
         Ok(x) => x,
@@ -626,15 +644,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         yes: args.yes,
         resume: "resume-job",
     };
-    // The agents run again, and the session comes back when the job had completed.
-    let mut steps: Vec<_> = plan
-        .map
-        .as_ref()
-        .map(|m| m.steps.clone())
-        .unwrap_or_default();
-    if place.saved.is_some() && checkpoint.status == prodigy_runtime::jobstore::Status::Completed {
-        steps.extend(crate::run::roots(&plan, None, 0, true));
-    }
+    let steps = retried_steps(&plan, &checkpoint, place.saved.is_some());
     if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
         return code;
     }
@@ -783,6 +793,15 @@ impl Damaged {
         self.unreported.push(format!("{}:{line}", file.display()));
     }
 
+    /// How `prodigy events` ends: with problems when STRICT and a line was damaged.
+    fn exit_code(&self, strict: bool) -> u8 {
+        if strict && self.total > 0 {
+            exit_code::PROBLEMS
+        } else {
+            exit_code::OK
+        }
+    }
+
     /// Tells, on standard error, of the damaged lines found since the last report.
     fn report(&mut self) {
         let places = std::mem::take(&mut self.unreported);
@@ -868,10 +887,20 @@ pub(crate) enum EventsAction {
     },
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-)]
+/// The directory of JOB's events under HOME, in whichever repository's it is.
+fn events_dir(home: &Path, job: &str) -> Option<PathBuf> {
+    std::fs::read_dir(home.join("events"))
+        .ok()
+        .filter(|_| prodigy_runtime::store::is_id(job))
+        .and_then(|repos| {
+            repos
+                .filter_map(Result::ok)
+                .map(|repo| repo.path().join(job))
+                .find(|p| p.is_dir())
+        })
+}
+
+/// `prodigy events`: prints JOB's events, and with `--follow` the ones still to come.
 pub(crate) fn events(args: &EventsArgs) -> u8 {
     let (job, follow, show) = match &args.action {
         Some(EventsAction::Ls { job_id, show }) => (job_id.as_str(), false, show),
@@ -887,16 +916,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         }
     };
     let home = Layout::home();
-    let dir = std::fs::read_dir(home.join("events"))
-        .ok()
-        .filter(|_| prodigy_runtime::store::is_id(job))
-        .and_then(|repos| {
-            repos
-                .filter_map(Result::ok)
-                .map(|repo| repo.path().join(job))
-                .find(|p| p.is_dir())
-        });
-    let Some(dir) = dir else {
+    let Some(dir) = events_dir(&home, job) else {
         err(&format!(
             "error: no events for `{job}` under {}\n",
             home.join("events").display()
@@ -964,11 +984,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         }
         damaged.report();
         if !follow || finished {
-            return if show.strict && damaged.total > 0 {
-                exit_code::PROBLEMS
-            } else {
-                exit_code::OK
-            };
+            return damaged.exit_code(show.strict);
         }
         // A job killed outright never writes `job_finished`: once nothing new comes and no
         // process runs it, there is nothing more to follow.
@@ -980,11 +996,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                     "`{job}` is not running and its log ends without finishing; {hint}\n"
                 ));
             }
-            return if show.strict && damaged.total > 0 {
-                exit_code::PROBLEMS
-            } else {
-                exit_code::OK
-            };
+            return damaged.exit_code(show.strict);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
