@@ -124,7 +124,7 @@ pub(super) fn finish_job(
     code
 }
 
-/// What a job's last lines say of its DLQ_COUNT dead-lettered items; none when there are none.
+/// What a job's last lines say of the items in its dead letter queue; none when it is empty.
 fn queued_line(dlq_count: u64) -> Option<String> {
     match dlq_count {
         0 => None,
