@@ -403,6 +403,10 @@ fn diff(name: &str, before: &str, after: &str) -> String {
         .to_string()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub(crate) fn check(args: &CheckArgs) -> u8 {
     let color = crate::color(std::io::stdout().is_terminal());
     if let Err(code) = crate::run::parse_params(&args.params) {

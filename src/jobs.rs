@@ -308,6 +308,8 @@ fn to_json(value: &impl serde::Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
 }
 
+/// `prodigy dlq`: finds the job's dead letter queue, repairs its index if it must, and runs
+/// the subcommand on it.
 pub(crate) fn dlq(command: &DlqCommand) -> u8 {
     let job = match command {
         DlqCommand::List { job, .. }
@@ -323,213 +325,283 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
     if let Ok(Some(rebuilt)) = queue.repair() {
         err(&format!("warning: {rebuilt}\n"));
     }
-    let items = || {
-        queue.items().map_err(|e| {
-            err(&format!("error: {e}\n"));
-            exit_code::USAGE
-        })
-    };
     match command {
-        DlqCommand::List { format, .. } => {
-            let items = match items() {
-                Ok(items) => items,
-                Err(code) => return code,
-            };
-            if *format == Format::Json {
-                let rows: Vec<Value> = items
-                    .iter()
-                    .map(|i| {
-                        serde_json::json!({
-                            "item_id": i.item_id,
-                            "failure_count": i.failure_count,
-                            "error_type": i.failure_history.last().map(|f| f.error_type.name()),
-                            "claude_error_kind": i.failure_history.last().and_then(|f| match &f.error_type {
-                                prodigy_runtime::dlq::ErrorType::ClaudeFailed { kind } => Some(kind.name()),
-                                _ => None,
-                            }),
-                            "log": i.failure_history.last().and_then(|f| f.json_log_location.clone()),
-                            "last_attempt": i.last_attempt,
-                            "reprocess_eligible": i.reprocess_eligible,
-                            "error_signature": i.error_signature,
-                        })
-                    })
-                    .collect();
-                out(&to_json(&rows));
-                return exit_code::OK;
-            }
-            if items.is_empty() {
-                out(&format!("the dead letter queue of {job} is empty\n"));
-                return exit_code::OK;
-            }
-            let rows: Vec<[String; 7]> = items
-                .iter()
-                .map(|i| {
-                    let last = i.failure_history.last();
-                    [
-                        i.item_id.clone(),
-                        item_shown(&i.item_data),
-                        i.failure_count.to_string(),
-                        last.map_or_else(|| "Unknown".to_owned(), |f| error_shown(&f.error_type)),
-                        i.last_attempt.clone(),
-                        if i.reprocess_eligible {
-                            "yes"
-                        } else {
-                            "manual review"
-                        }
-                        .to_owned(),
-                        last.and_then(|f| f.json_log_location.clone())
-                            .unwrap_or_else(|| "-".to_owned()),
-                    ]
-                })
-                .collect();
-            let mut text = crate::output::table(
-                &[
-                    "ITEM",
-                    "WHAT",
-                    "FAILURES",
-                    "ERROR",
-                    "LAST ATTEMPT",
-                    "RETRY",
-                    "CLAUDE LOG",
-                ],
-                &rows,
-            );
-            let _ = writeln!(text, "{}", count(items.len(), "item"));
-            out(&prodigy_runtime::progress::visible(&text));
-            exit_code::OK
-        }
-        DlqCommand::Show { item, format, .. } => {
-            let shown: Vec<DeadLetteredItem> = match item {
-                Some(id) => match queue.get(id) {
-                    Ok(Some(item)) => vec![item],
-                    Ok(None) => {
-                        err(&format!(
-                            "error: `{id}` is not in the dead letter queue of {job}\n"
-                        ));
-                        return exit_code::USAGE;
-                    }
-                    Err(e) => {
-                        err(&format!("error: {e}\n"));
-                        return exit_code::USAGE;
-                    }
-                },
-                None => match items() {
-                    Ok(items) => items,
-                    Err(code) => return code,
-                },
-            };
-            if *format == Format::Json {
-                if item.is_some()
-                    && let Some(one) = shown.first()
-                {
-                    out(&to_json(one));
-                } else {
-                    out(&to_json(&shown));
-                }
-                return exit_code::OK;
-            }
-            let mut text = String::new();
-            for i in &shown {
-                let _ = writeln!(
-                    text,
-                    "{}: {}, first {}, last {}{}",
-                    i.item_id,
-                    count(i.failure_count, "failure"),
-                    i.first_attempt,
-                    i.last_attempt,
-                    if i.manual_review_required {
-                        " (manual review)"
-                    } else {
-                        ""
-                    }
-                );
-                let _ = writeln!(text, "  item: {}", i.item_data);
-                let _ = writeln!(text, "  signature: {}", i.error_signature);
-                for f in &i.failure_history {
-                    show_attempt(&mut text, f);
-                }
-                if let Some(w) = &i.worktree_artifacts {
-                    let _ = writeln!(
-                        text,
-                        "  worktree: {} (branch {})",
-                        w.worktree_path.display(),
-                        w.branch_name
-                    );
-                }
-            }
-            if shown.is_empty() {
-                text = format!("the dead letter queue of {job} is empty\n");
-            }
-            out(&prodigy_runtime::progress::visible(&text));
-            exit_code::OK
-        }
-        DlqCommand::Clear { yes, dry_run, .. } => {
-            // The running job keeps the index in memory: clear only what it does not own.
-            // Listing what would go takes nothing from it.
-            let _lock = match located.state.as_ref().filter(|_| !*dry_run).map(|dir| {
-                prodigy_runtime::store::SessionLock::acquire_in(dir, &format!("job `{job}`"))
-            }) {
-                Some(Err(e)) => {
-                    err(&format!(
-                        "error: {e}; clear its queue once it has finished\n"
-                    ));
-                    return exit_code::USAGE;
-                }
-                Some(Ok(lock)) => Some(lock),
-                None => None,
-            };
-            clear(&queue, job, *yes, *dry_run)
-        }
-        DlqCommand::Stats { format, .. } => {
-            let items = match items() {
-                Ok(items) => items,
-                Err(code) => return code,
-            };
-            let mut by_type = std::collections::BTreeMap::<&str, u64>::new();
-            let mut by_signature = std::collections::BTreeMap::<&str, u64>::new();
-            for i in &items {
-                let kind = i
-                    .failure_history
-                    .last()
-                    .map_or("Unknown", |f| f.error_type.name());
-                *by_type.entry(kind).or_default() += 1;
-                *by_signature.entry(i.error_signature.as_str()).or_default() += 1;
-            }
-            let eligible = items.iter().filter(|i| i.reprocess_eligible).count();
-            if *format == Format::Json {
-                out(&to_json(&serde_json::json!({
-                    "job_id": job,
-                    "items": items.len(),
-                    "reprocess_eligible": eligible,
-                    "manual_review": items.len() - eligible,
-                    "by_error_type": by_type,
-                    "by_signature": by_signature,
-                })));
-                return exit_code::OK;
-            }
-            let mut text = format!(
-                "{} ({eligible} can be retried, {} manual review)\n",
-                count(items.len(), "item"),
-                match items.len() - eligible {
-                    1 => "1 needs".to_owned(),
-                    n => format!("{n} need"),
-                }
-            );
-            text.push_str("by error type:\n");
-            for (kind, n) in &by_type {
-                let _ = writeln!(text, "  {n:>6}  {kind}");
-            }
-            text.push_str("by signature:\n");
-            for (signature, n) in &by_signature {
-                let _ = writeln!(text, "  {n:>6}  {signature}");
-            }
-            out(&prodigy_runtime::progress::visible(&text));
-            exit_code::OK
-        }
+        DlqCommand::List { format, .. } => dlq_list(&queue, job, *format),
+        DlqCommand::Show { item, format, .. } => dlq_show(&queue, job, item.as_deref(), *format),
+        DlqCommand::Clear { yes, dry_run, .. } => dlq_clear(&located, &queue, job, *yes, *dry_run),
+        DlqCommand::Stats { format, .. } => dlq_stats(&queue, job, *format),
         DlqCommand::Retry(args) => retry(args, &located, &queue),
     }
 }
 
+/// The items of QUEUE, or the exit code after saying why they cannot be read.
+fn queue_items(queue: &Dlq) -> Result<Vec<DeadLetteredItem>, u8> {
+    queue.items().map_err(|e| {
+        err(&format!("error: {e}\n"));
+        exit_code::USAGE
+    })
+}
+
+/// `prodigy dlq list`: one row (or JSON object) per item of JOB's queue.
+fn dlq_list(queue: &Dlq, job: &str, format: Format) -> u8 {
+    let items = match queue_items(queue) {
+        Ok(items) => items,
+        Err(code) => return code,
+    };
+    if format == Format::Json {
+        let rows: Vec<Value> = items.iter().map(list_row_json).collect();
+        out(&to_json(&rows));
+        return exit_code::OK;
+    }
+    if items.is_empty() {
+        out(&format!("the dead letter queue of {job} is empty\n"));
+        return exit_code::OK;
+    }
+    let rows: Vec<[String; 7]> = items.iter().map(list_row).collect();
+    let mut text = crate::output::table(
+        &[
+            "ITEM",
+            "WHAT",
+            "FAILURES",
+            "ERROR",
+            "LAST ATTEMPT",
+            "RETRY",
+            "CLAUDE LOG",
+        ],
+        &rows,
+    );
+    let _ = writeln!(text, "{}", count(items.len(), "item"));
+    out(&prodigy_runtime::progress::visible(&text));
+    exit_code::OK
+}
+
+/// An item's object in `prodigy dlq list --format json`.
+fn list_row_json(i: &DeadLetteredItem) -> Value {
+    serde_json::json!({
+        "item_id": i.item_id,
+        "failure_count": i.failure_count,
+        "error_type": i.failure_history.last().map(|f| f.error_type.name()),
+        "claude_error_kind": i.failure_history.last().and_then(|f| match &f.error_type {
+            prodigy_runtime::dlq::ErrorType::ClaudeFailed { kind } => Some(kind.name()),
+            _ => None,
+        }),
+        "log": i.failure_history.last().and_then(|f| f.json_log_location.clone()),
+        "last_attempt": i.last_attempt,
+        "reprocess_eligible": i.reprocess_eligible,
+        "error_signature": i.error_signature,
+    })
+}
+
+/// An item's row in the table of `prodigy dlq list`.
+fn list_row(i: &DeadLetteredItem) -> [String; 7] {
+    let last = i.failure_history.last();
+    [
+        i.item_id.clone(),
+        item_shown(&i.item_data),
+        i.failure_count.to_string(),
+        last.map_or_else(|| "Unknown".to_owned(), |f| error_shown(&f.error_type)),
+        i.last_attempt.clone(),
+        if i.reprocess_eligible {
+            "yes"
+        } else {
+            "manual review"
+        }
+        .to_owned(),
+        last.and_then(|f| f.json_log_location.clone())
+            .unwrap_or_else(|| "-".to_owned()),
+    ]
+}
+
+/// `prodigy dlq show`: ITEM of JOB's queue (or all of them) with each failed attempt.
+fn dlq_show(queue: &Dlq, job: &str, item: Option<&str>, format: Format) -> u8 {
+    let shown: Vec<DeadLetteredItem> = match item {
+        Some(id) => match queue.get(id) {
+            Ok(Some(item)) => vec![item],
+            Ok(None) => {
+                err(&format!(
+                    "error: `{id}` is not in the dead letter queue of {job}\n"
+                ));
+                return exit_code::USAGE;
+            }
+            Err(e) => {
+                err(&format!("error: {e}\n"));
+                return exit_code::USAGE;
+            }
+        },
+        None => match queue_items(queue) {
+            Ok(items) => items,
+            Err(code) => return code,
+        },
+    };
+    if format == Format::Json {
+        if item.is_some()
+            && let Some(one) = shown.first()
+        {
+            out(&to_json(one));
+        } else {
+            out(&to_json(&shown));
+        }
+        return exit_code::OK;
+    }
+    let mut text = String::new();
+    for i in &shown {
+        show_item(&mut text, i);
+    }
+    if shown.is_empty() {
+        text = format!("the dead letter queue of {job} is empty\n");
+    }
+    out(&prodigy_runtime::progress::visible(&text));
+    exit_code::OK
+}
+
+/// Adds item I to the TEXT of `prodigy dlq show`: its counts, data, signature, attempts
+/// and worktree.
+fn show_item(text: &mut String, i: &DeadLetteredItem) {
+    let _ = writeln!(
+        text,
+        "{}: {}, first {}, last {}{}",
+        i.item_id,
+        count(i.failure_count, "failure"),
+        i.first_attempt,
+        i.last_attempt,
+        if i.manual_review_required {
+            " (manual review)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(text, "  item: {}", i.item_data);
+    let _ = writeln!(text, "  signature: {}", i.error_signature);
+    for f in &i.failure_history {
+        show_attempt(text, f);
+    }
+    if let Some(w) = &i.worktree_artifacts {
+        let _ = writeln!(
+            text,
+            "  worktree: {} (branch {})",
+            w.worktree_path.display(),
+            w.branch_name
+        );
+    }
+}
+
+/// `prodigy dlq clear`: empties JOB's queue, unless the job runs (it owns the index then).
+fn dlq_clear(located: &Located, queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
+    // The running job keeps the index in memory: clear only what it does not own.
+    // Listing what would go takes nothing from it.
+    let _lock =
+        match located.state.as_ref().filter(|_| !dry_run).map(|dir| {
+            prodigy_runtime::store::SessionLock::acquire_in(dir, &format!("job `{job}`"))
+        }) {
+            Some(Err(e)) => {
+                err(&format!(
+                    "error: {e}; clear its queue once it has finished\n"
+                ));
+                return exit_code::USAGE;
+            }
+            Some(Ok(lock)) => Some(lock),
+            None => None,
+        };
+    clear(queue, job, yes, dry_run)
+}
+
+/// `prodigy dlq stats`: how many items JOB's queue holds, by error type and signature.
+fn dlq_stats(queue: &Dlq, job: &str, format: Format) -> u8 {
+    let items = match queue_items(queue) {
+        Ok(items) => items,
+        Err(code) => return code,
+    };
+    let mut by_type = std::collections::BTreeMap::<&str, u64>::new();
+    let mut by_signature = std::collections::BTreeMap::<&str, u64>::new();
+    for i in &items {
+        let kind = i
+            .failure_history
+            .last()
+            .map_or("Unknown", |f| f.error_type.name());
+        *by_type.entry(kind).or_default() += 1;
+        *by_signature.entry(i.error_signature.as_str()).or_default() += 1;
+    }
+    let eligible = items.iter().filter(|i| i.reprocess_eligible).count();
+    if format == Format::Json {
+        out(&to_json(&serde_json::json!({
+            "job_id": job,
+            "items": items.len(),
+            "reprocess_eligible": eligible,
+            "manual_review": items.len() - eligible,
+            "by_error_type": by_type,
+            "by_signature": by_signature,
+        })));
+        return exit_code::OK;
+    }
+    let mut text = format!(
+        "{} ({eligible} can be retried, {} manual review)\n",
+        count(items.len(), "item"),
+        match items.len() - eligible {
+            1 => "1 needs".to_owned(),
+            n => format!("{n} need"),
+        }
+    );
+    text.push_str("by error type:\n");
+    for (kind, n) in &by_type {
+        let _ = writeln!(text, "  {n:>6}  {kind}");
+    }
+    text.push_str("by signature:\n");
+    for (signature, n) in &by_signature {
+        let _ = writeln!(text, "  {n:>6}  {signature}");
+    }
+    out(&prodigy_runtime::progress::visible(&text));
+    exit_code::OK
+}
+
+/// `prodigy dlq retry --dry-run`: which items of QUEUE would run again, and with which
+/// workflow (the job's CHECKPOINT says it).
+fn retry_dry_run(queue: &Dlq, checkpoint: &prodigy_runtime::jobstore::JobCheckpoint) -> u8 {
+    let items = match queue_items(queue) {
+        Ok(items) => items,
+        Err(code) => return code,
+    };
+    let (eligible, manual): (Vec<_>, Vec<_>) = items.iter().partition(|i| i.reprocess_eligible);
+    let mut text = format!(
+        "dry run: {} would be retried with {}\n",
+        count(eligible.len(), "item"),
+        checkpoint.workflow_file.display()
+    );
+    for i in &eligible {
+        let _ = writeln!(text, "  {}  {}", i.item_id, i.item_data);
+    }
+    if !manual.is_empty() {
+        let _ = writeln!(
+            text,
+            "{} manual review and would be left alone",
+            match manual.len() {
+                1 => "1 item needs".to_owned(),
+                n => format!("{n} items need"),
+            }
+        );
+    }
+    out(&prodigy_runtime::progress::visible(&text));
+    exit_code::OK
+}
+
+/// The steps `prodigy dlq retry` runs for PLAN: the agents again, and the session's way
+/// back (the merge) when the job had completed in a SAVED worktree.
+fn retried_steps(
+    plan: &prodigy_compiler::plan::Plan,
+    checkpoint: &prodigy_runtime::jobstore::JobCheckpoint,
+    saved: bool,
+) -> Vec<prodigy_compiler::plan::StepId> {
+    let mut steps: Vec<_> = plan
+        .map
+        .as_ref()
+        .map(|m| m.steps.clone())
+        .unwrap_or_default();
+    if saved && checkpoint.status == prodigy_runtime::jobstore::Status::Completed {
+        steps.extend(crate::run::roots(plan, None, 0, true));
+    }
+    steps
+}
+
+/// `prodigy dlq retry`: runs the eligible items of QUEUE again with the job's workflow.
 fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let Some(state) = &located.state else {
         err(&format!(
@@ -547,34 +619,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         }
     };
     if args.dry_run {
-        let items = match queue.items() {
-            Ok(items) => items,
-            Err(e) => {
-                err(&format!("error: {e}\n"));
-                return exit_code::USAGE;
-            }
-        };
-        let (eligible, manual): (Vec<_>, Vec<_>) = items.iter().partition(|i| i.reprocess_eligible);
-        let mut text = format!(
-            "dry run: {} would be retried with {}\n",
-            count(eligible.len(), "item"),
-            checkpoint.workflow_file.display()
-        );
-        for i in &eligible {
-            let _ = writeln!(text, "  {}  {}", i.item_id, i.item_data);
-        }
-        if !manual.is_empty() {
-            let _ = writeln!(
-                text,
-                "{} manual review and would be left alone",
-                match manual.len() {
-                    1 => "1 item needs".to_owned(),
-                    n => format!("{n} items need"),
-                }
-            );
-        }
-        out(&prodigy_runtime::progress::visible(&text));
-        return exit_code::OK;
+        return retry_dry_run(queue, &checkpoint);
     }
     let (file, plan) = match crate::run::compile(&checkpoint.workflow_file) {
         Ok(x) => x,
@@ -599,15 +644,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         yes: args.yes,
         resume: "resume-job",
     };
-    // The agents run again, and the session comes back when the job had completed.
-    let mut steps: Vec<_> = plan
-        .map
-        .as_ref()
-        .map(|m| m.steps.clone())
-        .unwrap_or_default();
-    if place.saved.is_some() && checkpoint.status == prodigy_runtime::jobstore::Status::Completed {
-        steps.extend(crate::run::roots(&plan, None, 0, true));
-    }
+    let steps = retried_steps(&plan, &checkpoint, place.saved.is_some());
     if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
         return code;
     }
@@ -756,6 +793,15 @@ impl Damaged {
         self.unreported.push(format!("{}:{line}", file.display()));
     }
 
+    /// How `prodigy events` ends: with problems when STRICT and a line was damaged.
+    fn exit_code(&self, strict: bool) -> u8 {
+        if strict && self.total > 0 {
+            exit_code::PROBLEMS
+        } else {
+            exit_code::OK
+        }
+    }
+
     /// Tells, on standard error, of the damaged lines found since the last report.
     fn report(&mut self) {
         let places = std::mem::take(&mut self.unreported);
@@ -841,6 +887,20 @@ pub(crate) enum EventsAction {
     },
 }
 
+/// The directory of JOB's events under HOME, in whichever repository's it is.
+fn events_dir(home: &Path, job: &str) -> Option<PathBuf> {
+    std::fs::read_dir(home.join("events"))
+        .ok()
+        .filter(|_| prodigy_runtime::store::is_id(job))
+        .and_then(|repos| {
+            repos
+                .filter_map(Result::ok)
+                .map(|repo| repo.path().join(job))
+                .find(|p| p.is_dir())
+        })
+}
+
+/// `prodigy events`: prints JOB's events, and with `--follow` the ones still to come.
 pub(crate) fn events(args: &EventsArgs) -> u8 {
     let (job, follow, show) = match &args.action {
         Some(EventsAction::Ls { job_id, show }) => (job_id.as_str(), false, show),
@@ -856,16 +916,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         }
     };
     let home = Layout::home();
-    let dir = std::fs::read_dir(home.join("events"))
-        .ok()
-        .filter(|_| prodigy_runtime::store::is_id(job))
-        .and_then(|repos| {
-            repos
-                .filter_map(Result::ok)
-                .map(|repo| repo.path().join(job))
-                .find(|p| p.is_dir())
-        });
-    let Some(dir) = dir else {
+    let Some(dir) = events_dir(&home, job) else {
         err(&format!(
             "error: no events for `{job}` under {}\n",
             home.join("events").display()
@@ -933,11 +984,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         }
         damaged.report();
         if !follow || finished {
-            return if show.strict && damaged.total > 0 {
-                exit_code::PROBLEMS
-            } else {
-                exit_code::OK
-            };
+            return damaged.exit_code(show.strict);
         }
         // A job killed outright never writes `job_finished`: once nothing new comes and no
         // process runs it, there is nothing more to follow.
@@ -949,11 +996,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                     "`{job}` is not running and its log ends without finishing; {hint}\n"
                 ));
             }
-            return if show.strict && damaged.total > 0 {
-                exit_code::PROBLEMS
-            } else {
-                exit_code::OK
-            };
+            return damaged.exit_code(show.strict);
         }
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -36,6 +36,7 @@ pub(crate) struct LogsArgs {
     pub(crate) quiet: crate::Quiet,
 }
 
+/// `prodigy logs`: the runs with logs, a run's steps and logs, or one step's output.
 pub(crate) fn logs(args: &LogsArgs) -> u8 {
     let root = Layout::home().join("logs");
     let Some(id) = &args.id else {
@@ -92,69 +93,71 @@ pub(crate) fn logs(args: &LogsArgs) -> u8 {
         return exit_code::USAGE;
     }
     for file in &files {
-        let name = file
-            .strip_prefix(&dir)
-            .unwrap_or(file)
-            .display()
-            .to_string();
-        // Line by line: the whole output of a command may be far larger than memory.
-        let lines = std::fs::File::open(file)
-            .map(std::io::BufReader::new)
-            .into_iter()
-            .flat_map(std::io::BufRead::lines)
-            .map_while(Result::ok);
-        let mut text = String::new();
-        if args.raw {
-            for line in lines {
-                text.push_str(&line);
-                text.push('\n');
-                if text.len() > 1 << 20 {
-                    out(&std::mem::take(&mut text));
-                }
-            }
-            out(&text);
-            continue;
-        }
-        if is_claude_log(file) {
-            let mut stream = Stream::default();
-            let mut notes = Vec::new();
-            for line in lines {
-                notes.extend(stream.feed(&line));
-            }
-            let summary = summary(&stream);
-            if args.show {
-                let _ = writeln!(text, "== {name}");
-                for note in &notes {
-                    for line in note.line().lines() {
-                        let _ = writeln!(text, "  │ {line}");
-                    }
-                }
-                let _ = writeln!(text, "  {summary}");
-            } else {
-                let _ = writeln!(text, "{name}  {summary}  {}", file.display());
-            }
-        } else if args.show {
-            let _ = writeln!(text, "== {name}");
-            for line in lines {
-                text.push_str(&line);
-                text.push('\n');
-                if text.len() > 1 << 20 {
-                    out(&prodigy_runtime::progress::visible(&std::mem::take(
-                        &mut text,
-                    )));
-                }
-            }
-        } else {
-            let size = std::fs::metadata(file).map_or(0, |m| m.len());
-            let _ = writeln!(
-                text,
-                "{name}  command output, {size} bytes  {}",
-                file.display()
-            );
-        }
-        out(&prodigy_runtime::progress::visible(&text));
+        print_log(args, &dir, file);
     }
     exit_code::OK
+}
+
+/// Prints the log FILE of the run's DIR as ARGS ask: as stored (`--raw`), whole
+/// (`--show`), or one line saying what it is.
+fn print_log(args: &LogsArgs, dir: &Path, file: &Path) {
+    let name = file.strip_prefix(dir).unwrap_or(file).display().to_string();
+    // Line by line: the whole output of a command may be far larger than memory.
+    let lines = std::fs::File::open(file)
+        .map(std::io::BufReader::new)
+        .into_iter()
+        .flat_map(std::io::BufRead::lines)
+        .map_while(Result::ok);
+    let mut text = String::new();
+    if args.raw {
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+            if text.len() > 1 << 20 {
+                out(&std::mem::take(&mut text));
+            }
+        }
+        out(&text);
+        return;
+    }
+    if is_claude_log(file) {
+        let mut stream = Stream::default();
+        let mut notes = Vec::new();
+        for line in lines {
+            notes.extend(stream.feed(&line));
+        }
+        let summary = summary(&stream);
+        if args.show {
+            let _ = writeln!(text, "== {name}");
+            for note in &notes {
+                for line in note.line().lines() {
+                    let _ = writeln!(text, "  │ {line}");
+                }
+            }
+            let _ = writeln!(text, "  {summary}");
+        } else {
+            let _ = writeln!(text, "{name}  {summary}  {}", file.display());
+        }
+    } else if args.show {
+        let _ = writeln!(text, "== {name}");
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+            if text.len() > 1 << 20 {
+                out(&prodigy_runtime::progress::visible(&std::mem::take(
+                    &mut text,
+                )));
+            }
+        }
+    } else {
+        let size = std::fs::metadata(file).map_or(0, |m| m.len());
+        let _ = writeln!(
+            text,
+            "{name}  command output, {size} bytes  {}",
+            file.display()
+        );
+    }
+    out(&prodigy_runtime::progress::visible(&text));
 }
 
 /// How a call ended, in a few words: `ok, 3 turns, $0.0123` or `failed (overloaded): …`.

@@ -294,6 +294,13 @@ struct ItemsArgs {
 }
 
 fn main() -> ExitCode {
+    let cli = parse_cli();
+    COLOR.store(cli.color as u8, Ordering::Relaxed);
+    ExitCode::from(dispatch(cli.command))
+}
+
+/// The command line, parsed; clap's own help and errors are coloured as `--color` says.
+fn parse_cli() -> Cli {
     // `--color` also colours clap's own help and errors, so it is read before parsing.
     let choice = color_argument(std::env::args_os().skip(1));
     let mut command = cli_command();
@@ -304,12 +311,15 @@ fn main() -> ExitCode {
             Color::Auto => clap::ColorChoice::Auto,
         });
     }
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+    match Cli::from_arg_matches(&command.get_matches()) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
-    };
-    COLOR.store(cli.color as u8, Ordering::Relaxed);
-    let code = match cli.command {
+    }
+}
+
+/// Runs COMMAND, with the verbosity its arguments ask for: the process's exit code.
+fn dispatch(command: Command) -> u8 {
+    match command {
         Command::Check(args) => check::check(&args),
         Command::Graph(args) => {
             set_verbosity(0, args.quiet.quiet);
@@ -379,42 +389,53 @@ fn main() -> ExitCode {
             set_verbosity(0, quiet.quiet);
             worktrees::worktree(&command)
         }
-        Command::Schema { markdown: true } => {
-            out(&prodigy_compiler::schema::markdown());
-            exit_code::OK
-        }
-        Command::Schema { markdown: false } => {
-            let schema = prodigy_compiler::schema::schema();
-            out(&format!(
-                "{}\n",
-                serde_json::to_string_pretty(&schema).unwrap_or_default()
-            ));
-            exit_code::OK
-        }
+        Command::Schema { markdown } => schema(markdown),
         Command::Explain { code } => explain(code.as_deref()),
-        Command::Completions { shell } => {
-            let mut text = Vec::new();
-            clap_complete::generate(shell, &mut cli_command(), "prodigy", &mut text);
-            let text = String::from_utf8_lossy(&text);
-            if shell == clap_complete::Shell::Bash {
-                out(&bash_completion(&text, &bash_words(&cli_command())));
-            } else {
-                out(&text);
-            }
+        Command::Completions { shell } => completions(shell),
+        Command::Man => man(),
+    }
+}
+
+/// `prodigy schema`: the JSON Schema of the workflow format, or with `--markdown` its
+/// reference page.
+fn schema(markdown: bool) -> u8 {
+    if markdown {
+        out(&prodigy_compiler::schema::markdown());
+        return exit_code::OK;
+    }
+    let schema = prodigy_compiler::schema::schema();
+    out(&format!(
+        "{}\n",
+        serde_json::to_string_pretty(&schema).unwrap_or_default()
+    ));
+    exit_code::OK
+}
+
+/// `prodigy completions`: the completion script for SHELL.
+fn completions(shell: clap_complete::Shell) -> u8 {
+    let mut text = Vec::new();
+    clap_complete::generate(shell, &mut cli_command(), "prodigy", &mut text);
+    let text = String::from_utf8_lossy(&text);
+    if shell == clap_complete::Shell::Bash {
+        out(&bash_completion(&text, &bash_words(&cli_command())));
+    } else {
+        out(&text);
+    }
+    exit_code::OK
+}
+
+/// `prodigy man`: the manual page.
+fn man() -> u8 {
+    match man_page() {
+        Ok(text) => {
+            out(&text);
             exit_code::OK
         }
-        Command::Man => match man_page() {
-            Ok(text) => {
-                out(&text);
-                exit_code::OK
-            }
-            Err(e) => {
-                err(&format!("error: cannot render the manual page: {e}\n"));
-                exit_code::USAGE
-            }
-        },
-    };
-    ExitCode::from(code)
+        Err(e) => {
+            err(&format!("error: cannot render the manual page: {e}\n"));
+            exit_code::USAGE
+        }
+    }
 }
 
 /// The value of `--color` among the arguments, if given and valid.

@@ -162,34 +162,33 @@ pub(crate) fn render(p: &Picture) -> String {
         let _ = writeln!(text, "stopping: {why}");
     }
     if !p.agents.is_empty() {
-        let rows: Vec<[String; 5]> = p
-            .agents
-            .iter()
-            .map(|a| {
-                let activity = match (&a.tool, a.turns) {
-                    (Some(tool), Some(turns)) => format!("{tool} (turn {turns})"),
-                    (None, Some(turns)) => format!("claude, turn {turns}"),
-                    (Some(tool), None) => tool.clone(),
-                    (None, None) => a
-                        .slurm_task
-                        .clone()
-                        .map_or_else(String::new, |t| format!("slurm task {t}")),
-                };
-                [
-                    a.agent_id.clone(),
-                    a.item_id.clone().unwrap_or_else(|| "-".to_owned()),
-                    shorten(a.step.as_deref().unwrap_or("-"), 40),
-                    secs(a.elapsed_secs),
-                    shorten(&activity, 60),
-                ]
-            })
-            .collect();
+        let rows: Vec<[String; 5]> = p.agents.iter().map(agent_row).collect();
         text.push_str(&crate::output::table(
             &["AGENT", "ITEM", "STEP", "ELAPSED", "ACTIVITY"],
             &rows,
         ));
     }
     text
+}
+
+/// An agent's row in the picture's table: its item, step, time and what it does now.
+fn agent_row(a: &prodigy_runtime::live::Agent) -> [String; 5] {
+    let activity = match (&a.tool, a.turns) {
+        (Some(tool), Some(turns)) => format!("{tool} (turn {turns})"),
+        (None, Some(turns)) => format!("claude, turn {turns}"),
+        (Some(tool), None) => tool.clone(),
+        (None, None) => a
+            .slurm_task
+            .clone()
+            .map_or_else(String::new, |t| format!("slurm task {t}")),
+    };
+    [
+        a.agent_id.clone(),
+        a.item_id.clone().unwrap_or_else(|| "-".to_owned()),
+        shorten(a.step.as_deref().unwrap_or("-"), 40),
+        secs(a.elapsed_secs),
+        shorten(&activity, 60),
+    ]
 }
 
 /// SECONDS as `1h 2m 3s`.

@@ -202,6 +202,10 @@ struct Checker<'a> {
 }
 
 /// Checks every reference in the workflow against the variables in scope where it is used.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
     let mut checker = Checker {
         source,
@@ -665,6 +669,10 @@ impl Checker<'_> {
         })
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "table-shaped: one arm per variable namespace the language defines"
+    )]
     fn reference(&mut self, path: &Path, span: Span, scope: &Scope) {
         let root = path.root.as_str();
         let field = match path.segments.first() {

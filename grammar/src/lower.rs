@@ -342,6 +342,10 @@ fn too_deep(span: Span) -> ParseError {
 
 /// Builds the node of `pair`, which sits at `depth` in the tree (the root is at 1). A node
 /// deeper than [`MAX_TREE_DEPTH`] is refused before anything under it is built.
+#[expect(
+    clippy::too_many_lines,
+    reason = "table-shaped lowering: one arm per rule of the expression grammar, read best whole"
+)]
 fn expr(pair: Pair<'_, ex::Rule>, depth: usize) -> Result<Expr, ParseError> {
     let span = span_of(&pair, 0);
     if depth > MAX_TREE_DEPTH {

@@ -402,6 +402,10 @@ pub struct Stream {
 
 impl Stream {
     /// Reads one line of the stream and returns what to show of it.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+    )]
     pub fn feed(&mut self, line: &str) -> Vec<Note> {
         let line = line.trim();
         if line.is_empty() {

@@ -355,6 +355,10 @@ fn on_path(command: &Command) -> Option<PathBuf> {
 }
 
 /// [`run`], and each line of standard output goes to WATCH as it arrives.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub async fn run_watched(
     command: &Command,
     cancel: &mut watch::Receiver<bool>,

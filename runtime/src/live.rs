@@ -593,6 +593,10 @@ impl Live {
     }
 
     /// Folds one event.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "table-shaped: one arm per kind of event in the run's events file"
+    )]
     fn fold(&mut self, event: &Line<'_>, file: u16, offset: u64) {
         let text = |key: &str| event.text(key);
         let number = |key: &str| event.number(key);
@@ -847,6 +851,10 @@ impl Live {
     #[expect(
         clippy::cast_precision_loss,
         reason = "item counts far below 2^52, for a rate and a forecast"
+    )]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
     )]
     pub fn picture(&self, now: SystemTime) -> Picture {
         let mut counts = self.counts;
@@ -1259,6 +1267,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a test: one scenario read top to bottom"
+    )]
     fn a_growing_events_file_is_folded_once_and_a_cut_line_waits_for_its_end() {
         let (home, file) = home();
         let dir = home.path().join("state/p-1/mapreduce/jobs").join(JOB);

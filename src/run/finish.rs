@@ -19,77 +19,14 @@ pub(super) fn finish_job(
     unmerged: Option<&str>,
     fix: &str,
 ) -> u8 {
-    let m = &report.metrics;
     let mut text = String::new();
-    if m.failed + m.skipped > 0 {
-        let types: Vec<String> = m
-            .error_types
-            .iter()
-            .map(|(kind, n)| format!("{n} {kind}"))
-            .collect();
-        let _ = writeln!(
-            text,
-            "errors: {} ({:.1}% of finished items failed)",
-            types.join(", "),
-            m.failure_rate * 100.0
-        );
-        for p in &m.failure_patterns {
-            let _ = writeln!(
-                text,
-                "pattern: {} ×{}: {}",
-                p.pattern, p.frequency, p.suggestion
-            );
-        }
-    }
+    write_error_metrics(&mut text, report);
     let id = &report.job_id;
     let events = report.events.display();
-    let queued = match report.dlq_count {
-        0 => None,
-        1 => Some("1 item is in the dead letter queue".to_owned()),
-        n => Some(format!("{n} items are in the dead letter queue")),
-    };
+    let queued = queued_line(report.dlq_count);
     let code = match &report.outcome {
         JobOutcome::Completed => {
-            // Some items failed: not a tick, though the exit code stays 0 unless `--strict`.
-            let (mark, completed) = match (unmerged.is_some(), report.dlq_count > 0 || m.failed > 0)
-            {
-                (true, _) => ("✗", "completed"),
-                (false, true) => ("⚠", "completed with failures"),
-                (false, false) => ("✓", "completed"),
-            };
-            let empty = m.total_items == 0 && unmerged.is_none();
-            if empty {
-                // A misspelt `filter` field keeps nothing: not a tick, and an error under `--strict`.
-                let _ = writeln!(
-                    text,
-                    "⚠ job {id} completed with no items: the input, after `json_path` and `filter`, had none to process (see them with `prodigy items`; events in {events})"
-                );
-            } else {
-                let _ = writeln!(
-                    text,
-                    "{mark} job {id} {completed}: {} succeeded, {} failed, {} skipped of {} (events in {events})",
-                    m.successful,
-                    m.failed,
-                    m.skipped,
-                    count(m.total_items, "item"),
-                );
-            }
-            if let Some(queued) = &queued {
-                let _ = writeln!(
-                    text,
-                    "{queued}: see why with `prodigy dlq show {id}`, retry with `prodigy dlq retry {id}`"
-                );
-            }
-            if let Some(kept) = unmerged {
-                let _ = writeln!(text, "✗ merging job {id} back failed; {kept}");
-                exit_code::PROBLEMS
-            } else if report.dlq_count > 0 && strict {
-                exit_code::DLQ_STRICT
-            } else if empty && strict {
-                exit_code::PROBLEMS
-            } else {
-                exit_code::OK
-            }
+            completed_job(&mut text, report, queued.as_deref(), unmerged, strict)
         }
         JobOutcome::Stopped(reason) => {
             let _ = writeln!(
@@ -185,6 +122,94 @@ pub(super) fn finish_job(
     }
     err(&text);
     code
+}
+
+/// What a job's last lines say of the items in its dead letter queue; none when it is empty.
+fn queued_line(dlq_count: u64) -> Option<String> {
+    match dlq_count {
+        0 => None,
+        1 => Some("1 item is in the dead letter queue".to_owned()),
+        n => Some(format!("{n} items are in the dead letter queue")),
+    }
+}
+
+/// Adds the error metrics of REPORT to TEXT when items failed: the counts by error type
+/// and the failure patterns.
+fn write_error_metrics(text: &mut String, report: &JobReport) {
+    let m = &report.metrics;
+    if m.failed + m.skipped > 0 {
+        let types: Vec<String> = m
+            .error_types
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        let _ = writeln!(
+            text,
+            "errors: {} ({:.1}% of finished items failed)",
+            types.join(", "),
+            m.failure_rate * 100.0
+        );
+        for p in &m.failure_patterns {
+            let _ = writeln!(
+                text,
+                "pattern: {} ×{}: {}",
+                p.pattern, p.frequency, p.suggestion
+            );
+        }
+    }
+}
+
+/// Adds how a completed job ended to TEXT: its counts, its QUEUED items, and what is
+/// kept when the merge back failed (UNMERGED); the exit code (`--strict` is STRICT).
+fn completed_job(
+    text: &mut String,
+    report: &JobReport,
+    queued: Option<&str>,
+    unmerged: Option<&str>,
+    strict: bool,
+) -> u8 {
+    let m = &report.metrics;
+    let id = &report.job_id;
+    let events = report.events.display();
+    // Some items failed: not a tick, though the exit code stays 0 unless `--strict`.
+    let (mark, completed) = match (unmerged.is_some(), report.dlq_count > 0 || m.failed > 0) {
+        (true, _) => ("✗", "completed"),
+        (false, true) => ("⚠", "completed with failures"),
+        (false, false) => ("✓", "completed"),
+    };
+    let empty = m.total_items == 0 && unmerged.is_none();
+    if empty {
+        // A misspelt `filter` field keeps nothing: not a tick, and an error under `--strict`.
+        let _ = writeln!(
+            text,
+            "⚠ job {id} completed with no items: the input, after `json_path` and `filter`, had none to process (see them with `prodigy items`; events in {events})"
+        );
+    } else {
+        let _ = writeln!(
+            text,
+            "{mark} job {id} {completed}: {} succeeded, {} failed, {} skipped of {} (events in {events})",
+            m.successful,
+            m.failed,
+            m.skipped,
+            count(m.total_items, "item"),
+        );
+    }
+    if let Some(queued) = queued {
+        let _ = writeln!(
+            text,
+            "{queued}: see why with `prodigy dlq show {id}`, retry with `prodigy dlq retry {id}`"
+        );
+    }
+    if let Some(kept) = unmerged {
+        let _ = writeln!(text, "✗ merging job {id} back failed; {kept}");
+        exit_code::PROBLEMS
+    } else if report.dlq_count > 0 && strict {
+        exit_code::DLQ_STRICT
+    } else if empty && strict {
+        exit_code::PROBLEMS
+    } else {
+        exit_code::OK
+    }
 }
 
 /// What to change before resuming a job the error policy stopped for REASON (the text the

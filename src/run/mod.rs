@@ -2,10 +2,11 @@
 //! the runtime's session lifecycle (`prodigy_runtime::session`), print what it did, and map
 //! how it ended to an exit code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_compiler::source::SourceFile;
 use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, Phase};
 use prodigy_runtime::mapreduce::{JobOutcome, MapJob};
 use prodigy_runtime::progress::count;
@@ -70,6 +71,40 @@ fn unsupplied(
         .collect()
 }
 
+/// Fails the run, showing where, when the workflow uses a variable that neither it,
+/// PARAMS nor the environment sets (DIAGNOSTICS are the check's).
+fn refuse_unsupplied(
+    file: &SourceFile,
+    diagnostics: Vec<prodigy_compiler::diagnostics::Diagnostic>,
+    params: &[(String, String)],
+) -> Result<(), u8> {
+    let unsupplied = unsupplied(diagnostics, params, |name| std::env::var_os(name).is_some());
+    if unsupplied.is_empty() {
+        return Ok(());
+    }
+    let color = crate::color(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    crate::err_styled(&crate::output::human(file, &unsupplied, color));
+    err(
+        "error: the workflow uses variables that neither it, `--param` nor the environment sets; fix them first (see above)\n",
+    );
+    Err(exit_code::PROBLEMS)
+}
+
+/// Warns that the uncommitted changes in PROJECT stay out of the run's worktree.
+fn warn_uncommitted(project: &Path) {
+    let changes = worktree::uncommitted(project);
+    if !changes.is_empty() {
+        crate::note(&format!(
+            "warning: {} in {} {} not in the run's worktree, which starts from HEAD (commit them first, or use --no-worktree)\n",
+            count(changes.len(), "uncommitted change"),
+            project.display(),
+            if changes.len() == 1 { "is" } else { "are" }
+        ));
+    }
+}
+
+/// `prodigy run`: checks the workflow, chooses where it runs, and runs it (a session, or a
+/// MapReduce job).
 pub(crate) fn run(args: &RunArgs) -> u8 {
     let (file, checked) = match crate::load_checked(&args.file) {
         Ok(x) => x,
@@ -84,18 +119,11 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         return exit_code::PROBLEMS;
     };
     // An env file may define anything; a dry run interpolates what it can and runs nothing.
-    if plan.env_files.is_empty() && !args.dry_run {
-        let unsupplied = unsupplied(checked.diagnostics, &params, |name| {
-            std::env::var_os(name).is_some()
-        });
-        if !unsupplied.is_empty() {
-            let color = crate::color(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-            crate::err_styled(&crate::output::human(&file, &unsupplied, color));
-            err(
-                "error: the workflow uses variables that neither it, `--param` nor the environment sets; fix them first (see above)\n",
-            );
-            return exit_code::PROBLEMS;
-        }
+    if plan.env_files.is_empty()
+        && !args.dry_run
+        && let Err(code) = refuse_unsupplied(&file, checked.diagnostics, &params)
+    {
+        return code;
     }
     let project = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let how = session::Placement {
@@ -130,15 +158,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         }
     }
     if isolate.is_some() {
-        let changes = worktree::uncommitted(&project);
-        if !changes.is_empty() {
-            crate::note(&format!(
-                "warning: {} in {} {} not in the run's worktree, which starts from HEAD (commit them first, or use --no-worktree)\n",
-                count(changes.len(), "uncommitted change"),
-                project.display(),
-                if changes.len() == 1 { "is" } else { "are" }
-            ));
-        }
+        warn_uncommitted(&project);
     }
     let layout = layout(&project);
     let inputs = Inputs {

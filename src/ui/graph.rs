@@ -88,6 +88,107 @@ fn layers(ids: &[String], edges: &[(usize, usize)]) -> Vec<usize> {
     layer
 }
 
+/// The state class of NODE (of KIND) in PICTURE (STEPS by id), and the detail line under
+/// its label.
+fn node_state(
+    node: &Value,
+    kind: &str,
+    steps: &BTreeMap<u32, &prodigy_runtime::live::StepLive>,
+    picture: &Picture,
+) -> (&'static str, String) {
+    match kind {
+        "step" | "fallback" => node["step"]
+            .as_u64()
+            .and_then(|s| u32::try_from(s).ok())
+            .and_then(|s| steps.get(&s))
+            .map_or(("idle", String::new()), |s| {
+                let state = if s.running > 0 {
+                    "running"
+                } else if s.failed > 0 {
+                    "failed"
+                } else if s.succeeded > 0 {
+                    "done"
+                } else {
+                    "idle"
+                };
+                let mut d = format!(
+                    "{} running · {} ok · {} failed",
+                    s.running, s.succeeded, s.failed
+                );
+                if s.retries > 0 {
+                    let _ = write!(d, " · {} retries", s.retries);
+                }
+                (state, d)
+            }),
+        "dlq" => (
+            if picture.counts.dlq > 0 {
+                "failed"
+            } else {
+                "idle"
+            },
+            format!("{} items", picture.counts.dlq),
+        ),
+        "breaker" => (
+            match picture.breaker {
+                Some("open") => "failed",
+                Some("half_open") => "running",
+                _ => "idle",
+            },
+            picture.breaker.unwrap_or("closed").replace('_', "-"),
+        ),
+        "phase" => {
+            let phase = node["phase"].as_str().unwrap_or_default();
+            let now = picture.phase.as_deref() == Some(phase);
+            (if now { "running" } else { "idle" }, String::new())
+        }
+        _ => ("idle", String::new()),
+    }
+}
+
+/// Adds the edge FROM -> TO (with its LABEL) to SVG: a line down to a later layer (LAYER
+/// of each node), or a curve around the right side back to an earlier one.
+fn draw_edge(
+    svg: &mut String,
+    place: &[(usize, usize)],
+    layer: &[usize],
+    (from, to): (usize, usize),
+    label: Option<&str>,
+) {
+    let (fx, fy) = place[from];
+    let (tx, ty) = place[to];
+    let (x1, y1) = (fx + WIDTH / 2, fy + HEIGHT);
+    let (x2, y2) = (tx + WIDTH / 2, ty);
+    let back = layer[to] <= layer[from];
+    if back {
+        // A loop back: around the right side.
+        let side = fx.max(tx) + WIDTH + GAP_X / 2;
+        let _ = write!(
+            svg,
+            r#"<path d="M{} {} C{side} {} {side} {} {} {}" class="edge back" marker-end="url(#arrow)"/>"#,
+            fx + WIDTH,
+            fy + HEIGHT / 2,
+            fy + HEIGHT / 2,
+            ty + HEIGHT / 2,
+            tx + WIDTH,
+            ty + HEIGHT / 2
+        );
+    } else {
+        let _ = write!(
+            svg,
+            r#"<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" class="edge" marker-end="url(#arrow)"/>"#
+        );
+    }
+    if let Some(label) = label.filter(|_| !back) {
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{}" class="edge-label">{}</text>"#,
+            usize::midpoint(x1, x2) + 4,
+            usize::midpoint(y1, y2),
+            escape(label)
+        );
+    }
+}
+
 /// The SVG of GRAPH with the live state of PICTURE.
 pub(crate) fn svg(graph: &Value, picture: &Picture) -> String {
     let empty = Vec::new();
@@ -136,91 +237,13 @@ pub(crate) fn svg(graph: &Value, picture: &Picture) -> String {
         r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {total_w} {total_h}" width="{total_w}" height="{total_h}" class="plan"><defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#888"/></marker></defs>"##
     );
     for (from, to, label) in &edges {
-        let (fx, fy) = place[*from];
-        let (tx, ty) = place[*to];
-        let (x1, y1) = (fx + WIDTH / 2, fy + HEIGHT);
-        let (x2, y2) = (tx + WIDTH / 2, ty);
-        let back = layer[*to] <= layer[*from];
-        if back {
-            // A loop back: around the right side.
-            let side = fx.max(tx) + WIDTH + GAP_X / 2;
-            let _ = write!(
-                svg,
-                r#"<path d="M{} {} C{side} {} {side} {} {} {}" class="edge back" marker-end="url(#arrow)"/>"#,
-                fx + WIDTH,
-                fy + HEIGHT / 2,
-                fy + HEIGHT / 2,
-                ty + HEIGHT / 2,
-                tx + WIDTH,
-                ty + HEIGHT / 2
-            );
-        } else {
-            let _ = write!(
-                svg,
-                r#"<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" class="edge" marker-end="url(#arrow)"/>"#
-            );
-        }
-        if let Some(label) = label.as_deref().filter(|_| !back) {
-            let _ = write!(
-                svg,
-                r#"<text x="{}" y="{}" class="edge-label">{}</text>"#,
-                usize::midpoint(x1, x2) + 4,
-                usize::midpoint(y1, y2),
-                escape(label)
-            );
-        }
+        draw_edge(&mut svg, &place, &layer, (*from, *to), label.as_deref());
     }
     for (i, node) in nodes.iter().enumerate() {
         let (x, y) = place[i];
         let kind = node["kind"].as_str().unwrap_or("step");
         let label = node["label"].as_str().unwrap_or_default();
-        let (state, detail) = match kind {
-            "step" | "fallback" => node["step"]
-                .as_u64()
-                .and_then(|s| u32::try_from(s).ok())
-                .and_then(|s| steps.get(&s))
-                .map_or(("idle", String::new()), |s| {
-                    let state = if s.running > 0 {
-                        "running"
-                    } else if s.failed > 0 {
-                        "failed"
-                    } else if s.succeeded > 0 {
-                        "done"
-                    } else {
-                        "idle"
-                    };
-                    let mut d = format!(
-                        "{} running · {} ok · {} failed",
-                        s.running, s.succeeded, s.failed
-                    );
-                    if s.retries > 0 {
-                        let _ = write!(d, " · {} retries", s.retries);
-                    }
-                    (state, d)
-                }),
-            "dlq" => (
-                if picture.counts.dlq > 0 {
-                    "failed"
-                } else {
-                    "idle"
-                },
-                format!("{} items", picture.counts.dlq),
-            ),
-            "breaker" => (
-                match picture.breaker {
-                    Some("open") => "failed",
-                    Some("half_open") => "running",
-                    _ => "idle",
-                },
-                picture.breaker.unwrap_or("closed").replace('_', "-"),
-            ),
-            "phase" => {
-                let phase = node["phase"].as_str().unwrap_or_default();
-                let now = picture.phase.as_deref() == Some(phase);
-                (if now { "running" } else { "idle" }, String::new())
-            }
-            _ => ("idle", String::new()),
-        };
+        let (state, detail) = node_state(node, kind, &steps, picture);
         let _ = write!(
             svg,
             r#"<g class="node {kind} {state}" data-id="{}" data-step="{}"><title>{}</title><rect x="{x}" y="{y}" width="{WIDTH}" height="{HEIGHT}" rx="6"/><text x="{}" y="{}" class="label">{}</text><text x="{}" y="{}" class="detail">{}</text></g>"#,

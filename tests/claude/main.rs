@@ -871,6 +871,10 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// though the CLI exits 0, and a map item whose key is refused goes to the DLQ as an
 /// `authentication` failure with its log, without a retry.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a test: one scenario read top to bottom"
+)]
 fn prodigy_runs_the_real_cli_end_to_end() {
     let scratch = tempfile::tempdir().unwrap();
     let Some(claude) = install_cli(scratch.path()) else {

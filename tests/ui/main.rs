@@ -279,6 +279,10 @@ impl Drop for Driver {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a test: one scenario read top to bottom"
+)]
 fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_claude_call() {
     const TEST: &str = "ui::a_browser_sees_a_running_job";
     if !external::tool_available(TEST, "chromedriver", "chromium-driver") {

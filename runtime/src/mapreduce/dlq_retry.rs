@@ -71,6 +71,10 @@ pub struct RetrySummary {
 /// (default: the workflow's `max_parallel`), reading them one by one from the queue. Items that succeed leave the queue and their
 /// success is added to the job's results; items that fail again stay, with the new failure
 /// in their history. Items marked for manual review are left alone.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub async fn retry_dead_letters(
     runner: &Runner,
     vars: &Vars,

@@ -78,6 +78,10 @@ fn journal_intent(
 /// it left uncommitted changes); a conflict fails the item with `MergeConflict`. The
 /// worktree of an agent that failed is kept when it holds commits or changes (its path goes
 /// into the DLQ entry), else it goes back to the pool.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
+)]
 pub(crate) async fn merge_back(
     runner: &Runner,
     session: &SessionWorktree,

@@ -219,22 +219,7 @@ impl Runner {
             cli_version: crate::claude::version().map(str::to_owned),
             log: log_path.clone(),
         });
-        let shown: Vec<String> = std::iter::once(program.as_str())
-            .chain(args.iter().map(String::as_str))
-            .map(|word| {
-                shlex::try_quote(word)
-                    .map_or_else(|_| word.to_owned(), std::borrow::Cow::into_owned)
-            })
-            .collect();
-        // The prompt goes to the CLI's standard input; it is shown as a here-string would
-        // give it, masked before it is quoted (quoting could hide a secret from the mask).
-        let masked = self.mask(&text);
-        let prompt =
-            shlex::try_quote(&masked).map_or_else(|_| masked.clone(), std::borrow::Cow::into_owned);
-        self.say(Message::Command(format!(
-            "{} <<< {prompt}",
-            shown.join(" ")
-        )));
+        self.say_claude_command(&program, &args, &text);
         let mut stream = crate::claude::Stream::default();
         // What Claude does is shown (as the reporter decides) for the step's own call.
         let shown = live && self.shows_output();
@@ -283,7 +268,7 @@ impl Runner {
         let kind = crate::executor::Kind::Claude { prompt: text };
         let call = self.spawn_command(kind, program, args, step, vars, timeout, io);
         let stall = settings.and_then(|s| s.stall_timeout);
-        let (mut out, stalled) = self.stall_watchdog(call, stall, &heard, &stop_call).await;
+        let (out, stalled) = self.stall_watchdog(call, stall, &heard, &stop_call).await;
         if let Some(log) = log.as_mut() {
             log.finish();
             if let Some(e) = &log.error {
@@ -304,6 +289,41 @@ impl Runner {
             // Nothing ran: the reason is the failure, not a missing `result`.
             return out;
         }
+        self.claude_result(step, out, stream, (stalled, shown), log_path)
+    }
+
+    /// Says the Claude call about to run: PROGRAM and ARGS quoted, and the prompt TEXT as
+    /// a here-string would give it.
+    fn say_claude_command(&self, program: &str, args: &[String], text: &str) {
+        let shown: Vec<String> = std::iter::once(program)
+            .chain(args.iter().map(String::as_str))
+            .map(|word| {
+                shlex::try_quote(word)
+                    .map_or_else(|_| word.to_owned(), std::borrow::Cow::into_owned)
+            })
+            .collect();
+        // The prompt goes to the CLI's standard input; it is shown as a here-string would
+        // give it, masked before it is quoted (quoting could hide a secret from the mask).
+        let masked = self.mask(text);
+        let prompt =
+            shlex::try_quote(&masked).map_or_else(|_| masked.clone(), std::borrow::Cow::into_owned);
+        self.say(Message::Command(format!(
+            "{} <<< {prompt}",
+            shown.join(" ")
+        )));
+    }
+
+    /// What a finished Claude call gives its step: OUT with the STREAM's verdict as its
+    /// output, recorded and added to the run's (and the agent's) totals. STALLED: the
+    /// watchdog stopped the call; SHOWN: its events were shown as they came.
+    fn claude_result(
+        &self,
+        step: &PlanStep,
+        mut out: Output,
+        stream: crate::claude::Stream,
+        (stalled, shown): (bool, bool),
+        log_path: Option<PathBuf>,
+    ) -> Output {
         let ended = match (out.code, out.timed_out, stalled) {
             (_, true, _) => crate::claude::End::TimedOut,
             (_, false, true) => crate::claude::End::Stalled,

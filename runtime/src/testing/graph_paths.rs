@@ -346,6 +346,10 @@ fn show(graph: &Graph, plan: &Plan, path: &Path_) -> String {
 }
 
 #[tokio::test(start_paused = true)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a test: one scenario read top to bottom"
+)]
 async fn every_path_of_a_map_agent_runs_and_every_run_is_drawn() {
     let mut compared = Vec::new();
     let mut handled = false;
