@@ -1102,6 +1102,10 @@ mod tests {
     /// The typed messages read as the free text the runtime wrote before them did, with
     /// the same prefix, place (under the step or not) and `-q` behaviour.
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a test: one case per message variant, read top to bottom"
+    )]
     fn typed_messages_read_as_their_free_text_did() {
         let label = || "shell: make".to_owned();
         let left = vec![

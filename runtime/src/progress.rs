@@ -120,10 +120,16 @@ impl Progress {
     }
 }
 
-/// `1 item`, `2 items`: N and NOUN, made plural (with an `s`) unless N is 1.
+/// `1 item`, `2 items`: N and NOUN, made plural unless N is 1 (with `es` after a
+/// sibilant, as in `2 branches`).
 pub fn count<N: Copy + std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> String {
     if n == N::from(1) {
         format!("1 {noun}")
+    } else if ["s", "sh", "ch", "x", "z"]
+        .iter()
+        .any(|end| noun.ends_with(end))
+    {
+        format!("{n} {noun}es")
     } else {
         format!("{n} {noun}s")
     }
@@ -198,5 +204,6 @@ mod tests {
         assert_eq!(count(1u64, "item"), "1 item");
         assert_eq!(count(0usize, "item"), "0 items");
         assert_eq!(count(2u32, "ignored path"), "2 ignored paths");
+        assert_eq!(count(0u32, "branch"), "0 branches");
     }
 }
