@@ -24,6 +24,8 @@ use crate::store::Layout;
 
 /// The most of an item's input shown in a row.
 const SHORT: usize = 80;
+/// The most of a step's output an item's detail shows: its end.
+pub const OUTPUT_TAIL: u64 = 4 << 10;
 /// The most read from a file at once (a refresh reads a growing file in chunks to its end).
 const CHUNK: u64 = 8 << 20;
 
@@ -272,6 +274,31 @@ pub struct ItemDetail {
     pub dlq: Option<crate::dlq::DeadLetteredItem>,
     /// Its Claude calls, as `prodigy logs --show` renders them.
     pub claude: Vec<ClaudeCall>,
+    /// Its steps' outputs, in the order they ran, with the attempt each belongs to.
+    pub outputs: Vec<StepOutput>,
+}
+
+/// One step's output as its log keeps it (`step-NNNN.log` and `.json` in the item's logs).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepOutput {
+    /// The item's attempt it ran in (0 when no attempt's start is known).
+    pub attempt: u32,
+    /// Its number in the item's logs.
+    pub number: u32,
+    /// The step's label (none while it runs, or when its run was killed).
+    pub step: Option<String>,
+    /// How it ended (none while it runs, or when its run was killed).
+    pub outcome: Option<String>,
+    /// From its start to its end.
+    pub duration_secs: Option<f64>,
+    /// Bytes of output in its log.
+    pub output_bytes: u64,
+    /// The last [`OUTPUT_TAIL`] bytes of its output, from a line's start.
+    pub tail: String,
+    /// Whether the tail leaves out earlier output.
+    pub truncated: bool,
+    /// The log file (none when the step printed nothing).
+    pub log: Option<PathBuf>,
 }
 
 /// One Claude call rendered for people.
@@ -596,24 +623,29 @@ impl Live {
     fn fold(&mut self, event: &Line<'_>, file: u16, offset: u64) {
         let text = |key: &str| event.text(key);
         let number = |key: &str| event.number(key);
-        let kind = text("event_type").unwrap_or_default();
-        let at = text("timestamp");
-        if self.first_at.is_none() {
-            self.first_at.clone_from(&at);
+        // Borrowed from the line: most events allocate nothing here.
+        let kind: &str = event.event_type.as_deref().unwrap_or_default();
+        let at: Option<&str> = event.timestamp.as_deref();
+        if let Some(at) = at {
+            if self.first_at.is_none() {
+                self.first_at = Some(at.to_owned());
+            }
+            let last = self.last_at.get_or_insert_with(String::new);
+            last.clear();
+            last.push_str(at);
         }
-        if at.is_some() {
-            self.last_at.clone_from(&at);
-        }
-        let item = text("item_id");
-        let index = item.as_deref().and_then(item_index);
+        let item: Option<&str> = event.item_id.as_deref();
+        let index = item.and_then(item_index);
         if let Some(index) = index {
             self.row(index).lines.push((file, offset));
         }
         // Who does it: a map agent, else the run itself.
-        let actor_key = text("agent_id")
+        let actor_key: &str = event
+            .agent_id
+            .as_deref()
             .filter(|_| item.is_some())
-            .unwrap_or_else(|| "run".to_owned());
-        match kind.as_str() {
+            .unwrap_or("run");
+        match kind {
             "job_started" | "job_resumed" | "workflow_started" => {
                 self.ended = false;
                 self.phase = text("phase");
@@ -640,7 +672,7 @@ impl Live {
             "map_started" => {
                 self.phase = Some("map".to_owned());
                 self.counts.total = number("items").unwrap_or(self.counts.total);
-                self.map_started_at.clone_from(&at);
+                self.map_started_at = at.map(str::to_owned);
             }
             "reduce_started" => self.phase = Some("reduce".to_owned()),
             "job_finished" | "workflow_finished" => {
@@ -675,11 +707,11 @@ impl Live {
                     row.agent_id = text("agent_id");
                 }
                 self.actors.insert(
-                    actor_key,
+                    actor_key.to_owned(),
                     Actor {
-                        item_id: item.clone(),
+                        item_id: item.map(str::to_owned),
                         attempt: attempt.unwrap_or(1),
-                        started_at: at.clone().unwrap_or_default(),
+                        started_at: at.unwrap_or_default().to_owned(),
                         step: None,
                         slurm_task: None,
                     },
@@ -694,7 +726,7 @@ impl Live {
                 if let Some(index) = index {
                     self.row(index).slurm_task = Some(task.clone());
                 }
-                if let Some(actor) = self.actors.get_mut(&actor_key) {
+                if let Some(actor) = self.actors.get_mut(actor_key) {
                     actor.slurm_task = Some(task);
                 }
             }
@@ -703,7 +735,7 @@ impl Live {
                     let duration = event.duration_secs;
                     let error = text("error");
                     let row = self.row(index);
-                    match kind.as_str() {
+                    match kind {
                         "agent_completed" => row.status = ItemStatus::Succeeded,
                         "agent_cancelled" => row.status = ItemStatus::Pending,
                         _ => {
@@ -717,8 +749,8 @@ impl Live {
                 }
                 // A rejected item had no agent.
                 if kind != "agent_rejected" {
-                    self.actors.remove(&actor_key);
-                    self.calls.remove(&actor_key);
+                    self.actors.remove(actor_key);
+                    self.calls.remove(actor_key);
                 }
             }
             "item_retry_scheduled" => {
@@ -733,13 +765,13 @@ impl Live {
                 }
             }
             "dlq_item_added" => {
-                if let Some((index, id)) = index.zip(item.clone()) {
+                if let Some((index, id)) = index.zip(item.map(str::to_owned)) {
                     self.dlq.insert(id);
                     self.row(index).in_dlq = true;
                 }
             }
             "dlq_item_removed" => {
-                if let Some((index, id)) = index.zip(item.clone()) {
+                if let Some((index, id)) = index.zip(item.map(str::to_owned)) {
                     self.dlq.remove(&id);
                     let row = self.row(index);
                     row.in_dlq = false;
@@ -763,13 +795,16 @@ impl Live {
                     });
                     step.running += 1;
                 }
-                let actor = self.actors.entry(actor_key).or_insert_with(|| Actor {
-                    item_id: None,
-                    attempt: 1,
-                    started_at: at.clone().unwrap_or_default(),
-                    step: None,
-                    slurm_task: None,
-                });
+                let actor = self
+                    .actors
+                    .entry(actor_key.to_owned())
+                    .or_insert_with(|| Actor {
+                        item_id: None,
+                        attempt: 1,
+                        started_at: at.unwrap_or_default().to_owned(),
+                        step: None,
+                        slurm_task: None,
+                    });
                 if let Some((old, _)) = actor.step.take()
                     && let Some(step) = self.steps.get_mut(&old)
                 {
@@ -782,7 +817,7 @@ impl Live {
                     text("outcome").as_deref(),
                     Some("failed" | "failed_continued" | "cancelled")
                 );
-                if let Some(actor) = self.actors.get_mut(&actor_key)
+                if let Some(actor) = self.actors.get_mut(actor_key)
                     && let Some((id, _)) = actor.step.take()
                     && let Some(step) = self.steps.get_mut(&id)
                 {
@@ -803,7 +838,7 @@ impl Live {
             }
             "retry_scheduled" => {
                 self.counts.retries += 1;
-                if let Some(actor) = self.actors.get(&actor_key)
+                if let Some(actor) = self.actors.get(actor_key)
                     && let Some((id, _)) = &actor.step
                     && let Some(step) = self.steps.get_mut(id)
                 {
@@ -813,7 +848,7 @@ impl Live {
             "claude_started" => {
                 if let Some(log) = text("log") {
                     self.calls.insert(
-                        actor_key,
+                        actor_key.to_owned(),
                         Call {
                             log: PathBuf::from(log),
                             ..Call::default()
@@ -822,7 +857,7 @@ impl Live {
                 }
             }
             "claude_finished" => {
-                self.calls.remove(&actor_key);
+                self.calls.remove(actor_key);
                 let cost = event.cost_usd.unwrap_or(0.0);
                 self.spend.calls += 1;
                 self.spend.turns += number("num_turns").unwrap_or(0);
@@ -834,10 +869,8 @@ impl Live {
             }
             _ => {}
         }
-        if matches!(
-            kind.as_str(),
-            "agent_completed" | "agent_failed" | "item_skipped"
-        ) && self.phase.as_deref() == Some("map")
+        if matches!(kind, "agent_completed" | "agent_failed" | "item_skipped")
+            && self.phase.as_deref() == Some("map")
         {
             self.finished_in_map += 1;
         }
@@ -1087,12 +1120,18 @@ impl Live {
             serde::Deserializer::deserialize_seq(&mut reader, Nth(index)).ok()?
         });
         let claude = logs.iter().map(|log| render_call(log)).collect();
+        let layout = Layout {
+            home: self.home.clone(),
+            repo: self.summary.repo.clone(),
+        };
+        let outputs = step_outputs(&crate::logs::dir(&layout, &self.id).join(item_id), &events);
         Some(ItemDetail {
             row,
             data,
             events,
             dlq,
             claude,
+            outputs,
         })
     }
 
@@ -1150,6 +1189,91 @@ pub fn render_call(log: &Path) -> ClaudeCall {
         turns: stream.num_turns(),
         tool_calls: stream.tool_calls,
     }
+}
+
+/// The outputs of the steps logged in DIR (an item's logs), each with the attempt it ran in:
+/// the last of EVENTS' `agent_started` before its log was last written.
+fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
+    let starts: Vec<(SystemTime, u32)> = events
+        .iter()
+        .filter(|e| e.get("event_type").and_then(Value::as_str) == Some("agent_started"))
+        .filter_map(|e| {
+            let at = parse(e.get("timestamp")?.as_str()?)?;
+            let attempt = e.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+            Some((at, u32::try_from(attempt).unwrap_or(u32::MAX)))
+        })
+        .collect();
+    let mut numbers: BTreeSet<u32> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| crate::logs::step_number(&e.file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default();
+    numbers.retain(|n| *n > 0);
+    numbers
+        .into_iter()
+        .map(|number| {
+            let log = dir.join(format!("step-{number:04}.log"));
+            let record_path = dir.join(format!("step-{number:04}.json"));
+            let record = std::fs::read(&record_path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<crate::logs::StepRecord>(&b).ok());
+            let written = [&record_path, &log]
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+                .max();
+            let attempt = written.map_or(0, |at| {
+                starts
+                    .iter()
+                    .filter(|(start, _)| *start <= at)
+                    .max_by_key(|(start, _)| *start)
+                    .map_or(0, |(_, attempt)| *attempt)
+            });
+            let (tail, truncated) = tail_of(&log, OUTPUT_TAIL);
+            StepOutput {
+                attempt,
+                number,
+                step: record.as_ref().map(|r| r.step.clone()),
+                outcome: record.as_ref().map(|r| r.outcome.clone()),
+                duration_secs: record.as_ref().map(|r| r.duration_secs),
+                output_bytes: record.as_ref().map_or_else(
+                    || std::fs::metadata(&log).map_or(0, |m| m.len()),
+                    |r| r.output_bytes,
+                ),
+                tail,
+                truncated,
+                log: log.exists().then_some(log),
+            }
+        })
+        .collect()
+}
+
+/// The last MOST bytes of PATH, from the first line that starts in them (all of it when it
+/// is shorter); whether earlier bytes were left out.
+fn tail_of(path: &Path, most: u64) -> (String, bool) {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return (String::new(), false);
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let from = len.saturating_sub(most);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(from)).is_err() || file.take(most).read_to_end(&mut bytes).is_err()
+    {
+        return (String::new(), false);
+    }
+    let mut start = 0;
+    if from > 0
+        && let Some(newline) = memchr::memchr(b'\n', &bytes)
+        && newline + 1 < bytes.len()
+    {
+        start = newline + 1;
+    }
+    (
+        String::from_utf8_lossy(&bytes[start..]).into_owned(),
+        from > 0,
+    )
 }
 
 /// The line of PATH at OFFSET.
@@ -1518,5 +1642,59 @@ mod tests {
         live.refresh();
         live.summary.state = runs::State::Running;
         assert_eq!(live.picture(SystemTime::UNIX_EPOCH).state, State::Running);
+    }
+
+    #[test]
+    fn an_items_step_outputs_show_their_tails_under_the_attempt_they_ran_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |secs: &str| parse(&format!("2026-11-26T10:00:{secs}.000Z")).unwrap();
+        let write = |name: &str, text: &str, when: SystemTime| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        };
+        // Attempt 1 failed in its step 1; attempt 2 ran it again, printing 5 KiB of lines.
+        write("step-0001.log", "first try\n", at("02"));
+        write(
+            "step-0001.json",
+            r#"{"step":"make","outcome":"failed","duration_secs":1.0,"commands":1,"output_bytes":10}"#,
+            at("02"),
+        );
+        let long: String = (0..1024).map(|n| format!("{n:04}\n")).collect();
+        write("step-0002.log", &long, at("07"));
+        let events: Vec<Value> = ["01", "05"]
+            .iter()
+            .zip(1..)
+            .map(|(secs, attempt)| {
+                serde_json::json!({
+                    "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
+                    "event_type": "agent_started",
+                    "attempt": attempt,
+                })
+            })
+            .collect();
+        let outputs = step_outputs(dir.path(), &events);
+        assert_eq!(outputs.len(), 2);
+        assert_eq!(outputs[0].attempt, 1);
+        assert_eq!(outputs[0].outcome.as_deref(), Some("failed"));
+        assert_eq!(outputs[0].tail, "first try\n");
+        assert!(!outputs[0].truncated);
+        // The second runs still (no record): its end, from a line's start, at most 4 KiB.
+        assert_eq!(outputs[1].attempt, 2);
+        assert_eq!(outputs[1].outcome, None);
+        assert_eq!(outputs[1].output_bytes, 5120);
+        assert!(outputs[1].truncated);
+        assert!(outputs[1].tail.len() <= 4096);
+        assert!(
+            outputs[1].tail.starts_with("0205\n"),
+            "{}",
+            &outputs[1].tail[..10]
+        );
+        assert!(outputs[1].tail.ends_with("1023\n"));
     }
 }
