@@ -395,6 +395,96 @@ impl Line<'_> {
     }
 }
 
+/// Whether [`Live::fold`] reads events of KIND (its `match` names these; the others are
+/// only placed).
+fn folded(kind: &str) -> bool {
+    matches!(
+        kind,
+        "job_started"
+            | "job_resumed"
+            | "workflow_started"
+            | "setup_started"
+            | "input_loaded"
+            | "map_started"
+            | "reduce_started"
+            | "job_finished"
+            | "workflow_finished"
+            | "job_stopping"
+            | "claude_budget_reached"
+            | "claude_limit_reached"
+            | "claude_limit_lifted"
+            | "CircuitOpen"
+            | "CircuitHalfOpen"
+            | "CircuitClosed"
+            | "agent_started"
+            | "slurm_task_submitted"
+            | "slurm_task_adopted"
+            | "agent_completed"
+            | "agent_failed"
+            | "agent_cancelled"
+            | "agent_rejected"
+            | "item_retry_scheduled"
+            | "item_skipped"
+            | "dlq_item_added"
+            | "dlq_item_removed"
+            | "dlq_retry_started"
+            | "dlq_retry_finished"
+            | "step_started"
+            | "step_finished"
+            | "step_skipped"
+            | "retry_scheduled"
+            | "claude_started"
+            | "claude_finished"
+    )
+}
+
+/// What an event line shows without parsing it, as the events file writes every event: it
+/// starts with its time and its kind, and ends with its item (and agent).
+#[derive(Debug, PartialEq)]
+struct Glance<'a> {
+    kind: &'a str,
+    at: Option<&'a str>,
+    item: Option<u64>,
+}
+
+impl<'a> Glance<'a> {
+    /// The glance at LINE; none when it is not written so (it is then parsed).
+    fn of(line: &'a [u8]) -> Option<Glance<'a>> {
+        /// The plain string after KEY (`"key":"`) at FROM, when it has no escapes.
+        fn string<'a>(line: &'a [u8], from: usize) -> Option<&'a str> {
+            let rest = line.get(from..)?;
+            let end = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[end] != b'"' {
+                return None;
+            }
+            std::str::from_utf8(&rest[..end]).ok()
+        }
+        const AT: &[u8] = br#"{"timestamp":""#;
+        const KIND: &[u8] = br#""event_type":""#;
+        const ITEM: &[u8] = br#""item_id":""#;
+        if !line.starts_with(AT) {
+            return None;
+        }
+        let at = string(line, AT.len())?;
+        let after = AT.len() + at.len() + 2;
+        if !line.get(after..)?.starts_with(KIND) {
+            return None;
+        }
+        let kind = string(line, after + KIND.len())?;
+        // The item is the origin's, written last; a value written before it may hold the
+        // same key, so the last one is taken.
+        let item = match memchr::memmem::rfind(line, ITEM) {
+            Some(at) => Some(item_index(string(line, at + ITEM.len())?)?),
+            None => None,
+        };
+        Some(Glance {
+            kind,
+            at: Some(at),
+            item,
+        })
+    }
+}
+
 /// A file read as it grows.
 #[derive(Debug, Default)]
 struct Tail {
@@ -562,6 +652,15 @@ impl Live {
             let mut tail = std::mem::take(&mut self.files[index].1);
             let file = u16::try_from(index).unwrap_or(u16::MAX);
             while tail.read(&path, &mut |offset, line| {
+                // An event the fold does not read (most of an agent's: its attempts, its
+                // commands) is only placed, from its bytes, not parsed.
+                if let Some(glance) = Glance::of(line)
+                    && !folded(glance.kind)
+                {
+                    self.place(&glance, file, offset);
+                    changed = true;
+                    return;
+                }
                 // Only the fields the fold reads, from the bytes; the rest is skipped unbuilt.
                 if let Ok(event) = serde_json::from_slice::<Line<'_>>(line) {
                     self.fold(&event, file, offset);
@@ -619,7 +718,27 @@ impl Live {
         })
     }
 
-    /// Folds one event.
+    /// Places an event the fold does not read: its time, and its line among its item's.
+    fn place(&mut self, glance: &Glance<'_>, file: u16, offset: u64) {
+        if let Some(at) = glance.at {
+            self.seen_at(at);
+        }
+        if let Some(index) = glance.item {
+            self.row(index).lines.push((file, offset));
+        }
+    }
+
+    /// An event's time AT: the first, and the last so far.
+    fn seen_at(&mut self, at: &str) {
+        if self.first_at.is_none() {
+            self.first_at = Some(at.to_owned());
+        }
+        let last = self.last_at.get_or_insert_with(String::new);
+        last.clear();
+        last.push_str(at);
+    }
+
+    /// Folds one event (of a kind [`folded`] names).
     fn fold(&mut self, event: &Line<'_>, file: u16, offset: u64) {
         let text = |key: &str| event.text(key);
         let number = |key: &str| event.number(key);
@@ -627,12 +746,7 @@ impl Live {
         let kind: &str = event.event_type.as_deref().unwrap_or_default();
         let at: Option<&str> = event.timestamp.as_deref();
         if let Some(at) = at {
-            if self.first_at.is_none() {
-                self.first_at = Some(at.to_owned());
-            }
-            let last = self.last_at.get_or_insert_with(String::new);
-            last.clear();
-            last.push_str(at);
+            self.seen_at(at);
         }
         let item: Option<&str> = event.item_id.as_deref();
         let index = item.and_then(item_index);
@@ -1696,5 +1810,42 @@ mod tests {
             &outputs[1].tail[..10]
         );
         assert!(outputs[1].tail.ends_with("1023\n"));
+    }
+
+    #[test]
+    fn an_event_the_fold_does_not_read_is_placed_from_its_bytes() {
+        let line = event(
+            "03",
+            "attempt_finished",
+            r#","step":"x","note":{"item_id":"item_9"},"agent_id":"agent-1","item_id":"item_2""#,
+        );
+        let glance = Glance::of(line.trim_end().as_bytes()).unwrap();
+        assert_eq!(glance.kind, "attempt_finished");
+        assert_eq!(glance.at, Some("2026-11-26T10:00:03.000Z"));
+        assert_eq!(glance.item, Some(2));
+        assert!(!folded(glance.kind));
+        // Written otherwise, or with an escape in a field read: parsed instead.
+        assert_eq!(Glance::of(br#"{"event_type":"x","timestamp":"t"}"#), None);
+        assert_eq!(
+            Glance::of(br#"{"timestamp":"t","event_type":"a\"b"}"#),
+            None
+        );
+        let (home, file) = home();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        append(&file, &line);
+        append(
+            &file,
+            &event(
+                "04",
+                "agent_started",
+                r#","agent_id":"agent-1","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        assert!(live.refresh());
+        let detail = live.item("item_2").unwrap();
+        assert_eq!(detail.events.len(), 1);
+        assert_eq!(detail.events[0]["event_type"], "attempt_finished");
+        assert_eq!(live.item("item_1").unwrap().row.status, ItemStatus::Running);
+        assert_eq!(live.last_at.as_deref(), Some("2026-11-26T10:00:04.000Z"));
     }
 }
