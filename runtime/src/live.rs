@@ -27,7 +27,7 @@ const SHORT: usize = 80;
 /// The most of a step's output an item's detail shows: its end.
 pub const OUTPUT_TAIL: u64 = 4 << 10;
 /// The most read from a file at once (a refresh reads a growing file in chunks to its end).
-const CHUNK: u64 = 8 << 20;
+const CHUNK: u64 = 2 << 20;
 
 /// Why a run cannot be watched.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
@@ -259,6 +259,19 @@ pub struct Picture {
     /// Why it stopped, when the job said.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopping: Option<String>,
+    /// How far its events are read, while a first read of many is not done (the rest of
+    /// the picture is then what was read so far).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reading: Option<Reading>,
+}
+
+/// How far a run's events files are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Reading {
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes in them.
+    pub total_bytes: u64,
 }
 
 /// One item in full: its row, its events, its DLQ entry and its Claude calls.
@@ -580,6 +593,7 @@ pub struct Live {
     map_started_at: Option<String>,
     finished_in_map: u64,
     ended: bool,
+    reading: Option<Reading>,
 }
 
 impl Live {
@@ -615,6 +629,7 @@ impl Live {
             map_started_at: None,
             finished_in_map: 0,
             ended: false,
+            reading: None,
         })
     }
 
@@ -625,6 +640,16 @@ impl Live {
 
     /// Reads what the files gained; true when anything changed.
     pub fn refresh(&mut self) -> bool {
+        self.refresh_within(None)
+    }
+
+    /// Reads what the files gained, for at most about BUDGET when one is given (a chunk at a
+    /// time): what is left is read by the next calls, and meanwhile the picture says how far
+    /// the reading got ([`Picture::reading`]). True when anything changed.
+    pub fn refresh_within(&mut self, budget: Option<std::time::Duration>) -> bool {
+        let start = std::time::Instant::now();
+        let spent = || budget.is_some_and(|b| start.elapsed() >= b);
+        let mut cut = false;
         let mut changed = false;
         if let Ok(summary) = load(&self.home, &self.id) {
             changed |= summary.updated_at != self.summary.updated_at
@@ -666,9 +691,31 @@ impl Live {
                     self.fold(&event, file, offset);
                     changed = true;
                 }
-            }) {}
+            }) {
+                if spent() {
+                    cut = true;
+                    break;
+                }
+            }
             self.files[index].1 = tail;
+            if cut {
+                break;
+            }
         }
+        // How far the reading got, when the budget cut it.
+        let (read, size) = self
+            .files
+            .iter()
+            .fold((0, 0), |(read, size), (path, tail)| {
+                let len = std::fs::metadata(path).map_or(0, |m| m.len());
+                (read + tail.offset.min(len), size + len)
+            });
+        let reading = cut.then_some(Reading {
+            read_bytes: read,
+            total_bytes: size,
+        });
+        changed |= reading != self.reading;
+        self.reading = reading;
         if !self.shorts_loaded
             && let Some(dir) = &self.job_dir
             && let Ok(text) = std::fs::File::open(dir.join("items.json")).and_then(|mut f| {
@@ -1103,6 +1150,7 @@ impl Live {
             agents,
             steps,
             stopping: self.stopping.clone(),
+            reading: self.reading,
         }
     }
 
@@ -1252,6 +1300,11 @@ impl Live {
     /// Whether the run still runs (a live process holds it).
     pub fn is_running(&self) -> bool {
         self.summary.state == runs::State::Running
+    }
+
+    /// Whether the last refresh left events unread (its budget was spent).
+    pub fn behind(&self) -> bool {
+        self.reading.is_some()
     }
 
     /// Whether its events say it ended (in its last process).
