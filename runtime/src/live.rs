@@ -486,7 +486,9 @@ impl<'a> Glance<'a> {
         let kind = string(line, after + KIND.len())?;
         // The item is the origin's, written last; a value written before it may hold the
         // same key, so the last one is taken.
-        let item = match memchr::memmem::rfind(line, ITEM) {
+        static ITEM_FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(ITEM));
+        let item = match ITEM_FINDER.rfind(line) {
             Some(at) => Some(item_index(string(line, at + ITEM.len())?)?),
             None => None,
         };
@@ -1900,5 +1902,39 @@ mod tests {
         assert_eq!(detail.events[0]["event_type"], "attempt_finished");
         assert_eq!(live.item("item_1").unwrap().row.status, ItemStatus::Running);
         assert_eq!(live.last_at.as_deref(), Some("2026-11-26T10:00:04.000Z"));
+    }
+
+    #[test]
+    fn a_refresh_with_a_budget_reads_a_chunk_and_the_picture_says_how_far() {
+        let (home, file) = home();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        let mut text = event("00", "map_started", r#","items":3"#);
+        // More than a chunk of events.
+        let step = event(
+            "01",
+            "attempt_started",
+            r#","agent_id":"agent-0","item_id":"item_0""#,
+        );
+        let lines = usize::try_from(CHUNK).unwrap() / step.len() + 100;
+        text.push_str(&step.repeat(lines));
+        text.push_str(&event(
+            "02",
+            "agent_completed",
+            r#","agent_id":"agent-0","item_id":"item_0""#,
+        ));
+        append(&file, &text);
+        let now = parse("2026-11-26T10:00:05.000Z").unwrap();
+        assert!(live.refresh_within(Some(std::time::Duration::ZERO)));
+        let reading = live.picture(now).reading.unwrap();
+        assert!(reading.read_bytes > 0 && reading.read_bytes < reading.total_bytes);
+        assert_eq!(reading.total_bytes, text.len() as u64);
+        assert_eq!(live.picture(now).counts.succeeded, 0);
+        assert!(live.behind());
+        // The next refresh reads the rest.
+        assert!(live.refresh());
+        let p = live.picture(now);
+        assert_eq!(p.reading, None);
+        assert_eq!(p.counts.succeeded, 1);
+        assert_eq!(live.item("item_0").unwrap().events.len(), lines + 1);
     }
 }
