@@ -451,6 +451,11 @@ fn folded(kind: &str) -> bool {
     )
 }
 
+/// An item's key in an event line, and its finder (built once).
+const ITEM: &[u8] = br#""item_id":""#;
+static ITEM_FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(ITEM));
+
 /// What an event line shows without parsing it, as the events file writes every event: it
 /// starts with its time and its kind, and ends with its item (and agent).
 #[derive(Debug, PartialEq)]
@@ -464,7 +469,7 @@ impl<'a> Glance<'a> {
     /// The glance at LINE; none when it is not written so (it is then parsed).
     fn of(line: &'a [u8]) -> Option<Glance<'a>> {
         /// The plain string after KEY (`"key":"`) at FROM, when it has no escapes.
-        fn string<'a>(line: &'a [u8], from: usize) -> Option<&'a str> {
+        fn string(line: &[u8], from: usize) -> Option<&str> {
             let rest = line.get(from..)?;
             let end = memchr::memchr2(b'"', b'\\', rest)?;
             if rest[end] != b'"' {
@@ -474,7 +479,6 @@ impl<'a> Glance<'a> {
         }
         const AT: &[u8] = br#"{"timestamp":""#;
         const KIND: &[u8] = br#""event_type":""#;
-        const ITEM: &[u8] = br#""item_id":""#;
         if !line.starts_with(AT) {
             return None;
         }
@@ -486,8 +490,6 @@ impl<'a> Glance<'a> {
         let kind = string(line, after + KIND.len())?;
         // The item is the origin's, written last; a value written before it may hold the
         // same key, so the last one is taken.
-        static ITEM_FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
-            std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(ITEM));
         let item = match ITEM_FINDER.rfind(line) {
             Some(at) => Some(item_index(string(line, at + ITEM.len())?)?),
             None => None,
@@ -649,7 +651,7 @@ impl Live {
     /// time): what is left is read by the next calls, and meanwhile the picture says how far
     /// the reading got ([`Picture::reading`]). True when anything changed.
     pub fn refresh_within(&mut self, budget: Option<std::time::Duration>) -> bool {
-        let start = std::time::Instant::now();
+        let start = tokio::time::Instant::now();
         let spent = || budget.is_some_and(|b| start.elapsed() >= b);
         let mut cut = false;
         let mut changed = false;
@@ -1834,7 +1836,11 @@ mod tests {
             r#"{"step":"make","outcome":"failed","duration_secs":1.0,"commands":1,"output_bytes":10}"#,
             at("02"),
         );
-        let long: String = (0..1024).map(|n| format!("{n:04}\n")).collect();
+        let long = (0..1024).fold(String::new(), |mut text, n| {
+            use std::fmt::Write as _;
+            let _ = writeln!(text, "{n:04}");
+            text
+        });
         write("step-0002.log", &long, at("07"));
         let events: Vec<Value> = ["01", "05"]
             .iter()
@@ -1869,12 +1875,12 @@ mod tests {
 
     #[test]
     fn an_event_the_fold_does_not_read_is_placed_from_its_bytes() {
-        let line = event(
+        let attempt = event(
             "03",
             "attempt_finished",
             r#","step":"x","note":{"item_id":"item_9"},"agent_id":"agent-1","item_id":"item_2""#,
         );
-        let glance = Glance::of(line.trim_end().as_bytes()).unwrap();
+        let glance = Glance::of(attempt.trim_end().as_bytes()).unwrap();
         assert_eq!(glance.kind, "attempt_finished");
         assert_eq!(glance.at, Some("2026-11-26T10:00:03.000Z"));
         assert_eq!(glance.item, Some(2));
@@ -1887,7 +1893,7 @@ mod tests {
         );
         let (home, file) = home();
         let mut live = Live::open(home.path(), JOB).unwrap();
-        append(&file, &line);
+        append(&file, &attempt);
         append(
             &file,
             &event(
