@@ -24,8 +24,10 @@ use crate::store::Layout;
 
 /// The most of an item's input shown in a row.
 const SHORT: usize = 80;
+/// The most of a step's output an item's detail shows: its end.
+pub const OUTPUT_TAIL: u64 = 4 << 10;
 /// The most read from a file at once (a refresh reads a growing file in chunks to its end).
-const CHUNK: u64 = 8 << 20;
+const CHUNK: u64 = 2 << 20;
 
 /// Why a run cannot be watched.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
@@ -257,6 +259,19 @@ pub struct Picture {
     /// Why it stopped, when the job said.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopping: Option<String>,
+    /// How far its events are read, while a first read of many is not done (the rest of
+    /// the picture is then what was read so far).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reading: Option<Reading>,
+}
+
+/// How far a run's events files are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Reading {
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes in them.
+    pub total_bytes: u64,
 }
 
 /// One item in full: its row, its events, its DLQ entry and its Claude calls.
@@ -272,6 +287,31 @@ pub struct ItemDetail {
     pub dlq: Option<crate::dlq::DeadLetteredItem>,
     /// Its Claude calls, as `prodigy logs --show` renders them.
     pub claude: Vec<ClaudeCall>,
+    /// Its steps' outputs, in the order they ran, with the attempt each belongs to.
+    pub outputs: Vec<StepOutput>,
+}
+
+/// One step's output as its log keeps it (`step-NNNN.log` and `.json` in the item's logs).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepOutput {
+    /// The item's attempt it ran in (0 when no attempt's start is known).
+    pub attempt: u32,
+    /// Its number in the item's logs.
+    pub number: u32,
+    /// The step's label (none while it runs, or when its run was killed).
+    pub step: Option<String>,
+    /// How it ended (none while it runs, or when its run was killed).
+    pub outcome: Option<String>,
+    /// From its start to its end.
+    pub duration_secs: Option<f64>,
+    /// Bytes of output in its log.
+    pub output_bytes: u64,
+    /// The last [`OUTPUT_TAIL`] bytes of its output, from a line's start.
+    pub tail: String,
+    /// Whether the tail leaves out earlier output.
+    pub truncated: bool,
+    /// The log file (none when the step printed nothing).
+    pub log: Option<PathBuf>,
 }
 
 /// One Claude call rendered for people.
@@ -365,6 +405,100 @@ impl Line<'_> {
             "slurm_task_id" => self.slurm_task_id,
             _ => None,
         }
+    }
+}
+
+/// Whether [`Live::fold`] reads events of KIND (its `match` names these; the others are
+/// only placed).
+fn folded(kind: &str) -> bool {
+    matches!(
+        kind,
+        "job_started"
+            | "job_resumed"
+            | "workflow_started"
+            | "setup_started"
+            | "input_loaded"
+            | "map_started"
+            | "reduce_started"
+            | "job_finished"
+            | "workflow_finished"
+            | "job_stopping"
+            | "claude_budget_reached"
+            | "claude_limit_reached"
+            | "claude_limit_lifted"
+            | "CircuitOpen"
+            | "CircuitHalfOpen"
+            | "CircuitClosed"
+            | "agent_started"
+            | "slurm_task_submitted"
+            | "slurm_task_adopted"
+            | "agent_completed"
+            | "agent_failed"
+            | "agent_cancelled"
+            | "agent_rejected"
+            | "item_retry_scheduled"
+            | "item_skipped"
+            | "dlq_item_added"
+            | "dlq_item_removed"
+            | "dlq_retry_started"
+            | "dlq_retry_finished"
+            | "step_started"
+            | "step_finished"
+            | "step_skipped"
+            | "retry_scheduled"
+            | "claude_started"
+            | "claude_finished"
+    )
+}
+
+/// An item's key in an event line, and its finder (built once).
+const ITEM: &[u8] = br#""item_id":""#;
+static ITEM_FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(ITEM));
+
+/// What an event line shows without parsing it, as the events file writes every event: it
+/// starts with its time and its kind, and ends with its item (and agent).
+#[derive(Debug, PartialEq)]
+struct Glance<'a> {
+    kind: &'a str,
+    at: Option<&'a str>,
+    item: Option<u64>,
+}
+
+impl<'a> Glance<'a> {
+    /// The glance at LINE; none when it is not written so (it is then parsed).
+    fn of(line: &'a [u8]) -> Option<Glance<'a>> {
+        /// The plain string after KEY (`"key":"`) at FROM, when it has no escapes.
+        fn string(line: &[u8], from: usize) -> Option<&str> {
+            let rest = line.get(from..)?;
+            let end = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[end] != b'"' {
+                return None;
+            }
+            std::str::from_utf8(&rest[..end]).ok()
+        }
+        const AT: &[u8] = br#"{"timestamp":""#;
+        const KIND: &[u8] = br#""event_type":""#;
+        if !line.starts_with(AT) {
+            return None;
+        }
+        let at = string(line, AT.len())?;
+        let after = AT.len() + at.len() + 2;
+        if !line.get(after..)?.starts_with(KIND) {
+            return None;
+        }
+        let kind = string(line, after + KIND.len())?;
+        // The item is the origin's, written last; a value written before it may hold the
+        // same key, so the last one is taken.
+        let item = match ITEM_FINDER.rfind(line) {
+            Some(at) => Some(item_index(string(line, at + ITEM.len())?)?),
+            None => None,
+        };
+        Some(Glance {
+            kind,
+            at: Some(at),
+            item,
+        })
     }
 }
 
@@ -463,6 +597,7 @@ pub struct Live {
     map_started_at: Option<String>,
     finished_in_map: u64,
     ended: bool,
+    reading: Option<Reading>,
 }
 
 impl Live {
@@ -498,6 +633,7 @@ impl Live {
             map_started_at: None,
             finished_in_map: 0,
             ended: false,
+            reading: None,
         })
     }
 
@@ -508,6 +644,16 @@ impl Live {
 
     /// Reads what the files gained; true when anything changed.
     pub fn refresh(&mut self) -> bool {
+        self.refresh_within(None)
+    }
+
+    /// Reads what the files gained, for at most about BUDGET when one is given (a chunk at a
+    /// time): what is left is read by the next calls, and meanwhile the picture says how far
+    /// the reading got ([`Picture::reading`]). True when anything changed.
+    pub fn refresh_within(&mut self, budget: Option<std::time::Duration>) -> bool {
+        let start = tokio::time::Instant::now();
+        let spent = || budget.is_some_and(|b| start.elapsed() >= b);
+        let mut cut = false;
         let mut changed = false;
         if let Ok(summary) = load(&self.home, &self.id) {
             changed |= summary.updated_at != self.summary.updated_at
@@ -535,14 +681,45 @@ impl Live {
             let mut tail = std::mem::take(&mut self.files[index].1);
             let file = u16::try_from(index).unwrap_or(u16::MAX);
             while tail.read(&path, &mut |offset, line| {
+                // An event the fold does not read (most of an agent's: its attempts, its
+                // commands) is only placed, from its bytes, not parsed.
+                if let Some(glance) = Glance::of(line)
+                    && !folded(glance.kind)
+                {
+                    self.place(&glance, file, offset);
+                    changed = true;
+                    return;
+                }
                 // Only the fields the fold reads, from the bytes; the rest is skipped unbuilt.
                 if let Ok(event) = serde_json::from_slice::<Line<'_>>(line) {
                     self.fold(&event, file, offset);
                     changed = true;
                 }
-            }) {}
+            }) {
+                if spent() {
+                    cut = true;
+                    break;
+                }
+            }
             self.files[index].1 = tail;
+            if cut {
+                break;
+            }
         }
+        // How far the reading got, when the budget cut it.
+        let (read, size) = self
+            .files
+            .iter()
+            .fold((0, 0), |(read, size), (path, tail)| {
+                let len = std::fs::metadata(path).map_or(0, |m| m.len());
+                (read + tail.offset.min(len), size + len)
+            });
+        let reading = cut.then_some(Reading {
+            read_bytes: read,
+            total_bytes: size,
+        });
+        changed |= reading != self.reading;
+        self.reading = reading;
         if !self.shorts_loaded
             && let Some(dir) = &self.job_dir
             && let Ok(text) = std::fs::File::open(dir.join("items.json")).and_then(|mut f| {
@@ -592,7 +769,27 @@ impl Live {
         })
     }
 
-    /// Folds one event.
+    /// Places an event the fold does not read: its time, and its line among its item's.
+    fn place(&mut self, glance: &Glance<'_>, file: u16, offset: u64) {
+        if let Some(at) = glance.at {
+            self.seen_at(at);
+        }
+        if let Some(index) = glance.item {
+            self.row(index).lines.push((file, offset));
+        }
+    }
+
+    /// An event's time AT: the first, and the last so far.
+    fn seen_at(&mut self, at: &str) {
+        if self.first_at.is_none() {
+            self.first_at = Some(at.to_owned());
+        }
+        let last = self.last_at.get_or_insert_with(String::new);
+        last.clear();
+        last.push_str(at);
+    }
+
+    /// Folds one event (of a kind [`folded`] names).
     #[expect(
         clippy::too_many_lines,
         reason = "table-shaped: one arm per kind of event in the run's events file"
@@ -600,24 +797,24 @@ impl Live {
     fn fold(&mut self, event: &Line<'_>, file: u16, offset: u64) {
         let text = |key: &str| event.text(key);
         let number = |key: &str| event.number(key);
-        let kind = text("event_type").unwrap_or_default();
-        let at = text("timestamp");
-        if self.first_at.is_none() {
-            self.first_at.clone_from(&at);
+        // Borrowed from the line: most events allocate nothing here.
+        let kind: &str = event.event_type.as_deref().unwrap_or_default();
+        let at: Option<&str> = event.timestamp.as_deref();
+        if let Some(at) = at {
+            self.seen_at(at);
         }
-        if at.is_some() {
-            self.last_at.clone_from(&at);
-        }
-        let item = text("item_id");
-        let index = item.as_deref().and_then(item_index);
+        let item: Option<&str> = event.item_id.as_deref();
+        let index = item.and_then(item_index);
         if let Some(index) = index {
             self.row(index).lines.push((file, offset));
         }
         // Who does it: a map agent, else the run itself.
-        let actor_key = text("agent_id")
+        let actor_key: &str = event
+            .agent_id
+            .as_deref()
             .filter(|_| item.is_some())
-            .unwrap_or_else(|| "run".to_owned());
-        match kind.as_str() {
+            .unwrap_or("run");
+        match kind {
             "job_started" | "job_resumed" | "workflow_started" => {
                 self.ended = false;
                 self.phase = text("phase");
@@ -644,7 +841,7 @@ impl Live {
             "map_started" => {
                 self.phase = Some("map".to_owned());
                 self.counts.total = number("items").unwrap_or(self.counts.total);
-                self.map_started_at.clone_from(&at);
+                self.map_started_at = at.map(str::to_owned);
             }
             "reduce_started" => self.phase = Some("reduce".to_owned()),
             "job_finished" | "workflow_finished" => {
@@ -679,11 +876,11 @@ impl Live {
                     row.agent_id = text("agent_id");
                 }
                 self.actors.insert(
-                    actor_key,
+                    actor_key.to_owned(),
                     Actor {
-                        item_id: item.clone(),
+                        item_id: item.map(str::to_owned),
                         attempt: attempt.unwrap_or(1),
-                        started_at: at.clone().unwrap_or_default(),
+                        started_at: at.unwrap_or_default().to_owned(),
                         step: None,
                         slurm_task: None,
                     },
@@ -698,7 +895,7 @@ impl Live {
                 if let Some(index) = index {
                     self.row(index).slurm_task = Some(task.clone());
                 }
-                if let Some(actor) = self.actors.get_mut(&actor_key) {
+                if let Some(actor) = self.actors.get_mut(actor_key) {
                     actor.slurm_task = Some(task);
                 }
             }
@@ -707,7 +904,7 @@ impl Live {
                     let duration = event.duration_secs;
                     let error = text("error");
                     let row = self.row(index);
-                    match kind.as_str() {
+                    match kind {
                         "agent_completed" => row.status = ItemStatus::Succeeded,
                         "agent_cancelled" => row.status = ItemStatus::Pending,
                         _ => {
@@ -721,8 +918,8 @@ impl Live {
                 }
                 // A rejected item had no agent.
                 if kind != "agent_rejected" {
-                    self.actors.remove(&actor_key);
-                    self.calls.remove(&actor_key);
+                    self.actors.remove(actor_key);
+                    self.calls.remove(actor_key);
                 }
             }
             "item_retry_scheduled" => {
@@ -737,13 +934,13 @@ impl Live {
                 }
             }
             "dlq_item_added" => {
-                if let Some((index, id)) = index.zip(item.clone()) {
+                if let Some((index, id)) = index.zip(item.map(str::to_owned)) {
                     self.dlq.insert(id);
                     self.row(index).in_dlq = true;
                 }
             }
             "dlq_item_removed" => {
-                if let Some((index, id)) = index.zip(item.clone()) {
+                if let Some((index, id)) = index.zip(item.map(str::to_owned)) {
                     self.dlq.remove(&id);
                     let row = self.row(index);
                     row.in_dlq = false;
@@ -767,13 +964,16 @@ impl Live {
                     });
                     step.running += 1;
                 }
-                let actor = self.actors.entry(actor_key).or_insert_with(|| Actor {
-                    item_id: None,
-                    attempt: 1,
-                    started_at: at.clone().unwrap_or_default(),
-                    step: None,
-                    slurm_task: None,
-                });
+                let actor = self
+                    .actors
+                    .entry(actor_key.to_owned())
+                    .or_insert_with(|| Actor {
+                        item_id: None,
+                        attempt: 1,
+                        started_at: at.unwrap_or_default().to_owned(),
+                        step: None,
+                        slurm_task: None,
+                    });
                 if let Some((old, _)) = actor.step.take()
                     && let Some(step) = self.steps.get_mut(&old)
                 {
@@ -786,7 +986,7 @@ impl Live {
                     text("outcome").as_deref(),
                     Some("failed" | "failed_continued" | "cancelled")
                 );
-                if let Some(actor) = self.actors.get_mut(&actor_key)
+                if let Some(actor) = self.actors.get_mut(actor_key)
                     && let Some((id, _)) = actor.step.take()
                     && let Some(step) = self.steps.get_mut(&id)
                 {
@@ -807,7 +1007,7 @@ impl Live {
             }
             "retry_scheduled" => {
                 self.counts.retries += 1;
-                if let Some(actor) = self.actors.get(&actor_key)
+                if let Some(actor) = self.actors.get(actor_key)
                     && let Some((id, _)) = &actor.step
                     && let Some(step) = self.steps.get_mut(id)
                 {
@@ -817,7 +1017,7 @@ impl Live {
             "claude_started" => {
                 if let Some(log) = text("log") {
                     self.calls.insert(
-                        actor_key,
+                        actor_key.to_owned(),
                         Call {
                             log: PathBuf::from(log),
                             ..Call::default()
@@ -826,7 +1026,7 @@ impl Live {
                 }
             }
             "claude_finished" => {
-                self.calls.remove(&actor_key);
+                self.calls.remove(actor_key);
                 let cost = event.cost_usd.unwrap_or(0.0);
                 self.spend.calls += 1;
                 self.spend.turns += number("num_turns").unwrap_or(0);
@@ -838,10 +1038,8 @@ impl Live {
             }
             _ => {}
         }
-        if matches!(
-            kind.as_str(),
-            "agent_completed" | "agent_failed" | "item_skipped"
-        ) && self.phase.as_deref() == Some("map")
+        if matches!(kind, "agent_completed" | "agent_failed" | "item_skipped")
+            && self.phase.as_deref() == Some("map")
         {
             self.finished_in_map += 1;
         }
@@ -964,6 +1162,7 @@ impl Live {
             agents,
             steps,
             stopping: self.stopping.clone(),
+            reading: self.reading,
         }
     }
 
@@ -1095,18 +1294,29 @@ impl Live {
             serde::Deserializer::deserialize_seq(&mut reader, Nth(index)).ok()?
         });
         let claude = logs.iter().map(|log| render_call(log)).collect();
+        let layout = Layout {
+            home: self.home.clone(),
+            repo: self.summary.repo.clone(),
+        };
+        let outputs = step_outputs(&crate::logs::dir(&layout, &self.id).join(item_id), &events);
         Some(ItemDetail {
             row,
             data,
             events,
             dlq,
             claude,
+            outputs,
         })
     }
 
     /// Whether the run still runs (a live process holds it).
     pub fn is_running(&self) -> bool {
         self.summary.state == runs::State::Running
+    }
+
+    /// Whether the last refresh left events unread (its budget was spent).
+    pub fn behind(&self) -> bool {
+        self.reading.is_some()
     }
 
     /// Whether its events say it ended (in its last process).
@@ -1158,6 +1368,91 @@ pub fn render_call(log: &Path) -> ClaudeCall {
         turns: stream.num_turns(),
         tool_calls: stream.tool_calls,
     }
+}
+
+/// The outputs of the steps logged in DIR (an item's logs), each with the attempt it ran in:
+/// the last of EVENTS' `agent_started` before its log was last written.
+fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
+    let starts: Vec<(SystemTime, u32)> = events
+        .iter()
+        .filter(|e| e.get("event_type").and_then(Value::as_str) == Some("agent_started"))
+        .filter_map(|e| {
+            let at = parse(e.get("timestamp")?.as_str()?)?;
+            let attempt = e.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+            Some((at, u32::try_from(attempt).unwrap_or(u32::MAX)))
+        })
+        .collect();
+    let mut numbers: BTreeSet<u32> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| crate::logs::step_number(&e.file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default();
+    numbers.retain(|n| *n > 0);
+    numbers
+        .into_iter()
+        .map(|number| {
+            let log = dir.join(format!("step-{number:04}.log"));
+            let record_path = dir.join(format!("step-{number:04}.json"));
+            let record = std::fs::read(&record_path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<crate::logs::StepRecord>(&b).ok());
+            let written = [&record_path, &log]
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+                .max();
+            let attempt = written.map_or(0, |at| {
+                starts
+                    .iter()
+                    .filter(|(start, _)| *start <= at)
+                    .max_by_key(|(start, _)| *start)
+                    .map_or(0, |(_, attempt)| *attempt)
+            });
+            let (tail, truncated) = tail_of(&log, OUTPUT_TAIL);
+            StepOutput {
+                attempt,
+                number,
+                step: record.as_ref().map(|r| r.step.clone()),
+                outcome: record.as_ref().map(|r| r.outcome.clone()),
+                duration_secs: record.as_ref().map(|r| r.duration_secs),
+                output_bytes: record.as_ref().map_or_else(
+                    || std::fs::metadata(&log).map_or(0, |m| m.len()),
+                    |r| r.output_bytes,
+                ),
+                tail,
+                truncated,
+                log: log.exists().then_some(log),
+            }
+        })
+        .collect()
+}
+
+/// The last MOST bytes of PATH, from the first line that starts in them (all of it when it
+/// is shorter); whether earlier bytes were left out.
+fn tail_of(path: &Path, most: u64) -> (String, bool) {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return (String::new(), false);
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let from = len.saturating_sub(most);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(from)).is_err() || file.take(most).read_to_end(&mut bytes).is_err()
+    {
+        return (String::new(), false);
+    }
+    let mut start = 0;
+    if from > 0
+        && let Some(newline) = memchr::memchr(b'\n', &bytes)
+        && newline + 1 < bytes.len()
+    {
+        start = newline + 1;
+    }
+    (
+        String::from_utf8_lossy(&bytes[start..]).into_owned(),
+        from > 0,
+    )
 }
 
 /// The line of PATH at OFFSET.
@@ -1530,5 +1825,134 @@ mod tests {
         live.refresh();
         live.summary.state = runs::State::Running;
         assert_eq!(live.picture(SystemTime::UNIX_EPOCH).state, State::Running);
+    }
+
+    #[test]
+    fn an_items_step_outputs_show_their_tails_under_the_attempt_they_ran_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |secs: &str| parse(&format!("2026-11-26T10:00:{secs}.000Z")).unwrap();
+        let write = |name: &str, text: &str, when: SystemTime| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        };
+        // Attempt 1 failed in its step 1; attempt 2 ran it again, printing 5 KiB of lines.
+        write("step-0001.log", "first try\n", at("02"));
+        write(
+            "step-0001.json",
+            r#"{"step":"make","outcome":"failed","duration_secs":1.0,"commands":1,"output_bytes":10}"#,
+            at("02"),
+        );
+        let long = (0..1024).fold(String::new(), |mut text, n| {
+            use std::fmt::Write as _;
+            let _ = writeln!(text, "{n:04}");
+            text
+        });
+        write("step-0002.log", &long, at("07"));
+        let events: Vec<Value> = ["01", "05"]
+            .iter()
+            .zip(1..)
+            .map(|(secs, attempt)| {
+                serde_json::json!({
+                    "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
+                    "event_type": "agent_started",
+                    "attempt": attempt,
+                })
+            })
+            .collect();
+        let outputs = step_outputs(dir.path(), &events);
+        assert_eq!(outputs.len(), 2);
+        assert_eq!(outputs[0].attempt, 1);
+        assert_eq!(outputs[0].outcome.as_deref(), Some("failed"));
+        assert_eq!(outputs[0].tail, "first try\n");
+        assert!(!outputs[0].truncated);
+        // The second runs still (no record): its end, from a line's start, at most 4 KiB.
+        assert_eq!(outputs[1].attempt, 2);
+        assert_eq!(outputs[1].outcome, None);
+        assert_eq!(outputs[1].output_bytes, 5120);
+        assert!(outputs[1].truncated);
+        assert!(outputs[1].tail.len() <= 4096);
+        assert!(
+            outputs[1].tail.starts_with("0205\n"),
+            "{}",
+            &outputs[1].tail[..10]
+        );
+        assert!(outputs[1].tail.ends_with("1023\n"));
+    }
+
+    #[test]
+    fn an_event_the_fold_does_not_read_is_placed_from_its_bytes() {
+        let attempt = event(
+            "03",
+            "attempt_finished",
+            r#","step":"x","note":{"item_id":"item_9"},"agent_id":"agent-1","item_id":"item_2""#,
+        );
+        let glance = Glance::of(attempt.trim_end().as_bytes()).unwrap();
+        assert_eq!(glance.kind, "attempt_finished");
+        assert_eq!(glance.at, Some("2026-11-26T10:00:03.000Z"));
+        assert_eq!(glance.item, Some(2));
+        assert!(!folded(glance.kind));
+        // Written otherwise, or with an escape in a field read: parsed instead.
+        assert_eq!(Glance::of(br#"{"event_type":"x","timestamp":"t"}"#), None);
+        assert_eq!(
+            Glance::of(br#"{"timestamp":"t","event_type":"a\"b"}"#),
+            None
+        );
+        let (home, file) = home();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        append(&file, &attempt);
+        append(
+            &file,
+            &event(
+                "04",
+                "agent_started",
+                r#","agent_id":"agent-1","item_id":"item_1","attempt":1"#,
+            ),
+        );
+        assert!(live.refresh());
+        let detail = live.item("item_2").unwrap();
+        assert_eq!(detail.events.len(), 1);
+        assert_eq!(detail.events[0]["event_type"], "attempt_finished");
+        assert_eq!(live.item("item_1").unwrap().row.status, ItemStatus::Running);
+        assert_eq!(live.last_at.as_deref(), Some("2026-11-26T10:00:04.000Z"));
+    }
+
+    #[test]
+    fn a_refresh_with_a_budget_reads_a_chunk_and_the_picture_says_how_far() {
+        let (home, file) = home();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        let mut text = event("00", "map_started", r#","items":3"#);
+        // More than a chunk of events.
+        let step = event(
+            "01",
+            "attempt_started",
+            r#","agent_id":"agent-0","item_id":"item_0""#,
+        );
+        let lines = usize::try_from(CHUNK).unwrap() / step.len() + 100;
+        text.push_str(&step.repeat(lines));
+        text.push_str(&event(
+            "02",
+            "agent_completed",
+            r#","agent_id":"agent-0","item_id":"item_0""#,
+        ));
+        append(&file, &text);
+        let now = parse("2026-11-26T10:00:05.000Z").unwrap();
+        assert!(live.refresh_within(Some(std::time::Duration::ZERO)));
+        let reading = live.picture(now).reading.unwrap();
+        assert!(reading.read_bytes > 0 && reading.read_bytes < reading.total_bytes);
+        assert_eq!(reading.total_bytes, text.len() as u64);
+        assert_eq!(live.picture(now).counts.succeeded, 0);
+        assert!(live.behind());
+        // The next refresh reads the rest.
+        assert!(live.refresh());
+        let p = live.picture(now);
+        assert_eq!(p.reading, None);
+        assert_eq!(p.counts.succeeded, 1);
+        assert_eq!(live.item("item_0").unwrap().events.len(), lines + 1);
     }
 }

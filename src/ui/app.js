@@ -60,7 +60,7 @@ async function runPage(id) {
 
 function draw(id, p) {
   const c = p.counts, s = p.summary;
-  $("#head").innerHTML = `<h2>${esc(s.kind)} ${esc(s.id)} ${state(p.state)} <span class="muted">${esc(p.phase ?? "")}</span></h2><p class="muted">${esc(s.workflow)} · started ${esc(s.started_at)} · ${secs(p.duration_secs)}</p>${p.pause ? `<p><b>Paused:</b> the Claude usage limit (${esc(p.pause.limit_type)}) resets at ${esc(p.pause.resets_at)}</p>` : ""}${p.stopping ? `<p><b>Stopping:</b> ${esc(p.stopping)}</p>` : ""}`;
+  $("#head").innerHTML = `<h2>${esc(s.kind)} ${esc(s.id)} ${state(p.state)} <span class="muted">${esc(p.phase ?? "")}</span></h2><p class="muted">${esc(s.workflow)} · started ${esc(s.started_at)} · ${secs(p.duration_secs)}</p>${p.pause ? `<p><b>Paused:</b> the Claude usage limit (${esc(p.pause.limit_type)}) resets at ${esc(p.pause.resets_at)}</p>` : ""}${p.stopping ? `<p><b>Stopping:</b> ${esc(p.stopping)}</p>` : ""}${p.reading ? `<p id="reading"><b>Reading its events:</b> ${Math.floor((100 * p.reading.read_bytes) / p.reading.total_bytes)}%, the figures below are of what is read so far</p>` : ""}`;
   const stat = (k, v, name) => `<div class="stat" data-stat="${k}"><b>${v}</b>${name}</div>`;
   $("#stats").innerHTML = [
     stat("done", `${c.succeeded + c.failed + c.skipped}/${c.total}`, "done"),
@@ -117,6 +117,7 @@ async function openItem(id, item) {
   box.innerHTML = `<h3>${esc(item)} <span class="muted">${esc(d.row.status)}</span></h3>
   <p>input: <code>${esc(JSON.stringify(d.data))}</code></p>
   <h4>Attempts</h4><table><tr><th>step</th><th>run</th><th>attempt</th><th>exit</th><th>duration</th></tr>${attempts.map((e) => `<tr><td>${esc(e.step)}</td><td>${e.run}</td><td>${e.attempt}</td><td>${e.exit_code ?? (e.timed_out ? "timed out" : "-")}</td><td>${secs(e.duration_secs)}</td></tr>`).join("")}</table>
+  <h4>Output</h4>${d.outputs.map((o) => `<div class="output"><p><b>${esc(o.step ?? "step " + o.number)}</b> <span class="muted">attempt ${o.attempt || "?"} · ${esc(o.outcome ?? "running")} · ${o.output_bytes} bytes${o.truncated ? ", its end" : ""}</span></p><pre>${esc(o.tail)}</pre></div>`).join("") || '<p class="muted">none</p>'}
   <h4>Claude calls</h4>${d.claude.map((c, i) => `<div class="claude-call"><p><b>call ${i + 1}</b> <span class="muted">${c.turns} turns, ${c.tool_calls} tool calls · ${esc(c.log)}</span></p><pre>${esc(c.lines.join("\n"))}${c.result ? "\n= " + esc(c.result) : ""}</pre></div>`).join("") || '<p class="muted">none</p>'}
   ${d.dlq ? `<h4>DLQ entry</h4>${d.dlq.failure_history.map((f) => `<p>${esc(f.timestamp)} ${esc(f.error_type)}: ${esc(f.error_message)} <span class="muted">(${esc(f.step_failed)})</span></p>${f.command_output ? `<pre>exit ${f.command_output.exit_code ?? "-"}\n${esc(f.command_output.stdout)}${esc(f.command_output.stderr)}</pre>` : ""}`).join("")}` : ""}
   <details><summary>events (${d.events.length})</summary><pre>${esc(d.events.map((e) => JSON.stringify(e)).join("\n"))}</pre></details>`;

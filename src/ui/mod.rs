@@ -36,6 +36,9 @@ use crate::{err, exit_code, out};
 const WATCHED: usize = 8;
 /// How often a watched run's files are read again at most.
 const REFRESH: Duration = Duration::from_millis(250);
+/// The most a request spends reading a run's events (a large job's are read over several
+/// requests at first, its page saying how far the reading got).
+const FIRST_READ: Duration = Duration::from_millis(300);
 /// The most rows of the items table in one page.
 const PAGE_MAX: usize = 500;
 
@@ -312,8 +315,8 @@ async fn with_live<T: Send + 'static>(
         let (live, last) = &mut *guard;
         let now = tokio::time::Instant::now();
         let mut changed = false;
-        if last.is_none_or(|l| now.duration_since(l) >= REFRESH) {
-            changed = live.refresh();
+        if live.behind() || last.is_none_or(|l| now.duration_since(l) >= REFRESH) {
+            changed = live.refresh_within(Some(FIRST_READ));
             *last = Some(now);
         }
         Some(f(live, changed))

@@ -80,3 +80,50 @@ fn status_of_an_unknown_id_is_a_usage_error() {
         stderr(&out)
     );
 }
+
+#[test]
+fn status_watch_redraws_as_the_counts_change_and_ends_with_the_job() {
+    use std::io::Read as _;
+    let scratch = Scratch::new();
+    let job = slow_job(&scratch);
+    let id = job_id(&scratch);
+    let mut watch = scratch
+        .command(&["status", &id, "--watch"], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its output, read on a thread until it ends, so the wait below is bounded.
+    let mut stdout = watch.stdout.take().unwrap();
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        let _ = send.send(text);
+    });
+    let Ok(text) = receive.recv_timeout(Duration::from_mins(2)) else {
+        let _ = watch.kill();
+        let _ = watch.wait();
+        panic!("`status --watch` did not end with the job");
+    };
+    let ended = watch.wait().unwrap();
+    assert!(ended.success(), "{ended:?}");
+    let job = job.wait_with_output().unwrap();
+    assert!(job.status.success(), "{}", stderr(&job));
+    // Each redraw goes home first; the items line of each, in order.
+    let redraws: Vec<&str> = text.split("\x1b[H").filter(|r| !r.is_empty()).collect();
+    let done: Vec<u64> = redraws
+        .iter()
+        .filter_map(|r| {
+            let line = r.lines().find(|l| l.starts_with("items: "))?;
+            line["items: ".len()..].split('/').next()?.parse().ok()
+        })
+        .collect();
+    assert_eq!(done.len(), redraws.len(), "{text:?}");
+    assert!(done.len() >= 2, "{text:?}");
+    assert!(done.windows(2).all(|w| w[0] <= w[1]), "{done:?}");
+    assert!(done[0] < 3, "{done:?}");
+    assert_eq!(done.last(), Some(&3), "{done:?}");
+    let last = redraws.last().unwrap();
+    assert!(last.starts_with(&format!("job {id} completed")), "{last:?}");
+}

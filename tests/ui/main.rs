@@ -195,6 +195,10 @@ fn handlers_answer_with_the_runs_the_picture_the_items_and_an_item_in_full() {
     assert_eq!(failed["rows"][0]["item_id"], "item_1");
     let item = server.get(&format!("/api/runs/{id}/items/item_1"));
     insta::assert_json_snapshot!("item", stable(&scratch, &item));
+    // A succeeded item shows each step's output too, with the attempt it ran in.
+    let done = server.get(&format!("/api/runs/{id}/items/item_0"));
+    assert_eq!(done["row"]["status"], "succeeded");
+    insta::assert_json_snapshot!("item-succeeded-outputs", stable(&scratch, &done["outputs"]));
 
     let (status, svg) = server.request(
         "GET",
