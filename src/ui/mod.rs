@@ -143,20 +143,40 @@ async fn serve(app: Shared, address: SocketAddr) -> u8 {
             ", read-only"
         }
     ));
+    if !bound.ip().is_loopback() {
+        err(&format!(
+            "warning: serving on {host} over plain HTTP: the token and every page cross the network unencrypted\n  help: on a network you do not trust, keep the default 127.0.0.1 and reach it through an SSH tunnel (`ssh -L {port}:127.0.0.1:{port} HOST`)\n",
+            port = bound.port()
+        ));
+    }
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let router = router(app);
-    let stop = async {
+    // Ctrl-C stops taking requests; open pages (their update streams never end by
+    // themselves) get a moment to close, then the server stops regardless.
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
         let _ = tokio::signal::ctrl_c().await;
+        let _ = stopping.send(());
     };
-    match axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        Ok(()) => exit_code::OK,
-        Err(e) => {
-            err(&format!("error: the server stopped: {e}\n"));
-            exit_code::PROBLEMS
+    let server = std::future::IntoFuture::into_future(
+        axum::serve(listener, router).with_graceful_shutdown(stop),
+    );
+    let deadline = async move {
+        if stopped.await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        } else {
+            std::future::pending::<()>().await;
         }
+    };
+    tokio::select! {
+        served = server => match served {
+            Ok(()) => exit_code::OK,
+            Err(e) => {
+                err(&format!("error: the server stopped: {e}\n"));
+                exit_code::PROBLEMS
+            }
+        },
+        () = deadline => exit_code::OK,
     }
 }
 

@@ -176,6 +176,46 @@ fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
     }
 }
 
+/// Ctrl-C stops the server even while a page holds its update stream open (the stream
+/// never ends by itself, so a graceful shutdown alone would wait for the page).
+#[test]
+fn ctrl_c_stops_the_server_while_a_page_listens_for_updates() {
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let mut server = Server::start(&scratch, &[]);
+    let mut stream = std::net::TcpStream::connect(&server.address).unwrap();
+    let request = format!(
+        "GET /api/runs/{id}/updates HTTP/1.1\r\nHost: {}\r\nX-Prodigy-Token: {}\r\n\r\n",
+        server.address, server.token
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut first = [0u8; 64];
+    let n = stream.read(&mut first).unwrap();
+    assert!(
+        String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&first[..n])
+    );
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still serving 15 s after Ctrl-C with a page open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(stream);
+}
+
 #[test]
 fn handlers_answer_with_the_runs_the_picture_the_items_and_an_item_in_full() {
     let scratch = Scratch::new();
@@ -388,20 +428,34 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
             .unwrap();
         assert_eq!(same, Value::Bool(true), "the page was reloaded");
         // An item's Claude call, rendered as `prodigy logs --show` does.
-        client
-            .find(Locator::Css("#items-table tr[data-item='item_0']"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        let call = client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css("#detail .claude-call pre"))
-            .await
-            .unwrap();
-        let rendered = call.text().await.unwrap();
+        // The table is redrawn as updates arrive, so a row found may be gone by the click:
+        // find it again until a click lands.
+        let mut clicked = false;
+        for _ in 0..50 {
+            let row = client
+                .find(Locator::Css("#items-table tr[data-item='item_0']"))
+                .await;
+            if let Ok(row) = row {
+                if row.click().await.is_ok() {
+                    clicked = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(clicked, "the row of item_0 could not be clicked");
+        let mut rendered = String::new();
+        for _ in 0..300 {
+            let call = client.find(Locator::Css("#detail .claude-call pre")).await;
+            if let Ok(text) = match call {
+                Ok(call) => call.text().await,
+                Err(e) => Err(e),
+            } {
+                rendered = text;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         assert!(rendered.contains("→ Bash"), "{rendered}");
         let shot = client.screenshot().await.unwrap();
         client.close().await.unwrap();

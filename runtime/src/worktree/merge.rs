@@ -30,7 +30,9 @@ pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> 
         &["merge", "-q", "--ff", "-m", &message, head.trim()],
     )
     .await?;
-    git(&session.path, &["update-ref", "-d", &name]).await?;
+    // Deleting a ref rewrites `packed-refs`, whose lock the end-of-phase sweep's branch
+    // deletions may hold at this moment.
+    super::git_retrying(&session.path, &["update-ref", "-d", &name]).await?;
     Ok(())
 }
 

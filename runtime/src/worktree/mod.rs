@@ -143,7 +143,7 @@ async fn git_retrying(dir: &Path, args: &[&str]) -> Result<String, WorktreeError
     loop {
         match git(dir, args).await {
             Err(WorktreeError::Git { stderr, .. })
-                if tries < 5 && stderr.contains(".lock") && stderr.contains("exists") =>
+                if tries < 8 && stderr.contains(".lock") && stderr.contains("exists") =>
             {
                 tries += 1;
                 tokio::time::sleep(delay).await;
