@@ -169,7 +169,7 @@ async fn serve(app: Shared, address: SocketAddr) -> u8 {
         }
     };
     tokio::select! {
-        served = server => match served {
+        result = server => match result {
             Ok(()) => exit_code::OK,
             Err(e) => {
                 err(&format!("error: the server stopped: {e}\n"));

@@ -435,11 +435,11 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
             let row = client
                 .find(Locator::Css("#items-table tr[data-item='item_0']"))
                 .await;
-            if let Ok(row) = row {
-                if row.click().await.is_ok() {
-                    clicked = true;
-                    break;
-                }
+            if let Ok(row) = row
+                && row.click().await.is_ok()
+            {
+                clicked = true;
+                break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
