@@ -12,6 +12,7 @@ const GUIDES: &[(&str, usize)] = &[
     ("docs/mapreduce.md", 1),
     ("docs/claude.md", 1),
     ("docs/slurm.md", 1),
+    ("docs/containers.md", 1),
     ("docs/linting.md", 1),
 ];
 
@@ -162,6 +163,18 @@ fn slurm_guide_example_runs_locally() {
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("6 squared is 36"), "{text}");
     assert!(text.contains("6 of 6 items done"), "{text}");
+}
+
+/// docs/containers.md: `container-map.yml` runs its agents locally without
+/// `--executor container` (`tests/container` runs them in containers).
+#[test]
+fn containers_guide_example_runs_locally() {
+    let scratch = Scratch::new();
+    let output = scratch.run(&["run", "-v", "-y", &example("container-map.yml")], &[]);
+    let text = shown(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("4 squared is 16"), "{text}");
+    assert!(text.contains("4 of 4 items done"), "{text}");
 }
 
 /// docs/linting.md: `lint-clean.yml` runs, and the shell's own `$${...}` reaches the shell

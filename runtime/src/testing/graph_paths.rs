@@ -331,15 +331,29 @@ fn runnable(fixture: &Path, yaml: &str, plan: &Plan, project: &Path) -> Option<S
     None
 }
 
-/// What TEXT prints when it is only an `echo` or a `printf` (setup steps whose output the
-/// workflow captures): run at once, since it takes no time; `None` for anything else.
+/// What TEXT prints when it is an `echo` or `printf`, perhaps piped into a filter that only
+/// reads (`wc`, `tr`, `cut`, `head`, `tail`, `sort`): the captured output of a setup or an
+/// agent step. Run at once, since it takes no time, in the temporary directory, never with
+/// a redirection or a second command; `None` for anything else.
 fn printed(text: &str) -> Option<String> {
     let text = text.trim_start();
-    if !(text.starts_with("echo ") || text.starts_with("printf ")) {
+    let mut stages = text.split('|');
+    let first = stages.next().unwrap_or_default();
+    let filters = stages.all(|stage| {
+        let word = stage.split_whitespace().next().unwrap_or_default();
+        ["wc", "tr", "cut", "head", "tail", "sort"].contains(&word)
+    });
+    let plain = (first.starts_with("echo ") || first.starts_with("printf "))
+        && filters
+        && !text.contains(['>', '<', ';', '&', '`'])
+        && !text.contains("$(")
+        && !text.contains("||");
+    if !plain {
         return None;
     }
     let out = std::process::Command::new("sh")
         .args(["-c", text])
+        .current_dir(std::env::temp_dir())
         .output()
         .ok()?;
     out.status
