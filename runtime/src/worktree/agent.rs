@@ -84,6 +84,22 @@ impl Pool {
         keep: &[std::path::PathBuf],
     ) -> usize {
         let keep: Vec<std::path::PathBuf> = keep.iter().map(|p| canonical(p)).collect();
+        // A git process killed with the run (SIGKILL) may have left the repository's
+        // `packed-refs.lock`, which every later ref deletion would trip over. The run's
+        // earlier processes are gone by now (reaped before the map phase), so a lock that
+        // outlives a short wait is theirs, not a live git's.
+        let common = git(
+            &session.path,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )
+        .await;
+        if let Ok(common) = common {
+            let lock = Path::new(common.trim()).join("packed-refs.lock");
+            if lock.exists() {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                let _ = std::fs::remove_file(&lock);
+            }
+        }
         let mut taken = 0;
         for (path, _) in leftover_agents(layout, session).await {
             if keep.contains(&path) || self.idle().iter().any(|a| a.path == path) {

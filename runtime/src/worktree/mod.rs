@@ -741,12 +741,16 @@ mod tests {
         std::fs::write(busy.path.join("half.txt"), "x").unwrap();
         std::fs::write(busy.path.join("README"), "changed").unwrap();
         std::fs::write(kept.path.join("wip.txt"), "keep me").unwrap();
+        // The killed process's git left the repository's ref lock behind.
+        let ref_lock = top.join(".git/packed-refs.lock");
+        std::fs::write(&ref_lock, "").unwrap();
         // A new process (a resume) with an empty pool.
         let pool = Pool::default();
         let taken = pool
             .adopt(&layout, &session, std::slice::from_ref(&kept.path))
             .await;
         assert_eq!(taken, 1);
+        assert!(!ref_lock.exists(), "a stale packed-refs.lock stays");
         let again = create_agent(&layout, &session, &pool, "item_0")
             .await
             .unwrap();
