@@ -361,6 +361,9 @@ struct Line<'a> {
     outcome: Option<Cow<'a, str>>,
     #[serde(borrow)]
     slurm_job_id: Option<Cow<'a, str>>,
+    /// A task event's backend-neutral reference (`task_submitted`, `task_adopted`).
+    #[serde(borrow)]
+    task: Option<LineTask<'a>>,
     step_id: Option<u64>,
     attempt: Option<u64>,
     items: Option<u64>,
@@ -369,6 +372,13 @@ struct Line<'a> {
     slurm_task_id: Option<u64>,
     cost_usd: Option<f64>,
     duration_secs: Option<f64>,
+}
+
+/// The task a task event names: only its id is shown.
+#[derive(Debug, serde::Deserialize)]
+struct LineTask<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
 }
 
 impl Line<'_> {
@@ -430,6 +440,8 @@ fn folded(kind: &str) -> bool {
             | "CircuitHalfOpen"
             | "CircuitClosed"
             | "agent_started"
+            | "task_submitted"
+            | "task_adopted"
             | "slurm_task_submitted"
             | "slurm_task_adopted"
             | "agent_completed"
@@ -440,6 +452,7 @@ fn folded(kind: &str) -> bool {
             | "item_skipped"
             | "dlq_item_added"
             | "dlq_item_removed"
+            | "dlq_item_updated"
             | "dlq_retry_started"
             | "dlq_retry_finished"
             | "step_started"
@@ -886,12 +899,16 @@ impl Live {
                     },
                 );
             }
-            "slurm_task_submitted" | "slurm_task_adopted" => {
-                let task = format!(
-                    "{}_{}",
-                    text("slurm_job_id").unwrap_or_default(),
-                    number("slurm_task_id").unwrap_or(0)
-                );
+            "task_submitted" | "task_adopted" | "slurm_task_submitted" | "slurm_task_adopted" => {
+                // Events of earlier versions name a Slurm task by its two ids.
+                let task = match &event.task {
+                    Some(task) => task.id.clone().into_owned(),
+                    None => format!(
+                        "{}_{}",
+                        text("slurm_job_id").unwrap_or_default(),
+                        number("slurm_task_id").unwrap_or(0)
+                    ),
+                };
                 if let Some(index) = index {
                     self.row(index).slurm_task = Some(task.clone());
                 }
@@ -945,6 +962,14 @@ impl Live {
                     let row = self.row(index);
                     row.in_dlq = false;
                     row.status = ItemStatus::Succeeded;
+                }
+            }
+            // A retried item that failed again stays in the DLQ, failed.
+            "dlq_item_updated" => {
+                if let Some(index) = index {
+                    let row = self.row(index);
+                    row.in_dlq = true;
+                    row.status = ItemStatus::Failed;
                 }
             }
             "dlq_retry_started" => self.ended = false,
@@ -1710,6 +1735,62 @@ mod tests {
         let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
         assert_eq!(p.state, State::Crashed);
         assert!(p.agents.is_empty());
+    }
+
+    /// An item a `dlq retry` ran and that failed again is failed and in the DLQ, not
+    /// running; a task event names its task, in today's form and in an earlier version's.
+    #[test]
+    fn a_dlq_retry_that_fails_again_and_task_events_show_as_they_happened() {
+        let (home, file) = home();
+        for line in [
+            event(
+                "00",
+                "map_started",
+                r#","items":3,"pending":3,"max_parallel":2"#,
+            ),
+            event(
+                "01",
+                "task_submitted",
+                r#","task":{"backend":"slurm","id":"41_0","node":"n1"},"attempt":1,"item_id":"item_0""#,
+            ),
+            event(
+                "01",
+                "slurm_task_submitted",
+                r#","slurm_job_id":"42","slurm_task_id":1,"item_id":"item_1""#,
+            ),
+            event(
+                "02",
+                "dlq_item_added",
+                r#","item_id":"item_2","failure_count":1"#,
+            ),
+            event("03", "dlq_retry_started", r#","items":1"#),
+            event(
+                "03",
+                "agent_started",
+                r#","agent_id":"agent-9","item_id":"item_2","attempt":2"#,
+            ),
+            event(
+                "04",
+                "dlq_item_updated",
+                r#","item_id":"item_2","failure_count":2"#,
+            ),
+            event(
+                "04",
+                "dlq_retry_finished",
+                r#","retried":1,"succeeded":0,"failed":1"#,
+            ),
+        ] {
+            append(&file, &line);
+        }
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        live.refresh();
+        let (rows, _) = live.rows(None, "index", false, 0, 10);
+        assert_eq!(rows[0].slurm_task.as_deref(), Some("41_0"));
+        assert_eq!(rows[1].slurm_task.as_deref(), Some("42_1"));
+        assert_eq!(rows[2].status, ItemStatus::Failed);
+        assert!(rows[2].in_dlq);
+        let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+        assert_eq!(p.counts.running, 0);
     }
 
     #[test]
