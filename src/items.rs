@@ -101,6 +101,7 @@ pub(crate) fn run_setup(
         exit_code::USAGE
     })?;
     let place = throwaway.project(&project);
+    let (repo, worktree) = (throwaway.repo.clone(), throwaway.path.clone());
     crate::note(&format!(
         "items: running `setup` in a throwaway worktree, {}\n",
         place.display()
@@ -120,7 +121,14 @@ pub(crate) fn run_setup(
         let (cancel, signal) = crate::run::watch_signals();
         let runner = Runner::unrecorded(Arc::new(plan), opts, cancel).report_to(reporter);
         let items = match runner.initial_vars().await {
-            Ok(vars) => prodigy_runtime::mapreduce::setup_and_items(&runner, vars).await,
+            // The workflow's `worktree:` prepares this worktree as it does a run's.
+            Ok(mut vars) => match runner
+                .prepare_worktree_of(&repo, &worktree, false, &mut vars)
+                .await
+            {
+                Ok(()) => prodigy_runtime::mapreduce::setup_and_items(&runner, vars).await,
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e.to_string()),
         };
         (items, signal.load(std::sync::atomic::Ordering::SeqCst))

@@ -104,3 +104,21 @@ fn ctrl_c_during_setup_leaves_no_throwaway_worktree() {
     assert_eq!(stdout(&out), "");
     assert_thrown_away(&scratch);
 }
+
+/// The workflow's `worktree:` prepares the throwaway worktree as it does a run's: the copied
+/// `.env` and what `worktree.setup` made are there when `setup` runs.
+#[test]
+fn run_setup_prepares_the_throwaway_worktree_as_the_workflow_says() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join(".env"), "N=7\n").unwrap();
+    let workflow = "name: prepared\nmode: mapreduce\nworktree:\n  copy: [.env]\n  setup:\n    - shell: \"echo 8 > made.txt\"\nsetup:\n  - shell: \". ./.env && printf '{\\\"n\\\":%s}\\\\n{\\\"n\\\":%s}\\\\n' \\\"$N\\\" \\\"$(cat made.txt)\\\" > .items.jsonl\"\nmap:\n  input: .items.jsonl\n  agent_template:\n    - shell: \"echo ${item.n}\"\n";
+    std::fs::write(scratch.project().join("wf.yml"), workflow).unwrap();
+    std::fs::create_dir(scratch.dir.path().join("tmp")).unwrap();
+    scratch.git(&["add", "wf.yml"]);
+    scratch.git(&["commit", "-q", "-m", "wf"]);
+    let tmp = tmp(&scratch);
+    let run = scratch.run(&["items", "--run-setup", "wf.yml"], &[("TMPDIR", &tmp)]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(stdout(&run), "{\"n\":7}\n{\"n\":8}\n");
+    assert_thrown_away(&scratch);
+}

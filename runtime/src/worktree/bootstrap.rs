@@ -338,14 +338,31 @@ impl Runner {
         agent: bool,
         vars: &mut Vars,
     ) -> Result<(), String> {
+        let Some(session) = self.worktree() else {
+            return Ok(());
+        };
+        let repo = session.repo.clone();
+        self.prepare_worktree_of(&repo, root, agent, vars).await
+    }
+
+    /// [`Runner::prepare_worktree`] for a worktree of REPO that is not the run's own (the
+    /// throwaway worktree of `prodigy items --run-setup`).
+    ///
+    /// # Errors
+    ///
+    /// The worktree or its `setup` is unusable: the message names what failed.
+    pub async fn prepare_worktree_of(
+        &self,
+        repo: &Path,
+        root: &Path,
+        agent: bool,
+        vars: &mut Vars,
+    ) -> Result<(), String> {
         let prep = &self.plan.worktree;
         if prep.is_empty() {
             return Ok(());
         }
-        let Some(session) = self.worktree() else {
-            return Ok(());
-        };
-        let done = prepare(&session.repo, root, prep, agent)
+        let done = prepare(repo, root, prep, agent)
             .await
             .map_err(|e| format!("cannot prepare the worktree {}: {e}", root.display()))?;
         // A reused worktree would only repeat them.
