@@ -383,4 +383,6 @@ impl Harness {
 #[cfg(test)]
 mod graph_paths;
 #[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
 mod tests;
