@@ -23,6 +23,9 @@ mod external;
 #[path = "../support/scratch.rs"]
 mod scratch;
 
+#[path = "../support/watch.rs"]
+mod watch;
+
 use scratch::{Scratch, as_test_user, check_exit, collect_files, report, root, run_file, snapshot};
 
 /// How a standard-workflow example of the documentation is exercised: which stubs fail and

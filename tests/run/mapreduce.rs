@@ -2,6 +2,7 @@
 //! MapReduce workflows of the upstream corpus, a kill -9 followed by `resume-job`, the
 //! dead letter queue commands and the event log.
 
+use super::watch::{Watched, output_of};
 use super::{Output, Scratch, corpus, report, root, shown, snapshot, stderr, survivors};
 
 /// The items every documentation example reads from `items.json`.
@@ -283,16 +284,7 @@ fn a_killed_job_resumes_and_runs_every_item_exactly_once() {
     assert!(left.is_empty(), "agents still running: {left:?}");
     let job = only_job(&scratch);
     // Following the log of a job that was killed ends, and says how to go on.
-    let mut follow = scratch.spawn(&["events", &job, "--follow"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while follow.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            follow.kill().unwrap();
-            panic!("`events --follow` of a killed job never ended");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let followed = follow.wait_with_output().unwrap();
+    let followed = output_of(scratch.spawn(&["events", &job, "--follow"]));
     assert!(followed.status.success());
     assert!(
         stderr(&followed).contains("is not running"),
@@ -529,24 +521,14 @@ fn events_print_and_filter_the_log() {
 fn a_job_is_locked_while_it_runs() {
     let scratch = Scratch::new();
     let file = scratch.project().join("slow.yml");
-    let started = scratch.dir.path().join("started");
     std::fs::write(
         &file,
-        format!(
-            "mode: mapreduce\nmap:\n  input: \"seq 1 1\"\n  agent_template:\n    - shell: \"touch {}; sleep 5\"\n",
-            started.display()
-        ),
+        "mode: mapreduce\nmap:\n  input: \"seq 1 1\"\n  agent_template:\n    - shell: \"echo agent-running; sleep 30\"\n",
     )
     .unwrap();
-    let child = scratch.spawn(&["run", file.to_str().unwrap()]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !started.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut run = Watched::new(scratch.spawn(&["run", "-v", file.to_str().unwrap()]));
+    // The agent says it runs (`-v` shows its output as it comes).
+    run.wait_for("[item_0] agent-running");
     let job = only_job(&scratch);
     let second = scratch.run(&["resume-job", &job], &[]);
     assert_eq!(second.status.code(), Some(2), "{}", stderr(&second));
@@ -563,7 +545,9 @@ fn a_job_is_locked_while_it_runs() {
         "{}",
         stderr(&clear)
     );
-    let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGTERM, || true);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(run.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let output = run.finish();
     assert_eq!(output.status.code(), Some(143), "{}", stderr(&output));
 }
 
@@ -836,25 +820,19 @@ fn a_job_whose_state_directory_vanishes_fails_saying_so() {
     )
     .unwrap();
     scratch.commit();
-    let child = scratch.spawn(&["run", "--no-worktree", "wf.yml"]);
+    let mut run = Watched::new(scratch.spawn(&["run", "--no-worktree", "wf.yml"]));
+    // Said once the items are saved and the agents start.
+    run.wait_for("map: 40 of 40 items to run");
     let jobs = scratch.state().join("mapreduce/jobs");
-    let started = std::time::Instant::now();
-    let items = loop {
-        let found = std::fs::read_dir(&jobs).ok().and_then(|mut dirs| {
-            dirs.find_map(|d| Some(d.ok()?.path().join("items.json")))
-                .filter(|p| p.exists())
-        });
-        if let Some(items) = found {
-            break items;
-        }
-        assert!(started.elapsed().as_secs() < 30, "the job never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let items = std::fs::read_dir(&jobs)
+        .unwrap()
+        .find_map(|d| Some(d.ok()?.path().join("items.json")))
+        .unwrap();
     assert!(items.exists());
     // Moved away in one step (a recursive removal races with the job's writes): for the job,
     // its `PRODIGY_HOME` is gone.
     std::fs::rename(scratch.home(), scratch.dir.path().join("home-removed")).unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = run.finish();
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("was removed while the job ran"), "{text}");

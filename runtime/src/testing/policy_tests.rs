@@ -262,10 +262,7 @@ async fn the_breaker_recovers_through_one_probe_after_its_timeout() {
     assert_eq!((report.metrics.successful, report.dlq_count), (3, 0));
     // 2 and 3 never ran while the breaker was open: their only run is after the probe.
     assert_eq!(harness.fake.calls().len(), 4);
-    assert_eq!(
-        harness.fake.starts_of("work 1"),
-        [millis(0), millis(600)]
-    );
+    assert_eq!(harness.fake.starts_of("work 1"), [millis(0), millis(600)]);
     assert_eq!(harness.fake.starts_of("work 3"), [millis(700)]);
     assert_eq!(harness.fake.starts_of("work 2"), [millis(800)]);
     assert_eq!(
@@ -351,7 +348,10 @@ async fn a_per_command_timeout_skips_the_item_and_the_job_goes_on() {
         .iter()
         .find(|l| l.starts_with("agent_failed"))
         .unwrap();
-    assert!(timed_out.contains("\"error_type\":\"Timeout\""), "{timed_out}");
+    assert!(
+        timed_out.contains("\"error_type\":\"Timeout\""),
+        "{timed_out}"
+    );
     assert!(timed_out.contains("timed out after 1s"), "{timed_out}");
 }
 
