@@ -372,15 +372,124 @@ fn show(graph: &Graph, plan: &Plan, path: &Path_) -> String {
     names.join(" → ")
 }
 
-#[tokio::test(start_paused = true)]
-#[expect(
-    clippy::too_many_lines,
-    reason = "a test: one scenario read top to bottom"
-)]
-async fn every_path_of_a_map_agent_runs_and_every_run_is_drawn() {
-    let mut compared = Vec::new();
-    let mut with_map = Vec::new();
-    let mut handled = false;
+/// What comparing one fixture found.
+#[derive(Default)]
+struct Outcome {
+    stem: String,
+    with_map: bool,
+    compared: bool,
+    /// A step's failure was handled (`failed_handled`) in one of its runs.
+    handled: bool,
+}
+
+/// Runs FIXTURE's map agent for every combination of its commands' outcomes and compares
+/// each item's way with the graph's paths (the module's header says how).
+async fn compare(fixture: &Path, yaml: &str) -> Outcome {
+    let yaml = yaml.to_owned();
+    let fixture = fixture.to_owned();
+    let mut outcome = Outcome::default();
+    let stem = fixture.file_stem().unwrap().to_string_lossy().into_owned();
+    outcome.stem.clone_from(&stem);
+    let plan = Harness::plan(&yaml);
+    if plan.map.is_some() {
+        outcome.with_map = true;
+    }
+    let Some(markers) = plan.map.as_ref().and(markers(&plan)) else {
+        return outcome;
+    };
+    if plan.job_policy.jitter.is_some() {
+        return outcome;
+    }
+    let graph = Graph::of(&ir::build(&plan));
+    let map = node(
+        &graph,
+        &Node::Phase {
+            phase: Phase::Map,
+            origin: plan.map.as_ref().unwrap().input.span,
+        },
+    );
+    let drawn = graph_paths(&graph, map);
+    let schedule: Vec<f64> = graph
+        .edges
+        .iter()
+        .find_map(|(_, _, e)| match e {
+            Edge::ItemRetry { schedule, .. } => Some(schedule.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+        .iter()
+        .map(Duration::as_secs_f64)
+        .collect();
+    // A setup whose output is captured gets what its `echo`s print; elsewhere a command
+    // succeeds with nothing (no process runs).
+    let captures = yaml.contains("capture_outputs:");
+    let mut seen = BTreeSet::new();
+    let mut scripted = true;
+    for failing in 0..1u32 << markers.len() {
+        let fails: Vec<String> = markers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| failing & (1 << i) != 0)
+            .map(|(_, m)| m.clone())
+            .collect();
+        let fake = FakeExecutor::new().rule(move |text| {
+            if fails.iter().any(|m| text.contains(m.as_str())) {
+                Reply::exit(1).stderr("scripted failure\n")
+            } else if let Some(out) = captures.then(|| printed(text)).flatten() {
+                Reply::ok().stdout(&out)
+            } else {
+                Reply::ok()
+            }
+        });
+        let harness = Harness::new(fake);
+        let Some(runnable) = runnable(&fixture, &yaml, &plan, harness.project.path()) else {
+            scripted = false;
+            break;
+        };
+        let (_, trace) = harness.run_job(&runnable, JobOptions::default()).await;
+        outcome.handled |= trace.lines.iter().any(|l| {
+            l.starts_with("step_finished ") && l.contains(r#""outcome":"failed_handled""#)
+        });
+        if std::env::var_os("GRAPH_PATHS_DEBUG").is_some() {
+            eprintln!("{stem} {failing}\n{}", trace.text());
+        }
+        for (path, delays) in event_paths(&graph, &plan, &trace) {
+            assert!(
+                drawn.contains(&path),
+                "{stem}: the run took {}, which the graph does not draw; it draws:\n{}",
+                show(&graph, &plan, &path),
+                drawn
+                    .iter()
+                    .map(|p| show(&graph, &plan, p))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            assert_eq!(
+                delays,
+                schedule[..delays.len().min(schedule.len())],
+                "{stem}: the item's retries waited otherwise than the graph says"
+            );
+            seen.insert(path);
+        }
+    }
+    if !scripted {
+        return outcome;
+    }
+    for path in &drawn {
+        assert!(
+            seen.contains(path),
+            "{stem}: the graph draws {}, which no scripted run took",
+            show(&graph, &plan, path)
+        );
+    }
+    outcome.compared = true;
+    outcome
+}
+
+/// Each fixture runs on a thread of its own, with its own paused clock: the runs wait on the
+/// disk (every state write is synced), hardly on the processor, so side by side they overlap.
+#[test]
+fn every_path_of_a_map_agent_runs_and_every_run_is_drawn() {
     let mut workflows: Vec<(std::path::PathBuf, String)> = fixtures()
         .into_iter()
         .map(|f| {
@@ -391,102 +500,36 @@ async fn every_path_of_a_map_agent_runs_and_every_run_is_drawn() {
     for (name, yaml) in MORE {
         workflows.push((format!("{name}.yml").into(), (*yaml).to_owned()));
     }
-    for (fixture, yaml) in workflows {
-        let stem = fixture.file_stem().unwrap().to_string_lossy().into_owned();
-        let plan = Harness::plan(&yaml);
-        if plan.map.is_some() {
-            with_map.push(stem.clone());
-        }
-        let Some(markers) = plan.map.as_ref().and(markers(&plan)) else {
-            continue;
-        };
-        if plan.job_policy.jitter.is_some() {
-            continue;
-        }
-        let graph = Graph::of(&ir::build(&plan));
-        let map = node(
-            &graph,
-            &Node::Phase {
-                phase: Phase::Map,
-                origin: plan.map.as_ref().unwrap().input.span,
-            },
-        );
-        let drawn = graph_paths(&graph, map);
-        let schedule: Vec<f64> = graph
-            .edges
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = workflows
             .iter()
-            .find_map(|(_, _, e)| match e {
-                Edge::ItemRetry { schedule, .. } => Some(schedule.clone()),
-                _ => None,
+            .map(|(fixture, yaml)| {
+                scope.spawn(move || {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .start_paused(true)
+                        .build()
+                        .unwrap()
+                        .block_on(compare(fixture, yaml))
+                })
             })
-            .unwrap_or_default()
-            .iter()
-            .map(Duration::as_secs_f64)
             .collect();
-        // A setup whose output is captured gets what its `echo`s print; elsewhere a command
-        // succeeds with nothing (no process runs).
-        let captures = yaml.contains("capture_outputs:");
-        let mut seen = BTreeSet::new();
-        let mut scripted = true;
-        for failing in 0..1u32 << markers.len() {
-            let fails: Vec<String> = markers
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| failing & (1 << i) != 0)
-                .map(|(_, m)| m.clone())
-                .collect();
-            let fake = FakeExecutor::new().rule(move |text| {
-                if fails.iter().any(|m| text.contains(m.as_str())) {
-                    Reply::exit(1).stderr("scripted failure\n")
-                } else if let Some(out) = captures.then(|| printed(text)).flatten() {
-                    Reply::ok().stdout(&out)
-                } else {
-                    Reply::ok()
-                }
-            });
-            let harness = Harness::new(fake);
-            let Some(runnable) = runnable(&fixture, &yaml, &plan, harness.project.path()) else {
-                scripted = false;
-                break;
-            };
-            let (_, trace) = harness.run_job(&runnable, JobOptions::default()).await;
-            handled |= trace.lines.iter().any(|l| {
-                l.starts_with("step_finished ") && l.contains(r#""outcome":"failed_handled""#)
-            });
-            if std::env::var_os("GRAPH_PATHS_DEBUG").is_some() {
-                eprintln!("{stem} {failing}\n{}", trace.text());
-            }
-            for (path, delays) in event_paths(&graph, &plan, &trace) {
-                assert!(
-                    drawn.contains(&path),
-                    "{stem}: the run took {}, which the graph does not draw; it draws:\n{}",
-                    show(&graph, &plan, &path),
-                    drawn
-                        .iter()
-                        .map(|p| show(&graph, &plan, p))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                );
-                assert_eq!(
-                    delays,
-                    schedule[..delays.len().min(schedule.len())],
-                    "{stem}: the item's retries waited otherwise than the graph says"
-                );
-                seen.insert(path);
-            }
-        }
-        if !scripted {
-            continue;
-        }
-        for path in &drawn {
-            assert!(
-                seen.contains(path),
-                "{stem}: the graph draws {}, which no scripted run took",
-                show(&graph, &plan, path)
-            );
-        }
-        compared.push(stem);
-    }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let compared: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.compared)
+        .map(|o| o.stem.clone())
+        .collect();
+    let with_map: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.with_map)
+        .map(|o| o.stem.clone())
+        .collect();
+    let handled = outcomes.iter().any(|o| o.handled);
     eprintln!("compared: {compared:?}");
     let missing: Vec<&String> = with_map.iter().filter(|s| !compared.contains(s)).collect();
     assert!(
