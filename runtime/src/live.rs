@@ -564,6 +564,86 @@ impl Tail {
     }
 }
 
+/// The events files of one run or job (one per process, named by its start, so their names
+/// sort in order), read as they grow: the one reader of events files that `prodigy status`,
+/// `prodigy ui` and `prodigy graph --status` share. Only complete lines are handed on (a line
+/// still being written waits for its end), a chunk at a time, so memory stays bounded by the
+/// chunk whatever the files' size; each file's offset is kept between calls.
+#[derive(Debug)]
+pub struct EventFiles {
+    dir: PathBuf,
+    files: Vec<(PathBuf, Tail)>,
+}
+
+impl EventFiles {
+    /// The events files in DIR (nothing is read until [`EventFiles::read`]).
+    pub fn new(dir: PathBuf) -> EventFiles {
+        EventFiles {
+            dir,
+            files: Vec::new(),
+        }
+    }
+
+    /// Hands EACH every complete line the files gained since the last call, oldest file
+    /// first, with its file's number (for [`EventFiles::path`]) and its byte offset. After
+    /// each chunk, SPENT says whether to stop there (the rest is read by the next call).
+    /// Returns whether any line was read, and whether SPENT cut the reading.
+    pub fn read(
+        &mut self,
+        each: &mut dyn FnMut(u16, u64, &[u8]),
+        spent: &dyn Fn() -> bool,
+    ) -> (bool, bool) {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        for name in names {
+            if !self.files.iter().any(|(p, _)| *p == name) {
+                self.files.push((name, Tail::default()));
+            }
+        }
+        let mut any = false;
+        for (index, (path, tail)) in self.files.iter_mut().enumerate() {
+            let file = u16::try_from(index).unwrap_or(u16::MAX);
+            while tail.read(path, &mut |offset, line| {
+                any = true;
+                each(file, offset, line);
+            }) {
+                if spent() {
+                    return (any, true);
+                }
+            }
+        }
+        (any, false)
+    }
+
+    /// The path of file number FILE.
+    pub fn path(&self, file: u16) -> Option<&Path> {
+        self.files.get(usize::from(file)).map(|(p, _)| p.as_path())
+    }
+
+    /// The bytes read so far, and the files' sizes now.
+    fn progress(&self) -> (u64, u64) {
+        self.files
+            .iter()
+            .fold((0, 0), |(read, size), (path, tail)| {
+                let len = std::fs::metadata(path).map_or(0, |m| m.len());
+                (read + tail.offset.min(len), size + len)
+            })
+    }
+}
+
+/// The kind of the event LINE, read from its bytes without parsing it when it is written as
+/// the events file writes every event (`None` otherwise: then parse it).
+pub fn kind_of(line: &[u8]) -> Option<&str> {
+    Glance::of(line).map(|g| g.kind)
+}
+
 /// A running Claude call's stream, read as it grows.
 #[derive(Debug, Default)]
 struct Call {
@@ -589,8 +669,7 @@ pub struct Live {
     home: PathBuf,
     id: String,
     summary: Summary,
-    events_dir: PathBuf,
-    files: Vec<(PathBuf, Tail)>,
+    events: EventFiles,
     job_dir: Option<PathBuf>,
     shorts_loaded: bool,
     // The fold.
@@ -625,9 +704,8 @@ impl Live {
         Ok(Live {
             home: home.to_owned(),
             id: id.to_owned(),
-            events_dir: layout.events_dir(id),
+            events: EventFiles::new(layout.events_dir(id)),
             summary,
-            files: Vec::new(),
             job_dir,
             shorts_loaded: false,
             phase: None,
@@ -666,67 +744,34 @@ impl Live {
     pub fn refresh_within(&mut self, budget: Option<std::time::Duration>) -> bool {
         let start = tokio::time::Instant::now();
         let spent = || budget.is_some_and(|b| start.elapsed() >= b);
-        let mut cut = false;
         let mut changed = false;
         if let Ok(summary) = load(&self.home, &self.id) {
             changed |= summary.updated_at != self.summary.updated_at
                 || summary.state != self.summary.state;
             self.summary = summary;
         }
-        // Events files: one per process, named by their start, so names sort in order.
-        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.events_dir)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        for name in names {
-            if !self.files.iter().any(|(p, _)| *p == name) {
-                self.files.push((name, Tail::default()));
-            }
-        }
-        for index in 0..self.files.len() {
-            // A chunk at a time, to the end: memory stays bounded by the chunk.
-            let path = self.files[index].0.clone();
-            let mut tail = std::mem::take(&mut self.files[index].1);
-            let file = u16::try_from(index).unwrap_or(u16::MAX);
-            while tail.read(&path, &mut |offset, line| {
+        let mut events = std::mem::replace(&mut self.events, EventFiles::new(PathBuf::new()));
+        let (read, cut) = events.read(
+            &mut |file, offset, line| {
                 // An event the fold does not read (most of an agent's: its attempts, its
                 // commands) is only placed, from its bytes, not parsed.
                 if let Some(glance) = Glance::of(line)
                     && !folded(glance.kind)
                 {
                     self.place(&glance, file, offset);
-                    changed = true;
                     return;
                 }
                 // Only the fields the fold reads, from the bytes; the rest is skipped unbuilt.
                 if let Ok(event) = serde_json::from_slice::<Line<'_>>(line) {
                     self.fold(&event, file, offset);
-                    changed = true;
                 }
-            }) {
-                if spent() {
-                    cut = true;
-                    break;
-                }
-            }
-            self.files[index].1 = tail;
-            if cut {
-                break;
-            }
-        }
+            },
+            &spent,
+        );
+        changed |= read;
         // How far the reading got, when the budget cut it.
-        let (read, size) = self
-            .files
-            .iter()
-            .fold((0, 0), |(read, size), (path, tail)| {
-                let len = std::fs::metadata(path).map_or(0, |m| m.len());
-                (read + tail.offset.min(len), size + len)
-            });
+        let (read, size) = events.progress();
+        self.events = events;
         let reading = cut.then_some(Reading {
             read_bytes: read,
             total_bytes: size,
@@ -1287,7 +1332,7 @@ impl Live {
         let mut events = Vec::new();
         let mut logs = Vec::new();
         for (file, offset) in &row.lines {
-            let Some((path, _)) = self.files.get(usize::from(*file)) else {
+            let Some(path) = self.events.path(*file) else {
                 continue;
             };
             let Some(line) = line_at(path, *offset) else {
