@@ -18,6 +18,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::backend::TaskRef;
 use crate::claude::Stream;
 use crate::runs::{self, Kind, Summary};
 use crate::store::Layout;
@@ -151,9 +152,9 @@ pub struct Agent {
     /// A Claude call running now: turns so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turns: Option<u32>,
-    /// Its Slurm task, under `--executor slurm`.
+    /// Its task on the agent backend (`--executor slurm|container`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub slurm_task: Option<String>,
+    pub task: Option<TaskRef>,
 }
 
 /// One step of the plan as the agents go through it.
@@ -208,9 +209,10 @@ pub struct ItemRow {
     pub cost_usd: f64,
     /// The agent that ran it last.
     pub agent_id: Option<String>,
-    /// Its last Slurm task (`JOB_TASK`).
+    /// Its last task on the agent backend (`--executor slurm|container`): the backend, its
+    /// id there and the node that ran it when known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub slurm_task: Option<String>,
+    pub task: Option<TaskRef>,
     /// Whether it is in the DLQ.
     pub in_dlq: bool,
     /// Why it failed last.
@@ -374,11 +376,15 @@ struct Line<'a> {
     duration_secs: Option<f64>,
 }
 
-/// The task a task event names: only its id is shown.
+/// The task a task event names.
 #[derive(Debug, serde::Deserialize)]
 struct LineTask<'a> {
     #[serde(borrow)]
+    backend: Cow<'a, str>,
+    #[serde(borrow)]
     id: Cow<'a, str>,
+    #[serde(borrow, default)]
+    node: Option<Cow<'a, str>>,
 }
 
 impl Line<'_> {
@@ -660,7 +666,7 @@ struct Actor {
     attempt: u32,
     started_at: String,
     step: Option<(u32, String)>,
-    slurm_task: Option<String>,
+    task: Option<TaskRef>,
 }
 
 /// A run or job being watched.
@@ -819,7 +825,7 @@ impl Live {
             duration_secs: None,
             cost_usd: 0.0,
             agent_id: None,
-            slurm_task: None,
+            task: None,
             in_dlq: false,
             error: None,
             short: String::new(),
@@ -940,25 +946,33 @@ impl Live {
                         attempt: attempt.unwrap_or(1),
                         started_at: at.unwrap_or_default().to_owned(),
                         step: None,
-                        slurm_task: None,
+                        task: None,
                     },
                 );
             }
             "task_submitted" | "task_adopted" | "slurm_task_submitted" | "slurm_task_adopted" => {
                 // Events of earlier versions name a Slurm task by its two ids.
                 let task = match &event.task {
-                    Some(task) => task.id.clone().into_owned(),
-                    None => format!(
-                        "{}_{}",
-                        text("slurm_job_id").unwrap_or_default(),
-                        number("slurm_task_id").unwrap_or(0)
-                    ),
+                    Some(task) => TaskRef {
+                        backend: task.backend.clone().into_owned(),
+                        id: task.id.clone().into_owned(),
+                        node: task.node.as_ref().map(|n| n.clone().into_owned()),
+                    },
+                    None => TaskRef {
+                        backend: "slurm".to_owned(),
+                        id: format!(
+                            "{}_{}",
+                            text("slurm_job_id").unwrap_or_default(),
+                            number("slurm_task_id").unwrap_or(0)
+                        ),
+                        node: None,
+                    },
                 };
                 if let Some(index) = index {
-                    self.row(index).slurm_task = Some(task.clone());
+                    self.row(index).task = Some(task.clone());
                 }
                 if let Some(actor) = self.actors.get_mut(actor_key) {
-                    actor.slurm_task = Some(task);
+                    actor.task = Some(task);
                 }
             }
             "agent_completed" | "agent_failed" | "agent_cancelled" | "agent_rejected" => {
@@ -1042,7 +1056,7 @@ impl Live {
                         attempt: 1,
                         started_at: at.unwrap_or_default().to_owned(),
                         step: None,
-                        slurm_task: None,
+                        task: None,
                     });
                 if let Some((old, _)) = actor.step.take()
                     && let Some(step) = self.steps.get_mut(&old)
@@ -1207,7 +1221,7 @@ impl Live {
                         .map_or(0.0, |d| d.as_secs_f64()),
                     tool: call.and_then(|c| c.tool.clone()),
                     turns: call.map(|c| c.stream.turns),
-                    slurm_task: actor.slurm_task.clone(),
+                    task: actor.task.clone(),
                 }
             })
             .filter(|a| a.item_id.is_some() || a.step.is_some())
@@ -1256,7 +1270,7 @@ impl Live {
             duration_secs: None,
             cost_usd: 0.0,
             agent_id: None,
-            slurm_task: None,
+            task: None,
             in_dlq: false,
             error: None,
             short: String::new(),
@@ -1323,7 +1337,7 @@ impl Live {
             duration_secs: None,
             cost_usd: 0.0,
             agent_id: None,
-            slurm_task: None,
+            task: None,
             in_dlq: false,
             error: None,
             short: String::new(),
@@ -1796,7 +1810,7 @@ mod tests {
             event(
                 "01",
                 "task_submitted",
-                r#","task":{"backend":"slurm","id":"41_0","node":"n1"},"attempt":1,"item_id":"item_0""#,
+                r#","task":{"backend":"container","id":"prodigy-job-0","node":"host1"},"attempt":1,"item_id":"item_0""#,
             ),
             event(
                 "01",
@@ -1830,8 +1844,14 @@ mod tests {
         let mut live = Live::open(home.path(), JOB).unwrap();
         live.refresh();
         let (rows, _) = live.rows(None, "index", false, 0, 10);
-        assert_eq!(rows[0].slurm_task.as_deref(), Some("41_0"));
-        assert_eq!(rows[1].slurm_task.as_deref(), Some("42_1"));
+        // Any backend's task, with its backend and node, under `task`.
+        let task = serde_json::to_value(&rows[0]).unwrap()["task"].clone();
+        assert_eq!(
+            task,
+            serde_json::json!({"backend": "container", "id": "prodigy-job-0", "node": "host1"})
+        );
+        let old = rows[1].task.as_ref().unwrap();
+        assert_eq!((old.backend.as_str(), old.id.as_str()), ("slurm", "42_1"));
         assert_eq!(rows[2].status, ItemStatus::Failed);
         assert!(rows[2].in_dlq);
         let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
