@@ -1455,17 +1455,30 @@ pub fn render_call(log: &Path) -> ClaudeCall {
 }
 
 /// The outputs of the steps logged in DIR (an item's logs), each with the attempt it ran in:
-/// the last of EVENTS' `agent_started` before its log was last written.
+/// EVENTS (the item's, in order) say which, as each `step_started` names the number of its
+/// log files (`log_number`) after its attempt's `agent_started`. A log no event names (an
+/// earlier version's) has attempt 0: unknown.
 fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
-    let starts: Vec<(SystemTime, u32)> = events
-        .iter()
-        .filter(|e| e.get("event_type").and_then(Value::as_str) == Some("agent_started"))
-        .filter_map(|e| {
-            let at = parse(e.get("timestamp")?.as_str()?)?;
-            let attempt = e.get("attempt").and_then(Value::as_u64).unwrap_or(1);
-            Some((at, u32::try_from(attempt).unwrap_or(u32::MAX)))
-        })
-        .collect();
+    let mut attempt_of: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut attempt = 0;
+    for event in events {
+        match event.get("event_type").and_then(Value::as_str) {
+            Some("agent_started") => {
+                let n = event.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+                attempt = u32::try_from(n).unwrap_or(u32::MAX);
+            }
+            Some("step_started") => {
+                if let Some(number) = event
+                    .get("log_number")
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok())
+                {
+                    attempt_of.insert(number, attempt);
+                }
+            }
+            _ => {}
+        }
+    }
     let mut numbers: BTreeSet<u32> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
@@ -1483,17 +1496,7 @@ fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
             let record = std::fs::read(&record_path)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<crate::logs::StepRecord>(&b).ok());
-            let written = [&record_path, &log]
-                .iter()
-                .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-                .max();
-            let attempt = written.map_or(0, |at| {
-                starts
-                    .iter()
-                    .filter(|(start, _)| *start <= at)
-                    .max_by_key(|(start, _)| *start)
-                    .map_or(0, |(_, attempt)| *attempt)
-            });
+            let attempt = attempt_of.get(&number).copied().unwrap_or(0);
             let (tail, truncated) = tail_of(&log, OUTPUT_TAIL);
             StepOutput {
                 attempt,
@@ -1988,11 +1991,13 @@ mod tests {
                 .unwrap();
         };
         // Attempt 1 failed in its step 1; attempt 2 ran it again, printing 5 KiB of lines.
-        write("step-0001.log", "first try\n", at("02"));
+        // The first log's time says nothing (it was copied back after attempt 2 started):
+        // the events say which attempt wrote it.
+        write("step-0001.log", "first try\n", at("09"));
         write(
             "step-0001.json",
             r#"{"step":"make","outcome":"failed","duration_secs":1.0,"commands":1,"output_bytes":10}"#,
-            at("02"),
+            at("09"),
         );
         let long = (0..1024).fold(String::new(), |mut text, n| {
             use std::fmt::Write as _;
@@ -2000,19 +2005,31 @@ mod tests {
             text
         });
         write("step-0002.log", &long, at("07"));
+        // A log no event names (written by an earlier version): its attempt is unknown.
+        write("step-0003.log", "old\n", at("08"));
         let events: Vec<Value> = ["01", "05"]
             .iter()
             .zip(1..)
-            .map(|(secs, attempt)| {
-                serde_json::json!({
-                    "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
-                    "event_type": "agent_started",
-                    "attempt": attempt,
-                })
+            .flat_map(|(secs, attempt)| {
+                [
+                    serde_json::json!({
+                        "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
+                        "event_type": "agent_started",
+                        "attempt": attempt,
+                    }),
+                    serde_json::json!({
+                        "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
+                        "event_type": "step_started",
+                        "step": "make",
+                        "step_id": 0,
+                        "log_number": attempt,
+                    }),
+                ]
             })
             .collect();
         let outputs = step_outputs(dir.path(), &events);
-        assert_eq!(outputs.len(), 2);
+        assert_eq!(outputs.len(), 3);
+        assert_eq!(outputs[2].attempt, 0);
         assert_eq!(outputs[0].attempt, 1);
         assert_eq!(outputs[0].outcome.as_deref(), Some("failed"));
         assert_eq!(outputs[0].tail, "first try\n");
