@@ -831,6 +831,9 @@ pub enum Event {
         timed_out: bool,
         /// How long it ran.
         duration_secs: f64,
+        /// The file its output is kept in (docs/running.md, "Logs"), when it printed any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<std::path::PathBuf>,
     },
     /// A Claude call refused as rate limited or overloaded is made again within
     /// `patience`, as the same attempt.

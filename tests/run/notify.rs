@@ -76,3 +76,36 @@ fn the_claude_budget_fires_budget_reached() {
     );
     assert!(!scratch.project().join("failed.txt").exists(), "{text}");
 }
+
+/// A notification's output is kept among the run's logs: the warning of a failed one says
+/// where, `notification_finished` names the file, and `prodigy logs ID` lists it.
+#[test]
+fn a_notifications_output_is_kept_in_the_runs_logs() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &[],
+        "commands:\n  - shell: \"true\"\nnotify:\n  - on: [finished]\n    shell: \"echo 'hook said no'; echo 'refused: 503' >&2; exit 3\"\n",
+        &[],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let finished = scratch
+        .events()
+        .into_iter()
+        .find(|e| e["event_type"] == "notification_finished")
+        .unwrap();
+    let file = std::path::PathBuf::from(finished["output"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "hook said no\nrefused: 503\n"
+    );
+    assert!(
+        text.contains(&format!("its output is in {}", file.display())),
+        "{text}"
+    );
+    let id = finished["job_id"].as_str().unwrap().to_owned();
+    let logs = scratch.run(&["logs", &id], &[]);
+    let listed = String::from_utf8_lossy(&logs.stdout);
+    assert!(listed.contains("[notify] "), "{listed}");
+}
