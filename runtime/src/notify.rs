@@ -191,7 +191,8 @@ impl Runner {
                         self.keep_output(&mut log, "", &out);
                         let path = log.output_path();
                         let outcome = if success { "succeeded" } else { "failed" };
-                        let written = log.error.is_none() && log.finish(outcome, out.duration).is_ok();
+                        let written =
+                            log.error.is_none() && log.finish(outcome, out.duration).is_ok();
                         (written && path.exists()).then_some(path)
                     });
                     self.record(&Event::NotificationFinished {
