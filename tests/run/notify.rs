@@ -109,3 +109,35 @@ fn a_notifications_output_is_kept_in_the_runs_logs() {
     let listed = String::from_utf8_lossy(&logs.stdout);
     assert!(listed.contains("[notify] "), "{listed}");
 }
+
+/// `dlq retry` fires what its own work records and nothing the job fired when it ran: an
+/// item that fails again stays in the DLQ without a second `item_dead_lettered`, and the
+/// job's end is not `finished` or `failed` again (docs/language.md §2, "Notifications").
+#[test]
+fn a_dlq_retry_fires_no_second_dead_letter_or_end() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "name: retried\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"test $ITEM != 2\"\nnotify:\n  - on: [item_dead_lettered, finished, failed]\n    shell: \"echo ${event.name} ${event.item_id} >> [notes]\"\n"
+            .replace("[notes]", &scratch.dir.path().join("notes.txt").display().to_string()),
+    )
+    .unwrap();
+    scratch.commit();
+    let first = scratch.run(&["run", "-y", "job.yml"], &[]);
+    let notes = || std::fs::read_to_string(scratch.dir.path().join("notes.txt")).unwrap();
+    let fired = notes();
+    assert_eq!(
+        fired,
+        "item_dead_lettered item_1\nfinished\n",
+        "{}",
+        stderr(&first)
+    );
+    let job = scratch
+        .events()
+        .iter()
+        .find_map(|e| e["job_id"].as_str().map(str::to_owned))
+        .unwrap();
+    let retry = scratch.run(&["dlq", "retry", &job, "-y"], &[]);
+    assert_eq!(retry.status.code(), Some(1), "{}", stderr(&retry));
+    assert_eq!(notes(), fired, "{}", stderr(&retry));
+}
