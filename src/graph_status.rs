@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use prodigy_compiler::emit::{NodeState, NodeStatus, Status};
 use prodigy_compiler::ir::{Graph, Node, Phase};
+use prodigy_runtime::live::{EventFiles, kind_of};
 use prodigy_runtime::store::Layout;
 use serde_json::Value;
 
@@ -66,24 +67,27 @@ pub(crate) fn find(home: &Path, id: &str) -> Result<Found, String> {
     ))
 }
 
-/// The events in DIR's files, oldest file first; a line not yet ended (the run is writing
-/// it) and a damaged line are left out.
-pub(crate) fn read_events(dir: &Path) -> Vec<Value> {
-    let mut events = Vec::new();
-    for file in crate::jobs::event_files(dir) {
-        let Some(bytes) = crate::jobs::read_from(&file, &mut 0) else {
-            continue;
-        };
-        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        for line in String::from_utf8_lossy(&bytes[..end]).lines() {
-            if let Ok(event) = serde_json::from_str::<Value>(line)
+/// The status of GRAPH's nodes from the events files in DIR, read through the runtime's one
+/// events reader ([`EventFiles`]): a chunk at a time and one event at a time, so memory stays
+/// bounded whatever the files' size. A line not yet ended (the run is writing it) and a
+/// damaged line are left out.
+pub(crate) fn status(graph: &Graph, dir: &Path) -> Status {
+    let mut fold = Fold::new(graph);
+    EventFiles::new(dir.to_owned()).read(
+        &mut |_, _, line| {
+            // Most of a job's events are its agents' commands: skipped unparsed.
+            if kind_of(line).is_some_and(|kind| !Fold::reads(kind)) {
+                return;
+            }
+            if let Ok(event) = serde_json::from_slice::<Value>(line)
                 && event.is_object()
             {
-                events.push(event);
+                fold.feed(&event);
             }
-        }
-    }
-    events
+        },
+        &|| false,
+    );
+    fold.status()
 }
 
 /// `1 item`, `2 items`.
@@ -108,31 +112,72 @@ struct Tally {
     items_failed: BTreeSet<String>,
 }
 
-/// Folds EVENTS onto GRAPH's nodes.
-#[expect(
-    clippy::too_many_lines,
-    reason = "table-shaped: one arm per kind of event folded onto the graph"
-)]
-pub(crate) fn fold(graph: &Graph, events: &[Value]) -> Status {
-    let find = |wanted: &dyn Fn(&Node) -> bool| {
-        graph
-            .nodes()
-            .find(|(_, n)| wanted(n))
-            .map(|(i, _)| i.index())
-    };
-    let step_node =
-        |id: u64| find(&|n| matches!(n, Node::Step { step } if u64::from(step.0) == id));
-    let phase = |p: Phase| find(&|n| matches!(n, Node::Phase { phase, .. } if *phase == p));
-    let mut tally: BTreeMap<usize, Tally> = BTreeMap::new();
-    // The steps running in each agent (or in the run itself: ""), innermost last.
-    let mut stacks: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    let mut dlq: BTreeSet<String> = BTreeSet::new();
-    let mut ended: Option<bool> = None;
-    for event in events {
+/// The events folded onto a graph's nodes so far, one event at a time.
+struct Fold<'g> {
+    graph: &'g Graph,
+    tally: BTreeMap<usize, Tally>,
+    /// The steps running in each agent (or in the run itself: ""), innermost last.
+    stacks: BTreeMap<String, Vec<usize>>,
+    dlq: BTreeSet<String>,
+    ended: Option<bool>,
+}
+
+impl<'g> Fold<'g> {
+    fn new(graph: &'g Graph) -> Fold<'g> {
+        Fold {
+            graph,
+            tally: BTreeMap::new(),
+            stacks: BTreeMap::new(),
+            dlq: BTreeSet::new(),
+            ended: None,
+        }
+    }
+
+    /// Whether [`Fold::feed`] reads events of KIND (its `match` names these).
+    fn reads(kind: &str) -> bool {
+        matches!(
+            kind,
+            "workflow_started"
+                | "job_started"
+                | "job_resumed"
+                | "setup_started"
+                | "setup_finished"
+                | "map_started"
+                | "map_finished"
+                | "reduce_started"
+                | "reduce_finished"
+                | "step_started"
+                | "attempt_started"
+                | "fallback_started"
+                | "step_finished"
+                | "step_skipped"
+                | "agent_failed"
+                | "agent_rejected"
+                | "item_skipped"
+                | "CircuitOpen"
+                | "dlq_item_added"
+                | "dlq_item_removed"
+                | "workflow_finished"
+                | "job_finished"
+        )
+    }
+
+    /// Folds one EVENT onto the nodes.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "table-shaped: one arm per kind of event folded onto the graph"
+    )]
+    fn feed(&mut self, event: &Value) {
+        let graph = self.graph;
+        let find = |wanted: &dyn Fn(&Node) -> bool| node(graph, wanted);
+        let step_node =
+            |id: u64| find(&|n| matches!(n, Node::Step { step } if u64::from(step.0) == id));
+        let phase = |p: Phase| find(&|n| matches!(n, Node::Phase { phase, .. } if *phase == p));
         let kind = event["event_type"].as_str().unwrap_or_default();
         let agent = event["agent_id"].as_str().unwrap_or_default().to_owned();
         let item = event["item_id"].as_str().map(str::to_owned);
-        let stack = stacks.entry(agent).or_default();
+        let tally = &mut self.tally;
+        let stack = self.stacks.entry(agent).or_default();
         let mut bump = |node: Option<usize>, f: &mut dyn FnMut(&mut Tally)| {
             if let Some(node) = node {
                 f(tally.entry(node).or_default());
@@ -142,7 +187,7 @@ pub(crate) fn fold(graph: &Graph, events: &[Value]) -> Status {
             "workflow_started" | "job_started" | "job_resumed" => {
                 let start = find(&|n| matches!(n, Node::Start));
                 bump(start, &mut |t| t.succeeded += 1);
-                ended = None;
+                self.ended = None;
             }
             "setup_started" => bump(phase(Phase::Setup), &mut |t| t.running += 1),
             "setup_finished" => bump(phase(Phase::Setup), &mut |t| {
@@ -227,104 +272,127 @@ pub(crate) fn fold(graph: &Graph, events: &[Value]) -> Status {
             }),
             "dlq_item_added" => {
                 if let Some(item) = item {
-                    dlq.insert(item);
+                    self.dlq.insert(item);
                 }
             }
             "dlq_item_removed" => {
                 if let Some(item) = &item {
-                    dlq.remove(item);
+                    self.dlq.remove(item);
                 }
             }
-            "workflow_finished" => ended = Some(event["outcome"] == "completed"),
-            "job_finished" => ended = Some(event["status"] == "completed"),
+            "workflow_finished" => self.ended = Some(event["outcome"] == "completed"),
+            "job_finished" => self.ended = Some(event["status"] == "completed"),
             _ => {}
         }
     }
-    let mut status = Status::new();
-    let in_agent = |t: &Tally| !t.items.is_empty();
-    for (node, t) in tally {
-        let state = if t.running > 0 && ended.is_none() {
-            NodeState::Running
-        } else if t.failed > 0 && t.succeeded == 0 {
-            NodeState::Failed
-        } else if t.succeeded > 0 {
-            NodeState::Succeeded
-        } else if t.skipped > 0 {
-            NodeState::Skipped
-        } else if t.running > 0 {
-            // Started, never ended, and the run is over.
-            NodeState::Failed
-        } else {
-            NodeState::NotReached
+
+    /// Each node's status from what was folded.
+    fn status(self) -> Status {
+        let Fold {
+            graph,
+            tally,
+            dlq,
+            ended,
+            ..
+        } = self;
+        let mut status = Status::new();
+        let in_agent = |t: &Tally| !t.items.is_empty();
+        for (node, t) in tally {
+            let state = if t.running > 0 && ended.is_none() {
+                NodeState::Running
+            } else if t.failed > 0 && t.succeeded == 0 {
+                NodeState::Failed
+            } else if t.succeeded > 0 {
+                NodeState::Succeeded
+            } else if t.skipped > 0 {
+                NodeState::Skipped
+            } else if t.running > 0 {
+                // Started, never ended, and the run is over.
+                NodeState::Failed
+            } else {
+                NodeState::NotReached
+            };
+            let mut parts = Vec::new();
+            if in_agent(&t) {
+                parts.push(format!("items ran {}", t.items.len()));
+                if !t.items_failed.is_empty() {
+                    parts.push(format!("failed {}", t.items_failed.len()));
+                }
+            } else if t.started > 1 {
+                parts.push(format!("ran {}", t.started));
+                if t.failed > 0 {
+                    parts.push(format!("failed {}", t.failed));
+                }
+            }
+            if t.retries > 0 {
+                parts.push(format!("retried {} times", t.retries));
+            }
+            if t.skipped > 0 && t.started == 0 {
+                parts.push(items(t.skipped));
+            }
+            status.insert(
+                node,
+                NodeStatus {
+                    state,
+                    count: t.started.max(t.failed + t.succeeded + t.skipped),
+                    retries: t.retries,
+                    items_ran: t.items.len() as u64,
+                    items_failed: t.items_failed.len() as u64,
+                    note: parts.join(", "),
+                },
+            );
+        }
+        // The item-failed node counts items, not runs.
+        if let Some(node) = node(graph, &|n| matches!(n, Node::ItemFailed))
+            && let Some(s) = status.get_mut(&node)
+        {
+            s.note = format!("{}, {} runs", items(s.items_ran), s.count);
+        }
+        if let Some(node) = node(graph, &|n| matches!(n, Node::Dlq))
+            && !dlq.is_empty()
+        {
+            status.insert(
+                node,
+                NodeStatus {
+                    state: NodeState::Failed,
+                    count: dlq.len() as u64,
+                    retries: 0,
+                    items_ran: 0,
+                    items_failed: dlq.len() as u64,
+                    note: items(dlq.len() as u64),
+                },
+            );
+        }
+        let end = match ended {
+            Some(true) => {
+                node(graph, &|n| matches!(n, Node::Success)).map(|n| (n, NodeState::Succeeded))
+            }
+            Some(false) => {
+                node(graph, &|n| matches!(n, Node::Failure)).map(|n| (n, NodeState::Failed))
+            }
+            None => None,
         };
-        let mut parts = Vec::new();
-        if in_agent(&t) {
-            parts.push(format!("items ran {}", t.items.len()));
-            if !t.items_failed.is_empty() {
-                parts.push(format!("failed {}", t.items_failed.len()));
-            }
-        } else if t.started > 1 {
-            parts.push(format!("ran {}", t.started));
-            if t.failed > 0 {
-                parts.push(format!("failed {}", t.failed));
-            }
+        if let Some((node, state)) = end {
+            status.insert(
+                node,
+                NodeStatus {
+                    state,
+                    count: 1,
+                    retries: 0,
+                    items_ran: 0,
+                    items_failed: 0,
+                    note: String::new(),
+                },
+            );
         }
-        if t.retries > 0 {
-            parts.push(format!("retried {} times", t.retries));
-        }
-        if t.skipped > 0 && t.started == 0 {
-            parts.push(items(t.skipped));
-        }
-        status.insert(
-            node,
-            NodeStatus {
-                state,
-                count: t.started.max(t.failed + t.succeeded + t.skipped),
-                retries: t.retries,
-                items_ran: t.items.len() as u64,
-                items_failed: t.items_failed.len() as u64,
-                note: parts.join(", "),
-            },
-        );
+        status
     }
-    // The item-failed node counts items, not runs.
-    if let Some(node) = find(&|n| matches!(n, Node::ItemFailed))
-        && let Some(s) = status.get_mut(&node)
-    {
-        s.note = format!("{}, {} runs", items(s.items_ran), s.count);
-    }
-    if let Some(node) = find(&|n| matches!(n, Node::Dlq))
-        && !dlq.is_empty()
-    {
-        status.insert(
-            node,
-            NodeStatus {
-                state: NodeState::Failed,
-                count: dlq.len() as u64,
-                retries: 0,
-                items_ran: 0,
-                items_failed: dlq.len() as u64,
-                note: items(dlq.len() as u64),
-            },
-        );
-    }
-    let end = match ended {
-        Some(true) => find(&|n| matches!(n, Node::Success)).map(|n| (n, NodeState::Succeeded)),
-        Some(false) => find(&|n| matches!(n, Node::Failure)).map(|n| (n, NodeState::Failed)),
-        None => None,
-    };
-    if let Some((node, state)) = end {
-        status.insert(
-            node,
-            NodeStatus {
-                state,
-                count: 1,
-                retries: 0,
-                items_ran: 0,
-                items_failed: 0,
-                note: String::new(),
-            },
-        );
-    }
-    status
+}
+
+/// The first node of GRAPH that WANTED picks.
+fn node(graph: &Graph, wanted: &dyn Fn(&Node) -> bool) -> Option<usize> {
+    graph
+        .nodes()
+        .find(|(_, n)| wanted(n))
+        .map(|(i, _)| i.index())
 }

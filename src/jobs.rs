@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use prodigy_runtime::dlq::{DeadLetteredItem, Dlq};
 use prodigy_runtime::jobstore::JobFiles;
+use prodigy_runtime::live::{EventFiles, kind_of};
 use prodigy_runtime::runner::Options;
 use prodigy_runtime::store::Layout;
 
@@ -825,18 +826,22 @@ impl Damaged {
     }
 }
 
-/// The Claude calls in the event FILES, summed per step and in all.
-fn claude_totals(files: &[PathBuf]) -> String {
+/// The Claude calls in the events files in DIR, summed per step and in all.
+fn claude_totals(dir: &Path) -> String {
     use prodigy_runtime::claude::{Tokens, Totals};
     let mut steps: Vec<(String, Totals)> = Vec::new();
     let mut all = Totals::default();
-    for file in files {
-        let bytes = read_from(file, &mut 0).unwrap_or_default();
-        for event in String::from_utf8_lossy(&bytes)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["event_type"] == "claude_finished")
-        {
+    EventFiles::new(dir.to_owned()).read(
+        &mut |_, _, line| {
+            if kind_of(line).is_some_and(|kind| kind != "claude_finished") {
+                return;
+            }
+            let Some(event) = serde_json::from_slice::<Value>(line)
+                .ok()
+                .filter(|e| e["event_type"] == "claude_finished")
+            else {
+                return;
+            };
             let tokens: Tokens =
                 serde_json::from_value(event["tokens"].clone()).unwrap_or_default();
             let call = Totals {
@@ -853,8 +858,9 @@ fn claude_totals(files: &[PathBuf]) -> String {
                 None => steps.push((step, call)),
             }
             all.merge(&call);
-        }
-    }
+        },
+        &|| false,
+    );
     if all.calls == 0 {
         return "no Claude calls\n".to_owned();
     }
@@ -924,36 +930,44 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
         return exit_code::USAGE;
     };
     if show.claude {
-        out(&claude_totals(&event_files(&dir)));
+        out(&claude_totals(&dir));
         return exit_code::OK;
     }
-    let mut offsets = std::collections::BTreeMap::<PathBuf, u64>::new();
+    // The runtime's one events reader: whole lines only (a line being written is read on
+    // the next round), a chunk at a time, so a large file is never held whole.
+    let mut files = EventFiles::new(dir.clone());
     // The number of each file's last line read, for the places of damaged lines.
-    let mut lines_read = std::collections::BTreeMap::<PathBuf, usize>::new();
+    let mut lines_read: Vec<usize> = Vec::new();
     let mut damaged = Damaged::default();
     let mut finished = false;
     loop {
-        let mut read_any = false;
-        for file in event_files(&dir) {
-            let offset = offsets.entry(file.clone()).or_insert(0);
-            let Some(bytes) = read_from(&file, offset) else {
-                continue;
-            };
-            // Only whole lines; a line being written is read on the next round.
-            let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-            read_any |= end > 0;
-            let mut text = String::new();
-            let line_number = lines_read.entry(file.clone()).or_insert(0);
-            for line in String::from_utf8_lossy(&bytes[..end]).lines() {
-                *line_number += 1;
-                let Some(event) = serde_json::from_str::<Value>(line)
+        let mut text = String::new();
+        // JSON lines stay as they are written; a person's view shows control characters.
+        let flush = |text: &mut String| {
+            if show.json {
+                out(text);
+            } else {
+                out(&prodigy_runtime::progress::visible(text));
+            }
+            text.clear();
+        };
+        let mut places: Vec<(u16, usize)> = Vec::new();
+        let (read_any, _) = files.read(
+            &mut |file, _, bytes| {
+                let number = usize::from(file);
+                if lines_read.len() <= number {
+                    lines_read.resize(number + 1, 0);
+                }
+                lines_read[number] += 1;
+                let line = String::from_utf8_lossy(bytes);
+                let Some(event) = serde_json::from_str::<Value>(&line)
                     .ok()
                     .filter(Value::is_object)
                 else {
                     if !line.trim().is_empty() {
-                        damaged.note(&file, *line_number);
+                        places.push((file, lines_read[number]));
                     }
-                    continue;
+                    return;
                 };
                 let kind = event
                     .get("event_type")
@@ -965,21 +979,24 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
                 if let Some(filter) = &show.event_type
                     && !kind.to_lowercase().contains(&filter.to_lowercase())
                 {
-                    continue;
+                    return;
                 }
                 if show.json {
-                    text.push_str(line);
+                    text.push_str(&line);
                     text.push('\n');
                 } else {
                     text.push_str(&human_event(&event));
                 }
-            }
-            *offset += end as u64;
-            // JSON lines stay as they are written; a person's view shows control characters.
-            if show.json {
-                out(&text);
-            } else {
-                out(&prodigy_runtime::progress::visible(&text));
+                if text.len() >= 64 << 10 {
+                    flush(&mut text);
+                }
+            },
+            &|| false,
+        );
+        flush(&mut text);
+        for (file, line) in places {
+            if let Some(path) = files.path(file) {
+                damaged.note(path, line);
             }
         }
         damaged.report();
@@ -1032,34 +1049,6 @@ fn resume_hint(home: &Path, id: &str) -> Option<String> {
             "its state is gone, so it cannot be continued (`prodigy resume-job {id}` or `prodigy resume {id}` would say more)"
         )),
     }
-}
-
-/// The bytes of FILE from OFFSET on; a file shorter than OFFSET (replaced by hand) is read
-/// from its start, and OFFSET reset.
-pub(crate) fn read_from(file: &Path, offset: &mut u64) -> Option<Vec<u8>> {
-    use std::io::{Read as _, Seek as _};
-    let mut handle = std::fs::File::open(file).ok()?;
-    if handle.metadata().ok()?.len() < *offset {
-        *offset = 0;
-    }
-    handle.seek(std::io::SeekFrom::Start(*offset)).ok()?;
-    let mut bytes = Vec::new();
-    handle.read_to_end(&mut bytes).ok()?;
-    Some(bytes)
-}
-
-pub(crate) fn event_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
 }
 
 /// `TIMESTAMP  TYPE  key=value ...`, strings bare when they have no spaces.

@@ -218,6 +218,7 @@ fn list_steps(dir: &Path, owner: &Path, entries: &[PathBuf]) -> String {
             Some(r) => {
                 let place = match (r.phase.as_deref(), r.index) {
                     (Some("steps"), Some(index)) => format!("[{}] ", index + 1),
+                    (Some("notify"), _) => "[notify] ".to_owned(),
                     (Some(phase), Some(index)) => format!("[{phase} {}] ", index + 1),
                     _ => String::new(),
                 };

@@ -852,7 +852,7 @@ fn graph(args: &GraphArgs) -> u8 {
                 args.status.as_deref().unwrap_or_default()
             ));
         }
-        graph_status::fold(graph, &graph_status::read_events(&found.events))
+        graph_status::status(graph, &found.events)
     });
     let text = match args.format {
         GraphFormat::Dot => prodigy_compiler::emit::dot_status(graph, plan, status.as_ref()),

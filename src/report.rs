@@ -403,9 +403,15 @@ fn text(message: &Message) -> String {
             event,
             command,
             why,
-        } => format!(
-            "warning: the `{event}` notification `{command}` failed ({why}); the run goes on"
-        ),
+            output,
+        } => {
+            let kept = output.as_ref().map_or_else(String::new, |path| {
+                format!("; its output is in {}", path.display())
+            });
+            format!(
+                "warning: the `{event}` notification `{command}` failed ({why}){kept}; the run goes on"
+            )
+        }
         Message::ClaudeBudgetReached {
             reached,
             not_started,

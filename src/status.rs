@@ -177,10 +177,13 @@ fn agent_row(a: &prodigy_runtime::live::Agent) -> [String; 5] {
         (Some(tool), Some(turns)) => format!("{tool} (turn {turns})"),
         (None, Some(turns)) => format!("claude, turn {turns}"),
         (Some(tool), None) => tool.clone(),
-        (None, None) => a
-            .slurm_task
-            .clone()
-            .map_or_else(String::new, |t| format!("slurm task {t}")),
+        (None, None) => a.task.as_ref().map_or_else(String::new, |t| {
+            let node = t
+                .node
+                .as_deref()
+                .map_or_else(String::new, |n| format!(" on {n}"));
+            format!("{} task {}{node}", t.backend, t.id)
+        }),
     };
     [
         a.agent_id.clone(),

@@ -158,6 +158,10 @@ pub enum Event {
         step_index: Option<usize>,
         /// Its id in the plan.
         step_id: u32,
+        /// The number of its output's files in its owner's logs (`step-NNNN.log`, `.json`),
+        /// which ties them to this run of the step (and so to its item's attempt).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log_number: Option<u32>,
         /// Where it was written.
         #[serde(flatten, skip_serializing_if = "Option::is_none")]
         origin: Option<Origin>,
@@ -827,6 +831,9 @@ pub enum Event {
         timed_out: bool,
         /// How long it ran.
         duration_secs: f64,
+        /// The file its output is kept in (docs/running.md, "Logs"), when it printed any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<std::path::PathBuf>,
     },
     /// A Claude call refused as rate limited or overloaded is made again within
     /// `patience`, as the same attempt.
@@ -1047,6 +1054,7 @@ mod tests {
             step: "build".into(),
             step_index: Some(0),
             step_id: 4,
+            log_number: Some(2),
             origin: Some(Origin {
                 file: "w.yml".into(),
                 line: 7,
@@ -1054,7 +1062,7 @@ mod tests {
         };
         assert_eq!(
             Value::Object(step.to_json()).to_string(),
-            r#"{"event_type":"step_started","step":"build","step_index":0,"step_id":4,"file":"w.yml","line":7}"#
+            r#"{"event_type":"step_started","step":"build","step_index":0,"step_id":4,"log_number":2,"file":"w.yml","line":7}"#
         );
     }
 

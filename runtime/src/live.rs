@@ -18,6 +18,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::backend::TaskRef;
 use crate::claude::Stream;
 use crate::runs::{self, Kind, Summary};
 use crate::store::Layout;
@@ -151,9 +152,9 @@ pub struct Agent {
     /// A Claude call running now: turns so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turns: Option<u32>,
-    /// Its Slurm task, under `--executor slurm`.
+    /// Its task on the agent backend (`--executor slurm|container`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub slurm_task: Option<String>,
+    pub task: Option<TaskRef>,
 }
 
 /// One step of the plan as the agents go through it.
@@ -208,9 +209,10 @@ pub struct ItemRow {
     pub cost_usd: f64,
     /// The agent that ran it last.
     pub agent_id: Option<String>,
-    /// Its last Slurm task (`JOB_TASK`).
+    /// Its last task on the agent backend (`--executor slurm|container`): the backend, its
+    /// id there and the node that ran it when known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub slurm_task: Option<String>,
+    pub task: Option<TaskRef>,
     /// Whether it is in the DLQ.
     pub in_dlq: bool,
     /// Why it failed last.
@@ -374,11 +376,15 @@ struct Line<'a> {
     duration_secs: Option<f64>,
 }
 
-/// The task a task event names: only its id is shown.
+/// The task a task event names.
 #[derive(Debug, serde::Deserialize)]
 struct LineTask<'a> {
     #[serde(borrow)]
+    backend: Cow<'a, str>,
+    #[serde(borrow)]
     id: Cow<'a, str>,
+    #[serde(borrow, default)]
+    node: Option<Cow<'a, str>>,
 }
 
 impl Line<'_> {
@@ -564,6 +570,86 @@ impl Tail {
     }
 }
 
+/// The events files of one run or job (one per process, named by its start, so their names
+/// sort in order), read as they grow: the one reader of events files that `prodigy status`,
+/// `prodigy ui` and `prodigy graph --status` share. Only complete lines are handed on (a line
+/// still being written waits for its end), a chunk at a time, so memory stays bounded by the
+/// chunk whatever the files' size; each file's offset is kept between calls.
+#[derive(Debug)]
+pub struct EventFiles {
+    dir: PathBuf,
+    files: Vec<(PathBuf, Tail)>,
+}
+
+impl EventFiles {
+    /// The events files in DIR (nothing is read until [`EventFiles::read`]).
+    pub fn new(dir: PathBuf) -> EventFiles {
+        EventFiles {
+            dir,
+            files: Vec::new(),
+        }
+    }
+
+    /// Hands EACH every complete line the files gained since the last call, oldest file
+    /// first, with its file's number (for [`EventFiles::path`]) and its byte offset. After
+    /// each chunk, SPENT says whether to stop there (the rest is read by the next call).
+    /// Returns whether any line was read, and whether SPENT cut the reading.
+    pub fn read(
+        &mut self,
+        each: &mut dyn FnMut(u16, u64, &[u8]),
+        spent: &dyn Fn() -> bool,
+    ) -> (bool, bool) {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        for name in names {
+            if !self.files.iter().any(|(p, _)| *p == name) {
+                self.files.push((name, Tail::default()));
+            }
+        }
+        let mut any = false;
+        for (index, (path, tail)) in self.files.iter_mut().enumerate() {
+            let file = u16::try_from(index).unwrap_or(u16::MAX);
+            while tail.read(path, &mut |offset, line| {
+                any = true;
+                each(file, offset, line);
+            }) {
+                if spent() {
+                    return (any, true);
+                }
+            }
+        }
+        (any, false)
+    }
+
+    /// The path of file number FILE.
+    pub fn path(&self, file: u16) -> Option<&Path> {
+        self.files.get(usize::from(file)).map(|(p, _)| p.as_path())
+    }
+
+    /// The bytes read so far, and the files' sizes now.
+    fn progress(&self) -> (u64, u64) {
+        self.files
+            .iter()
+            .fold((0, 0), |(read, size), (path, tail)| {
+                let len = std::fs::metadata(path).map_or(0, |m| m.len());
+                (read + tail.offset.min(len), size + len)
+            })
+    }
+}
+
+/// The kind of the event LINE, read from its bytes without parsing it when it is written as
+/// the events file writes every event (`None` otherwise: then parse it).
+pub fn kind_of(line: &[u8]) -> Option<&str> {
+    Glance::of(line).map(|g| g.kind)
+}
+
 /// A running Claude call's stream, read as it grows.
 #[derive(Debug, Default)]
 struct Call {
@@ -580,7 +666,7 @@ struct Actor {
     attempt: u32,
     started_at: String,
     step: Option<(u32, String)>,
-    slurm_task: Option<String>,
+    task: Option<TaskRef>,
 }
 
 /// A run or job being watched.
@@ -589,8 +675,7 @@ pub struct Live {
     home: PathBuf,
     id: String,
     summary: Summary,
-    events_dir: PathBuf,
-    files: Vec<(PathBuf, Tail)>,
+    events: EventFiles,
     job_dir: Option<PathBuf>,
     shorts_loaded: bool,
     // The fold.
@@ -625,9 +710,8 @@ impl Live {
         Ok(Live {
             home: home.to_owned(),
             id: id.to_owned(),
-            events_dir: layout.events_dir(id),
+            events: EventFiles::new(layout.events_dir(id)),
             summary,
-            files: Vec::new(),
             job_dir,
             shorts_loaded: false,
             phase: None,
@@ -666,67 +750,34 @@ impl Live {
     pub fn refresh_within(&mut self, budget: Option<std::time::Duration>) -> bool {
         let start = tokio::time::Instant::now();
         let spent = || budget.is_some_and(|b| start.elapsed() >= b);
-        let mut cut = false;
         let mut changed = false;
         if let Ok(summary) = load(&self.home, &self.id) {
             changed |= summary.updated_at != self.summary.updated_at
                 || summary.state != self.summary.state;
             self.summary = summary;
         }
-        // Events files: one per process, named by their start, so names sort in order.
-        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.events_dir)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        for name in names {
-            if !self.files.iter().any(|(p, _)| *p == name) {
-                self.files.push((name, Tail::default()));
-            }
-        }
-        for index in 0..self.files.len() {
-            // A chunk at a time, to the end: memory stays bounded by the chunk.
-            let path = self.files[index].0.clone();
-            let mut tail = std::mem::take(&mut self.files[index].1);
-            let file = u16::try_from(index).unwrap_or(u16::MAX);
-            while tail.read(&path, &mut |offset, line| {
+        let mut events = std::mem::replace(&mut self.events, EventFiles::new(PathBuf::new()));
+        let (read, cut) = events.read(
+            &mut |file, offset, line| {
                 // An event the fold does not read (most of an agent's: its attempts, its
                 // commands) is only placed, from its bytes, not parsed.
                 if let Some(glance) = Glance::of(line)
                     && !folded(glance.kind)
                 {
                     self.place(&glance, file, offset);
-                    changed = true;
                     return;
                 }
                 // Only the fields the fold reads, from the bytes; the rest is skipped unbuilt.
                 if let Ok(event) = serde_json::from_slice::<Line<'_>>(line) {
                     self.fold(&event, file, offset);
-                    changed = true;
                 }
-            }) {
-                if spent() {
-                    cut = true;
-                    break;
-                }
-            }
-            self.files[index].1 = tail;
-            if cut {
-                break;
-            }
-        }
+            },
+            &spent,
+        );
+        changed |= read;
         // How far the reading got, when the budget cut it.
-        let (read, size) = self
-            .files
-            .iter()
-            .fold((0, 0), |(read, size), (path, tail)| {
-                let len = std::fs::metadata(path).map_or(0, |m| m.len());
-                (read + tail.offset.min(len), size + len)
-            });
+        let (read, size) = events.progress();
+        self.events = events;
         let reading = cut.then_some(Reading {
             read_bytes: read,
             total_bytes: size,
@@ -774,7 +825,7 @@ impl Live {
             duration_secs: None,
             cost_usd: 0.0,
             agent_id: None,
-            slurm_task: None,
+            task: None,
             in_dlq: false,
             error: None,
             short: String::new(),
@@ -895,25 +946,33 @@ impl Live {
                         attempt: attempt.unwrap_or(1),
                         started_at: at.unwrap_or_default().to_owned(),
                         step: None,
-                        slurm_task: None,
+                        task: None,
                     },
                 );
             }
             "task_submitted" | "task_adopted" | "slurm_task_submitted" | "slurm_task_adopted" => {
                 // Events of earlier versions name a Slurm task by its two ids.
                 let task = match &event.task {
-                    Some(task) => task.id.clone().into_owned(),
-                    None => format!(
-                        "{}_{}",
-                        text("slurm_job_id").unwrap_or_default(),
-                        number("slurm_task_id").unwrap_or(0)
-                    ),
+                    Some(task) => TaskRef {
+                        backend: task.backend.clone().into_owned(),
+                        id: task.id.clone().into_owned(),
+                        node: task.node.as_ref().map(|n| n.clone().into_owned()),
+                    },
+                    None => TaskRef {
+                        backend: "slurm".to_owned(),
+                        id: format!(
+                            "{}_{}",
+                            text("slurm_job_id").unwrap_or_default(),
+                            number("slurm_task_id").unwrap_or(0)
+                        ),
+                        node: None,
+                    },
                 };
                 if let Some(index) = index {
-                    self.row(index).slurm_task = Some(task.clone());
+                    self.row(index).task = Some(task.clone());
                 }
                 if let Some(actor) = self.actors.get_mut(actor_key) {
-                    actor.slurm_task = Some(task);
+                    actor.task = Some(task);
                 }
             }
             "agent_completed" | "agent_failed" | "agent_cancelled" | "agent_rejected" => {
@@ -997,7 +1056,7 @@ impl Live {
                         attempt: 1,
                         started_at: at.unwrap_or_default().to_owned(),
                         step: None,
-                        slurm_task: None,
+                        task: None,
                     });
                 if let Some((old, _)) = actor.step.take()
                     && let Some(step) = self.steps.get_mut(&old)
@@ -1162,7 +1221,7 @@ impl Live {
                         .map_or(0.0, |d| d.as_secs_f64()),
                     tool: call.and_then(|c| c.tool.clone()),
                     turns: call.map(|c| c.stream.turns),
-                    slurm_task: actor.slurm_task.clone(),
+                    task: actor.task.clone(),
                 }
             })
             .filter(|a| a.item_id.is_some() || a.step.is_some())
@@ -1211,7 +1270,7 @@ impl Live {
             duration_secs: None,
             cost_usd: 0.0,
             agent_id: None,
-            slurm_task: None,
+            task: None,
             in_dlq: false,
             error: None,
             short: String::new(),
@@ -1278,7 +1337,7 @@ impl Live {
             duration_secs: None,
             cost_usd: 0.0,
             agent_id: None,
-            slurm_task: None,
+            task: None,
             in_dlq: false,
             error: None,
             short: String::new(),
@@ -1287,7 +1346,7 @@ impl Live {
         let mut events = Vec::new();
         let mut logs = Vec::new();
         for (file, offset) in &row.lines {
-            let Some((path, _)) = self.files.get(usize::from(*file)) else {
+            let Some(path) = self.events.path(*file) else {
                 continue;
             };
             let Some(line) = line_at(path, *offset) else {
@@ -1396,17 +1455,30 @@ pub fn render_call(log: &Path) -> ClaudeCall {
 }
 
 /// The outputs of the steps logged in DIR (an item's logs), each with the attempt it ran in:
-/// the last of EVENTS' `agent_started` before its log was last written.
+/// EVENTS (the item's, in order) say which, as each `step_started` names the number of its
+/// log files (`log_number`) after its attempt's `agent_started`. A log no event names (an
+/// earlier version's) has attempt 0: unknown.
 fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
-    let starts: Vec<(SystemTime, u32)> = events
-        .iter()
-        .filter(|e| e.get("event_type").and_then(Value::as_str) == Some("agent_started"))
-        .filter_map(|e| {
-            let at = parse(e.get("timestamp")?.as_str()?)?;
-            let attempt = e.get("attempt").and_then(Value::as_u64).unwrap_or(1);
-            Some((at, u32::try_from(attempt).unwrap_or(u32::MAX)))
-        })
-        .collect();
+    let mut attempt_of: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut attempt = 0;
+    for event in events {
+        match event.get("event_type").and_then(Value::as_str) {
+            Some("agent_started") => {
+                let n = event.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+                attempt = u32::try_from(n).unwrap_or(u32::MAX);
+            }
+            Some("step_started") => {
+                if let Some(number) = event
+                    .get("log_number")
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok())
+                {
+                    attempt_of.insert(number, attempt);
+                }
+            }
+            _ => {}
+        }
+    }
     let mut numbers: BTreeSet<u32> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
@@ -1424,17 +1496,7 @@ fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
             let record = std::fs::read(&record_path)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<crate::logs::StepRecord>(&b).ok());
-            let written = [&record_path, &log]
-                .iter()
-                .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-                .max();
-            let attempt = written.map_or(0, |at| {
-                starts
-                    .iter()
-                    .filter(|(start, _)| *start <= at)
-                    .max_by_key(|(start, _)| *start)
-                    .map_or(0, |(_, attempt)| *attempt)
-            });
+            let attempt = attempt_of.get(&number).copied().unwrap_or(0);
             let (tail, truncated) = tail_of(&log, OUTPUT_TAIL);
             StepOutput {
                 attempt,
@@ -1751,7 +1813,7 @@ mod tests {
             event(
                 "01",
                 "task_submitted",
-                r#","task":{"backend":"slurm","id":"41_0","node":"n1"},"attempt":1,"item_id":"item_0""#,
+                r#","task":{"backend":"container","id":"prodigy-job-0","node":"host1"},"attempt":1,"item_id":"item_0""#,
             ),
             event(
                 "01",
@@ -1785,8 +1847,14 @@ mod tests {
         let mut live = Live::open(home.path(), JOB).unwrap();
         live.refresh();
         let (rows, _) = live.rows(None, "index", false, 0, 10);
-        assert_eq!(rows[0].slurm_task.as_deref(), Some("41_0"));
-        assert_eq!(rows[1].slurm_task.as_deref(), Some("42_1"));
+        // Any backend's task, with its backend and node, under `task`.
+        let task = serde_json::to_value(&rows[0]).unwrap()["task"].clone();
+        assert_eq!(
+            task,
+            serde_json::json!({"backend": "container", "id": "prodigy-job-0", "node": "host1"})
+        );
+        let old = rows[1].task.as_ref().unwrap();
+        assert_eq!((old.backend.as_str(), old.id.as_str()), ("slurm", "42_1"));
         assert_eq!(rows[2].status, ItemStatus::Failed);
         assert!(rows[2].in_dlq);
         let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
@@ -1923,11 +1991,13 @@ mod tests {
                 .unwrap();
         };
         // Attempt 1 failed in its step 1; attempt 2 ran it again, printing 5 KiB of lines.
-        write("step-0001.log", "first try\n", at("02"));
+        // The first log's time says nothing (it was copied back after attempt 2 started):
+        // the events say which attempt wrote it.
+        write("step-0001.log", "first try\n", at("09"));
         write(
             "step-0001.json",
             r#"{"step":"make","outcome":"failed","duration_secs":1.0,"commands":1,"output_bytes":10}"#,
-            at("02"),
+            at("09"),
         );
         let long = (0..1024).fold(String::new(), |mut text, n| {
             use std::fmt::Write as _;
@@ -1935,19 +2005,31 @@ mod tests {
             text
         });
         write("step-0002.log", &long, at("07"));
+        // A log no event names (written by an earlier version): its attempt is unknown.
+        write("step-0003.log", "old\n", at("08"));
         let events: Vec<Value> = ["01", "05"]
             .iter()
             .zip(1..)
-            .map(|(secs, attempt)| {
-                serde_json::json!({
-                    "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
-                    "event_type": "agent_started",
-                    "attempt": attempt,
-                })
+            .flat_map(|(secs, attempt)| {
+                [
+                    serde_json::json!({
+                        "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
+                        "event_type": "agent_started",
+                        "attempt": attempt,
+                    }),
+                    serde_json::json!({
+                        "timestamp": format!("2026-11-26T10:00:{secs}.000Z"),
+                        "event_type": "step_started",
+                        "step": "make",
+                        "step_id": 0,
+                        "log_number": attempt,
+                    }),
+                ]
             })
             .collect();
         let outputs = step_outputs(dir.path(), &events);
-        assert_eq!(outputs.len(), 2);
+        assert_eq!(outputs.len(), 3);
+        assert_eq!(outputs[2].attempt, 0);
         assert_eq!(outputs[0].attempt, 1);
         assert_eq!(outputs[0].outcome.as_deref(), Some("failed"));
         assert_eq!(outputs[0].tail, "first try\n");

@@ -371,6 +371,11 @@ impl StepLog {
         }
     }
 
+    /// Its number in its directory (`step-NNNN`).
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+
     /// Where the output goes.
     pub fn output_path(&self) -> PathBuf {
         self.dir.join(format!("step-{:04}.log", self.number))

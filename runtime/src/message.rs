@@ -141,6 +141,8 @@ pub enum Message {
         command: String,
         /// Why: its exit code and last line of output, or its timeout.
         why: String,
+        /// The file its output is kept in, when it printed any.
+        output: Option<std::path::PathBuf>,
     },
     /// A map item failed (`error_collection: immediate`).
     ItemFailed {
@@ -487,10 +489,12 @@ impl Message {
                 event,
                 command,
                 why,
+                output,
             } => Message::NotificationFailed {
                 event,
                 command: mask(&command),
                 why: mask(&why),
+                output,
             },
             Message::ItemFailed { item, why } => Message::ItemFailed {
                 item,

@@ -161,6 +161,11 @@ impl Runner {
                     };
                     let mut vars = vars.clone();
                     vars.set("event", Value::Object(fired.fields.clone()));
+                    // Its output is kept as a step's is, among the run's logs (`notify`).
+                    let mut log = self.step_log(step, None);
+                    if let Some(log) = log.as_mut() {
+                        log.place(Some("notify"), None);
+                    }
                     let out = match &step.command {
                         PlanCommand::Shell(t) => {
                             self.run_command_for(
@@ -182,6 +187,14 @@ impl Runner {
                         PlanCommand::WriteFile(_) | PlanCommand::Foreach { .. } => continue,
                     };
                     let success = out.success();
+                    let output = log.and_then(|mut log| {
+                        self.keep_output(&mut log, "", &out);
+                        let path = log.output_path();
+                        let outcome = if success { "succeeded" } else { "failed" };
+                        let written =
+                            log.error.is_none() && log.finish(outcome, out.duration).is_ok();
+                        (written && path.exists()).then_some(path)
+                    });
                     self.record(&Event::NotificationFinished {
                         event: fired.kind.name().to_owned(),
                         command: step.label.clone(),
@@ -189,6 +202,7 @@ impl Runner {
                         exit_code: out.code,
                         timed_out: out.timed_out,
                         duration_secs: out.duration.as_secs_f64(),
+                        output: output.clone(),
                     });
                     if !success {
                         let why = if out.timed_out {
@@ -209,6 +223,7 @@ impl Runner {
                             event: fired.kind.name(),
                             command: step.label.clone(),
                             why,
+                            output,
                         });
                     }
                 }

@@ -2,6 +2,8 @@
 "use strict";
 const $ = (s) => document.querySelector(s);
 const esc = (t) => String(t ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+// A task on the agent backend: `slurm 41_0 on n1`, `container prodigy-job-0`.
+const task = (t) => `${esc(t.backend)} ${esc(t.id)}${t.node ? ` on ${esc(t.node)}` : ""}`;
 const secs = (s) => {
   if (s == null) return "-";
   s = Math.round(s);
@@ -79,7 +81,7 @@ function draw(id, p) {
   };
   if ($("#retry")) $("#retry").onclick = () => act("dlq-retry");
   if ($("#stop")) $("#stop").onclick = () => act("stop");
-  $("#agents").innerHTML = p.agents.length ? `<table id="agents-table"><tr><th>agent</th><th>item</th><th>step</th><th>elapsed</th><th>activity</th></tr>${p.agents.map((a) => `<tr class="row" data-item="${esc(a.item_id ?? "")}"><td>${esc(a.agent_id)}</td><td>${esc(a.item_id ?? "-")}</td><td>${esc(a.step ?? "-")}</td><td>${secs(a.elapsed_secs)}</td><td>${a.tool ? esc(a.tool) : ""}${a.turns != null ? ` <span class="muted">turn ${a.turns}</span>` : ""}${a.slurm_task ? ` slurm ${esc(a.slurm_task)}` : ""}</td></tr>`).join("")}</table>` : `<p class="muted">none</p>`;
+  $("#agents").innerHTML = p.agents.length ? `<table id="agents-table"><tr><th>agent</th><th>item</th><th>step</th><th>elapsed</th><th>activity</th></tr>${p.agents.map((a) => `<tr class="row" data-item="${esc(a.item_id ?? "")}"><td>${esc(a.agent_id)}</td><td>${esc(a.item_id ?? "-")}</td><td>${esc(a.step ?? "-")}</td><td>${secs(a.elapsed_secs)}</td><td>${a.tool ? esc(a.tool) : ""}${a.turns != null ? ` <span class="muted">turn ${a.turns}</span>` : ""}${a.task ? ` ${task(a.task)}` : ""}</td></tr>`).join("")}</table>` : `<p class="muted">none</p>`;
   document.querySelectorAll("#agents-table tr.row").forEach((tr) => { if (tr.dataset.item) tr.onclick = () => openItem(id, tr.dataset.item); });
   // The graph and the table at most twice a second.
   if (!graphTimer) {
@@ -100,7 +102,7 @@ async function loadItems(id) {
   const q = new URLSearchParams({ status: table.status, sort: table.sort, desc: table.desc, offset: table.offset, limit: table.limit });
   const data = await getJson(`/api/runs/${encodeURIComponent(id)}/items?${q}`);
   const cols = [["index", "item"], ["status", "status"], ["attempts", "attempts"], ["duration", "duration"], ["cost", "cost"], ["agent", "agent"]];
-  $("#items").innerHTML = `<table id="items-table"><tr>${cols.map(([k, n]) => `<th data-sort="${k}">${n}${table.sort === k ? (table.desc ? " ▼" : " ▲") : ""}</th>`).join("")}<th>task</th><th>input</th></tr>${data.rows.map((r) => `<tr class="row" data-item="${esc(r.item_id)}"><td>${esc(r.item_id)}</td><td>${esc(r.status)}${r.in_dlq ? " (DLQ)" : ""}</td><td>${r.attempts}</td><td>${secs(r.duration_secs)}</td><td>${usd(r.cost_usd)}</td><td>${esc(r.agent_id ?? "")}</td><td>${esc(r.slurm_task ?? "")}</td><td><code>${esc(r.short)}</code></td></tr>`).join("")}</table>`;
+  $("#items").innerHTML = `<table id="items-table"><tr>${cols.map(([k, n]) => `<th data-sort="${k}">${n}${table.sort === k ? (table.desc ? " ▼" : " ▲") : ""}</th>`).join("")}<th>task</th><th>input</th></tr>${data.rows.map((r) => `<tr class="row" data-item="${esc(r.item_id)}"><td>${esc(r.item_id)}</td><td>${esc(r.status)}${r.in_dlq ? " (DLQ)" : ""}</td><td>${r.attempts}</td><td>${secs(r.duration_secs)}</td><td>${usd(r.cost_usd)}</td><td>${esc(r.agent_id ?? "")}</td><td>${r.task ? task(r.task) : ""}</td><td><code>${esc(r.short)}</code></td></tr>`).join("")}</table>`;
   $("#pos").textContent = ` ${Math.min(table.offset + 1, data.matched)}–${Math.min(table.offset + table.limit, data.matched)} of ${data.matched}`;
   document.querySelectorAll("#items-table th[data-sort]").forEach((th) => (th.onclick = () => {
     if (table.sort === th.dataset.sort) table.desc = !table.desc; else { table.sort = th.dataset.sort; table.desc = false; }

@@ -141,3 +141,47 @@ fn a_workflow_changed_since_the_run_is_drawn_with_a_warning() {
         "warning: `[project]/graph-status.yml` changed since `[job]` started: the plan drawn may differ from the one it ran\n"
     );
 }
+
+#[test]
+fn a_large_events_file_is_read_in_bounded_memory() {
+    let (scratch, id) = finished_job();
+    let mut files = Vec::new();
+    super::collect_files(&scratch.home().join("events"), &mut files);
+    let file = files
+        .into_iter()
+        .find(|f| f.to_string_lossy().contains(&id))
+        .unwrap();
+    // 40 MiB of events the graph does not read (an agent's output lines), before the job's
+    // own: read whole, as the command once did, they alone take more than the limit below.
+    let mut text = String::new();
+    let line = format!(
+        r#"{{"timestamp":"2026-11-26T10:00:00.000Z","event_type":"command_output","line":"{}","agent_id":"agent-0","item_id":"item_0"}}"#,
+        "x".repeat(300)
+    );
+    while text.len() < 40 << 20 {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text.push_str(&std::fs::read_to_string(&file).unwrap());
+    std::fs::write(&file, text).unwrap();
+    // At most 64 MiB of data (heap) for the process.
+    let out = std::process::Command::new("prlimit")
+        .arg(format!("--data={}", 64 << 20))
+        .arg("--")
+        .arg(assert_cmd::cargo::cargo_bin("prodigy"))
+        .args(["graph", "--status", &id, "--format", "json"])
+        .current_dir(scratch.project())
+        .env("PRODIGY_HOME", scratch.home())
+        .output()
+        .unwrap();
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dlq = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["label"].as_str().unwrap().contains("dead letter queue"))
+        .unwrap();
+    assert_eq!(dlq["status"]["items_failed"], 1);
+}

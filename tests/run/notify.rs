@@ -76,3 +76,68 @@ fn the_claude_budget_fires_budget_reached() {
     );
     assert!(!scratch.project().join("failed.txt").exists(), "{text}");
 }
+
+/// A notification's output is kept among the run's logs: the warning of a failed one says
+/// where, `notification_finished` names the file, and `prodigy logs ID` lists it.
+#[test]
+fn a_notifications_output_is_kept_in_the_runs_logs() {
+    let scratch = Scratch::new();
+    let out = run(
+        &scratch,
+        &[],
+        "commands:\n  - shell: \"true\"\nnotify:\n  - on: [finished]\n    shell: \"echo 'hook said no'; echo 'refused: 503' >&2; exit 3\"\n",
+        &[],
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let finished = scratch
+        .events()
+        .into_iter()
+        .find(|e| e["event_type"] == "notification_finished")
+        .unwrap();
+    let file = std::path::PathBuf::from(finished["output"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "hook said no\nrefused: 503\n"
+    );
+    assert!(
+        text.contains(&format!("its output is in {}", file.display())),
+        "{text}"
+    );
+    let id = finished["job_id"].as_str().unwrap().to_owned();
+    let logs = scratch.run(&["logs", &id], &[]);
+    let listed = String::from_utf8_lossy(&logs.stdout);
+    assert!(listed.contains("[notify] "), "{listed}");
+}
+
+/// `dlq retry` fires what its own work records and nothing the job fired when it ran: an
+/// item that fails again stays in the DLQ without a second `item_dead_lettered`, and the
+/// job's end is not `finished` or `failed` again (docs/language.md §2, "Notifications").
+#[test]
+fn a_dlq_retry_fires_no_second_dead_letter_or_end() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "name: retried\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"test $ITEM != 2\"\nnotify:\n  - on: [item_dead_lettered, finished, failed]\n    shell: \"echo ${event.name} ${event.item_id} >> [notes]\"\n"
+            .replace("[notes]", &scratch.dir.path().join("notes.txt").display().to_string()),
+    )
+    .unwrap();
+    scratch.commit();
+    let first = scratch.run(&["run", "-y", "job.yml"], &[]);
+    let notes = || std::fs::read_to_string(scratch.dir.path().join("notes.txt")).unwrap();
+    let fired = notes();
+    assert_eq!(
+        fired,
+        "item_dead_lettered item_1\nfinished\n",
+        "{}",
+        stderr(&first)
+    );
+    let job = scratch
+        .events()
+        .iter()
+        .find_map(|e| e["job_id"].as_str().map(str::to_owned))
+        .unwrap();
+    let retry = scratch.run(&["dlq", "retry", &job, "-y"], &[]);
+    assert_eq!(retry.status.code(), Some(1), "{}", stderr(&retry));
+    assert_eq!(notes(), fired, "{}", stderr(&retry));
+}

@@ -253,6 +253,8 @@ pub(crate) fn event_lines(scratch: &Scratch, events: &[Value]) -> String {
         "session_id",
         "duration_secs",
         "event_type",
+        // Which log files a step wrote (`live`'s and `ui`'s tests show it in use).
+        "log_number",
     ];
     let mut lines = String::new();
     let mut in_map = false;

@@ -71,6 +71,17 @@ impl Server {
 
     /// One HTTP/1.1 request; the status and the body.
     fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let (status, _, body) = self.exchange(method, path, headers);
+        (status, body)
+    }
+
+    /// One HTTP/1.1 request; the status, the head (lowercase) and the body.
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, String, String) {
         let mut stream = std::net::TcpStream::connect(&self.address).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -90,7 +101,7 @@ impl Server {
         let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
         let status = head.split(' ').nth(1).unwrap_or("0").parse().unwrap();
         // Chunked bodies: the JSON handlers answer with a length, so only SSE is chunked.
-        (status, body.to_owned())
+        (status, head.to_lowercase(), body.to_owned())
     }
 
     fn get(&self, path: &str) -> Value {
@@ -174,6 +185,40 @@ fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
         assert_eq!(status, 403, "{body}");
         assert!(body.contains("--allow-actions"), "{body}");
     }
+}
+
+/// Every answer, the page's and the API's and a refusal's, says that the page loads only
+/// what this server serves, may not be framed, has no guessed types and sends no referrer.
+#[test]
+fn every_answer_carries_the_hardening_headers() {
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let token = [("X-Prodigy-Token", server.token.as_str())];
+    for (path, headers) in [
+        (format!("/?token={}", server.token), &[][..]),
+        ("/app.js".to_owned(), &token[..]),
+        ("/app.css".to_owned(), &token[..]),
+        ("/api/runs".to_owned(), &token[..]),
+        (format!("/api/runs/{id}/graph.svg"), &token[..]),
+        ("/api/runs".to_owned(), &[][..]),
+    ] {
+        let (status, head, _) = server.exchange("GET", &path, headers);
+        assert!(status == 200 || status == 401, "{path}: {status}");
+        for line in [
+            "content-security-policy: default-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            "x-content-type-options: nosniff",
+            "referrer-policy: no-referrer",
+            "x-frame-options: deny",
+        ] {
+            assert!(head.contains(line), "{path}: no `{line}` in\n{head}");
+        }
+    }
+    // The page has no inline script or style for the policy to block.
+    let (_, _, page) = server.exchange("GET", &format!("/?token={}", server.token), &[]);
+    assert!(!page.contains("<style"), "{page}");
+    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    assert!(page.contains("<script src=\"/app.js\"></script>"), "{page}");
 }
 
 /// Ctrl-C stops the server even while a page holds its update stream open (the stream
@@ -280,6 +325,30 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
         &[("X-Prodigy-Token", &server.token)],
     );
     assert_eq!(status, 409, "a finished job cannot be stopped: {body}");
+    // From another origin, the header notwithstanding: the whole origin must be the page's
+    // (scheme, host and port), not end like it.
+    let own = format!("http://{}", server.address);
+    let port = server.address.rsplit(':').next().unwrap();
+    let other_port = format!("http://127.0.0.1:{}", port.parse::<u16>().unwrap() ^ 1);
+    for origin in [
+        format!("https://{}", server.address),
+        format!("http://evil.example//{}", server.address),
+        other_port,
+        "null".to_owned(),
+    ] {
+        let (status, body) = server.request(
+            "POST",
+            &format!("/api/runs/{id}/stop"),
+            &[("X-Prodigy-Token", &server.token), ("Origin", &origin)],
+        );
+        assert_eq!(status, 403, "{origin}: {body}");
+    }
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/runs/{id}/stop"),
+        &[("X-Prodigy-Token", &server.token), ("Origin", &own)],
+    );
+    assert_eq!(status, 409, "its own origin passes: {body}");
 
     // The item can pass now; the retry runs it and the DLQ empties.
     std::fs::write(scratch.dir.path().join("pass"), "").unwrap();

@@ -240,5 +240,7 @@ pub async fn retry_dead_letters(
         succeeded: summary.succeeded,
         still_failing: summary.still_failing,
     });
+    // What its events fired and has not run yet runs now, before the process ends.
+    runner.notify_pending(vars).await;
     Ok(summary)
 }

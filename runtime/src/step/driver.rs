@@ -49,7 +49,7 @@ impl Runner {
         index: Option<usize>,
         log: Option<&mut StepLog>,
     ) -> Outcome {
-        self.begin_step(step, vars, index);
+        self.begin_step(step, vars, index, log.as_ref().map(|l| l.number()));
         let mut machine =
             StepMachine::new(step.retry_policy().clone(), step.handler_policy.clone());
         if let Some(outcome) = self.skip_unless_when(step, vars, &mut machine) {
@@ -88,7 +88,13 @@ impl Runner {
 
     /// Says and records that STEP starts; a step of a phase (`index` given) gets its
     /// `step.name`/`step.index` (the git fields describe the last one).
-    fn begin_step(&self, step: &PlanStep, vars: &mut Vars, index: Option<usize>) {
+    fn begin_step(
+        &self,
+        step: &PlanStep,
+        vars: &mut Vars,
+        index: Option<usize>,
+        log_number: Option<u32>,
+    ) {
         if let Some(index) = index {
             vars.merge("step", fields(json!({"name": step.label, "index": index})));
         }
@@ -99,6 +105,7 @@ impl Runner {
             step: step.label.clone(),
             step_index: index,
             step_id: step.id.0,
+            log_number,
             origin: self.origin(step),
         });
     }

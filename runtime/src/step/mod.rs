@@ -66,7 +66,11 @@ impl Runner {
 
     /// The log of STEP's output in the run's logs, numbered in its owner's directory; none
     /// for a run that keeps nothing (`--dry-run`).
-    fn step_log(&self, step: &PlanStep, index: Option<usize>) -> Option<crate::logs::StepLog> {
+    pub(crate) fn step_log(
+        &self,
+        step: &PlanStep,
+        index: Option<usize>,
+    ) -> Option<crate::logs::StepLog> {
         if self.session.is_empty() {
             return None;
         }
@@ -106,7 +110,7 @@ impl Runner {
     }
 
     /// Adds what a command of a step printed to the step's LOG, secrets masked.
-    fn keep_output(&self, log: &mut crate::logs::StepLog, header: &str, out: &Output) {
+    pub(crate) fn keep_output(&self, log: &mut crate::logs::StepLog, header: &str, out: &Output) {
         let claude_log = out.claude.as_ref().and_then(|c| c.log.as_deref());
         log.command(header, &self.mask(&out.combined()), claude_log);
     }
