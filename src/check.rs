@@ -403,10 +403,6 @@ fn diff(name: &str, before: &str, after: &str) -> String {
         .to_string()
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-)]
 pub(crate) fn check(args: &CheckArgs) -> u8 {
     let color = crate::color(std::io::stdout().is_terminal());
     if let Err(code) = crate::run::parse_params(&args.params) {
@@ -426,46 +422,90 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
     };
     let outcomes = check_all(&inputs, args, shellcheck.as_ref());
     let stdin_fix = args.fix && args.stdin_filename.is_some();
-    // Standard output holds the fixed text or the diff: the report goes to standard error.
-    let report_to_stderr = stdin_fix || (args.fix && args.dry_run);
-    let (mut errors, mut warnings, mut fixable) = (0, 0, 0);
-    let (mut unreadable, mut checked_files) = (false, 0);
-    let (mut applied, mut fixed_files, mut refused) = (0, 0, 0);
-    let mut json = Vec::new();
-    let mut sarif = Vec::new();
+    let report = Report {
+        args,
+        color,
+        stdin_fix,
+        // Standard output holds the fixed text or the diff: the report goes to standard error.
+        to_stderr: stdin_fix || (args.fix && args.dry_run),
+    };
+    let mut totals = Totals::default();
     for o in outcomes.iter().filter(|o| !o.skipped) {
-        checked_files += 1;
-        unreadable |= o.unreadable;
-        errors += o.diagnostics.iter().filter(|d| d.is_error()).count();
-        warnings += o.diagnostics.iter().filter(|d| !d.is_error()).count();
-        fixable += o.diagnostics.iter().filter(|d| d.fix.is_some()).count();
+        if let Err(code) = report.outcome(o, &mut totals) {
+            return code;
+        }
+    }
+    let (unreadable, errors) = (totals.unreadable, totals.errors);
+    if let Err(code) = report.totals(totals) {
+        return code;
+    }
+    if unreadable {
+        exit_code::USAGE
+    } else if errors > 0 {
+        exit_code::PROBLEMS
+    } else {
+        exit_code::OK
+    }
+}
+
+/// What `check` found in all the files, for its summary line and exit code, and the
+/// diagnostics the JSON and SARIF reports gather.
+#[derive(Default)]
+struct Totals {
+    errors: usize,
+    warnings: usize,
+    fixable: usize,
+    /// A file could not be read at all.
+    unreadable: bool,
+    checked_files: usize,
+    /// `--fix`: fixes applied, files fixed, fixes refused.
+    applied: usize,
+    fixed_files: usize,
+    refused: usize,
+    json: Vec<output::JsonDiagnostic>,
+    sarif: Vec<(SourceFile, Vec<Diagnostic>)>,
+}
+
+/// How `check` reports: its arguments, and where the report goes.
+struct Report<'a> {
+    args: &'a CheckArgs,
+    color: bool,
+    /// `--fix` of standard input: the fixed text (or its diff) goes to standard output.
+    stdin_fix: bool,
+    /// With the fixed text or a diff on standard output, the report goes to standard error.
+    to_stderr: bool,
+}
+
+impl Report<'_> {
+    /// Says TEXT where the report goes.
+    fn say(&self, text: &str) {
+        if self.to_stderr {
+            err(text);
+        } else {
+            out(text);
+        }
+    }
+
+    /// Counts and reports the outcome O of one file: its fix, then its plan or tables
+    /// when asked, and its diagnostics. `Err`: the exit code when a fix cannot be written.
+    fn outcome(&self, o: &Outcome, totals: &mut Totals) -> Result<(), u8> {
+        let args = self.args;
+        totals.checked_files += 1;
+        totals.unreadable |= o.unreadable;
+        totals.errors += o.diagnostics.iter().filter(|d| d.is_error()).count();
+        totals.warnings += o.diagnostics.iter().filter(|d| !d.is_error()).count();
+        totals.fixable += o.diagnostics.iter().filter(|d| d.fix.is_some()).count();
         if let Some(f) = &o.fixed {
-            applied += f.applied;
-            refused += f.left;
+            totals.applied += f.applied;
+            totals.refused += f.left;
             if f.applied > 0 {
-                fixed_files += 1;
+                totals.fixed_files += 1;
             }
-            if stdin_fix {
-                // Editors read the fixed text back from stdout.
-                if args.dry_run {
-                    out(&diff(&o.file.name, &f.before, &f.after));
-                } else {
-                    out(&f.after);
-                }
-            } else if f.applied > 0 {
-                if args.dry_run {
-                    out(&diff(&o.file.name, &f.before, &f.after));
-                } else if let Some(path) = &o.path
-                    && let Err(e) = write_in_place(path, &f.after)
-                {
-                    err(&format!("error: cannot write {}: {e}\n", o.file.name));
-                    return exit_code::USAGE;
-                }
-            }
+            self.fix(o, f)?;
         }
         if o.unreadable && args.format == Format::Human {
             err(&format!("error: {}\n", o.diagnostics[0].message));
-            continue;
+            return Ok(());
         }
         // Under `--deny warnings` a warning is an error too: then the problems are shown,
         // not the plan.
@@ -479,7 +519,7 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
                 Ok(text) => out(&format!("{text}\n")),
                 Err(e) => err(&format!("error: cannot write the plan: {e}\n")),
             }
-            continue;
+            return Ok(());
         }
         if args.explain_retries
             && let Some(plan) = o.checked.as_ref().and_then(|c| c.plan.as_ref())
@@ -491,78 +531,100 @@ pub(crate) fn check(args: &CheckArgs) -> u8 {
         {
             out(&output::cost_table(&o.file, plan));
         }
-        // With the fixed text on stdout, the report goes to stderr.
-        let report = |text: &str| {
-            if report_to_stderr {
-                err(text);
-            } else {
-                out(text);
-            }
-        };
         match args.format {
-            Format::Human => report(&output::human(
+            Format::Human => self.say(&output::human(
                 &o.file,
                 &o.diagnostics,
-                color && !report_to_stderr,
+                self.color && !self.to_stderr,
             )),
-            Format::Json => json.extend(output::to_json(&o.file, &o.diagnostics)),
-            Format::Github => report(&output::github(&o.file, &o.diagnostics)),
-            Format::Sarif => sarif.push((o.file.clone(), o.diagnostics.clone())),
+            Format::Json => totals.json.extend(output::to_json(&o.file, &o.diagnostics)),
+            Format::Github => self.say(&output::github(&o.file, &o.diagnostics)),
+            Format::Sarif => totals.sarif.push((o.file.clone(), o.diagnostics.clone())),
         }
+        Ok(())
     }
-    let emit = |text: String| {
-        if report_to_stderr {
-            err(&text);
-        } else {
-            out(&text);
+
+    /// What `--fix` did to O's file F: the fixed text (or its diff) on standard output for
+    /// standard input; else the file written in place (or, with `--dry-run`, its diff).
+    fn fix(&self, o: &Outcome, f: &Fixed) -> Result<(), u8> {
+        let args = self.args;
+        if self.stdin_fix {
+            // Editors read the fixed text back from stdout.
+            if args.dry_run {
+                out(&diff(&o.file.name, &f.before, &f.after));
+            } else {
+                out(&f.after);
+            }
+        } else if f.applied > 0 {
+            if args.dry_run {
+                out(&diff(&o.file.name, &f.before, &f.after));
+            } else if let Some(path) = &o.path
+                && let Err(e) = write_in_place(path, &f.after)
+            {
+                err(&format!("error: cannot write {}: {e}\n", o.file.name));
+                return Err(exit_code::USAGE);
+            }
         }
-    };
-    match args.format {
-        Format::Human | Format::Github => {
-            let mut line = output::summary(errors, warnings, checked_files);
-            if args.fix {
-                line.push_str(&fix_summary(applied, fixed_files, refused, args.dry_run));
-            } else if fixable > 0 {
-                let _ = write!(line, " ({fixable} fixable with `prodigy check --fix`)");
-            }
-            if !(args.quiet && errors + warnings == 0 && applied == 0) {
-                err(&format!("{line}\n"));
-            }
-        }
-        Format::Sarif => match serde_json::to_string_pretty(&output::sarif(&sarif)) {
-            Ok(text) => emit(format!("{text}\n")),
-            Err(e) => {
-                err(&format!("error: cannot write SARIF: {e}\n"));
-                return exit_code::USAGE;
-            }
-        },
-        Format::Json => {
-            let report = output::JsonReport {
-                version: output::JSON_VERSION,
-                diagnostics: json,
-            };
-            match serde_json::to_string_pretty(&report) {
-                Ok(text) => emit(format!("{text}\n")),
-                Err(e) => {
-                    err(&format!("error: cannot write JSON: {e}\n"));
-                    return exit_code::USAGE;
+        Ok(())
+    }
+
+    /// The end of the report: the summary line (with what `--fix` did), or the whole JSON
+    /// or SARIF report. `Err`: the exit code when it cannot be written.
+    fn totals(&self, totals: Totals) -> Result<(), u8> {
+        let args = self.args;
+        let Totals {
+            errors,
+            warnings,
+            fixable,
+            checked_files,
+            applied,
+            fixed_files,
+            refused,
+            json,
+            sarif,
+            ..
+        } = totals;
+        match args.format {
+            Format::Human | Format::Github => {
+                let mut line = output::summary(errors, warnings, checked_files);
+                if args.fix {
+                    line.push_str(&fix_summary(applied, fixed_files, refused, args.dry_run));
+                } else if fixable > 0 {
+                    let _ = write!(line, " ({fixable} fixable with `prodigy check --fix`)");
+                }
+                if !(args.quiet && errors + warnings == 0 && applied == 0) {
+                    err(&format!("{line}\n"));
                 }
             }
-            if args.fix {
-                err(&format!(
-                    "{}\n",
-                    fix_summary(applied, fixed_files, refused, args.dry_run)
-                        .trim_start_matches("; ")
-                ));
+            Format::Sarif => match serde_json::to_string_pretty(&output::sarif(&sarif)) {
+                Ok(text) => self.say(&format!("{text}\n")),
+                Err(e) => {
+                    err(&format!("error: cannot write SARIF: {e}\n"));
+                    return Err(exit_code::USAGE);
+                }
+            },
+            Format::Json => {
+                let report = output::JsonReport {
+                    version: output::JSON_VERSION,
+                    diagnostics: json,
+                };
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => self.say(&format!("{text}\n")),
+                    Err(e) => {
+                        err(&format!("error: cannot write JSON: {e}\n"));
+                        return Err(exit_code::USAGE);
+                    }
+                }
+                if args.fix {
+                    err(&format!(
+                        "{}\n",
+                        fix_summary(applied, fixed_files, refused, args.dry_run)
+                            .trim_start_matches("; ")
+                    ));
+                }
             }
         }
-    }
-    if unreadable {
-        exit_code::USAGE
-    } else if errors > 0 {
-        exit_code::PROBLEMS
-    } else {
-        exit_code::OK
+        Ok(())
     }
 }
 

@@ -126,8 +126,10 @@ pub(crate) fn run_setup(
                 .prepare_worktree_of(&repo, &worktree, false, &mut vars)
                 .await
             {
-                Ok(()) => prodigy_runtime::mapreduce::setup_and_items(&runner, vars).await,
-                Err(e) => Err(e),
+                Ok(()) => prodigy_runtime::mapreduce::setup_and_items(&runner, vars)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             },
             Err(e) => Err(e.to_string()),
         };

@@ -202,10 +202,6 @@ struct Checker<'a> {
 }
 
 /// Checks every reference in the workflow against the variables in scope where it is used.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-)]
 pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
     let mut checker = Checker {
         source,
@@ -221,104 +217,16 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
     for step in all_steps {
         collect_captures(step, &mut checker.all_captures);
     }
-
-    let mut global = Scope {
-        undo: Vec::new(),
-        phase: Phase::Standard,
-        names: BTreeMap::new(),
-        handler: false,
-        claude_failure: false,
-        after_step: false,
-        claude_prompt: false,
-        validation: false,
-        foreach: false,
-    };
-    for var in workflow
-        .env
-        .iter()
-        .chain(workflow.profiles.iter().flat_map(|p| &p.env))
-    {
-        global.names.insert(var.name.value.clone(), Var::Plain);
-    }
-    for secret in &workflow.secrets {
-        global.names.insert(secret.name.value.clone(), Var::Plain);
-    }
-    // Env values see the process environment and each other.
-    for var in &workflow.env {
-        checker.env_value(&var.value, &global);
-    }
-    for template in &workflow.env_files {
-        checker.template(template, &global, false);
-    }
-
+    let global = checker.global_scope(workflow);
     // `worktree.setup` runs before anything else, in each new worktree.
     if let Some(prep) = &workflow.worktree {
         checker.steps(&prep.setup, &mut global.clone());
     }
-    // Notifications see the workflow's env and secrets, and the event (docs/language.md §2,
-    // "Notifications"): they can fire before setup has captured anything.
-    for notify in &workflow.notify {
-        checker.steps(
-            std::slice::from_ref(&notify.step),
-            &mut Scope {
-                phase: Phase::Notify,
-                ..global.clone()
-            },
-        );
-    }
-
+    checker.notifications(workflow, &global);
     // What the run captured reaches the `merge` steps, which run after everything else.
-    let mut before_merge = global.clone();
-    if workflow.map.is_none() {
+    let before_merge = if workflow.map.is_none() {
+        let mut before_merge = global.clone();
         checker.steps(&workflow.commands, &mut before_merge);
-    } else {
-        let mut scope = Scope {
-            phase: Phase::Setup,
-            ..global.clone()
-        };
-        if let Some(setup) = &workflow.setup {
-            checker.steps(&setup.commands, &mut scope);
-            for capture in &setup.capture_outputs {
-                scope.names.insert(capture.name.value.clone(), Var::Plain);
-            }
-        }
-        // Setup's variables reach every later phase; `shell.*` of setup's last step does not.
-        let after_setup = Scope {
-            after_step: false,
-            validation: false,
-            ..scope
-        };
-        if let Some(map) = &workflow.map {
-            checker.template(&map.input, &after_setup, false);
-            if let MaxParallel::Variable(t) = &map.max_parallel {
-                checker.template(t, &after_setup, false);
-            }
-            checker.steps(
-                &map.agent_template,
-                &mut Scope {
-                    phase: Phase::Map,
-                    ..after_setup.clone()
-                },
-            );
-        }
-        before_merge = Scope {
-            phase: Phase::Reduce,
-            ..after_setup.clone()
-        };
-        if let Some(reduce) = &workflow.reduce {
-            checker.steps(reduce, &mut before_merge);
-        }
-        for handler in &workflow.handlers {
-            let mut scope = Scope {
-                phase: Phase::ItemHandler,
-                handler: true,
-                ..after_setup.clone()
-            };
-            checker.steps(&handler.steps, &mut scope);
-        }
-        global = after_setup;
-    }
-    if workflow.map.is_none() {
         for handler in &workflow.handlers {
             checker.steps(
                 &handler.steps,
@@ -328,27 +236,11 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
                 },
             );
         }
-    }
-    if let Some(merge) = &workflow.merge {
-        for (steps, phase) in [
-            (&merge.commands, Phase::Merge),
-            (&merge.on_conflict, Phase::MergeConflict),
-        ] {
-            checker.steps(
-                steps,
-                &mut Scope {
-                    phase,
-                    after_step: false,
-                    claude_prompt: false,
-                    validation: false,
-                    handler: false,
-                    claude_failure: false,
-                    foreach: false,
-                    ..before_merge.clone()
-                },
-            );
-        }
-    }
+        before_merge
+    } else {
+        checker.mapreduce(workflow, global)
+    };
+    checker.merge(workflow, &before_merge);
     checker.diagnostics
 }
 
@@ -369,6 +261,130 @@ fn collect_captures(step: &Step, out: &mut BTreeMap<String, Span>) {
 }
 
 impl Checker<'_> {
+    /// The scope every phase starts from: the workflow's `env` (whose values are checked
+    /// here: they see the process environment and each other) and `secrets`.
+    fn global_scope(&mut self, workflow: &Workflow) -> Scope {
+        let mut global = Scope {
+            undo: Vec::new(),
+            phase: Phase::Standard,
+            names: BTreeMap::new(),
+            handler: false,
+            claude_failure: false,
+            after_step: false,
+            claude_prompt: false,
+            validation: false,
+            foreach: false,
+        };
+        for var in workflow
+            .env
+            .iter()
+            .chain(workflow.profiles.iter().flat_map(|p| &p.env))
+        {
+            global.names.insert(var.name.value.clone(), Var::Plain);
+        }
+        for secret in &workflow.secrets {
+            global.names.insert(secret.name.value.clone(), Var::Plain);
+        }
+        for var in &workflow.env {
+            self.env_value(&var.value, &global);
+        }
+        for template in &workflow.env_files {
+            self.template(template, &global, false);
+        }
+        global
+    }
+
+    /// Notifications see the workflow's env and secrets, and the event (docs/language.md §2,
+    /// "Notifications"): they can fire before setup has captured anything.
+    fn notifications(&mut self, workflow: &Workflow, global: &Scope) {
+        for notify in &workflow.notify {
+            self.steps(
+                std::slice::from_ref(&notify.step),
+                &mut Scope {
+                    phase: Phase::Notify,
+                    ..global.clone()
+                },
+            );
+        }
+    }
+
+    /// A MapReduce job's phases from GLOBAL: setup, whose captures reach every later phase,
+    /// the map input and agent template, reduce and the item handlers. Returns the scope
+    /// the `merge` steps start from.
+    fn mapreduce(&mut self, workflow: &Workflow, global: Scope) -> Scope {
+        let mut scope = Scope {
+            phase: Phase::Setup,
+            ..global
+        };
+        if let Some(setup) = &workflow.setup {
+            self.steps(&setup.commands, &mut scope);
+            for capture in &setup.capture_outputs {
+                scope.names.insert(capture.name.value.clone(), Var::Plain);
+            }
+        }
+        // Setup's variables reach every later phase; `shell.*` of setup's last step does not.
+        let after_setup = Scope {
+            after_step: false,
+            validation: false,
+            ..scope
+        };
+        if let Some(map) = &workflow.map {
+            self.template(&map.input, &after_setup, false);
+            if let MaxParallel::Variable(t) = &map.max_parallel {
+                self.template(t, &after_setup, false);
+            }
+            self.steps(
+                &map.agent_template,
+                &mut Scope {
+                    phase: Phase::Map,
+                    ..after_setup.clone()
+                },
+            );
+        }
+        let mut before_merge = Scope {
+            phase: Phase::Reduce,
+            ..after_setup.clone()
+        };
+        if let Some(reduce) = &workflow.reduce {
+            self.steps(reduce, &mut before_merge);
+        }
+        for handler in &workflow.handlers {
+            let mut scope = Scope {
+                phase: Phase::ItemHandler,
+                handler: true,
+                ..after_setup.clone()
+            };
+            self.steps(&handler.steps, &mut scope);
+        }
+        before_merge
+    }
+
+    /// The `merge` and `merge.on_conflict` steps, which see what the run captured
+    /// (`before_merge`) but no step's own variables.
+    fn merge(&mut self, workflow: &Workflow, before_merge: &Scope) {
+        let Some(merge) = &workflow.merge else {
+            return;
+        };
+        for (steps, phase) in [
+            (&merge.commands, Phase::Merge),
+            (&merge.on_conflict, Phase::MergeConflict),
+        ] {
+            self.steps(
+                steps,
+                &mut Scope {
+                    phase,
+                    after_step: false,
+                    claude_prompt: false,
+                    validation: false,
+                    handler: false,
+                    claude_failure: false,
+                    foreach: false,
+                    ..before_merge.clone()
+                },
+            );
+        }
+    }
+
     fn steps(&mut self, steps: &[Step], scope: &mut Scope) {
         for step in steps {
             self.step(step, scope);

@@ -400,12 +400,52 @@ pub struct Stream {
     assistant_model: Option<String>,
 }
 
+/// The string at KEY of V.
+fn text(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+impl Final {
+    /// The `result` event EVENT.
+    fn of(event: &Value) -> Self {
+        let num_turns = event
+            .get("num_turns")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0);
+        Final {
+            subtype: text(event, "subtype").unwrap_or_default(),
+            is_error: event
+                .get("is_error")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            api_error_status: event
+                .get("api_error_status")
+                .and_then(Value::as_u64)
+                .and_then(|s| u16::try_from(s).ok()),
+            num_turns,
+            result: text(event, "result"),
+            cost_usd: event
+                .get("total_cost_usd")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0),
+            tokens: Tokens::of(event.get("usage")),
+            errors: event
+                .get("errors")
+                .and_then(Value::as_array)
+                .map(|e| {
+                    e.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
 impl Stream {
     /// Reads one line of the stream and returns what to show of it.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-    )]
     pub fn feed(&mut self, line: &str) -> Vec<Note> {
         let line = line.trim();
         if line.is_empty() {
@@ -430,7 +470,6 @@ impl Stream {
             self.garbage += 1;
             return Vec::new();
         };
-        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
         let mut notes = Vec::new();
         match (
             event.get("type").and_then(Value::as_str),
@@ -446,102 +485,15 @@ impl Stream {
                     });
                 }
             }
-            (Some("system"), Some("api_retry")) => {
-                self.api_retries += 1;
-                let status = event
-                    .get("error_status")
-                    .and_then(Value::as_u64)
-                    .and_then(|s| u16::try_from(s).ok());
-                let error = text(&event, "error").unwrap_or_else(|| "unknown".to_owned());
-                self.last_retry = Some((error.clone(), status));
-                let shown = match (error.as_str(), status) {
-                    ("unknown", Some(status)) => status.to_string(),
-                    ("unknown", None) => "no response".to_owned(),
-                    _ => error,
-                };
-                let number = |key: &str| event.get(key).and_then(Value::as_f64).unwrap_or(0.0);
-                notes.push(Note::ApiRetry {
-                    attempt: event.get("attempt").and_then(Value::as_u64).unwrap_or(0),
-                    max: event
-                        .get("max_retries")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0),
-                    error: shown,
-                    #[expect(
-                        clippy::cast_possible_truncation,
-                        clippy::cast_sign_loss,
-                        reason = "a delay in milliseconds, clamped to be positive"
-                    )]
-                    delay_ms: number("retry_delay_ms").max(0.0) as u64,
-                });
-            }
-            (Some("assistant"), _) => {
-                self.turns += 1;
-                self.note_usage(&event);
-                if let Some(error) = text(&event, "error") {
-                    self.assistant_error = Some(error);
-                }
-                let content = event
-                    .pointer("/message/content")
-                    .and_then(Value::as_array)
-                    .map_or(&[][..], Vec::as_slice);
-                for block in content {
-                    match block.get("type").and_then(Value::as_str) {
-                        Some("text") => {
-                            if let Some(t) = text(block, "text").filter(|t| !t.trim().is_empty()) {
-                                notes.push(Note::Text(t));
-                            }
-                        }
-                        Some("tool_use") => {
-                            self.tool_calls += 1;
-                            notes.push(Note::Tool {
-                                name: text(block, "name").unwrap_or_else(|| "tool".to_owned()),
-                                detail: tool_detail(block.get("input")),
-                            });
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            (Some("system"), Some("api_retry")) => notes.push(self.api_retry(&event)),
+            (Some("assistant"), _) => self.assistant(&event, &mut notes),
             (Some("rate_limit_event"), _) => {
                 if let Some(info) = crate::claude_limit::RateLimitInfo::of(&event) {
                     self.rate_limit = Some(info);
                 }
             }
             (Some("result"), _) => {
-                let num_turns = event
-                    .get("num_turns")
-                    .and_then(Value::as_u64)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .unwrap_or(0);
-                self.result = Some(Final {
-                    subtype: text(&event, "subtype").unwrap_or_default(),
-                    is_error: event
-                        .get("is_error")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false),
-                    api_error_status: event
-                        .get("api_error_status")
-                        .and_then(Value::as_u64)
-                        .and_then(|s| u16::try_from(s).ok()),
-                    num_turns,
-                    result: text(&event, "result"),
-                    cost_usd: event
-                        .get("total_cost_usd")
-                        .and_then(Value::as_f64)
-                        .unwrap_or(0.0),
-                    tokens: Tokens::of(event.get("usage")),
-                    errors: event
-                        .get("errors")
-                        .and_then(Value::as_array)
-                        .map(|e| {
-                            e.iter()
-                                .filter_map(Value::as_str)
-                                .map(str::to_owned)
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                });
+                self.result = Some(Final::of(&event));
                 if self.session_id.is_none() {
                     self.session_id = text(&event, "session_id");
                 }
@@ -549,6 +501,69 @@ impl Stream {
             _ => {}
         }
         notes
+    }
+
+    /// A `system/api_retry` event: counted and kept as the last retry; its note shows the
+    /// error, or the HTTP status when the error is unknown.
+    fn api_retry(&mut self, event: &Value) -> Note {
+        self.api_retries += 1;
+        let status = event
+            .get("error_status")
+            .and_then(Value::as_u64)
+            .and_then(|s| u16::try_from(s).ok());
+        let error = text(event, "error").unwrap_or_else(|| "unknown".to_owned());
+        self.last_retry = Some((error.clone(), status));
+        let shown = match (error.as_str(), status) {
+            ("unknown", Some(status)) => status.to_string(),
+            ("unknown", None) => "no response".to_owned(),
+            _ => error,
+        };
+        let number = |key: &str| event.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+        Note::ApiRetry {
+            attempt: event.get("attempt").and_then(Value::as_u64).unwrap_or(0),
+            max: event
+                .get("max_retries")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            error: shown,
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "a delay in milliseconds, clamped to be positive"
+            )]
+            delay_ms: number("retry_delay_ms").max(0.0) as u64,
+        }
+    }
+
+    /// An `assistant` event: a turn, its usage and error, and a note for each text and
+    /// tool call in its content.
+    fn assistant(&mut self, event: &Value, notes: &mut Vec<Note>) {
+        self.turns += 1;
+        self.note_usage(event);
+        if let Some(error) = text(event, "error") {
+            self.assistant_error = Some(error);
+        }
+        let content = event
+            .pointer("/message/content")
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        for block in content {
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    if let Some(t) = text(block, "text").filter(|t| !t.trim().is_empty()) {
+                        notes.push(Note::Text(t));
+                    }
+                }
+                Some("tool_use") => {
+                    self.tool_calls += 1;
+                    notes.push(Note::Tool {
+                        name: text(block, "name").unwrap_or_else(|| "tool".to_owned()),
+                        detail: tool_detail(block.get("input")),
+                    });
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Turns taken: the `result`'s count once it arrived, else the assistant messages seen.
@@ -854,6 +869,31 @@ impl Totals {
     }
 }
 
+/// Why the Claude program did not say its version ([`ask_version`]).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum VersionError {
+    /// It could not be started.
+    #[error("{0}")]
+    Spawn(#[source] std::io::Error),
+    /// It could not be waited for.
+    #[error("{0}")]
+    Wait(#[source] std::io::Error),
+    /// It did not answer in time (it is killed).
+    #[error("no answer within 20 s")]
+    NoAnswer,
+    /// It exited non-zero; DETAIL is the last line of its standard error.
+    #[error("exit code {code}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") })]
+    Exited {
+        /// The exit code.
+        code: i32,
+        /// The last line it printed on standard error, or nothing.
+        detail: String,
+    },
+    /// It was ended by a signal.
+    #[error("ended by a signal")]
+    Signal,
+}
+
 /// Asks PROGRAM (with its LEADING arguments) for its version: `--version`, answered within
 /// 20 seconds with exit code 0. It runs before the run's runtime starts, so it waits on the
 /// wall clock.
@@ -861,7 +901,7 @@ impl Totals {
     clippy::disallowed_methods,
     reason = "a blocking preflight check, before any paused clock exists"
 )]
-pub fn ask_version(program: &str, leading: &[String]) -> Result<String, String> {
+pub fn ask_version(program: &str, leading: &[String]) -> Result<String, VersionError> {
     use std::io::Read as _;
     let mut child = std::process::Command::new(program)
         .args(leading)
@@ -870,7 +910,7 @@ pub fn ask_version(program: &str, leading: &[String]) -> Result<String, String> 
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| e.to_string())?;
+        .map_err(VersionError::Spawn)?;
     let started = std::time::Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -881,9 +921,9 @@ pub fn ask_version(program: &str, leading: &[String]) -> Result<String, String> 
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err("no answer within 20 s".to_owned());
+                return Err(VersionError::NoAnswer);
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(VersionError::Wait(e)),
         }
     };
     let mut out = String::new();
@@ -899,9 +939,8 @@ pub fn ask_version(program: &str, leading: &[String]) -> Result<String, String> 
     } else {
         let detail = err.trim().lines().last().unwrap_or("").to_owned();
         Err(match status.code() {
-            Some(code) if detail.is_empty() => format!("exit code {code}"),
-            Some(code) => format!("exit code {code}: {detail}"),
-            None => "ended by a signal".to_owned(),
+            Some(code) => VersionError::Exited { code, detail },
+            None => VersionError::Signal,
         })
     }
 }

@@ -354,17 +354,9 @@ fn on_path(command: &Command) -> Option<PathBuf> {
     None
 }
 
-/// [`run`], and each line of standard output goes to WATCH as it arrives.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-)]
-pub async fn run_watched(
-    command: &Command,
-    cancel: &mut watch::Receiver<bool>,
-    mut watch: Option<&mut dyn FnMut(&str)>,
-) -> Output {
-    let started = Instant::now();
+/// The process COMMAND starts: in its own process group, killed when dropped, marked as
+/// prodigy's, with its environment (only `PATH` kept when it clears the rest).
+fn process_for(command: &Command) -> tokio::process::Command {
     let mut process = match on_path(command) {
         // The program as found, with the name it was given as its `argv[0]` (`$0`).
         Some(found) => {
@@ -394,7 +386,17 @@ pub async fn run_watched(
     }
     process.envs(command.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     crate::reap::mark(&mut process);
-    let mut child = match process.spawn() {
+    process
+}
+
+/// [`run`], and each line of standard output goes to WATCH as it arrives.
+pub async fn run_watched(
+    command: &Command,
+    cancel: &mut watch::Receiver<bool>,
+    mut watch: Option<&mut dyn FnMut(&str)>,
+) -> Output {
+    let started = Instant::now();
+    let mut child = match process_for(command).spawn() {
         Ok(child) => child,
         Err(e) => {
             return Output {
@@ -462,13 +464,7 @@ pub async fn run_watched(
     }
     let read_out = collected(read_out).await;
     let read_err = collected(read_err).await;
-    let whole = {
-        let mut both = crate::lock(&both);
-        both.log.as_mut().and_then(|log| {
-            log.finish();
-            log.is_open().then(|| log.path.clone())
-        })
-    };
+    let whole = finish_log(&both);
     output.stdout = crate::lock(&read_out).text(whole.as_deref());
     output.stderr = crate::lock(&read_err).text(whole.as_deref());
     if let Some(watch) = watch {
@@ -482,17 +478,35 @@ pub async fn run_watched(
     if output.timed_out
         && let Some(t) = command.timeout
     {
-        let note = format!("prodigy: timed out after {}", humantime::format_duration(t));
-        for text in [&mut output.stderr, &mut interleaved] {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&note);
-        }
+        note_timeout(t, [&mut output.stderr, &mut interleaved]);
     }
     output.interleaved = Some(interleaved);
     output.duration = started.elapsed();
     output
+}
+
+/// Ends the log the interleaved buffer BOTH spilled to, if it did: its path, while it is
+/// usable.
+fn finish_log(both: &Mutex<Buffer>) -> Option<PathBuf> {
+    let mut both = crate::lock(both);
+    both.log.as_mut().and_then(|log| {
+        log.finish();
+        log.is_open().then(|| log.path.clone())
+    })
+}
+
+/// Ends each of TEXTS with a line saying the command timed out after TIMEOUT.
+fn note_timeout(timeout: Duration, texts: [&mut String; 2]) {
+    let note = format!(
+        "prodigy: timed out after {}",
+        humantime::format_duration(timeout)
+    );
+    for text in texts {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note);
+    }
 }
 
 /// Writes TEXT to a child's standard input and closes it, in the background so that a child

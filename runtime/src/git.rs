@@ -42,19 +42,48 @@ const SAID_LINES: usize = 20;
 /// How many characters of one such line it quotes.
 const SAID_LINE_CHARS: usize = 300;
 
+/// Why staging or committing failed (`auto_commit`, `commit_config`).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum CommitError {
+    /// A git command (or one of its hooks) failed and printed STDERR; the message quotes its
+    /// last lines ([`said`]).
+    #[error("`git {command}` failed:\n{}", said(stderr))]
+    Failed {
+        /// The git subcommand (`add`, `reset`, `commit`).
+        command: String,
+        /// What git and its hooks printed.
+        stderr: String,
+    },
+    /// A git command failed and printed nothing; HINT says what is likely missing.
+    #[error("`git {command}` failed and printed nothing{hint}")]
+    Silent {
+        /// The git subcommand.
+        command: String,
+        /// A likely cause, with its leading space (or nothing).
+        hint: &'static str,
+    },
+    /// Git could not be run at all.
+    #[error(transparent)]
+    Git(crate::worktree::WorktreeError),
+}
+
 /// Runs git in PROJECT like [`git`]; when it fails, says so with the last lines git and
 /// its hooks printed (bounded; the runner masks secrets in whatever it shows or records).
-async fn git_or_say(project: &Path, args: &[&str], hint: &str) -> Result<String, String> {
-    let name = args.first().copied().unwrap_or_default();
+async fn git_or_say(
+    project: &Path,
+    args: &[&str],
+    hint: &'static str,
+) -> Result<String, CommitError> {
+    let command = args.first().copied().unwrap_or_default().to_owned();
     match crate::worktree::git(project, args).await {
         Ok(out) => Ok(out),
         Err(crate::worktree::WorktreeError::Git { stderr, .. }) if !stderr.trim().is_empty() => {
-            Err(format!("`git {name}` failed:\n{}", said(&stderr)))
+            Err(CommitError::Failed { command, stderr })
         }
         Err(crate::worktree::WorktreeError::Git { .. }) => {
-            Err(format!("`git {name}` failed and printed nothing{hint}"))
+            Err(CommitError::Silent { command, hint })
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(CommitError::Git(e)),
     }
 }
 
@@ -79,7 +108,7 @@ fn said(text: &str) -> String {
 
 /// Stages and commits per OPTIONS; nothing to commit is not an error. A failure says what
 /// git and its hooks (`pre-commit`, `commit-msg`) printed.
-pub async fn commit(project: &Path, options: &CommitOptions) -> Result<(), String> {
+pub async fn commit(project: &Path, options: &CommitOptions) -> Result<(), CommitError> {
     let mut add = vec!["add".to_owned(), "-A".to_owned(), "--".to_owned()];
     if options.include.is_empty() {
         add.push(".".to_owned());
@@ -187,7 +216,7 @@ pub async fn status(project: &Path) -> Value {
 mod tests {
     use super::*;
 
-    async fn commit_all(project: &Path, message: &str) -> Result<(), String> {
+    async fn commit_all(project: &Path, message: &str) -> Result<(), CommitError> {
         commit(
             project,
             &CommitOptions {
@@ -277,7 +306,7 @@ mod tests {
         .unwrap();
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(p.join("a.txt"), "x \n").unwrap();
-        let why = commit_all(p, "lint me").await.unwrap_err();
+        let why = commit_all(p, "lint me").await.unwrap_err().to_string();
         assert!(why.starts_with("`git commit` failed:\n"), "{why}");
         assert!(why.contains("lint: trailing whitespace in a.txt"), "{why}");
         assert!(why.contains("(11 earlier lines left out)"), "{why}");

@@ -3,7 +3,7 @@
 //! bound. A device such as `/dev/zero` is never read without end, and a FIFO such as
 //! `/dev/stdin` on a pipe never blocks the run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,28 +20,147 @@ pub const MAX_INPUT_SIZE: u64 = 1024 * 1024 * 1024;
 /// How much of an input command's standard error is kept for the message when it fails.
 const STDERR_KEPT: u64 = 64 * 1024;
 
+/// Why the map input could not be read: its file, or its command's output.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum InputError {
+    /// The file is larger than the bound.
+    #[error(
+        "the map input file `{}` is larger than {}, the most prodigy reads",
+        path.display(),
+        size(*limit)
+    )]
+    FileTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The bound, in bytes.
+        limit: u64,
+    },
+    /// The path names a device, a FIFO or a directory.
+    #[error(
+        "the map input `{}` is {what}, not a regular file; write the items to a file, or give a command that prints them",
+        path.display()
+    )]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// "a directory", "a FIFO", ...
+        what: &'static str,
+    },
+    /// The file could not be read.
+    #[error("cannot read the map input file `{}`: {source}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not UTF-8 text.
+    #[error("the map input file `{}` is not UTF-8 text{}", path.display(), utf8_detail(source.as_ref()))]
+    FileNotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// Where it stops being UTF-8, when known.
+        source: Option<std::string::FromUtf8Error>,
+    },
+    /// The command could not be started.
+    #[error("the map input command `{text}`: could not start `{program}`: {source}")]
+    Spawn {
+        /// The command as written.
+        text: String,
+        /// The program run.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The command printed more than the bound.
+    #[error(
+        "the map input command `{text}` printed more than {}, the most prodigy reads; write the items to a file or select fewer",
+        size(*limit)
+    )]
+    TooMuchOutput {
+        /// The command as written.
+        text: String,
+        /// The bound, in bytes.
+        limit: u64,
+    },
+    /// The command ran past its timeout.
+    #[error("the map input command `{text}` timed out after {}", humantime::format_duration(*after))]
+    TimedOut {
+        /// The command as written.
+        text: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The run was interrupted while the command ran.
+    #[error("the map input command `{text}` was interrupted")]
+    Interrupted {
+        /// The command as written.
+        text: String,
+    },
+    /// The command exited non-zero or was killed.
+    #[error("the map input command `{text}` failed ({}): {}", ended(*code), stderr.trim())]
+    Failed {
+        /// The command as written.
+        text: String,
+        /// Its exit code (`None`: a signal).
+        code: Option<i32>,
+        /// What it printed on standard error (bounded).
+        stderr: String,
+    },
+    /// The command printed text that is not UTF-8.
+    #[error("the map input command `{text}` printed text that is not UTF-8: {source}")]
+    CommandNotUtf8 {
+        /// The command as written.
+        text: String,
+        /// Where it stops being UTF-8.
+        source: std::string::FromUtf8Error,
+    },
+}
+
+/// `: DETAIL` after "is not UTF-8 text", when the detail is known.
+fn utf8_detail(source: Option<&std::string::FromUtf8Error>) -> String {
+    source.map(|e| format!(": {e}")).unwrap_or_default()
+}
+
+/// How a command ended, for [`InputError::Failed`]: `exited CODE`, or killed by a signal.
+fn ended(code: Option<i32>) -> String {
+    code.map_or_else(
+        || "was killed by a signal".to_owned(),
+        |c| format!("exited {c}"),
+    )
+}
+
 /// Reads a map input file: a regular file of at most `limit` bytes, as UTF-8 text.
 ///
 /// # Errors
 ///
 /// A message naming the path and why it was not read: it does not exist, it is a device, a
 /// FIFO or a directory, it is larger than `limit`, or it is not UTF-8.
-pub fn read_file(path: &Path, limit: u64) -> Result<String, String> {
+pub fn read_file(path: &Path, limit: u64) -> Result<String, InputError> {
     use prodigy_compiler::plan::support::{LoadError, read_regular};
-    let shown = path.display();
-    let bytes = read_regular(path, limit).map_err(|e| match e {
-        LoadError::TooLarge { limit, .. } => format!(
-            "the map input file `{shown}` is larger than {}, the most prodigy reads",
-            size(limit)
-        ),
-        LoadError::NotRegular { what, .. } => format!(
-            "the map input `{shown}` is {what}, not a regular file; write the items to a file, or give a command that prints them"
-        ),
-        LoadError::Io { source, .. } => format!("cannot read the map input file `{shown}`: {source}"),
-        LoadError::NotUtf8 { .. } => format!("the map input file `{shown}` is not UTF-8 text"),
+    let path = path.to_path_buf();
+    let bytes = read_regular(&path, limit).map_err(|e| match e {
+        LoadError::TooLarge { limit, .. } => InputError::FileTooLarge {
+            path: path.clone(),
+            limit,
+        },
+        LoadError::NotRegular { what, .. } => InputError::NotRegular {
+            path: path.clone(),
+            what,
+        },
+        LoadError::Io { source, .. } => InputError::Unreadable {
+            path: path.clone(),
+            source,
+        },
+        LoadError::NotUtf8 { .. } => InputError::FileNotUtf8 {
+            path: path.clone(),
+            source: None,
+        },
     })?;
-    String::from_utf8(bytes)
-        .map_err(|e| format!("the map input file `{shown}` is not UTF-8 text: {e}"))
+    String::from_utf8(bytes).map_err(|e| InputError::FileNotUtf8 {
+        path,
+        source: Some(e),
+    })
 }
 
 /// A byte count for a message: `1 GiB`, `64 KiB`, else bytes.
@@ -70,7 +189,7 @@ pub async fn run_command(
     env: Vec<(String, String)>,
     grace: Duration,
     cancel: &mut watch::Receiver<bool>,
-) -> Result<String, String> {
+) -> Result<String, InputError> {
     let (program, args) = crate::exec::shell(text);
     let command = Command {
         program,
@@ -142,7 +261,7 @@ pub(crate) async fn command_output(
     text: &str,
     cancel: &mut watch::Receiver<bool>,
     limit: u64,
-) -> Result<String, String> {
+) -> Result<String, InputError> {
     let mut process = tokio::process::Command::new(&command.program);
     process
         .args(&command.args)
@@ -154,11 +273,10 @@ pub(crate) async fn command_output(
         .process_group(0)
         .kill_on_drop(true);
     crate::reap::mark(&mut process);
-    let mut child = process.spawn().map_err(|e| {
-        format!(
-            "the map input command `{text}`: could not start `{}`: {e}",
-            command.program
-        )
+    let mut child = process.spawn().map_err(|source| InputError::Spawn {
+        text: text.to_owned(),
+        program: command.program.clone(),
+        source,
     })?;
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
     let (out_kept, err_kept) = (Kept::default(), Kept::default());
@@ -174,11 +292,9 @@ pub(crate) async fn command_output(
         false,
         err_kept.clone(),
     ));
-    let too_much = || {
-        format!(
-            "the map input command `{text}` printed more than {}, the most prodigy reads; write the items to a file or select fewer",
-            size(limit)
-        )
+    let too_much = || InputError::TooMuchOutput {
+        text: text.to_owned(),
+        limit,
     };
     let timeout = command.timeout.unwrap_or(Duration::MAX);
     let deadline = tokio::time::sleep(timeout);
@@ -198,14 +314,16 @@ pub(crate) async fn command_output(
             () = &mut deadline => {
                 // SIGTERM, the grace period, then SIGKILL, as for any command.
                 crate::exec::terminate(&mut child, pid, command.grace).await;
-                return Err(format!(
-                    "the map input command `{text}` timed out after {}",
-                    humantime::format_duration(timeout)
-                ));
+                return Err(InputError::TimedOut {
+                    text: text.to_owned(),
+                    after: timeout,
+                });
             }
             () = crate::exec::cancelled(cancel) => {
                 crate::exec::terminate(&mut child, pid, command.grace).await;
-                return Err(format!("the map input command `{text}` was interrupted"));
+                return Err(InputError::Interrupted {
+                    text: text.to_owned(),
+                });
             }
         }
     };
@@ -223,17 +341,16 @@ pub(crate) async fn command_output(
     if code != Some(0) {
         settle(err_task).await;
         let stderr = taken(&err_kept);
-        let how = code.map_or_else(
-            || "was killed by a signal".to_owned(),
-            |c| format!("exited {c}"),
-        );
-        return Err(format!(
-            "the map input command `{text}` failed ({how}): {}",
-            String::from_utf8_lossy(&stderr).trim()
-        ));
+        return Err(InputError::Failed {
+            text: text.to_owned(),
+            code,
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        });
     }
-    String::from_utf8(stdout)
-        .map_err(|e| format!("the map input command `{text}` printed text that is not UTF-8: {e}"))
+    String::from_utf8(stdout).map_err(|source| InputError::CommandNotUtf8 {
+        text: text.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -257,14 +374,14 @@ mod tests {
         }
     }
 
-    async fn run(text: &str, limit: u64) -> Result<String, String> {
+    async fn run(text: &str, limit: u64) -> Result<String, InputError> {
         let (_tx, mut rx) = watch::channel(false);
         command_output(&sh(text), text, &mut rx, limit).await
     }
 
     #[tokio::test]
     async fn a_command_printing_without_end_is_stopped_at_the_bound() {
-        let err = run("cat /dev/zero", 1 << 20).await.unwrap_err();
+        let err = run("cat /dev/zero", 1 << 20).await.unwrap_err().to_string();
         assert!(
             err.contains("`cat /dev/zero` printed more than 1 MiB"),
             "{err}"
@@ -274,7 +391,7 @@ mod tests {
     #[tokio::test]
     async fn output_within_the_bound_is_kept_whole() {
         assert_eq!(run("printf 'a\\nb\\n'", 4).await.unwrap(), "a\nb\n");
-        let err = run("printf 'a\\nb\\n'", 3).await.unwrap_err();
+        let err = run("printf 'a\\nb\\n'", 3).await.unwrap_err().to_string();
         assert!(err.contains("printed more than 3 bytes"), "{err}");
     }
 
@@ -286,7 +403,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_failing_command_says_how_it_ended_and_what_it_printed() {
-        let err = run("echo oops >&2; exit 4", 100).await.unwrap_err();
+        let err = run("echo oops >&2; exit 4", 100)
+            .await
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "the map input command `echo oops >&2; exit 4` failed (exited 4): oops"
@@ -295,7 +415,9 @@ mod tests {
 
     #[test]
     fn special_files_are_refused_unread() {
-        let err = read_file(Path::new("/dev/zero"), MAX_INPUT_SIZE).unwrap_err();
+        let err = read_file(Path::new("/dev/zero"), MAX_INPUT_SIZE)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "the map input `/dev/zero` is a character device, not a regular file; write the items to a file, or give a command that prints them"
@@ -303,12 +425,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("items.txt");
         std::fs::write(&big, "0123456789").unwrap();
-        let err = read_file(&big, 4).unwrap_err();
+        let err = read_file(&big, 4).unwrap_err().to_string();
         assert!(
             err.ends_with("is larger than 4 bytes, the most prodigy reads"),
             "{err}"
         );
-        let missing = read_file(&dir.path().join("none.json"), 4).unwrap_err();
+        let missing = read_file(&dir.path().join("none.json"), 4)
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("none.json"), "{missing}");
     }
 }

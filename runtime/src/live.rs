@@ -44,7 +44,8 @@ pub enum LiveError {
         /// The id.
         id: String,
         /// Why.
-        why: String,
+        #[source]
+        why: runs::ReadError,
     },
 }
 

@@ -48,12 +48,28 @@ pub struct MergeIntent {
     pub claude: Option<crate::claude::Totals>,
 }
 
+/// Why a line could not be added to the merge journal or the list of kept worktrees.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum JournalError {
+    /// The file (or its directory) could not be opened or written.
+    #[error("cannot write `{}`: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The line could not be encoded.
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+}
+
 /// Appends INTENT to the journal in the job directory DIR, with one write.
 ///
 /// # Errors
 ///
 /// The journal could not be opened or written (the path and the OS error).
-pub fn append(dir: &Path, intent: &MergeIntent) -> Result<(), String> {
+pub fn append(dir: &Path, intent: &MergeIntent) -> Result<(), JournalError> {
     append_line(&dir.join(FILE), intent)
 }
 
@@ -62,7 +78,7 @@ pub fn append(dir: &Path, intent: &MergeIntent) -> Result<(), String> {
 /// # Errors
 ///
 /// The file could not be opened or written (the path and the OS error).
-pub fn note_kept(dir: &Path, worktree: &Path) -> Result<(), String> {
+pub fn note_kept(dir: &Path, worktree: &Path) -> Result<(), JournalError> {
     append_line(&dir.join(KEPT_FILE), &worktree)
 }
 
@@ -75,12 +91,15 @@ pub fn kept(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn append_line(path: &Path, value: &impl Serialize) -> Result<(), String> {
-    let fail = |e: &std::io::Error| crate::statefs::describe(path, e);
+fn append_line(path: &Path, value: &impl Serialize) -> Result<(), JournalError> {
+    let fail = |source| JournalError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
     if let Some(dir) = path.parent() {
-        crate::store::private_dir(dir).map_err(|e| fail(&e))?;
+        crate::store::private_dir(dir).map_err(fail)?;
     }
-    let mut line = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    let mut line = serde_json::to_vec(value).map_err(JournalError::Encode)?;
     line.push(b'\n');
     let mut file = OpenOptions::new()
         .create(true)
@@ -88,12 +107,12 @@ fn append_line(path: &Path, value: &impl Serialize) -> Result<(), String> {
         .append(true)
         .mode(crate::store::PRIVATE_FILE)
         .open(path)
-        .map_err(|e| fail(&e))?;
+        .map_err(fail)?;
     // A line torn by a crash is ended first, so that this intent stands on its own line.
     if !ends_a_line(&mut file) {
         line.insert(0, b'\n');
     }
-    crate::statefs::append(&mut file, path, &line).map_err(|e| fail(&e))
+    crate::statefs::append(&mut file, path, &line).map_err(fail)
 }
 
 /// Whether FILE is empty or ends with a newline.

@@ -101,7 +101,19 @@ pub struct Listing {
     /// Runs and jobs, newest first.
     pub runs: Vec<Summary>,
     /// Checkpoints that could not be read, with why.
-    pub unreadable: Vec<(PathBuf, String)>,
+    pub unreadable: Vec<(PathBuf, ReadError)>,
+}
+
+/// Why a checkpoint could not be read into a [`Summary`]; it says the OS's or the JSON
+/// parser's words, the caller names the checkpoint.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum ReadError {
+    /// The file could not be read.
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+    /// It is not a checkpoint.
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
 }
 
 /// The runs and jobs under HOME: of the project namespace REPO, or of every project.
@@ -146,7 +158,7 @@ pub fn list(home: &Path, repo: Option<&str>) -> Listing {
 
 /// The run or job ID under HOME, in whichever project it is; `None` when there is none,
 /// an error when its checkpoint cannot be read.
-pub fn find(home: &Path, id: &str) -> Option<Result<Summary, String>> {
+pub fn find(home: &Path, id: &str) -> Option<Result<Summary, ReadError>> {
     if let Some((dir, repo)) = crate::store::Layout::find_job(home, id) {
         return Some(read(&dir, &dir.join("checkpoint.json"), Kind::Job, &repo));
     }
@@ -156,12 +168,12 @@ pub fn find(home: &Path, id: &str) -> Option<Result<Summary, String>> {
 }
 
 /// The summary of the run or job whose state directory is DIR.
-fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary, String> {
-    let text = std::fs::read(checkpoint).map_err(|e| e.to_string())?;
+fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary, ReadError> {
+    let text = std::fs::read(checkpoint).map_err(ReadError::Io)?;
     let live = is_locked(dir);
     match kind {
         Kind::Run => {
-            let c: Checkpoint = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+            let c: Checkpoint = serde_json::from_slice(&text).map_err(ReadError::Json)?;
             let state = match c.status {
                 SessionStatus::Running if live => State::Running,
                 SessionStatus::Running => State::Crashed,
@@ -182,7 +194,7 @@ fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary
             })
         }
         Kind::Job => {
-            let c: JobCheckpoint = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+            let c: JobCheckpoint = serde_json::from_slice(&text).map_err(ReadError::Json)?;
             let state = match c.status {
                 JobStatus::Running if live => State::Running,
                 JobStatus::Running => State::Crashed,

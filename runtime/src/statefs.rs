@@ -36,6 +36,25 @@ pub struct FaultPlan {
     pub bytes: Option<u64>,
 }
 
+/// Why a [`FaultPlan`] could not be read.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum FaultPlanError {
+    /// A part without `=`.
+    #[error("`{0}` is not `key=value`")]
+    NotKeyValue(String),
+    /// A count that is not a number.
+    #[error("`{key}` wants a number, not `{value}`")]
+    NotANumber {
+        /// The setting.
+        key: String,
+        /// What it was given.
+        value: String,
+    },
+    /// A setting that does not exist.
+    #[error("unknown setting `{0}`")]
+    Unknown(String),
+}
+
 /// What a [`FaultPlan`] lets through so far.
 #[derive(Debug, Default)]
 struct Spent {
@@ -49,23 +68,26 @@ impl FaultPlan {
     /// # Errors
     ///
     /// An unknown key or a number that is not one, described.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, FaultPlanError> {
         let mut plan = FaultPlan::default();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part
                 .split_once('=')
-                .ok_or_else(|| format!("`{part}` is not `key=value`"))?;
+                .ok_or_else(|| FaultPlanError::NotKeyValue(part.to_owned()))?;
             let number = || {
                 value
                     .trim()
                     .parse::<u64>()
-                    .map_err(|_| format!("`{key}` wants a number, not `{value}`"))
+                    .map_err(|_| FaultPlanError::NotANumber {
+                        key: key.to_owned(),
+                        value: value.to_owned(),
+                    })
             };
             match key.trim() {
                 "file" => plan.file = Some(value.trim().to_owned()),
                 "after" => plan.after = Some(number()?),
                 "bytes" => plan.bytes = Some(number()?),
-                other => return Err(format!("unknown setting `{other}`")),
+                other => return Err(FaultPlanError::Unknown(other.to_owned())),
             }
         }
         if plan.after.is_none() && plan.bytes.is_none() {

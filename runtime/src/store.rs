@@ -356,6 +356,41 @@ impl Checkpoint {
     }
 }
 
+/// Why the lock of a session or job was not taken.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum LockError {
+    /// Its state directory could not be created.
+    #[error("cannot create `{}`: {source}", dir.display())]
+    CreateDir {
+        /// The state directory.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The lock file could not be opened, locked or written.
+    #[error("cannot lock `{}`: {source}", path.display())]
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Another live process holds it.
+    #[error("{what} is already running in process {pid}")]
+    Held {
+        /// What is locked: "session `ID`", "job `ID`".
+        what: String,
+        /// The holder's pid, as its lock file says it.
+        pid: String,
+    },
+    /// The lock file was replaced under it again and again.
+    #[error("cannot lock `{}`", path.display())]
+    Unsteady {
+        /// The lock file.
+        path: PathBuf,
+    },
+}
+
 /// The lock of one session or job: `lock` in its state directory, held with an advisory
 /// lock (`flock`) for as long as the process runs it and holding the owner's pid for
 /// messages. The kernel releases it when the process dies, however it dies, so a stale
@@ -369,7 +404,7 @@ pub struct SessionLock {
 
 impl SessionLock {
     /// Takes the lock of SESSION, or says which live process holds it.
-    pub fn acquire(layout: &Layout, session: &str) -> Result<Self, String> {
+    pub fn acquire(layout: &Layout, session: &str) -> Result<Self, LockError> {
         Self::acquire_in(
             &layout.session_dir(session),
             &format!("session `{session}`"),
@@ -378,11 +413,17 @@ impl SessionLock {
 
     /// Takes the lock in DIR (a session's or a job's state directory); WHAT names it in the
     /// message when another process holds it.
-    pub fn acquire_in(dir: &Path, what: &str) -> Result<Self, String> {
+    pub fn acquire_in(dir: &Path, what: &str) -> Result<Self, LockError> {
         use std::os::unix::fs::MetadataExt as _;
-        private_dir(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+        private_dir(dir).map_err(|source| LockError::CreateDir {
+            dir: dir.to_owned(),
+            source,
+        })?;
         let path = dir.join("lock");
-        let cannot = |e: std::io::Error| format!("cannot lock `{}`: {e}", path.display());
+        let cannot = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
         // A holder that lets go removes the file: the lock taken on the removed file's inode
         // is worth nothing, so try again on the new one.
         for _ in 0..3 {
@@ -398,10 +439,10 @@ impl SessionLock {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => {
                     let holder = std::fs::read_to_string(&path).unwrap_or_default();
-                    return Err(format!(
-                        "{what} is already running in process {}",
-                        holder.trim()
-                    ));
+                    return Err(LockError::Held {
+                        what: what.to_owned(),
+                        pid: holder.trim().to_owned(),
+                    });
                 }
                 Err(std::fs::TryLockError::Error(e)) => return Err(cannot(e)),
             }
@@ -413,7 +454,7 @@ impl SessionLock {
             write!(file, "{}", std::process::id()).map_err(cannot)?;
             return Ok(SessionLock { path, _file: file });
         }
-        Err(format!("cannot lock `{}`", path.display()))
+        Err(LockError::Unsteady { path })
     }
 }
 
@@ -551,7 +592,7 @@ mod tests {
             repo: "demo".into(),
         };
         let first = SessionLock::acquire(&layout, "s1").unwrap();
-        let again = SessionLock::acquire(&layout, "s1").unwrap_err();
+        let again = SessionLock::acquire(&layout, "s1").unwrap_err().to_string();
         assert!(again.contains("already running"), "{again}");
         drop(first);
         // A lock left by a process that no longer exists.

@@ -318,8 +318,12 @@ pub(crate) async fn run_agent(
         None => Ok(()),
     };
     let mut run = if let Err(message) = prepared {
-        agent.say(crate::message::Message::error(message.clone()));
-        AgentRun::failed("worktree.setup", message, ErrorType::WorktreeError)
+        agent.say(crate::message::Message::error(message.to_string()));
+        AgentRun::failed(
+            "worktree.setup",
+            message.to_string(),
+            ErrorType::WorktreeError,
+        )
     } else if let crate::backend::Executor::Backend(backend) = &spec.executor {
         // The steps run in the backend's task; everything around them stays here.
         let job_dir = runner.opts.layout.job_dir(runner.session());

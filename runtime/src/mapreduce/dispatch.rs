@@ -6,6 +6,7 @@
 //! message ([`Done`]), and the dispatcher reacts to each message in turn: it records the
 //! outcome, feeds the machines, and answers with the work to start next ([`Work`]).
 
+use crate::mapreduce::{MapError, MaxParallelError};
 use crate::message::Message;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -38,17 +39,17 @@ impl MapJob<'_> {
         clippy::too_many_lines,
         reason = "split after the backend and pool work lands (issue 26)"
     )]
-    pub(crate) async fn map(&mut self, vars: &Vars) -> Result<MapEnd, String> {
+    pub(crate) async fn map(&mut self, vars: &Vars) -> Result<MapEnd, MapError> {
         let runner = self.runner;
         let plan = self.plan;
         let Some(map) = &plan.map else {
             return Ok(MapEnd::Finished);
         };
-        let items = self
-            .files
-            .load_items()
-            .map_err(|e| self.state_lost().unwrap_or_else(|| e.to_string()))?;
-        let previous = self.files.load_results().map_err(|e| e.to_string())?;
+        let items = self.files.load_items().map_err(|e| {
+            self.state_lost()
+                .map_or(MapError::Items(e), MapError::StateLost)
+        })?;
+        let previous = self.files.load_results().map_err(MapError::Results)?;
         for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
             runner.record(&Event::DlqItemRepaired {
                 item_id: id,
@@ -171,7 +172,7 @@ impl MapJob<'_> {
             budget,
         } = dispatcher.run(&context).await;
         if let Some(why) = lost.or_else(|| self.state_lost()) {
-            return Err(why);
+            return Err(MapError::StateLost(why));
         }
         if !batch.is_empty() {
             self.say(Message::ItemsFailed(batch));
@@ -184,7 +185,7 @@ impl MapJob<'_> {
             pending: self.cp.items_remaining.len(),
         });
         if let Some(why) = self.write_failure() {
-            return Err(why);
+            return Err(MapError::StateWrite(why));
         }
         if runner.cancelled() {
             return Ok(MapEnd::Interrupted);
@@ -317,7 +318,11 @@ impl MapJob<'_> {
 
 /// The agents at a time: OVERRIDE (`--max-parallel`), else the map's `max_parallel`,
 /// a number or a `${VAR}` rendered with VARS.
-pub(crate) fn max_parallel(plan: &Plan, vars: &Vars, over: Option<usize>) -> Result<usize, String> {
+pub(crate) fn max_parallel(
+    plan: &Plan,
+    vars: &Vars,
+    over: Option<usize>,
+) -> Result<usize, MaxParallelError> {
     if let Some(n) = over {
         return Ok(n.max(1));
     }
@@ -327,16 +332,13 @@ pub(crate) fn max_parallel(plan: &Plan, vars: &Vars, over: Option<usize>) -> Res
     match &map.max_parallel {
         MaxParallel::Fixed(n) => Ok(usize::try_from(n.value).unwrap_or(usize::MAX).max(1)),
         MaxParallel::Variable(t) => {
-            let text = t
-                .parsed
-                .render(vars)
-                .map_err(|e| format!("`max_parallel`: {e}"))?;
+            let text = t.parsed.render(vars).map_err(MaxParallelError::Render)?;
             match text.trim().parse::<usize>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!(
-                    "`max_parallel` is `{}`, which is `{text}`: not a positive number",
-                    t.value
-                )),
+                _ => Err(MaxParallelError::NotPositive {
+                    written: t.value.clone(),
+                    text,
+                }),
             }
         }
     }

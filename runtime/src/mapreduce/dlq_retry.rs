@@ -71,10 +71,6 @@ pub struct RetrySummary {
 /// (default: the workflow's `max_parallel`), reading them one by one from the queue. Items that succeed leave the queue and their
 /// success is added to the job's results; items that fail again stay, with the new failure
 /// in their history. Items marked for manual review are left alone.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-)]
 pub async fn retry_dead_letters(
     runner: &Runner,
     vars: &Vars,
@@ -83,11 +79,11 @@ pub async fn retry_dead_letters(
     parallel: Option<usize>,
     total: usize,
     executor: &crate::backend::Executor,
-) -> Result<RetrySummary, String> {
+) -> Result<RetrySummary, super::RetryError> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
     super::say_if_rebuilt(runner, &dlq);
-    let ids = dlq.index().map_err(|e| e.to_string())?.item_ids;
+    let ids = dlq.index()?.item_ids;
     let spec = AgentSpec {
         adopt: false,
         parallel: max_parallel,
@@ -105,73 +101,113 @@ pub async fn retry_dead_letters(
             .into_iter()
             .map(|i| (i.index, i))
             .collect();
-    let intents = &intents;
-    let dlq_ref = &dlq;
-    let spec_ref = &spec;
+    let retry = Retry {
+        runner,
+        spec: &spec,
+        vars,
+        dlq: &dlq,
+        intents: &intents,
+    };
     let mut runs = futures::stream::iter(ids)
-        .map(|id| {
-            let halt = halt_rx.clone();
-            async move {
-                let Some(index) = item_index(&id) else {
-                    runner.say(Message::DlqRetry {
-                        item: id.clone(),
-                        how: DlqRetried::NotAnItem,
-                    });
-                    return (id, 0, None);
-                };
-                let entry = match dlq_ref.get(&id) {
-                    Ok(Some(entry)) => entry,
-                    Ok(None) => return (id, index, None),
-                    Err(e) => {
-                        runner.say(Message::DlqUnreadable(e.to_string()));
-                        return (id, index, None);
-                    }
-                };
-                if !entry.reprocess_eligible || runner.cancelled() {
-                    return (id, index, Some((entry, None)));
-                }
-                if let Some(intent) = intents.get(&index)
-                    && let Some(run) = merged_run(runner, intent).await
-                {
-                    return (id, index, Some((entry, Some(run))));
-                }
-                let attempt = entry.failure_count.saturating_add(1);
-                let run = run_agent(
-                    runner,
-                    spec_ref,
-                    vars,
-                    &entry.item_data,
-                    index,
-                    attempt,
-                    halt.clone(),
-                    spec_ref.cancel_running.then_some(halt),
-                )
-                .await;
-                (id, index, Some((entry, Some(run))))
-            }
-        })
+        .map(|id| retry.run(id, halt_rx.clone()))
         .buffer_unordered(max_parallel.max(1));
     while let Some((id, index, result)) = runs.next().await {
         let Some((entry, run)) = result else { continue };
-        let Some(run) = run else {
-            if runner.cancelled() {
-                summary.interrupted = true;
-            } else {
+        match run {
+            Some(run) => retry.record(files, &mut summary, (id, index), &entry, &run)?,
+            None if runner.cancelled() => summary.interrupted = true,
+            None => {
                 summary.manual += 1;
                 runner.say(Message::DlqRetry {
                     item: id.clone(),
                     how: DlqRetried::ManualReview,
                 });
             }
-            continue;
+        }
+    }
+    finish_retry(runner, vars, files, &dlq, &mut summary).await;
+    Ok(summary)
+}
+
+/// What one DLQ item of a retry came to: its id, its index, and (unless it is not an item
+/// any more or cannot be read) its entry with the agent's run, `None` when it did not run
+/// (marked for manual review, or the retry was interrupted).
+type Retried = (
+    String,
+    usize,
+    Option<(crate::dlq::DeadLetteredItem, Option<super::AgentRun>)>,
+);
+
+/// What every item of one DLQ retry shares.
+struct Retry<'a> {
+    runner: &'a Runner,
+    spec: &'a AgentSpec,
+    vars: &'a Vars,
+    dlq: &'a Dlq,
+    /// The merge journal's intents, by item index.
+    intents: &'a std::collections::HashMap<usize, crate::merge_journal::MergeIntent>,
+}
+
+impl Retry<'_> {
+    /// Runs the DLQ item ID again, unless it is marked for manual review, the retry is
+    /// interrupted, or a killed process already merged its retried work.
+    async fn run(&self, id: String, halt: watch::Receiver<bool>) -> Retried {
+        let runner = self.runner;
+        let Some(index) = item_index(&id) else {
+            runner.say(Message::DlqRetry {
+                item: id.clone(),
+                how: DlqRetried::NotAnItem,
+            });
+            return (id, 0, None);
         };
+        let entry = match self.dlq.get(&id) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return (id, index, None),
+            Err(e) => {
+                runner.say(Message::DlqUnreadable(e.to_string()));
+                return (id, index, None);
+            }
+        };
+        if !entry.reprocess_eligible || runner.cancelled() {
+            return (id, index, Some((entry, None)));
+        }
+        if let Some(intent) = self.intents.get(&index)
+            && let Some(run) = merged_run(runner, intent).await
+        {
+            return (id, index, Some((entry, Some(run))));
+        }
+        let attempt = entry.failure_count.saturating_add(1);
+        let run = run_agent(
+            runner,
+            self.spec,
+            self.vars,
+            &entry.item_data,
+            index,
+            attempt,
+            halt.clone(),
+            self.spec.cancel_running.then_some(halt),
+        )
+        .await;
+        (id, index, Some((entry, Some(run))))
+    }
+
+    /// Records how the retried item ID (at INDEX) ran: a success goes into the job's
+    /// results, then leaves the queue (so a crash in between loses nothing); a failure
+    /// is one more in its DLQ entry.
+    fn record(
+        &self,
+        files: &mut JobFiles,
+        summary: &mut RetrySummary,
+        (id, index): (String, usize),
+        entry: &crate::dlq::DeadLetteredItem,
+        run: &super::AgentRun,
+    ) -> Result<(), super::RetryError> {
+        let runner = self.runner;
         match run.end {
             RunEnd::Cancelled => summary.interrupted = true,
             RunEnd::Succeeded => {
                 summary.retried += 1;
                 summary.succeeded += 1;
-                // The success is recorded before the item leaves the queue, so a crash in
-                // between loses nothing.
                 let record = ItemRecord {
                     item_id: id.clone(),
                     index,
@@ -188,31 +224,34 @@ pub async fn retry_dead_letters(
                     merge_commit: run.merge_commit.clone(),
                     trail: run.trail.clone(),
                 };
-                files.append(&record).map_err(|e| e.to_string())?;
-                dlq.remove(&id).map_err(|e| e.to_string())?;
+                files.append(&record)?;
+                self.dlq.remove(&id)?;
                 runner.record(&crate::events::Event::DlqItemRemoved {
                     item_id: id.clone(),
                 });
                 runner.say(Message::DlqRetry {
-                    item: id.clone(),
+                    item: id,
                     how: DlqRetried::Succeeded,
                 });
             }
             RunEnd::Failed | RunEnd::TimedOut => {
                 summary.retried += 1;
                 summary.still_failing += 1;
-                let message = runner.mask(&run.message(spec.timeout));
-                let failure = failure_of(runner, &run, &message, index);
-                let updated = dlq
-                    .record_failure(&id, &entry.item_data, failure, run.artifacts.clone())
-                    .map_err(|e| e.to_string())?;
+                let message = runner.mask(&run.message(self.spec.timeout));
+                let failure = failure_of(runner, run, &message, index);
+                let updated = self.dlq.record_failure(
+                    &id,
+                    &entry.item_data,
+                    failure,
+                    run.artifacts.clone(),
+                )?;
                 runner.record(&crate::events::Event::DlqItemUpdated {
                     item_id: id.clone(),
                     failure_count: updated.failure_count,
                 });
                 let last = message.lines().last().unwrap_or("").to_owned();
                 runner.say(Message::DlqRetry {
-                    item: id.clone(),
+                    item: id,
                     how: DlqRetried::FailedAgain {
                         failures: updated.failure_count,
                         last,
@@ -220,20 +259,32 @@ pub async fn retry_dead_letters(
                 });
             }
         }
+        Ok(())
     }
+}
+
+/// The end of a DLQ retry: the DLQ's index is written, the retried agents' merged work
+/// comes into the session worktree, and when every item is decided what earlier attempts
+/// left goes (the DLQ's worktrees stay).
+async fn finish_retry(
+    runner: &Runner,
+    vars: &Vars,
+    files: &JobFiles,
+    dlq: &Dlq,
+    summary: &mut RetrySummary,
+) {
     // A stale index does no harm (the next load rebuilds it from the items): say so, go on.
     if let Err(e) = dlq.flush() {
         runner.say(Message::DlqIndexNotWritten(e.to_string()));
     }
     if let Err(why) = runner.end_map_phase().await {
-        runner.say(Message::JobFailed(why.clone()));
+        runner.say(Message::JobFailed(why.to_string()));
         summary.unmerged = true;
     } else if files
         .load_checkpoint()
         .is_ok_and(|c| c.items_remaining.is_empty())
     {
-        // Every item decided: what earlier attempts left goes, the DLQ's worktrees stay.
-        sweep_job_agents(runner, files.dir(), &dlq).await;
+        sweep_job_agents(runner, files.dir(), dlq).await;
     }
     runner.record(&crate::events::Event::DlqRetryFinished {
         retried: summary.retried,
@@ -242,5 +293,4 @@ pub async fn retry_dead_letters(
     });
     // What its events fired and has not run yet runs now, before the process ends.
     runner.notify_pending(vars).await;
-    Ok(summary)
 }

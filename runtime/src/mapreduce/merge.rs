@@ -7,7 +7,9 @@ use crate::mapreduce::{AgentRun, MapJob, RunEnd, agent_id, artifacts, item_id, j
 use crate::message::Message;
 use crate::runner::{Runner, StepFailure};
 use crate::vars::Vars;
-use crate::worktree::{AgentWorktree, SessionWorktree, WorktreeError};
+use crate::worktree::{
+    AgentWorktree, ResolveError, ResolveFailure, SessionWorktree, WorktreeError,
+};
 
 /// An agent's merge conflicted: `merge.on_conflict` resolves it in the agent's worktree (the
 /// session's merged work merged into the agent's branch), and the agent's new head is merged
@@ -19,12 +21,8 @@ pub(crate) async fn resolve_agent_conflict(
     index: usize,
     vars: &mut Vars,
     message: &str,
-) -> Result<Result<crate::worktree::Merged, WorktreeError>, String> {
-    let current = runner
-        .agent_worktrees
-        .integration(session)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<Result<crate::worktree::Merged, WorktreeError>, ResolveError> {
+    let current = runner.agent_worktrees.integration(session).await?;
     runner
         .resolve_conflict(
             crate::worktree::Conflicted {
@@ -39,9 +37,8 @@ pub(crate) async fn resolve_agent_conflict(
         )
         .await?;
     let head = crate::worktree::agent_head(worktree)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or("the resolved merge left no commit")?;
+        .await?
+        .ok_or(ResolveFailure::NoCommit)?;
     Ok(
         crate::worktree::merge_head(session, &runner.agent_worktrees, worktree, &head, message)
             .await,
@@ -57,7 +54,7 @@ fn journal_intent(
     attempt: u32,
     run: &AgentRun,
     head: &str,
-) -> Result<(), String> {
+) -> Result<(), crate::merge_journal::JournalError> {
     let intent = crate::merge_journal::MergeIntent {
         item_id: item_id(index),
         index,
@@ -78,10 +75,6 @@ fn journal_intent(
 /// it left uncommitted changes); a conflict fails the item with `MergeConflict`. The
 /// worktree of an agent that failed is kept when it holds commits or changes (its path goes
 /// into the DLQ entry), else it goes back to the pool.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-)]
 pub(crate) async fn merge_back(
     runner: &Runner,
     session: &SessionWorktree,
@@ -91,127 +84,8 @@ pub(crate) async fn merge_back(
     vars: &mut Vars,
 ) {
     if run.end == RunEnd::Succeeded {
-        let message = format!("Merge {} (agent {})", item_id(index), agent_id(index));
-        // Only agents that committed wait for the merge queue.
-        let merged = match crate::worktree::agent_head(&worktree).await {
-            Ok(Some(head)) => {
-                let _queue = runner.merge_queue.lock().await;
-                // Journalled before the ref moves, so that a kill after the merge and before
-                // the outcome is written is recognised on resume (`merge_journal`).
-                if let Err(why) = journal_intent(runner, &worktree, index, attempt, run, &head) {
-                    run.end = RunEnd::Failed;
-                    run.failure = Some(StepFailure {
-                        step: "merge".into(),
-                        message: format!("the merge was not attempted: {why}"),
-                        error_type: ErrorType::WorktreeError,
-                        output: None,
-                        log: None,
-                    });
-                    let left = crate::worktree::changes(&worktree.path).await;
-                    run.artifacts = Some(artifacts(runner, &worktree, &left, None));
-                    return;
-                }
-                let merged = crate::worktree::merge_head(
-                    session,
-                    &runner.agent_worktrees,
-                    &worktree,
-                    &head,
-                    &message,
-                )
-                .await;
-                let merged = match merged {
-                    Err(WorktreeError::Conflict {
-                        branch,
-                        files,
-                        output,
-                    }) if runner.resolves_conflicts() => {
-                        // Still holding the queue: the resolver merges what is merged now
-                        // into the agent's branch, which then merges cleanly.
-                        resolve_agent_conflict(runner, session, &worktree, index, vars, &message)
-                            .await
-                            .unwrap_or_else(|why| {
-                                Err(WorktreeError::Conflict {
-                                    branch,
-                                    files,
-                                    output: format!("{output}\n{why}"),
-                                })
-                            })
-                    }
-                    other => other,
-                };
-                if matches!(&merged, Ok(how) if *how != crate::worktree::Merged::Nothing) {
-                    crate::merge_journal::kill_point_after_merge();
-                    // The integration ref as the merge just set it, still under the queue.
-                    run.merge_commit = runner.agent_worktrees.integration(session).await.ok();
-                }
-                merged
-            }
-            Ok(None) => Ok(crate::worktree::Merged::Nothing),
-            Err(e) => Err(e),
-        };
-        match merged {
-            Ok(how) => {
-                if how != crate::worktree::Merged::Nothing {
-                    run.trail.commits = crate::worktree::agent_commits(&worktree).await;
-                    runner.record(&crate::events::Event::AgentMerged {
-                        branch: worktree.branch.clone(),
-                        merge: format!("{how:?}"),
-                    });
-                }
-                // Only commits come back; changes left uncommitted are kept, not wiped.
-                let left = crate::worktree::changes(&worktree.path).await;
-                if left.is_empty() {
-                    runner.agent_worktrees.release(worktree);
-                } else {
-                    let dir = runner.opts.layout.job_dir(runner.session());
-                    if let Err(why) = crate::merge_journal::note_kept(&dir, &worktree.path) {
-                        runner.say(Message::KeptWorktreeNotNoted {
-                            path: worktree.path.clone(),
-                            why,
-                        });
-                    }
-                    runner.agent_worktrees.keep(worktree.path.clone());
-                    runner.record(&crate::events::Event::AgentWorktreeKept {
-                        path: worktree.path.clone(),
-                        branch: worktree.branch.clone(),
-                        uncommitted: left.clone(),
-                    });
-                    runner.say(Message::AgentWorktreeKept {
-                        item: item_id(index),
-                        changes: left.len(),
-                        path: worktree.path.clone(),
-                    });
-                }
-                return;
-            }
-            Err(e) => {
-                let error_type = if matches!(e, WorktreeError::Conflict { .. }) {
-                    ErrorType::MergeConflict
-                } else {
-                    ErrorType::WorktreeError
-                };
-                runner.record(&crate::events::Event::AgentMergeFailed {
-                    branch: worktree.branch.clone(),
-                    error: e.to_string(),
-                    error_type: error_type.name().to_owned(),
-                });
-                let logs = match &e {
-                    WorktreeError::Conflict { output, .. } => output.clone(),
-                    other => other.to_string(),
-                };
-                run.end = RunEnd::Failed;
-                run.failure = Some(StepFailure {
-                    step: "merge".into(),
-                    message: e.to_string(),
-                    error_type,
-                    output: None,
-                    log: None,
-                });
-                let left = crate::worktree::changes(&worktree.path).await;
-                run.artifacts = Some(artifacts(runner, &worktree, &left, Some(logs)));
-                return;
-            }
-        }
+        merge_succeeded(runner, session, worktree, (index, attempt), run, vars).await;
+        return;
     }
     let committed = matches!(crate::worktree::agent_head(&worktree).await, Ok(Some(_)));
     let left = crate::worktree::changes(&worktree.path).await;
@@ -222,6 +96,175 @@ pub(crate) async fn merge_back(
     } else if !kept {
         runner.agent_worktrees.release(worktree);
     }
+}
+
+/// [`merge_back`] for an agent that succeeded: only agents that committed wait for the
+/// merge queue; the merge's outcome decides the item's.
+async fn merge_succeeded(
+    runner: &Runner,
+    session: &SessionWorktree,
+    worktree: AgentWorktree,
+    (index, attempt): (usize, u32),
+    run: &mut AgentRun,
+    vars: &mut Vars,
+) {
+    let merged = match crate::worktree::agent_head(&worktree).await {
+        Ok(Some(head)) => {
+            let _queue = runner.merge_queue.lock().await;
+            // Journalled before the ref moves, so that a kill after the merge and before
+            // the outcome is written is recognised on resume (`merge_journal`).
+            if let Err(why) = journal_intent(runner, &worktree, index, attempt, run, &head) {
+                let failure = StepFailure {
+                    step: "merge".into(),
+                    message: format!("the merge was not attempted: {why}"),
+                    error_type: ErrorType::WorktreeError,
+                    output: None,
+                    log: None,
+                };
+                fail_item(runner, &worktree, run, failure, None).await;
+                return;
+            }
+            merge_under_queue(runner, session, &worktree, index, &head, run, vars).await
+        }
+        Ok(None) => Ok(crate::worktree::Merged::Nothing),
+        Err(e) => Err(e),
+    };
+    match merged {
+        Ok(how) => merged_cleanly(runner, worktree, index, how, run).await,
+        Err(e) => merge_failed(runner, &worktree, run, &e).await,
+    }
+}
+
+/// Merges HEAD, the agent's last commit, into the session's merged work; the caller holds
+/// the merge queue. A conflict goes to `merge.on_conflict` when the workflow has it (the
+/// resolver merges what is merged now into the agent's branch, which then merges
+/// cleanly); a merge that brought something sets the item's merge commit.
+async fn merge_under_queue(
+    runner: &Runner,
+    session: &SessionWorktree,
+    worktree: &AgentWorktree,
+    index: usize,
+    head: &str,
+    run: &mut AgentRun,
+    vars: &mut Vars,
+) -> Result<crate::worktree::Merged, WorktreeError> {
+    let message = format!("Merge {} (agent {})", item_id(index), agent_id(index));
+    let merged =
+        crate::worktree::merge_head(session, &runner.agent_worktrees, worktree, head, &message)
+            .await;
+    let merged = match merged {
+        Err(WorktreeError::Conflict {
+            branch,
+            files,
+            output,
+        }) if runner.resolves_conflicts() => {
+            resolve_agent_conflict(runner, session, worktree, index, vars, &message)
+                .await
+                .unwrap_or_else(|why| {
+                    Err(WorktreeError::Conflict {
+                        branch,
+                        files,
+                        output: format!("{output}\n{why}"),
+                    })
+                })
+        }
+        other => other,
+    };
+    if matches!(&merged, Ok(how) if *how != crate::worktree::Merged::Nothing) {
+        crate::merge_journal::kill_point_after_merge();
+        // The integration ref as the merge just set it, still under the queue.
+        run.merge_commit = runner.agent_worktrees.integration(session).await.ok();
+    }
+    merged
+}
+
+/// After a merge that went through (or had nothing to bring): the commits are the item's,
+/// and its worktree goes back to the pool, or is kept (and noted) when the agent left
+/// uncommitted changes, which are never wiped.
+async fn merged_cleanly(
+    runner: &Runner,
+    worktree: AgentWorktree,
+    index: usize,
+    how: crate::worktree::Merged,
+    run: &mut AgentRun,
+) {
+    if how != crate::worktree::Merged::Nothing {
+        run.trail.commits = crate::worktree::agent_commits(&worktree).await;
+        runner.record(&crate::events::Event::AgentMerged {
+            branch: worktree.branch.clone(),
+            merge: format!("{how:?}"),
+        });
+    }
+    let left = crate::worktree::changes(&worktree.path).await;
+    if left.is_empty() {
+        runner.agent_worktrees.release(worktree);
+        return;
+    }
+    let dir = runner.opts.layout.job_dir(runner.session());
+    if let Err(why) = crate::merge_journal::note_kept(&dir, &worktree.path) {
+        runner.say(Message::KeptWorktreeNotNoted {
+            path: worktree.path.clone(),
+            why: why.to_string(),
+        });
+    }
+    runner.agent_worktrees.keep(worktree.path.clone());
+    runner.record(&crate::events::Event::AgentWorktreeKept {
+        path: worktree.path.clone(),
+        branch: worktree.branch.clone(),
+        uncommitted: left.clone(),
+    });
+    runner.say(Message::AgentWorktreeKept {
+        item: item_id(index),
+        changes: left.len(),
+        path: worktree.path.clone(),
+    });
+}
+
+/// A merge that failed fails the item: `MergeConflict` for a conflict (its output goes
+/// into the DLQ entry's logs), `WorktreeError` otherwise.
+async fn merge_failed(
+    runner: &Runner,
+    worktree: &AgentWorktree,
+    run: &mut AgentRun,
+    e: &WorktreeError,
+) {
+    let error_type = if matches!(e, WorktreeError::Conflict { .. }) {
+        ErrorType::MergeConflict
+    } else {
+        ErrorType::WorktreeError
+    };
+    runner.record(&crate::events::Event::AgentMergeFailed {
+        branch: worktree.branch.clone(),
+        error: e.to_string(),
+        error_type: error_type.name().to_owned(),
+    });
+    let logs = match e {
+        WorktreeError::Conflict { output, .. } => output.clone(),
+        other => other.to_string(),
+    };
+    let failure = StepFailure {
+        step: "merge".into(),
+        message: e.to_string(),
+        error_type,
+        output: None,
+        log: None,
+    };
+    fail_item(runner, worktree, run, failure, Some(logs)).await;
+}
+
+/// Fails the item of RUN at its merge with FAILURE; its worktree, with what it holds and
+/// LOGS, goes into the DLQ entry.
+async fn fail_item(
+    runner: &Runner,
+    worktree: &AgentWorktree,
+    run: &mut AgentRun,
+    failure: StepFailure,
+    logs: Option<String>,
+) {
+    run.end = RunEnd::Failed;
+    run.failure = Some(failure);
+    let left = crate::worktree::changes(&worktree.path).await;
+    run.artifacts = Some(artifacts(runner, worktree, &left, logs));
 }
 
 impl MapJob<'_> {

@@ -22,11 +22,14 @@ use crate::vars::Vars;
 mod agent;
 mod dispatch;
 mod dlq_retry;
+mod error;
 mod merge;
 mod metrics;
 mod reduce;
 mod setup;
-pub use setup::setup_and_items;
+pub(crate) use error::{MapError, StateWriteError};
+pub use error::{MaxParallelError, RetryError};
+pub use setup::{ItemsError, setup_and_items};
 
 pub(crate) use agent::*;
 pub(crate) use dispatch::*;
@@ -129,8 +132,11 @@ pub(crate) fn item_vars(vars: &mut Vars, item: &Value, index: usize, total: usiz
 }
 
 /// A job stopped by a failed state write in PHASE: it failed, and resuming it continues.
-fn stopped_by_write(phase: &'static str, why: String) -> JobOutcome {
-    JobOutcome::StateWrite { phase, what: why }
+fn stopped_by_write(phase: &'static str, why: impl std::fmt::Display) -> JobOutcome {
+    JobOutcome::StateWrite {
+        phase,
+        what: why.to_string(),
+    }
 }
 
 fn phase_name(phase: Phase) -> &'static str {
@@ -290,7 +296,7 @@ impl<'a> MapJob<'a> {
     /// # Errors
     ///
     /// The failed write, described; it is noted, so the job stops.
-    fn save(&mut self, vars: Option<&Vars>) -> Result<(), String> {
+    fn save(&mut self, vars: Option<&Vars>) -> Result<(), StateWriteError> {
         if let Some(vars) = vars {
             let mut values = vars.values.clone();
             // Recomputed from the results on resume.
@@ -305,11 +311,11 @@ impl<'a> MapJob<'a> {
         let written = self
             .dlq
             .flush()
-            .map_err(|e| dlq_write_failure(&e))
+            .map_err(StateWriteError::Dlq)
             .and_then(|()| {
                 self.files
                     .save_checkpoint(&self.cp)
-                    .map_err(|e| job_write_failure(&e))
+                    .map_err(StateWriteError::Job)
             });
         match written {
             Ok(()) => {
@@ -322,7 +328,7 @@ impl<'a> MapJob<'a> {
                 Ok(())
             }
             Err(why) => {
-                self.write_failed(why.clone());
+                self.write_failed(why.to_string());
                 Err(why)
             }
         }
@@ -384,6 +390,7 @@ impl<'a> MapJob<'a> {
             let items = match self.load_items(vars).await {
                 Ok(items) => items,
                 Err(why) => {
+                    let why = why.to_string();
                     self.say(Message::JobFailed(why.clone()));
                     return JobOutcome::Failed {
                         phase: "map",
@@ -406,6 +413,7 @@ impl<'a> MapJob<'a> {
         if self.cp.phase == Phase::Map {
             let ended = self.map(vars).await;
             if let Err(why) = self.runner.end_map_phase().await {
+                let why = why.to_string();
                 self.say(Message::JobFailed(why.clone()));
                 return JobOutcome::Failed {
                     phase: "map",
@@ -422,10 +430,11 @@ impl<'a> MapJob<'a> {
                     };
                 }
                 Ok(MapEnd::Interrupted) => return JobOutcome::Interrupted,
-                Err(why) if self.write_failed.as_ref() == Some(&why) => {
+                Err(MapError::StateWrite(why)) if self.write_failed.as_ref() == Some(&why) => {
                     return stopped_by_write("map", why);
                 }
                 Err(why) => {
+                    let why = why.to_string();
                     self.say(Message::JobFailed(why.clone()));
                     return JobOutcome::Failed {
                         phase: "map",

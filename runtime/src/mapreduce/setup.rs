@@ -8,7 +8,56 @@ use serde_json::Value;
 
 use crate::machine::Outcome;
 use crate::mapreduce::{JobOutcome, MapJob, Stopped, guarded, scope_for};
+use crate::step::CaptureError;
 use crate::vars::{CommandOutput, Vars};
+
+/// Why a job's items could not be loaded (`map.input` and its pipeline), or, for `prodigy
+/// items --run-setup`, why its `setup` did not end well.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum ItemsError {
+    /// `map.input` did not render.
+    #[error("`map.input`: {0}")]
+    Render(#[source] prodigy_grammar::template::RenderError),
+    /// `map.input` names a file that is not there.
+    #[error("the map input file `{}` does not exist", path.display())]
+    Missing {
+        /// Where it was looked for.
+        path: std::path::PathBuf,
+    },
+    /// The file or the command's output could not be read.
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
+    /// The input is not JSON (or JSON lines) as its kind says.
+    #[error("the map input `{input}`: {why}")]
+    Parse {
+        /// `map.input`, rendered.
+        input: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// `json_path` selected nothing, and `--strict` wants items.
+    #[error(
+        "`json_path: {json_path}` selected nothing from the map input `{input}` (with --strict, a job needs items)"
+    )]
+    NothingSelected {
+        /// The `json_path`.
+        json_path: String,
+        /// `map.input`, rendered and trimmed.
+        input: String,
+    },
+    /// `setup` failed; WHAT says how.
+    #[error("{what}")]
+    SetupFailed {
+        /// What failed, as the job says it.
+        what: String,
+    },
+    /// `setup` was interrupted.
+    #[error("setup was interrupted")]
+    SetupInterrupted,
+    /// `setup` ended in another way.
+    #[error("setup ended as {0:?}")]
+    SetupEnded(JobOutcome),
+}
 
 impl MapJob<'_> {
     /// After `setup` in a session worktree: warns once, naming them, about the files setup
@@ -107,10 +156,10 @@ impl MapJob<'_> {
             let value = match (outputs.get(index), &capture.default) {
                 (Some(Some(out)), _) => setup_value(capture, out),
                 (_, Some(default)) => Ok(Value::String(default.clone())),
-                (_, None) => Err(format!(
-                    "capture `{}`: setup step {index} produced no output, and there is no `default`",
-                    capture.name
-                )),
+                (_, None) => Err(CaptureError::NoOutput {
+                    name: capture.name.clone(),
+                    index,
+                }),
             };
             match value {
                 Ok(value) => {
@@ -122,6 +171,7 @@ impl MapJob<'_> {
                     vars.set(capture.name.clone(), value);
                 }
                 Err(why) => {
+                    let why = why.to_string();
                     self.say(Message::JobFailed(why.clone()));
                     return Err(JobOutcome::Failed {
                         phase: "setup",
@@ -136,15 +186,11 @@ impl MapJob<'_> {
 
     /// The items: `map.input` as a file under the project (JSON, or one item per line), else
     /// as a shell command whose stdout is the input; then the pipeline of docs/language.md §7.
-    pub(crate) async fn load_items(&self, vars: &Vars) -> Result<Vec<Value>, String> {
+    pub(crate) async fn load_items(&self, vars: &Vars) -> Result<Vec<Value>, ItemsError> {
         let Some(map) = &self.plan.map else {
             return Ok(Vec::new());
         };
-        let input = map
-            .input
-            .parsed
-            .render(vars)
-            .map_err(|e| format!("`map.input`: {e}"))?;
+        let input = map.input.parsed.render(vars).map_err(ItemsError::Render)?;
         let mut path = self.runner.workdir().join(input.trim());
         let outside = self.runner.opts.project.join(input.trim());
         if !path.exists() && self.runner.worktree().is_some() && outside.exists() {
@@ -161,10 +207,7 @@ impl MapJob<'_> {
             let text = crate::input::read_file(&path, crate::input::MAX_INPUT_SIZE)?;
             (text, InputKind::of_file(input.trim()))
         } else if crate::input::names_a_file(&input) {
-            return Err(format!(
-                "the map input file `{}` does not exist",
-                path.display()
-            ));
+            return Err(ItemsError::Missing { path });
         } else {
             let stdout = crate::input::run_command(
                 &input,
@@ -176,8 +219,12 @@ impl MapJob<'_> {
             .await?;
             (stdout, InputKind::Text)
         };
-        let document = prodigy_grammar::pipeline::parse_input(&text, kind)
-            .map_err(|e| format!("the map input `{input}`: {e}"))?;
+        let document = prodigy_grammar::pipeline::parse_input(&text, kind).map_err(|why| {
+            ItemsError::Parse {
+                input: input.clone(),
+                why,
+            }
+        })?;
         let pipeline = map.pipeline();
         let (items, counts) = pipeline.apply(document);
         self.runner.record(&crate::events::Event::InputLoaded {
@@ -190,13 +237,11 @@ impl MapJob<'_> {
             distinct_missing: map.distinct.is_some().then_some(counts.distinct_missing),
         });
         if let Some(json_path) = map.json_path.as_ref().filter(|_| counts.selected == 0) {
-            let what = format!(
-                "`json_path: {}` selected nothing from the map input `{}`",
-                json_path.value,
-                input.trim()
-            );
             if self.opts.strict {
-                return Err(format!("{what} (with --strict, a job needs items)"));
+                return Err(ItemsError::NothingSelected {
+                    json_path: json_path.value.clone(),
+                    input: input.trim().to_owned(),
+                });
             }
             self.say(Message::NothingSelected {
                 json_path: json_path.value.clone(),
@@ -232,7 +277,7 @@ impl MapJob<'_> {
 pub async fn setup_and_items(
     runner: &crate::runner::Runner,
     mut vars: Vars,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, ItemsError> {
     let checkpoint = crate::session::new_job_checkpoint("items-preview", &runner.opts);
     let mut job = MapJob::new(
         runner,
@@ -243,15 +288,18 @@ pub async fn setup_and_items(
     );
     match job.setup(&mut vars).await {
         Ok(()) => {}
-        Err(JobOutcome::Failed { what, .. }) => return Err(what),
-        Err(JobOutcome::Interrupted) => return Err("setup was interrupted".to_owned()),
-        Err(other) => return Err(format!("setup ended as {other:?}")),
+        Err(JobOutcome::Failed { what, .. }) => return Err(ItemsError::SetupFailed { what }),
+        Err(JobOutcome::Interrupted) => return Err(ItemsError::SetupInterrupted),
+        Err(other) => return Err(ItemsError::SetupEnded(other)),
     }
     job.load_items(&vars).await
 }
 
 /// A setup `capture_outputs` entry from its step's output.
-pub(crate) fn setup_value(capture: &OutputCapture, out: &CommandOutput) -> Result<Value, String> {
+pub(crate) fn setup_value(
+    capture: &OutputCapture,
+    out: &CommandOutput,
+) -> Result<Value, CaptureError> {
     let CommandOutput {
         stdout,
         stderr,
@@ -290,10 +338,10 @@ pub(crate) fn setup_value(capture: &OutputCapture, out: &CommandOutput) -> Resul
         (Some(t), _) => t,
         (None, Some(default)) => default.clone(),
         (None, None) => {
-            return Err(format!(
-                "capture `{name}`: `pattern` or `json_path` found nothing in the output of setup step {}, and there is no `default`",
-                capture.command_index
-            ));
+            return Err(CaptureError::NothingFound {
+                name: name.clone(),
+                index: capture.command_index,
+            });
         }
     };
     let text = match capture.multiline {

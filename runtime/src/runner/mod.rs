@@ -231,7 +231,7 @@ pub enum StartError {
         /// The program.
         program: String,
         /// What went wrong.
-        why: String,
+        why: crate::claude::VersionError,
     },
     /// Running as root without `IS_SANDBOX=1`.
     #[error(
@@ -537,18 +537,18 @@ impl Runner {
     ///
     /// When the merge into the session branch fails (say, setup left uncommitted changes
     /// in files the agents changed); the agents' work stays on the integration ref.
-    pub async fn end_map_phase(&self) -> Result<(), String> {
+    pub async fn end_map_phase(&self) -> Result<(), crate::worktree::FinishMapError> {
         let Some(session) = &self.opts.worktree else {
             return Ok(());
         };
         self.agent_worktrees.drain(&session.repo).await;
-        crate::worktree::finish_map(session).await.map_err(|e| {
-            format!(
-                "cannot bring the agents' merged work (`refs/prodigy/{}`) into the session worktree {}: {e}; commit or remove the changes there that stand in the way",
-                session.branch,
-                session.path.display()
-            )
-        })
+        crate::worktree::finish_map(session)
+            .await
+            .map_err(|source| crate::worktree::FinishMapError {
+                branch: session.branch.clone(),
+                path: session.path.clone(),
+                source,
+            })
     }
 
     /// Whether the workflow has `merge` steps.

@@ -63,9 +63,9 @@ pub struct Started {
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum StartFailed {
     /// Another live process runs it (or its lock cannot be made).
-    #[error("{0}")]
+    #[error(transparent)]
     #[diagnostic(code(prodigy::session::locked))]
-    Locked(String),
+    Locked(crate::store::LockError),
     /// Its event log cannot be opened.
     #[error(transparent)]
     #[diagnostic(code(prodigy::session::store))]

@@ -272,7 +272,7 @@ pub async fn leave(
     let ignored = worktree::ignored(&session.path);
     match runner.merge_session(&mut vars).await {
         Ok(back) => Left::Merged { back, ignored },
-        Err(why) => Left::Failed(why),
+        Err(why) => Left::Failed(why.to_string()),
     }
 }
 

@@ -10,6 +10,54 @@ use crate::exec::{self, Output};
 use crate::runner::{Runner, fields};
 use crate::vars::Vars;
 
+/// Why a command's output did not become its capture's value (`capture`, a setup's
+/// `capture_outputs`).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub(crate) enum CaptureError {
+    /// A `number` capture of text that is not one.
+    #[error("capture `{name}`: `{text}` is not a number")]
+    NotNumber {
+        /// The capture.
+        name: String,
+        /// The text, trimmed.
+        text: String,
+    },
+    /// A `json` capture of output that `PRODIGY_OUTPUT_LIMIT` cut.
+    #[error(
+        "capture `{name}`: the output was cut to its last part (PRODIGY_OUTPUT_LIMIT), and a `json` capture needs it whole; raise PRODIGY_OUTPUT_LIMIT or write the JSON to a file"
+    )]
+    Truncated {
+        /// The capture.
+        name: String,
+    },
+    /// A `json` capture of text that is not JSON.
+    #[error("capture `{name}`: not JSON ({source})")]
+    NotJson {
+        /// The capture.
+        name: String,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+    /// A setup capture whose step ran no command, with no `default`.
+    #[error("capture `{name}`: setup step {index} produced no output, and there is no `default`")]
+    NoOutput {
+        /// The capture.
+        name: String,
+        /// The setup step (`command_index`).
+        index: usize,
+    },
+    /// A setup capture whose `pattern` or `json_path` found nothing, with no `default`.
+    #[error(
+        "capture `{name}`: `pattern` or `json_path` found nothing in the output of setup step {index}, and there is no `default`"
+    )]
+    NothingFound {
+        /// The capture.
+        name: String,
+        /// The setup step (`command_index`).
+        index: u64,
+    },
+}
+
 impl Runner {
     /// For a reporter that shows output (or the run's result, when STEP gives it): what a
     /// command wrote (standard output unless it was shown as it arrived), and how it ended.
@@ -54,7 +102,7 @@ impl Runner {
         step: &PlanStep,
         vars: &mut Vars,
         out: &Output,
-    ) -> Result<(), String> {
+    ) -> Result<(), CaptureError> {
         let trim = |s: &str| s.strip_suffix('\n').unwrap_or(s).to_owned();
         if let Some(capture) = &step.capture {
             let streams = capture.streams;
@@ -113,7 +161,7 @@ pub(crate) fn typed_value(
     name: &str,
     text: &str,
     success: bool,
-) -> Result<Value, String> {
+) -> Result<Value, CaptureError> {
     Ok(match format {
         CaptureFormat::String => Value::String(text.to_owned()),
         CaptureFormat::Number => {
@@ -127,15 +175,21 @@ pub(crate) fn typed_value(
                         .and_then(serde_json::Number::from_f64)
                         .map(Value::Number)
                 })
-                .ok_or_else(|| format!("capture `{name}`: `{t}` is not a number"))?
+                .ok_or_else(|| CaptureError::NotNumber {
+                    name: name.to_owned(),
+                    text: t.to_owned(),
+                })?
         }
         CaptureFormat::Json if text.starts_with(exec::TRUNCATED) => {
-            return Err(format!(
-                "capture `{name}`: the output was cut to its last part (PRODIGY_OUTPUT_LIMIT), and a `json` capture needs it whole; raise PRODIGY_OUTPUT_LIMIT or write the JSON to a file"
-            ));
+            return Err(CaptureError::Truncated {
+                name: name.to_owned(),
+            });
         }
         CaptureFormat::Json => {
-            serde_json::from_str(text).map_err(|e| format!("capture `{name}`: not JSON ({e})"))?
+            serde_json::from_str(text).map_err(|source| CaptureError::NotJson {
+                name: name.to_owned(),
+                source,
+            })?
         }
         CaptureFormat::Lines => {
             Value::Array(text.lines().map(|l| Value::String(l.to_owned())).collect())

@@ -5,6 +5,38 @@ use prodigy_compiler::plan::PlanStep;
 
 use crate::runner::Runner;
 use crate::vars::Vars;
+use prodigy_grammar::template::RenderError;
+
+/// Why a step's commit check or commit failed (`commit_required`, `auto_commit`).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub(crate) enum StepCommitError {
+    /// `commit_required`: HEAD did not move. OF says whose commands ran (`""`, "the handler
+    /// of ", ...).
+    #[error("{of}`{label}` requires a commit and made none (CommitValidationFailed)")]
+    NoCommit {
+        /// Whose commands: the step's own (`""`) or a handler's.
+        of: &'static str,
+        /// The step.
+        label: String,
+    },
+    /// `commit_config.message_template` did not render.
+    #[error("commit message: {0}")]
+    Message(#[source] RenderError),
+    /// The rendered message does not match `message_pattern`.
+    #[error("commit message `{message}` does not match `message_pattern` `{pattern}`")]
+    Pattern {
+        /// The rendered message.
+        message: String,
+        /// The pattern.
+        pattern: String,
+    },
+    /// `commit_config.author` did not render.
+    #[error("commit author: {0}")]
+    Author(#[source] RenderError),
+    /// Git refused the commit.
+    #[error(transparent)]
+    Git(#[from] crate::git::CommitError),
+}
 
 impl Runner {
     /// Whether HEAD moved since BEFORE (`commit_required`); when it did not, records and says
@@ -13,9 +45,9 @@ impl Runner {
     pub(crate) async fn made_commit(
         &self,
         step: &PlanStep,
-        what: &str,
+        what: &'static str,
         before: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepCommitError> {
         let after = crate::git::head(&self.workdir()).await;
         if after.is_some() && after.as_deref() != before {
             return Ok(());
@@ -24,11 +56,11 @@ impl Runner {
             step: step.label.clone(),
             error: "CommitValidationFailed".to_owned(),
         });
-        let why = format!(
-            "{what}`{}` requires a commit and made none (CommitValidationFailed)",
-            step.label
-        );
-        self.say(Message::CommitFailed(why.clone()));
+        let why = StepCommitError::NoCommit {
+            of: what,
+            label: step.label.clone(),
+        };
+        self.say(Message::CommitFailed(why.to_string()));
         Err(why)
     }
 
@@ -40,32 +72,24 @@ impl Runner {
         step: &PlanStep,
         vars: &Vars,
         head_before: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepCommitError> {
         let config = step.commit_config.as_ref();
         let message = config
             .and_then(|c| c.message_template.as_ref())
-            .map(|t| {
-                t.parsed
-                    .render(vars)
-                    .map_err(|e| format!("commit message: {e}"))
-            })
+            .map(|t| t.parsed.render(vars).map_err(StepCommitError::Message))
             .transpose()?
             .unwrap_or_else(|| format!("prodigy: {}", step.label));
         if let Some(pattern) = config.and_then(|c| c.message_pattern.as_ref())
             && !pattern.is_match(&message)
         {
-            return Err(format!(
-                "commit message `{message}` does not match `message_pattern` `{}`",
-                pattern.as_str()
-            ));
+            return Err(StepCommitError::Pattern {
+                message,
+                pattern: pattern.as_str().to_owned(),
+            });
         }
         let author = config
             .and_then(|c| c.author.as_ref())
-            .map(|t| {
-                t.parsed
-                    .render(vars)
-                    .map_err(|e| format!("commit author: {e}"))
-            })
+            .map(|t| t.parsed.render(vars).map_err(StepCommitError::Author))
             .transpose()?;
         let options = crate::git::CommitOptions {
             message,
@@ -83,6 +107,6 @@ impl Runner {
                 .flatten()
                 .map(str::to_owned),
         };
-        crate::git::commit(&self.workdir(), &options).await
+        Ok(crate::git::commit(&self.workdir(), &options).await?)
     }
 }

@@ -13,6 +13,30 @@ use crate::lock;
 use crate::runner::{Io, Runner};
 use crate::vars::Vars;
 
+/// Why a step's `output_file` was not written.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub(crate) enum OutputFileError {
+    /// Its path did not render.
+    #[error("`output_file`: {0}")]
+    Render(#[source] prodigy_grammar::template::RenderError),
+    /// Its path leads outside the project.
+    #[error("`output_file`: {0}")]
+    Path(#[source] crate::paths::PathError),
+    /// It could not be written.
+    #[error("`output_file`: cannot write `{}`: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Why a step's `working_dir` did not render.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("`working_dir`: {0}")]
+pub(crate) struct WorkingDirError(#[source] prodigy_grammar::template::RenderError);
+
 impl Runner {
     /// Renders and runs a step's command; `output_file` gets its (masked) stdout. RESUME:
     /// the failed attempt a Claude call continues (`on_retry: continue`).
@@ -30,19 +54,19 @@ impl Runner {
         let written = template
             .parsed
             .render(vars)
-            .map_err(|e| format!("`output_file`: {e}"))
+            .map_err(OutputFileError::Render)
             .and_then(|file| {
                 // Never outside the project, however the rendered path is spelled or
                 // whatever links it passes.
                 let root = self.workdir();
-                let path = crate::paths::inside(&root, &root, &file)
-                    .map_err(|e| format!("`output_file`: {e}"))?;
+                let path =
+                    crate::paths::inside(&root, &root, &file).map_err(OutputFileError::Path)?;
                 std::fs::write(&path, self.mask(&output.stdout))
-                    .map_err(|e| format!("`output_file`: cannot write `{}`: {e}", path.display()))
+                    .map_err(|source| OutputFileError::Write { path, source })
             });
         match written {
             Ok(()) => output,
-            Err(e) => Output::error(e),
+            Err(e) => Output::error(e.to_string()),
         }
     }
 
@@ -77,7 +101,7 @@ impl Runner {
                             w.create_dirs,
                         )
                     }
-                    Err(e) => Output::error(e),
+                    Err(e) => Output::error(e.to_string()),
                 }
             }
             PlanCommand::Foreach {
@@ -102,13 +126,13 @@ impl Runner {
     }
 
     /// The step's directory: `working_dir` under the project, or the project.
-    pub(crate) fn cwd(&self, step: &PlanStep, vars: &Vars) -> Result<PathBuf, String> {
+    pub(crate) fn cwd(&self, step: &PlanStep, vars: &Vars) -> Result<PathBuf, WorkingDirError> {
         match &step.working_dir {
             Some(t) => t
                 .parsed
                 .render(vars)
                 .map(|dir| self.workdir().join(dir))
-                .map_err(|e| format!("`working_dir`: {e}")),
+                .map_err(WorkingDirError),
             None => Ok(self.workdir()),
         }
     }
@@ -547,7 +571,7 @@ impl Runner {
         }
         let cwd = match self.cwd(step, vars) {
             Ok(cwd) => cwd,
-            Err(e) => return Output::error(e),
+            Err(e) => return Output::error(e.to_string()),
         };
         // A script holding a secret's value reaches `sh` through its environment, which
         // only its user can read, not as an argument every local user can read in

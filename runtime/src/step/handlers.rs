@@ -121,7 +121,7 @@ impl Runner {
     ) -> Checks {
         if let Err(why) = self.capture(step, vars, out) {
             self.capture_failed(step, &why);
-            return Checks::Failed(why);
+            return Checks::Failed(why.to_string());
         }
         if let Some(checks) = &step.step_validate
             && !checks.skip
@@ -144,6 +144,7 @@ impl Runner {
         if step.auto_commit
             && let Err(why) = self.commit(step, vars, head_before).await
         {
+            let why = why.to_string();
             self.record(&crate::events::Event::StepFailed {
                 step: step.label.clone(),
                 error: why.clone(),
@@ -154,17 +155,18 @@ impl Runner {
         if step.commit_required
             && let Err(why) = self.made_commit(step, "", head_before).await
         {
-            return Checks::Failed(why);
+            return Checks::Failed(why.to_string());
         }
         Checks::Passed(outcome)
     }
 
     /// Says and records that `capture` failed: WHY.
-    pub(crate) fn capture_failed(&self, step: &PlanStep, why: &str) {
-        self.say(Message::CaptureFailed(why.to_owned()));
+    pub(crate) fn capture_failed(&self, step: &PlanStep, why: &crate::step::CaptureError) {
+        let why = why.to_string();
+        self.say(Message::CaptureFailed(why.clone()));
         self.record(&crate::events::Event::CaptureFailed {
             step: step.label.clone(),
-            error: why.to_owned(),
+            error: why,
         });
     }
 

@@ -91,6 +91,7 @@ impl Runner {
             if let Some(schema) = &validate.expected_schema
                 && let Err(why) = matches_schema(schema, &result)
             {
+                let why = why.to_string();
                 self.say(Message::ValidationInvalid {
                     label: step.label.clone(),
                     why: why.clone(),
@@ -188,21 +189,53 @@ impl Runner {
         let result = template
             .parsed
             .render(vars)
-            .map_err(|e| e.to_string())
+            .map_err(ResultFileError::Render)
             .and_then(|p| {
                 std::fs::read_to_string(self.workdir().join(&p))
-                    .map_err(|e| format!("cannot read `{p}`: {e}"))
+                    .map_err(|source| ResultFileError::Read { path: p, source })
             })
-            .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")));
+            .and_then(|t| serde_json::from_str(&t).map_err(ResultFileError::NotJson));
         result.unwrap_or_else(|why| {
             json!({"completion_percentage": 0, "status": "invalid", "missing": [format!("result_file: {why}")]})
         })
     }
 }
 
+/// Why a validation's `result_file` gave no result (the result is then incomplete).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub(crate) enum ResultFileError {
+    /// Its path did not render.
+    #[error("{0}")]
+    Render(#[source] prodigy_grammar::template::RenderError),
+    /// It could not be read.
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        /// The path, as rendered.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// It is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+}
+
+/// Why a validation result does not pass `expected_schema`.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub(crate) enum SchemaError {
+    /// `expected_schema` is not a JSON Schema.
+    #[error("the schema is invalid: {0}")]
+    Invalid(#[source] Box<jsonschema::ValidationError<'static>>),
+    /// The result does not match it.
+    #[error("{0}")]
+    Mismatch(#[source] Box<jsonschema::ValidationError<'static>>),
+}
+
 /// Checks a validation result against `expected_schema`.
-pub(crate) fn matches_schema(schema: &Value, result: &Value) -> Result<(), String> {
+pub(crate) fn matches_schema(schema: &Value, result: &Value) -> Result<(), SchemaError> {
     let validator =
-        jsonschema::validator_for(schema).map_err(|e| format!("the schema is invalid: {e}"))?;
-    validator.validate(result).map_err(|e| e.to_string())
+        jsonschema::validator_for(schema).map_err(|e| SchemaError::Invalid(Box::new(e)))?;
+    validator
+        .validate(result)
+        .map_err(|e| SchemaError::Mismatch(Box::new(e.to_owned())))
 }

@@ -632,25 +632,25 @@ async fn unmerged_files(dir: &Path) -> Result<Vec<String>, WorktreeError> {
 
 /// Whether DIR holds OTHER merged and committed, with nothing left unmerged: what the
 /// `merge.on_conflict` steps must leave.
-pub async fn merge_resolved(dir: &Path, other: &str) -> Result<(), String> {
+pub async fn merge_resolved(dir: &Path, other: &str) -> Result<(), super::Unresolved> {
     if git(dir, &["rev-parse", "-q", "--verify", "MERGE_HEAD"])
         .await
         .is_ok()
     {
-        return Err("the merge is not committed".into());
+        return Err(super::Unresolved::NotCommitted);
     }
     match unmerged_files(dir).await {
         Ok(files) if !files.is_empty() => {
-            return Err(format!("{} still unmerged", files.join(", ")));
+            return Err(super::Unresolved::StillUnmerged { files });
         }
         Ok(_) => {}
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     }
     if git(dir, &["merge-base", "--is-ancestor", other, "HEAD"])
         .await
         .is_err()
     {
-        return Err("the merged work is not in the branch's history".into());
+        return Err(super::Unresolved::NotInHistory);
     }
     Ok(())
 }

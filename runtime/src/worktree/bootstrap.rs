@@ -44,6 +44,31 @@ pub enum BootstrapError {
     },
 }
 
+/// Why a worktree's preparation (`worktree:` copies, links and `setup`) failed.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum PrepareError {
+    /// Copying, linking or marking it failed.
+    #[error("cannot prepare the worktree {}: {source}", root.display())]
+    Prepare {
+        /// The worktree.
+        root: PathBuf,
+        /// Why.
+        source: BootstrapError,
+    },
+    /// A `worktree.setup` step failed.
+    #[error("`worktree.setup` step {number} of {total} (`{label}`) failed in {}", root.display())]
+    Setup {
+        /// The step's number, from 1.
+        number: usize,
+        /// How many steps `setup` has.
+        total: usize,
+        /// The step.
+        label: String,
+        /// The worktree.
+        root: PathBuf,
+    },
+}
+
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BootstrapError {
     let path = path.to_owned();
     move |source| BootstrapError::Io { what, path, source }
@@ -315,7 +340,7 @@ impl Runner {
     /// # Errors
     ///
     /// What failed: preparing the worktree, or a `setup` step.
-    pub async fn prepare_session(&self, vars: &Vars) -> Result<(), String> {
+    pub async fn prepare_session(&self, vars: &Vars) -> Result<(), PrepareError> {
         let Some(session) = self.worktree() else {
             return Ok(());
         };
@@ -337,7 +362,7 @@ impl Runner {
         root: &Path,
         agent: bool,
         vars: &mut Vars,
-    ) -> Result<(), String> {
+    ) -> Result<(), PrepareError> {
         let Some(session) = self.worktree() else {
             return Ok(());
         };
@@ -357,14 +382,16 @@ impl Runner {
         root: &Path,
         agent: bool,
         vars: &mut Vars,
-    ) -> Result<(), String> {
+    ) -> Result<(), PrepareError> {
         let prep = &self.plan.worktree;
         if prep.is_empty() {
             return Ok(());
         }
-        let done = prepare(repo, root, prep, agent)
-            .await
-            .map_err(|e| format!("cannot prepare the worktree {}: {e}", root.display()))?;
+        let unusable = |source| PrepareError::Prepare {
+            root: root.to_path_buf(),
+            source,
+        };
+        let done = prepare(repo, root, prep, agent).await.map_err(unusable)?;
         // A reused worktree would only repeat them.
         if done.first {
             for note in &done.notes {
@@ -389,16 +416,15 @@ impl Runner {
                     .step(id)
                     .map(|s| s.label.clone())
                     .unwrap_or_default();
-                return Err(format!(
-                    "`worktree.setup` step {} of {total} (`{label}`) failed in {}",
-                    index + 1,
-                    root.display()
-                ));
+                return Err(PrepareError::Setup {
+                    number: index + 1,
+                    total,
+                    label,
+                    root: root.to_path_buf(),
+                });
             }
         }
-        mark_prepared(root)
-            .await
-            .map_err(|e| format!("cannot prepare the worktree {}: {e}", root.display()))
+        mark_prepared(root).await.map_err(unusable)
     }
 }
 

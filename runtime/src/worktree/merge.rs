@@ -3,6 +3,7 @@
 
 use crate::message::Message;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -15,6 +16,22 @@ use super::{
 };
 use crate::runner::Runner;
 use crate::vars::Vars;
+
+/// Why a map phase's merged work did not come into the session worktree
+/// ([`Runner::end_map_phase`]); the agents' work stays on the integration ref.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error(
+    "cannot bring the agents' merged work (`refs/prodigy/{branch}`) into the session worktree {}: {source}; commit or remove the changes there that stand in the way",
+    path.display()
+)]
+pub struct FinishMapError {
+    /// The session branch.
+    pub branch: String,
+    /// The session worktree.
+    pub path: PathBuf,
+    /// What git said.
+    pub source: WorktreeError,
+}
 
 /// Ends a map phase: the agents' merged work comes into the session branch (a fast-forward
 /// unless the session committed meanwhile) and the integration ref goes. Nothing to do when
@@ -184,6 +201,137 @@ pub enum MergeBack {
     },
 }
 
+/// Why bringing the session back failed ([`Runner::merge_session`]).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum MergeBackError {
+    /// The run started on a detached HEAD.
+    #[error("the run started on a detached HEAD: there is no branch to merge into")]
+    DetachedHead,
+    /// Git failed: locking the target branch, or merging.
+    #[error(transparent)]
+    Git(#[from] WorktreeError),
+    /// The `merge` steps ran past their `timeout`.
+    #[error(
+        "the `merge` steps took longer than their timeout ({})",
+        humantime::format_duration(*timeout)
+    )]
+    TimedOut {
+        /// The `merge.timeout`.
+        timeout: Duration,
+    },
+    /// The run was interrupted during the `merge` steps.
+    #[error("the `merge` steps were interrupted")]
+    Interrupted,
+    /// A `merge` step failed.
+    #[error("a `merge` step failed")]
+    StepFailed,
+    /// The `merge` steps ended without merging the session branch.
+    #[error("the `merge` steps finished, but `{branch}` is not merged into `{target}`")]
+    NotMerged {
+        /// The session branch.
+        branch: String,
+        /// The branch it should be merged into.
+        target: String,
+    },
+    /// The merge conflicted and `merge.on_conflict` did not resolve it.
+    #[error("merging `{branch}` back conflicts in {}, and {source}", files.join(", "))]
+    Unresolved {
+        /// The session branch.
+        branch: String,
+        /// The conflicting paths.
+        files: Vec<String>,
+        /// Why the resolver did not resolve it.
+        source: ResolveError,
+    },
+}
+
+/// Why `merge.on_conflict` did not resolve a conflicted merge, with what its last step
+/// printed ([`Runner::resolve_conflict`]).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("{failure}{}", printed(log))]
+pub struct ResolveError {
+    /// What went wrong.
+    pub failure: ResolveFailure,
+    /// What the last step printed (empty when none ran or it printed nothing).
+    pub log: String,
+}
+
+/// `; the last step printed:` and LOG, unless LOG is blank.
+fn printed(log: &str) -> String {
+    if log.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; the last step printed:\n{}", log.trim_end())
+    }
+}
+
+/// What went wrong in resolving a conflicted merge.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum ResolveFailure {
+    /// The workflow has no `merge.on_conflict` steps.
+    #[error("no `merge.on_conflict` steps")]
+    NoSteps,
+    /// Git failed around the steps.
+    #[error(transparent)]
+    Git(#[from] WorktreeError),
+    /// The steps ran past the merge's `timeout`.
+    #[error(
+        "the `merge.on_conflict` steps took longer than the merge's timeout ({})",
+        humantime::format_duration(*timeout)
+    )]
+    TimedOut {
+        /// The `merge.timeout`.
+        timeout: Duration,
+    },
+    /// The run was interrupted during the steps.
+    #[error("the `merge.on_conflict` steps were interrupted")]
+    Interrupted,
+    /// A step failed.
+    #[error("a `merge.on_conflict` step failed")]
+    StepFailed,
+    /// The steps ended, but the merge is not resolved.
+    #[error("the `merge.on_conflict` steps ended, but {0}")]
+    Unresolved(#[source] Unresolved),
+    /// An agent's resolved merge left no commit to merge.
+    #[error("the resolved merge left no commit")]
+    NoCommit,
+}
+
+impl From<ResolveFailure> for ResolveError {
+    fn from(failure: ResolveFailure) -> Self {
+        ResolveError {
+            failure,
+            log: String::new(),
+        }
+    }
+}
+
+impl From<WorktreeError> for ResolveError {
+    fn from(e: WorktreeError) -> Self {
+        ResolveFailure::Git(e).into()
+    }
+}
+
+/// Why a worktree does not hold a resolved merge ([`merge_resolved`]).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum Unresolved {
+    /// The merge is still in progress (`MERGE_HEAD` exists).
+    #[error("the merge is not committed")]
+    NotCommitted,
+    /// Files are still unmerged.
+    #[error("{} still unmerged", files.join(", "))]
+    StillUnmerged {
+        /// The unmerged paths.
+        files: Vec<String>,
+    },
+    /// Git failed while checking.
+    #[error(transparent)]
+    Git(#[from] WorktreeError),
+    /// The merged work is not an ancestor of `HEAD`.
+    #[error("the merged work is not in the branch's history")]
+    NotInHistory,
+}
+
 /// A merge that conflicted, for the `merge.on_conflict` steps.
 pub(crate) struct Conflicted<'a> {
     /// The worktree that receives the merge.
@@ -217,22 +365,20 @@ impl Runner {
         &self,
         c: Conflicted<'_>,
         vars: &mut Vars,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResolveError> {
         let Some(merge) = self
             .plan
             .merge
             .as_ref()
             .filter(|m| !m.on_conflict.is_empty())
         else {
-            return Err("no `merge.on_conflict` steps".into());
+            return Err(ResolveFailure::NoSteps.into());
         };
         let message = format!(
             "Merge {} into {} (conflicts resolved by `merge.on_conflict`)",
             c.target_branch, c.source_branch
         );
-        let files = begin_conflicted_merge(c.dir, c.other, &message)
-            .await
-            .map_err(|e| e.to_string())?;
+        let files = begin_conflicted_merge(c.dir, c.other, &message).await?;
         if files.is_empty() {
             // It merged cleanly after all.
             return Ok(());
@@ -266,34 +412,27 @@ impl Runner {
         let (outcome, why) =
             crate::mapreduce::guarded(self, stop, steps, merge.timeout, None).await;
         let result = match (why, outcome.continues()) {
-            (Some(crate::mapreduce::Stopped::TimedOut), _) => Err(format!(
-                "the `merge.on_conflict` steps took longer than the merge's timeout ({})",
-                humantime::format_duration(merge.timeout.unwrap_or_default())
-            )),
-            (Some(crate::mapreduce::Stopped::Cancelled), _) => {
-                Err("the `merge.on_conflict` steps were interrupted".into())
-            }
-            (None, false) => Err("a `merge.on_conflict` step failed".into()),
+            (Some(crate::mapreduce::Stopped::TimedOut), _) => Err(ResolveFailure::TimedOut {
+                timeout: merge.timeout.unwrap_or_default(),
+            }),
+            (Some(crate::mapreduce::Stopped::Cancelled), _) => Err(ResolveFailure::Interrupted),
+            (None, false) => Err(ResolveFailure::StepFailed),
             (None, true) => merge_resolved(c.dir, c.other)
                 .await
-                .map_err(|why| format!("the `merge.on_conflict` steps ended, but {why}")),
+                .map_err(ResolveFailure::Unresolved),
         };
         let log = vars.last_output.clone().unwrap_or_default();
         self.record(&crate::events::Event::MergeConflictHandlerFinished {
             source_branch: c.source_branch.to_owned(),
             success: result.is_ok(),
-            error: result.as_ref().err().cloned(),
+            error: result.as_ref().err().map(ToString::to_string),
         });
         vars.values.remove("merge");
         match result {
             Ok(()) => Ok(()),
-            Err(why) => {
+            Err(failure) => {
                 abort_merge(c.dir).await;
-                Err(if log.trim().is_empty() {
-                    why
-                } else {
-                    format!("{why}; the last step printed:\n{}", log.trim_end())
-                })
+                Err(ResolveError { failure, log })
             }
         }
     }
@@ -302,11 +441,7 @@ impl Runner {
     /// afterwards: the session branch must be merged into its target), else `git merge
     /// --no-ff` into the branch the run started from. On success the session worktree and
     /// branch are removed. The caller has asked the user first.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "split after the backend and pool work lands (issue 26)"
-    )]
-    pub async fn merge_session(&self, vars: &mut Vars) -> Result<MergeBack, String> {
+    pub async fn merge_session(&self, vars: &mut Vars) -> Result<MergeBack, MergeBackError> {
         let Some(session) = &self.opts.worktree else {
             return Ok(MergeBack::Nothing { left: 0 });
         };
@@ -321,97 +456,19 @@ impl Runner {
         let target = session
             .target_branch
             .clone()
-            .ok_or("the run started on a detached HEAD: there is no branch to merge into")?;
+            .ok_or(MergeBackError::DetachedHead)?;
         // Another run merging into the same branch finishes first (docs/running.md, "Git worktrees").
-        let _merging = super::lock_branch(&session.repo, &target)
-            .await
-            .map_err(|e| e.to_string())?;
+        let _merging = super::lock_branch(&session.repo, &target).await?;
         self.record(&crate::events::Event::MergeStarted {
             source_branch: session.branch.clone(),
             target_branch: target.clone(),
             commits: commits.len(),
         });
         if let Some(merge) = self.plan.merge.as_ref().filter(|m| !m.steps.is_empty()) {
-            let short: Vec<String> = commits
-                .iter()
-                .map(|c| c.chars().take(7).collect())
-                .collect();
-            vars.set(
-                "merge",
-                json!({
-                    "worktree": session.path,
-                    "source_branch": session.branch,
-                    "target_branch": target,
-                    "session_id": self.session(),
-                    "commits": commits,
-                    "commit_count": commits.len(),
-                    "commit_ids": short.join(","),
-                    "file_list": files.join(","),
-                    "file_count": files.len(),
-                    "modified_files": files,
-                }),
-            );
-            self.say(Message::info(format!(
-                "merge: {} in {}",
-                crate::progress::count(merge.steps.len(), "step"),
-                session.path.display()
-            )));
-            // Under the `timeout`, stopped like any step: SIGTERM to the process groups,
-            // then SIGKILL after the grace period.
-            let (scope, stop) = crate::mapreduce::scope_for(None, None, None);
-            let agent = self.in_agent(scope);
-            let steps = agent.run_phase(&merge.steps, vars);
-            let (outcome, why) =
-                crate::mapreduce::guarded(self, stop, steps, merge.timeout, None).await;
-            match why {
-                Some(crate::mapreduce::Stopped::TimedOut) => {
-                    return Err(format!(
-                        "the `merge` steps took longer than their timeout ({})",
-                        humantime::format_duration(merge.timeout.unwrap_or_default())
-                    ));
-                }
-                Some(crate::mapreduce::Stopped::Cancelled) => {
-                    return Err("the `merge` steps were interrupted".into());
-                }
-                None => {}
-            }
-            if !outcome.continues() {
-                return Err("a `merge` step failed".into());
-            }
-            if !merged(session) {
-                return Err(format!(
-                    "the `merge` steps finished, but `{}` is not merged into `{target}`",
-                    session.branch
-                ));
-            }
+            set_merge_vars(vars, session, &target, self.session(), &commits, &files);
+            self.run_merge_steps(merge, session, &target, vars).await?;
         } else {
-            match merge_session(session).await {
-                Err(WorktreeError::Conflict { files, .. }) if self.resolves_conflicts() => {
-                    // Resolved in the session worktree: the target's new work merged into
-                    // the session branch, which then merges back cleanly.
-                    self.resolve_conflict(
-                        Conflicted {
-                            dir: &session.path,
-                            other: &target,
-                            source_branch: &session.branch,
-                            target_branch: &target,
-                            item: None,
-                            workdir: None,
-                        },
-                        vars,
-                    )
-                    .await
-                    .map_err(|why| {
-                        format!(
-                            "merging `{}` back conflicts in {}, and {why}",
-                            session.branch,
-                            files.join(", ")
-                        )
-                    })?;
-                    merge_session(session).await.map_err(|e| e.to_string())?;
-                }
-                other => other.map_err(|e| e.to_string())?,
-            }
+            self.git_merge_session(session, &target, vars).await?;
         }
         self.record(&crate::events::Event::MergeFinished {
             source_branch: session.branch.clone(),
@@ -428,4 +485,113 @@ impl Runner {
             left,
         })
     }
+
+    /// The workflow's `merge` steps, under their `timeout` and stopped like any step
+    /// (SIGTERM to the process groups, then SIGKILL after the grace period); they must
+    /// leave the session branch merged into TARGET.
+    async fn run_merge_steps(
+        &self,
+        merge: &prodigy_compiler::plan::PlanMerge,
+        session: &SessionWorktree,
+        target: &str,
+        vars: &mut Vars,
+    ) -> Result<(), MergeBackError> {
+        self.say(Message::info(format!(
+            "merge: {} in {}",
+            crate::progress::count(merge.steps.len(), "step"),
+            session.path.display()
+        )));
+        let (scope, stop) = crate::mapreduce::scope_for(None, None, None);
+        let agent = self.in_agent(scope);
+        let steps = agent.run_phase(&merge.steps, vars);
+        let (outcome, why) =
+            crate::mapreduce::guarded(self, stop, steps, merge.timeout, None).await;
+        match why {
+            Some(crate::mapreduce::Stopped::TimedOut) => {
+                return Err(MergeBackError::TimedOut {
+                    timeout: merge.timeout.unwrap_or_default(),
+                });
+            }
+            Some(crate::mapreduce::Stopped::Cancelled) => {
+                return Err(MergeBackError::Interrupted);
+            }
+            None => {}
+        }
+        if !outcome.continues() {
+            return Err(MergeBackError::StepFailed);
+        }
+        if !merged(session) {
+            return Err(MergeBackError::NotMerged {
+                branch: session.branch.clone(),
+                target: target.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `git merge --no-ff` of the session branch into TARGET; a conflict goes to the
+    /// `merge.on_conflict` steps when there are some: the target's new work is merged into
+    /// the session branch in the session worktree, which then merges back cleanly.
+    async fn git_merge_session(
+        &self,
+        session: &SessionWorktree,
+        target: &str,
+        vars: &mut Vars,
+    ) -> Result<(), MergeBackError> {
+        match merge_session(session).await {
+            Err(WorktreeError::Conflict { files, .. }) if self.resolves_conflicts() => {
+                self.resolve_conflict(
+                    Conflicted {
+                        dir: &session.path,
+                        other: target,
+                        source_branch: &session.branch,
+                        target_branch: target,
+                        item: None,
+                        workdir: None,
+                    },
+                    vars,
+                )
+                .await
+                .map_err(|source| MergeBackError::Unresolved {
+                    branch: session.branch.clone(),
+                    files,
+                    source,
+                })?;
+                merge_session(session).await?;
+            }
+            other => other?,
+        }
+        Ok(())
+    }
+}
+
+/// `${merge.*}` for the `merge` steps: the session's branch and worktree, TARGET, and the
+/// COMMITS and FILES merging it back brings.
+fn set_merge_vars(
+    vars: &mut Vars,
+    session: &SessionWorktree,
+    target: &str,
+    session_id: &str,
+    commits: &[String],
+    files: &[String],
+) {
+    let short: Vec<String> = commits
+        .iter()
+        .map(|c| c.chars().take(7).collect())
+        .collect();
+    vars.set(
+        "merge",
+        json!({
+            "worktree": session.path,
+            "source_branch": session.branch,
+            "target_branch": target,
+            "session_id": session_id,
+            "commits": commits,
+            "commit_count": commits.len(),
+            "commit_ids": short.join(","),
+            "file_list": files.join(","),
+            "file_count": files.len(),
+            "modified_files": files,
+        }),
+    );
 }
