@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use prodigy_compiler::plan::Plan;
+use prodigy_plan::Plan;
 
 use super::{
     SessionWorktree, WorktreeError, abort_merge, begin_conflicted_merge, changes, conflict,
