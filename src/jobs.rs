@@ -827,27 +827,38 @@ impl Damaged {
 
 /// The Claude calls in the event FILES, summed per step and in all.
 fn claude_totals(files: &[PathBuf]) -> String {
-    use prodigy_runtime::claude::{Tokens, Totals};
+    use prodigy_runtime::claude::Totals;
+    use prodigy_runtime::events::Event;
     let mut steps: Vec<(String, Totals)> = Vec::new();
     let mut all = Totals::default();
     for file in files {
         let bytes = read_from(file, &mut 0).unwrap_or_default();
+        // Only the lines that can be a Claude call's are read as events.
         for event in String::from_utf8_lossy(&bytes)
             .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["event_type"] == "claude_finished")
+            .filter(|l| l.contains("claude_finished"))
+            .filter_map(|l| serde_json::from_str::<Event>(l).ok())
         {
-            let tokens: Tokens =
-                serde_json::from_value(event["tokens"].clone()).unwrap_or_default();
+            let Event::ClaudeFinished {
+                step,
+                error_kind,
+                num_turns,
+                cost_usd,
+                cost_estimated,
+                tokens,
+                ..
+            } = event
+            else {
+                continue;
+            };
             let call = Totals {
                 calls: 1,
-                failed: u32::from(!event["error_kind"].is_null()),
-                turns: event["num_turns"].as_u64().unwrap_or(0),
-                cost_usd: event["cost_usd"].as_f64().unwrap_or(0.0),
-                estimated: u32::from(event["cost_estimated"] == true),
+                failed: u32::from(error_kind.is_some()),
+                turns: u64::from(num_turns),
+                cost_usd,
+                estimated: u32::from(cost_estimated),
                 tokens,
             };
-            let step = event["step"].as_str().unwrap_or("?").to_owned();
             match steps.iter_mut().find(|(s, _)| *s == step) {
                 Some((_, totals)) => totals.merge(&call),
                 None => steps.push((step, call)),
