@@ -1248,7 +1248,7 @@ mod tests {
     }
 
     /// One event of every variant, its optional fields set (SOME) or left out.
-    #[allow(clippy::too_many_lines, reason = "one constructor per variant")]
+    #[expect(clippy::too_many_lines, reason = "one constructor per variant")]
     fn every_event(some: bool) -> Vec<Event> {
         vec![
             Event::WorkflowStarted {
