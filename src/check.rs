@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
 use prodigy_compiler::diagnostics::{Diagnostic, Severity};
-use prodigy_compiler::source::{LoadError, MAX_FILE_SIZE, SourceFile};
+use prodigy_compiler::source::{LoadDiagnostic as _, LoadError, MAX_FILE_SIZE, SourceFile};
 
 use crate::shellcheck::ShellCheck;
 use crate::{err, exit_code, out, output};

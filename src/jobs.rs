@@ -828,7 +828,8 @@ impl Damaged {
 
 /// The Claude calls in the events files in DIR, summed per step and in all.
 fn claude_totals(dir: &Path) -> String {
-    use prodigy_runtime::claude::{Tokens, Totals};
+    use prodigy_runtime::claude::Totals;
+    use prodigy_runtime::events::Event;
     let mut steps: Vec<(String, Totals)> = Vec::new();
     let mut all = Totals::default();
     EventFiles::new(dir.to_owned()).read(
@@ -836,23 +837,27 @@ fn claude_totals(dir: &Path) -> String {
             if kind_of(line).is_some_and(|kind| kind != "claude_finished") {
                 return;
             }
-            let Some(event) = serde_json::from_slice::<Value>(line)
-                .ok()
-                .filter(|e| e["event_type"] == "claude_finished")
+            // Only the lines that can be a Claude call's are read as events.
+            let Ok(Event::ClaudeFinished {
+                step,
+                error_kind,
+                num_turns,
+                cost_usd,
+                cost_estimated,
+                tokens,
+                ..
+            }) = serde_json::from_slice::<Event>(line)
             else {
                 return;
             };
-            let tokens: Tokens =
-                serde_json::from_value(event["tokens"].clone()).unwrap_or_default();
             let call = Totals {
                 calls: 1,
-                failed: u32::from(!event["error_kind"].is_null()),
-                turns: event["num_turns"].as_u64().unwrap_or(0),
-                cost_usd: event["cost_usd"].as_f64().unwrap_or(0.0),
-                estimated: u32::from(event["cost_estimated"] == true),
+                failed: u32::from(error_kind.is_some()),
+                turns: u64::from(num_turns),
+                cost_usd,
+                estimated: u32::from(cost_estimated),
                 tokens,
             };
-            let step = event["step"].as_str().unwrap_or("?").to_owned();
             match steps.iter_mut().find(|(s, _)| *s == step) {
                 Some((_, totals)) => totals.merge(&call),
                 None => steps.push((step, call)),

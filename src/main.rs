@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use prodigy_compiler::diagnostics::Code;
-use prodigy_compiler::source::SourceFile;
+use prodigy_compiler::source::{LoadDiagnostic as _, SourceFile};
 
 /// Prodigy compiles YAML workflows of shell and Claude Code steps and runs them reliably.
 #[derive(Parser)]

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-pub use prodigy_compiler::plan::BreakerConfig;
+pub use prodigy_plan::BreakerConfig;
 
 /// Where the breaker is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 //! and an average for the new one stay within the limit.
 //! Once the budget is reached it stays reached: no call starts for the rest of the process.
 
-use prodigy_compiler::plan::{OnBudget, Plan};
+use prodigy_plan::{OnBudget, Plan};
 use serde::{Deserialize, Serialize};
 
 /// What the dispatcher knows when a call is about to start.

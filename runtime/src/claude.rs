@@ -13,7 +13,7 @@
 //! false, and it is not an unknown slash command (`Unknown command: …` with no turn taken).
 //! Everything else is a failure with an [`ErrorKind`].
 
-use prodigy_compiler::plan::ClaudeSettings;
+use prodigy_plan::ClaudeSettings;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use prodigy_compiler::plan::{ClaudeLimits, UsageLimitMode};
+use prodigy_plan::{ClaudeLimits, UsageLimitMode};
 use serde_json::Value;
 
 /// After the reset, before the first call: the account's clock and ours differ a little.

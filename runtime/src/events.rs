@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::claude::{ErrorKind, Tokens, Totals};
@@ -22,7 +22,7 @@ use crate::store::EventLog;
 use crate::vars::Secrets;
 
 /// Where a step was written: the workflow file and the line its entry starts on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Origin {
     /// The workflow file as the user named it.
     pub file: String,
@@ -33,10 +33,7 @@ pub struct Origin {
 impl Origin {
     /// Where STEP of PLAN was written: the plan's file and the line the planner found; none
     /// for a step the compiler made.
-    pub fn of(
-        plan: &prodigy_compiler::plan::Plan,
-        step: &prodigy_compiler::plan::PlanStep,
-    ) -> Option<Origin> {
+    pub fn of(plan: &prodigy_plan::Plan, step: &prodigy_plan::PlanStep) -> Option<Origin> {
         step.line.map(|line| Origin {
             file: plan.source.clone(),
             line,
@@ -48,7 +45,7 @@ impl Origin {
 /// that a failure only handled by an `on_failure` handler of a map agent's own step is
 /// `failed_handled` (it fails the item), where elsewhere it is `failed_continued` (the run
 /// goes on).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepOutcome {
     /// The command succeeded.
@@ -88,9 +85,10 @@ impl StepOutcome {
 
 /// One event of a run or a job, as its events file holds it: `event_type` names the variant,
 /// the fields follow in this order (the envelope's `timestamp` and `job_id` are added when it
-/// is written, and inside a map agent `agent_id` and `item_id`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "event_type")]
+/// is written, and inside a map agent `agent_id` and `item_id`). It reads back from its
+/// line as it was written ([`Event`]'s `Deserialize`; the envelope's fields are ignored).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event_type", remote = "Self")]
 pub enum Event {
     /// A standard run starts (or resumes).
     #[serde(rename = "workflow_started")]
@@ -140,7 +138,7 @@ pub enum Event {
         path: PathBuf,
     },
     /// A MapReduce job's checkpoint landed.
-    #[serde(rename = "checkpoint_saved")]
+    #[serde(rename(serialize = "checkpoint_saved", deserialize = "job_checkpoint_saved"))]
     JobCheckpointSaved {
         /// The job's phase.
         phase: Phase,
@@ -271,7 +269,7 @@ pub enum Event {
         /// The run it handles.
         run: u32,
         /// `on_failure.strategy`.
-        strategy: prodigy_compiler::plan::Strategy,
+        strategy: prodigy_plan::Strategy,
     },
     /// An `on_failure` handler ended.
     #[serde(rename = "handler_finished")]
@@ -297,10 +295,13 @@ pub enum Event {
         /// The variable.
         name: String,
         /// Its `capture_format`.
-        format: prodigy_compiler::plan::CaptureFormat,
+        format: prodigy_plan::CaptureFormat,
     },
     /// A setup step's `capture_outputs` set a variable.
-    #[serde(rename = "variable_captured")]
+    #[serde(rename(
+        serialize = "variable_captured",
+        deserialize = "setup_variable_captured"
+    ))]
     SetupVariableCaptured {
         /// The variable.
         name: String,
@@ -707,7 +708,7 @@ pub enum Event {
         failure_count: u32,
     },
     /// An item the DLQ was missing is put back there on resume.
-    #[serde(rename = "dlq_item_added")]
+    #[serde(rename(serialize = "dlq_item_added", deserialize = "dlq_item_repaired"))]
     DlqItemRepaired {
         /// `item_<index>`.
         item_id: String,
@@ -846,6 +847,36 @@ pub enum Event {
         /// Since the call was first refused.
         waited_secs: f64,
     },
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // The derived form (`remote = "Self"`).
+        Event::serialize(self, serializer)
+    }
+}
+
+/// The events that share their `event_type` with another, and the field that tells the
+/// second from the first: its name for the derived form.
+const SHARED_TYPES: [(&str, &str, &str); 3] = [
+    ("checkpoint_saved", "phase", "job_checkpoint_saved"),
+    ("variable_captured", "phase", "setup_variable_captured"),
+    ("dlq_item_added", "repaired", "dlq_item_repaired"),
+];
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut fields = serde_json::Map::<String, Value>::deserialize(deserializer)?;
+        let kind = fields.get("event_type").and_then(Value::as_str);
+        if let Some((_, _, second)) = SHARED_TYPES
+            .iter()
+            .find(|(name, field, _)| kind == Some(*name) && fields.contains_key(*field))
+        {
+            fields.insert("event_type".to_owned(), Value::String((*second).to_owned()));
+        }
+        // The derived form (`remote = "Self"`).
+        Event::deserialize(Value::Object(fields)).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Event {
@@ -1166,5 +1197,567 @@ mod tests {
         sink.secrets().add("TOKEN", "hunter2");
         sink.say(Message::Output("using hunter2".into()), None);
         assert_eq!(lock(&kept.0)[0], Message::Output("using ***".into()));
+    }
+
+    fn opt<T>(some: bool, value: T) -> Option<T> {
+        some.then_some(value)
+    }
+
+    fn words(some: bool) -> Vec<String> {
+        if some {
+            vec!["a".into(), "b c".into()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn tokens() -> Tokens {
+        Tokens {
+            input: 1,
+            output: 2,
+            cache_read: 3,
+            cache_creation: 4,
+        }
+    }
+
+    fn totals() -> Totals {
+        Totals {
+            calls: 2,
+            failed: 1,
+            turns: 7,
+            cost_usd: 0.125,
+            estimated: 1,
+            tokens: tokens(),
+        }
+    }
+
+    fn metrics() -> ErrorMetrics {
+        ErrorMetrics {
+            total_items: 4,
+            successful: 2,
+            failed: 1,
+            skipped: 1,
+            failure_rate: 0.333_333_333_333_333_3,
+            error_types: [("timeout".to_owned(), 3)].into(),
+            failure_patterns: vec![crate::mapreduce::FailurePattern {
+                pattern: "timeout".into(),
+                frequency: 3,
+                suggestion: "raise the timeout".into(),
+            }],
+        }
+    }
+
+    fn task(some: bool) -> crate::backend::TaskRef {
+        crate::backend::TaskRef {
+            backend: "slurm".into(),
+            id: "12_3".into(),
+            node: opt(some, "n1".into()),
+        }
+    }
+
+    /// One event of every variant, its optional fields set (SOME) or left out.
+    #[expect(clippy::too_many_lines, reason = "one constructor per variant")]
+    fn every_event(some: bool) -> Vec<Event> {
+        vec![
+            Event::WorkflowStarted {
+                workflow: opt(some, "text with spaces".into()),
+                session_id: "text with spaces".into(),
+                resumed_at_step: 3,
+                steps: 3,
+            },
+            Event::WorkflowFinished {
+                outcome: crate::store::SessionStatus::Failed,
+                failed_step: opt(some, "text with spaces".into()),
+                failed_continued: 3,
+                duration_secs: 1.25,
+                claude: opt(some, totals()),
+            },
+            Event::StepFailedContinued {
+                step: "text with spaces".into(),
+                step_index: 3,
+                handled: some,
+            },
+            Event::CheckpointSaved {
+                next_step: 3,
+                status: crate::store::SessionStatus::Failed,
+                path: PathBuf::from("/state/x.json"),
+            },
+            Event::JobCheckpointSaved {
+                phase: Phase::Map,
+                status: Status::Stopped,
+                items_processed: 5,
+            },
+            Event::StepStarted {
+                step: "text with spaces".into(),
+                step_index: opt(some, 3),
+                step_id: 4,
+                origin: opt(
+                    some,
+                    Origin {
+                        file: "w.yml".into(),
+                        line: 12,
+                    },
+                ),
+            },
+            Event::StepSkipped {
+                step: "text with spaces".into(),
+                when: "text with spaces".into(),
+            },
+            Event::StepFailed {
+                step: "text with spaces".into(),
+                error: "text with spaces".into(),
+            },
+            Event::AttemptStarted {
+                step: "text with spaces".into(),
+                run: 4,
+                attempt: 4,
+            },
+            Event::AttemptFinished {
+                step: "text with spaces".into(),
+                run: 4,
+                attempt: 4,
+                exit_code: opt(some, -2),
+                timed_out: some,
+                success: some,
+                duration_secs: 1.25,
+            },
+            Event::RetryScheduled {
+                step: "text with spaces".into(),
+                next_attempt: 4,
+                delay_secs: 1.25,
+            },
+            Event::FallbackStarted {
+                step: "text with spaces".into(),
+            },
+            Event::CaptureFailed {
+                step: "text with spaces".into(),
+                error: "text with spaces".into(),
+            },
+            Event::ExitCodeHandlerStarted {
+                step: "text with spaces".into(),
+                exit_code: -2,
+            },
+            Event::StepFinished {
+                step: "text with spaces".into(),
+                outcome: StepOutcome::FailedHandled,
+                origin: opt(
+                    some,
+                    Origin {
+                        file: "w.yml".into(),
+                        line: 12,
+                    },
+                ),
+            },
+            Event::InternalError {
+                step: "text with spaces".into(),
+                state: "text with spaces".into(),
+                action: "text with spaces".into(),
+            },
+            Event::HandlerStarted {
+                step: "text with spaces".into(),
+                run: 4,
+                strategy: prodigy_plan::Strategy::Fallback,
+            },
+            Event::HandlerFinished {
+                step: "text with spaces".into(),
+                run: 4,
+                success: some,
+            },
+            Event::SuccessHandlerStarted {
+                step: "text with spaces".into(),
+            },
+            Event::VariableCaptured {
+                step: "text with spaces".into(),
+                name: "text with spaces".into(),
+                format: prodigy_plan::CaptureFormat::Json,
+            },
+            Event::SetupVariableCaptured {
+                name: "text with spaces".into(),
+                phase: "text with spaces".into(),
+            },
+            Event::StepValidationFinished {
+                step: "text with spaces".into(),
+                round: 4,
+                passed: 4,
+                checks: 4,
+                success: some,
+            },
+            Event::ValidationFinished {
+                step: "text with spaces".into(),
+                round: 4,
+                completion: 1.25,
+                complete: some,
+            },
+            Event::ClaudeStarted {
+                step: "text with spaces".into(),
+                program: "text with spaces".into(),
+                args: words(some),
+                cli_version: opt(some, "text with spaces".into()),
+                log: opt(some, PathBuf::from("/state/x.json")),
+            },
+            Event::ClaudeFinished {
+                step: "text with spaces".into(),
+                success: some,
+                error_kind: opt(some, ErrorKind::RateLimit),
+                message: opt(some, "text with spaces".into()),
+                session_id: opt(some, "text with spaces".into()),
+                num_turns: 4,
+                cost_usd: 1.25,
+                cost_estimated: some,
+                tokens: tokens(),
+                tool_calls: 4,
+                api_retries: 4,
+                exit_code: opt(some, -2),
+                log: opt(some, PathBuf::from("/state/x.json")),
+                duration_secs: 1.25,
+            },
+            Event::MergeConflictHandlerStarted {
+                source_branch: "text with spaces".into(),
+                target_branch: "text with spaces".into(),
+                conflicted_files: words(some),
+                worktree: PathBuf::from("/state/x.json"),
+            },
+            Event::MergeConflictHandlerFinished {
+                source_branch: "text with spaces".into(),
+                success: some,
+                error: opt(some, "text with spaces".into()),
+            },
+            Event::MergeStarted {
+                source_branch: "text with spaces".into(),
+                target_branch: "text with spaces".into(),
+                commits: 3,
+            },
+            Event::MergeFinished {
+                source_branch: "text with spaces".into(),
+                target_branch: "text with spaces".into(),
+            },
+            Event::JobStarted {
+                workflow: opt(some, "text with spaces".into()),
+                phase: Phase::Map,
+                job_dir: PathBuf::from("/state/x.json"),
+            },
+            Event::JobResumed {
+                workflow: opt(some, "text with spaces".into()),
+                phase: Phase::Map,
+                job_dir: PathBuf::from("/state/x.json"),
+            },
+            Event::JobFinished {
+                status: Status::Stopped,
+                metrics: metrics(),
+                dlq_count: 5,
+                duration_secs: 1.25,
+                claude: opt(some, totals()),
+            },
+            Event::StateWriteFailed {
+                error: "text with spaces".into(),
+            },
+            Event::JobStopping {
+                reason: "text with spaces".into(),
+            },
+            Event::ClaudeBudgetReached {
+                spent: 1.25,
+                limit: 1.25,
+                not_started: 5,
+            },
+            Event::SetupLeftUncommitted { paths: words(some) },
+            Event::WorktreePrepared {
+                path: PathBuf::from("/state/x.json"),
+                copied: words(some),
+                linked: words(some),
+                setup: some,
+            },
+            Event::SetupStarted { steps: 3 },
+            Event::SetupFinished {},
+            Event::InputLoaded {
+                input: "text with spaces".into(),
+                selected: 3,
+                filtered: 3,
+                distinct: 3,
+                items: 3,
+                distinct_missing: opt(some, 3),
+            },
+            Event::MapStarted {
+                items: 3,
+                pending: 3,
+                max_parallel: 3,
+            },
+            Event::MapFinished {
+                successful: 5,
+                failed: 5,
+                skipped: 5,
+                pending: 3,
+            },
+            Event::AgentStarted {
+                agent_id: "text with spaces".into(),
+                item_id: "text with spaces".into(),
+                attempt: 4,
+            },
+            Event::AgentCompleted {
+                agent_id: "text with spaces".into(),
+                item_id: "text with spaces".into(),
+                attempt: 4,
+                duration_secs: 1.25,
+            },
+            Event::AgentFailed {
+                agent_id: "text with spaces".into(),
+                item_id: "text with spaces".into(),
+                attempt: 4,
+                error_type: "text with spaces".into(),
+                error: "text with spaces".into(),
+                step: opt(some, "text with spaces".into()),
+            },
+            Event::AgentCancelled {
+                agent_id: "text with spaces".into(),
+                item_id: "text with spaces".into(),
+            },
+            Event::AgentRejected {
+                item_id: "text with spaces".into(),
+                reason: "text with spaces".into(),
+            },
+            Event::AgentMerged {
+                branch: "text with spaces".into(),
+                merge: "text with spaces".into(),
+            },
+            Event::AgentMergeRecovered {
+                item_id: "text with spaces".into(),
+                branch: "text with spaces".into(),
+                merge_commit: "text with spaces".into(),
+            },
+            Event::AgentWorktreesSwept {
+                worktrees: 3,
+                branches: 3,
+            },
+            Event::AgentWorktreeKept {
+                path: PathBuf::from("/state/x.json"),
+                branch: "text with spaces".into(),
+                uncommitted: words(some),
+            },
+            Event::AgentMergeFailed {
+                branch: "text with spaces".into(),
+                error: "text with spaces".into(),
+                error_type: "text with spaces".into(),
+            },
+            Event::CircuitHalfOpen {
+                item_id: "text with spaces".into(),
+            },
+            Event::CircuitOpen {
+                item_id: "text with spaces".into(),
+            },
+            Event::CircuitClosed {
+                item_id: "text with spaces".into(),
+            },
+            Event::ItemRetryScheduled {
+                item_id: "text with spaces".into(),
+                next_attempt: 4,
+                delay_secs: 1.25,
+            },
+            Event::ItemSkipped {
+                item_id: "text with spaces".into(),
+            },
+            Event::ItemHandlerStarted {
+                item_id: "text with spaces".into(),
+                handler: "text with spaces".into(),
+            },
+            Event::ItemHandlerFinished {
+                item_id: "text with spaces".into(),
+                success: some,
+            },
+            Event::DlqItemAdded {
+                item_id: "text with spaces".into(),
+                error_signature: "text with spaces".into(),
+                failure_count: 4,
+            },
+            Event::DlqItemRepaired {
+                item_id: "text with spaces".into(),
+                repaired: some,
+            },
+            Event::DlqRetryStarted { items: 3 },
+            Event::DlqItemRemoved {
+                item_id: "text with spaces".into(),
+            },
+            Event::DlqItemUpdated {
+                item_id: "text with spaces".into(),
+                failure_count: 4,
+            },
+            Event::DlqRetryFinished {
+                retried: 5,
+                succeeded: 5,
+                still_failing: 5,
+            },
+            Event::ReduceStarted { steps: 3 },
+            Event::ReduceFinished {},
+            Event::TaskStarted { task: task(some) },
+            Event::TaskSubmitted {
+                task: task(some),
+                attempt: 4,
+            },
+            Event::TaskAdopted {
+                task: task(some),
+                attempt: 4,
+            },
+            Event::TaskCancelled {
+                task: task(some),
+                reason: "text with spaces".into(),
+            },
+            Event::ClaudeLimitReached {
+                step: "text with spaces".into(),
+                limit_type: "text with spaces".into(),
+                resets_at: "text with spaces".into(),
+                action: "text with spaces".into(),
+                wait_secs: opt(some, 1.25),
+            },
+            Event::ClaudeLimitLifted {
+                step: "text with spaces".into(),
+            },
+            Event::ClaudeSlotsChanged {
+                slots: 3,
+                max: 3,
+                reason: "text with spaces".into(),
+            },
+            Event::NotificationFinished {
+                event: "text with spaces".into(),
+                command: "text with spaces".into(),
+                success: some,
+                exit_code: opt(some, -2),
+                timed_out: some,
+                duration_secs: 1.25,
+            },
+            Event::ClaudeCallRepeated {
+                step: "text with spaces".into(),
+                error_kind: ErrorKind::Overloaded,
+                waited_secs: 1.25,
+            },
+        ]
+    }
+
+    /// Each variant's place: a new variant does not compile here until it has one, and then
+    /// fails `every_variant_reads_back_as_it_was_written` until [`every_event`] makes one.
+    fn variant(event: &Event) -> usize {
+        match event {
+            Event::WorkflowStarted { .. } => 0,
+            Event::WorkflowFinished { .. } => 1,
+            Event::StepFailedContinued { .. } => 2,
+            Event::CheckpointSaved { .. } => 3,
+            Event::JobCheckpointSaved { .. } => 4,
+            Event::StepStarted { .. } => 5,
+            Event::StepSkipped { .. } => 6,
+            Event::StepFailed { .. } => 7,
+            Event::AttemptStarted { .. } => 8,
+            Event::AttemptFinished { .. } => 9,
+            Event::RetryScheduled { .. } => 10,
+            Event::FallbackStarted { .. } => 11,
+            Event::CaptureFailed { .. } => 12,
+            Event::ExitCodeHandlerStarted { .. } => 13,
+            Event::StepFinished { .. } => 14,
+            Event::InternalError { .. } => 15,
+            Event::HandlerStarted { .. } => 16,
+            Event::HandlerFinished { .. } => 17,
+            Event::SuccessHandlerStarted { .. } => 18,
+            Event::VariableCaptured { .. } => 19,
+            Event::SetupVariableCaptured { .. } => 20,
+            Event::StepValidationFinished { .. } => 21,
+            Event::ValidationFinished { .. } => 22,
+            Event::ClaudeStarted { .. } => 23,
+            Event::ClaudeFinished { .. } => 24,
+            Event::MergeConflictHandlerStarted { .. } => 25,
+            Event::MergeConflictHandlerFinished { .. } => 26,
+            Event::MergeStarted { .. } => 27,
+            Event::MergeFinished { .. } => 28,
+            Event::JobStarted { .. } => 29,
+            Event::JobResumed { .. } => 30,
+            Event::JobFinished { .. } => 31,
+            Event::StateWriteFailed { .. } => 32,
+            Event::JobStopping { .. } => 33,
+            Event::ClaudeBudgetReached { .. } => 34,
+            Event::SetupLeftUncommitted { .. } => 35,
+            Event::WorktreePrepared { .. } => 36,
+            Event::SetupStarted { .. } => 37,
+            Event::SetupFinished { .. } => 38,
+            Event::InputLoaded { .. } => 39,
+            Event::MapStarted { .. } => 40,
+            Event::MapFinished { .. } => 41,
+            Event::AgentStarted { .. } => 42,
+            Event::AgentCompleted { .. } => 43,
+            Event::AgentFailed { .. } => 44,
+            Event::AgentCancelled { .. } => 45,
+            Event::AgentRejected { .. } => 46,
+            Event::AgentMerged { .. } => 47,
+            Event::AgentMergeRecovered { .. } => 48,
+            Event::AgentWorktreesSwept { .. } => 49,
+            Event::AgentWorktreeKept { .. } => 50,
+            Event::AgentMergeFailed { .. } => 51,
+            Event::CircuitHalfOpen { .. } => 52,
+            Event::CircuitOpen { .. } => 53,
+            Event::CircuitClosed { .. } => 54,
+            Event::ItemRetryScheduled { .. } => 55,
+            Event::ItemSkipped { .. } => 56,
+            Event::ItemHandlerStarted { .. } => 57,
+            Event::ItemHandlerFinished { .. } => 58,
+            Event::DlqItemAdded { .. } => 59,
+            Event::DlqItemRepaired { .. } => 60,
+            Event::DlqRetryStarted { .. } => 61,
+            Event::DlqItemRemoved { .. } => 62,
+            Event::DlqItemUpdated { .. } => 63,
+            Event::DlqRetryFinished { .. } => 64,
+            Event::ReduceStarted { .. } => 65,
+            Event::ReduceFinished { .. } => 66,
+            Event::TaskStarted { .. } => 67,
+            Event::TaskSubmitted { .. } => 68,
+            Event::TaskAdopted { .. } => 69,
+            Event::TaskCancelled { .. } => 70,
+            Event::ClaudeLimitReached { .. } => 71,
+            Event::ClaudeLimitLifted { .. } => 72,
+            Event::ClaudeSlotsChanged { .. } => 73,
+            Event::NotificationFinished { .. } => 74,
+            Event::ClaudeCallRepeated { .. } => 75,
+        }
+    }
+
+    const VARIANTS: usize = 76;
+
+    /// Every variant reads back from its line, as the one it was (`checkpoint_saved`,
+    /// `variable_captured` and `dlq_item_added` name two variants each), and writes the
+    /// same bytes again.
+    #[test]
+    fn every_variant_reads_back_as_it_was_written() {
+        for some in [true, false] {
+            let events = every_event(some);
+            let mut missing: Vec<usize> = (0..VARIANTS).collect();
+            for event in &events {
+                missing.retain(|&i| i != variant(event));
+                let line = Value::Object(event.to_json()).to_string();
+                let read: Event =
+                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+                assert_eq!(&read, event, "{line}");
+                assert_eq!(Value::Object(read.to_json()).to_string(), line);
+                assert_eq!(serde_json::to_string(&read).unwrap(), line);
+            }
+            assert!(
+                missing.is_empty(),
+                "every_event makes no variant {missing:?}"
+            );
+        }
+    }
+
+    /// What the sink wrote (the envelope's time and job, a map agent's ids added) reads
+    /// back as the events it was given.
+    #[test]
+    fn events_read_back_from_the_file_the_sink_wrote() {
+        let home = tempfile::tempdir().unwrap();
+        let sink = sink_in(home.path());
+        let events = every_event(true);
+        for (i, event) in events.iter().enumerate() {
+            let agent = (i % 2 == 0).then_some(AgentIds {
+                agent_id: "agent-1",
+                item_id: "item_1",
+            });
+            sink.record(event, agent);
+        }
+        let text = std::fs::read_to_string(sink.path()).unwrap();
+        let read: Vec<Event> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect();
+        assert_eq!(read, events);
     }
 }

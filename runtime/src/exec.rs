@@ -557,17 +557,23 @@ pub(crate) async fn terminate(
 
 /// `write_file`: PATH, relative to `cwd`, must stay inside ROOT (the project) once its links
 /// are followed ([`crate::paths::inside`]); JSON and YAML are validated (JSON is
-/// pretty-printed); `mode` sets the permission bits, else a new file gets the umask's.
+/// pretty-printed; YAML is read with the plan's reader, `Plan::yaml`); `mode` sets the permission
+/// bits, else a new file gets the umask's.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the fields of a `write_file` step, and the plan's YAML reader"
+)]
 pub fn write_file(
     root: &Path,
     cwd: &Path,
     path: &str,
     content: &str,
-    format: prodigy_compiler::plan::WriteFormat,
+    format: prodigy_plan::WriteFormat,
+    yaml: prodigy_plan::YamlReader,
     mode: Option<u32>,
     create_dirs: bool,
 ) -> Output {
-    use prodigy_compiler::plan::WriteFormat;
+    use prodigy_plan::WriteFormat;
     // Resolved before anything is made, and written at the real place, so that no `..`,
     // absolute path or link leads the write (or the `chmod`) out of the project.
     let target = match crate::paths::inside(root, cwd, path) {
@@ -580,7 +586,7 @@ pub fn write_file(
             Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default() + "\n",
             Err(e) => return Output::error(format!("`write_file` content is not valid JSON: {e}")),
         },
-        WriteFormat::Yaml => match prodigy_compiler::plan::support::yaml_to_json(content) {
+        WriteFormat::Yaml => match yaml.read(content) {
             Ok(value) => value.map_or_else(String::new, |v| to_yaml(&v)),
             Err(why) => {
                 return Output::error(format!("`write_file` content is not valid YAML: {why}"));
@@ -703,7 +709,7 @@ mod tests {
     use serde_json::json;
 
     fn read_back(yaml: &str) -> Value {
-        prodigy_compiler::plan::support::yaml_to_json(yaml)
+        prodigy_compiler::plan::yaml_to_json(yaml)
             .unwrap_or_else(|why| panic!("{yaml}: {why}"))
             .unwrap()
     }

@@ -14,7 +14,7 @@ use crate::exec::Command;
 
 /// The largest map input prodigy reads, from a file or from a command's standard output:
 /// 1 GiB. A map input may be much larger than a workflow file (whose bound is
-/// [`prodigy_compiler::plan::support::MAX_FILE_SIZE`]), but every item is kept in memory.
+/// [`prodigy_plan::support::MAX_FILE_SIZE`]), but every item is kept in memory.
 pub const MAX_INPUT_SIZE: u64 = 1024 * 1024 * 1024;
 
 /// How much of an input command's standard error is kept for the message when it fails.
@@ -137,7 +137,7 @@ fn ended(code: Option<i32>) -> String {
 /// A message naming the path and why it was not read: it does not exist, it is a device, a
 /// FIFO or a directory, it is larger than `limit`, or it is not UTF-8.
 pub fn read_file(path: &Path, limit: u64) -> Result<String, InputError> {
-    use prodigy_compiler::plan::support::{LoadError, read_regular};
+    use prodigy_plan::support::{LoadError, read_regular};
     let path = path.to_path_buf();
     let bytes = read_regular(&path, limit).map_err(|e| match e {
         LoadError::TooLarge { limit, .. } => InputError::FileTooLarge {

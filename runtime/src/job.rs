@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-pub use prodigy_compiler::plan::{HandlerId, ItemFailure, JobPolicy};
+pub use prodigy_plan::{HandlerId, ItemFailure, JobPolicy};
 
 /// Items finished so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The Prodigy interpreter: walks a compiled plan as explicit state machines.
 //!
-//! It consumes only the compiler's [`prodigy_compiler::plan::Plan`] and never reads YAML.
+//! It consumes only the compiler's [`prodigy_plan::Plan`] and never reads YAML.
 
 pub mod backend;
 pub mod breaker;

@@ -38,7 +38,7 @@ impl Exit {
     }
 }
 
-pub use prodigy_compiler::plan::{Exhausted, HandlerPolicy, Matcher, RetryPolicy};
+pub use prodigy_plan::{Exhausted, HandlerPolicy, Matcher, RetryPolicy};
 
 /// Matching a failure against `retry_config.retry_on`.
 trait Matches {
@@ -565,9 +565,9 @@ mod tests {
     /// `on_failure: {fallback: make clean}`.
     fn fallback_command() -> Exhausted {
         let text = "make clean";
-        Exhausted::Fallback(prodigy_compiler::plan::Template {
+        Exhausted::Fallback(prodigy_plan::Template {
             value: text.to_owned(),
-            span: prodigy_compiler::plan::support::Span::default(),
+            span: prodigy_plan::support::Span::default(),
             parsed: prodigy_grammar::template::Template::parse(text).unwrap(),
             exact: true,
         })

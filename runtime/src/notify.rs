@@ -4,7 +4,7 @@
 //! same executor and masking as steps, each bounded by its `timeout`. A notification that
 //! fails is recorded and said, and never changes how the run ends.
 
-use prodigy_compiler::plan::{EVENT_FIELDS, Mode, NotifyEvent, PlanCommand};
+use prodigy_plan::{EVENT_FIELDS, Mode, NotifyEvent, PlanCommand};
 use serde_json::{Map, Value, json};
 
 use crate::events::Event;

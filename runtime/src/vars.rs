@@ -4,10 +4,10 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use prodigy_compiler::plan::support::{EXPORT_SEPARATOR, RESERVED_ENV, export_field, export_root};
 use prodigy_grammar::expr::{Context, EvalError};
 use prodigy_grammar::path::{Path, Segment, lookup_segments};
 use prodigy_grammar::template::Scope;
+use prodigy_plan::support::{EXPORT_SEPARATOR, RESERVED_ENV, export_field, export_root};
 use serde_json::Value;
 
 /// Capture metadata fields, read as `${NAME.exit_code}` and so on.
@@ -294,7 +294,7 @@ impl Vars {
 
     /// The environment exported to a process: the names the workflow exports (env, profile,
     /// secrets, params) as they are, and every other variable under its exported name
-    /// ([`prodigy_compiler::plan::support::exported_name`]): `build` → `BUILD`, `item_id` → `ITEM_ID`, and each field and
+    /// ([`prodigy_plan::support::exported_name`]): `build` → `BUILD`, `item_id` → `ITEM_ID`, and each field and
     /// element, nested, with `__` between the parts: `item.id` → `ITEM__ID`,
     /// `item.files[0]` → `ITEM__FILES__0`, a capture's `build.stderr` → `BUILD__STDERR`.
     /// Each holds the text `${...}` renders for the path, so a script reads

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use prodigy_compiler::diagnostics::{Code, render_human};
-use prodigy_compiler::source::SourceFile;
+use prodigy_compiler::source::{LoadDiagnostic as _, SourceFile};
 
 #[path = "../support/external.rs"]
 mod external;

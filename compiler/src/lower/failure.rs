@@ -475,27 +475,6 @@ impl OnFailure {
     }
 }
 
-impl RetryConfig {
-    /// The documented defaults.
-    pub fn defaults(span: Span) -> Self {
-        RetryConfig {
-            span,
-            attempts: 3,
-            backoff: Backoff::Exponential {
-                initial: None,
-                base: 2.0,
-            },
-            initial_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(30),
-            jitter: false,
-            jitter_factor: 0.3,
-            retry_on: Vec::new(),
-            retry_budget: None,
-            on_failure: RetryExhausted::Stop,
-        }
-    }
-}
-
 /// The timing fields both retry mappings share, as [`Lowerer::retry_timing`] read them.
 #[derive(Default)]
 pub(crate) struct RetryTiming {

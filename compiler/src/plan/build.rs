@@ -120,6 +120,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         container: workflow.container.clone(),
         variables: Vec::new(),
         reads_map_results: false,
+        yaml: super::YamlReader(super::yaml_to_json),
     }
     .with_variables(workflow);
     // Whatever reads `${map.results}` is written in the file (a command, a dynamic `env`
@@ -146,8 +147,13 @@ fn mentions_map_results(text: &str) -> bool {
         })
 }
 
-impl Plan {
+/// The variable table the planner derives (the plan is the plan crate's type).
+trait WithVariables {
     /// Fills the variable table and each step's `reads`.
+    fn with_variables(self, workflow: &ast::Workflow) -> Self;
+}
+
+impl WithVariables for Plan {
     fn with_variables(mut self, workflow: &ast::Workflow) -> Self {
         let mut known: std::collections::BTreeMap<String, VarSource> =
             std::collections::BTreeMap::new();

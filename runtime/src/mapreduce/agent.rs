@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use prodigy_compiler::plan::TimeoutPolicy;
-use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_plan::TimeoutPolicy;
+use prodigy_plan::{Plan, StepId};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;

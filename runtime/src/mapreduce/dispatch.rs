@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use prodigy_compiler::plan::{ErrorCollection, MaxParallel, TimeoutAction};
-use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_plan::{ErrorCollection, MaxParallel, TimeoutAction};
+use prodigy_plan::{Plan, StepId};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::job::Counts;
 use crate::jobstore::{ItemRecord, ItemStatus};
 
 /// Error metrics (docs/language.md §8): printed at the end of the job and stored with it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ErrorMetrics {
     /// Items after the input pipeline.
     pub total_items: u64,
@@ -27,7 +27,7 @@ pub struct ErrorMetrics {
 }
 
 /// A recurring failure.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailurePattern {
     /// The error type.
     pub pattern: String,

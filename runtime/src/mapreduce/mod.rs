@@ -9,7 +9,7 @@
 use crate::message::Message;
 use std::path::PathBuf;
 
-use prodigy_compiler::plan::Plan;
+use prodigy_plan::Plan;
 use serde_json::{Value, json};
 
 use crate::breaker::BreakerState;
@@ -542,9 +542,9 @@ mod tests {
     use crate::dlq::ErrorType;
     use crate::jobstore::{ItemRecord, ItemStatus};
     use crate::vars::CommandOutput;
-    use prodigy_compiler::plan::support::{Span, Spanned};
-    use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
     use prodigy_grammar::jsonpath::JsonPath;
+    use prodigy_plan::support::{Span, Spanned};
+    use prodigy_plan::{CaptureSource, Multiline, OutputCapture};
     use setup::setup_value;
 
     fn failed(index: usize, kind: &str, message: &str) -> ItemRecord {
@@ -694,14 +694,13 @@ mod tests {
     }
 
     /// A pattern compiled as the planner compiles it.
-    fn pattern(text: &str) -> prodigy_compiler::plan::Pattern {
-        prodigy_compiler::plan::Pattern::compile(Spanned::new(text.into(), Span::default()))
-            .unwrap()
+    fn pattern(text: &str) -> prodigy_plan::Pattern {
+        prodigy_plan::Pattern::compile(Spanned::new(text.into(), Span::default())).unwrap()
     }
 
     /// A JSON path parsed as the planner parses it.
-    fn path(text: &str) -> prodigy_compiler::plan::Parsed<JsonPath> {
-        prodigy_compiler::plan::Parsed {
+    fn path(text: &str) -> prodigy_plan::Parsed<JsonPath> {
+        prodigy_plan::Parsed {
             value: text.into(),
             span: Span::default(),
             parsed: JsonPath::parse(text).unwrap(),
@@ -726,7 +725,7 @@ mod tests {
         };
         let mut c = capture(CaptureSource::Stdout);
         c.pattern = Some(pattern(r"count: (\d+)"));
-        c.format = prodigy_compiler::plan::CaptureFormat::Number;
+        c.format = prodigy_plan::CaptureFormat::Number;
         assert_eq!(setup_value(&c, &out).unwrap(), json!(42));
         let mut c = capture(CaptureSource::Stdout);
         c.multiline = Multiline::LastLine;

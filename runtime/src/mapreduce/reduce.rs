@@ -80,7 +80,7 @@ impl MapJob<'_> {
 }
 
 /// Whether a job of TOTAL items builds `${map.results}`: when its workflow mentions it
-/// (READ, [`prodigy_compiler::plan::Plan::reads_map_results`]), and for a job small enough
+/// (READ, [`prodigy_plan::Plan::reads_map_results`]), and for a job small enough
 /// that the list costs little, so that a script run by a step still finds it exported as
 /// `MAP__RESULTS…` (docs/linting.md, "Expressions and variables").
 pub(crate) fn builds_map_results(read: bool, total: u64) -> bool {
@@ -88,7 +88,7 @@ pub(crate) fn builds_map_results(read: bool, total: u64) -> bool {
 }
 
 /// `${map.*}` (docs/language.md §5); `results`, every item's record, only `with_results`
-/// (when a step can read it: [`prodigy_compiler::plan::Plan::reads_map_results`]).
+/// (when a step can read it: [`prodigy_plan::Plan::reads_map_results`]).
 pub(crate) fn map_vars(
     records: &[ItemRecord],
     total: u64,

@@ -2,8 +2,8 @@
 
 use crate::message::{Message, Phase};
 
-use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
 use prodigy_grammar::pipeline::InputKind;
+use prodigy_plan::{CaptureSource, Multiline, OutputCapture};
 use serde_json::Value;
 
 use crate::machine::Outcome;

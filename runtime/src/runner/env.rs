@@ -4,8 +4,8 @@
 use crate::message::Message;
 use std::time::Duration;
 
-use prodigy_compiler::plan::{self, EnvValue, SecretSource};
 use prodigy_grammar::template::Template;
+use prodigy_plan::{self as plan, EnvValue, SecretSource};
 use serde_json::Value;
 
 use crate::exec::{self, Command, Output};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_plan::{Plan, StepId};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::Value;
@@ -638,7 +638,7 @@ impl Runner {
     /// verbosity (docs/running.md); any step's at `-v`.
     pub(crate) fn output_shown_as(
         &self,
-        step: &prodigy_compiler::plan::PlanStep,
+        step: &prodigy_plan::PlanStep,
     ) -> Option<fn(String) -> crate::message::Message> {
         let result = self.agent().is_none_or(|a| a.agent_id.is_empty())
             && (self.plan.reduce.contains(&step.id) || self.plan.commands.last() == Some(&step.id));
@@ -659,10 +659,7 @@ impl Runner {
     }
 
     /// Where STEP was written, for its events.
-    pub(crate) fn origin(
-        &self,
-        step: &prodigy_compiler::plan::PlanStep,
-    ) -> Option<crate::events::Origin> {
+    pub(crate) fn origin(&self, step: &prodigy_plan::PlanStep) -> Option<crate::events::Origin> {
         crate::events::Origin::of(&self.plan, step)
     }
 

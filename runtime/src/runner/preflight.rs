@@ -1,6 +1,6 @@
 //! What is checked before anything is made: the Claude CLI when a step needs it.
 
-use prodigy_compiler::plan::{Plan, PlanCommand, StepId};
+use prodigy_plan::{Plan, PlanCommand, StepId};
 
 use crate::exec;
 use crate::runner::StartError;

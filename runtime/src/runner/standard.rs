@@ -126,7 +126,7 @@ impl Runner {
             .commands
             .get(next)
             .and_then(|&id| self.plan.step(id))
-            .is_some_and(|s| matches!(s.command, prodigy_compiler::plan::PlanCommand::Claude(_)));
+            .is_some_and(|s| matches!(s.command, prodigy_plan::PlanCommand::Claude(_)));
         if !claude_step {
             return false;
         }

@@ -23,7 +23,7 @@ pub mod resume;
 
 use std::sync::Arc;
 
-use prodigy_compiler::plan::Plan;
+use prodigy_plan::Plan;
 
 use crate::jobstore::{JobCheckpoint, Phase, Status};
 use crate::runner::{Options, Runner, StartError};

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use prodigy_compiler::plan::Plan;
+use prodigy_plan::Plan;
 
 use crate::runner::{Options, Runner};
 use crate::vars::Vars;

@@ -1,7 +1,7 @@
 //! What is checked before anything is made (a worktree, a branch, a lock): the steps a run
 //! starts from, and the programs they need.
 
-use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_plan::{Plan, StepId};
 
 use crate::jobstore::Phase;
 use crate::runner::StartError;

@@ -1,6 +1,6 @@
 //! The resume rules: which checkpoints continue, which only merge back, which are refused.
 
-use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_plan::{Plan, StepId};
 
 use crate::jobstore::{JobCheckpoint, Phase, Status};
 use crate::store::{Checkpoint, SessionStatus};
@@ -162,7 +162,7 @@ pub fn job_roots(plan: &Plan, checkpoint: &JobCheckpoint) -> Vec<StepId> {
 mod tests {
     use super::*;
     use crate::store::SessionStatus;
-    use prodigy_compiler::plan::StepId;
+    use prodigy_plan::StepId;
     use std::path::PathBuf;
 
     fn session_checkpoint(status: SessionStatus, text: &str) -> Checkpoint {

@@ -2,8 +2,8 @@
 //! and the output shown at `-v`.
 
 use crate::message::Message;
-use prodigy_compiler::plan::CaptureFormat;
-use prodigy_compiler::plan::{PlanCommand, PlanStep};
+use prodigy_plan::CaptureFormat;
+use prodigy_plan::{PlanCommand, PlanStep};
 use serde_json::{Value, json};
 
 use crate::exec::{self, Output};

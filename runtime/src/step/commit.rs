@@ -1,7 +1,7 @@
 //! `commit_required` and `auto_commit`: whether a step made a commit, and making one.
 
 use crate::message::Message;
-use prodigy_compiler::plan::PlanStep;
+use prodigy_plan::PlanStep;
 
 use crate::runner::Runner;
 use crate::vars::Vars;

@@ -4,7 +4,7 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use prodigy_compiler::plan::{Exhausted, PlanCommand, PlanStep};
+use prodigy_plan::{Exhausted, PlanCommand, PlanStep};
 use serde_json::json;
 
 use crate::events::Event;

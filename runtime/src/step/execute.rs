@@ -5,8 +5,8 @@ use crate::message::Message;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use prodigy_compiler::plan;
-use prodigy_compiler::plan::{PlanCommand, PlanStep};
+use prodigy_plan as plan;
+use prodigy_plan::{PlanCommand, PlanStep};
 
 use crate::exec::{self, Command, Output};
 use crate::lock;
@@ -97,6 +97,7 @@ impl Runner {
                             &path,
                             &content,
                             w.format,
+                            self.plan.yaml,
                             w.mode,
                             w.create_dirs,
                         )

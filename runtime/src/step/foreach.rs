@@ -1,8 +1,8 @@
 //! `foreach`: the body once per item, `parallel` at a time.
 
 use futures::StreamExt;
-use prodigy_compiler::plan;
-use prodigy_compiler::plan::{PlanStep, StepId};
+use prodigy_plan as plan;
+use prodigy_plan::{PlanStep, StepId};
 use serde_json::{Value, json};
 
 use crate::exec::{self, Output};

@@ -2,7 +2,7 @@
 //! with the checks after a success.
 
 use crate::message::Message;
-use prodigy_compiler::plan::{PlanCommand, PlanStep};
+use prodigy_plan::{PlanCommand, PlanStep};
 use serde_json::{Value, json};
 
 use crate::exec::Output;

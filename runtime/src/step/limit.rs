@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use prodigy_compiler::plan::{self, ClaudeLimits, PlanStep};
+use prodigy_plan::{self as plan, ClaudeLimits, PlanStep};
 use tokio::sync::watch;
 
 use crate::claude::ErrorKind;

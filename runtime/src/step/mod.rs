@@ -4,7 +4,7 @@
 use crate::message::Message;
 
 use futures::future::LocalBoxFuture as BoxFuture;
-use prodigy_compiler::plan::{OnRetry, PlanCommand, PlanStep, StepId};
+use prodigy_plan::{OnRetry, PlanCommand, PlanStep, StepId};
 
 use crate::events::Event;
 use crate::exec::Output;

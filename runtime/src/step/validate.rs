@@ -1,8 +1,8 @@
 //! `validate` and `step_validate`: running the checks, reading the result, `on_incomplete`.
 
 use crate::message::Message;
-use prodigy_compiler::plan;
-use prodigy_compiler::plan::PlanStep;
+use prodigy_plan as plan;
+use prodigy_plan::PlanStep;
 use serde_json::{Value, json};
 
 use crate::exec;
@@ -73,7 +73,7 @@ impl Runner {
     pub(crate) async fn validate(
         &self,
         step: &PlanStep,
-        validate: &prodigy_compiler::plan::PlanValidate,
+        validate: &prodigy_plan::PlanValidate,
         vars: &mut Vars,
         outcome: Outcome,
     ) -> Outcome {
@@ -172,7 +172,7 @@ impl Runner {
 
     pub(crate) fn validation_result(
         &self,
-        validate: &prodigy_compiler::plan::PlanValidate,
+        validate: &prodigy_plan::PlanValidate,
         vars: &Vars,
         ok: bool,
     ) -> Value {

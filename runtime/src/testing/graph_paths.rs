@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use prodigy_compiler::ir::{self, Edge, Node, Phase};
-use prodigy_compiler::plan::{Plan, PlanCommand, StepId};
+use prodigy_plan::{Plan, PlanCommand, StepId};
 use serde_json::Value;
 
 use super::{FakeExecutor, Harness, Reply};

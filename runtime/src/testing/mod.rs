@@ -265,7 +265,7 @@ impl Harness {
         }
     }
 
-    pub(crate) fn plan(yaml: &str) -> Arc<prodigy_compiler::plan::Plan> {
+    pub(crate) fn plan(yaml: &str) -> Arc<prodigy_plan::Plan> {
         let file = prodigy_compiler::source::SourceFile::new("workflow.yml", yaml);
         let checked = prodigy_compiler::check(&file);
         assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);

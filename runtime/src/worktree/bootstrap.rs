@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use prodigy_compiler::plan::PlanWorktree;
+use prodigy_plan::PlanWorktree;
 
 use super::{WorktreeError, git};
 use crate::message::Message;
@@ -572,7 +572,7 @@ mod tests {
         let (dir, wt) = project();
         let repo = dir.path().join("repo");
         let prep = PlanWorktree {
-            setup: vec![prodigy_compiler::plan::StepId(0)],
+            setup: vec![prodigy_plan::StepId(0)],
             ..PlanWorktree::default()
         };
         assert!(prepare(&repo, &wt, &prep, true).await.unwrap().needs_setup);

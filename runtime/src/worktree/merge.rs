@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use prodigy_compiler::plan::Plan;
+use prodigy_plan::Plan;
 
 use super::{
     SessionWorktree, WorktreeError, abort_merge, begin_conflicted_merge, changes, conflict,
@@ -491,7 +491,7 @@ impl Runner {
     /// leave the session branch merged into TARGET.
     async fn run_merge_steps(
         &self,
-        merge: &prodigy_compiler::plan::PlanMerge,
+        merge: &prodigy_plan::PlanMerge,
         session: &SessionWorktree,
         target: &str,
         vars: &mut Vars,

@@ -2,14 +2,16 @@
 //! they are (templates, conditions, env values, capture and write formats, Claude and Slurm
 //! settings, timeout actions, `max_parallel`, ...).
 //!
-//! They are defined here, not in [`crate::ast`], so that the runtime names nothing of the
-//! compiler but [`crate::plan`]; `ast` re-exports them for lowering and the checks.
+//! They are defined here, in the plan crate, so that the runtime needs nothing of the
+//! compiler; the compiler's `ast` re-exports them for lowering and the checks. So are the
+//! policies as written (`retry_config`, `error_policy`), which the plan keeps beside their
+//! resolved forms ([`crate::policy`]).
 //! Values that carry a [`Span`] keep it for the compiler's diagnostics over the plan; the
 //! runtime only reads their values.
 
 use std::time::Duration;
 
-use crate::source::{Span, Spanned};
+use crate::span::{Span, Spanned};
 
 /// A string parsed by one of the expression grammars, with its text and YAML span.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -551,7 +553,7 @@ pub struct Capture {
 }
 
 /// `capture_format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CaptureFormat {
     /// Text, trimmed of one trailing newline.
@@ -598,7 +600,7 @@ impl Default for CaptureStreams {
 }
 
 /// `on_failure.strategy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// Fix the problem; the step stays failed unless a later run of the command succeeds.
@@ -789,6 +791,219 @@ pub enum ErrorCollection {
     Immediate,
     /// Report every N errors.
     Batched(u64),
+}
+
+/// Command-level `retry_config`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RetryConfig {
+    /// The whole `retry_config` value.
+    pub span: Span,
+    /// Total runs of the command.
+    pub attempts: u32,
+    /// How delays grow.
+    pub backoff: Backoff,
+    /// First delay.
+    pub initial_delay: Duration,
+    /// Cap on every delay.
+    pub max_delay: Duration,
+    /// Whether delays are randomised.
+    pub jitter: bool,
+    /// How much jitter spreads a delay (0..=1).
+    pub jitter_factor: f64,
+    /// Which failures are retried (empty: all).
+    pub retry_on: Vec<Matcher>,
+    /// Total time across attempts and delays.
+    pub retry_budget: Option<Duration>,
+    /// What happens after the last attempt.
+    pub on_failure: RetryExhausted,
+}
+
+impl RetryConfig {
+    /// The documented defaults.
+    pub fn defaults(span: Span) -> Self {
+        RetryConfig {
+            span,
+            attempts: 3,
+            backoff: Backoff::Exponential {
+                initial: None,
+                base: 2.0,
+            },
+            initial_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(30),
+            jitter: false,
+            jitter_factor: 0.3,
+            retry_on: Vec::new(),
+            retry_budget: None,
+            on_failure: RetryExhausted::Stop,
+        }
+    }
+}
+
+/// A backoff strategy, shared by command-level retry and the error policy.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "type")]
+pub enum Backoff {
+    /// The same delay every time.
+    Fixed {
+        /// The delay (default: the retry's initial delay).
+        delay: Option<Duration>,
+    },
+    /// `initial + (n-1)·increment`.
+    Linear {
+        /// First delay override.
+        initial: Option<Duration>,
+        /// Added per retry (default: the initial delay).
+        increment: Option<Duration>,
+    },
+    /// `initial · base^(n-1)`.
+    Exponential {
+        /// First delay override.
+        initial: Option<Duration>,
+        /// The growth factor (default 2).
+        base: f64,
+    },
+    /// `initial · fib(n)`.
+    Fibonacci {
+        /// First delay override.
+        initial: Option<Duration>,
+    },
+    /// An explicit list of delays.
+    Custom {
+        /// Delay before retry n is `delays[n-1]`.
+        delays: Vec<Duration>,
+    },
+}
+
+/// A `retry_on` matcher.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Matcher {
+    /// Connection problems.
+    Network,
+    /// Timeouts.
+    Timeout,
+    /// HTTP 5xx.
+    ServerError,
+    /// HTTP 429.
+    RateLimit,
+    /// A Claude call that met an overloaded API (529).
+    Overloaded,
+    /// A Claude call whose credentials were refused (401, 403, not logged in).
+    Auth,
+    /// A Claude call stopped by its `stall_timeout`.
+    Stalled,
+    /// A regular expression over stderr and stdout.
+    Pattern(Pattern),
+}
+
+/// One `setup.capture_outputs` entry.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SetupCapture {
+    /// The variable name.
+    pub name: Spanned<String>,
+    /// Which setup step (0-based).
+    pub command_index: Spanned<u64>,
+    /// `format`.
+    pub format: CaptureFormat,
+    /// `source`.
+    pub source: CaptureSource,
+    /// `pattern`: a regex whose first group (or whole match) is the value.
+    pub pattern: Option<Pattern>,
+    /// `json_path` into the output.
+    pub json_path: Option<Parsed<prodigy_grammar::jsonpath::JsonPath>>,
+    /// `max_size` in bytes.
+    pub max_size: u64,
+    /// `default` when pattern or path fail.
+    pub default: Option<Spanned<String>>,
+    /// `multiline`.
+    pub multiline: Multiline,
+}
+
+/// Workflow-level `error_policy`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ErrorPolicy {
+    /// Where it was written (the `error_policy` value, or the first convenience key).
+    pub span: Span,
+    /// `on_item_failure`.
+    pub on_item_failure: Option<Spanned<ItemFailure>>,
+    /// `continue_on_failure`.
+    pub continue_on_failure: Option<Spanned<bool>>,
+    /// `max_failures`.
+    pub max_failures: Option<Spanned<u64>>,
+    /// `failure_threshold`.
+    pub failure_threshold: Option<Spanned<f64>>,
+    /// `error_collection`.
+    pub error_collection: Option<Spanned<ErrorCollection>>,
+    /// `circuit_breaker`.
+    pub circuit_breaker: Option<CircuitBreaker>,
+    /// `retry_config`.
+    pub retry_config: Option<PolicyRetry>,
+}
+
+/// `on_item_failure`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemFailure {
+    /// Dead-letter the item.
+    Dlq,
+    /// Retry with the policy's `retry_config`.
+    Retry,
+    /// Skip it.
+    Skip,
+    /// Stop the job.
+    Stop,
+    /// Run the named handler.
+    Custom(String),
+}
+
+/// `circuit_breaker`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CircuitBreaker {
+    /// The whole value.
+    pub span: Span,
+    /// Consecutive failures that open it.
+    pub failure_threshold: u32,
+    /// Successes in half-open that close it.
+    pub success_threshold: u32,
+    /// How long it stays open.
+    pub timeout: Duration,
+    /// Probes admitted while half-open.
+    pub half_open_requests: u32,
+}
+
+/// `error_policy.retry_config`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PolicyRetry {
+    /// The whole value.
+    pub span: Span,
+    /// Runs of an item, counting the first.
+    pub max_attempts: u32,
+    /// Delay growth.
+    pub backoff: Backoff,
+    /// Cap on every delay.
+    pub max_delay: Option<Duration>,
+    /// Randomise delays.
+    pub jitter: bool,
+    /// Spread of the jitter.
+    pub jitter_factor: f64,
+}
+
+impl PolicyRetry {
+    /// The policy `on_item_failure: retry` uses when `retry_config` says nothing: 3 runs,
+    /// exponential backoff from 1 s.
+    pub fn default_at(span: Span) -> Self {
+        PolicyRetry {
+            span,
+            max_attempts: 3,
+            backoff: Backoff::Exponential {
+                initial: None,
+                base: 2.0,
+            },
+            max_delay: None,
+            jitter: false,
+            jitter_factor: 0.3,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use prodigy_grammar::jsonpath::JsonPath;
 
-use crate::ast::{self, RetryConfig};
-use crate::plan::vocab::{
-    CaptureFormat, CaptureSource, ErrorCollection, Multiline, Parsed, Pattern, Template,
+use crate::vocab::{
+    self, CaptureFormat, CaptureSource, ErrorCollection, Multiline, Parsed, Pattern, RetryConfig,
+    Template,
 };
 
 /// Which failures a step's `retry_config` retries, ready to match.
@@ -107,21 +107,21 @@ impl RetryPolicy {
                 .retry_on
                 .iter()
                 .map(|m| match m {
-                    ast::Matcher::Network => Matcher::Network,
-                    ast::Matcher::Timeout => Matcher::Timeout,
-                    ast::Matcher::ServerError => Matcher::ServerError,
-                    ast::Matcher::RateLimit => Matcher::RateLimit,
-                    ast::Matcher::Overloaded => Matcher::Overloaded,
-                    ast::Matcher::Auth => Matcher::Auth,
-                    ast::Matcher::Stalled => Matcher::Stalled,
-                    ast::Matcher::Pattern(p) => Matcher::Pattern(p.regex().clone()),
+                    vocab::Matcher::Network => Matcher::Network,
+                    vocab::Matcher::Timeout => Matcher::Timeout,
+                    vocab::Matcher::ServerError => Matcher::ServerError,
+                    vocab::Matcher::RateLimit => Matcher::RateLimit,
+                    vocab::Matcher::Overloaded => Matcher::Overloaded,
+                    vocab::Matcher::Auth => Matcher::Auth,
+                    vocab::Matcher::Stalled => Matcher::Stalled,
+                    vocab::Matcher::Pattern(p) => Matcher::Pattern(p.regex().clone()),
                 })
                 .collect(),
             budget: config.retry_budget,
             exhausted: match &config.on_failure {
-                ast::RetryExhausted::Stop => Exhausted::Stop,
-                ast::RetryExhausted::Continue => Exhausted::Continue,
-                ast::RetryExhausted::Fallback(command) => Exhausted::Fallback(command.clone()),
+                vocab::RetryExhausted::Stop => Exhausted::Stop,
+                vocab::RetryExhausted::Continue => Exhausted::Continue,
+                vocab::RetryExhausted::Fallback(command) => Exhausted::Fallback(command.clone()),
             },
         }
     }
@@ -175,7 +175,7 @@ pub struct BreakerConfig {
 
 impl BreakerConfig {
     /// From `error_policy.circuit_breaker` as written.
-    pub fn resolve(config: &ast::CircuitBreaker) -> Self {
+    pub fn resolve(config: &vocab::CircuitBreaker) -> Self {
         BreakerConfig {
             failure_threshold: config.failure_threshold.max(1),
             timeout: config.timeout,
@@ -185,13 +185,13 @@ impl BreakerConfig {
     }
 }
 
-/// A dense index into [`crate::plan::Plan::handlers`].
+/// A dense index into [`crate::Plan::handlers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(transparent)]
 pub struct HandlerId(pub u32);
 
 impl HandlerId {
-    /// The index into [`crate::plan::Plan::handlers`].
+    /// The index into [`crate::Plan::handlers`].
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -262,26 +262,26 @@ impl Default for JobPolicy {
 
 impl JobPolicy {
     /// Resolves the workflow's `error_policy` (absent: the defaults); HANDLERS are the names
-    /// of [`crate::plan::Plan::handlers`], in order.
-    pub fn resolve(policy: Option<&ast::ErrorPolicy>, handlers: &[&str]) -> Self {
+    /// of [`crate::Plan::handlers`], in order.
+    pub fn resolve(policy: Option<&vocab::ErrorPolicy>, handlers: &[&str]) -> Self {
         let Some(p) = policy else {
             return JobPolicy::default();
         };
         let written = p
             .on_item_failure
             .as_ref()
-            .map_or(ast::ItemFailure::Dlq, |s| s.value.clone());
+            .map_or(vocab::ItemFailure::Dlq, |s| s.value.clone());
         // `retry_config` retries a failed item whatever `on_item_failure` says, before it
         // applies; `on_item_failure: retry` without one uses the default policy.
         let default =
-            (written == ast::ItemFailure::Retry).then(|| ast::PolicyRetry::default_at(p.span));
+            (written == vocab::ItemFailure::Retry).then(|| vocab::PolicyRetry::default_at(p.span));
         let retry = p.retry_config.as_ref().or(default.as_ref());
         let on_item_failure = match written {
-            ast::ItemFailure::Dlq => ItemFailure::Dlq,
-            ast::ItemFailure::Retry => ItemFailure::Retry,
-            ast::ItemFailure::Skip => ItemFailure::Skip,
-            ast::ItemFailure::Stop => ItemFailure::Stop,
-            ast::ItemFailure::Custom(name) => handlers
+            vocab::ItemFailure::Dlq => ItemFailure::Dlq,
+            vocab::ItemFailure::Retry => ItemFailure::Retry,
+            vocab::ItemFailure::Skip => ItemFailure::Skip,
+            vocab::ItemFailure::Stop => ItemFailure::Stop,
+            vocab::ItemFailure::Custom(name) => handlers
                 .iter()
                 .position(|h| *h == name)
                 .and_then(|i| u32::try_from(i).ok())
@@ -351,7 +351,7 @@ impl OutputCapture {
     }
 
     /// From a `capture_outputs` entry as written.
-    pub fn resolve(capture: &ast::SetupCapture) -> Self {
+    pub fn resolve(capture: &vocab::SetupCapture) -> Self {
         OutputCapture {
             name: capture.name.value.clone(),
             command_index: capture.command_index.value,
@@ -400,21 +400,23 @@ pub fn schedule(config: &RetryConfig) -> Vec<Duration> {
 pub fn delay(config: &RetryConfig, n: u32) -> Duration {
     let initial = config.initial_delay;
     let raw = match &config.backoff {
-        ast::Backoff::Fixed { delay } => delay.unwrap_or(initial),
-        ast::Backoff::Linear {
+        vocab::Backoff::Fixed { delay } => delay.unwrap_or(initial),
+        vocab::Backoff::Linear {
             initial: i,
             increment,
         } => {
             let i = i.unwrap_or(initial);
             i.saturating_add(increment.unwrap_or(initial).saturating_mul(n - 1))
         }
-        ast::Backoff::Exponential { initial: i, base } => {
+        vocab::Backoff::Exponential { initial: i, base } => {
             let i = i.unwrap_or(initial);
             let factor = base.powi(i32::try_from(n - 1).unwrap_or(i32::MAX));
             Duration::try_from_secs_f64(i.as_secs_f64() * factor).unwrap_or(Duration::MAX)
         }
-        ast::Backoff::Fibonacci { initial: i } => i.unwrap_or(initial).saturating_mul(fibonacci(n)),
-        ast::Backoff::Custom { delays } => delays
+        vocab::Backoff::Fibonacci { initial: i } => {
+            i.unwrap_or(initial).saturating_mul(fibonacci(n))
+        }
+        vocab::Backoff::Custom { delays } => delays
             .get((n - 1) as usize)
             .copied()
             .unwrap_or(config.max_delay),
@@ -426,25 +428,25 @@ pub fn delay(config: &RetryConfig, n: u32) -> Duration {
 /// error-policy formulas of docs/language.md §4: fixed `delay`; linear `initial +
 /// n·increment`; exponential `initial · base^(n-1)`; fibonacci `initial · fib(n)`; custom
 /// `delays[n-1]`. A missing initial delay is 1 s; `max_delay` caps every delay.
-pub fn policy_schedule(config: &ast::PolicyRetry) -> Vec<Duration> {
+pub fn policy_schedule(config: &vocab::PolicyRetry) -> Vec<Duration> {
     const DEFAULT: Duration = Duration::from_secs(1);
     let cap = config.max_delay.unwrap_or(Duration::MAX);
     (1..config.max_attempts.max(1))
         .map(|n| {
             let raw = match &config.backoff {
-                ast::Backoff::Fixed { delay } => delay.unwrap_or(DEFAULT),
-                ast::Backoff::Linear { initial, increment } => initial
+                vocab::Backoff::Fixed { delay } => delay.unwrap_or(DEFAULT),
+                vocab::Backoff::Linear { initial, increment } => initial
                     .unwrap_or(DEFAULT)
                     .saturating_add(increment.unwrap_or(DEFAULT).saturating_mul(n)),
-                ast::Backoff::Exponential { initial, base } => {
+                vocab::Backoff::Exponential { initial, base } => {
                     let factor = base.powi(i32::try_from(n - 1).unwrap_or(i32::MAX));
                     Duration::try_from_secs_f64(initial.unwrap_or(DEFAULT).as_secs_f64() * factor)
                         .unwrap_or(Duration::MAX)
                 }
-                ast::Backoff::Fibonacci { initial } => {
+                vocab::Backoff::Fibonacci { initial } => {
                     initial.unwrap_or(DEFAULT).saturating_mul(fibonacci(n))
                 }
-                ast::Backoff::Custom { delays } => delays
+                vocab::Backoff::Custom { delays } => delays
                     .get((n - 1) as usize)
                     .copied()
                     .unwrap_or(config.max_delay.unwrap_or(DEFAULT)),
@@ -465,12 +467,12 @@ fn fibonacci(n: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{Span, Spanned};
+    use crate::span::{Span, Spanned};
 
     #[test]
     fn error_policy_delays_use_the_seed_formulas() {
         let secs = Duration::from_secs;
-        let policy = |backoff, max_delay| ast::PolicyRetry {
+        let policy = |backoff, max_delay| vocab::PolicyRetry {
             span: Span::default(),
             max_attempts: 5,
             backoff,
@@ -478,7 +480,7 @@ mod tests {
             jitter: false,
             jitter_factor: 0.3,
         };
-        let linear = ast::Backoff::Linear {
+        let linear = vocab::Backoff::Linear {
             initial: Some(secs(1)),
             increment: Some(secs(2)),
         };
@@ -487,14 +489,14 @@ mod tests {
             policy_schedule(&policy(linear, None)),
             [secs(3), secs(5), secs(7), secs(9)]
         );
-        let fib = ast::Backoff::Fibonacci {
+        let fib = vocab::Backoff::Fibonacci {
             initial: Some(secs(1)),
         };
         assert_eq!(
             policy_schedule(&policy(fib, Some(secs(2)))),
             [secs(1), secs(1), secs(2), secs(2)]
         );
-        let exp = ast::Backoff::Exponential {
+        let exp = vocab::Backoff::Exponential {
             initial: None,
             base: 3.0,
         };
@@ -504,7 +506,7 @@ mod tests {
         );
     }
 
-    fn config(backoff: ast::Backoff, attempts: u32) -> RetryConfig {
+    fn config(backoff: vocab::Backoff, attempts: u32) -> RetryConfig {
         RetryConfig {
             attempts,
             backoff,
@@ -519,10 +521,10 @@ mod tests {
     #[test]
     fn delay_formulas_follow_spec_section_4() {
         let s = |b, n| secs(&schedule(&config(b, n)));
-        assert_eq!(s(ast::Backoff::Fixed { delay: None }, 4), [1.0, 1.0, 1.0]);
+        assert_eq!(s(vocab::Backoff::Fixed { delay: None }, 4), [1.0, 1.0, 1.0]);
         assert_eq!(
             s(
-                ast::Backoff::Linear {
+                vocab::Backoff::Linear {
                     initial: None,
                     increment: Some(Duration::from_secs(2))
                 },
@@ -532,7 +534,7 @@ mod tests {
         );
         assert_eq!(
             s(
-                ast::Backoff::Exponential {
+                vocab::Backoff::Exponential {
                     initial: None,
                     base: 2.0
                 },
@@ -541,20 +543,23 @@ mod tests {
             [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
         );
         assert_eq!(
-            s(ast::Backoff::Fibonacci { initial: None }, 7),
+            s(vocab::Backoff::Fibonacci { initial: None }, 7),
             [1.0, 1.0, 2.0, 3.0, 5.0, 8.0]
         );
-        let custom = ast::Backoff::Custom {
+        let custom = vocab::Backoff::Custom {
             delays: vec![Duration::from_secs(5), Duration::from_secs(7)],
         };
         assert_eq!(s(custom, 5), [5.0, 7.0, 30.0, 30.0]);
-        assert_eq!(s(ast::Backoff::Fixed { delay: None }, 1), Vec::<f64>::new());
+        assert_eq!(
+            s(vocab::Backoff::Fixed { delay: None }, 1),
+            Vec::<f64>::new()
+        );
     }
 
-    fn error_policy(on_item_failure: ast::ItemFailure) -> ast::ErrorPolicy {
-        ast::ErrorPolicy {
+    fn error_policy(on_item_failure: vocab::ItemFailure) -> vocab::ErrorPolicy {
+        vocab::ErrorPolicy {
             on_item_failure: Some(Spanned::new(on_item_failure, Span::default())),
-            ..ast::ErrorPolicy::default()
+            ..vocab::ErrorPolicy::default()
         }
     }
 
@@ -563,7 +568,7 @@ mod tests {
         let handlers = ["notify", "fixer"];
         let policy = |name: &str| {
             JobPolicy::resolve(
-                Some(&error_policy(ast::ItemFailure::Custom(name.into()))),
+                Some(&error_policy(vocab::ItemFailure::Custom(name.into()))),
                 &handlers,
             )
             .on_item_failure
@@ -578,7 +583,7 @@ mod tests {
     #[test]
     fn the_job_policy_fills_the_defaults() {
         assert_eq!(JobPolicy::resolve(None, &[]), JobPolicy::default());
-        let retry = JobPolicy::resolve(Some(&error_policy(ast::ItemFailure::Retry)), &[]);
+        let retry = JobPolicy::resolve(Some(&error_policy(vocab::ItemFailure::Retry)), &[]);
         assert_eq!(
             retry.max_attempts, 3,
             "the default policy runs an item 3 times"
@@ -587,7 +592,7 @@ mod tests {
             retry.retry_delays,
             [Duration::from_secs(1), Duration::from_secs(2)]
         );
-        let plain = JobPolicy::resolve(Some(&ast::ErrorPolicy::default()), &[]);
+        let plain = JobPolicy::resolve(Some(&vocab::ErrorPolicy::default()), &[]);
         assert_eq!(plain.max_attempts, 1, "no retry_config, no retries");
         assert!(plain.continue_on_failure);
         assert_eq!(plain.error_collection, ErrorCollection::Aggregate);
@@ -595,14 +600,14 @@ mod tests {
 
     #[test]
     fn breaker_thresholds_are_at_least_one() {
-        let written = ast::CircuitBreaker {
+        let written = vocab::CircuitBreaker {
             span: Span::default(),
             failure_threshold: 0,
             success_threshold: 0,
             timeout: Duration::from_secs(5),
             half_open_requests: 0,
         };
-        let mut policy = error_policy(ast::ItemFailure::Dlq);
+        let mut policy = error_policy(vocab::ItemFailure::Dlq);
         policy.circuit_breaker = Some(written);
         assert_eq!(
             JobPolicy::resolve(Some(&policy), &[]).circuit_breaker,
@@ -622,12 +627,12 @@ mod tests {
             jitter: true,
             jitter_factor: 0.5,
             retry_on: vec![
-                ast::Matcher::Network,
-                ast::Matcher::Pattern(
+                vocab::Matcher::Network,
+                vocab::Matcher::Pattern(
                     Pattern::compile(Spanned::new("busy|locked".into(), Span::default())).unwrap(),
                 ),
             ],
-            on_failure: ast::RetryExhausted::Continue,
+            on_failure: vocab::RetryExhausted::Continue,
             ..RetryConfig::defaults(Span::default())
         };
         let policy = RetryPolicy::resolve(&written);
