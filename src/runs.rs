@@ -2,8 +2,10 @@
 
 use std::path::Path;
 
-use prodigy_runtime::runs::{Kind, Summary, list};
-use prodigy_runtime::store::{Layout, namespace};
+use prodigy_runtime::layout::Layout;
+use prodigy_runtime::layout::RunKind;
+use prodigy_runtime::layout::namespace;
+use prodigy_runtime::runs::{Summary, list};
 
 use crate::{err, exit_code, out};
 
@@ -93,8 +95,8 @@ fn table(runs: &[Summary], all: bool) -> String {
         .iter()
         .map(|run| {
             let kind = match run.kind {
-                Kind::Run => "run",
-                Kind::Job => "job",
+                RunKind::Run => "run",
+                RunKind::Job => "job",
             };
             let items = run.items.map_or_else(
                 || "-".to_owned(),

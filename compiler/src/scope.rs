@@ -101,7 +101,7 @@ enum Var {
 
 /// Where a step stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
+enum Section {
     Standard,
     Setup,
     Map,
@@ -124,7 +124,7 @@ struct Scope {
     /// Names inserted since the start, with what they replaced, so that nested contexts can
     /// be undone without copying the whole scope for every step.
     undo: Vec<(String, Option<Var>)>,
-    phase: Phase,
+    phase: Section,
     names: BTreeMap<String, Var>,
     /// Inside an `on_failure` handler: `error.*` and `attempt`.
     handler: bool,
@@ -146,7 +146,7 @@ struct Scope {
 #[expect(clippy::struct_excessive_bools, reason = "a copy of the scope's flags")]
 struct Mark {
     undo: usize,
-    phase: Phase,
+    phase: Section,
     handler: bool,
     claude_failure: bool,
     after_step: bool,
@@ -224,7 +224,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
 
     let mut global = Scope {
         undo: Vec::new(),
-        phase: Phase::Standard,
+        phase: Section::Standard,
         names: BTreeMap::new(),
         handler: false,
         claude_failure: false,
@@ -261,7 +261,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         checker.steps(
             std::slice::from_ref(&notify.step),
             &mut Scope {
-                phase: Phase::Notify,
+                phase: Section::Notify,
                 ..global.clone()
             },
         );
@@ -273,7 +273,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         checker.steps(&workflow.commands, &mut before_merge);
     } else {
         let mut scope = Scope {
-            phase: Phase::Setup,
+            phase: Section::Setup,
             ..global.clone()
         };
         if let Some(setup) = &workflow.setup {
@@ -296,13 +296,13 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
             checker.steps(
                 &map.agent_template,
                 &mut Scope {
-                    phase: Phase::Map,
+                    phase: Section::Map,
                     ..after_setup.clone()
                 },
             );
         }
         before_merge = Scope {
-            phase: Phase::Reduce,
+            phase: Section::Reduce,
             ..after_setup.clone()
         };
         if let Some(reduce) = &workflow.reduce {
@@ -310,7 +310,7 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         }
         for handler in &workflow.handlers {
             let mut scope = Scope {
-                phase: Phase::ItemHandler,
+                phase: Section::ItemHandler,
                 handler: true,
                 ..after_setup.clone()
             };
@@ -331,8 +331,8 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
     }
     if let Some(merge) = &workflow.merge {
         for (steps, phase) in [
-            (&merge.commands, Phase::Merge),
-            (&merge.on_conflict, Phase::MergeConflict),
+            (&merge.commands, Section::Merge),
+            (&merge.on_conflict, Section::MergeConflict),
         ] {
             checker.steps(
                 steps,
@@ -751,18 +751,18 @@ impl Checker<'_> {
                 _ => {}
             },
             name if ITEM_NAMES.contains(&name) => {
-                let in_map = matches!(scope.phase, Phase::Map | Phase::ItemHandler);
+                let in_map = matches!(scope.phase, Section::Map | Section::ItemHandler);
                 let foreach_var = root == "item" && scope.foreach;
                 if !in_map && !foreach_var {
                     self.error(span, format!("`{root}` is only defined in map agents"), "no map item here", "use it in `map.agent_template` steps, or inside `foreach.do` for `${item}`".to_owned());
                 }
             }
             "index" | "total" if scope.foreach => {}
-            "event" if scope.phase == Phase::Notify => {
+            "event" if scope.phase == Section::Notify => {
                 closed(self, crate::plan::EVENT_FIELDS, "a notification's `event`");
             }
             "map" => {
-                if matches!(scope.phase, Phase::Reduce | Phase::Merge) {
+                if matches!(scope.phase, Section::Reduce | Section::Merge) {
                     closed(self, MAP_FIELDS, "`map`");
                 } else {
                     self.error(
@@ -774,9 +774,9 @@ impl Checker<'_> {
                 }
             }
             "merge" => {
-                if scope.phase == Phase::Merge {
+                if scope.phase == Section::Merge {
                     closed(self, MERGE_FIELDS, "`merge`");
-                } else if scope.phase == Phase::MergeConflict {
+                } else if scope.phase == Section::MergeConflict {
                     closed(self, CONFLICT_FIELDS, "`merge`");
                 } else {
                     self.error(

@@ -13,7 +13,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::claude::{ErrorKind, Tokens, Totals};
-use crate::jobstore::{Phase, Status};
+use crate::jobstore::JobPhase;
+use crate::jobstore::Status;
 use crate::lock;
 use crate::machine::Outcome;
 use crate::mapreduce::ErrorMetrics;
@@ -143,7 +144,7 @@ pub enum Event {
     #[serde(rename = "checkpoint_saved")]
     JobCheckpointSaved {
         /// The job's phase.
-        phase: Phase,
+        phase: JobPhase,
         /// Its status.
         status: Status,
         /// Items with an outcome.
@@ -422,7 +423,7 @@ pub enum Event {
         /// `name`.
         workflow: Option<String>,
         /// The phase it starts in.
-        phase: Phase,
+        phase: JobPhase,
         /// Its state directory.
         job_dir: PathBuf,
     },
@@ -432,7 +433,7 @@ pub enum Event {
         /// `name`.
         workflow: Option<String>,
         /// The phase it resumes in.
-        phase: Phase,
+        phase: JobPhase,
         /// Its state directory.
         job_dir: PathBuf,
     },
@@ -1077,7 +1078,7 @@ mod tests {
     }
 
     fn sink_in(dir: &std::path::Path) -> Sink {
-        let layout = crate::store::Layout {
+        let layout = crate::layout::Layout {
             home: dir.to_owned(),
             repo: "demo".into(),
         };

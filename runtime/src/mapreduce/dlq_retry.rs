@@ -82,7 +82,7 @@ pub async fn retry_dead_letters(
     job_id: &str,
     parallel: Option<usize>,
     total: usize,
-    executor: &crate::backend::Executor,
+    executor: &crate::backend::AgentHost,
 ) -> Result<RetrySummary, String> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
@@ -93,7 +93,7 @@ pub async fn retry_dead_letters(
         parallel: max_parallel,
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
-    if let crate::backend::Executor::Backend(backend) = executor {
+    if let crate::backend::AgentHost::Backend(backend) = executor {
         backend.end_earlier(runner, job_id).await;
     }
     let (_halt_tx, halt_rx) = watch::channel(false);

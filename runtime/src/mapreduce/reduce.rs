@@ -1,6 +1,7 @@
 //! The reduce phase, with `${map.*}` built from the items' outcomes.
 
-use crate::message::{Message, Phase};
+use crate::message::Message;
+use crate::message::StepList;
 use serde_json::{Value, json};
 
 use crate::jobstore::ItemRecord;
@@ -51,7 +52,7 @@ impl MapJob<'_> {
                 .map(|s| s.label.clone())
                 .unwrap_or_default();
             self.say(Message::StepStarted {
-                phase: Phase::Reduce,
+                phase: StepList::Reduce,
                 number: index + 1,
                 total,
                 label: label.clone(),

@@ -1,6 +1,7 @@
 //! The setup phase, its `capture_outputs`, and loading the map input through its pipeline.
 
-use crate::message::{Message, Phase};
+use crate::message::Message;
+use crate::message::StepList;
 
 use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
 use prodigy_grammar::pipeline::InputKind;
@@ -61,7 +62,7 @@ impl MapJob<'_> {
             for (index, &id) in setup.steps.iter().enumerate() {
                 let label = plan.step(id).map(|s| s.label.clone()).unwrap_or_default();
                 runner.say(Message::StepStarted {
-                    phase: Phase::Setup,
+                    phase: StepList::Setup,
                     number: index + 1,
                     total,
                     label: label.clone(),

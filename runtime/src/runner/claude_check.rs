@@ -14,7 +14,7 @@ use crate::runner::StartError;
 ///
 /// [`StartError::ClaudeMissing`], [`StartError::ClaudeVersion`],
 /// [`StartError::ClaudeAsRoot`], [`StartError::ClaudeCommand`].
-pub fn preflight(
+pub fn check_claude(
     plan: &Plan,
     roots: &[StepId],
     claude_command: Option<&str>,
