@@ -87,6 +87,7 @@ my $file = $ARGV;
 my $here = $file =~ m{^runtime/src/} ? 'crate' : 'prodigy_runtime';
 my $prefix = qr/(?:crate|prodigy_runtime)/;
 our %bare = ();    # old name => new name, used bare in this file
+our $regrouped = 0;
 
 # Splits `use PREFIX::MODULE::{...};` groups: a moved item gets a `use` of its own.
 sub regroup {
@@ -95,7 +96,13 @@ sub regroup {
     my @moved;
     for my $item (map { s/^\s+|\s+$//gr } split /,/, $items) {
         next if $item eq '';
-        if ($item =~ /^\Q$old\E(\s+as\s+\w+)?$/) {
+        if ($item =~ /^\Q$old\E(\s+as\s+\w+)?$/ && $from eq $to) {
+            # Renamed where it is: it stays in its group.
+            my $as = $1 // '';
+            push @keep, "$new$as";
+            $main::bare{$old} = $new if $as eq '' && $old ne $new;
+            $main::regrouped = 1;
+        } elsif ($item =~ /^\Q$old\E(\s+as\s+\w+)?$/) {
             my $as = $1 // '';
             push @moved, "$indent${vis}use $pfx$to\::$new$as;";
             $main::bare{$old} = $new if $as eq '' && $old ne $new;
@@ -103,7 +110,8 @@ sub regroup {
             push @keep, $item;
         }
     }
-    return undef unless @moved;
+    return undef unless @moved || $main::regrouped;
+    $main::regrouped = 0;
     my @out;
     if (@keep == 1 && $keep[0] eq 'self') {
         push @out, "$indent${vis}use $pfx$module;";

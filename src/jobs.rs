@@ -10,8 +10,7 @@ use prodigy_runtime::jobstore::JobFiles;
 use prodigy_runtime::layout::Layout;
 use prodigy_runtime::runner::Options;
 
-use crate::run::Ended;
-use crate::run::RunKind;
+use crate::run::{Ended, RunKind};
 use prodigy_runtime::progress::count;
 use serde_json::Value;
 

@@ -2,9 +2,7 @@
 
 use std::path::Path;
 
-use prodigy_runtime::layout::Layout;
-use prodigy_runtime::layout::RunKind;
-use prodigy_runtime::layout::namespace;
+use prodigy_runtime::layout::{Layout, RunKind, namespace};
 use prodigy_runtime::runs::{Summary, list};
 
 use crate::{err, exit_code, out};

@@ -5,9 +5,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use prodigy_runtime::layout::Layout;
-use prodigy_runtime::layout::RunKind;
-use prodigy_runtime::layout::namespace;
+use prodigy_runtime::layout::{Layout, RunKind, namespace};
 use prodigy_runtime::live::{Live, Picture, default_id};
 
 use crate::{err, exit_code, out};

@@ -13,8 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::claude::{ErrorKind, Tokens, Totals};
-use crate::jobstore::JobPhase;
-use crate::jobstore::Status;
+use crate::jobstore::{JobPhase, Status};
 use crate::lock;
 use crate::machine::Outcome;
 use crate::mapreduce::ErrorMetrics;

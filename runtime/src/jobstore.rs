@@ -1,5 +1,5 @@
-//! A MapReduce job on disk (docs/language.md §9), under
-//! `state/{repo}/mapreduce/jobs/{job_id}/`:
+//! A MapReduce job's records (docs/language.md §9), in its state directory
+//! `state/{repo}/mapreduce/jobs/{job_id}/` (the paths are [`crate::layout`]'s):
 //!
 //! - `checkpoint.json`: the seed's fields (`job_id`, `workflow_file`, `phase`,
 //!   `items_processed`, `items_total`, `items_remaining`, `successful_items`,

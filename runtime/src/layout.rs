@@ -325,121 +325,75 @@ mod tests {
     fn every_path_is_where_earlier_versions_put_it() {
         let layout = Layout {
             home: PathBuf::from("/h"),
-            repo: "app-0123abcd".into(),
+            repo: "app-1".into(),
         };
-        let p = |path: PathBuf| path.to_string_lossy().into_owned();
-        let job = layout.job_dir("mapreduce-1");
-        let session = layout.session_dir("session-1");
-        let dlq = layout.dlq_dir("mapreduce-1");
-        let pinned = [
-            (
-                p(layout.events_dir("session-1")),
-                "/h/events/app-0123abcd/session-1",
-            ),
-            (
-                p(events_file(&layout.events_dir("j"), "20260101T000000Z")),
-                "/h/events/app-0123abcd/j/events-20260101T000000Z.jsonl",
-            ),
-            (p(layout.sessions_dir()), "/h/state/app-0123abcd/sessions"),
-            (
-                p(session.clone()),
-                "/h/state/app-0123abcd/sessions/session-1",
-            ),
-            (
-                p(checkpoint(&session)),
-                "/h/state/app-0123abcd/sessions/session-1/checkpoint.json",
-            ),
-            (
-                p(lock(&session)),
-                "/h/state/app-0123abcd/sessions/session-1/lock",
-            ),
-            (p(layout.jobs_dir()), "/h/state/app-0123abcd/mapreduce/jobs"),
-            (
-                p(job.clone()),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1",
-            ),
-            (
-                p(checkpoint(&job)),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1/checkpoint.json",
-            ),
-            (
-                p(items(&job)),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1/items.json",
-            ),
-            (
-                p(results(&job)),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1/results.jsonl",
-            ),
-            (
-                p(lock(&job)),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1/lock",
-            ),
-            (
-                p(merges(&job)),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1/merges.jsonl",
-            ),
-            (
-                p(kept_worktrees(&job)),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1/kept-worktrees.jsonl",
-            ),
-            (
-                p(task_result(&backend_dir(&job, "slurm"), 3)),
-                "/h/state/app-0123abcd/mapreduce/jobs/mapreduce-1/slurm/item_3.result.json",
-            ),
-            (
-                p(layout.state_dir(RunKind::Run, "s")),
-                "/h/state/app-0123abcd/sessions/s",
-            ),
-            (
-                p(layout.state_dir(RunKind::Job, "j")),
-                "/h/state/app-0123abcd/mapreduce/jobs/j",
-            ),
-            (
-                p(dlq.clone()),
-                "/h/dlq/app-0123abcd/mapreduce-1/mapreduce/dlq/mapreduce-1",
-            ),
-            (
-                p(dlq_index(&dlq)),
-                "/h/dlq/app-0123abcd/mapreduce-1/mapreduce/dlq/mapreduce-1/index.json",
-            ),
-            (
-                p(dlq_item(&dlq, "item_2")),
-                "/h/dlq/app-0123abcd/mapreduce-1/mapreduce/dlq/mapreduce-1/items/item_2.json",
-            ),
-            (
-                p(layout.logs_dir("session-1")),
-                "/h/logs/app-0123abcd/session-1",
-            ),
-            (p(Layout::worktrees_root(&layout.home)), "/h/worktrees"),
-            (p(Layout::state_root(&layout.home)), "/h/state"),
-            (p(Layout::events_root(&layout.home)), "/h/events"),
-            (p(Layout::dlq_root(&layout.home)), "/h/dlq"),
-            (p(Layout::logs_root(&layout.home)), "/h/logs"),
-            (p(layout.worktrees_dir()), "/h/worktrees/app-0123abcd"),
-            (
-                p(layout.session_worktree("session-1")),
-                "/h/worktrees/app-0123abcd/session-1",
-            ),
-            (
-                p(layout.agent_worktree("session-1", 2)),
-                "/h/worktrees/app-0123abcd/session-1-agent-2",
-            ),
-            (
-                p(Path::new("/r/.git").join(WORKTREE_ADMIN_LOCK)),
-                "/r/.git/prodigy-worktrees.lock",
-            ),
-            (
-                p(branch_lock(Path::new("/r/.git"), "main")),
-                "/r/.git/prodigy-merge-main.lock",
-            ),
-            (
-                p(Path::new("/r/.git/worktrees/w").join(PREPARED_MARKER)),
-                "/r/.git/worktrees/w/prodigy-prepared",
-            ),
+        let home = &layout.home;
+        let (session, job) = (layout.session_dir("s-1"), layout.job_dir("j-1"));
+        let dlq = layout.dlq_dir("j-1");
+        let git = Path::new("/r/.git");
+        let built = [
+            Layout::state_root(home),
+            Layout::events_root(home),
+            Layout::dlq_root(home),
+            Layout::logs_root(home),
+            Layout::worktrees_root(home),
+            layout.events_dir("s-1"),
+            events_file(&layout.events_dir("j-1"), "20260101T000000Z"),
+            layout.sessions_dir(),
+            checkpoint(&session),
+            lock(&session),
+            layout.state_dir(RunKind::Run, "s-1"),
+            layout.jobs_dir(),
+            checkpoint(&job),
+            items(&job),
+            results(&job),
+            lock(&job),
+            merges(&job),
+            kept_worktrees(&job),
+            task_result(&backend_dir(&job, "slurm"), 3),
+            layout.state_dir(RunKind::Job, "j-1"),
+            dlq_index(&dlq),
+            dlq_item(&dlq, "item_2"),
+            layout.logs_dir("s-1"),
+            layout.worktrees_dir(),
+            layout.session_worktree("s-1"),
+            layout.agent_worktree("s-1", 2),
+            git.join(WORKTREE_ADMIN_LOCK),
+            branch_lock(git, "main"),
+            git.join("worktrees/w").join(PREPARED_MARKER),
         ];
-        for (built, expected) in pinned {
-            assert_eq!(built, expected);
-        }
+        let built: Vec<String> = built.iter().map(|p| p.display().to_string()).collect();
+        let expected = "\
+/h/state
+/h/events
+/h/dlq
+/h/logs
+/h/worktrees
+/h/events/app-1/s-1
+/h/events/app-1/j-1/events-20260101T000000Z.jsonl
+/h/state/app-1/sessions
+/h/state/app-1/sessions/s-1/checkpoint.json
+/h/state/app-1/sessions/s-1/lock
+/h/state/app-1/sessions/s-1
+/h/state/app-1/mapreduce/jobs
+/h/state/app-1/mapreduce/jobs/j-1/checkpoint.json
+/h/state/app-1/mapreduce/jobs/j-1/items.json
+/h/state/app-1/mapreduce/jobs/j-1/results.jsonl
+/h/state/app-1/mapreduce/jobs/j-1/lock
+/h/state/app-1/mapreduce/jobs/j-1/merges.jsonl
+/h/state/app-1/mapreduce/jobs/j-1/kept-worktrees.jsonl
+/h/state/app-1/mapreduce/jobs/j-1/slurm/item_3.result.json
+/h/state/app-1/mapreduce/jobs/j-1
+/h/dlq/app-1/j-1/mapreduce/dlq/j-1/index.json
+/h/dlq/app-1/j-1/mapreduce/dlq/j-1/items/item_2.json
+/h/logs/app-1/s-1
+/h/worktrees/app-1
+/h/worktrees/app-1/s-1
+/h/worktrees/app-1/s-1-agent-2
+/r/.git/prodigy-worktrees.lock
+/r/.git/prodigy-merge-main.lock
+/r/.git/worktrees/w/prodigy-prepared";
+        assert_eq!(built.join("\n"), expected);
     }
 
     /// A job or session is found in whichever project holds it, by its checkpoint.

@@ -19,8 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::claude::Stream;
-use crate::layout::Layout;
-use crate::layout::RunKind;
+use crate::layout::{Layout, RunKind};
 use crate::runs::{self, Summary};
 
 /// The most of an item's input shown in a row.

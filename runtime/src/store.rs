@@ -1,5 +1,6 @@
-//! What a run keeps on disk under `$PRODIGY_HOME` (docs/language.md §9): events as JSON lines, and a
-//! checkpoint after every step, written atomically.
+//! A run's records under `$PRODIGY_HOME` (docs/language.md §9): events as JSON lines, a
+//! standard run's checkpoint after every step (written atomically through [`crate::durable`]),
+//! the lock of a run or job, and ids. Where each file lives is [`crate::layout`]'s.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

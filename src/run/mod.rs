@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use prodigy_compiler::plan::{Plan, StepId};
 use prodigy_compiler::source::SourceFile;
-use prodigy_runtime::jobstore::JobPhase;
-use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles};
+use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, JobPhase};
 use prodigy_runtime::layout::Layout;
 pub(crate) use prodigy_runtime::layout::RunKind;
 use prodigy_runtime::mapreduce::{JobOutcome, MapJob};

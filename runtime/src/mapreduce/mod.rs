@@ -15,8 +15,7 @@ use serde_json::{Value, json};
 use crate::breaker::BreakerState;
 use crate::dlq::Dlq;
 use crate::job::StopReason;
-use crate::jobstore::JobPhase;
-use crate::jobstore::{JobCheckpoint, JobFiles, Status};
+use crate::jobstore::{JobCheckpoint, JobFiles, JobPhase, Status};
 use crate::runner::Runner;
 use crate::vars::Vars;
 

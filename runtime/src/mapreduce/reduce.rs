@@ -1,7 +1,6 @@
 //! The reduce phase, with `${map.*}` built from the items' outcomes.
 
-use crate::message::Message;
-use crate::message::StepList;
+use crate::message::{Message, StepList};
 use serde_json::{Value, json};
 
 use crate::jobstore::ItemRecord;

@@ -1,7 +1,6 @@
 //! The setup phase, its `capture_outputs`, and loading the map input through its pipeline.
 
-use crate::message::Message;
-use crate::message::StepList;
+use crate::message::{Message, StepList};
 
 use prodigy_compiler::plan::{CaptureSource, Multiline, OutputCapture};
 use prodigy_grammar::pipeline::InputKind;

@@ -2,16 +2,13 @@
 //! happened and does what it answers: start a step (its variables refreshed, the git
 //! context after it), write a checkpoint after every step, settle the state and end.
 
-use crate::message::StepList;
-use crate::message::{Bug, Message};
+use crate::message::{Bug, Message, StepList};
 use serde_json::json;
 
 use crate::lock;
 use crate::machine::Outcome;
 use crate::runner::{Report, Runner, fields};
-use crate::sequence::SequenceAction;
-use crate::sequence::SequenceEvent;
-use crate::sequence::{Ending, Sequence};
+use crate::sequence::{Ending, Sequence, SequenceAction, SequenceEvent};
 use crate::store::{Checkpoint, ContinuedStep, SessionStatus};
 use crate::vars::Vars;
 

@@ -26,8 +26,7 @@ use std::sync::Arc;
 
 use prodigy_compiler::plan::Plan;
 
-use crate::jobstore::JobPhase;
-use crate::jobstore::{JobCheckpoint, Status};
+use crate::jobstore::{JobCheckpoint, JobPhase, Status};
 use crate::runner::{Options, Runner, StartError};
 use crate::store::SessionLock;
 use crate::vars::Vars;

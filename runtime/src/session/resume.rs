@@ -2,8 +2,7 @@
 
 use prodigy_compiler::plan::{Plan, StepId};
 
-use crate::jobstore::JobPhase;
-use crate::jobstore::{JobCheckpoint, Status};
+use crate::jobstore::{JobCheckpoint, JobPhase, Status};
 use crate::store::{Checkpoint, SessionStatus};
 use crate::worktree::{self, SessionWorktree};
 

@@ -312,8 +312,7 @@ async fn a_claude_call_goes_through_the_executor_and_its_stream_decides_the_step
 /// map the agents and reduce, from reduce only reduce, and nothing once it completed.
 #[test]
 fn a_resumed_job_is_checked_from_the_phase_it_stopped_in() {
-    use crate::jobstore::JobPhase;
-    use crate::jobstore::Status;
+    use crate::jobstore::{JobPhase, Status};
     use prodigy_compiler::plan::StepId;
     let plan = Harness::plan(
         "mode: mapreduce\nsetup:\n  - shell: \"echo setup\"\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo ${item}\"\nreduce:\n  - shell: \"echo reduce\"\n",

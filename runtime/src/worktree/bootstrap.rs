@@ -19,8 +19,6 @@ use crate::message::Message;
 use crate::runner::Runner;
 use crate::vars::Vars;
 
-/// The file, in a worktree's own git directory, that says its `setup` ran.
-
 /// The block of `info/exclude` lines prodigy adds.
 const EXCLUDE_HEADER: &str =
     "# prodigy: files copied or linked into its worktrees (worktree: copy, link)";
