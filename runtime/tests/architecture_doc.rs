@@ -13,13 +13,16 @@ fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// ARCHITECTURE.md's text (empty when it cannot be read, which the tests notice).
 fn architecture() -> String {
-    std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap()
+    std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap_or_default()
 }
 
 #[test]
 fn architecture_md_has_short_lines() {
-    let long: Vec<String> = architecture()
+    let text = architecture();
+    assert!(text.lines().count() > 100, "ARCHITECTURE.md was not read");
+    let long: Vec<String> = text
         .lines()
         .enumerate()
         .filter(|(_, line)| line.chars().count() > WIDTH)
@@ -48,7 +51,8 @@ fn named_files(text: &str) -> Vec<String> {
         let rooted = ["runtime/", "compiler/", "grammar/", "src/", "tests/"]
             .iter()
             .any(|p| word.starts_with(p));
-        if rooted && word.ends_with(".rs") && !word.contains('*') {
+        let rust = Path::new(word).extension().is_some_and(|e| e == "rs");
+        if rooted && rust && !word.contains('*') {
             out.push(word.to_owned());
         }
     }
