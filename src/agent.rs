@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use prodigy_runtime::backend::Executor;
+use prodigy_runtime::backend::AgentHost;
 use prodigy_runtime::backend::container::ContainerOptions;
 use prodigy_runtime::jobstore::JobFiles;
+use prodigy_runtime::layout::Layout;
 use prodigy_runtime::runner::Options;
 use prodigy_runtime::slurm::SlurmOptions;
-use prodigy_runtime::store::Layout;
 
 use crate::{err, exit_code};
 
@@ -36,19 +36,19 @@ impl ExecutorChoice {
     }
 
     /// The runtime's executor: Slurm tasks run this very program.
-    pub(crate) fn executor(self) -> Executor {
+    pub(crate) fn executor(self) -> AgentHost {
         match self {
-            ExecutorChoice::Local => Executor::Local,
+            ExecutorChoice::Local => AgentHost::Local,
             ExecutorChoice::Slurm => {
                 let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
                 let mut options = SlurmOptions::new(program);
                 options.sbatch_args = sbatch_args();
-                Executor::Backend(Arc::new(options))
+                AgentHost::Backend(Arc::new(options))
             }
             ExecutorChoice::Container => {
                 let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
                 let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-                Executor::Backend(Arc::new(ContainerOptions {
+                AgentHost::Backend(Arc::new(ContainerOptions {
                     engine: container_engine().unwrap_or_else(|| "podman".to_owned()),
                     program,
                     image: var("PRODIGY_CONTAINER_IMAGE"),

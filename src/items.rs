@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use prodigy_compiler::plan::Plan;
+use prodigy_runtime::layout::Layout;
 use prodigy_runtime::runner::{Inputs, Options, Runner};
-use prodigy_runtime::store::Layout;
 
 use crate::{err, exit_code};
 

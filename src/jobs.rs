@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use prodigy_runtime::dlq::{DeadLetteredItem, Dlq};
 use prodigy_runtime::jobstore::JobFiles;
+use prodigy_runtime::layout::Layout;
 use prodigy_runtime::live::{EventFiles, kind_of};
 use prodigy_runtime::runner::Options;
-use prodigy_runtime::store::Layout;
 
-use crate::run::{Ended, Kind};
+use crate::run::{Ended, RunKind};
 use prodigy_runtime::progress::count;
 use serde_json::Value;
 
@@ -245,7 +245,7 @@ struct Located {
 
 /// Finds JOB in any project under `$PRODIGY_HOME`: by its state, else by its DLQ.
 fn locate(job: &str) -> Option<Located> {
-    if !prodigy_runtime::store::is_id(job) {
+    if !prodigy_runtime::layout::is_id(job) {
         return None;
     }
     let home = Layout::home();
@@ -255,7 +255,7 @@ fn locate(job: &str) -> Option<Located> {
             state: Some(state),
         });
     }
-    let repo = std::fs::read_dir(home.join("dlq"))
+    let repo = std::fs::read_dir(Layout::dlq_root(&home))
         .ok()?
         .filter_map(Result::ok)
         .find(|repo| repo.path().join(job).is_dir())?
@@ -657,7 +657,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
     let completed = checkpoint.status == prodigy_runtime::jobstore::Status::Completed;
     let launch = crate::run::Launch {
-        kind: Kind::Job,
+        kind: RunKind::Job,
         again: "dlq retry",
         id: job.clone(),
         resumed: Some((checkpoint.started_at.clone(), checkpoint.variables.clone())),
@@ -900,9 +900,9 @@ pub(crate) enum EventsAction {
 
 /// The directory of JOB's events under HOME, in whichever repository's it is.
 fn events_dir(home: &Path, job: &str) -> Option<PathBuf> {
-    std::fs::read_dir(home.join("events"))
+    std::fs::read_dir(Layout::events_root(home))
         .ok()
-        .filter(|_| prodigy_runtime::store::is_id(job))
+        .filter(|_| prodigy_runtime::layout::is_id(job))
         .and_then(|repos| {
             repos
                 .filter_map(Result::ok)
@@ -930,7 +930,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
     let Some(dir) = events_dir(&home, job) else {
         err(&format!(
             "error: no events for `{job}` under {}\n",
-            home.join("events").display()
+            Layout::events_root(&home).display()
         ));
         return exit_code::USAGE;
     };

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use prodigy_runtime::claude::Stream;
+use prodigy_runtime::layout::Layout;
 use prodigy_runtime::logs::{StepRecord, step_number};
-use prodigy_runtime::store::Layout;
 
 use crate::{err, exit_code, out};
 
@@ -38,13 +38,13 @@ pub(crate) struct LogsArgs {
 
 /// `prodigy logs`: the runs with logs, a run's steps and logs, or one step's output.
 pub(crate) fn logs(args: &LogsArgs) -> u8 {
-    let root = Layout::home().join("logs");
+    let root = Layout::logs_root(&Layout::home());
     let Some(id) = &args.id else {
         return list_runs(&root);
     };
     let dir = std::fs::read_dir(&root)
         .ok()
-        .filter(|_| prodigy_runtime::store::is_id(id))
+        .filter(|_| prodigy_runtime::layout::is_id(id))
         .and_then(|repos| {
             repos
                 .filter_map(Result::ok)

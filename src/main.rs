@@ -819,7 +819,7 @@ pub(crate) fn load_checked(
 
 fn graph(args: &GraphArgs) -> u8 {
     let found = match &args.status {
-        Some(id) => match graph_status::find(&prodigy_runtime::store::Layout::home(), id) {
+        Some(id) => match graph_status::find(&prodigy_runtime::layout::Layout::home(), id) {
             Ok(found) => Some(found),
             Err(why) => {
                 err(&format!("error: {why}\n"));

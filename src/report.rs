@@ -12,7 +12,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use prodigy_runtime::claude::Note;
 use prodigy_runtime::events::{ProgressUpdate, Reporter};
-use prodigy_runtime::message::{Bug, DlqRetried, Message, Phase, Severity};
+use prodigy_runtime::message::{Bug, DlqRetried, Message, Severity, StepList};
 use prodigy_runtime::progress::{Tally, count, visible};
 use prodigy_runtime::worktree::{Uncommitted, UncommittedKind};
 use tokio::time::Instant;
@@ -344,9 +344,9 @@ fn text(message: &Message) -> String {
             total,
             label,
         } => match phase {
-            Phase::Steps => format!("[{number}/{total}] {label}"),
-            Phase::Setup => format!("[setup {number}/{total}] {label}"),
-            Phase::Reduce => format!("[reduce {number}/{total}] {label}"),
+            StepList::Steps => format!("[{number}/{total}] {label}"),
+            StepList::Setup => format!("[setup {number}/{total}] {label}"),
+            StepList::Reduce => format!("[reduce {number}/{total}] {label}"),
         },
         Message::Description(text) => format!("({text})"),
         Message::Skipped { when, reason } => match reason {
@@ -568,7 +568,7 @@ fn bug_text(bug: &Bug) -> String {
         Bug::GateOpenedOnLimit => {
             "the Claude gate opened on a usage limit; please report it".to_owned()
         }
-        Bug::UnexpectedRunEvent { event, state } => {
+        Bug::UnexpectedSequenceEvent { event, state } => {
             format!("the run received {event} while {state}; please report it")
         }
     }
@@ -987,7 +987,7 @@ mod tests {
     #[test]
     fn quiet_and_verbose_decide_which_messages_show() {
         let step = Message::StepStarted {
-            phase: Phase::Steps,
+            phase: StepList::Steps,
             number: 1,
             total: 2,
             label: "build".into(),
@@ -1042,7 +1042,7 @@ mod tests {
         let cases = [
             (
                 Message::StepStarted {
-                    phase: Phase::Setup,
+                    phase: StepList::Setup,
                     number: 1,
                     total: 2,
                     label: "shell: make".into(),
@@ -1155,7 +1155,7 @@ mod tests {
                 false,
             ),
             (
-                Message::Bug(Bug::UnexpectedRunEvent {
+                Message::Bug(Bug::UnexpectedSequenceEvent {
                     event: "Saved(None)".into(),
                     state: "Ready".into(),
                 }),

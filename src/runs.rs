@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use prodigy_runtime::runs::{Kind, Summary, list};
-use prodigy_runtime::store::{Layout, namespace};
+use prodigy_runtime::layout::{Layout, RunKind, namespace};
+use prodigy_runtime::runs::{Summary, list};
 
 use crate::{err, exit_code, out};
 
@@ -93,8 +93,8 @@ fn table(runs: &[Summary], all: bool) -> String {
         .iter()
         .map(|run| {
             let kind = match run.kind {
-                Kind::Run => "run",
-                Kind::Job => "job",
+                RunKind::Run => "run",
+                RunKind::Job => "job",
             };
             let items = run.items.map_or_else(
                 || "-".to_owned(),

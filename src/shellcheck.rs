@@ -299,7 +299,7 @@ impl ShellCheck {
         let Ok(json) = serde_json::to_vec(&kept) else {
             return;
         };
-        let _ = prodigy_runtime::store::write_atomic(&path, &json);
+        let _ = prodigy_runtime::durable::write_atomic(&path, &json);
     }
 }
 

@@ -5,9 +5,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
+use prodigy_runtime::layout::{Layout, RunKind, namespace};
 use prodigy_runtime::live::{Live, Picture, default_id};
-use prodigy_runtime::runs::Kind;
-use prodigy_runtime::store::{Layout, namespace};
 
 use crate::{err, exit_code, out};
 
@@ -91,8 +90,8 @@ pub(crate) fn render(p: &Picture) -> String {
     let mut text = String::new();
     let s = &p.summary;
     let kind = match s.kind {
-        Kind::Run => "run",
-        Kind::Job => "job",
+        RunKind::Run => "run",
+        RunKind::Job => "job",
     };
     let _ = write!(text, "{kind} {} {}", s.id, p.state.word());
     if let Some(phase) = &p.phase {
@@ -113,7 +112,7 @@ pub(crate) fn render(p: &Picture) -> String {
     }
     let c = &p.counts;
     let done = c.succeeded + c.failed + c.skipped;
-    let noun = if s.kind == Kind::Job {
+    let noun = if s.kind == RunKind::Job {
         "items"
     } else {
         "steps"
@@ -123,7 +122,7 @@ pub(crate) fn render(p: &Picture) -> String {
         "{noun}: {done}/{} done ({} succeeded, {} failed, {} skipped), {} running, {} pending",
         c.total, c.succeeded, c.failed, c.skipped, c.running, c.pending
     );
-    if s.kind == Kind::Job {
+    if s.kind == RunKind::Job {
         let _ = write!(text, ", {} in DLQ", c.dlq);
     }
     if c.retries > 0 {

@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use prodigy_runtime::store::{Layout, is_running};
+use prodigy_runtime::layout::Layout;
+use prodigy_runtime::store::is_running;
 use prodigy_runtime::worktree::{self, BranchFate, Listed};
 
 use crate::{err, exit_code, out};
@@ -105,7 +106,7 @@ pub(crate) fn worktree(command: &WorktreeCommand) -> u8 {
             if found.is_empty() && stray.is_empty() {
                 crate::note(&format!(
                     "no worktrees under {}\n",
-                    worktree::worktrees_dir(&layout).display()
+                    layout.worktrees_dir().display()
                 ));
                 return exit_code::OK;
             }

@@ -101,7 +101,7 @@ enum Var {
 
 /// Where a step stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
+enum Section {
     Standard,
     Setup,
     Map,
@@ -124,7 +124,7 @@ struct Scope {
     /// Names inserted since the start, with what they replaced, so that nested contexts can
     /// be undone without copying the whole scope for every step.
     undo: Vec<(String, Option<Var>)>,
-    phase: Phase,
+    phase: Section,
     names: BTreeMap<String, Var>,
     /// Inside an `on_failure` handler: `error.*` and `attempt`.
     handler: bool,
@@ -146,7 +146,7 @@ struct Scope {
 #[expect(clippy::struct_excessive_bools, reason = "a copy of the scope's flags")]
 struct Mark {
     undo: usize,
-    phase: Phase,
+    phase: Section,
     handler: bool,
     claude_failure: bool,
     after_step: bool,
@@ -266,7 +266,7 @@ impl Checker<'_> {
     fn global_scope(&mut self, workflow: &Workflow) -> Scope {
         let mut global = Scope {
             undo: Vec::new(),
-            phase: Phase::Standard,
+            phase: Section::Standard,
             names: BTreeMap::new(),
             handler: false,
             claude_failure: false,
@@ -301,7 +301,7 @@ impl Checker<'_> {
             self.steps(
                 std::slice::from_ref(&notify.step),
                 &mut Scope {
-                    phase: Phase::Notify,
+                    phase: Section::Notify,
                     ..global.clone()
                 },
             );
@@ -313,7 +313,7 @@ impl Checker<'_> {
     /// the `merge` steps start from.
     fn mapreduce(&mut self, workflow: &Workflow, global: Scope) -> Scope {
         let mut scope = Scope {
-            phase: Phase::Setup,
+            phase: Section::Setup,
             ..global
         };
         if let Some(setup) = &workflow.setup {
@@ -336,13 +336,13 @@ impl Checker<'_> {
             self.steps(
                 &map.agent_template,
                 &mut Scope {
-                    phase: Phase::Map,
+                    phase: Section::Map,
                     ..after_setup.clone()
                 },
             );
         }
         let mut before_merge = Scope {
-            phase: Phase::Reduce,
+            phase: Section::Reduce,
             ..after_setup.clone()
         };
         if let Some(reduce) = &workflow.reduce {
@@ -350,7 +350,7 @@ impl Checker<'_> {
         }
         for handler in &workflow.handlers {
             let mut scope = Scope {
-                phase: Phase::ItemHandler,
+                phase: Section::ItemHandler,
                 handler: true,
                 ..after_setup.clone()
             };
@@ -366,8 +366,8 @@ impl Checker<'_> {
             return;
         };
         for (steps, phase) in [
-            (&merge.commands, Phase::Merge),
-            (&merge.on_conflict, Phase::MergeConflict),
+            (&merge.commands, Section::Merge),
+            (&merge.on_conflict, Section::MergeConflict),
         ] {
             self.steps(
                 steps,
@@ -767,18 +767,18 @@ impl Checker<'_> {
                 _ => {}
             },
             name if ITEM_NAMES.contains(&name) => {
-                let in_map = matches!(scope.phase, Phase::Map | Phase::ItemHandler);
+                let in_map = matches!(scope.phase, Section::Map | Section::ItemHandler);
                 let foreach_var = root == "item" && scope.foreach;
                 if !in_map && !foreach_var {
                     self.error(span, format!("`{root}` is only defined in map agents"), "no map item here", "use it in `map.agent_template` steps, or inside `foreach.do` for `${item}`".to_owned());
                 }
             }
             "index" | "total" if scope.foreach => {}
-            "event" if scope.phase == Phase::Notify => {
+            "event" if scope.phase == Section::Notify => {
                 closed(self, crate::plan::EVENT_FIELDS, "a notification's `event`");
             }
             "map" => {
-                if matches!(scope.phase, Phase::Reduce | Phase::Merge) {
+                if matches!(scope.phase, Section::Reduce | Section::Merge) {
                     closed(self, MAP_FIELDS, "`map`");
                 } else {
                     self.error(
@@ -790,9 +790,9 @@ impl Checker<'_> {
                 }
             }
             "merge" => {
-                if scope.phase == Phase::Merge {
+                if scope.phase == Section::Merge {
                     closed(self, MERGE_FIELDS, "`merge`");
-                } else if scope.phase == Phase::MergeConflict {
+                } else if scope.phase == Section::MergeConflict {
                     closed(self, CONFLICT_FIELDS, "`merge`");
                 } else {
                     self.error(

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::store::{Layout, write_atomic};
+use crate::durable::write_atomic;
+use crate::layout::Layout;
 
 /// Why an item failed (the error types of docs/language.md §9, `CircuitOpen` among them).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -366,14 +367,7 @@ impl Cached {
 impl Dlq {
     /// The queue of `job_id` under the layout (nothing is created until an item is added).
     pub fn new(layout: &Layout, job_id: &str) -> Self {
-        let dir = layout
-            .home
-            .join("dlq")
-            .join(&layout.repo)
-            .join(job_id)
-            .join("mapreduce")
-            .join("dlq")
-            .join(job_id);
+        let dir = layout.dlq_dir(job_id);
         Dlq {
             job_id: job_id.to_owned(),
             dir,
@@ -403,7 +397,7 @@ impl Dlq {
         } else {
             format!("{safe}-{}", crate::store::hash(item_id))
         };
-        self.dir.join("items").join(format!("{name}.json"))
+        crate::layout::dlq_item(&self.dir, &name)
     }
 
     fn write_json(path: &Path, value: &impl Serialize) -> Result<(), DlqError> {
@@ -463,7 +457,7 @@ impl Dlq {
     /// A damaged index (a torn write, a bad disk) is moved aside to `index.json.damaged`
     /// and rebuilt the same way from the item files, oldest first; [`Dlq::repair`] says so.
     fn load_index(&self) -> Result<Cached, DlqError> {
-        let path = self.dir.join("index.json");
+        let path = crate::layout::dlq_index(&self.dir);
         let (read, kept) = match Self::read_json(&path) {
             Ok(read) => (read, None),
             Err(DlqError::Damaged { .. }) => {
@@ -486,7 +480,7 @@ impl Dlq {
         let known: std::collections::HashSet<PathBuf> =
             index.item_ids.iter().map(|id| self.item_path(id)).collect();
         let mut missing = Vec::new();
-        if let Ok(entries) = std::fs::read_dir(self.dir.join("items")) {
+        if let Ok(entries) = std::fs::read_dir(crate::layout::dlq_items(&self.dir)) {
             for path in entries.flatten().map(|e| e.path()) {
                 // A damaged or foreign file is not an item: it does not take the queue down.
                 if path.extension().is_some_and(|e| e == "json")
@@ -503,7 +497,7 @@ impl Dlq {
         let mut cached = Cached::new(index, unwritten);
         cached.rebuilt = kept.map(|kept| Rebuilt {
             index: path,
-            dir: self.dir.join("items"),
+            dir: crate::layout::dlq_items(&self.dir),
             items: cached.index.item_count,
             kept,
         });
@@ -529,7 +523,7 @@ impl Dlq {
         }
         cached.compact();
         cached.index.updated_at = crate::store::timestamp();
-        Self::write_json(&self.dir.join("index.json"), &cached.index)?;
+        Self::write_json(&crate::layout::dlq_index(&self.dir), &cached.index)?;
         cached.unwritten = 0;
         Ok(())
     }

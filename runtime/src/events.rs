@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::claude::{ErrorKind, Tokens, Totals};
-use crate::jobstore::{Phase, Status};
+use crate::jobstore::{JobPhase, Status};
 use crate::lock;
 use crate::machine::Outcome;
 use crate::mapreduce::ErrorMetrics;
@@ -141,7 +141,7 @@ pub enum Event {
     #[serde(rename(serialize = "checkpoint_saved", deserialize = "job_checkpoint_saved"))]
     JobCheckpointSaved {
         /// The job's phase.
-        phase: Phase,
+        phase: JobPhase,
         /// Its status.
         status: Status,
         /// Items with an outcome.
@@ -427,7 +427,7 @@ pub enum Event {
         /// `name`.
         workflow: Option<String>,
         /// The phase it starts in.
-        phase: Phase,
+        phase: JobPhase,
         /// Its state directory.
         job_dir: PathBuf,
     },
@@ -437,7 +437,7 @@ pub enum Event {
         /// `name`.
         workflow: Option<String>,
         /// The phase it resumes in.
-        phase: Phase,
+        phase: JobPhase,
         /// Its state directory.
         job_dir: PathBuf,
     },
@@ -1116,7 +1116,7 @@ mod tests {
     }
 
     fn sink_in(dir: &std::path::Path) -> Sink {
-        let layout = crate::store::Layout {
+        let layout = crate::layout::Layout {
             home: dir.to_owned(),
             repo: "demo".into(),
         };

@@ -556,7 +556,7 @@ pub(crate) async fn terminate(
 }
 
 /// `write_file`: PATH, relative to `cwd`, must stay inside ROOT (the project) once its links
-/// are followed ([`crate::paths::inside`]); JSON and YAML are validated (JSON is
+/// are followed ([`crate::confine::inside`]); JSON and YAML are validated (JSON is
 /// pretty-printed; YAML is read with the plan's reader, `Plan::yaml`); `mode` sets the permission
 /// bits, else a new file gets the umask's.
 #[expect(
@@ -576,7 +576,7 @@ pub fn write_file(
     use prodigy_plan::WriteFormat;
     // Resolved before anything is made, and written at the real place, so that no `..`,
     // absolute path or link leads the write (or the `chmod`) out of the project.
-    let target = match crate::paths::inside(root, cwd, path) {
+    let target = match crate::confine::inside(root, cwd, path) {
         Ok(target) => target,
         Err(e) => return Output::error(format!("`write_file`: {e}")),
     };

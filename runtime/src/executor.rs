@@ -13,7 +13,7 @@ use crate::exec::{Command, Output};
 
 /// What a request runs, as the workflow said it once rendered.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum RequestKind {
     /// A shell command (`sh -c TEXT`): a step's `shell`, a check, a handler, an env value.
     Shell {
         /// The rendered script.
@@ -29,7 +29,7 @@ pub enum Kind {
 /// A fully rendered command, ready to run.
 pub struct Request<'w> {
     /// What it is, as the workflow said it.
-    pub kind: Kind,
+    pub kind: RequestKind,
     /// The program, its arguments, directory, environment, timeout, grace period and
     /// output limit.
     pub command: Command,
@@ -43,8 +43,8 @@ impl Request<'_> {
     /// The rendered script of a shell command, or the prompt of a Claude call.
     pub fn text(&self) -> &str {
         match &self.kind {
-            Kind::Shell { text } => text,
-            Kind::Claude { prompt } => prompt,
+            RequestKind::Shell { text } => text,
+            RequestKind::Claude { prompt } => prompt,
         }
     }
 }

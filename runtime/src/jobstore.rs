@@ -1,5 +1,5 @@
-//! A MapReduce job on disk (docs/language.md §9), under
-//! `state/{repo}/mapreduce/jobs/{job_id}/`:
+//! A MapReduce job's records (docs/language.md §9), in its state directory
+//! `state/{repo}/mapreduce/jobs/{job_id}/` (the paths are [`crate::layout`]'s):
 //!
 //! - `checkpoint.json`: the seed's fields (`job_id`, `workflow_file`, `phase`,
 //!   `items_processed`, `items_total`, `items_remaining`, `successful_items`,
@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::store::write_atomic;
+use crate::durable::write_atomic;
 
 /// Where the job is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub enum JobPhase {
     /// Running `setup`.
     Setup,
     /// Running agents.
@@ -65,7 +65,7 @@ pub struct JobCheckpoint {
     /// A hash of the workflow text: resuming a changed workflow is refused.
     pub workflow_hash: String,
     /// The phase to continue in.
-    pub phase: Phase,
+    pub phase: JobPhase,
     /// How the job stands.
     pub status: Status,
     /// Items with an outcome.
@@ -285,20 +285,20 @@ impl JobFiles {
     /// checkpoint never counts an outcome the journal could lose.
     pub fn save_checkpoint(&mut self, checkpoint: &JobCheckpoint) -> Result<(), JobStoreError> {
         if let Some(journal) = &self.journal {
-            let path = self.dir.join("results.jsonl");
+            let path = crate::layout::results(&self.dir);
             journal.sync_data().map_err(Self::io(&path))?;
         }
-        Self::write_json(&self.dir.join("checkpoint.json"), checkpoint)
+        Self::write_json(&crate::layout::checkpoint(&self.dir), checkpoint)
     }
 
     /// Reads `checkpoint.json`.
     pub fn load_checkpoint(&self) -> Result<JobCheckpoint, JobStoreError> {
-        Self::read_json(&self.dir.join("checkpoint.json"))
+        Self::read_json(&crate::layout::checkpoint(&self.dir))
     }
 
     /// Writes `items.json`.
     pub fn save_items(&self, items: &[Value]) -> Result<(), JobStoreError> {
-        let path = self.dir.join("items.json");
+        let path = crate::layout::items(&self.dir);
         let bytes = serde_json::to_vec(items).map_err(|source| JobStoreError::Damaged {
             path: path.clone(),
             source,
@@ -308,19 +308,19 @@ impl JobFiles {
 
     /// Reads `items.json`.
     pub fn load_items(&self) -> Result<Vec<Value>, JobStoreError> {
-        Self::read_json(&self.dir.join("items.json"))
+        Self::read_json(&crate::layout::items(&self.dir))
     }
 
     /// Appends an outcome to `results.jsonl` with one write.
     pub fn append(&mut self, record: &ItemRecord) -> Result<(), JobStoreError> {
-        let path = self.dir.join("results.jsonl");
+        let path = crate::layout::results(&self.dir);
         if self.journal.is_none() {
-            crate::store::private_dir(&self.dir).map_err(Self::io(&self.dir))?;
+            crate::durable::private_dir(&self.dir).map_err(Self::io(&self.dir))?;
             let mut file = OpenOptions::new()
                 .create(true)
                 .read(true)
                 .append(true)
-                .mode(crate::store::PRIVATE_FILE)
+                .mode(crate::durable::PRIVATE_FILE)
                 .open(&path)
                 .map_err(Self::io(&path))?;
             // A line torn by a crash or a full disk is cut off, so the next record stands on
@@ -336,7 +336,7 @@ impl JobFiles {
         let Some(file) = self.journal.as_mut() else {
             return Ok(());
         };
-        let written = crate::statefs::append(file, &path, &line);
+        let written = crate::durable::append(file, &path, &line);
         if written.is_err() {
             // Opened again for the next record, which checks the end of the file anew.
             self.journal = None;
@@ -349,7 +349,7 @@ impl JobFiles {
     /// many items holds its records once, not also the file's bytes.
     pub fn load_results(&self) -> Result<Vec<ItemRecord>, JobStoreError> {
         use std::io::BufRead as _;
-        let path = self.dir.join("results.jsonl");
+        let path = crate::layout::results(&self.dir);
         let file = match File::open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

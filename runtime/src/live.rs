@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use crate::backend::TaskRef;
 use crate::claude::Stream;
-use crate::runs::{self, Kind, Summary};
-use crate::store::Layout;
+use crate::layout::{Layout, RunKind};
+use crate::runs::{self, Summary};
 
 /// The most of an item's input shown in a row.
 const SHORT: usize = 80;
@@ -707,7 +707,7 @@ impl Live {
             home: home.to_owned(),
             repo: summary.repo.clone(),
         };
-        let job_dir = (summary.kind == Kind::Job).then(|| layout.job_dir(id));
+        let job_dir = (summary.kind == RunKind::Job).then(|| layout.job_dir(id));
         Ok(Live {
             home: home.to_owned(),
             id: id.to_owned(),
@@ -787,7 +787,7 @@ impl Live {
         self.reading = reading;
         if !self.shorts_loaded
             && let Some(dir) = &self.job_dir
-            && let Ok(text) = std::fs::File::open(dir.join("items.json")).and_then(|mut f| {
+            && let Ok(text) = std::fs::File::open(crate::layout::items(dir)).and_then(|mut f| {
                 let mut s = Vec::new();
                 f.read_to_end(&mut s).map(|_| s)
             })
@@ -886,7 +886,7 @@ impl Live {
                 self.actors.clear();
                 self.calls.clear();
                 self.pause = None;
-                if self.summary.kind == Kind::Job {
+                if self.summary.kind == RunKind::Job {
                     self.breaker.get_or_insert("closed");
                 }
                 if kind == "job_resumed" {
@@ -1082,7 +1082,7 @@ impl Live {
                         step.failed += 1;
                     }
                 }
-                if self.summary.kind == Kind::Run && actor_key == "run" {
+                if self.summary.kind == RunKind::Run && actor_key == "run" {
                     if succeeded {
                         self.counts.succeeded += 1;
                     } else {
@@ -1141,7 +1141,7 @@ impl Live {
     )]
     pub fn picture(&self, now: SystemTime) -> Picture {
         let mut counts = self.counts;
-        if self.summary.kind == Kind::Job {
+        if self.summary.kind == RunKind::Job {
             counts.succeeded = 0;
             counts.failed = 0;
             counts.skipped = 0;
@@ -1198,7 +1198,7 @@ impl Live {
         }
         let mut spend = self.spend;
         spend.cost_usd = crate::pricing::usd(spend.cost_usd);
-        if self.summary.kind == Kind::Job && done > 0 && live {
+        if self.summary.kind == RunKind::Job && done > 0 && live {
             let items_cost: f64 = self.items.values().map(|r| r.cost_usd).sum();
             spend.forecast_usd = Some(crate::pricing::usd(
                 items_cost / done as f64 * (counts.pending + counts.running) as f64,
@@ -1374,7 +1374,7 @@ impl Live {
         });
         let data = dlq.as_ref().map(|d| d.item_data.clone()).or_else(|| {
             let dir = self.job_dir.as_ref()?;
-            let file = std::fs::File::open(dir.join("items.json")).ok()?;
+            let file = std::fs::File::open(crate::layout::items(dir)).ok()?;
             let mut reader = serde_json::Deserializer::from_reader(std::io::BufReader::new(file));
             serde::Deserializer::deserialize_seq(&mut reader, Nth(index)).ok()?
         });
@@ -1383,7 +1383,7 @@ impl Live {
             home: self.home.clone(),
             repo: self.summary.repo.clone(),
         };
-        let outputs = step_outputs(&crate::logs::dir(&layout, &self.id).join(item_id), &events);
+        let outputs = step_outputs(&layout.logs_dir(&self.id).join(item_id), &events);
         Some(ItemDetail {
             row,
             data,

@@ -8,28 +8,21 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::store::Layout;
-
 /// Masks secrets in a line before it is written for people.
 pub type Mask = Arc<dyn Fn(&str) -> String + Send + Sync>;
-
-/// `logs/{repo}/{id}/` for a session or a MapReduce job.
-pub fn dir(layout: &Layout, id: &str) -> PathBuf {
-    layout.home.join("logs").join(&layout.repo).join(id)
-}
 
 /// Creates (or truncates) PATH readable and writable by the user only, and its missing
 /// parent directories with mode 0700.
 pub fn create_private(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(parent) = path.parent() {
-        crate::store::private_dir(parent)?;
+        crate::durable::private_dir(parent)?;
     }
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(crate::store::PRIVATE_FILE)
+        .mode(crate::durable::PRIVATE_FILE)
         .open(path)
 }
 
@@ -39,14 +32,14 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
 pub fn create_numbered(dir: &Path, stem: &str, ext: &str, mask: Option<Mask>) -> LineLog {
     use std::os::unix::fs::OpenOptionsExt as _;
     let stem = file_part(stem);
-    let mut last_error = crate::store::private_dir(dir).err();
+    let mut last_error = crate::durable::private_dir(dir).err();
     if last_error.is_none() {
         for n in 1..=9999u32 {
             let path = dir.join(format!("{n:04}-{stem}.{ext}"));
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(crate::store::PRIVATE_FILE)
+                .mode(crate::durable::PRIVATE_FILE)
                 .open(&path)
             {
                 Ok(file) => {
@@ -453,12 +446,12 @@ impl StepLog {
 fn open_append(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(parent) = path.parent() {
-        crate::store::private_dir(parent)?;
+        crate::durable::private_dir(parent)?;
     }
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
-        .mode(crate::store::PRIVATE_FILE)
+        .mode(crate::durable::PRIVATE_FILE)
         .open(path)
 }
 

@@ -15,14 +15,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// The journal's file name in the job's directory.
-pub const FILE: &str = "merges.jsonl";
-
-/// The file naming the agent worktrees kept for their uncommitted changes after a
-/// successful agent (docs/running.md, "Git worktrees"), one JSON string a line: the end of the map
-/// phase removes every other agent worktree the DLQ does not name.
-pub const KEPT_FILE: &str = "kept-worktrees.jsonl";
-
 /// An agent's merge about to happen: what resume needs to record the item's success.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MergeIntent {
@@ -70,7 +62,7 @@ pub enum JournalError {
 ///
 /// The journal could not be opened or written (the path and the OS error).
 pub fn append(dir: &Path, intent: &MergeIntent) -> Result<(), JournalError> {
-    append_line(&dir.join(FILE), intent)
+    append_line(&crate::layout::merges(dir), intent)
 }
 
 /// Notes in the job directory DIR that the agent worktree at WORKTREE is kept.
@@ -79,12 +71,12 @@ pub fn append(dir: &Path, intent: &MergeIntent) -> Result<(), JournalError> {
 ///
 /// The file could not be opened or written (the path and the OS error).
 pub fn note_kept(dir: &Path, worktree: &Path) -> Result<(), JournalError> {
-    append_line(&dir.join(KEPT_FILE), &worktree)
+    append_line(&crate::layout::kept_worktrees(dir), &worktree)
 }
 
 /// The agent worktrees [`note_kept`] noted in the job directory DIR.
 pub fn kept(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_to_string(dir.join(KEPT_FILE))
+    std::fs::read_to_string(crate::layout::kept_worktrees(dir))
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -97,7 +89,7 @@ fn append_line(path: &Path, value: &impl Serialize) -> Result<(), JournalError> 
         source,
     };
     if let Some(dir) = path.parent() {
-        crate::store::private_dir(dir).map_err(fail)?;
+        crate::durable::private_dir(dir).map_err(fail)?;
     }
     let mut line = serde_json::to_vec(value).map_err(JournalError::Encode)?;
     line.push(b'\n');
@@ -105,14 +97,14 @@ fn append_line(path: &Path, value: &impl Serialize) -> Result<(), JournalError> 
         .create(true)
         .read(true)
         .append(true)
-        .mode(crate::store::PRIVATE_FILE)
+        .mode(crate::durable::PRIVATE_FILE)
         .open(path)
         .map_err(fail)?;
     // A line torn by a crash is ended first, so that this intent stands on its own line.
     if !ends_a_line(&mut file) {
         line.insert(0, b'\n');
     }
-    crate::statefs::append(&mut file, path, &line).map_err(fail)
+    crate::durable::append(&mut file, path, &line).map_err(fail)
 }
 
 /// Whether FILE is empty or ends with a newline.
@@ -157,7 +149,7 @@ pub const KILL_AFTER_MERGES_ENV: &str = "PRODIGY_FAULT_KILL_AFTER_MERGES";
 /// The intents in the journal of the job directory DIR, the last one per item winning; torn
 /// or unreadable lines are skipped (an intent that was not written was not acted on).
 pub fn load(dir: &Path) -> Vec<MergeIntent> {
-    let text = std::fs::read_to_string(dir.join(FILE)).unwrap_or_default();
+    let text = std::fs::read_to_string(crate::layout::merges(dir)).unwrap_or_default();
     let mut by_item = std::collections::BTreeMap::new();
     for line in text.lines() {
         if let Ok(intent) = serde_json::from_str::<MergeIntent>(line) {
@@ -192,9 +184,9 @@ mod tests {
         append(&job, &intent(2, "a")).unwrap();
         append(&job, &intent(0, "b")).unwrap();
         append(&job, &intent(2, "c")).unwrap();
-        let mut text = std::fs::read_to_string(job.join(FILE)).unwrap();
+        let mut text = std::fs::read_to_string(crate::layout::merges(&job)).unwrap();
         text.push_str("{\"item_id\": \"item_1\", \"ind");
-        std::fs::write(job.join(FILE), text).unwrap();
+        std::fs::write(crate::layout::merges(&job), text).unwrap();
         // The next intent is not glued onto the torn line.
         append(&job, &intent(3, "d")).unwrap();
         let loaded = load(&job);

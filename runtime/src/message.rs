@@ -25,7 +25,7 @@ pub enum Severity {
 
 /// Which list of steps a numbered step belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub enum StepList {
     /// A standard workflow's steps or a map agent's template: `[2/5]`.
     Steps,
     /// A MapReduce job's `setup`: `[setup 1/2]`.
@@ -40,7 +40,7 @@ pub enum Message {
     /// A step starts: its place in its list (from 1) and its label.
     StepStarted {
         /// Which list.
-        phase: Phase,
+        phase: StepList,
         /// From 1.
         number: usize,
         /// Steps in the list.
@@ -325,7 +325,7 @@ pub enum Bug {
     /// The Claude gate opened on a usage limit.
     GateOpenedOnLimit,
     /// The run's state machine got an event its state does not take.
-    UnexpectedRunEvent {
+    UnexpectedSequenceEvent {
         /// The event, as debugged.
         event: String,
         /// The state, as debugged.

@@ -1,22 +1,13 @@
 //! The standard runs and MapReduce jobs kept under `$PRODIGY_HOME`, as `prodigy ls` lists
 //! them: read from their checkpoints, with whether a process still holds each one's lock.
 
+use crate::layout::{Layout, RunKind};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::jobstore::{JobCheckpoint, Status as JobStatus};
 use crate::store::{Checkpoint, SessionStatus, is_locked};
-
-/// A standard run or a MapReduce job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A standard run (`session-…`), continued with `prodigy resume`.
-    Run,
-    /// A MapReduce job (`mapreduce-…`), continued with `prodigy resume-job`.
-    Job,
-}
 
 /// How a run or job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -77,7 +68,7 @@ pub struct Summary {
     /// Its id.
     pub id: String,
     /// Run or job.
-    pub kind: Kind,
+    pub kind: RunKind,
     /// How it stands.
     pub state: State,
     /// The project's namespace under `state/`.
@@ -119,28 +110,24 @@ pub enum ReadError {
 /// The runs and jobs under HOME: of the project namespace REPO, or of every project.
 pub fn list(home: &Path, repo: Option<&str>) -> Listing {
     let mut listing = Listing::default();
-    let Ok(projects) = std::fs::read_dir(home.join("state")) else {
-        return listing;
-    };
-    for project in projects.flatten() {
-        let name = project.file_name().to_string_lossy().into_owned();
+    for project in Layout::projects(home) {
+        let name = &project.repo;
         if repo.is_some_and(|r| r != name) {
             continue;
         }
-        let dir = project.path();
         for (sub, kind) in [
-            (dir.join("sessions"), Kind::Run),
-            (dir.join("mapreduce").join("jobs"), Kind::Job),
+            (project.sessions_dir(), RunKind::Run),
+            (project.jobs_dir(), RunKind::Job),
         ] {
             let Ok(entries) = std::fs::read_dir(&sub) else {
                 continue;
             };
             for entry in entries.flatten() {
-                let path = entry.path().join("checkpoint.json");
+                let path = crate::layout::checkpoint(&entry.path());
                 if !path.is_file() {
                     continue;
                 }
-                match read(&entry.path(), &path, kind, &name) {
+                match read(&entry.path(), &path, kind, name) {
                     Ok(summary) => listing.runs.push(summary),
                     Err(why) => listing.unreadable.push((path, why)),
                 }
@@ -159,20 +146,25 @@ pub fn list(home: &Path, repo: Option<&str>) -> Listing {
 /// The run or job ID under HOME, in whichever project it is; `None` when there is none,
 /// an error when its checkpoint cannot be read.
 pub fn find(home: &Path, id: &str) -> Option<Result<Summary, ReadError>> {
-    if let Some((dir, repo)) = crate::store::Layout::find_job(home, id) {
-        return Some(read(&dir, &dir.join("checkpoint.json"), Kind::Job, &repo));
+    if let Some((dir, repo)) = Layout::find_job(home, id) {
+        return Some(read(
+            &dir,
+            &crate::layout::checkpoint(&dir),
+            RunKind::Job,
+            &repo,
+        ));
     }
-    let (checkpoint, repo) = crate::store::Layout::find_session(home, id)?;
+    let (checkpoint, repo) = Layout::find_session(home, id)?;
     let dir = checkpoint.parent()?.to_owned();
-    Some(read(&dir, &checkpoint, Kind::Run, &repo))
+    Some(read(&dir, &checkpoint, RunKind::Run, &repo))
 }
 
 /// The summary of the run or job whose state directory is DIR.
-fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary, ReadError> {
+fn read(dir: &Path, checkpoint: &Path, kind: RunKind, repo: &str) -> Result<Summary, ReadError> {
     let text = std::fs::read(checkpoint).map_err(ReadError::Io)?;
     let live = is_locked(dir);
     match kind {
-        Kind::Run => {
+        RunKind::Run => {
             let c: Checkpoint = serde_json::from_slice(&text).map_err(ReadError::Json)?;
             let state = match c.status {
                 SessionStatus::Running if live => State::Running,
@@ -193,7 +185,7 @@ fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary
                 items: None,
             })
         }
-        Kind::Job => {
+        RunKind::Job => {
             let c: JobCheckpoint = serde_json::from_slice(&text).map_err(ReadError::Json)?;
             let state = match c.status {
                 JobStatus::Running if live => State::Running,
@@ -275,7 +267,7 @@ mod tests {
         assert_eq!(ids, ["session-2", "mapreduce-1", "session-1"]);
         assert_eq!(mine.runs[0].state, State::Crashed);
         assert!(mine.runs[0].state.resumable());
-        assert_eq!(mine.runs[1].kind, Kind::Job);
+        assert_eq!(mine.runs[1].kind, RunKind::Job);
         assert_eq!(mine.runs[1].items.unwrap().failed, 1);
         assert!(mine.unreadable.is_empty());
 

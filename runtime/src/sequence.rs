@@ -1,6 +1,6 @@
 //! A standard run's order as a pure state machine: which step starts next, when a
 //! checkpoint is written, and how the run ends (docs/language.md §3). The runner's
-//! dispatcher for standard runs (`runner/standard.rs`) feeds it what happened ([`RunEvent`])
+//! dispatcher for standard runs (`runner/standard.rs`) feeds it what happened ([`SequenceEvent`])
 //! and does what it answers ([`Reaction`]); the machine itself does no I/O.
 //!
 //! ```text
@@ -24,7 +24,7 @@ use crate::store::SessionStatus;
 
 /// What the dispatcher tells the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RunEvent {
+pub enum SequenceEvent {
     /// The run may start its next step: whether it was cancelled, and why its state can no
     /// longer be written, if so.
     Ready {
@@ -48,17 +48,17 @@ pub enum RunEvent {
 
 /// What the dispatcher does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RunAction {
+pub enum SequenceAction {
     /// Start the step at this index (refreshing the variables first unless it is the
-    /// run's first step), then feed [`RunEvent::EnvFailed`] or [`RunEvent::StepEnded`].
+    /// run's first step), then feed [`SequenceEvent::EnvFailed`] or [`SequenceEvent::StepEnded`].
     Start(usize),
     /// Write a checkpoint whose next step is this one, without waiting for it, then feed
-    /// [`RunEvent::Ready`].
+    /// [`SequenceEvent::Ready`].
     Checkpoint(usize),
-    /// Wait for the checkpoint in flight, then feed [`RunEvent::Settled`].
+    /// Wait for the checkpoint in flight, then feed [`SequenceEvent::Settled`].
     Settle,
     /// Write the last checkpoint and wait until it is durable, then feed
-    /// [`RunEvent::Saved`].
+    /// [`SequenceEvent::Saved`].
     SaveLast {
         /// The run's status in it.
         status: SessionStatus,
@@ -86,15 +86,15 @@ pub struct Reaction {
     /// Shown before the action.
     pub say: Option<Message>,
     /// What to do.
-    pub action: RunAction,
+    pub action: SequenceAction,
 }
 
 impl Reaction {
-    fn act(action: RunAction) -> Self {
+    fn act(action: SequenceAction) -> Self {
         Reaction { say: None, action }
     }
 
-    fn said(say: Message, action: RunAction) -> Self {
+    fn said(say: Message, action: SequenceAction) -> Self {
         Reaction {
             say: Some(say),
             action,
@@ -147,11 +147,11 @@ impl Sequence {
         clippy::too_many_lines,
         reason = "the run order's transition table: one arm per (state, event)"
     )]
-    pub fn on(&mut self, event: RunEvent) -> Reaction {
+    pub fn on(&mut self, event: SequenceEvent) -> Reaction {
         match (&self.state, event) {
             (
                 State::Ready,
-                RunEvent::Ready {
+                SequenceEvent::Ready {
                     cancelled,
                     state_lost,
                     over_budget,
@@ -175,15 +175,15 @@ impl Sequence {
                     self.end(RunOutcome::BudgetReached, None)
                 } else {
                     self.state = State::Running;
-                    Reaction::act(RunAction::Start(self.next))
+                    Reaction::act(SequenceAction::Start(self.next))
                 }
             }
-            (State::Running, RunEvent::EnvFailed(why)) => {
+            (State::Running, SequenceEvent::EnvFailed(why)) => {
                 let mut reaction = self.end(RunOutcome::Failed, Some(self.next));
                 reaction.say = Some(Message::EnvFailed(why));
                 reaction
             }
-            (State::Running, RunEvent::StepEnded(outcome)) => match outcome {
+            (State::Running, SequenceEvent::StepEnded(outcome)) => match outcome {
                 Outcome::Cancelled => self.end(RunOutcome::Interrupted, None),
                 Outcome::Failed => self.end(RunOutcome::Failed, Some(self.next)),
                 // The step went on (`Outcome::continues`).
@@ -195,13 +195,13 @@ impl Sequence {
                     self.next += 1;
                     if self.next < self.total {
                         self.state = State::Ready;
-                        Reaction::act(RunAction::Checkpoint(self.next))
+                        Reaction::act(SequenceAction::Checkpoint(self.next))
                     } else {
                         self.end(RunOutcome::Succeeded, None)
                     }
                 }
             },
-            (State::Settling, RunEvent::Settled(lost)) => {
+            (State::Settling, SequenceEvent::Settled(lost)) => {
                 let mut say = None;
                 // A run some of whose state was lost does not end as completed.
                 if let (None, Some(why)) = (&self.state_error, lost)
@@ -217,13 +217,13 @@ impl Sequence {
                 self.state = State::Saving;
                 Reaction {
                     say,
-                    action: RunAction::SaveLast {
+                    action: SequenceAction::SaveLast {
                         status: self.outcome.status(),
                         next: self.next,
                     },
                 }
             }
-            (State::Saving, RunEvent::Saved(lost)) => {
+            (State::Saving, SequenceEvent::Saved(lost)) => {
                 let mut say = None;
                 // Not durable: resuming runs the steps since the last checkpoint that landed.
                 if let (None, Some(why)) = (&self.state_error, lost) {
@@ -239,24 +239,24 @@ impl Sequence {
                 self.state = State::Ended;
                 Reaction {
                     say,
-                    action: RunAction::End(self.ending()),
+                    action: SequenceAction::End(self.ending()),
                 }
             }
             (
                 State::Ready | State::Running | State::Settling | State::Saving | State::Ended,
-                event @ (RunEvent::Ready { .. }
-                | RunEvent::EnvFailed(_)
-                | RunEvent::StepEnded(_)
-                | RunEvent::Settled(_)
-                | RunEvent::Saved(_)),
+                event @ (SequenceEvent::Ready { .. }
+                | SequenceEvent::EnvFailed(_)
+                | SequenceEvent::StepEnded(_)
+                | SequenceEvent::Settled(_)
+                | SequenceEvent::Saved(_)),
             ) => {
-                let say = Message::Bug(crate::message::Bug::UnexpectedRunEvent {
+                let say = Message::Bug(crate::message::Bug::UnexpectedSequenceEvent {
                     event: format!("{event:?}"),
                     state: format!("{:?}", self.state),
                 });
                 self.outcome = RunOutcome::Failed;
                 self.state = State::Ended;
-                Reaction::said(say, RunAction::End(self.ending()))
+                Reaction::said(say, SequenceAction::End(self.ending()))
             }
         }
     }
@@ -267,7 +267,7 @@ impl Sequence {
         self.outcome = outcome;
         self.failed_step = step;
         self.state = State::Settling;
-        Reaction::act(RunAction::Settle)
+        Reaction::act(SequenceAction::Settle)
     }
 
     fn ending(&self) -> Ending {
@@ -283,7 +283,7 @@ impl Sequence {
 mod tests {
     use super::*;
 
-    const READY: RunEvent = RunEvent::Ready {
+    const READY: SequenceEvent = SequenceEvent::Ready {
         cancelled: false,
         state_lost: None,
         over_budget: false,
@@ -294,7 +294,7 @@ mod tests {
     #[test]
     fn a_step_over_the_claude_budget_does_not_start_and_is_where_a_resume_starts() {
         let mut run = Sequence::new(0, 3);
-        let over = RunEvent::Ready {
+        let over = SequenceEvent::Ready {
             cancelled: false,
             state_lost: None,
             over_budget: true,
@@ -303,21 +303,21 @@ mod tests {
             &mut run,
             vec![
                 READY,
-                RunEvent::StepEnded(Outcome::Succeeded),
+                SequenceEvent::StepEnded(Outcome::Succeeded),
                 over,
-                RunEvent::Settled(None),
-                RunEvent::Saved(None),
+                SequenceEvent::Settled(None),
+                SequenceEvent::Saved(None),
             ],
         );
         assert_eq!(
             actions[2..],
             [
-                RunAction::Settle,
-                RunAction::SaveLast {
+                SequenceAction::Settle,
+                SequenceAction::SaveLast {
                     status: SessionStatus::Interrupted,
                     next: 1
                 },
-                RunAction::End(Ending {
+                SequenceAction::End(Ending {
                     outcome: RunOutcome::BudgetReached,
                     failed_step: None,
                     state_error: None,
@@ -327,7 +327,7 @@ mod tests {
     }
 
     /// Feeds EVENTS in turn and returns the actions.
-    fn drive(machine: &mut Sequence, events: Vec<RunEvent>) -> Vec<RunAction> {
+    fn drive(machine: &mut Sequence, events: Vec<SequenceEvent>) -> Vec<SequenceAction> {
         events.into_iter().map(|e| machine.on(e).action).collect()
     }
 
@@ -340,29 +340,29 @@ mod tests {
             &mut run,
             vec![
                 READY,
-                RunEvent::StepEnded(Outcome::Succeeded),
+                SequenceEvent::StepEnded(Outcome::Succeeded),
                 READY,
-                RunEvent::StepEnded(Outcome::Skipped),
+                SequenceEvent::StepEnded(Outcome::Skipped),
                 READY,
-                RunEvent::StepEnded(Outcome::FailedContinued),
-                RunEvent::Settled(None),
-                RunEvent::Saved(None),
+                SequenceEvent::StepEnded(Outcome::FailedContinued),
+                SequenceEvent::Settled(None),
+                SequenceEvent::Saved(None),
             ],
         );
         assert_eq!(
             actions,
             [
-                RunAction::Start(0),
-                RunAction::Checkpoint(1),
-                RunAction::Start(1),
-                RunAction::Checkpoint(2),
-                RunAction::Start(2),
-                RunAction::Settle,
-                RunAction::SaveLast {
+                SequenceAction::Start(0),
+                SequenceAction::Checkpoint(1),
+                SequenceAction::Start(1),
+                SequenceAction::Checkpoint(2),
+                SequenceAction::Start(2),
+                SequenceAction::Settle,
+                SequenceAction::SaveLast {
                     status: SessionStatus::Completed,
                     next: 3
                 },
-                RunAction::End(Ending {
+                SequenceAction::End(Ending {
                     outcome: RunOutcome::Succeeded,
                     failed_step: None,
                     state_error: None,
@@ -379,22 +379,22 @@ mod tests {
             &mut run,
             vec![
                 READY,
-                RunEvent::StepEnded(Outcome::Failed),
-                RunEvent::Settled(None),
-                RunEvent::Saved(None),
+                SequenceEvent::StepEnded(Outcome::Failed),
+                SequenceEvent::Settled(None),
+                SequenceEvent::Saved(None),
             ],
         );
-        assert_eq!(actions[0], RunAction::Start(1));
+        assert_eq!(actions[0], SequenceAction::Start(1));
         assert_eq!(
             actions[2],
-            RunAction::SaveLast {
+            SequenceAction::SaveLast {
                 status: SessionStatus::Failed,
                 next: 1
             }
         );
         assert_eq!(
             actions[3],
-            RunAction::End(Ending {
+            SequenceAction::End(Ending {
                 outcome: RunOutcome::Failed,
                 failed_step: Some(1),
                 state_error: None,
@@ -407,18 +407,18 @@ mod tests {
     #[test]
     fn an_interrupted_run_stays_interrupted() {
         for events in [
-            vec![RunEvent::Ready {
+            vec![SequenceEvent::Ready {
                 cancelled: true,
                 state_lost: None,
                 over_budget: false,
             }],
-            vec![READY, RunEvent::StepEnded(Outcome::Cancelled)],
+            vec![READY, SequenceEvent::StepEnded(Outcome::Cancelled)],
         ] {
             let mut run = Sequence::new(0, 2);
             drive(&mut run, events);
-            run.on(RunEvent::Settled(Some("disk full".into())));
-            let end = run.on(RunEvent::Saved(None));
-            let RunAction::End(ending) = end.action else {
+            run.on(SequenceEvent::Settled(Some("disk full".into())));
+            let end = run.on(SequenceEvent::Saved(None));
+            let SequenceAction::End(ending) = end.action else {
                 panic!("{end:?}");
             };
             assert_eq!(ending.outcome, RunOutcome::Interrupted);
@@ -431,14 +431,14 @@ mod tests {
         let mut run = Sequence::new(0, 2);
         drive(
             &mut run,
-            vec![READY, RunEvent::StepEnded(Outcome::Succeeded)],
+            vec![READY, SequenceEvent::StepEnded(Outcome::Succeeded)],
         );
-        let stop = run.on(RunEvent::Ready {
+        let stop = run.on(SequenceEvent::Ready {
             cancelled: false,
             state_lost: Some("cannot write the checkpoint".into()),
             over_budget: false,
         });
-        assert_eq!(stop.action, RunAction::Settle);
+        assert_eq!(stop.action, SequenceAction::Settle);
         assert_eq!(
             stop.say,
             Some(Message::StateLost {
@@ -447,10 +447,10 @@ mod tests {
             })
         );
         // Said once: the later settle does not say it again.
-        assert_eq!(run.on(RunEvent::Settled(None)).say, None);
-        let end = run.on(RunEvent::Saved(Some("again".into())));
+        assert_eq!(run.on(SequenceEvent::Settled(None)).say, None);
+        let end = run.on(SequenceEvent::Saved(Some("again".into())));
         assert_eq!(end.say, None);
-        let RunAction::End(ending) = end.action else {
+        let SequenceAction::End(ending) = end.action else {
             panic!("{end:?}");
         };
         assert_eq!(ending.outcome, RunOutcome::Failed);
@@ -468,11 +468,11 @@ mod tests {
             &mut run,
             vec![
                 READY,
-                RunEvent::StepEnded(Outcome::Succeeded),
-                RunEvent::Settled(None),
+                SequenceEvent::StepEnded(Outcome::Succeeded),
+                SequenceEvent::Settled(None),
             ],
         );
-        let end = run.on(RunEvent::Saved(Some("no space left".into())));
+        let end = run.on(SequenceEvent::Saved(Some("no space left".into())));
         assert_eq!(
             end.say,
             Some(Message::StateLost {
@@ -482,7 +482,7 @@ mod tests {
         );
         assert!(matches!(
             end.action,
-            RunAction::End(Ending {
+            SequenceAction::End(Ending {
                 outcome: RunOutcome::Failed,
                 ..
             })
@@ -495,17 +495,17 @@ mod tests {
         let mut run = Sequence::new(0, 2);
         drive(
             &mut run,
-            vec![READY, RunEvent::StepEnded(Outcome::Succeeded), READY],
+            vec![READY, SequenceEvent::StepEnded(Outcome::Succeeded), READY],
         );
-        let failed = run.on(RunEvent::EnvFailed("env file gone".into()));
+        let failed = run.on(SequenceEvent::EnvFailed("env file gone".into()));
         assert_eq!(failed.say, Some(Message::EnvFailed("env file gone".into())));
         let actions = drive(
             &mut run,
-            vec![RunEvent::Settled(None), RunEvent::Saved(None)],
+            vec![SequenceEvent::Settled(None), SequenceEvent::Saved(None)],
         );
         assert_eq!(
             actions[1],
-            RunAction::End(Ending {
+            SequenceAction::End(Ending {
                 outcome: RunOutcome::Failed,
                 failed_step: Some(1),
                 state_error: None,
@@ -517,11 +517,11 @@ mod tests {
     #[test]
     fn an_event_out_of_turn_is_an_internal_error() {
         let mut run = Sequence::new(0, 2);
-        let odd = run.on(RunEvent::StepEnded(Outcome::Succeeded));
+        let odd = run.on(SequenceEvent::StepEnded(Outcome::Succeeded));
         assert!(matches!(odd.say, Some(Message::Bug(_))));
         assert!(matches!(
             odd.action,
-            RunAction::End(Ending {
+            SequenceAction::End(Ending {
                 outcome: RunOutcome::Failed,
                 ..
             })

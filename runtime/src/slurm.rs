@@ -299,12 +299,12 @@ pub fn split_args(text: &str) -> Option<Vec<String>> {
 
 /// The directory of a job's Slurm files.
 pub fn dir(job_dir: &Path) -> PathBuf {
-    job_dir.join("slurm")
+    crate::layout::backend_dir(job_dir, "slurm")
 }
 
 /// Where the task of item INDEX writes its result.
 pub fn result_path(job_dir: &Path, index: usize) -> PathBuf {
-    dir(job_dir).join(format!("item_{index}.result.json"))
+    crate::layout::task_result(&dir(job_dir), index)
 }
 
 fn submitted_path(job_dir: &Path, index: usize) -> PathBuf {
@@ -595,7 +595,7 @@ async fn submit(
         let path = path.to_owned();
         move |source| SlurmError::Io { path, source }
     };
-    crate::store::private_dir(&slurm_dir).map_err(io(&slurm_dir))?;
+    crate::durable::private_dir(&slurm_dir).map_err(io(&slurm_dir))?;
     let marker = submitted_path(&d.job_dir, d.index);
     let me = coordinator(runner);
     if d.adopt
@@ -617,7 +617,7 @@ async fn submit(
     let script = slurm_dir.join("agent.sh");
     let text = batch_script(&slurm.program);
     if std::fs::read(&script).ok().as_deref() != Some(text.as_bytes()) {
-        crate::store::write_atomic(&script, text.as_bytes()).map_err(io(&script))?;
+        crate::durable::write_atomic(&script, text.as_bytes()).map_err(io(&script))?;
     }
     let mut args = vec![
         "--parsable".to_owned(),
@@ -674,7 +674,7 @@ async fn submit(
     let write = |record: &Submitted| {
         let bytes =
             serde_json::to_vec(record).map_err(|e| io(&marker)(std::io::Error::other(e)))?;
-        crate::store::write_atomic(&marker, &bytes).map_err(io(&marker))
+        crate::durable::write_atomic(&marker, &bytes).map_err(io(&marker))
     };
     write(&record)?;
     // Ctrl-C or SIGTERM stops an `sbatch` that Slurm does not answer: the item stays

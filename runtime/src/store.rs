@@ -1,134 +1,17 @@
-//! What a run keeps on disk under `$PRODIGY_HOME` (docs/language.md §9): events as JSON lines, and a
-//! checkpoint after every step, written atomically.
+//! A run's records under `$PRODIGY_HOME` (docs/language.md §9): events as JSON lines, a
+//! standard run's checkpoint after every step (written atomically through [`crate::durable`]),
+//! the lock of a run or job, and ids. Where each file lives is [`crate::layout`]'s.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::durable::{PRIVATE_FILE, private_dir, write_atomic};
+use crate::layout::Layout;
+
 use serde_json::{Map, Value, json};
-
-/// Where runs of one project keep their files.
-#[derive(Clone, Debug)]
-pub struct Layout {
-    /// `$PRODIGY_HOME` (default `~/.prodigy`).
-    pub home: PathBuf,
-    /// The project's namespace, [`namespace`] of its directory.
-    pub repo: String,
-}
-
-impl Layout {
-    /// The layout of the project at PROJECT under `$PRODIGY_HOME`.
-    pub fn of_project(project: &Path) -> Self {
-        Layout {
-            home: Layout::home(),
-            repo: namespace(project),
-        }
-    }
-
-    /// `$PRODIGY_HOME`, else `~/.prodigy`.
-    pub fn home() -> PathBuf {
-        std::env::var_os("PRODIGY_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".prodigy")))
-            .unwrap_or_else(|| PathBuf::from(".prodigy"))
-    }
-
-    /// `events/{repo}/{job_id}/`.
-    pub fn events_dir(&self, job: &str) -> PathBuf {
-        self.home.join("events").join(&self.repo).join(job)
-    }
-
-    /// `state/{repo}/sessions/{session}/`.
-    pub fn session_dir(&self, session: &str) -> PathBuf {
-        self.home
-            .join("state")
-            .join(&self.repo)
-            .join("sessions")
-            .join(session)
-    }
-
-    /// `state/{repo}/mapreduce/jobs/{job_id}/`.
-    pub fn job_dir(&self, job: &str) -> PathBuf {
-        self.home
-            .join("state")
-            .join(&self.repo)
-            .join("mapreduce")
-            .join("jobs")
-            .join(job)
-    }
-
-    /// Finds a MapReduce job's directory in any project; the project's name comes with it.
-    pub fn find_job(home: &Path, job: &str) -> Option<(PathBuf, String)> {
-        if !is_id(job) {
-            return None;
-        }
-        std::fs::read_dir(home.join("state"))
-            .ok()?
-            .filter_map(Result::ok)
-            .map(|repo| {
-                (
-                    repo.path().join("mapreduce").join("jobs").join(job),
-                    repo.file_name().to_string_lossy().into_owned(),
-                )
-            })
-            .find(|(p, _)| p.join("checkpoint.json").is_file())
-    }
-
-    /// Finds a session's checkpoint in any project; the project's namespace comes with it.
-    pub fn find_session(home: &Path, session: &str) -> Option<(PathBuf, String)> {
-        if !is_id(session) {
-            return None;
-        }
-        let state = home.join("state");
-        std::fs::read_dir(state)
-            .ok()?
-            .filter_map(Result::ok)
-            .map(|repo| {
-                (
-                    repo.path()
-                        .join("sessions")
-                        .join(session)
-                        .join("checkpoint.json"),
-                    repo.file_name().to_string_lossy().into_owned(),
-                )
-            })
-            .find(|(p, _)| p.is_file())
-    }
-}
-
-/// The name under which the runs of the project at PROJECT keep their files: the name of
-/// its git repository's top level (of PROJECT itself outside git), a dash, and the first 8
-/// hex digits of [`hash`] of that directory's canonical path. A run from a subdirectory
-/// files its state with the rest of the repository, and two repositories with the same
-/// name do not share a namespace.
-pub fn namespace(project: &Path) -> String {
-    let project = std::fs::canonicalize(project).unwrap_or_else(|_| project.to_owned());
-    let top = top_level(&project).unwrap_or(project);
-    let name = top
-        .file_name()
-        .and_then(|n| n.to_str())
-        .filter(|n| !n.is_empty())
-        .unwrap_or("project");
-    let digest = hash(&top.to_string_lossy());
-    format!("{name}-{}", &digest[..8])
-}
-
-/// The top level of the git working tree DIR is in, as git finds it: the nearest directory,
-/// DIR or above, that holds a `.git` (a directory, or the file of a linked worktree or a
-/// submodule). Needs no `git`.
-pub fn top_level(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors()
-        .find(|d| d.join(".git").exists())
-        .map(Path::to_path_buf)
-}
-
-/// Whether TEXT can name a session or job: one path component, so that it never reaches
-/// outside `$PRODIGY_HOME` when joined to a directory.
-pub fn is_id(text: &str) -> bool {
-    !text.is_empty() && text != "." && text != ".." && !text.contains(['/', '\\', '\0'])
-}
 
 /// The time now, as RFC 3339 with milliseconds.
 pub fn timestamp() -> String {
@@ -154,7 +37,7 @@ impl EventLog {
         let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
             .to_string()
             .replace(':', "");
-        let path = dir.join(format!("events-{stamp}.jsonl"));
+        let path = crate::layout::events_file(&dir, &stamp);
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -194,80 +77,11 @@ impl EventLog {
         }
         let mut line = Value::Object(object).to_string();
         line.push('\n');
-        if let Err(e) = crate::statefs::append(file, &self.path, line.as_bytes()) {
+        if let Err(e) = crate::durable::append(file, &self.path, line.as_bytes()) {
             self.failed
-                .get_or_insert_with(|| crate::statefs::describe(&self.path, &e));
+                .get_or_insert_with(|| crate::durable::describe(&self.path, &e));
         }
     }
-}
-
-/// The mode of every file prodigy keeps under `$PRODIGY_HOME`: they hold item data, outputs
-/// and variables, so only their owner reads them.
-pub const PRIVATE_FILE: u32 = 0o600;
-
-/// The mode of every directory prodigy makes under `$PRODIGY_HOME`.
-pub const PRIVATE_DIR: u32 = 0o700;
-
-/// Makes DIR and the directories above it that are missing, readable by their owner only.
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(PRIVATE_DIR)
-        .create(dir)
-}
-
-/// Writes a file atomically (a temporary file in the same directory, fsync, rename, fsync
-/// of the directory), readable by its owner only.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    // Unique per process and per write, so concurrent writers never share a temporary file.
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    // The directory of the last write, made already: a run writes its checkpoint into one
-    // directory after every step, and `mkdir -p` of a directory that exists costs two
-    // system calls each time. Should it be removed meanwhile, the write fails and makes it.
-    static LAST_DIR: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let known = crate::lock(&LAST_DIR).as_deref() == Some(dir);
-    if !known {
-        private_dir(dir)?;
-        *crate::lock(&LAST_DIR) = Some(dir.to_owned());
-    }
-    match write_atomic_in(dir, path, bytes, &WRITES) {
-        Err(e) if known && e.kind() == std::io::ErrorKind::NotFound => {
-            private_dir(dir)?;
-            write_atomic_in(dir, path, bytes, &WRITES)
-        }
-        done => done,
-    }
-}
-
-fn write_atomic_in(
-    dir: &Path,
-    path: &Path,
-    bytes: &[u8],
-    writes: &std::sync::atomic::AtomicU64,
-) -> std::io::Result<()> {
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id(),
-        writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(PRIVATE_FILE)
-        .open(&tmp)
-        .and_then(|mut file| {
-            crate::statefs::write_all(&mut file, path, bytes)?;
-            file.sync_all()
-        });
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        // A full disk leaves no temporary file behind to fill it further.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    File::open(dir)?.sync_all()
 }
 
 /// A standard run's checkpoint.
@@ -343,7 +157,7 @@ pub struct ContinuedStep {
 impl Checkpoint {
     /// Writes the checkpoint atomically.
     pub fn save(&self, layout: &Layout) -> std::io::Result<PathBuf> {
-        let path = layout.session_dir(&self.session_id).join("checkpoint.json");
+        let path = crate::layout::checkpoint(&layout.session_dir(&self.session_id));
         let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         write_atomic(&path, &text)?;
         Ok(path)
@@ -419,7 +233,7 @@ impl SessionLock {
             dir: dir.to_owned(),
             source,
         })?;
-        let path = dir.join("lock");
+        let path = crate::layout::lock(dir);
         let cannot = |source| LockError::Io {
             path: path.clone(),
             source,
@@ -461,14 +275,9 @@ impl SessionLock {
 /// Whether a process runs the session or job ID (holds its lock), in any project under
 /// HOME.
 pub fn is_running(home: &Path, id: &str) -> bool {
-    let Ok(projects) = std::fs::read_dir(home.join("state")) else {
-        return false;
-    };
-    projects.flatten().any(|p| {
-        let p = p.path();
-        is_locked(&p.join("sessions").join(id))
-            || is_locked(&p.join("mapreduce").join("jobs").join(id))
-    })
+    crate::layout::Layout::projects(home)
+        .iter()
+        .any(|p| is_locked(&p.session_dir(id)) || is_locked(&p.job_dir(id)))
 }
 
 /// Whether a live process holds the lock in DIR (a session's or a job's state directory).
@@ -476,7 +285,7 @@ pub fn is_locked(dir: &Path) -> bool {
     let Ok(file) = OpenOptions::new()
         .read(true)
         .write(true)
-        .open(dir.join("lock"))
+        .open(crate::layout::lock(dir))
     else {
         return false;
     };
@@ -596,64 +405,11 @@ mod tests {
         assert!(again.contains("already running"), "{again}");
         drop(first);
         // A lock left by a process that no longer exists.
-        let lock = layout.session_dir("s1").join("lock");
+        let lock = crate::layout::lock(&layout.session_dir("s1"));
         std::fs::write(&lock, "999999999").unwrap();
         let taken = SessionLock::acquire(&layout, "s1").unwrap();
         drop(taken);
         assert!(!lock.exists());
-    }
-
-    #[test]
-    fn a_namespace_is_the_repository_name_and_a_hash_of_its_place() {
-        let root = tempfile::tempdir().unwrap();
-        let (one, two) = (root.path().join("a/app"), root.path().join("b/app"));
-        for repo in [&one, &two] {
-            std::fs::create_dir_all(repo.join(".git")).unwrap();
-            std::fs::create_dir_all(repo.join("sub/deeper")).unwrap();
-        }
-        let first = namespace(&one);
-        assert!(
-            regex::Regex::new("^app-[0-9a-f]{8}$")
-                .unwrap()
-                .is_match(&first),
-            "{first}"
-        );
-        // From a subdirectory: the repository's namespace, not `deeper`.
-        assert_eq!(namespace(&one.join("sub/deeper")), first);
-        // Another repository with the same name: another namespace, and stable.
-        assert_ne!(namespace(&two), first);
-        assert_eq!(namespace(&two), namespace(&two.join("sub")));
-        // Outside git: the directory itself.
-        let plain = root.path().join("plain/dir");
-        std::fs::create_dir_all(&plain).unwrap();
-        assert!(
-            namespace(&plain).starts_with("dir-"),
-            "{}",
-            namespace(&plain)
-        );
-    }
-
-    #[test]
-    fn atomic_writes_replace_whole_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a/b.json");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("a")).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
-    }
-
-    /// The directory of the last write is not made again, yet a write into it after it
-    /// was removed still lands.
-    #[test]
-    fn an_atomic_write_makes_its_directory_again_when_it_is_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gone/c.json");
-        write_atomic(&path, b"one").unwrap();
-        std::fs::remove_dir_all(dir.path().join("gone")).unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
     }
 
     #[test]
@@ -664,15 +420,5 @@ mod tests {
         assert_ne!(id_of("s", now, 0x1, 0), id_of("s", now, 0x10_0001, 0));
         assert_ne!(id_of("s", now, 7, 1), id_of("s", now, 7, 11));
         assert_ne!(id_of("s", now, 7, 11), id_of("s", now, 71, 1));
-    }
-
-    #[test]
-    fn ids_are_one_path_component() {
-        for good in ["session-1-abc", "mapreduce-1795299919-01dfa04e250"] {
-            assert!(is_id(good), "{good}");
-        }
-        for bad in ["", ".", "..", "../x", "/abs", "a/b", "a\\b"] {
-            assert!(!is_id(bad), "{bad}");
-        }
     }
 }

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use prodigy_compiler::source::SourceFile;
+use prodigy_runtime::layout::Layout;
 use prodigy_runtime::mapreduce::JobOptions;
 use prodigy_runtime::runner::Options;
-use prodigy_runtime::store::Layout;
 
 use crate::{err, exit_code};
 
@@ -210,7 +210,7 @@ fn parse_size(text: &str) -> Option<usize> {
 }
 
 /// Where the runs of PROJECT keep their files: under its repository's namespace (see
-/// [`prodigy_runtime::store::namespace`]), wherever in the repository they start.
+/// [`prodigy_runtime::layout::namespace`]), wherever in the repository they start.
 pub(crate) fn layout(project: &Path) -> Layout {
     Layout::of_project(project)
 }

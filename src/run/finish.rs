@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
+use prodigy_runtime::layout::Layout;
 use prodigy_runtime::mapreduce::{JobOutcome, JobReport};
 use prodigy_runtime::progress::count;
 use prodigy_runtime::runner::{Report, RunOutcome};
-use prodigy_runtime::store::Layout;
 
 use crate::{err, exit_code};
 

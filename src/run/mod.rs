@@ -7,15 +7,17 @@ use std::sync::Arc;
 
 use prodigy_compiler::plan::{Plan, StepId};
 use prodigy_compiler::source::SourceFile;
-use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, Phase};
+use prodigy_runtime::jobstore::{JobCheckpoint, JobFiles, JobPhase};
+use prodigy_runtime::layout::Layout;
+pub(crate) use prodigy_runtime::layout::RunKind;
 use prodigy_runtime::mapreduce::{JobOutcome, MapJob};
 use prodigy_runtime::progress::count;
 use prodigy_runtime::reap;
 use prodigy_runtime::runner::{Inputs, Options, RunOutcome, Runner};
 use prodigy_runtime::session::resume::{Refused, Resume};
 use prodigy_runtime::session::{self, PlaceError, StartFailed};
-pub(crate) use prodigy_runtime::session::{Kind, Started, roots};
-use prodigy_runtime::store::{Checkpoint, Layout};
+pub(crate) use prodigy_runtime::session::{Started, roots};
+use prodigy_runtime::store::Checkpoint;
 use prodigy_runtime::vars::Vars;
 use prodigy_runtime::worktree;
 
@@ -151,7 +153,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
         let merging = isolate.is_some();
         if let Err(code) = preflight(
             &plan,
-            &roots(&plan, Some(Phase::Setup), 0, merging),
+            &roots(&plan, Some(JobPhase::Setup), 0, merging),
             merging,
         ) {
             return code;
@@ -288,17 +290,17 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         return code;
     }
     let phase = match checkpoint.phase {
-        Phase::Setup => "setup".to_owned(),
-        Phase::Map => format!(
+        JobPhase::Setup => "setup".to_owned(),
+        JobPhase::Map => format!(
             "map, {} of {} items left",
             checkpoint.items_remaining.len(),
             checkpoint.items_total
         ),
-        Phase::Reduce => format!(
+        JobPhase::Reduce => format!(
             "reduce step {}",
             checkpoint.reduce_next_step.saturating_add(1)
         ),
-        Phase::Done => "the end".to_owned(),
+        JobPhase::Done => "the end".to_owned(),
     };
     if let (Resume::MergeBack, Some(saved)) = (resume, &place.saved) {
         let what = format!("job {}", checkpoint.job_id);
@@ -326,7 +328,7 @@ fn execute_job(
         .as_ref()
         .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
     let launch = Launch {
-        kind: Kind::Job,
+        kind: RunKind::Job,
         again: "resume-job",
         id: job_id.clone(),
         resumed: resume
@@ -366,7 +368,7 @@ fn execute_job(
 
 /// A session or job to run: a new one, or one resumed from its checkpoint.
 pub(crate) struct Launch {
-    pub(crate) kind: Kind,
+    pub(crate) kind: RunKind,
     /// The command that goes on with it after a stop: `resume`, `resume-job`, `dlq retry`.
     pub(crate) again: &'static str,
     pub(crate) id: String,
@@ -413,8 +415,8 @@ pub(crate) fn execute(
         })
         .ok();
     let what = match launch.kind {
-        Kind::Session => "session",
-        Kind::Job => "job",
+        RunKind::Run => "session",
+        RunKind::Job => "job",
     };
     let result = block_on(async move {
         let (rx, signal) = watch_signals();
@@ -579,7 +581,7 @@ fn execute_session(
     place: Place,
 ) -> u8 {
     let launch = Launch {
-        kind: Kind::Session,
+        kind: RunKind::Run,
         again: "resume",
         id: resume
             .as_ref()
@@ -609,7 +611,7 @@ pub(crate) async fn start(
     plan: Arc<Plan>,
     opts: Options,
     cancel: tokio::sync::watch::Receiver<bool>,
-    kind: Kind,
+    kind: RunKind,
     id: String,
     started_at: Option<String>,
     saved: Option<&serde_json::Value>,

@@ -23,9 +23,9 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use prodigy_runtime::layout::{Layout, RunKind};
 use prodigy_runtime::live::{ItemStatus, Live};
-use prodigy_runtime::runs::{self, Kind};
-use prodigy_runtime::store::Layout;
+use prodigy_runtime::runs;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -463,7 +463,7 @@ async fn list(State(app): State<Shared>) -> Response {
 
 /// What a finished job's Claude calls cost, from its checkpoint.
 fn job_cost(home: &std::path::Path, summary: &runs::Summary) -> Option<f64> {
-    if summary.kind != Kind::Job {
+    if summary.kind != RunKind::Job {
         return None;
     }
     let layout = Layout {
@@ -623,12 +623,9 @@ async fn stop(State(app): State<Shared>, Path(id): Path<String>) -> Response {
         home: app.home.clone(),
         repo: summary.repo.clone(),
     };
-    let dir = match summary.kind {
-        Kind::Job => layout.job_dir(&id),
-        Kind::Run => layout.session_dir(&id),
-    };
+    let dir = layout.state_dir(summary.kind, &id);
     // The lock holds its holder's pid; only a held lock names a live process.
-    let pid = std::fs::File::open(dir.join("lock"))
+    let pid = std::fs::File::open(prodigy_runtime::layout::lock(&dir))
         .and_then(|mut f| {
             let mut s = String::new();
             std::io::Read::read_to_string(&mut f, &mut s).map(|_| s)
@@ -657,7 +654,7 @@ async fn dlq_retry(State(app): State<Shared>, Path(id): Path<String>) -> Respons
     let Some(Ok(summary)) = runs::find(&app.home, &id) else {
         return not_found("such run or job");
     };
-    if summary.kind != Kind::Job {
+    if summary.kind != RunKind::Job {
         return (StatusCode::BAD_REQUEST, "only a MapReduce job has a DLQ\n").into_response();
     }
     let Ok(exe) = std::env::current_exe() else {

@@ -131,7 +131,7 @@ impl Scratch {
     /// The project's namespace under `PRODIGY_HOME`: `project-` and a hash of where the
     /// scratch repository is.
     pub(crate) fn repo(&self) -> String {
-        prodigy_runtime::store::namespace(&self.project())
+        prodigy_runtime::layout::namespace(&self.project())
     }
 
     /// The project's state directory, `state/{repo}`.

@@ -140,7 +140,7 @@ async fn engine(program: &str, args: &[String]) -> Result<String, ContainerError
 
 /// The directory of a job's container files.
 pub fn dir(job_dir: &Path) -> PathBuf {
-    job_dir.join("container")
+    crate::layout::backend_dir(job_dir, "container")
 }
 
 /// The container of item INDEX's ATTEMPT of JOB.
@@ -281,7 +281,7 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
         node: Some(host()),
     };
     let dir = dir(&d.job_dir);
-    if let Err(e) = crate::store::private_dir(&dir) {
+    if let Err(e) = crate::durable::private_dir(&dir) {
         return Dispatched::failed(
             "container",
             format!("cannot create `{}`: {e}", dir.display()),
@@ -289,7 +289,7 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
             None,
         );
     }
-    let result = dir.join(format!("item_{}.result.json", d.index));
+    let result = crate::layout::task_result(&dir, d.index);
     let started = started_path(&result);
     for stale in [&result, &started] {
         let _ = std::fs::remove_file(stale);

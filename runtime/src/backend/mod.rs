@@ -69,7 +69,7 @@ pub trait AgentBackend: std::fmt::Debug + Send + Sync {
 
 /// Where a MapReduce job's agents run.
 #[derive(Clone, Debug, Default)]
-pub enum Executor {
+pub enum AgentHost {
     /// As child processes of prodigy, `max_parallel` at a time (the default).
     #[default]
     Local,
@@ -77,20 +77,20 @@ pub enum Executor {
     Backend(Arc<dyn AgentBackend>),
 }
 
-impl Executor {
+impl AgentHost {
     /// How many agents the map phase may have under way at once for `max_parallel` running.
     pub fn admit_limit(&self, max_parallel: usize) -> usize {
         match self {
-            Executor::Local => max_parallel,
-            Executor::Backend(b) => b.admit_limit(max_parallel),
+            AgentHost::Local => max_parallel,
+            AgentHost::Backend(b) => b.admit_limit(max_parallel),
         }
     }
 
     /// The backend's name: `local`, `slurm`, `container`.
     pub fn name(&self) -> &'static str {
         match self {
-            Executor::Local => "local",
-            Executor::Backend(b) => b.name(),
+            AgentHost::Local => "local",
+            AgentHost::Backend(b) => b.name(),
         }
     }
 }
@@ -241,7 +241,7 @@ pub fn started_path(result: &Path) -> PathBuf {
 /// The file could not be written.
 pub fn mark_started(result: &Path) -> Result<(), TaskFileError> {
     let path = started_path(result);
-    crate::store::write_atomic(&path, b"").map_err(|source| TaskFileError { path, source })
+    crate::durable::write_atomic(&path, b"").map_err(|source| TaskFileError { path, source })
 }
 
 /// Writes RESULT to PATH atomically.
@@ -254,7 +254,7 @@ pub fn write_result(path: &Path, result: &TaskResult) -> Result<(), TaskFileErro
         path: path.to_owned(),
         source: std::io::Error::other(e),
     })?;
-    crate::store::write_atomic(path, &bytes).map_err(|source| TaskFileError {
+    crate::durable::write_atomic(path, &bytes).map_err(|source| TaskFileError {
         path: path.to_owned(),
         source,
     })
@@ -277,7 +277,7 @@ pub async fn run_task(
     total: usize,
     workdir: Option<PathBuf>,
 ) -> TaskResult {
-    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, Executor::Local);
+    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, AgentHost::Local);
     vars.merge(
         "workflow",
         crate::runner::fields(json!({"name": runner.plan.name, "id": runner.session()})),

@@ -29,7 +29,7 @@ pub(crate) struct AgentSpec {
     pub(crate) grace: Option<Duration>,
     pub(crate) cancel_running: bool,
     pub(crate) total: usize,
-    pub(crate) executor: crate::backend::Executor,
+    pub(crate) executor: crate::backend::AgentHost,
     /// Whether a Slurm task a killed coordinator left for an item is adopted (the map
     /// phase, whose pending items have no outcome yet; not `dlq retry`, whose items do).
     pub(crate) adopt: bool,
@@ -42,7 +42,7 @@ impl AgentSpec {
         plan: &Plan,
         cancel_running: bool,
         total: usize,
-        executor: crate::backend::Executor,
+        executor: crate::backend::AgentHost,
     ) -> Self {
         let Some(map) = &plan.map else {
             return AgentSpec {
@@ -265,11 +265,11 @@ pub(crate) async fn run_agent(
 ) -> AgentRun {
     // A task that a killed coordinator left for this item keeps its worktree.
     let adopted = match (&spec.executor, spec.adopt) {
-        (crate::backend::Executor::Backend(backend), true) => {
+        (crate::backend::AgentHost::Backend(backend), true) => {
             let job_dir = runner.opts.layout.job_dir(runner.session());
             backend.adoptable(runner, &job_dir, index).await.flatten()
         }
-        (crate::backend::Executor::Backend(_) | crate::backend::Executor::Local, _) => None,
+        (crate::backend::AgentHost::Backend(_) | crate::backend::AgentHost::Local, _) => None,
     };
     let worktree = match (&runner.opts.worktree, adopted) {
         (Some(_), Some(adopted)) => Some(adopted),
@@ -324,7 +324,7 @@ pub(crate) async fn run_agent(
             message.to_string(),
             ErrorType::WorktreeError,
         )
-    } else if let crate::backend::Executor::Backend(backend) = &spec.executor {
+    } else if let crate::backend::AgentHost::Backend(backend) = &spec.executor {
         // The steps run in the backend's task; everything around them stays here.
         let job_dir = runner.opts.layout.job_dir(runner.session());
         let done = backend

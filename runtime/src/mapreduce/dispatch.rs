@@ -88,7 +88,7 @@ impl MapJob<'_> {
             )
         };
         // What an earlier coordinator of the job left on the backend goes before items run.
-        if let crate::backend::Executor::Backend(backend) = &spec.executor {
+        if let crate::backend::AgentHost::Backend(backend) = &spec.executor {
             backend
                 .end_earlier(self.runner, self.runner.session())
                 .await;

@@ -78,7 +78,7 @@ pub async fn retry_dead_letters(
     job_id: &str,
     parallel: Option<usize>,
     total: usize,
-    executor: &crate::backend::Executor,
+    executor: &crate::backend::AgentHost,
 ) -> Result<RetrySummary, super::RetryError> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
@@ -89,7 +89,7 @@ pub async fn retry_dead_letters(
         parallel: max_parallel,
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
-    if let crate::backend::Executor::Backend(backend) = executor {
+    if let crate::backend::AgentHost::Backend(backend) = executor {
         backend.end_earlier(runner, job_id).await;
     }
     let (_halt_tx, halt_rx) = watch::channel(false);

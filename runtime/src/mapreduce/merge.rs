@@ -340,7 +340,7 @@ impl MapJob<'_> {
     /// still be working in its worktree.
     pub(crate) async fn adopt_agents(&self) {
         let runner = self.runner;
-        let (Some(session), crate::backend::Executor::Local) =
+        let (Some(session), crate::backend::AgentHost::Local) =
             (runner.worktree(), &self.opts.executor)
         else {
             return;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::breaker::BreakerState;
 use crate::dlq::Dlq;
 use crate::job::StopReason;
-use crate::jobstore::{JobCheckpoint, JobFiles, Phase, Status};
+use crate::jobstore::{JobCheckpoint, JobFiles, JobPhase, Status};
 use crate::runner::Runner;
 use crate::vars::Vars;
 
@@ -50,7 +50,7 @@ pub struct JobOptions {
     /// of completing it with no items.
     pub strict: bool,
     /// Where the agents run (`--executor`).
-    pub executor: crate::backend::Executor,
+    pub executor: crate::backend::AgentHost,
 }
 
 /// How a job ended.
@@ -139,11 +139,11 @@ fn stopped_by_write(phase: &'static str, why: impl std::fmt::Display) -> JobOutc
     }
 }
 
-fn phase_name(phase: Phase) -> &'static str {
+fn phase_name(phase: JobPhase) -> &'static str {
     match phase {
-        Phase::Setup => "setup",
-        Phase::Map => "map",
-        Phase::Reduce | Phase::Done => "reduce",
+        JobPhase::Setup => "setup",
+        JobPhase::Map => "map",
+        JobPhase::Reduce | JobPhase::Done => "reduce",
     }
 }
 
@@ -151,7 +151,7 @@ fn phase_name(phase: Phase) -> &'static str {
 fn job_write_failure(e: &crate::jobstore::JobStoreError) -> String {
     match e {
         crate::jobstore::JobStoreError::Io { path, source } => {
-            crate::statefs::describe(path, source)
+            crate::durable::describe(path, source)
         }
         crate::jobstore::JobStoreError::Damaged { .. } => e.to_string(),
     }
@@ -168,7 +168,7 @@ pub(crate) fn say_if_rebuilt(runner: &Runner, dlq: &Dlq) {
 /// A failed write of the DLQ, for people: the file and the OS error.
 fn dlq_write_failure(e: &crate::dlq::DlqError) -> String {
     match e {
-        crate::dlq::DlqError::Io { path, source } => crate::statefs::describe(path, source),
+        crate::dlq::DlqError::Io { path, source } => crate::durable::describe(path, source),
         crate::dlq::DlqError::Damaged { .. } => e.to_string(),
     }
 }
@@ -283,7 +283,7 @@ impl<'a> MapJob<'a> {
     /// `PRODIGY_HOME` would otherwise end in "completed: 0 succeeded".
     fn state_lost(&self) -> Option<String> {
         let dir = self.files.dir();
-        (!dir.join("items.json").is_file()).then(|| {
+        (!crate::layout::items(dir).is_file()).then(|| {
             format!(
                 "the job's state directory `{}` was removed while the job ran (is `PRODIGY_HOME` still there?), so its results cannot be kept",
                 dir.display()
@@ -376,7 +376,7 @@ impl<'a> MapJob<'a> {
     }
 
     async fn phases(&mut self, vars: &mut Vars) -> JobOutcome {
-        if self.cp.phase == Phase::Setup {
+        if self.cp.phase == JobPhase::Setup {
             if let Err(why) = self.save(Some(vars)) {
                 return stopped_by_write("setup", why);
             }
@@ -405,12 +405,12 @@ impl<'a> MapJob<'a> {
             }
             self.cp.items_total = items.len() as u64;
             self.cp.items_remaining = (0..items.len()).map(item_id).collect();
-            self.cp.phase = Phase::Map;
+            self.cp.phase = JobPhase::Map;
             if let Err(why) = self.save(Some(vars)) {
                 return stopped_by_write("map", why);
             }
         }
-        if self.cp.phase == Phase::Map {
+        if self.cp.phase == JobPhase::Map {
             let ended = self.map(vars).await;
             if let Err(why) = self.runner.end_map_phase().await {
                 let why = why.to_string();
@@ -442,13 +442,13 @@ impl<'a> MapJob<'a> {
                     };
                 }
             }
-            self.cp.phase = Phase::Reduce;
+            self.cp.phase = JobPhase::Reduce;
             self.cp.reduce_next_step = 0;
             if let Err(why) = self.save(Some(vars)) {
                 return stopped_by_write("map", why);
             }
         }
-        if self.cp.phase == Phase::Reduce {
+        if self.cp.phase == JobPhase::Reduce {
             return self.reduce(vars).await;
         }
         // A completed job resumed to merge it back: its `merge` steps see `${map.*}`.
@@ -489,7 +489,7 @@ impl<'a> MapJob<'a> {
             JobOutcome::Interrupted => Status::Interrupted,
         };
         if outcome == JobOutcome::Completed {
-            self.cp.phase = Phase::Done;
+            self.cp.phase = JobPhase::Done;
         }
         self.cp.claude_budget_reached = None;
         match &outcome {
@@ -530,8 +530,8 @@ impl<'a> MapJob<'a> {
             vars,
             // The checkpoint was just saved: it is missing only when its directory is gone;
             // past setup, the items must be there too.
-            resumable: self.files.dir().join("checkpoint.json").is_file()
-                && (self.cp.phase == Phase::Setup || self.state_lost().is_none()),
+            resumable: crate::layout::checkpoint(self.files.dir()).is_file()
+                && (self.cp.phase == JobPhase::Setup || self.state_lost().is_none()),
         }
     }
 }
@@ -671,7 +671,7 @@ mod tests {
     #[test]
     fn a_dlq_write_lost_by_a_crash_is_repaired_but_a_cleared_item_stays_out() {
         let home = tempfile::tempdir().unwrap();
-        let layout = crate::store::Layout {
+        let layout = crate::layout::Layout {
             home: home.path().to_owned(),
             repo: "demo".into(),
         };

@@ -1,6 +1,6 @@
 //! The reduce phase, with `${map.*}` built from the items' outcomes.
 
-use crate::message::{Message, Phase};
+use crate::message::{Message, StepList};
 use serde_json::{Value, json};
 
 use crate::jobstore::ItemRecord;
@@ -51,7 +51,7 @@ impl MapJob<'_> {
                 .map(|s| s.label.clone())
                 .unwrap_or_default();
             self.say(Message::StepStarted {
-                phase: Phase::Reduce,
+                phase: StepList::Reduce,
                 number: index + 1,
                 total,
                 label: label.clone(),

@@ -1,6 +1,6 @@
 //! The setup phase, its `capture_outputs`, and loading the map input through its pipeline.
 
-use crate::message::{Message, Phase};
+use crate::message::{Message, StepList};
 
 use prodigy_grammar::pipeline::InputKind;
 use prodigy_plan::{CaptureSource, Multiline, OutputCapture};
@@ -110,7 +110,7 @@ impl MapJob<'_> {
             for (index, &id) in setup.steps.iter().enumerate() {
                 let label = plan.step(id).map(|s| s.label.clone()).unwrap_or_default();
                 runner.say(Message::StepStarted {
-                    phase: Phase::Setup,
+                    phase: StepList::Setup,
                     number: index + 1,
                     total,
                     label: label.clone(),

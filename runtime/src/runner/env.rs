@@ -226,7 +226,7 @@ impl Runner {
             stdin: None,
         };
         let request = crate::executor::Request {
-            kind: crate::executor::Kind::Shell {
+            kind: crate::executor::RequestKind::Shell {
                 text: text.to_owned(),
             },
             command: cmd,

@@ -13,7 +13,8 @@ use rand::rngs::StdRng;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::store::{ContinuedStep, EventLog, Layout};
+use crate::layout::Layout;
+use crate::store::{ContinuedStep, EventLog};
 use crate::vars::Vars;
 
 /// How to run.
@@ -281,12 +282,8 @@ impl RunState {
     /// Notes that the session's checkpoint could not be written (the first failure wins):
     /// no further step starts ([`Runner::state_failure`]).
     pub(crate) fn checkpoint_write_failed(&self, e: &std::io::Error) {
-        let path = self
-            .opts
-            .layout
-            .session_dir(&self.session)
-            .join("checkpoint.json");
-        lock(&self.checkpoint_failed).get_or_insert_with(|| crate::statefs::describe(&path, e));
+        let path = crate::layout::checkpoint(&self.opts.layout.session_dir(&self.session));
+        lock(&self.checkpoint_failed).get_or_insert_with(|| crate::durable::describe(&path, e));
     }
 }
 
@@ -397,10 +394,10 @@ type PendingCheckpoint =
 
 use crate::lock;
 
+mod claude_check;
 mod env;
-mod preflight;
 mod standard;
-pub use preflight::{needs_claude, preflight};
+pub use claude_check::{check_claude, needs_claude};
 
 impl Runner {
     /// A runner whose events go under `id` (a session or a MapReduce job), started at

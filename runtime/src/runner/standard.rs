@@ -2,13 +2,13 @@
 //! happened and does what it answers: start a step (its variables refreshed, the git
 //! context after it), write a checkpoint after every step, settle the state and end.
 
-use crate::message::{Bug, Message, Phase};
+use crate::message::{Bug, Message, StepList};
 use serde_json::json;
 
 use crate::lock;
 use crate::machine::Outcome;
 use crate::runner::{Report, Runner, fields};
-use crate::sequence::{Ending, RunAction, RunEvent, Sequence};
+use crate::sequence::{Ending, Sequence, SequenceAction, SequenceEvent};
 use crate::store::{Checkpoint, ContinuedStep, SessionStatus};
 use crate::vars::Vars;
 
@@ -48,25 +48,25 @@ impl Runner {
                 self.say(message);
             }
             event = match reaction.action {
-                RunAction::Start(index) => {
+                SequenceAction::Start(index) => {
                     self.start_step(index, start, &mut vars, git_base.as_deref())
                         .await
                 }
-                RunAction::Checkpoint(next) => {
+                SequenceAction::Checkpoint(next) => {
                     self.checkpoint(&vars, next, SessionStatus::Running, false)
                         .await;
                     self.notify_pending(&vars).await;
                     self.ready(next, &mut budget)
                 }
-                RunAction::Settle => {
+                SequenceAction::Settle => {
                     self.settle_checkpoint().await;
-                    RunEvent::Settled(self.state_failure())
+                    SequenceEvent::Settled(self.state_failure())
                 }
-                RunAction::SaveLast { status, next } => {
+                SequenceAction::SaveLast { status, next } => {
                     self.checkpoint(&vars, next, status, true).await;
-                    RunEvent::Saved(self.state_failure())
+                    SequenceEvent::Saved(self.state_failure())
                 }
-                RunAction::End(ending) => break ending,
+                SequenceAction::End(ending) => break ending,
             };
         };
         let Ending {
@@ -103,11 +103,11 @@ impl Runner {
     /// Whether the step at NEXT may start: a signal, a state that can no longer be written
     /// (a checkpoint write in flight that failed already counts), or, for a Claude step,
     /// the Claude BUDGET.
-    fn ready(&self, next: usize, budget: &mut Option<crate::budget::Budget>) -> RunEvent {
+    fn ready(&self, next: usize, budget: &mut Option<crate::budget::Budget>) -> SequenceEvent {
         let cancelled = self.cancelled();
         let state_lost = self.state_failure();
         let over_budget = !cancelled && state_lost.is_none() && self.over_budget(next, budget);
-        RunEvent::Ready {
+        SequenceEvent::Ready {
             cancelled,
             state_lost,
             over_budget,
@@ -184,15 +184,15 @@ impl Runner {
         start: usize,
         vars: &mut Vars,
         git_base: Option<&str>,
-    ) -> RunEvent {
+    ) -> SequenceEvent {
         let Some(&id) = self.plan.commands.get(index) else {
             self.say(Message::Bug(Bug::NoSuchStep(index)));
-            return RunEvent::StepEnded(Outcome::Failed);
+            return SequenceEvent::StepEnded(Outcome::Failed);
         };
         if index > start
             && let Err(e) = self.refresh_env(vars).await
         {
-            return RunEvent::EnvFailed(e.to_string());
+            return SequenceEvent::EnvFailed(e.to_string());
         }
         let label = self.label_of(index);
         let before = match git_base {
@@ -200,7 +200,7 @@ impl Runner {
             None => None,
         };
         self.say(Message::StepStarted {
-            phase: Phase::Steps,
+            phase: StepList::Steps,
             number: index + 1,
             total: self.plan.commands.len(),
             label: label.clone(),
@@ -224,7 +224,7 @@ impl Runner {
                 handled,
             });
         }
-        RunEvent::StepEnded(outcome)
+        SequenceEvent::StepEnded(outcome)
     }
 
     /// After a step: what it committed (`step.*`), what the run has committed so far

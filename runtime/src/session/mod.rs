@@ -21,11 +21,12 @@ mod place;
 mod preflight;
 pub mod resume;
 
+use crate::layout::RunKind;
 use std::sync::Arc;
 
 use prodigy_plan::Plan;
 
-use crate::jobstore::{JobCheckpoint, Phase, Status};
+use crate::jobstore::{JobCheckpoint, JobPhase, Status};
 use crate::runner::{Options, Runner, StartError};
 use crate::store::SessionLock;
 use crate::vars::Vars;
@@ -34,16 +35,6 @@ pub use place::{
     EnterError, Entered, Left, MergeQuestion, Place, PlaceError, Placement, choose_place, leave,
 };
 pub use preflight::{PreflightError, git_installed, preflight, roots};
-
-/// What a runner runs for: a standard session or a MapReduce job (their locks live in
-/// their state directories).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A standard run.
-    Session,
-    /// A MapReduce job.
-    Job,
-}
 
 /// A runner ready to go: its lock held and its starting variables, with what a checkpoint
 /// saved put back (its callers ran [`preflight`] before making anything).
@@ -98,14 +89,14 @@ pub async fn start(
     opts: Options,
     reporter: Arc<dyn crate::events::Reporter>,
     cancel: tokio::sync::watch::Receiver<bool>,
-    kind: Kind,
+    kind: RunKind,
     id: String,
     started_at: Option<String>,
     saved: Option<&serde_json::Value>,
 ) -> Result<Started, StartFailed> {
     let lock = match kind {
-        Kind::Session => SessionLock::acquire(&opts.layout, &id),
-        Kind::Job => SessionLock::acquire_in(&opts.layout.job_dir(&id), &format!("job `{id}`")),
+        RunKind::Run => SessionLock::acquire(&opts.layout, &id),
+        RunKind::Job => SessionLock::acquire_in(&opts.layout.job_dir(&id), &format!("job `{id}`")),
     }
     .map_err(StartFailed::Locked)?;
     // Under the lock no live coordinator runs ID: whatever still carries its mark was left
@@ -181,7 +172,7 @@ pub fn new_job_checkpoint(job_id: &str, opts: &Options) -> JobCheckpoint {
         workflow_file: opts.workflow.clone(),
         project: opts.project.clone(),
         workflow_hash: opts.workflow_hash.clone(),
-        phase: Phase::Setup,
+        phase: JobPhase::Setup,
         status: Status::Running,
         items_processed: 0,
         items_total: 0,

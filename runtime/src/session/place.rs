@@ -84,7 +84,7 @@ pub fn choose_place(
         let why = if how.worktree {
             Some("`--worktree` needs it; install git".to_owned())
         } else if !how.no_worktree
-            && let Some(top) = crate::store::top_level(project)
+            && let Some(top) = crate::layout::top_level(project)
         {
             Some(format!(
                 "{} is a git repository, where runs work in a git worktree; install git, or run in place with --no-worktree",

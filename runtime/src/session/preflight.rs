@@ -3,7 +3,7 @@
 
 use prodigy_plan::{Plan, StepId};
 
-use crate::jobstore::Phase;
+use crate::jobstore::JobPhase;
 use crate::runner::StartError;
 
 /// Why a run cannot start, found before anything was made.
@@ -31,7 +31,7 @@ pub fn git_installed() -> bool {
 /// (0-based), a job's from PHASE on (`None`: none of its phases, as when it only merges),
 /// and the `merge` steps when MERGING.
 #[must_use]
-pub fn roots(plan: &Plan, phase: Option<Phase>, first: usize, merging: bool) -> Vec<StepId> {
+pub fn roots(plan: &Plan, phase: Option<JobPhase>, first: usize, merging: bool) -> Vec<StepId> {
     let mut roots = Vec::new();
     if plan.map.is_none() {
         if phase.is_some() {
@@ -39,10 +39,10 @@ pub fn roots(plan: &Plan, phase: Option<Phase>, first: usize, merging: bool) -> 
         }
     } else {
         let (setup, map, reduce) = match phase {
-            Some(Phase::Setup) => (true, true, true),
-            Some(Phase::Map) => (false, true, true),
-            Some(Phase::Reduce) => (false, false, true),
-            Some(Phase::Done) | None => (false, false, false),
+            Some(JobPhase::Setup) => (true, true, true),
+            Some(JobPhase::Map) => (false, true, true),
+            Some(JobPhase::Reduce) => (false, false, true),
+            Some(JobPhase::Done) | None => (false, false, false),
         };
         if setup && let Some(steps) = &plan.setup {
             roots.extend(&steps.steps);
@@ -84,6 +84,6 @@ pub fn preflight(
     if git && !git_installed() {
         return Err(PreflightError::NoGit);
     }
-    crate::runner::preflight(plan, roots, claude_command)?;
+    crate::runner::check_claude(plan, roots, claude_command)?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use prodigy_plan::{Plan, StepId};
 
-use crate::jobstore::{JobCheckpoint, Phase, Status};
+use crate::jobstore::{JobCheckpoint, JobPhase, Status};
 use crate::store::{Checkpoint, SessionStatus};
 use crate::worktree::{self, SessionWorktree};
 
@@ -139,7 +139,7 @@ pub fn session_roots(plan: &Plan, checkpoint: &Checkpoint) -> Vec<StepId> {
     let completed = checkpoint.status == SessionStatus::Completed;
     super::roots(
         plan,
-        (!completed).then_some(Phase::Setup),
+        (!completed).then_some(JobPhase::Setup),
         checkpoint.next_step,
         checkpoint.worktree.is_some(),
     )
@@ -191,7 +191,7 @@ mod tests {
             PathBuf::from("/p/w.yml"),
             text,
             PathBuf::from("/p"),
-            crate::store::Layout {
+            crate::layout::Layout {
                 home: PathBuf::from("/home"),
                 repo: "demo".into(),
             },
@@ -199,7 +199,7 @@ mod tests {
         );
         JobCheckpoint {
             status,
-            phase: Phase::Map,
+            phase: JobPhase::Map,
             ..crate::session::new_job_checkpoint("job-1", &opts)
         }
     }
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_resumed_run_runs_with_what_its_checkpoint_kept() {
-        let layout = crate::store::Layout {
+        let layout = crate::layout::Layout {
             home: PathBuf::from("/home"),
             repo: "demo".into(),
         };

@@ -21,7 +21,7 @@ pub(crate) enum OutputFileError {
     Render(#[source] prodigy_grammar::template::RenderError),
     /// Its path leads outside the project.
     #[error("`output_file`: {0}")]
-    Path(#[source] crate::paths::PathError),
+    Path(#[source] crate::confine::PathError),
     /// It could not be written.
     #[error("`output_file`: cannot write `{}`: {source}", path.display())]
     Write {
@@ -60,7 +60,7 @@ impl Runner {
                 // whatever links it passes.
                 let root = self.workdir();
                 let path =
-                    crate::paths::inside(&root, &root, &file).map_err(OutputFileError::Path)?;
+                    crate::confine::inside(&root, &root, &file).map_err(OutputFileError::Path)?;
                 std::fs::write(&path, self.mask(&output.stdout))
                     .map_err(|source| OutputFileError::Write { path, source })
             });
@@ -165,7 +165,7 @@ impl Runner {
             .map(|a| a.item_id.as_str())
             .filter(|i| !i.is_empty())
             .unwrap_or("steps");
-        crate::logs::dir(&self.opts.layout, &self.session).join(owner)
+        self.opts.layout.logs_dir(&self.session).join(owner)
     }
 
     /// Where a command's whole output goes once it outgrows the limit.
@@ -290,7 +290,7 @@ impl Runner {
             keep: Some(64 << 10),
             cancel: Some(stop_rx),
         };
-        let kind = crate::executor::Kind::Claude { prompt: text };
+        let kind = crate::executor::RequestKind::Claude { prompt: text };
         let call = self.spawn_command(kind, program, args, step, vars, timeout, io);
         let stall = settings.and_then(|s| s.stall_timeout);
         let (out, stalled) = self.stall_watchdog(call, stall, &heard, &stop_call).await;
@@ -477,7 +477,7 @@ impl Runner {
         };
         self.say(Message::Command(text.clone()));
         let (program, args) = build(&text);
-        let kind = crate::executor::Kind::Shell { text };
+        let kind = crate::executor::RequestKind::Shell { text };
         let shown_as = if live {
             self.output_shown_as(step)
         } else {
@@ -516,7 +516,7 @@ impl Runner {
     )]
     pub(crate) async fn spawn_command(
         &self,
-        kind: crate::executor::Kind,
+        kind: crate::executor::RequestKind,
         program: String,
         args: Vec<String>,
         step: &PlanStep,
@@ -567,7 +567,7 @@ impl Runner {
                 }
             }
         }
-        if let crate::executor::Kind::Shell { text } = &kind {
+        if let crate::executor::RequestKind::Shell { text } = &kind {
             self.warn_left_out(step, text, &env, &left_out);
         }
         let cwd = match self.cwd(step, vars) {
@@ -578,7 +578,7 @@ impl Runner {
         // only its user can read, not as an argument every local user can read in
         // `/proc/PID/cmdline` (docs/language.md §2).
         let args = match &kind {
-            crate::executor::Kind::Shell { text }
+            crate::executor::RequestKind::Shell { text }
                 if self.plan.secrets.iter().any(|secret| {
                     vars.values
                         .get(&secret.name.value)
@@ -589,7 +589,8 @@ impl Runner {
                 env.push((exec::SCRIPT_ENV.to_owned(), text.clone()));
                 exec::shell_from_env().1
             }
-            crate::executor::Kind::Shell { .. } | crate::executor::Kind::Claude { .. } => args,
+            crate::executor::RequestKind::Shell { .. }
+            | crate::executor::RequestKind::Claude { .. } => args,
         };
         let spill = (!self.session.is_empty() && io.keep.is_none()).then(|| self.spill_path(step));
         let command = Command {
@@ -608,8 +609,8 @@ impl Runner {
             spill,
             // A Claude call's prompt is fed on standard input, never as an argument.
             stdin: match &kind {
-                crate::executor::Kind::Claude { prompt } => Some(prompt.clone()),
-                crate::executor::Kind::Shell { .. } => None,
+                crate::executor::RequestKind::Claude { prompt } => Some(prompt.clone()),
+                crate::executor::RequestKind::Shell { .. } => None,
             },
         };
         let request = crate::executor::Request {

@@ -280,7 +280,7 @@ impl Harness {
                 self.project.path().join("workflow.yml"),
                 yaml,
                 self.project.path().to_owned(),
-                crate::store::Layout {
+                crate::layout::Layout {
                     home: self.home.path().to_owned(),
                     repo: "demo".into(),
                 },
@@ -332,7 +332,7 @@ impl Harness {
         let id = "job-test";
         let runner = self.runner(yaml, id, cancel);
         let dir = runner.opts.layout.job_dir(id);
-        crate::store::private_dir(&dir).unwrap();
+        crate::durable::private_dir(&dir).unwrap();
         let vars = runner.initial_vars().await.unwrap();
         let checkpoint = crate::session::new_job_checkpoint(id, &runner.opts);
         let job = crate::mapreduce::MapJob::new(

@@ -56,7 +56,7 @@ async fn run_job(harness: &Harness, yaml: &str) -> (JobReport, Trace) {
 
 /// What the DLQ of the harness's job holds: each item's id, failure count and error type.
 fn dead_letters(harness: &Harness) -> Vec<(String, u32, String)> {
-    let layout = crate::store::Layout {
+    let layout = crate::layout::Layout {
         home: harness.home.path().to_owned(),
         repo: "demo".into(),
     };

@@ -312,7 +312,7 @@ async fn a_claude_call_goes_through_the_executor_and_its_stream_decides_the_step
 /// map the agents and reduce, from reduce only reduce, and nothing once it completed.
 #[test]
 fn a_resumed_job_is_checked_from_the_phase_it_stopped_in() {
-    use crate::jobstore::{Phase, Status};
+    use crate::jobstore::{JobPhase, Status};
     use prodigy_plan::StepId;
     let plan = Harness::plan(
         "mode: mapreduce\nsetup:\n  - shell: \"echo setup\"\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"echo ${item}\"\nreduce:\n  - shell: \"echo reduce\"\n",
@@ -331,11 +331,11 @@ fn a_resumed_job_is_checked_from_the_phase_it_stopped_in() {
     let roots = |cp: &crate::jobstore::JobCheckpoint| -> Vec<StepId> {
         crate::session::resume::job_roots(&plan, cp)
     };
-    cp.phase = Phase::Setup;
+    cp.phase = JobPhase::Setup;
     assert_eq!(roots(&cp), vec![setup, agent, reduce]);
-    cp.phase = Phase::Map;
+    cp.phase = JobPhase::Map;
     assert_eq!(roots(&cp), vec![agent, reduce]);
-    cp.phase = Phase::Reduce;
+    cp.phase = JobPhase::Reduce;
     assert_eq!(roots(&cp), vec![reduce]);
     cp.status = Status::Completed;
     assert!(roots(&cp).is_empty());

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::{
     AgentWorktree, Layout, Merged, SessionWorktree, WorktreeError, add_on_new_branch, admin, git,
-    git_output, git_retrying, remove, worktrees_dir,
+    git_output, git_retrying, remove,
 };
 
 /// The agent worktrees of one session, reused from item to item: switching a worktree to a
@@ -232,7 +232,7 @@ pub async fn sweep_agents(
         swept.worktrees += 1;
     }
     // Directories git no longer knows (a kill while one was being made).
-    let dir = worktrees_dir(layout);
+    let dir = layout.worktrees_dir();
     let dir = canonical(&dir);
     let ours = agent_path(layout, session);
     if let Ok(entries) = std::fs::read_dir(&dir) {
@@ -275,7 +275,7 @@ fn canonical(path: &Path) -> std::path::PathBuf {
 /// Whether a path (canonical) is one of SESSION's agent worktrees: `{session}-agent-N`
 /// under `worktrees/{repo}/`.
 fn agent_path(layout: &Layout, session: &SessionWorktree) -> impl Fn(&Path) -> bool {
-    let dir = canonical(&worktrees_dir(layout));
+    let dir = canonical(&layout.worktrees_dir());
     let name = session
         .path
         .file_name()
@@ -414,12 +414,12 @@ pub async fn create_agent(
         .unwrap_or_default();
     let (path, branch) = {
         let _admin = admin(&session.repo).await?;
-        let _ = crate::store::private_dir(&worktrees_dir(layout));
+        let _ = crate::durable::private_dir(&layout.worktrees_dir());
         // Paths left by another process (kept for the DLQ, or by a kill) are skipped here;
         // the map phase adopts the unkept ones first ([`Pool::adopt`]).
         let path = loop {
             let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let path = worktrees_dir(layout).join(format!("{name}-agent-{n}"));
+            let path = layout.agent_worktree(&name, n);
             if !path.exists() {
                 break path;
             }

@@ -19,9 +19,6 @@ use crate::message::Message;
 use crate::runner::Runner;
 use crate::vars::Vars;
 
-/// The file, in a worktree's own git directory, that says its `setup` ran.
-const PREPARED: &str = "prodigy-prepared";
-
 /// The block of `info/exclude` lines prodigy adds.
 const EXCLUDE_HEADER: &str =
     "# prodigy: files copied or linked into its worktrees (worktree: copy, link)";
@@ -106,7 +103,9 @@ pub async fn prepare(
     if prep.is_empty() {
         return Ok(done);
     }
-    let marker = own_git_dir(worktree).await?.join(PREPARED);
+    let marker = own_git_dir(worktree)
+        .await?
+        .join(crate::layout::PREPARED_MARKER);
     let first = !marker.exists();
     done.first = first;
     if first && agent && !prep.sparse.is_empty() {
@@ -132,7 +131,9 @@ pub async fn prepare(
 ///
 /// When the worktree's git directory cannot be found or written.
 pub async fn mark_prepared(worktree: &Path) -> Result<(), BootstrapError> {
-    let marker = own_git_dir(worktree).await?.join(PREPARED);
+    let marker = own_git_dir(worktree)
+        .await?
+        .join(crate::layout::PREPARED_MARKER);
     std::fs::write(&marker, "").map_err(io("write", &marker))
 }
 
@@ -580,7 +581,12 @@ mod tests {
         mark_prepared(&wt).await.unwrap();
         assert!(!prepare(&repo, &wt, &prep, true).await.unwrap().needs_setup);
         // The user's checkout is not marked.
-        assert!(!repo.join(".git").join(PREPARED).exists());
+        assert!(
+            !repo
+                .join(".git")
+                .join(crate::layout::PREPARED_MARKER)
+                .exists()
+        );
     }
 
     #[tokio::test]

@@ -27,7 +27,7 @@ pub struct Listed {
 pub fn list(layout: &Layout, repo: &Path) -> Vec<Listed> {
     // Git prints resolved paths: compare with the resolved `$PRODIGY_HOME/worktrees` (any
     // repo name: the project may have been run from a subdirectory).
-    let root = layout.home.join("worktrees");
+    let root = Layout::worktrees_root(&layout.home);
     let root = std::fs::canonicalize(&root).unwrap_or(root);
     let text = git_sync(repo, &["worktree", "list", "--porcelain"]).unwrap_or_default();
     let mut found = Vec::new();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::Layout;
+use crate::layout::Layout;
 
 /// Why a git operation failed.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
@@ -306,11 +306,6 @@ pub fn current_branch(dir: &Path) -> Option<String> {
     git_sync(dir, &["symbolic-ref", "-q", "--short", "HEAD"]).filter(|b| !b.is_empty())
 }
 
-/// `$PRODIGY_HOME/worktrees/{repo}/`.
-pub fn worktrees_dir(layout: &Layout) -> PathBuf {
-    layout.home.join("worktrees").join(&layout.repo)
-}
-
 /// The in-process half of the lock around worktree administration: one for the process
 /// (a run works on one repository).
 static ADMIN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -324,7 +319,12 @@ struct Admin {
 async fn admin(repo: &Path) -> Result<Admin, WorktreeError> {
     let guard = ADMIN.lock().await;
     // Another prodigy process may hold it for the length of one git command.
-    let file = lock_file(&common_dir(repo).await?.join("prodigy-worktrees.lock")).await?;
+    let file = lock_file(
+        &common_dir(repo)
+            .await?
+            .join(crate::layout::WORKTREE_ADMIN_LOCK),
+    )
+    .await?;
     Ok(Admin {
         _guard: guard,
         _file: file,
@@ -389,9 +389,7 @@ pub async fn lock_branch(repo: &Path, branch: &str) -> Result<BranchLock, Worktr
             let _ = write!(name, "%{byte:02X}");
         }
     }
-    let path = common_dir(repo)
-        .await?
-        .join(format!("prodigy-merge-{name}.lock"));
+    let path = crate::layout::branch_lock(&common_dir(repo).await?, &name);
     Ok(BranchLock {
         _file: lock_file(&path).await?,
     })
@@ -405,10 +403,10 @@ pub async fn create_session(
     prefix: &Path,
     session: &str,
 ) -> Result<SessionWorktree, WorktreeError> {
-    let path = worktrees_dir(layout).join(session);
+    let path = layout.session_worktree(session);
     // Readable by the user only, as the rest of `$PRODIGY_HOME`; if it cannot be made, git
     // says why.
-    let _ = crate::store::private_dir(&worktrees_dir(layout));
+    let _ = crate::durable::private_dir(&layout.worktrees_dir());
     let branch = format!("prodigy-{session}");
     let base_commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
     {
@@ -553,8 +551,8 @@ mod tests {
         let layout = layout(home.path());
         let (top, prefix) = repository(project.path()).unwrap();
         // Something already where the worktree goes.
-        std::fs::create_dir_all(worktrees_dir(&layout)).unwrap();
-        std::fs::write(worktrees_dir(&layout).join("s1"), "in the way").unwrap();
+        std::fs::create_dir_all(layout.worktrees_dir()).unwrap();
+        std::fs::write(layout.worktrees_dir().join("s1"), "in the way").unwrap();
         let err = create_session(&layout, &top, &prefix, "s1")
             .await
             .unwrap_err();

@@ -1,4 +1,5 @@
-//! What is checked before anything is made: the Claude CLI when a step needs it.
+//! The Claude CLI, checked before anything is made when a step the run can reach needs it
+//! ([`crate::session::preflight`] calls it with the rest of what a run needs).
 
 use prodigy_plan::{Plan, PlanCommand, StepId};
 
@@ -14,7 +15,7 @@ use crate::runner::StartError;
 ///
 /// [`StartError::ClaudeMissing`], [`StartError::ClaudeVersion`],
 /// [`StartError::ClaudeAsRoot`], [`StartError::ClaudeCommand`].
-pub fn preflight(
+pub fn check_claude(
     plan: &Plan,
     roots: &[StepId],
     claude_command: Option<&str>,

@@ -1,6 +1,12 @@
-//! The one place the runtime writes its state under `$PRODIGY_HOME` (checkpoints, `items.json`,
-//! `results.jsonl`, the DLQ, event logs), so that a failed write is handled alike everywhere
-//! and can be provoked in tests.
+//! Durable writes: the one place the runtime writes its state under `$PRODIGY_HOME`
+//! (checkpoints, `items.json`, `results.jsonl`, the DLQ, event logs), so that a failed write
+//! is handled alike everywhere and can be provoked in tests. Where each file lives is
+//! [`crate::layout`]'s; what it holds is its owner's ([`crate::store`], [`crate::jobstore`],
+//! [`crate::dlq`], [`crate::merge_journal`]).
+//!
+//! [`write_atomic`] replaces a whole file (a temporary file, fsync, rename, fsync of the
+//! directory); [`append`] adds a line to a journal; [`private_dir`] makes directories only
+//! their owner reads.
 //!
 //! A failed append is undone (the file is cut back to its length before the write), so a
 //! full disk leaves no torn line behind when the file can still be truncated.
@@ -18,8 +24,10 @@
 //!
 //! Release builds ignore the variable.
 
+use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// The name of the test hook's environment variable.
@@ -211,6 +219,75 @@ pub fn describe(path: &Path, error: &std::io::Error) -> String {
     format!("cannot write `{}`: {error}", path.display())
 }
 
+/// The mode of every file prodigy keeps under `$PRODIGY_HOME`: they hold item data, outputs
+/// and variables, so only their owner reads them.
+pub const PRIVATE_FILE: u32 = 0o600;
+
+/// The mode of every directory prodigy makes under `$PRODIGY_HOME`.
+pub const PRIVATE_DIR: u32 = 0o700;
+
+/// Makes DIR and the directories above it that are missing, readable by their owner only.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR)
+        .create(dir)
+}
+
+/// Writes a file atomically (a temporary file in the same directory, fsync, rename, fsync
+/// of the directory), readable by its owner only.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    // Unique per process and per write, so concurrent writers never share a temporary file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // The directory of the last write, made already: a run writes its checkpoint into one
+    // directory after every step, and `mkdir -p` of a directory that exists costs two
+    // system calls each time. Should it be removed meanwhile, the write fails and makes it.
+    static LAST_DIR: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let known = crate::lock(&LAST_DIR).as_deref() == Some(dir);
+    if !known {
+        private_dir(dir)?;
+        *crate::lock(&LAST_DIR) = Some(dir.to_owned());
+    }
+    match write_atomic_in(dir, path, bytes, &WRITES) {
+        Err(e) if known && e.kind() == std::io::ErrorKind::NotFound => {
+            private_dir(dir)?;
+            write_atomic_in(dir, path, bytes, &WRITES)
+        }
+        done => done,
+    }
+}
+
+fn write_atomic_in(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    writes: &std::sync::atomic::AtomicU64,
+) -> std::io::Result<()> {
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id(),
+        writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(PRIVATE_FILE)
+        .open(&tmp)
+        .and_then(|mut file| {
+            write_all(&mut file, path, bytes)?;
+            file.sync_all()
+        });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        // A full disk leaves no temporary file behind to fill it further.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(dir)?.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +351,28 @@ mod tests {
         // Without the hook, writes go through.
         append_with(None, &mut file, &path, b"four\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\ntwo\nfour\n");
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("a")).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+
+    /// The directory of the last write is not made again, yet a write into it after it
+    /// was removed still lands.
+    #[test]
+    fn an_atomic_write_makes_its_directory_again_when_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone/c.json");
+        write_atomic(&path, b"one").unwrap();
+        std::fs::remove_dir_all(dir.path().join("gone")).unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
     }
 }
