@@ -207,6 +207,18 @@ fn parse_cgi(out: &[u8]) -> Response {
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
+/// Whether a task of the job in `JOB_DIR` started anywhere (it left its `.started` mark in
+/// the backend's directory: `slurm/`, `container/`, `noshare/`).
+pub(crate) fn any_started(job_dir: &Path) -> bool {
+    ["slurm", "container", "noshare"].iter().any(|sub| {
+        std::fs::read_dir(job_dir.join(sub)).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "started"))
+        })
+    })
+}
+
 /// How long a node retries pushing an item's outcome while the coordinator is away
 /// (`PRODIGY_NOSHARE_PUSH_WAIT`, seconds; ten minutes by default).
 fn push_wait() -> std::time::Duration {

@@ -732,7 +732,7 @@ async fn submit(
 
 /// The failure of a task Slurm stopped, once it has left the queue (up to 30 s), with the
 /// state Slurm gives it.
-async fn stopped_by_slurm(slurm: &SlurmOptions, ids: &SlurmIds) -> Dispatched {
+async fn stopped_by_slurm(slurm: &SlurmOptions, ids: &SlurmIds, began: bool) -> Dispatched {
     let task = ids.task();
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline && queued(&task).await == Some(true) {
@@ -740,8 +740,10 @@ async fn stopped_by_slurm(slurm: &SlurmOptions, ids: &SlurmIds) -> Dispatched {
     }
     let (state, reason) = final_state(&task).await;
     let (mut message, error_type) = lost_task(&task, &state, &reason);
-    // Hook (no shared filesystem): the task's output is on its node.
-    if let Some(r) = slurm.remote.get() {
+    // Hook (issue 27): the task's output is on its node, or was never written.
+    if !began {
+        message = crate::backend::noshare::never_started(&message, slurm.remote.get().is_some());
+    } else if let Some(r) = slurm.remote.get() {
         message = crate::backend::noshare::on_node(&message, &r.output(ids.slurm_task_id));
     }
     Dispatched::failed("slurm", message, error_type, Some(TaskRef::from(ids)))
@@ -828,7 +830,7 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
         if let Some(r) = read_result(&result) {
             if r.end == TaskEnd::Cancelled {
                 // Prodigy did not ask for it (it returns before reading when it does).
-                return stopped_by_slurm(slurm, &ids).await;
+                return stopped_by_slurm(slurm, &ids, started.exists()).await;
             }
             return Dispatched::from_result(r, TaskRef::from(&ids));
         }
@@ -875,7 +877,7 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
                 if let Some(r) = read_result(&result) {
                     return Dispatched::from_result(r, TaskRef::from(&ids));
                 }
-                return stopped_by_slurm(slurm, &ids).await;
+                return stopped_by_slurm(slurm, &ids, started.exists()).await;
             }
         }
         tokio::time::sleep(slurm.poll).await;

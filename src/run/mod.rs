@@ -345,6 +345,7 @@ fn execute_job(
             ));
             session::new_job_checkpoint(&job_id, opts)
         };
+        let job_dir = dir.clone();
         let job = MapJob::new(
             runner,
             JobFiles::new(dir),
@@ -358,7 +359,11 @@ fn execute_job(
             merge: Some(report.outcome == JobOutcome::Completed),
             vars: std::mem::take(&mut report.vars),
             finish: Box::new(move |signal, unmerged, fix| {
-                finish_job(&report, signal, job_args.strict, unmerged, fix)
+                // Hook (issue 27): whether any item's task on another backend started.
+                let launched = job_args.executor == crate::agent::ExecutorChoice::Local
+                    && !job_args.no_shared_fs
+                    || crate::noshare::any_started(&job_dir);
+                finish_job(&report, signal, job_args.strict, unmerged, fix, launched)
             }),
         }
     })

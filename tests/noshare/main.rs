@@ -172,3 +172,45 @@ reduce:
     );
     assert_eq!(p.git(&["for-each-ref", "refs/prodigy/"]), "");
 }
+
+#[test]
+fn a_job_none_of_whose_agents_could_start_fails_and_says_why() {
+    let p = Project::new(
+        r#"name: noshare-no-launch
+mode: mapreduce
+map:
+  input: "seq 1 3"
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    // The node directory is a file: no clone can be made there.
+    std::fs::remove_dir(p.node()).unwrap();
+    std::fs::write(p.node(), "").unwrap();
+    let out = p.prodigy(&["run", "-y", "--no-shared-fs", "wf.yml"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let job = job_id(&out);
+    assert!(
+        text.contains(&format!("no agent of job {job} started")),
+        "{text}"
+    );
+    assert!(!p.log().exists(), "an item ran");
+    // Each item's failure says why, from the agent's own words.
+    let dlq = Command::cargo_bin("prodigy")
+        .unwrap()
+        .args(["dlq", "show", &job, "--format", "json"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .output()
+        .unwrap();
+    let dlq: Vec<serde_json::Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    assert_eq!(dlq.len(), 3);
+    for item in &dlq {
+        let why = item["failure_history"][0]["error_message"]
+            .as_str()
+            .unwrap();
+        assert!(why.contains("without pushing its outcome"), "{why}");
+        assert!(why.contains("Not a directory"), "{why}");
+    }
+}

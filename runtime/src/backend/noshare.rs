@@ -1108,3 +1108,106 @@ pub fn on_node(message: &str, output: &Path) -> String {
         ),
     )
 }
+
+/// A Slurm backend's message about a lost task whose agent never started: it wrote no
+/// output. Without REMOTE (a shared filesystem assumed), the likely cause is that its node
+/// does not see the job's directory.
+pub fn never_started(message: &str, remote: bool) -> String {
+    let why = if remote {
+        "its agent never started, so it wrote no outcome; Slurm's own words on the launch are in `sacct` and the node's slurmd log"
+    } else {
+        "its agent never started, so it wrote no output: Slurm could not launch it on its node (a node that does not see this machine's filesystem cannot open the job's slurm/ directory; run such clusters with `--no-shared-fs`, docs/slurm.md)"
+    };
+    message.replace("its output is in the job's slurm/ directory", why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git_in(dir: &Path, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn agents_may_push_only_their_items_refs_to_the_served_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("project");
+        std::fs::create_dir(&project).unwrap();
+        assert!(
+            git_in(&project, &["init", "-q", "-b", "main"])
+                .status
+                .success()
+        );
+        assert!(
+            git_in(&project, &["commit", "-q", "--allow-empty", "-m", "one"])
+                .status
+                .success()
+        );
+        let common = common_dir(&project).await.unwrap();
+        let bare = dir.path().join("repo.git");
+        prepare_bare(&bare, &common).await.unwrap();
+        // The project's objects are borrowed, not copied.
+        let head = git_in(&project, &["rev-parse", "HEAD"]);
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        bare_git(&bare, &["cat-file", "-e", &head], None)
+            .await
+            .unwrap();
+        let target = bare.display().to_string();
+        let push = |spec: &str| git_in(&project, &["push", "-q", &target, spec]);
+        let refused = push("HEAD:refs/heads/main");
+        assert!(!refused.status.success());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("is not an item's ref"),
+            "{refused:?}"
+        );
+        assert!(
+            push(&format!("HEAD:{}", results_ref("job-1", 4)))
+                .status
+                .success()
+        );
+        assert!(has_ref(&bare, &results_ref("job-1", 4)));
+        clean_refs(&bare, "job-1", 4).await.unwrap();
+        assert!(!has_ref(&bare, &results_ref("job-1", 4)));
+    }
+
+    #[test]
+    fn a_task_that_never_started_is_not_said_to_have_output() {
+        let (message, _) = crate::slurm::lost_task("7_3", "FAILED", "JobLaunchFailure");
+        let said = never_started(&message, false);
+        assert!(!said.contains("its output is in"), "{said}");
+        assert!(said.contains("never started"), "{said}");
+        assert!(said.contains("--no-shared-fs"), "{said}");
+        let on = on_node(&message, Path::new("/tmp/prodigy-j-item_3.out"));
+        assert!(on.contains("/tmp/prodigy-j-item_3.out on its node"), "{on}");
+    }
+
+    #[test]
+    fn the_batch_script_gives_the_secret_on_stdin_not_the_command_line() {
+        let remote = Remote {
+            url: "http://10.0.0.1:4000/git".into(),
+            token: "abc".into(),
+            job: "j".into(),
+            repo_key: "k".into(),
+        };
+        let script = remote.batch_script(Path::new("/opt/prodigy"));
+        let exec = script.lines().find(|l| l.starts_with("exec ")).unwrap();
+        assert!(!exec.contains("abc"), "{exec}");
+        assert!(
+            script.contains("<<'PRODIGY_SECRET'\nabc\nPRODIGY_SECRET\n"),
+            "{script}"
+        );
+        assert!(!remote.agent_args().concat().contains("abc"));
+    }
+}
