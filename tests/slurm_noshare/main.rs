@@ -316,7 +316,7 @@ map:
         .spawn()
         .unwrap();
     // Killed once two agents have started on their node.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
     loop {
         let started = std::fs::read_to_string(p.log()).unwrap_or_default();
         if started.lines().count() >= 2 {
