@@ -322,6 +322,7 @@ fn execute_job(
     if let Err(code) = job_args.executor.check(&plan) {
         return code;
     }
+    let job_options = job_args.options_for(&plan);
     let job_id = resume
         .as_ref()
         .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
@@ -346,13 +347,7 @@ fn execute_job(
             session::new_job_checkpoint(&job_id, opts)
         };
         let job_dir = dir.clone();
-        let job = MapJob::new(
-            runner,
-            JobFiles::new(dir),
-            checkpoint,
-            job_args.options(),
-            resumed,
-        );
+        let job = MapJob::new(runner, JobFiles::new(dir), checkpoint, job_options, resumed);
         let mut report = job.run(vars).await;
         // The variables move (`map.results` holds every item's result).
         Ended {

@@ -119,7 +119,7 @@ impl Project {
         };
         std::fs::create_dir(p.repo()).unwrap();
         std::fs::create_dir_all(p.log().parent().unwrap()).unwrap();
-        std::fs::write(p.repo().join("wf.yml"), workflow).unwrap();
+        std::fs::write(p.repo().join("wf.yml"), workflow.replace("@ADDR@", &p.addr)).unwrap();
         p.git(&["init", "-q", "-b", "main"]);
         p.git(&["add", "wf.yml"]);
         p.git(&["commit", "-qm", "workflow"]);
@@ -157,15 +157,16 @@ impl Project {
 
     /// `prodigy ARGS --executor slurm --no-shared-fs --serve-addr ADDR` in the project.
     fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = self.command_as_written(args);
+        cmd.args(["--no-shared-fs", "--serve-addr", &self.addr]);
+        cmd
+    }
+
+    /// `prodigy ARGS --executor slurm`, the mode as the workflow says.
+    fn command_as_written(&self, args: &[&str]) -> Command {
         let mut cmd = Command::cargo_bin("prodigy").unwrap();
         cmd.args(args)
-            .args([
-                "--executor",
-                "slurm",
-                "--no-shared-fs",
-                "--serve-addr",
-                &self.addr,
-            ])
+            .args(["--executor", "slurm"])
             .current_dir(self.repo())
             .env("PRODIGY_HOME", self.home())
             .env("PRODIGY_NOSHARE_DIR", self.node())
@@ -492,6 +493,11 @@ fn kill_9_of_the_coordinator_and_resume_job_lose_and_duplicate_nothing() {
     let p = Project::new(
         r#"name: noshare-kill
 mode: mapreduce
+# The mode as the workflow's keys say (the other tests use the command line's).
+executor:
+  slurm:
+    no_shared_fs: true
+    serve: "@ADDR@"
 map:
   input: "seq 1 4"
   max_parallel: 2
@@ -500,7 +506,7 @@ map:
 "#,
     );
     let mut child = Reaped(Some(
-        p.command(&["run", "-y", "wf.yml"])
+        p.command_as_written(&["run", "-y", "wf.yml"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -527,7 +533,10 @@ map:
         .file_name()
         .to_string_lossy()
         .into_owned();
-    let out = p.command(&["resume-job", "-y", &job]).output().unwrap();
+    let out = p
+        .command_as_written(&["resume-job", "-y", &job])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let log = std::fs::read_to_string(p.log()).unwrap();
     let mut starts: Vec<&str> = log.lines().collect();
