@@ -742,7 +742,11 @@ async fn stopped_by_slurm(slurm: &SlurmOptions, ids: &SlurmIds, began: bool) -> 
     let (mut message, error_type) = lost_task(&task, &state, &reason);
     // Hook (issue 27): the task's output is on its node, or was never written.
     if !began {
-        message = crate::backend::noshare::never_started(&message, slurm.remote.get().is_some());
+        message = crate::backend::noshare::never_started(
+            &message,
+            slurm.remote.get().is_some(),
+            state == "FAILED",
+        );
     } else if let Some(r) = slurm.remote.get() {
         message = crate::backend::noshare::on_node(&message, &r.output(ids.slurm_task_id));
     }

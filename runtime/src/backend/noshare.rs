@@ -678,7 +678,10 @@ async fn dispatch(b: &NoShare, runner: &Runner, d: Dispatch) -> Dispatched {
         done
     };
     if let Err(e) = clean_refs(&served.bare, &served.remote.job, index).await {
-        runner.say_for_run(Message::warning(e.to_string()));
+        runner.say_for_run(Message::StateLost {
+            why: format!("the refs of item_{index} stay in the job's served repository: {e}"),
+            stops: false,
+        });
     }
     done
 }
@@ -1110,13 +1113,16 @@ pub fn on_node(message: &str, output: &Path) -> String {
 }
 
 /// A Slurm backend's message about a lost task whose agent never started: it wrote no
-/// output. Without REMOTE (a shared filesystem assumed), the likely cause is that its node
-/// does not see the job's directory.
-pub fn never_started(message: &str, remote: bool) -> String {
+/// output. When Slurm failed to launch it (LAUNCH_FAILED: `FAILED`, as for a node that
+/// cannot open its output file) without REMOTE (a shared filesystem assumed), the likely
+/// cause is a node that does not see the job's directory.
+pub fn never_started(message: &str, remote: bool, launch_failed: bool) -> String {
     let why = if remote {
-        "its agent never started, so it wrote no outcome; Slurm's own words on the launch are in `sacct` and the node's slurmd log"
-    } else {
+        "its agent never started, so it pushed no outcome; Slurm's own words on the launch are in the node's slurmd log"
+    } else if launch_failed {
         "its agent never started, so it wrote no output: Slurm could not launch it on its node (a node that does not see this machine's filesystem cannot open the job's slurm/ directory; run such clusters with `--no-shared-fs`, docs/slurm.md)"
+    } else {
+        "its agent never started, so it wrote no output"
     };
     message.replace("its output is in the job's slurm/ directory", why)
 }
@@ -1185,10 +1191,14 @@ mod tests {
     #[test]
     fn a_task_that_never_started_is_not_said_to_have_output() {
         let (message, _) = crate::slurm::lost_task("7_3", "FAILED", "JobLaunchFailure");
-        let said = never_started(&message, false);
+        let said = never_started(&message, false, true);
         assert!(!said.contains("its output is in"), "{said}");
         assert!(said.contains("never started"), "{said}");
         assert!(said.contains("--no-shared-fs"), "{said}");
+        let (message, _) = crate::slurm::lost_task("7_3", "CANCELLED", "");
+        let said = never_started(&message, false, false);
+        assert!(!said.contains("its output is in"), "{said}");
+        assert!(!said.contains("--no-shared-fs"), "{said}");
         let on = on_node(&message, Path::new("/tmp/prodigy-j-item_3.out"));
         assert!(on.contains("/tmp/prodigy-j-item_3.out on its node"), "{on}");
     }
