@@ -1113,7 +1113,7 @@ pub fn on_node(message: &str, output: &Path) -> String {
 }
 
 /// A Slurm backend's message about a lost task whose agent never started: it wrote no
-/// output. When Slurm failed to launch it (LAUNCH_FAILED: `FAILED`, as for a node that
+/// output. When Slurm failed to launch it (`launch_failed`: `FAILED`, as for a node that
 /// cannot open its output file) without REMOTE (a shared filesystem assumed), the likely
 /// cause is a node that does not see the job's directory.
 pub fn never_started(message: &str, remote: bool, launch_failed: bool) -> String {
