@@ -214,3 +214,46 @@ map:
         assert!(why.contains("Not a directory"), "{why}");
     }
 }
+
+#[test]
+fn dlq_retry_runs_a_failed_item_again_without_a_shared_filesystem() {
+    let p = Project::new(
+        r#"name: noshare-retry
+mode: mapreduce
+map:
+  input: "seq 1 3"
+  agent_template:
+    - shell: 'test "$ITEM" != "$FAIL_ITEM" && echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
+"#,
+    );
+    // The agents are processes of this machine: they inherit the coordinator's environment.
+    let mut first = Command::cargo_bin("prodigy").unwrap();
+    let out = first
+        .args(["run", "-y", "--no-shared-fs", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("PRODIGY_NOSHARE_DIR", p.node())
+        .env("FAIL_ITEM", "2")
+        .envs(git_identity())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = job_id(&out);
+    assert!(!p.repo().join("item-2.txt").exists());
+    let out = p.prodigy(&["dlq", "retry", "-y", "--no-shared-fs", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Run again as a process that pushed its outcome, not as a local agent.
+    let result = std::fs::read(p.job_dir(&job).join("noshare/item_1.result.json")).unwrap();
+    let result: serde_json::Value = serde_json::from_slice(&result).unwrap();
+    assert_eq!(result["end"], "succeeded", "{result}");
+    for n in 1..=3 {
+        assert!(p.repo().join(format!("item-{n}.txt")).exists(), "item {n}");
+    }
+    assert_eq!(
+        p.git(&["log", "--oneline", "--grep", "^item "])
+            .lines()
+            .count(),
+        3
+    );
+}
