@@ -62,6 +62,29 @@ impl ExecutorChoice {
         )))
     }
 
+    /// Whether a job of PLAN runs without a shared filesystem, and where it serves: the flags,
+    /// else, under `--executor slurm`, the workflow's `executor.slurm.no_shared_fs` and
+    /// `serve` (Slurm's options have no effect under another executor).
+    pub(crate) fn no_shared_fs(
+        self,
+        plan: &prodigy_compiler::plan::Plan,
+        flag: bool,
+        serve: Option<std::net::SocketAddr>,
+    ) -> (bool, Option<std::net::SocketAddr>) {
+        let slurm = plan
+            .slurm
+            .as_ref()
+            .filter(|_| self == ExecutorChoice::Slurm);
+        (
+            flag || slurm.is_some_and(|s| s.no_shared_fs),
+            serve.or_else(|| {
+                slurm
+                    .and_then(|s| s.serve.as_ref())
+                    .and_then(|a| a.value.parse().ok())
+            }),
+        )
+    }
+
     /// The runtime's executor: Slurm tasks run this very program.
     pub(crate) fn executor(self) -> Executor {
         match self {

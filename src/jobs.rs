@@ -659,18 +659,10 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         return code;
     }
     // Hook (issue 27): the retried agents without a shared filesystem, as the job's.
-    let slurm = plan
-        .slurm
-        .as_ref()
-        .filter(|_| args.executor == crate::agent::ExecutorChoice::Slurm);
-    let executor = args.executor.executor_with(
-        args.no_shared_fs || slurm.is_some_and(|s| s.no_shared_fs),
-        args.serve_addr.or_else(|| {
-            slurm
-                .and_then(|s| s.serve.as_ref())
-                .and_then(|a| a.value.parse().ok())
-        }),
-    );
+    let (no_shared_fs, serve) =
+        args.executor
+            .no_shared_fs(&plan, args.no_shared_fs, args.serve_addr);
+    let executor = args.executor.executor_with(no_shared_fs, serve);
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
     let completed = checkpoint.status == prodigy_runtime::jobstore::Status::Completed;

@@ -93,18 +93,12 @@ impl JobArgs {
     /// `executor.slurm.no_shared_fs` and `serve` count as `--no-shared-fs` and
     /// `--serve-addr` when those are not given.
     pub(crate) fn options_for(self, plan: &prodigy_compiler::plan::Plan) -> JobOptions {
-        // Slurm's options: no effect under another executor.
-        let slurm = plan
-            .slurm
-            .as_ref()
-            .filter(|_| self.executor == crate::agent::ExecutorChoice::Slurm);
+        let (no_shared_fs, serve_addr) =
+            self.executor
+                .no_shared_fs(plan, self.no_shared_fs, self.serve_addr);
         JobArgs {
-            no_shared_fs: self.no_shared_fs || slurm.is_some_and(|s| s.no_shared_fs),
-            serve_addr: self.serve_addr.or_else(|| {
-                slurm
-                    .and_then(|s| s.serve.as_ref())
-                    .and_then(|a| a.value.parse().ok())
-            }),
+            no_shared_fs,
+            serve_addr,
             ..self
         }
         .options()
