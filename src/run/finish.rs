@@ -158,6 +158,13 @@ fn write_error_metrics(text: &mut String, report: &JobReport) {
     }
 }
 
+/// Whether REPORT's items all failed without any of their tasks having started (LAUNCHED
+/// says whether one did): the job failed to launch.
+fn none_launched(report: &JobReport, launched: bool) -> bool {
+    let m = &report.metrics;
+    !launched && m.successful == 0 && (m.failed > 0 || report.dlq_count > 0)
+}
+
 /// Adds how a completed job ended to TEXT: its counts, its queued items, and what is
 /// kept when the merge back failed (UNMERGED); the exit code (`--strict` is STRICT; a job
 /// none of whose items' tasks LAUNCHED failed).
@@ -175,7 +182,7 @@ fn completed_job(
     let events = report.events.display();
     // Some items failed: not a tick, though the exit code stays 0 unless `--strict`.
     let (mark, completed) = match (
-        unmerged.is_some() || (!launched && m.successful == 0 && m.total_items > 0),
+        unmerged.is_some() || none_launched(report, launched),
         report.dlq_count > 0 || m.failed > 0,
     ) {
         (true, _) => ("✗", "completed"),
@@ -205,7 +212,7 @@ fn completed_job(
             "{queued}: see why with `prodigy dlq show {id}`, retry with `prodigy dlq retry {id}`"
         );
     }
-    let none_launched = !launched && m.total_items > 0 && m.successful == 0;
+    let none_launched = none_launched(report, launched);
     if none_launched {
         let _ = writeln!(
             text,
