@@ -132,7 +132,7 @@ async fn cgi(
     headers: &HeaderMap,
     body: axum::body::Bytes,
 ) -> std::io::Result<Response> {
-    use tokio::io::AsyncWriteExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let header = |name: header::HeaderName| {
         headers
             .get(name)
@@ -163,7 +163,7 @@ async fn cgi(
         .env("REMOTE_ADDR", "127.0.0.1")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
     let mut child = command.spawn()?;
     let stdin = child.stdin.take();
@@ -172,23 +172,60 @@ async fn cgi(
             let _ = pipe.write_all(&body).await;
         }
     });
-    let out = child.wait_with_output().await?;
-    let _ = writer.await;
-    Ok(parse_cgi(&out.stdout))
+    let Some(mut stdout) = child.stdout.take() else {
+        return Ok(StatusCode::BAD_GATEWAY.into_response());
+    };
+    // The headers, then the body as it comes: a clone of a large repository is not held in
+    // memory here.
+    let mut head = Vec::new();
+    let mut chunk = vec![0_u8; CHUNK];
+    let (at, gap) = loop {
+        if let Some(split) = header_end(&head) {
+            break split;
+        }
+        let n = stdout.read(&mut chunk).await?;
+        if n == 0 || head.len() > CHUNK {
+            return Ok(StatusCode::BAD_GATEWAY.into_response());
+        }
+        head.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    };
+    let first = head.split_off(at + gap);
+    let state = Some((stdout, child, writer, first));
+    let stream = futures::stream::unfold(state, |state| async move {
+        let (mut stdout, child, writer, first) = state?;
+        if !first.is_empty() {
+            let bytes = axum::body::Bytes::from(first);
+            return Some((Ok(bytes), Some((stdout, child, writer, Vec::new()))));
+        }
+        let mut buf = vec![0_u8; CHUNK];
+        match stdout.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                let bytes = axum::body::Bytes::from(buf);
+                Some((Ok(bytes), Some((stdout, child, writer, Vec::new()))))
+            }
+            Err(e) => Some((Err::<axum::body::Bytes, _>(e), None)),
+        }
+    });
+    Ok(response_head(head.get(..at).unwrap_or_default())
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()))
 }
 
-/// A CGI program's output as a response: its headers (`Status:` gives the status), a blank
-/// line, its body.
-fn parse_cgi(out: &[u8]) -> Response {
-    let split = out
-        .windows(4)
+/// How much of a CGI answer is read at a time (and the most its headers may take).
+const CHUNK: usize = 64 * 1024;
+
+/// Where the headers of a CGI answer end: the blank line's offset and length.
+fn header_end(out: &[u8]) -> Option<(usize, usize)> {
+    out.windows(4)
         .position(|w| w == b"\r\n\r\n")
         .map(|at| (at, 4))
-        .or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|at| (at, 2)));
-    let Some((at, gap)) = split else {
-        return StatusCode::BAD_GATEWAY.into_response();
-    };
-    let (head, body) = (&out[..at], &out[at + gap..]);
+        .or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|at| (at, 2)))
+}
+
+/// A response with a CGI program's headers HEAD (`Status:` gives the status).
+fn response_head(head: &[u8]) -> axum::http::response::Builder {
     let mut builder = Response::builder().status(StatusCode::OK);
     for line in String::from_utf8_lossy(head).lines() {
         let Some((name, value)) = line.split_once(':') else {
@@ -203,8 +240,6 @@ fn parse_cgi(out: &[u8]) -> Response {
         }
     }
     builder
-        .body(Body::from(body.to_vec()))
-        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
 /// Whether a task of the job in `JOB_DIR` started anywhere (it left its `.started` mark in
@@ -442,9 +477,14 @@ mod tests {
 
     #[test]
     fn cgi_output_gives_status_headers_and_body() {
-        let r = parse_cgi(b"Status: 403 Forbidden\r\nContent-Type: text/plain\r\n\r\nno");
+        let out = b"Status: 403 Forbidden\r\nContent-Type: text/plain\r\n\r\nno";
+        let (at, gap) = header_end(out).unwrap();
+        assert_eq!(out.get(at + gap..).unwrap(), b"no");
+        let r = response_head(out.get(..at).unwrap()).body(()).unwrap();
         assert_eq!(r.status(), StatusCode::FORBIDDEN);
         assert_eq!(r.headers()[header::CONTENT_TYPE], "text/plain");
-        assert_eq!(parse_cgi(b"Expires: 0\n\nok").status(), StatusCode::OK);
+        assert_eq!(header_end(b"Expires: 0\n\nok"), Some((10, 2)));
+        let r = response_head(b"Expires: 0").body(()).unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
     }
 }
