@@ -35,6 +35,56 @@ impl ExecutorChoice {
         }
     }
 
+    /// The runtime's executor; without a shared filesystem (`--no-shared-fs`), its agents
+    /// see only the repository served at SERVE (src/noshare.rs).
+    pub(crate) fn executor_with(
+        self,
+        no_shared_fs: bool,
+        serve: Option<std::net::SocketAddr>,
+    ) -> Executor {
+        use prodigy_runtime::backend::noshare::{Launch, NoShare};
+        if !no_shared_fs {
+            return self.executor();
+        }
+        let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
+        let launch = match self {
+            ExecutorChoice::Slurm => {
+                let mut options = SlurmOptions::new(program);
+                options.sbatch_args = sbatch_args();
+                Launch::Slurm(options)
+            }
+            ExecutorChoice::Local | ExecutorChoice::Container => Launch::Process { program },
+        };
+        Executor::Backend(Arc::new(NoShare::new(
+            launch,
+            Arc::new(crate::noshare::GitServer),
+            serve,
+        )))
+    }
+
+    /// Whether a job of PLAN runs without a shared filesystem, and where it serves: the flags,
+    /// else, under `--executor slurm`, the workflow's `executor.slurm.no_shared_fs` and
+    /// `serve` (Slurm's options have no effect under another executor).
+    pub(crate) fn no_shared_fs(
+        self,
+        plan: &prodigy_compiler::plan::Plan,
+        flag: bool,
+        serve: Option<std::net::SocketAddr>,
+    ) -> (bool, Option<std::net::SocketAddr>) {
+        let slurm = plan
+            .slurm
+            .as_ref()
+            .filter(|_| self == ExecutorChoice::Slurm);
+        (
+            flag || slurm.is_some_and(|s| s.no_shared_fs),
+            serve.or_else(|| {
+                slurm
+                    .and_then(|s| s.serve.as_ref())
+                    .and_then(|a| a.value.parse().ok())
+            }),
+        )
+    }
+
     /// The runtime's executor: Slurm tasks run this very program.
     pub(crate) fn executor(self) -> AgentHost {
         match self {
@@ -153,30 +203,44 @@ fn sbatch_args() -> Vec<String> {
 #[derive(clap::Args)]
 pub(crate) struct AgentArgs {
     /// The coordinator's `$PRODIGY_HOME`.
-    #[arg(long)]
-    home: PathBuf,
+    #[arg(long, required_unless_present = "serve")]
+    pub(crate) home: Option<PathBuf>,
     /// The MapReduce job.
     #[arg(long)]
-    job: String,
+    pub(crate) job: String,
     /// The item's index.
     #[arg(long)]
-    item: usize,
+    pub(crate) item: usize,
     /// Where to write the outcome.
-    #[arg(long)]
-    result: PathBuf,
+    #[arg(long, required_unless_present = "serve")]
+    pub(crate) result: Option<PathBuf>,
     /// The agent's worktree.
     #[arg(long)]
-    workdir: Option<PathBuf>,
+    pub(crate) workdir: Option<PathBuf>,
+    /// Without a shared filesystem: the job's served repository (the secret on stdin).
+    #[arg(long, requires = "repo_key", conflicts_with_all = ["home", "result", "workdir"])]
+    pub(crate) serve: Option<String>,
+    /// Without a shared filesystem: the name of the project's clones on this node.
+    #[arg(long)]
+    pub(crate) repo_key: Option<String>,
 }
 
 /// Runs the agent template for one item of a job and writes its outcome; exit 0 once the
 /// outcome is written (it says whether the agent failed), 2 when it could not be.
 pub(crate) fn agent(args: &AgentArgs) -> u8 {
-    let Some((dir, repo)) = Layout::find_job(&args.home, &args.job) else {
+    // Hook (no shared filesystem): the node's own clone and home (src/noshare.rs).
+    if let (Some(url), Some(key)) = (&args.serve, &args.repo_key) {
+        return crate::noshare::remote_agent(url, &args.job, args.item, key);
+    }
+    let (Some(home), Some(result)) = (&args.home, &args.result) else {
+        err("error: `prodigy agent` needs `--home` and `--result`, or `--serve`\n");
+        return exit_code::USAGE;
+    };
+    let Some((dir, repo)) = Layout::find_job(home, &args.job) else {
         err(&format!(
             "error: no MapReduce job `{}` under {}\n",
             args.job,
-            args.home.display()
+            home.display()
         ));
         return exit_code::USAGE;
     };
@@ -216,7 +280,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
     }
     // The agent works in the job's worktree, which the coordinator made.
     let layout = Layout {
-        home: args.home.clone(),
+        home: home.clone(),
         repo,
     };
     let opts = Options {
@@ -227,7 +291,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         )
     };
     let total = items.len();
-    if let Err(e) = prodigy_runtime::backend::mark_started(&args.result) {
+    if let Err(e) = prodigy_runtime::backend::mark_started(result) {
         err(&format!("error: {e}\n"));
         return exit_code::USAGE;
     }
@@ -255,7 +319,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
             args.workdir.clone(),
         )
         .await;
-        prodigy_runtime::backend::write_result(&args.result, &outcome).map_err(|e| e.to_string())
+        prodigy_runtime::backend::write_result(result, &outcome).map_err(|e| e.to_string())
     });
     match result {
         Ok(Ok(())) => exit_code::OK,

@@ -2,8 +2,8 @@
 
 /// Everything passed.
 pub(crate) const OK: u8 = 0;
-/// `check` found errors (or warnings under `--deny warnings`); a workflow failed, or a job
-/// stopped; `events --strict` skipped damaged lines.
+/// `check` found errors (or warnings under `--deny warnings`); a workflow failed, a job
+/// stopped, or none of a job's agents started; `events --strict` skipped damaged lines.
 pub(crate) const PROBLEMS: u8 = 1;
 /// Bad usage, or a file that could not be read.
 pub(crate) const USAGE: u8 = 2;
@@ -24,7 +24,7 @@ pub(crate) const TABLE: &[(u8, &str)] = &[
     (OK, "success: no errors; the workflow or job completed"),
     (
         PROBLEMS,
-        "check found errors (warnings too under --deny warnings); a workflow failed or a job stopped; events --strict skipped damaged lines",
+        "check found errors (warnings too under --deny warnings); a workflow failed, a job stopped, or none of its agents started; events --strict skipped damaged lines",
     ),
     (USAGE, "bad usage, or a file that cannot be read"),
     (

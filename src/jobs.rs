@@ -100,6 +100,13 @@ pub(crate) struct RetryArgs {
     /// Where the retried agents run: `local` processes, `slurm` jobs, or a `container` each.
     #[arg(long, value_enum, default_value_t)]
     executor: crate::agent::ExecutorChoice,
+    /// The agents see nothing of this machine's disk: it serves them the repository
+    /// (docs/slurm.md; the workflow's `executor.slurm.no_shared_fs` counts under Slurm).
+    #[arg(long)]
+    no_shared_fs: bool,
+    /// With `--no-shared-fs`: where the repository is served (`HOST:PORT`).
+    #[arg(long, value_name = "HOST:PORT", requires = "no_shared_fs")]
+    serve_addr: Option<std::net::SocketAddr>,
 }
 
 /// Output formats of the inspection commands.
@@ -652,7 +659,11 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     if let Err(code) = args.executor.check(&plan) {
         return code;
     }
-    let executor = args.executor.executor();
+    // Hook (issue 27): the retried agents without a shared filesystem, as the job's.
+    let (no_shared_fs, serve) =
+        args.executor
+            .no_shared_fs(&plan, args.no_shared_fs, args.serve_addr);
+    let executor = args.executor.executor_with(no_shared_fs, serve);
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
     let completed = checkpoint.status == prodigy_runtime::jobstore::Status::Completed;

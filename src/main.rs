@@ -15,6 +15,7 @@ mod items;
 mod jobs;
 mod logs;
 mod lsp;
+mod noshare;
 mod output;
 mod report;
 mod run;

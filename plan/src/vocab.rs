@@ -403,6 +403,12 @@ pub struct Slurm {
     pub mem: Option<Spanned<String>>,
     /// More `sbatch` options, as they are.
     pub sbatch_args: Vec<Spanned<String>>,
+    /// The nodes share no filesystem with the coordinator (`--no-shared-fs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_shared_fs: bool,
+    /// Where the coordinator serves the repository to them, `HOST:PORT` (`--serve-addr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<Spanned<String>>,
 }
 
 impl Slurm {

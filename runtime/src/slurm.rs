@@ -40,6 +40,9 @@ pub struct SlurmOptions {
     pub poll: Duration,
     /// The job's `max_parallel` slots, each a chain of tasks.
     pub slots: std::sync::Arc<Slots>,
+    /// Hook (no shared filesystem, [`crate::backend::noshare`]): how tasks reach the job's
+    /// served repository, set when it is served; tasks then use node-local paths only.
+    pub remote: std::sync::Arc<std::sync::OnceLock<crate::backend::noshare::Remote>>,
 }
 
 impl AgentBackend for SlurmOptions {
@@ -208,6 +211,7 @@ impl SlurmOptions {
             sbatch_args: Vec::new(),
             poll: Duration::from_millis(50),
             slots: std::sync::Arc::default(),
+            remote: std::sync::Arc::default(),
         }
     }
 }
@@ -615,23 +619,30 @@ async fn submit(
     }
     let workdir = d.worktree.as_ref().map(|w| w.workdir.as_path());
     let script = slurm_dir.join("agent.sh");
-    let text = batch_script(&slurm.program);
+    // Hook (no shared filesystem): the script carries the job's secret to the agent.
+    let remote = slurm.remote.get();
+    let text = remote.map_or_else(
+        || batch_script(&slurm.program),
+        |r| r.batch_script(&slurm.program),
+    );
     if std::fs::read(&script).ok().as_deref() != Some(text.as_bytes()) {
         crate::durable::write_atomic(&script, text.as_bytes()).map_err(io(&script))?;
     }
+    // Hook (no shared filesystem): output and start directory on the node.
+    let (output, chdir) = match remote {
+        Some(r) => (r.output(d.index), r.chdir()),
+        None => (
+            slurm_dir.join(format!("item_{}.out", d.index)),
+            workdir.unwrap_or(&runner.opts.project).to_owned(),
+        ),
+    };
     let mut args = vec![
         "--parsable".to_owned(),
         format!("--array={}", d.index),
         format!("--job-name=prodigy-{}", d.job_id),
-        format!(
-            "--output={}",
-            slurm_dir.join(format!("item_{}.out", d.index)).display()
-        ),
+        format!("--output={}", output.display()),
         "--open-mode=append".to_owned(),
-        format!(
-            "--chdir={}",
-            workdir.unwrap_or(&runner.opts.project).display()
-        ),
+        format!("--chdir={}", chdir.display()),
     ];
     // The workflow's `slurm:` first, so that `PRODIGY_SBATCH_ARGS` can override it.
     if let Some(options) = &runner.plan.slurm {
@@ -639,16 +650,21 @@ async fn submit(
     }
     args.extend(slurm.sbatch_args.iter().cloned());
     args.push(script.display().to_string());
-    args.extend([
-        "--home".to_owned(),
-        runner.opts.layout.home.display().to_string(),
-        "--job".to_owned(),
-        d.job_id.clone(),
-        "--result".to_owned(),
-        result.display().to_string(),
-    ]);
-    if let Some(w) = workdir {
-        args.extend(["--workdir".to_owned(), w.display().to_string()]);
+    if let Some(r) = remote {
+        // Hook (no shared filesystem): the agent reaches the served repository only.
+        args.extend(r.agent_args());
+    } else {
+        args.extend([
+            "--home".to_owned(),
+            runner.opts.layout.home.display().to_string(),
+            "--job".to_owned(),
+            d.job_id.clone(),
+            "--result".to_owned(),
+            result.display().to_string(),
+        ]);
+        if let Some(w) = workdir {
+            args.extend(["--workdir".to_owned(), w.display().to_string()]);
+        }
     }
     // The task waits in the queue for the one before it in its slot, and starts as soon as
     // that one ends; until that one's `sbatch` has answered, this one is not submitted.
@@ -716,14 +732,24 @@ async fn submit(
 
 /// The failure of a task Slurm stopped, once it has left the queue (up to 30 s), with the
 /// state Slurm gives it.
-async fn stopped_by_slurm(ids: &SlurmIds) -> Dispatched {
+async fn stopped_by_slurm(slurm: &SlurmOptions, ids: &SlurmIds, began: bool) -> Dispatched {
     let task = ids.task();
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline && queued(&task).await == Some(true) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (state, reason) = final_state(&task).await;
-    let (message, error_type) = lost_task(&task, &state, &reason);
+    let (mut message, error_type) = lost_task(&task, &state, &reason);
+    // Hook (issue 27): the task's output is on its node, or was never written.
+    if !began {
+        message = crate::backend::noshare::never_started(
+            &message,
+            slurm.remote.get().is_some(),
+            state == "FAILED",
+        );
+    } else if let Some(r) = slurm.remote.get() {
+        message = crate::backend::noshare::on_node(&message, &r.output(ids.slurm_task_id));
+    }
     Dispatched::failed("slurm", message, error_type, Some(TaskRef::from(ids)))
 }
 
@@ -808,7 +834,7 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
         if let Some(r) = read_result(&result) {
             if r.end == TaskEnd::Cancelled {
                 // Prodigy did not ask for it (it returns before reading when it does).
-                return stopped_by_slurm(&ids).await;
+                return stopped_by_slurm(slurm, &ids, started.exists()).await;
             }
             return Dispatched::from_result(r, TaskRef::from(&ids));
         }
@@ -855,7 +881,7 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
                 if let Some(r) = read_result(&result) {
                     return Dispatched::from_result(r, TaskRef::from(&ids));
                 }
-                return stopped_by_slurm(&ids).await;
+                return stopped_by_slurm(slurm, &ids, started.exists()).await;
             }
         }
         tokio::time::sleep(slurm.poll).await;

@@ -78,9 +78,32 @@ pub(crate) struct JobArgs {
     /// (docs/slurm.md, docs/containers.md).
     #[arg(long, value_enum, default_value_t)]
     pub(crate) executor: crate::agent::ExecutorChoice,
+    /// The agents see nothing of this machine's disk: it serves the repository to them
+    /// (git over HTTP, a per-job secret) and they push their commits back (docs/slurm.md).
+    #[arg(long)]
+    pub(crate) no_shared_fs: bool,
+    /// With `--no-shared-fs`: where the repository is served, an address of this machine
+    /// the agents reach (default: its host name on a free port; 127.0.0.1 for `local`).
+    #[arg(long, value_name = "HOST:PORT", requires = "no_shared_fs")]
+    pub(crate) serve_addr: Option<std::net::SocketAddr>,
 }
 
 impl JobArgs {
+    /// The options of a job of PLAN: under `--executor slurm`, its workflow's
+    /// `executor.slurm.no_shared_fs` and `serve` count as `--no-shared-fs` and
+    /// `--serve-addr` when those are not given.
+    pub(crate) fn options_for(self, plan: &prodigy_compiler::plan::Plan) -> JobOptions {
+        let (no_shared_fs, serve_addr) =
+            self.executor
+                .no_shared_fs(plan, self.no_shared_fs, self.serve_addr);
+        JobArgs {
+            no_shared_fs,
+            serve_addr,
+            ..self
+        }
+        .options()
+    }
+
     pub(crate) fn options(self) -> JobOptions {
         JobOptions {
             max_parallel: self
@@ -88,7 +111,9 @@ impl JobArgs {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             cancel_running: self.cancel_running,
             strict: self.strict,
-            executor: self.executor.executor(),
+            executor: self
+                .executor
+                .executor_with(self.no_shared_fs, self.serve_addr),
         }
     }
 }

@@ -18,6 +18,7 @@ pub(super) fn finish_job(
     strict: bool,
     unmerged: Option<&str>,
     fix: &str,
+    launched: bool,
 ) -> u8 {
     let mut text = String::new();
     write_error_metrics(&mut text, report);
@@ -25,9 +26,7 @@ pub(super) fn finish_job(
     let events = report.events.display();
     let queued = queued_line(report.dlq_count);
     let code = match &report.outcome {
-        JobOutcome::Completed => {
-            completed_job(&mut text, report, queued.as_deref(), unmerged, strict)
-        }
+        JobOutcome::Completed => completed_job(&mut text, report, unmerged, strict, launched),
         JobOutcome::Stopped(reason) => {
             let _ = writeln!(
                 text,
@@ -159,20 +158,33 @@ fn write_error_metrics(text: &mut String, report: &JobReport) {
     }
 }
 
-/// Adds how a completed job ended to TEXT: its counts, its QUEUED items, and what is
-/// kept when the merge back failed (UNMERGED); the exit code (`--strict` is STRICT).
+/// Whether REPORT's items all failed without any of their tasks having started (LAUNCHED
+/// says whether one did): the job failed to launch.
+fn none_launched(report: &JobReport, launched: bool) -> bool {
+    let m = &report.metrics;
+    !launched && m.successful == 0 && (m.failed > 0 || report.dlq_count > 0)
+}
+
+/// Adds how a completed job ended to TEXT: its counts, its queued items, and what is
+/// kept when the merge back failed (UNMERGED); the exit code (`--strict` is STRICT; a job
+/// none of whose items' tasks LAUNCHED failed).
 fn completed_job(
     text: &mut String,
     report: &JobReport,
-    queued: Option<&str>,
     unmerged: Option<&str>,
     strict: bool,
+    launched: bool,
 ) -> u8 {
+    let queued = queued_line(report.dlq_count);
+    let queued = queued.as_deref();
     let m = &report.metrics;
     let id = &report.job_id;
     let events = report.events.display();
     // Some items failed: not a tick, though the exit code stays 0 unless `--strict`.
-    let (mark, completed) = match (unmerged.is_some(), report.dlq_count > 0 || m.failed > 0) {
+    let (mark, completed) = match (
+        unmerged.is_some() || none_launched(report, launched),
+        report.dlq_count > 0 || m.failed > 0,
+    ) {
         (true, _) => ("✗", "completed"),
         (false, true) => ("⚠", "completed with failures"),
         (false, false) => ("✓", "completed"),
@@ -200,8 +212,17 @@ fn completed_job(
             "{queued}: see why with `prodigy dlq show {id}`, retry with `prodigy dlq retry {id}`"
         );
     }
+    let none_launched = none_launched(report, launched);
+    if none_launched {
+        let _ = writeln!(
+            text,
+            "✗ no agent of job {id} started: every item's task failed to launch (see why with `prodigy dlq show {id}`)"
+        );
+    }
     if let Some(kept) = unmerged {
         let _ = writeln!(text, "✗ merging job {id} back failed; {kept}");
+        exit_code::PROBLEMS
+    } else if none_launched {
         exit_code::PROBLEMS
     } else if report.dlq_count > 0 && strict {
         exit_code::DLQ_STRICT

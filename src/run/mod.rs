@@ -324,6 +324,7 @@ fn execute_job(
     if let Err(code) = job_args.executor.check(&plan) {
         return code;
     }
+    let job_options = job_args.options_for(&plan);
     let job_id = resume
         .as_ref()
         .map_or_else(prodigy_runtime::store::job_id, |c| c.job_id.clone());
@@ -347,20 +348,19 @@ fn execute_job(
             ));
             session::new_job_checkpoint(&job_id, opts)
         };
-        let job = MapJob::new(
-            runner,
-            JobFiles::new(dir),
-            checkpoint,
-            job_args.options(),
-            resumed,
-        );
+        let job_dir = dir.clone();
+        let job = MapJob::new(runner, JobFiles::new(dir), checkpoint, job_options, resumed);
         let mut report = job.run(vars).await;
         // The variables move (`map.results` holds every item's result).
         Ended {
             merge: Some(report.outcome == JobOutcome::Completed),
             vars: std::mem::take(&mut report.vars),
             finish: Box::new(move |signal, unmerged, fix| {
-                finish_job(&report, signal, job_args.strict, unmerged, fix)
+                // Hook (issue 27): whether any item's task on another backend started.
+                let launched = job_args.executor == crate::agent::ExecutorChoice::Local
+                    && !job_args.no_shared_fs
+                    || crate::noshare::any_started(&job_dir);
+                finish_job(&report, signal, job_args.strict, unmerged, fix, launched)
             }),
         }
     })

@@ -376,8 +376,21 @@ impl Lowerer<'_> {
             account: f.string(self, "account"),
             cpus_per_task: f.u64(self, "cpus_per_task", 1),
             sbatch_args: f.strings(self, "sbatch_args").unwrap_or_default(),
+            no_shared_fs: f.boolean(self, "no_shared_fs").unwrap_or(false),
             ..crate::ast::Slurm::default()
         };
+        if let Some(serve) = f.string(self, "serve") {
+            if serve.value.parse::<std::net::SocketAddr>().is_ok() {
+                slurm.serve = Some(serve);
+            } else {
+                self.wrong_type_at(
+                    serve.span,
+                    "`slurm.serve`",
+                    "an address `HOST:PORT` with an IP address, such as `10.0.0.5:7841`",
+                    &format!("`{}`", serve.value),
+                );
+            }
+        }
         if let Some(time) = f.string(self, "time") {
             if crate::ast::is_slurm_time(&time.value) {
                 slurm.time = Some(time);

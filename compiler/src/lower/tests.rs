@@ -608,6 +608,19 @@ fn slurm_options_become_sbatch_options() {
 }
 
 #[test]
+fn slurm_no_shared_fs_and_serve_are_read_and_serve_must_be_an_address() {
+    let wf = lower_ok(
+        "mode: mapreduce\nexecutor:\n  slurm:\n    no_shared_fs: true\n    serve: \"10.0.0.5:7841\"\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n",
+    );
+    let slurm = wf.slurm.unwrap();
+    assert!(slurm.no_shared_fs);
+    assert_eq!(slurm.serve.as_ref().unwrap().value, "10.0.0.5:7841");
+    assert!(slurm.sbatch_options().is_empty());
+    let text = "mode: mapreduce\nexecutor:\n  slurm:\n    serve: head-node\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"true\"\n";
+    assert_eq!(codes(text), [Code::WrongType]);
+}
+
+#[test]
 fn slurm_time_and_mem_must_be_forms_slurm_takes() {
     for good in [
         "30",

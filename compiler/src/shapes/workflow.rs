@@ -288,5 +288,15 @@ pub static SLURM: Shape = Shape {
             Ty::List(&Ty::Text),
             "More `sbatch` options, passed as they are (`[\"--qos=long\", \"--constraint=avx2\"]`).",
         ),
+        key(
+            "no_shared_fs",
+            Ty::Bool,
+            "The nodes share no filesystem with this machine: it serves them the repository over HTTP with a per-job secret and they push their commits back (`--no-shared-fs`).",
+        ),
+        key(
+            "serve",
+            Ty::Text,
+            "With `no_shared_fs`: the address `HOST:PORT` of this machine where the nodes reach the served repository (`--serve-addr`; by default its host name on a free port).",
+        ),
     ],
 };

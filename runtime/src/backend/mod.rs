@@ -14,6 +14,7 @@
 //! `executor:` (ARCHITECTURE.md, "Agent backends").
 
 pub mod container;
+pub mod noshare;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,566 @@
+//! `--executor slurm --no-shared-fs` against a real Slurm cluster of its own (docs/slurm.md,
+//! "Without a shared filesystem"): three nodes on this machine, each a slurmd in a network
+//! namespace and a private mount namespace whose /tmp is its own (`scripts/slurm-cluster-ns`,
+//! under `/tmp/prodigy-slurm-noshare`, named `prodigy-noshare`, its own ports and munge), so
+//! no node sees the test's repository or `PRODIGY_HOME`, and it never touches the cluster of
+//! `tests/slurm`. The agents record what they did in a log under the cluster's directory,
+//! the one path the nodes share with this machine, which prodigy itself never uses.
+//! Skipped with a line saying why when not root or without Slurm; under CI it must run.
+//! Its scenarios take the cluster one at a time.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "test helpers fail loudly and read what the runs wrote directly"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use assert_cmd::cargo::CommandCargoExt;
+use serde_json::Value;
+
+#[path = "../support/external.rs"]
+mod external;
+
+/// This binary's cluster: its directory and name (never the ones of `tests/slurm`).
+const DIR: &str = "/tmp/prodigy-slurm-noshare";
+const NAME: &str = "prodigy-noshare";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The cluster's `SLURM_CONF`, or why the tests skip.
+static UP: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// One scenario at a time on the cluster.
+static TURN: Mutex<()> = Mutex::new(());
+
+/// Whether the cluster is up; `false` after a skip line.
+fn cluster(test: &str) -> bool {
+    let up = UP.get_or_init(|| {
+        if !nix::unistd::Uid::effective().is_root() {
+            return Err("starting a Slurm cluster needs root".into());
+        }
+        let out = Command::new(root().join("scripts/slurm-cluster-ns"))
+            .args(["start", "--until-exit", &std::process::id().to_string()])
+            .env("PRODIGY_SLURM_DIR", DIR)
+            .env("PRODIGY_SLURM_NAME", NAME)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(0) => {
+                let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+                let conf = printed
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SLURM_CONF="))
+                    .unwrap_or_else(|| panic!("no SLURM_CONF= in:\n{printed}\n{said}"));
+                Ok(conf.to_owned())
+            }
+            Some(2) => {
+                assert!(
+                    !external::ci::required() || !Path::new("/usr/bin/apt-get").exists(),
+                    "CI must not skip the Slurm tests: .ci/run installs Slurm as root with apt\n{said}"
+                );
+                Err(format!("Slurm is not installed (scripts/install-slurm): {said}"))
+            }
+            Some(3) => panic!(
+                "a Slurm controller that scripts/slurm-cluster-ns did not start answers on its port; the tests refuse to use it:\n{said}"
+            ),
+            _ => panic!("scripts/slurm-cluster-ns start failed:\n{said}"),
+        }
+    });
+    match up {
+        Ok(_) => true,
+        Err(why) => {
+            external::skip_line(test, why.trim());
+            false
+        }
+    }
+}
+
+fn slurm(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    if let Some(Ok(conf)) = UP.get() {
+        cmd.env("SLURM_CONF", conf);
+    }
+    cmd
+}
+
+/// A git repository with WORKFLOW as `wf.yml`, a `$PRODIGY_HOME` and the agents' node
+/// directory beside it, and the address the repository is served at (a port found free).
+struct Project {
+    dir: tempfile::TempDir,
+    addr: String,
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.log());
+    }
+}
+
+impl Project {
+    fn new(workflow: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("10.213.1.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p = Project {
+            dir,
+            addr: format!("10.213.1.1:{port}"),
+        };
+        std::fs::create_dir(p.repo()).unwrap();
+        std::fs::create_dir_all(p.log().parent().unwrap()).unwrap();
+        std::fs::write(p.repo().join("wf.yml"), workflow.replace("@ADDR@", &p.addr)).unwrap();
+        p.git(&["init", "-q", "-b", "main"]);
+        p.git(&["add", "wf.yml"]);
+        p.git(&["commit", "-qm", "workflow"]);
+        p
+    }
+
+    fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    fn node(&self) -> PathBuf {
+        self.dir.path().join("node")
+    }
+
+    /// The agents' log, under the cluster's directory (which the nodes see).
+    fn log(&self) -> PathBuf {
+        let name = self.dir.path().file_name().unwrap().to_string_lossy();
+        Path::new(DIR).join("runs").join(format!("{name}.log"))
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(self.repo())
+            .envs(git_identity())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `prodigy ARGS --executor slurm --no-shared-fs --serve-addr ADDR` in the project.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = self.command_as_written(args);
+        cmd.args(["--no-shared-fs", "--serve-addr", &self.addr]);
+        cmd
+    }
+
+    /// `prodigy ARGS --executor slurm`, the mode as the workflow says.
+    fn command_as_written(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::cargo_bin("prodigy").unwrap();
+        cmd.args(args)
+            .args(["--executor", "slurm"])
+            .current_dir(self.repo())
+            .env("PRODIGY_HOME", self.home())
+            .env("PRODIGY_NOSHARE_DIR", self.node())
+            .env("RUNS_LOG", self.log())
+            .env_remove("PRODIGY_SBATCH_ARGS")
+            .envs(git_identity())
+            .stdin(std::process::Stdio::null());
+        if let Some(Ok(conf)) = UP.get() {
+            cmd.env("SLURM_CONF", conf);
+        }
+        cmd
+    }
+
+    fn job_dir(&self, job: &str) -> PathBuf {
+        let state = self.home().join("state");
+        let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
+        repo.path().join("mapreduce/jobs").join(job)
+    }
+
+    fn results(&self, job: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.job_dir(job).join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// No item's ref is left in the served repository nor the project.
+    fn refs_cleaned(&self, job: &str) {
+        let bare = self.job_dir(job).join("noshare/repo.git");
+        let left = Command::new("git")
+            .arg(format!("--git-dir={}", bare.display()))
+            .args(["for-each-ref", "--format=%(refname)", "refs/prodigy/"])
+            .output()
+            .unwrap();
+        let left = String::from_utf8_lossy(&left.stdout);
+        assert!(left.lines().all(|r| r.ends_with("/task")), "{left}");
+        assert_eq!(self.git(&["for-each-ref", "refs/prodigy/"]), "");
+    }
+}
+
+/// A coordinator the test started, killed if the test fails before it ends.
+struct Reaped(Option<std::process::Child>);
+
+impl Reaped {
+    /// Kills it with SIGKILL, as `kill -9` would, and reaps it.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Waits for it to end, with its output.
+    fn wait(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn git_identity() -> [(&'static str, &'static str); 6] {
+    [
+        ("GIT_AUTHOR_NAME", "t"),
+        ("GIT_AUTHOR_EMAIL", "t@example.com"),
+        ("GIT_COMMITTER_NAME", "t"),
+        ("GIT_COMMITTER_EMAIL", "t@example.com"),
+        ("GIT_CONFIG_GLOBAL", "/dev/null"),
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+    ]
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn job_id(out: &Output) -> String {
+    let text = stderr(out);
+    let re = regex::Regex::new(r"job (mapreduce-[0-9a-z-]+) started").unwrap();
+    re.captures(&text)
+        .unwrap_or_else(|| panic!("no job id in:\n{text}"))[1]
+        .to_owned()
+}
+
+fn queued(job: &str) -> String {
+    let out = slurm("squeue")
+        .args(["-h", "-n", &format!("prodigy-{job}"), "-o", "%i %T"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| !line.ends_with(" COMPLETING"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn every_item_runs_once_on_a_node_that_sees_nothing_of_the_coordinator_and_its_commit_lands_once() {
+    if !cluster("every_item_runs_once_on_a_node_that_sees_nothing_of_the_coordinator") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(
+        r#"name: noshare-slurm
+mode: mapreduce
+map:
+  input: "seq 1 6"
+  max_parallel: 3
+  agent_template:
+    - shell: 'seen=hidden; if test -e "$COORD_REPO" || test -e "$COORD_HOME"; then seen=visible; fi; sleep 1; echo "$ITEM $SLURMD_NODENAME $(pwd) $seen" >> "$RUNS_LOG" && echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
+"#,
+    );
+    let repo = p.repo().display().to_string();
+    let home = p.home().display().to_string();
+    let out = p
+        .command(&["run", "-y", "wf.yml"])
+        .env("COORD_REPO", &repo)
+        .env("COORD_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = job_id(&out);
+    // Each item ran once, on a node, in a clone under the node directory, and saw neither
+    // the coordinator's repository nor its `PRODIGY_HOME`.
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let mut items: Vec<&str> = log.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    items.sort_unstable();
+    assert_eq!(items, ["1", "2", "3", "4", "5", "6"], "{log}");
+    let node_dir = p.node().display().to_string();
+    let mut nodes = std::collections::BTreeSet::new();
+    for line in log.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert!(["n1", "n2", "n3"].contains(&words[1]), "{line}");
+        nodes.insert(words[1]);
+        assert!(words[2].starts_with(&node_dir), "{line}");
+        assert_eq!(words[3], "hidden", "{line}");
+    }
+    assert!(nodes.len() >= 2, "{log}");
+    // Every item's commit landed once.
+    for n in 1..=6 {
+        let text = std::fs::read_to_string(p.repo().join(format!("item-{n}.txt"))).unwrap();
+        assert_eq!(text.trim(), n.to_string());
+    }
+    assert_eq!(
+        p.git(&["log", "--oneline", "--grep", "^item "])
+            .lines()
+            .count(),
+        6
+    );
+    let results = p.results(&job);
+    assert_eq!(results.len(), 6);
+    assert!(
+        results.iter().all(|r| r["task"]["backend"] == "slurm"),
+        "{results:?}"
+    );
+    p.refs_cleaned(&job);
+    assert_eq!(queued(&job), "");
+}
+
+#[test]
+fn without_no_shared_fs_every_item_fails_to_launch_and_the_job_fails_saying_so() {
+    if !cluster("without_no_shared_fs_every_item_fails_to_launch") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(
+        r#"name: noshare-none
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    cmd.args(["run", "-y", "--executor", "slurm", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("RUNS_LOG", p.log())
+        .env_remove("PRODIGY_SBATCH_ARGS")
+        .envs(git_identity())
+        .stdin(std::process::Stdio::null());
+    if let Some(Ok(conf)) = UP.get() {
+        cmd.env("SLURM_CONF", conf);
+    }
+    let out = cmd.output().unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let job = job_id(&out);
+    assert!(
+        text.contains(&format!("no agent of job {job} started")),
+        "{text}"
+    );
+    assert!(!p.log().exists(), "an item ran");
+    let dlq = Command::cargo_bin("prodigy")
+        .unwrap()
+        .args(["dlq", "show", &job, "--format", "json"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .output()
+        .unwrap();
+    let dlq: Vec<Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    assert_eq!(dlq.len(), 2);
+    for item in &dlq {
+        let why = item["failure_history"][0]["error_message"]
+            .as_str()
+            .unwrap();
+        assert!(why.contains("never started"), "{why}");
+        assert!(!why.contains("its output is in"), "{why}");
+    }
+}
+
+#[test]
+fn a_node_killed_mid_task_sends_its_item_through_the_policy() {
+    if !cluster("a_node_killed_mid_task_sends_its_item_through_the_policy") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(
+        r#"name: noshare-node-dies
+mode: mapreduce
+map:
+  input: "seq 1 3"
+  max_parallel: 3
+  agent_template:
+    - shell: 'echo "start $ITEM $SLURMD_NODENAME" >> "$RUNS_LOG"; sleep 6; echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
+"#,
+    );
+    let child = Reaped(Some(
+        p.command(&["run", "-y", "wf.yml"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    let victim = loop {
+        let started = std::fs::read_to_string(p.log()).unwrap_or_default();
+        if started.lines().count() >= 3 {
+            break started
+                .lines()
+                .find(|l| l.ends_with(" n2"))
+                .map(|l| l.split(' ').nth(1).unwrap().to_owned());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agents did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let victim = victim.unwrap_or_else(|| {
+        panic!(
+            "no item on n2: {}",
+            std::fs::read_to_string(p.log()).unwrap_or_default()
+        )
+    });
+    let killed = Command::new(root().join("scripts/slurm-cluster-ns"))
+        .args(["kill-node", "2"])
+        .env("PRODIGY_SLURM_DIR", DIR)
+        .env("PRODIGY_SLURM_NAME", NAME)
+        .output()
+        .unwrap();
+    assert!(killed.status.success(), "{killed:?}");
+    let out = child.wait();
+    // The node comes back for the next scenario.
+    let restarted = Command::new(root().join("scripts/slurm-cluster-ns"))
+        .args(["restart-node", "2"])
+        .env("PRODIGY_SLURM_DIR", DIR)
+        .env("PRODIGY_SLURM_NAME", NAME)
+        .output()
+        .unwrap();
+    assert!(restarted.status.success(), "{restarted:?}");
+    let text = stderr(&out);
+    assert!(out.status.success(), "{text}");
+    let job = job_id(&out);
+    // Each item ran once; the one on the dead node failed with what Slurm said, into the DLQ.
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    assert_eq!(log.lines().count(), 3, "{log}");
+    let results = p.results(&job);
+    let failed: Vec<&Value> = results
+        .iter()
+        .filter(|r| r["status"] != "succeeded")
+        .collect();
+    assert_eq!(failed.len(), 1, "{results:?}");
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(!p.repo().join(format!("item-{victim}.txt")).exists());
+    let dlq = Command::cargo_bin("prodigy")
+        .unwrap()
+        .args(["dlq", "show", &job, "--format", "json"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .output()
+        .unwrap();
+    let dlq: Vec<Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    assert_eq!(dlq.len(), 1);
+    let why = dlq[0]["failure_history"][0]["error_message"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("NODE_FAIL"), "{why}");
+    assert!(why.contains("on its node"), "{why}");
+}
+
+#[test]
+fn kill_9_of_the_coordinator_and_resume_job_lose_and_duplicate_nothing() {
+    if !cluster("kill_9_of_the_coordinator_and_resume_job") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(
+        r#"name: noshare-kill
+mode: mapreduce
+# The mode as the workflow's keys say (the other tests use the command line's).
+executor:
+  slurm:
+    no_shared_fs: true
+    serve: "@ADDR@"
+map:
+  input: "seq 1 4"
+  max_parallel: 2
+  agent_template:
+    - shell: 'echo "start $ITEM" >> "$RUNS_LOG"; sleep 3; echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
+"#,
+    );
+    let mut child = Reaped(Some(
+        p.command_as_written(&["run", "-y", "wf.yml"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    // Killed once two agents have started on their node.
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    loop {
+        let started = std::fs::read_to_string(p.log()).unwrap_or_default();
+        if started.lines().count() >= 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no agent started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill();
+    let state = p.home().join("state");
+    let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
+    let job = std::fs::read_dir(repo.path().join("mapreduce/jobs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    let out = p
+        .command_as_written(&["resume-job", "-y", &job])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let mut starts: Vec<&str> = log.lines().collect();
+    starts.sort_unstable();
+    assert_eq!(
+        starts,
+        ["start 1", "start 2", "start 3", "start 4"],
+        "{log}"
+    );
+    let results = p.results(&job);
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(
+        results.iter().all(|r| r["status"] == "succeeded"),
+        "{results:?}"
+    );
+    for n in 1..=4 {
+        assert!(p.repo().join(format!("item-{n}.txt")).exists(), "item {n}");
+    }
+    assert_eq!(
+        p.git(&["log", "--oneline", "--grep", "^item "])
+            .lines()
+            .count(),
+        4
+    );
+    p.refs_cleaned(&job);
+    assert_eq!(queued(&job), "");
+}
