@@ -41,7 +41,7 @@ impl ExecutorChoice {
         self,
         no_shared_fs: bool,
         serve: Option<std::net::SocketAddr>,
-    ) -> Executor {
+    ) -> AgentHost {
         use prodigy_runtime::backend::noshare::{Launch, NoShare};
         if !no_shared_fs {
             return self.executor();
@@ -55,7 +55,7 @@ impl ExecutorChoice {
             }
             ExecutorChoice::Local | ExecutorChoice::Container => Launch::Process { program },
         };
-        Executor::Backend(Arc::new(NoShare::new(
+        AgentHost::Backend(Arc::new(NoShare::new(
             launch,
             Arc::new(crate::noshare::GitServer),
             serve,

@@ -357,7 +357,7 @@ fn node_job(
         .unwrap_or_else(|| "workflow.yml".into());
     let workflow = clone.side.join(name);
     let write = |path: &Path, bytes: &[u8]| {
-        prodigy_runtime::store::write_atomic(path, bytes)
+        prodigy_runtime::durable::write_atomic(path, bytes)
             .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
     };
     write(&workflow, files.workflow.as_bytes())?;

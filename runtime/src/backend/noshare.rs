@@ -212,7 +212,7 @@ impl NoShare {
             let path = path.to_owned();
             move |source| NoShareError::Io { path, source }
         };
-        crate::store::private_dir(&dir).map_err(io(&dir))?;
+        crate::durable::private_dir(&dir).map_err(io(&dir))?;
         let token = secret(&dir.join("token"))?;
         let bare = dir.join("repo.git");
         let common = common_dir(&runner.opts.project).await?;
@@ -288,7 +288,7 @@ fn secret(path: &Path) -> Result<String, NoShareError> {
         let _ = write!(hex, "{b:02x}");
         hex
     });
-    crate::store::write_atomic(path, token.as_bytes()).map_err(|source| NoShareError::Io {
+    crate::durable::write_atomic(path, token.as_bytes()).map_err(|source| NoShareError::Io {
         path: path.to_owned(),
         source,
     })?;
@@ -908,7 +908,7 @@ impl NodeClone {
             let path = path.to_owned();
             move |source| NoShareError::Io { path, source }
         };
-        crate::store::private_dir(&base).map_err(io(&base))?;
+        crate::durable::private_dir(&base).map_err(io(&base))?;
         for slot in 0_usize.. {
             let lock = base.join(format!("{slot}.lock"));
             let file = std::fs::OpenOptions::new()
@@ -921,10 +921,10 @@ impl NodeClone {
                 Ok(locked) => {
                     let dir = base.join(slot.to_string());
                     let side = base.join(format!("{slot}.task"));
-                    crate::store::private_dir(&side).map_err(io(&side))?;
+                    crate::durable::private_dir(&side).map_err(io(&side))?;
                     if !dir.join(".git").exists() {
                         let _ = std::fs::remove_dir_all(&dir);
-                        crate::store::private_dir(&dir).map_err(io(&dir))?;
+                        crate::durable::private_dir(&dir).map_err(io(&dir))?;
                         node_git(&dir, "", &["init", "-q"], None)?;
                     }
                     return Ok(NodeClone {
