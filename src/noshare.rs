@@ -342,12 +342,11 @@ fn node_job(
     files: &noshare::TaskFiles,
 ) -> Result<PathBuf, String> {
     let home = root.join("home");
-    let dir = home
-        .join("state")
-        .join(repo_key)
-        .join("mapreduce")
-        .join("jobs")
-        .join(job);
+    let dir = prodigy_runtime::layout::Layout {
+        home: home.clone(),
+        repo: repo_key.to_owned(),
+    }
+    .job_dir(job);
     let mut checkpoint: serde_json::Value =
         serde_json::from_str(&files.checkpoint).map_err(|e| e.to_string())?;
     let name = checkpoint
@@ -370,8 +369,11 @@ fn node_job(
         object.remove("worktree");
     }
     let text = serde_json::to_vec_pretty(&checkpoint).map_err(|e| e.to_string())?;
-    write(&dir.join("checkpoint.json"), &text)?;
-    write(&dir.join("items.json"), files.items.as_bytes())?;
+    write(&prodigy_runtime::layout::checkpoint(&dir), &text)?;
+    write(
+        &prodigy_runtime::layout::items(&dir),
+        files.items.as_bytes(),
+    )?;
     Ok(home)
 }
 

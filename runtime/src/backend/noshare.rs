@@ -427,18 +427,18 @@ async fn prepare_bare(bare: &Path, common: &Path) -> Result<(), NoShareError> {
 async fn publish_task(bare: &Path, job_dir: &Path, job: &str) -> Result<(), NoShareError> {
     let read =
         |path: PathBuf| std::fs::read(&path).map_err(|source| NoShareError::Io { path, source });
-    let checkpoint = read(job_dir.join("checkpoint.json"))?;
-    let items = read(job_dir.join("items.json"))?;
+    let checkpoint = read(crate::layout::checkpoint(job_dir))?;
+    let items = read(crate::layout::items(job_dir))?;
     let parsed: crate::jobstore::JobCheckpoint =
         serde_json::from_slice(&checkpoint).map_err(|e| NoShareError::Io {
-            path: job_dir.join("checkpoint.json"),
+            path: crate::layout::checkpoint(job_dir),
             source: std::io::Error::other(e),
         })?;
     let workflow = read(parsed.workflow_file.clone())?;
     let mut tree = String::new();
     for (name, bytes) in [
-        ("checkpoint.json", &checkpoint),
-        ("items.json", &items),
+        (crate::layout::CHECKPOINT, &checkpoint),
+        (crate::layout::ITEMS, &items),
         ("workflow.yml", &workflow),
     ] {
         let blob = bare_git(bare, &["hash-object", "-w", "--stdin"], Some(bytes)).await?;
@@ -987,8 +987,8 @@ impl NodeClone {
             )
         };
         Ok(TaskFiles {
-            checkpoint: show("checkpoint.json")?,
-            items: show("items.json")?,
+            checkpoint: show(crate::layout::CHECKPOINT)?,
+            items: show(crate::layout::ITEMS)?,
             workflow: show("workflow.yml")?,
         })
     }
