@@ -157,11 +157,11 @@ pub fn find(home: &Path, id: &str) -> Option<Result<Summary, String>> {
 
 /// The summary of the run or job whose state directory is DIR.
 fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary, String> {
-    let text = std::fs::read(checkpoint).map_err(|e| e.to_string())?;
     let live = is_locked(dir);
     match kind {
         Kind::Run => {
-            let c: Checkpoint = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+            // With the newer records of its journal.
+            let c = Checkpoint::load(checkpoint).map_err(|e| e.to_string())?;
             let state = match c.status {
                 SessionStatus::Running if live => State::Running,
                 SessionStatus::Running => State::Crashed,
@@ -182,6 +182,7 @@ fn read(dir: &Path, checkpoint: &Path, kind: Kind, repo: &str) -> Result<Summary
             })
         }
         Kind::Job => {
+            let text = std::fs::read(checkpoint).map_err(|e| e.to_string())?;
             let c: JobCheckpoint = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
             let state = match c.status {
                 JobStatus::Running if live => State::Running,
