@@ -428,7 +428,7 @@ impl CheckpointJournal {
         };
         if self.file.is_none() {
             // Numbers go on from what an earlier process saved.
-            self.seq = Checkpoint::load(&snapshot).map(|c| c.seq).unwrap_or(0);
+            self.seq = Checkpoint::load(&snapshot).map_or(0, |c| c.seq);
         }
         for checkpoint in batch.iter_mut() {
             self.seq += 1;
@@ -725,7 +725,10 @@ mod tests {
             .unwrap();
         let raw: Checkpoint = serde_json::from_slice(&std::fs::read(&snapshot).unwrap()).unwrap();
         assert_eq!(raw.next_step, 1, "the snapshot is not rewritten per step");
-        assert_eq!(std::fs::read_to_string(&journal).unwrap().lines().count(), 2);
+        assert_eq!(
+            std::fs::read_to_string(&journal).unwrap().lines().count(),
+            2
+        );
         let loaded = Checkpoint::load(&snapshot).unwrap();
         assert_eq!((loaded.next_step, loaded.seq), (3, 3));
         writer
@@ -733,7 +736,10 @@ mod tests {
             .unwrap();
         assert!(!journal.exists());
         let loaded = Checkpoint::load(&snapshot).unwrap();
-        assert_eq!((loaded.next_step, loaded.status), (4, SessionStatus::Failed));
+        assert_eq!(
+            (loaded.next_step, loaded.status),
+            (4, SessionStatus::Failed)
+        );
 
         let mut resumed = CheckpointJournal::new(&layout, "session-1");
         let mut first = [checkpoint_at(5, SessionStatus::Running)];
@@ -762,11 +768,7 @@ mod tests {
         let whole = serde_json::to_string(&second).unwrap() + "\n";
         let torn = serde_json::to_string(&third).unwrap();
         for cut in [torn.len() / 2, torn.len()] {
-            std::fs::write(
-                dir.path().join(JOURNAL),
-                format!("{whole}{}", &torn[..cut]),
-            )
-            .unwrap();
+            std::fs::write(dir.path().join(JOURNAL), format!("{whole}{}", &torn[..cut])).unwrap();
             let loaded = Checkpoint::load(&snapshot).unwrap();
             assert_eq!(loaded.next_step, 2, "cut at {cut}");
         }

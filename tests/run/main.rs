@@ -587,9 +587,10 @@ fn a_standard_run_killed_at_any_step_resumes_from_its_last_durable_checkpoint() 
         let scratch = Scratch::new();
         let log = scratch.dir.path().join("steps.log");
         let file = scratch.project().join("steps.yml");
-        let steps: String = (1..=40)
+        let steps = (1..=40)
             .map(|n| format!("  - shell: \": {0}; echo {n} >> {0}\"\n", log.display()))
-            .collect();
+            .collect::<Vec<_>>()
+            .concat();
         std::fs::write(&file, format!("name: steps\ncommands:\n{steps}")).unwrap();
         let child = scratch.spawn(&["run", file.to_str().unwrap()]);
         let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
@@ -608,7 +609,11 @@ fn a_standard_run_killed_at_any_step_resumes_from_its_last_durable_checkpoint() 
             .to_string_lossy()
             .into_owned();
         let output = scratch.run(&["resume", &session], &[]);
-        assert!(output.status.success(), "kill at {kill_at}: {}", stderr(&output));
+        assert!(
+            output.status.success(),
+            "kill at {kill_at}: {}",
+            stderr(&output)
+        );
         let ran: Vec<usize> = std::fs::read_to_string(&log)
             .unwrap()
             .lines()

@@ -268,10 +268,7 @@ pub(crate) fn event_lines(scratch: &Scratch, events: &[Value]) -> String {
         // A standard run's checkpoints are synced in batches while its next steps run:
         // where each lands among the steps' events depends on the disk (its final one is
         // waited for, and stays).
-        if kind == "checkpoint_saved"
-            && event["phase"].is_null()
-            && event["status"] == "running"
-        {
+        if kind == "checkpoint_saved" && event["phase"].is_null() && event["status"] == "running" {
             continue;
         }
         if kind == "checkpoint_saved"
