@@ -580,7 +580,8 @@ fn corpus_sequential_resume_after_interrupt() {
 /// A standard run killed with SIGKILL at any point resumes where its last durable
 /// checkpoint says: no step is lost, every step runs in order, and only the few steps that
 /// ended while their checkpoints were being synced (at most 16) run again. Killed after
-/// 2, 9 and 30 of 40 steps (once step 2 ran, the first checkpoint is on disk).
+/// 2, 9 and 30 of 40 steps (once step 2 ran, the first checkpoint is on disk); each step
+/// takes 50 ms, so that the run is still going when the kill comes.
 #[test]
 fn a_standard_run_killed_at_any_step_resumes_from_its_last_durable_checkpoint() {
     for kill_at in [2, 9, 30] {
@@ -588,7 +589,12 @@ fn a_standard_run_killed_at_any_step_resumes_from_its_last_durable_checkpoint() 
         let log = scratch.dir.path().join("steps.log");
         let file = scratch.project().join("steps.yml");
         let steps = (1..=40)
-            .map(|n| format!("  - shell: \": {0}; echo {n} >> {0}\"\n", log.display()))
+            .map(|n| {
+                format!(
+                    "  - shell: \": {0}; echo {n} >> {0}; sleep 0.05\"\n",
+                    log.display()
+                )
+            })
             .collect::<Vec<_>>()
             .concat();
         std::fs::write(&file, format!("name: steps\ncommands:\n{steps}")).unwrap();
