@@ -38,6 +38,12 @@ alternate() {
     echo "${out[@]}"
 }
 
+# The spread of the timing function F's runs in the last `alternate`: "min-max" in ms.
+spread() { sort -n "$TMP/alternate-$1.txt" | awk '{a[NR] = $1} END {printf "%.1f-%.1f", a[1] / 1000, a[NR] / 1000}'; }
+
+# The machine's load averages (1, 5, 15 minutes): the benchmarks run on shared machines.
+load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
+
 # Prints microseconds for one `prodigy run` of WORKFLOW (with the extra arguments) in
 # $TMP/project with PRODIGY_HOME=$TMP/home; a failed run prints its errors and stops the
 # benchmark.

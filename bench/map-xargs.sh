@@ -40,6 +40,7 @@ time_xargs() {
     echo $(((end - start) / 1000))
 }
 
+LOAD_BEFORE=$(load)
 read -r P X < <(alternate time_prodigy time_xargs)
 # The state and events of a project live under its name and a hash of its path.
 JOBS=$(find "$TMP/home/state" -type d -path '*/mapreduce/jobs' | head -1)
@@ -47,11 +48,11 @@ JOB=$(ls -t "$JOBS" | head -1)
 OUTCOMES=$(wc -l <"$JOBS/$JOB/results.jsonl")
 EVENTS=$(cat "$TMP/home/events"/*/"$JOB"/events-*.jsonl | wc -l)
 
-printf '%d items of `true` at 4 parallel, median of %d runs\n' "$N" "$RUNS"
-printf '  prodigy run (events, journal, checkpoints): %8.1f ms  (%s outcomes, %s events per run)\n' \
-    "$(echo "$P / 1000" | bc -l)" "$OUTCOMES" "$EVENTS"
-printf '  xargs -P4 sh -c true:                       %8.1f ms\n' "$(echo "$X / 1000" | bc -l)"
-printf '  ratio prodigy / xargs:                      %8.2f  (target <= 1.30)\n' "$(echo "$P / $X" | bc -l)"
+printf '%d items of `true` at 4 parallel, median (min-max) of %d runs, load %s before, %s after\n' "$N" "$RUNS" "$LOAD_BEFORE" "$(load)"
+printf '  prodigy run (events, journal, checkpoints): %8.1f ms (%s)  (%s outcomes, %s events per run)\n' \
+    "$(echo "$P / 1000" | bc -l)" "$(spread time_prodigy)" "$OUTCOMES" "$EVENTS"
+printf '  xargs -P4 sh -c true:                       %8.1f ms (%s)\n' "$(echo "$X / 1000" | bc -l)" "$(spread time_xargs)"
+printf '  ratio prodigy / xargs:                      %8.2f  (target <= 1.10)\n' "$(echo "$P / $X" | bc -l)"
 
 # Peak memory over BIG items: the items (kept as JSON values), the results for
 # `${map.results}`, the journal and the checkpoints.

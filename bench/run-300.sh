@@ -36,10 +36,11 @@ time_loop() {
     echo $(((end - start) / 1000))
 }
 
+LOAD_BEFORE=$(load)
 read -r P L < <(alternate time_prodigy time_loop)
 EVENTS=$(find "$TMP/home/events" -name 'events-*.jsonl' | head -1 | xargs wc -l | awk '{print $1}')
 
-printf '%d steps of `true`, median of %d runs\n' "$STEPS" "$RUNS"
-printf '  prodigy run (events + checkpoints): %8.1f ms  (%s events per run)\n' "$(echo "$P / 1000" | bc -l)" "$EVENTS"
-printf '  sh -c true in a shell loop:         %8.1f ms\n' "$(echo "$L / 1000" | bc -l)"
-printf '  ratio prodigy / loop:               %8.2f  (target <= 1.30)\n' "$(echo "$P / $L" | bc -l)"
+printf '%d steps of `true`, median (min-max) of %d runs, load %s before, %s after\n' "$STEPS" "$RUNS" "$LOAD_BEFORE" "$(load)"
+printf '  prodigy run (events + checkpoints): %8.1f ms (%s)  (%s events per run)\n' "$(echo "$P / 1000" | bc -l)" "$(spread time_prodigy)" "$EVENTS"
+printf '  sh -c true in a shell loop:         %8.1f ms (%s)\n' "$(echo "$L / 1000" | bc -l)" "$(spread time_loop)"
+printf '  ratio prodigy / loop:               %8.2f  (target <= 1.10)\n' "$(echo "$P / $L" | bc -l)"

@@ -44,6 +44,8 @@ pub enum RunKind {
 
 /// A run's or job's checkpoint, in its state directory.
 pub const CHECKPOINT: &str = "checkpoint.json";
+/// A standard run's checkpoint journal, beside its checkpoint ([`crate::store::CheckpointJournal`]).
+pub const JOURNAL: &str = "checkpoint.journal";
 /// The lock of a run or job, in its state directory ([`crate::store::SessionLock`]).
 pub const LOCK: &str = "lock";
 /// A job's items after the input pipeline, in its state directory.
@@ -227,6 +229,11 @@ pub fn checkpoint(state_dir: &Path) -> PathBuf {
     state_dir.join(CHECKPOINT)
 }
 
+/// The checkpoint journal in a run's state directory.
+pub fn journal(state_dir: &Path) -> PathBuf {
+    state_dir.join(JOURNAL)
+}
+
 /// The lock in a run's or job's state directory.
 pub fn lock(state_dir: &Path) -> PathBuf {
     state_dir.join(LOCK)
@@ -341,6 +348,7 @@ mod tests {
             events_file(&layout.events_dir("j-1"), "20260101T000000Z"),
             layout.sessions_dir(),
             checkpoint(&session),
+            journal(&session),
             lock(&session),
             layout.state_dir(RunKind::Run, "s-1"),
             layout.jobs_dir(),
@@ -373,6 +381,7 @@ mod tests {
 /h/events/app-1/j-1/events-20260101T000000Z.jsonl
 /h/state/app-1/sessions
 /h/state/app-1/sessions/s-1/checkpoint.json
+/h/state/app-1/sessions/s-1/checkpoint.journal
 /h/state/app-1/sessions/s-1/lock
 /h/state/app-1/sessions/s-1
 /h/state/app-1/mapreduce/jobs

@@ -161,11 +161,11 @@ pub fn find(home: &Path, id: &str) -> Option<Result<Summary, ReadError>> {
 
 /// The summary of the run or job whose state directory is DIR.
 fn read(dir: &Path, checkpoint: &Path, kind: RunKind, repo: &str) -> Result<Summary, ReadError> {
-    let text = std::fs::read(checkpoint).map_err(ReadError::Io)?;
     let live = is_locked(dir);
     match kind {
         RunKind::Run => {
-            let c: Checkpoint = serde_json::from_slice(&text).map_err(ReadError::Json)?;
+            // With the newer records of its journal.
+            let c = Checkpoint::load(checkpoint).map_err(ReadError::Io)?;
             let state = match c.status {
                 SessionStatus::Running if live => State::Running,
                 SessionStatus::Running => State::Crashed,
@@ -186,6 +186,7 @@ fn read(dir: &Path, checkpoint: &Path, kind: RunKind, repo: &str) -> Result<Summ
             })
         }
         RunKind::Job => {
+            let text = std::fs::read(checkpoint).map_err(ReadError::Io)?;
             let c: JobCheckpoint = serde_json::from_slice(&text).map_err(ReadError::Json)?;
             let state = match c.status {
                 JobStatus::Running if live => State::Running,

@@ -1,6 +1,9 @@
 //! A run's records under `$PRODIGY_HOME` (docs/language.md §9): events as JSON lines, a
-//! standard run's checkpoint after every step (written atomically through [`crate::durable`]),
-//! the lock of a run or job, and ids. Where each file lives is [`crate::layout`]'s.
+//! standard run's checkpoint after every step (appended to the session's checkpoint journal and
+//! made durable there, compacted into `checkpoint.json`, written atomically through
+//! [`crate::durable`], when a process starts saving, when the journal grows large, and at the
+//! end of a run), the lock of a run or job, and ids. Where each file lives is
+//! [`crate::layout`]'s.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -124,6 +127,11 @@ pub struct Checkpoint {
     /// Claude budget spans resumes (docs/language.md, "Claude budgets").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claude: Option<crate::claude::Totals>,
+    /// Which save of the session this is: each save has a greater number than the one
+    /// before, in every process that runs the session, so that a journal record a
+    /// compaction has already folded into `checkpoint.json` never wins over it.
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// How a standard run stands, in its checkpoint: written as `running`, `completed`,
@@ -154,19 +162,146 @@ pub struct ContinuedStep {
     pub handled: bool,
 }
 
-impl Checkpoint {
-    /// Writes the checkpoint atomically.
-    pub fn save(&self, layout: &Layout) -> std::io::Result<PathBuf> {
-        let path = crate::layout::checkpoint(&layout.session_dir(&self.session_id));
-        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        write_atomic(&path, &text)?;
-        Ok(path)
-    }
+/// The session's checkpoint journal, beside its `checkpoint.json`: one JSON checkpoint per
+/// line, each with a greater [`Checkpoint::seq`] than the one before.
+pub use crate::layout::JOURNAL;
 
-    /// Reads a checkpoint.
+/// The size past which the journal is compacted into `checkpoint.json`.
+const COMPACT_AT: u64 = 4 << 20;
+
+impl Checkpoint {
+    /// Reads a session's checkpoint: `checkpoint.json` at PATH, or the newest record of the
+    /// journal beside it that is newer. A record that is cut short or does not read (a crash
+    /// in the middle of an append) ends the journal: neither it nor anything after it
+    /// counts.
     pub fn load(path: &Path) -> std::io::Result<Self> {
         let text = std::fs::read(path)?;
-        serde_json::from_slice(&text).map_err(std::io::Error::other)
+        let snapshot: Checkpoint = serde_json::from_slice(&text).map_err(std::io::Error::other)?;
+        match std::fs::read(path.with_file_name(JOURNAL)) {
+            Ok(journal) => Ok(newest(snapshot, &journal)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(snapshot),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The newest of SNAPSHOT and the whole records of JOURNAL.
+fn newest(mut current: Checkpoint, journal: &[u8]) -> Checkpoint {
+    for line in journal.split_inclusive(|b| *b == b'\n') {
+        let Some(record) = line.strip_suffix(b"\n") else {
+            break;
+        };
+        let Ok(record) = serde_json::from_slice::<Checkpoint>(record) else {
+            break;
+        };
+        if record.seq > current.seq && record.session_id == current.session_id {
+            current = record;
+        }
+    }
+    current
+}
+
+/// Saves one session's checkpoints, in order: each batch is appended to the journal with one
+/// `write` and made durable with one `fdatasync`, instead of a temporary file, an fsync, a
+/// rename and an fsync of the directory per checkpoint. The first save of a process (which
+/// compacts what an earlier process journaled), a final one (not `running`) and one after
+/// the journal passed a few megabytes rewrite `checkpoint.json` atomically with the newest
+/// checkpoint and empty the journal instead.
+#[derive(Debug)]
+pub struct CheckpointJournal {
+    dir: PathBuf,
+    /// The journal, open for appending once this process wrote its first snapshot.
+    file: Option<File>,
+    /// The number of the last save.
+    seq: u64,
+    /// The journal's length.
+    len: u64,
+}
+
+impl CheckpointJournal {
+    /// The journal of SESSION.
+    pub fn new(layout: &Layout, session: &str) -> Self {
+        CheckpointJournal {
+            dir: layout.session_dir(session),
+            file: None,
+            seq: 0,
+            len: 0,
+        }
+    }
+
+    /// `checkpoint.json`.
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.dir.join("checkpoint.json")
+    }
+
+    /// Saves BATCH (in order; the last is the newest) durably, numbering each; returns the
+    /// path of `checkpoint.json`.
+    pub fn save(&mut self, batch: &mut [Checkpoint]) -> std::io::Result<PathBuf> {
+        let snapshot = self.snapshot_path();
+        let Some(status) = batch.last().map(|c| c.status) else {
+            return Ok(snapshot);
+        };
+        if self.file.is_none() {
+            // Numbers go on from what an earlier process saved.
+            self.seq = Checkpoint::load(&snapshot).map_or(0, |c| c.seq);
+        }
+        for checkpoint in batch.iter_mut() {
+            self.seq += 1;
+            checkpoint.seq = self.seq;
+        }
+        let compact = match &self.file {
+            None => true,
+            Some(_) => status != SessionStatus::Running || self.len > COMPACT_AT,
+        };
+        if compact {
+            self.compact(batch.last())?;
+            if status != SessionStatus::Running {
+                // Emptied, and its records are older than the snapshot anyway.
+                self.file = None;
+                let _ = std::fs::remove_file(self.dir.join(JOURNAL));
+            }
+            return Ok(snapshot);
+        }
+        let mut lines = Vec::new();
+        for checkpoint in batch.iter() {
+            serde_json::to_writer(&mut lines, checkpoint).map_err(std::io::Error::other)?;
+            lines.push(b'\n');
+        }
+        let path = self.dir.join(JOURNAL);
+        let Some(file) = self.file.as_mut() else {
+            return Err(std::io::Error::other("the checkpoint journal is not open"));
+        };
+        crate::durable::append(file, &path, &lines)?;
+        file.sync_data()?;
+        self.len += lines.len() as u64;
+        Ok(snapshot)
+    }
+
+    /// Writes NEWEST as `checkpoint.json` and empties the journal. The journal is opened
+    /// (made) before the snapshot is written, so that the fsync of the directory that ends
+    /// the snapshot's write makes its name durable too; it is emptied only after, so that a
+    /// crash in between still finds the newer of the two.
+    fn compact(&mut self, newest: Option<&Checkpoint>) -> std::io::Result<()> {
+        let Some(newest) = newest else {
+            return Ok(());
+        };
+        if self.file.is_none() {
+            private_dir(&self.dir)?;
+            self.file = Some(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(PRIVATE_FILE)
+                    .open(self.dir.join(JOURNAL))?,
+            );
+        }
+        let text = serde_json::to_vec_pretty(newest).map_err(std::io::Error::other)?;
+        write_atomic(&self.snapshot_path(), &text)?;
+        if let Some(file) = &self.file {
+            file.set_len(0)?;
+        }
+        self.len = 0;
+        Ok(())
     }
 }
 
@@ -391,6 +526,130 @@ mod tests {
         .unwrap();
         let e = Checkpoint::load(&path).unwrap_err();
         assert!(e.to_string().contains("unknown variant `done`"), "{e}");
+    }
+
+    fn checkpoint_at(next_step: usize, status: SessionStatus) -> Checkpoint {
+        Checkpoint {
+            version: 1,
+            session_id: "session-1".into(),
+            workflow: "/p/w.yml".into(),
+            project: "/p".into(),
+            workflow_hash: "abc".into(),
+            next_step,
+            status,
+            variables: json!({"values": {"n": next_step}}),
+            params: Vec::new(),
+            args: Vec::new(),
+            profile: None,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            updated_at: "2026-01-01T00:00:01Z".into(),
+            worktree: None,
+            continued: Vec::new(),
+            claude: None,
+            seq: 0,
+        }
+    }
+
+    /// The first save of a process writes `checkpoint.json`; the next ones are appended to
+    /// the journal (several in one batch), and a load sees the newest; a final save folds
+    /// everything into `checkpoint.json` and removes the journal; a later process (a
+    /// resume) numbers its saves on from there.
+    #[test]
+    fn checkpoints_go_to_the_journal_and_are_compacted_at_the_end() {
+        let home = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            home: home.path().to_owned(),
+            repo: "demo".into(),
+        };
+        let snapshot = layout.session_dir("session-1").join("checkpoint.json");
+        let journal = snapshot.with_file_name(JOURNAL);
+        let mut writer = CheckpointJournal::new(&layout, "session-1");
+        writer
+            .save(&mut [checkpoint_at(1, SessionStatus::Running)])
+            .unwrap();
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        writer
+            .save(&mut [
+                checkpoint_at(2, SessionStatus::Running),
+                checkpoint_at(3, SessionStatus::Running),
+            ])
+            .unwrap();
+        let raw: Checkpoint = serde_json::from_slice(&std::fs::read(&snapshot).unwrap()).unwrap();
+        assert_eq!(raw.next_step, 1, "the snapshot is not rewritten per step");
+        assert_eq!(
+            std::fs::read_to_string(&journal).unwrap().lines().count(),
+            2
+        );
+        let loaded = Checkpoint::load(&snapshot).unwrap();
+        assert_eq!((loaded.next_step, loaded.seq), (3, 3));
+        writer
+            .save(&mut [checkpoint_at(4, SessionStatus::Failed)])
+            .unwrap();
+        assert!(!journal.exists());
+        let loaded = Checkpoint::load(&snapshot).unwrap();
+        assert_eq!(
+            (loaded.next_step, loaded.status),
+            (4, SessionStatus::Failed)
+        );
+
+        let mut resumed = CheckpointJournal::new(&layout, "session-1");
+        let mut first = [checkpoint_at(5, SessionStatus::Running)];
+        resumed.save(&mut first).unwrap();
+        assert_eq!(first[0].seq, 5, "numbers go on from the earlier process");
+        resumed
+            .save(&mut [checkpoint_at(6, SessionStatus::Running)])
+            .unwrap();
+        assert_eq!(Checkpoint::load(&snapshot).unwrap().next_step, 6);
+    }
+
+    /// A crash in the middle of an append leaves a torn last record: it is left out, and the
+    /// record before it counts. A record cut off after its closing brace but before its
+    /// newline is torn too.
+    #[test]
+    fn a_torn_last_journal_record_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = dir.path().join("checkpoint.json");
+        let mut base = checkpoint_at(1, SessionStatus::Running);
+        base.seq = 1;
+        std::fs::write(&snapshot, serde_json::to_vec(&base).unwrap()).unwrap();
+        let mut second = checkpoint_at(2, SessionStatus::Running);
+        second.seq = 2;
+        let mut third = checkpoint_at(3, SessionStatus::Running);
+        third.seq = 3;
+        let whole = serde_json::to_string(&second).unwrap() + "\n";
+        let torn = serde_json::to_string(&third).unwrap();
+        for cut in [torn.len() / 2, torn.len()] {
+            std::fs::write(dir.path().join(JOURNAL), format!("{whole}{}", &torn[..cut])).unwrap();
+            let loaded = Checkpoint::load(&snapshot).unwrap();
+            assert_eq!(loaded.next_step, 2, "cut at {cut}");
+        }
+        // Garbage in the middle ends the journal there, even before a whole record.
+        std::fs::write(
+            dir.path().join(JOURNAL),
+            format!("{{\"version\":1,\n{whole}"),
+        )
+        .unwrap();
+        assert_eq!(Checkpoint::load(&snapshot).unwrap().next_step, 1);
+    }
+
+    /// A crash after a compaction wrote `checkpoint.json` and before it emptied the journal:
+    /// the journal's records are older than the snapshot and lose to it.
+    #[test]
+    fn journal_records_older_than_the_snapshot_lose() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = dir.path().join("checkpoint.json");
+        let mut done = checkpoint_at(3, SessionStatus::Completed);
+        done.seq = 4;
+        std::fs::write(&snapshot, serde_json::to_vec(&done).unwrap()).unwrap();
+        let mut old = checkpoint_at(2, SessionStatus::Running);
+        old.seq = 3;
+        std::fs::write(
+            dir.path().join(JOURNAL),
+            serde_json::to_string(&old).unwrap() + "\n",
+        )
+        .unwrap();
+        let loaded = Checkpoint::load(&snapshot).unwrap();
+        assert_eq!(loaded.status, SessionStatus::Completed);
     }
 
     #[test]

@@ -237,15 +237,16 @@ fn a_checkpoint_write_that_fails_stops_a_standard_run() {
     let scratch = Scratch::new();
     let runs = scratch.dir.path().join("runs.log");
     let file = scratch.project().join("steps.yml");
-    let steps: Vec<String> = (1..=4)
+    let steps: Vec<String> = (1..=40)
         .map(|n| format!("  - shell: \"echo {n} >> {}\"\n", runs.display()))
         .collect();
     let steps = steps.concat();
     std::fs::write(&file, format!("name: steps\ncommands:\n{steps}")).unwrap();
-    // The checkpoint after step 1 is written; the next one is not.
+    // The checkpoint after step 1 is written (`checkpoint.json`); the next one (appended
+    // to `checkpoint.journal`) is not.
     let output = scratch.run(
         &["run", file.to_str().unwrap()],
-        &[(FAULT, "file=checkpoint.json,after=1")],
+        &[(FAULT, "file=checkpoint.j,after=1")],
     );
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
@@ -255,7 +256,8 @@ fn a_checkpoint_write_that_fails_stops_a_standard_run() {
         "{text}"
     );
     let ran = std::fs::read_to_string(&runs).unwrap();
-    assert!(!ran.contains('4'), "steps went on: {ran}");
+    // Checkpoints are synced behind the steps, at most 16 of them behind.
+    assert!(ran.lines().count() <= 19, "steps went on: {ran}");
     let session = regex::Regex::new(r"prodigy resume (session-\S+)")
         .unwrap()
         .captures(&text)
@@ -265,8 +267,8 @@ fn a_checkpoint_write_that_fails_stops_a_standard_run() {
     assert!(output.status.success(), "{}", stderr(&output));
     let ran = std::fs::read_to_string(&runs).unwrap();
     // Step 1's checkpoint landed: it does not run again; the rest run to the end.
-    assert_eq!(ran.matches('1').count(), 1, "{ran}");
-    assert_eq!(ran.lines().last(), Some("4"), "{ran}");
+    assert_eq!(ran.lines().filter(|l| *l == "1").count(), 1, "{ran}");
+    assert_eq!(ran.lines().last(), Some("40"), "{ran}");
 }
 
 /// A tmpfs of SIZE mounted at DIR, unmounted when dropped; `None` (said on stderr) when

@@ -580,6 +580,76 @@ fn corpus_sequential_resume_after_interrupt() {
     assert!(!log.exists(), "step 5 removes the file");
 }
 
+/// A standard run killed with SIGKILL at any point resumes where its last durable
+/// checkpoint says: no step is lost, every step runs in order, and only the few steps that
+/// ended while their checkpoints were being synced (at most 16) run again. Killed after
+/// 2, 9 and 30 of 40 steps (once step 2 ran, the first checkpoint is on disk); each step
+/// takes 50 ms, so that the run is still going when the kill comes.
+#[test]
+fn a_standard_run_killed_at_any_step_resumes_from_its_last_durable_checkpoint() {
+    for kill_at in [2, 9, 30] {
+        let scratch = Scratch::new();
+        let log = scratch.dir.path().join("steps.log");
+        let file = scratch.project().join("steps.yml");
+        let steps = (1..=40)
+            .map(|n| {
+                format!(
+                    "  - shell: \": {0}; echo {n} >> {0}; sleep 0.05\"\n",
+                    log.display()
+                )
+            })
+            .collect::<Vec<_>>()
+            .concat();
+        std::fs::write(&file, format!("name: steps\ncommands:\n{steps}")).unwrap();
+        let child = scratch.spawn(&["run", file.to_str().unwrap()]);
+        let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() >= kill_at)
+        });
+        assert_eq!(output.status.code(), None, "killed by a signal");
+        let left = survivors(&format!("sh -c : {}", log.display()));
+        assert!(left.is_empty(), "steps still running: {left:?}");
+        let sessions = scratch.state().join("sessions");
+        let session = std::fs::read_dir(&sessions)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        let output = scratch.run(&["resume", &session], &[]);
+        assert!(
+            output.status.success(),
+            "kill at {kill_at}: {}",
+            stderr(&output)
+        );
+        let ran: Vec<usize> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        // Steps 1 to K in order (the killed run; a step starting as it was killed may
+        // still have written its line), then steps R to 40 in order (the resumed run).
+        let k = (1..ran.len())
+            .find(|&i| ran[i] != ran[i - 1] + 1)
+            .unwrap_or(ran.len());
+        let (killed, resumed) = ran.split_at(k);
+        assert_eq!(killed, (1..=k).collect::<Vec<_>>(), "kill at {kill_at}");
+        let r = resumed.first().copied().unwrap_or(k + 1);
+        assert_eq!(
+            resumed,
+            (r..=40).collect::<Vec<_>>(),
+            "kill at {kill_at}: {ran:?}"
+        );
+        assert!(
+            k >= kill_at && r <= k + 1 && r + 17 >= k,
+            "kill at {kill_at}: ran {k} steps, resumed at step {r}"
+        );
+        let journal = sessions.join(&session).join("checkpoint.journal");
+        assert!(!journal.exists(), "the journal is compacted at the end");
+    }
+}
+
 /// The command lines of live processes that start with MARKER.
 fn survivors_now(marker: &str) -> Vec<String> {
     std::fs::read_dir("/proc")

@@ -267,6 +267,12 @@ pub(crate) fn event_lines(scratch: &Scratch, events: &[Value]) -> String {
         }
         // The map phase's periodic checkpoints come once a second: when depends on speed
         // (one can come before any item finished, while an item waits for its retry).
+        // A standard run's checkpoints are synced in batches while its next steps run:
+        // where each lands among the steps' events depends on the disk (its final one is
+        // waited for, and stays).
+        if kind == "checkpoint_saved" && event["phase"].is_null() && event["status"] == "running" {
+            continue;
+        }
         if kind == "checkpoint_saved"
             && event["phase"] == "map"
             && event["status"] == "running"

@@ -306,8 +306,8 @@ pub struct RunState {
     pub(crate) rng: Mutex<StdRng>,
     pub(crate) started: Instant,
     pub(crate) started_at: String,
-    /// The checkpoint being made durable while the next step starts.
-    pub(crate) pending_checkpoint: Mutex<Option<PendingCheckpoint>>,
+    /// The checkpoints being made durable while the next steps run.
+    pub(crate) pending_checkpoint: Mutex<PendingCheckpoint>,
     /// The first checkpoint that could not be written, described.
     pub(crate) checkpoint_failed: Mutex<Option<String>>,
     /// Outputs of `command:` env values with `cache: true`, by rendered command.
@@ -389,8 +389,7 @@ pub(crate) struct StepFailure {
     pub log: Option<PathBuf>,
 }
 
-type PendingCheckpoint =
-    tokio::task::JoinHandle<(std::io::Result<PathBuf>, usize, crate::store::SessionStatus)>;
+type PendingCheckpoint = standard::CheckpointWriter;
 
 use crate::lock;
 
@@ -452,7 +451,7 @@ impl Runner {
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             started: Instant::now(),
             started_at: started_at.unwrap_or_else(crate::store::timestamp),
-            pending_checkpoint: Mutex::new(None),
+            pending_checkpoint: Mutex::new(PendingCheckpoint::default()),
             checkpoint_failed: Mutex::new(None),
             env_cache: Mutex::new(std::collections::HashMap::new()),
             env_warned: Mutex::new(std::collections::HashSet::new()),

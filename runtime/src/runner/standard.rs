@@ -9,7 +9,7 @@ use crate::lock;
 use crate::machine::Outcome;
 use crate::runner::{Report, Runner, fields};
 use crate::sequence::{Ending, Sequence, SequenceAction, SequenceEvent};
-use crate::store::{Checkpoint, ContinuedStep, SessionStatus};
+use crate::store::{Checkpoint, CheckpointJournal, ContinuedStep, SessionStatus};
 use crate::vars::Vars;
 
 impl Runner {
@@ -237,11 +237,11 @@ impl Runner {
         vars.set("git", crate::git::status(project).await);
     }
 
-    /// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of the
-    /// directory) on a blocking thread. The fsyncs of a step's checkpoint overlap the start
-    /// of the next step; each checkpoint waits for the previous one, so they land in order,
-    /// and `wait` (the last one of a run) returns only once it is durable. The
-    /// `checkpoint_saved` event is recorded when the checkpoint is on disk.
+    /// Hands the checkpoint to the run's writer, which makes it durable on a blocking
+    /// thread while the next steps run ([`CheckpointWriter`]). Checkpoints land in order;
+    /// no step starts while more than [`MAX_AHEAD`] are not yet durable, and the first one
+    /// of a process and `wait` (the last one of a run) return only once they are durable. The `checkpoint_saved` event of
+    /// each is recorded once it is on disk.
     pub(crate) async fn checkpoint(
         &self,
         vars: &Vars,
@@ -266,41 +266,112 @@ impl Runner {
             worktree: self.opts.worktree.clone(),
             continued: lock(&self.continued).clone(),
             claude: Some(self.claude_so_far()).filter(|c| c.calls > 0),
+            seq: 0,
         };
-        self.settle_checkpoint().await;
-        let layout = self.opts.layout.clone();
-        // A write that fails is noted at once, so that the next step does not start; one
-        // that lands is recorded when the run next settles its checkpoint (in order).
-        let state = std::sync::Arc::clone(&self.state);
-        let handle = tokio::task::spawn_blocking(move || {
-            let saved = checkpoint.save(&layout);
-            if let Err(e) = &saved {
-                state.checkpoint_write_failed(e);
-            }
-            (saved, next_step, status)
-        });
-        *lock(&self.pending_checkpoint) = Some(handle);
-        if wait {
+        let (start, behind, first) = {
+            let mut writer = lock(&self.pending_checkpoint);
+            writer.queued.push(checkpoint);
+            writer.unsaved += 1;
+            (
+                !std::mem::replace(&mut writer.busy, true),
+                writer.unsaved,
+                !std::mem::replace(&mut writer.handed, true),
+            )
+        };
+        if start {
+            let state = std::sync::Arc::clone(&self.state);
+            let handle = tokio::task::spawn_blocking(move || drain(&state));
+            lock(&self.pending_checkpoint).handle = Some(handle);
+        }
+        // The first one is waited for too: a run can be resumed once its first step ended.
+        if wait || first || behind > MAX_AHEAD {
             self.settle_checkpoint().await;
+        } else {
+            self.record_saved();
         }
     }
 
-    /// Waits for the checkpoint in flight, if any, and records how it went.
+    /// Waits until every checkpoint handed to the writer is durable (or failed), and
+    /// records those that landed.
     pub(crate) async fn settle_checkpoint(&self) {
-        let Some(handle) = lock(&self.pending_checkpoint).take() else {
-            return;
-        };
-        match handle.await {
-            Ok((Ok(path), next_step, status)) => {
-                self.record(&crate::events::Event::CheckpointSaved {
-                    next_step,
-                    status,
-                    path,
-                });
+        let handle = lock(&self.pending_checkpoint).handle.take();
+        if let Some(handle) = handle
+            && let Err(e) = handle.await
+        {
+            self.say(Message::Bug(Bug::CheckpointWriterStopped(e.to_string())));
+        }
+        self.record_saved();
+    }
+
+    /// Records `checkpoint_saved` for the checkpoints that landed since the last call.
+    fn record_saved(&self) {
+        let saved = std::mem::take(&mut lock(&self.pending_checkpoint).saved);
+        for (path, next_step, status) in saved {
+            self.record(&crate::events::Event::CheckpointSaved {
+                next_step,
+                status,
+                path,
+            });
+        }
+    }
+}
+
+/// How many checkpoints may wait to be durable before the next step waits for them: when
+/// steps end faster than the disk syncs, the checkpoints of several steps are appended and
+/// synced together, and a crash resumes at most this many steps earlier than the last
+/// step that ended.
+///
+/// One: a crash re-runs at most the one step whose checkpoint was in flight, as before the
+/// journal (a re-run Claude step costs money and time); the journal makes that one sync cheap.
+pub(crate) const MAX_AHEAD: usize = 1;
+
+/// A standard run's checkpoints on their way to disk. One blocking task at a time takes
+/// every queued checkpoint, saves them through the session's [`CheckpointJournal`] (one
+/// append and one fdatasync for all), and takes the next ones, until none is left.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointWriter {
+    /// Checkpoints not yet taken by the writer, oldest first.
+    queued: Vec<Checkpoint>,
+    /// Checkpoints handed over and not yet saved (or failed).
+    unsaved: usize,
+    /// Whether a writer task runs.
+    busy: bool,
+    /// Whether this process handed over a checkpoint yet.
+    handed: bool,
+    /// The writer task.
+    handle: Option<tokio::task::JoinHandle<()>>,
+    /// The journal, while no writer has it.
+    journal: Option<CheckpointJournal>,
+    /// The checkpoints saved, not yet recorded as events: `checkpoint.json`, the next step
+    /// and the status of each.
+    saved: Vec<(std::path::PathBuf, usize, SessionStatus)>,
+}
+
+/// The writer task: saves what is queued until nothing is. A batch that cannot be saved is
+/// noted at once (so that no further step starts) and dropped; the next batch is tried.
+fn drain(state: &crate::runner::RunState) {
+    loop {
+        let (mut batch, journal) = {
+            let mut writer = lock(&state.pending_checkpoint);
+            if writer.queued.is_empty() {
+                writer.busy = false;
+                return;
             }
-            // Noted by the writer itself.
-            Ok((Err(_), _, _)) => {}
-            Err(e) => self.say(Message::Bug(Bug::CheckpointWriterStopped(e.to_string()))),
+            (std::mem::take(&mut writer.queued), writer.journal.take())
+        };
+        let mut journal =
+            journal.unwrap_or_else(|| CheckpointJournal::new(&state.opts.layout, &state.session));
+        let saved = journal.save(&mut batch);
+        if let Err(e) = &saved {
+            state.checkpoint_write_failed(e);
+        }
+        let mut writer = lock(&state.pending_checkpoint);
+        writer.journal = Some(journal);
+        writer.unsaved = writer.unsaved.saturating_sub(batch.len());
+        if let Ok(path) = saved {
+            writer
+                .saved
+                .extend(batch.iter().map(|c| (path.clone(), c.next_step, c.status)));
         }
     }
 }

@@ -183,6 +183,7 @@ mod tests {
             worktree: None,
             continued: Vec::new(),
             claude: None,
+            seq: 0,
         }
     }
 

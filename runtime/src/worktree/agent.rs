@@ -433,7 +433,24 @@ pub async fn create_agent(
         .await?;
         (path, branch)
     };
-    if let Err(e) = git(&path, &["reset", "-q", "--hard"]).await {
+    // The slot's index is read and written by every item's switch, status and commit: the
+    // smaller version 4 index and the untracked cache (which `git status` keeps up to date
+    // and reads instead of every directory) make those cheaper in a big repository. Both
+    // are recorded in the new index, so the agents' own git commands keep them.
+    if let Err(e) = git(
+        &path,
+        &[
+            "-c",
+            "index.version=4",
+            "-c",
+            "core.untrackedCache=true",
+            "reset",
+            "-q",
+            "--hard",
+        ],
+    )
+    .await
+    {
         remove(&session.repo, &path, &branch).await;
         return Err(e);
     }

@@ -103,7 +103,15 @@ async fn git_output(
     args: &[&str],
 ) -> Result<(Option<i32>, String, String), WorktreeError> {
     let out = tokio::process::Command::new("git")
-        .args(["-c", "core.quotePath=false", "-c", "gc.auto=0"])
+        // No file system monitor daemon per worktree, whatever the user's configuration.
+        .args([
+            "-c",
+            "core.quotePath=false",
+            "-c",
+            "gc.auto=0",
+            "-c",
+            "core.fsmonitor=false",
+        ])
         .args(args)
         .current_dir(dir)
         .stdin(std::process::Stdio::null())
