@@ -38,17 +38,26 @@ impl ExecutorChoice {
     /// The runtime's executor: Slurm tasks run this very program.
     pub(crate) fn executor(self) -> Executor {
         match self {
-            ExecutorChoice::Local => Executor::Local,
+            ExecutorChoice::Local => Executor::local(),
             ExecutorChoice::Slurm => {
                 let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
                 let mut options = SlurmOptions::new(program);
                 options.sbatch_args = sbatch_args();
-                Executor::Backend(Arc::new(options))
+                // `PRODIGY_SLURM_UNREACHABLE_SECS`: how long an unanswering controller is
+                // waited for (docs/slurm.md).
+                if let Some(secs) = std::env::var("PRODIGY_SLURM_UNREACHABLE_SECS")
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .filter(|&s| s > 0)
+                {
+                    options.unreachable_after = std::time::Duration::from_secs(secs);
+                }
+                Executor::new(Arc::new(options))
             }
             ExecutorChoice::Container => {
                 let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
                 let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-                Executor::Backend(Arc::new(ContainerOptions {
+                Executor::new(Arc::new(ContainerOptions {
                     engine: container_engine().unwrap_or_else(|| "podman".to_owned()),
                     program,
                     image: var("PRODIGY_CONTAINER_IMAGE"),

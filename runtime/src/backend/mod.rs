@@ -3,7 +3,7 @@
 //! The coordinator ([`crate::mapreduce`]) keeps everything around an agent (the error
 //! policy, the breaker, the DLQ, checkpoints, worktrees, the merge queue, resume) and asks
 //! an [`AgentBackend`] only to run the agent's steps for one item: submit it, learn how it
-//! ended, cancel it, and find what a killed coordinator left for the item. `Local` runs the
+//! ended, cancel it, and find what a killed coordinator left for the item. [`LocalBackend`] runs the
 //! steps in this process; [`crate::slurm`] as Slurm array tasks and [`container`] in one
 //! container per agent run `prodigy agent` ([`run_task`]), which writes a [`TaskResult`]
 //! atomically to a file the coordinator waits for. A task is named in records, the DLQ and
@@ -14,6 +14,9 @@
 //! `executor:` (ARCHITECTURE.md, "Agent backends").
 
 pub mod container;
+mod local;
+
+pub use local::LocalBackend;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -37,8 +40,16 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// What runs map agents somewhere else than in the coordinator's process.
 pub trait AgentBackend: std::fmt::Debug + Send + Sync {
-    /// Its name in `--executor`, task references and events (`slurm`, `container`).
+    /// Its name in `--executor`, task references and events (`local`, `slurm`,
+    /// `container`).
     fn name(&self) -> &'static str;
+
+    /// Whether its tasks may outlive the coordinator that submitted them: a task a killed
+    /// coordinator left may then still work in its agent worktree, which a resumed job
+    /// must not take back into its pool.
+    fn outlives_coordinator(&self) -> bool {
+        true
+    }
 
     /// How many agents may be under way at once for `max_parallel` running (a backend
     /// that queues work may keep more submitted than running).
@@ -48,8 +59,15 @@ pub trait AgentBackend: std::fmt::Debug + Send + Sync {
 
     /// Runs D's item (submitting it, or adopting what a killed coordinator left when
     /// `d.adopt`), waits until it ends, and cancels it on its timeout, on the run's signal
-    /// or when the job stops; what ran it is in the answer's `task`.
-    fn dispatch<'a>(&'a self, runner: &'a Runner, d: Dispatch) -> Pending<'a, Dispatched>;
+    /// or when the job stops; what ran it is in the answer's `task`. RUNNER is the agent's
+    /// ([`Runner::in_agent`]); VARS are the item's, which steps run in this process change
+    /// (the merge sees what they captured).
+    fn dispatch<'a>(
+        &'a self,
+        runner: &'a Runner,
+        d: Dispatch,
+        vars: &'a mut Vars,
+    ) -> Pending<'a, Dispatched>;
 
     /// The worktree of the task a killed coordinator left for item INDEX of the job in
     /// `job_dir`, when that task is adopted rather than run again.
@@ -67,31 +85,34 @@ pub trait AgentBackend: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// Where a MapReduce job's agents run.
-#[derive(Clone, Debug, Default)]
-pub enum Executor {
-    /// As child processes of prodigy, `max_parallel` at a time (the default).
-    #[default]
-    Local,
-    /// Through another backend.
-    Backend(Arc<dyn AgentBackend>),
-}
+/// Where a MapReduce job's agents run: the backend `--executor` chose, [`LocalBackend`]
+/// unless another is named. The coordinator asks only the [`AgentBackend`] it derefs to.
+#[derive(Clone, Debug)]
+pub struct Executor(Arc<dyn AgentBackend>);
 
 impl Executor {
-    /// How many agents the map phase may have under way at once for `max_parallel` running.
-    pub fn admit_limit(&self, max_parallel: usize) -> usize {
-        match self {
-            Executor::Local => max_parallel,
-            Executor::Backend(b) => b.admit_limit(max_parallel),
-        }
+    /// Agents run through BACKEND.
+    pub fn new(backend: Arc<dyn AgentBackend>) -> Self {
+        Executor(backend)
     }
 
-    /// The backend's name: `local`, `slurm`, `container`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Executor::Local => "local",
-            Executor::Backend(b) => b.name(),
-        }
+    /// Agents run in this process ([`LocalBackend`]).
+    pub fn local() -> Self {
+        Executor(Arc::new(LocalBackend))
+    }
+}
+
+impl Default for Executor {
+    fn default() -> Self {
+        Executor::local()
+    }
+}
+
+impl std::ops::Deref for Executor {
+    type Target = dyn AgentBackend;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
 }
 
@@ -277,7 +298,7 @@ pub async fn run_task(
     total: usize,
     workdir: Option<PathBuf>,
 ) -> TaskResult {
-    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, Executor::Local);
+    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, Executor::local());
     vars.merge(
         "workflow",
         crate::runner::fields(json!({"name": runner.plan.name, "id": runner.session()})),
@@ -365,6 +386,9 @@ pub struct Dispatched {
     pub claude: crate::claude::Totals,
     /// Its Claude sessions and logs.
     pub trail: crate::jobstore::ItemTrail,
+    /// Set when the backend cannot go on (its controller does not answer): why. The item
+    /// stays pending (`end` is `Cancelled`), and the job stops with this message.
+    pub stop_job: Option<String>,
 }
 
 impl Dispatched {
@@ -377,6 +401,7 @@ impl Dispatched {
             task: Some(task),
             claude: crate::claude::Totals::default(),
             trail: crate::jobstore::ItemTrail::default(),
+            stop_job: None,
         }
     }
 
@@ -389,6 +414,7 @@ impl Dispatched {
             task: None,
             claude: crate::claude::Totals::default(),
             trail: crate::jobstore::ItemTrail::default(),
+            stop_job: None,
         }
     }
 
@@ -412,6 +438,7 @@ impl Dispatched {
             task,
             claude: crate::claude::Totals::default(),
             trail: crate::jobstore::ItemTrail::default(),
+            stop_job: None,
         }
     }
 
@@ -441,6 +468,7 @@ impl Dispatched {
             }),
             claude: result.claude.unwrap_or_default(),
             trail: result.trail,
+            stop_job: None,
         }
     }
 }
@@ -469,6 +497,12 @@ pub struct Dispatch {
     /// Set when the job stops: a task still waiting in the queue is cancelled (its item
     /// stays pending), as a local agent that had not started would not start.
     pub stopping: Option<watch::Receiver<bool>>,
+    /// The agent's steps (a backend whose task runs `prodigy agent` finds them in the
+    /// workflow it reads).
+    pub steps: Vec<prodigy_compiler::plan::StepId>,
+    /// Stops the agent's own commands (its scope's cancel signal), for a backend that runs
+    /// them in this process.
+    pub stop: watch::Sender<bool>,
 }
 
 #[cfg(test)]

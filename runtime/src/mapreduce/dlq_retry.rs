@@ -93,9 +93,7 @@ pub async fn retry_dead_letters(
         parallel: max_parallel,
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
-    if let crate::backend::Executor::Backend(backend) = executor {
-        backend.end_earlier(runner, job_id).await;
-    }
+    executor.end_earlier(runner, job_id).await;
     let (_halt_tx, halt_rx) = watch::channel(false);
     runner.record(&crate::events::Event::DlqRetryStarted { items: ids.len() });
     let mut summary = RetrySummary::default();
@@ -151,6 +149,7 @@ pub async fn retry_dead_letters(
             }
         })
         .buffer_unordered(max_parallel.max(1));
+    let mut backend_lost = false;
     while let Some((id, index, result)) = runs.next().await {
         let Some((entry, run)) = result else { continue };
         let Some(run) = run else {
@@ -166,7 +165,14 @@ pub async fn retry_dead_letters(
             continue;
         };
         match run.end {
-            RunEnd::Cancelled => summary.interrupted = true,
+            RunEnd::Cancelled => {
+                summary.interrupted = true;
+                // Said once: every item after it stops the same way.
+                if let Some(why) = run.stop_job.filter(|_| !backend_lost) {
+                    backend_lost = true;
+                    runner.say(Message::error(why));
+                }
+            }
             RunEnd::Succeeded => {
                 summary.retried += 1;
                 summary.succeeded += 1;
