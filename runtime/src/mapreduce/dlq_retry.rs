@@ -170,7 +170,7 @@ pub async fn retry_dead_letters(
                 // Said once: every item after it stops the same way.
                 if let Some(why) = run.stop_job.filter(|_| !backend_lost) {
                     backend_lost = true;
-                    runner.say(Message::error(why));
+                    runner.say(Message::JobFailed(why));
                 }
             }
             RunEnd::Succeeded => {
