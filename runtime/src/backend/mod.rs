@@ -256,29 +256,63 @@ pub fn started_path(result: &Path) -> PathBuf {
 }
 
 /// Notes that the task whose result goes to RESULT started: its agent timeout runs from now.
+/// Only the empty file's existence counts, so it is created, not written atomically.
 ///
 /// # Errors
 ///
-/// The file could not be written.
+/// The file could not be created.
 pub fn mark_started(result: &Path) -> Result<(), TaskFileError> {
     let path = started_path(result);
-    crate::store::write_atomic(&path, b"").map_err(|source| TaskFileError { path, source })
+    task_file(&path)
+        .map(drop)
+        .map_err(|source| TaskFileError { path, source })
 }
 
-/// Writes RESULT to PATH atomically.
+/// Writes RESULT to PATH atomically: a temporary file renamed to PATH, so the coordinator
+/// reads a whole result or none. Not fsynced (each task's end waited for two fsyncs): the
+/// coordinator makes the outcome durable when it records it, and a result that a crash of
+/// the node loses before that is a task without a result, as a task killed with it is.
 ///
 /// # Errors
 ///
 /// The file could not be written.
 pub fn write_result(path: &Path, result: &TaskResult) -> Result<(), TaskFileError> {
-    let bytes = serde_json::to_vec_pretty(result).map_err(|e| TaskFileError {
-        path: path.to_owned(),
-        source: std::io::Error::other(e),
-    })?;
-    crate::store::write_atomic(path, &bytes).map_err(|source| TaskFileError {
+    use std::io::Write as _;
+    let failed = |source| TaskFileError {
         path: path.to_owned(),
         source,
-    })
+    };
+    let bytes = serde_json::to_vec_pretty(result).map_err(|e| failed(std::io::Error::other(e)))?;
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let written = task_file(&tmp)
+        .and_then(|mut file| file.write_all(&bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(failed(e));
+    }
+    Ok(())
+}
+
+/// A task's file at PATH, created (or emptied) readable by its owner only, its directory
+/// made when it is missing.
+fn task_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(crate::store::PRIVATE_FILE)
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::store::private_dir(path.parent().unwrap_or_else(|| Path::new(".")))?;
+            open()
+        }
+        opened => opened,
+    }
 }
 
 /// The result at PATH, when a whole one is there.
