@@ -5,7 +5,8 @@
 # `true` tasks (`sbatch --array=0-(N-1)%2`) polled with `squeue` until it leaves the
 # queue. Alternating, RUNS runs of each (default 5) after a warm-up; prints the median and
 # the spread (min-max) of both side by side, the ratio of the medians and the per-item
-# overhead, and where prodigy's time per item goes (from the events of its last run).
+# overhead, a slot's turn on each side against one `prodigy agent` timed alone, and where
+# prodigy's time per item goes (from the events of its last run).
 #
 # Needs a Slurm cluster: as root, `scripts/slurm-cluster start` starts a one-node one.
 #
@@ -100,3 +101,22 @@ awk '
         printf "  task started -> outcome      %8.1f (the agent, its result file, the coordinator)\n", med(sub3)
         printf "  job started -> finished      %8.1f (all items)\n", j1 - j0
     }' "$TMP/events.jsonl"
+
+# The serial part of a slot's turn that a raw task does not have: one task's `prodigy agent`
+# (start, workflow compiled, job state read, the item's steps, its result written), timed
+# alone here on an item of the last run (its result goes to a scratch file).
+job_dir=$(find "$TMP/home/state" -mindepth 4 -maxdepth 4 -type d -path '*/mapreduce/jobs/*' | head -n 1)
+job=$(basename "$job_dir")
+: >"$TMP/agent.txt"
+for ((r = 0; r < 11; r++)); do
+    start=$(now_ns)
+    (cd "$TMP/project" && "$BIN" agent --home "$TMP/home" --job "$job" --item 0 --result "$TMP/agent-result.json" >/dev/null 2>&1)
+    end=$(now_ns)
+    echo $(((end - start) / 1000)) >>"$TMP/agent.txt"
+done
+awk -v pm="$p_med" -v rm="$r_med" -v n="$N" -v agent="$(median <"$TMP/agent.txt")" 'BEGIN {
+    printf "a slot'"'"'s turn (2 slots run N/2 tasks each, one after the other), median run\n"
+    printf "  prodigy                      %8.1f ms\n", pm * 1e3 / (n / 2)
+    printf "  raw array                    %8.1f ms\n", rm * 1e3 / (n / 2)
+    printf "  prodigy agent alone          %8.1f ms (median of 11, this machine as loaded now)\n", agent / 1e3
+}'

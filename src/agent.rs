@@ -55,7 +55,7 @@ impl ExecutorChoice {
             }
             ExecutorChoice::Local | ExecutorChoice::Container => Launch::Process { program },
         };
-        AgentHost::Backend(Arc::new(NoShare::new(
+        AgentHost::new(Arc::new(NoShare::new(
             launch,
             Arc::new(crate::noshare::GitServer),
             serve,
@@ -88,17 +88,26 @@ impl ExecutorChoice {
     /// The runtime's executor: Slurm tasks run this very program.
     pub(crate) fn executor(self) -> AgentHost {
         match self {
-            ExecutorChoice::Local => AgentHost::Local,
+            ExecutorChoice::Local => AgentHost::local(),
             ExecutorChoice::Slurm => {
                 let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
                 let mut options = SlurmOptions::new(program);
                 options.sbatch_args = sbatch_args();
-                AgentHost::Backend(Arc::new(options))
+                // `PRODIGY_SLURM_UNREACHABLE_SECS`: how long an unanswering controller is
+                // waited for (docs/slurm.md).
+                if let Some(secs) = std::env::var("PRODIGY_SLURM_UNREACHABLE_SECS")
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .filter(|&s| s > 0)
+                {
+                    options.unreachable_after = std::time::Duration::from_secs(secs);
+                }
+                AgentHost::new(Arc::new(options))
             }
             ExecutorChoice::Container => {
                 let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
                 let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-                AgentHost::Backend(Arc::new(ContainerOptions {
+                AgentHost::new(Arc::new(ContainerOptions {
                     engine: container_engine().unwrap_or_else(|| "podman".to_owned()),
                     program,
                     image: var("PRODIGY_CONTAINER_IMAGE"),

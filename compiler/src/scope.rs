@@ -1023,7 +1023,9 @@ fn untrusted(path: &Path, scope: &Scope) -> bool {
 fn assigned(text: &str) -> std::collections::BTreeSet<&str> {
     static SETS: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
-            r"(?:^|[\s;&|(])([A-Za-z_]\w*)=|\bfor\s+([A-Za-z_]\w*)\s+in\b|\bread\b([^;&|\n]*)|\b(?:local|export|readonly|declare|typeset)\s+(?:-\w+\s+)*([A-Za-z_]\w*)",
+            // ASCII classes (a shell's names are ASCII): Unicode `\w` costs milliseconds to
+            // compile, in every process that compiles a workflow (each Slurm task's too).
+            r"(?:^|[[:space:];&|(])([A-Za-z_][[:word:]]*)=|\bfor[[:space:]]+([A-Za-z_][[:word:]]*)[[:space:]]+in\b|\bread\b([^;&|\n]*)|\b(?:local|export|readonly|declare|typeset)[[:space:]]+(?:-[[:word:]]+[[:space:]]+)*([A-Za-z_][[:word:]]*)",
         )
         .ok()
     });

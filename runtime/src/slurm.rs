@@ -38,6 +38,11 @@ pub struct SlurmOptions {
     pub sbatch_args: Vec<String>,
     /// How often the coordinator looks for result files.
     pub poll: Duration,
+    /// How long the controller may answer none of the coordinator's questions before the
+    /// job stops, its items left pending ([`UNREACHABLE_AFTER`]).
+    pub unreachable_after: Duration,
+    /// Since when it has answered none, shared by the job's dispatches.
+    pub reach: std::sync::Arc<Reach>,
     /// The job's `max_parallel` slots, each a chain of tasks.
     pub slots: std::sync::Arc<Slots>,
     /// Hook (no shared filesystem, [`crate::backend::noshare`]): how tasks reach the job's
@@ -57,7 +62,13 @@ impl AgentBackend for SlurmOptions {
         max_parallel.saturating_mul(SLOT_DEPTH)
     }
 
-    fn dispatch<'a>(&'a self, runner: &'a Runner, d: Dispatch) -> Pending<'a, Dispatched> {
+    fn dispatch<'a>(
+        &'a self,
+        runner: &'a Runner,
+        d: Dispatch,
+        _vars: &'a mut crate::vars::Vars,
+    ) -> Pending<'a, Dispatched> {
+        // The task's `prodigy agent` sets the item's variables itself.
         Box::pin(dispatch(runner, self, d))
     }
 
@@ -211,8 +222,89 @@ impl SlurmOptions {
             sbatch_args: Vec::new(),
             poll: Duration::from_millis(50),
             slots: std::sync::Arc::default(),
+            unreachable_after: UNREACHABLE_AFTER,
+            reach: std::sync::Arc::default(),
             remote: std::sync::Arc::default(),
         }
+    }
+}
+
+/// How long a coordinator keeps asking a Slurm controller that answers none of its
+/// questions (`squeue`, `sbatch`) before the job stops with its items pending, for
+/// `resume-job` once the controller is back; `PRODIGY_SLURM_UNREACHABLE_SECS` sets it
+/// (docs/slurm.md).
+pub const UNREACHABLE_AFTER: Duration = Duration::from_mins(2);
+
+/// Since when the Slurm controller has answered none of the coordinator's questions.
+#[derive(Debug, Default)]
+pub struct Reach {
+    unanswered_since: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Reach {
+    /// Slurm answered.
+    fn answered(&self) {
+        *crate::lock(&self.unanswered_since) = None;
+    }
+
+    /// Slurm did not answer: for how long none has been answered.
+    fn unanswered(&self) -> Duration {
+        crate::lock(&self.unanswered_since)
+            .get_or_insert_with(Instant::now)
+            .elapsed()
+    }
+}
+
+/// Whether E says that the controller could not be reached (rather than refusing).
+fn unanswered(e: &SlurmError) -> bool {
+    match e {
+        SlurmError::Command { message, .. } => [
+            "Unable to contact slurm controller",
+            "no answer within",
+            "Socket timed out",
+            "Connection refused",
+        ]
+        .iter()
+        .any(|m| message.contains(m)),
+        SlurmError::Parse { .. } | SlurmError::Io { .. } => false,
+    }
+}
+
+/// The controller the Slurm configuration names (`SlurmctldHost`, `SlurmctldPort` of
+/// `SLURM_CONF`, else `/etc/slurm/slurm.conf`), for the message that it is unreachable.
+fn controller() -> String {
+    let conf = std::env::var_os("SLURM_CONF")
+        .map_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"), PathBuf::from);
+    let text = std::fs::read_to_string(&conf).unwrap_or_default();
+    let key = |name: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    };
+    let host = key("SlurmctldHost").or_else(|| key("ControlMachine"));
+    match (host, key("SlurmctldPort")) {
+        (Some(host), Some(port)) => format!("`{host}` (port {port}, `{}`)", conf.display()),
+        (Some(host), None) => format!("`{host}` (`{}`)", conf.display()),
+        (None, _) => format!("of `{}`", conf.display()),
+    }
+}
+
+/// The item whose task is TASK (none when it was never submitted) stays pending: the
+/// controller has answered nothing for `unreachable_after`, and the job stops.
+fn unreachable(runner: &Runner, slurm: &SlurmOptions, task: Option<TaskRef>) -> Dispatched {
+    let why = format!(
+        "the Slurm controller {} has answered none of prodigy's questions for {} s; the job stops with its unfinished items pending: start the controller (or check that this machine reaches it, `scontrol ping`), then run `prodigy resume-job {}`",
+        controller(),
+        slurm.unreachable_after.as_secs(),
+        runner.session()
+    );
+    Dispatched {
+        stop_job: Some(why),
+        task,
+        ..Dispatched::not_submitted()
     }
 }
 
@@ -583,10 +675,6 @@ pub fn parse_task(text: &str) -> Option<SlurmIds> {
 
 /// Submits the task of D's item, or adopts the one a killed coordinator left; `None` when
 /// STOPPED said so before it was submitted.
-#[expect(
-    clippy::too_many_lines,
-    reason = "split after the backend and pool work lands (issue 26)"
-)]
 async fn submit(
     runner: &Runner,
     slurm: &SlurmOptions,
@@ -595,13 +683,8 @@ async fn submit(
     stopped: &mut dyn FnMut() -> bool,
 ) -> Result<Option<(SlurmIds, bool)>, SlurmError> {
     let slurm_dir = dir(&d.job_dir);
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| SlurmError::Io { path, source }
-    };
-    crate::durable::private_dir(&slurm_dir).map_err(io(&slurm_dir))?;
+    crate::durable::private_dir(&slurm_dir).map_err(io_error(&slurm_dir))?;
     let marker = submitted_path(&d.job_dir, d.index);
-    let me = coordinator(runner);
     if d.adopt
         && let Some(earlier) = adoptable(runner, &d.job_dir, d.index).await
         && earlier.worktree == d.worktree
@@ -610,10 +693,71 @@ async fn submit(
         slurm.slots.submitted(slot, d.index, &ids);
         return Ok(Some((ids, true)));
     }
+    let args = sbatch_args(runner, slurm, d, &slurm_dir)?;
+    // The task waits in the queue for the one before it in its slot, and starts as soon as
+    // that one ends; until that one's `sbatch` has answered, this one is not submitted.
+    // Shown without `-v`, unlike an agent's own lines: the whole job may be waiting.
+    let mut note = |previous: usize, waited: Duration| {
+        runner.say_for_run(Message::warning(format!(
+                "item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
+                d.index,
+                waited.as_secs()
+            )));
+    };
+    let Some(after) = slurm.slots.before(slot, d.index, stopped, &mut note).await else {
+        return Ok(None);
+    };
+    // Written before `sbatch` too, so that a task is never left unknown to `resume-job`.
+    let mut record = Submitted {
+        ids: None,
+        attempt: d.attempt,
+        coordinator: coordinator(runner),
+        workdir: d.worktree.as_ref().map(|w| w.workdir.clone()),
+        worktree: d.worktree.clone(),
+    };
+    let write = |record: &Submitted| {
+        let bytes =
+            serde_json::to_vec(record).map_err(|e| io_error(&marker)(std::io::Error::other(e)))?;
+        crate::durable::write_atomic(&marker, &bytes).map_err(io_error(&marker))
+    };
+    write(&record)?;
+    // Ctrl-C or SIGTERM stops an `sbatch` that Slurm does not answer: the item stays
+    // pending, and `resume-job` finds the task by its name if Slurm took it after all.
+    let mut signal = runner.cancel.clone();
+    let Some(out) = sbatch(&args, after.as_ref(), &mut signal).await else {
+        return Ok(None);
+    };
+    let ids = SlurmIds {
+        slurm_job_id: parse_job_id(&out?)?,
+        slurm_task_id: d.index,
+    };
+    slurm.slots.submitted(slot, d.index, &ids);
+    record.ids = Some(ids.clone());
+    write(&record)?;
+    Ok(Some((ids, false)))
+}
+
+/// What turns an I/O error at PATH into a [`SlurmError`].
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> SlurmError + use<> {
+    let path = path.to_owned();
+    move |source| SlurmError::Io {
+        path: path.clone(),
+        source,
+    }
+}
+
+/// The `sbatch` arguments of D's task (the batch script, in the directory `slurm_dir`,
+/// written when it changed), its earlier result and start mark removed.
+fn sbatch_args(
+    runner: &Runner,
+    slurm: &SlurmOptions,
+    d: &Dispatch,
+    slurm_dir: &Path,
+) -> Result<Vec<String>, SlurmError> {
     let result = result_path(&d.job_dir, d.index);
     for stale in [&result, &started_path(&result)] {
         match std::fs::remove_file(stale) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(stale)(e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(stale)(e)),
             _ => {}
         }
     }
@@ -626,7 +770,7 @@ async fn submit(
         |r| r.batch_script(&slurm.program),
     );
     if std::fs::read(&script).ok().as_deref() != Some(text.as_bytes()) {
-        crate::durable::write_atomic(&script, text.as_bytes()).map_err(io(&script))?;
+        crate::durable::write_atomic(&script, text.as_bytes()).map_err(io_error(&script))?;
     }
     // Hook (no shared filesystem): output and start directory on the node.
     let (output, chdir) = match remote {
@@ -666,81 +810,56 @@ async fn submit(
             args.extend(["--workdir".to_owned(), w.display().to_string()]);
         }
     }
-    // The task waits in the queue for the one before it in its slot, and starts as soon as
-    // that one ends; until that one's `sbatch` has answered, this one is not submitted.
-    // Shown without `-v`, unlike an agent's own lines: the whole job may be waiting.
-    let mut note = |previous: usize, waited: Duration| {
-        runner.say_for_run(Message::warning(format!(
-                "item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
-                d.index,
-                waited.as_secs()
-            )));
+    Ok(args)
+}
+
+/// Runs `sbatch` with ARGS, after the task AFTER (`--dependency=afterany:`) when there is
+/// one that Slurm still knows; `None` when SIGNAL came first.
+async fn sbatch(
+    args: &[String],
+    after: Option<&SlurmIds>,
+    signal: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<Result<String, SlurmError>> {
+    let Some(previous) = after else {
+        return command_or_stop("sbatch", args, signal).await;
     };
-    let Some(after) = slurm.slots.before(slot, d.index, stopped, &mut note).await else {
-        return Ok(None);
-    };
-    // Written before `sbatch` too, so that a task is never left unknown to `resume-job`.
-    let mut record = Submitted {
-        ids: None,
-        attempt: d.attempt,
-        coordinator: me,
-        workdir: workdir.map(Path::to_owned),
-        worktree: d.worktree.clone(),
-    };
-    let write = |record: &Submitted| {
-        let bytes =
-            serde_json::to_vec(record).map_err(|e| io(&marker)(std::io::Error::other(e)))?;
-        crate::durable::write_atomic(&marker, &bytes).map_err(io(&marker))
-    };
-    write(&record)?;
-    // Ctrl-C or SIGTERM stops an `sbatch` that Slurm does not answer: the item stays
-    // pending, and `resume-job` finds the task by its name if Slurm took it after all.
-    let mut signal = runner.cancel.clone();
-    let out = match after {
-        Some(previous) => {
-            let mut chained = args.clone();
-            chained.insert(
-                1,
-                format!("--dependency=afterany:{}", previous.slurm_job_id),
-            );
-            match command_or_stop("sbatch", &chained, &mut signal).await {
-                None => return Ok(None),
-                // A task Slurm has already forgotten cannot be waited for, nor needs to be.
-                Some(Err(SlurmError::Command { message, .. })) if message.contains("ependency") => {
-                    match command_or_stop("sbatch", &args, &mut signal).await {
-                        None => return Ok(None),
-                        Some(out) => out?,
-                    }
-                }
-                Some(other) => other?,
-            }
+    let mut chained = args.to_vec();
+    chained.insert(
+        1,
+        format!("--dependency=afterany:{}", previous.slurm_job_id),
+    );
+    match command_or_stop("sbatch", &chained, signal).await? {
+        // A task Slurm has already forgotten cannot be waited for, nor needs to be.
+        Err(SlurmError::Command { message, .. }) if message.contains("ependency") => {
+            command_or_stop("sbatch", args, signal).await
         }
-        None => match command_or_stop("sbatch", &args, &mut signal).await {
-            None => return Ok(None),
-            Some(out) => out?,
-        },
-    };
-    let ids = SlurmIds {
-        slurm_job_id: parse_job_id(&out)?,
-        slurm_task_id: d.index,
-    };
-    slurm.slots.submitted(slot, d.index, &ids);
-    record.ids = Some(ids.clone());
-    write(&record)?;
-    Ok(Some((ids, false)))
+        other => Some(other),
+    }
 }
 
 /// The failure of a task Slurm stopped, once it has left the queue (up to 30 s), with the
-/// state Slurm gives it.
-async fn stopped_by_slurm(slurm: &SlurmOptions, ids: &SlurmIds, began: bool) -> Dispatched {
+/// state Slurm gives it; Ctrl-C or SIGTERM ends the wait at once.
+async fn stopped_by_slurm(
+    runner: &Runner,
+    slurm: &SlurmOptions,
+    ids: &SlurmIds,
+    began: bool,
+) -> Dispatched {
     let task = ids.task();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline && queued(&task).await == Some(true) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let (state, reason) = final_state(&task).await;
+    let mut signal = runner.cancel.clone();
+    let wait = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && queued(&task).await == Some(true) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        final_state(&task).await
+    };
+    let (state, reason) = tokio::select! {
+        known = wait => known,
+        _ = signal.wait_for(|stop| *stop) => Default::default(),
+    };
     let (mut message, error_type) = lost_task(&task, &state, &reason);
-    // Hook (issue 27): the task's output is on its node, or was never written.
+    // Hook (no shared filesystem): the task's output is on its node, or was never written.
     if !began {
         message = crate::backend::noshare::never_started(
             &message,
@@ -789,6 +908,42 @@ fn kept_waiting(answer: &Result<String, SlurmError>) -> Kept {
     }
 }
 
+/// [`submit`], tried again every 2 s while the controller cannot be reached, up to its
+/// limit; Err is how the item's dispatch ends without a task.
+async fn submit_within_reach(
+    runner: &Runner,
+    slurm: &SlurmOptions,
+    d: &Dispatch,
+    slot: usize,
+    stopped: &mut dyn FnMut() -> bool,
+) -> Result<(SlurmIds, bool), Dispatched> {
+    loop {
+        match submit(runner, slurm, d, slot, stopped).await {
+            Ok(Some(submitted)) => {
+                slurm.reach.answered();
+                return Ok(submitted);
+            }
+            Ok(None) => return Err(Dispatched::not_submitted()),
+            Err(e) if unanswered(&e) => {
+                if slurm.reach.unanswered() >= slurm.unreachable_after {
+                    return Err(unreachable(runner, slurm, None));
+                }
+                let again = Instant::now() + Duration::from_secs(2);
+                while Instant::now() < again {
+                    if stopped() {
+                        return Err(Dispatched::not_submitted());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Err(e) => {
+                let failed = Dispatched::failed("sbatch", e.to_string(), ErrorType::Unknown, None);
+                return Err(failed);
+            }
+        }
+    }
+}
+
 /// Runs D's item as a Slurm task and waits for its outcome.
 async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dispatched {
     let slot = slurm.slots.reserve(d.index, d.parallel);
@@ -805,12 +960,9 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
             || halt.as_mut().is_some_and(|h| *h.borrow_and_update())
             || stopping.as_mut().is_some_and(|h| *h.borrow_and_update())
     };
-    let (ids, adopted) = match submit(runner, slurm, &d, slot, &mut stopped).await {
-        Ok(Some(x)) => x,
-        Ok(None) => return Dispatched::not_submitted(),
-        Err(e) => {
-            return Dispatched::failed("sbatch", e.to_string(), ErrorType::Unknown, None);
-        }
+    let (ids, adopted) = match submit_within_reach(runner, slurm, &d, slot, &mut stopped).await {
+        Ok(submitted) => submitted,
+        Err(done) => return done,
     };
     let (task, attempt) = (TaskRef::from(&ids), d.attempt);
     runner.record(&if adopted {
@@ -834,7 +986,7 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
         if let Some(r) = read_result(&result) {
             if r.end == TaskEnd::Cancelled {
                 // Prodigy did not ask for it (it returns before reading when it does).
-                return stopped_by_slurm(slurm, &ids, started.exists()).await;
+                return stopped_by_slurm(runner, slurm, &ids, started.exists()).await;
             }
             return Dispatched::from_result(r, TaskRef::from(&ids));
         }
@@ -857,7 +1009,11 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
             let kept = if started.exists() {
                 Kept::Started
             } else {
-                kept_waiting(&command("scontrol", &keep_waiting_args(&task)).await)
+                match command_or_stop("scontrol", &keep_waiting_args(&task), &mut signal).await {
+                    Some(answer) => kept_waiting(&answer),
+                    // The signal is acted on at the top of the loop.
+                    None => Kept::Unknown,
+                }
             };
             match kept {
                 Kept::Waiting => {
@@ -874,14 +1030,24 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
             // A signal while Slurm is slow to answer is acted on at the top of the loop.
             let mut interrupt = runner.cancel.clone();
             let answer = tokio::select! {
-                answer = queued(&task) => answer,
+                answer = queued(&task) => Some(answer),
                 _ = interrupt.wait_for(|stop| *stop) => None,
             };
-            if answer == Some(false) {
-                if let Some(r) = read_result(&result) {
-                    return Dispatched::from_result(r, TaskRef::from(&ids));
+            match answer {
+                Some(Some(false)) => {
+                    slurm.reach.answered();
+                    if let Some(r) = read_result(&result) {
+                        return Dispatched::from_result(r, TaskRef::from(&ids));
+                    }
+                    return stopped_by_slurm(runner, slurm, &ids, started.exists()).await;
                 }
-                return stopped_by_slurm(slurm, &ids, started.exists()).await;
+                Some(Some(true)) => slurm.reach.answered(),
+                // Its result is read first: a task that ends while the controller is away
+                // still counts. Without one, the job stops once the limit has passed.
+                Some(None) if slurm.reach.unanswered() >= slurm.unreachable_after => {
+                    return unreachable(runner, slurm, Some(TaskRef::from(&ids)));
+                }
+                Some(None) | None => {}
             }
         }
         tokio::time::sleep(slurm.poll).await;
@@ -910,6 +1076,35 @@ mod tests {
         assert_eq!(parse_task("1203_[5]\n"), Some(ids("1203", 5)));
         assert_eq!(parse_task("1203"), None);
         assert_eq!(parse_task("1203_[0-4%2]"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_controller_is_unreachable_for_as_long_as_none_of_its_answers_came() {
+        let reach = Reach::default();
+        assert_eq!(reach.unanswered(), Duration::ZERO);
+        tokio::time::advance(Duration::from_secs(90)).await;
+        // Every dispatch counts from the first question left unanswered.
+        assert_eq!(reach.unanswered(), Duration::from_secs(90));
+        reach.answered();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(reach.unanswered(), Duration::ZERO);
+    }
+
+    #[test]
+    fn only_an_unreachable_controller_makes_sbatch_try_again() {
+        let failed = |message: &str| SlurmError::Command {
+            command: "sbatch".into(),
+            message: message.into(),
+        };
+        assert!(unanswered(&failed(
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
+        )));
+        assert!(unanswered(&failed(
+            "no answer within 15 s (is the Slurm controller up?)"
+        )));
+        assert!(!unanswered(&failed(
+            "sbatch: error: Batch job submission failed: Invalid partition name specified"
+        )));
     }
 
     #[test]

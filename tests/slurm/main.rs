@@ -671,11 +671,13 @@ fn a_task_slurm_started_before_its_agent_did_runs_on_when_the_error_policy_stops
     if !cluster("a_task_slurm_started_before_its_agent_did_runs_on") {
         return;
     }
-    // Item 1 fails after 2 s. Item 2 succeeds at once, and the task behind it in its slot
+    // Item 2 succeeds at once, and the task behind it in its slot (item 4, array index 3)
     // starts: it is RUNNING in Slurm, but its agent has not started yet (the `slow-start`
-    // partition's prolog takes 4 s) when the error policy stops the job. It runs to the
-    // end like any running agent, and its result is kept. (The task behind item 1 starts
-    // the moment item 1 ends, maybe before prodigy learns of the failure: it may run too.)
+    // partition's prolog takes 4 s) when item 1 fails and the error policy stops the job.
+    // Item 1 fails only once Slurm shows that task RUNNING, however slowly a loaded
+    // machine schedules it. It runs to the end like any running agent, and its result is
+    // kept. (The task behind item 1 starts the moment item 1 ends, maybe before prodigy
+    // learns of the failure: it may run too.)
     let p = Project::new(
         r#"name: slurm-slow-start
 mode: mapreduce
@@ -684,7 +686,12 @@ map:
   input: "seq 1 4"
   max_parallel: 2
   agent_template:
-    - shell: 'echo "$ITEM" >> "$RUNS_LOG"; if [ "$ITEM" = 1 ]; then sleep 2; exit 1; fi'
+    - shell: |
+        echo "$ITEM" >> "$RUNS_LOG"
+        if [ "$ITEM" = 1 ]; then
+          until squeue -h -n "$SLURM_JOB_NAME" -t RUNNING -o %K | grep -qx 3; do sleep 0.2; done
+          exit 1
+        fi
 "#,
     );
     let out = p
@@ -820,6 +827,7 @@ fn the_test_cluster_shares_no_port_name_or_munge_with_another_slurm() {
 struct Relay {
     port: u16,
     frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Relay {
@@ -829,6 +837,8 @@ impl Relay {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refused = down.clone();
         let flag = frozen.clone();
         // Each byte waits while the relay is frozen; threads end with their connections.
         let pipe = move |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
@@ -848,6 +858,11 @@ impl Relay {
         };
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                // A stopped controller: every connection is dropped unanswered.
+                if refused.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
@@ -855,11 +870,39 @@ impl Relay {
                 pipe(server, client);
             }
         });
-        Relay { port, frozen }
+        Relay { port, frozen, down }
     }
 
     fn freeze(&self) {
         self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// From now on the controller is gone, as if its daemon had stopped.
+    fn stop(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The test cluster's configuration CONF with its controller behind a new relay, written
+    /// into DIR; the relay and the configuration's path.
+    fn configured(conf: &str, dir: &Path) -> (Relay, PathBuf) {
+        let text = std::fs::read_to_string(conf).unwrap();
+        let port: u16 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("SlurmctldPort="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let relay = Relay::to(port);
+        let relayed = dir.join("relayed.conf");
+        std::fs::write(
+            &relayed,
+            text.replace(
+                &format!("SlurmctldPort={port}"),
+                &format!("SlurmctldPort={}", relay.port),
+            ),
+        )
+        .unwrap();
+        (relay, relayed)
     }
 }
 
@@ -882,23 +925,7 @@ map:
 "#,
     );
     // The coordinator reaches the controller only through the relay.
-    let text = std::fs::read_to_string(conf).unwrap();
-    let port: u16 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("SlurmctldPort="))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let relay = Relay::to(port);
-    let relayed = p.dir.path().join("relayed.conf");
-    std::fs::write(
-        &relayed,
-        text.replace(
-            &format!("SlurmctldPort={port}"),
-            &format!("SlurmctldPort={}", relay.port),
-        ),
-    )
-    .unwrap();
+    let (relay, relayed) = Relay::configured(conf, p.dir.path());
     let child = p
         .command(&[
             "run",
@@ -938,5 +965,83 @@ map:
         stderr(&out).contains("resume-job"),
         "the interrupted run says how to go on:\n{}",
         stderr(&out)
+    );
+}
+
+#[test]
+fn a_job_whose_slurm_controller_goes_away_stops_within_its_limit_and_resumes_once_it_is_back() {
+    if !cluster("a_job_whose_slurm_controller_goes_away_stops_within_its_limit") {
+        return;
+    }
+    let Some(Ok(conf)) = UP.get() else {
+        unreachable!("the cluster is up")
+    };
+    // The agents outlast the limit; the controller goes away while they run. Other tests
+    // share the cluster, so its daemons stay up: the coordinator reaches the controller
+    // only through a relay, which then drops every connection, as a stopped controller's
+    // port does.
+    let p = Project::new(
+        r#"name: slurm-controller-gone
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  max_parallel: 2
+  agent_template:
+    - shell: 'sleep 12; echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    let (relay, relayed) = Relay::configured(conf, p.dir.path());
+    let mut child = p
+        .command(&["run", "--no-worktree", "--executor", "slurm", "wf.yml"])
+        .env("SLURM_CONF", &relayed)
+        .env("PRODIGY_SLURM_UNREACHABLE_SECS", "2")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let job = p.both_tasks_started();
+    relay.stop();
+    let stopped = std::time::Instant::now();
+    // Bounded: were the coordinator to poll on, the test fails instead of hanging.
+    while child.try_wait().unwrap().is_none() {
+        if stopped.elapsed() > Duration::from_mins(1) {
+            let _ = child.kill();
+            let _ = slurm("scancel")
+                .args(["-n", &format!("prodigy-{job}")])
+                .status();
+            panic!("the coordinator still polls a controller gone for a minute");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("`localhost` (port ")
+            && said.contains("has answered none of prodigy's questions for 2 s")
+            && said.contains(&format!("prodigy resume-job {job}")),
+        "the message names the controller and what to do:\n{said}"
+    );
+    // The tasks ran on without their coordinator; once the controller answers again the job
+    // resumes: their results are adopted, nothing runs twice.
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    while !queued(&job).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tasks did not end"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = p.prodigy(&["resume-job", "-y", "--executor", "slurm", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    let mut ran: Vec<&str> = log.lines().collect();
+    ran.sort_unstable();
+    assert_eq!(ran, ["1", "2"], "{log}");
+    let results = p.results(&job);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results.iter().all(|r| r["status"] == "succeeded"),
+        "{results:?}"
     );
 }

@@ -75,7 +75,13 @@ impl AgentBackend for ContainerOptions {
         "container"
     }
 
-    fn dispatch<'a>(&'a self, runner: &'a Runner, d: Dispatch) -> Pending<'a, Dispatched> {
+    fn dispatch<'a>(
+        &'a self,
+        runner: &'a Runner,
+        d: Dispatch,
+        _vars: &'a mut crate::vars::Vars,
+    ) -> Pending<'a, Dispatched> {
+        // The task's `prodigy agent` sets the item's variables itself.
         Box::pin(dispatch(runner, self, d))
     }
 

@@ -3,7 +3,7 @@
 //! The coordinator ([`crate::mapreduce`]) keeps everything around an agent (the error
 //! policy, the breaker, the DLQ, checkpoints, worktrees, the merge queue, resume) and asks
 //! an [`AgentBackend`] only to run the agent's steps for one item: submit it, learn how it
-//! ended, cancel it, and find what a killed coordinator left for the item. `Local` runs the
+//! ended, cancel it, and find what a killed coordinator left for the item. [`LocalBackend`] runs the
 //! steps in this process; [`crate::slurm`] as Slurm array tasks and [`container`] in one
 //! container per agent run `prodigy agent` ([`run_task`]), which writes a [`TaskResult`]
 //! atomically to a file the coordinator waits for. A task is named in records, the DLQ and
@@ -15,6 +15,9 @@
 
 pub mod container;
 pub mod noshare;
+mod local;
+
+pub use local::LocalBackend;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -38,8 +41,16 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// What runs map agents somewhere else than in the coordinator's process.
 pub trait AgentBackend: std::fmt::Debug + Send + Sync {
-    /// Its name in `--executor`, task references and events (`slurm`, `container`).
+    /// Its name in `--executor`, task references and events (`local`, `slurm`,
+    /// `container`).
     fn name(&self) -> &'static str;
+
+    /// Whether its tasks may outlive the coordinator that submitted them: a task a killed
+    /// coordinator left may then still work in its agent worktree, which a resumed job
+    /// must not take back into its pool.
+    fn outlives_coordinator(&self) -> bool {
+        true
+    }
 
     /// How many agents may be under way at once for `max_parallel` running (a backend
     /// that queues work may keep more submitted than running).
@@ -49,8 +60,15 @@ pub trait AgentBackend: std::fmt::Debug + Send + Sync {
 
     /// Runs D's item (submitting it, or adopting what a killed coordinator left when
     /// `d.adopt`), waits until it ends, and cancels it on its timeout, on the run's signal
-    /// or when the job stops; what ran it is in the answer's `task`.
-    fn dispatch<'a>(&'a self, runner: &'a Runner, d: Dispatch) -> Pending<'a, Dispatched>;
+    /// or when the job stops; what ran it is in the answer's `task`. RUNNER is the agent's
+    /// ([`Runner::in_agent`]); VARS are the item's, which steps run in this process change
+    /// (the merge sees what they captured).
+    fn dispatch<'a>(
+        &'a self,
+        runner: &'a Runner,
+        d: Dispatch,
+        vars: &'a mut Vars,
+    ) -> Pending<'a, Dispatched>;
 
     /// The worktree of the task a killed coordinator left for item INDEX of the job in
     /// `job_dir`, when that task is adopted rather than run again.
@@ -68,31 +86,34 @@ pub trait AgentBackend: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// Where a MapReduce job's agents run.
-#[derive(Clone, Debug, Default)]
-pub enum AgentHost {
-    /// As child processes of prodigy, `max_parallel` at a time (the default).
-    #[default]
-    Local,
-    /// Through another backend.
-    Backend(Arc<dyn AgentBackend>),
-}
+/// Where a MapReduce job's agents run: the backend `--executor` chose, [`LocalBackend`]
+/// unless another is named. The coordinator asks only the [`AgentBackend`] it derefs to.
+#[derive(Clone, Debug)]
+pub struct AgentHost(Arc<dyn AgentBackend>);
 
 impl AgentHost {
-    /// How many agents the map phase may have under way at once for `max_parallel` running.
-    pub fn admit_limit(&self, max_parallel: usize) -> usize {
-        match self {
-            AgentHost::Local => max_parallel,
-            AgentHost::Backend(b) => b.admit_limit(max_parallel),
-        }
+    /// Agents run through BACKEND.
+    pub fn new(backend: Arc<dyn AgentBackend>) -> Self {
+        AgentHost(backend)
     }
 
-    /// The backend's name: `local`, `slurm`, `container`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            AgentHost::Local => "local",
-            AgentHost::Backend(b) => b.name(),
-        }
+    /// Agents run in this process ([`LocalBackend`]).
+    pub fn local() -> Self {
+        AgentHost(Arc::new(LocalBackend))
+    }
+}
+
+impl Default for AgentHost {
+    fn default() -> Self {
+        AgentHost::local()
+    }
+}
+
+impl std::ops::Deref for AgentHost {
+    type Target = dyn AgentBackend;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
 }
 
@@ -236,29 +257,63 @@ pub fn started_path(result: &Path) -> PathBuf {
 }
 
 /// Notes that the task whose result goes to RESULT started: its agent timeout runs from now.
+/// Only the empty file's existence counts, so it is created, not written atomically.
 ///
 /// # Errors
 ///
-/// The file could not be written.
+/// The file could not be created.
 pub fn mark_started(result: &Path) -> Result<(), TaskFileError> {
     let path = started_path(result);
-    crate::durable::write_atomic(&path, b"").map_err(|source| TaskFileError { path, source })
+    task_file(&path)
+        .map(drop)
+        .map_err(|source| TaskFileError { path, source })
 }
 
-/// Writes RESULT to PATH atomically.
+/// Writes RESULT to PATH atomically: a temporary file renamed to PATH, so the coordinator
+/// reads a whole result or none. Not fsynced (each task's end waited for two fsyncs): the
+/// coordinator makes the outcome durable when it records it, and a result that a crash of
+/// the node loses before that is a task without a result, as a task killed with it is.
 ///
 /// # Errors
 ///
 /// The file could not be written.
 pub fn write_result(path: &Path, result: &TaskResult) -> Result<(), TaskFileError> {
-    let bytes = serde_json::to_vec_pretty(result).map_err(|e| TaskFileError {
-        path: path.to_owned(),
-        source: std::io::Error::other(e),
-    })?;
-    crate::durable::write_atomic(path, &bytes).map_err(|source| TaskFileError {
+    use std::io::Write as _;
+    let failed = |source| TaskFileError {
         path: path.to_owned(),
         source,
-    })
+    };
+    let bytes = serde_json::to_vec_pretty(result).map_err(|e| failed(std::io::Error::other(e)))?;
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let written = task_file(&tmp)
+        .and_then(|mut file| file.write_all(&bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(failed(e));
+    }
+    Ok(())
+}
+
+/// A task's file at PATH, created (or emptied) readable by its owner only, its directory
+/// made when it is missing.
+fn task_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(crate::store::PRIVATE_FILE)
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::store::private_dir(path.parent().unwrap_or_else(|| Path::new(".")))?;
+            open()
+        }
+        opened => opened,
+    }
 }
 
 /// The result at PATH, when a whole one is there.
@@ -278,7 +333,7 @@ pub async fn run_task(
     total: usize,
     workdir: Option<PathBuf>,
 ) -> TaskResult {
-    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, AgentHost::Local);
+    let spec = crate::mapreduce::AgentSpec::new(&runner.plan, false, total, AgentHost::local());
     vars.merge(
         "workflow",
         crate::runner::fields(json!({"name": runner.plan.name, "id": runner.session()})),
@@ -366,6 +421,9 @@ pub struct Dispatched {
     pub claude: crate::claude::Totals,
     /// Its Claude sessions and logs.
     pub trail: crate::jobstore::ItemTrail,
+    /// Set when the backend cannot go on (its controller does not answer): why. The item
+    /// stays pending (`end` is `Cancelled`), and the job stops with this message.
+    pub stop_job: Option<String>,
 }
 
 impl Dispatched {
@@ -378,6 +436,7 @@ impl Dispatched {
             task: Some(task),
             claude: crate::claude::Totals::default(),
             trail: crate::jobstore::ItemTrail::default(),
+            stop_job: None,
         }
     }
 
@@ -390,6 +449,7 @@ impl Dispatched {
             task: None,
             claude: crate::claude::Totals::default(),
             trail: crate::jobstore::ItemTrail::default(),
+            stop_job: None,
         }
     }
 
@@ -413,6 +473,7 @@ impl Dispatched {
             task,
             claude: crate::claude::Totals::default(),
             trail: crate::jobstore::ItemTrail::default(),
+            stop_job: None,
         }
     }
 
@@ -442,6 +503,7 @@ impl Dispatched {
             }),
             claude: result.claude.unwrap_or_default(),
             trail: result.trail,
+            stop_job: None,
         }
     }
 }
@@ -470,6 +532,12 @@ pub struct Dispatch {
     /// Set when the job stops: a task still waiting in the queue is cancelled (its item
     /// stays pending), as a local agent that had not started would not start.
     pub stopping: Option<watch::Receiver<bool>>,
+    /// The agent's steps (a backend whose task runs `prodigy agent` finds them in the
+    /// workflow it reads).
+    pub steps: Vec<prodigy_compiler::plan::StepId>,
+    /// Stops the agent's own commands (its scope's cancel signal), for a backend that runs
+    /// them in this process.
+    pub stop: watch::Sender<bool>,
 }
 
 #[cfg(test)]

@@ -15,7 +15,6 @@ use tokio::time::Instant;
 
 use crate::dlq::{ErrorType, FailureDetail, WorktreeArtifacts};
 use crate::exec;
-use crate::machine::Outcome;
 use crate::mapreduce::{agent_id, item_id, item_vars, merge_back};
 use crate::runner::{AgentScope, Runner, StepFailure};
 use crate::vars::Vars;
@@ -119,9 +118,33 @@ pub(crate) struct AgentRun {
     pub(crate) merge_commit: Option<String>,
     /// Its Claude sessions and logs, and the commits merged.
     pub(crate) trail: crate::jobstore::ItemTrail,
+    /// Why the job stops, when its backend cannot go on ([`crate::backend::Dispatched`]).
+    pub(crate) stop_job: Option<String>,
 }
 
 impl AgentRun {
+    /// What a backend reported, DURATION after the agent started.
+    pub(crate) fn dispatched(done: crate::backend::Dispatched, duration: Duration) -> Self {
+        let end = match done.end {
+            crate::backend::Ended::Succeeded => RunEnd::Succeeded,
+            crate::backend::Ended::Failed => RunEnd::Failed,
+            crate::backend::Ended::TimedOut => RunEnd::TimedOut,
+            crate::backend::Ended::Cancelled => RunEnd::Cancelled,
+        };
+        AgentRun {
+            end,
+            output: done.output,
+            failure: done.failure,
+            duration,
+            artifacts: None,
+            task: done.task,
+            claude: done.claude,
+            merge_commit: None,
+            trail: done.trail,
+            stop_job: done.stop_job,
+        }
+    }
+
     pub(crate) fn rejected() -> Self {
         Self::failed(
             "circuit breaker",
@@ -147,6 +170,7 @@ impl AgentRun {
             task: None,
             merge_commit: None,
             trail: crate::jobstore::ItemTrail::default(),
+            stop_job: None,
         }
     }
 
@@ -244,14 +268,11 @@ pub(crate) fn scope_for(
 }
 
 /// Runs one agent for ITEM; HALT says the job stops (a Slurm task not yet running is not
-/// started), CANCEL that the running agents are cancelled.
+/// started), CANCEL that the running agents are cancelled. Its worktree, its preparation
+/// and the merge of its work are the coordinator's; its steps run where the executor says.
 #[expect(
     clippy::too_many_arguments,
     reason = "the agent's inputs and its two stop signals, all borrowed from the dispatcher"
-)]
-#[expect(
-    clippy::too_many_lines,
-    reason = "split after the backend and pool work lands (issue 26)"
 )]
 pub(crate) async fn run_agent(
     runner: &Runner,
@@ -263,36 +284,9 @@ pub(crate) async fn run_agent(
     halt: watch::Receiver<bool>,
     cancel: Option<watch::Receiver<bool>>,
 ) -> AgentRun {
-    // A task that a killed coordinator left for this item keeps its worktree.
-    let adopted = match (&spec.executor, spec.adopt) {
-        (crate::backend::AgentHost::Backend(backend), true) => {
-            let job_dir = runner.opts.layout.job_dir(runner.session());
-            backend.adoptable(runner, &job_dir, index).await.flatten()
-        }
-        (crate::backend::AgentHost::Backend(_) | crate::backend::AgentHost::Local, _) => None,
-    };
-    let worktree = match (&runner.opts.worktree, adopted) {
-        (Some(_), Some(adopted)) => Some(adopted),
-        (Some(session), None) => {
-            match crate::worktree::create_agent(
-                &runner.opts.layout,
-                session,
-                &runner.agent_worktrees,
-                &item_id(index),
-            )
-            .await
-            {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    return AgentRun::failed(
-                        "worktree",
-                        format!("cannot create the agent's worktree: {e}"),
-                        ErrorType::WorktreeError,
-                    );
-                }
-            }
-        }
-        (None, _) => None,
+    let worktree = match agent_worktree(runner, spec, index).await {
+        Ok(worktree) => worktree,
+        Err(run) => return run,
     };
     let mut vars = base.clone();
     item_vars(&mut vars, item, index, spec.total);
@@ -307,7 +301,7 @@ pub(crate) async fn run_agent(
         attempt,
     });
     let started = Instant::now();
-    let agent = runner.in_agent(Rc::clone(&scope));
+    let agent = runner.in_agent(scope);
     // `worktree:` copies, links and, once per worktree, `setup` (docs/language.md §11).
     let prepared = match &worktree {
         Some(w) => {
@@ -318,78 +312,26 @@ pub(crate) async fn run_agent(
         None => Ok(()),
     };
     let mut run = if let Err(message) = prepared {
-        agent.say(crate::message::Message::error(message.to_string()));
-        AgentRun::failed(
-            "worktree.setup",
-            message.to_string(),
-            ErrorType::WorktreeError,
-        )
-    } else if let crate::backend::AgentHost::Backend(backend) = &spec.executor {
-        // The steps run in the backend's task; everything around them stays here.
-        let job_dir = runner.opts.layout.job_dir(runner.session());
-        let done = backend
-            .dispatch(
-                &agent,
-                crate::backend::Dispatch {
-                    job_dir,
-                    job_id: runner.session().to_owned(),
-                    index,
-                    attempt,
-                    worktree: worktree.clone(),
-                    timeout: spec.timeout,
-                    stopping: Some(halt),
-                    halt: cancel,
-                    adopt: spec.adopt,
-                    parallel: spec.parallel,
-                },
-            )
-            .await;
-        let end = match done.end {
-            crate::backend::Ended::Succeeded => RunEnd::Succeeded,
-            crate::backend::Ended::Failed => RunEnd::Failed,
-            crate::backend::Ended::TimedOut => RunEnd::TimedOut,
-            crate::backend::Ended::Cancelled => RunEnd::Cancelled,
-        };
-        AgentRun {
-            end,
-            output: done.output,
-            failure: done.failure,
-            duration: started.elapsed(),
-            artifacts: None,
-            task: done.task,
-            claude: done.claude,
-            merge_commit: None,
-            trail: done.trail,
-        }
+        agent.say(crate::message::Message::error(message.clone()));
+        AgentRun::failed("worktree.setup", message, ErrorType::WorktreeError)
     } else {
-        let (outcome, why) = guarded(
-            runner,
+        let dispatch = crate::backend::Dispatch {
+            job_dir: runner.opts.layout.job_dir(runner.session()),
+            job_id: runner.session().to_owned(),
+            index,
+            attempt,
+            worktree: worktree.clone(),
+            timeout: spec.timeout,
+            stopping: Some(halt),
+            halt: cancel,
+            adopt: spec.adopt,
+            parallel: spec.parallel,
+            steps: spec.steps.clone(),
             stop,
-            agent.run_agent_steps(&spec.steps, &mut vars),
-            spec.timeout,
-            cancel,
-        )
-        .await;
-        let end = match (why, outcome) {
-            (Some(Stopped::TimedOut), _) => RunEnd::TimedOut,
-            (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => RunEnd::Cancelled,
-            // A step whose failure was only handled fails the item.
-            (None, o) if o.continues_agent() => RunEnd::Succeeded,
-            (None, _) => RunEnd::Failed,
         };
-        let failure = scope.failure.borrow().clone();
-        let claude = *scope.claude.borrow();
-        AgentRun {
-            end,
-            output: vars.last_output.take(),
-            failure,
-            duration: started.elapsed(),
-            artifacts: None,
-            task: None,
-            claude,
-            merge_commit: None,
-            trail: scope.trail.take(),
-        }
+        // The steps run where the executor says; everything around them stays here.
+        let done = spec.executor.dispatch(&agent, dispatch, &mut vars).await;
+        AgentRun::dispatched(done, started.elapsed())
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
         merge_back(
@@ -403,6 +345,45 @@ pub(crate) async fn run_agent(
         .await;
     }
     run
+}
+
+/// The worktree item INDEX's agent works in: the one a task a killed coordinator left
+/// kept (when the backend adopts it), else a new one from the pool; none when the session
+/// has no worktree. Err is the item's failed run.
+async fn agent_worktree(
+    runner: &Runner,
+    spec: &AgentSpec,
+    index: usize,
+) -> Result<Option<AgentWorktree>, AgentRun> {
+    let Some(session) = &runner.opts.worktree else {
+        return Ok(None);
+    };
+    if spec.adopt {
+        let job_dir = runner.opts.layout.job_dir(runner.session());
+        if let Some(adopted) = spec
+            .executor
+            .adoptable(runner, &job_dir, index)
+            .await
+            .flatten()
+        {
+            return Ok(Some(adopted));
+        }
+    }
+    crate::worktree::create_agent(
+        &runner.opts.layout,
+        session,
+        &runner.agent_worktrees,
+        &item_id(index),
+    )
+    .await
+    .map(Some)
+    .map_err(|e| {
+        AgentRun::failed(
+            "worktree",
+            format!("cannot create the agent's worktree: {e}"),
+            ErrorType::WorktreeError,
+        )
+    })
 }
 
 /// The DLQ's record of a kept agent worktree, with its uncommitted CHANGES; secrets masked

@@ -6,15 +6,14 @@
 //! message ([`Done`]), and the dispatcher reacts to each message in turn: it records the
 //! outcome, feeds the machines, and answers with the work to start next ([`Work`]).
 
-use crate::mapreduce::{MapError, MaxParallelError};
 use crate::message::Message;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use prodigy_plan::{ErrorCollection, MaxParallel, TimeoutAction};
-use prodigy_plan::{Plan, StepId};
+use prodigy_compiler::plan::{ErrorCollection, MaxParallel, TimeoutAction};
+use prodigy_compiler::plan::{Plan, StepId};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -35,101 +34,28 @@ use crate::runner::Runner;
 use crate::vars::Vars;
 
 impl MapJob<'_> {
-    #[expect(
-        clippy::too_many_lines,
-        reason = "split after the backend and pool work lands (issue 26)"
-    )]
-    pub(crate) async fn map(&mut self, vars: &Vars) -> Result<MapEnd, MapError> {
+    pub(crate) async fn map(&mut self, vars: &Vars) -> Result<MapEnd, String> {
         let runner = self.runner;
         let plan = self.plan;
-        let Some(map) = &plan.map else {
+        if plan.map.is_none() {
             return Ok(MapEnd::Finished);
-        };
-        let items = self.files.load_items().map_err(|e| {
-            self.state_lost()
-                .map_or(MapError::Items(e), MapError::StateLost)
-        })?;
-        let previous = self.files.load_results().map_err(MapError::Results)?;
-        for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
-            runner.record(&Event::DlqItemRepaired {
-                item_id: id,
-                repaired: true,
-            });
         }
-        let total = items.len();
-        let mut records: Vec<Option<ItemRecord>> = vec![None; total];
-        for record in previous {
-            let index = record.index;
-            if let Some(slot) = records.get_mut(index) {
-                *slot = Some(record);
-            }
-        }
-        self.recover_merged(&mut records).await;
-        self.adopt_agents().await;
-        let counts = tally(records.iter().flatten());
+        let (items, records) = self.load_records().await?;
         let max_parallel = max_parallel(plan, vars, self.opts.max_parallel)?;
         self.cp.max_parallel = max_parallel;
-        let policy: JobPolicy = plan.job_policy.clone();
-        let collection = policy.error_collection;
-        let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
-        let breaker = policy.circuit_breaker.map(Breaker::new);
-        let job = Job::resumed(policy, counts, total as u64);
-        let timeout_action = map
-            .timeout_config
-            .as_ref()
-            .map_or(TimeoutAction::Dlq, |c| c.action);
         let spec = AgentSpec {
             parallel: max_parallel,
             ..AgentSpec::new(
                 plan,
                 self.opts.cancel_running,
-                total,
+                items.len(),
                 self.opts.executor.clone(),
             )
         };
         // What an earlier coordinator of the job left on the backend goes before items run.
-        if let crate::backend::AgentHost::Backend(backend) = &spec.executor {
-            backend
-                .end_earlier(self.runner, self.runner.session())
-                .await;
-        }
-        let pending: VecDeque<(usize, u32)> = records
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.is_none())
-            .map(|(i, _)| (i, 1))
-            .collect();
-        self.runner.record(&Event::MapStarted {
-            items: total,
-            pending: pending.len(),
-            max_parallel,
-        });
-        self.say(Message::info(format!(
-            "map: {} of {} to run, {max_parallel} at a time",
-            pending.len(),
-            crate::progress::count(total, "item")
-        )));
+        spec.executor.end_earlier(runner, runner.session()).await;
         let (halt_tx, halt_rx) = watch::channel(false);
         let (cancel_tx, cancel_rx) = watch::channel(false);
-        let cancel_running = self.opts.cancel_running;
-        let budget = Budget::of(plan, runner.opts.max_cost_usd);
-        // What an item has cost on average: its last attempt's Claude calls, for the items
-        // earlier processes finished; every attempt's from here on.
-        let item_costs = records.iter().flatten().fold((0.0, 0), |(sum, n), r| {
-            (sum + r.claude.map_or(0.0, |c| c.cost_usd), n + 1)
-        });
-        let dlq_count = self.dlq.index().map_or(0, |i| i.item_count as u64);
-        // `timeout_config.enable_monitoring: false` turns the progress display off.
-        let monitored = map
-            .timeout_config
-            .as_ref()
-            .is_none_or(|c| c.enable_monitoring);
-        let progress = Progress::start(
-            runner.sink.reporter(),
-            total as u64,
-            counts.finished(),
-            monitored,
-        );
         let context = Context {
             runner,
             spec: &spec,
@@ -139,40 +65,50 @@ impl MapJob<'_> {
             halt: halt_rx,
             cancel: cancel_rx,
         };
-        let dispatcher = Dispatcher {
-            job: self,
-            machine: job,
-            breaker,
-            pending,
-            records,
-            agents: 0,
-            dlq_count,
-            batch: Vec::new(),
-            earlier: HashMap::new(),
-            progress,
-            last_save: Instant::now(),
-            stop_announced: false,
-            lost: None,
-            halt: halt_tx,
-            cancel: cancel_tx,
-            cancel_running,
-            budget,
-            item_costs,
-            collection,
-            timeout_action,
-            jitter,
-            max_delay,
-            max_parallel,
-        };
+        let dispatcher = Dispatcher::new(self, records, max_parallel, halt_tx, cancel_tx);
+        let ended = dispatcher.run(&context).await;
+        self.map_ended(ended)
+    }
+
+    /// The job's items and the outcomes earlier processes recorded, by index (the DLQ
+    /// repaired to match them, merges a killed process made recorded, worktrees it left
+    /// back in the pool).
+    async fn load_records(&mut self) -> Result<(Vec<Value>, Vec<Option<ItemRecord>>), String> {
+        let items = self
+            .files
+            .load_items()
+            .map_err(|e| self.state_lost().unwrap_or_else(|| e.to_string()))?;
+        let previous = self.files.load_results().map_err(|e| e.to_string())?;
+        for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
+            self.runner.record(&Event::DlqItemRepaired {
+                item_id: id,
+                repaired: true,
+            });
+        }
+        let mut records: Vec<Option<ItemRecord>> = vec![None; items.len()];
+        for record in previous {
+            let index = record.index;
+            if let Some(slot) = records.get_mut(index) {
+                *slot = Some(record);
+            }
+        }
+        self.recover_merged(&mut records).await;
+        self.adopt_agents().await;
+        Ok((items, records))
+    }
+
+    /// How the map phase ended, once the dispatcher has nothing in flight: its counts
+    /// and checkpoint written.
+    fn map_ended(&mut self, ended: Ended) -> Result<MapEnd, String> {
         let Ended {
             records,
             batch,
             lost,
             machine: job,
             budget,
-        } = dispatcher.run(&context).await;
+        } = ended;
         if let Some(why) = lost.or_else(|| self.state_lost()) {
-            return Err(MapError::StateLost(why));
+            return Err(why);
         }
         if !batch.is_empty() {
             self.say(Message::ItemsFailed(batch));
@@ -185,9 +121,9 @@ impl MapJob<'_> {
             pending: self.cp.items_remaining.len(),
         });
         if let Some(why) = self.write_failure() {
-            return Err(MapError::StateWrite(why));
+            return Err(why);
         }
-        if runner.cancelled() {
+        if self.runner.cancelled() {
             return Ok(MapEnd::Interrupted);
         }
         if let JobState::Stopping(reason) = job.state() {
@@ -318,11 +254,7 @@ impl MapJob<'_> {
 
 /// The agents at a time: OVERRIDE (`--max-parallel`), else the map's `max_parallel`,
 /// a number or a `${VAR}` rendered with VARS.
-pub(crate) fn max_parallel(
-    plan: &Plan,
-    vars: &Vars,
-    over: Option<usize>,
-) -> Result<usize, MaxParallelError> {
+pub(crate) fn max_parallel(plan: &Plan, vars: &Vars, over: Option<usize>) -> Result<usize, String> {
     if let Some(n) = over {
         return Ok(n.max(1));
     }
@@ -332,13 +264,16 @@ pub(crate) fn max_parallel(
     match &map.max_parallel {
         MaxParallel::Fixed(n) => Ok(usize::try_from(n.value).unwrap_or(usize::MAX).max(1)),
         MaxParallel::Variable(t) => {
-            let text = t.parsed.render(vars).map_err(MaxParallelError::Render)?;
+            let text = t
+                .parsed
+                .render(vars)
+                .map_err(|e| format!("`max_parallel`: {e}"))?;
             match text.trim().parse::<usize>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(MaxParallelError::NotPositive {
-                    written: t.value.clone(),
-                    text,
-                }),
+                _ => Err(format!(
+                    "`max_parallel` is `{}`, which is `{text}`: not a positive number",
+                    t.value
+                )),
             }
         }
     }
@@ -573,6 +508,86 @@ struct Ended {
     budget: Option<Budget>,
 }
 
+impl<'j, 'a> Dispatcher<'j, 'a> {
+    /// The dispatcher of JOB's map phase over RECORDS (`None`: the item has no outcome
+    /// yet), under the job's error policy, breaker and budget; says what it will run.
+    fn new(
+        job: &'j mut MapJob<'a>,
+        records: Vec<Option<ItemRecord>>,
+        max_parallel: usize,
+        halt: watch::Sender<bool>,
+        cancel: watch::Sender<bool>,
+    ) -> Self {
+        let runner = job.runner;
+        let plan = job.plan;
+        let total = records.len();
+        let counts = tally(records.iter().flatten());
+        let policy: JobPolicy = plan.job_policy.clone();
+        let collection = policy.error_collection;
+        let (jitter, max_delay) = (policy.jitter, policy.max_delay.unwrap_or(Duration::MAX));
+        let breaker = policy.circuit_breaker.map(Breaker::new);
+        let machine = Job::resumed(policy, counts, total as u64);
+        let timeout_config = plan.map.as_ref().and_then(|m| m.timeout_config.as_ref());
+        let timeout_action = timeout_config.map_or(TimeoutAction::Dlq, |c| c.action);
+        let pending: VecDeque<(usize, u32)> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_none())
+            .map(|(i, _)| (i, 1))
+            .collect();
+        runner.record(&Event::MapStarted {
+            items: total,
+            pending: pending.len(),
+            max_parallel,
+        });
+        job.say(Message::info(format!(
+            "map: {} of {} to run, {max_parallel} at a time",
+            pending.len(),
+            crate::progress::count(total, "item")
+        )));
+        // What an item has cost on average: its last attempt's Claude calls, for the items
+        // earlier processes finished; every attempt's from here on.
+        let item_costs = records.iter().flatten().fold((0.0, 0), |(sum, n), r| {
+            (sum + r.claude.map_or(0.0, |c| c.cost_usd), n + 1)
+        });
+        let dlq_count = job.dlq.index().map_or(0, |i| i.item_count as u64);
+        // `timeout_config.enable_monitoring: false` turns the progress display off.
+        let monitored = timeout_config.is_none_or(|c| c.enable_monitoring);
+        let progress = Progress::start(
+            runner.sink.reporter(),
+            total as u64,
+            counts.finished(),
+            monitored,
+        );
+        let cancel_running = job.opts.cancel_running;
+        Dispatcher {
+            job,
+            machine,
+            breaker,
+            pending,
+            records,
+            agents: 0,
+            dlq_count,
+            batch: Vec::new(),
+            earlier: HashMap::new(),
+            progress,
+            last_save: Instant::now(),
+            stop_announced: false,
+            lost: None,
+            halt,
+            cancel,
+            cancel_running,
+            budget: Budget::of(plan, runner.opts.max_cost_usd),
+            item_costs,
+            collection,
+            timeout_action,
+            jitter,
+            max_delay,
+            max_parallel,
+        }
+    }
+}
+
 impl Dispatcher<'_, '_> {
     /// Starts work and reacts to what ends until nothing runs and nothing may start.
     async fn run<'c>(mut self, context: &'c Context<'c>) -> Ended {
@@ -765,11 +780,15 @@ impl Dispatcher<'_, '_> {
             }
         };
         if run.end == RunEnd::Cancelled {
-            // Interrupted or cancelled by `--cancel-running`: the item stays pending.
+            // Interrupted, cancelled by `--cancel-running`, or its backend cannot go on: the
+            // item stays pending.
             runner.record(&Event::AgentCancelled {
                 agent_id: agent_id(index),
                 item_id: item_id(index),
             });
+            if let Some(why) = run.stop_job {
+                self.backend_lost(why);
+            }
             return None;
         }
         self.feed_breaker(index, &run, admission, runner);
@@ -781,6 +800,15 @@ impl Dispatcher<'_, '_> {
         };
         self.after_outcome();
         next
+    }
+
+    /// The backend cannot go on (WHY): no new agents start, those running end as their
+    /// backend lets them, and the job fails with WHY, its unfinished items pending.
+    fn backend_lost(&mut self, why: String) {
+        if self.lost.is_none() {
+            self.lost = Some(why);
+            let _ = self.halt.send(true);
+        }
     }
 
     /// The `custom:` handler of a failed item ended: the item's outcome is written, and it
@@ -883,10 +911,6 @@ impl Dispatcher<'_, '_> {
 
     /// An agent failed: reported as `error_collection` says, then retried, skipped, handed
     /// to its handler or dead-lettered as the error policy and `timeout_action` say.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "split after the backend and pool work lands (issue 26)"
-    )]
     fn on_failed<'c>(
         &mut self,
         index: usize,
@@ -906,44 +930,10 @@ impl Dispatcher<'_, '_> {
             step: run.failure.as_ref().map(|f| f.step.clone()),
         });
         self.report_failure(index, &message);
-        // `timeout_action` decides for every timeout, the agent's or a command's.
-        let timed_out = run.error_type() == ErrorType::Timeout;
-        let action = match (timed_out, self.timeout_action) {
-            (true, TimeoutAction::Skip) => {
-                self.machine.skip();
-                ItemAction::Skip
-            }
-            (true, TimeoutAction::Fail) => {
-                self.machine.fail_and_stop(StopReason::AgentTimeout);
-                ItemAction::Fail
-            }
-            (
-                _,
-                TimeoutAction::Dlq
-                | TimeoutAction::GracefulTerminate
-                | TimeoutAction::Skip
-                | TimeoutAction::Fail,
-            ) => self.machine.on_item(ItemEvent::Failed { attempt }),
-        };
-        // The planner takes a handler's id from `Plan::handlers`; were it missing, the item is
-        // dead-lettered rather than handled by nothing.
-        let action = match action {
-            ItemAction::Handler(handler) if context.plan.handler(handler).is_none() => {
-                self.job.say(Message::internal(format!(
-                    "handler #{} is not in the plan; item {} goes to the DLQ",
-                    handler.0,
-                    item_id(index)
-                )));
-                ItemAction::DeadLetter
-            }
-            other => other,
-        };
-        if matches!(action, ItemAction::Retry { .. }) {
-            let detail = failure_of(runner, &run, &runner.mask(&message), index);
-            self.earlier.entry(index).or_default().push(detail);
-        }
-        match action {
+        match self.failure_action(index, attempt, &run, context.plan) {
             ItemAction::Retry { attempt, delay } => {
+                let detail = failure_of(runner, &run, &runner.mask(&message), index);
+                self.earlier.entry(index).or_default().push(detail);
                 let delay = match self.jitter {
                     Some(factor) => runner.jittered(delay, factor, self.max_delay),
                     None => delay,
@@ -972,24 +962,7 @@ impl Dispatcher<'_, '_> {
                 None
             }
             ItemAction::Handler(handler) => {
-                let (name, steps) = context.plan.handler(handler).unwrap_or_default();
-                runner.record(&Event::ItemHandlerStarted {
-                    item_id: item_id(index),
-                    handler: name.to_owned(),
-                });
-                // Every `${error.*}` field a step's handler has, plus the item's.
-                let error = json!({"message": message, "exit_code": run.failure.as_ref().and_then(|f| f.output.as_ref()).and_then(|o| o.exit_code).unwrap_or(-1), "type": run.error_type().name(), "step": run.failure.as_ref().map(|f| f.step.clone()), "item_id": item_id(index), "timestamp": crate::store::timestamp()});
-                let item = context.items.get(index)?;
-                // A handler takes an agent's place among the `max_parallel`.
-                self.agents += 1;
-                Some(Work::Handler {
-                    index,
-                    attempt,
-                    item,
-                    run: Box::new(run),
-                    steps,
-                    error,
-                })
+                self.handle(index, attempt, run, handler, &message, context)
             }
             ItemAction::DeadLetter | ItemAction::Fail | ItemAction::Done => {
                 let before = self.earlier.remove(&index).unwrap_or_default();
@@ -1005,6 +978,86 @@ impl Dispatcher<'_, '_> {
                 None
             }
         }
+    }
+
+    /// What becomes of item INDEX after RUN failed: `timeout_action` decides for every
+    /// timeout (the agent's or a command's), the error policy for the rest.
+    fn failure_action(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        run: &AgentRun,
+        plan: &Plan,
+    ) -> ItemAction {
+        let timed_out = run.error_type() == ErrorType::Timeout;
+        let action = match (timed_out, self.timeout_action) {
+            (true, TimeoutAction::Skip) => {
+                self.machine.skip();
+                ItemAction::Skip
+            }
+            (true, TimeoutAction::Fail) => {
+                self.machine.fail_and_stop(StopReason::AgentTimeout);
+                ItemAction::Fail
+            }
+            (
+                _,
+                TimeoutAction::Dlq
+                | TimeoutAction::GracefulTerminate
+                | TimeoutAction::Skip
+                | TimeoutAction::Fail,
+            ) => self.machine.on_item(ItemEvent::Failed { attempt }),
+        };
+        // The planner takes a handler's id from `Plan::handlers`; were it missing, the item is
+        // dead-lettered rather than handled by nothing.
+        match action {
+            ItemAction::Handler(handler) if plan.handler(handler).is_none() => {
+                self.job.say(Message::internal(format!(
+                    "handler #{} is not in the plan; item {} goes to the DLQ",
+                    handler.0,
+                    item_id(index)
+                )));
+                ItemAction::DeadLetter
+            }
+            other => other,
+        }
+    }
+
+    /// Starts HANDLER (`on_item_failure: custom:`) for item INDEX, whose RUN failed with
+    /// MESSAGE: with every `${error.*}` field a step's handler has, plus the item's.
+    fn handle<'c>(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        run: AgentRun,
+        handler: crate::job::HandlerId,
+        message: &str,
+        context: &Context<'c>,
+    ) -> Option<Work<'c>> {
+        let (name, steps) = context.plan.handler(handler).unwrap_or_default();
+        context.runner.record(&Event::ItemHandlerStarted {
+            item_id: item_id(index),
+            handler: name.to_owned(),
+        });
+        let failure = run.failure.as_ref();
+        let error = json!({
+            "message": message,
+            "exit_code": failure.and_then(|f| f.output.as_ref()).and_then(|o| o.exit_code).unwrap_or(-1),
+            "type": run.error_type().name(),
+            "step": failure.map(|f| f.step.clone()),
+            "item_id": item_id(index),
+            "timestamp": crate::store::timestamp(),
+        });
+        let item = context.items.get(index)?;
+        // A handler takes an agent's place among the `max_parallel`.
+        self.agents += 1;
+        Some(Work::Handler {
+            index,
+            attempt,
+            item,
+            run: Box::new(run),
+            steps,
+            error,
+        })
     }
 
     /// Says a failure as `error_collection` asks: at once, by batches, or (`aggregate`)

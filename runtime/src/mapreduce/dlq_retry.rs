@@ -89,9 +89,7 @@ pub async fn retry_dead_letters(
         parallel: max_parallel,
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
-    if let crate::backend::AgentHost::Backend(backend) = executor {
-        backend.end_earlier(runner, job_id).await;
-    }
+    executor.end_earlier(runner, job_id).await;
     let (_halt_tx, halt_rx) = watch::channel(false);
     runner.record(&crate::events::Event::DlqRetryStarted { items: ids.len() });
     let mut summary = RetrySummary::default();
@@ -111,6 +109,7 @@ pub async fn retry_dead_letters(
     let mut runs = futures::stream::iter(ids)
         .map(|id| retry.run(id, halt_rx.clone()))
         .buffer_unordered(max_parallel.max(1));
+    let mut backend_lost = false;
     while let Some((id, index, result)) = runs.next().await {
         let Some((entry, run)) = result else { continue };
         match run {
@@ -204,7 +203,14 @@ impl Retry<'_> {
     ) -> Result<(), super::RetryError> {
         let runner = self.runner;
         match run.end {
-            RunEnd::Cancelled => summary.interrupted = true,
+            RunEnd::Cancelled => {
+                summary.interrupted = true;
+                // Said once: every item after it stops the same way.
+                if let Some(why) = run.stop_job.filter(|_| !backend_lost) {
+                    backend_lost = true;
+                    runner.say(Message::JobFailed(why));
+                }
+            }
             RunEnd::Succeeded => {
                 summary.retried += 1;
                 summary.succeeded += 1;

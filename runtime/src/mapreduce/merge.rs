@@ -336,15 +336,16 @@ fn kept_worktrees(
 impl MapJob<'_> {
     /// Before a map phase's agents start: the agent worktrees an earlier process of this
     /// job left (killed, or stopped) go back into the pool, cleaned, unless they are kept
-    /// ([`kept_worktrees`]). Not under Slurm, where a task a killed coordinator left may
-    /// still be working in its worktree.
+    /// ([`kept_worktrees`]). Not on a backend whose task a killed coordinator left may
+    /// still be working in its worktree (Slurm).
     pub(crate) async fn adopt_agents(&self) {
         let runner = self.runner;
-        let (Some(session), crate::backend::AgentHost::Local) =
-            (runner.worktree(), &self.opts.executor)
-        else {
+        let Some(session) = runner.worktree() else {
             return;
         };
+        if self.opts.executor.outlives_coordinator() {
+            return;
+        }
         let keep = kept_worktrees(runner, self.files.dir(), &self.dlq);
         runner
             .agent_worktrees
@@ -403,5 +404,6 @@ pub(crate) async fn merged_run(
         task: None,
         merge_commit: Some(commit),
         trail: crate::jobstore::ItemTrail::default(),
+        stop_job: None,
     })
 }
