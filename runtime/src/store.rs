@@ -231,7 +231,7 @@ impl CheckpointJournal {
 
     /// `checkpoint.json`.
     pub fn snapshot_path(&self) -> PathBuf {
-        self.dir.join("checkpoint.json")
+        crate::layout::checkpoint(&self.dir)
     }
 
     /// Saves BATCH (in order; the last is the newest) durably, numbering each; returns the
@@ -258,7 +258,7 @@ impl CheckpointJournal {
             if status != SessionStatus::Running {
                 // Emptied, and its records are older than the snapshot anyway.
                 self.file = None;
-                let _ = std::fs::remove_file(self.dir.join(JOURNAL));
+                let _ = std::fs::remove_file(crate::layout::journal(&self.dir));
             }
             return Ok(snapshot);
         }
@@ -267,7 +267,7 @@ impl CheckpointJournal {
             serde_json::to_writer(&mut lines, checkpoint).map_err(std::io::Error::other)?;
             lines.push(b'\n');
         }
-        let path = self.dir.join(JOURNAL);
+        let path = crate::layout::journal(&self.dir);
         let Some(file) = self.file.as_mut() else {
             return Err(std::io::Error::other("the checkpoint journal is not open"));
         };
@@ -292,7 +292,7 @@ impl CheckpointJournal {
                     .create(true)
                     .append(true)
                     .mode(PRIVATE_FILE)
-                    .open(self.dir.join(JOURNAL))?,
+                    .open(crate::layout::journal(&self.dir))?,
             );
         }
         let text = serde_json::to_vec_pretty(newest).map_err(std::io::Error::other)?;

@@ -14,8 +14,8 @@
 //! `executor:` (ARCHITECTURE.md, "Agent backends").
 
 pub mod container;
-pub mod noshare;
 mod local;
+pub mod noshare;
 
 pub use local::LocalBackend;
 
@@ -304,12 +304,12 @@ fn task_file(path: &Path) -> std::io::Result<std::fs::File> {
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(crate::store::PRIVATE_FILE)
+            .mode(crate::durable::PRIVATE_FILE)
             .open(path)
     };
     match open() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            crate::store::private_dir(path.parent().unwrap_or_else(|| Path::new(".")))?;
+            crate::durable::private_dir(path.parent().unwrap_or_else(|| Path::new(".")))?;
             open()
         }
         opened => opened,
@@ -534,7 +534,7 @@ pub struct Dispatch {
     pub stopping: Option<watch::Receiver<bool>>,
     /// The agent's steps (a backend whose task runs `prodigy agent` finds them in the
     /// workflow it reads).
-    pub steps: Vec<prodigy_compiler::plan::StepId>,
+    pub steps: Vec<prodigy_plan::StepId>,
     /// Stops the agent's own commands (its scope's cancel signal), for a backend that runs
     /// them in this process.
     pub stop: watch::Sender<bool>,

@@ -596,8 +596,13 @@ impl AgentBackend for NoShare {
         }
     }
 
-    fn dispatch<'a>(&'a self, runner: &'a Runner, d: Dispatch) -> Pending<'a, Dispatched> {
-        Box::pin(dispatch(self, runner, d))
+    fn dispatch<'a>(
+        &'a self,
+        runner: &'a Runner,
+        d: Dispatch,
+        vars: &'a mut crate::vars::Vars,
+    ) -> Pending<'a, Dispatched> {
+        Box::pin(dispatch(self, runner, d, vars))
     }
 
     fn adoptable<'a>(
@@ -621,7 +626,12 @@ impl AgentBackend for NoShare {
 }
 
 /// Runs D's item on a machine that sees only the served repository.
-async fn dispatch(b: &NoShare, runner: &Runner, d: Dispatch) -> Dispatched {
+async fn dispatch(
+    b: &NoShare,
+    runner: &Runner,
+    d: Dispatch,
+    vars: &mut crate::vars::Vars,
+) -> Dispatched {
     let served = match b.served(runner, &d.job_dir, &d.job_id).await {
         Ok(s) => s,
         Err(e) => {
@@ -653,7 +663,7 @@ async fn dispatch(b: &NoShare, runner: &Runner, d: Dispatch) -> Dispatched {
     let done = {
         let run = async {
             match &b.launch {
-                Launch::Slurm(s) => s.dispatch(runner, d).await,
+                Launch::Slurm(s) => s.dispatch(runner, d, vars).await,
                 Launch::Process { program } => {
                     process_dispatch(runner, b, program, &served.remote, d, &result).await
                 }

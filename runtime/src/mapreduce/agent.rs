@@ -312,8 +312,12 @@ pub(crate) async fn run_agent(
         None => Ok(()),
     };
     let mut run = if let Err(message) = prepared {
-        agent.say(crate::message::Message::error(message.clone()));
-        AgentRun::failed("worktree.setup", message, ErrorType::WorktreeError)
+        agent.say(crate::message::Message::error(message.to_string()));
+        AgentRun::failed(
+            "worktree.setup",
+            message.to_string(),
+            ErrorType::WorktreeError,
+        )
     } else {
         let dispatch = crate::backend::Dispatch {
             job_dir: runner.opts.layout.job_dir(runner.session()),

@@ -6,14 +6,15 @@
 //! message ([`Done`]), and the dispatcher reacts to each message in turn: it records the
 //! outcome, feeds the machines, and answers with the work to start next ([`Work`]).
 
+use crate::mapreduce::{MapError, MaxParallelError};
 use crate::message::Message;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use prodigy_compiler::plan::{ErrorCollection, MaxParallel, TimeoutAction};
-use prodigy_compiler::plan::{Plan, StepId};
+use prodigy_plan::{ErrorCollection, MaxParallel, TimeoutAction};
+use prodigy_plan::{Plan, StepId};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -34,7 +35,7 @@ use crate::runner::Runner;
 use crate::vars::Vars;
 
 impl MapJob<'_> {
-    pub(crate) async fn map(&mut self, vars: &Vars) -> Result<MapEnd, String> {
+    pub(crate) async fn map(&mut self, vars: &Vars) -> Result<MapEnd, MapError> {
         let runner = self.runner;
         let plan = self.plan;
         if plan.map.is_none() {
@@ -73,12 +74,12 @@ impl MapJob<'_> {
     /// The job's items and the outcomes earlier processes recorded, by index (the DLQ
     /// repaired to match them, merges a killed process made recorded, worktrees it left
     /// back in the pool).
-    async fn load_records(&mut self) -> Result<(Vec<Value>, Vec<Option<ItemRecord>>), String> {
-        let items = self
-            .files
-            .load_items()
-            .map_err(|e| self.state_lost().unwrap_or_else(|| e.to_string()))?;
-        let previous = self.files.load_results().map_err(|e| e.to_string())?;
+    async fn load_records(&mut self) -> Result<(Vec<Value>, Vec<Option<ItemRecord>>), MapError> {
+        let items = self.files.load_items().map_err(|e| {
+            self.state_lost()
+                .map_or(MapError::Items(e), MapError::StateLost)
+        })?;
+        let previous = self.files.load_results().map_err(MapError::Results)?;
         for id in repair_dlq(&self.dlq, &previous, &items, &self.cp.items_remaining) {
             self.runner.record(&Event::DlqItemRepaired {
                 item_id: id,
@@ -99,7 +100,7 @@ impl MapJob<'_> {
 
     /// How the map phase ended, once the dispatcher has nothing in flight: its counts
     /// and checkpoint written.
-    fn map_ended(&mut self, ended: Ended) -> Result<MapEnd, String> {
+    fn map_ended(&mut self, ended: Ended) -> Result<MapEnd, MapError> {
         let Ended {
             records,
             batch,
@@ -108,7 +109,7 @@ impl MapJob<'_> {
             budget,
         } = ended;
         if let Some(why) = lost.or_else(|| self.state_lost()) {
-            return Err(why);
+            return Err(MapError::StateLost(why));
         }
         if !batch.is_empty() {
             self.say(Message::ItemsFailed(batch));
@@ -121,7 +122,7 @@ impl MapJob<'_> {
             pending: self.cp.items_remaining.len(),
         });
         if let Some(why) = self.write_failure() {
-            return Err(why);
+            return Err(MapError::StateWrite(why));
         }
         if self.runner.cancelled() {
             return Ok(MapEnd::Interrupted);
@@ -254,7 +255,11 @@ impl MapJob<'_> {
 
 /// The agents at a time: OVERRIDE (`--max-parallel`), else the map's `max_parallel`,
 /// a number or a `${VAR}` rendered with VARS.
-pub(crate) fn max_parallel(plan: &Plan, vars: &Vars, over: Option<usize>) -> Result<usize, String> {
+pub(crate) fn max_parallel(
+    plan: &Plan,
+    vars: &Vars,
+    over: Option<usize>,
+) -> Result<usize, MaxParallelError> {
     if let Some(n) = over {
         return Ok(n.max(1));
     }
@@ -264,16 +269,13 @@ pub(crate) fn max_parallel(plan: &Plan, vars: &Vars, over: Option<usize>) -> Res
     match &map.max_parallel {
         MaxParallel::Fixed(n) => Ok(usize::try_from(n.value).unwrap_or(usize::MAX).max(1)),
         MaxParallel::Variable(t) => {
-            let text = t
-                .parsed
-                .render(vars)
-                .map_err(|e| format!("`max_parallel`: {e}"))?;
+            let text = t.parsed.render(vars).map_err(MaxParallelError::Render)?;
             match text.trim().parse::<usize>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!(
-                    "`max_parallel` is `{}`, which is `{text}`: not a positive number",
-                    t.value
-                )),
+                _ => Err(MaxParallelError::NotPositive {
+                    written: t.value.clone(),
+                    text,
+                }),
             }
         }
     }

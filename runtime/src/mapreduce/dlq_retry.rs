@@ -105,11 +105,11 @@ pub async fn retry_dead_letters(
         vars,
         dlq: &dlq,
         intents: &intents,
+        backend_lost: std::cell::Cell::new(false),
     };
     let mut runs = futures::stream::iter(ids)
         .map(|id| retry.run(id, halt_rx.clone()))
         .buffer_unordered(max_parallel.max(1));
-    let mut backend_lost = false;
     while let Some((id, index, result)) = runs.next().await {
         let Some((entry, run)) = result else { continue };
         match run {
@@ -145,6 +145,9 @@ struct Retry<'a> {
     dlq: &'a Dlq,
     /// The merge journal's intents, by item index.
     intents: &'a std::collections::HashMap<usize, crate::merge_journal::MergeIntent>,
+    /// Whether a backend has stopped the retry already (said once: every item after it
+    /// stops the same way).
+    backend_lost: std::cell::Cell<bool>,
 }
 
 impl Retry<'_> {
@@ -206,8 +209,8 @@ impl Retry<'_> {
             RunEnd::Cancelled => {
                 summary.interrupted = true;
                 // Said once: every item after it stops the same way.
-                if let Some(why) = run.stop_job.filter(|_| !backend_lost) {
-                    backend_lost = true;
+                if let Some(why) = run.stop_job.clone().filter(|_| !self.backend_lost.get()) {
+                    self.backend_lost.set(true);
                     runner.say(Message::JobFailed(why));
                 }
             }
