@@ -1283,7 +1283,7 @@ mod tests {
                 path: PathBuf::from("/state/x.json"),
             },
             Event::JobCheckpointSaved {
-                phase: Phase::Map,
+                phase: JobPhase::Map,
                 status: Status::Stopped,
                 items_processed: 5,
             },
@@ -1291,6 +1291,7 @@ mod tests {
                 step: "text with spaces".into(),
                 step_index: opt(some, 3),
                 step_id: 4,
+                log_number: opt(some, 2),
                 origin: opt(
                     some,
                     Origin {
@@ -1433,12 +1434,12 @@ mod tests {
             },
             Event::JobStarted {
                 workflow: opt(some, "text with spaces".into()),
-                phase: Phase::Map,
+                phase: JobPhase::Map,
                 job_dir: PathBuf::from("/state/x.json"),
             },
             Event::JobResumed {
                 workflow: opt(some, "text with spaces".into()),
-                phase: Phase::Map,
+                phase: JobPhase::Map,
                 job_dir: PathBuf::from("/state/x.json"),
             },
             Event::JobFinished {
@@ -1621,6 +1622,7 @@ mod tests {
                 exit_code: opt(some, -2),
                 timed_out: some,
                 duration_secs: 1.25,
+                output: opt(some, PathBuf::from("/logs/notify.log")),
             },
             Event::ClaudeCallRepeated {
                 step: "text with spaces".into(),
