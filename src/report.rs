@@ -14,6 +14,7 @@ use prodigy_runtime::claude::Note;
 use prodigy_runtime::events::{ProgressUpdate, Reporter};
 use prodigy_runtime::message::{Bug, DlqRetried, Message, Severity, StepList};
 use prodigy_runtime::progress::{Tally, count, visible};
+use prodigy_runtime::worktree::bootstrap::PrepareNote;
 use prodigy_runtime::worktree::{Uncommitted, UncommittedKind};
 use tokio::time::Instant;
 
@@ -219,7 +220,14 @@ fn verbosity(message: &Message) -> u8 {
         | Message::DlqRetry { .. }
         | Message::DlqUnreadable(_)
         | Message::DlqIndexNotWritten(_)
-        | Message::DlqRebuilt(_) => 0,
+        | Message::DlqRebuilt(_)
+        | Message::StepLogNotKept { .. }
+        | Message::ClaudeLogNotWritten { .. }
+        | Message::WhenFailed { .. }
+        | Message::SessionNotPrepared(_)
+        | Message::WorktreeNote(_)
+        | Message::MergeConflict { .. }
+        | Message::MergeStepsStarted { .. } => 0,
     }
 }
 
@@ -235,7 +243,9 @@ fn is_error(message: &Message) -> bool {
         | Message::CaptureFailed(_)
         | Message::ValidationInvalid { .. }
         | Message::JobFailed(_)
-        | Message::DlqUnreadable(_) => true,
+        | Message::DlqUnreadable(_)
+        | Message::WhenFailed { .. }
+        | Message::SessionNotPrepared(_) => true,
         Message::StepValidateFailed { ignored, .. } => !ignored,
         Message::ValidationGaveUp { fails_after, .. } => fails_after.is_some(),
         Message::Text { severity, .. } => {
@@ -273,7 +283,12 @@ fn is_error(message: &Message) -> bool {
         | Message::MergeRecovered { .. }
         | Message::DlqRetry { .. }
         | Message::DlqIndexNotWritten(_)
-        | Message::DlqRebuilt(_) => false,
+        | Message::DlqRebuilt(_)
+        | Message::StepLogNotKept { .. }
+        | Message::ClaudeLogNotWritten { .. }
+        | Message::WorktreeNote(_)
+        | Message::MergeConflict { .. }
+        | Message::MergeStepsStarted { .. } => false,
     }
 }
 
@@ -296,7 +311,10 @@ fn in_step(message: &Message) -> bool {
         | Message::ValidationInvalid { .. }
         | Message::ValidationIncomplete { .. }
         | Message::ValidationGaveUp { .. }
-        | Message::PromptPreview(_) => true,
+        | Message::PromptPreview(_)
+        | Message::StepLogNotKept { .. }
+        | Message::ClaudeLogNotWritten { .. }
+        | Message::WhenFailed { .. } => true,
         // A command's own output goes to stdout as it printed it.
         Message::Output(_)
         | Message::Result(_)
@@ -326,7 +344,11 @@ fn in_step(message: &Message) -> bool {
         | Message::DlqRetry { .. }
         | Message::DlqUnreadable(_)
         | Message::DlqIndexNotWritten(_)
-        | Message::DlqRebuilt(_) => false,
+        | Message::DlqRebuilt(_)
+        | Message::SessionNotPrepared(_)
+        | Message::WorktreeNote(_)
+        | Message::MergeConflict { .. }
+        | Message::MergeStepsStarted { .. } => false,
     }
 }
 
@@ -556,6 +578,55 @@ fn text(message: &Message) -> String {
         },
         Message::DlqIndexNotWritten(why) => format!("warning: cannot write the DLQ index: {why}"),
         Message::DlqRebuilt(rebuilt) => format!("warning: {rebuilt}"),
+        Message::StepLogNotKept { path, why } => format!(
+            "warning: cannot keep the step's output in {}: {why}",
+            path.display()
+        ),
+        Message::ClaudeLogNotWritten { path, why } => format!(
+            "warning: cannot write the Claude log {}: {why}",
+            path.display()
+        ),
+        Message::WhenFailed { label, why } => format!("error: `when` of `{label}`: {why}"),
+        Message::SessionNotPrepared(why) => {
+            format!("error: {why}; the run does not start, its worktree is kept")
+        }
+        Message::WorktreeNote(note) => format!("note: {}", prepare_note_text(note)),
+        Message::MergeConflict {
+            source_branch,
+            target_branch,
+            files,
+            worktree,
+        } => format!(
+            "merging `{source_branch}` into `{target_branch}` conflicts in {}: running `merge.on_conflict` in {}",
+            files.join(", "),
+            worktree.display()
+        ),
+        Message::MergeStepsStarted { steps, worktree } => {
+            format!("merge: {} in {}", count(*steps, "step"), worktree.display())
+        }
+    }
+}
+
+/// What preparing a worktree noted, as `note: …` says it.
+fn prepare_note_text(note: &PrepareNote) -> String {
+    match note {
+        PrepareNote::CopyTracked { entry } => format!(
+            "`worktree.copy`: `{entry}` is tracked by git, so every worktree has it already; not copied"
+        ),
+        PrepareNote::CopyMatchesNothing { entry, source } => format!(
+            "`worktree.copy`: `{entry}` matches no untracked file of {}",
+            source.display()
+        ),
+        PrepareNote::CopyThroughLink { file } => format!(
+            "`worktree.copy`: `{file}` is inside a linked directory, so the worktree sees it through the link; not copied"
+        ),
+        PrepareNote::LinkNotADirectory { entry, source } => format!(
+            "`worktree.link`: `{entry}` is no directory of {}; not linked",
+            source.display()
+        ),
+        PrepareNote::LinkExists { entry } => format!(
+            "`worktree.link`: `{entry}` exists in the worktree already (is it tracked?); not linked"
+        ),
     }
 }
 
@@ -570,6 +641,9 @@ fn bug_text(bug: &Bug) -> String {
         }
         Bug::UnexpectedSequenceEvent { event, state } => {
             format!("the run received {event} while {state}; please report it")
+        }
+        Bug::ImpossibleStepState { step } => {
+            format!("step `{step}` reached a state that cannot happen; please report it")
         }
     }
 }
@@ -1392,6 +1466,107 @@ mod tests {
             (
                 Message::DlqIndexNotWritten("denied".into()),
                 "warning: cannot write the DLQ index: denied",
+                false,
+                false,
+            ),
+            (
+                Message::Bug(Bug::ImpossibleStepState { step: label() }),
+                "internal error: step `shell: make` reached a state that cannot happen; please report it",
+                true,
+                false,
+            ),
+            (
+                Message::StepLogNotKept {
+                    path: "/logs/s/3-make.log".into(),
+                    why: "disk full".into(),
+                },
+                "warning: cannot keep the step's output in /logs/s/3-make.log: disk full",
+                false,
+                true,
+            ),
+            (
+                Message::ClaudeLogNotWritten {
+                    path: "/logs/s/3-claude.jsonl".into(),
+                    why: "disk full".into(),
+                },
+                "warning: cannot write the Claude log /logs/s/3-claude.jsonl: disk full",
+                false,
+                true,
+            ),
+            (
+                Message::WhenFailed {
+                    label: label(),
+                    why: "`x` is not defined".into(),
+                },
+                "error: `when` of `shell: make`: `x` is not defined",
+                true,
+                true,
+            ),
+            (
+                Message::SessionNotPrepared("cannot prepare the worktree /wt/s: denied".into()),
+                "error: cannot prepare the worktree /wt/s: denied; the run does not start, its worktree is kept",
+                true,
+                false,
+            ),
+            (
+                Message::WorktreeNote(PrepareNote::CopyTracked {
+                    entry: "README".into(),
+                }),
+                "note: `worktree.copy`: `README` is tracked by git, so every worktree has it already; not copied",
+                false,
+                false,
+            ),
+            (
+                Message::WorktreeNote(PrepareNote::CopyMatchesNothing {
+                    entry: "*.env".into(),
+                    source: "/p".into(),
+                }),
+                "note: `worktree.copy`: `*.env` matches no untracked file of /p",
+                false,
+                false,
+            ),
+            (
+                Message::WorktreeNote(PrepareNote::CopyThroughLink {
+                    file: "cache/lib".into(),
+                }),
+                "note: `worktree.copy`: `cache/lib` is inside a linked directory, so the worktree sees it through the link; not copied",
+                false,
+                false,
+            ),
+            (
+                Message::WorktreeNote(PrepareNote::LinkNotADirectory {
+                    entry: "cache".into(),
+                    source: "/p".into(),
+                }),
+                "note: `worktree.link`: `cache` is no directory of /p; not linked",
+                false,
+                false,
+            ),
+            (
+                Message::WorktreeNote(PrepareNote::LinkExists {
+                    entry: "cache".into(),
+                }),
+                "note: `worktree.link`: `cache` exists in the worktree already (is it tracked?); not linked",
+                false,
+                false,
+            ),
+            (
+                Message::MergeConflict {
+                    source_branch: "prodigy-agent-1".into(),
+                    target_branch: "prodigy-s".into(),
+                    files: vec!["a.txt".into(), "b.txt".into()],
+                    worktree: "/wt/m".into(),
+                },
+                "merging `prodigy-agent-1` into `prodigy-s` conflicts in a.txt, b.txt: running `merge.on_conflict` in /wt/m",
+                false,
+                false,
+            ),
+            (
+                Message::MergeStepsStarted {
+                    steps: 1,
+                    worktree: "/wt/s".into(),
+                },
+                "merge: 1 step in /wt/s",
                 false,
                 false,
             ),

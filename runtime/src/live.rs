@@ -1131,15 +1131,36 @@ impl Live {
     }
 
     /// The picture now (NOW: the wall clock, for elapsed times).
-    #[expect(
-        clippy::cast_precision_loss,
-        reason = "item counts far below 2^52, for a rate and a forecast"
-    )]
-    #[expect(
-        clippy::too_many_lines,
-        reason = "not split yet: issue 26 point 3 did not reach it before its deadline"
-    )]
     pub fn picture(&self, now: SystemTime) -> Picture {
+        let counts = self.counts_now();
+        let live = self.is_running();
+        let end = if live {
+            Some(now)
+        } else {
+            self.last_at.as_deref().and_then(parse)
+        };
+        let (items_per_min, eta_secs) = self.map_rate(end, live, counts);
+        Picture {
+            summary: self.summary.clone(),
+            state: self.state_now(),
+            pause: self.pause.clone().filter(|_| live),
+            phase: self.phase.clone(),
+            counts,
+            spend: self.spend_now(counts, live),
+            breaker: self.breaker,
+            items_per_min,
+            eta_secs,
+            duration_secs: self.duration_secs(end),
+            agents: if live { self.agents(now) } else { Vec::new() },
+            steps: self.steps_now(live),
+            stopping: self.stopping.clone(),
+            reading: self.reading,
+        }
+    }
+
+    /// The counts now: a job's from its item rows and its DLQ, a standard run's with its
+    /// running step; the pending ones are what is neither done nor running.
+    fn counts_now(&self) -> Counts {
         let mut counts = self.counts;
         if self.summary.kind == RunKind::Job {
             counts.succeeded = 0;
@@ -1159,10 +1180,14 @@ impl Live {
         } else {
             counts.running = u64::from(self.actors.values().any(|a| a.step.is_some()));
         }
-        let done = counts.succeeded + counts.failed + counts.skipped;
-        counts.pending = counts.total.saturating_sub(done + counts.running);
-        let live = matches!(self.summary.state, runs::State::Running);
-        let state = match self.summary.state {
+        counts.pending = counts.total.saturating_sub(done(counts) + counts.running);
+        counts
+    }
+
+    /// The run's state as the view shows it: a running run paused for a usage limit is
+    /// paused.
+    fn state_now(&self) -> State {
+        match self.summary.state {
             runs::State::Running if self.pause.is_some() => State::Paused,
             runs::State::Running => State::Running,
             runs::State::Crashed => State::Crashed,
@@ -1170,44 +1195,70 @@ impl Live {
             runs::State::Failed => State::Failed,
             runs::State::Stopped => State::Stopped,
             runs::State::Interrupted => State::Interrupted,
-        };
+        }
+    }
+
+    /// How long the run ran, in seconds, from its start to END (now while it runs, its last
+    /// event after); 0 when either is unknown.
+    fn duration_secs(&self, end: Option<SystemTime>) -> f64 {
         let start =
             parse(&self.summary.started_at).or_else(|| self.first_at.as_deref().and_then(parse));
-        let end = if live {
-            Some(now)
-        } else {
-            self.last_at.as_deref().and_then(parse)
-        };
-        let duration_secs = start
+        start
             .zip(end)
             .and_then(|(s, e)| e.duration_since(s).ok())
-            .map_or(0.0, |d| d.as_secs_f64());
-        // The rate of the map phase, from its start in this process.
-        let (mut items_per_min, mut eta_secs) = (None, None);
-        if let Some(map_start) = self.map_started_at.as_deref().and_then(parse)
-            && let Some(end) = end
-            && let Ok(spent) = end.duration_since(map_start)
-            && self.finished_in_map > 0
-            && spent.as_secs_f64() > 0.0
-        {
-            let rate = self.finished_in_map as f64 / spent.as_secs_f64();
-            items_per_min = Some(rate * 60.0);
-            if live {
-                eta_secs = Some(counts.pending.saturating_add(counts.running) as f64 / rate);
-            }
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+
+    /// The rate of the map phase from its start in this process to END, in items per
+    /// minute, and, while the run is LIVE, the seconds left for the COUNTS still to finish.
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "item counts far below 2^52, for a rate and a forecast"
+    )]
+    fn map_rate(
+        &self,
+        end: Option<SystemTime>,
+        live: bool,
+        counts: Counts,
+    ) -> (Option<f64>, Option<f64>) {
+        let Some(map_start) = self.map_started_at.as_deref().and_then(parse) else {
+            return (None, None);
+        };
+        let Some(spent) = end.and_then(|end| end.duration_since(map_start).ok()) else {
+            return (None, None);
+        };
+        if self.finished_in_map == 0 || spent.as_secs_f64() <= 0.0 {
+            return (None, None);
         }
+        let rate = self.finished_in_map as f64 / spent.as_secs_f64();
+        let eta = live.then(|| counts.pending.saturating_add(counts.running) as f64 / rate);
+        (Some(rate * 60.0), eta)
+    }
+
+    /// What the Claude calls cost, rounded; while a job is LIVE, with the forecast for its
+    /// items still to finish at the mean cost of those done (COUNTS).
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "item counts far below 2^52, for a rate and a forecast"
+    )]
+    fn spend_now(&self, counts: Counts, live: bool) -> Spend {
         let mut spend = self.spend;
         spend.cost_usd = crate::pricing::usd(spend.cost_usd);
+        let done = done(counts);
         if self.summary.kind == RunKind::Job && done > 0 && live {
             let items_cost: f64 = self.items.values().map(|r| r.cost_usd).sum();
             spend.forecast_usd = Some(crate::pricing::usd(
                 items_cost / done as f64 * (counts.pending + counts.running) as f64,
             ));
         }
-        let agents = self
-            .actors
+        spend
+    }
+
+    /// The agents at work (an item or a step), with what their Claude calls do (NOW: the
+    /// wall clock, for their elapsed times).
+    fn agents(&self, now: SystemTime) -> Vec<Agent> {
+        self.actors
             .iter()
-            .filter(|_| live)
             .map(|(key, actor)| {
                 let call = self.calls.get(key);
                 Agent {
@@ -1226,29 +1277,18 @@ impl Live {
                 }
             })
             .filter(|a| a.item_id.is_some() || a.step.is_some())
-            .collect();
+            .collect()
+    }
+
+    /// The steps' totals; none runs once the run is not LIVE.
+    fn steps_now(&self, live: bool) -> Vec<StepLive> {
         let mut steps: Vec<StepLive> = self.steps.values().cloned().collect();
         if !live {
             for step in &mut steps {
                 step.running = 0;
             }
         }
-        Picture {
-            summary: self.summary.clone(),
-            state,
-            pause: self.pause.clone().filter(|_| live),
-            phase: self.phase.clone(),
-            counts,
-            spend,
-            breaker: self.breaker,
-            items_per_min,
-            eta_secs,
-            duration_secs,
-            agents,
-            steps,
-            stopping: self.stopping.clone(),
-            reading: self.reading,
-        }
+        steps
     }
 
     /// Item rows: those whose status is FILTER (every one without), sorted by SORT
@@ -1575,6 +1615,11 @@ fn short(value: &Value) -> String {
     } else {
         text
     }
+}
+
+/// The items of COUNTS that are done: succeeded, failed or skipped.
+fn done(counts: Counts) -> u64 {
+    counts.succeeded + counts.failed + counts.skipped
 }
 
 /// An RFC 3339 time.

@@ -311,6 +311,50 @@ pub enum Message {
     DlqIndexNotWritten(String),
     /// The dead letter queue's damaged index was rebuilt.
     DlqRebuilt(crate::dlq::Rebuilt),
+    /// A step's output cannot be kept in its log (under the step).
+    StepLogNotKept {
+        /// The log file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A Claude call's log cannot be written (under the step).
+    ClaudeLogNotWritten {
+        /// The log file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A step's `when` cannot be evaluated: the step fails (under the step).
+    WhenFailed {
+        /// The step's label.
+        label: String,
+        /// Why.
+        why: String,
+    },
+    /// The session's worktree cannot be prepared: the run does not start, its worktree is
+    /// kept. Why.
+    SessionNotPrepared(String),
+    /// Preparing a worktree found something worth a note.
+    WorktreeNote(crate::worktree::bootstrap::PrepareNote),
+    /// Merging a branch conflicts: `merge.on_conflict` runs.
+    MergeConflict {
+        /// The branch merged.
+        source_branch: String,
+        /// The branch merged into.
+        target_branch: String,
+        /// The conflicted files.
+        files: Vec<String>,
+        /// Where the handler runs.
+        worktree: PathBuf,
+    },
+    /// The workflow's `merge` steps start.
+    MergeStepsStarted {
+        /// How many.
+        steps: usize,
+        /// The session's worktree, where they run.
+        worktree: PathBuf,
+    },
 }
 
 /// A bug in prodigy, said as `internal error: …`.
@@ -330,6 +374,11 @@ pub enum Bug {
         event: String,
         /// The state, as debugged.
         state: String,
+    },
+    /// A step's machine reached a state that cannot happen.
+    ImpossibleStepState {
+        /// The step's label.
+        step: String,
     },
 }
 
@@ -510,7 +559,15 @@ impl Message {
             | Message::ClaudeResumed { .. }
             | Message::ClaudeLimitStop { .. }
             | Message::ClaudeSlots { .. }
-            | Message::Bug(_)
+            | Message::Bug(
+                Bug::NoSuchStep(_)
+                | Bug::CheckpointWriterStopped(_)
+                | Bug::RunnerReconfigured
+                | Bug::GateOpenedOnLimit
+                | Bug::UnexpectedSequenceEvent { .. },
+            )
+            | Message::WorktreeNote(_)
+            | Message::MergeStepsStarted { .. }
             | Message::SetupLeftovers { .. }
             | Message::DistinctMissing { .. }
             | Message::ItemsLoaded { .. }
@@ -582,6 +639,33 @@ impl Message {
             },
             Message::DlqUnreadable(why) => Message::DlqUnreadable(mask(&why)),
             Message::DlqIndexNotWritten(why) => Message::DlqIndexNotWritten(mask(&why)),
+            Message::Bug(Bug::ImpossibleStepState { step }) => {
+                Message::Bug(Bug::ImpossibleStepState { step: mask(&step) })
+            }
+            Message::StepLogNotKept { path, why } => Message::StepLogNotKept {
+                path,
+                why: mask(&why),
+            },
+            Message::ClaudeLogNotWritten { path, why } => Message::ClaudeLogNotWritten {
+                path,
+                why: mask(&why),
+            },
+            Message::WhenFailed { label, why } => Message::WhenFailed {
+                label: mask(&label),
+                why: mask(&why),
+            },
+            Message::SessionNotPrepared(why) => Message::SessionNotPrepared(mask(&why)),
+            Message::MergeConflict {
+                source_branch,
+                target_branch,
+                files,
+                worktree,
+            } => Message::MergeConflict {
+                source_branch: mask(&source_branch),
+                target_branch: mask(&target_branch),
+                files: files.iter().map(|f| mask(f)).collect(),
+                worktree,
+            },
         }
     }
 }

@@ -140,10 +140,10 @@ impl Runner {
                     step: step.label.clone(),
                     error: format!("when: {e}"),
                 });
-                self.say(Message::step_error(format!(
-                    "`when` of `{}`: {e}",
-                    step.label
-                )));
+                self.say(Message::WhenFailed {
+                    label: step.label.clone(),
+                    why: e.to_string(),
+                });
                 Some(Outcome::Failed)
             }
         }

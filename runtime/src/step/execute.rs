@@ -297,10 +297,10 @@ impl Runner {
         if let Some(log) = log.as_mut() {
             log.finish();
             if let Some(e) = &log.error {
-                self.say(Message::step_warning(format!(
-                    "cannot write the Claude log {}: {e}",
-                    log.path.display()
-                )));
+                self.say(Message::ClaudeLogNotWritten {
+                    path: log.path.clone(),
+                    why: e.to_string(),
+                });
             }
         }
         self.live_turns.fetch_sub(

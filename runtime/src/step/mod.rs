@@ -54,10 +54,10 @@ impl Runner {
                 let written =
                     log.finish(&outcome_name, self.started.elapsed().saturating_sub(began));
                 if let Some(e) = error.or(written.err()) {
-                    self.say(Message::step_warning(format!(
-                        "cannot keep the step's output in {}: {e}",
-                        path.with_extension("log").display()
-                    )));
+                    self.say(Message::StepLogNotKept {
+                        path: path.with_extension("log"),
+                        why: e.to_string(),
+                    });
                 }
             }
             outcome
@@ -128,10 +128,9 @@ impl Runner {
             state: format!("{:?}", machine.state()),
             action: format!("{action:?}"),
         });
-        self.say(Message::internal(format!(
-            "step `{}` reached a state that cannot happen; please report it",
-            step.label
-        )));
+        self.say(Message::Bug(crate::message::Bug::ImpossibleStepState {
+            step: step.label.clone(),
+        }));
         Outcome::Failed
     }
 

@@ -79,11 +79,45 @@ pub struct Prepared {
     /// The directories linked.
     pub linked: Vec<String>,
     /// What is worth a note: an entry that matched nothing, a tracked file not copied.
-    pub notes: Vec<String>,
+    pub notes: Vec<PrepareNote>,
     /// Whether `setup` is still to run in this worktree.
     pub needs_setup: bool,
     /// Whether the worktree was not prepared before (its notes are said then only).
     pub first: bool,
+}
+
+/// What preparing a worktree found worth a note (said as `note: …`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrepareNote {
+    /// A `worktree.copy` entry names a file git tracks: every worktree has it already.
+    CopyTracked {
+        /// The entry.
+        entry: String,
+    },
+    /// A `worktree.copy` entry matches no untracked file of the checkout.
+    CopyMatchesNothing {
+        /// The entry.
+        entry: String,
+        /// The user's checkout.
+        source: PathBuf,
+    },
+    /// A file `worktree.copy` matches is inside a linked directory: not copied.
+    CopyThroughLink {
+        /// The file, relative to the worktree's root.
+        file: String,
+    },
+    /// A `worktree.link` entry is no directory of the checkout.
+    LinkNotADirectory {
+        /// The entry.
+        entry: String,
+        /// The user's checkout.
+        source: PathBuf,
+    },
+    /// A `worktree.link` entry exists in the worktree already (tracked?): not linked.
+    LinkExists {
+        /// The entry.
+        entry: String,
+    },
 }
 
 /// Prepares the worktree at WORKTREE (its root) from the user's checkout at SOURCE (the
@@ -173,14 +207,14 @@ async fn copy(
             continue;
         }
         if source.join(entry).is_file() {
-            done.notes.push(format!(
-                "`worktree.copy`: `{entry}` is tracked by git, so every worktree has it already; not copied"
-            ));
+            done.notes.push(PrepareNote::CopyTracked {
+                entry: entry.clone(),
+            });
         } else {
-            done.notes.push(format!(
-                "`worktree.copy`: `{entry}` matches no untracked file of {}",
-                source.display()
-            ));
+            done.notes.push(PrepareNote::CopyMatchesNothing {
+                entry: entry.clone(),
+                source: source.to_path_buf(),
+            });
         }
     }
     for file in files {
@@ -191,9 +225,9 @@ async fn copy(
         // A file under a linked directory is there through the link already; writing it
         // would write (and first remove) the user's own file through the link.
         if through_link(worktree, file) {
-            done.notes.push(format!(
-                "`worktree.copy`: `{file}` is inside a linked directory, so the worktree sees it through the link; not copied"
-            ));
+            done.notes.push(PrepareNote::CopyThroughLink {
+                file: file.to_owned(),
+            });
             continue;
         }
         let to = worktree.join(file);
@@ -247,10 +281,10 @@ fn link(
         let entry = entry.trim_end_matches('/');
         let from = source.join(entry);
         if !from.is_dir() {
-            done.notes.push(format!(
-                "`worktree.link`: `{entry}` is no directory of {}; not linked",
-                source.display()
-            ));
+            done.notes.push(PrepareNote::LinkNotADirectory {
+                entry: entry.to_owned(),
+                source: source.to_path_buf(),
+            });
             continue;
         }
         let to = worktree.join(entry);
@@ -259,9 +293,9 @@ fn link(
                 std::fs::remove_file(&to).map_err(io("replace", &to))?;
             }
             Ok(_) => {
-                done.notes.push(format!(
-                    "`worktree.link`: `{entry}` exists in the worktree already (is it tracked?); not linked"
-                ));
+                done.notes.push(PrepareNote::LinkExists {
+                    entry: entry.to_owned(),
+                });
                 continue;
             }
             Err(_) => {}
@@ -349,9 +383,7 @@ impl Runner {
         self.prepare_worktree(&root, false, &mut vars.clone())
             .await
             .inspect_err(|e| {
-                self.say(Message::error(format!(
-                    "{e}; the run does not start, its worktree is kept"
-                )));
+                self.say(Message::SessionNotPrepared(e.to_string()));
             })
     }
 
@@ -396,7 +428,7 @@ impl Runner {
         // A reused worktree would only repeat them.
         if done.first {
             for note in &done.notes {
-                self.say(Message::note(note.clone()));
+                self.say(Message::WorktreeNote(note.clone()));
             }
         }
         self.record(&crate::events::Event::WorktreePrepared {
@@ -493,8 +525,15 @@ mod tests {
         assert_eq!(done.copied, [".env", "conf/a.local", "run.sh"]);
         assert_eq!(done.linked, ["cache"]);
         assert_eq!(done.notes.len(), 2, "{:?}", done.notes);
-        assert!(done.notes[0].contains("`README` is tracked"));
-        assert!(done.notes[1].contains("`nope` matches no untracked file"));
+        assert_eq!(
+            done.notes[0],
+            PrepareNote::CopyTracked {
+                entry: "README".into()
+            }
+        );
+        assert!(
+            matches!(&done.notes[1], PrepareNote::CopyMatchesNothing { entry, .. } if entry == "nope")
+        );
         assert!(!done.needs_setup);
         assert_eq!(
             std::fs::read_to_string(wt.join(".env")).unwrap(),
@@ -547,7 +586,7 @@ mod tests {
             again
                 .notes
                 .iter()
-                .any(|n| n.contains("inside a linked directory")),
+                .any(|n| matches!(n, PrepareNote::CopyThroughLink { .. })),
             "{:?}",
             again.notes
         );

@@ -399,13 +399,12 @@ impl Runner {
             conflicted_files: files.clone(),
             worktree: c.dir.to_owned(),
         });
-        self.say(Message::info(format!(
-            "merging `{}` into `{}` conflicts in {}: running `merge.on_conflict` in {}",
-            c.source_branch,
-            c.target_branch,
-            files.join(", "),
-            c.dir.display()
-        )));
+        self.say(Message::MergeConflict {
+            source_branch: c.source_branch.to_owned(),
+            target_branch: c.target_branch.to_owned(),
+            files: files.clone(),
+            worktree: c.dir.to_owned(),
+        });
         let (scope, stop) = crate::mapreduce::scope_for(c.item, None, c.workdir.clone());
         let agent = self.in_agent(scope);
         let steps = agent.run_phase(&merge.on_conflict, vars);
@@ -496,11 +495,10 @@ impl Runner {
         target: &str,
         vars: &mut Vars,
     ) -> Result<(), MergeBackError> {
-        self.say(Message::info(format!(
-            "merge: {} in {}",
-            crate::progress::count(merge.steps.len(), "step"),
-            session.path.display()
-        )));
+        self.say(Message::MergeStepsStarted {
+            steps: merge.steps.len(),
+            worktree: session.path.clone(),
+        });
         let (scope, stop) = crate::mapreduce::scope_for(None, None, None);
         let agent = self.in_agent(scope);
         let steps = agent.run_phase(&merge.steps, vars);
