@@ -28,6 +28,28 @@ mod external;
 
 /// This binary's cluster: its directory and name (never the ones of `tests/slurm`).
 const DIR: &str = "/tmp/prodigy-slurm-noshare";
+
+/// The `prodigy` the coordinators run: a copy in the cluster's directory, because the agents
+/// run the coordinator's own program and a node sees nothing else under /tmp, where a checkout
+/// (a CI clone) may keep its `target/` (on a real cluster, prodigy is installed on the nodes).
+fn prodigy() -> Command {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let built = Command::cargo_bin("prodigy")
+            .unwrap()
+            .get_program()
+            .to_owned();
+        let dir = Path::new(DIR).join("bin");
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join(format!("prodigy.{}", std::process::id()));
+        std::fs::copy(&built, &copy).unwrap();
+        // Renamed into place: a binary another test run still executes is not overwritten.
+        let bin = dir.join("prodigy");
+        std::fs::rename(&copy, &bin).unwrap();
+        bin
+    });
+    Command::new(bin)
+}
 const NAME: &str = "prodigy-noshare";
 
 fn root() -> PathBuf {
@@ -164,7 +186,7 @@ impl Project {
 
     /// `prodigy ARGS --executor slurm`, the mode as the workflow says.
     fn command_as_written(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::cargo_bin("prodigy").unwrap();
+        let mut cmd = prodigy();
         cmd.args(args)
             .args(["--executor", "slurm"])
             .current_dir(self.repo())
@@ -352,7 +374,7 @@ map:
     - shell: 'echo "$ITEM" >> "$RUNS_LOG"'
 "#,
     );
-    let mut cmd = Command::cargo_bin("prodigy").unwrap();
+    let mut cmd = prodigy();
     cmd.args(["run", "-y", "--executor", "slurm", "wf.yml"])
         .current_dir(p.repo())
         .env("PRODIGY_HOME", p.home())
