@@ -529,7 +529,8 @@ fn text(message: &Message) -> String {
         | Message::CommitFailed(why)
         | Message::CaptureFailed(why)
         | Message::JobFailed(why)
-        | Message::DlqUnreadable(why) => format!("error: {why}"),
+        | Message::DlqUnreadable(why)
+        | Message::AgentWorktreeNotPrepared(why) => format!("error: {why}"),
         Message::StateLost { why, stops } => {
             if *stops {
                 format!("error: {why}; no further step starts")
@@ -655,7 +656,6 @@ fn text(message: &Message) -> String {
                 .to_owned()
         }
         Message::CircuitClosed { .. } => "circuit breaker closed".to_owned(),
-        Message::AgentWorktreeNotPrepared(why) => format!("error: {why}"),
         Message::ContainersNotRemoved(why) | Message::ScancelFailed { why, .. } => {
             format!("warning: {why}")
         }
@@ -1753,7 +1753,7 @@ mod tests {
             (
                 Message::ScancelUnanswered {
                     task: task(),
-                    waited: Duration::from_secs(60),
+                    waited: Duration::from_mins(1),
                 },
                 "warning: `scancel 12_3` had no answer within 60 s",
                 false,
@@ -1762,7 +1762,7 @@ mod tests {
             (
                 Message::TaskStillQueued {
                     task: task(),
-                    waited: Duration::from_secs(60),
+                    waited: Duration::from_mins(1),
                     interrupted: false,
                 },
                 "warning: the Slurm task 12_3 is still in the queue a minute after `scancel`",

@@ -355,7 +355,7 @@ pub enum Message {
         /// The session's worktree, where they run.
         worktree: PathBuf,
     },
-    /// The map phase starts: PENDING of TOTAL items to run, MAX_PARALLEL at a time.
+    /// The map phase starts: PENDING of TOTAL items to run, so many at a time.
     MapStarted {
         /// Items left to run (a resumed job's finished ones are not).
         pending: usize,
@@ -407,8 +407,8 @@ pub enum Message {
         /// period, and `resume-job` deals with the task.
         interrupted: bool,
     },
-    /// Item ITEM's Slurm task waits for the `sbatch` of item PREVIOUS, before it in its slot,
-    /// which has not answered for WAITED.
+    /// An item's Slurm task waits for the `sbatch` of the item before it in its slot,
+    /// which has not answered for a while.
     SbatchWaiting {
         /// The item waiting, from 0.
         item: usize,
