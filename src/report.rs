@@ -227,7 +227,18 @@ fn verbosity(message: &Message) -> u8 {
         | Message::SessionNotPrepared(_)
         | Message::WorktreeNote(_)
         | Message::MergeConflict { .. }
-        | Message::MergeStepsStarted { .. } => 0,
+        | Message::MergeStepsStarted { .. }
+        | Message::MapStarted { .. }
+        | Message::MapStateLost(_)
+        | Message::JobStopping(_)
+        | Message::CircuitOpened { .. }
+        | Message::CircuitClosed { .. }
+        | Message::AgentWorktreeNotPrepared(_)
+        | Message::ContainersNotRemoved(_)
+        | Message::ScancelFailed { .. }
+        | Message::ScancelUnanswered { .. }
+        | Message::TaskStillQueued { .. }
+        | Message::SbatchWaiting { .. } => 0,
     }
 }
 
@@ -245,7 +256,9 @@ fn is_error(message: &Message) -> bool {
         | Message::JobFailed(_)
         | Message::DlqUnreadable(_)
         | Message::WhenFailed { .. }
-        | Message::SessionNotPrepared(_) => true,
+        | Message::SessionNotPrepared(_)
+        | Message::MapStateLost(_)
+        | Message::AgentWorktreeNotPrepared(_) => true,
         Message::StepValidateFailed { ignored, .. } => !ignored,
         Message::ValidationGaveUp { fails_after, .. } => fails_after.is_some(),
         Message::Text { severity, .. } => {
@@ -288,7 +301,16 @@ fn is_error(message: &Message) -> bool {
         | Message::ClaudeLogNotWritten { .. }
         | Message::WorktreeNote(_)
         | Message::MergeConflict { .. }
-        | Message::MergeStepsStarted { .. } => false,
+        | Message::MergeStepsStarted { .. }
+        | Message::MapStarted { .. }
+        | Message::JobStopping(_)
+        | Message::CircuitOpened { .. }
+        | Message::CircuitClosed { .. }
+        | Message::ContainersNotRemoved(_)
+        | Message::ScancelFailed { .. }
+        | Message::ScancelUnanswered { .. }
+        | Message::TaskStillQueued { .. }
+        | Message::SbatchWaiting { .. } => false,
     }
 }
 
@@ -348,7 +370,18 @@ fn in_step(message: &Message) -> bool {
         | Message::SessionNotPrepared(_)
         | Message::WorktreeNote(_)
         | Message::MergeConflict { .. }
-        | Message::MergeStepsStarted { .. } => false,
+        | Message::MergeStepsStarted { .. }
+        | Message::MapStarted { .. }
+        | Message::MapStateLost(_)
+        | Message::JobStopping(_)
+        | Message::CircuitOpened { .. }
+        | Message::CircuitClosed { .. }
+        | Message::AgentWorktreeNotPrepared(_)
+        | Message::ContainersNotRemoved(_)
+        | Message::ScancelFailed { .. }
+        | Message::ScancelUnanswered { .. }
+        | Message::TaskStillQueued { .. }
+        | Message::SbatchWaiting { .. } => false,
     }
 }
 
@@ -496,7 +529,8 @@ fn text(message: &Message) -> String {
         | Message::CommitFailed(why)
         | Message::CaptureFailed(why)
         | Message::JobFailed(why)
-        | Message::DlqUnreadable(why) => format!("error: {why}"),
+        | Message::DlqUnreadable(why)
+        | Message::AgentWorktreeNotPrepared(why) => format!("error: {why}"),
         Message::StateLost { why, stops } => {
             if *stops {
                 format!("error: {why}; no further step starts")
@@ -604,6 +638,58 @@ fn text(message: &Message) -> String {
         Message::MergeStepsStarted { steps, worktree } => {
             format!("merge: {} in {}", count(*steps, "step"), worktree.display())
         }
+        Message::MapStarted {
+            pending,
+            total,
+            max_parallel,
+        } => format!(
+            "map: {pending} of {} to run, {max_parallel} at a time",
+            count(*total, "item")
+        ),
+        Message::MapStateLost(why) => format!("error: {why}; no new agents start"),
+        Message::JobStopping(reason) => format!(
+            "stopping: {}; no new agents start",
+            prodigy_runtime::mapreduce::describe(reason)
+        ),
+        Message::CircuitOpened { .. } => {
+            "circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens"
+                .to_owned()
+        }
+        Message::CircuitClosed { .. } => "circuit breaker closed".to_owned(),
+        Message::ContainersNotRemoved(why) | Message::ScancelFailed { why, .. } => {
+            format!("warning: {why}")
+        }
+        Message::ScancelUnanswered { task, waited } => format!(
+            "warning: `scancel {}` had no answer within {} s",
+            task.id,
+            waited.as_secs()
+        ),
+        Message::TaskStillQueued {
+            task,
+            waited,
+            interrupted,
+        } => {
+            if *interrupted {
+                format!(
+                    "warning: the Slurm task {} was not seen leaving the queue within {} s of `scancel`; `prodigy resume-job` cancels or adopts it",
+                    task.id,
+                    waited.as_secs()
+                )
+            } else {
+                format!(
+                    "warning: the Slurm task {} is still in the queue a minute after `scancel`",
+                    task.id
+                )
+            }
+        }
+        Message::SbatchWaiting {
+            item,
+            previous,
+            waited,
+        } => format!(
+            "warning: item_{item} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
+            waited.as_secs()
+        ),
     }
 }
 
@@ -644,6 +730,9 @@ fn bug_text(bug: &Bug) -> String {
         }
         Bug::ImpossibleStepState { step } => {
             format!("step `{step}` reached a state that cannot happen; please report it")
+        }
+        Bug::HandlerNotInPlan { handler, item } => {
+            format!("handler #{handler} is not in the plan; item {item} goes to the DLQ")
         }
     }
 }
@@ -981,6 +1070,17 @@ fn under_ci(value: Option<&std::ffi::OsStr>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prodigy_runtime::backend::TaskRef;
+    use prodigy_runtime::job::StopReason;
+
+    /// Free text of SEVERITY, under the step or not.
+    fn free(severity: Severity, in_step: bool, text: &str) -> Message {
+        Message::Text {
+            severity,
+            in_step,
+            text: text.into(),
+        }
+    }
 
     /// `CI=false` or `CI=` on a terminal still gets the live bar; `CI=true` does not.
     #[test]
@@ -1066,7 +1166,7 @@ mod tests {
             total: 2,
             label: "build".into(),
         };
-        let error = Message::error("no such file");
+        let error = free(Severity::Error, false, "no such file");
         let output = Message::Output("compiled".into());
         let command = Message::Command("make\ntest".into());
         let normal = Terminal::new(0, false);
@@ -1081,7 +1181,10 @@ mod tests {
             quiet.render(&error, None).as_deref(),
             Some("error: no such file")
         );
-        assert_eq!(quiet.render(&Message::step_warning("slow"), None), None);
+        assert_eq!(
+            quiet.render(&free(Severity::Warning, true, "slow"), None),
+            None
+        );
         assert_eq!(verbose.render(&output, None).as_deref(), Some("compiled"));
         assert_eq!(verbose.render(&command, None), None);
         assert_eq!(
@@ -1167,16 +1270,20 @@ mod tests {
                 "warning: `cat \"$ITEM__BLOB\"` reads `$ITEM__BLOB`, which prodigy left out of its environment: its value is over 100 kB; the variable is empty there (write the value to a file with `write_file` and read that)",
                 0,
             ),
-            (Message::internal("lost"), "internal error: lost", 0),
+            (
+                free(Severity::Internal, false, "lost"),
+                "internal error: lost",
+                0,
+            ),
         ];
         for (message, shown, needs) in cases {
             assert_eq!(text(&message), shown);
             assert_eq!(verbosity(&message), needs, "{shown}");
         }
-        assert!(is_error(&Message::step_error("x")));
-        assert!(!is_error(&Message::warning("x")));
-        assert!(in_step(&Message::step_warning("x")));
-        assert!(!in_step(&Message::info("x")));
+        assert!(is_error(&free(Severity::Error, true, "x")));
+        assert!(!is_error(&free(Severity::Warning, false, "x")));
+        assert!(in_step(&free(Severity::Warning, true, "x")));
+        assert!(!in_step(&free(Severity::Info, false, "x")));
     }
 
     /// The typed messages read as the free text the runtime wrote before them did, with
@@ -1188,6 +1295,11 @@ mod tests {
     )]
     fn typed_messages_read_as_their_free_text_did() {
         let label = || "shell: make".to_owned();
+        let task = || TaskRef {
+            backend: "slurm".into(),
+            id: "12_3".into(),
+            node: None,
+        };
         let left = vec![
             Uncommitted {
                 path: "out/".into(),
@@ -1567,6 +1679,113 @@ mod tests {
                     worktree: "/wt/s".into(),
                 },
                 "merge: 1 step in /wt/s",
+                false,
+                false,
+            ),
+            (
+                Message::MapStarted {
+                    pending: 2,
+                    total: 3,
+                    max_parallel: 4,
+                },
+                "map: 2 of 3 items to run, 4 at a time",
+                false,
+                false,
+            ),
+            (
+                Message::MapStateLost("cannot write /h/job.json: disk full".into()),
+                "error: cannot write /h/job.json: disk full; no new agents start",
+                true,
+                false,
+            ),
+            (
+                Message::JobStopping(StopReason::MaxFailures(3)),
+                "stopping: `max_failures` (3) items failed; no new agents start",
+                false,
+                false,
+            ),
+            (
+                Message::CircuitOpened {
+                    item: "item_4".into(),
+                },
+                "circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens",
+                false,
+                false,
+            ),
+            (
+                Message::CircuitClosed {
+                    item: "item_5".into(),
+                },
+                "circuit breaker closed",
+                false,
+                false,
+            ),
+            (
+                Message::Bug(Bug::HandlerNotInPlan {
+                    handler: 2,
+                    item: "item_1".into(),
+                }),
+                "internal error: handler #2 is not in the plan; item item_1 goes to the DLQ",
+                true,
+                false,
+            ),
+            (
+                Message::AgentWorktreeNotPrepared("`worktree.setup` failed: exit code 1".into()),
+                "error: `worktree.setup` failed: exit code 1",
+                true,
+                false,
+            ),
+            (
+                Message::ContainersNotRemoved("`podman rm -f c1` failed: no such container".into()),
+                "warning: `podman rm -f c1` failed: no such container",
+                false,
+                false,
+            ),
+            (
+                Message::ScancelFailed {
+                    task: task(),
+                    why: "`scancel 12_3` failed: denied".into(),
+                },
+                "warning: `scancel 12_3` failed: denied",
+                false,
+                false,
+            ),
+            (
+                Message::ScancelUnanswered {
+                    task: task(),
+                    waited: Duration::from_mins(1),
+                },
+                "warning: `scancel 12_3` had no answer within 60 s",
+                false,
+                false,
+            ),
+            (
+                Message::TaskStillQueued {
+                    task: task(),
+                    waited: Duration::from_mins(1),
+                    interrupted: false,
+                },
+                "warning: the Slurm task 12_3 is still in the queue a minute after `scancel`",
+                false,
+                false,
+            ),
+            (
+                Message::TaskStillQueued {
+                    task: task(),
+                    waited: Duration::from_secs(10),
+                    interrupted: true,
+                },
+                "warning: the Slurm task 12_3 was not seen leaving the queue within 10 s of `scancel`; `prodigy resume-job` cancels or adopts it",
+                false,
+                false,
+            ),
+            (
+                Message::SbatchWaiting {
+                    item: 5,
+                    previous: 1,
+                    waited: Duration::from_secs(30),
+                },
+                "warning: item_5 waits for the `sbatch` of item_1, before it in its Slurm slot, which has not answered for 30 s; it is submitted after it so that at most `max_parallel` tasks run",
                 false,
                 false,
             ),

@@ -110,8 +110,8 @@ pub enum Message {
         /// Why it was left out.
         why: String,
     },
-    /// Free text, said by a step (`in_step`) or by the run. Only the files that
-    /// `tests/says_typed_messages.rs` allow-lists still say it; a new message is a variant.
+    /// Free text, said by a step (`in_step`) or by the run. The runtime says none
+    /// (`tests/says_typed_messages.rs`); a new message is a variant.
     Text {
         /// How much it matters.
         severity: Severity,
@@ -355,6 +355,68 @@ pub enum Message {
         /// The session's worktree, where they run.
         worktree: PathBuf,
     },
+    /// The map phase starts: PENDING of TOTAL items to run, so many at a time.
+    MapStarted {
+        /// Items left to run (a resumed job's finished ones are not).
+        pending: usize,
+        /// Items of the job.
+        total: usize,
+        /// Agents that run at once.
+        max_parallel: usize,
+    },
+    /// The job's state can no longer be kept: no new agent starts. Why.
+    MapStateLost(String),
+    /// The error policy stops the job: no new agent starts.
+    JobStopping(crate::job::StopReason),
+    /// The circuit breaker opened after an item failed: items fail fast until it
+    /// half-opens.
+    CircuitOpened {
+        /// `item_N`, whose failure opened it.
+        item: String,
+    },
+    /// The circuit breaker closed after an item succeeded.
+    CircuitClosed {
+        /// `item_N`, whose success closed it.
+        item: String,
+    },
+    /// A map agent's worktree cannot be prepared (`worktree:`): its item fails. Why.
+    AgentWorktreeNotPrepared(String),
+    /// The container engine could not list or remove a job's containers. Why.
+    ContainersNotRemoved(String),
+    /// `scancel` of a Slurm task failed.
+    ScancelFailed {
+        /// The task.
+        task: crate::backend::TaskRef,
+        /// Why.
+        why: String,
+    },
+    /// `scancel` of a Slurm task had no answer within WAITED.
+    ScancelUnanswered {
+        /// The task.
+        task: crate::backend::TaskRef,
+        /// How long it was waited for.
+        waited: Duration,
+    },
+    /// A cancelled Slurm task was not seen leaving the queue within WAITED.
+    TaskStillQueued {
+        /// The task.
+        task: crate::backend::TaskRef,
+        /// How long it was waited for.
+        waited: Duration,
+        /// Whether the run was interrupted (Ctrl-C, SIGTERM): it waited only its grace
+        /// period, and `resume-job` deals with the task.
+        interrupted: bool,
+    },
+    /// An item's Slurm task waits for the `sbatch` of the item before it in its slot,
+    /// which has not answered for a while.
+    SbatchWaiting {
+        /// The item waiting, from 0.
+        item: usize,
+        /// The item before it in its slot, from 0.
+        previous: usize,
+        /// How long that `sbatch` has not answered.
+        waited: Duration,
+    },
 }
 
 /// A bug in prodigy, said as `internal error: …`.
@@ -380,6 +442,14 @@ pub enum Bug {
         /// The step's label.
         step: String,
     },
+    /// The planner gave an item a failure handler the plan does not have: the item goes to
+    /// the DLQ.
+    HandlerNotInPlan {
+        /// The handler's id.
+        handler: u32,
+        /// `item_N`.
+        item: String,
+    },
 }
 
 /// What `prodigy dlq retry` did with an item.
@@ -401,54 +471,6 @@ pub enum DlqRetried {
 }
 
 impl Message {
-    /// `error: TEXT` of the run.
-    pub fn error(text: impl Into<String>) -> Self {
-        Self::text(Severity::Error, false, text)
-    }
-
-    /// `warning: TEXT` of the run.
-    pub fn warning(text: impl Into<String>) -> Self {
-        Self::text(Severity::Warning, false, text)
-    }
-
-    /// TEXT of the run, as progress.
-    pub fn info(text: impl Into<String>) -> Self {
-        Self::text(Severity::Info, false, text)
-    }
-
-    /// `note: TEXT` of the run.
-    pub fn note(text: impl Into<String>) -> Self {
-        Self::text(Severity::Note, false, text)
-    }
-
-    /// `internal error: TEXT`.
-    pub fn internal(text: impl Into<String>) -> Self {
-        Self::text(Severity::Internal, false, text)
-    }
-
-    /// `error: TEXT` under the step that says it.
-    pub fn step_error(text: impl Into<String>) -> Self {
-        Self::text(Severity::Error, true, text)
-    }
-
-    /// `warning: TEXT` under the step that says it.
-    pub fn step_warning(text: impl Into<String>) -> Self {
-        Self::text(Severity::Warning, true, text)
-    }
-
-    /// TEXT under the step that says it.
-    pub fn step_info(text: impl Into<String>) -> Self {
-        Self::text(Severity::Info, true, text)
-    }
-
-    fn text(severity: Severity, in_step: bool, text: impl Into<String>) -> Self {
-        Message::Text {
-            severity,
-            in_step,
-            text: text.into(),
-        }
-    }
-
     /// The message with every text in it passed through MASK (secrets hidden).
     #[must_use]
     #[expect(
@@ -564,7 +586,8 @@ impl Message {
                 | Bug::CheckpointWriterStopped(_)
                 | Bug::RunnerReconfigured
                 | Bug::GateOpenedOnLimit
-                | Bug::UnexpectedSequenceEvent { .. },
+                | Bug::UnexpectedSequenceEvent { .. }
+                | Bug::HandlerNotInPlan { .. },
             )
             | Message::WorktreeNote(_)
             | Message::MergeStepsStarted { .. }
@@ -573,7 +596,21 @@ impl Message {
             | Message::ItemsLoaded { .. }
             | Message::AgentWorktreeKept { .. }
             | Message::MergeRecovered { .. }
-            | Message::DlqRebuilt(_) => self,
+            | Message::DlqRebuilt(_)
+            | Message::MapStarted { .. }
+            | Message::JobStopping(_)
+            | Message::CircuitOpened { .. }
+            | Message::CircuitClosed { .. }
+            | Message::ScancelUnanswered { .. }
+            | Message::TaskStillQueued { .. }
+            | Message::SbatchWaiting { .. } => self,
+            Message::MapStateLost(why) => Message::MapStateLost(mask(&why)),
+            Message::AgentWorktreeNotPrepared(why) => Message::AgentWorktreeNotPrepared(mask(&why)),
+            Message::ContainersNotRemoved(why) => Message::ContainersNotRemoved(mask(&why)),
+            Message::ScancelFailed { task, why } => Message::ScancelFailed {
+                task,
+                why: mask(&why),
+            },
             Message::EnvFileNotLoaded { path, why } => Message::EnvFileNotLoaded {
                 path,
                 why: mask(&why),
@@ -704,5 +741,31 @@ mod tests {
                 detail: "curl -H ***".into(),
             })
         );
+        let task = crate::backend::TaskRef {
+            backend: "slurm".into(),
+            id: "12_3".into(),
+            node: None,
+        };
+        let whys = [
+            Message::MapStateLost("hunter2".into()),
+            Message::AgentWorktreeNotPrepared("hunter2".into()),
+            Message::ContainersNotRemoved("hunter2".into()),
+            Message::ScancelFailed {
+                task: task.clone(),
+                why: "hunter2".into(),
+            },
+        ];
+        let masked = [
+            Message::MapStateLost("***".into()),
+            Message::AgentWorktreeNotPrepared("***".into()),
+            Message::ContainersNotRemoved("***".into()),
+            Message::ScancelFailed {
+                task,
+                why: "***".into(),
+            },
+        ];
+        for (message, expected) in whys.into_iter().zip(masked) {
+            assert_eq!(message.masked(&mask), expected);
+        }
     }
 }

@@ -599,11 +599,14 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
     let deadline = Instant::now() + wait;
     match tokio::time::timeout_at(deadline, command("scancel", std::slice::from_ref(&task))).await {
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => runner.say_for_run(Message::warning(e.to_string())),
-        Err(_) => runner.say_for_run(Message::warning(format!(
-            "`scancel {task}` had no answer within {} s",
-            wait.as_secs()
-        ))),
+        Ok(Err(e)) => runner.say_for_run(Message::ScancelFailed {
+            task: TaskRef::from(ids),
+            why: e.to_string(),
+        }),
+        Err(_) => runner.say_for_run(Message::ScancelUnanswered {
+            task: TaskRef::from(ids),
+            waited: wait,
+        }),
     }
     loop {
         match tokio::time::timeout_at(deadline, queued(&task)).await {
@@ -616,14 +619,11 @@ async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    runner.say_for_run(Message::warning(if interrupted {
-        format!(
-            "the Slurm task {task} was not seen leaving the queue within {} s of `scancel`; `prodigy resume-job` cancels or adopts it",
-            wait.as_secs()
-        )
-    } else {
-        format!("the Slurm task {task} is still in the queue a minute after `scancel`")
-    }));
+    runner.say_for_run(Message::TaskStillQueued {
+        task: TaskRef::from(ids),
+        waited: wait,
+        interrupted,
+    });
 }
 
 /// The task a killed coordinator submitted for item INDEX when it can be adopted: it is
@@ -698,11 +698,11 @@ async fn submit(
     // that one ends; until that one's `sbatch` has answered, this one is not submitted.
     // Shown without `-v`, unlike an agent's own lines: the whole job may be waiting.
     let mut note = |previous: usize, waited: Duration| {
-        runner.say_for_run(Message::warning(format!(
-                "item_{} waits for the `sbatch` of item_{previous}, before it in its Slurm slot, which has not answered for {} s; it is submitted after it so that at most `max_parallel` tasks run",
-                d.index,
-                waited.as_secs()
-            )));
+        runner.say_for_run(Message::SbatchWaiting {
+            item: d.index,
+            previous,
+            waited,
+        });
     };
     let Some(after) = slurm.slots.before(slot, d.index, stopped, &mut note).await else {
         return Ok(None);

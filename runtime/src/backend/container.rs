@@ -112,10 +112,10 @@ impl AgentBackend for ContainerOptions {
                     let mut args = vec!["rm".to_owned(), "-f".to_owned()];
                     args.extend(ids);
                     if let Err(e) = engine(&self.engine, &args).await {
-                        runner.say_for_run(Message::warning(e.to_string()));
+                        runner.say_for_run(Message::ContainersNotRemoved(e.to_string()));
                     }
                 }
-                Err(e) => runner.say_for_run(Message::warning(e.to_string())),
+                Err(e) => runner.say_for_run(Message::ContainersNotRemoved(e.to_string())),
             }
         })
     }
@@ -264,7 +264,7 @@ async fn remove(o: &ContainerOptions, runner: &Runner, name: &str) {
     let grace = runner.opts.grace.as_secs().max(1).to_string();
     let args = ["rm", "-f", "-t", &grace, name].map(str::to_owned);
     if let Err(e) = engine(&o.engine, &args).await {
-        runner.say_for_run(Message::warning(e.to_string()));
+        runner.say_for_run(Message::ContainersNotRemoved(e.to_string()));
     }
 }
 

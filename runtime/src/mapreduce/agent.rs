@@ -312,7 +312,9 @@ pub(crate) async fn run_agent(
         None => Ok(()),
     };
     let mut run = if let Err(message) = prepared {
-        agent.say(crate::message::Message::error(message.to_string()));
+        agent.say(crate::message::Message::AgentWorktreeNotPrepared(
+            message.to_string(),
+        ));
         AgentRun::failed(
             "worktree.setup",
             message.to_string(),

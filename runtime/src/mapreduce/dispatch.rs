@@ -7,7 +7,7 @@
 //! outcome, feeds the machines, and answers with the work to start next ([`Work`]).
 
 use crate::mapreduce::{MapError, MaxParallelError};
-use crate::message::Message;
+use crate::message::{Bug, Message};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -149,7 +149,7 @@ impl MapJob<'_> {
         };
         self.write_failed(why.clone());
         self.write_announced = true;
-        self.say(Message::error(format!("{why}; no new agents start")));
+        self.say(Message::MapStateLost(why));
         let _ = halt.send(true);
     }
 
@@ -542,11 +542,11 @@ impl<'j, 'a> Dispatcher<'j, 'a> {
             pending: pending.len(),
             max_parallel,
         });
-        job.say(Message::info(format!(
-            "map: {} of {} to run, {max_parallel} at a time",
-            pending.len(),
-            crate::progress::count(total, "item")
-        )));
+        job.say(Message::MapStarted {
+            pending: pending.len(),
+            total,
+            max_parallel,
+        });
         // What an item has cost on average: its last attempt's Claude calls, for the items
         // earlier processes finished; every attempt's from here on.
         let item_costs = records.iter().flatten().fold((0.0, 0), |(sum, n), r| {
@@ -874,15 +874,17 @@ impl Dispatcher<'_, '_> {
                 runner.record(&Event::CircuitOpen {
                     item_id: item_id(index),
                 });
-                self.job.say(Message::info(
-                    "circuit breaker opened: items fail fast as `CircuitOpen` until it half-opens",
-                ));
+                self.job.say(Message::CircuitOpened {
+                    item: item_id(index),
+                });
             }
             BreakerAction::Closed => {
                 runner.record(&Event::CircuitClosed {
                     item_id: item_id(index),
                 });
-                self.job.say(Message::info("circuit breaker closed"));
+                self.job.say(Message::CircuitClosed {
+                    item: item_id(index),
+                });
             }
             BreakerAction::Allow
             | BreakerAction::Probe
@@ -1013,11 +1015,10 @@ impl Dispatcher<'_, '_> {
         // dead-lettered rather than handled by nothing.
         match action {
             ItemAction::Handler(handler) if plan.handler(handler).is_none() => {
-                self.job.say(Message::internal(format!(
-                    "handler #{} is not in the plan; item {} goes to the DLQ",
-                    handler.0,
-                    item_id(index)
-                )));
+                self.job.say(Message::Bug(Bug::HandlerNotInPlan {
+                    handler: handler.0,
+                    item: item_id(index),
+                }));
                 ItemAction::DeadLetter
             }
             other => other,
@@ -1092,12 +1093,8 @@ impl Dispatcher<'_, '_> {
         {
             self.stop_announced = true;
             let why = describe(reason);
-            self.job.runner.record(&Event::JobStopping {
-                reason: why.clone(),
-            });
-            self.job.say(Message::info(format!(
-                "stopping: {why}; no new agents start"
-            )));
+            self.job.runner.record(&Event::JobStopping { reason: why });
+            self.job.say(Message::JobStopping(reason.clone()));
             let _ = self.halt.send(true);
         }
         if self.last_save.elapsed() >= Duration::from_secs(1) && self.job.write_failed.is_none() {
@@ -1108,8 +1105,7 @@ impl Dispatcher<'_, '_> {
             if self.lost.is_none() {
                 self.lost = self.job.state_lost();
                 if let Some(why) = &self.lost {
-                    self.job
-                        .say(Message::error(format!("{why}; no new agents start")));
+                    self.job.say(Message::MapStateLost(why.clone()));
                     let _ = self.halt.send(true);
                 }
             }

@@ -173,8 +173,10 @@ fn dlq_write_failure(e: &crate::dlq::DlqError) -> String {
     }
 }
 
-/// Describes why the error policy stopped the job.
-fn describe(reason: &StopReason) -> String {
+/// Describes why the error policy stopped the job: in its events, its end and the
+/// reporter's `stopping:` line.
+#[must_use]
+pub fn describe(reason: &StopReason) -> String {
     match reason {
         StopReason::ItemFailureStop => "an item failed under `on_item_failure: stop`".into(),
         StopReason::NoContinueOnFailure => {
