@@ -155,6 +155,18 @@ pub enum NoShareError {
         /// Why.
         source: std::io::Error,
     },
+    /// An agent process could not start.
+    #[error("`{program}` could not start: {source}")]
+    #[diagnostic(
+        code(prodigy::noshare::spawn),
+        help("check that prodigy is installed at that path where the agents run")
+    )]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// The backend of agents without a shared filesystem: a [`Launch`] and the job's server.
@@ -702,11 +714,14 @@ async fn spawn_agent(
     remote: &Remote,
     index: usize,
     log: &Path,
-) -> Result<tokio::process::Child, String> {
+) -> Result<tokio::process::Child, NoShareError> {
     use tokio::io::AsyncWriteExt as _;
     let out = std::fs::File::create(log)
         .and_then(|f| Ok((f.try_clone()?, f)))
-        .map_err(|e| format!("cannot create `{}`: {e}", log.display()))?;
+        .map_err(|source| NoShareError::Io {
+            path: log.to_owned(),
+            source,
+        })?;
     let mut command = tokio::process::Command::new(program);
     command
         .arg("agent")
@@ -719,9 +734,10 @@ async fn spawn_agent(
         .stderr(out.1)
         .kill_on_drop(true);
     crate::reap::mark(&mut command);
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("`{}` could not start: {e}", program.display()))?;
+    let mut child = command.spawn().map_err(|source| NoShareError::Spawn {
+        program: program.to_owned(),
+        source,
+    })?;
     if let Some(mut pipe) = child.stdin.take() {
         let _ = pipe
             .write_all(format!("{}\n", remote.token).as_bytes())
@@ -751,7 +767,9 @@ async fn process_dispatch(
     let log = result.with_file_name(format!("item_{}.out", d.index));
     let mut child = match spawn_agent(program, remote, d.index, &log).await {
         Ok(c) => c,
-        Err(why) => return Dispatched::failed("agent", why, ErrorType::Unknown, Some(task)),
+        Err(why) => {
+            return Dispatched::failed("agent", why.to_string(), ErrorType::Unknown, Some(task));
+        }
     };
     runner.record(&crate::events::Event::TaskSubmitted {
         task: task.clone(),
