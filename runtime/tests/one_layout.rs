@@ -2,7 +2,9 @@
 //! no other source file spells a file name of a run's or job's state, or a directory under
 //! `$PRODIGY_HOME`, outside its tests. A new file goes into the layout, whose test pins it.
 
-use std::path::{Path, PathBuf};
+mod scan;
+
+use std::path::Path;
 
 /// What only the layout may spell, as it appears in code.
 const SPELLED: &[&str] = &[
@@ -26,21 +28,6 @@ const SPELLED: &[&str] = &[
     "join(\"jobs\")",
 ];
 
-/// Every `.rs` file under DIR.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The lines of TEXT before its tests that spell a path only the layout may.
 fn spelled(text: &str) -> Vec<(usize, String)> {
     text.lines()
@@ -58,9 +45,8 @@ fn only_the_layout_spells_where_state_lives() {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let mut files = Vec::new();
-    sources(&root.join("runtime/src"), &mut files);
-    sources(&root.join("src"), &mut files);
+    let mut files = scan::rust_files(&root.join("runtime/src"));
+    files.extend(scan::rust_files(&root.join("src")));
     assert!(files.len() > 50, "found only {} sources", files.len());
     let layout = root.join("runtime/src/layout.rs");
     let testing = root.join("runtime/src/testing");

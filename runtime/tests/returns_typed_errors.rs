@@ -2,7 +2,9 @@
 //! `runtime/src` returns `Result<_, String>`, and no alias hides one; each failure is an enum
 //! variant with its data (`thiserror` + `miette::Diagnostic`), worded by its `Display`.
 
-use std::path::{Path, PathBuf};
+mod scan;
+
+use std::path::Path;
 
 /// The generic arguments of every `Result<…>` in TEXT (any spacing, over lines), as written.
 fn result_arguments(text: &str) -> Vec<(usize, String)> {
@@ -87,26 +89,10 @@ fn offending(text: &str) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// Every `.rs` file under DIR (what cannot be listed is left out; the test checks that it
-/// found the sources).
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for path in entries.flatten().map(|e| e.path()) {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn the_runtime_returns_no_string_errors() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    let mut files = scan::rust_files(&src);
     files.sort();
     assert!(files.len() > 10, "found the runtime's sources: {files:?}");
     let mut found = Vec::new();

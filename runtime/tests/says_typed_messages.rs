@@ -3,7 +3,9 @@
 //! each is a `Message` variant with its data, worded by the binary's reporter. A command's
 //! own output is `Message::Output` / `Message::Result`.
 
-use std::path::{Path, PathBuf};
+mod scan;
+
+use std::path::Path;
 
 /// The names that build free text: the constructors `Message` had (gone now), its
 /// free-text variant, and the severity that only free text carries.
@@ -43,26 +45,10 @@ fn offending(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// Every `.rs` file under DIR (what cannot be listed is left out; the test checks that it
-/// found the sources).
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for path in entries.flatten().map(|e| e.path()) {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn the_runtime_says_no_free_text() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    let mut files = scan::rust_files(&src);
     files.retain(|f| !ALLOWED.iter().any(|allowed| f == &src.join(allowed)));
     files.sort();
     assert!(files.len() > 10, "found the runtime's sources: {files:?}");
