@@ -20,6 +20,8 @@ use serde_json::Value;
 
 #[path = "../support/external.rs"]
 mod external;
+#[path = "../support/slurm_cluster.rs"]
+mod slurm_cluster;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -31,42 +33,7 @@ static UP: OnceLock<Result<String, String>> = OnceLock::new();
 
 /// Whether the cluster is up; `false` after a skip line.
 fn cluster(test: &str) -> bool {
-    let up = UP.get_or_init(|| {
-        if !nix::unistd::Uid::effective().is_root() {
-            return Err("starting a Slurm cluster needs root".into());
-        }
-        // Stopped again when this test binary exits, unless it was already up: the
-        // README's test command leaves nothing running.
-        let out = Command::new(root().join("scripts/slurm-cluster"))
-            .args(["start", "--until-exit", &std::process::id().to_string()])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        match out.status.code() {
-            Some(0) => {
-                let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-                let conf = printed
-                    .lines()
-                    .find_map(|l| l.strip_prefix("SLURM_CONF="))
-                    .unwrap_or_else(|| panic!("no SLURM_CONF= in:\n{printed}\n{said}"));
-                Ok(conf.to_owned())
-            }
-            // Missing packages: `.ci/run` installs them wherever it can use apt as root.
-            Some(2) => {
-                assert!(
-                    !external::ci::required() || !Path::new("/usr/bin/apt-get").exists(),
-                    "CI must not skip the Slurm tests: .ci/run installs Slurm as root with apt\n{said}"
-                );
-                Err(format!("Slurm is not installed (scripts/install-slurm): {said}"))
-            }
-            // Another Slurm answers where this cluster's controller should: nothing may be
-            // submitted to it or cancelled on it.
-            Some(3) => panic!(
-                "a Slurm controller that scripts/slurm-cluster did not start answers on its port; the tests refuse to use it:\n{said}"
-            ),
-            _ => panic!("scripts/slurm-cluster start failed:\n{said}"),
-        }
-    });
+    let up = UP.get_or_init(|| slurm_cluster::start(&root(), "scripts/slurm-cluster", &[]));
     match up {
         Ok(_) => true,
         Err(why) => {

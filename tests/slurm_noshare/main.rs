@@ -25,6 +25,8 @@ use serde_json::Value;
 
 #[path = "../support/external.rs"]
 mod external;
+#[path = "../support/slurm_cluster.rs"]
+mod slurm_cluster;
 
 /// This binary's cluster: its directory and name (never the ones of `tests/slurm`).
 const DIR: &str = "/tmp/prodigy-slurm-noshare";
@@ -65,37 +67,11 @@ static TURN: Mutex<()> = Mutex::new(());
 /// Whether the cluster is up; `false` after a skip line.
 fn cluster(test: &str) -> bool {
     let up = UP.get_or_init(|| {
-        if !nix::unistd::Uid::effective().is_root() {
-            return Err("starting a Slurm cluster needs root".into());
-        }
-        let out = Command::new(root().join("scripts/slurm-cluster-ns"))
-            .args(["start", "--until-exit", &std::process::id().to_string()])
-            .env("PRODIGY_SLURM_DIR", DIR)
-            .env("PRODIGY_SLURM_NAME", NAME)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        match out.status.code() {
-            Some(0) => {
-                let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-                let conf = printed
-                    .lines()
-                    .find_map(|l| l.strip_prefix("SLURM_CONF="))
-                    .unwrap_or_else(|| panic!("no SLURM_CONF= in:\n{printed}\n{said}"));
-                Ok(conf.to_owned())
-            }
-            Some(2) => {
-                assert!(
-                    !external::ci::required() || !Path::new("/usr/bin/apt-get").exists(),
-                    "CI must not skip the Slurm tests: .ci/run installs Slurm as root with apt\n{said}"
-                );
-                Err(format!("Slurm is not installed (scripts/install-slurm): {said}"))
-            }
-            Some(3) => panic!(
-                "a Slurm controller that scripts/slurm-cluster-ns did not start answers on its port; the tests refuse to use it:\n{said}"
-            ),
-            _ => panic!("scripts/slurm-cluster-ns start failed:\n{said}"),
-        }
+        slurm_cluster::start(
+            &root(),
+            "scripts/slurm-cluster-ns",
+            &[("PRODIGY_SLURM_DIR", DIR), ("PRODIGY_SLURM_NAME", NAME)],
+        )
     });
     match up {
         Ok(_) => true,
