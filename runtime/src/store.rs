@@ -162,10 +162,6 @@ pub struct ContinuedStep {
     pub handled: bool,
 }
 
-/// The session's checkpoint journal, beside its `checkpoint.json`: one JSON checkpoint per
-/// line, each with a greater [`Checkpoint::seq`] than the one before.
-pub use crate::layout::JOURNAL;
-
 /// The size past which the journal is compacted into `checkpoint.json`.
 const COMPACT_AT: u64 = 4 << 20;
 
@@ -177,7 +173,10 @@ impl Checkpoint {
     pub fn load(path: &Path) -> std::io::Result<Self> {
         let text = std::fs::read(path)?;
         let snapshot: Checkpoint = serde_json::from_slice(&text).map_err(std::io::Error::other)?;
-        match std::fs::read(path.with_file_name(JOURNAL)) {
+        // The session's journal, beside its `checkpoint.json`: one JSON checkpoint per line,
+        // each with a greater `seq` than the one before.
+        let journal = crate::layout::journal(path.parent().unwrap_or(Path::new("")));
+        match std::fs::read(journal) {
             Ok(journal) => Ok(newest(snapshot, &journal)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(snapshot),
             Err(e) => Err(e),
@@ -271,8 +270,13 @@ impl CheckpointJournal {
         let Some(file) = self.file.as_mut() else {
             return Err(std::io::Error::other("the checkpoint journal is not open"));
         };
-        crate::durable::append(file, &path, &lines)?;
-        file.sync_data()?;
+        let appended = crate::durable::append(file, &path, &lines).and_then(|()| file.sync_data());
+        if let Err(e) = appended {
+            // A record the failed append could not cut back would end the journal for
+            // every reader: the next save starts over with a snapshot and an empty journal.
+            self.file = None;
+            return Err(e);
+        }
         self.len += lines.len() as u64;
         Ok(snapshot)
     }
@@ -555,6 +559,47 @@ mod tests {
     /// everything into `checkpoint.json` and removes the journal; a later process (a
     /// resume) numbers its saves on from there.
     #[test]
+    fn a_failed_append_and_a_large_journal_make_the_next_save_a_snapshot() {
+        let home = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            home: home.path().to_owned(),
+            repo: "demo".into(),
+        };
+        let snapshot = layout.session_dir("session-1").join("checkpoint.json");
+        let journal = snapshot.with_file_name(crate::layout::JOURNAL);
+        let mut writer = CheckpointJournal::new(&layout, "session-1");
+        writer
+            .save(&mut [checkpoint_at(1, SessionStatus::Running)])
+            .unwrap();
+        // An append that fails (here: the journal open for reading only) is an error, and
+        // the next save writes the snapshot and empties the journal, whatever the failed
+        // append left in it.
+        writer.file = Some(File::open(&journal).unwrap());
+        writer
+            .save(&mut [checkpoint_at(2, SessionStatus::Running)])
+            .unwrap_err();
+        std::fs::write(&journal, "{\"torn").unwrap();
+        writer
+            .save(&mut [checkpoint_at(3, SessionStatus::Running)])
+            .unwrap();
+        let raw: Checkpoint = serde_json::from_slice(&std::fs::read(&snapshot).unwrap()).unwrap();
+        assert_eq!(raw.next_step, 3);
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        writer
+            .save(&mut [checkpoint_at(4, SessionStatus::Running)])
+            .unwrap();
+        assert_eq!(Checkpoint::load(&snapshot).unwrap().next_step, 4);
+        // A journal past COMPACT_AT is folded into the snapshot at the next save.
+        writer.len = COMPACT_AT + 1;
+        writer
+            .save(&mut [checkpoint_at(5, SessionStatus::Running)])
+            .unwrap();
+        let raw: Checkpoint = serde_json::from_slice(&std::fs::read(&snapshot).unwrap()).unwrap();
+        assert_eq!(raw.next_step, 5);
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+    }
+
+    #[test]
     fn checkpoints_go_to_the_journal_and_are_compacted_at_the_end() {
         let home = tempfile::tempdir().unwrap();
         let layout = Layout {
@@ -562,7 +607,7 @@ mod tests {
             repo: "demo".into(),
         };
         let snapshot = layout.session_dir("session-1").join("checkpoint.json");
-        let journal = snapshot.with_file_name(JOURNAL);
+        let journal = snapshot.with_file_name(crate::layout::JOURNAL);
         let mut writer = CheckpointJournal::new(&layout, "session-1");
         writer
             .save(&mut [checkpoint_at(1, SessionStatus::Running)])
@@ -619,13 +664,17 @@ mod tests {
         let whole = serde_json::to_string(&second).unwrap() + "\n";
         let torn = serde_json::to_string(&third).unwrap();
         for cut in [torn.len() / 2, torn.len()] {
-            std::fs::write(dir.path().join(JOURNAL), format!("{whole}{}", &torn[..cut])).unwrap();
+            std::fs::write(
+                dir.path().join(crate::layout::JOURNAL),
+                format!("{whole}{}", &torn[..cut]),
+            )
+            .unwrap();
             let loaded = Checkpoint::load(&snapshot).unwrap();
             assert_eq!(loaded.next_step, 2, "cut at {cut}");
         }
         // Garbage in the middle ends the journal there, even before a whole record.
         std::fs::write(
-            dir.path().join(JOURNAL),
+            dir.path().join(crate::layout::JOURNAL),
             format!("{{\"version\":1,\n{whole}"),
         )
         .unwrap();
@@ -644,7 +693,7 @@ mod tests {
         let mut old = checkpoint_at(2, SessionStatus::Running);
         old.seq = 3;
         std::fs::write(
-            dir.path().join(JOURNAL),
+            dir.path().join(crate::layout::JOURNAL),
             serde_json::to_string(&old).unwrap() + "\n",
         )
         .unwrap();
