@@ -90,7 +90,7 @@ pub async fn retry_dead_letters(
         ..AgentSpec::new(&runner.plan, false, total, executor.clone())
     };
     executor.end_earlier(runner, job_id).await;
-    let (_halt_tx, halt_rx) = watch::channel(false);
+    let (halt_tx, halt_rx) = watch::channel(false);
     runner.record(&crate::events::Event::DlqRetryStarted { items: ids.len() });
     let mut summary = RetrySummary::default();
     // An item whose retried work a killed process merged is recorded, not run again.
@@ -106,6 +106,7 @@ pub async fn retry_dead_letters(
         dlq: &dlq,
         intents: &intents,
         backend_lost: std::cell::Cell::new(false),
+        halt: halt_tx,
     };
     let mut runs = futures::stream::iter(ids)
         .map(|id| retry.run(id, halt_rx.clone()))
@@ -148,6 +149,9 @@ struct Retry<'a> {
     /// Whether a backend has stopped the retry already (said once: every item after it
     /// stops the same way).
     backend_lost: std::cell::Cell<bool>,
+    /// Told once the backend is lost: no further item starts, and with `--cancel-running`
+    /// the running ones stop.
+    halt: watch::Sender<bool>,
 }
 
 impl Retry<'_> {
@@ -170,7 +174,7 @@ impl Retry<'_> {
                 return (id, index, None);
             }
         };
-        if !entry.reprocess_eligible || runner.cancelled() {
+        if !entry.reprocess_eligible || runner.cancelled() || *halt.borrow() {
             return (id, index, Some((entry, None)));
         }
         if let Some(intent) = self.intents.get(&index)
@@ -211,6 +215,7 @@ impl Retry<'_> {
                 // Said once: every item after it stops the same way.
                 if let Some(why) = run.stop_job.clone().filter(|_| !self.backend_lost.get()) {
                     self.backend_lost.set(true);
+                    self.halt.send_replace(true);
                     runner.say(Message::JobFailed(why));
                 }
             }
