@@ -46,14 +46,11 @@ impl ExecutorChoice {
         if !no_shared_fs {
             return self.executor();
         }
-        let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
         let launch = match self {
-            ExecutorChoice::Slurm => {
-                let mut options = SlurmOptions::new(program);
-                options.sbatch_args = sbatch_args();
-                Launch::Slurm(options)
-            }
-            ExecutorChoice::Local | ExecutorChoice::Container => Launch::Process { program },
+            ExecutorChoice::Slurm => Launch::Slurm(slurm_options()),
+            ExecutorChoice::Local | ExecutorChoice::Container => Launch::Process {
+                program: this_program(),
+            },
         };
         AgentHost::new(Arc::new(NoShare::new(
             launch,
@@ -89,23 +86,9 @@ impl ExecutorChoice {
     pub(crate) fn executor(self) -> AgentHost {
         match self {
             ExecutorChoice::Local => AgentHost::local(),
-            ExecutorChoice::Slurm => {
-                let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
-                let mut options = SlurmOptions::new(program);
-                options.sbatch_args = sbatch_args();
-                // `PRODIGY_SLURM_UNREACHABLE_SECS`: how long an unanswering controller is
-                // waited for (docs/slurm.md).
-                if let Some(secs) = std::env::var("PRODIGY_SLURM_UNREACHABLE_SECS")
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .filter(|&s| s > 0)
-                {
-                    options.unreachable_after = std::time::Duration::from_secs(secs);
-                }
-                AgentHost::new(Arc::new(options))
-            }
+            ExecutorChoice::Slurm => AgentHost::new(Arc::new(slurm_options())),
             ExecutorChoice::Container => {
-                let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"));
+                let program = this_program();
                 let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
                 AgentHost::new(Arc::new(ContainerOptions {
                     engine: container_engine().unwrap_or_else(|| "podman".to_owned()),
@@ -125,7 +108,17 @@ impl ExecutorChoice {
 
     /// Refuses `--executor slurm` when a Slurm client tool is not on `PATH`, or
     /// `PRODIGY_SBATCH_ARGS` cannot be split into words, before anything starts.
-    pub(crate) fn check(self, plan: &prodigy_compiler::plan::Plan) -> Result<(), u8> {
+    pub(crate) fn check(
+        self,
+        plan: &prodigy_compiler::plan::Plan,
+        no_shared_fs: bool,
+    ) -> Result<(), u8> {
+        if self == ExecutorChoice::Container && no_shared_fs {
+            err(
+                "error: `--no-shared-fs` runs agents as processes of this machine or as Slurm tasks, not in containers\n  help: run with `--executor slurm` or `--executor local`, or without `--no-shared-fs`\n",
+            );
+            return Err(exit_code::USAGE);
+        }
         if self == ExecutorChoice::Container {
             let named = plan.container.as_ref().is_some_and(|c| c.image.is_some());
             return check_container(named);
@@ -338,4 +331,25 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
         }
         Err(code) => code,
     }
+}
+
+/// This very program, which remote tasks run (`prodigy agent`).
+fn this_program() -> PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"))
+}
+
+/// The Slurm backend's options, with or without a shared filesystem: `PRODIGY_SBATCH_ARGS`,
+/// and `PRODIGY_SLURM_UNREACHABLE_SECS`, how long an unanswering controller is waited for
+/// (docs/slurm.md).
+fn slurm_options() -> SlurmOptions {
+    let mut options = SlurmOptions::new(this_program());
+    options.sbatch_args = sbatch_args();
+    if let Some(secs) = std::env::var("PRODIGY_SLURM_UNREACHABLE_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+    {
+        options.unreachable_after = std::time::Duration::from_secs(secs);
+    }
+    options
 }

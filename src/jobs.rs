@@ -656,7 +656,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
         return code;
     }
-    if let Err(code) = args.executor.check(&plan) {
+    if let Err(code) = args.executor.check(&plan, args.no_shared_fs) {
         return code;
     }
     // Hook (issue 27): the retried agents without a shared filesystem, as the job's.

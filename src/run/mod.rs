@@ -321,7 +321,7 @@ fn execute_job(
     resume: Option<JobCheckpoint>,
     place: Place,
 ) -> u8 {
-    if let Err(code) = job_args.executor.check(&plan) {
+    if let Err(code) = job_args.executor.check(&plan, job_args.no_shared_fs) {
         return code;
     }
     let job_options = job_args.options_for(&plan);

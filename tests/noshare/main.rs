@@ -257,3 +257,31 @@ map:
         3
     );
 }
+
+#[test]
+fn containers_without_a_shared_filesystem_are_refused_before_anything_starts() {
+    let p = Project::new(
+        r#"name: noshare-container
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    let out = p.prodigy(&[
+        "run",
+        "-y",
+        "--executor",
+        "container",
+        "--no-shared-fs",
+        "wf.yml",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("`--no-shared-fs` runs agents as processes of this machine or as Slurm tasks, not in containers"),
+        "{text}"
+    );
+    assert!(!p.log().exists(), "an item ran outside a container");
+}
