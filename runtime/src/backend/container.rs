@@ -211,7 +211,7 @@ fn run_args(
         "--env".to_owned(),
         format!("{NAME_ENV}={name}"),
         "--env".to_owned(),
-        format!("{HOST_ENV}={}", host()),
+        format!("{HOST_ENV}={}", super::this_host()),
         "-v".to_owned(),
         format!("{home}:{home}"),
         "-v".to_owned(),
@@ -254,11 +254,6 @@ fn run_args(
 }
 
 /// This machine's name, as the task reference's node.
-fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "localhost".to_owned(), |h| h.trim().to_owned())
-}
-
 /// Removes container NAME (`rm -f`, stopping it first with a grace period).
 async fn remove(o: &ContainerOptions, runner: &Runner, name: &str) {
     let grace = runner.opts.grace.as_secs().max(1).to_string();
@@ -284,7 +279,7 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
     let task = TaskRef {
         backend: "container".to_owned(),
         id: name.clone(),
-        node: Some(host()),
+        node: Some(super::this_host()),
     };
     let dir = dir(&d.job_dir);
     if let Err(e) = crate::durable::private_dir(&dir) {

@@ -540,6 +540,12 @@ pub struct Dispatch {
     pub stop: watch::Sender<bool>,
 }
 
+/// This machine's host name, the `node` of a task that runs here.
+pub(crate) fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "localhost".to_owned(), |h| h.trim().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -219,7 +219,7 @@ impl NoShare {
         {
             return Ok(Arc::clone(s));
         }
-        let dir = job_dir.join("noshare");
+        let dir = crate::layout::backend_dir(job_dir, "noshare");
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| NoShareError::Io { path, source }
@@ -242,7 +242,7 @@ impl NoShare {
                     source,
                 })?;
         let host = if bound.ip().is_unspecified() {
-            this_host()
+            super::this_host()
         } else {
             match bound {
                 std::net::SocketAddr::V4(a) => a.ip().to_string(),
@@ -274,9 +274,9 @@ impl NoShare {
     fn result_path(&self, job_dir: &Path, index: usize) -> PathBuf {
         match &self.launch {
             Launch::Slurm(_) => crate::slurm::result_path(job_dir, index),
-            Launch::Process { .. } => job_dir
-                .join("noshare")
-                .join(format!("item_{index}.result.json")),
+            Launch::Process { .. } => {
+                crate::layout::task_result(&crate::layout::backend_dir(job_dir, "noshare"), index)
+            }
         }
     }
 }
@@ -314,18 +314,13 @@ fn default_addr(slurm: bool) -> std::net::SocketAddr {
     if !slurm {
         return loopback;
     }
-    std::net::ToSocketAddrs::to_socket_addrs(&(this_host().as_str(), 0))
+    std::net::ToSocketAddrs::to_socket_addrs(&(super::this_host().as_str(), 0))
         .ok()
         .and_then(|mut a| a.find(|a| !a.ip().is_loopback()))
         .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// This machine's name.
-fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "localhost".to_owned(), |h| h.trim().to_owned())
-}
-
 /// Runs git with ARGS (STDIN written to it), in DIR when given; its stdout.
 async fn git(
     dir: Option<&Path>,
@@ -594,6 +589,12 @@ async fn bring_back(served: &Served, dir: &Path, index: usize) -> Result<(), NoS
 }
 
 impl AgentBackend for NoShare {
+    /// A Slurm task can outlive a killed coordinator; a process of this machine cannot (it
+    /// is reaped with it), so its agent worktrees go back into the pool on resume.
+    fn outlives_coordinator(&self) -> bool {
+        matches!(self.launch, Launch::Slurm(_))
+    }
+
     fn name(&self) -> &'static str {
         match &self.launch {
             Launch::Slurm(_) => "slurm",
@@ -759,7 +760,7 @@ async fn process_dispatch(
     let task = TaskRef {
         backend: "process".to_owned(),
         id: format!("{}-item_{}-{}", remote.job, d.index, d.attempt),
-        node: Some(this_host()),
+        node: Some(super::this_host()),
     };
     for stale in [result.to_owned(), started_path(result)] {
         let _ = std::fs::remove_file(stale);
@@ -1115,7 +1116,7 @@ pub fn not_started(why: &str) -> TaskResult {
         output: None,
         failure: Some(super::TaskFailure {
             step: "agent".to_owned(),
-            message: format!("the agent could not start on {}: {why}", this_host()),
+            message: format!("the agent could not start on {}: {why}", super::this_host()),
             error_type: ErrorType::Unknown,
             output: None,
             log: None,
