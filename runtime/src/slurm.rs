@@ -673,6 +673,20 @@ pub fn parse_task(text: &str) -> Option<SlurmIds> {
     })
 }
 
+/// The task a killed coordinator left for D's item when D adopts it: one of the same
+/// worktree whose ids Slurm knows. Anything else is submitted again.
+pub(crate) async fn adopted(runner: &Runner, d: &Dispatch) -> Option<SlurmIds> {
+    if !d.adopt {
+        return None;
+    }
+    let earlier = adoptable(runner, &d.job_dir, d.index).await?;
+    if earlier.worktree == d.worktree {
+        earlier.ids
+    } else {
+        None
+    }
+}
+
 /// Submits the task of D's item, or adopts the one a killed coordinator left; `None` when
 /// STOPPED said so before it was submitted.
 async fn submit(
@@ -685,11 +699,7 @@ async fn submit(
     let slurm_dir = dir(&d.job_dir);
     crate::durable::private_dir(&slurm_dir).map_err(io_error(&slurm_dir))?;
     let marker = submitted_path(&d.job_dir, d.index);
-    if d.adopt
-        && let Some(earlier) = adoptable(runner, &d.job_dir, d.index).await
-        && earlier.worktree == d.worktree
-        && let Some(ids) = earlier.ids
-    {
+    if let Some(ids) = adopted(runner, d).await {
         slurm.slots.submitted(slot, d.index, &ids);
         return Ok(Some((ids, true)));
     }

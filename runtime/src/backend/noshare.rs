@@ -656,7 +656,12 @@ async fn dispatch(
         .worktree
         .as_ref()
         .map_or_else(|| runner.opts.project.clone(), |w| w.path.clone());
-    let adopting = d.adopt && b.adoptable(runner, &d.job_dir, index).await.is_some();
+    // Exactly when the backend adopts the earlier task: a task submitted again must not
+    // find the earlier attempt's refs (its outcome would be taken for the new one's).
+    let adopting = match &b.launch {
+        Launch::Slurm(_) => crate::slurm::adopted(runner, &d).await.is_some(),
+        Launch::Process { .. } => false,
+    };
     if !adopting {
         let prepared = async {
             clean_refs(&served.bare, &d.job_id, index).await?;
