@@ -389,6 +389,9 @@ mod tests {
             .args(args)
             .envs(env.iter().copied())
             .env("GIT_TERMINAL_PROMPT", "0")
+            // Whatever the machine's git configuration (credential helpers, signing).
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
             .output()
             .unwrap()
     }

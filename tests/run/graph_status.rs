@@ -144,6 +144,13 @@ fn a_workflow_changed_since_the_run_is_drawn_with_a_warning() {
 
 #[test]
 fn a_large_events_file_is_read_in_bounded_memory() {
+    if !super::external::tool_available(
+        "a_large_events_file_is_read_in_bounded_memory",
+        "prlimit",
+        "util-linux",
+    ) {
+        return;
+    }
     let (scratch, id) = finished_job();
     let mut files = Vec::new();
     super::collect_files(&scratch.home().join("events"), &mut files);

@@ -118,8 +118,9 @@ fn a_dlq_retry_fires_no_second_dead_letter_or_end() {
     let scratch = Scratch::new();
     std::fs::write(
         scratch.project().join("job.yml"),
-        "name: retried\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"test $ITEM != 2\"\nnotify:\n  - on: [item_dead_lettered, finished, failed]\n    shell: \"echo ${event.name} ${event.item_id} >> [notes]\"\n"
-            .replace("[notes]", &scratch.dir.path().join("notes.txt").display().to_string()),
+        "name: retried\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"echo $ITEM >> [runs]; test $ITEM != 2\"\nnotify:\n  - on: [item_dead_lettered, finished, failed]\n    shell: \"echo ${event.name} ${event.item_id} >> [notes]\"\n"
+            .replace("[notes]", &scratch.dir.path().join("notes.txt").display().to_string())
+            .replace("[runs]", &scratch.dir.path().join("runs.txt").display().to_string()),
     )
     .unwrap();
     scratch.commit();
@@ -139,5 +140,9 @@ fn a_dlq_retry_fires_no_second_dead_letter_or_end() {
         .unwrap();
     let retry = scratch.run(&["dlq", "retry", &job, "-y"], &[]);
     assert_eq!(retry.status.code(), Some(1), "{}", stderr(&retry));
+    // The retry ran the failed item again (and it failed again): what it did not fire is
+    // not for want of running.
+    let runs = std::fs::read_to_string(scratch.dir.path().join("runs.txt")).unwrap();
+    assert_eq!(runs.lines().filter(|l| *l == "2").count(), 2, "{runs}");
     assert_eq!(notes(), fired, "{}", stderr(&retry));
 }
