@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use prodigy_runtime::claude::Stream;
 use prodigy_runtime::layout::Layout;
-use prodigy_runtime::logs::{StepRecord, step_number};
+use prodigy_runtime::logs::{step_files, step_number};
 
 use crate::{err, exit_code, out};
 
@@ -235,17 +235,6 @@ fn list_steps(dir: &Path, owner: &Path, entries: &[PathBuf]) -> String {
         let _ = writeln!(text, "{name}/step {number}  {line}");
     }
     text
-}
-
-/// Step NUMBER of OWNER in DIR: its record, if it ended, and its output log.
-fn step_files(owner: &Path, number: u32) -> (Option<StepRecord>, PathBuf) {
-    let record = prodigy_compiler::source::read_regular(
-        &owner.join(format!("step-{number:04}.json")),
-        1 << 20,
-    )
-    .ok()
-    .and_then(|bytes| serde_json::from_slice(&bytes).ok());
-    (record, owner.join(format!("step-{number:04}.log")))
 }
 
 /// `prodigy logs ID --step N`: the output step N of OWNER kept (the list says which it is).

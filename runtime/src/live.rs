@@ -1532,11 +1532,7 @@ fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
     numbers
         .into_iter()
         .map(|number| {
-            let log = dir.join(format!("step-{number:04}.log"));
-            let record_path = dir.join(format!("step-{number:04}.json"));
-            let record = std::fs::read(&record_path)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<crate::logs::StepRecord>(&b).ok());
+            let (record, log) = crate::logs::step_files(dir, number);
             let attempt = attempt_of.get(&number).copied().unwrap_or(0);
             let (tail, truncated) = tail_of(&log, OUTPUT_TAIL);
             StepOutput {

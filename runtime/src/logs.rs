@@ -306,6 +306,24 @@ pub struct StepRecord {
     pub claude_logs: Vec<PathBuf>,
 }
 
+/// Step NUMBER's output log in OWNER (`step-NNNN.log`).
+pub fn step_log(owner: &Path, number: u32) -> PathBuf {
+    owner.join(format!("step-{number:04}.log"))
+}
+
+/// Step NUMBER's record in OWNER (`step-NNNN.json`).
+pub fn step_record_path(owner: &Path, number: u32) -> PathBuf {
+    owner.join(format!("step-{number:04}.json"))
+}
+
+/// Step NUMBER of OWNER: its record, if it ended (read within 1 MiB), and its output log.
+pub fn step_files(owner: &Path, number: u32) -> (Option<StepRecord>, PathBuf) {
+    let record = prodigy_plan::support::read_regular(&step_record_path(owner, number), 1 << 20)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    (record, step_log(owner, number))
+}
+
 /// The number of the step file NAME (`step-0003.log` or `.json`), if it is one.
 pub fn step_number(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("step-")?;
@@ -371,12 +389,12 @@ impl StepLog {
 
     /// Where the output goes.
     pub fn output_path(&self) -> PathBuf {
-        self.dir.join(format!("step-{:04}.log", self.number))
+        step_log(&self.dir, self.number)
     }
 
     /// Where the record goes.
     pub fn record_path(&self) -> PathBuf {
-        self.dir.join(format!("step-{:04}.json", self.number))
+        step_record_path(&self.dir, self.number)
     }
 
     /// Sets the step's list and index in it.
