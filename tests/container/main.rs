@@ -22,6 +22,9 @@ use serde_json::Value;
 
 #[path = "../support/external.rs"]
 mod external;
+#[path = "../support/job.rs"]
+mod job;
+use job::{job_id, stderr};
 
 /// The test image, built from the host's binaries.
 const IMAGE: &str = "localhost/prodigy-test-agent:2";
@@ -264,9 +267,7 @@ impl Project {
     }
 
     fn job_dir(&self, job: &str) -> PathBuf {
-        let state = self.home().join("state");
-        let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
-        repo.path().join("mapreduce/jobs").join(job)
+        job::job_dir(&self.home(), job)
     }
 
     /// The job of the run under way, once N of its containers run (within 60 s).
@@ -326,19 +327,6 @@ impl Drop for Cleanup {
             let _ = engine().args(["rm", "-f"]).args(&ids).output();
         }
     }
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The job id a run printed.
-fn job_id(out: &Output) -> String {
-    let text = stderr(out);
-    let re = regex::Regex::new(r"job (mapreduce-[0-9a-z-]+) started").unwrap();
-    re.captures(&text)
-        .unwrap_or_else(|| panic!("no job id in:\n{text}"))[1]
-        .to_owned()
 }
 
 /// Waits (up to 60 s) until JOB has no running container.

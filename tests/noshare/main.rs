@@ -16,6 +16,10 @@ use std::process::{Command, Output};
 
 use assert_cmd::cargo::CommandCargoExt;
 
+#[path = "../support/job.rs"]
+mod job;
+use job::{git_identity, job_id, stderr};
+
 /// A git repository with WORKFLOW as `wf.yml`, a `$PRODIGY_HOME` and a node directory
 /// beside it.
 struct Project {
@@ -79,35 +83,8 @@ impl Project {
     }
 
     fn job_dir(&self, job: &str) -> PathBuf {
-        let state = self.home().join("state");
-        let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
-        repo.path().join("mapreduce/jobs").join(job)
+        job::job_dir(&self.home(), job)
     }
-}
-
-/// Git as the test user, whatever the machine's git configuration (signing, hooks).
-fn git_identity() -> [(&'static str, &'static str); 6] {
-    [
-        ("GIT_AUTHOR_NAME", "t"),
-        ("GIT_AUTHOR_EMAIL", "t@example.com"),
-        ("GIT_COMMITTER_NAME", "t"),
-        ("GIT_COMMITTER_EMAIL", "t@example.com"),
-        ("GIT_CONFIG_GLOBAL", "/dev/null"),
-        ("GIT_CONFIG_NOSYSTEM", "1"),
-    ]
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The job id a run printed.
-fn job_id(out: &Output) -> String {
-    let text = stderr(out);
-    let re = regex::Regex::new(r"job (mapreduce-[0-9a-z-]+) started").unwrap();
-    re.captures(&text)
-        .unwrap_or_else(|| panic!("no job id in:\n{text}"))[1]
-        .to_owned()
 }
 
 #[test]

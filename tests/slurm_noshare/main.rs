@@ -25,6 +25,9 @@ use serde_json::Value;
 
 #[path = "../support/external.rs"]
 mod external;
+#[path = "../support/job.rs"]
+mod job;
+use job::{git_identity, job_id, stderr};
 #[path = "../support/slurm_cluster.rs"]
 mod slurm_cluster;
 
@@ -179,9 +182,7 @@ impl Project {
     }
 
     fn job_dir(&self, job: &str) -> PathBuf {
-        let state = self.home().join("state");
-        let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
-        repo.path().join("mapreduce/jobs").join(job)
+        job::job_dir(&self.home(), job)
     }
 
     fn results(&self, job: &str) -> Vec<Value> {
@@ -231,29 +232,6 @@ impl Drop for Reaped {
             let _ = c.wait();
         }
     }
-}
-
-fn git_identity() -> [(&'static str, &'static str); 6] {
-    [
-        ("GIT_AUTHOR_NAME", "t"),
-        ("GIT_AUTHOR_EMAIL", "t@example.com"),
-        ("GIT_COMMITTER_NAME", "t"),
-        ("GIT_COMMITTER_EMAIL", "t@example.com"),
-        ("GIT_CONFIG_GLOBAL", "/dev/null"),
-        ("GIT_CONFIG_NOSYSTEM", "1"),
-    ]
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn job_id(out: &Output) -> String {
-    let text = stderr(out);
-    let re = regex::Regex::new(r"job (mapreduce-[0-9a-z-]+) started").unwrap();
-    re.captures(&text)
-        .unwrap_or_else(|| panic!("no job id in:\n{text}"))[1]
-        .to_owned()
 }
 
 fn queued(job: &str) -> String {

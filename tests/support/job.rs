@@ -1,0 +1,41 @@
+//! What the agent-backend test binaries (`tests/noshare`, `tests/slurm`, `tests/slurm_noshare`,
+//! `tests/container`) share about a job: its id as a run printed it, where its state lives, and
+//! git as the test user.
+
+#![allow(dead_code, reason = "each test binary uses part of this module")]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// Git as the test user, whatever the machine's git configuration (signing, hooks).
+pub(crate) fn git_identity() -> [(&'static str, &'static str); 6] {
+    [
+        ("GIT_AUTHOR_NAME", "t"),
+        ("GIT_AUTHOR_EMAIL", "t@example.com"),
+        ("GIT_COMMITTER_NAME", "t"),
+        ("GIT_COMMITTER_EMAIL", "t@example.com"),
+        ("GIT_CONFIG_GLOBAL", "/dev/null"),
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+    ]
+}
+
+/// What a command printed on stderr.
+pub(crate) fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The job id a run printed.
+pub(crate) fn job_id(out: &Output) -> String {
+    let text = stderr(out);
+    let re = regex::Regex::new(r"job (mapreduce-[0-9a-z-]+) started").unwrap();
+    re.captures(&text)
+        .unwrap_or_else(|| panic!("no job id in:\n{text}"))[1]
+        .to_owned()
+}
+
+/// The state directory of JOB under HOME, whose one project it is.
+pub(crate) fn job_dir(home: &Path, job: &str) -> PathBuf {
+    let state = home.join("state");
+    let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
+    repo.path().join("mapreduce/jobs").join(job)
+}
