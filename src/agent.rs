@@ -225,6 +225,10 @@ pub(crate) struct AgentArgs {
     /// Without a shared filesystem: the name of the project's clones on this node.
     #[arg(long)]
     pub(crate) repo_key: Option<String>,
+    /// Without a shared filesystem: the agent writes its own output under the node's
+    /// private directory (a Slurm task, whose output Slurm sends nowhere).
+    #[arg(long, requires = "serve")]
+    pub(crate) output_on_node: bool,
 }
 
 /// Runs the agent template for one item of a job and writes its outcome; exit 0 once the
@@ -232,7 +236,7 @@ pub(crate) struct AgentArgs {
 pub(crate) fn agent(args: &AgentArgs) -> u8 {
     // Hook (no shared filesystem): the node's own clone and home (src/noshare.rs).
     if let (Some(url), Some(key)) = (&args.serve, &args.repo_key) {
-        return crate::noshare::remote_agent(url, &args.job, args.item, key);
+        return crate::noshare::remote_agent(url, &args.job, args.item, key, args.output_on_node);
     }
     let (Some(home), Some(result)) = (&args.home, &args.result) else {
         err("error: `prodigy agent` needs `--home` and `--result`, or `--serve`\n");

@@ -268,32 +268,48 @@ fn push_wait() -> std::time::Duration {
 
 /// `prodigy agent --serve URL`: on a node that sees nothing of the coordinator's disk, runs
 /// item ITEM of JOB in a persistent clone of the served repository and pushes its commits
-/// and outcome back. The secret comes on standard input.
-pub(crate) fn remote_agent(url: &str, job: &str, item: usize, repo_key: &str) -> u8 {
+/// and outcome back. The secret comes on standard input. With `on_node`, its output goes to a file
+/// under the node's private directory. An agent that cannot start says why
+/// ([`noshare::NotStarted`]) on stderr and, in a Slurm task, in the task's job comment.
+pub(crate) fn remote_agent(url: &str, job: &str, item: usize, repo_key: &str, on_node: bool) -> u8 {
+    let not_started = |why: noshare::NotStarted| {
+        err(&format!("error: the agent could not start: {why}\n"));
+        why.tell_slurm();
+        exit_code::USAGE
+    };
     let mut token = String::new();
     let _ = std::io::stdin().lock().read_line(&mut token);
     let token = token.trim().to_owned();
     if token.is_empty() {
-        err(
-            "error: `prodigy agent --serve` reads the job's secret on its standard input, which was empty\n",
-        );
-        return exit_code::USAGE;
+        return not_started(noshare::NotStarted::NoSecret);
     }
     let root = noshare::node_root();
     let clone = match NodeClone::take(&root, repo_key) {
         Ok(c) => c,
         Err(e) => {
-            err(&format!("error: {e}\n"));
-            return exit_code::USAGE;
+            return not_started(noshare::NotStarted::NodeDir { why: e.to_string() });
         }
     };
+    if on_node {
+        let redirected = noshare::open_node_output(&root, job, item).and_then(|file| {
+            nix::unistd::dup2_stdout(&file)
+                .and_then(|()| nix::unistd::dup2_stderr(&file))
+                .map_err(|e| noshare::NoShareError::Io {
+                    path: noshare::node_output(&root, job, item),
+                    source: e.into(),
+                })
+        });
+        if let Err(e) = redirected {
+            return not_started(noshare::NotStarted::NodeDir { why: e.to_string() });
+        }
+    }
     let files = match clone.prepare(url, &token, job, item) {
         Ok(f) => f,
         Err(e) => {
-            err(&format!(
-                "error: cannot fetch item {item} of job `{job}` from {url}: {e}\n"
-            ));
-            return exit_code::USAGE;
+            return not_started(noshare::NotStarted::Fetch {
+                url: url.to_owned(),
+                why: e.to_string(),
+            });
         }
     };
     if let Err(e) = clone.push_started(url, &token, job, item) {
@@ -310,6 +326,7 @@ pub(crate) fn remote_agent(url: &str, job: &str, item: usize, repo_key: &str) ->
             workdir: Some(clone.dir.clone()),
             serve: None,
             repo_key: None,
+            output_on_node: false,
         }),
         Err(why) => {
             err(&format!("error: {why}\n"));

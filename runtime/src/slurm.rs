@@ -579,6 +579,27 @@ async fn final_state(task: &str) -> (String, String) {
         .unwrap_or_default()
 }
 
+/// The node of TASK and why its agent could not start there, as the task's job comment
+/// says ([`crate::backend::noshare::NotStarted`]); `None` when it says nothing of it.
+async fn not_started(task: &str) -> Option<(String, crate::backend::noshare::NotStarted)> {
+    let args = [
+        "-h".to_owned(),
+        "-t".to_owned(),
+        "all".to_owned(),
+        "-j".to_owned(),
+        task.to_owned(),
+        "-o".to_owned(),
+        "%N %k".to_owned(),
+    ];
+    let out = command("squeue", &args).await.ok()?;
+    out.lines().find_map(|line| {
+        let (node, comment) = line.split_once(' ')?;
+        let why = crate::backend::noshare::NotStarted::parse(comment)?;
+        let node = if node.is_empty() { "its node" } else { node };
+        Some((node.to_owned(), why))
+    })
+}
+
 /// Cancels TASK and waits (up to a minute) until it has left the queue, so that nothing
 /// runs in its worktree any more.
 async fn cancel(runner: &Runner, ids: &SlurmIds, why: &str) {
@@ -782,9 +803,11 @@ fn sbatch_args(
     if std::fs::read(&script).ok().as_deref() != Some(text.as_bytes()) {
         crate::durable::write_atomic(&script, text.as_bytes()).map_err(io_error(&script))?;
     }
-    // Hook (no shared filesystem): output and start directory on the node.
+    // Hook (no shared filesystem): no path on a node is known to be private before the
+    // task's agent makes its directory, where it writes its own output
+    // (`--output-on-node`); Slurm's goes nowhere, and the task starts at `/`.
     let (output, chdir) = match remote {
-        Some(r) => (r.output(d.index), r.chdir()),
+        Some(_) => (PathBuf::from("/dev/null"), PathBuf::from("/")),
         None => (
             slurm_dir.join(format!("item_{}.out", d.index)),
             workdir.unwrap_or(&runner.opts.project).to_owned(),
@@ -806,7 +829,7 @@ fn sbatch_args(
     args.push(script.display().to_string());
     if let Some(r) = remote {
         // Hook (no shared filesystem): the agent reaches the served repository only.
-        args.extend(r.agent_args());
+        args.extend(r.agent_args(true));
     } else {
         args.extend([
             "--home".to_owned(),
@@ -869,8 +892,15 @@ async fn stopped_by_slurm(
         _ = signal.wait_for(|stop| *stop) => Default::default(),
     };
     let (mut message, error_type) = lost_task(&task, &state, &reason);
-    // Hook (no shared filesystem): the task's output is on its node, or was never written.
-    if !began {
+    // Hook (no shared filesystem): the task's output is on its node, or was never written;
+    // a node that could not start the agent said why in the task's comment.
+    let told = match slurm.remote.get() {
+        Some(_) if !began => not_started(&task).await,
+        _ => None,
+    };
+    if let Some((node, why)) = told {
+        message = format!("the Slurm task {task} could not start its agent on {node}: {why}");
+    } else if !began {
         message = crate::backend::noshare::never_started(
             &message,
             slurm.remote.get().is_some(),

@@ -165,7 +165,11 @@ impl Project {
 
     /// `prodigy ARGS --executor slurm`, the mode as the workflow says.
     fn command_as_written(&self, args: &[&str]) -> Command {
-        let mut cmd = prodigy();
+        self.command_by(prodigy(), args)
+    }
+
+    /// CMD (a `prodigy`) with ARGS `--executor slurm` in the project.
+    fn command_by(&self, mut cmd: Command, args: &[&str]) -> Command {
         cmd.args(args)
             .args(["--executor", "slurm"])
             .current_dir(self.repo())
@@ -308,6 +312,93 @@ map:
         "{results:?}"
     );
     p.refs_cleaned(&job);
+    assert_eq!(queued(&job), "");
+    // The job's secret is in its tasks' batch script, which another user of the cluster
+    // can neither retrieve nor see in the job's details.
+    let token = std::fs::read_to_string(p.job_dir(&job).join("noshare/token")).unwrap();
+    let token = token.trim();
+    let task = results[0]["task"]["id"].as_str().unwrap().to_owned();
+    let as_nobody = |args: &[&str]| {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "nobody", "--", "scontrol"]).args(args);
+        if let Some(Ok(conf)) = UP.get() {
+            cmd.env("SLURM_CONF", conf);
+        }
+        cmd.output().unwrap()
+    };
+    let shown = as_nobody(&["show", "job", "-dd", &task]);
+    assert!(shown.status.success(), "{shown:?}");
+    assert!(!String::from_utf8_lossy(&shown.stdout).contains(token));
+    // Refused (`scontrol` says so on stderr, and exits 0 all the same).
+    let script = as_nobody(&["write", "batch_script", &task, "-"]);
+    assert!(
+        !String::from_utf8_lossy(&script.stdout).contains(token),
+        "{script:?}"
+    );
+    // Its owner can (the secret is there to be kept from other users only).
+    let own = slurm("scontrol")
+        .args(["write", "batch_script", &task, "-"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&own.stdout).contains(token),
+        "{own:?}"
+    );
+}
+
+#[test]
+fn a_node_without_the_coordinators_program_says_so_and_names_no_file_it_lacks() {
+    if !cluster("a_node_without_the_coordinators_program_says_so") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(
+        r#"name: noshare-no-program
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    // The coordinator runs a copy under the test's own /tmp directory, which no node sees:
+    // the program its tasks run does not exist on their nodes.
+    let bin = p.dir.path().join("prodigy");
+    std::fs::copy(prodigy().get_program(), &bin).unwrap();
+    let mut cmd = p.command_by(Command::new(&bin), &["run", "-y", "wf.yml"]);
+    cmd.args(["--no-shared-fs", "--serve-addr", &p.addr]);
+    let out = cmd.output().unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let job = job_id(&out);
+    assert!(
+        text.contains(&format!("no agent of job {job} started")),
+        "{text}"
+    );
+    assert!(!p.log().exists(), "an item ran");
+    let dlq = Command::cargo_bin("prodigy")
+        .unwrap()
+        .args(["dlq", "show", &job, "--format", "json"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .output()
+        .unwrap();
+    let dlq: Vec<Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    assert_eq!(dlq.len(), 2);
+    for item in &dlq {
+        let why = item["failure_history"][0]["error_message"]
+            .as_str()
+            .unwrap();
+        assert!(why.contains("could not start its agent on n"), "{why}");
+        assert!(
+            why.contains(&format!("`{}` does not exist there", bin.display())),
+            "{why}"
+        );
+        assert!(!why.contains("output"), "{why}");
+        assert!(!why.contains("slurmd log"), "{why}");
+    }
     assert_eq!(queued(&job), "");
 }
 

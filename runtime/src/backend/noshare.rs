@@ -83,36 +83,181 @@ pub struct Remote {
 
 impl Remote {
     /// The batch script of the job's Slurm tasks: the secret on the agent's standard
-    /// input, never on a command line nor in the environment its steps inherit.
+    /// input, never on a command line nor in the environment its steps inherit. A task
+    /// whose PROGRAM is not on its node says so in its job comment ([`NotStarted`]).
     pub fn batch_script(&self, program: &Path) -> String {
-        let program = shlex::try_quote(&program.to_string_lossy())
-            .map_or_else(|_| "prodigy".to_owned(), std::borrow::Cow::into_owned);
+        let name = program.to_string_lossy();
+        let quote = |text: &str| {
+            shlex::try_quote(text)
+                .map_or_else(|_| "prodigy".to_owned(), std::borrow::Cow::into_owned)
+        };
+        let q = quote(&name);
+        let missing = quote(
+            &NotStarted::NoProgram {
+                program: name.clone().into_owned(),
+            }
+            .comment(),
+        );
+        let check = if name.contains('/') {
+            let unusable = quote(
+                &NotStarted::NotExecutable {
+                    program: name.clone().into_owned(),
+                }
+                .comment(),
+            );
+            format!(
+                "[ -e {q} ] || not_started {missing}\n{{ [ -f {q} ] && [ -x {q} ]; }} || not_started {unusable}\n"
+            )
+        } else {
+            format!("command -v {q} >/dev/null 2>&1 || not_started {missing}\n")
+        };
         format!(
-            "#!/bin/sh\n# Written by prodigy: one map agent per Slurm array task, without a shared filesystem.\nexec {program} agent --item \"$SLURM_ARRAY_TASK_ID\" \"$@\" <<'PRODIGY_SECRET'\n{}\nPRODIGY_SECRET\n",
+            "#!/bin/sh\n# Written by prodigy: one map agent per Slurm array task, without a shared filesystem.\n# An agent that cannot start says why in the task's job comment, which the coordinator reads.\nnot_started() {{ scontrol update JobId=\"$SLURM_JOB_ID\" Comment=\"$1\" >/dev/null 2>&1; exit 127; }}\n{check}exec {q} agent --item \"$SLURM_ARRAY_TASK_ID\" \"$@\" <<'PRODIGY_SECRET'\n{}\nPRODIGY_SECRET\n",
             self.token
         )
     }
 
-    /// Where item INDEX's task writes its own output, on its node.
+    /// Where item INDEX's task writes its own output, on its node: under the node's
+    /// private directory ([`node_output`]), as the task's environment (the coordinator's,
+    /// which Slurm passes on) names it.
     pub fn output(&self, index: usize) -> PathBuf {
-        PathBuf::from(format!("/tmp/prodigy-{}-item_{index}.out", self.job))
+        node_output(&node_root(), &self.job, index)
     }
 
-    /// Where item INDEX's task starts, on its node.
-    pub fn chdir(&self) -> PathBuf {
-        PathBuf::from("/tmp")
-    }
-
-    /// The `prodigy agent` arguments of item INDEX's task (after `--item`).
-    pub fn agent_args(&self) -> Vec<String> {
-        vec![
+    /// The `prodigy agent` arguments of item INDEX's task (after `--item`); with ON (on a node), the
+    /// agent writes its output under the node's private directory itself (a Slurm task,
+    /// whose own output goes nowhere: no path on a node is known to be private before its
+    /// agent makes one).
+    pub fn agent_args(&self, on: bool) -> Vec<String> {
+        let mut args = vec![
             "--serve".to_owned(),
             self.url.clone(),
             "--job".to_owned(),
             self.job.clone(),
             "--repo-key".to_owned(),
             self.repo_key.clone(),
-        ]
+        ];
+        if on {
+            args.push("--output-on-node".to_owned());
+        }
+        args
+    }
+}
+
+/// Why a task's agent could not start on its node, as the node tells it: in the task's
+/// Slurm job comment (`prodigy-not-started:KIND DETAIL`, [`NotStarted::comment`]), which
+/// the coordinator reads with `squeue` once the task has ended without an outcome. It
+/// names nothing of the coordinator's disk and never the secret (every user of the cluster
+/// can read a job's comment).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotStarted {
+    /// The program the task runs is not there.
+    #[error("{}", missing_program(program))]
+    NoProgram {
+        /// As the batch script names it.
+        program: String,
+    },
+    /// The program is there but cannot be run.
+    #[error("`{program}` is there but is not an executable file")]
+    NotExecutable {
+        /// As the batch script names it.
+        program: String,
+    },
+    /// No secret came on the agent's standard input.
+    #[error("no secret came on the standard input of `prodigy agent --serve`")]
+    NoSecret,
+    /// The node's directory for clones and output cannot be used.
+    #[error("its node directory cannot be used: {why}")]
+    NodeDir {
+        /// Why.
+        why: String,
+    },
+    /// The job's repository could not be fetched from the coordinator.
+    #[error("it could not fetch the job's repository from {url}: {why}")]
+    Fetch {
+        /// The served repository.
+        url: String,
+        /// Why (git's first line).
+        why: String,
+    },
+}
+
+/// How [`NotStarted::NoProgram`] reads for PROGRAM.
+fn missing_program(program: &str) -> String {
+    if program.contains('/') {
+        format!(
+            "`{program}` does not exist there (the tasks run the coordinator's own program: install prodigy at that path on every node)"
+        )
+    } else {
+        format!("`{program}` is not on its `PATH`")
+    }
+}
+
+/// What starts a task's job comment that says why its agent could not start.
+const NOT_STARTED: &str = "prodigy-not-started:";
+
+/// The most of a reason's detail a job comment holds.
+const DETAIL_MAX: usize = 300;
+
+impl NotStarted {
+    /// Its job comment: `prodigy-not-started:KIND DETAIL`, on one line.
+    pub fn comment(&self) -> String {
+        let (kind, detail) = match self {
+            NotStarted::NoProgram { program } => ("program", program.clone()),
+            NotStarted::NotExecutable { program } => ("not-executable", program.clone()),
+            NotStarted::NoSecret => ("no-secret", String::new()),
+            NotStarted::NodeDir { why } => ("node-dir", why.clone()),
+            NotStarted::Fetch { url, why } => ("fetch", format!("{url} {why}")),
+        };
+        let detail: String = detail
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(DETAIL_MAX)
+            .collect();
+        format!("{NOT_STARTED}{kind} {detail}")
+            .trim_end()
+            .to_owned()
+    }
+
+    /// The reason a job comment TEXT gives, when it is one of [`NotStarted::comment`]'s.
+    pub fn parse(text: &str) -> Option<NotStarted> {
+        let rest = text.trim().strip_prefix(NOT_STARTED)?;
+        let (kind, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+        let detail = detail.to_owned();
+        Some(match kind {
+            "program" => NotStarted::NoProgram { program: detail },
+            "not-executable" => NotStarted::NotExecutable { program: detail },
+            "no-secret" => NotStarted::NoSecret,
+            "node-dir" => NotStarted::NodeDir { why: detail },
+            "fetch" => {
+                let (url, why) = detail.split_once(' ').unwrap_or((&detail, ""));
+                NotStarted::Fetch {
+                    url: url.to_owned(),
+                    why: why.to_owned(),
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// Inside a Slurm task (`SLURM_JOB_ID`), says it in the task's job comment
+    /// (`scontrol update`, bounded by Slurm's own message timeout); nothing elsewhere.
+    pub fn tell_slurm(&self) {
+        if let Some(id) = std::env::var_os("SLURM_JOB_ID").filter(|v| !v.is_empty()) {
+            let mut job = std::ffi::OsString::from("JobId=");
+            job.push(id);
+            let _ = std::process::Command::new("scontrol")
+                .arg("update")
+                .arg(job)
+                .arg(format!("Comment={}", self.comment()))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -733,7 +878,7 @@ async fn spawn_agent(
         .arg("agent")
         .arg("--item")
         .arg(index.to_string())
-        .args(remote.agent_args())
+        .args(remote.agent_args(false))
         .current_dir(std::env::temp_dir())
         .stdin(std::process::Stdio::piped())
         .stdout(out.0)
@@ -856,8 +1001,9 @@ pub struct NodeClone {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-/// Where a node keeps its clones: `PRODIGY_NOSHARE_DIR`, else `$XDG_CACHE_HOME/prodigy/
-/// noshare`, else `~/.cache/prodigy/noshare`.
+/// Where a node keeps its clones and its tasks' output: `PRODIGY_NOSHARE_DIR`, else
+/// `$XDG_CACHE_HOME/prodigy/noshare`, else `~/.cache/prodigy/noshare`, else (no home)
+/// `/tmp/prodigy-noshare-UID`; [`private_node_dir`] makes it private before use.
 pub fn node_root() -> PathBuf {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     if let Some(dir) = var("PRODIGY_NOSHARE_DIR") {
@@ -872,7 +1018,71 @@ pub fn node_root() -> PathBuf {
             .join("prodigy")
             .join("noshare");
     }
-    std::env::temp_dir().join("prodigy-noshare")
+    std::env::temp_dir().join(format!("prodigy-noshare-{}", nix::unistd::geteuid()))
+}
+
+/// Where item INDEX of JOB writes its output on a node whose directory is ROOT.
+pub fn node_output(root: &Path, job: &str, index: usize) -> PathBuf {
+    root.join("out")
+        .join(ref_safe(job))
+        .join(format!("item_{index}.out"))
+}
+
+/// Makes DIR a directory of this user's that no one else may enter (made 0700 where
+/// missing, with its parents): refused when it is another user's (one who made it first,
+/// as under a shared /tmp, would see and could change what prodigy keeps there), its
+/// group's and others' rights removed otherwise.
+///
+/// # Errors
+///
+/// It could not be made, or it is another user's.
+pub fn private_node_dir(dir: &Path) -> Result<(), NoShareError> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let io = |source| NoShareError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    crate::durable::private_dir(dir).map_err(io)?;
+    let meta = std::fs::metadata(dir).map_err(io)?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("it belongs to user {}, not this one", meta.uid()),
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Opens item INDEX of JOB's output file under the node directory ROOT for appending
+/// (0600, in private directories, never through a symbolic link).
+///
+/// # Errors
+///
+/// A directory or the file could not be made.
+pub fn open_node_output(
+    root: &Path,
+    job: &str,
+    index: usize,
+) -> Result<std::fs::File, NoShareError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = node_output(root, job, index);
+    private_node_dir(root)?;
+    if let Some(dir) = path.parent() {
+        crate::durable::private_dir(dir).map_err(|source| NoShareError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|source| NoShareError::Io { path, source })
 }
 
 /// The git environment that carries the job's secret to the served repository.
@@ -943,6 +1153,8 @@ impl NodeClone {
             move |source| NoShareError::Io { path, source }
         };
         crate::durable::private_dir(&base).map_err(io(&base))?;
+        private_node_dir(root)?;
+        private_node_dir(&base)?;
         for slot in 0_usize.. {
             let lock = base.join(format!("{slot}.lock"));
             let file = std::fs::OpenOptions::new()
@@ -1252,6 +1464,165 @@ mod tests {
             script.contains("<<'PRODIGY_SECRET'\nabc\nPRODIGY_SECRET\n"),
             "{script}"
         );
-        assert!(!remote.agent_args().concat().contains("abc"));
+        assert!(!remote.agent_args(true).concat().contains("abc"));
+    }
+
+    /// Runs REMOTE's batch script for PROGRAM in DIR, with a `scontrol` that records its
+    /// arguments; its exit code and what it recorded.
+    fn run_batch_script(dir: &Path, remote: &Remote, program: &str) -> (Option<i32>, String) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let scontrol = bin.join("scontrol");
+        std::fs::write(
+            &scontrol,
+            "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > \"$SCONTROL_SAID\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = dir.join("agent.sh");
+        std::fs::write(&script, remote.batch_script(Path::new(program))).unwrap();
+        let said = dir.join("said");
+        let _ = std::fs::remove_file(&said);
+        let status = std::process::Command::new("sh")
+            .arg(&script)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("SLURM_JOB_ID", "42")
+            .env("SLURM_ARRAY_TASK_ID", "3")
+            .env("SCONTROL_SAID", &said)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        (
+            status.code(),
+            std::fs::read_to_string(&said).unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn a_task_whose_program_is_not_on_its_node_says_so_in_its_job_comment() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let remote = Remote {
+            url: "http://10.0.0.1:4000/git".into(),
+            token: "s3cret".into(),
+            job: "j".into(),
+            repo_key: "k".into(),
+        };
+        let comment = |said: &str| {
+            let line = said
+                .lines()
+                .find_map(|l| l.strip_prefix("Comment="))
+                .unwrap();
+            assert!(!line.contains("s3cret"), "{line}");
+            NotStarted::parse(line).unwrap()
+        };
+        // Not there.
+        let missing = dir.path().join("no/such/prodigy");
+        let (code, said) = run_batch_script(dir.path(), &remote, &missing.to_string_lossy());
+        assert_eq!(code, Some(127));
+        assert!(said.lines().any(|l| l == "JobId=42"), "{said}");
+        let why = comment(&said);
+        assert_eq!(
+            why,
+            NotStarted::NoProgram {
+                program: missing.display().to_string()
+            }
+        );
+        assert!(why.to_string().contains("does not exist there"), "{why}");
+        // There, but not a program.
+        let plain = dir.path().join("prodigy");
+        std::fs::write(&plain, "").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (code, said) = run_batch_script(dir.path(), &remote, &plain.to_string_lossy());
+        assert_eq!(code, Some(127));
+        assert!(matches!(comment(&said), NotStarted::NotExecutable { .. }));
+        // Named without a path, and not on `PATH`.
+        let (code, said) = run_batch_script(dir.path(), &remote, "prodigy-not-installed-here");
+        assert_eq!(code, Some(127));
+        assert!(
+            comment(&said)
+                .to_string()
+                .contains("`prodigy-not-installed-here` is not on its `PATH`"),
+            "{said}"
+        );
+        // A program that is there runs, with the secret on its stdin and no comment.
+        let fake = dir.path().join("fake-prodigy");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nread -r secret; test \"$secret\" = s3cret\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (code, said) = run_batch_script(dir.path(), &remote, &fake.to_string_lossy());
+        assert_eq!(code, Some(0));
+        assert_eq!(said, "");
+    }
+
+    #[test]
+    fn a_reason_reads_back_from_its_comment_on_one_bounded_line() {
+        for why in [
+            NotStarted::NoProgram {
+                program: "/opt/prodigy".into(),
+            },
+            NotStarted::NotExecutable {
+                program: "/opt/prodigy".into(),
+            },
+            NotStarted::NoSecret,
+            NotStarted::NodeDir {
+                why: "cannot use `/x`: Not a directory".into(),
+            },
+            NotStarted::Fetch {
+                url: "http://10.0.0.1:4000/git".into(),
+                why: "`git fetch` failed: refused".into(),
+            },
+        ] {
+            assert_eq!(NotStarted::parse(&why.comment()), Some(why));
+        }
+        let long = NotStarted::Fetch {
+            url: "http://h/git".into(),
+            why: format!("first line {}\nsecond line", "x".repeat(1000)),
+        };
+        let comment = long.comment();
+        assert!(!comment.contains('\n'), "{comment}");
+        assert!(!comment.contains("second line"), "{comment}");
+        assert!(comment.len() < 400, "{comment}");
+        assert_eq!(NotStarted::parse("someone else's comment"), None);
+    }
+
+    #[test]
+    fn a_node_directory_is_made_private_and_refused_when_another_user_owns_it() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        private_node_dir(&open).unwrap();
+        assert_eq!(std::fs::metadata(&open).unwrap().mode() & 0o777, 0o700);
+        // The task's output lands there, 0600, and not through a link someone left.
+        let mut file = open_node_output(&open, "job/1", 3).unwrap();
+        std::io::Write::write_all(&mut file, b"out").unwrap();
+        let path = node_output(&open, "job/1", 3);
+        assert!(path.starts_with(&open));
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
+        assert!(open_node_output(&open, "job/1", 3).is_err());
+        assert!(!dir.path().join("elsewhere").exists());
+        // Without a home, the directory is this user's own, not one name for everyone.
+        assert!(
+            node_root().to_string_lossy().contains("noshare"),
+            "{}",
+            node_root().display()
+        );
+        if nix::unistd::geteuid().is_root() {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+            let refused = private_node_dir(&theirs).unwrap_err().to_string();
+            assert!(refused.contains("belongs to user 65534"), "{refused}");
+            assert!(NodeClone::take(&theirs, "k").is_err());
+        }
     }
 }
