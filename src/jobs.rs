@@ -723,7 +723,7 @@ fn retried(
     job: &str,
     unmerged: Option<&str>,
 ) -> u8 {
-    let left = summary.still_failing + summary.manual;
+    let left = summary.still_failing + summary.manual + summary.halted;
     let mut text = format!(
         "retried {}: {} succeeded and left the queue, {} failed again; {} in the dead letter queue of {job}",
         count(summary.retried, "item"),
@@ -739,11 +739,18 @@ fn retried(
         let _ = write!(text, " (see why with `prodigy dlq show {job}`)");
     }
     text.push('\n');
+    if summary.halted > 0 {
+        let _ = writeln!(
+            text,
+            "✗ the retry stopped with {} not run, its backend lost (said above); run `prodigy dlq retry {job}` again once it is back",
+            count(summary.halted, "item")
+        );
+    }
     if let Some(kept) = unmerged {
         let _ = writeln!(text, "✗ merging job {job} back failed; {kept}");
     }
     err(&text);
-    if summary.still_failing > 0 || summary.unmerged || unmerged.is_some() {
+    if summary.still_failing > 0 || summary.halted > 0 || summary.unmerged || unmerged.is_some() {
         exit_code::PROBLEMS
     } else {
         exit_code::OK

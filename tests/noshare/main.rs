@@ -262,3 +262,108 @@ map:
     );
     assert!(!p.log().exists(), "an item ran outside a container");
 }
+
+/// A directory of fake Slurm client tools that never reach their controller; `sbatch`
+/// appends its arguments to `sbatch.log` beside them.
+fn unreachable_slurm(dir: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = dir.join("slurm-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["sbatch", "squeue", "scancel", "scontrol"] {
+        let log = if tool == "sbatch" {
+            format!("echo \"$*\" >> '{}'\n", dir.join("sbatch.log").display())
+        } else {
+            String::new()
+        };
+        let path = bin.join(tool);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\n{log}echo '{tool}: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
+#[test]
+fn dlq_retry_halts_once_the_slurm_controller_is_lost_and_leaves_every_item_queued() {
+    let p = Project::new(
+        r#"name: noshare-retry-lost
+mode: mapreduce
+map:
+  input: "seq 1 3"
+  max_parallel: 1
+  agent_template:
+    - shell: 'test -z "$FAIL" && echo "$ITEM" >> "$RUNS_LOG"'
+"#,
+    );
+    let mut first = Command::cargo_bin("prodigy").unwrap();
+    let out = first
+        .args(["run", "-y", "wf.yml"])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("FAIL", "1")
+        .envs(git_identity())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = job_id(&out);
+    let bin = unreachable_slurm(p.dir.path());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::cargo_bin("prodigy")
+        .unwrap()
+        .args([
+            "dlq",
+            "retry",
+            "-y",
+            "--executor",
+            "slurm",
+            "--no-shared-fs",
+            "--serve-addr",
+            "127.0.0.1:0",
+            &job,
+        ])
+        .current_dir(p.repo())
+        .env("PRODIGY_HOME", p.home())
+        .env("PRODIGY_NOSHARE_DIR", p.node())
+        .env("RUNS_LOG", p.log())
+        .env("PATH", path)
+        .env("PRODIGY_SLURM_UNREACHABLE_SECS", "1")
+        .env("SLURM_CONF", p.dir.path().join("slurm.conf"))
+        .env_remove("PRODIGY_SBATCH_ARGS")
+        .envs(git_identity())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = stderr(&out);
+    // It stops, saying why, as a failure (not an interrupt), and marks nothing for review.
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("has answered none of prodigy's questions"),
+        "{text}"
+    );
+    assert!(!text.contains("manual review"), "{text}");
+    assert!(!text.contains("interrupted"), "{text}");
+    assert!(text.contains("3 items remain"), "{text}");
+    // Only the first item was ever submitted; no item ran.
+    let submitted = std::fs::read_to_string(p.dir.path().join("sbatch.log")).unwrap();
+    let arrays: std::collections::BTreeSet<&str> = submitted
+        .split_whitespace()
+        .filter(|w| w.starts_with("--array="))
+        .collect();
+    assert_eq!(arrays.len(), 1, "{submitted}");
+    assert!(!p.log().exists(), "an item ran");
+    // Every item stays in the queue, with no failure added by the retry that never ran it.
+    let dlq = p.prodigy(&["dlq", "show", &job, "--format", "json"]);
+    let dlq: Vec<serde_json::Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    assert_eq!(dlq.len(), 3, "{dlq:?}");
+    assert!(dlq.iter().all(|i| i["failure_count"] == 1), "{dlq:?}");
+}

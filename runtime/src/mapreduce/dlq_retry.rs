@@ -63,6 +63,9 @@ pub struct RetrySummary {
     pub manual: u64,
     /// Whether a signal stopped the retry.
     pub interrupted: bool,
+    /// Items that stay in the queue without having run again because their backend was
+    /// lost (its Slurm controller stopped answering): the retry halted, saying why once.
+    pub halted: u64,
     /// Whether the retried agents' work could not be brought into the session worktree.
     pub unmerged: bool,
 }
@@ -116,6 +119,8 @@ pub async fn retry_dead_letters(
         match run {
             Some(run) => retry.record(files, &mut summary, (id, index), &entry, &run)?,
             None if runner.cancelled() => summary.interrupted = true,
+            // Not run: the backend was lost before its turn.
+            None if entry.reprocess_eligible => summary.halted += 1,
             None => {
                 summary.manual += 1;
                 runner.say(Message::DlqRetry {
@@ -210,8 +215,12 @@ impl Retry<'_> {
     ) -> Result<(), super::RetryError> {
         let runner = self.runner;
         match run.end {
-            RunEnd::Cancelled => {
-                summary.interrupted = true;
+            // The backend was lost (for this item, or another whose loss stopped it): the
+            // item stays in the queue as it was, and no further item starts.
+            RunEnd::Cancelled
+                if run.stop_job.is_some() || (*self.halt.borrow() && !runner.cancelled()) =>
+            {
+                summary.halted += 1;
                 // Said once: every item after it stops the same way.
                 if let Some(why) = run.stop_job.clone().filter(|_| !self.backend_lost.get()) {
                     self.backend_lost.set(true);
@@ -219,6 +228,7 @@ impl Retry<'_> {
                     runner.say(Message::JobFailed(why));
                 }
             }
+            RunEnd::Cancelled => summary.interrupted = true,
             RunEnd::Succeeded => {
                 summary.retried += 1;
                 summary.succeeded += 1;
