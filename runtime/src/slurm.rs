@@ -708,6 +708,26 @@ pub(crate) async fn adopted(runner: &Runner, d: &Dispatch) -> Option<SlurmIds> {
     }
 }
 
+/// Cancels the task a killed coordinator left for D's item when D does not adopt it (its
+/// worktree is not D's) and Slurm still has it: the item runs again in a new task, never in
+/// two at once, and the earlier task's outcome is never taken for the new one's.
+pub(crate) async fn replace_earlier(runner: &Runner, d: &Dispatch) {
+    if !d.adopt {
+        return;
+    }
+    let Some(earlier) = adoptable(runner, &d.job_dir, d.index).await else {
+        return;
+    };
+    if earlier.worktree == d.worktree {
+        return;
+    }
+    if let Some(ids) = earlier.ids
+        && queued(&ids.task()).await == Some(true)
+    {
+        cancel(runner, &ids, "not adopted").await;
+    }
+}
+
 /// Submits the task of D's item, or adopts the one a killed coordinator left; `None` when
 /// STOPPED said so before it was submitted.
 async fn submit(
@@ -724,6 +744,7 @@ async fn submit(
         slurm.slots.submitted(slot, d.index, &ids);
         return Ok(Some((ids, true)));
     }
+    replace_earlier(runner, d).await;
     let args = sbatch_args(runner, slurm, d, &slurm_dir)?;
     // The task waits in the queue for the one before it in its slot, and starts as soon as
     // that one ends; until that one's `sbatch` has answered, this one is not submitted.

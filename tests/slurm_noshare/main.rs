@@ -631,3 +631,97 @@ map:
     p.refs_cleaned(&job);
     assert_eq!(queued(&job), "");
 }
+
+#[test]
+fn resume_job_runs_again_a_task_it_does_not_adopt_and_never_takes_the_earlier_outcome() {
+    if !cluster("resume_job_runs_again_a_task_it_does_not_adopt") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(
+        r#"name: noshare-not-adopted
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  max_parallel: 2
+  agent_template:
+    - shell: 'echo "start $ITEM $SLURM_JOB_ID" >> "$RUNS_LOG"; sleep 4; echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM" && echo "end $ITEM $SLURM_JOB_ID" >> "$RUNS_LOG"'
+"#,
+    );
+    let mut child = Reaped(Some(
+        p.command(&["run", "-y", "wf.yml"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    while std::fs::read_to_string(p.log())
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "no agent started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill();
+    let state = p.home().join("state");
+    let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
+    let job = std::fs::read_dir(repo.path().join("mapreduce/jobs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    // Item 1's task (index 0) no longer matches what the item will be given (as when its
+    // worktree was lost): `resume-job` must not adopt it.
+    let record = p.job_dir(&job).join("slurm/item_0.job");
+    let mut submitted: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let earlier = submitted["slurm_job_id"].as_str().unwrap().to_owned();
+    submitted.as_object_mut().unwrap().remove("worktree");
+    std::fs::write(&record, serde_json::to_vec(&submitted).unwrap()).unwrap();
+    let out = p.command(&["resume-job", "-y", &job]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = std::fs::read_to_string(p.log()).unwrap();
+    // Item 2's task was adopted: it started and ended once. Item 1's earlier task was
+    // cancelled before it ended, and a new one ran it to its end, once.
+    let lines = |prefix: &str| -> Vec<String> {
+        log.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(|l| l.split(' ').nth(2).unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(lines("start 2 ").len(), 1, "{log}");
+    assert_eq!(lines("end 2 ").len(), 1, "{log}");
+    assert_eq!(lines("start 1 ").len(), 2, "{log}");
+    let ended = lines("end 1 ");
+    assert_eq!(ended.len(), 1, "{log}");
+    assert_ne!(ended[0], earlier, "{log}");
+    // The outcome recorded for item 1 is the new task's, and its commit landed once.
+    let results = p.results(&job);
+    let first = results
+        .iter()
+        .find(|r| r["item_id"] == "item_0")
+        .unwrap_or_else(|| panic!("{results:?}"));
+    assert_eq!(first["status"], "succeeded", "{results:?}");
+    assert!(
+        first["task"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{}_", ended[0])),
+        "{results:?}"
+    );
+    assert_eq!(
+        p.git(&["log", "--oneline", "--grep", "^item "])
+            .lines()
+            .count(),
+        2
+    );
+    p.refs_cleaned(&job);
+    assert_eq!(queued(&job), "");
+}

@@ -808,6 +808,11 @@ async fn dispatch(
         Launch::Process { .. } => false,
     };
     if !adopting {
+        // An earlier task not adopted stops before the item's refs are cleaned: it pushes
+        // nothing after them.
+        if let Launch::Slurm(_) = &b.launch {
+            crate::slurm::replace_earlier(runner, &d).await;
+        }
         let prepared = async {
             clean_refs(&served.bare, &d.job_id, index).await?;
             let head = git(Some(&dir), &["rev-parse", "HEAD"], None).await?;
