@@ -306,9 +306,14 @@ pub(crate) fn remote_agent(url: &str, job: &str, item: usize, repo_key: &str, on
     let files = match clone.prepare(url, &token, job, item) {
         Ok(f) => f,
         Err(e) => {
+            // Git's own words (the command names only refs and the URL, said already).
+            let why = match e {
+                noshare::NoShareError::Git { message, .. } => message,
+                other => other.to_string(),
+            };
             return not_started(noshare::NotStarted::Fetch {
                 url: url.to_owned(),
-                why: e.to_string(),
+                why,
             });
         }
     };

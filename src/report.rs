@@ -238,7 +238,8 @@ fn verbosity(message: &Message) -> u8 {
         | Message::ScancelFailed { .. }
         | Message::ScancelUnanswered { .. }
         | Message::TaskStillQueued { .. }
-        | Message::SbatchWaiting { .. } => 0,
+        | Message::SbatchWaiting { .. }
+        | Message::AgentNotStarted { .. } => 0,
     }
 }
 
@@ -310,7 +311,8 @@ fn is_error(message: &Message) -> bool {
         | Message::ScancelFailed { .. }
         | Message::ScancelUnanswered { .. }
         | Message::TaskStillQueued { .. }
-        | Message::SbatchWaiting { .. } => false,
+        | Message::SbatchWaiting { .. }
+        | Message::AgentNotStarted { .. } => false,
     }
 }
 
@@ -381,7 +383,8 @@ fn in_step(message: &Message) -> bool {
         | Message::ScancelFailed { .. }
         | Message::ScancelUnanswered { .. }
         | Message::TaskStillQueued { .. }
-        | Message::SbatchWaiting { .. } => false,
+        | Message::SbatchWaiting { .. }
+        | Message::AgentNotStarted { .. } => false,
     }
 }
 
@@ -681,6 +684,9 @@ fn text(message: &Message) -> String {
                     task.id
                 )
             }
+        }
+        Message::AgentNotStarted { task, node, why } => {
+            format!("warning: {}", why.on_task(&task.id, node))
         }
         Message::SbatchWaiting {
             item,
@@ -1776,6 +1782,18 @@ mod tests {
                     interrupted: true,
                 },
                 "warning: the Slurm task 12_3 was not seen leaving the queue within 10 s of `scancel`; `prodigy resume-job` cancels or adopts it",
+                false,
+                false,
+            ),
+            (
+                Message::AgentNotStarted {
+                    task: task(),
+                    node: "n2".into(),
+                    why: prodigy_runtime::backend::noshare::NotStarted::NoProgram {
+                        program: "/opt/prodigy".into(),
+                    },
+                },
+                "warning: the Slurm task 12_3 could not start its agent on n2: `/opt/prodigy` does not exist there (the tasks run the coordinator's own program: install prodigy at that path on every node)",
                 false,
                 false,
             ),

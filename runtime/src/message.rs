@@ -407,6 +407,16 @@ pub enum Message {
         /// period, and `resume-job` deals with the task.
         interrupted: bool,
     },
+    /// A task's agent could not start on its node, which said why
+    /// ([`crate::backend::noshare::NotStarted`]); its item fails with the same words.
+    AgentNotStarted {
+        /// The task.
+        task: crate::backend::TaskRef,
+        /// Its node.
+        node: String,
+        /// Why.
+        why: crate::backend::noshare::NotStarted,
+    },
     /// An item's Slurm task waits for the `sbatch` of the item before it in its slot,
     /// which has not answered for a while.
     SbatchWaiting {
@@ -603,7 +613,9 @@ impl Message {
             | Message::CircuitClosed { .. }
             | Message::ScancelUnanswered { .. }
             | Message::TaskStillQueued { .. }
-            | Message::SbatchWaiting { .. } => self,
+            | Message::SbatchWaiting { .. }
+            // Its node's words: a program path, git's first line; never the job's secret.
+            | Message::AgentNotStarted { .. } => self,
             Message::MapStateLost(why) => Message::MapStateLost(mask(&why)),
             Message::AgentWorktreeNotPrepared(why) => Message::AgentWorktreeNotPrepared(mask(&why)),
             Message::ContainersNotRemoved(why) => Message::ContainersNotRemoved(mask(&why)),

@@ -920,7 +920,12 @@ async fn stopped_by_slurm(
         _ => None,
     };
     if let Some((node, why)) = told {
-        message = format!("the Slurm task {task} could not start its agent on {node}: {why}");
+        message = why.on_task(&task, &node);
+        runner.say_for_run(Message::AgentNotStarted {
+            task: TaskRef::from(ids),
+            node,
+            why,
+        });
     } else if !began {
         message = crate::backend::noshare::never_started(
             &message,

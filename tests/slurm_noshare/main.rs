@@ -346,29 +346,9 @@ map:
     );
 }
 
-#[test]
-fn a_node_without_the_coordinators_program_says_so_and_names_no_file_it_lacks() {
-    if !cluster("a_node_without_the_coordinators_program_says_so") {
-        return;
-    }
-    let _turn = TURN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let p = Project::new(
-        r#"name: noshare-no-program
-mode: mapreduce
-map:
-  input: "seq 1 2"
-  agent_template:
-    - shell: 'echo "$ITEM" >> "$RUNS_LOG"'
-"#,
-    );
-    // The coordinator runs a copy under the test's own /tmp directory, which no node sees:
-    // the program its tasks run does not exist on their nodes.
-    let bin = p.dir.path().join("prodigy");
-    std::fs::copy(prodigy().get_program(), &bin).unwrap();
-    let mut cmd = p.command_by(Command::new(&bin), &["run", "-y", "wf.yml"]);
-    cmd.args(["--no-shared-fs", "--serve-addr", &p.addr]);
+/// Runs CMD, a job of P none of whose agents can start: it fails saying so, each item's
+/// failure and a warning give the node's reason (returned, one per item), naming no output.
+fn none_started(p: &Project, mut cmd: Command) -> Vec<String> {
     let out = cmd.output().unwrap();
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -387,19 +367,79 @@ map:
         .unwrap();
     let dlq: Vec<Value> = serde_json::from_slice(&dlq.stdout).unwrap();
     assert_eq!(dlq.len(), 2);
-    for item in &dlq {
-        let why = item["failure_history"][0]["error_message"]
-            .as_str()
-            .unwrap();
-        assert!(why.contains("could not start its agent on n"), "{why}");
+    assert_eq!(queued(&job), "");
+    dlq.iter()
+        .map(|item| {
+            let why = item["failure_history"][0]["error_message"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            assert!(why.contains("could not start its agent on n"), "{why}");
+            assert!(!why.contains("output"), "{why}");
+            assert!(!why.contains("slurmd log"), "{why}");
+            assert!(text.contains(&format!("warning: {why}")), "{text}");
+            why
+        })
+        .collect()
+}
+
+const NEVER_RUNS: &str = r#"name: noshare-not-started
+mode: mapreduce
+map:
+  input: "seq 1 2"
+  agent_template:
+    - shell: 'echo "$ITEM" >> "$RUNS_LOG"'
+"#;
+
+#[test]
+fn a_node_without_the_coordinators_program_says_so_and_names_no_file_it_lacks() {
+    if !cluster("a_node_without_the_coordinators_program_says_so") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(NEVER_RUNS);
+    // The coordinator runs a copy under the test's own /tmp directory, which no node sees:
+    // the program its tasks run does not exist on their nodes.
+    let bin = p.dir.path().join("prodigy");
+    std::fs::copy(prodigy().get_program(), &bin).unwrap();
+    let mut cmd = p.command_by(Command::new(&bin), &["run", "-y", "wf.yml"]);
+    cmd.args(["--no-shared-fs", "--serve-addr", &p.addr]);
+    for why in none_started(&p, cmd) {
         assert!(
             why.contains(&format!("`{}` does not exist there", bin.display())),
             "{why}"
         );
-        assert!(!why.contains("output"), "{why}");
-        assert!(!why.contains("slurmd log"), "{why}");
     }
-    assert_eq!(queued(&job), "");
+}
+
+#[test]
+fn a_node_that_cannot_fetch_the_served_repository_says_so() {
+    if !cluster("a_node_that_cannot_fetch_the_served_repository_says_so") {
+        return;
+    }
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new(NEVER_RUNS);
+    // Served on this machine's loopback, which is each node's own.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut cmd = p.command_as_written(&["run", "-y", "wf.yml"]);
+    cmd.args(["--no-shared-fs", "--serve-addr", &addr]);
+    for why in none_started(&p, cmd) {
+        assert!(
+            why.contains(&format!(
+                "it could not fetch the job's repository from http://{addr}/git: fatal: unable to access"
+            )),
+            "{why}"
+        );
+    }
 }
 
 #[test]

@@ -124,7 +124,7 @@ impl Remote {
         node_output(&node_root(), &self.job, index)
     }
 
-    /// The `prodigy agent` arguments of item INDEX's task (after `--item`); with ON (on a node), the
+    /// The `prodigy agent` arguments of a task (after `--item`); with ON (on a node), the
     /// agent writes its output under the node's private directory itself (a Slurm task,
     /// whose own output goes nowhere: no path on a node is known to be private before its
     /// agent makes one).
@@ -220,6 +220,11 @@ impl NotStarted {
         format!("{NOT_STARTED}{kind} {detail}")
             .trim_end()
             .to_owned()
+    }
+
+    /// What the item of task TASK (Slurm's `JOB_TASK`), on NODE, failed with.
+    pub fn on_task(&self, task: &str, node: &str) -> String {
+        format!("the Slurm task {task} could not start its agent on {node}: {self}")
     }
 
     /// The reason a job comment TEXT gives, when it is one of [`NotStarted::comment`]'s.
