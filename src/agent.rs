@@ -342,11 +342,16 @@ fn this_program() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prodigy"))
 }
 
-/// The Slurm backend's options, with or without a shared filesystem: `PRODIGY_SBATCH_ARGS`,
-/// and `PRODIGY_SLURM_UNREACHABLE_SECS`, how long an unanswering controller is waited for
-/// (docs/slurm.md).
+/// The Slurm backend's options, with or without a shared filesystem: `PRODIGY_SLURM_PROGRAM`,
+/// `PRODIGY_SBATCH_ARGS`, and `PRODIGY_SLURM_UNREACHABLE_SECS`, how long an unanswering
+/// controller is waited for (docs/slurm.md).
 fn slurm_options() -> SlurmOptions {
-    let mut options = SlurmOptions::new(this_program());
+    // The program the nodes run: this one, at its path, unless `PRODIGY_SLURM_PROGRAM`
+    // names theirs (a path, or a name on the node's `PATH`).
+    let program = std::env::var_os("PRODIGY_SLURM_PROGRAM")
+        .filter(|p| !p.is_empty())
+        .map_or_else(this_program, PathBuf::from);
+    let mut options = SlurmOptions::new(program);
     options.sbatch_args = sbatch_args();
     if let Some(secs) = std::env::var("PRODIGY_SLURM_UNREACHABLE_SECS")
         .ok()

@@ -1793,7 +1793,7 @@ mod tests {
                         program: "/opt/prodigy".into(),
                     },
                 },
-                "warning: the Slurm task 12_3 could not start its agent on n2: `/opt/prodigy` does not exist there (the tasks run the coordinator's own program: install prodigy at that path on every node)",
+                "warning: the Slurm task 12_3 could not start its agent on n2: `/opt/prodigy` does not exist there (install prodigy at that path on every node, or name the nodes' program with `PRODIGY_SLURM_PROGRAM`)",
                 false,
                 false,
             ),

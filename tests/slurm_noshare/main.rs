@@ -412,6 +412,16 @@ fn a_node_without_the_coordinators_program_says_so_and_names_no_file_it_lacks() 
             "{why}"
         );
     }
+    // Named for the nodes, and not on their `PATH`.
+    let p = Project::new(NEVER_RUNS);
+    let mut cmd = p.command(&["run", "-y", "wf.yml"]);
+    cmd.env("PRODIGY_SLURM_PROGRAM", "prodigy-not-on-the-nodes");
+    for why in none_started(&p, cmd) {
+        assert!(
+            why.contains("`prodigy-not-on-the-nodes` is not on its `PATH`"),
+            "{why}"
+        );
+    }
 }
 
 #[test]

@@ -186,7 +186,7 @@ pub enum NotStarted {
 fn missing_program(program: &str) -> String {
     if program.contains('/') {
         format!(
-            "`{program}` does not exist there (the tasks run the coordinator's own program: install prodigy at that path on every node)"
+            "`{program}` does not exist there (install prodigy at that path on every node, or name the nodes' program with `PRODIGY_SLURM_PROGRAM`)"
         )
     } else {
         format!("`{program}` is not on its `PATH`")
