@@ -265,7 +265,7 @@ map:
   input: "seq 1 6"
   max_parallel: 3
   agent_template:
-    - shell: 'seen=hidden; if test -e "$COORD_REPO" || test -e "$COORD_HOME"; then seen=visible; fi; sleep 1; echo "$ITEM $SLURMD_NODENAME $(pwd) $seen" >> "$RUNS_LOG" && echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
+    - shell: 'seen=hidden; if test -e "$COORD_REPO" || test -e "$COORD_HOME"; then seen=visible; fi; sleep 1; modes=$(stat -c %a "$PRODIGY_NOSHARE_DIR" "$PRODIGY_NOSHARE_DIR/out" | tr "\n" ,); echo "$ITEM $SLURMD_NODENAME $(pwd) $seen $modes" >> "$RUNS_LOG" && echo "$ITEM" > "item-$ITEM.txt" && git add "item-$ITEM.txt" && git commit -qm "item $ITEM"'
 "#,
     );
     let repo = p.repo().display().to_string();
@@ -292,6 +292,8 @@ map:
         nodes.insert(words[1]);
         assert!(words[2].starts_with(&node_dir), "{line}");
         assert_eq!(words[3], "hidden", "{line}");
+        // The node directory and the task output's directory in it are private.
+        assert_eq!(words[4], "700,700,", "{line}");
     }
     assert!(nodes.len() >= 2, "{log}");
     // Every item's commit landed once.
@@ -328,7 +330,11 @@ map:
     };
     let shown = as_nobody(&["show", "job", "-dd", &task]);
     assert!(shown.status.success(), "{shown:?}");
-    assert!(!String::from_utf8_lossy(&shown.stdout).contains(token));
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(!shown.contains(token), "{shown}");
+    // Slurm writes no output of the task at a path of the node someone else could make.
+    assert!(shown.contains("StdOut=/dev/null"), "{shown}");
+    assert!(shown.contains("WorkDir=/\n"), "{shown}");
     // Refused (`scontrol` says so on stderr, and exits 0 all the same).
     let script = as_nobody(&["write", "batch_script", &task, "-"]);
     assert!(
