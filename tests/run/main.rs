@@ -665,12 +665,16 @@ fn survivors_now(marker: &str) -> Vec<(i32, String)> {
 
 /// The command lines of the processes that start with MARKER and still run after up to
 /// 5 s for them to end (a loaded machine can take a moment): each one's end is waited for
-/// (`watch::gone_within`), not polled.
+/// (`watch::left_after`), not polled.
 fn survivors(marker: &str) -> Vec<String> {
-    let found = survivors_now(marker);
-    let pids: Vec<i32> = found.iter().map(|(pid, _)| *pid).collect();
-    let left = watch::gone_within(&pids, std::time::Duration::from_secs(5));
-    found
+    let pids = || {
+        survivors_now(marker)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect()
+    };
+    let left = watch::left_after(std::time::Duration::from_secs(5), pids);
+    survivors_now(marker)
         .into_iter()
         .filter(|(pid, _)| left.contains(pid))
         .map(|(_, line)| line)

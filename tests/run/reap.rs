@@ -75,7 +75,7 @@ fn alive_with(text: &str) -> Vec<i32> {
 /// The processes holding TEXT once they had up to 5 s to go (the grace period, then
 /// SIGKILL, on a loaded machine): their ends are waited for, not polled.
 fn left_after_grace(text: &str) -> Vec<i32> {
-    watch::gone_within(&alive_with(text), Duration::from_secs(5))
+    watch::left_after(Duration::from_secs(5), || alive_with(text))
 }
 
 /// The pid of the guard of the run PID (its child running `prodigy guard`).
@@ -200,7 +200,6 @@ fn a_killed_coordinator_takes_its_agents_and_their_children_with_it() {
         let marker = format!("48.{:07}{n}", std::process::id());
         let _leftovers = Leftovers(format!("sleep {marker}"));
         let job = kill_shell_job(&scratch, &marker, offset, false);
-        std::thread::sleep(Duration::from_secs(1));
         let left = left_after_grace(&format!("sleep {marker}"));
         assert!(
             left.is_empty(),

@@ -268,3 +268,27 @@ pub(crate) fn gone_within(pids: &[i32], within: Duration) -> Vec<i32> {
     }
     alive.into_iter().map(|(pid, _)| pid).collect()
 }
+
+/// CHILD's status once it ended within WITHIN (its pidfd tells), else `None`, still running.
+pub(crate) fn exited_within(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let pid = i32::try_from(child.id()).unwrap();
+    gone_within(&[pid], within)
+        .is_empty()
+        .then(|| child.wait().unwrap())
+}
+
+/// The processes FIND names that still run after up to WITHIN: each one found is waited
+/// for (pidfds), then FIND looks again, for what started meanwhile.
+pub(crate) fn left_after(within: Duration, find: impl Fn() -> Vec<i32>) -> Vec<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let found = find();
+        if found.is_empty() {
+            return found;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !gone_within(&found, left).is_empty() {
+            return find();
+        }
+    }
+}

@@ -253,18 +253,9 @@ fn ctrl_c_stops_the_server_while_a_page_listens_for_updates() {
     );
     let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            assert!(status.success(), "{status:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still serving 15 s after Ctrl-C with a page open"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let status = watch::exited_within(&mut server.child, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("still serving 15 s after Ctrl-C with a page open"));
+    assert!(status.success(), "{status:?}");
     drop(stream);
 }
 
@@ -365,6 +356,8 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
         &[("X-Prodigy-Token", &server.token)],
     );
     assert_eq!(status, 200, "{body}");
+    // The server refreshes its picture on its own clock, after the files changed: asked
+    // again until it shows the retry.
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let picture = server.get(&format!("/api/runs/{id}"));
@@ -551,7 +544,8 @@ fn with_allow_actions_stop_interrupts_a_running_job_as_ctrl_c_does() {
     let mut job = slow_job(&scratch);
     let id = job_id(&scratch, &mut job);
     let server = Server::start(&scratch, &["--allow-actions"]);
-    // Once it runs (its lock is held), stop it.
+    // Once it runs (its lock is held), stop it. The server refreshes its picture on its
+    // own clock: asked again until it shows the job running.
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let picture = server.get(&format!("/api/runs/{id}"));
