@@ -1,6 +1,11 @@
 //! `prodigy lsp` driven by a real client over stdio: JSON-RPC with Content-Length framing.
 
-#![expect(clippy::unwrap_used, reason = "a test client fails loudly")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "a test client fails loudly, and waits for processes within real time"
+)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
