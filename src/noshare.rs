@@ -354,6 +354,28 @@ pub(crate) fn remote_agent(url: &str, job: &str, item: usize, repo_key: &str, on
     }
 }
 
+/// Why the job's files could not be written into a node's own home.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+enum NodeJobError {
+    /// The checkpoint the task commit carries does not read.
+    #[error("the job's checkpoint in its task commit is damaged: {0}")]
+    #[diagnostic(code(prodigy::noshare::checkpoint_damaged))]
+    CheckpointDamaged(#[source] serde_json::Error),
+    /// The checkpoint, pointed at the clone, could not be encoded again.
+    #[error("cannot encode the job's checkpoint: {0}")]
+    #[diagnostic(code(prodigy::noshare::checkpoint_encode))]
+    CheckpointEncode(#[source] serde_json::Error),
+    /// A file of the job could not be written.
+    #[error("cannot write `{path}`: {source}")]
+    #[diagnostic(code(prodigy::noshare::write))]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Writes the job's files from its task commit into the node's own `PRODIGY_HOME` (under
 /// ROOT), pointing at the clone; that home.
 fn node_job(
@@ -362,7 +384,7 @@ fn node_job(
     job: &str,
     clone: &NodeClone,
     files: &noshare::TaskFiles,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, NodeJobError> {
     let home = root.join("home");
     let dir = prodigy_runtime::layout::Layout {
         home: home.clone(),
@@ -370,7 +392,7 @@ fn node_job(
     }
     .job_dir(job);
     let mut checkpoint: serde_json::Value =
-        serde_json::from_str(&files.checkpoint).map_err(|e| e.to_string())?;
+        serde_json::from_str(&files.checkpoint).map_err(NodeJobError::CheckpointDamaged)?;
     let name = checkpoint
         .get("workflow_file")
         .and_then(|f| f.as_str())
@@ -378,8 +400,10 @@ fn node_job(
         .unwrap_or_else(|| "workflow.yml".into());
     let workflow = clone.side.join(name);
     let write = |path: &Path, bytes: &[u8]| {
-        prodigy_runtime::durable::write_atomic(path, bytes)
-            .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+        prodigy_runtime::durable::write_atomic(path, bytes).map_err(|source| NodeJobError::Write {
+            path: path.to_owned(),
+            source,
+        })
     };
     write(&workflow, files.workflow.as_bytes())?;
     if let Some(object) = checkpoint.as_object_mut() {
@@ -390,7 +414,7 @@ fn node_job(
         object.insert("project".into(), clone.dir.display().to_string().into());
         object.remove("worktree");
     }
-    let text = serde_json::to_vec_pretty(&checkpoint).map_err(|e| e.to_string())?;
+    let text = serde_json::to_vec_pretty(&checkpoint).map_err(NodeJobError::CheckpointEncode)?;
     write(&prodigy_runtime::layout::checkpoint(&dir), &text)?;
     write(
         &prodigy_runtime::layout::items(&dir),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use prodigy_runtime::claude::Note;
 use prodigy_runtime::events::{ProgressUpdate, Reporter};
-use prodigy_runtime::message::{Bug, DlqRetried, Message, Severity, StepList};
+use prodigy_runtime::message::{Bug, DlqRetried, Message, StepList};
 use prodigy_runtime::progress::{Tally, count, visible};
 use prodigy_runtime::worktree::bootstrap::PrepareNote;
 use prodigy_runtime::worktree::{Uncommitted, UncommittedKind};
@@ -188,7 +188,6 @@ fn verbosity(message: &Message) -> u8 {
         | Message::Skipped { .. }
         | Message::StepFailed { .. }
         | Message::NotExported { .. }
-        | Message::Text { .. }
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
         | Message::NotificationFailed { .. }
@@ -262,9 +261,6 @@ fn is_error(message: &Message) -> bool {
         | Message::AgentWorktreeNotPrepared(_) => true,
         Message::StepValidateFailed { ignored, .. } => !ignored,
         Message::ValidationGaveUp { fails_after, .. } => fails_after.is_some(),
-        Message::Text { severity, .. } => {
-            matches!(severity, Severity::Internal | Severity::Error)
-        }
         Message::StepStarted { .. }
         | Message::Description(_)
         | Message::Skipped { .. }
@@ -319,7 +315,6 @@ fn is_error(message: &Message) -> bool {
 /// Whether MESSAGE is about the step being run, so that it is shown under it (indented).
 fn in_step(message: &Message) -> bool {
     match message {
-        Message::Text { in_step, .. } => *in_step,
         Message::Description(_)
         | Message::Skipped { .. }
         | Message::Retrying { .. }
@@ -449,13 +444,6 @@ fn text(message: &Message) -> String {
         Message::NotExported { step, name, why } => format!(
             "warning: `{step}` reads `${name}`, which prodigy left out of its environment: {why}; the variable is empty there (write the value to a file with `write_file` and read that)"
         ),
-        Message::Text { severity, text, .. } => match severity {
-            Severity::Internal => format!("internal error: {text}"),
-            Severity::Error => format!("error: {text}"),
-            Severity::Warning => format!("warning: {text}"),
-            Severity::Note => format!("note: {text}"),
-            Severity::Info => text.clone(),
-        },
         Message::ClaudeTotals(totals) => totals.line(),
         Message::NotificationFailed {
             event,
@@ -1079,15 +1067,6 @@ mod tests {
     use prodigy_runtime::backend::TaskRef;
     use prodigy_runtime::job::StopReason;
 
-    /// Free text of SEVERITY, under the step or not.
-    fn free(severity: Severity, in_step: bool, text: &str) -> Message {
-        Message::Text {
-            severity,
-            in_step,
-            text: text.into(),
-        }
-    }
-
     /// `CI=false` or `CI=` on a terminal still gets the live bar; `CI=true` does not.
     #[test]
     fn ci_set_to_false_zero_or_empty_is_not_ci() {
@@ -1172,7 +1151,7 @@ mod tests {
             total: 2,
             label: "build".into(),
         };
-        let error = free(Severity::Error, false, "no such file");
+        let error = Message::JobFailed("no such file".into());
         let output = Message::Output("compiled".into());
         let command = Message::Command("make\ntest".into());
         let normal = Terminal::new(0, false);
@@ -1188,7 +1167,7 @@ mod tests {
             Some("error: no such file")
         );
         assert_eq!(
-            quiet.render(&free(Severity::Warning, true, "slow"), None),
+            quiet.render(&Message::Description("slow".into()), None),
             None
         );
         assert_eq!(verbose.render(&output, None).as_deref(), Some("compiled"));
@@ -1276,20 +1255,15 @@ mod tests {
                 "warning: `cat \"$ITEM__BLOB\"` reads `$ITEM__BLOB`, which prodigy left out of its environment: its value is over 100 kB; the variable is empty there (write the value to a file with `write_file` and read that)",
                 0,
             ),
-            (
-                free(Severity::Internal, false, "lost"),
-                "internal error: lost",
-                0,
-            ),
         ];
         for (message, shown, needs) in cases {
             assert_eq!(text(&message), shown);
             assert_eq!(verbosity(&message), needs, "{shown}");
         }
-        assert!(is_error(&free(Severity::Error, true, "x")));
-        assert!(!is_error(&free(Severity::Warning, false, "x")));
-        assert!(in_step(&free(Severity::Warning, true, "x")));
-        assert!(!in_step(&free(Severity::Info, false, "x")));
+        assert!(is_error(&Message::JobFailed("x".into())));
+        assert!(!is_error(&Message::Description("x".into())));
+        assert!(in_step(&Message::Description("x".into())));
+        assert!(!in_step(&Message::JobFailed("x".into())));
     }
 
     /// The typed messages read as the free text the runtime wrote before them did, with

@@ -8,21 +8,6 @@ use std::time::Duration;
 
 use crate::claude::{Note, Totals};
 
-/// How much free text matters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Severity {
-    /// A bug in prodigy: `internal error: …`, shown even under `-q`.
-    Internal,
-    /// `error: …`, shown even under `-q`.
-    Error,
-    /// `warning: …`.
-    Warning,
-    /// `note: …`.
-    Note,
-    /// Progress: no prefix.
-    Info,
-}
-
 /// Which list of steps a numbered step belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepList {
@@ -109,16 +94,6 @@ pub enum Message {
         name: String,
         /// Why it was left out.
         why: String,
-    },
-    /// Free text, said by a step (`in_step`) or by the run. The runtime says none
-    /// (`tests/says_typed_messages.rs`); a new message is a variant.
-    Text {
-        /// How much it matters.
-        severity: Severity,
-        /// Whether a step says it.
-        in_step: bool,
-        /// The text, without its prefix.
-        text: String,
     },
     /// What the Claude calls of a run or a job cost.
     ClaudeTotals(Totals),
@@ -554,15 +529,6 @@ impl Message {
                 step: mask(&step),
                 name,
                 why: mask(&why),
-            },
-            Message::Text {
-                severity,
-                in_step,
-                text,
-            } => Message::Text {
-                severity,
-                in_step,
-                text: mask(&text),
             },
             Message::ClaudeTotals(totals) => Message::ClaudeTotals(totals),
             budget @ Message::ClaudeBudgetReached { .. } => budget,

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::jobstore::{JobCheckpoint, Status as JobStatus};
-use crate::store::{Checkpoint, SessionStatus, is_locked};
+use crate::jobstore::{JobFiles, JobStoreError, Status as JobStatus};
+use crate::store::{Checkpoint, CheckpointError, SessionStatus, is_locked};
 
 /// How a run or job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -165,7 +165,10 @@ fn read(dir: &Path, checkpoint: &Path, kind: RunKind, repo: &str) -> Result<Summ
     match kind {
         RunKind::Run => {
             // With the newer records of its journal.
-            let c = Checkpoint::load(checkpoint).map_err(ReadError::Io)?;
+            let c = Checkpoint::load(checkpoint).map_err(|e| match e {
+                CheckpointError::Io { source, .. } => ReadError::Io(source),
+                CheckpointError::Damaged { source, .. } => ReadError::Json(source),
+            })?;
             let state = match c.status {
                 SessionStatus::Running if live => State::Running,
                 SessionStatus::Running => State::Crashed,
@@ -186,8 +189,12 @@ fn read(dir: &Path, checkpoint: &Path, kind: RunKind, repo: &str) -> Result<Summ
             })
         }
         RunKind::Job => {
-            let text = std::fs::read(checkpoint).map_err(ReadError::Io)?;
-            let c: JobCheckpoint = serde_json::from_slice(&text).map_err(ReadError::Json)?;
+            let c = JobFiles::new(dir.to_owned())
+                .load_checkpoint()
+                .map_err(|e| match e {
+                    JobStoreError::Io { source, .. } => ReadError::Io(source),
+                    JobStoreError::Damaged { source, .. } => ReadError::Json(source),
+                })?;
             let state = match c.status {
                 JobStatus::Running if live => State::Running,
                 JobStatus::Running => State::Crashed,

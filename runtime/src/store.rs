@@ -170,18 +170,52 @@ impl Checkpoint {
     /// journal beside it that is newer. A record that is cut short or does not read (a crash
     /// in the middle of an append) ends the journal: neither it nor anything after it
     /// counts.
-    pub fn load(path: &Path) -> std::io::Result<Self> {
-        let text = std::fs::read(path)?;
-        let snapshot: Checkpoint = serde_json::from_slice(&text).map_err(std::io::Error::other)?;
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| CheckpointError::Io { path, source }
+        };
+        let text = std::fs::read(path).map_err(io(path))?;
+        let snapshot: Checkpoint =
+            serde_json::from_slice(&text).map_err(|source| CheckpointError::Damaged {
+                path: path.to_owned(),
+                source,
+            })?;
         // The session's journal, beside its `checkpoint.json`: one JSON checkpoint per line,
         // each with a greater `seq` than the one before.
         let journal = crate::layout::journal(path.parent().unwrap_or(Path::new("")));
-        match std::fs::read(journal) {
-            Ok(journal) => Ok(newest(snapshot, &journal)),
+        match std::fs::read(&journal) {
+            Ok(records) => Ok(newest(snapshot, &records)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(snapshot),
-            Err(e) => Err(e),
+            Err(e) => Err(io(&journal)(e)),
         }
     }
+}
+
+/// Why a session's checkpoint could not be read.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum CheckpointError {
+    /// A file of it could not be read.
+    #[error("cannot read the session checkpoint `{path}`: {source}")]
+    #[diagnostic(code(prodigy::session::io))]
+    Io {
+        /// `checkpoint.json` or its journal.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `checkpoint.json` is not what prodigy wrote.
+    #[error("the session checkpoint `{path}` is damaged: {source}")]
+    #[diagnostic(
+        code(prodigy::session::damaged),
+        help("the session cannot be resumed; `prodigy run` starts the workflow afresh")
+    )]
+    Damaged {
+        /// `checkpoint.json`.
+        path: PathBuf,
+        /// What the JSON parser found.
+        source: serde_json::Error,
+    },
 }
 
 /// The newest of SNAPSHOT and the whole records of JOURNAL.
@@ -530,6 +564,17 @@ mod tests {
         .unwrap();
         let e = Checkpoint::load(&path).unwrap_err();
         assert!(e.to_string().contains("unknown variant `done`"), "{e}");
+        // Damaged, named, and told apart from a file that cannot be read.
+        assert!(matches!(e, CheckpointError::Damaged { .. }), "{e:?}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "the session checkpoint `{}` is damaged: ",
+                path.display()
+            )),
+            "{e}"
+        );
+        let e = Checkpoint::load(&dir.path().join("missing.json")).unwrap_err();
+        assert!(matches!(e, CheckpointError::Io { .. }), "{e:?}");
     }
 
     fn checkpoint_at(next_step: usize, status: SessionStatus) -> Checkpoint {

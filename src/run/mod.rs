@@ -518,7 +518,8 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
     let checkpoint = match Checkpoint::load(&path) {
         Ok(c) => c,
         Err(e) => {
-            err(&format!("error: cannot read {}: {e}\n", path.display()));
+            // It names the file, and says whether it is damaged or could not be read.
+            err(&format!("error: {e}\n"));
             return exit_code::USAGE;
         }
     };

@@ -17,6 +17,9 @@
 #[path = "../support/external.rs"]
 mod external;
 
+#[path = "../support/watch.rs"]
+mod watch;
+
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead as _, BufReader};
@@ -428,16 +431,8 @@ fn kill_group(child: &mut Child) {
 /// Waits for `child` at most `limit`; past it, kills its process group and returns `None`.
 fn wait_bounded(child: Child, limit: Duration) -> Option<ExitStatus> {
     let mut guard = Guard { child };
-    let started = Instant::now();
-    loop {
-        if let Some(status) = guard.child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if started.elapsed() > limit {
-            return None; // the guard kills the group
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Past the limit, the guard kills the group.
+    watch::exited_within(&mut guard.child, limit)
 }
 
 #[test]
@@ -452,36 +447,20 @@ fn a_run_past_its_time_is_killed_with_its_whole_process_group() {
         .process_group(0)
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n')) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the shell did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    watch::until_changed(dir.path(), "the shell", || {
+        fs::read_to_string(&pid_file).is_ok_and(|text| text.ends_with('\n'))
+    });
     assert_eq!(wait_bounded(child, Duration::from_millis(200)), None);
     let grandchild: i32 = fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    let gone = || {
-        let stat = fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-        // Gone, or a zombie waiting for its new parent to reap it.
-        stat.is_empty()
-            || stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-    };
-    while !gone() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the background `sleep` {grandchild} outlived its killed group"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Gone, or a zombie waiting for its new parent to reap it: its pidfd tells either.
+    assert!(
+        watch::gone_within(&[grandchild], Duration::from_secs(10)).is_empty(),
+        "the background `sleep` {grandchild} outlived its killed group"
+    );
 }
 
 /// Installs the pinned CLI (`tests/claude/install.sh`) and returns its path, or `None` after

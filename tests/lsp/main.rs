@@ -1,6 +1,11 @@
 //! `prodigy lsp` driven by a real client over stdio: JSON-RPC with Content-Length framing.
 
-#![expect(clippy::unwrap_used, reason = "a test client fails loudly")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "a test client fails loudly, and waits for processes within real time"
+)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -11,6 +16,9 @@ use serde_json::{Value, json};
 
 #[path = "../support/external.rs"]
 mod external;
+
+#[path = "../support/watch.rs"]
+mod watch;
 
 struct Client {
     child: Child,
@@ -551,17 +559,9 @@ fn an_absurd_content_length_ends_the_server_cleanly() {
         mut child, stdin, ..
     } = client;
     drop(stdin);
-    let mut polls = 0;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        polls += 1;
-        if polls > 1000 {
-            let _ = child.kill();
-            panic!("the server hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = watch::exited_within(&mut child, Duration::from_secs(20)) else {
+        let _ = child.kill();
+        panic!("the server hangs");
     };
     // An exit code, not a signal: no abort on allocation.
     assert_eq!(status.code(), Some(1), "{status}");

@@ -608,8 +608,8 @@ fn ctrl_c_during_the_pause_exits_promptly_and_resumably() {
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    let out = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, || {
-        !events_of(&scratch, "claude_limit_reached").is_empty()
+    let out = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, |run| {
+        run.wait_for("paused: Claude usage limit");
     });
     // Well before the hour the reset is away.
     assert!(started.elapsed() < std::time::Duration::from_mins(1));

@@ -417,3 +417,32 @@ fn a_damaged_dlq_index_is_rebuilt_from_the_item_files_and_resume_goes_on() {
         "{rebuilt}"
     );
 }
+
+/// A session whose `checkpoint.json` was torn: `resume` says the file is damaged and where,
+/// not that it could not be read.
+#[test]
+fn a_damaged_session_checkpoint_is_named_as_damaged() {
+    let scratch = Scratch::new();
+    let file = scratch.project().join("flow.yml");
+    std::fs::write(&file, "- shell: \"echo one\"\n- shell: \"exit 3\"\n").unwrap();
+    let output = scratch.run(&["run", file.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let id = super::resume_id(&output);
+    let checkpoint = scratch
+        .state()
+        .join("sessions")
+        .join(&id)
+        .join("checkpoint.json");
+    assert!(checkpoint.is_file(), "{}", checkpoint.display());
+    std::fs::write(&checkpoint, "{\"version\": 1, \"session_i").unwrap();
+    let resumed = scratch.run(&["resume", &id], &[]);
+    let said = stderr(&resumed);
+    assert_eq!(resumed.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!(
+            "error: the session checkpoint `{}` is damaged: ",
+            checkpoint.display()
+        )),
+        "{said}"
+    );
+}

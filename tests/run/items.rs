@@ -99,7 +99,9 @@ fn ctrl_c_during_setup_leaves_no_throwaway_worktree() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let out = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, || started.exists());
+    let out = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, |_| {
+        super::watch::until_changed(mark.path(), "setup", || started.exists());
+    });
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert_eq!(stdout(&out), "");
     assert_thrown_away(&scratch);

@@ -1,7 +1,7 @@
 //! Watching a run live (`prodigy status`, `prodigy ui`) while a slow job runs: a Claude
 //! call's tool call shows as it streams, counts move, and the end is seen.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -21,23 +21,18 @@ fn status(scratch: &Scratch, id: &str) -> Value {
 #[test]
 fn status_shows_a_running_agents_claude_tool_call_then_the_finished_counts() {
     let scratch = Scratch::new();
-    let child = slow_job(&scratch);
-    let id = job_id(&scratch);
-    // Poll until an agent is seen inside its Claude call, at a tool call.
-    let deadline = Instant::now() + Duration::from_mins(1);
-    let seen = loop {
-        let picture = status(&scratch, &id);
-        if let Some(agent) = picture["agents"].as_array().and_then(|a| a.first())
-            && agent["tool"].is_string()
-        {
-            break picture;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no running Claude call seen: {picture:#}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut child = slow_job(&scratch);
+    let id = job_id(&scratch, &mut child);
+    // Looked at again each time the run writes under the home, until an agent is seen
+    // inside its Claude call, at a tool call.
+    let mut seen = Value::Null;
+    super::watch::until_changed_under(&scratch.home(), "a running Claude call", || {
+        seen = status(&scratch, &id);
+        seen["agents"]
+            .as_array()
+            .and_then(|a| a.first())
+            .is_some_and(|agent| agent["tool"].is_string())
+    });
     assert_eq!(seen["state"], "running");
     assert_eq!(seen["counts"]["total"], 3);
     let agent = &seen["agents"][0];
@@ -46,7 +41,7 @@ fn status_shows_a_running_agents_claude_tool_call_then_the_finished_counts() {
     assert!(agent["turns"].as_u64().unwrap() >= 1, "{agent}");
     assert!(agent["tool"].as_str().unwrap().starts_with("→ "), "{agent}");
 
-    let out = child.wait_with_output().unwrap();
+    let out = child.finish();
     assert!(out.status.success(), "{}", stderr(&out));
     let end = status(&scratch, &id);
     assert_eq!(end["state"], "completed");
@@ -85,8 +80,8 @@ fn status_of_an_unknown_id_is_a_usage_error() {
 fn status_watch_redraws_as_the_counts_change_and_ends_with_the_job() {
     use std::io::Read as _;
     let scratch = Scratch::new();
-    let job = slow_job(&scratch);
-    let id = job_id(&scratch);
+    let mut job = slow_job(&scratch);
+    let id = job_id(&scratch, &mut job);
     let mut watch = scratch
         .command(&["status", &id, "--watch"], &[])
         .stdout(std::process::Stdio::piped())
@@ -108,7 +103,7 @@ fn status_watch_redraws_as_the_counts_change_and_ends_with_the_job() {
     };
     let ended = watch.wait().unwrap();
     assert!(ended.success(), "{ended:?}");
-    let job = job.wait_with_output().unwrap();
+    let job = job.finish();
     assert!(job.status.success(), "{}", stderr(&job));
     // Each redraw goes home first; the items line of each, in order.
     let redraws: Vec<&str> = text.split("\x1b[H").filter(|r| !r.is_empty()).collect();

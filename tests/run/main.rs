@@ -527,24 +527,19 @@ fn a_forced_resume_adopts_the_new_version() {
     assert!(!stderr(&output).contains("--force"), "{}", stderr(&output));
 }
 
-/// Sends SIGNAL to the run once `ready` holds (polled for up to 30 s); returns the
-/// finished output.
+/// Watches the run's output, blocks in READY until the moment has come (a bounded wait on
+/// what the run writes or says: `watch::until_changed`, `Watched::wait_for`), then sends
+/// SIGNAL and returns what the run printed once it ended.
 fn interrupt_when(
     child: std::process::Child,
     signal: nix::sys::signal::Signal,
-    ready: impl Fn() -> bool,
+    ready: impl FnOnce(&mut watch::Watched),
 ) -> Output {
-    let started = std::time::Instant::now();
-    while !ready() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(30),
-            "the run never got ready"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let mut run = watch::Watched::new(child);
+    ready(&mut run);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(run.id()).unwrap());
     nix::sys::signal::kill(pid, signal).unwrap();
-    child.wait_with_output().unwrap()
+    run.finish()
 }
 
 #[test]
@@ -565,8 +560,10 @@ fn corpus_sequential_resume_after_interrupt() {
     std::fs::write(&copy, text).unwrap();
     let child = scratch.spawn(&["run", "-v", copy.to_str().unwrap()]);
     // Interrupt during step 3, once it has written its line.
-    let output = interrupt_when(child, nix::sys::signal::Signal::SIGINT, || {
-        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("step3-complete"))
+    let output = interrupt_when(child, nix::sys::signal::Signal::SIGINT, |_| {
+        watch::until_changed(scratch.dir.path(), "step 3", || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.contains("step3-complete"))
+        });
     });
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
     let id = resume_id(&output);
@@ -602,8 +599,10 @@ fn a_standard_run_killed_at_any_step_resumes_from_its_last_durable_checkpoint() 
             .concat();
         std::fs::write(&file, format!("name: steps\ncommands:\n{steps}")).unwrap();
         let child = scratch.spawn(&["run", file.to_str().unwrap()]);
-        let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
-            std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() >= kill_at)
+        let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
+            watch::until_changed(scratch.dir.path(), "the steps", || {
+                std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() >= kill_at)
+            });
         });
         assert_eq!(output.status.code(), None, "killed by a signal");
         let left = survivors(&format!("sh -c : {}", log.display()));
@@ -650,27 +649,36 @@ fn a_standard_run_killed_at_any_step_resumes_from_its_last_durable_checkpoint() 
     }
 }
 
-/// The command lines of live processes that start with MARKER.
-fn survivors_now(marker: &str) -> Vec<String> {
+/// The live processes whose command line starts with MARKER, with that line.
+fn survivors_now(marker: &str) -> Vec<(i32, String)> {
     std::fs::read_dir("/proc")
         .unwrap()
-        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.starts_with(marker))
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            let line = std::fs::read(e.path().join("cmdline")).ok()?;
+            Some((pid, String::from_utf8_lossy(&line).replace('\0', " ")))
+        })
+        .filter(|(_, c)| c.starts_with(marker))
         .collect()
 }
 
-/// The processes that start with MARKER and are still there after up to 5 s for them to be
-/// reaped (a loaded machine can take a moment).
+/// The command lines of the processes that start with MARKER and still run after up to
+/// 5 s for them to end (a loaded machine can take a moment): each one's end is waited for
+/// (`watch::left_after`), not polled.
 fn survivors(marker: &str) -> Vec<String> {
-    let started = std::time::Instant::now();
-    loop {
-        let left = survivors_now(marker);
-        if left.is_empty() || started.elapsed() > std::time::Duration::from_secs(5) {
-            return left;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let pids = || {
+        survivors_now(marker)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect()
+    };
+    let left = watch::left_after(std::time::Duration::from_secs(5), pids);
+    survivors_now(marker)
+        .into_iter()
+        .filter(|(pid, _)| left.contains(pid))
+        .map(|(_, line)| line)
+        .collect()
 }
 
 #[test]
@@ -690,19 +698,26 @@ fn timeout_kills_the_whole_process_group() {
     assert!(left.is_empty(), "orphans: {left:?}");
 }
 
-/// Runs a workflow whose second step sleeps, stops it with SIGNAL once the sleep runs, and
-/// checks that nothing survives and the run ends as interrupted with EXIT.
+/// Runs a workflow whose second step sleeps, stops it with SIGNAL once the sleep was started
+/// (the step touches `sleeping` then), and checks that nothing survives and the run ends as
+/// interrupted with EXIT.
 fn stop_with(signal: nix::sys::signal::Signal, exit: i32, tag: u32) {
     let scratch = Scratch::new();
     let marker = format!("sleep {tag}.{}", std::process::id());
+    let sleeping = scratch.dir.path().join("sleeping");
     let file = scratch.project().join("long.yml");
     std::fs::write(
         &file,
-        format!("- shell: \"echo first\"\n- shell: \"echo started; {marker}\"\n"),
+        format!(
+            "- shell: \"echo first\"\n- shell: \"echo started; {marker} & touch {}; wait\"\n",
+            sleeping.display()
+        ),
     )
     .unwrap();
     let child = scratch.spawn(&["run", "-v", file.to_str().unwrap()]);
-    let output = interrupt_when(child, signal, || !survivors_now(&marker).is_empty());
+    let output = interrupt_when(child, signal, |_| {
+        watch::until_changed(scratch.dir.path(), "the sleep", || sleeping.exists());
+    });
     assert_eq!(output.status.code(), Some(exit), "{}", stderr(&output));
     assert!(stderr(&output).contains("prodigy resume"));
     let left = survivors(&marker);

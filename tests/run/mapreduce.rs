@@ -274,8 +274,10 @@ fn a_killed_job_resumes_and_runs_every_item_exactly_once() {
     .unwrap();
     let child = scratch.spawn(&["run", file.to_str().unwrap()]);
     // Kill -9 once some items finished and others are running.
-    let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
-        std::fs::read_to_string(&runs).is_ok_and(|t| t.matches("end").count() >= 4)
+    let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
+        super::watch::until_changed(scratch.dir.path(), "four items", || {
+            std::fs::read_to_string(&runs).is_ok_and(|t| t.matches("end").count() >= 4)
+        });
     });
     assert_eq!(output.status.code(), None, "killed by a signal");
     // The run's guard ends the agents' shells once prodigy is gone (`tests/run/reap.rs`);
@@ -341,21 +343,23 @@ fn corpus_mapreduce_resume_after_interrupt() {
     let scratch = Scratch::new();
     // The workflow writes its input to a fixed path in /tmp; point it into the scratch.
     let input = scratch.dir.path().join("resume-test-items.json");
+    // Agents write their files in their own worktrees; the first to have written its file
+    // also touches `written` in the scratch directory, which the test waits for.
+    let written = scratch.dir.path().join("written");
+    let show = "        cat output-${item.name}.txt\n";
     let text = std::fs::read_to_string(corpus_file)
         .unwrap()
-        .replace("/tmp/resume-test-items.json", input.to_str().unwrap());
+        .replace("/tmp/resume-test-items.json", input.to_str().unwrap())
+        .replacen(
+            show,
+            &format!("{show}        touch {}\n", written.display()),
+            1,
+        );
     let copy = scratch.dir.path().join("test-mapreduce-resume.yml");
     std::fs::write(&copy, text).unwrap();
     let child = scratch.spawn(&["run", copy.to_str().unwrap()]);
-    // Agents write their files in their own worktrees.
-    let worktrees = scratch.home().join("worktrees").join(scratch.repo());
-    let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, || {
-        std::fs::read_dir(&worktrees).is_ok_and(|dirs| {
-            dirs.flatten().any(|d| {
-                d.path().join("output-item-one.txt").is_file()
-                    || d.path().join("output-item-two.txt").is_file()
-            })
-        })
+    let output = super::interrupt_when(child, nix::sys::signal::Signal::SIGINT, |_| {
+        super::watch::until_changed(scratch.dir.path(), "an item's file", || written.exists());
     });
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
     let last = stderr(&output);

@@ -6,11 +6,12 @@
 //! Each kill repeats at fixed offsets (how many agents had started, then a pause), never
 //! random ones, so that a failure replays. Every agent holds an advisory lock on a file of
 //! its item (`flock`, inherited by everything it starts) and writes `overlap ITEM` when an
-//! earlier run of the item still holds it.
+//! earlier run of the item still holds it. A shell agent writes `sleeping ITEM` to the log
+//! once its sleep was started, and the test waits for that line (`watch::until_changed`).
 
 use std::time::Duration;
 
-use super::{Scratch, interrupt_when, mapreduce::only_job, mapreduce::outcomes, stderr};
+use super::{Scratch, interrupt_when, mapreduce::only_job, mapreduce::outcomes, stderr, watch};
 
 /// `--grace`, in seconds.
 const GRACE: &str = "1";
@@ -72,15 +73,9 @@ fn alive_with(text: &str) -> Vec<i32> {
 }
 
 /// The processes holding TEXT once they had up to 5 s to go (the grace period, then
-/// SIGKILL, on a loaded machine).
+/// SIGKILL, on a loaded machine): their ends are waited for, not polled.
 fn left_after_grace(text: &str) -> Vec<i32> {
-    for _ in 0..100 {
-        if alive_with(text).is_empty() {
-            return Vec::new();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    alive_with(text)
+    watch::left_after(Duration::from_secs(5), || alive_with(text))
 }
 
 /// The pid of the guard of the run PID (its child running `prodigy guard`).
@@ -99,26 +94,45 @@ fn guard_of(pid: u32) -> Option<i32> {
 }
 
 /// A job of four items, all running at once, for the shell tests. Each agent holds its
-/// item's lock and sleeps as long as the file `duration` says, in a grandchild; item 2's
-/// ignores SIGTERM, so only SIGKILL after the grace period ends it. Setup sleeps as long
-/// as `setup-duration` says.
+/// item's lock and sleeps as long as the file `duration` says, in a grandchild, and writes
+/// `sleeping ITEM` once that sleep started; item 2's ignores SIGTERM, so only SIGKILL after
+/// the grace period ends it. Setup sleeps as long as `setup-duration` says (and writes
+/// `sleeping setup`).
 fn shell_job(scratch: &Scratch) {
     let dir = scratch.dir.path();
     std::fs::create_dir(dir.join("locks")).unwrap();
     let job = format!(
-        "name: reap\nmode: mapreduce\nsetup:\n  - shell: \"echo setup >> {dir}/log; sleep $(cat {dir}/setup-duration)\"\nmap:\n  input: \"seq 1 4\"\n  max_parallel: 4\n  agent_template:\n    - shell: \"exec 9>>{dir}/locks/$ITEM; flock -n 9 || echo overlap $ITEM >> {dir}/log; echo start $ITEM >> {dir}/log; if [ $ITEM = 2 ]; then trap '' TERM; fi; sh -c 'sleep $(cat {dir}/duration); :'; echo end $ITEM >> {dir}/log\"\n",
+        "name: reap\nmode: mapreduce\nsetup:\n  - shell: \"echo setup >> {dir}/log; sleep $(cat {dir}/setup-duration) & echo sleeping setup >> {dir}/log; wait\"\nmap:\n  input: \"seq 1 4\"\n  max_parallel: 4\n  agent_template:\n    - shell: \"exec 9>>{dir}/locks/$ITEM; flock -n 9 || echo overlap $ITEM >> {dir}/log; echo start $ITEM >> {dir}/log; if [ $ITEM = 2 ]; then trap '' TERM; fi; sh -c 'sleep $(cat {dir}/duration) & echo sleeping $ITEM >> {dir}/log; wait'; echo end $ITEM >> {dir}/log\"\n",
         dir = dir.display()
     );
     std::fs::write(scratch.project().join("job.yml"), job).unwrap();
 }
 
-/// Lines of the log that start with WHAT.
-fn count(scratch: &Scratch, what: &str) -> usize {
+/// The lines of the log.
+fn lines(scratch: &Scratch) -> Vec<String> {
     std::fs::read_to_string(scratch.dir.path().join("log"))
         .unwrap_or_default()
         .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Lines of the log that start with WHAT.
+fn count(scratch: &Scratch, what: &str) -> usize {
+    lines(scratch)
+        .iter()
         .filter(|l| l.starts_with(what))
         .count()
+}
+
+/// Kills the guard of the run PID with SIGKILL.
+fn kill_guard(pid: u32) {
+    let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(guard),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
 }
 
 /// Starts the shell job, with agents (or setup, at a `setup` offset) sleeping for MARKER
@@ -136,21 +150,21 @@ fn kill_shell_job(scratch: &Scratch, marker: &str, offset: &Offset, guard_too: b
         .spawn()
         .unwrap();
     let pid = child.id();
-    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
-        let ready = count(scratch, offset.what) >= offset.count
-            && !alive_with(&format!("sleep {marker}")).is_empty();
-        if ready {
-            std::thread::sleep(offset.pause);
-            if guard_too {
-                let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
-                nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(guard),
-                    nix::sys::signal::Signal::SIGKILL,
-                )
-                .unwrap();
-            }
+    // Setup's sleep or an agent's, as OFFSET says, is the one that sleeps for MARKER.
+    let setup = offset.what == "setup";
+    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
+        watch::until_changed(dir, "the offset", || {
+            count(scratch, offset.what) >= offset.count
+                && lines(scratch).iter().any(|l| {
+                    l.strip_prefix("sleeping ")
+                        .is_some_and(|who| (who == "setup") == setup)
+                })
+        });
+        // The offset's pause: the kill lands this long after, whatever runs then.
+        std::thread::sleep(offset.pause);
+        if guard_too {
+            kill_guard(pid);
         }
-        ready
     });
     assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
     only_job(scratch)
@@ -186,7 +200,6 @@ fn a_killed_coordinator_takes_its_agents_and_their_children_with_it() {
         let marker = format!("48.{:07}{n}", std::process::id());
         let _leftovers = Leftovers(format!("sleep {marker}"));
         let job = kill_shell_job(&scratch, &marker, offset, false);
-        std::thread::sleep(Duration::from_secs(1));
         let left = left_after_grace(&format!("sleep {marker}"));
         assert!(
             left.is_empty(),
@@ -279,22 +292,21 @@ fn a_killed_coordinator_takes_its_claude_calls_with_it_and_resume_never_doubles_
             .spawn()
             .unwrap();
         let pid = child.id();
-        let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
-            // Started, and into its transcript's pauses.
-            let ready = count(&scratch, offset.what) >= offset.count
-                && !alive_with(&format!("sleep {marker}")).is_empty();
-            if ready {
-                std::thread::sleep(offset.pause);
-                if *guard_too {
-                    let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
-                    nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(guard),
-                        nix::sys::signal::Signal::SIGKILL,
-                    )
-                    .unwrap();
-                }
+        let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
+            watch::until_changed(scratch.dir.path(), "the offset", || {
+                count(&scratch, offset.what) >= offset.count
+            });
+            // Into its transcript's pauses: the replay stub tells no one when a pause
+            // begins, so the process table is looked at until one runs.
+            let started = std::time::Instant::now();
+            while alive_with(&format!("sleep {marker}")).is_empty() {
+                assert!(started.elapsed() < watch::PATIENCE, "offset {n}: no pause");
+                std::thread::sleep(Duration::from_millis(20));
             }
-            ready
+            std::thread::sleep(offset.pause);
+            if *guard_too {
+                kill_guard(pid);
+            }
         });
         assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
         if *guard_too {
@@ -365,7 +377,7 @@ fn resume_ends_what_a_run_killed_with_its_guard_left_before_its_step_runs_again(
     std::fs::write(
         scratch.project().join("flow.yml"),
         format!(
-            "- shell: \"echo first\"\n- shell: \"exec 9>>{dir}/lock; flock -n 9 || echo overlap >> {dir}/log; echo start >> {dir}/log; sleep $(cat {dir}/duration); :\"\n",
+            "- shell: \"echo first\"\n- shell: \"exec 9>>{dir}/lock; flock -n 9 || echo overlap >> {dir}/log; echo start >> {dir}/log; sleep $(cat {dir}/duration) & echo sleeping >> {dir}/log; wait\"\n",
             dir = dir.display()
         ),
     )
@@ -377,25 +389,18 @@ fn resume_ends_what_a_run_killed_with_its_guard_left_before_its_step_runs_again(
         .spawn()
         .unwrap();
     let pid = child.id();
-    // The checkpoint after the first step is written while the second starts.
-    let saved = || {
-        std::fs::read_dir(scratch.state().join("sessions"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.path().join("checkpoint.json").exists())
-    };
-    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
-        let ready = !alive_with(&format!("sleep {marker}")).is_empty() && saved();
-        if ready {
-            let guard = guard_of(pid).unwrap_or_else(|| panic!("the run has no guard"));
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(guard),
-                nix::sys::signal::Signal::SIGKILL,
-            )
-            .unwrap();
-        }
-        ready
+    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
+        watch::until_changed(dir, "the sleep", || count(&scratch, "sleeping") >= 1);
+        // The checkpoint after the first step is written while the second starts.
+        let sessions = scratch.state().join("sessions");
+        watch::until_changed_under(&scratch.home(), "the checkpoint", || {
+            std::fs::read_dir(&sessions)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("checkpoint.json").exists())
+        });
+        kill_guard(pid);
     });
     assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
     std::thread::sleep(Duration::from_millis(300));
@@ -421,7 +426,7 @@ fn resume_ends_what_a_run_killed_with_its_guard_left_before_its_step_runs_again(
         "{text}"
     );
     let log = std::fs::read_to_string(dir.join("log")).unwrap();
-    assert_eq!(log, "start\nstart\n", "{text}");
+    assert_eq!(log, "start\nsleeping\nstart\nsleeping\n", "{text}");
     assert_eq!(alive_with(&format!("sleep {marker}")), Vec::<i32>::new());
 }
 
@@ -439,7 +444,7 @@ fn dlq_retry_ends_what_a_killed_retry_left_before_the_items_run_again() {
     std::fs::write(
         scratch.project().join("job.yml"),
         format!(
-            "name: reap-dlq\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"exec 9>>{dir}/locks/$ITEM; flock -n 9 || echo overlap $ITEM >> {dir}/log; echo start $ITEM >> {dir}/log; test $(cat {dir}/mode) = ok || exit 1; sleep $(cat {dir}/duration); :\"\n",
+            "name: reap-dlq\nmode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  agent_template:\n    - shell: \"exec 9>>{dir}/locks/$ITEM; flock -n 9 || echo overlap $ITEM >> {dir}/log; echo start $ITEM >> {dir}/log; test $(cat {dir}/mode) = ok || exit 1; sleep $(cat {dir}/duration) & echo sleeping $ITEM >> {dir}/log; wait\"\n",
             dir = dir.display()
         ),
     )
@@ -455,18 +460,11 @@ fn dlq_retry_ends_what_a_killed_retry_left_before_the_items_run_again() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, || {
-        let ready =
-            count(&scratch, "start") >= 4 && !alive_with(&format!("sleep {marker}")).is_empty();
-        if ready {
-            let guard = guard_of(pid).unwrap_or_else(|| panic!("the retry has no guard"));
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(guard),
-                nix::sys::signal::Signal::SIGKILL,
-            )
-            .unwrap();
-        }
-        ready
+    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
+        watch::until_changed(dir, "the retried items", || {
+            count(&scratch, "start") >= 4 && count(&scratch, "sleeping") >= 1
+        });
+        kill_guard(pid);
     });
     assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
     std::thread::sleep(Duration::from_millis(300));

@@ -1,10 +1,14 @@
 //! Waiting for what a running prodigy says instead of polling with sleeps: its standard output
 //! and error are read line by line as they come (a thread each, so neither pipe fills up),
 //! and a test blocks until the line it waits for arrives, for at most a minute.
+//! A test can also block until a file in a directory changes (`until_changed`, on inotify)
+//! or until processes end (`gone_within`, on pidfds): the kernel tells it, nothing polls.
 
 #![allow(dead_code, reason = "each test binary uses part of this module")]
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::process::{Child, ExitStatus, Output};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
@@ -60,6 +64,11 @@ impl Watched {
     /// The child's process id.
     pub(crate) fn id(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Kills the child (if it still runs); [`Watched::finish`] then collects it.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
     }
 
     fn keep(&mut self, (err, line): Line) {
@@ -147,4 +156,139 @@ fn wait(child: &mut Child) -> ExitStatus {
 /// it runs; kills it and fails after [`PATIENCE`].
 pub(crate) fn output_of(child: Child) -> Output {
     Watched::new(child).finish()
+}
+
+/// Blocks until READY holds: it is checked once, then again each time a file in DIR is
+/// created, written, closed, moved in, removed or touched (inotify; DIR must exist).
+/// Fails with WHAT after [`PATIENCE`].
+pub(crate) fn until_changed(dir: &Path, what: &str, ready: impl FnMut() -> bool) {
+    until(dir, false, what, ready);
+}
+
+/// [`until_changed`] for changes anywhere under DIR, in directories made while it waits too.
+pub(crate) fn until_changed_under(dir: &Path, what: &str, ready: impl FnMut() -> bool) {
+    until(dir, true, what, ready);
+}
+
+fn until(dir: &Path, deep: bool, what: &str, mut ready: impl FnMut() -> bool) {
+    use rustix::fs::inotify;
+    let watcher =
+        inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).unwrap();
+    let watch = |dir: &Path| {
+        inotify::add_watch(
+            &watcher,
+            dir,
+            inotify::WatchFlags::CREATE
+                | inotify::WatchFlags::MODIFY
+                | inotify::WatchFlags::CLOSE_WRITE
+                | inotify::WatchFlags::MOVED_TO
+                | inotify::WatchFlags::DELETE
+                | inotify::WatchFlags::ATTRIB,
+        )
+    };
+    watch(dir).unwrap_or_else(|e| panic!("cannot watch {}: {e}", dir.display()));
+    // Watching first, then checking: a change between the two still wakes the loop. A
+    // directory made since the last look is watched before READY looks again, so what is
+    // made in it later wakes the loop too.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if deep {
+            let mut dirs = vec![dir.to_path_buf()];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        // It may be gone already; then there is nothing in it to see.
+                        let _ = watch(&entry.path());
+                        dirs.push(entry.path());
+                    }
+                }
+            }
+        }
+        if ready() {
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "{what}: not after {PATIENCE:?}");
+        if readable(&[&watcher], left).is_empty() {
+            continue;
+        }
+        // What changed does not matter: READY looks again. Drain what the kernel queued.
+        let mut buf = [0u8; 4096];
+        while rustix::io::read(&watcher, &mut buf).is_ok_and(|n| n > 0) {}
+    }
+}
+
+/// The indices of FDS that became readable within LEFT (none when the time ran out).
+fn readable(fds: &[&OwnedFd], left: Duration) -> Vec<usize> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut polled: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::new(*fd, PollFlags::IN))
+        .collect();
+    let timeout = Timespec::try_from(left).unwrap();
+    match poll(&mut polled, Some(&timeout)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(e) => panic!("poll: {e}"),
+    }
+    polled
+        .iter()
+        .enumerate()
+        .filter(|(_, fd)| !fd.revents().is_empty())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Waits until the processes PIDS (not necessarily this test's children) have all ended,
+/// for at most WITHIN, and returns those still alive then. A pidfd of each tells when it
+/// ends; a process already gone has none.
+pub(crate) fn gone_within(pids: &[i32], within: Duration) -> Vec<i32> {
+    use rustix::process::{Pid, PidfdFlags, pidfd_open};
+    let mut alive: Vec<(i32, OwnedFd)> = pids
+        .iter()
+        .filter_map(|&pid| {
+            Some((
+                pid,
+                pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?,
+            ))
+        })
+        .collect();
+    let deadline = Instant::now() + within;
+    while !alive.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let fds: Vec<&OwnedFd> = alive.iter().map(|(_, fd)| fd).collect();
+        let ended = readable(&fds, left);
+        let mut i = 0;
+        alive.retain(|_| {
+            i += 1;
+            !ended.contains(&(i - 1))
+        });
+    }
+    alive.into_iter().map(|(pid, _)| pid).collect()
+}
+
+/// CHILD's status once it ended within WITHIN (its pidfd tells), else `None`, still running.
+pub(crate) fn exited_within(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let pid = i32::try_from(child.id()).unwrap();
+    gone_within(&[pid], within)
+        .is_empty()
+        .then(|| child.wait().unwrap())
+}
+
+/// The processes FIND names that still run after up to WITHIN: each one found is waited
+/// for (pidfds), then FIND looks again, for what started meanwhile.
+pub(crate) fn left_after(within: Duration, find: impl Fn() -> Vec<i32>) -> Vec<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let found = find();
+        if found.is_empty() {
+            return found;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !gone_within(&found, left).is_empty() {
+            return find();
+        }
+    }
 }

@@ -28,6 +28,9 @@ mod scratch;
 #[path = "../support/slow_job.rs"]
 mod slow_job;
 
+#[path = "../support/watch.rs"]
+mod watch;
+
 use scratch::Scratch;
 use slow_job::{job_id, slow_job};
 
@@ -120,10 +123,14 @@ impl Drop for Server {
 
 /// A finished job in the scratch home: item 2 failed into the DLQ.
 fn finished_job(scratch: &Scratch) -> String {
-    let mut child = slow_job(scratch);
-    let id = job_id(scratch);
-    let status = child.wait().unwrap();
-    assert!(status.success());
+    let mut job = slow_job(scratch);
+    let id = job_id(scratch, &mut job);
+    let out = job.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     id
 }
 
@@ -246,18 +253,9 @@ fn ctrl_c_stops_the_server_while_a_page_listens_for_updates() {
     );
     let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            assert!(status.success(), "{status:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still serving 15 s after Ctrl-C with a page open"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let status = watch::exited_within(&mut server.child, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("still serving 15 s after Ctrl-C with a page open"));
+    assert!(status.success(), "{status:?}");
     drop(stream);
 }
 
@@ -358,6 +356,8 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
         &[("X-Prodigy-Token", &server.token)],
     );
     assert_eq!(status, 200, "{body}");
+    // The server refreshes its picture on its own clock, after the files changed: asked
+    // again until it shows the retry.
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let picture = server.get(&format!("/api/runs/{id}"));
@@ -412,7 +412,7 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
     );
     let scratch = Scratch::new();
     let mut job = slow_job(&scratch);
-    let id = job_id(&scratch);
+    let id = job_id(&scratch, &mut job);
     let server = Server::start(&scratch, &[]);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -533,8 +533,8 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
     let path = scratch::root().join("target/ui-dashboard.png");
     std::fs::write(&path, &shot).unwrap();
     assert!(shot.starts_with(b"\x89PNG"));
-    let _ = job.kill();
-    let _ = job.wait();
+    job.kill();
+    job.finish();
     drop(driver);
 }
 
@@ -542,9 +542,10 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
 fn with_allow_actions_stop_interrupts_a_running_job_as_ctrl_c_does() {
     let scratch = Scratch::new();
     let mut job = slow_job(&scratch);
-    let id = job_id(&scratch);
+    let id = job_id(&scratch, &mut job);
     let server = Server::start(&scratch, &["--allow-actions"]);
-    // Once it runs (its lock is held), stop it.
+    // Once it runs (its lock is held), stop it. The server refreshes its picture on its
+    // own clock: asked again until it shows the job running.
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let picture = server.get(&format!("/api/runs/{id}"));
@@ -560,7 +561,7 @@ fn with_allow_actions_stop_interrupts_a_running_job_as_ctrl_c_does() {
         &[("X-Prodigy-Token", &server.token)],
     );
     assert_eq!(status, 200, "{body}");
-    let status = job.wait().unwrap();
+    let status = job.finish().status;
     assert_eq!(status.code(), Some(130), "it ends as an interrupted run");
     // The page sees it at its next refresh.
     let deadline = Instant::now() + Duration::from_secs(10);

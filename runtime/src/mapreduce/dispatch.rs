@@ -27,8 +27,8 @@ use crate::exec;
 use crate::job::{ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
 use crate::jobstore::{ItemRecord, ItemStatus};
 use crate::mapreduce::{
-    AgentRun, AgentSpec, MapJob, RunEnd, agent_id, breaker_name, describe, dlq_write_failure,
-    failure_of, item_id, job_write_failure, repair_dlq, run_agent, run_item_handler, tally,
+    AgentRun, AgentSpec, MapJob, RunEnd, StateLost, StateWriteError, agent_id, breaker_name,
+    describe, failure_of, item_id, repair_dlq, run_agent, run_item_handler, tally,
 };
 use crate::progress::{Progress, Tally};
 use crate::runner::Runner;
@@ -149,7 +149,7 @@ impl MapJob<'_> {
         };
         self.write_failed(why.clone());
         self.write_announced = true;
-        self.say(Message::MapStateLost(why));
+        self.say(Message::MapStateLost(why.to_string()));
         let _ = halt.send(true);
     }
 
@@ -207,7 +207,7 @@ impl MapJob<'_> {
         match self.files.append(&record) {
             Ok(()) => Some(record),
             Err(e) => {
-                self.write_failed(job_write_failure(&e));
+                self.write_failed(StateWriteError::Job(e).into());
                 None
             }
         }
@@ -246,7 +246,7 @@ impl MapJob<'_> {
             }
             Err(e) => {
                 self.dlq_unwritten.insert(record.index);
-                self.write_failed(dlq_write_failure(&e));
+                self.write_failed(StateWriteError::Dlq(e).into());
                 0
             }
         }
@@ -484,7 +484,7 @@ pub(crate) struct Dispatcher<'j, 'a> {
     last_save: Instant,
     stop_announced: bool,
     /// Set when the job's state directory vanished: no new agents start.
-    lost: Option<String>,
+    lost: Option<StateLost>,
     halt: watch::Sender<bool>,
     /// Cancels the running agents.
     cancel: watch::Sender<bool>,
@@ -505,7 +505,7 @@ pub(crate) struct Dispatcher<'j, 'a> {
 struct Ended {
     records: Vec<Option<ItemRecord>>,
     batch: Vec<(String, String)>,
-    lost: Option<String>,
+    lost: Option<StateLost>,
     machine: Job,
     budget: Option<Budget>,
 }
@@ -808,7 +808,7 @@ impl Dispatcher<'_, '_> {
     /// backend lets them, and the job fails with WHY, its unfinished items pending.
     fn backend_lost(&mut self, why: String) {
         if self.lost.is_none() {
-            self.lost = Some(why);
+            self.lost = Some(StateLost::Backend(why));
             let _ = self.halt.send(true);
         }
     }
@@ -1105,7 +1105,7 @@ impl Dispatcher<'_, '_> {
             if self.lost.is_none() {
                 self.lost = self.job.state_lost();
                 if let Some(why) = &self.lost {
-                    self.job.say(Message::MapStateLost(why.clone()));
+                    self.job.say(Message::MapStateLost(why.to_string()));
                     let _ = self.halt.send(true);
                 }
             }

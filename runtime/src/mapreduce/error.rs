@@ -1,6 +1,9 @@
 //! What can go wrong in a MapReduce job's own machinery, apart from its steps: writing its
 //! state, the map phase, `max_parallel`, and a DLQ retry. Each message is worded here, once.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use prodigy_grammar::template::RenderError;
 
 use crate::dlq::DlqError;
@@ -18,16 +21,64 @@ pub(crate) enum StateWriteError {
     Job(JobStoreError),
 }
 
+/// The first failed state write of a job, as the job keeps it: a write of its own files
+/// (the typed error, shared by the places that report it) or of the run's checkpoint or
+/// event log (as the runner words it).
+#[derive(Clone, Debug, thiserror::Error, miette::Diagnostic)]
+pub(crate) enum WriteFailure {
+    /// The job's checkpoint, results or DLQ.
+    #[error(transparent)]
+    Job(Arc<StateWriteError>),
+    /// The run's checkpoint or event log.
+    #[error("{0}")]
+    Run(String),
+}
+
+impl From<StateWriteError> for WriteFailure {
+    fn from(e: StateWriteError) -> Self {
+        WriteFailure::Job(Arc::new(e))
+    }
+}
+
+/// The same failure: the one write that was kept, not another that reads alike.
+impl PartialEq for WriteFailure {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (WriteFailure::Job(a), WriteFailure::Job(b)) => Arc::ptr_eq(a, b),
+            (WriteFailure::Run(a), WriteFailure::Run(b)) => a == b,
+            (WriteFailure::Job(_), WriteFailure::Run(_))
+            | (WriteFailure::Run(_), WriteFailure::Job(_)) => false,
+        }
+    }
+}
+
+/// Why a job's results can no longer be kept.
+#[derive(Clone, Debug, thiserror::Error, miette::Diagnostic)]
+pub(crate) enum StateLost {
+    /// Its state directory was removed while it ran.
+    #[error(
+        "the job's state directory `{}` was removed while the job ran (is `PRODIGY_HOME` still there?), so its results cannot be kept",
+        .dir.display()
+    )]
+    DirRemoved {
+        /// The job's state directory.
+        dir: PathBuf,
+    },
+    /// The agents' backend cannot go on, in the backend's words.
+    #[error("{0}")]
+    Backend(String),
+}
+
 /// Why the map phase ended in error rather than with its items decided.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub(crate) enum MapError {
-    /// The job's state directory vanished while it ran: its results cannot be kept (the
-    /// loss, described).
-    #[error("{0}")]
-    StateLost(String),
-    /// A state write failed (described); the job stops.
-    #[error("{0}")]
-    StateWrite(String),
+    /// The job's results cannot be kept: its state directory vanished while it ran, or its
+    /// backend cannot go on.
+    #[error(transparent)]
+    StateLost(StateLost),
+    /// A state write failed; the job stops.
+    #[error(transparent)]
+    StateWrite(WriteFailure),
     /// The job's items could not be read back.
     #[error(transparent)]
     Items(JobStoreError),

@@ -3,7 +3,7 @@
 
 use crate::dlq::ErrorType;
 use crate::jobstore::{ItemRecord, ItemStatus};
-use crate::mapreduce::{AgentRun, MapJob, RunEnd, agent_id, artifacts, item_id, job_write_failure};
+use crate::mapreduce::{AgentRun, MapJob, RunEnd, agent_id, artifacts, item_id};
 use crate::message::Message;
 use crate::runner::{Runner, StepFailure};
 use crate::vars::Vars;
@@ -297,7 +297,7 @@ impl MapJob<'_> {
                 trail: run.trail,
             };
             if let Err(e) = self.files.append(&record) {
-                self.write_failed(job_write_failure(&e));
+                self.write_failed(super::StateWriteError::Job(e).into());
                 return;
             }
             if let Some(slot) = records.get_mut(intent.index) {

@@ -27,7 +27,7 @@ mod merge;
 mod metrics;
 mod reduce;
 mod setup;
-pub(crate) use error::{MapError, StateWriteError};
+pub(crate) use error::{MapError, StateLost, StateWriteError, WriteFailure};
 pub use error::{MaxParallelError, RetryError};
 pub use setup::{ItemsError, setup_and_items};
 
@@ -214,7 +214,7 @@ pub struct MapJob<'a> {
     /// The checkpoint's status when this process took the job over.
     pub(crate) resumed_from: Option<Status>,
     /// The first state write that failed (path and OS error): no new agent starts after it.
-    pub(crate) write_failed: Option<String>,
+    pub(crate) write_failed: Option<WriteFailure>,
     /// Items whose outcome is in `results.jsonl` but whose DLQ entry could not be written:
     /// the checkpoint keeps them remaining, so that resuming puts their entries back.
     pub(crate) dlq_unwritten: std::collections::BTreeSet<usize>,
@@ -261,17 +261,18 @@ impl<'a> MapJob<'a> {
     }
 
     /// The first state write of the job that failed, its event log's included.
-    fn write_failure(&self) -> Option<String> {
+    fn write_failure(&self) -> Option<WriteFailure> {
         self.write_failed
             .clone()
-            .or_else(|| self.runner.state_failure())
+            .or_else(|| self.runner.state_failure().map(WriteFailure::Run))
     }
 
     /// Notes a failed state write (the first one is the one reported).
-    fn write_failed(&mut self, why: String) {
+    fn write_failed(&mut self, why: WriteFailure) {
         if self.write_failed.is_none() {
-            self.runner
-                .record(&crate::events::Event::StateWriteFailed { error: why.clone() });
+            self.runner.record(&crate::events::Event::StateWriteFailed {
+                error: why.to_string(),
+            });
             self.write_failed = Some(why);
         }
     }
@@ -283,13 +284,10 @@ impl<'a> MapJob<'a> {
     /// Why the job's results can no longer be kept, when its state directory (or the
     /// `items.json` the map phase starts from) vanished while it ran: a removed
     /// `PRODIGY_HOME` would otherwise end in "completed: 0 succeeded".
-    fn state_lost(&self) -> Option<String> {
+    fn state_lost(&self) -> Option<StateLost> {
         let dir = self.files.dir();
-        (!crate::layout::items(dir).is_file()).then(|| {
-            format!(
-                "the job's state directory `{}` was removed while the job ran (is `PRODIGY_HOME` still there?), so its results cannot be kept",
-                dir.display()
-            )
+        (!crate::layout::items(dir).is_file()).then(|| StateLost::DirRemoved {
+            dir: dir.to_owned(),
         })
     }
 
@@ -298,7 +296,7 @@ impl<'a> MapJob<'a> {
     /// # Errors
     ///
     /// The failed write, described; it is noted, so the job stops.
-    fn save(&mut self, vars: Option<&Vars>) -> Result<(), StateWriteError> {
+    fn save(&mut self, vars: Option<&Vars>) -> Result<(), WriteFailure> {
         if let Some(vars) = vars {
             let mut values = vars.values.clone();
             // Recomputed from the results on resume.
@@ -330,7 +328,8 @@ impl<'a> MapJob<'a> {
                 Ok(())
             }
             Err(why) => {
-                self.write_failed(why.to_string());
+                let why = WriteFailure::from(why);
+                self.write_failed(why.clone());
                 Err(why)
             }
         }
@@ -401,7 +400,7 @@ impl<'a> MapJob<'a> {
                 }
             };
             if let Err(e) = self.files.save_items(&items) {
-                let why = job_write_failure(&e);
+                let why = WriteFailure::from(StateWriteError::Job(e));
                 self.write_failed(why.clone());
                 return stopped_by_write("map", why);
             }
@@ -479,7 +478,10 @@ impl<'a> MapJob<'a> {
         if let (JobOutcome::StateWrite { phase, .. }, Some(lost)) = (&outcome, self.state_lost())
             && !self.files.dir().is_dir()
         {
-            outcome = JobOutcome::Failed { phase, what: lost };
+            outcome = JobOutcome::Failed {
+                phase,
+                what: lost.to_string(),
+            };
         }
         let phase = phase_name(self.cp.phase);
         let records = self.files.load_results().unwrap_or_default();
