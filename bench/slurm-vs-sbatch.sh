@@ -5,8 +5,9 @@
 # `true` tasks (`sbatch --array=0-(N-1)%2`) polled with `squeue` until it leaves the
 # queue. Alternating, RUNS runs of each (default 5) after a warm-up; prints the median and
 # the spread (min-max) of both side by side, the ratio of the medians and the per-item
-# overhead, a slot's turn on each side against one `prodigy agent` timed alone, and where
-# prodigy's time per item goes (from the events of its last run).
+# overhead, a slot's turn on each side against one `prodigy agent` timed alone, where
+# prodigy's time per item goes (from the events of its last run), each side's last run as
+# slurmctld logged it (bench/slurm-turns.py, when its log is readable here), and the load.
 #
 # Needs a Slurm cluster: as root, `scripts/slurm-cluster start` starts a one-node one.
 #
