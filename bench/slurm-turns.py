@@ -3,7 +3,8 @@
 
 Usage: python3 bench/slurm-turns.py LOG_SLICE [LABEL]
 
-Reads the `sched: Allocate JobId=...` and `_job_complete: JobId=... done` lines (their
+Reads the allocations (`sched: Allocate JobId=...`, or the backfill scheduler's `Started`)
+and `_job_complete: JobId=... done` lines (their
 timestamps are to the millisecond) and prints, as medians over the tasks of the slice:
 - run: the controller allocating a task until it learnt that the task ended (the launch,
   the prolog, the batch script and the task's own work, the completion message);
@@ -18,7 +19,9 @@ import sys
 from datetime import datetime
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] (.*)$")
-ALLOCATE = re.compile(r"sched(?:/backfill)?: Allocate JobId=(\S+)")
+# The main scheduler says `sched: Allocate JobId=...`, the backfill one
+# `sched/backfill: _start_job: Started JobId=...`.
+ALLOCATE = re.compile(r"sched: Allocate JobId=(\S+)|sched/backfill: _start_job: Started JobId=(\S+)")
 COMPLETE = re.compile(r"_job_complete: JobId=(\S+) done")
 
 
@@ -34,7 +37,7 @@ with open(sys.argv[1], encoding="utf-8", errors="replace") as log:
             continue
         at, text = ms(m.group(1)), m.group(2)
         if a := ALLOCATE.search(text):
-            events.append((at, "allocate", a.group(1)))
+            events.append((at, "allocate", a.group(1) or a.group(2)))
         elif c := COMPLETE.search(text):
             events.append((at, "complete", c.group(1)))
 
