@@ -4,8 +4,8 @@
 Usage: python3 bench/slurm-turns.py LOG_SLICE [LABEL]
 
 Reads the allocations (`sched: Allocate JobId=...`, or the backfill scheduler's `Started`)
-and `_job_complete: JobId=... done` lines (their
-timestamps are to the millisecond) and prints, as medians over the tasks of the slice:
+and the `_job_complete: JobId=... done` lines (timestamps to the millisecond), and prints,
+as medians over the tasks of the slice:
 - run: the controller allocating a task until it learnt that the task ended (the launch,
   the prolog, the batch script and the task's own work, the completion message);
 - wait: the last task that ended before an allocation, until that allocation (the
