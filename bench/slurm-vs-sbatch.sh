@@ -5,8 +5,9 @@
 # `true` tasks (`sbatch --array=0-(N-1)%2`) polled with `squeue` until it leaves the
 # queue. Alternating, RUNS runs of each (default 5) after a warm-up; prints the median and
 # the spread (min-max) of both side by side, the ratio of the medians and the per-item
-# overhead, a slot's turn on each side against one `prodigy agent` timed alone, and where
-# prodigy's time per item goes (from the events of its last run).
+# overhead, a slot's turn on each side against one `prodigy agent` timed alone, where
+# prodigy's time per item goes (from the events of its last run), each side's last run as
+# slurmctld logged it (bench/slurm-turns.py, when its log is readable here), and the load.
 #
 # Needs a Slurm cluster: as root, `scripts/slurm-cluster start` starts a one-node one.
 #
@@ -37,26 +38,39 @@ map:
     - shell: "true"
 YAML
 
+# slurmctld's log, when this machine can read it: each side's last run is cut out of it
+# (bench/slurm-turns.py reads a slot's turn there as the controller saw it).
+CTLD_LOG=$(timeout 10 scontrol show config 2>/dev/null | sed -n 's/^SlurmctldLogFile *= *//p')
+[[ -r "$CTLD_LOG" ]] || CTLD_LOG=
+log_size() { if [[ -n "$CTLD_LOG" ]]; then stat -c %s "$CTLD_LOG"; else echo 0; fi; }
+# cut_log FROM NAME: the log written since byte FROM goes to $TMP/NAME.ctld.log.
+cut_log() { if [[ -n "$CTLD_LOG" ]]; then tail -c +"$(($1 + 1))" "$CTLD_LOG" >"$TMP/$2.ctld.log"; fi; }
+
 time_prodigy() {
-    local start end
+    local start end from
+    from=$(log_size)
     start=$(now_ns)
-    rm -rf "$TMP/home"
+    rm -rf "${TMP:?}/home"
     (cd "$TMP/project" && PRODIGY_HOME="$TMP/home" "$BIN" run -q --no-worktree --executor slurm "$TMP/workflow.yml" >/dev/null 2>"$TMP/prodigy.err") ||
         { cat "$TMP/prodigy.err" >&2; exit 1; }
     end=$(now_ns)
+    cut_log "$from" prodigy
     echo $(((end - start) / 1000))
 }
 
 time_sbatch() {
-    local start end job
+    local start end job from
+    from=$(log_size)
     start=$(now_ns)
     job=$(sbatch --parsable --array="0-$((N - 1))%2" --job-name=bench-raw --output=/dev/null --chdir="$TMP/raw" --wrap=true)
     job=${job%%;*}
     while [[ -n "$(squeue -h -j "$job" -o %i 2>/dev/null)" ]]; do sleep 0.2; done
     end=$(now_ns)
+    cut_log "$from" raw
     echo $(((end - start) / 1000))
 }
 
+LOAD_BEFORE=$(load)
 alternate time_prodigy time_sbatch >/dev/null
 spread() { sort -n "$TMP/alternate-$1.txt" | awk '{a[NR] = $1} END {printf "%.2f %.2f %.2f", a[int((NR + 1) / 2)] / 1e6, a[1] / 1e6, a[NR] / 1e6}'; }
 read -r p_med p_min p_max <<<"$(spread time_prodigy)"
@@ -120,3 +134,16 @@ awk -v pm="$p_med" -v rm="$r_med" -v n="$N" -v agent="$(median <"$TMP/agent.txt"
     printf "  raw array                    %8.1f ms\n", rm * 1e3 / (n / 2)
     printf "  prodigy agent alone          %8.1f ms (median of 11, this machine as loaded now)\n", agent / 1e3
 }'
+
+# The same turn as the controller saw it (its log's allocations and completions, to the
+# millisecond): what the tasks take from their allocation to their end, and how long a freed
+# slot waits for its next allocation.
+if [[ -n "$CTLD_LOG" ]] && command -v python3 >/dev/null; then
+    printf "a slot's turn in slurmctld's log, each side's last run (median ms)\n"
+    printf "  %-27s %6s %6s\n" "" "run" "wait"
+    python3 "$BENCH_DIR/slurm-turns.py" "$TMP/prodigy.ctld.log" "prodigy"
+    python3 "$BENCH_DIR/slurm-turns.py" "$TMP/raw.ctld.log" "raw array"
+else
+    echo "(slurmctld's log is not readable here: no view of the controller's side)"
+fi
+echo "load (1, 5, 15 min): $LOAD_BEFORE before, $(load) after"
