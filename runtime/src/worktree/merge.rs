@@ -348,6 +348,14 @@ pub(crate) struct Conflicted<'a> {
     pub workdir: Option<PathBuf>,
 }
 
+/// How the `merge` or `merge.on_conflict` steps ended.
+enum PhaseEnd {
+    Completed,
+    StepFailed,
+    TimedOut,
+    Interrupted,
+}
+
 impl Runner {
     /// Whether the workflow resolves conflicted merges (`merge.on_conflict`).
     pub(crate) fn resolves_conflicts(&self) -> bool {
@@ -405,18 +413,22 @@ impl Runner {
             files: files.clone(),
             worktree: c.dir.to_owned(),
         });
-        let (scope, stop) = crate::mapreduce::scope_for(c.item, None, c.workdir.clone());
-        let agent = self.in_agent(scope);
-        let steps = agent.run_phase(&merge.on_conflict, vars);
-        let (outcome, why) =
-            crate::mapreduce::guarded(self, stop, steps, merge.timeout, None).await;
-        let result = match (why, outcome.continues()) {
-            (Some(crate::mapreduce::Stopped::TimedOut), _) => Err(ResolveFailure::TimedOut {
+        let ended = self
+            .run_merge_phase(
+                &merge.on_conflict,
+                merge.timeout,
+                c.item,
+                c.workdir.clone(),
+                vars,
+            )
+            .await;
+        let result = match ended {
+            PhaseEnd::TimedOut => Err(ResolveFailure::TimedOut {
                 timeout: merge.timeout.unwrap_or_default(),
             }),
-            (Some(crate::mapreduce::Stopped::Cancelled), _) => Err(ResolveFailure::Interrupted),
-            (None, false) => Err(ResolveFailure::StepFailed),
-            (None, true) => merge_resolved(c.dir, c.other)
+            PhaseEnd::Interrupted => Err(ResolveFailure::Interrupted),
+            PhaseEnd::StepFailed => Err(ResolveFailure::StepFailed),
+            PhaseEnd::Completed => merge_resolved(c.dir, c.other)
                 .await
                 .map_err(ResolveFailure::Unresolved),
         };
@@ -485,6 +497,29 @@ impl Runner {
         })
     }
 
+    /// Runs STEPS (the `merge` or `merge.on_conflict` steps) as an agent would, for ITEM
+    /// in WORKDIR if given, under TIMEOUT and stopped like any step (SIGTERM to the process
+    /// groups, then SIGKILL after the grace period).
+    async fn run_merge_phase(
+        &self,
+        steps: &[prodigy_plan::StepId],
+        timeout: Option<Duration>,
+        item: Option<usize>,
+        workdir: Option<PathBuf>,
+        vars: &mut Vars,
+    ) -> PhaseEnd {
+        let (scope, stop) = crate::mapreduce::scope_for(item, None, workdir);
+        let agent = self.in_agent(scope);
+        let body = agent.run_phase(steps, vars);
+        let (outcome, why) = crate::mapreduce::guarded(self, stop, body, timeout, None).await;
+        match (why, outcome.continues()) {
+            (Some(crate::mapreduce::Stopped::TimedOut), _) => PhaseEnd::TimedOut,
+            (Some(crate::mapreduce::Stopped::Cancelled), _) => PhaseEnd::Interrupted,
+            (None, false) => PhaseEnd::StepFailed,
+            (None, true) => PhaseEnd::Completed,
+        }
+    }
+
     /// The workflow's `merge` steps, under their `timeout` and stopped like any step
     /// (SIGTERM to the process groups, then SIGKILL after the grace period); they must
     /// leave the session branch merged into TARGET.
@@ -499,24 +534,18 @@ impl Runner {
             steps: merge.steps.len(),
             worktree: session.path.clone(),
         });
-        let (scope, stop) = crate::mapreduce::scope_for(None, None, None);
-        let agent = self.in_agent(scope);
-        let steps = agent.run_phase(&merge.steps, vars);
-        let (outcome, why) =
-            crate::mapreduce::guarded(self, stop, steps, merge.timeout, None).await;
-        match why {
-            Some(crate::mapreduce::Stopped::TimedOut) => {
+        match self
+            .run_merge_phase(&merge.steps, merge.timeout, None, None, vars)
+            .await
+        {
+            PhaseEnd::TimedOut => {
                 return Err(MergeBackError::TimedOut {
                     timeout: merge.timeout.unwrap_or_default(),
                 });
             }
-            Some(crate::mapreduce::Stopped::Cancelled) => {
-                return Err(MergeBackError::Interrupted);
-            }
-            None => {}
-        }
-        if !outcome.continues() {
-            return Err(MergeBackError::StepFailed);
+            PhaseEnd::Interrupted => return Err(MergeBackError::Interrupted),
+            PhaseEnd::StepFailed => return Err(MergeBackError::StepFailed),
+            PhaseEnd::Completed => {}
         }
         if !merged(session) {
             return Err(MergeBackError::NotMerged {
