@@ -171,22 +171,52 @@ impl Reporter for Terminal {
     }
 }
 
-/// The least `-v` count that shows MESSAGE (a map agent's messages need at least one).
-fn verbosity(message: &Message) -> u8 {
+/// How a message is shown: the least `-v` count that shows it (a map agent's messages need
+/// at least one), whether it reports an error (shown even under `-q`), and whether it is
+/// about the step being run (shown under it, indented; a command's own output goes to
+/// stdout as it printed it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Class {
+    verbosity: u8,
+    error: bool,
+    in_step: bool,
+}
+
+const NOTE: Class = Class {
+    verbosity: 0,
+    error: false,
+    in_step: false,
+};
+const ERROR: Class = Class {
+    error: true,
+    ..NOTE
+};
+const IN_STEP: Class = Class {
+    in_step: true,
+    ..NOTE
+};
+const STEP_ERROR: Class = Class {
+    error: true,
+    ..IN_STEP
+};
+const VERBOSE: Class = Class {
+    verbosity: 1,
+    ..NOTE
+};
+const VERBOSE_IN_STEP: Class = Class {
+    verbosity: 1,
+    ..IN_STEP
+};
+const DEBUG_IN_STEP: Class = Class {
+    verbosity: 2,
+    ..IN_STEP
+};
+
+/// How MESSAGE is shown: one arm per variant, so a new one says all three at once.
+fn class(message: &Message) -> Class {
     match message {
-        Message::Description(_)
-        | Message::Retrying { .. }
-        | Message::Output(_)
-        | Message::ClaudeSlots { .. } => 1,
-        Message::Claude(note) => match note {
-            Note::Started { .. } => 2,
-            Note::Text(_) | Note::Tool { .. } | Note::ApiRetry { .. } => 1,
-        },
-        Message::Command(_) | Message::Env { .. } | Message::Exited { .. } => 2,
         Message::StepStarted { .. }
         | Message::Result(_)
-        | Message::Skipped { .. }
-        | Message::StepFailed { .. }
         | Message::NotExported { .. }
         | Message::ClaudeTotals(_)
         | Message::ClaudeBudgetReached { .. }
@@ -195,19 +225,7 @@ fn verbosity(message: &Message) -> u8 {
         | Message::ItemsFailed(_)
         | Message::ClaudePaused { .. }
         | Message::ClaudeResumed { .. }
-        | Message::ClaudeLimitStop { .. }
-        | Message::Bug(_)
         | Message::EnvFileNotLoaded { .. }
-        | Message::EnvFailed(_)
-        | Message::StateLost { .. }
-        | Message::CommitFailed(_)
-        | Message::CaptureFailed(_)
-        | Message::StepValidateFailed { .. }
-        | Message::ValidationInvalid { .. }
-        | Message::ValidationIncomplete { .. }
-        | Message::ValidationGaveUp { .. }
-        | Message::PromptPreview(_)
-        | Message::JobFailed(_)
         | Message::SetupLeftovers { .. }
         | Message::InputFromProject { .. }
         | Message::NothingSelected { .. }
@@ -217,170 +235,71 @@ fn verbosity(message: &Message) -> u8 {
         | Message::AgentWorktreeKept { .. }
         | Message::MergeRecovered { .. }
         | Message::DlqRetry { .. }
-        | Message::DlqUnreadable(_)
         | Message::DlqIndexNotWritten(_)
         | Message::DlqRebuilt(_)
-        | Message::StepLogNotKept { .. }
-        | Message::ClaudeLogNotWritten { .. }
-        | Message::WhenFailed { .. }
-        | Message::SessionNotPrepared(_)
         | Message::WorktreeNote(_)
         | Message::MergeConflict { .. }
         | Message::MergeStepsStarted { .. }
         | Message::MapStarted { .. }
-        | Message::MapStateLost(_)
         | Message::JobStopping(_)
         | Message::CircuitOpened { .. }
         | Message::CircuitClosed { .. }
-        | Message::AgentWorktreeNotPrepared(_)
         | Message::ContainersNotRemoved(_)
         | Message::ScancelFailed { .. }
         | Message::ScancelUnanswered { .. }
         | Message::TaskStillQueued { .. }
         | Message::SbatchWaiting { .. }
-        | Message::AgentNotStarted { .. } => 0,
+        | Message::AgentNotStarted { .. } => NOTE,
+        Message::ClaudeLimitStop { .. }
+        | Message::Bug(_)
+        | Message::StateLost { .. }
+        | Message::JobFailed(_)
+        | Message::DlqUnreadable(_)
+        | Message::SessionNotPrepared(_)
+        | Message::MapStateLost(_)
+        | Message::AgentWorktreeNotPrepared(_) => ERROR,
+        Message::Skipped { .. }
+        | Message::ValidationIncomplete { .. }
+        | Message::PromptPreview(_)
+        | Message::StepLogNotKept { .. }
+        | Message::ClaudeLogNotWritten { .. } => IN_STEP,
+        Message::StepFailed { .. }
+        | Message::EnvFailed(_)
+        | Message::CommitFailed(_)
+        | Message::CaptureFailed(_)
+        | Message::ValidationInvalid { .. }
+        | Message::WhenFailed { .. } => STEP_ERROR,
+        Message::Output(_) | Message::ClaudeSlots { .. } => VERBOSE,
+        Message::Description(_) | Message::Retrying { .. } => VERBOSE_IN_STEP,
+        Message::Command(_) | Message::Env { .. } | Message::Exited { .. } => DEBUG_IN_STEP,
+        Message::Claude(note) => match note {
+            Note::Started { .. } => DEBUG_IN_STEP,
+            Note::Text(_) | Note::Tool { .. } | Note::ApiRetry { .. } => VERBOSE_IN_STEP,
+        },
+        Message::StepValidateFailed { ignored, .. } => Class {
+            error: !ignored,
+            ..IN_STEP
+        },
+        Message::ValidationGaveUp { fails_after, .. } => Class {
+            error: fails_after.is_some(),
+            ..IN_STEP
+        },
     }
+}
+
+/// The least `-v` count that shows MESSAGE.
+fn verbosity(message: &Message) -> u8 {
+    class(message).verbosity
 }
 
 /// Whether MESSAGE reports an error: shown even under `-q`.
 fn is_error(message: &Message) -> bool {
-    match message {
-        Message::StepFailed { .. }
-        | Message::ClaudeLimitStop { .. }
-        | Message::Bug(_)
-        | Message::EnvFailed(_)
-        | Message::StateLost { .. }
-        | Message::CommitFailed(_)
-        | Message::CaptureFailed(_)
-        | Message::ValidationInvalid { .. }
-        | Message::JobFailed(_)
-        | Message::DlqUnreadable(_)
-        | Message::WhenFailed { .. }
-        | Message::SessionNotPrepared(_)
-        | Message::MapStateLost(_)
-        | Message::AgentWorktreeNotPrepared(_) => true,
-        Message::StepValidateFailed { ignored, .. } => !ignored,
-        Message::ValidationGaveUp { fails_after, .. } => fails_after.is_some(),
-        Message::StepStarted { .. }
-        | Message::Description(_)
-        | Message::Skipped { .. }
-        | Message::Retrying { .. }
-        | Message::Command(_)
-        | Message::Env { .. }
-        | Message::Output(_)
-        | Message::Result(_)
-        | Message::Claude(_)
-        | Message::Exited { .. }
-        | Message::NotExported { .. }
-        | Message::ClaudeTotals(_)
-        | Message::ClaudeBudgetReached { .. }
-        | Message::NotificationFailed { .. }
-        | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_)
-        | Message::ClaudePaused { .. }
-        | Message::ClaudeResumed { .. }
-        | Message::ClaudeSlots { .. }
-        | Message::EnvFileNotLoaded { .. }
-        | Message::ValidationIncomplete { .. }
-        | Message::PromptPreview(_)
-        | Message::SetupLeftovers { .. }
-        | Message::InputFromProject { .. }
-        | Message::NothingSelected { .. }
-        | Message::DistinctMissing { .. }
-        | Message::ItemsLoaded { .. }
-        | Message::KeptWorktreeNotNoted { .. }
-        | Message::AgentWorktreeKept { .. }
-        | Message::MergeRecovered { .. }
-        | Message::DlqRetry { .. }
-        | Message::DlqIndexNotWritten(_)
-        | Message::DlqRebuilt(_)
-        | Message::StepLogNotKept { .. }
-        | Message::ClaudeLogNotWritten { .. }
-        | Message::WorktreeNote(_)
-        | Message::MergeConflict { .. }
-        | Message::MergeStepsStarted { .. }
-        | Message::MapStarted { .. }
-        | Message::JobStopping(_)
-        | Message::CircuitOpened { .. }
-        | Message::CircuitClosed { .. }
-        | Message::ContainersNotRemoved(_)
-        | Message::ScancelFailed { .. }
-        | Message::ScancelUnanswered { .. }
-        | Message::TaskStillQueued { .. }
-        | Message::SbatchWaiting { .. }
-        | Message::AgentNotStarted { .. } => false,
-    }
+    class(message).error
 }
 
 /// Whether MESSAGE is about the step being run, so that it is shown under it (indented).
 fn in_step(message: &Message) -> bool {
-    match message {
-        Message::Description(_)
-        | Message::Skipped { .. }
-        | Message::Retrying { .. }
-        | Message::Command(_)
-        | Message::Env { .. }
-        | Message::Claude(_)
-        | Message::Exited { .. }
-        | Message::StepFailed { .. }
-        | Message::EnvFailed(_)
-        | Message::CommitFailed(_)
-        | Message::CaptureFailed(_)
-        | Message::StepValidateFailed { .. }
-        | Message::ValidationInvalid { .. }
-        | Message::ValidationIncomplete { .. }
-        | Message::ValidationGaveUp { .. }
-        | Message::PromptPreview(_)
-        | Message::StepLogNotKept { .. }
-        | Message::ClaudeLogNotWritten { .. }
-        | Message::WhenFailed { .. } => true,
-        // A command's own output goes to stdout as it printed it.
-        Message::Output(_)
-        | Message::Result(_)
-        | Message::StepStarted { .. }
-        | Message::NotExported { .. }
-        | Message::ClaudeTotals(_)
-        | Message::ClaudeBudgetReached { .. }
-        | Message::NotificationFailed { .. }
-        | Message::ItemFailed { .. }
-        | Message::ItemsFailed(_)
-        | Message::ClaudePaused { .. }
-        | Message::ClaudeResumed { .. }
-        | Message::ClaudeLimitStop { .. }
-        | Message::ClaudeSlots { .. }
-        | Message::Bug(_)
-        | Message::EnvFileNotLoaded { .. }
-        | Message::StateLost { .. }
-        | Message::JobFailed(_)
-        | Message::SetupLeftovers { .. }
-        | Message::InputFromProject { .. }
-        | Message::NothingSelected { .. }
-        | Message::DistinctMissing { .. }
-        | Message::ItemsLoaded { .. }
-        | Message::KeptWorktreeNotNoted { .. }
-        | Message::AgentWorktreeKept { .. }
-        | Message::MergeRecovered { .. }
-        | Message::DlqRetry { .. }
-        | Message::DlqUnreadable(_)
-        | Message::DlqIndexNotWritten(_)
-        | Message::DlqRebuilt(_)
-        | Message::SessionNotPrepared(_)
-        | Message::WorktreeNote(_)
-        | Message::MergeConflict { .. }
-        | Message::MergeStepsStarted { .. }
-        | Message::MapStarted { .. }
-        | Message::MapStateLost(_)
-        | Message::JobStopping(_)
-        | Message::CircuitOpened { .. }
-        | Message::CircuitClosed { .. }
-        | Message::AgentWorktreeNotPrepared(_)
-        | Message::ContainersNotRemoved(_)
-        | Message::ScancelFailed { .. }
-        | Message::ScancelUnanswered { .. }
-        | Message::TaskStillQueued { .. }
-        | Message::SbatchWaiting { .. }
-        | Message::AgentNotStarted { .. } => false,
-    }
+    class(message).in_step
 }
 
 /// MESSAGE as text, without the indentation of [`in_step`]; it may span
