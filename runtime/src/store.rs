@@ -287,9 +287,11 @@ impl CheckpointJournal {
             Some(_) => status != SessionStatus::Running || self.len > COMPACT_AT,
         };
         if compact {
-            self.compact(batch.last())?;
-            if status != SessionStatus::Running {
-                // Emptied, and its records are older than the snapshot anyway.
+            let last = status != SessionStatus::Running;
+            self.compact(batch.last(), last)?;
+            if last {
+                // Its records are older than the snapshot: removed, not emptied first (on a
+                // busy disk a truncation can wait for the filesystem's journal, tens of ms).
                 self.file = None;
                 let _ = std::fs::remove_file(crate::layout::journal(&self.dir));
             }
@@ -318,24 +320,30 @@ impl CheckpointJournal {
     /// Writes NEWEST as `checkpoint.json` and empties the journal. The journal is opened
     /// (made) before the snapshot is written, so that the fsync of the directory that ends
     /// the snapshot's write makes its name durable too; it is emptied only after, so that a
-    /// crash in between still finds the newer of the two.
-    fn compact(&mut self, newest: Option<&Checkpoint>) -> std::io::Result<()> {
+    /// crash in between still finds the newer of the two, and only when it holds anything.
+    /// LAST: the run's final save, after which the caller removes the journal, so it is
+    /// neither made nor emptied.
+    fn compact(&mut self, newest: Option<&Checkpoint>, last: bool) -> std::io::Result<()> {
         let Some(newest) = newest else {
             return Ok(());
         };
-        if self.file.is_none() {
+        if self.file.is_none() && !last {
             private_dir(&self.dir)?;
-            self.file = Some(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .mode(PRIVATE_FILE)
-                    .open(crate::layout::journal(&self.dir))?,
-            );
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(PRIVATE_FILE)
+                .open(crate::layout::journal(&self.dir))?;
+            // What an earlier process (or a failed append) left in it, if anything.
+            self.len = file.metadata()?.len();
+            self.file = Some(file);
         }
         let text = serde_json::to_vec_pretty(newest).map_err(std::io::Error::other)?;
         write_atomic(&self.snapshot_path(), &text)?;
-        if let Some(file) = &self.file {
+        if let Some(file) = &self.file
+            && !last
+            && self.len > 0
+        {
             file.set_len(0)?;
         }
         self.len = 0;

@@ -284,11 +284,33 @@ impl Runner {
             lock(&self.pending_checkpoint).handle = Some(handle);
         }
         // The first one is waited for too: a run can be resumed once its first step ended.
-        if wait || first || behind > MAX_AHEAD {
+        if wait || first {
             self.settle_checkpoint().await;
+        } else if behind > MAX_AHEAD {
+            self.catch_up().await;
         } else {
             self.record_saved();
         }
+    }
+
+    /// Waits until no more than [`MAX_AHEAD`] handed checkpoints are still on their way to
+    /// disk, and records those that landed. Not until all have: the one just handed over is
+    /// synced while the next step runs, instead of before it.
+    async fn catch_up(&self) {
+        loop {
+            let landed = {
+                let writer = lock(&self.pending_checkpoint);
+                let writing =
+                    writer.busy && writer.handle.as_ref().is_some_and(|h| !h.is_finished());
+                (writer.unsaved > MAX_AHEAD && writing)
+                    .then(|| std::sync::Arc::clone(&writer.landed))
+            };
+            let Some(landed) = landed else {
+                break;
+            };
+            landed.notified().await;
+        }
+        self.record_saved();
     }
 
     /// Waits until every checkpoint handed to the writer is durable (or failed), and
@@ -345,6 +367,8 @@ pub(crate) struct CheckpointWriter {
     /// The checkpoints saved, not yet recorded as events: `checkpoint.json`, the next step
     /// and the status of each.
     saved: Vec<(std::path::PathBuf, usize, SessionStatus)>,
+    /// Told each time a batch landed (or failed).
+    landed: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// The writer task: saves what is queued until nothing is. A batch that cannot be saved is
@@ -365,13 +389,73 @@ fn drain(state: &crate::runner::RunState) {
         if let Err(e) = &saved {
             state.checkpoint_write_failed(e);
         }
-        let mut writer = lock(&state.pending_checkpoint);
-        writer.journal = Some(journal);
-        writer.unsaved = writer.unsaved.saturating_sub(batch.len());
-        if let Ok(path) = saved {
-            writer
-                .saved
-                .extend(batch.iter().map(|c| (path.clone(), c.next_step, c.status)));
+        let landed = {
+            let mut writer = lock(&state.pending_checkpoint);
+            writer.journal = Some(journal);
+            writer.unsaved = writer.unsaved.saturating_sub(batch.len());
+            if let Ok(path) = saved {
+                writer
+                    .saved
+                    .extend(batch.iter().map(|c| (path.clone(), c.next_step, c.status)));
+            }
+            std::sync::Arc::clone(&writer.landed)
+        };
+        landed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeExecutor, Harness};
+
+    /// When a step ends while the previous step's checkpoint is still being synced, the
+    /// next step waits for that older checkpoint only, not for the one just handed over
+    /// too: that one is synced while the next step runs.
+    #[tokio::test]
+    async fn the_next_step_waits_for_the_older_checkpoint_only() {
+        let harness = Harness::new(FakeExecutor::new());
+        let yaml = "commands:\n  - shell: \"true\"\n  - shell: \"true\"\n";
+        let (_tx, cancel) = tokio::sync::watch::channel(false);
+        let runner = Runner::with_id(
+            Harness::plan(yaml),
+            harness.options(yaml),
+            cancel,
+            "session-ahead".into(),
+            None,
+        )
+        .unwrap();
+        // A writer busy with the previous step's checkpoint, which lands only when told.
+        let (land, landing) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let state = std::sync::Arc::clone(&runner.state);
+        let writer = tokio::task::spawn_blocking(move || {
+            let _ = landing.recv();
+            let landed = {
+                let mut writer = lock(&state.pending_checkpoint);
+                writer.unsaved -= 1;
+                std::sync::Arc::clone(&writer.landed)
+            };
+            landed.notify_one();
+            // Still at work: the checkpoint handed over below is not saved yet.
+            let _ = released.recv();
+        });
+        {
+            let mut pending = lock(&runner.pending_checkpoint);
+            pending.busy = true;
+            pending.handed = true;
+            pending.unsaved = 1;
+            pending.handle = Some(writer);
         }
+        let vars = runner.initial_vars().await.unwrap();
+        land.send(()).unwrap();
+        let handed = runner.checkpoint(&vars, 2, SessionStatus::Running, false);
+        tokio::time::timeout(std::time::Duration::from_secs(30), handed)
+            .await
+            .expect("the step waited for the checkpoint it just handed over");
+        let pending = lock(&runner.pending_checkpoint);
+        assert_eq!((pending.unsaved, pending.queued.len()), (1, 1));
+        drop(pending);
+        release.send(()).unwrap();
     }
 }
