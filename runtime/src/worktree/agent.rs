@@ -383,20 +383,30 @@ pub async fn create_agent(
     let reused = pool.idle().pop();
     if let Some(old) = reused {
         // Released only without commits or uncommitted changes (or reset when adopted): what
-        // is left to clear is ignored files (build output and the like). The switch
-        // rewrites only the files that differ between the two commits.
+        // is left to clear is ignored files (build output and the like).
         let switched = match pool.clean(&old.path).await {
             Ok(()) => first_free_branch(&branch_for, async |branch: &str| {
-                git(&old.path, &["switch", "-q", "-c", branch, &base]).await
+                git(&old.path, &["switch", "-q", "-c", branch]).await
             })
             .await
             .ok(),
             Err(_) => None,
         };
-        if let Some(branch) = switched {
-            if !old.branch.is_empty() {
-                crate::lock(&pool.done).push(old.branch);
-            }
+        let Some(branch) = switched else {
+            remove(&session.repo, &old.path, &old.branch).await;
+            return create_slot(layout, session, pool, &branch_for, &base, &prefix).await;
+        };
+        if !old.branch.is_empty() {
+            crate::lock(&pool.done).push(old.branch);
+        }
+        // The new branch starts where the last item's ended; `reset --keep` moves it to the
+        // base, rewriting only the files that differ between the two commits. Unlike a
+        // `switch` to the base it does not first stat every file of the index: the release
+        // (`git status`) and the clean have just shown the worktree holds nothing else.
+        if git(&old.path, &["reset", "-q", "--keep", &base])
+            .await
+            .is_ok()
+        {
             return Ok(AgentWorktree {
                 workdir: old.path.join(&prefix),
                 path: old.path,
@@ -405,8 +415,21 @@ pub async fn create_agent(
                 readied: Readied::Moved,
             });
         }
-        remove(&session.repo, &old.path, &old.branch).await;
+        remove(&session.repo, &old.path, &branch).await;
     }
+    create_slot(layout, session, pool, &branch_for, &base, &prefix).await
+}
+
+/// A new `{session}-agent-N` worktree next to the session worktree for a pool's slot, on
+/// the first free branch NAMES gives, checked out at BASE.
+async fn create_slot(
+    layout: &Layout,
+    session: &SessionWorktree,
+    pool: &Pool,
+    names: &impl Fn(u32) -> String,
+    base: &str,
+    prefix: &Path,
+) -> Result<AgentWorktree, WorktreeError> {
     let name = session
         .path
         .file_name()
@@ -427,8 +450,8 @@ pub async fn create_agent(
         let target = path.to_string_lossy().into_owned();
         // Registered under the lock, checked out outside it: the slots' first checkouts
         // (the whole tree each) run side by side.
-        let branch = first_free_branch(&branch_for, async |branch: &str| {
-            add_on_new_branch(&session.repo, branch, &target, &base, true).await
+        let branch = first_free_branch(names, async |branch: &str| {
+            add_on_new_branch(&session.repo, branch, &target, base, true).await
         })
         .await?;
         (path, branch)
@@ -458,7 +481,7 @@ pub async fn create_agent(
         workdir: path.join(prefix),
         path,
         branch,
-        base,
+        base: base.to_owned(),
         readied: Readied::Created,
     })
 }

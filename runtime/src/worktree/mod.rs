@@ -689,6 +689,47 @@ mod tests {
         assert_eq!(branches, "main\nprodigy-s3");
     }
 
+    /// A slot that cannot move to the base (a tracked file the base changes was changed in
+    /// it) is replaced by a new worktree on the item's branch; the move's half-made branch
+    /// and the old worktree are gone, and the new one holds the base.
+    #[tokio::test]
+    async fn a_slot_that_cannot_move_is_replaced_by_a_new_worktree() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s7").await.unwrap();
+        let pool = Pool::default();
+        let first = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        commit_file(&first.path, "x.txt", "1\n");
+        merge_agent(&session, &pool, &first, "merge").await.unwrap();
+        let second = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        commit_file(&second.path, "x.txt", "2\n");
+        merge_agent(&session, &pool, &second, "merge")
+            .await
+            .unwrap();
+        std::fs::write(first.path.join("x.txt"), "changed here").unwrap();
+        let old = first.path.clone();
+        pool.release(first);
+        let third = create_agent(&layout, &session, &pool, "item_2")
+            .await
+            .unwrap();
+        assert_ne!(third.path, old);
+        assert!(!old.exists(), "the slot that could not move is removed");
+        assert_eq!(third.readied, Readied::Created);
+        assert_eq!(third.branch, "prodigy-s7-item_2");
+        assert_eq!(
+            std::fs::read_to_string(third.path.join("x.txt")).unwrap(),
+            "2\n"
+        );
+        let stray = git_sync(&top, &["branch", "--list", "prodigy-s7-item_2-*"]).unwrap();
+        assert_eq!(stray, "");
+    }
+
     /// A slot's worktree moves to the next item without what the last one left, ignored
     /// or not, except the ignored paths the pool is told to keep.
     #[tokio::test]
