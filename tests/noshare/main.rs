@@ -18,7 +18,7 @@ use assert_cmd::cargo::CommandCargoExt;
 
 #[path = "../support/job.rs"]
 mod job;
-use job::{git_identity, job_id, stderr};
+use job::{dead_letters, git_identity, job_id, stderr};
 
 /// A git repository with WORKFLOW as `wf.yml`, a `$PRODIGY_HOME` and a node directory
 /// beside it.
@@ -174,14 +174,7 @@ map:
     );
     assert!(!p.log().exists(), "an item ran");
     // Each item's failure says why, from the agent's own words.
-    let dlq = Command::cargo_bin("prodigy")
-        .unwrap()
-        .args(["dlq", "show", &job, "--format", "json"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .output()
-        .unwrap();
-    let dlq: Vec<serde_json::Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    let dlq = dead_letters(&p.repo(), &p.home(), &job);
     assert_eq!(dlq.len(), 3);
     for item in &dlq {
         let why = item["failure_history"][0]["error_message"]

@@ -27,7 +27,7 @@ use serde_json::Value;
 mod external;
 #[path = "../support/job.rs"]
 mod job;
-use job::{git_identity, job_id, stderr};
+use job::{dead_letters, git_identity, job_id, stderr};
 #[path = "../support/slurm_cluster.rs"]
 mod slurm_cluster;
 
@@ -352,9 +352,9 @@ map:
     );
 }
 
-/// Runs CMD, a job of P none of whose agents can start: it fails saying so, each item's
-/// failure and a warning give the node's reason (returned, one per item), naming no output.
-fn none_started(p: &Project, mut cmd: Command) -> Vec<String> {
+/// Runs CMD, a two-item job of P none of whose agents can start: it exits 1 saying so and
+/// runs no item. Returns what it printed, the job's id and its two dead letters.
+fn run_none_started(p: &Project, mut cmd: Command) -> (String, String, Vec<Value>) {
     let out = cmd.output().unwrap();
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -364,15 +364,15 @@ fn none_started(p: &Project, mut cmd: Command) -> Vec<String> {
         "{text}"
     );
     assert!(!p.log().exists(), "an item ran");
-    let dlq = Command::cargo_bin("prodigy")
-        .unwrap()
-        .args(["dlq", "show", &job, "--format", "json"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .output()
-        .unwrap();
-    let dlq: Vec<Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    let dlq = dead_letters(&p.repo(), &p.home(), &job);
     assert_eq!(dlq.len(), 2);
+    (text, job, dlq)
+}
+
+/// Runs CMD, a job of P none of whose agents can start: it fails saying so, each item's
+/// failure and a warning give the node's reason (returned, one per item), naming no output.
+fn none_started(p: &Project, cmd: Command) -> Vec<String> {
+    let (text, job, dlq) = run_none_started(p, cmd);
     assert_eq!(queued(&job), "");
     dlq.iter()
         .map(|item| {
@@ -486,24 +486,7 @@ map:
     if let Some(Ok(conf)) = UP.get() {
         cmd.env("SLURM_CONF", conf);
     }
-    let out = cmd.output().unwrap();
-    let text = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    let job = job_id(&out);
-    assert!(
-        text.contains(&format!("no agent of job {job} started")),
-        "{text}"
-    );
-    assert!(!p.log().exists(), "an item ran");
-    let dlq = Command::cargo_bin("prodigy")
-        .unwrap()
-        .args(["dlq", "show", &job, "--format", "json"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .output()
-        .unwrap();
-    let dlq: Vec<Value> = serde_json::from_slice(&dlq.stdout).unwrap();
-    assert_eq!(dlq.len(), 2);
+    let (_, _, dlq) = run_none_started(&p, cmd);
     for item in &dlq {
         let why = item["failure_history"][0]["error_message"]
             .as_str()
@@ -589,14 +572,7 @@ map:
     assert_eq!(failed.len(), 1, "{results:?}");
     assert_eq!(results.len(), 3, "{results:?}");
     assert!(!p.repo().join(format!("item-{victim}.txt")).exists());
-    let dlq = Command::cargo_bin("prodigy")
-        .unwrap()
-        .args(["dlq", "show", &job, "--format", "json"])
-        .current_dir(p.repo())
-        .env("PRODIGY_HOME", p.home())
-        .output()
-        .unwrap();
-    let dlq: Vec<Value> = serde_json::from_slice(&dlq.stdout).unwrap();
+    let dlq = dead_letters(&p.repo(), &p.home(), &job);
     assert_eq!(dlq.len(), 1);
     let why = dlq[0]["failure_history"][0]["error_message"]
         .as_str()

@@ -39,3 +39,18 @@ pub(crate) fn job_dir(home: &Path, job: &str) -> PathBuf {
     let repo = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap();
     repo.path().join("mapreduce/jobs").join(job)
 }
+
+/// The dead letters of JOB, as `prodigy dlq show --format json` prints them from REPO, whose
+/// state is under HOME.
+pub(crate) fn dead_letters(repo: &Path, home: &Path, job: &str) -> Vec<serde_json::Value> {
+    use assert_cmd::cargo::CommandCargoExt;
+    let out = std::process::Command::cargo_bin("prodigy")
+        .unwrap()
+        .args(["dlq", "show", job, "--format", "json"])
+        .current_dir(repo)
+        .env("PRODIGY_HOME", home)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("dlq show printed no JSON ({e}): {}", stderr(&out)))
+}
