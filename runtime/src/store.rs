@@ -607,19 +607,28 @@ mod tests {
         }
     }
 
-    /// The first save of a process writes `checkpoint.json`; the next ones are appended to
-    /// the journal (several in one batch), and a load sees the newest; a final save folds
-    /// everything into `checkpoint.json` and removes the journal; a later process (a
-    /// resume) numbers its saves on from there.
+    /// The layout of the project `demo` under HOME.
+    fn demo_layout(home: &tempfile::TempDir) -> Layout {
+        Layout {
+            home: home.path().to_owned(),
+            repo: "demo".into(),
+        }
+    }
+
+    /// The snapshot (`checkpoint.json`) and the journal of `session-1` under LAYOUT.
+    fn session_files(layout: &Layout) -> (std::path::PathBuf, std::path::PathBuf) {
+        let snapshot = layout.session_dir("session-1").join("checkpoint.json");
+        let journal = snapshot.with_file_name(crate::layout::JOURNAL);
+        (snapshot, journal)
+    }
+
+    /// An append that fails makes the next save a snapshot, and so does a journal past
+    /// `COMPACT_AT`.
     #[test]
     fn a_failed_append_and_a_large_journal_make_the_next_save_a_snapshot() {
         let home = tempfile::tempdir().unwrap();
-        let layout = Layout {
-            home: home.path().to_owned(),
-            repo: "demo".into(),
-        };
-        let snapshot = layout.session_dir("session-1").join("checkpoint.json");
-        let journal = snapshot.with_file_name(crate::layout::JOURNAL);
+        let layout = demo_layout(&home);
+        let (snapshot, journal) = session_files(&layout);
         let mut writer = CheckpointJournal::new(&layout, "session-1");
         writer
             .save(&mut [checkpoint_at(1, SessionStatus::Running)])
@@ -652,15 +661,15 @@ mod tests {
         assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
     }
 
+    /// The first save of a process writes `checkpoint.json`; the next ones are appended to
+    /// the journal (several in one batch), and a load sees the newest; a final save folds
+    /// everything into `checkpoint.json` and removes the journal; a later process (a
+    /// resume) numbers its saves on from there.
     #[test]
     fn checkpoints_go_to_the_journal_and_are_compacted_at_the_end() {
         let home = tempfile::tempdir().unwrap();
-        let layout = Layout {
-            home: home.path().to_owned(),
-            repo: "demo".into(),
-        };
-        let snapshot = layout.session_dir("session-1").join("checkpoint.json");
-        let journal = snapshot.with_file_name(crate::layout::JOURNAL);
+        let layout = demo_layout(&home);
+        let (snapshot, journal) = session_files(&layout);
         let mut writer = CheckpointJournal::new(&layout, "session-1");
         writer
             .save(&mut [checkpoint_at(1, SessionStatus::Running)])
@@ -757,10 +766,7 @@ mod tests {
     #[test]
     fn a_session_is_locked_once_and_a_stale_lock_is_taken_over() {
         let home = tempfile::tempdir().unwrap();
-        let layout = Layout {
-            home: home.path().to_owned(),
-            repo: "demo".into(),
-        };
+        let layout = demo_layout(&home);
         let first = SessionLock::acquire(&layout, "s1").unwrap();
         let again = SessionLock::acquire(&layout, "s1").unwrap_err().to_string();
         assert!(again.contains("already running"), "{again}");
