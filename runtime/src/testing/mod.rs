@@ -246,6 +246,14 @@ impl Trace {
         self.lines.join("\n")
     }
 
+    /// The lines of the events of type KIND, in order.
+    pub(crate) fn of_kind(&self, kind: &str) -> Vec<&String> {
+        self.lines
+            .iter()
+            .filter(|l| l.split(' ').next() == Some(kind))
+            .collect()
+    }
+
     /// The event types, in order.
     pub(crate) fn events(&self) -> Vec<&str> {
         self.lines

@@ -212,11 +212,7 @@ async fn an_item_out_of_retries_goes_to_the_dlq_after_the_exponential_delays() {
             "CommandFailed { exit_code: 3 }".to_owned()
         )]
     );
-    let delays: Vec<&String> = trace
-        .lines
-        .iter()
-        .filter(|l| l.starts_with("item_retry_scheduled"))
-        .collect();
+    let delays = trace.of_kind("item_retry_scheduled");
     assert_eq!(delays.len(), 2, "{delays:?}");
     assert!(delays[0].contains("\"delay_secs\":4.0"), "{delays:?}");
     assert!(delays[1].contains("\"delay_secs\":8.0"), "{delays:?}");
@@ -427,11 +423,7 @@ notify:
     assert_eq!(harness.fake.starts_of("echo told failed"), [secs(5)]);
     assert!(harness.fake.starts_of("echo never runs").is_empty());
     assert_eq!(started.elapsed(), secs(5));
-    let notified: Vec<&String> = trace
-        .lines
-        .iter()
-        .filter(|l| l.starts_with("notification_finished"))
-        .collect();
+    let notified = trace.of_kind("notification_finished");
     assert_eq!(notified.len(), 2, "{notified:?}");
     assert!(notified[0].contains("\"timed_out\":true"), "{notified:?}");
     assert!(notified[1].contains("\"success\":true"), "{notified:?}");

@@ -400,11 +400,7 @@ async fn a_job_starts_no_agent_past_its_claude_budget_and_lets_the_running_one_f
     assert!(harness.fake.starts_of("/work e").is_empty());
     assert_eq!(report.metrics.successful, 4);
     assert_eq!(started.elapsed(), secs(25));
-    let reached: Vec<&String> = trace
-        .lines
-        .iter()
-        .filter(|l| l.starts_with("claude_budget_reached "))
-        .collect();
+    let reached = trace.of_kind("claude_budget_reached");
     assert_eq!(
         reached,
         [r#"claude_budget_reached {"limit":1.0,"not_started":2,"spent":0.75}"#]
@@ -517,11 +513,7 @@ commands:
     // the fake), retried 1 s later, done after its three events 20 s apart.
     assert_eq!(harness.fake.starts_of("/hang"), [secs(0), secs(31)]);
     assert_eq!(harness.fake.starts_of("/slow but alive"), [secs(91)]);
-    let finished: Vec<&String> = trace
-        .lines
-        .iter()
-        .filter(|l| l.starts_with("claude_finished"))
-        .collect();
+    let finished = trace.of_kind("claude_finished");
     assert!(
         finished[0].contains(r#""error_kind":"stalled""#),
         "{}",
@@ -700,11 +692,7 @@ commands:
     );
     assert_eq!(harness.fake.starts_of(&handled.prompt("/build")).len(), 1);
     assert_eq!(harness.fake.starts_of("/fresh").len(), 2);
-    let started: Vec<&String> = trace
-        .lines
-        .iter()
-        .filter(|l| l.starts_with("claude_started"))
-        .collect();
+    let started = trace.of_kind("claude_started");
     assert_eq!(started.len(), 6, "{}", trace.text());
     let resumes = |line: &str, id: &str| line.contains(&format!(r#""--resume","{id}""#));
     assert!(!started[0].contains("--resume"), "{}", started[0]);
