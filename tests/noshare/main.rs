@@ -18,7 +18,7 @@ use assert_cmd::cargo::CommandCargoExt;
 
 #[path = "../support/job.rs"]
 mod job;
-use job::{dead_letters, git_identity, job_id, stderr};
+use job::{dead_letters, git_identity, git_in, job_id, repo_with_workflow, stderr};
 
 /// A git repository with WORKFLOW as `wf.yml`, a `$PRODIGY_HOME` and a node directory
 /// beside it.
@@ -32,10 +32,7 @@ impl Project {
         let p = Project { dir };
         std::fs::create_dir(p.repo()).unwrap();
         std::fs::create_dir(p.node()).unwrap();
-        std::fs::write(p.repo().join("wf.yml"), workflow).unwrap();
-        p.git(&["init", "-q", "-b", "main"]);
-        p.git(&["add", "wf.yml"]);
-        p.git(&["commit", "-qm", "workflow"]);
+        repo_with_workflow(&p.repo(), workflow);
         p
     }
 
@@ -58,14 +55,7 @@ impl Project {
     }
 
     fn git(&self, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(self.repo())
-            .envs(git_identity())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        git_in(&self.repo(), args)
     }
 
     fn prodigy(&self, args: &[&str]) -> Output {

@@ -22,7 +22,7 @@ use serde_json::Value;
 mod external;
 #[path = "../support/job.rs"]
 mod job;
-use job::{git_identity, job_id, stderr};
+use job::{git_identity, git_in, job_id, repo_with_workflow, stderr};
 #[path = "../support/slurm_cluster.rs"]
 mod slurm_cluster;
 
@@ -65,10 +65,7 @@ impl Project {
         let dir = tempfile::tempdir().unwrap();
         let p = Project { dir };
         std::fs::create_dir(p.repo()).unwrap();
-        std::fs::write(p.repo().join("wf.yml"), workflow).unwrap();
-        p.git(&["init", "-q", "-b", "main"]);
-        p.git(&["add", "wf.yml"]);
-        p.git(&["commit", "-qm", "workflow"]);
+        repo_with_workflow(&p.repo(), workflow);
         p
     }
 
@@ -86,14 +83,7 @@ impl Project {
     }
 
     fn git(&self, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(self.repo())
-            .envs(git_identity())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        git_in(&self.repo(), args)
     }
 
     fn prodigy(&self, args: &[&str]) -> Output {

@@ -27,7 +27,7 @@ use serde_json::Value;
 mod external;
 #[path = "../support/job.rs"]
 mod job;
-use job::{dead_letters, git_identity, job_id, stderr};
+use job::{dead_letters, git_identity, git_in, job_id, repo_with_workflow, stderr};
 #[path = "../support/slurm_cluster.rs"]
 mod slurm_cluster;
 
@@ -120,10 +120,7 @@ impl Project {
         };
         std::fs::create_dir(p.repo()).unwrap();
         std::fs::create_dir_all(p.log().parent().unwrap()).unwrap();
-        std::fs::write(p.repo().join("wf.yml"), workflow.replace("@ADDR@", &p.addr)).unwrap();
-        p.git(&["init", "-q", "-b", "main"]);
-        p.git(&["add", "wf.yml"]);
-        p.git(&["commit", "-qm", "workflow"]);
+        repo_with_workflow(&p.repo(), &workflow.replace("@ADDR@", &p.addr));
         p
     }
 
@@ -146,14 +143,7 @@ impl Project {
     }
 
     fn git(&self, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(self.repo())
-            .envs(git_identity())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        git_in(&self.repo(), args)
     }
 
     /// `prodigy ARGS --executor slurm --no-shared-fs --serve-addr ADDR` in the project.

@@ -54,3 +54,23 @@ pub(crate) fn dead_letters(repo: &Path, home: &Path, job: &str) -> Vec<serde_jso
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("dlq show printed no JSON ({e}): {}", stderr(&out)))
 }
+
+/// Runs git ARGS in DIR as the test user, and returns what it printed on stdout.
+pub(crate) fn git_in(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .envs(git_identity())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Makes DIR (which exists) a repository on `main` whose one commit holds `wf.yml`, WORKFLOW.
+pub(crate) fn repo_with_workflow(dir: &Path, workflow: &str) {
+    std::fs::write(dir.join("wf.yml"), workflow).unwrap();
+    git_in(dir, &["init", "-q", "-b", "main"]);
+    git_in(dir, &["add", "wf.yml"]);
+    git_in(dir, &["commit", "-qm", "workflow"]);
+}
