@@ -294,15 +294,12 @@ fn controller() -> String {
 
 /// The item whose task is TASK (none when it was never submitted) stays pending: the
 /// controller has answered nothing for `unreachable_after`, and the job stops.
-fn unreachable(runner: &Runner, slurm: &SlurmOptions, task: Option<TaskRef>) -> Dispatched {
-    let why = format!(
-        "the Slurm controller {} has answered none of prodigy's questions for {} s; the job stops with its unfinished items pending: start the controller (or check that this machine reaches it, `scontrol ping`), then run `prodigy resume-job {}`",
-        controller(),
-        slurm.unreachable_after.as_secs(),
-        runner.session()
-    );
+fn unreachable(slurm: &SlurmOptions, task: Option<TaskRef>) -> Dispatched {
     Dispatched {
-        stop_job: Some(why),
+        stop_job: Some(crate::backend::BackendLost {
+            controller: controller(),
+            secs: slurm.unreachable_after.as_secs(),
+        }),
         task,
         ..Dispatched::not_submitted()
     }
@@ -992,7 +989,7 @@ async fn submit_within_reach(
             Ok(None) => return Err(Dispatched::not_submitted()),
             Err(e) if unanswered(&e) => {
                 if slurm.reach.unanswered() >= slurm.unreachable_after {
-                    return Err(unreachable(runner, slurm, None));
+                    return Err(unreachable(slurm, None));
                 }
                 let again = Instant::now() + Duration::from_secs(2);
                 while Instant::now() < again {
@@ -1111,7 +1108,7 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
                 // Its result is read first: a task that ends while the controller is away
                 // still counts. Without one, the job stops once the limit has passed.
                 Some(None) if slurm.reach.unanswered() >= slurm.unreachable_after => {
-                    return unreachable(runner, slurm, Some(TaskRef::from(&ids)));
+                    return unreachable(slurm, Some(TaskRef::from(&ids)));
                 }
                 Some(None) | None => {}
             }

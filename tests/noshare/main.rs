@@ -333,6 +333,12 @@ map:
         text.contains("has answered none of prodigy's questions"),
         "{text}"
     );
+    // What to run next is the retry again, not a `resume-job` of the job.
+    assert!(
+        text.contains(&format!("then run `prodigy dlq retry {job}` again")),
+        "{text}"
+    );
+    assert!(!text.contains("resume-job"), "{text}");
     assert!(!text.contains("manual review"), "{text}");
     assert!(!text.contains("interrupted"), "{text}");
     assert!(text.contains("3 items remain"), "{text}");

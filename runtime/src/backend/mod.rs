@@ -422,8 +422,30 @@ pub struct Dispatched {
     /// Its Claude sessions and logs.
     pub trail: crate::jobstore::ItemTrail,
     /// Set when the backend cannot go on (its controller does not answer): why. The item
-    /// stays pending (`end` is `Cancelled`), and the job stops with this message.
-    pub stop_job: Option<String>,
+    /// stays pending (`end` is `Cancelled`), and the job stops saying why.
+    pub stop_job: Option<BackendLost>,
+}
+
+/// Why a backend cannot go on: its controller has answered none of prodigy's questions for
+/// a while. What to do next depends on what was running (a job, or a DLQ retry), so the
+/// words are made where that is known ([`BackendLost::why`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendLost {
+    /// The controller as its configuration names it (host, port, file).
+    pub controller: String,
+    /// How long it answered nothing, in seconds.
+    pub secs: u64,
+}
+
+impl BackendLost {
+    /// The message: the controller's silence, what stops (STOPS), and NEXT, what to run once
+    /// the controller is back.
+    pub fn why(&self, stops: &str, next: &str) -> String {
+        format!(
+            "the Slurm controller {} has answered none of prodigy's questions for {} s; {stops}: start the controller (or check that this machine reaches it, `scontrol ping`), then {next}",
+            self.controller, self.secs
+        )
+    }
 }
 
 impl Dispatched {

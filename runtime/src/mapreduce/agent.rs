@@ -119,7 +119,7 @@ pub(crate) struct AgentRun {
     /// Its Claude sessions and logs, and the commits merged.
     pub(crate) trail: crate::jobstore::ItemTrail,
     /// Why the job stops, when its backend cannot go on ([`crate::backend::Dispatched`]).
-    pub(crate) stop_job: Option<String>,
+    pub(crate) stop_job: Option<crate::backend::BackendLost>,
 }
 
 impl AgentRun {

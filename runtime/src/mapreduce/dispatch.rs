@@ -788,8 +788,11 @@ impl Dispatcher<'_, '_> {
                 agent_id: agent_id(index),
                 item_id: item_id(index),
             });
-            if let Some(why) = run.stop_job {
-                self.backend_lost(why);
+            if let Some(lost) = run.stop_job {
+                let next = format!("run `prodigy resume-job {}`", context.runner.session());
+                self.backend_lost(
+                    lost.why("the job stops with its unfinished items pending", &next),
+                );
             }
             return None;
         }

@@ -103,6 +103,7 @@ pub async fn retry_dead_letters(
             .map(|i| (i.index, i))
             .collect();
     let retry = Retry {
+        job_id,
         runner,
         spec: &spec,
         vars,
@@ -146,6 +147,8 @@ type Retried = (
 /// What every item of one DLQ retry shares.
 struct Retry<'a> {
     runner: &'a Runner,
+    /// The job whose DLQ is retried.
+    job_id: &'a str,
     spec: &'a AgentSpec,
     vars: &'a Vars,
     dlq: &'a Dlq,
@@ -222,10 +225,14 @@ impl Retry<'_> {
             {
                 summary.halted += 1;
                 // Said once: every item after it stops the same way.
-                if let Some(why) = run.stop_job.clone().filter(|_| !self.backend_lost.get()) {
+                if let Some(lost) = run.stop_job.as_ref().filter(|_| !self.backend_lost.get()) {
                     self.backend_lost.set(true);
                     self.halt.send_replace(true);
-                    runner.say(Message::JobFailed(why));
+                    let next = format!("run `prodigy dlq retry {}` again", self.job_id);
+                    runner.say(Message::JobFailed(lost.why(
+                        "the retry stops, its items left in the queue as they were",
+                        &next,
+                    )));
                 }
             }
             RunEnd::Cancelled => summary.interrupted = true,
