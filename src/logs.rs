@@ -197,7 +197,7 @@ fn summary(stream: &Stream) -> String {
 fn list_steps(name: &str, steps: &std::collections::BTreeMap<u32, StepFiles>) -> String {
     let mut text = String::new();
     for (number, (record, output)) in steps {
-        let size = std::fs::metadata(&output).map_or(0, |m| m.len());
+        let size = std::fs::metadata(output).map_or(0, |m| m.len());
         let output = if size == 0 {
             "no output".to_owned()
         } else {
@@ -275,7 +275,10 @@ fn list_runs(root: &Path) -> u8 {
     let mut runs: Vec<(std::time::SystemTime, String, usize, usize, PathBuf)> = Vec::new();
     for repo in sorted_entries(root) {
         for run in sorted_entries(&repo) {
-            let steps: usize = run_steps(&run).values().map(|s| s.len()).sum();
+            let steps: usize = run_steps(&run)
+                .values()
+                .map(std::collections::BTreeMap::len)
+                .sum();
             let count = sorted_entries(&run)
                 .iter()
                 .filter(|owner| owner.is_dir())

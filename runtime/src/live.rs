@@ -1495,11 +1495,11 @@ pub fn render_call(log: &Path) -> ClaudeCall {
     }
 }
 
-/// The outputs of ITEM's steps in the run's logs RUN_DIR, each with the attempt it ran in:
+/// The outputs of ITEM's steps in the run's logs DIR, each with the attempt it ran in:
 /// EVENTS (the item's, in order) say which, as each `step_started` names the number of its
 /// log files (`log_number`) after its attempt's `agent_started`. A log no event names (an
 /// earlier version's) has attempt 0: unknown.
-fn step_outputs(run_dir: &Path, item: &str, events: &[Value]) -> Vec<StepOutput> {
+fn step_outputs(dir: &Path, item: &str, events: &[Value]) -> Vec<StepOutput> {
     let mut attempt_of: BTreeMap<u32, u32> = BTreeMap::new();
     let mut attempt = 0;
     for event in events {
@@ -1520,7 +1520,7 @@ fn step_outputs(run_dir: &Path, item: &str, events: &[Value]) -> Vec<StepOutput>
             _ => {}
         }
     }
-    crate::logs::owner_steps(run_dir, item)
+    crate::logs::owner_steps(dir, item)
         .into_iter()
         .filter(|(number, _)| *number > 0)
         .map(|(number, (record, log))| {

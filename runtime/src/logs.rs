@@ -348,11 +348,11 @@ pub fn last_step_number(dir: &Path) -> u32 {
     })
 }
 
-/// Every record of the run whose logs are in RUN_DIR, in the order they were written; a
+/// Every record of the run whose logs are in DIR, in the order they were written; a
 /// line that cannot be read (cut short by a crash) is left out.
-pub fn read_records(run_dir: &Path) -> Vec<StepRecord> {
+pub fn read_records(dir: &Path) -> Vec<StepRecord> {
     use std::io::BufRead as _;
-    let Ok(file) = File::open(run_dir.join(RECORDS)) else {
+    let Ok(file) = File::open(dir.join(RECORDS)) else {
         return Vec::new();
     };
     std::io::BufReader::new(file)
@@ -367,19 +367,19 @@ pub fn read_records(run_dir: &Path) -> Vec<StepRecord> {
 /// is (the file exists when the step printed something).
 pub type StepFiles = (Option<StepRecord>, PathBuf);
 
-/// The steps of every owner in RUN_DIR by owner and number: the records of [`RECORDS`], an
+/// The steps of every owner in the run's logs DIR by owner and number: the records of [`RECORDS`], an
 /// earlier version's `step-NNNN.json` files, and the output logs of steps without a record.
-pub fn run_steps(run_dir: &Path) -> BTreeMap<String, BTreeMap<u32, StepFiles>> {
+pub fn run_steps(dir: &Path) -> BTreeMap<String, BTreeMap<u32, StepFiles>> {
     let mut steps: BTreeMap<String, BTreeMap<u32, StepFiles>> = BTreeMap::new();
-    for record in read_records(run_dir) {
-        let owner = run_dir.join(&record.owner);
+    for record in read_records(dir) {
+        let owner = dir.join(&record.owner);
         let number = record.number;
         steps
             .entry(record.owner.clone())
             .or_default()
             .insert(number, (Some(record), step_log(&owner, number)));
     }
-    let owners = std::fs::read_dir(run_dir).into_iter().flatten();
+    let owners = std::fs::read_dir(dir).into_iter().flatten();
     for entry in owners.filter_map(Result::ok) {
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
             let mut found = steps
@@ -394,10 +394,11 @@ pub fn run_steps(run_dir: &Path) -> BTreeMap<String, BTreeMap<u32, StepFiles>> {
     steps
 }
 
-/// The steps of OWNER in RUN_DIR by number (see [`run_steps`]).
-pub fn owner_steps(run_dir: &Path, owner: &str) -> BTreeMap<u32, StepFiles> {
-    let dir = run_dir.join(owner);
-    let mut steps: BTreeMap<u32, StepFiles> = read_records(run_dir)
+/// The steps of OWNER in the run's logs DIR by number (see [`run_steps`]).
+pub fn owner_steps(dir: &Path, owner: &str) -> BTreeMap<u32, StepFiles> {
+    let records = read_records(dir);
+    let dir = dir.join(owner);
+    let mut steps: BTreeMap<u32, StepFiles> = records
         .into_iter()
         .filter(|r| r.owner == owner)
         .map(|r| {
@@ -421,7 +422,7 @@ fn add_step_files(owner: &Path, steps: &mut BTreeMap<u32, StepFiles>) {
         let found = steps
             .entry(number)
             .or_insert_with(|| (None, step_log(owner, number)));
-        if found.0.is_none() && name.ends_with(".json") {
+        if found.0.is_none() && entry.path().extension().is_some_and(|e| e == "json") {
             found.0 = prodigy_plan::support::read_regular(&entry.path(), 1 << 20)
                 .ok()
                 .and_then(|bytes| serde_json::from_slice(&bytes).ok());
@@ -468,19 +469,19 @@ pub struct StepLogs {
 }
 
 impl StepLogs {
-    /// The step logs of the run whose logs are in RUN_DIR.
-    pub fn new(run_dir: PathBuf) -> Self {
+    /// The step logs of the run whose logs are in DIR.
+    pub fn new(dir: PathBuf) -> Self {
         let mut found: HashMap<String, u32> = HashMap::new();
-        for record in read_records(&run_dir) {
+        for record in read_records(&dir) {
             let last = found.entry(record.owner).or_default();
             *last = (*last).max(record.number);
         }
         StepLogs {
             records: Arc::new(RecordsFile {
-                path: run_dir.join(RECORDS),
+                path: dir.join(RECORDS),
                 file: std::sync::OnceLock::new(),
             }),
-            run_dir,
+            run_dir: dir,
             found,
             last: HashMap::new(),
         }
@@ -489,18 +490,17 @@ impl StepLogs {
     /// The log of OWNER's next step, labelled STEP.
     pub fn next(&mut self, owner: &str, step: String) -> StepLog {
         let dir = self.run_dir.join(owner);
-        let last = match self.last.get_mut(owner) {
-            Some(last) => last,
-            None => {
-                // A step killed before its record has a log and no record: its number is
-                // taken too.
-                let found = self.found.remove(owner).unwrap_or(0);
-                let start = found.max(last_step_number(&dir));
-                self.last.entry(owner.to_owned()).or_insert(start)
-            }
+        let number = if let Some(last) = self.last.get_mut(owner) {
+            *last += 1;
+            *last
+        } else {
+            // A step killed before its record has a log and no record: its number is
+            // taken too.
+            let found = self.found.remove(owner).unwrap_or(0);
+            let number = found.max(last_step_number(&dir)) + 1;
+            self.last.insert(owner.to_owned(), number);
+            number
         };
-        *last += 1;
-        let number = *last;
         StepLog::new(dir, owner.to_owned(), number, step, self.records.clone())
     }
 }
