@@ -351,16 +351,51 @@ pub fn last_step_number(dir: &Path) -> u32 {
 /// Every record of the run whose logs are in DIR, in the order they were written; a
 /// line that cannot be read (cut short by a crash) is left out.
 pub fn read_records(dir: &Path) -> Vec<StepRecord> {
+    let mut records = Vec::new();
+    each_record_line(dir, &mut |line| {
+        if let Ok(record) = serde_json::from_slice::<StepRecord>(line)
+            && !record.owner.is_empty()
+        {
+            records.push(record);
+        }
+    });
+    records
+}
+
+/// Hands each line of the records file in DIR to LINE.
+fn each_record_line(dir: &Path, line: &mut dyn FnMut(&[u8])) {
     use std::io::BufRead as _;
     let Ok(file) = File::open(dir.join(RECORDS)) else {
+        return;
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut buffer = Vec::new();
+    while reader
+        .read_until(b'\n', &mut buffer)
+        .is_ok_and(|read| read > 0)
+    {
+        line(&buffer);
+        buffer.clear();
+    }
+}
+
+/// The records of OWNER in DIR. Only the lines that start with it are parsed (a record's
+/// first field is its owner), so that one item of a large job is found fast.
+fn owner_records(dir: &Path, owner: &str) -> Vec<StepRecord> {
+    let Ok(name) = serde_json::to_string(owner) else {
         return Vec::new();
     };
-    std::io::BufReader::new(file)
-        .split(b'\n')
-        .map_while(Result::ok)
-        .filter_map(|line| serde_json::from_slice::<StepRecord>(&line).ok())
-        .filter(|r| !r.owner.is_empty())
-        .collect()
+    let start = format!("{{\"owner\":{name},");
+    let mut records = Vec::new();
+    each_record_line(dir, &mut |line| {
+        if line.starts_with(start.as_bytes())
+            && let Ok(record) = serde_json::from_slice::<StepRecord>(line)
+            && record.owner == owner
+        {
+            records.push(record);
+        }
+    });
+    records
 }
 
 /// One step of an owner as its logs tell: its record, if it ended, and where its output log
@@ -396,11 +431,10 @@ pub fn run_steps(dir: &Path) -> BTreeMap<String, BTreeMap<u32, StepFiles>> {
 
 /// The steps of OWNER in the run's logs DIR by number (see [`run_steps`]).
 pub fn owner_steps(dir: &Path, owner: &str) -> BTreeMap<u32, StepFiles> {
-    let records = read_records(dir);
+    let records = owner_records(dir, owner);
     let dir = dir.join(owner);
     let mut steps: BTreeMap<u32, StepFiles> = records
         .into_iter()
-        .filter(|r| r.owner == owner)
         .map(|r| {
             let log = step_log(&dir, r.number);
             (r.number, (Some(r), log))
@@ -471,11 +505,19 @@ pub struct StepLogs {
 impl StepLogs {
     /// The step logs of the run whose logs are in DIR.
     pub fn new(dir: PathBuf) -> Self {
-        let mut found: HashMap<String, u32> = HashMap::new();
-        for record in read_records(&dir) {
-            let last = found.entry(record.owner).or_default();
-            *last = (*last).max(record.number);
+        /// What numbering needs of a record.
+        #[derive(serde::Deserialize)]
+        struct Numbered {
+            owner: String,
+            number: u32,
         }
+        let mut found: HashMap<String, u32> = HashMap::new();
+        each_record_line(&dir, &mut |line| {
+            if let Ok(record) = serde_json::from_slice::<Numbered>(line) {
+                let last = found.entry(record.owner).or_default();
+                *last = (*last).max(record.number);
+            }
+        });
         StepLogs {
             records: Arc::new(RecordsFile {
                 path: dir.join(RECORDS),
@@ -784,6 +826,11 @@ mod tests {
         let steps = owner_steps(dir.path(), "item_0");
         assert_eq!(steps.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
         assert!(steps[&3].0.is_none());
+        // An owner's records are its own, not those of an owner its name begins.
+        let log = again.next("item_00", "b".into());
+        log.finish("succeeded", std::time::Duration::ZERO).unwrap();
+        assert_eq!(owner_steps(dir.path(), "item_0").len(), 3);
+        assert_eq!(owner_steps(dir.path(), "item_00").len(), 1);
     }
 
     #[test]
