@@ -64,7 +64,11 @@ pub(crate) fn logs(args: &LogsArgs) -> u8 {
     }
     let mut files = Vec::new();
     let mut steps = String::new();
-    let mut owners = run_steps(&dir);
+    // One item's steps are found without reading every other's.
+    let mut owners = match &args.item {
+        Some(item) => std::collections::BTreeMap::from([(item.clone(), owner_steps(&dir, item))]),
+        None => run_steps(&dir),
+    };
     // An owner with logs and no step (a Claude call of a step still running).
     for owner in sorted_entries(&dir).iter().filter(|o| o.is_dir()) {
         if let Some(name) = owner.file_name() {
