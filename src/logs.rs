@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use prodigy_runtime::claude::Stream;
 use prodigy_runtime::layout::Layout;
-use prodigy_runtime::logs::{step_files, step_number};
+use prodigy_runtime::logs::{StepFiles, owner_steps, run_steps, step_number};
 
 use crate::{err, exit_code, out};
 
@@ -64,20 +64,28 @@ pub(crate) fn logs(args: &LogsArgs) -> u8 {
     }
     let mut files = Vec::new();
     let mut steps = String::new();
-    for owner in sorted_entries(&dir) {
-        if args
-            .item
-            .as_ref()
-            .is_some_and(|item| owner.file_name().is_none_or(|n| n != item.as_str()))
-        {
+    // One item's steps are found without reading every other's.
+    let mut owners = match &args.item {
+        Some(item) => std::collections::BTreeMap::from([(item.clone(), owner_steps(&dir, item))]),
+        None => run_steps(&dir),
+    };
+    // An owner with logs and no step (a Claude call of a step still running).
+    for owner in sorted_entries(&dir).iter().filter(|o| o.is_dir()) {
+        if let Some(name) = owner.file_name() {
+            owners
+                .entry(name.to_string_lossy().into_owned())
+                .or_default();
+        }
+    }
+    for (owner, owner_steps) in &owners {
+        if args.item.as_ref().is_some_and(|item| item != owner) {
             continue;
         }
-        let entries = sorted_entries(&owner);
         if !args.show && !args.raw {
-            steps.push_str(&list_steps(&dir, &owner, &entries));
+            steps.push_str(&list_steps(owner, owner_steps));
         }
         files.extend(
-            entries
+            sorted_entries(&dir.join(owner))
                 .into_iter()
                 .filter(|f| f.is_file() && !is_step_file(f)),
         );
@@ -188,27 +196,12 @@ fn summary(stream: &Stream) -> String {
     }
 }
 
-/// The steps whose logs are among ENTRIES of OWNER (under DIR), one line each: `steps/step
-/// 3  [reduce 2] LABEL  succeeded in 0.012s, 14 bytes of output`.
-fn list_steps(dir: &Path, owner: &Path, entries: &[PathBuf]) -> String {
-    let mut numbers: Vec<u32> = entries
-        .iter()
-        .filter_map(|f| {
-            f.file_name()
-                .and_then(|n| step_number(&n.to_string_lossy()))
-        })
-        .collect();
-    numbers.sort_unstable();
-    numbers.dedup();
-    let name = owner
-        .strip_prefix(dir)
-        .unwrap_or(owner)
-        .display()
-        .to_string();
+/// The STEPS of OWNER, one line each: `steps/step 3  [reduce 2] LABEL  succeeded in 0.012s,
+/// 14 bytes of output`.
+fn list_steps(name: &str, steps: &std::collections::BTreeMap<u32, StepFiles>) -> String {
     let mut text = String::new();
-    for number in numbers {
-        let (record, output) = step_files(owner, number);
-        let size = std::fs::metadata(&output).map_or(0, |m| m.len());
+    for (number, (record, output)) in steps {
+        let size = std::fs::metadata(output).map_or(0, |m| m.len());
         let output = if size == 0 {
             "no output".to_owned()
         } else {
@@ -239,14 +232,12 @@ fn list_steps(dir: &Path, owner: &Path, entries: &[PathBuf]) -> String {
 
 /// `prodigy logs ID --step N`: the output step N of OWNER kept (the list says which it is).
 fn show_step(dir: &Path, id: &str, owner: &str, number: u32) -> u8 {
-    let owner_dir = dir.join(owner);
-    let (record, output) = step_files(&owner_dir, number);
-    if record.is_none() && !output.is_file() {
+    let Some((_, output)) = owner_steps(dir, owner).remove(&number) else {
         err(&format!(
             "error: `{id}` has no step {number} in `{owner}`; `prodigy logs {id}` lists its steps\n"
         ));
         return exit_code::USAGE;
-    }
+    };
     let Ok(file) = std::fs::File::open(&output) else {
         crate::note(&format!("step {number} of `{owner}` printed nothing\n"));
         return exit_code::OK;
@@ -288,23 +279,16 @@ fn list_runs(root: &Path) -> u8 {
     let mut runs: Vec<(std::time::SystemTime, String, usize, usize, PathBuf)> = Vec::new();
     for repo in sorted_entries(root) {
         for run in sorted_entries(&repo) {
-            let (mut count, mut steps) = (0, 0);
-            for owner in sorted_entries(&run) {
-                // A step has a record, an output log, or both.
-                let mut numbers = std::collections::BTreeSet::new();
-                for file in sorted_entries(&owner) {
-                    match file
-                        .file_name()
-                        .and_then(|n| step_number(&n.to_string_lossy()))
-                    {
-                        Some(number) => {
-                            numbers.insert(number);
-                        }
-                        None => count += 1,
-                    }
-                }
-                steps += numbers.len();
-            }
+            let steps: usize = run_steps(&run)
+                .values()
+                .map(std::collections::BTreeMap::len)
+                .sum();
+            let count = sorted_entries(&run)
+                .iter()
+                .filter(|owner| owner.is_dir())
+                .flat_map(|owner| sorted_entries(owner))
+                .filter(|file| !is_step_file(file))
+                .count();
             let modified = std::fs::metadata(&run)
                 .and_then(|m| m.modified())
                 .unwrap_or(std::time::UNIX_EPOCH);

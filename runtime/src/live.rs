@@ -1423,7 +1423,7 @@ impl Live {
             home: self.home.clone(),
             repo: self.summary.repo.clone(),
         };
-        let outputs = step_outputs(&layout.logs_dir(&self.id).join(item_id), &events);
+        let outputs = step_outputs(&layout.logs_dir(&self.id), item_id, &events);
         Some(ItemDetail {
             row,
             data,
@@ -1495,11 +1495,11 @@ pub fn render_call(log: &Path) -> ClaudeCall {
     }
 }
 
-/// The outputs of the steps logged in DIR (an item's logs), each with the attempt it ran in:
+/// The outputs of ITEM's steps in the run's logs DIR, each with the attempt it ran in:
 /// EVENTS (the item's, in order) say which, as each `step_started` names the number of its
 /// log files (`log_number`) after its attempt's `agent_started`. A log no event names (an
 /// earlier version's) has attempt 0: unknown.
-fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
+fn step_outputs(dir: &Path, item: &str, events: &[Value]) -> Vec<StepOutput> {
     let mut attempt_of: BTreeMap<u32, u32> = BTreeMap::new();
     let mut attempt = 0;
     for event in events {
@@ -1520,19 +1520,10 @@ fn step_outputs(dir: &Path, events: &[Value]) -> Vec<StepOutput> {
             _ => {}
         }
     }
-    let mut numbers: BTreeSet<u32> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter_map(|e| crate::logs::step_number(&e.file_name().to_string_lossy()))
-                .collect()
-        })
-        .unwrap_or_default();
-    numbers.retain(|n| *n > 0);
-    numbers
+    crate::logs::owner_steps(dir, item)
         .into_iter()
-        .map(|number| {
-            let (record, log) = crate::logs::step_files(dir, number);
+        .filter(|(number, _)| *number > 0)
+        .map(|(number, (record, log))| {
             let attempt = attempt_of.get(&number).copied().unwrap_or(0);
             let (tail, truncated) = tail_of(&log, OUTPUT_TAIL);
             StepOutput {
@@ -2022,8 +2013,10 @@ mod tests {
     fn an_items_step_outputs_show_their_tails_under_the_attempt_they_ran_in() {
         let dir = tempfile::tempdir().unwrap();
         let at = |secs: &str| parse(&format!("2026-11-26T10:00:{secs}.000Z")).unwrap();
+        let item = dir.path().join("item_0");
+        std::fs::create_dir(&item).unwrap();
         let write = |name: &str, text: &str, when: SystemTime| {
-            let path = dir.path().join(name);
+            let path = item.join(name);
             std::fs::write(&path, text).unwrap();
             std::fs::File::options()
                 .write(true)
@@ -2069,7 +2062,7 @@ mod tests {
                 ]
             })
             .collect();
-        let outputs = step_outputs(dir.path(), &events);
+        let outputs = step_outputs(dir.path(), "item_0", &events);
         assert_eq!(outputs.len(), 3);
         assert_eq!(outputs[2].attempt, 0);
         assert_eq!(outputs[0].attempt, 1);

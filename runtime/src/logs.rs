@@ -3,6 +3,7 @@
 //! every step's output and record ([`StepLog`]).
 //! Lines are written as they arrive, secrets masked; files are readable by the user only.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -279,11 +280,23 @@ impl LineLog {
     }
 }
 
-/// What a step's record says it was: `step-NNNN.json` beside its output `step-NNNN.log` in
-/// its owner's directory (`steps`, or the map item), written when the step ends (README
-/// "Logs"). A step with an output log and no record is running, or its run was killed.
+/// The run's step records, one JSON line per step that ended, in the run's log directory
+/// (docs/running.md, "Logs").
+pub const RECORDS: &str = "records.jsonl";
+
+/// What a step's record says it was: a line of the run's [`RECORDS`], written when the step
+/// ends, beside its output `step-NNNN.log` in its owner's directory (made only when the step
+/// printed something). A step with an output log and no record is running, or its run was
+/// killed. Versions before kept each record in `step-NNNN.json` beside the log; those are
+/// still read.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepRecord {
+    /// Whose step it is: `steps`, or the map item (`item_3`); none in a `step-NNNN.json`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
+    /// Its number among its owner's steps (`step-NNNN`); 0 in a `step-NNNN.json`.
+    #[serde(default)]
+    pub number: u32,
     /// The step's label.
     pub step: String,
     /// Its list: `steps`, `setup`, `map`, `reduce` or `merge`; none for a step a step runs
@@ -311,20 +324,8 @@ pub fn step_log(owner: &Path, number: u32) -> PathBuf {
     owner.join(format!("step-{number:04}.log"))
 }
 
-/// Step NUMBER's record in OWNER (`step-NNNN.json`).
-pub fn step_record_path(owner: &Path, number: u32) -> PathBuf {
-    owner.join(format!("step-{number:04}.json"))
-}
-
-/// Step NUMBER of OWNER: its record, if it ended (read within 1 MiB), and its output log.
-pub fn step_files(owner: &Path, number: u32) -> (Option<StepRecord>, PathBuf) {
-    let record = prodigy_plan::support::read_regular(&step_record_path(owner, number), 1 << 20)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok());
-    (record, step_log(owner, number))
-}
-
-/// The number of the step file NAME (`step-0003.log` or `.json`), if it is one.
+/// The number of the step file NAME (`step-0003.log`, or an earlier version's
+/// `step-0003.json`), if it is one.
 pub fn step_number(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("step-")?;
     let digits = rest
@@ -336,7 +337,7 @@ pub fn step_number(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// The highest step number in DIR (0 when it has none).
+/// The highest step number of the step files in DIR (0 when it has none).
 pub fn last_step_number(dir: &Path) -> u32 {
     std::fs::read_dir(dir).map_or(0, |entries| {
         entries
@@ -347,28 +348,234 @@ pub fn last_step_number(dir: &Path) -> u32 {
     })
 }
 
+/// Every record of the run whose logs are in DIR, in the order they were written; a
+/// line that cannot be read (cut short by a crash) is left out.
+pub fn read_records(dir: &Path) -> Vec<StepRecord> {
+    let mut records = Vec::new();
+    each_record_line(dir, &mut |line| {
+        if let Ok(record) = serde_json::from_slice::<StepRecord>(line)
+            && !record.owner.is_empty()
+        {
+            records.push(record);
+        }
+    });
+    records
+}
+
+/// Hands each line of the records file in DIR to LINE.
+fn each_record_line(dir: &Path, line: &mut dyn FnMut(&[u8])) {
+    use std::io::BufRead as _;
+    let Ok(file) = File::open(dir.join(RECORDS)) else {
+        return;
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut buffer = Vec::new();
+    while reader
+        .read_until(b'\n', &mut buffer)
+        .is_ok_and(|read| read > 0)
+    {
+        line(&buffer);
+        buffer.clear();
+    }
+}
+
+/// The records of OWNER in DIR. Only the lines that start with it are parsed (a record's
+/// first field is its owner), so that one item of a large job is found fast.
+fn owner_records(dir: &Path, owner: &str) -> Vec<StepRecord> {
+    let Ok(name) = serde_json::to_string(owner) else {
+        return Vec::new();
+    };
+    let start = format!("{{\"owner\":{name},");
+    let mut records = Vec::new();
+    each_record_line(dir, &mut |line| {
+        if line.starts_with(start.as_bytes())
+            && let Ok(record) = serde_json::from_slice::<StepRecord>(line)
+            && record.owner == owner
+        {
+            records.push(record);
+        }
+    });
+    records
+}
+
+/// One step of an owner as its logs tell: its record, if it ended, and where its output log
+/// is (the file exists when the step printed something).
+pub type StepFiles = (Option<StepRecord>, PathBuf);
+
+/// The steps of every owner in the run's logs DIR by owner and number: the records of [`RECORDS`], an
+/// earlier version's `step-NNNN.json` files, and the output logs of steps without a record.
+pub fn run_steps(dir: &Path) -> BTreeMap<String, BTreeMap<u32, StepFiles>> {
+    let mut steps: BTreeMap<String, BTreeMap<u32, StepFiles>> = BTreeMap::new();
+    for record in read_records(dir) {
+        let owner = dir.join(&record.owner);
+        let number = record.number;
+        steps
+            .entry(record.owner.clone())
+            .or_default()
+            .insert(number, (Some(record), step_log(&owner, number)));
+    }
+    let owners = std::fs::read_dir(dir).into_iter().flatten();
+    for entry in owners.filter_map(Result::ok) {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let mut found = steps
+                .remove(&*entry.file_name().to_string_lossy())
+                .unwrap_or_default();
+            add_step_files(&entry.path(), &mut found);
+            if !found.is_empty() {
+                steps.insert(entry.file_name().to_string_lossy().into_owned(), found);
+            }
+        }
+    }
+    steps
+}
+
+/// The steps of OWNER in the run's logs DIR by number (see [`run_steps`]).
+pub fn owner_steps(dir: &Path, owner: &str) -> BTreeMap<u32, StepFiles> {
+    let records = owner_records(dir, owner);
+    let dir = dir.join(owner);
+    let mut steps: BTreeMap<u32, StepFiles> = records
+        .into_iter()
+        .map(|r| {
+            let log = step_log(&dir, r.number);
+            (r.number, (Some(r), log))
+        })
+        .collect();
+    add_step_files(&dir, &mut steps);
+    steps
+}
+
+/// Adds to STEPS the step files in OWNER: a log without a record, and an earlier version's
+/// record (`step-NNNN.json`, read within 1 MiB).
+fn add_step_files(owner: &Path, steps: &mut BTreeMap<u32, StepFiles>) {
+    let entries = std::fs::read_dir(owner).into_iter().flatten();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(number) = step_number(&name) else {
+            continue;
+        };
+        let found = steps
+            .entry(number)
+            .or_insert_with(|| (None, step_log(owner, number)));
+        if found.0.is_none() && entry.path().extension().is_some_and(|e| e == "json") {
+            found.0 = prodigy_plan::support::read_regular(&entry.path(), 1 << 20)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        }
+    }
+}
+
+/// The run's [`RECORDS`] file, opened for appending at the first record: every step's
+/// record is one `write` of one line to it, so the records of steps ending at once (map
+/// items, and other processes' agents) never mix.
+#[derive(Debug)]
+pub struct RecordsFile {
+    path: PathBuf,
+    file: std::sync::OnceLock<Result<File, String>>,
+}
+
+impl RecordsFile {
+    /// Appends one line of TEXT (a newline is added).
+    fn append(&self, text: &str) -> std::io::Result<()> {
+        let file = self
+            .file
+            .get_or_init(|| open_append(&self.path).map_err(|e| e.to_string()));
+        let file = file
+            .as_ref()
+            .map_err(|e| std::io::Error::other(e.clone()))?;
+        let mut line = String::with_capacity(text.len() + 1);
+        line.push_str(text);
+        line.push('\n');
+        (&*file).write_all(line.as_bytes())
+    }
+}
+
+/// The step logs of a run: gives each owner's steps their numbers, following what earlier
+/// runs of the same id (a resume, a DLQ retry) kept, and writes their records.
+#[derive(Debug)]
+pub struct StepLogs {
+    run_dir: PathBuf,
+    records: Arc<RecordsFile>,
+    /// The last number of each owner in the records as the run found them, until the owner's
+    /// first step.
+    found: HashMap<String, u32>,
+    /// The last number given out to each owner.
+    last: HashMap<String, u32>,
+}
+
+impl StepLogs {
+    /// The step logs of the run whose logs are in DIR.
+    pub fn new(dir: PathBuf) -> Self {
+        /// What numbering needs of a record.
+        #[derive(serde::Deserialize)]
+        struct Numbered {
+            owner: String,
+            number: u32,
+        }
+        let mut found: HashMap<String, u32> = HashMap::new();
+        each_record_line(&dir, &mut |line| {
+            if let Ok(record) = serde_json::from_slice::<Numbered>(line) {
+                let last = found.entry(record.owner).or_default();
+                *last = (*last).max(record.number);
+            }
+        });
+        StepLogs {
+            records: Arc::new(RecordsFile {
+                path: dir.join(RECORDS),
+                file: std::sync::OnceLock::new(),
+            }),
+            run_dir: dir,
+            found,
+            last: HashMap::new(),
+        }
+    }
+
+    /// The log of OWNER's next step, labelled STEP.
+    pub fn next(&mut self, owner: &str, step: String) -> StepLog {
+        let dir = self.run_dir.join(owner);
+        let number = if let Some(last) = self.last.get_mut(owner) {
+            *last += 1;
+            *last
+        } else {
+            // A step killed before its record has a log and no record: its number is
+            // taken too.
+            let found = self.found.remove(owner).unwrap_or(0);
+            let number = found.max(last_step_number(&dir)) + 1;
+            self.last.insert(owner.to_owned(), number);
+            number
+        };
+        StepLog::new(dir, owner.to_owned(), number, step, self.records.clone())
+    }
+}
+
 /// The output of one step as it is kept (docs/running.md, "Logs"): what each command it ran itself
 /// printed, stdout and stderr interleaved, as much as the run keeps in memory
 /// (`PRODIGY_OUTPUT_LIMIT` per command, its last part; the whole output of a longer one is
-/// in its spill log, which the kept part's first line names), secrets masked. The file is
-/// made on the first output; the record is written at the end.
+/// in its spill log, which the kept part's first line names), secrets masked. The file (and
+/// its owner's directory) is made on the first output; the record is written at the end.
 pub struct StepLog {
     dir: PathBuf,
-    number: u32,
     file: Option<File>,
     record: StepRecord,
+    records: Arc<RecordsFile>,
     /// The first write error.
     pub error: Option<std::io::Error>,
 }
 
 impl StepLog {
-    /// The log of step NUMBER in DIR.
-    pub fn new(dir: PathBuf, number: u32, step: String) -> Self {
+    /// The log of step NUMBER of OWNER, whose directory is DIR; its record goes to RECORDS.
+    fn new(
+        dir: PathBuf,
+        owner: String,
+        number: u32,
+        step: String,
+        records: Arc<RecordsFile>,
+    ) -> Self {
         StepLog {
             dir,
-            number,
             file: None,
             record: StepRecord {
+                owner,
+                number,
                 step,
                 phase: None,
                 index: None,
@@ -378,23 +585,24 @@ impl StepLog {
                 output_bytes: 0,
                 claude_logs: Vec::new(),
             },
+            records,
             error: None,
         }
     }
 
-    /// Its number in its directory (`step-NNNN`).
+    /// Its number among its owner's steps (`step-NNNN`).
     pub fn number(&self) -> u32 {
-        self.number
+        self.record.number
     }
 
     /// Where the output goes.
     pub fn output_path(&self) -> PathBuf {
-        step_log(&self.dir, self.number)
+        step_log(&self.dir, self.record.number)
     }
 
     /// Where the record goes.
-    pub fn record_path(&self) -> PathBuf {
-        step_record_path(&self.dir, self.number)
+    pub fn records_path(&self) -> &Path {
+        &self.records.path
     }
 
     /// Sets the step's list and index in it.
@@ -455,9 +663,7 @@ impl StepLog {
         outcome.clone_into(&mut self.record.outcome);
         self.record.duration_secs = duration.as_secs_f64();
         let text = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
-        let mut file = create_private(&self.record_path())?;
-        file.write_all(text.as_bytes())?;
-        file.write_all(b"\n")
+        self.records.append(&text)
     }
 }
 
@@ -555,8 +761,9 @@ mod tests {
     #[test]
     fn a_step_log_keeps_each_commands_output_and_its_record() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(last_step_number(dir.path()), 0);
-        let mut log = StepLog::new(dir.path().to_owned(), 3, "make".into());
+        let mut logs = StepLogs::new(dir.path().to_owned());
+        let mut log = logs.next("item_3", "make".into());
+        assert_eq!(log.number(), 1);
         log.place(Some("reduce"), Some(1));
         log.command("[prodigy: attempt 1]", "one\ntwo", None);
         log.command(
@@ -566,12 +773,13 @@ mod tests {
         );
         log.finish("recovered", std::time::Duration::from_millis(1500))
             .unwrap();
-        let output = std::fs::read_to_string(dir.path().join("step-0003.log")).unwrap();
+        let output = std::fs::read_to_string(dir.path().join("item_3/step-0001.log")).unwrap();
         assert_eq!(output, "one\ntwo\n[prodigy: attempt 2]\nthree\n");
-        let record: StepRecord = serde_json::from_str(
-            &std::fs::read_to_string(dir.path().join("step-0003.json")).unwrap(),
-        )
-        .unwrap();
+        let steps = owner_steps(dir.path(), "item_3");
+        let (Some(record), log) = &steps[&1] else {
+            panic!("no record: {steps:?}");
+        };
+        assert_eq!(log, &dir.path().join("item_3/step-0001.log"));
         assert_eq!(record.outcome, "recovered");
         assert_eq!(
             (record.phase.as_deref(), record.index),
@@ -582,15 +790,76 @@ mod tests {
             (2, output.len() as u64)
         );
         assert_eq!(record.claude_logs, [PathBuf::from("/l/0001-x.jsonl")]);
-        assert_eq!(last_step_number(dir.path()), 3);
-        // A step that printed nothing has a record and no output file.
-        let quiet = StepLog::new(dir.path().to_owned(), 4, "true".into());
+        // A step that printed nothing has a record, and no output file or directory.
+        let quiet = logs.next("item_4", "true".into());
         quiet
             .finish("succeeded", std::time::Duration::ZERO)
             .unwrap();
-        assert!(!dir.path().join("step-0004.log").exists());
+        assert!(!dir.path().join("item_4").exists());
+        let all = run_steps(dir.path());
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["item_3", "item_4"]);
+        assert_eq!(all["item_4"][&1].0.as_ref().unwrap().outcome, "succeeded");
+        // Every record is one line of the run's records file.
+        let records = std::fs::read_to_string(dir.path().join(RECORDS)).unwrap();
+        assert_eq!(records.lines().count(), 2);
         assert_eq!(step_number("step-0004.json"), Some(4));
         assert_eq!(step_number("output-0004-x.log"), None);
+    }
+
+    #[test]
+    fn numbers_continue_after_the_records_and_logs_of_earlier_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = StepLogs::new(dir.path().to_owned());
+        for _ in 0..2 {
+            let log = first.next("item_0", "a".into());
+            log.finish("failed", std::time::Duration::ZERO).unwrap();
+        }
+        // Step 3 was killed after it printed: a log and no record.
+        let mut killed = first.next("item_0", "a".into());
+        killed.command("", "half", None);
+        drop(killed);
+        // A resume, or a DLQ retry, in another process.
+        let mut again = StepLogs::new(dir.path().to_owned());
+        assert_eq!(again.next("item_0", "a".into()).number(), 4);
+        assert_eq!(again.next("item_1", "a".into()).number(), 1);
+        assert_eq!(again.next("item_0", "a".into()).number(), 5);
+        let steps = owner_steps(dir.path(), "item_0");
+        assert_eq!(steps.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(steps[&3].0.is_none());
+        // An owner's records are its own, not those of an owner its name begins.
+        let log = again.next("item_00", "b".into());
+        log.finish("succeeded", std::time::Duration::ZERO).unwrap();
+        assert_eq!(owner_steps(dir.path(), "item_0").len(), 3);
+        assert_eq!(owner_steps(dir.path(), "item_00").len(), 1);
+    }
+
+    #[test]
+    fn an_earlier_versions_record_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = dir.path().join("steps");
+        std::fs::create_dir(&owner).unwrap();
+        std::fs::write(owner.join("step-0001.log"), "out\n").unwrap();
+        std::fs::write(
+            owner.join("step-0001.json"),
+            r#"{"step":"make","outcome":"failed","duration_secs":1.0,"commands":1,"output_bytes":4}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            owner.join("step-0002.json"),
+            r#"{"step":"quiet","outcome":"succeeded","duration_secs":0.1,"commands":1,"output_bytes":0}"#,
+        )
+        .unwrap();
+        let steps = owner_steps(dir.path(), "steps");
+        assert_eq!(steps[&1].0.as_ref().unwrap().outcome, "failed");
+        assert_eq!(steps[&2].0.as_ref().unwrap().step, "quiet");
+        assert_eq!(run_steps(dir.path())["steps"].len(), 2);
+        // A resume of that run numbers on.
+        assert_eq!(
+            StepLogs::new(dir.path().to_owned())
+                .next("steps", "b".into())
+                .number(),
+            3
+        );
     }
 
     #[test]

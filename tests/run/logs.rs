@@ -127,3 +127,98 @@ fn a_job_shows_its_reduce_output_and_keeps_each_items_steps() {
     let reduce = stdout(&scratch.run(&["logs", &id, "--step", "1"], &[]));
     assert_eq!(reduce, "reduced 2 of 2\n");
 }
+
+/// The run's logs directory, `logs/{repo}/{id}`.
+fn logs_dir(scratch: &Scratch, id: &str) -> std::path::PathBuf {
+    scratch.home().join("logs").join(scratch.repo()).join(id)
+}
+
+#[test]
+fn a_map_of_silent_items_keeps_their_records_and_makes_no_directory_per_item() {
+    let scratch = Scratch::new();
+    let workflow = "\
+name: quiet-job
+mode: mapreduce
+map:
+  input: items.json
+  max_parallel: 4
+  agent_template:
+    - shell: \"true\"
+    - shell: \"test ${item.n} -ne 3 || echo three\"
+";
+    std::fs::write(scratch.project().join("wf.yml"), workflow).unwrap();
+    let items: Vec<String> = (0..12).map(|n| format!(r#"{{"n": {n}}}"#)).collect();
+    std::fs::write(
+        scratch.project().join("items.json"),
+        format!("[{}]", items.join(",")),
+    )
+    .unwrap();
+    let run = scratch.run(&["run", "--no-worktree", "wf.yml"], &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let id = run_id(&run);
+    // Only the item that printed something has a directory, for its one output log.
+    let dirs: Vec<String> = std::fs::read_dir(logs_dir(&scratch, &id))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(dirs, ["item_3"]);
+    let listed = stdout(&scratch.run(&["logs", &id], &[]));
+    assert_eq!(listed.lines().count(), 24, "{listed}");
+    for n in 0..12 {
+        let line = format!("item_{n}/step 1  [map 1] true  succeeded in ");
+        assert!(listed.contains(&line), "no `{line}` in:\n{listed}");
+    }
+    assert!(
+        listed.contains("item_3/step 2  [map 2] test ${item.n} -ne 3 || echo three  succeeded")
+            && listed.contains(", 6 bytes of output"),
+        "{listed}"
+    );
+    let three = scratch.run(&["logs", &id, "--item", "item_3", "--step", "2"], &[]);
+    assert_eq!(stdout(&three), "three\n");
+    let quiet = scratch.run(&["logs", &id, "--item", "item_5", "--step", "2"], &[]);
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert!(
+        stderr(&quiet).contains("printed nothing"),
+        "{}",
+        stderr(&quiet)
+    );
+    let runs = stdout(&scratch.run(&["logs"], &[]));
+    assert!(runs.contains(&format!("{id}  0 logs, 24 steps")), "{runs}");
+}
+
+#[test]
+fn the_step_files_of_an_earlier_version_are_still_shown() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("wf.yml"), STANDARD).unwrap();
+    let run = scratch.run(&["run", "--no-worktree", "wf.yml"], &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let id = run_id(&run);
+    let listed = stdout(&scratch.run(&["logs", &id], &[]));
+    // Kept as versions before kept them: a `step-NNNN.json` beside each step's output.
+    let dir = logs_dir(&scratch, &id);
+    let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    for line in records.lines() {
+        let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+        let fields = record.as_object_mut().unwrap();
+        let number = fields.remove("number").unwrap().as_u64().unwrap();
+        assert_eq!(fields.remove("owner").unwrap(), "steps");
+        std::fs::write(
+            dir.join(format!("steps/step-{number:04}.json")),
+            record.to_string(),
+        )
+        .unwrap();
+    }
+    std::fs::remove_file(dir.join("records.jsonl")).unwrap();
+    let old = stdout(&scratch.run(&["logs", &id], &[]));
+    assert_eq!(old, listed);
+    assert!(
+        old.contains("steps/step 2  [2] echo second-out; exit 3  ignored in "),
+        "{old}"
+    );
+    let second = scratch.run(&["logs", &id, "--step", "2"], &[]);
+    assert_eq!(stdout(&second), "second-out\n");
+    let runs = stdout(&scratch.run(&["logs"], &[]));
+    assert!(runs.contains(&format!("{id}  0 logs, 3 steps")), "{runs}");
+}

@@ -323,8 +323,9 @@ pub struct RunState {
     pub(crate) continued: Mutex<Vec<ContinuedStep>>,
     /// Numbers the run's log files.
     pub(crate) log_seq: std::sync::atomic::AtomicU64,
-    /// The last step number given out in each owner's log directory (`steps`, `item_3`).
-    pub(crate) step_numbers: Mutex<std::collections::BTreeMap<PathBuf, u32>>,
+    /// The step logs of the run: each owner's step numbers (`steps`, `item_3`) and the
+    /// records file; made at the first step.
+    pub(crate) step_logs: Mutex<Option<crate::logs::StepLogs>>,
     /// Turns taken so far by the Claude calls running now.
     pub(crate) live_turns: std::sync::atomic::AtomicU64,
     /// What the Claude calls running now have cost so far, in millionths of a US dollar,
@@ -459,7 +460,7 @@ impl Runner {
             agent_worktrees,
             continued: Mutex::new(Vec::new()),
             log_seq: std::sync::atomic::AtomicU64::new(1),
-            step_numbers: Mutex::new(std::collections::BTreeMap::new()),
+            step_logs: Mutex::new(None),
             live_turns: std::sync::atomic::AtomicU64::new(0),
             live_cost_micros: std::sync::atomic::AtomicU64::new(0),
             claude_totals: Mutex::new(crate::claude::Totals::default()),

@@ -158,14 +158,20 @@ impl Runner {
             .or(step.timeout)
     }
 
-    /// The directory of the logs of what runs now: `logs/{repo}/{id}/{item or "steps"}`.
-    pub(crate) fn log_dir(&self) -> PathBuf {
-        let owner = self
-            .agent()
+    /// Whose logs what runs now makes: its map item's (`item_3`), else `steps`.
+    pub(crate) fn log_owner(&self) -> &str {
+        self.agent()
             .map(|a| a.item_id.as_str())
             .filter(|i| !i.is_empty())
-            .unwrap_or("steps");
-        self.opts.layout.logs_dir(&self.session).join(owner)
+            .unwrap_or("steps")
+    }
+
+    /// The directory of the logs of what runs now: `logs/{repo}/{id}/{item or "steps"}`.
+    pub(crate) fn log_dir(&self) -> PathBuf {
+        self.opts
+            .layout
+            .logs_dir(&self.session)
+            .join(self.log_owner())
     }
 
     /// Where a command's whole output goes once it outgrows the limit.

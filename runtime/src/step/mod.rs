@@ -49,13 +49,13 @@ impl Runner {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default();
-                let path = log.record_path();
-                let error = log.error.take();
+                let error = log.error.take().map(|e| (log.output_path(), e));
+                let records = log.records_path().to_owned();
                 let written =
                     log.finish(&outcome_name, self.started.elapsed().saturating_sub(began));
-                if let Some(e) = error.or(written.err()) {
+                if let Some((path, e)) = error.or(written.err().map(|e| (records, e))) {
                     self.say(Message::StepLogNotKept {
-                        path: path.with_extension("log"),
+                        path,
                         why: e.to_string(),
                     });
                 }
@@ -64,7 +64,7 @@ impl Runner {
         })
     }
 
-    /// The log of STEP's output in the run's logs, numbered in its owner's directory; none
+    /// The log of STEP's output in the run's logs, numbered among its owner's steps; none
     /// for a run that keeps nothing (`--dry-run`).
     pub(crate) fn step_log(
         &self,
@@ -74,16 +74,11 @@ impl Runner {
         if self.session.is_empty() {
             return None;
         }
-        let dir = self.log_dir();
-        let number = {
-            let mut numbers = lock(&self.step_numbers);
-            let last = numbers
-                .entry(dir.clone())
-                .or_insert_with(|| crate::logs::last_step_number(&dir));
-            *last += 1;
-            *last
-        };
-        let mut log = crate::logs::StepLog::new(dir, number, step.label.clone());
+        let mut log = lock(&self.step_logs)
+            .get_or_insert_with(|| {
+                crate::logs::StepLogs::new(self.opts.layout.logs_dir(&self.session))
+            })
+            .next(self.log_owner(), step.label.clone());
         let plan = &self.plan;
         let id = step.id;
         let phase = index.and_then(|_| {
