@@ -15,7 +15,7 @@ use prodigy_runtime::events::{ProgressUpdate, Reporter};
 use prodigy_runtime::message::{Bug, DlqRetried, Message, StepList};
 use prodigy_runtime::progress::{Tally, count, visible};
 use prodigy_runtime::worktree::bootstrap::PrepareNote;
-use prodigy_runtime::worktree::{Uncommitted, UncommittedKind};
+use prodigy_runtime::worktree::{BranchesLeft, Uncommitted, UncommittedKind};
 use tokio::time::Instant;
 
 /// `-v`/`-vv` and `-q`, as every command that runs steps takes them.
@@ -233,6 +233,7 @@ fn class(message: &Message) -> Class {
         | Message::ItemsLoaded { .. }
         | Message::KeptWorktreeNotNoted { .. }
         | Message::AgentWorktreeKept { .. }
+        | Message::AgentBranchesLeft(_)
         | Message::MergeRecovered { .. }
         | Message::DlqRetry { .. }
         | Message::DlqIndexNotWritten(_)
@@ -300,6 +301,34 @@ fn is_error(message: &Message) -> bool {
 /// Whether MESSAGE is about the step being run, so that it is shown under it (indented).
 fn in_step(message: &Message) -> bool {
     class(message).in_step
+}
+
+/// [`Message::AgentBranchesLeft`]: the first three branches by name, then how many more.
+fn branches_left(left: &BranchesLeft) -> String {
+    let why = &left.why;
+    let fix = "`prodigy worktree clean` deletes them later";
+    if left.branches.is_empty() {
+        return format!("warning: the agent branches of this job were not deleted: {why}; {fix}");
+    }
+    let mut names: Vec<String> = left
+        .branches
+        .iter()
+        .take(3)
+        .map(|b| format!("`{b}`"))
+        .collect();
+    if left.branches.len() > 3 {
+        names.push(format!("{} more", left.branches.len() - 3));
+    }
+    let were = if left.branches.len() == 1 {
+        "was"
+    } else {
+        "were"
+    };
+    format!(
+        "warning: {} {were} not deleted ({}): {why}; {fix}",
+        count(left.branches.len(), "agent branch"),
+        names.join(", ")
+    )
 }
 
 /// MESSAGE as text, without the indentation of [`in_step`]; it may span
@@ -498,6 +527,7 @@ fn text(message: &Message) -> String {
             "warning: {why}: if this process is killed, the end of the map phase may remove {} with its changes",
             path.display()
         ),
+        Message::AgentBranchesLeft(left) => branches_left(left),
         Message::AgentWorktreeKept {
             item,
             changes,
@@ -1399,6 +1429,33 @@ mod tests {
                     stages: "1 read".into(),
                 },
                 "map: 1 item (1 read)",
+                false,
+                false,
+            ),
+            (
+                Message::AgentBranchesLeft(BranchesLeft {
+                    branches: ["a", "b", "c", "d", "e"].map(String::from).to_vec(),
+                    why: "cannot lock ref".into(),
+                }),
+                "warning: 5 agent branches were not deleted (`a`, `b`, `c`, 2 more): cannot lock ref; `prodigy worktree clean` deletes them later",
+                false,
+                false,
+            ),
+            (
+                Message::AgentBranchesLeft(BranchesLeft {
+                    branches: vec!["a".into()],
+                    why: "cannot lock ref".into(),
+                }),
+                "warning: 1 agent branch was not deleted (`a`): cannot lock ref; `prodigy worktree clean` deletes them later",
+                false,
+                false,
+            ),
+            (
+                Message::AgentBranchesLeft(BranchesLeft {
+                    branches: Vec::new(),
+                    why: "not a git repository".into(),
+                }),
+                "warning: the agent branches of this job were not deleted: not a git repository; `prodigy worktree clean` deletes them later",
                 false,
                 false,
             ),

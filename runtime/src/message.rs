@@ -268,6 +268,8 @@ pub enum Message {
         /// The worktree.
         path: PathBuf,
     },
+    /// The end of a map phase could not delete some of the job's agent branches.
+    AgentBranchesLeft(crate::worktree::BranchesLeft),
     /// An agent's merge is found done after a stop; the item is recorded as succeeded.
     MergeRecovered {
         /// `item_N`.
@@ -653,6 +655,12 @@ impl Message {
                 },
             },
             Message::DlqUnreadable(why) => Message::DlqUnreadable(mask(&why)),
+            Message::AgentBranchesLeft(left) => {
+                Message::AgentBranchesLeft(crate::worktree::BranchesLeft {
+                    why: mask(&left.why),
+                    ..left
+                })
+            }
             Message::DlqIndexNotWritten(why) => Message::DlqIndexNotWritten(mask(&why)),
             Message::Bug(Bug::ImpossibleStepState { step }) => {
                 Message::Bug(Bug::ImpossibleStepState { step: mask(&step) })

@@ -157,7 +157,8 @@ fn worktrees(scratch: &Scratch) -> Vec<String> {
 
 /// A job killed twice (at fixed merges: in the first run, then in the first resume) and
 /// resumed to the end leaves none of its agents' worktrees or branches behind, whatever the
-/// killed processes had made; only the worktree the DLQ names (an item that failed with
+/// killed processes had made (a branch's lock file left by an agent's killed `git commit`
+/// once kept them all); only the worktree the DLQ names (an item that failed with
 /// uncommitted work) and its branch stay.
 #[test]
 fn a_job_resumed_to_the_end_after_kills_leaves_only_what_the_dlq_keeps() {
@@ -213,7 +214,11 @@ fn a_job_resumed_to_the_end_after_kills_leaves_only_what_the_dlq_keeps() {
             [path.rsplit('/').next().unwrap().to_owned()],
             "kills at {first}, {second}"
         );
-        assert_eq!(branches(&scratch), ["main".to_owned(), branch]);
+        assert_eq!(
+            branches(&scratch),
+            ["main".to_owned(), branch],
+            "kills at {first}, {second}"
+        );
         assert!(std::path::Path::new(&path).join("wip.txt").is_file());
         for n in [1, 2, 4, 5, 6, 7, 8] {
             assert!(scratch.project().join(format!("file-{n}.txt")).is_file());

@@ -349,7 +349,7 @@ impl MapJob<'_> {
         let keep = kept_worktrees(runner, self.files.dir(), &self.dlq);
         runner
             .agent_worktrees
-            .adopt(&runner.opts.layout, session, &keep)
+            .adopt(&runner.opts.layout, session, &keep, process_start(runner))
             .await;
     }
 }
@@ -367,13 +367,26 @@ pub(crate) async fn sweep_job_agents(
         return;
     };
     let keep = kept_worktrees(runner, job_dir, dlq);
-    let swept = crate::worktree::sweep_agents(&runner.opts.layout, session, &keep).await;
-    if swept != crate::worktree::Swept::default() {
+    let swept =
+        crate::worktree::sweep_agents(&runner.opts.layout, session, &keep, process_start(runner))
+            .await;
+    if let Some(left) = swept.left {
+        runner.say(Message::AgentBranchesLeft(left));
+    }
+    if swept.worktrees > 0 || swept.branches > 0 {
         runner.record(&crate::events::Event::AgentWorktreesSwept {
             worktrees: swept.worktrees,
             branches: swept.branches,
         });
     }
+}
+
+/// When this process started, by the wall clock (file times are compared with it): a lock
+/// file last changed before then was made by no git of this process.
+fn process_start(runner: &Runner) -> std::time::SystemTime {
+    std::time::SystemTime::now()
+        .checked_sub(runner.started.elapsed())
+        .unwrap_or(std::time::UNIX_EPOCH)
 }
 
 /// The run of an agent whose work a killed process merged (its intent in the merge

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::{
-    AgentWorktree, Layout, Merged, SessionWorktree, WorktreeError, add_on_new_branch, admin, git,
-    git_output, git_retrying, remove,
+    AgentWorktree, Layout, Merged, SessionWorktree, WorktreeError, add_on_new_branch, admin,
+    common_dir, git, git_output, git_retrying, remove,
 };
 
 /// The agent worktrees of one session, reused from item to item: switching a worktree to a
@@ -77,29 +77,19 @@ impl Pool {
     /// like any idle worktree. Their branches (a killed attempt's commits) are not this
     /// process's to delete: they stay until the map phase ends with every item decided
     /// ([`sweep_agents`]). Returns how many were taken.
+    ///
+    /// First the ref locks a killed git left are removed ([`clear_stale_locks`], BEFORE
+    /// being when this process started), else the next branch of a killed item could not
+    /// be made.
     pub async fn adopt(
         &self,
         layout: &Layout,
         session: &SessionWorktree,
         keep: &[std::path::PathBuf],
+        before: std::time::SystemTime,
     ) -> usize {
         let keep: Vec<std::path::PathBuf> = keep.iter().map(|p| canonical(p)).collect();
-        // A git process killed with the run (SIGKILL) may have left the repository's
-        // `packed-refs.lock`, which every later ref deletion would trip over. The run's
-        // earlier processes are gone by now (reaped before the map phase), so a lock that
-        // outlives a short wait is theirs, not a live git's.
-        let common = git(
-            &session.path,
-            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-        )
-        .await;
-        if let Ok(common) = common {
-            let lock = Path::new(common.trim()).join("packed-refs.lock");
-            if lock.exists() {
-                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-                let _ = std::fs::remove_file(&lock);
-            }
-        }
+        clear_stale_locks(session, before).await;
         let mut taken = 0;
         for (path, _) in leftover_agents(layout, session).await {
             if keep.contains(&path) || self.idle().iter().any(|a| a.path == path) {
@@ -199,13 +189,78 @@ impl Pool {
     }
 }
 
-/// What [`sweep_agents`] removed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What [`sweep_agents`] removed, and what it could not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Swept {
     /// Agent worktrees removed.
     pub worktrees: usize,
     /// Agent branches deleted.
     pub branches: usize,
+    /// Lock files a killed git left that were removed ([`clear_stale_locks`]).
+    pub locks: usize,
+    /// The agent branches that are still there, and why.
+    pub left: Option<BranchesLeft>,
+}
+
+/// Agent branches [`sweep_agents`] could not delete (none named when they could not even
+/// be listed), and why: git's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchesLeft {
+    /// The branches still there.
+    pub branches: Vec<String>,
+    /// Why: git's first error.
+    pub why: String,
+}
+
+/// How long a lock file made before this process started must stay unchanged before it is
+/// taken as left behind: a git that is running holds one for milliseconds.
+const STALE_LOCK_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Removes the lock files a git killed while it changed refs left behind (a killed git
+/// never removes its own, and git refuses to touch a ref whose lock exists): the
+/// repository's `packed-refs.lock`, which every branch deletion takes, and the
+/// `{branch}.lock` files of SESSION's agent branches (`{session branch}-item_*`), one of
+/// which makes a `git branch -D` of many branches delete none, since git deletes them in one
+/// transaction. Only a lock last changed before BEFORE (when this process started: none of
+/// its gits made it) and still unchanged after [`STALE_LOCK_SETTLE`] (no git of a killed
+/// process is still finishing with it) counts as left behind. Returns how many it removed.
+async fn clear_stale_locks(session: &SessionWorktree, before: std::time::SystemTime) -> usize {
+    let Ok(common) = common_dir(&session.repo).await else {
+        return 0;
+    };
+    let mut locks = vec![common.join("packed-refs.lock")];
+    // The loose refs of the agent branches: `refs/heads/{session branch}-item_*`.
+    let agents = common
+        .join("refs/heads")
+        .join(format!("{}-item_", session.branch));
+    if let (Some(dir), Some(prefix)) = (agents.parent(), agents.file_name()) {
+        let prefix = prefix.to_string_lossy();
+        // Git names a ref's lock `{ref}.lock`, in lower case.
+        let ours = |path: &Path| {
+            path.extension() == Some(std::ffi::OsStr::new("lock"))
+                && path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&*prefix))
+        };
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            locks.extend(entries.flatten().map(|e| e.path()).filter(|p| ours(p)));
+        }
+    }
+    let changed = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let old: Vec<(std::path::PathBuf, std::time::SystemTime)> = locks
+        .into_iter()
+        .filter_map(|path| {
+            let at = changed(&path)?;
+            (at < before).then_some((path, at))
+        })
+        .collect();
+    if old.is_empty() {
+        return 0;
+    }
+    tokio::time::sleep(STALE_LOCK_SETTLE).await;
+    old.into_iter()
+        .filter(|(path, at)| changed(path) == Some(*at) && std::fs::remove_file(path).is_ok())
+        .count()
 }
 
 /// Removes what the map agents of SESSION left that nothing keeps, however they left it (a
@@ -213,12 +268,19 @@ pub struct Swept {
 /// branch): every worktree `{session}-agent-N` under `worktrees/{repo}/` and every branch
 /// `{session branch}-item_*`, except the worktrees in KEEP and their branches. Called when
 /// a map phase ends with every item decided, so that no attempt left is still wanted.
+/// First the ref locks a killed git left are removed ([`clear_stale_locks`], BEFORE being
+/// when this process started); a branch that still cannot be deleted is named in
+/// [`Swept::left`] with git's reason, never left silently.
 pub async fn sweep_agents(
     layout: &Layout,
     session: &SessionWorktree,
     keep: &[std::path::PathBuf],
+    before: std::time::SystemTime,
 ) -> Swept {
-    let mut swept = Swept::default();
+    let mut swept = Swept {
+        locks: clear_stale_locks(session, before).await,
+        ..Swept::default()
+    };
     let keep: Vec<std::path::PathBuf> = keep.iter().map(|p| canonical(p)).collect();
     let mut kept_branches = Vec::new();
     let mut known = Vec::new();
@@ -245,27 +307,86 @@ pub async fn sweep_agents(
         }
     }
     let pattern = format!("refs/heads/{}-item_*", session.branch);
-    let branches = git(
+    let branches = match git(
         &session.repo,
         &["for-each-ref", "--format=%(refname:short)", &pattern],
     )
     .await
-    .unwrap_or_default();
+    {
+        Ok(branches) => branches,
+        Err(e) => {
+            swept.left = Some(BranchesLeft {
+                branches: Vec::new(),
+                why: first_line(&e),
+            });
+            return swept;
+        }
+    };
     let stale: Vec<&str> = branches
         .lines()
         .filter(|b| !b.is_empty() && !kept_branches.iter().any(|k| k == b))
         .collect();
+    let mut left = Vec::new();
+    let mut why = None;
     for chunk in stale.chunks(100) {
-        let Ok(_admin) = admin(&session.repo).await else {
-            break;
-        };
-        let mut args = vec!["branch", "-D", "-q"];
-        args.extend(chunk.iter().copied());
-        if git_retrying(&session.repo, &args).await.is_ok() {
-            swept.branches += chunk.len();
-        }
+        let deleted = delete_branches(&session.repo, chunk).await;
+        swept.branches += chunk.len() - deleted.left.len();
+        left.extend(deleted.left);
+        why = why.or(deleted.why);
+    }
+    if let Some(why) = why {
+        swept.left = Some(BranchesLeft {
+            branches: left,
+            why,
+        });
     }
     swept
+}
+
+/// The first line of what E says (git's further lines are advice).
+fn first_line(e: &WorktreeError) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_owned()
+}
+
+/// What [`delete_branches`] could not delete, and git's first reason.
+struct Deleted {
+    left: Vec<String>,
+    why: Option<String>,
+}
+
+/// Deletes BRANCHES of REPO together, else (git deletes them in one transaction, and one
+/// it cannot delete keeps them all) one by one: those still there, and why.
+async fn delete_branches(repo: &Path, branches: &[&str]) -> Deleted {
+    let all = |why: String| Deleted {
+        left: branches.iter().map(|b| (*b).to_owned()).collect(),
+        why: Some(why),
+    };
+    let _admin = match admin(repo).await {
+        Ok(admin) => admin,
+        Err(e) => return all(first_line(&e)),
+    };
+    let mut args = vec!["branch", "-D", "-q"];
+    args.extend(branches.iter().copied());
+    let Err(together) = git_retrying(repo, &args).await else {
+        return Deleted {
+            left: Vec::new(),
+            why: None,
+        };
+    };
+    if branches.len() == 1 {
+        return all(first_line(&together));
+    }
+    let mut deleted = Deleted {
+        left: Vec::new(),
+        why: None,
+    };
+    for branch in branches {
+        if let Err(e) = git_retrying(repo, &["branch", "-D", "-q", branch]).await {
+            deleted.left.push((*branch).to_owned());
+            deleted.why = deleted.why.or_else(|| Some(first_line(&e)));
+        }
+    }
+    deleted
 }
 
 fn canonical(path: &Path) -> std::path::PathBuf {

@@ -768,9 +768,32 @@ mod tests {
         );
     }
 
+    /// Leaves a lock file at PATH as a git killed a minute ago would.
+    fn left_lock(path: &Path) {
+        std::fs::write(path, "").unwrap();
+        let then = std::time::SystemTime::now() - Duration::from_mins(1);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+    }
+
+    /// The branches of REPO, by name.
+    fn branches(repo: &Path) -> Vec<String> {
+        git_sync(repo, &["branch", "--format=%(refname:short)"])
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The worktrees a killed process left are taken into the next process's pool (reset
-    /// and cleaned), except those kept; the next item works in one of them.
-    #[tokio::test]
+    /// and cleaned), except those kept; the next item works in one of them. The ref locks
+    /// the killed process's gits left go first: a new item's branch can be made even where
+    /// one was left (`item_2`).
+    #[tokio::test(start_paused = true)]
     async fn worktrees_a_killed_process_left_are_cleaned_and_reused() {
         let project = repo();
         let home = tempfile::tempdir().unwrap();
@@ -788,16 +811,25 @@ mod tests {
         std::fs::write(busy.path.join("half.txt"), "x").unwrap();
         std::fs::write(busy.path.join("README"), "changed").unwrap();
         std::fs::write(kept.path.join("wip.txt"), "keep me").unwrap();
-        // The killed process's git left the repository's ref lock behind.
+        // The killed process's gits left the repository's ref lock behind, and the lock of
+        // a branch they were making.
         let ref_lock = top.join(".git/packed-refs.lock");
-        std::fs::write(&ref_lock, "").unwrap();
+        left_lock(&ref_lock);
+        let branch_lock = top.join(".git/refs/heads/prodigy-s6-item_2.lock");
+        left_lock(&branch_lock);
         // A new process (a resume) with an empty pool.
         let pool = Pool::default();
         let taken = pool
-            .adopt(&layout, &session, std::slice::from_ref(&kept.path))
+            .adopt(
+                &layout,
+                &session,
+                std::slice::from_ref(&kept.path),
+                std::time::SystemTime::now(),
+            )
             .await;
         assert_eq!(taken, 1);
         assert!(!ref_lock.exists(), "a stale packed-refs.lock stays");
+        assert!(!branch_lock.exists(), "a stale branch lock stays");
         let again = create_agent(&layout, &session, &pool, "item_0")
             .await
             .unwrap();
@@ -813,6 +845,89 @@ mod tests {
             kept.path.join("wip.txt").is_file(),
             "a kept worktree is left alone"
         );
+        let next = create_agent(&layout, &session, &pool, "item_2")
+            .await
+            .unwrap();
+        assert_eq!(next.branch, "prodigy-s6-item_2");
+    }
+
+    /// A killed process's agent branches: one with a worktree (`item_0`), one whose
+    /// worktree is kept (`item_1`), and three without (`item_3`, `item_4`, `item_4-2`).
+    async fn killed_job(layout: &Layout, top: &Path, prefix: &Path) -> (SessionWorktree, PathBuf) {
+        let session = create_session(layout, top, prefix, "s9").await.unwrap();
+        let killed = Pool::default();
+        create_agent(layout, &session, &killed, "item_0")
+            .await
+            .unwrap();
+        let kept = create_agent(layout, &session, &killed, "item_1")
+            .await
+            .unwrap();
+        for branch in [
+            "prodigy-s9-item_3",
+            "prodigy-s9-item_4",
+            "prodigy-s9-item_4-2",
+        ] {
+            git_sync(top, &["branch", branch]).unwrap();
+        }
+        (session, kept.path)
+    }
+
+    /// A lock a killed git left on one agent branch (its `git commit` was killed) kept
+    /// every branch of the sweep, since git deletes them in one transaction: it is removed
+    /// first, and the sweep leaves only the kept worktree's branch.
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_a_killed_git_left_keeps_no_agent_branch() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let (session, kept) = killed_job(&layout, &top, &prefix).await;
+        let lock = top.join(".git/refs/heads/prodigy-s9-item_3.lock");
+        left_lock(&lock);
+        let swept = sweep_agents(
+            &layout,
+            &session,
+            std::slice::from_ref(&kept),
+            std::time::SystemTime::now(),
+        )
+        .await;
+        assert_eq!(
+            branches(&top),
+            ["main", "prodigy-s9", "prodigy-s9-item_1"],
+            "{swept:?}"
+        );
+        assert_eq!(swept.left, None);
+        assert_eq!((swept.worktrees, swept.branches, swept.locks), (1, 3, 1));
+        assert!(!lock.exists());
+    }
+
+    /// A lock made after this process started may be a live git's: it stays, and the sweep
+    /// names the branch it could not delete, with git's reason; the others go.
+    #[tokio::test(start_paused = true)]
+    async fn a_branch_the_sweep_cannot_delete_is_named() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let (session, kept) = killed_job(&layout, &top, &prefix).await;
+        let lock = top.join(".git/refs/heads/prodigy-s9-item_4.lock");
+        left_lock(&lock);
+        let started = std::time::SystemTime::now() - Duration::from_mins(2);
+        let swept = sweep_agents(&layout, &session, std::slice::from_ref(&kept), started).await;
+        assert_eq!(
+            branches(&top),
+            [
+                "main",
+                "prodigy-s9",
+                "prodigy-s9-item_1",
+                "prodigy-s9-item_4"
+            ]
+        );
+        let left = swept.left.unwrap();
+        assert_eq!(left.branches, ["prodigy-s9-item_4"]);
+        assert!(left.why.contains("prodigy-s9-item_4.lock"), "{}", left.why);
+        assert_eq!(swept.locks, 0);
+        assert!(lock.exists());
     }
 
     /// A clean merge made without a working tree is the merge `git merge --no-ff` makes:
