@@ -10,9 +10,13 @@
 # then the peak memory (max RSS of the biggest process) of one run of each.
 #
 # Usage: bash bench/big-repo.sh
+#   PROFILE=1 FILES=20000 bash bench/big-repo.sh
 #   PRODIGY_BIN=/path/to/prodigy FILES=2000 N=200 RUNS=3 bash bench/big-repo.sh
 # WT_N (default N) runs the worktree loop on fewer items: each of its items checks out the
 # whole tree, seconds apiece at 20,000 files; its per-item figure is what compares then.
+# PROFILE=1 runs one prodigy job instead, with `git` on PATH replaced by a wrapper that
+# notes each git process's CPU (its own and the agents'), and prints the CPU per kind of git
+# command, with the job's total; nothing is timed against the loops then.
 # Disk: about 4 x the checkout while it runs (the repository and prodigy's 4 agent
 # worktrees), removed at the end.
 set -euo pipefail
@@ -63,6 +67,59 @@ map:
       commit_required: true
 YAML
 }
+
+if [[ "${PROFILE:-}" == 1 ]]; then
+    [[ -x /usr/bin/time ]] || { echo "PROFILE=1 needs /usr/bin/time" >&2; exit 1; }
+    mkdir -p "$TMP/shim"
+    real_git=$(command -v git)
+    # `times` prints the shell's children's CPU: the one git process it ran.
+    cat >"$TMP/shim/git" <<SH
+#!/usr/bin/env bash
+"$real_git" "\$@"
+rc=\$?
+times >"$TMP/shim/times.\$\$"
+mapfile -t t <"$TMP/shim/times.\$\$"
+rm -f "$TMP/shim/times.\$\$"
+printf '%s\t%s\n' "\${t[1]}" "\$*" >>"$TMP/git-cpu.log"
+exit \$rc
+SH
+    chmod +x "$TMP/shim/git"
+    job 1
+    (cd "$TMP/project" && PATH="$TMP/shim:$PATH" PRODIGY_HOME="$TMP/home" \
+        /usr/bin/time -f '%e %U %S' -o "$TMP/total" "$BIN" run -y "$TMP/job.yml" >/dev/null 2>"$TMP/err") ||
+        { cat "$TMP/err" >&2; exit 1; }
+    read -r wall user sys <"$TMP/total"
+    python3 - "$TMP/git-cpu.log" "$N" "$wall" "$user" "$sys" <<'PY'
+import collections, re, sys
+log, n = sys.argv[1], int(sys.argv[2])
+wall, user, sys_ = (float(x) for x in sys.argv[3:6])
+rows = collections.defaultdict(lambda: [0, 0.0])
+def seconds(t):
+    m, s = re.fullmatch(r"(\d+)m([\d.]+)s", t).groups()
+    return 60 * int(m) + float(s)
+for line in open(log):
+    times, args = line.rstrip("\n").split("\t", 1)
+    user_t, sys_t = times.split()
+    words = args.split()
+    while words and words[0] == "-c":
+        words = words[2:]
+    # The command and its first options (`reset -q --keep` and `reset -q --hard` apart).
+    kind = words[:2] if words[:1] == ["worktree"] else words[:1]
+    for word in words[len(kind) : len(kind) + 2]:
+        if not word.startswith("-"):
+            break
+        kind.append(word)
+    kind = " ".join(kind)
+    rows[kind][0] += 1
+    rows[kind][1] += seconds(user_t) + seconds(sys_t)
+total = sum(r[1] for r in rows.values())
+print(f"one job of {n} items: {wall:.1f} s wall, {user + sys_:.1f} s CPU (all processes); git {total:.1f} s")
+print(f"{'git command':34} {'calls':>6} {'CPU s':>7} {'ms/call':>8} {'ms/item':>8}")
+for kind, (calls, cpu) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+    print(f"{kind:34} {calls:6} {cpu:7.2f} {1000 * cpu / calls:8.1f} {1000 * cpu / n:8.1f}")
+PY
+    exit 0
+fi
 
 run=0
 time_prodigy() { run=$((run + 1)); job "$run"; time_run "$TMP/job.yml" -y; }

@@ -131,9 +131,11 @@ impl Pool {
     /// Removes the idle worktrees and the merged agents' branches.
     pub async fn drain(&self, repo: &Path) {
         let idle = std::mem::take(&mut *self.idle());
-        for agent in idle {
-            remove(repo, &agent.path, &agent.branch).await;
-        }
+        futures::future::join_all(
+            idle.iter()
+                .map(|agent| remove(repo, &agent.path, &agent.branch)),
+        )
+        .await;
         let done = std::mem::take(&mut *crate::lock(&self.done));
         for chunk in done.chunks(100) {
             let Ok(_admin) = admin(repo).await else {

@@ -465,6 +465,10 @@ async fn add_on_new_branch(
 /// Removes the worktree at PATH (with whatever it holds) and deletes BRANCH; missing ones
 /// are not an error.
 pub async fn remove(repo: &Path, path: &Path, branch: &str) {
+    // The files go first, outside the administration lock: in a big repository deleting a
+    // whole checkout takes a while, and the slots of a pool are removed side by side.
+    let files = path.to_owned();
+    let _ = tokio::task::spawn_blocking(move || empty_worktree(&files)).await;
     let _admin = admin(repo).await;
     let target = path.to_string_lossy().into_owned();
     if path.exists() {
@@ -473,6 +477,24 @@ pub async fn remove(repo: &Path, path: &Path, branch: &str) {
     }
     let _ = git_retrying(repo, &["worktree", "prune"]).await;
     let _ = git_retrying(repo, &["branch", "-D", "-q", branch]).await;
+}
+
+/// Deletes what the worktree at PATH holds except its `.git` file, which git's own removal
+/// needs.
+fn empty_worktree(path: &Path) {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name() == ".git" {
+            continue;
+        }
+        let _ = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(entry.path())
+        } else {
+            std::fs::remove_file(entry.path())
+        };
+    }
 }
 
 /// The session worktree SAVED by a checkpoint, ready to work in again: as it is when it is
