@@ -470,7 +470,8 @@ fn add_step_files(owner: &Path, steps: &mut BTreeMap<u32, StepFiles>) {
 #[derive(Debug)]
 pub struct RecordsFile {
     path: PathBuf,
-    file: std::sync::OnceLock<Result<File, String>>,
+    /// The open file, or why it could not be opened (said for every record that is lost).
+    file: std::sync::OnceLock<Result<File, Arc<std::io::Error>>>,
 }
 
 impl RecordsFile {
@@ -478,10 +479,10 @@ impl RecordsFile {
     fn append(&self, text: &str) -> std::io::Result<()> {
         let file = self
             .file
-            .get_or_init(|| open_append(&self.path).map_err(|e| e.to_string()));
+            .get_or_init(|| open_append(&self.path).map_err(Arc::new));
         let file = file
             .as_ref()
-            .map_err(|e| std::io::Error::other(e.clone()))?;
+            .map_err(|e| std::io::Error::new(e.kind(), Arc::clone(e)))?;
         let mut line = String::with_capacity(text.len() + 1);
         line.push_str(text);
         line.push('\n');

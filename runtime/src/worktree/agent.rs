@@ -214,6 +214,10 @@ pub struct BranchesLeft {
     pub why: String,
 }
 
+/// What git adds to a file's name for its lock (`refs/heads/x.lock`): git's, not a path of
+/// prodigy's state.
+const GIT_LOCK_SUFFIX: &str = ".lock";
+
 /// How long a lock file made before this process started must stay unchanged before it is
 /// taken as left behind: a git that is running holds one for milliseconds.
 const STALE_LOCK_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -237,12 +241,11 @@ async fn clear_stale_locks(session: &SessionWorktree, before: std::time::SystemT
         .join(format!("{}-item_", session.branch));
     if let (Some(dir), Some(prefix)) = (agents.parent(), agents.file_name()) {
         let prefix = prefix.to_string_lossy();
-        // Git names a ref's lock `{ref}.lock`, in lower case.
         let ours = |path: &Path| {
-            path.extension() == Some(std::ffi::OsStr::new("lock"))
-                && path
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(&*prefix))
+            path.file_name().is_some_and(|n| {
+                let name = n.to_string_lossy();
+                name.starts_with(&*prefix) && name.ends_with(GIT_LOCK_SUFFIX)
+            })
         };
         if let Ok(entries) = std::fs::read_dir(dir) {
             locks.extend(entries.flatten().map(|e| e.path()).filter(|p| ours(p)));
