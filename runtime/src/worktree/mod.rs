@@ -471,7 +471,10 @@ pub async fn remove(repo: &Path, path: &Path, branch: &str) {
     let _ = tokio::task::spawn_blocking(move || empty_worktree(&files)).await;
     let _admin = admin(repo).await;
     let target = path.to_string_lossy().into_owned();
-    if path.exists() {
+    // A repository's own checkout (its `.git` a directory) is never deleted, whatever PATH
+    // a caller passes; git refuses to remove it too.
+    let own_checkout = std::fs::symlink_metadata(path.join(".git")).is_ok_and(|m| m.is_dir());
+    if path.exists() && !own_checkout {
         let _ = git_retrying(repo, &["worktree", "remove", "--force", &target]).await;
         let _ = std::fs::remove_dir_all(path);
     }
@@ -480,8 +483,12 @@ pub async fn remove(repo: &Path, path: &Path, branch: &str) {
 }
 
 /// Deletes what the worktree at PATH holds except its `.git` file, which git's own removal
-/// needs.
+/// needs. Only a linked worktree (whose `.git` is a file) is emptied: never a repository's
+/// own checkout, whatever PATH a caller passes.
 fn empty_worktree(path: &Path) {
+    if !std::fs::symlink_metadata(path.join(".git")).is_ok_and(|m| m.is_file()) {
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(path) else {
         return;
     };
@@ -570,6 +577,31 @@ mod tests {
         std::fs::write(dir.join(name), text).unwrap();
         git_sync(dir, &["add", name]).unwrap();
         git_sync(dir, &["commit", "-q", "-m", name]).unwrap();
+    }
+
+    /// `remove` deletes a worktree's files before git's removal, so it must never touch a
+    /// repository's own checkout: given one, it deletes nothing, neither file nor branch
+    /// checked out there; a linked worktree goes with its files and branch.
+    #[tokio::test]
+    async fn remove_never_empties_a_repositorys_own_checkout() {
+        let project = repo();
+        commit_file(project.path(), "kept.txt", "mine");
+        std::fs::write(project.path().join("untracked.txt"), "mine too").unwrap();
+        remove(project.path(), project.path(), "main").await;
+        assert!(project.path().join("kept.txt").is_file());
+        assert!(project.path().join("untracked.txt").is_file());
+        let linked = project.path().join("linked");
+        let target = linked.to_string_lossy().into_owned();
+        git_sync(
+            project.path(),
+            &["worktree", "add", "-q", "-b", "side", &target],
+        )
+        .unwrap();
+        assert!(linked.join("kept.txt").is_file());
+        remove(project.path(), &linked, "side").await;
+        assert!(!linked.exists());
+        let branches = git_sync(project.path(), &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches.trim(), "main");
     }
 
     /// Git makes the branch before the worktree: a worktree that cannot be made left its
