@@ -137,13 +137,10 @@ impl Pool {
         )
         .await;
         let done = std::mem::take(&mut *crate::lock(&self.done));
+        let done: Vec<&str> = done.iter().map(String::as_str).collect();
+        // What is left here the sweep at the end of the map phase deletes or names.
         for chunk in done.chunks(100) {
-            let Ok(_admin) = admin(repo).await else {
-                return;
-            };
-            let mut args = vec!["branch", "-D", "-q"];
-            args.extend(chunk.iter().map(String::as_str));
-            let _ = git_retrying(repo, &args).await;
+            delete_branches(repo, chunk).await;
         }
         *crate::lock(&self.head) = None;
     }
