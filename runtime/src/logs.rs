@@ -15,14 +15,24 @@ pub type Mask = Arc<dyn Fn(&str) -> String + Send + Sync>;
 /// Creates (or truncates) PATH readable and writable by the user only, and its missing
 /// parent directories with mode 0700.
 pub fn create_private(path: &Path) -> std::io::Result<File> {
+    open_private(path, std::fs::OpenOptions::new().write(true).truncate(true))
+}
+
+/// Opens PATH for appending, created readable and writable by the user only (as
+/// [`create_private`] does) when it is missing.
+fn open_append(path: &Path) -> std::io::Result<File> {
+    open_private(path, std::fs::OpenOptions::new().append(true))
+}
+
+/// Opens PATH with OPTIONS, creating it with mode 0600 and its missing parent directories
+/// with mode 0700.
+fn open_private(path: &Path, options: &mut std::fs::OpenOptions) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(parent) = path.parent() {
         crate::durable::private_dir(parent)?;
     }
-    std::fs::OpenOptions::new()
-        .write(true)
+    options
         .create(true)
-        .truncate(true)
         .mode(crate::durable::PRIVATE_FILE)
         .open(path)
 }
@@ -348,20 +358,6 @@ pub fn last_step_number(dir: &Path) -> u32 {
     })
 }
 
-/// Every record of the run whose logs are in DIR, in the order they were written; a
-/// line that cannot be read (cut short by a crash) is left out.
-pub fn read_records(dir: &Path) -> Vec<StepRecord> {
-    let mut records = Vec::new();
-    each_record_line(dir, &mut |line| {
-        if let Ok(record) = serde_json::from_slice::<StepRecord>(line)
-            && !record.owner.is_empty()
-        {
-            records.push(record);
-        }
-    });
-    records
-}
-
 /// Hands each line of the records file in DIR to LINE.
 fn each_record_line(dir: &Path, line: &mut dyn FnMut(&[u8])) {
     use std::io::BufRead as _;
@@ -379,18 +375,21 @@ fn each_record_line(dir: &Path, line: &mut dyn FnMut(&[u8])) {
     }
 }
 
-/// The records of OWNER in DIR. Only the lines that start with it are parsed (a record's
-/// first field is its owner), so that one item of a large job is found fast.
-fn owner_records(dir: &Path, owner: &str) -> Vec<StepRecord> {
-    let Ok(name) = serde_json::to_string(owner) else {
-        return Vec::new();
+/// The records in DIR, in the order they were written: OWNER's only when it is named (only
+/// the lines that start with it are parsed, a record's first field being its owner, so that
+/// one item of a large job is found fast), else every owner's. A line that cannot be read
+/// (cut short by a crash) is left out.
+fn read_records(dir: &Path, owner: Option<&str>) -> Vec<StepRecord> {
+    let start = match owner.map(serde_json::to_string) {
+        Some(Ok(name)) => format!("{{\"owner\":{name},"),
+        Some(Err(_)) => return Vec::new(),
+        None => String::new(),
     };
-    let start = format!("{{\"owner\":{name},");
     let mut records = Vec::new();
     each_record_line(dir, &mut |line| {
         if line.starts_with(start.as_bytes())
             && let Ok(record) = serde_json::from_slice::<StepRecord>(line)
-            && record.owner == owner
+            && owner.map_or(!record.owner.is_empty(), |o| record.owner == o)
         {
             records.push(record);
         }
@@ -406,7 +405,7 @@ pub type StepFiles = (Option<StepRecord>, PathBuf);
 /// earlier version's `step-NNNN.json` files, and the output logs of steps without a record.
 pub fn run_steps(dir: &Path) -> BTreeMap<String, BTreeMap<u32, StepFiles>> {
     let mut steps: BTreeMap<String, BTreeMap<u32, StepFiles>> = BTreeMap::new();
-    for record in read_records(dir) {
+    for record in read_records(dir, None) {
         let owner = dir.join(&record.owner);
         let number = record.number;
         steps
@@ -431,7 +430,7 @@ pub fn run_steps(dir: &Path) -> BTreeMap<String, BTreeMap<u32, StepFiles>> {
 
 /// The steps of OWNER in the run's logs DIR by number (see [`run_steps`]).
 pub fn owner_steps(dir: &Path, owner: &str) -> BTreeMap<u32, StepFiles> {
-    let records = owner_records(dir, owner);
+    let records = read_records(dir, Some(owner));
     let dir = dir.join(owner);
     let mut steps: BTreeMap<u32, StepFiles> = records
         .into_iter()
@@ -666,18 +665,6 @@ impl StepLog {
         let text = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
         self.records.append(&text)
     }
-}
-
-fn open_append(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    if let Some(parent) = path.parent() {
-        crate::durable::private_dir(parent)?;
-    }
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(crate::durable::PRIVATE_FILE)
-        .open(path)
 }
 
 #[cfg(test)]
