@@ -340,12 +340,11 @@ mod w006_fixes {
             .parsed
             .render(&serde_json::json!({"item": {"x": text}}))
             .expect("renders");
-        let dir = std::env::temp_dir().join(format!("prodigy-w006-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = tempfile::tempdir().expect("temp dir");
         let out = std::process::Command::new("sh")
             .args(["-c", &rendered])
             .env("ITEM__X", text)
-            .current_dir(&dir)
+            .current_dir(dir.path())
             .output()
             .expect("sh runs");
         String::from_utf8_lossy(&out.stdout).into_owned()
