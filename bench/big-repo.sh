@@ -3,7 +3,9 @@
 # files (default 20,000 of about 7.5 kB, a 150 MB checkout; set FILES=2000 for the small
 # one), N items (default 200) at `max_parallel: 4`, each agent writing one small file and
 # committing it, its commit merged into the session's work, the session merged back into
-# `main`; side by side in one run, alternating, median and spread of RUNS runs, against
+# `main`; side by side in one run, alternating, median and spread of RUNS runs, once as a
+# first job (the agents' worktrees checked out, then removed) and once with
+# `worktree.persist` (the agents' worktrees the last such job kept), against
 #   - a serial shell loop making the same N commits one after another in the checkout, and
 #   - a serial shell loop doing per item `git worktree add`, the commit, `git merge` into
 #     the checkout, `git worktree remove` and `git branch -D`,
@@ -55,10 +57,15 @@ PY
 )
 echo "checkout $(du -sh --exclude=.git "$TMP/project" | cut -f1), .git $(du -sh "$TMP/project/.git" | cut -f1)"
 
-# Each run's items write new files, so that every run has N commits to make.
+# Each run's items write new files, so that every run has N commits to make. A second
+# argument `persist` adds `worktree: {persist: true}`: the job takes the agent worktrees
+# the last such job kept, and keeps its own for the next.
 job() {
+    local worktree=""
+    [[ "${2:-}" == persist ]] && worktree=$'worktree:\n  persist: true'
     cat >"$TMP/job.yml" <<YAML
 mode: mapreduce
+$worktree
 map:
   input: "seq 1 $N"
   max_parallel: 4
@@ -123,6 +130,7 @@ fi
 
 run=0
 time_prodigy() { run=$((run + 1)); job "$run"; time_run "$TMP/job.yml" -y; }
+time_persist() { run=$((run + 1)); job "$run" persist; time_run "$TMP/job.yml" -y; }
 time_serial() {
     local start end
     run=$((run + 1))
@@ -158,17 +166,23 @@ time_worktrees() {
 # Median, minimum and maximum of each, in seconds.
 RUNS_OUT="$TMP/runs"
 mkdir -p "$RUNS_OUT"
-for f in time_prodigy time_serial time_worktrees; do "$f" >/dev/null; done
+# Before each timed run, the disk is flushed and 6 s pass: on ext4 without a journal, a new
+# file skips the inodes freed in the last 5 s (5 minutes while their table block is not yet
+# written back), so the run right after one that deleted whole checkouts would pay for them.
+settle() { sync; sleep 6; }
+# The warm-up round also leaves the spares the first timed `persist` run takes.
+for f in time_prodigy time_persist time_serial time_worktrees; do settle; "$f" >/dev/null; done
 for ((r = 0; r < RUNS; r++)); do
-    for f in time_prodigy time_serial time_worktrees; do "$f" >>"$RUNS_OUT/$f"; done
+    for f in time_prodigy time_persist time_serial time_worktrees; do settle; "$f" >>"$RUNS_OUT/$f"; done
 done
 stats() { sort -n "$RUNS_OUT/$1" | awk '{a[NR] = $1} END {printf "%.2f %.2f %.2f\n", a[int((NR + 1) / 2)] / 1e6, a[1] / 1e6, a[NR] / 1e6}'; }
 read -r pm plo phi < <(stats time_prodigy)
+read -r km klo khi < <(stats time_persist)
 read -r sm slo shi < <(stats time_serial)
 read -r wm wlo whi < <(stats time_worktrees)
 
 commits=$(git -C "$TMP/project" log --oneline --grep '^item ' | wc -l)
-expected=$(((N * 2 + WT_N) * (RUNS + 1)))
+expected=$(((N * 3 + WT_N) * (RUNS + 1)))
 [[ "$commits" -eq "$expected" ]] || { echo "expected $expected item commits on main, found $commits" >&2; ls "$TMP/project/items" | cut -c1-2 | sort | uniq -c >&2; git -C "$TMP/project" log --oneline -5 >&2; exit 1; }
 
 peak() { /usr/bin/time -f '%M' -o "$TMP/rss" "$@" >/dev/null 2>&1; echo $(($(cat "$TMP/rss") / 1024)); }
@@ -185,11 +199,13 @@ else
 fi
 
 awk -v files="$FILES" -v n="$N" -v wn="$WT_N" -v runs="$RUNS" \
-    -v pm="$pm" -v plo="$plo" -v phi="$phi" -v sm="$sm" -v slo="$slo" -v shi="$shi" \
+    -v pm="$pm" -v plo="$plo" -v phi="$phi" -v km="$km" -v klo="$klo" -v khi="$khi" -v sm="$sm" -v slo="$slo" -v shi="$shi" \
     -v wm="$wm" -v wlo="$wlo" -v whi="$whi" -v mp="$mp" -v ms="$ms" -v mw="$mw" 'BEGIN {
     printf "%d files, each item one commit; median (min-max) of %d runs, per item, peak RSS:\n", files, runs
     printf "  prodigy, %d items, max_parallel 4:        %7.2f s (%.2f-%.2f) %7.1f ms/item  %s MB\n", n, pm, plo, phi, pm * 1000 / n, mp
+    printf "  prodigy, worktree.persist (the last job'"'"'s spares): %7.2f s (%.2f-%.2f) %7.1f ms/item\n", km, klo, khi, km * 1000 / n
     printf "  serial git commit, %d items, one checkout: %7.2f s (%.2f-%.2f) %7.1f ms/item  %s MB\n", n, sm, slo, shi, sm * 1000 / n, ms
     printf "  serial worktree add/commit/merge/remove, %d items: %7.2f s (%.2f-%.2f) %7.1f ms/item  %s MB\n", wn, wm, wlo, whi, wm * 1000 / wn, mw
     printf "  per item, prodigy / serial commits: %.2f; prodigy / worktree loop: %.2f\n", (pm / n) / (sm / n), (pm / n) / (wm / wn)
+    printf "  per item, prodigy with worktree.persist / serial commits: %.2f\n", km / sm
 }'
