@@ -646,12 +646,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
         Options::resumed_job(&checkpoint, &file.text, located.layout.clone()),
         args.grace,
     );
-    let place = crate::run::Place {
-        isolate: None,
-        saved: checkpoint.worktree.clone(),
-        yes: args.yes,
-        resume: "resume-job",
-    };
+    let place = crate::run::Place::resumed(checkpoint.worktree.clone(), args.yes, "resume-job");
     let steps = retried_steps(&plan, &checkpoint, place.saved.is_some());
     if let Err(code) = crate::run::preflight(&plan, &steps, place.saved.is_some()) {
         return code;

@@ -234,6 +234,7 @@ fn class(message: &Message) -> Class {
         | Message::KeptWorktreeNotNoted { .. }
         | Message::AgentWorktreeKept { .. }
         | Message::AgentBranchesLeft(_)
+        | Message::SparesKept { .. }
         | Message::MergeRecovered { .. }
         | Message::DlqRetry { .. }
         | Message::DlqIndexNotWritten(_)
@@ -528,6 +529,13 @@ fn text(message: &Message) -> String {
             path.display()
         ),
         Message::AgentBranchesLeft(left) => branches_left(left),
+        Message::SparesKept { count: n, dir } => format!(
+            "kept {} in {} as {} for the next job (`worktree.persist`); `prodigy worktree clean` removes {}",
+            count(*n, "worktree"),
+            dir.display(),
+            if *n == 1 { "a spare" } else { "spares" },
+            if *n == 1 { "it" } else { "them" }
+        ),
         Message::AgentWorktreeKept {
             item,
             changes,

@@ -16,8 +16,9 @@ use prodigy_runtime::progress::count;
 #[derive(clap::Subcommand)]
 pub(crate) enum WorktreeCommand {
     /// List the worktrees runs left for the repository in the current directory: session
-    /// worktrees (`{session_id}`) and map agents' (`{session_id}-agent-N`), with their
-    /// branch, uncommitted changes and commits not yet merged into the current branch.
+    /// worktrees (`{session_id}`), map agents' (`{session_id}-agent-N`) and spares kept for
+    /// the next job (`spare-N`, `worktree.persist`), with their branch, uncommitted changes
+    /// and commits not yet merged into the current branch.
     #[command(alias = "list")]
     Ls {
         /// One JSON object per worktree, in an array.
@@ -66,6 +67,9 @@ fn describe(found: &Listed, busy: bool) -> String {
     let mut state = Vec::new();
     if busy {
         state.push("running".to_owned());
+    }
+    if Layout::is_spare(&found.path) {
+        state.push("a spare for the next job (`worktree.persist`)".to_owned());
     }
     if found.uncommitted > 0 {
         state.push(count(found.uncommitted, "uncommitted change"));

@@ -91,6 +91,8 @@ pub struct WorktreePrep {
     pub sparse: Vec<Spanned<String>>,
     /// `keep`: ignored directories the clean between items keeps.
     pub keep: Vec<Spanned<String>>,
+    /// `persist`: the agents' worktrees are kept for the next job.
+    pub persist: bool,
     /// The `worktree:` key.
     pub span: Span,
 }

@@ -498,12 +498,21 @@ pub struct PlanWorktree {
     /// Ignored directories that cleaning a reused agent worktree keeps.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub keep: Vec<String>,
+    /// Whether the map agents' idle worktrees are kept after the job, as spares for the next
+    /// job in the repository, instead of being removed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub persist: bool,
 }
 
 impl PlanWorktree {
-    /// Whether the workflow has no `worktree:` preparation.
+    /// Whether the workflow has no `worktree:` preparation (`persist` prepares nothing: it
+    /// says what becomes of the agents' worktrees afterwards).
     pub fn is_empty(&self) -> bool {
-        *self == Self::default()
+        self.copy.is_empty()
+            && self.link.is_empty()
+            && self.setup.is_empty()
+            && self.sparse.is_empty()
+            && self.keep.is_empty()
     }
 }
 

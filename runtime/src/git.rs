@@ -12,8 +12,12 @@ async fn git(project: &Path, args: &[&str]) -> Option<String> {
     crate::worktree::git(project, args).await.ok()
 }
 
-/// The commit `HEAD` names, or `None` outside a repository (or before its first commit).
+/// The commit `HEAD` names, or `None` outside a repository (or before its first commit):
+/// read from git's files where they are plain, else asked of git.
 pub async fn head(project: &Path) -> Option<String> {
+    if let Some(head) = crate::worktree::head_from_files(project) {
+        return Some(head);
+    }
     git(project, &["rev-parse", "HEAD"])
         .await
         .map(|s| s.trim().to_owned())

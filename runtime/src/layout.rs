@@ -63,6 +63,10 @@ pub const WORKTREE_ADMIN_LOCK: &str = "prodigy-worktrees.lock";
 /// The marker of a prepared worktree (its `setup` ran), in the worktree's own git directory.
 pub const PREPARED_MARKER: &str = "prodigy-prepared";
 
+/// How the directory of a spare agent worktree starts ([`Layout::spare_worktree`]): no
+/// session id does.
+const SPARE_PREFIX: &str = "spare-";
+
 /// Where runs of one project keep their files.
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -194,6 +198,18 @@ impl Layout {
     /// `worktrees/{repo}/{session}-agent-{n}`: slot N of a session's agent worktrees.
     pub fn agent_worktree(&self, session: &str, n: usize) -> PathBuf {
         self.worktrees_dir().join(format!("{session}-agent-{n}"))
+    }
+
+    /// `worktrees/{repo}/spare-{n}`: an agent worktree a job with `worktree.persist` kept,
+    /// cleaned and detached, for the next job of the repository to take.
+    pub fn spare_worktree(&self, n: usize) -> PathBuf {
+        self.worktrees_dir().join(format!("{SPARE_PREFIX}{n}"))
+    }
+
+    /// Whether PATH is a spare agent worktree ([`Layout::spare_worktree`]) of any repository.
+    pub fn is_spare(path: &Path) -> bool {
+        path.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(SPARE_PREFIX))
     }
 
     /// Finds a MapReduce job's directory in any project; the project's name comes with it.
@@ -366,6 +382,7 @@ mod tests {
             layout.worktrees_dir(),
             layout.session_worktree("s-1"),
             layout.agent_worktree("s-1", 2),
+            layout.spare_worktree(0),
             git.join(WORKTREE_ADMIN_LOCK),
             branch_lock(git, "main"),
             git.join("worktrees/w").join(PREPARED_MARKER),
@@ -399,6 +416,7 @@ mod tests {
 /h/worktrees/app-1
 /h/worktrees/app-1/s-1
 /h/worktrees/app-1/s-1-agent-2
+/h/worktrees/app-1/spare-0
 /r/.git/prodigy-worktrees.lock
 /r/.git/prodigy-merge-main.lock
 /r/.git/worktrees/w/prodigy-prepared";

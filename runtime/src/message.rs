@@ -270,6 +270,14 @@ pub enum Message {
     },
     /// The end of a map phase could not delete some of the job's agent branches.
     AgentBranchesLeft(crate::worktree::BranchesLeft),
+    /// The end of a map phase kept idle agent worktrees as spares for the next job
+    /// (`worktree.persist`).
+    SparesKept {
+        /// How many.
+        count: usize,
+        /// Where: `worktrees/{repo}/`, as `spare-N`.
+        dir: PathBuf,
+    },
     /// An agent's merge is found done after a stop; the item is recorded as succeeded.
     MergeRecovered {
         /// `item_N`.
@@ -573,6 +581,7 @@ impl Message {
             | Message::DistinctMissing { .. }
             | Message::ItemsLoaded { .. }
             | Message::AgentWorktreeKept { .. }
+            | Message::SparesKept { .. }
             | Message::MergeRecovered { .. }
             | Message::DlqRebuilt(_)
             | Message::MapStarted { .. }

@@ -188,6 +188,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     let place = Place {
         isolate,
         saved: None,
+        spares: plan.worktree.persist.then(|| plan.worktree.keep.clone()),
         yes: args.yes,
         resume: if plan.map.is_some() {
             "resume-job"
@@ -279,12 +280,7 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         max_cost_usd: args.job_args.max_cost_usd,
         ..opts
     };
-    let place = Place {
-        isolate: None,
-        saved: checkpoint.worktree.clone(),
-        yes: args.yes,
-        resume: "resume-job",
-    };
+    let place = Place::resumed(checkpoint.worktree.clone(), args.yes, "resume-job");
     let roots = session::resume::job_roots(&plan, &checkpoint);
     if let Err(code) = preflight(&plan, &roots, place.saved.is_some()) {
         return code;
@@ -549,12 +545,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         max_cost_usd: args.max_cost_usd,
         ..opts
     };
-    let place = Place {
-        isolate: None,
-        saved: checkpoint.worktree.clone(),
-        yes: args.yes,
-        resume: "resume",
-    };
+    let place = Place::resumed(checkpoint.worktree.clone(), args.yes, "resume");
     let steps = session::resume::session_roots(&plan, &checkpoint);
     if let Err(code) = preflight(&plan, &steps, place.saved.is_some()) {
         return code;

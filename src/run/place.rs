@@ -17,6 +17,9 @@ use crate::{err, exit_code};
 pub(crate) struct Place {
     pub(crate) isolate: Option<(PathBuf, PathBuf)>,
     pub(crate) saved: Option<SessionWorktree>,
+    /// `worktree.persist`: a new session worktree may be a spare an earlier job kept,
+    /// cleaned except these ignored paths.
+    pub(crate) spares: Option<Vec<String>>,
     pub(crate) yes: bool,
     /// The command that continues the run (`resume` or `resume-job`), for the hint on a
     /// merge not done.
@@ -24,12 +27,25 @@ pub(crate) struct Place {
 }
 
 impl Place {
+    /// The place of a resumed run or job: its SAVED worktree (none: it worked in place),
+    /// merged back without asking when YES; RESUME names the command that continues it.
+    pub(crate) fn resumed(saved: Option<SessionWorktree>, yes: bool, resume: &'static str) -> Self {
+        Place {
+            isolate: None,
+            saved,
+            spares: None,
+            yes,
+            resume,
+        }
+    }
+
     /// Creates or reopens the session worktree of ID into OPTS ([`session::Place::enter`])
     /// and says so; on failure prints why.
     pub(crate) async fn enter(&self, opts: &mut Options, id: &str) -> Result<(), u8> {
         let place = session::Place {
             isolate: self.isolate.clone(),
             saved: self.saved.clone(),
+            spares: self.spares.clone(),
         };
         match place.enter(opts, id).await {
             Ok(Entered::InPlace) => {}

@@ -250,3 +250,90 @@ fn sparse_agents_see_only_their_cone_and_the_merged_tree_keeps_the_rest() {
     // The session worktree is whole.
     assert!(scratch.worktree(&job).join("lib/b.txt").is_file());
 }
+
+/// The spare worktrees `worktree.persist` keeps, by their `a.txt`'s inode (a tracked file: a
+/// new checkout writes it anew, a reused worktree keeps it).
+fn spares(scratch: &Scratch) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = scratch.home().join("worktrees").join(scratch.repo());
+    let mut found: Vec<u64> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("spare-")
+        })
+        .map(|p| std::fs::metadata(p.join("a.txt")).unwrap().ino())
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// `worktree.persist`: a job keeps its worktrees (the session's and its agents') as
+/// spares, and the next job's worktrees are those spares, not new checkouts; each is
+/// cleaned of what the last job left (but `keep`) and prepared afresh (its `setup` runs
+/// again); `prodigy worktree clean` removes them.
+#[test]
+fn a_persisting_job_takes_the_worktrees_the_last_one_kept() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join(".gitignore"), "deps/\nscratch/\n").unwrap();
+    std::fs::write(scratch.project().join("a.txt"), "a\n").unwrap();
+    scratch.git(&["add", ".gitignore", "a.txt"]);
+    scratch.git(&["commit", "-q", "-m", "base"]);
+    let count = scratch.dir.path().join("setup-count");
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nworktree:\n  persist: true\n  keep: [deps]\n  setup:\n    - shell: \"echo x >> {count} && mkdir -p deps && touch deps/installed\"\nmap:\n  input: \"seq 1 4\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"test ! -e scratch && mkdir scratch && touch scratch/left && echo $ITEM > f-$ITEM-$RUN.txt && git add f-$ITEM-$RUN.txt && git commit -q -m $ITEM\"\n      commit_required: true\n",
+            count = count.display()
+        ),
+    );
+    let setups = || std::fs::read_to_string(&count).unwrap().lines().count();
+    let first = scratch.run(&["run", "-y", &file], &[("RUN", "1")]);
+    let text = shown(&first);
+    assert!(first.status.success(), "{text}");
+    assert!(text.contains("4 succeeded, 0 failed"), "{text}");
+    assert!(text.contains("kept 2 worktrees in "), "{text}");
+    assert!(text.contains("kept 1 worktree in "), "{text}");
+    assert!(text.contains("`prodigy worktree clean` removes"), "{text}");
+    let kept = spares(&scratch);
+    assert_eq!(kept.len(), 3, "the session's and two slots");
+    assert_eq!(setups(), 3);
+
+    let second = scratch.run(&["run", "-y", &file], &[("RUN", "2")]);
+    let text = shown(&second);
+    assert!(second.status.success(), "{text}");
+    assert!(text.contains("4 succeeded, 0 failed"), "{text}");
+    assert_eq!(
+        spares(&scratch),
+        kept,
+        "the same three worktrees, no new checkout"
+    );
+    assert_eq!(setups(), 6, "each prepared afresh for the second job");
+    // Both jobs' work is on `main`, and the worktrees hold no branch.
+    let tree = files_at(&scratch, "main");
+    for run in 1..=2 {
+        for item in 1..=4 {
+            assert!(tree.contains(&format!("f-{item}-{run}.txt")), "{tree:?}");
+        }
+    }
+    assert_eq!(
+        scratch.git(&["branch", "--format=%(refname:short)"]).trim(),
+        "main"
+    );
+
+    let listed = shown(&scratch.run(&["worktree", "ls"], &[]));
+    assert_eq!(
+        listed.matches("a spare for the next job").count(),
+        3,
+        "{listed}"
+    );
+    let clean = scratch.run(&["worktree", "clean", "-y"], &[]);
+    assert!(clean.status.success(), "{}", shown(&clean));
+    assert!(spares(&scratch).is_empty());
+    assert_eq!(scratch.git(&["worktree", "list"]).lines().count(), 1);
+}

@@ -734,10 +734,25 @@ fn worktree_paths_stay_in_the_repository_and_sparse_is_for_agents() {
             "{bad}"
         );
     }
-    // Only map agents are sparse or cleaned between items.
+    // Only map agents are sparse, cleaned between items or kept for the next job.
     assert_eq!(
-        codes("worktree:\n  sparse: [src]\n  keep: [target]\ncommands:\n  - shell: \"true\"\n"),
-        [Code::NoEffect, Code::NoEffect]
+        codes(
+            "worktree:\n  sparse: [src]\n  keep: [target]\n  persist: true\ncommands:\n  - shell: \"true\"\n"
+        ),
+        [Code::NoEffect, Code::NoEffect, Code::NoEffect]
+    );
+    // Spares are whole checkouts: a sparse agent's worktree is not kept.
+    assert_eq!(
+        codes(
+            "mode: mapreduce\nworktree:\n  sparse: [src]\n  persist: true\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"true\"\n"
+        ),
+        [Code::NoEffect]
+    );
+    assert!(
+        codes(
+            "mode: mapreduce\nworktree:\n  persist: true\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"true\"\n"
+        )
+        .is_empty()
     );
 }
 

@@ -9,8 +9,8 @@ use crate::source::Spanned;
 use crate::syntax::{Entry, Node};
 
 impl Lowerer<'_> {
-    /// `worktree`: its path lists checked to stay inside the repository (V110), `sparse`
-    /// and `keep` only where they can act (W002).
+    /// `worktree`: its path lists checked to stay inside the repository (V110), `sparse`,
+    /// `keep` and `persist` only where they can act (W002).
     pub(crate) fn worktree_prep(&mut self, entry: &Entry, mapreduce: bool) -> Option<WorktreePrep> {
         let f = self
             .fields(&entry.value, "`worktree`", &shapes::WORKTREE)?
@@ -31,16 +31,28 @@ impl Lowerer<'_> {
                 Some(lw.steps(n, what, Ctx::default()))
             })
             .unwrap_or_default();
+        let persist = f.boolean(self, "persist").unwrap_or(false);
         if !mapreduce {
-            for key in ["sparse", "keep"] {
+            for key in ["sparse", "keep", "persist"] {
                 if let Some(e) = f.entry(key) {
                     self.no_effect(
                         e,
-                        "only map agents' worktrees are sparse or cleaned between items",
+                        "only map agents' worktrees are sparse, cleaned between items or kept for the next job",
                         &format!("remove `{key}:`, or add `mode: mapreduce` with a `map` phase"),
                     );
                 }
             }
+        }
+        if mapreduce
+            && persist
+            && !sparse.is_empty()
+            && let Some(e) = f.entry("persist")
+        {
+            self.no_effect(
+                e,
+                "sparse agent worktrees are not kept for the next job, whose agents may need the whole tree",
+                "remove `persist:` or `sparse:`",
+            );
         }
         Some(WorktreePrep {
             copy,
@@ -48,6 +60,8 @@ impl Lowerer<'_> {
             setup,
             sparse,
             keep,
+            // Only a MapReduce job keeps worktrees (W002 above otherwise).
+            persist: persist && mapreduce,
             span: entry.key.span,
         })
     }

@@ -34,6 +34,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
                 setup: builder.list(&w.setup, Role::Main),
                 sparse: texts(&w.sparse),
                 keep: texts(&w.keep),
+                persist: w.persist,
             }
         })
         .unwrap_or_default();

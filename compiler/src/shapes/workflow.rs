@@ -213,6 +213,11 @@ pub static WORKTREE: Shape = Shape {
             Ty::List(&Ty::Text),
             "Ignored directories (e.g. `node_modules`, `target`) that cleaning a reused agent worktree between items keeps.",
         ),
+        key(
+            "persist",
+            Ty::Bool,
+            "Keep the map agents' worktrees after the job, cleaned, for the next job in this repository to reuse instead of checking out the whole tree again (big repositories); `prodigy worktree clean` removes them.",
+        ),
     ],
 };
 

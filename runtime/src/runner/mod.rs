@@ -443,6 +443,11 @@ impl Runner {
         // `worktree.keep`: the ignored directories a pooled slot keeps between items.
         let agent_worktrees = crate::worktree::Pool::default();
         agent_worktrees.keep_ignored(plan.worktree.keep.clone());
+        // `worktree.persist`: idle slots are kept for the next job (a sparse one is not: the
+        // next job's agents may need the whole tree).
+        if plan.worktree.persist && plan.worktree.sparse.is_empty() {
+            agent_worktrees.persist(opts.layout.clone());
+        }
         let state = RunState {
             plan,
             opts,
@@ -528,7 +533,8 @@ impl Runner {
     }
 
     /// Ends a map phase (or a DLQ retry) in a session worktree: the agents' merged work
-    /// comes into the session branch, and their idle worktrees are removed.
+    /// comes into the session branch, and their idle worktrees are removed (or kept as
+    /// spares for the next job, `worktree.persist`, which is said).
     ///
     /// # Errors
     ///
@@ -538,7 +544,13 @@ impl Runner {
         let Some(session) = &self.opts.worktree else {
             return Ok(());
         };
-        self.agent_worktrees.drain(&session.repo).await;
+        let spares = self.agent_worktrees.drain(&session.repo).await;
+        if spares > 0 {
+            self.say(crate::message::Message::SparesKept {
+                count: spares,
+                dir: self.opts.layout.worktrees_dir(),
+            });
+        }
         crate::worktree::finish_map(session)
             .await
             .map_err(|source| crate::worktree::FinishMapError {

@@ -131,6 +131,9 @@ pub struct Place {
     pub isolate: Option<(PathBuf, PathBuf)>,
     /// The session worktree of the run being resumed.
     pub saved: Option<SessionWorktree>,
+    /// `worktree.persist`: a new session worktree is taken from a spare an earlier job
+    /// kept, when there is one, cleaned except these ignored paths (`worktree.keep`).
+    pub spares: Option<Vec<String>>,
 }
 
 /// How entering a [`Place`] went.
@@ -190,9 +193,13 @@ impl Place {
                 },
             )
         } else if let Some((top, prefix)) = &self.isolate {
-            let w = worktree::create_session(&opts.layout, top, prefix, id)
-                .await
-                .map_err(EnterError::Create)?;
+            let w = match &self.spares {
+                Some(keep) => {
+                    worktree::create_session_from_spare(&opts.layout, top, prefix, id, keep).await
+                }
+                None => worktree::create_session(&opts.layout, top, prefix, id).await,
+            }
+            .map_err(EnterError::Create)?;
             if !w.workdir.is_dir() {
                 worktree::remove(top, &w.path, &w.branch).await;
                 return Err(EnterError::NotInHead {

@@ -25,6 +25,9 @@ pub struct Pool {
     /// What the clean between two items keeps: gitignore patterns of ignored paths (the
     /// dependency directories the workflow names, `worktree.keep`).
     keep: std::sync::Mutex<Vec<String>>,
+    /// Where the idle worktrees go when the map phase ends (`worktree.persist`): spares
+    /// under this layout; `None`: they are removed.
+    park: std::sync::Mutex<Option<Layout>>,
 }
 
 /// How an agent's worktree was readied for its item: the one place that says when a
@@ -38,6 +41,9 @@ pub enum Readied {
     /// A slot's worktree moved to this item: the base checked out, everything untracked and
     /// ignored removed except what [`Pool::keep_ignored`] names.
     Moved,
+    /// A spare an earlier job kept ([`Pool::persist`]) taken for a new slot: cleaned like a
+    /// moved one, and prepared afresh (this workflow's `worktree.setup` runs in it).
+    Spare,
 }
 
 impl Pool {
@@ -59,16 +65,20 @@ impl Pool {
         *crate::lock(&self.keep) = patterns;
     }
 
+    /// Keeps the idle worktrees when the map phase ends, cleaned and detached from their
+    /// branches, as spares under LAYOUT for the next job of the repository to take instead
+    /// of checking out the whole tree ([`Layout::spare_worktree`]), rather than removing
+    /// them (`worktree.persist`).
+    pub fn persist(&self, layout: Layout) {
+        *crate::lock(&self.park) = Some(layout);
+    }
+
     /// Removes everything untracked or ignored from the worktree at PATH, except what
     /// [`Pool::keep_ignored`] names: the first half of moving a slot to its next item (the
     /// caller then checks out the base).
     async fn clean(&self, path: &Path) -> Result<(), WorktreeError> {
         let keep = crate::lock(&self.keep).clone();
-        let mut args = vec!["clean", "-ffdxq"];
-        for pattern in &keep {
-            args.extend(["-e", pattern.as_str()]);
-        }
-        git(path, &args).await.map(|_| ())
+        super::spare::clean(path, &keep).await
     }
 
     /// Adds the agent worktrees of SESSION that an earlier process left (killed, or stopped
@@ -128,11 +138,26 @@ impl Pool {
         crate::lock(&self.kept).clone()
     }
 
-    /// Removes the idle worktrees and the merged agents' branches.
-    pub async fn drain(&self, repo: &Path) {
+    /// Removes the idle worktrees (or, [`Pool::persist`], keeps them as spares) and the
+    /// merged agents' branches; returns how many worktrees were kept as spares.
+    pub async fn drain(&self, repo: &Path) -> usize {
         let idle = std::mem::take(&mut *self.idle());
+        let park = crate::lock(&self.park).clone();
+        let mut parked = 0;
+        let mut gone = Vec::new();
+        for agent in idle {
+            match &park {
+                Some(layout) if self.park(layout, repo, &agent).await => {
+                    parked += 1;
+                    if !agent.branch.is_empty() {
+                        crate::lock(&self.done).push(agent.branch);
+                    }
+                }
+                _ => gone.push(agent),
+            }
+        }
         futures::future::join_all(
-            idle.iter()
+            gone.iter()
                 .map(|agent| remove(repo, &agent.path, &agent.branch)),
         )
         .await;
@@ -143,6 +168,14 @@ impl Pool {
             delete_branches(repo, chunk).await;
         }
         *crate::lock(&self.head) = None;
+        parked
+    }
+
+    /// Keeps AGENT's idle worktree as a spare ([`super::spare::park`]); false when it
+    /// cannot (the caller removes it then).
+    async fn park(&self, layout: &Layout, repo: &Path, agent: &AgentWorktree) -> bool {
+        let keep = crate::lock(&self.keep).clone();
+        super::spare::park(layout, repo, &agent.path, &keep).await
     }
 
     /// The commit agents branch from: the integration ref, created from the session's HEAD
@@ -558,6 +591,12 @@ async fn create_slot(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // Only a job that keeps its slots takes spares: without `worktree.persist`, a job's
+    // worktrees are its own from checkout to removal.
+    let persists = crate::lock(&pool.park).is_some();
+    if persists && let Some(spare) = claim_spare(layout, session, pool, names, base, prefix).await {
+        return Ok(spare);
+    }
     let (path, branch) = {
         let _admin = admin(&session.repo).await?;
         let _ = crate::durable::private_dir(&layout.worktrees_dir());
@@ -609,6 +648,56 @@ async fn create_slot(
     })
 }
 
+/// A spare worktree an earlier job kept ([`Pool::persist`]) as a new slot of POOL
+/// ([`super::spare::take`]: at the slot's path `{session}-agent-N`, cleaned except what
+/// [`Pool::keep_ignored`] names, prepared afresh), on the first free branch NAMES gives, at
+/// BASE. `None` when there is no spare, or the one taken could not be readied (it is
+/// removed).
+async fn claim_spare(
+    layout: &Layout,
+    session: &SessionWorktree,
+    pool: &Pool,
+    names: &impl Fn(u32) -> String,
+    base: &str,
+    prefix: &Path,
+) -> Option<AgentWorktree> {
+    let name = session
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let keep = crate::lock(&pool.keep).clone();
+    let path = super::spare::take(layout, &session.repo, &keep, || {
+        loop {
+            let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = layout.agent_worktree(&name, n);
+            if !path.exists() {
+                break path;
+            }
+        }
+    })
+    .await?;
+    let branch = first_free_branch(names, async |branch: &str| {
+        git(&path, &["switch", "-q", "-c", branch]).await
+    })
+    .await;
+    let Ok(branch) = branch else {
+        remove(&session.repo, &path, "").await;
+        return None;
+    };
+    if git(&path, &["reset", "-q", "--keep", base]).await.is_err() {
+        remove(&session.repo, &path, &branch).await;
+        return None;
+    }
+    Some(AgentWorktree {
+        workdir: path.join(prefix),
+        path,
+        branch,
+        base: base.to_owned(),
+        readied: Readied::Spare,
+    })
+}
+
 /// The ref the map agents' work is merged into while the map phase runs: the session
 /// branch's working tree is not touched by each merge, and the phase ends with one merge of
 /// this ref into the session branch ([`finish_map`]).
@@ -633,10 +722,13 @@ pub(super) async fn merge_agent(
 
 /// The agent's last commit, or `None` when it made none (the caller need not queue it).
 pub async fn agent_head(agent: &AgentWorktree) -> Result<Option<String>, WorktreeError> {
-    let head = git(&agent.path, &["rev-parse", "HEAD"])
-        .await?
-        .trim()
-        .to_owned();
+    let head = match super::head_from_files(&agent.path) {
+        Some(head) => head,
+        None => git(&agent.path, &["rev-parse", "HEAD"])
+            .await?
+            .trim()
+            .to_owned(),
+    };
     Ok((head != agent.base).then_some(head))
 }
 

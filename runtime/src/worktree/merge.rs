@@ -460,7 +460,7 @@ impl Runner {
         let (commits, files) = session_changes(session);
         if commits.is_empty() {
             if left == 0 {
-                remove(&session.repo, &session.path, &session.branch).await;
+                self.retire_session(session).await;
             }
             return Ok(MergeBack::Nothing { left });
         }
@@ -488,13 +488,32 @@ impl Runner {
         // The `merge` steps may have left changes of their own: counted again.
         let left = changes(&session.path).await.len();
         if left == 0 {
-            remove(&session.repo, &session.path, &session.branch).await;
+            self.retire_session(session).await;
         }
         Ok(MergeBack::Merged {
             commits: commits.len(),
             target,
             left,
         })
+    }
+
+    /// Removes the merged SESSION worktree and its branch; with `worktree.persist` (a
+    /// MapReduce job) the worktree is kept as a spare for the next job instead, which is
+    /// said.
+    async fn retire_session(&self, session: &SessionWorktree) {
+        if !self.plan.worktree.persist {
+            remove(&session.repo, &session.path, &session.branch).await;
+            return;
+        }
+        let layout = &self.opts.layout;
+        let keep = &self.plan.worktree.keep;
+        let repo = &session.repo;
+        if super::spare::park_or_remove(layout, repo, &session.path, &session.branch, keep).await {
+            self.say(crate::message::Message::SparesKept {
+                count: 1,
+                dir: layout.worktrees_dir(),
+            });
+        }
     }
 
     /// Runs STEPS (the `merge` or `merge.on_conflict` steps) as an agent would, for ITEM

@@ -104,6 +104,9 @@ async fn git_output(
 ) -> Result<(Option<i32>, String, String), WorktreeError> {
     let out = tokio::process::Command::new("git")
         // No file system monitor daemon per worktree, whatever the user's configuration.
+        // No threads to stat the index's files either: beside busy agents they cost more
+        // CPU than they save time (`git status` in a worktree of 20,000 files: 25 ms of CPU
+        // instead of 35; docs/performance.md, "Big repositories").
         .args([
             "-c",
             "core.quotePath=false",
@@ -111,6 +114,8 @@ async fn git_output(
             "gc.auto=0",
             "-c",
             "core.fsmonitor=false",
+            "-c",
+            "core.preloadIndex=false",
         ])
         .args(args)
         .current_dir(dir)
@@ -432,6 +437,41 @@ pub async fn create_session(
     })
 }
 
+/// [`create_session`] for a workflow with `worktree.persist`: from a spare worktree an
+/// earlier job kept, when there is one ([`spare::take`], cleaned except the ignored paths
+/// KEEP names), put on the new branch at HEAD (only the files that differ are written);
+/// else checked out as usual.
+pub async fn create_session_from_spare(
+    layout: &Layout,
+    repo: &Path,
+    prefix: &Path,
+    session: &str,
+    keep: &[String],
+) -> Result<SessionWorktree, WorktreeError> {
+    let path = layout.session_worktree(session);
+    let Some(taken) = spare::take(layout, repo, keep, || path.clone()).await else {
+        return create_session(layout, repo, prefix, session).await;
+    };
+    let branch = format!("prodigy-{session}");
+    let base_commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
+    let ready = async {
+        git(&taken, &["switch", "-q", "-c", &branch]).await?;
+        git(&taken, &["reset", "-q", "--keep", &base_commit]).await
+    };
+    if ready.await.is_err() {
+        remove(repo, &taken, &branch).await;
+        return create_session(layout, repo, prefix, session).await;
+    }
+    Ok(SessionWorktree {
+        workdir: taken.join(prefix),
+        path: taken,
+        branch,
+        target_branch: current_branch(repo),
+        base_commit,
+        repo: repo.to_owned(),
+    })
+}
+
 /// `git worktree add -b BRANCH TARGET BASE`. Git makes the branch before the worktree: when
 /// the worktree cannot be made (TARGET exists, the disk is full), the branch it made is
 /// deleted again, so that a failed attempt leaves no stray `prodigy-*` branch. A branch that
@@ -462,8 +502,8 @@ async fn add_on_new_branch(
     added
 }
 
-/// Removes the worktree at PATH (with whatever it holds) and deletes BRANCH; missing ones
-/// are not an error.
+/// Removes the worktree at PATH (with whatever it holds) and deletes BRANCH (none when
+/// empty: a detached worktree); missing ones are not an error.
 pub async fn remove(repo: &Path, path: &Path, branch: &str) {
     // The files go first, outside the administration lock: in a big repository deleting a
     // whole checkout takes a while, and the slots of a pool are removed side by side.
@@ -479,7 +519,9 @@ pub async fn remove(repo: &Path, path: &Path, branch: &str) {
         let _ = std::fs::remove_dir_all(path);
     }
     let _ = git_retrying(repo, &["worktree", "prune"]).await;
-    let _ = git_retrying(repo, &["branch", "-D", "-q", branch]).await;
+    if !branch.is_empty() {
+        let _ = git_retrying(repo, &["branch", "-D", "-q", branch]).await;
+    }
 }
 
 /// Deletes what the worktree at PATH holds except its `.git` file, which git's own removal
@@ -544,10 +586,13 @@ mod agent;
 pub mod bootstrap;
 mod list;
 mod merge;
+mod refs;
+mod spare;
 
 pub use agent::*;
 pub use list::*;
 pub use merge::*;
+pub(crate) use refs::head_from_files;
 
 #[cfg(test)]
 mod tests {
@@ -820,6 +865,94 @@ mod tests {
             second.path.join("sub/node_modules").exists(),
             "the pattern is gitignore's: `node_modules` matches at any depth"
         );
+    }
+
+    /// `worktree.persist`: the end of a job keeps its idle slots, cleaned, detached and
+    /// without their branches, as spares; the next job's first slots are those spares,
+    /// moved to its names, on its branches at its base, with nothing of the last job but
+    /// the ignored paths its pool keeps, and prepared afresh (the setup marker gone).
+    #[tokio::test]
+    async fn a_persisted_slot_is_the_next_jobs_without_what_the_last_left() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        commit_file(&top, ".gitignore", "node_modules/\n*.log\n");
+        commit_file(&top, "a.txt", "a\n");
+        let session = create_session(&layout, &top, &prefix, "s8").await.unwrap();
+        let pool = Pool::default();
+        pool.persist(layout.clone());
+        pool.keep_ignored(vec!["node_modules".into()]);
+        let first = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        commit_file(&first.path, "one.txt", "1\n");
+        merge_agent(&session, &pool, &first, "merge").await.unwrap();
+        std::fs::create_dir_all(first.path.join("node_modules/dep")).unwrap();
+        std::fs::write(first.path.join("node_modules/dep/index.js"), "x").unwrap();
+        std::fs::write(first.path.join("debug.log"), "x").unwrap();
+        crate::worktree::bootstrap::mark_prepared(&first.path)
+            .await
+            .unwrap();
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let tracked = inode(&first.path.join("a.txt"));
+        pool.release(first);
+        assert_eq!(pool.drain(&top).await, 1, "one idle slot is kept");
+        finish_map(&session).await.unwrap();
+        let spare = layout.spare_worktree(0);
+        assert!(spare.join("a.txt").is_file(), "kept with its files");
+        assert!(!spare.join("debug.log").exists(), "cleaned when kept");
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches, "main\nprodigy-s8", "the slot's branch is deleted");
+
+        // The next job, from `main` with a commit of its own.
+        commit_file(&top, "two.txt", "2\n");
+        let next = create_session(&layout, &top, &prefix, "s9").await.unwrap();
+        let pool = Pool::default();
+        pool.keep_ignored(vec!["node_modules".into()]);
+        let cold = create_agent(&layout, &next, &pool, "item_0").await.unwrap();
+        assert_eq!(
+            cold.readied,
+            Readied::Created,
+            "only a job that persists takes spares"
+        );
+        assert!(spare.exists());
+        pool.release(cold);
+        pool.drain(&top).await;
+        let pool = Pool::default();
+        pool.persist(layout.clone());
+        pool.keep_ignored(vec!["node_modules".into()]);
+        let taken = create_agent(&layout, &next, &pool, "item_0").await.unwrap();
+        assert_eq!(taken.readied, Readied::Spare);
+        assert_eq!(taken.path, layout.agent_worktree("s9", 0));
+        assert!(!spare.exists(), "the spare is taken");
+        assert_eq!(taken.branch, "prodigy-s9-item_0");
+        assert_eq!(
+            inode(&taken.path.join("a.txt")),
+            tracked,
+            "no checkout of the whole tree"
+        );
+        assert!(taken.path.join("two.txt").is_file(), "at the new base");
+        assert!(
+            !taken.path.join("one.txt").exists(),
+            "the old job's work is not merged here"
+        );
+        assert!(taken.path.join("node_modules/dep/index.js").is_file());
+        assert_eq!(agent_head(&taken).await.unwrap(), None);
+        let gitdir = git_sync(&taken.path, &["rev-parse", "--absolute-git-dir"]).unwrap();
+        assert!(
+            !Path::new(&gitdir)
+                .join(crate::layout::PREPARED_MARKER)
+                .exists(),
+            "this job's setup runs in it"
+        );
+        // A second slot has no spare left: it is checked out.
+        let new = create_agent(&layout, &next, &pool, "item_1").await.unwrap();
+        assert_eq!(new.readied, Readied::Created);
+        pool.release(taken);
+        pool.release(new);
+        assert_eq!(pool.drain(&top).await, 2, "both are kept for the next job");
+        assert!(layout.spare_worktree(1).exists());
     }
 
     /// Leaves a lock file at PATH as a git killed a minute ago would.
