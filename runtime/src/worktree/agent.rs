@@ -586,11 +586,6 @@ async fn create_slot(
     base: &str,
     prefix: &Path,
 ) -> Result<AgentWorktree, WorktreeError> {
-    let name = session
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     // Only a job that keeps its slots takes spares: without `worktree.persist`, a job's
     // worktrees are its own from checkout to removal.
     let persists = crate::lock(&pool.park).is_some();
@@ -600,15 +595,7 @@ async fn create_slot(
     let (path, branch) = {
         let _admin = admin(&session.repo).await?;
         let _ = crate::durable::private_dir(&layout.worktrees_dir());
-        // Paths left by another process (kept for the DLQ, or by a kill) are skipped here;
-        // the map phase adopts the unkept ones first ([`Pool::adopt`]).
-        let path = loop {
-            let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let path = layout.agent_worktree(&name, n);
-            if !path.exists() {
-                break path;
-            }
-        };
+        let path = next_slot_path(layout, session, pool);
         let target = path.to_string_lossy().into_owned();
         // Registered under the lock, checked out outside it: the slots' first checkouts
         // (the whole tree each) run side by side.
@@ -648,6 +635,25 @@ async fn create_slot(
     })
 }
 
+/// The path of POOL's next slot, `{session}-agent-N` with the first N no directory has
+/// (the caller holds the administration lock). Paths left by another process (kept for
+/// the DLQ, or by a kill) are skipped; the map phase adopts the unkept ones first
+/// ([`Pool::adopt`]).
+fn next_slot_path(layout: &Layout, session: &SessionWorktree, pool: &Pool) -> std::path::PathBuf {
+    let name = session
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    loop {
+        let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = layout.agent_worktree(&name, n);
+        if !path.exists() {
+            return path;
+        }
+    }
+}
+
 /// A spare worktree an earlier job kept ([`Pool::persist`]) as a new slot of POOL
 /// ([`super::spare::take`]: at the slot's path `{session}-agent-N`, cleaned except what
 /// [`Pool::keep_ignored`] names, prepared afresh), on the first free branch NAMES gives, at
@@ -661,20 +667,9 @@ async fn claim_spare(
     base: &str,
     prefix: &Path,
 ) -> Option<AgentWorktree> {
-    let name = session
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let keep = crate::lock(&pool.keep).clone();
     let path = super::spare::take(layout, &session.repo, &keep, || {
-        loop {
-            let n = pool.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let path = layout.agent_worktree(&name, n);
-            if !path.exists() {
-                break path;
-            }
-        }
+        next_slot_path(layout, session, pool)
     })
     .await?;
     let branch = first_free_branch(names, async |branch: &str| {
