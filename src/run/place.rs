@@ -133,25 +133,7 @@ impl Place {
                 return Ok(());
             }
         };
-        // Ignored files (build output and the like) went with the worktree: say so.
-        let left = |n: usize| {
-            if n == 0 && ignored > 0 {
-                format!(
-                    "its worktree is removed, with {} (build output and the like) that {} only there",
-                    count(ignored, "ignored path"),
-                    if ignored == 1 { "was" } else { "were" }
-                )
-            } else if n == 0 {
-                "its worktree is removed".to_owned()
-            } else {
-                format!(
-                    "{} {} left in {} (only commits come back; commit in a step with `commit_required` or `auto_commit`), so it is kept until `prodigy worktree clean`",
-                    count(n, "uncommitted change"),
-                    if n == 1 { "is" } else { "are" },
-                    session.path.display()
-                )
-            }
-        };
+        let left = |n: usize| worktree_fate(runner.persists(), ignored, n, &session.path);
         match back {
             Ok(MergeBack::Nothing { left: 0 }) if ignored == 0 => Ok(()),
             Ok(MergeBack::Nothing { left: n }) => {
@@ -252,4 +234,32 @@ pub(crate) fn ask(question: &str) -> bool {
         return false;
     }
     matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// What became of a session worktree merged back with N uncommitted changes left in it (at
+/// PATH) and IGNORED ignored paths: removed, or with PERSISTS (`worktree.persist`) cleaned
+/// and kept as a spare (said before); ignored files (build output and the like) go either
+/// way, and are named; a worktree with uncommitted changes is kept.
+fn worktree_fate(persists: bool, ignored: usize, n: usize, path: &std::path::Path) -> String {
+    let gone = if persists {
+        "its worktree is cleaned for the next job"
+    } else {
+        "its worktree is removed"
+    };
+    if n == 0 && ignored > 0 {
+        format!(
+            "{gone}, with {} (build output and the like) that {} only there",
+            count(ignored, "ignored path"),
+            if ignored == 1 { "was" } else { "were" }
+        )
+    } else if n == 0 {
+        gone.to_owned()
+    } else {
+        format!(
+            "{} {} left in {} (only commits come back; commit in a step with `commit_required` or `auto_commit`), so it is kept until `prodigy worktree clean`",
+            count(n, "uncommitted change"),
+            if n == 1 { "is" } else { "are" },
+            path.display()
+        )
+    }
 }

@@ -299,6 +299,10 @@ fn a_persisting_job_takes_the_worktrees_the_last_one_kept() {
     assert!(text.contains("4 succeeded, 0 failed"), "{text}");
     assert!(text.contains("kept 2 worktrees in "), "{text}");
     assert!(text.contains("kept 1 worktree in "), "{text}");
+    assert!(
+        text.contains("its worktree is cleaned for the next job"),
+        "{text}"
+    );
     assert!(text.contains("`prodigy worktree clean` removes"), "{text}");
     let kept = spares(&scratch);
     assert_eq!(kept.len(), 3, "the session's and two slots");

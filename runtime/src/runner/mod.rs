@@ -568,6 +568,11 @@ impl Runner {
             .is_some_and(|m| !m.steps.is_empty())
     }
 
+    /// Whether the job keeps its worktrees as spares for the next one (`worktree.persist`).
+    pub fn persists(&self) -> bool {
+        self.plan.worktree.persist
+    }
+
     /// The session id.
     pub fn session(&self) -> &str {
         &self.session
