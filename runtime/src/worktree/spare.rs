@@ -101,7 +101,18 @@ pub(super) async fn take(
         taken?
     };
     let readied = async {
-        git(&path, &["reset", "-q", "--hard"]).await?;
+        // As a new slot is made (`create_slot`): a version 4 index and the untracked cache,
+        // also for a spare that was a session worktree, checked out without them.
+        let reset = [
+            "-c",
+            "index.version=4",
+            "-c",
+            "core.untrackedCache=true",
+            "reset",
+            "-q",
+            "--hard",
+        ];
+        git(&path, &reset).await?;
         clean(&path, keep).await?;
         let gitdir = git(&path, &["rev-parse", "--absolute-git-dir"]).await?;
         let _ = std::fs::remove_file(Path::new(gitdir.trim()).join(crate::layout::PREPARED_MARKER));
