@@ -576,6 +576,21 @@ pub async fn create_agent(
     create_slot(layout, session, pool, &branch_for, &base, &prefix).await
 }
 
+/// How a slot's worktree is checked out (a new one, and a spare taken for a slot): the
+/// slot's index is read and written by every item's switch, status and commit, and the
+/// smaller version 4 index and the untracked cache (which `git status` keeps up to date and
+/// reads instead of every directory) make those cheaper in a big repository. Both are
+/// recorded in the index, so the agents' own git commands keep them.
+pub(super) const SLOT_CHECKOUT: [&str; 7] = [
+    "-c",
+    "index.version=4",
+    "-c",
+    "core.untrackedCache=true",
+    "reset",
+    "-q",
+    "--hard",
+];
+
 /// A new `{session}-agent-N` worktree next to the session worktree for a pool's slot, on
 /// the first free branch NAMES gives, checked out at BASE.
 async fn create_slot(
@@ -605,24 +620,7 @@ async fn create_slot(
         .await?;
         (path, branch)
     };
-    // The slot's index is read and written by every item's switch, status and commit: the
-    // smaller version 4 index and the untracked cache (which `git status` keeps up to date
-    // and reads instead of every directory) make those cheaper in a big repository. Both
-    // are recorded in the new index, so the agents' own git commands keep them.
-    if let Err(e) = git(
-        &path,
-        &[
-            "-c",
-            "index.version=4",
-            "-c",
-            "core.untrackedCache=true",
-            "reset",
-            "-q",
-            "--hard",
-        ],
-    )
-    .await
-    {
+    if let Err(e) = git(&path, &SLOT_CHECKOUT).await {
         remove(&session.repo, &path, &branch).await;
         return Err(e);
     }

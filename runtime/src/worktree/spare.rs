@@ -101,18 +101,9 @@ pub(super) async fn take(
         taken?
     };
     let readied = async {
-        // As a new slot is made (`create_slot`): a version 4 index and the untracked cache,
-        // also for a spare that was a session worktree, checked out without them.
-        let reset = [
-            "-c",
-            "index.version=4",
-            "-c",
-            "core.untrackedCache=true",
-            "reset",
-            "-q",
-            "--hard",
-        ];
-        git(&path, &reset).await?;
+        // As a new slot is checked out, also for a spare that was a session worktree,
+        // checked out without the slots' index.
+        git(&path, &super::agent::SLOT_CHECKOUT).await?;
         clean(&path, keep).await?;
         let gitdir = git(&path, &["rev-parse", "--absolute-git-dir"]).await?;
         let _ = std::fs::remove_file(Path::new(gitdir.trim()).join(crate::layout::PREPARED_MARKER));
