@@ -171,6 +171,23 @@ pub async fn mark_prepared(worktree: &Path) -> Result<(), BootstrapError> {
     std::fs::write(&marker, "").map_err(io("write", &marker))
 }
 
+/// Forgets that `setup` ran in the worktree at WORKTREE ([`mark_prepared`]): the next
+/// [`prepare`] prepares it as a new one (a spare taken by another job, whose workflow may
+/// prepare it differently).
+///
+/// # Errors
+///
+/// When the worktree's git directory cannot be found, or the marker there not removed.
+pub(crate) async fn forget_prepared(worktree: &Path) -> Result<(), BootstrapError> {
+    let marker = own_git_dir(worktree)
+        .await?
+        .join(crate::layout::PREPARED_MARKER);
+    match std::fs::remove_file(&marker) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &marker)(e)),
+        _ => Ok(()),
+    }
+}
+
 /// The worktree's own git directory (`.git/worktrees/NAME`), which git removes with it.
 async fn own_git_dir(worktree: &Path) -> Result<PathBuf, WorktreeError> {
     let dir = git(worktree, &["rev-parse", "--absolute-git-dir"]).await?;

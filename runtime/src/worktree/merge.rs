@@ -501,7 +501,7 @@ impl Runner {
     /// MapReduce job) the worktree is kept as a spare for the next job instead, which is
     /// said.
     async fn retire_session(&self, session: &SessionWorktree) {
-        if !self.plan.worktree.persist {
+        if !self.persists() {
             remove(&session.repo, &session.path, &session.branch).await;
             return;
         }

@@ -100,17 +100,12 @@ pub(super) async fn take(
         }
         taken?
     };
-    let readied = async {
-        // As a new slot is checked out, also for a spare that was a session worktree,
-        // checked out without the slots' index.
-        git(&path, &super::agent::SLOT_CHECKOUT).await?;
-        clean(&path, keep).await?;
-        let gitdir = git(&path, &["rev-parse", "--absolute-git-dir"]).await?;
-        let _ = std::fs::remove_file(Path::new(gitdir.trim()).join(crate::layout::PREPARED_MARKER));
-        Ok::<_, WorktreeError>(())
-    }
-    .await;
-    if readied.is_err() {
+    // As a new slot is checked out, also for a spare that was a session worktree, checked
+    // out without the slots' index.
+    let readied = git(&path, &super::agent::SLOT_CHECKOUT).await.is_ok()
+        && clean(&path, keep).await.is_ok()
+        && super::bootstrap::forget_prepared(&path).await.is_ok();
+    if !readied {
         remove(repo, &path, "").await;
         return None;
     }
