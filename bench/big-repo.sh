@@ -108,8 +108,8 @@ for line in open(log):
     times, args = line.rstrip("\n").split("\t", 1)
     user_t, sys_t = times.split()
     words = args.split()
-    while words and words[0] == "-c":
-        words = words[2:]
+    while words and words[0] in ("-c", "--no-optional-locks"):
+        words = words[2:] if words[0] == "-c" else words[1:]
     # The command and its first options (`reset -q --keep` and `reset -q --hard` apart).
     kind = words[:2] if words[:1] == ["worktree"] else words[:1]
     for word in words[len(kind) : len(kind) + 2]:

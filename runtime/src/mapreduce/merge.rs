@@ -195,7 +195,7 @@ async fn merged_cleanly(
             merge: format!("{how:?}"),
         });
     }
-    let left = crate::worktree::changes(&worktree.path).await;
+    let left = runner.agent_worktrees.changes(&worktree).await;
     if left.is_empty() {
         runner.agent_worktrees.release(worktree);
         return;

@@ -1,8 +1,10 @@
 //! Map agents' worktrees: the pool they are reused from, and their commits merged one at a
 //! time into the job's integration ref (conflicts go to `merge.on_conflict`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use super::stamps::{Known, Stamps};
+use super::watch::Watcher;
 use super::{
     AgentWorktree, Layout, Merged, SessionWorktree, WorktreeError, add_on_new_branch, admin,
     common_dir, git, git_output, git_retrying, remove,
@@ -28,6 +30,11 @@ pub struct Pool {
     /// Where the idle worktrees go when the map phase ends (`worktree.persist`): spares
     /// under this layout; `None`: they are removed.
     park: std::sync::Mutex<Option<Layout>>,
+    /// The directories of each slot's worktree as they were when it was readied for its
+    /// item: what the clean after the item looks at ([`Pool::clean_after`]).
+    stamps: std::sync::Mutex<std::collections::HashMap<PathBuf, Known>>,
+    /// What each slot's item touched, for the release ([`Pool::changes`]).
+    watch: std::sync::Mutex<Watcher>,
 }
 
 /// How an agent's worktree was readied for its item: the one place that says when a
@@ -74,11 +81,100 @@ impl Pool {
     }
 
     /// Removes everything untracked or ignored from the worktree at PATH, except what
-    /// [`Pool::keep_ignored`] names: the first half of moving a slot to its next item (the
-    /// caller then checks out the base).
+    /// [`Pool::keep_ignored`] names (an adopted slot's, whose item is unknown).
     async fn clean(&self, path: &Path) -> Result<(), WorktreeError> {
         let keep = crate::lock(&self.keep).clone();
         super::spare::clean(path, &keep).await
+    }
+
+    /// [`Pool::clean`] of the slot OLD's item leaves: the first half of moving it to its
+    /// next item (the caller then checks out the base). Where its directories were stamped
+    /// when it was readied ([`Pool::stamp`]), `git clean` is handed only what is new since
+    /// then ([`Stamps::new_entries`]) and the files the item's commits deleted (ignored
+    /// files by those names would be left otherwise), less the files those commits added:
+    /// nothing at all to do when the item only committed new files. Returns the stamps
+    /// for the next [`Pool::stamp`].
+    async fn clean_after(&self, old: &AgentWorktree) -> (Result<(), WorktreeError>, Option<Known>) {
+        let stamps = crate::lock(&self.stamps).remove(&old.path);
+        let (only, stamps) = match stamps {
+            Some(Known::Stamped(stamps)) => {
+                let (only, stamps) = changed_paths(old, stamps).await;
+                (only, stamps.map(Known::Stamped))
+            }
+            Some(Known::Unstamped) => (None, Some(Known::Unstamped)),
+            None => (None, None),
+        };
+        let keep = crate::lock(&self.keep).clone();
+        (
+            super::spare::clean_only(&old.path, &keep, only.as_deref()).await,
+            stamps,
+        )
+    }
+
+    /// Notes the directories of the slot at PATH as they are now that it is readied for its
+    /// item, from PREVIOUS (its stamps before, so that only directories that moved are
+    /// listed again; `None`: a walk of the whole worktree): what [`Pool::clean_after`]
+    /// compares with. The slot is watched from now on ([`Pool::changes`]).
+    async fn stamp(&self, path: &Path, previous: Option<Known>) {
+        let known = match previous {
+            Some(Known::Unstamped) => Known::Unstamped,
+            Some(Known::Stamped(stamps)) => Self::refresh(path, stamps).await,
+            None => Self::refresh(path, Stamps::default()).await,
+        };
+        match &known {
+            Known::Stamped(stamps) => crate::lock(&self.watch).arm(path, stamps.dirs()),
+            Known::Unstamped => crate::lock(&self.watch).forget(path),
+        }
+        crate::lock(&self.stamps).insert(path.to_owned(), known);
+    }
+
+    /// What the item in the slot at PATH touched, as [`Pool::changes`] sees it.
+    #[cfg(test)]
+    pub(super) fn touched(&self, path: &Path) -> Option<Vec<PathBuf>> {
+        crate::lock(&self.watch).touched(path)
+    }
+
+    /// The uncommitted changes the agent in AGENT left, one `git status --short` line each,
+    /// as [`super::changes`] says them. Where the slot is watched ([`Watcher`]), `git status`
+    /// is asked about the paths the item touched only (none: no process at all), after
+    /// `git diff-index --cached` has shown nothing staged anywhere; in a big checkout that
+    /// spares a stat of every tracked file.
+    pub async fn changes(&self, agent: &AgentWorktree) -> Vec<String> {
+        let touched = crate::lock(&self.watch).touched(&agent.path);
+        let specs: Option<Vec<String>> = touched.and_then(|touched| {
+            touched
+                .iter()
+                .map(|p| p.to_str().map(|p| format!(":(literal){p}")))
+                .collect()
+        });
+        let Some(specs) = specs else {
+            return super::changes(&agent.path).await;
+        };
+        if git(&agent.path, &["diff-index", "--cached", "--quiet", "HEAD"])
+            .await
+            .is_err()
+        {
+            return super::changes(&agent.path).await;
+        }
+        if specs.is_empty() {
+            return Vec::new();
+        }
+        let mut args = vec!["status", "--porcelain", "--"];
+        args.extend(specs.iter().map(String::as_str));
+        match git(&agent.path, &args).await {
+            Ok(out) => out.lines().map(str::to_owned).collect(),
+            Err(_) => super::changes(&agent.path).await,
+        }
+    }
+
+    /// [`Stamps::refresh`], off the runtime's threads.
+    async fn refresh(path: &Path, stamps: Stamps) -> Known {
+        let root = path.to_owned();
+        tokio::task::spawn_blocking(move || stamps.refresh(&root))
+            .await
+            .ok()
+            .flatten()
+            .map_or(Known::Unstamped, Known::Stamped)
     }
 
     /// Adds the agent worktrees of SESSION that an earlier process left (killed, or stopped
@@ -130,6 +226,8 @@ impl Pool {
 
     /// Notes that the worktree at PATH is kept (a successful agent left changes in it).
     pub fn keep(&self, path: std::path::PathBuf) {
+        crate::lock(&self.stamps).remove(&path);
+        crate::lock(&self.watch).forget(&path);
         crate::lock(&self.kept).push(path);
     }
 
@@ -142,6 +240,8 @@ impl Pool {
     /// merged agents' branches; returns how many worktrees were kept as spares.
     pub async fn drain(&self, repo: &Path) -> usize {
         let idle = std::mem::take(&mut *self.idle());
+        crate::lock(&self.stamps).clear();
+        *crate::lock(&self.watch) = Watcher::default();
         let park = crate::lock(&self.park).clone();
         let mut parked = 0;
         let mut gone = Vec::new();
@@ -495,6 +595,86 @@ async fn first_free_branch(
     }
 }
 
+/// At most this many paths go to one `git clean`; beyond, it cleans the whole worktree.
+const CLEAN_PATHS: usize = 256;
+
+/// What the clean after the item in OLD must look at ([`Pool::clean_after`]), as literal
+/// pathspecs, from the slot's STAMPS; `None`: the whole worktree. With the stamps to keep.
+async fn changed_paths(
+    old: &AgentWorktree,
+    stamps: Stamps,
+) -> (Option<Vec<String>>, Option<Stamps>) {
+    let root = old.path.clone();
+    let Ok((found, stamps)) =
+        tokio::task::spawn_blocking(move || (stamps.new_entries(&root, CLEAN_PATHS), stamps)).await
+    else {
+        // The look panicked: the next readying walks the worktree afresh.
+        return (None, None);
+    };
+    let found: Option<Vec<String>> = found.and_then(|found| {
+        found
+            .iter()
+            .map(|p| p.to_str().map(str::to_owned))
+            .collect()
+    });
+    let Some(mut found) = found else {
+        return (None, Some(stamps));
+    };
+    match super::head_from_files(&old.path) {
+        Some(head) if head == old.base => {}
+        Some(head) => {
+            let Some((added, deleted)) = tracked_changes(&old.path, &old.base, &head).await else {
+                return (None, Some(stamps));
+            };
+            found.retain(|p| !added.contains(p));
+            found.extend(deleted);
+        }
+        None => return (None, Some(stamps)),
+    }
+    if found.len() > CLEAN_PATHS {
+        return (None, Some(stamps));
+    }
+    let only = found.iter().map(|p| format!(":(literal){p}")).collect();
+    (Some(only), Some(stamps))
+}
+
+/// The files added and deleted between commits FROM and TO, in the worktree at DIR.
+async fn tracked_changes(
+    dir: &Path,
+    from: &str,
+    to: &str,
+) -> Option<(std::collections::HashSet<String>, Vec<String>)> {
+    let out = git(
+        dir,
+        &[
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-commit-id",
+            "--no-renames",
+            "--name-status",
+            "--diff-filter=AD",
+            from,
+            to,
+        ],
+    )
+    .await
+    .ok()?;
+    let mut added = std::collections::HashSet::new();
+    let mut deleted = Vec::new();
+    let mut fields = out.split('\0');
+    while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+        match status {
+            "A" => {
+                added.insert(path.to_owned());
+            }
+            "D" => deleted.push(path.to_owned()),
+            _ => {}
+        }
+    }
+    Some((added, deleted))
+}
+
 /// What `git merge-tree --write-tree --name-only` printed for a conflict (the tree, the
 /// conflicted paths, a blank line, then git's messages): the paths and the messages.
 pub(super) fn conflict(out: &str) -> (Vec<String>, String) {
@@ -540,7 +720,8 @@ pub async fn create_agent(
     if let Some(old) = reused {
         // Released only without commits or uncommitted changes (or reset when adopted): what
         // is left to clear is ignored files (build output and the like).
-        let switched = match pool.clean(&old.path).await {
+        let (cleaned, stamps) = pool.clean_after(&old).await;
+        let switched = match cleaned {
             Ok(()) => first_free_branch(&branch_for, async |branch: &str| {
                 git(&old.path, &["switch", "-q", "-c", branch]).await
             })
@@ -549,6 +730,7 @@ pub async fn create_agent(
             Err(_) => None,
         };
         let Some(branch) = switched else {
+            crate::lock(&pool.watch).forget(&old.path);
             remove(&session.repo, &old.path, &old.branch).await;
             return create_slot(layout, session, pool, &branch_for, &base, &prefix).await;
         };
@@ -563,6 +745,7 @@ pub async fn create_agent(
             .await
             .is_ok()
         {
+            pool.stamp(&old.path, stamps).await;
             return Ok(AgentWorktree {
                 workdir: old.path.join(&prefix),
                 path: old.path,
@@ -571,6 +754,7 @@ pub async fn create_agent(
                 readied: Readied::Moved,
             });
         }
+        crate::lock(&pool.watch).forget(&old.path);
         remove(&session.repo, &old.path, &branch).await;
     }
     create_slot(layout, session, pool, &branch_for, &base, &prefix).await
@@ -624,6 +808,7 @@ async fn create_slot(
         remove(&session.repo, &path, &branch).await;
         return Err(e);
     }
+    pool.stamp(&path, None).await;
     Ok(AgentWorktree {
         workdir: path.join(prefix),
         path,
@@ -682,6 +867,7 @@ async fn claim_spare(
         remove(&session.repo, &path, &branch).await;
         return None;
     }
+    pool.stamp(&path, None).await;
     Some(AgentWorktree {
         workdir: path.join(prefix),
         path,

@@ -9,9 +9,26 @@ use super::{Layout, WorktreeError, admin, git, remove};
 /// Removes everything untracked or ignored from the worktree at PATH, except the ignored
 /// paths KEEP names (gitignore patterns).
 pub(super) async fn clean(path: &Path, keep: &[String]) -> Result<(), WorktreeError> {
+    clean_only(path, keep, None).await
+}
+
+/// [`clean`], of only what the pathspecs ONLY name when there are some (and then nothing
+/// when it names nothing).
+pub(super) async fn clean_only(
+    path: &Path,
+    keep: &[String],
+    only: Option<&[String]>,
+) -> Result<(), WorktreeError> {
     let mut args = vec!["clean", "-ffdxq"];
     for pattern in keep {
         args.extend(["-e", pattern.as_str()]);
+    }
+    if let Some(only) = only {
+        if only.is_empty() {
+            return Ok(());
+        }
+        args.push("--");
+        args.extend(only.iter().map(String::as_str));
     }
     git(path, &args).await.map(|_| ())
 }
