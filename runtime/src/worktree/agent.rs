@@ -141,13 +141,10 @@ impl Pool {
     /// spares a stat of every tracked file.
     pub async fn changes(&self, agent: &AgentWorktree) -> Vec<String> {
         let touched = crate::lock(&self.watch).touched(&agent.path);
-        let specs: Option<Vec<String>> = touched.and_then(|touched| {
-            touched
-                .iter()
-                .map(|p| p.to_str().map(|p| format!(":(literal){p}")))
-                .collect()
-        });
-        let Some(specs) = specs else {
+        let Some(specs) = touched
+            .and_then(|touched| utf8(&touched))
+            .map(|t| literal(&t))
+        else {
             return super::changes(&agent.path).await;
         };
         if git(&agent.path, &["diff-index", "--cached", "--quiet", "HEAD"])
@@ -611,13 +608,7 @@ async fn changed_paths(
         // The look panicked: the next readying walks the worktree afresh.
         return (None, None);
     };
-    let found: Option<Vec<String>> = found.and_then(|found| {
-        found
-            .iter()
-            .map(|p| p.to_str().map(str::to_owned))
-            .collect()
-    });
-    let Some(mut found) = found else {
+    let Some(mut found) = found.and_then(|found| utf8(&found)) else {
         return (None, Some(stamps));
     };
     match super::head_from_files(&old.path) {
@@ -634,8 +625,20 @@ async fn changed_paths(
     if found.len() > CLEAN_PATHS {
         return (None, Some(stamps));
     }
-    let only = found.iter().map(|p| format!(":(literal){p}")).collect();
-    (Some(only), Some(stamps))
+    (Some(literal(&found)), Some(stamps))
+}
+
+/// PATHS as strings; `None` when one is not UTF-8 (git is then asked about everything).
+fn utf8(paths: &[PathBuf]) -> Option<Vec<String>> {
+    paths
+        .iter()
+        .map(|p| p.to_str().map(str::to_owned))
+        .collect()
+}
+
+/// PATHS as git pathspecs that match them and only them (no wildcards).
+fn literal(paths: &[String]) -> Vec<String> {
+    paths.iter().map(|p| format!(":(literal){p}")).collect()
 }
 
 /// The files added and deleted between commits FROM and TO, in the worktree at DIR.
