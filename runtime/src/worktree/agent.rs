@@ -207,13 +207,13 @@ impl Pool {
             if reset.is_err() || self.clean(&path).await.is_err() {
                 continue;
             }
-            let base = git(&path, &["rev-parse", "HEAD"]).await.unwrap_or_default();
+            let base = crate::git::head(&path).await.unwrap_or_default();
             self.idle().push(AgentWorktree {
                 workdir: path.clone(),
                 path,
                 // No branch of this process's: none is deleted when the slot moves on.
                 branch: String::new(),
-                base: base.trim().to_owned(),
+                base,
                 readied: Readied::Moved,
             });
             taken += 1;
@@ -719,48 +719,86 @@ pub async fn create_agent(
         .strip_prefix(&session.path)
         .unwrap_or(Path::new(""))
         .to_owned();
+    let target = Target {
+        names: &branch_for,
+        base: &base,
+        prefix: &prefix,
+    };
     let reused = pool.idle().pop();
     if let Some(old) = reused {
+        // The last item's work is merged (or it had none): its branch goes when the phase
+        // ends, whatever becomes of the worktree.
+        if !old.branch.is_empty() {
+            crate::lock(&pool.done).push(old.branch.clone());
+        }
         // Released only without commits or uncommitted changes (or reset when adopted): what
         // is left to clear is ignored files (build output and the like).
         let (cleaned, stamps) = pool.clean_after(&old).await;
-        let switched = match cleaned {
-            Ok(()) => first_free_branch(&branch_for, async |branch: &str| {
-                git(&old.path, &["switch", "-q", "-c", branch]).await
-            })
-            .await
-            .ok(),
-            Err(_) => None,
-        };
-        let Some(branch) = switched else {
-            crate::lock(&pool.watch).forget(&old.path);
-            remove(&session.repo, &old.path, &old.branch).await;
-            return create_slot(layout, session, pool, &branch_for, &base, &prefix).await;
-        };
-        if !old.branch.is_empty() {
-            crate::lock(&pool.done).push(old.branch);
+        match cleaned {
+            Ok(()) => {
+                let moved = ready_slot(session, pool, old.path, &target, Readied::Moved, stamps);
+                if let Some(agent) = moved.await {
+                    return Ok(agent);
+                }
+            }
+            Err(_) => discard(session, pool, &old.path, "").await,
         }
-        // The new branch starts where the last item's ended; `reset --keep` moves it to the
-        // base, rewriting only the files that differ between the two commits. Unlike a
-        // `switch` to the base it does not first stat every file of the index: the release
-        // (`git status`) and the clean have just shown the worktree holds nothing else.
-        if git(&old.path, &["reset", "-q", "--keep", &base])
-            .await
-            .is_ok()
-        {
-            pool.stamp(&old.path, stamps).await;
-            return Ok(AgentWorktree {
-                workdir: old.path.join(&prefix),
-                path: old.path,
-                branch,
-                base,
-                readied: Readied::Moved,
-            });
-        }
-        crate::lock(&pool.watch).forget(&old.path);
-        remove(&session.repo, &old.path, &branch).await;
     }
-    create_slot(layout, session, pool, &branch_for, &base, &prefix).await
+    create_slot(layout, session, pool, &target).await
+}
+
+/// Where a slot's worktree goes for an item: the first free branch NAMES gives, at BASE,
+/// the agent's commands in PREFIX below the worktree's root.
+struct Target<'a, F> {
+    names: &'a F,
+    base: &'a str,
+    prefix: &'a Path,
+}
+
+/// Readies the clean worktree at PATH for the item TARGET says (a slot moved on, a spare
+/// taken): on a new branch where the last item's ended, moved to the base with
+/// `reset --keep`, which rewrites only the files that differ between the two commits and,
+/// unlike a `switch` to the base, does not first stat every file of the index (the release
+/// and the clean have just shown the worktree holds nothing else); then stamped and watched
+/// from STAMPS ([`Pool::stamp`]). `None` when it cannot be: the worktree is removed, with
+/// the branch made for it.
+async fn ready_slot<F: Fn(u32) -> String>(
+    session: &SessionWorktree,
+    pool: &Pool,
+    path: PathBuf,
+    target: &Target<'_, F>,
+    readied: Readied,
+    stamps: Option<Known>,
+) -> Option<AgentWorktree> {
+    let branch = first_free_branch(target.names, async |branch: &str| {
+        git(&path, &["switch", "-q", "-c", branch]).await
+    })
+    .await;
+    let Ok(branch) = branch else {
+        discard(session, pool, &path, "").await;
+        return None;
+    };
+    if git(&path, &["reset", "-q", "--keep", target.base])
+        .await
+        .is_err()
+    {
+        discard(session, pool, &path, &branch).await;
+        return None;
+    }
+    pool.stamp(&path, stamps).await;
+    Some(AgentWorktree {
+        workdir: path.join(target.prefix),
+        path,
+        branch,
+        base: target.base.to_owned(),
+        readied,
+    })
+}
+
+/// Removes POOL's slot worktree at PATH (and BRANCH, unless empty): no longer watched.
+async fn discard(session: &SessionWorktree, pool: &Pool, path: &Path, branch: &str) {
+    crate::lock(&pool.watch).forget(path);
+    remove(&session.repo, path, branch).await;
 }
 
 /// How a slot's worktree is checked out (a new one, and a spare taken for a slot): the
@@ -778,31 +816,29 @@ pub(super) const SLOT_CHECKOUT: [&str; 7] = [
     "--hard",
 ];
 
-/// A new `{session}-agent-N` worktree next to the session worktree for a pool's slot, on
-/// the first free branch NAMES gives, checked out at BASE.
-async fn create_slot(
+/// A new `{session}-agent-N` worktree next to the session worktree for a pool's slot, for
+/// the item TARGET says: on the first free branch, checked out at the base.
+async fn create_slot<F: Fn(u32) -> String>(
     layout: &Layout,
     session: &SessionWorktree,
     pool: &Pool,
-    names: &impl Fn(u32) -> String,
-    base: &str,
-    prefix: &Path,
+    target: &Target<'_, F>,
 ) -> Result<AgentWorktree, WorktreeError> {
     // Only a job that keeps its slots takes spares: without `worktree.persist`, a job's
     // worktrees are its own from checkout to removal.
     let persists = crate::lock(&pool.park).is_some();
-    if persists && let Some(spare) = claim_spare(layout, session, pool, names, base, prefix).await {
+    if persists && let Some(spare) = claim_spare(layout, session, pool, target).await {
         return Ok(spare);
     }
     let (path, branch) = {
         let _admin = admin(&session.repo).await?;
         let _ = crate::durable::private_dir(&layout.worktrees_dir());
         let path = next_slot_path(layout, session, pool);
-        let target = path.to_string_lossy().into_owned();
+        let at = path.to_string_lossy().into_owned();
         // Registered under the lock, checked out outside it: the slots' first checkouts
         // (the whole tree each) run side by side.
-        let branch = first_free_branch(names, async |branch: &str| {
-            add_on_new_branch(&session.repo, branch, &target, base, true).await
+        let branch = first_free_branch(target.names, async |branch: &str| {
+            add_on_new_branch(&session.repo, branch, &at, target.base, true).await
         })
         .await?;
         (path, branch)
@@ -813,10 +849,10 @@ async fn create_slot(
     }
     pool.stamp(&path, None).await;
     Ok(AgentWorktree {
-        workdir: path.join(prefix),
+        workdir: path.join(target.prefix),
         path,
         branch,
-        base: base.to_owned(),
+        base: target.base.to_owned(),
         readied: Readied::Created,
     })
 }
@@ -842,42 +878,21 @@ fn next_slot_path(layout: &Layout, session: &SessionWorktree, pool: &Pool) -> st
 
 /// A spare worktree an earlier job kept ([`Pool::persist`]) as a new slot of POOL
 /// ([`super::spare::take`]: at the slot's path `{session}-agent-N`, cleaned except what
-/// [`Pool::keep_ignored`] names, prepared afresh), on the first free branch NAMES gives, at
-/// BASE. `None` when there is no spare, or the one taken could not be readied (it is
-/// removed).
-async fn claim_spare(
+/// [`Pool::keep_ignored`] names, prepared afresh), readied for the item TARGET says
+/// ([`ready_slot`]). `None` when there is no spare, or the one taken could not be readied
+/// (it is removed).
+async fn claim_spare<F: Fn(u32) -> String>(
     layout: &Layout,
     session: &SessionWorktree,
     pool: &Pool,
-    names: &impl Fn(u32) -> String,
-    base: &str,
-    prefix: &Path,
+    target: &Target<'_, F>,
 ) -> Option<AgentWorktree> {
     let keep = crate::lock(&pool.keep).clone();
     let path = super::spare::take(layout, &session.repo, &keep, || {
         next_slot_path(layout, session, pool)
     })
     .await?;
-    let branch = first_free_branch(names, async |branch: &str| {
-        git(&path, &["switch", "-q", "-c", branch]).await
-    })
-    .await;
-    let Ok(branch) = branch else {
-        remove(&session.repo, &path, "").await;
-        return None;
-    };
-    if git(&path, &["reset", "-q", "--keep", base]).await.is_err() {
-        remove(&session.repo, &path, &branch).await;
-        return None;
-    }
-    pool.stamp(&path, None).await;
-    Some(AgentWorktree {
-        workdir: path.join(prefix),
-        path,
-        branch,
-        base: base.to_owned(),
-        readied: Readied::Spare,
-    })
+    ready_slot(session, pool, path, target, Readied::Spare, None).await
 }
 
 /// The ref the map agents' work is merged into while the map phase runs: the session

@@ -79,14 +79,9 @@ pub(crate) fn head_from_files(dir: &Path) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// What git prints (trimmed); it must succeed.
     fn git(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        super::super::git_sync(dir, args).unwrap_or_else(|| panic!("git {args:?} failed"))
     }
 
     /// What git itself says `HEAD` is, in every layout this reads: a repository, a

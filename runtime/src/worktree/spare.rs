@@ -40,10 +40,10 @@ pub(super) async fn park(layout: &Layout, repo: &Path, path: &Path, keep: &[Stri
     if clean(path, keep).await.is_err() {
         return false;
     }
-    let Ok(head) = git(path, &["rev-parse", "HEAD"]).await else {
+    let Some(head) = crate::git::head(path).await else {
         return false;
     };
-    if git(path, &["update-ref", "--no-deref", "HEAD", head.trim()])
+    if git(path, &["update-ref", "--no-deref", "HEAD", &head])
         .await
         .is_err()
     {
