@@ -60,8 +60,9 @@ struct Dir {
 }
 
 impl Dir {
-    /// Lists the directory at PATH, stamped BEFORE; `now` is when the look began.
-    fn list(path: &Path, before: Stamp, now: SystemTime) -> Option<Self> {
+    /// Lists the directory at PATH, stamped BEFORE; NOW is when the look began, in
+    /// nanoseconds since the epoch.
+    fn list(path: &Path, before: Stamp, now: i128) -> Option<Self> {
         let mut entries = HashMap::new();
         for entry in std::fs::read_dir(path).ok()? {
             let entry = entry.ok()?;
@@ -75,12 +76,10 @@ impl Dir {
             );
         }
         let after = Stamp::of(path)?;
-        let changed = UNIX_EPOCH
-            + Duration::new(
-                u64::try_from(before.ctime.0).unwrap_or(0),
-                u32::try_from(before.ctime.1).unwrap_or(0),
-            );
-        let racy = after != before || changed + RACY >= now;
+        // In nanoseconds since the epoch, so that no time (a clock far off, a damaged
+        // file system) can overflow.
+        let changed = i128::from(before.ctime.0) * 1_000_000_000 + i128::from(before.ctime.1);
+        let racy = after != before || changed + RACY.as_nanos().cast_signed() >= now;
         Some(Self {
             stamp: before,
             racy,
@@ -115,7 +114,9 @@ impl Stamps {
         if !local(root) {
             return None;
         }
-        let now = SystemTime::now();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos().cast_signed());
         let mut dirs = BTreeMap::new();
         let mut entries = 0;
         let mut todo = vec![PathBuf::new()];

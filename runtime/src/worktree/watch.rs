@@ -21,13 +21,13 @@ const MAX_WATCHES: usize = 4_096;
 /// Beyond this many touched paths the release looks at the whole worktree.
 const MAX_TOUCHED: usize = 256;
 
-/// What each slot's item touched since the slot was [`Watcher::arm`]ed.
+/// What each slot's item touched since the slot was [`Watcher::arm`]ed (a slot is in
+/// [`Watcher::slots`] only from then).
 #[derive(Debug, Default)]
 struct Slot {
     touched: BTreeSet<PathBuf>,
     /// Notifications were lost, or some directories are not watched.
     incomplete: bool,
-    armed: bool,
 }
 
 /// The notifications of one pool's slots.
@@ -49,10 +49,7 @@ impl Watcher {
         if self.fd.is_none() {
             self.fd = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
         }
-        let mut slot = Slot {
-            armed: true,
-            ..Slot::default()
-        };
+        let mut slot = Slot::default();
         let Some(fd) = &self.fd else {
             slot.incomplete = true;
             self.slots.insert(root.to_owned(), slot);
@@ -90,7 +87,6 @@ impl Watcher {
     #[cfg(not(target_os = "linux"))]
     pub(super) fn arm<'a>(&mut self, root: &Path, _: impl Iterator<Item = &'a Path>) {
         let slot = Slot {
-            armed: true,
             incomplete: true,
             ..Slot::default()
         };
@@ -104,7 +100,7 @@ impl Watcher {
     pub(super) fn touched(&mut self, root: &Path) -> Option<Vec<PathBuf>> {
         self.pump();
         let slot = self.slots.get(root)?;
-        (slot.armed && !slot.incomplete).then(|| slot.touched.iter().cloned().collect())
+        (!slot.incomplete).then(|| slot.touched.iter().cloned().collect())
     }
 
     /// Stops watching the slot at ROOT (kept or removed).
