@@ -341,3 +341,38 @@ fn a_persisting_job_takes_the_worktrees_the_last_one_kept() {
     assert!(spares(&scratch).is_empty());
     assert_eq!(scratch.git(&["worktree", "list"]).lines().count(), 1);
 }
+
+/// `worktree.persist` beside `sparse` (W002 in `check`): a sparse agent worktree is never
+/// kept, since the next job's agents may need the whole tree; the session worktree, whole,
+/// is kept and taken by the next job, whose agents get sparse checkouts of their own.
+#[test]
+fn a_persisting_job_with_sparse_agents_keeps_only_its_session_worktree() {
+    let scratch = Scratch::new();
+    let project = scratch.project();
+    for (path, text) in [("a.txt", "a\n"), ("app/a.txt", "a\n"), ("lib/b.txt", "b\n")] {
+        std::fs::create_dir_all(project.join(path).parent().unwrap()).unwrap();
+        std::fs::write(project.join(path), text).unwrap();
+    }
+    scratch.commit();
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        "mode: mapreduce\nworktree:\n  persist: true\n  sparse: [app]\nmap:\n  input: \"seq 1 3\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"test ! -e lib/b.txt && echo $ITEM > app/n-$ITEM-$RUN.txt && git add -A && git commit -q -m \\\"item $ITEM\\\"\"\n      commit_required: true\n",
+    );
+    for run in ["1", "2"] {
+        let output = scratch.run(&["run", "-y", &file], &[("RUN", run)]);
+        let text = shown(&output);
+        assert!(output.status.success(), "{text}");
+        assert!(text.contains("3 succeeded, 0 failed"), "{text}");
+        assert!(!text.contains("kept 2 worktrees"), "{text}");
+        assert_eq!(spares(&scratch).len(), 1, "run {run}: the session's only");
+    }
+    let tree = files_at(&scratch, "main");
+    for run in 1..=2 {
+        for item in 1..=3 {
+            let f = format!("app/n-{item}-{run}.txt");
+            assert!(tree.contains(&f), "{f} missing: {tree:?}");
+        }
+    }
+    assert!(tree.contains(&"lib/b.txt".to_owned()), "{tree:?}");
+}
