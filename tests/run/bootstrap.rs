@@ -16,6 +16,18 @@ fn workflow(scratch: &Scratch, name: &str, text: &str) -> String {
     path.display().to_string()
 }
 
+/// A scratch project whose files (path, text) are committed.
+fn committed(files: &[(&str, &str)]) -> Scratch {
+    let scratch = Scratch::new();
+    let project = scratch.project();
+    for (path, text) in files {
+        std::fs::create_dir_all(project.join(path).parent().unwrap()).unwrap();
+        std::fs::write(project.join(path), text).unwrap();
+    }
+    scratch.commit();
+    scratch
+}
+
 fn files_at(scratch: &Scratch, rev: &str) -> Vec<String> {
     scratch
         .git(&["ls-tree", "-r", "--name-only", rev])
@@ -213,17 +225,11 @@ fn an_agent_whose_setup_fails_fails_its_item_naming_the_step() {
 
 #[test]
 fn sparse_agents_see_only_their_cone_and_the_merged_tree_keeps_the_rest() {
-    let scratch = Scratch::new();
-    let project = scratch.project();
-    for (path, text) in [
+    let scratch = committed(&[
         ("app/a.txt", "a\n"),
         ("lib/b.txt", "b\n"),
         ("top.txt", "t\n"),
-    ] {
-        std::fs::create_dir_all(project.join(path).parent().unwrap()).unwrap();
-        std::fs::write(project.join(path), text).unwrap();
-    }
-    scratch.commit();
+    ]);
     let file = workflow(
         &scratch,
         "job.yml",
@@ -347,13 +353,7 @@ fn a_persisting_job_takes_the_worktrees_the_last_one_kept() {
 /// is kept and taken by the next job, whose agents get sparse checkouts of their own.
 #[test]
 fn a_persisting_job_with_sparse_agents_keeps_only_its_session_worktree() {
-    let scratch = Scratch::new();
-    let project = scratch.project();
-    for (path, text) in [("a.txt", "a\n"), ("app/a.txt", "a\n"), ("lib/b.txt", "b\n")] {
-        std::fs::create_dir_all(project.join(path).parent().unwrap()).unwrap();
-        std::fs::write(project.join(path), text).unwrap();
-    }
-    scratch.commit();
+    let scratch = committed(&[("a.txt", "a\n"), ("app/a.txt", "a\n"), ("lib/b.txt", "b\n")]);
     let file = workflow(
         &scratch,
         "job.yml",
