@@ -13,7 +13,7 @@
 #
 # Usage: bash bench/big-repo.sh
 #   PROFILE=1 FILES=20000 bash bench/big-repo.sh
-#   PRODIGY_BIN=/path/to/prodigy FILES=2000 N=200 RUNS=3 bash bench/big-repo.sh
+#   PRODIGY_BIN=/path/to/prodigy FILES=2000 N=200 RUNS=3 SETTLE=65 bash bench/big-repo.sh
 # WT_N (default N) runs the worktree loop on fewer items: each of its items checks out the
 # whole tree, seconds apiece at 20,000 files; its per-item figure is what compares then.
 # PROFILE=1 runs one prodigy job instead, with `git` on PATH replaced by a wrapper that
@@ -166,10 +166,12 @@ time_worktrees() {
 # Median, minimum and maximum of each, in seconds.
 RUNS_OUT="$TMP/runs"
 mkdir -p "$RUNS_OUT"
-# Before each timed run, the disk is flushed and 6 s pass: on ext4 without a journal, a new
-# file skips the inodes freed in the last 5 s (5 minutes while their table block is not yet
-# written back), so the run right after one that deleted whole checkouts would pay for them.
-settle() { sync; sleep 6; }
+# Before each timed run, the disk is flushed and SETTLE seconds (default 6) pass: on ext4
+# without a journal, a new file skips every inode freed in the last minute or so (60 s on
+# Linux 6.x; 5 minutes while their table block is not yet written back), one look each, so
+# that a run right after one that deleted whole checkouts (a first job removes its five)
+# pays seconds for it in every file it makes. Set SETTLE=65 there.
+settle() { sync; sleep "${SETTLE:-6}"; }
 # The warm-up round also leaves the spares the first timed `persist` run takes.
 for f in time_prodigy time_persist time_serial time_worktrees; do settle; "$f" >/dev/null; done
 for ((r = 0; r < RUNS; r++)); do

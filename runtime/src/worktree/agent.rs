@@ -843,7 +843,8 @@ async fn create_slot<F: Fn(u32) -> String>(
         .await?;
         (path, branch)
     };
-    if let Err(e) = git(&path, &SLOT_CHECKOUT).await {
+    // The session worktree holds nearly every file of the base.
+    if let Err(e) = super::check_out(&session.path, &path, target.base, true).await {
         remove(&session.repo, &path, &branch).await;
         return Err(e);
     }

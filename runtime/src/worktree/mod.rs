@@ -428,7 +428,29 @@ pub async fn create_session(
     {
         let _admin = admin(repo).await?;
         let target = path.to_string_lossy().into_owned();
-        add_on_new_branch(repo, &branch, &target, &base_commit, false).await?;
+        add_on_new_branch(repo, &branch, &target, &base_commit, true).await?;
+    }
+    // Checked out outside the administration lock, from the user's checkout where it holds
+    // HEAD's files; then the repository's `post-checkout` hook runs as after
+    // `git worktree add`, and its failure is the checkout's.
+    let before = "0".repeat(base_commit.len());
+    let hook = [
+        "hook",
+        "run",
+        "--ignore-missing",
+        "post-checkout",
+        "--",
+        &before,
+        &base_commit,
+        "1",
+    ];
+    let checked_out = async {
+        check_out(repo, &path, &base_commit, false).await?;
+        git(&path, &hook).await
+    };
+    if let Err(e) = checked_out.await {
+        remove(repo, &path, &branch).await;
+        return Err(e);
     }
     Ok(SessionWorktree {
         workdir: path.join(prefix),
@@ -473,6 +495,33 @@ pub async fn create_session_from_spare(
         base_commit,
         repo: repo.to_owned(),
     })
+}
+
+/// Checks out BASE in the new worktree at PATH (made with `--no-checkout`): every file of
+/// BASE the worktree SOURCE holds is copied from there, checked against its blob
+/// ([`fill`]), the rest checked out (or the whole tree, when it cannot be filled). SLOT: a
+/// pool's slot, whose index is set up as [`agent::SLOT_CHECKOUT`] says.
+async fn check_out(
+    source: &Path,
+    path: &Path,
+    base: &str,
+    slot: bool,
+) -> Result<(), WorktreeError> {
+    let filled = {
+        let (source, dest, base) = (source.to_owned(), path.to_owned(), base.to_owned());
+        tokio::task::spawn_blocking(move || fill::fill(&source, &dest, &base, slot))
+            .await
+            .unwrap_or(false)
+    };
+    if filled {
+        return Ok(());
+    }
+    let reset: &[&str] = if slot {
+        &agent::SLOT_CHECKOUT
+    } else {
+        &["reset", "--hard", "--no-recurse-submodules", "--quiet"]
+    };
+    git(path, reset).await.map(drop)
 }
 
 /// `git worktree add -b BRANCH TARGET BASE`. Git makes the branch before the worktree: when
@@ -587,6 +636,7 @@ pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), 
 
 mod agent;
 pub mod bootstrap;
+mod fill;
 mod list;
 mod merge;
 mod refs;
@@ -676,6 +726,46 @@ mod tests {
         create_session(&layout, &top, &prefix, "s1")
             .await
             .unwrap_err();
+        let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
+        assert_eq!(branches.trim(), "main\nprodigy-s1");
+    }
+
+    /// The session worktree is filled from the user's checkout, not checked out by
+    /// `git worktree add`: what the user changed and did not commit stays out of it, and the
+    /// repository's `post-checkout` hook still runs there as after `git worktree add` (a
+    /// failing hook fails the run, and leaves neither worktree nor branch).
+    #[tokio::test]
+    async fn a_session_worktree_holds_head_and_the_post_checkout_hook_ran_in_it() {
+        let project = repo();
+        commit_file(project.path(), "kept.txt", "committed\n");
+        std::fs::write(project.path().join("kept.txt"), "edited\n").unwrap();
+        std::fs::write(project.path().join("mine.txt"), "untracked\n").unwrap();
+        let hook = project.path().join(".git/hooks/post-checkout");
+        std::fs::write(&hook, "#!/bin/sh\necho \"$@\" > hook-ran\n").unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s1").await.unwrap();
+        let read = |name: &str| std::fs::read_to_string(session.path.join(name)).unwrap();
+        assert_eq!(read("kept.txt"), "committed\n");
+        assert!(!session.path.join("mine.txt").exists());
+        let zero = "0".repeat(session.base_commit.len());
+        assert_eq!(
+            read("hook-ran"),
+            format!("{zero} {} 1\n", session.base_commit)
+        );
+        assert_eq!(
+            git_sync(&session.path, &["status", "--porcelain"]).unwrap(),
+            "?? hook-ran"
+        );
+        std::fs::write(&hook, "#!/bin/sh\necho refused >&2\nexit 3\n").unwrap();
+        let err = create_session(&layout, &top, &prefix, "s2")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+        assert!(!layout.session_worktree("s2").exists());
         let branches = git_sync(&top, &["branch", "--format=%(refname:short)"]).unwrap();
         assert_eq!(branches.trim(), "main\nprodigy-s1");
     }
