@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sha1::{Digest as _, Sha1};
 
 /// The oldest git [`fill`] works with: `git check-attr --source` came with git 2.40.
-const CHECK_ATTR_SOURCE: (u32, u32) = (2, 40);
+pub(super) const CHECK_ATTR_SOURCE: (u32, u32) = (2, 40);
 
 /// Entries a thread takes at a time.
 const CHUNK: usize = 256;
@@ -425,6 +425,12 @@ mod tests {
         super::super::git_sync(dir, args).unwrap_or_else(|| panic!("git {args:?} in {dir:?}"))
     }
 
+    fn commit(repo: &Path, paths: &str, message: &str) {
+        sh(repo, &["add", paths]);
+        let who = ["-c", "user.name=t", "-c", "user.email=t@t"];
+        sh(repo, &[&who[..], &["commit", "-q", "-m", message]].concat());
+    }
+
     /// A repository with files in directories, an executable, a symlink and a name that
     /// sorts between a directory's files and its name; and a second worktree of it made
     /// with `--no-checkout`.
@@ -443,20 +449,7 @@ mod tests {
         .unwrap();
         std::os::unix::fs::symlink("src/lib.rs", repo.join("link")).unwrap();
         sh(&repo, &["init", "-q", "-b", "main"]);
-        sh(&repo, &["add", "-A"]);
-        sh(
-            &repo,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "-m",
-                "base",
-            ],
-        );
+        commit(&repo, "-A", "base");
         let dest = tmp.path().join("dest");
         let at = dest.to_string_lossy().into_owned();
         sh(
@@ -543,20 +536,7 @@ mod tests {
         // A smudge filter (configured in the repository) that writes something other than
         // the blob: the filled worktree has what git writes, not the other worktree's file.
         std::fs::write(repo.join(".gitattributes"), "*.txt filter=upper\n").unwrap();
-        sh(&repo, &["add", ".gitattributes"]);
-        sh(
-            &repo,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "-m",
-                "attrs",
-            ],
-        );
+        commit(&repo, ".gitattributes", "attrs");
         sh(&repo, &["config", "filter.upper.smudge", "tr a-z A-Z"]);
         sh(&repo, &["config", "filter.upper.clean", "tr A-Z a-z"]);
         let head = sh(&repo, &["rev-parse", "HEAD"]);

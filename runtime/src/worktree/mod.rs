@@ -425,10 +425,12 @@ pub async fn create_session(
     let _ = crate::durable::private_dir(&layout.worktrees_dir());
     let branch = format!("prodigy-{session}");
     let base_commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
+    // An older git checks the worktree out itself (and runs the `post-checkout` hook).
+    let fills = git_version().is_some_and(|v| v >= fill::CHECK_ATTR_SOURCE);
     {
         let _admin = admin(repo).await?;
         let target = path.to_string_lossy().into_owned();
-        add_on_new_branch(repo, &branch, &target, &base_commit, true).await?;
+        add_on_new_branch(repo, &branch, &target, &base_commit, fills).await?;
     }
     // Checked out outside the administration lock, from the user's checkout where it holds
     // HEAD's files; then the repository's `post-checkout` hook runs as after
@@ -445,8 +447,11 @@ pub async fn create_session(
         "1",
     ];
     let checked_out = async {
-        check_out(repo, &path, &base_commit, false).await?;
-        git(&path, &hook).await
+        if fills {
+            check_out(repo, &path, &base_commit, false).await?;
+            git(&path, &hook).await?;
+        }
+        Ok(())
     };
     if let Err(e) = checked_out.await {
         remove(repo, &path, &branch).await;
