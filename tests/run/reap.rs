@@ -137,8 +137,13 @@ fn kill_guard(pid: u32) {
 
 /// Starts the shell job, with agents (or setup, at a `setup` offset) sleeping for MARKER
 /// seconds, and kills prodigy with SIGKILL at OFFSET; with `guard_too`, its guard first.
-/// Returns the job's id.
-fn kill_shell_job(scratch: &Scratch, marker: &str, offset: &Offset, guard_too: bool) -> String {
+/// Returns the job's id and the run's guard as it was before the kill.
+fn kill_shell_job(
+    scratch: &Scratch,
+    marker: &str,
+    offset: &Offset,
+    guard_too: bool,
+) -> (String, Option<i32>) {
     let dir = scratch.dir.path();
     let setup = if offset.what == "setup" { marker } else { "0" };
     std::fs::write(dir.join("setup-duration"), setup).unwrap();
@@ -152,6 +157,7 @@ fn kill_shell_job(scratch: &Scratch, marker: &str, offset: &Offset, guard_too: b
     let pid = child.id();
     // Setup's sleep or an agent's, as OFFSET says, is the one that sleeps for MARKER.
     let setup = offset.what == "setup";
+    let mut guard = None;
     let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
         watch::until_changed(dir, "the offset", || {
             count(scratch, offset.what) >= offset.count
@@ -162,12 +168,13 @@ fn kill_shell_job(scratch: &Scratch, marker: &str, offset: &Offset, guard_too: b
         });
         // The offset's pause: the kill lands this long after, whatever runs then.
         std::thread::sleep(offset.pause);
+        guard = guard_of(pid);
         if guard_too {
             kill_guard(pid);
         }
     });
     assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
-    only_job(scratch)
+    (only_job(scratch), guard)
 }
 
 /// Resumes JOB with quick agents and checks that every item succeeded once, and that no
@@ -199,12 +206,18 @@ fn a_killed_coordinator_takes_its_agents_and_their_children_with_it() {
         shell_job(&scratch);
         let marker = format!("48.{:07}{n}", std::process::id());
         let _leftovers = Leftovers(format!("sleep {marker}"));
-        let job = kill_shell_job(&scratch, &marker, offset, false);
+        let (job, guard) = kill_shell_job(&scratch, &marker, offset, false);
         let left = left_after_grace(&format!("sleep {marker}"));
         assert!(
             left.is_empty(),
             "offset {n}: processes of the killed run still alive: {left:?}"
         );
+        // The guard ends the agents' shells as well as their sleeps (TERM, then KILL after
+        // the grace to a shell that ignores TERM): the resumed run comes once it is done, or
+        // it would find, and end, what the guard was still ending.
+        let guard = guard.unwrap_or_else(|| panic!("offset {n}: the run had no guard"));
+        let running = watch::gone_within(&[guard], Duration::from_secs(10));
+        assert!(running.is_empty(), "offset {n}: the guard still runs");
         let text = resume_quickly(&scratch, &job);
         // The guard left nothing for the resumed run to end.
         assert!(!text.contains("left running"), "offset {n}: {text}");
@@ -221,7 +234,7 @@ fn resume_job_ends_what_a_coordinator_killed_with_its_guard_left_before_items_ru
         shell_job(&scratch);
         let marker = format!("49.{:07}{n}", std::process::id());
         let _leftovers = Leftovers(format!("sleep {marker}"));
-        let job = kill_shell_job(&scratch, &marker, offset, true);
+        let (job, _) = kill_shell_job(&scratch, &marker, offset, true);
         // With the guard gone too, the agents run on.
         std::thread::sleep(Duration::from_millis(300));
         let running = alive_with(&format!("sleep {marker}"));
