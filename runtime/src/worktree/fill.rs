@@ -29,7 +29,6 @@ use std::io::{Read as _, Write as _};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sha1::{Digest as _, Sha1};
@@ -97,7 +96,7 @@ pub(super) fn fill(source: &Path, dest: &Path, base: &str, slot: bool) -> bool {
         .map(|(entry, _)| entry.path.as_slice())
         .collect();
     if !missed.is_empty()
-        && run(
+        && super::git_bytes(
             dest,
             &["checkout-index", "-q", "-u", "-f", "-z", "--stdin"],
             Some(nul_separated(&missed)),
@@ -107,39 +106,12 @@ pub(super) fn fill(source: &Path, dest: &Path, base: &str, slot: bool) -> bool {
         return false;
     }
     !slot
-        || run(
+        || super::git_bytes(
             dest,
             &["update-index", "--index-version", "4", "--untracked-cache"],
             None,
         )
         .is_some()
-}
-
-/// Runs git in DIR (with STDIN, written while the output is read): its standard output,
-/// `None` when it fails.
-fn run(dir: &Path, args: &[&str], stdin: Option<Vec<u8>>) -> Option<Vec<u8>> {
-    let mut child = Command::new("git")
-        .args(["-c", "core.fsmonitor=false", "-c", "gc.auto=0"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let writer = match (stdin, child.stdin.take()) {
-        (Some(bytes), Some(mut pipe)) => {
-            Some(std::thread::spawn(move || pipe.write_all(&bytes).is_ok()))
-        }
-        _ => None,
-    };
-    let out = child.wait_with_output().ok()?;
-    let written = writer.is_none_or(|w| w.join().unwrap_or(false));
-    (out.status.success() && written).then_some(out.stdout)
 }
 
 fn nul_separated(paths: &[&[u8]]) -> Vec<u8> {
@@ -154,7 +126,7 @@ fn nul_separated(paths: &[&[u8]]) -> Vec<u8> {
 /// Where DEST's index goes, when the repository's object format is SHA-1 and there is no
 /// index there yet and no sparse checkout.
 fn index_path(dest: &Path) -> Option<PathBuf> {
-    let out = run(
+    let out = super::git_bytes(
         dest,
         &["rev-parse", "--show-object-format", "--git-path", "index"],
         None,
@@ -165,7 +137,7 @@ fn index_path(dest: &Path) -> Option<PathBuf> {
         return None;
     }
     let index = dest.join(lines.next()?);
-    let sparse = run(
+    let sparse = super::git_bytes(
         dest,
         &["config", "--type=bool", "--get", "core.sparseCheckout"],
         None,
@@ -177,7 +149,7 @@ fn index_path(dest: &Path) -> Option<PathBuf> {
 /// BASE's files and symlinks (`ls-tree -r`); `None` when it holds a submodule, or cannot be
 /// read.
 fn tree(dest: &Path, base: &str) -> Option<Vec<Entry>> {
-    let out = run(dest, &["ls-tree", "-r", "-z", "--full-tree", base], None)?;
+    let out = super::git_bytes(dest, &["ls-tree", "-r", "-z", "--full-tree", base], None)?;
     let mut entries = Vec::new();
     for record in out.split(|&b| b == 0).filter(|r| !r.is_empty()) {
         // "MODE SP TYPE SP OID TAB PATH"
@@ -215,23 +187,26 @@ fn hex_oid(hex: &[u8]) -> Option<[u8; 20]> {
 fn filtered(dest: &Path, base: &str, entries: &[Entry]) -> Option<HashSet<usize>> {
     let paths: Vec<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
     let source = format!("--source={base}");
-    let out = run(
+    let out = super::git_bytes(
         dest,
         &["check-attr", "-z", "--stdin", &source, "filter"],
         Some(nul_separated(&paths)),
     )?;
-    // "PATH NUL filter NUL VALUE NUL", in the order asked.
+    // "PATH NUL filter NUL VALUE NUL", one for each path in the order asked.
     let fields: Vec<&[u8]> = out.split(|&b| b == 0).collect();
+    if fields.len() / 3 != entries.len() {
+        return None;
+    }
     let mut set = HashSet::new();
-    let mut position = 0;
-    for triple in fields.chunks_exact(3) {
-        if let [path, _, value] = triple {
-            while position < entries.len() && entries[position].path.as_slice() != *path {
-                position += 1;
-            }
-            if *value != b"unspecified" && *value != b"unset" {
-                set.insert(position);
-            }
+    for (i, triple) in fields.chunks_exact(3).enumerate() {
+        let ([path, _, value], Some(entry)) = (triple, entries.get(i)) else {
+            return None;
+        };
+        if *path != entry.path.as_slice() {
+            return None;
+        }
+        if *value != b"unspecified" && *value != b"unset" {
+            set.insert(i);
         }
     }
     Some(set)

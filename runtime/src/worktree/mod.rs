@@ -97,29 +97,31 @@ pub enum Merged {
     MergeCommit,
 }
 
+/// What every git command prodigy runs is given. No file system monitor daemon per
+/// worktree, whatever the user's configuration. No threads to stat the index's files
+/// either: beside busy agents they cost more CPU than they save time (`git status` in a
+/// worktree of 20,000 files: 25 ms of CPU instead of 35; docs/performance.md, "Big
+/// repositories"). No optional locks: a `git status` that only looks does not write the
+/// index back (12 ms of a release's 40 in a worktree of 20,000 files).
+const GIT_OPTIONS: [&str; 9] = [
+    "--no-optional-locks",
+    "-c",
+    "core.quotePath=false",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.preloadIndex=false",
+];
+
 /// Runs git in DIR: its exit code, standard output and standard error.
 async fn git_output(
     dir: &Path,
     args: &[&str],
 ) -> Result<(Option<i32>, String, String), WorktreeError> {
     let out = tokio::process::Command::new("git")
-        // No file system monitor daemon per worktree, whatever the user's configuration.
-        // No threads to stat the index's files either: beside busy agents they cost more
-        // CPU than they save time (`git status` in a worktree of 20,000 files: 25 ms of CPU
-        // instead of 35; docs/performance.md, "Big repositories"). No optional locks: a
-        // `git status` that only looks does not write the index back (12 ms of a release's
-        // 40 in a worktree of 20,000 files).
-        .args([
-            "--no-optional-locks",
-            "-c",
-            "core.quotePath=false",
-            "-c",
-            "gc.auto=0",
-            "-c",
-            "core.fsmonitor=false",
-            "-c",
-            "core.preloadIndex=false",
-        ])
+        .args(GIT_OPTIONS)
         .args(args)
         .current_dir(dir)
         .stdin(std::process::Stdio::null())
@@ -170,17 +172,37 @@ async fn git_retrying(dir: &Path, args: &[&str]) -> Result<String, WorktreeError
     }
 }
 
-fn git_sync(dir: &Path, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["--no-optional-locks", "-c", "core.quotePath=false"])
+/// Runs git in DIR and waits for it, with STDIN written to it while its output is read:
+/// its standard output, `None` when it fails.
+fn git_bytes(dir: &Path, args: &[&str], stdin: Option<Vec<u8>>) -> Option<Vec<u8>> {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new("git")
+        .args(GIT_OPTIONS)
         .args(args)
         .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .output()
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
         .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    let writer = match (stdin, child.stdin.take()) {
+        (Some(bytes), Some(mut pipe)) => Some(std::thread::spawn(move || {
+            std::io::Write::write_all(&mut pipe, &bytes).is_ok()
+        })),
+        _ => None,
+    };
+    let out = child.wait_with_output().ok()?;
+    let written = writer.is_none_or(|w| w.join().unwrap_or(false));
+    (out.status.success() && written).then_some(out.stdout)
+}
+
+fn git_sync(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = git_bytes(dir, args, None)?;
+    Some(String::from_utf8_lossy(&out).trim().to_owned())
 }
 
 /// The oldest git that merges map agents' work: `git merge-tree --write-tree` came with
@@ -189,8 +211,10 @@ pub const MERGE_TREE_GIT: (u32, u32) = (2, 38);
 
 /// The version of `git` on PATH as (major, minor), from `git version` ("git version
 /// 2.47.3"); `None` when git cannot be run or says something else.
+/// Asked once per process.
 pub fn git_version() -> Option<(u32, u32)> {
-    parse_git_version(&git_sync(Path::new("."), &["version"])?)
+    static VERSION: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| parse_git_version(&git_sync(Path::new("."), &["version"])?))
 }
 
 fn parse_git_version(out: &str) -> Option<(u32, u32)> {
