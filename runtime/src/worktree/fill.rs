@@ -6,12 +6,20 @@
 //! nearly all of those files. [`fill`] reads each tracked file of the base from there,
 //! writes it into the new worktree while hashing it as git hashes a blob, and keeps it only
 //! when the hash is the blob's id: whatever the other worktree holds (an edit, a file a
-//! later merge changed, a conversion `.gitattributes` asked for), what lands in the new
-//! worktree is the committed content. The index is then written from the base's tree and
-//! the new files' own stat data, so that git sees a clean worktree without reading a file
-//! again. Everything that did not match (missing, changed, a symlink written as a file, a
-//! path whose `filter` attribute is set, since a smudge filter may write something else
-//! than the blob) is checked out by `git checkout-index`, which also records it in the index.
+//! later merge changed), what lands in the new worktree is the committed content. The index
+//! is then written from the base's tree and the new files' own stat data, so that git sees a
+//! clean worktree without reading a file again. Everything that did not match (missing,
+//! changed, a symlink written as a file) is checked out by `git checkout-index`, which also
+//! records it in the index.
+//!
+//! A checkout does not always write a blob's bytes: a path whose attributes ask for a
+//! conversion (a smudge `filter`, a `working-tree-encoding`, `ident`, an `eol`) is always
+//! left to git, since the other worktree's copy of it may predate the attribute (a file
+//! committed as UTF-8 and given `working-tree-encoding=UTF-16LE` later is still UTF-8 in the
+//! user's checkout, and its status clean). A configuration that converts every text file
+//! (`core.autocrlf=true`, `core.eol=crlf`) or writes symlinks as files (`core.symlinks=false`)
+//! is not filled at all. The filled worktree is then byte for byte what `git worktree add`
+//! writes.
 //!
 //! Only what this module knows how to write is filled: a SHA-1 repository, git 2.40 or later
 //! (attributes read from the base with `check-attr --source`), no submodule, no sparse
@@ -76,13 +84,16 @@ pub(super) fn fill(source: &Path, dest: &Path, base: &str, slot: bool) -> bool {
         return false;
     };
     entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    let Some(filtered) = filtered(dest, base, &entries) else {
+    if !plain_checkout(dest) {
+        return false;
+    }
+    let Some(converted) = converted(dest, base, &entries) else {
         return false;
     };
     if !make_dirs(dest, &entries) {
         return false;
     }
-    let stats = copy_all(source, dest, &entries, &filtered);
+    let stats = copy_all(source, dest, &entries, &converted);
     let Some(bytes) = index_bytes(&entries, &stats) else {
         return false;
     };
@@ -182,31 +193,64 @@ fn hex_oid(hex: &[u8]) -> Option<[u8; 20]> {
     Some(oid)
 }
 
-/// The paths of ENTRIES (by position) whose `filter` attribute is set at BASE: git's smudge
-/// filter writes those.
-fn filtered(dest: &Path, base: &str, entries: &[Entry]) -> Option<HashSet<usize>> {
+/// The attributes that make a checkout write something other than the blob's bytes: a
+/// smudge `filter`, a `working-tree-encoding`, `ident` (`$Id$` expanded) and an `eol`
+/// (`eol=crlf` writes CRLF; any `eol` is left to git). `text` and `crlf` alone convert
+/// nothing on a checkout whose line ending is LF, which [`plain_checkout`] makes sure of.
+const CONVERTING: [&str; 4] = ["filter", "working-tree-encoding", "ident", "eol"];
+
+/// Whether a checkout in DEST writes blobs as they are, apart from the attributes of
+/// [`CONVERTING`]: no `core.autocrlf=true` nor `core.eol=crlf` (which turn the line endings
+/// of every text file into CRLF), and symlinks written as symlinks (`core.symlinks`).
+/// Read as git reads them, from every configuration file (system, global, the
+/// repository's, the worktree's).
+fn plain_checkout(dest: &Path) -> bool {
+    let get = |key: &str, kind: Option<&str>| {
+        let mut args = vec!["config"];
+        args.extend(kind);
+        args.extend(["--get", key]);
+        super::git_bytes(dest, &args, None)
+            .map(|out| String::from_utf8_lossy(&out).trim().to_ascii_lowercase())
+    };
+    // `git config --get` fails when the key is not set: git's default then.
+    let autocrlf = get("core.autocrlf", Some("--type=bool-or-str"));
+    let eol = get("core.eol", None);
+    let symlinks = get("core.symlinks", Some("--type=bool"));
+    !autocrlf.is_some_and(|v| v != "false" && v != "input")
+        && !eol.is_some_and(|v| v == "crlf")
+        && !symlinks.is_some_and(|v| v == "false")
+}
+
+/// The paths of ENTRIES (by position) that a checkout of BASE converts: one of the
+/// [`CONVERTING`] attributes is set for it, from the base's `.gitattributes`,
+/// `$GIT_DIR/info/attributes` or `core.attributesFile`, as git itself reads them. Git
+/// writes those.
+fn converted(dest: &Path, base: &str, entries: &[Entry]) -> Option<HashSet<usize>> {
     let paths: Vec<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
     let source = format!("--source={base}");
-    let out = super::git_bytes(
-        dest,
-        &["check-attr", "-z", "--stdin", &source, "filter"],
-        Some(nul_separated(&paths)),
-    )?;
-    // "PATH NUL filter NUL VALUE NUL", one for each path in the order asked.
+    let mut args = vec!["check-attr", "-z", "--stdin", &source];
+    args.extend(CONVERTING);
+    let out = super::git_bytes(dest, &args, Some(nul_separated(&paths)))?;
+    // "PATH NUL ATTRIBUTE NUL VALUE NUL", for each path in the order asked, and for each
+    // path its attributes in the order asked.
     let fields: Vec<&[u8]> = out.split(|&b| b == 0).collect();
-    if fields.len() / 3 != entries.len() {
+    let per_path = 3 * CONVERTING.len();
+    if fields.len() / per_path != entries.len() {
         return None;
     }
     let mut set = HashSet::new();
-    for (i, triple) in fields.chunks_exact(3).enumerate() {
-        let ([path, _, value], Some(entry)) = (triple, entries.get(i)) else {
-            return None;
-        };
-        if *path != entry.path.as_slice() {
-            return None;
-        }
-        if *value != b"unspecified" && *value != b"unset" {
-            set.insert(i);
+    for (i, answers) in fields.chunks_exact(per_path).enumerate() {
+        let entry = entries.get(i)?;
+        for (triple, attribute) in answers.chunks_exact(3).zip(CONVERTING) {
+            let [path, name, value] = triple else {
+                return None;
+            };
+            if *path != entry.path.as_slice() || *name != attribute.as_bytes() {
+                return None;
+            }
+            if *value != b"unspecified" && *value != b"unset" {
+                set.insert(i);
+            }
         }
     }
     Some(set)
@@ -228,12 +272,12 @@ fn make_dirs(dest: &Path, entries: &[Entry]) -> bool {
 }
 
 /// Copies ENTRIES from SOURCE to DEST on a few threads: each one's stat data where it was
-/// copied, `None` where git is to write it (FILTERED, or not the blob in SOURCE).
+/// copied, `None` where git is to write it (CONVERTED, or not the blob in SOURCE).
 fn copy_all(
     source: &Path,
     dest: &Path,
     entries: &[Entry],
-    filtered: &HashSet<usize>,
+    converted: &HashSet<usize>,
 ) -> Vec<Option<Stat>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let next = AtomicUsize::new(0);
@@ -252,7 +296,7 @@ fn copy_all(
                         let end = (start + CHUNK).min(entries.len());
                         for (i, entry) in entries[start..end].iter().enumerate() {
                             let i = start + i;
-                            if filtered.contains(&i) {
+                            if converted.contains(&i) {
                                 continue;
                             }
                             let path = OsStr::from_bytes(&entry.path);
@@ -529,6 +573,108 @@ mod tests {
             "pub fn f() {}\n"
         );
         assert_eq!(sh(&dest, &["status", "--porcelain"]), "");
+    }
+
+    /// The repository setups under which a checkout writes something other than the blob's
+    /// bytes, each made after the files were committed (as a user adds an attribute later:
+    /// their checkout keeps the old bytes, and its status stays clean).
+    const CONVERTING_SETUPS: [(&str, &[&str], &str, &str); 8] = [
+        // (name, `git config` pairs, committed `.gitattributes`, `info/attributes`)
+        (
+            "encoding",
+            &[],
+            "enc.txt working-tree-encoding=UTF-16LE\n",
+            "",
+        ),
+        ("eol in .gitattributes", &[], "*.txt text eol=crlf\n", ""),
+        ("eol in info/attributes", &[], "", "*.txt eol=crlf\n"),
+        (
+            "core.attributesFile",
+            &["core.attributesFile", "ATTRS"],
+            "",
+            "",
+        ),
+        ("core.autocrlf", &["core.autocrlf", "true"], "", ""),
+        ("core.eol", &["core.eol", "crlf"], "* text=auto\n", ""),
+        ("ident", &[], "*.c ident\n", ""),
+        ("core.symlinks", &["core.symlinks", "false"], "", ""),
+    ];
+
+    /// What a person compares between two checkouts: every file's bytes and mode, the
+    /// index, `status --ignored` and `diff`.
+    fn compared(dir: &Path) -> (String, Vec<(String, String)>, String, String) {
+        let (staged, files) = looks(dir);
+        // Short enough to read in a failure: a long file by its size and hash.
+        let files = files
+            .into_iter()
+            .map(|(name, body)| {
+                let shown = if body.len() > 64 {
+                    format!("{} bytes, {:x}", body.len(), Sha1::digest(&body))
+                } else {
+                    format!("{body:?}")
+                };
+                (name, shown)
+            })
+            .collect();
+        let status = sh(dir, &["status", "--porcelain", "--ignored"]);
+        (staged, files, status, sh(dir, &["diff"]))
+    }
+
+    #[tokio::test]
+    async fn a_filled_worktree_is_what_git_checks_out_whatever_converts_its_files() {
+        if super::super::git_version().is_none_or(|v| v < CHECK_ATTR_SOURCE) {
+            eprintln!("skipped: git older than 2.40");
+            return;
+        }
+        for (name, config, attributes, info) in CONVERTING_SETUPS {
+            let (tmp, repo, _) = project();
+            std::fs::write(repo.join("enc.txt"), "h\u{e9}llo w\u{f6}rld\n").unwrap();
+            std::fs::write(repo.join("id.c"), "/* $Id$ */\nint x;\n").unwrap();
+            std::fs::write(repo.join("two.txt"), "one\ntwo\n").unwrap();
+            commit(&repo, "-A", "files");
+            let attrs_file = tmp.path().join("attrs");
+            std::fs::write(&attrs_file, "*.txt eol=crlf\n").unwrap();
+            for pair in config.chunks(2) {
+                let value = pair[1].replace("ATTRS", &attrs_file.to_string_lossy());
+                sh(&repo, &["config", pair[0], &value]);
+            }
+            if !attributes.is_empty() {
+                std::fs::write(repo.join(".gitattributes"), attributes).unwrap();
+                commit(&repo, ".gitattributes", "attributes");
+            }
+            if !info.is_empty() {
+                let path = repo.join(sh(&repo, &["rev-parse", "--git-path", "info/attributes"]));
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(path, info).unwrap();
+            }
+            let add = |dir: &str, no_checkout: bool| {
+                let at = tmp.path().join(dir);
+                let target = at.to_string_lossy().into_owned();
+                let mut args = vec!["worktree", "add", "-q", "--detach"];
+                if no_checkout {
+                    args.push("--no-checkout");
+                }
+                args.extend([target.as_str(), "HEAD"]);
+                sh(&repo, &args);
+                at
+            };
+            let real = add("real", false);
+            // The setup converts something: the user's checkout is not what git writes now.
+            assert!(looks(&real).1 != looks(&repo).1, "{name} converts nothing");
+            // The session worktree is filled from the user's checkout, a slot from the
+            // session worktree.
+            let session = add("session", true);
+            super::super::check_out(&repo, &session, "HEAD", false)
+                .await
+                .unwrap();
+            let slot = add("slot", true);
+            super::super::check_out(&session, &slot, "HEAD", true)
+                .await
+                .unwrap();
+            let expected = compared(&real);
+            assert_eq!(compared(&session), expected, "the session worktree, {name}");
+            assert_eq!(compared(&slot), expected, "a slot, {name}");
+        }
     }
 
     #[test]
