@@ -259,6 +259,7 @@ fn class(message: &Message) -> Class {
         | Message::DlqUnreadable(_)
         | Message::SessionNotPrepared(_)
         | Message::MapStateLost(_)
+        | Message::OffBranch(_)
         | Message::AgentWorktreeNotPrepared(_) => ERROR,
         Message::Skipped { .. }
         | Message::ValidationIncomplete { .. }
@@ -529,6 +530,7 @@ fn text(message: &Message) -> String {
             path.display()
         ),
         Message::AgentBranchesLeft(left) => branches_left(left),
+        Message::OffBranch(off) => format!("warning: {off}"),
         Message::SparesKept { count: n, dir } => format!(
             "kept {} in {} as {} for the next job (`worktree.persist`); `prodigy worktree clean` removes {}",
             count(*n, "worktree"),

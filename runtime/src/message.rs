@@ -278,6 +278,8 @@ pub enum Message {
         /// Where: `worktrees/{repo}/`, as `spare-N`.
         dir: PathBuf,
     },
+    /// A step left the session worktree off the run's branch: what became of its commits.
+    OffBranch(crate::worktree::OffBranch),
     /// An agent's merge is found done after a stop; the item is recorded as succeeded.
     MergeRecovered {
         /// `item_N`.
@@ -582,6 +584,7 @@ impl Message {
             | Message::ItemsLoaded { .. }
             | Message::AgentWorktreeKept { .. }
             | Message::SparesKept { .. }
+            | Message::OffBranch(_)
             | Message::MergeRecovered { .. }
             | Message::DlqRebuilt(_)
             | Message::MapStarted { .. }

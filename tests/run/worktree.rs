@@ -755,3 +755,71 @@ fn an_item_never_sees_what_the_last_item_left_in_its_worktree() {
         assert!(scratch.project().join(format!("file-{n}.txt")).is_file());
     }
 }
+
+#[test]
+fn commits_a_step_made_on_a_branch_of_its_own_are_merged_when_they_descend_from_the_run() {
+    for (how, head) in [
+        ("git switch -q -c feature", "branch `feature`"),
+        ("git checkout -q --detach", "a detached HEAD"),
+    ] {
+        let scratch = Scratch::new();
+        let step = format!(
+            "- shell: \"{how} && echo x > x.txt && git add x.txt && git commit -q -m x\"\n"
+        );
+        let file = workflow(&scratch, "flow.yml", &step);
+        let output = scratch.run(&["run", "-y", &file], &[]);
+        let text = stderr(&output);
+        assert!(output.status.success(), "{how}: {text}");
+        assert!(
+            text.contains(&format!("a step left the run's worktree on {head} instead of the run's branch `prodigy-session-")),
+            "{how}: {text}"
+        );
+        assert!(
+            text.contains("the 1 commit made there descends from"),
+            "{how}: {text}"
+        );
+        assert!(text.contains("✓ merged 1 commit from"), "{how}: {text}");
+        assert!(
+            files_at(&scratch, "main").contains(&"x.txt".to_owned()),
+            "{how}: {text}"
+        );
+    }
+}
+
+#[test]
+fn commits_off_the_run_on_a_detached_head_fail_the_merge_and_keep_a_branch() {
+    let scratch = Scratch::new();
+    let file = workflow(
+        &scratch,
+        "flow.yml",
+        "- shell: \"git checkout -q --detach HEAD~1 && echo y > y.txt && git add y.txt && git commit -q -m y\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(!output.status.success(), "{text}");
+    assert!(
+        text.contains("a step left the run's worktree on a detached HEAD, whose commits do not descend from the run's branch `prodigy-session-"),
+        "{text}"
+    );
+    assert!(
+        !files_at(&scratch, "main").contains(&"y.txt".to_owned()),
+        "{text}"
+    );
+    // The commit keeps a reference of its own: removing the worktree loses nothing.
+    let kept: Vec<String> = branches(&scratch)
+        .into_iter()
+        .filter(|b| b.ends_with("-detached"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{text}");
+    assert!(
+        text.contains(&format!("they are on branch `{}`", kept[0])),
+        "{text}"
+    );
+    assert!(
+        files_at(&scratch, &kept[0]).contains(&"y.txt".to_owned()),
+        "{text}"
+    );
+    let clean = scratch.run(&["worktree", "clean", "-y"], &[]);
+    assert!(clean.status.success(), "{}", stderr(&clean));
+    assert!(files_at(&scratch, &kept[0]).contains(&"y.txt".to_owned()));
+}

@@ -260,6 +260,22 @@ pub async fn leave(
     let Some(session) = runner.worktree() else {
         return Left::InPlace;
     };
+    // A step may have left the worktree off the run's branch: its commits are followed
+    // when they descend from it, and never left without a reference.
+    let off = match worktree::follow_head(session).await {
+        Ok(off) => off,
+        Err(e) if succeeded => {
+            return Left::Failed(format!("cannot tell which commits are the run's: {e}"));
+        }
+        Err(_) => None,
+    };
+    match off {
+        Some(off @ worktree::OffBranch::Diverged { .. }) if succeeded => {
+            return Left::Failed(off.to_string());
+        }
+        Some(off) => runner.say(crate::message::Message::OffBranch(off)),
+        None => {}
+    }
     if !succeeded {
         return Left::Kept;
     }

@@ -75,6 +75,139 @@ pub fn session_changes(session: &SessionWorktree) -> (Vec<String>, Vec<String>) 
     (commits, files)
 }
 
+/// Where a step left the session worktree's `HEAD` when it is not on the run's branch (a
+/// step that switched to a branch of its own, or checked a commit out), and what became of
+/// its commits ([`follow_head`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OffBranch {
+    /// `HEAD` descends from the run's branch: the branch was moved to it and the worktree
+    /// put back on it, so that its commits are merged like the others.
+    Followed {
+        /// Where `HEAD` was: a branch's name, or `None` for a detached `HEAD`.
+        head: Option<String>,
+        /// The run's branch.
+        branch: String,
+        /// Commits it gained.
+        commits: usize,
+    },
+    /// `HEAD` does not descend from the run's branch: its commits cannot be merged as the
+    /// run's work. They stay on KEPT (the branch `HEAD` was on, or one made for a detached
+    /// `HEAD`, so that removing the worktree never loses them).
+    Diverged {
+        /// Where `HEAD` was: a branch's name, or `None` for a detached `HEAD`.
+        head: Option<String>,
+        /// The run's branch.
+        branch: String,
+        /// The branch that holds `HEAD`'s commits.
+        kept: String,
+    },
+}
+
+impl std::fmt::Display for OffBranch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let was = |head: &Option<String>| {
+            head.as_ref()
+                .map_or_else(|| "a detached HEAD".to_owned(), |b| format!("branch `{b}`"))
+        };
+        match self {
+            OffBranch::Followed {
+                head,
+                branch,
+                commits,
+            } => write!(
+                f,
+                "a step left the run's worktree on {} instead of the run's branch `{branch}`; the {} made there {} from `{branch}`, which now points at {} and is merged as the run's work",
+                was(head),
+                crate::progress::count(*commits, "commit"),
+                if *commits == 1 { "descends" } else { "descend" },
+                if *commits == 1 { "it" } else { "them" }
+            ),
+            OffBranch::Diverged { head, branch, kept } => write!(
+                f,
+                "a step left the run's worktree on {}, whose commits do not descend from the run's branch `{branch}`: they are not the run's work and are not merged; they are on branch `{kept}` (merge or drop it yourself)",
+                was(head),
+            ),
+        }
+    }
+}
+
+/// Brings the session worktree's `HEAD` back to the run's branch when a step moved it off
+/// (docs/running.md, "Commits off the run's branch"), whether the run succeeded or not (a
+/// resumed run goes on there). When `HEAD` descends from the branch, the branch moves to
+/// `HEAD` and the worktree goes back on it without touching a file. Otherwise a detached
+/// `HEAD` gets a branch of its own, so that no commit loses its only reference when the
+/// worktree is removed. `None` when `HEAD` is on the run's branch, or on the same commit
+/// (then it is put back on the branch too).
+///
+/// # Errors
+///
+/// When git cannot read or move `HEAD` or the branch.
+pub async fn follow_head(session: &SessionWorktree) -> Result<Option<OffBranch>, WorktreeError> {
+    let path = &session.path;
+    let own = format!("refs/heads/{}", session.branch);
+    let on = git(path, &["symbolic-ref", "-q", "HEAD"])
+        .await
+        .ok()
+        .map(|r| r.trim().to_owned());
+    if on.as_deref() == Some(own.as_str()) {
+        return Ok(None);
+    }
+    let head = on
+        .as_deref()
+        .map(|r| r.strip_prefix("refs/heads/").unwrap_or(r).to_owned());
+    let at = git(path, &["rev-parse", "HEAD"]).await?.trim().to_owned();
+    let tip = git(path, &["rev-parse", &own]).await?.trim().to_owned();
+    let descends = at == tip
+        || git(path, &["merge-base", "--is-ancestor", &tip, &at])
+            .await
+            .is_ok();
+    if descends {
+        let commits = git(path, &["rev-list", "--count", &format!("{tip}..{at}")])
+            .await?
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        let reason = "prodigy: the run's commits, off its branch";
+        git(path, &["update-ref", "-m", reason, &own, &at, &tip]).await?;
+        git(path, &["symbolic-ref", "-m", reason, "HEAD", &own]).await?;
+        return Ok((at != tip).then_some(OffBranch::Followed {
+            head,
+            branch: session.branch.clone(),
+            commits,
+        }));
+    }
+    let kept = match &head {
+        Some(branch) => branch.clone(),
+        None => {
+            // A detached HEAD's commits get a branch, named after the run's.
+            let mut n = 1;
+            loop {
+                let name = if n == 1 {
+                    format!("{}-detached", session.branch)
+                } else {
+                    format!("{}-detached-{n}", session.branch)
+                };
+                match git(path, &["branch", "--no-track", &name, &at]).await {
+                    Ok(_) => {
+                        // The worktree goes on it: asked again (a resumed run), it is the
+                        // same branch, not another.
+                        let on = format!("refs/heads/{name}");
+                        git(path, &["symbolic-ref", "HEAD", &on]).await?;
+                        break name;
+                    }
+                    Err(e) if n >= 100 => return Err(e),
+                    Err(_) => n += 1,
+                }
+            }
+        }
+    };
+    Ok(Some(OffBranch::Diverged {
+        head,
+        branch: session.branch.clone(),
+        kept,
+    }))
+}
+
 /// Whether a run's session branch still waits to be merged into the branch it started from:
 /// it exists and that branch does not contain it (a run started on a detached HEAD has
 /// nothing to merge into).
