@@ -44,6 +44,10 @@ pub struct Command {
     /// A Claude call's prompt goes this way, never as an argument, because any local user
     /// reads a process's arguments in `/proc/PID/cmdline` (docs/claude.md).
     pub stdin: Option<String>,
+    /// The map agent (`agent-N`) whose command this is: its processes, and whatever they
+    /// leave running, carry the agent's mark and are ended before its worktree serves
+    /// another item ([`crate::reap::end_item`]).
+    pub agent: Option<String>,
 }
 
 /// What a command produced.
@@ -385,7 +389,7 @@ fn process_for(command: &Command) -> tokio::process::Command {
         }
     }
     process.envs(command.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    crate::reap::mark(&mut process);
+    crate::reap::mark_for(&mut process, command.agent.as_deref());
     process
 }
 
@@ -728,6 +732,7 @@ mod tests {
             spill: None,
             mask: None,
             stdin: None,
+            agent: None,
         }
     }
 

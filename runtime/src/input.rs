@@ -203,6 +203,7 @@ pub async fn run_command(
         spill: None,
         mask: None,
         stdin: None,
+        agent: None,
     };
     command_output(&command, text, cancel, MAX_INPUT_SIZE).await
 }
@@ -371,6 +372,7 @@ mod tests {
             spill: None,
             mask: None,
             stdin: None,
+            agent: None,
         }
     }
 

@@ -90,9 +90,24 @@ fn owned() -> Option<&'static str> {
 /// Puts this process's mark on PROCESS, after its environment is otherwise set (a
 /// `clear_env` command is marked too).
 pub(crate) fn mark(process: &mut tokio::process::Command) {
+    mark_for(process, None);
+}
+
+/// [`mark`], for a command of the map agent AGENT (`agent-N`) when there is one: its mark is
+/// the run's followed by `#AGENT` ([`item_mark`]), so that the guard ends it with the rest
+/// and [`end_item`] ends what the item left before its worktree serves another item.
+pub(crate) fn mark_for(process: &mut tokio::process::Command, agent: Option<&str>) {
     if let Some(token) = owned() {
-        process.env(OWNER_ENV, token);
+        match agent {
+            Some(agent) => process.env(OWNER_ENV, item_mark(token, agent)),
+            None => process.env(OWNER_ENV, token),
+        };
     }
+}
+
+/// The mark of agent AGENT's processes in the run marked TOKEN.
+fn item_mark(token: &str, agent: &str) -> String {
+    format!("{token}#{agent}")
 }
 
 /// Which processes a sweep ends.
@@ -105,13 +120,18 @@ enum Which<'a> {
         id: &'a str,
         except: Option<&'a str>,
     },
+    /// Those of one map agent: this item mark exactly ([`item_mark`]).
+    Item(&'a str),
 }
 
 impl Which<'_> {
     fn matches(self, token: &str) -> bool {
+        // An agent's mark is its coordinator's with `#AGENT` after it.
+        let run = token.split_once('#').map_or(token, |(run, _)| run);
         match self {
-            Which::Owner(owner) => token == owner,
-            Which::EarlierRunsOf { id, except } => id_of(token) == id && except != Some(token),
+            Which::Owner(owner) => run == owner,
+            Which::EarlierRunsOf { id, except } => id_of(run) == id && except != Some(run),
+            Which::Item(mark) => token == mark,
         }
     }
 }
@@ -278,7 +298,7 @@ fn sweep(which: Which<'_>, grace: Duration) -> Round {
 /// Processes an earlier run left that would not go.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[error(
-    "processes of an earlier run of `{id}` are still there {} after SIGKILL: {}",
+    "processes of `{id}` (an earlier run, or an item's agent) are still there {} after SIGKILL: {}",
     humantime::format_duration(KILL_WAIT),
     pids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 )]
@@ -305,6 +325,11 @@ pub async fn end_earlier(id: &str, grace: Duration) -> Result<usize, Survivors> 
         id,
         except: owned(),
     };
+    sweep_until_gone(which, grace, id).await
+}
+
+/// [`sweep`] without blocking the runtime; ID names whose processes they are in the error.
+async fn sweep_until_gone(which: Which<'_>, grace: Duration, id: &str) -> Result<usize, Survivors> {
     let mut sweep = Sweep::new(which, grace);
     loop {
         match sweep.round() {
@@ -318,6 +343,22 @@ pub async fn end_earlier(id: &str, grace: Duration) -> Result<usize, Survivors> 
             }
         }
     }
+}
+
+/// Ends what map agent AGENT of this process's run left running (a dev server, a watcher
+/// started in the background: SIGTERM, GRACE, SIGKILL) and waits until it is gone, so that
+/// nothing of one item writes into its worktree once another item has it. Returns how many
+/// processes were ended; none when this process marks nothing.
+///
+/// # Errors
+///
+/// [`Survivors`]: processes still there [`KILL_WAIT`] after SIGKILL.
+pub async fn end_item(agent: &str, grace: Duration) -> Result<usize, Survivors> {
+    let Some(token) = owned() else {
+        return Ok(0);
+    };
+    let mark = item_mark(token, agent);
+    sweep_until_gone(Which::Item(&mark), grace, agent).await
 }
 
 /// The guard of a coordinator (see the module's documentation): started with [`Guard::start`],
@@ -385,6 +426,24 @@ pub fn guard(mut input: impl std::io::Read, token: &str, grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agents_mark_is_its_runs_and_its_own() {
+        let agent = item_mark("job-1/7.9", "agent-3");
+        // The guard and the next coordinator end an agent's processes with the run's.
+        assert!(Which::Owner("job-1/7.9").matches(&agent));
+        assert!(!Which::Owner("job-1/7.8").matches(&agent));
+        let earlier = Which::EarlierRunsOf {
+            id: "job-1",
+            except: Some("job-1/7.9"),
+        };
+        assert!(!earlier.matches(&agent));
+        assert!(earlier.matches(&item_mark("job-1/5.5", "agent-3")));
+        // An item's sweep ends that agent's processes only.
+        assert!(Which::Item(&agent).matches(&agent));
+        assert!(!Which::Item(&agent).matches("job-1/7.9"));
+        assert!(!Which::Item(&agent).matches(&item_mark("job-1/7.9", "agent-30")));
+    }
 
     /// A token no other test uses.
     fn token(name: &str) -> String {

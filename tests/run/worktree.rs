@@ -823,3 +823,59 @@ fn commits_off_the_run_on_a_detached_head_fail_the_merge_and_keep_a_branch() {
     assert!(clean.status.success(), "{}", stderr(&clean));
     assert!(files_at(&scratch, &kept[0]).contains(&"y.txt".to_owned()));
 }
+
+#[test]
+fn what_an_item_left_running_is_ended_before_the_next_item_gets_its_worktree() {
+    let scratch = Scratch::new();
+    // Item 1 leaves a process behind that writes into its worktree a second later, while
+    // item 2 (in the same slot) is still running; item 2 then commits whatever is there.
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: |\n        if [ $ITEM = 1 ]; then (sleep 1; echo late > late.txt) >/dev/null 2>&1 & fi\n        if [ $ITEM = 2 ]; then sleep 2; fi\n        echo $ITEM > file-$ITEM.txt && git add -A && git commit -q -m \"add $ITEM\"\n"
+        ),
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("2 succeeded"), "{text}");
+    let files = files_at(&scratch, "main");
+    assert!(files.contains(&"file-1.txt".to_owned()), "{files:?}");
+    assert!(files.contains(&"file-2.txt".to_owned()), "{files:?}");
+    assert!(
+        !files.contains(&"late.txt".to_owned()),
+        "item 1's background process wrote into item 2's commit: {files:?}"
+    );
+}
+
+#[test]
+fn a_tracked_file_changed_through_a_hard_link_keeps_the_worktree_out_of_the_next_item() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("tracked.txt"), "as committed\n").unwrap();
+    let outside = scratch.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    // Item 1 changes a tracked file through a hard link from outside its worktree (no
+    // notification in the worktree's directories) and commits only its own file; item 2,
+    // in the same slot, commits everything it finds.
+    let file = workflow(
+        &scratch,
+        "job.yml",
+        &format!(
+            "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: |\n        if [ $ITEM = 1 ]; then ln tracked.txt {outside}/link && echo changed >> {outside}/link; fi\n        echo $ITEM > file-$ITEM.txt && git add file-$ITEM.txt\n        if [ $ITEM = 2 ]; then git add -A; fi\n        git commit -q -m \"add $ITEM\"\n",
+            outside = outside.display()
+        ),
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert_eq!(
+        scratch.git(&["show", "main:tracked.txt"]).trim(),
+        "as committed",
+        "item 1's change reached main through item 2: {text}"
+    );
+    assert!(
+        text.contains("left 1 uncommitted change"),
+        "the worktree with item 1's change is kept, and said: {text}"
+    );
+}

@@ -340,6 +340,12 @@ pub(crate) async fn run_agent(
         AgentRun::dispatched(done, started.elapsed())
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
+        // What the item left running in the background (a dev server, a watcher) is ended
+        // before its worktree is looked at and handed to the next item.
+        let grace = spec.grace.unwrap_or(runner.opts.grace);
+        if let Err(e) = crate::reap::end_item(&agent_id(index), grace).await {
+            run = AgentRun::failed("processes", e.to_string(), ErrorType::WorktreeError);
+        }
         merge_back(
             runner,
             session,

@@ -224,6 +224,7 @@ impl Runner {
             spill: None,
             mask: None,
             stdin: None,
+            agent: None,
         };
         let request = crate::executor::Request {
             kind: crate::executor::RequestKind::Shell {

@@ -618,6 +618,10 @@ impl Runner {
                 crate::executor::RequestKind::Claude { prompt } => Some(prompt.clone()),
                 crate::executor::RequestKind::Shell { .. } => None,
             },
+            agent: self
+                .agent()
+                .map(|a| a.agent_id.clone())
+                .filter(|id| !id.is_empty()),
         };
         let request = crate::executor::Request {
             kind,

@@ -138,10 +138,13 @@ impl Pool {
     /// as [`super::changes`] says them. Where the slot is watched ([`Watcher`]), `git status`
     /// is asked about the paths the item touched only (none: no process at all), after
     /// `git diff-index --cached` has shown nothing staged anywhere; in a big checkout that
-    /// spares a stat of every tracked file.
+    /// spares the untracked walk of every directory. The watch sees only what is written
+    /// through the worktree's own directories: a tracked file written through a hard link
+    /// from outside is found by `git diff-files` (every tracked file's stat data against the
+    /// index, no content read), and asked about too.
     pub async fn changes(&self, agent: &AgentWorktree) -> Vec<String> {
         let touched = crate::lock(&self.watch).touched(&agent.path);
-        let Some(specs) = touched
+        let Some(mut specs) = touched
             .and_then(|touched| utf8(&touched))
             .map(|t| literal(&t))
         else {
@@ -153,6 +156,18 @@ impl Pool {
         {
             return super::changes(&agent.path).await;
         }
+        let Ok(unlike) = git(&agent.path, &["diff-files", "--name-only", "-z"]).await else {
+            return super::changes(&agent.path).await;
+        };
+        let unlike: Vec<String> = unlike
+            .split('\0')
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if unlike.len() > super::watch::MAX_TOUCHED {
+            return super::changes(&agent.path).await;
+        }
+        specs.extend(literal(&unlike));
         if specs.is_empty() {
             return Vec::new();
         }

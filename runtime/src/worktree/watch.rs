@@ -19,7 +19,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 /// (8,192 on older kernels) that leaves their editors theirs.
 const MAX_WATCHES: usize = 4_096;
 /// Beyond this many touched paths the release looks at the whole worktree.
-const MAX_TOUCHED: usize = 256;
+pub(super) const MAX_TOUCHED: usize = 256;
 
 /// What each slot's item touched since the slot was [`Watcher::arm`]ed (a slot is in
 /// [`Watcher::slots`] only from then).
