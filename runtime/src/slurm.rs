@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::{AgentBackend, Dispatch, Dispatched, Ended, Pending, TaskEnd, TaskRef};
+use crate::backend::{
+    AgentBackend, Dispatch, Dispatched, Ended, Pending, TaskEnd, TaskRef, TaskResult,
+};
 use crate::dlq::ErrorType;
 use crate::runner::Runner;
 
@@ -888,6 +890,24 @@ async fn sbatch(
     }
 }
 
+/// The outcome at RESULT of a task that has left the queue, which may come a moment after
+/// it does: without a shared filesystem the agent pushes it to the served repository, and it
+/// is written here by the next look there (every POLL); over a network filesystem another
+/// node's file may be seen late. Looked for until three polls, and at least 3 s, have
+/// passed; `None` then: the task ended without one.
+async fn result_after_end(result: &Path, poll: Duration) -> Option<TaskResult> {
+    let until = Instant::now() + (poll * 3).max(Duration::from_secs(3));
+    loop {
+        if let Some(r) = read_result(result) {
+            return Some(r);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The failure of a task Slurm stopped, once it has left the queue (up to 30 s), with the
 /// state Slurm gives it; Ctrl-C or SIGTERM ends the wait at once.
 async fn stopped_by_slurm(
@@ -1099,7 +1119,7 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
             match answer {
                 Some(Some(false)) => {
                     slurm.reach.answered();
-                    if let Some(r) = read_result(&result) {
+                    if let Some(r) = result_after_end(&result, slurm.poll).await {
                         return Dispatched::from_result(r, TaskRef::from(&ids));
                     }
                     return stopped_by_slurm(runner, slurm, &ids, started.exists()).await;
@@ -1120,6 +1140,33 @@ async fn dispatch(runner: &Runner, slurm: &SlurmOptions, mut d: Dispatch) -> Dis
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outcome_that_comes_after_the_task_left_the_queue_is_still_the_items() {
+        let dir = tempfile::tempdir().unwrap();
+        let result = dir.path().join("item_1.json");
+        let outcome: TaskResult =
+            serde_json::from_str(r#"{"end": "succeeded", "duration_secs": 1.0}"#).unwrap();
+        // Written a second after the task was seen gone, as a pushed outcome is.
+        let late = {
+            let (result, outcome) = (result.clone(), outcome.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                crate::backend::write_result(&result, &outcome).unwrap();
+            })
+        };
+        let found = result_after_end(&result, Duration::from_millis(50)).await;
+        late.await.unwrap();
+        assert_eq!(found.map(|r| r.end), Some(TaskEnd::Succeeded));
+        // None ever: the task ended without one, after the wait.
+        let start = Instant::now();
+        assert!(
+            result_after_end(&dir.path().join("item_2.json"), Duration::from_millis(50))
+                .await
+                .is_none()
+        );
+        assert!(start.elapsed() >= Duration::from_secs(3));
+    }
 
     #[test]
     fn sbatch_parsable_output_gives_the_job_id() {
