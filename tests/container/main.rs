@@ -537,3 +537,76 @@ fn a_killed_coordinator_leaves_no_container_running_and_resume_removes_what_is_l
     );
     assert_eq!(containers(&job, false), Vec::<String>::new(), "left behind");
 }
+
+#[test]
+fn an_agent_reaches_its_own_worktree_and_nothing_else_of_the_user() {
+    if !podman("an_agent_reaches_its_own_worktree_and_nothing_else_of_the_user") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("hook-ran");
+    let p = Project::new("");
+    let (repo, home) = (p.repo(), p.home());
+    // Each escape the agent tries, and whether the system said no: the attempts are
+    // committed with the item, so that the test sees they ran.
+    let workflow = format!(
+        r##"name: container-escapes
+mode: mapreduce
+executor:
+  container:
+    image: {IMAGE}
+map:
+  input: "seq 1 1"
+  agent_template:
+    - shell: |
+        try() {{ if sh -c "$1" 2>/dev/null; then echo "done: $2"; else echo "refused: $2"; fi >> attempts.txt; }}
+        try 'echo pwned > {repo}/README.md' checkout
+        try 'mkdir -p {repo}/.git/hooks && printf "#!/bin/sh\ntouch {mark}\n" > {repo}/.git/hooks/post-merge && chmod +x {repo}/.git/hooks/post-merge' hooks
+        try 'touch {repo}/.git/objects/planted' objects
+        try 'echo "gitdir: /tmp" > .git' dotgit
+        try 'touch {home}/planted && mkdir -p {home}/state/other && touch {home}/state/other/planted' home
+        try 'git config core.hooksPath /tmp && git config core.fsmonitor "touch {mark}"' config
+        git add attempts.txt && git commit -qm "item $ITEM"
+"##,
+        repo = repo.display(),
+        home = home.display(),
+        mark = mark.display(),
+    );
+    std::fs::write(repo.join("wf.yml"), workflow).unwrap();
+    std::fs::write(repo.join("README.md"), "the user's\n").unwrap();
+    p.git(&["add", "wf.yml", "README.md"]);
+    p.git(&["commit", "-qm", "escapes"]);
+    let config_before = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+    let out = p.prodigy(&["run", "-y", "--executor", "container", "wf.yml"]);
+    let job = job_id(&out);
+    let _cleanup = Cleanup(job.clone());
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The item's own work is merged, with what it tried.
+    let attempts = std::fs::read_to_string(repo.join("attempts.txt"))
+        .unwrap_or_else(|e| panic!("the item was not merged: {e}\n{}", stderr(&out)));
+    for refused in ["objects", "dotgit"] {
+        assert!(
+            attempts.contains(&format!("refused: {refused}")),
+            "{refused}: {attempts}"
+        );
+    }
+    // Nothing of the user's changed: the checkout, the git directory's hooks, objects and
+    // configuration, `$PRODIGY_HOME`; and no hook ran on the host at the merge back.
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).unwrap(),
+        "the user's\n"
+    );
+    assert!(!repo.join(".git/hooks/post-merge").exists(), "{attempts}");
+    assert!(!repo.join(".git/objects/planted").exists(), "{attempts}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(!home.join("planted").exists(), "{attempts}");
+    assert!(!home.join("state/other").exists(), "{attempts}");
+    assert!(
+        !mark.exists(),
+        "a hook or a command the agent set ran on the host"
+    );
+    assert_eq!(p.git(&["status", "--porcelain"]), "");
+}

@@ -832,9 +832,7 @@ fn what_an_item_left_running_is_ended_before_the_next_item_gets_its_worktree() {
     let file = workflow(
         &scratch,
         "job.yml",
-        &format!(
-            "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: |\n        if [ $ITEM = 1 ]; then (sleep 1; echo late > late.txt) >/dev/null 2>&1 & fi\n        if [ $ITEM = 2 ]; then sleep 2; fi\n        echo $ITEM > file-$ITEM.txt && git add -A && git commit -q -m \"add $ITEM\"\n"
-        ),
+        "mode: mapreduce\nmap:\n  input: \"seq 1 2\"\n  max_parallel: 1\n  agent_template:\n    - shell: |\n        if [ $ITEM = 1 ]; then (sleep 1; echo late > late.txt) >/dev/null 2>&1 & fi\n        if [ $ITEM = 2 ]; then sleep 2; fi\n        echo $ITEM > file-$ITEM.txt && git add -A && git commit -q -m \"add $ITEM\"\n",
     );
     let output = scratch.run(&["run", "-y", &file], &[]);
     let text = stderr(&output);

@@ -216,9 +216,9 @@ fn plain_checkout(dest: &Path) -> bool {
     let autocrlf = get("core.autocrlf", Some("--type=bool-or-str"));
     let eol = get("core.eol", None);
     let symlinks = get("core.symlinks", Some("--type=bool"));
-    !autocrlf.is_some_and(|v| v != "false" && v != "input")
-        && !eol.is_some_and(|v| v == "crlf")
-        && !symlinks.is_some_and(|v| v == "false")
+    autocrlf.is_none_or(|v| v == "false" || v == "input")
+        && eol.is_none_or(|v| v != "crlf")
+        && symlinks.is_none_or(|v| v != "false")
 }
 
 /// The paths of ENTRIES (by position) that a checkout of BASE converts: one of the

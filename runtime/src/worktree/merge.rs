@@ -176,36 +176,39 @@ pub async fn follow_head(session: &SessionWorktree) -> Result<Option<OffBranch>,
             commits,
         }));
     }
-    let kept = match &head {
-        Some(branch) => branch.clone(),
-        None => {
-            // A detached HEAD's commits get a branch, named after the run's.
-            let mut n = 1;
-            loop {
-                let name = if n == 1 {
-                    format!("{}-detached", session.branch)
-                } else {
-                    format!("{}-detached-{n}", session.branch)
-                };
-                match git(path, &["branch", "--no-track", &name, &at]).await {
-                    Ok(_) => {
-                        // The worktree goes on it: asked again (a resumed run), it is the
-                        // same branch, not another.
-                        let on = format!("refs/heads/{name}");
-                        git(path, &["symbolic-ref", "HEAD", &on]).await?;
-                        break name;
-                    }
-                    Err(e) if n >= 100 => return Err(e),
-                    Err(_) => n += 1,
-                }
-            }
-        }
+    let kept = if let Some(branch) = &head {
+        branch.clone()
+    } else {
+        keep_detached(path, &session.branch, &at).await?
     };
     Ok(Some(OffBranch::Diverged {
         head,
         branch: session.branch.clone(),
         kept,
     }))
+}
+
+/// Gives the detached `HEAD` at AT of the worktree PATH a branch of its own, named after the
+/// run's BRANCH (`BRANCH-detached`, `-detached-2`, …), and puts the worktree on it: asked
+/// again (a resumed run), it is the same branch, not another. Returns its name.
+async fn keep_detached(path: &Path, branch: &str, at: &str) -> Result<String, WorktreeError> {
+    let mut n = 1;
+    loop {
+        let name = if n == 1 {
+            format!("{branch}-detached")
+        } else {
+            format!("{branch}-detached-{n}")
+        };
+        match git(path, &["branch", "--no-track", &name, at]).await {
+            Ok(_) => {
+                let on = format!("refs/heads/{name}");
+                git(path, &["symbolic-ref", "HEAD", &on]).await?;
+                return Ok(name);
+            }
+            Err(e) if n >= 100 => return Err(e),
+            Err(_) => n += 1,
+        }
+    }
 }
 
 /// Whether a run's session branch still waits to be merged into the branch it started from:

@@ -676,7 +676,7 @@ mod watch;
 pub use agent::*;
 pub use list::*;
 pub use merge::*;
-pub(crate) use refs::head_from_files;
+pub(crate) use refs::{head_from_files, head_in_git_dir};
 
 #[cfg(test)]
 mod tests {

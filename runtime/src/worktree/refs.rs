@@ -42,7 +42,15 @@ pub(crate) fn head_from_files(dir: &Path) -> Option<String> {
     {
         return None;
     }
-    let own = git_dir(dir)?;
+    head_in_git_dir(&git_dir(dir)?)
+}
+
+/// The commit `HEAD` names in the git directory OWN (a linked worktree's own, or a
+/// repository's), read from its files; `None` when they are not the plain kind this reads,
+/// or name no commit. Reading never runs anything the directory configures: a container
+/// agent's private git directory is read this way.
+pub(crate) fn head_in_git_dir(own: &Path) -> Option<String> {
+    let own = own.to_path_buf();
     let common = match std::fs::read_to_string(own.join("commondir")) {
         Ok(text) => own.join(text.trim_end_matches(['\n', '\r'])),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => own.clone(),

@@ -1,16 +1,19 @@
 //! Map agents in containers (`--executor container`, docs/containers.md).
 //!
 //! Each agent runs `prodigy agent` (the coordinator's own executable, mounted read-only at
-//! its path) in a container of its own made from the image the run names, with
-//! `$PRODIGY_HOME`, the project and the agent's worktree mounted at their paths, the
-//! network off unless allowed, and CPU and memory limits. The container is named
-//! `prodigy-JOB-item_N-ATTEMPT` and labelled `prodigy.job=JOB`; its processes carry the
-//! run's mark (`reap::mark`), so a coordinator's guard ends them when the coordinator dies,
-//! and resume removes every container an earlier coordinator of the job left
+//! its path) in a container of its own made from the image the run names, as the user who
+//! runs prodigy, without capabilities, the network off unless allowed, and CPU and memory
+//! limits. It reaches only what [`sandbox`] mounts: its own worktree, with a private git
+//! directory the coordinator makes and reads back, and its job's state. The container is
+//! named `prodigy-JOB-item_N-ATTEMPT` and labelled `prodigy.job=JOB`; its processes carry
+//! the run's mark (`reap::mark`), so a coordinator's guard ends them when the coordinator
+//! dies, and resume removes every container an earlier coordinator of the job left
 //! ([`AgentBackend::end_earlier`]) before items run again: a container is never adopted.
 //! As on Slurm, the task writes its [`TaskResult`] atomically to a file the coordinator
 //! waits for; the container is removed once it has ended, or at once (`rm -f`) on the
 //! agent's timeout, Ctrl-C or `--cancel-running`.
+
+mod sandbox;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -164,13 +167,15 @@ pub fn container_name(job: &str, index: usize, attempt: u32) -> String {
     format!("prodigy-{job}-item_{index}-{attempt}")
 }
 
-/// The `run` arguments of D's container NAME, writing its result to RESULT.
+/// The `run` arguments of D's container NAME, writing its result to RESULT, with MOUNTS
+/// ([`sandbox::Sandbox`]).
 fn run_args(
     o: &ContainerOptions,
     runner: &Runner,
     d: &Dispatch,
     name: &str,
     result: &Path,
+    mounts: &[String],
 ) -> Vec<String> {
     let home = runner.opts.layout.home.display().to_string();
     let project = runner.opts.project.display().to_string();
@@ -212,26 +217,22 @@ fn run_args(
         format!("{NAME_ENV}={name}"),
         "--env".to_owned(),
         format!("{HOST_ENV}={}", super::this_host()),
-        "-v".to_owned(),
-        format!("{home}:{home}"),
-        "-v".to_owned(),
-        format!("{project}:{project}"),
-        "-v".to_owned(),
-        format!("{program}:{program}:ro"),
+        // No capability (a root agent cannot pass a file's permissions or mount anything
+        // over what it was given), and nothing gained through a set-user-id program.
+        "--cap-drop=all".to_owned(),
+        "--security-opt=no-new-privileges".to_owned(),
         "-w".to_owned(),
-        workdir.clone().unwrap_or_else(|| project.clone()),
+        workdir.clone().unwrap_or(project),
     ];
+    args.extend(user_args(&o.engine));
+    for m in mounts {
+        args.extend(["-v".to_owned(), m.clone()]);
+    }
     if let Some(cpus) = cpus {
         args.push(format!("--cpus={cpus}"));
     }
     if let Some(memory) = memory {
         args.push(format!("--memory={memory}"));
-    }
-    if let Some(w) = &workdir
-        && !w.starts_with(&home)
-        && !w.starts_with(&project)
-    {
-        args.extend(["-v".to_owned(), format!("{w}:{w}")]);
     }
     args.extend(o.run_args.iter().cloned());
     args.extend([
@@ -253,7 +254,21 @@ fn run_args(
     args
 }
 
-/// This machine's name, as the task reference's node.
+/// Who the agent runs as: the user who runs prodigy, so that what it writes in its
+/// worktree is theirs. Rootless podman maps that user into the container itself
+/// (`--userns=keep-id`); otherwise the container runs as their uid and gid.
+fn user_args(engine: &str) -> Vec<String> {
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    let podman = Path::new(engine)
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("podman"));
+    if podman && !uid.is_root() {
+        vec!["--userns=keep-id".to_owned()]
+    } else {
+        vec![format!("--user={uid}:{gid}")]
+    }
+}
+
 /// Removes container NAME (`rm -f`, stopping it first with a grace period).
 async fn remove(o: &ContainerOptions, runner: &Runner, name: &str) {
     let grace = runner.opts.grace.as_secs().max(1).to_string();
@@ -301,10 +316,43 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
     if *runner.cancel.borrow() {
         return Dispatched::not_submitted();
     }
-    if let Err(e) = engine(&o.engine, &run_args(o, runner, &d, &name, &result)).await {
+    let sandbox = match sandbox::Sandbox::prepare(runner, &o.program, &d).await {
+        Ok(sandbox) => sandbox,
+        Err(why) => {
+            let why = why.to_string();
+            return Dispatched::failed("container", why, ErrorType::WorktreeError, Some(task));
+        }
+    };
+    let args = run_args(o, runner, &d, &name, &result, &sandbox.mounts);
+    if let Err(e) = engine(&o.engine, &args).await {
         remove(o, runner, &name).await;
+        let _ = sandbox.bring_back().await;
         return Dispatched::failed(&o.engine, e.to_string(), ErrorType::Unknown, Some(task));
     }
+    let done = wait(runner, o, &mut d, &name, task, &result).await;
+    // The container is gone: what its agent committed comes back whatever its outcome (a
+    // failed item's worktree keeps its commits for the DLQ).
+    match sandbox.bring_back().await {
+        Err(why) if done.end == Ended::Succeeded => {
+            let why = why.to_string();
+            Dispatched::failed("container", why, ErrorType::WorktreeError, done.task)
+        }
+        Ok(()) | Err(_) => done,
+    }
+}
+
+/// Waits for the outcome of D's container NAME (TASK), whose agent writes RESULT; the
+/// container is removed once it has ended.
+async fn wait(
+    runner: &Runner,
+    o: &ContainerOptions,
+    d: &mut Dispatch,
+    name: &str,
+    task: TaskRef,
+    result: &Path,
+) -> Dispatched {
+    let name = name.to_owned();
+    let started = started_path(result);
     runner.record(&crate::events::Event::TaskSubmitted {
         task: task.clone(),
         attempt: d.attempt,
@@ -314,7 +362,7 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
     let mut deadline = None;
     let mut asked = Instant::now();
     loop {
-        if let Some(r) = read_result(&result) {
+        if let Some(r) = read_result(result) {
             remove(o, runner, &name).await;
             return finished(r, task, &name);
         }
@@ -341,7 +389,7 @@ async fn dispatch(runner: &Runner, o: &ContainerOptions, mut d: Dispatch) -> Dis
         if asked.elapsed() >= Duration::from_secs(1) {
             asked = Instant::now();
             if running(o, &name).await == Some(false) {
-                if let Some(r) = read_result(&result) {
+                if let Some(r) = read_result(result) {
                     remove(o, runner, &name).await;
                     return finished(r, task, &name);
                 }
