@@ -2,7 +2,9 @@
 //! its handlers' JSON (snapshots), the token and the read-only default, the actions under
 //! `--allow-actions`, and a real browser (headless Chromium through chromedriver) watching
 //! a slow job: counts and a node's state change without reloading, an item's Claude call
-//! opens, and a screenshot is kept as `target/ui-dashboard.png`.
+//! opens, and a screenshot is kept as `ui-dashboard.png` in cargo's directory for this test
+//! binary's files (`tmp/` in the target directory: `target/tmp/ui-dashboard.png` unless
+//! `CARGO_TARGET_DIR` says otherwise).
 
 #![expect(
     clippy::unwrap_used,
@@ -530,7 +532,7 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
         client.close().await.unwrap();
         shot
     });
-    let path = scratch::root().join("target/ui-dashboard.png");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-dashboard.png");
     std::fs::write(&path, &shot).unwrap();
     assert!(shot.starts_with(b"\x89PNG"));
     job.kill();
