@@ -1,10 +1,11 @@
 //! `prodigy ui` end to end: the server started by the binary over a scratch `PRODIGY_HOME`,
-//! its handlers' JSON (snapshots), the token and the read-only default, the actions under
-//! `--allow-actions`, and a real browser (headless Chromium through chromedriver) watching
-//! a slow job: counts and a node's state change without reloading, an item's Claude call
-//! opens, and a screenshot is kept as `ui-dashboard.png` in cargo's directory for this test
-//! binary's files (`tmp/` in the target directory: `target/tmp/ui-dashboard.png` unless
-//! `CARGO_TARGET_DIR` says otherwise).
+//! its handlers' JSON (snapshots), the token (in a header only) and the read-only default, the
+//! actions under `--allow-actions`, and a real browser (headless Chromium through chromedriver)
+//! watching a slow job: the token off its address bar and out of its cookies, counts and a
+//! node's state change without reloading, an item's Claude call opens, and a screenshot is
+//! kept as `ui-dashboard.png` in cargo's directory for this test binary's files (`tmp/` in
+//! the target directory: `target/tmp/ui-dashboard.png` unless `CARGO_TARGET_DIR` says
+//! otherwise).
 
 #![expect(
     clippy::unwrap_used,
@@ -175,13 +176,10 @@ fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
             .0,
         401
     );
-    // The page with the token in its URL leaves it in a cookie, which then suffices to read.
-    let (status, body) = server.request("GET", &format!("/?token={}", server.token), &[]);
-    assert_eq!(status, 200);
-    assert!(body.contains("<script src=\"/app.js\">"), "{body}");
-    let cookie = format!("prodigy_token={}", server.token);
     assert_eq!(
-        server.request("GET", "/api/runs", &[("Cookie", &cookie)]).0,
+        server
+            .request("GET", "/api/runs", &[("X-Prodigy-Token", &server.token)])
+            .0,
         200
     );
     // Without --allow-actions nothing changes, whatever the request carries.
@@ -193,6 +191,39 @@ fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
         );
         assert_eq!(status, 403, "{body}");
         assert!(body.contains("--allow-actions"), "{body}");
+    }
+}
+
+/// The token opens the API only in its header: not in a cookie (which the browser sends to
+/// every server on the host, whatever the port) nor in the address (kept in history). The
+/// page, which holds no data, loads without it, so that a reload of `/` works, and sets no
+/// cookie.
+#[test]
+fn the_token_opens_the_api_only_in_its_header_and_the_page_sets_no_cookie() {
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let cookie = format!("prodigy_token={}", server.token);
+    let query = format!("token={}", server.token);
+    for path in [
+        "/api/runs".to_owned(),
+        format!("/api/runs/{id}"),
+        format!("/api/runs/{id}/updates"),
+        format!("/api/runs/{id}/graph.svg"),
+    ] {
+        let (status, body) = server.request("GET", &path, &[("Cookie", &cookie)]);
+        assert_eq!(status, 401, "{path} with the cookie: {body}");
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let (status, body) = server.request("GET", &format!("{path}{sep}{query}"), &[]);
+        assert_eq!(status, 401, "{path} with ?token=: {body}");
+    }
+    assert_eq!(server.get("/api/runs")["runs"][0]["id"], id.as_str());
+    for path in [format!("/?{query}"), "/".to_owned()] {
+        let (status, head, body) = server.exchange("GET", &path, &[]);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(body.contains("<script src=\"/app.js\">"), "{body}");
+        assert!(!head.contains("set-cookie"), "{path}: {head}");
+        assert!(!body.contains(&server.token), "{path}: {body}");
     }
 }
 
@@ -312,13 +343,13 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
     let id = finished_job(&scratch);
     let server = Server::start(&scratch, &["--allow-actions"]);
     let cookie = format!("prodigy_token={}", server.token);
-    // A cross-site form sends the cookie, never the header.
+    // A cross-site form sends cookies, never the header; the token is never taken from one.
     let (status, _) = server.request(
         "POST",
         &format!("/api/runs/{id}/dlq-retry"),
         &[("Cookie", &cookie)],
     );
-    assert_eq!(status, 403);
+    assert_eq!(status, 401);
     let (status, body) = server.request(
         "POST",
         &format!("/api/runs/{id}/stop"),
@@ -447,13 +478,38 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
             }
         };
         client.goto(&server.url()).await.unwrap();
-        let row = client
+        let row = Locator::Css(&format!("#runs tr[data-id='{id}']"));
+        client
             .wait()
             .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
+            .for_element(row)
             .await
             .unwrap();
-        row.click().await.unwrap();
+        // The token is off the address bar (and so out of the history) and in no cookie,
+        // which other servers on this host would be sent; a reload still shows the runs.
+        let href = client
+            .execute("return location.href;", vec![])
+            .await
+            .unwrap();
+        let href = href.as_str().unwrap_or_default().to_owned();
+        assert_eq!(href, format!("http://{}/", server.address));
+        let cookies = client.get_all_cookies().await.unwrap();
+        assert!(cookies.is_empty(), "{cookies:?}");
+        let jar = client
+            .execute("return document.cookie;", vec![])
+            .await
+            .unwrap();
+        assert_eq!(jar, Value::String(String::new()));
+        client.refresh().await.unwrap();
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(row)
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
         let text = |sel: &'static str| {
             let client = client.clone();
             async move {
