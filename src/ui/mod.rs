@@ -11,6 +11,7 @@
 //! would send to every server on the host whatever its port, nor in the address of any request
 //! but the first, which the page at once takes off the address bar and the tab's history.
 
+mod door;
 mod graph;
 
 use std::collections::BTreeMap;
@@ -154,34 +155,18 @@ async fn serve(app: Shared, address: SocketAddr) -> u8 {
         ));
     }
     let _ = std::io::Write::flush(&mut std::io::stdout());
-    let router = router(app);
-    // Ctrl-C stops taking requests; open pages (their update streams never end by
-    // themselves) get a moment to close, then the server stops regardless.
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    let stop = async move {
+    let stop = async {
         let _ = tokio::signal::ctrl_c().await;
-        let _ = stopping.send(());
     };
-    let server = std::future::IntoFuture::into_future(
-        axum::serve(listener, router).with_graceful_shutdown(stop),
-    );
-    let deadline = async move {
-        if stopped.await.is_ok() {
-            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        result = server => match result {
-            Ok(()) => exit_code::OK,
-            Err(e) => {
-                err(&format!("error: the server stopped: {e}\n"));
-                exit_code::PROBLEMS
-            }
-        },
-        () = deadline => exit_code::OK,
-    }
+    door::serve(
+        listener,
+        router(app),
+        door::Strangers::new(door::STRANGERS),
+        door::HEAD_TIME,
+        stop,
+    )
+    .await;
+    exit_code::OK
 }
 
 /// The routes, behind the token check.
@@ -269,10 +254,15 @@ fn open_to_all(request: &Request) -> bool {
 }
 
 /// Every request but [`open_to_all`]'s needs the token; a request that changes something
-/// needs `--allow-actions` too.
+/// needs `--allow-actions` too. A connection whose request shows the token is admitted
+/// ([`door::Arrival::admit`]); any other is closed after its answer, so that a stranger holds a
+/// connection for one request at most.
 async fn checked(app: &Shared, request: Request, next: Next) -> Response {
     let known = presented(&request).is_some_and(|t| same(t, &app.token));
-    if known {
+    if known && let Some(arrival) = request.extensions().get::<door::Arrival>() {
+        arrival.admit();
+    }
+    let mut response = if known {
         allowed(app, request, next).await
     } else if open_to_all(&request) {
         next.run(request).await
@@ -282,7 +272,13 @@ async fn checked(app: &Shared, request: Request, next: Next) -> Response {
             "the access token is missing or wrong: open the URL `prodigy ui` printed\n",
         )
             .into_response()
+    };
+    if !known {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    response
 }
 
 /// A request that showed the token: one that changes something needs `--allow-actions` and,

@@ -1,11 +1,11 @@
 //! `prodigy ui` end to end: the server started by the binary over a scratch `PRODIGY_HOME`,
 //! its handlers' JSON (snapshots), the token (in a header only) and the read-only default, the
-//! actions under `--allow-actions`, and a real browser (headless Chromium through chromedriver)
-//! watching a slow job: the token off its address bar and out of its cookies, counts and a
-//! node's state change without reloading, an item's Claude call opens, and a screenshot is
-//! kept as `ui-dashboard.png` in cargo's directory for this test binary's files (`tmp/` in
-//! the target directory: `target/tmp/ui-dashboard.png` unless `CARGO_TARGET_DIR` says
-//! otherwise).
+//! actions under `--allow-actions`, connections that never finish a request, and a real browser
+//! (headless Chromium through chromedriver) watching a slow job: the token off its address bar
+//! and out of its cookies, counts and a node's state change without reloading, an item's Claude
+//! call opens, and a screenshot is kept as `ui-dashboard.png` in cargo's directory for this
+//! test binary's files (`tmp/` in the target directory: `target/tmp/ui-dashboard.png` unless
+//! `CARGO_TARGET_DIR` says otherwise).
 
 #![expect(
     clippy::unwrap_used,
@@ -197,7 +197,7 @@ fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
 /// The token opens the API only in its header: not in a cookie (which the browser sends to
 /// every server on the host, whatever the port) nor in the address (kept in history). The
 /// page, which holds no data, loads without it, so that a reload of `/` works, and sets no
-/// cookie.
+/// cookie. A request without the token gets its answer and the connection is closed.
 #[test]
 fn the_token_opens_the_api_only_in_its_header_and_the_page_sets_no_cookie() {
     let scratch = Scratch::new();
@@ -211,8 +211,9 @@ fn the_token_opens_the_api_only_in_its_header_and_the_page_sets_no_cookie() {
         format!("/api/runs/{id}/updates"),
         format!("/api/runs/{id}/graph.svg"),
     ] {
-        let (status, body) = server.request("GET", &path, &[("Cookie", &cookie)]);
+        let (status, head, body) = server.exchange("GET", &path, &[("Cookie", &cookie)]);
         assert_eq!(status, 401, "{path} with the cookie: {body}");
+        assert!(head.contains("connection: close"), "{path}: {head}");
         let sep = if path.contains('?') { '&' } else { '?' };
         let (status, body) = server.request("GET", &format!("{path}{sep}{query}"), &[]);
         assert_eq!(status, 401, "{path} with ?token=: {body}");
@@ -224,6 +225,137 @@ fn the_token_opens_the_api_only_in_its_header_and_the_page_sets_no_cookie() {
         assert!(body.contains("<script src=\"/app.js\">"), "{body}");
         assert!(!head.contains("set-cookie"), "{path}: {head}");
         assert!(!body.contains(&server.token), "{path}: {body}");
+    }
+}
+
+/// Connections that send the start of a request and nothing more, more of them than the
+/// file descriptors a process has by default (1,024), do not keep the owner out: a request
+/// with the token is answered at once, an open page's update stream goes on, and the server
+/// closes each of the others, at once past its first few dozen, the rest when the time to
+/// send a request's head has passed.
+#[test]
+fn idle_half_requests_neither_keep_the_owner_out_nor_cut_an_open_page() {
+    const IDLE: usize = 1_100;
+    // This process holds them all, and the server the file descriptors most systems give a
+    // process (the soft limit of 1,024), whatever this machine's default.
+    let hard = file_descriptors_at_least(u64::try_from(IDLE).unwrap() + 200);
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let pid = rustix::process::Pid::from_raw(i32::try_from(server.child.id()).unwrap()).unwrap();
+    rustix::process::prlimit(
+        Some(pid),
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(1_024),
+            maximum: hard,
+        },
+    )
+    .unwrap();
+
+    // An open page: its update stream, which the limits must leave alone.
+    let mut page = std::net::TcpStream::connect(&server.address).unwrap();
+    let request = format!(
+        "GET /api/runs/{id}/updates HTTP/1.1\r\nHost: {}\r\nX-Prodigy-Token: {}\r\n\r\n",
+        server.address, server.token
+    );
+    page.write_all(request.as_bytes()).unwrap();
+    page.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut first = [0u8; 4096];
+    let n = page.read(&mut first).unwrap();
+    assert!(
+        String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&first[..n])
+    );
+
+    let mut idle = Vec::with_capacity(IDLE);
+    let address: std::net::SocketAddr = server.address.parse().unwrap();
+    for _ in 0..IDLE {
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).unwrap();
+        // The server may have closed it already.
+        let _ = stream.write_all(b"GET / HTTP/1.1\r\n");
+        idle.push(stream);
+    }
+    let asked = Instant::now();
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let request = format!(
+        "GET /api/runs HTTP/1.1\r\nHost: {}\r\nX-Prodigy-Token: {}\r\nConnection: close\r\n\r\n",
+        server.address, server.token
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let read = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_ok() && answer.starts_with("HTTP/1.1 200") && answer.contains(&id),
+        "no answer to the owner {:?} after {IDLE} idle connections: {read:?} {answer}",
+        asked.elapsed()
+    );
+
+    // The server lets go of every idle one: at once but for its last few dozen, which it
+    // closes once the time to send a head (10 s) has passed.
+    let soon = Instant::now() + Duration::from_secs(2);
+    let later = Instant::now() + Duration::from_secs(20);
+    loop {
+        let open = idle.iter().filter(|s| !closed(s)).count();
+        if open == 0 {
+            break;
+        }
+        assert!(
+            open <= 64 || Instant::now() < soon,
+            "{open} idle connections still held"
+        );
+        assert!(
+            Instant::now() < later,
+            "{open} idle connections still held 20 s on"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(idle);
+    // The page's stream outlived the time for a head: still open.
+    assert!(!closed(&page), "the open page's update stream was cut");
+}
+
+/// Raises this process's soft limit of open files to NEEDED when it is lower; the hard limit
+/// (`None`: none).
+fn file_descriptors_at_least(needed: u64) -> Option<u64> {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(u64::MAX);
+    if limit.current.is_some_and(|c| c < needed) {
+        assert!(
+            hard >= needed,
+            "this test needs {needed} file descriptors, the hard limit is {hard}"
+        );
+        rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(needed),
+                maximum: limit.maximum,
+            },
+        )
+        .unwrap();
+    }
+    limit.maximum
+}
+
+/// Whether the other end closed STREAM (or reset it), what it sent before read and dropped;
+/// made non-blocking to ask.
+fn closed(mut stream: &std::net::TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => return e.kind() != std::io::ErrorKind::WouldBlock,
+        }
     }
 }
 
