@@ -1,5 +1,21 @@
 // The dashboard: a list of runs, and a page per run fed by server-sent events.
 "use strict";
+// The access token comes once, in the address `prodigy ui` printed. It is kept for this tab
+// only (a reload finds it; no other tab, site or server does) and taken off the address bar
+// and the tab's history at once. Every request sends it in a header: never in a cookie, which
+// the browser would send to every server on this host whatever its port.
+const token = (() => {
+  const given = new URLSearchParams(location.search).get("token");
+  let kept = null;
+  try {
+    if (given) sessionStorage.setItem("prodigy_token", given);
+    kept = sessionStorage.getItem("prodigy_token");
+  } catch (e) {
+    // No storage (a browser setting): the token lives as long as the page.
+  }
+  if (location.search) history.replaceState(null, "", "/" + location.hash);
+  return given || kept || "";
+})();
 const $ = (s) => document.querySelector(s);
 const esc = (t) => String(t ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 // A task on the agent backend: `slurm 41_0 on n1`, `container prodigy-job-0`.
@@ -12,17 +28,63 @@ const secs = (s) => {
 };
 const usd = (n) => (n == null ? "-" : "$" + Number(n).toFixed(4));
 const state = (s) => `<span class="state ${esc(String(s).split("_")[0])}">${esc(String(s).replace(/_/g, " "))}</span>`;
+// A request to the server, with the token.
+async function call(url, options = {}) {
+  const r = await fetch(url, { ...options, credentials: "omit", headers: { ...options.headers, "X-Prodigy-Token": token } });
+  if (r.status === 401) {
+    $("#main").innerHTML = `<p><b>This tab has no access to the dashboard:</b> open the URL <code>prodigy ui</code> printed (with its <code>?token=</code>).</p>`;
+  }
+  return r;
+}
 async function getJson(url) {
-  const r = await fetch(url, { credentials: "same-origin" });
+  const r = await call(url);
   if (!r.ok) throw new Error(await r.text());
   return r.json();
+}
+// The events of URL, each given to ON(type, data) as it comes, until the returned controller
+// aborts; read from a fetch, since an EventSource cannot send the token's header. Like an
+// EventSource it connects again when the stream breaks (the server was restarted), but not when
+// it is refused.
+function listen(url, on) {
+  const stop = new AbortController();
+  (async () => {
+    while (!stop.signal.aborted) {
+      try {
+        const r = await call(url, { signal: stop.signal });
+        if (!r.ok) return;
+        const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value.replace(/\r\n?/g, "\n");
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            let type = "message";
+            const data = [];
+            for (const line of block.split("\n")) {
+              if (line.startsWith("event:")) type = line.slice(6).trim();
+              else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+            }
+            if (data.length) on(type, data.join("\n"));
+          }
+        }
+      } catch (e) {
+        if (stop.signal.aborted) return;
+      }
+      await new Promise((wake) => setTimeout(wake, 3000));
+    }
+  })();
+  return stop;
 }
 let source = null;
 let table = { status: "", sort: "index", desc: false, offset: 0, limit: 50 };
 let graphTimer = null;
 
 function route() {
-  if (source) { source.close(); source = null; }
+  if (source) { source.abort(); source = null; }
   const h = location.hash;
   if (h.startsWith("#/run/")) runPage(decodeURIComponent(h.slice(6)));
   else listPage();
@@ -56,8 +118,9 @@ async function runPage(id) {
   $("#next").onclick = () => { table.offset += table.limit; loadItems(id); };
   const picture = await getJson(`/api/runs/${encodeURIComponent(id)}`);
   draw(id, picture);
-  source = new EventSource(`/api/runs/${encodeURIComponent(id)}/updates`);
-  source.addEventListener("picture", (e) => draw(id, JSON.parse(e.data)));
+  source = listen(`/api/runs/${encodeURIComponent(id)}/updates`, (type, data) => {
+    if (type === "picture") draw(id, JSON.parse(data));
+  });
 }
 
 function draw(id, p) {
@@ -76,7 +139,7 @@ function draw(id, p) {
   ].join("");
   $("#actions").innerHTML = p.actions ? `${s.kind === "job" && c.dlq > 0 && p.state !== "running" ? `<button id="retry">Retry the ${c.dlq} DLQ items</button>` : ""}${p.state === "running" || p.state === "paused" ? `<button id="stop">Stop</button>` : ""}<span id="acted" class="muted"></span>` : "";
   const act = async (what) => {
-    const r = await fetch(`/api/runs/${encodeURIComponent(id)}/${what}`, { method: "POST", headers: { "X-Prodigy-Token": token() } });
+    const r = await call(`/api/runs/${encodeURIComponent(id)}/${what}`, { method: "POST" });
     $("#acted").textContent = r.ok ? ` ${what}: requested` : ` ${what}: ${await r.text()}`;
   };
   if ($("#retry")) $("#retry").onclick = () => act("dlq-retry");
@@ -87,16 +150,12 @@ function draw(id, p) {
   if (!graphTimer) {
     graphTimer = setTimeout(async () => {
       graphTimer = null;
-      const r = await fetch(`/api/runs/${encodeURIComponent(id)}/graph.svg`);
+      const r = await call(`/api/runs/${encodeURIComponent(id)}/graph.svg`);
       if (r.ok && $("#graph")) $("#graph").innerHTML = await r.text();
       if ($("#items")) loadItems(id);
     }, 500);
   }
 }
-
-// The token is in an HttpOnly cookie; state-changing requests repeat it in a header, which
-// only this page, given it at load, can do: it is kept from the first URL.
-function token() { return sessionStorage.getItem("prodigy_token") || ""; }
 
 async function loadItems(id) {
   const q = new URLSearchParams({ status: table.status, sort: table.sort, desc: table.desc, offset: table.offset, limit: table.limit });
@@ -125,11 +184,4 @@ async function openItem(id, item) {
   <details><summary>events (${d.events.length})</summary><pre>${esc(d.events.map((e) => JSON.stringify(e)).join("\n"))}</pre></details>`;
 }
 
-(function keepToken() {
-  const t = new URLSearchParams(location.search).get("token");
-  if (t) {
-    sessionStorage.setItem("prodigy_token", t);
-    history.replaceState(null, "", "/" + location.hash);
-  }
-})();
 route();

@@ -4,9 +4,14 @@
 //! Everything it shows comes from [`prodigy_runtime::live`], which reads the runs' files as
 //! they grow; pages get their updates as server-sent events, at most a few a second. The page
 //! (HTML, script, style) is compiled in. Read-only unless `--allow-actions`: then a job page
-//! can retry its DLQ and stop a running job, through requests that must carry the token in a
-//! header (a cookie alone, which another site's form would send, is refused).
+//! can retry its DLQ and stop a running job.
+//!
+//! The token travels only in the `X-Prodigy-Token` header: the page takes it from the printed
+//! URL, keeps it for its tab and sends it with each request. Never a cookie, which the browser
+//! would send to every server on the host whatever its port, nor in the address of any request
+//! but the first, which the page at once takes off the address bar and the tab's history.
 
+mod door;
 mod graph;
 
 use std::collections::BTreeMap;
@@ -150,34 +155,18 @@ async fn serve(app: Shared, address: SocketAddr) -> u8 {
         ));
     }
     let _ = std::io::Write::flush(&mut std::io::stdout());
-    let router = router(app);
-    // Ctrl-C stops taking requests; open pages (their update streams never end by
-    // themselves) get a moment to close, then the server stops regardless.
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    let stop = async move {
+    let stop = async {
         let _ = tokio::signal::ctrl_c().await;
-        let _ = stopping.send(());
     };
-    let server = std::future::IntoFuture::into_future(
-        axum::serve(listener, router).with_graceful_shutdown(stop),
-    );
-    let deadline = async move {
-        if stopped.await.is_ok() {
-            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        result = server => match result {
-            Ok(()) => exit_code::OK,
-            Err(e) => {
-                err(&format!("error: the server stopped: {e}\n"));
-                exit_code::PROBLEMS
-            }
-        },
-        () = deadline => exit_code::OK,
-    }
+    door::serve(
+        listener,
+        router(app),
+        door::Strangers::new(door::STRANGERS),
+        door::HEAD_TIME,
+        stop,
+    )
+    .await;
+    exit_code::OK
 }
 
 /// The routes, behind the token check.
@@ -209,30 +198,12 @@ fn token() -> std::io::Result<String> {
     }))
 }
 
-/// The token of a request: its `X-Prodigy-Token` header, its cookie, or `?token=`; and
-/// whether it came in the header.
-fn presented(request: &Request) -> (Option<String>, bool) {
-    let headers = request.headers();
-    if let Some(t) = headers.get("x-prodigy-token").and_then(|v| v.to_str().ok()) {
-        return (Some(t.to_owned()), true);
-    }
-    let cookie = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().strip_prefix("prodigy_token="))
-        .map(str::to_owned)
-        .next();
-    let query = request
-        .uri()
-        .query()
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter_map(|p| p.strip_prefix("token="))
-        .map(str::to_owned)
-        .next();
-    (query.or(cookie), false)
+/// The token a request shows: its `X-Prodigy-Token` header (no cookie, no `?token=`).
+fn presented(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get("x-prodigy-token")
+        .and_then(|v| v.to_str().ok())
 }
 
 /// Equal in constant time.
@@ -274,17 +245,45 @@ fn own_origin(origin: &str, host: Option<&str>) -> bool {
     host.is_some_and(|host| origin.strip_prefix("http://") == Some(host))
 }
 
-/// Every request needs the token; a request that changes something needs it in the header
-/// and `--allow-actions`. The first page load with `?token=` leaves it in a cookie.
+/// What anyone may load: the page, its script and its style, which hold no data (the page
+/// loads without the token so that a reload, whose address no longer has it, works; the script
+/// then finds it in the tab's storage).
+fn open_to_all(request: &Request) -> bool {
+    matches!(*request.method(), Method::GET | Method::HEAD)
+        && matches!(request.uri().path(), "/" | "/app.js" | "/app.css")
+}
+
+/// Every request but [`open_to_all`]'s needs the token; a request that changes something
+/// needs `--allow-actions` too. A connection whose request shows the token is admitted
+/// ([`door::Arrival::admit`]); any other is closed after its answer, so that a stranger holds a
+/// connection for one request at most.
 async fn checked(app: &Shared, request: Request, next: Next) -> Response {
-    let (token, in_header) = presented(&request);
-    if !token.as_deref().is_some_and(|t| same(t, &app.token)) {
-        return (
+    let known = presented(&request).is_some_and(|t| same(t, &app.token));
+    if known && let Some(arrival) = request.extensions().get::<door::Arrival>() {
+        arrival.admit();
+    }
+    let mut response = if known {
+        allowed(app, request, next).await
+    } else if open_to_all(&request) {
+        next.run(request).await
+    } else {
+        (
             StatusCode::UNAUTHORIZED,
             "the access token is missing or wrong: open the URL `prodigy ui` printed\n",
         )
-            .into_response();
+            .into_response()
+    };
+    if !known {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    response
+}
+
+/// A request that showed the token: one that changes something needs `--allow-actions` and,
+/// when the browser names its origin, the page's own.
+async fn allowed(app: &Shared, request: Request, next: Next) -> Response {
     let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
     if changes {
         if !app.allow_actions {
@@ -303,27 +302,15 @@ async fn checked(app: &Shared, request: Request, next: Next) -> Response {
             .get(header::ORIGIN)
             .and_then(|o| o.to_str().ok())
             .is_none_or(|o| own_origin(o, host));
-        if !in_header || !origin_ok {
+        if !origin_ok {
             return (
                 StatusCode::FORBIDDEN,
-                "a request that changes something needs the token in its X-Prodigy-Token header, from this page\n",
+                "a request that changes something must come from this page\n",
             )
                 .into_response();
         }
     }
-    let from_query =
-        request.uri().path() == "/" && request.uri().query().is_some_and(|q| q.contains("token="));
-    let mut response = next.run(request).await;
-    if from_query
-        && let Ok(cookie) = HeaderValue::from_str(&format!(
-            "prodigy_token={}; HttpOnly; SameSite=Strict; Path=/",
-            app.token
-        ))
-    {
-        // The page's own requests then carry it; the page takes it off the address bar.
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response
+    next.run(request).await
 }
 
 async fn page() -> Response {

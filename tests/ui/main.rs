@@ -1,8 +1,11 @@
 //! `prodigy ui` end to end: the server started by the binary over a scratch `PRODIGY_HOME`,
-//! its handlers' JSON (snapshots), the token and the read-only default, the actions under
-//! `--allow-actions`, and a real browser (headless Chromium through chromedriver) watching
-//! a slow job: counts and a node's state change without reloading, an item's Claude call
-//! opens, and a screenshot is kept as `target/ui-dashboard.png`.
+//! its handlers' JSON (snapshots), the token (in a header only) and the read-only default, the
+//! actions under `--allow-actions`, connections that never finish a request, and a real browser
+//! (headless Chromium through chromedriver) watching a slow job: the token off its address bar
+//! and out of its cookies, counts and a node's state change without reloading, an item's Claude
+//! call opens, and a screenshot is kept as `ui-dashboard.png` in cargo's directory for this
+//! test binary's files (`tmp/` in the target directory: `target/tmp/ui-dashboard.png` unless
+//! `CARGO_TARGET_DIR` says otherwise).
 
 #![expect(
     clippy::unwrap_used,
@@ -173,13 +176,10 @@ fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
             .0,
         401
     );
-    // The page with the token in its URL leaves it in a cookie, which then suffices to read.
-    let (status, body) = server.request("GET", &format!("/?token={}", server.token), &[]);
-    assert_eq!(status, 200);
-    assert!(body.contains("<script src=\"/app.js\">"), "{body}");
-    let cookie = format!("prodigy_token={}", server.token);
     assert_eq!(
-        server.request("GET", "/api/runs", &[("Cookie", &cookie)]).0,
+        server
+            .request("GET", "/api/runs", &[("X-Prodigy-Token", &server.token)])
+            .0,
         200
     );
     // Without --allow-actions nothing changes, whatever the request carries.
@@ -191,6 +191,171 @@ fn every_request_needs_the_token_and_a_read_only_server_refuses_actions() {
         );
         assert_eq!(status, 403, "{body}");
         assert!(body.contains("--allow-actions"), "{body}");
+    }
+}
+
+/// The token opens the API only in its header: not in a cookie (which the browser sends to
+/// every server on the host, whatever the port) nor in the address (kept in history). The
+/// page, which holds no data, loads without it, so that a reload of `/` works, and sets no
+/// cookie. A request without the token gets its answer and the connection is closed.
+#[test]
+fn the_token_opens_the_api_only_in_its_header_and_the_page_sets_no_cookie() {
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let cookie = format!("prodigy_token={}", server.token);
+    let query = format!("token={}", server.token);
+    for path in [
+        "/api/runs".to_owned(),
+        format!("/api/runs/{id}"),
+        format!("/api/runs/{id}/updates"),
+        format!("/api/runs/{id}/graph.svg"),
+    ] {
+        let (status, head, body) = server.exchange("GET", &path, &[("Cookie", &cookie)]);
+        assert_eq!(status, 401, "{path} with the cookie: {body}");
+        assert!(head.contains("connection: close"), "{path}: {head}");
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let (status, body) = server.request("GET", &format!("{path}{sep}{query}"), &[]);
+        assert_eq!(status, 401, "{path} with ?token=: {body}");
+    }
+    assert_eq!(server.get("/api/runs")["runs"][0]["id"], id.as_str());
+    for path in [format!("/?{query}"), "/".to_owned()] {
+        let (status, head, body) = server.exchange("GET", &path, &[]);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(body.contains("<script src=\"/app.js\">"), "{body}");
+        assert!(!head.contains("set-cookie"), "{path}: {head}");
+        assert!(!body.contains(&server.token), "{path}: {body}");
+    }
+}
+
+/// Connections that send the start of a request and nothing more, more of them than the
+/// file descriptors a process has by default (1,024), do not keep the owner out: a request
+/// with the token is answered at once, an open page's update stream goes on, and the server
+/// closes each of the others, at once past its first few dozen, the rest when the time to
+/// send a request's head has passed.
+#[test]
+fn idle_half_requests_neither_keep_the_owner_out_nor_cut_an_open_page() {
+    const IDLE: usize = 1_100;
+    // This process holds them all, and the server the file descriptors most systems give a
+    // process (the soft limit of 1,024), whatever this machine's default.
+    let hard = file_descriptors_at_least(u64::try_from(IDLE).unwrap() + 200);
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let pid = rustix::process::Pid::from_raw(i32::try_from(server.child.id()).unwrap()).unwrap();
+    rustix::process::prlimit(
+        Some(pid),
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(1_024),
+            maximum: hard,
+        },
+    )
+    .unwrap();
+
+    // An open page: its update stream, which the limits must leave alone.
+    let mut page = std::net::TcpStream::connect(&server.address).unwrap();
+    let request = format!(
+        "GET /api/runs/{id}/updates HTTP/1.1\r\nHost: {}\r\nX-Prodigy-Token: {}\r\n\r\n",
+        server.address, server.token
+    );
+    page.write_all(request.as_bytes()).unwrap();
+    page.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut first = [0u8; 4096];
+    let n = page.read(&mut first).unwrap();
+    assert!(
+        String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&first[..n])
+    );
+
+    let mut idle = Vec::with_capacity(IDLE);
+    let address: std::net::SocketAddr = server.address.parse().unwrap();
+    for _ in 0..IDLE {
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).unwrap();
+        // The server may have closed it already.
+        let _ = stream.write_all(b"GET / HTTP/1.1\r\n");
+        idle.push(stream);
+    }
+    let asked = Instant::now();
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let request = format!(
+        "GET /api/runs HTTP/1.1\r\nHost: {}\r\nX-Prodigy-Token: {}\r\nConnection: close\r\n\r\n",
+        server.address, server.token
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let read = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_ok() && answer.starts_with("HTTP/1.1 200") && answer.contains(&id),
+        "no answer to the owner {:?} after {IDLE} idle connections: {read:?} {answer}",
+        asked.elapsed()
+    );
+
+    // The server lets go of every idle one: at once but for its last few dozen, which it
+    // closes once the time to send a head (10 s) has passed.
+    let soon = Instant::now() + Duration::from_secs(2);
+    let later = Instant::now() + Duration::from_secs(20);
+    loop {
+        let open = idle.iter().filter(|s| !closed(s)).count();
+        if open == 0 {
+            break;
+        }
+        assert!(
+            open <= 64 || Instant::now() < soon,
+            "{open} idle connections still held"
+        );
+        assert!(
+            Instant::now() < later,
+            "{open} idle connections still held 20 s on"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(idle);
+    // The page's stream outlived the time for a head: still open.
+    assert!(!closed(&page), "the open page's update stream was cut");
+}
+
+/// Raises this process's soft limit of open files to NEEDED when it is lower; the hard limit
+/// (`None`: none).
+fn file_descriptors_at_least(needed: u64) -> Option<u64> {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(u64::MAX);
+    if limit.current.is_some_and(|c| c < needed) {
+        assert!(
+            hard >= needed,
+            "this test needs {needed} file descriptors, the hard limit is {hard}"
+        );
+        rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(needed),
+                maximum: limit.maximum,
+            },
+        )
+        .unwrap();
+    }
+    limit.maximum
+}
+
+/// Whether the other end closed STREAM (or reset it), what it sent before read and dropped;
+/// made non-blocking to ask.
+fn closed(mut stream: &std::net::TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => return e.kind() != std::io::ErrorKind::WouldBlock,
+        }
     }
 }
 
@@ -310,13 +475,13 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
     let id = finished_job(&scratch);
     let server = Server::start(&scratch, &["--allow-actions"]);
     let cookie = format!("prodigy_token={}", server.token);
-    // A cross-site form sends the cookie, never the header.
+    // A cross-site form sends cookies, never the header; the token is never taken from one.
     let (status, _) = server.request(
         "POST",
         &format!("/api/runs/{id}/dlq-retry"),
         &[("Cookie", &cookie)],
     );
-    assert_eq!(status, 403);
+    assert_eq!(status, 401);
     let (status, body) = server.request(
         "POST",
         &format!("/api/runs/{id}/stop"),
@@ -445,13 +610,38 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
             }
         };
         client.goto(&server.url()).await.unwrap();
-        let row = client
+        let row = Locator::Css(&format!("#runs tr[data-id='{id}']"));
+        client
             .wait()
             .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
+            .for_element(row)
             .await
             .unwrap();
-        row.click().await.unwrap();
+        // The token is off the address bar (and so out of the history) and in no cookie,
+        // which other servers on this host would be sent; a reload still shows the runs.
+        let href = client
+            .execute("return location.href;", vec![])
+            .await
+            .unwrap();
+        let href = href.as_str().unwrap_or_default().to_owned();
+        assert_eq!(href, format!("http://{}/", server.address));
+        let cookies = client.get_all_cookies().await.unwrap();
+        assert!(cookies.is_empty(), "{cookies:?}");
+        let jar = client
+            .execute("return document.cookie;", vec![])
+            .await
+            .unwrap();
+        assert_eq!(jar, Value::String(String::new()));
+        client.refresh().await.unwrap();
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(row)
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
         let text = |sel: &'static str| {
             let client = client.clone();
             async move {
@@ -530,7 +720,7 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
         client.close().await.unwrap();
         shot
     });
-    let path = scratch::root().join("target/ui-dashboard.png");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-dashboard.png");
     std::fs::write(&path, &shot).unwrap();
     assert!(shot.starts_with(b"\x89PNG"));
     job.kill();
