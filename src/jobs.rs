@@ -1040,6 +1040,7 @@ pub(crate) fn events(args: &EventsArgs) -> u8 {
 /// How to continue the job or session ID that no process runs, from its checkpoint's
 /// status; `None` when it completed (there is nothing to continue).
 fn resume_hint(home: &Path, id: &str) -> Option<String> {
+    use crate::run::finish::resume_command;
     use prodigy_runtime::jobstore::Status;
     if let Some((dir, _)) = Layout::find_job(home, id) {
         let checkpoint = JobFiles::new(dir).load_checkpoint();
@@ -1049,20 +1050,28 @@ fn resume_hint(home: &Path, id: &str) -> Option<String> {
         {
             Ok((Status::Completed, _)) => None,
             Ok((Status::Stopped, Some(reached))) => Some(format!(
-                "it stopped at its Claude budget ({}): resume it with `prodigy resume-job {id} --max-cost-usd AMOUNT`",
-                prodigy_runtime::budget::usd(reached.limit)
+                "it stopped at its Claude budget ({}): resume it with `{}`",
+                prodigy_runtime::budget::usd(reached.limit),
+                resume_command("resume-job", "--max-cost-usd AMOUNT", id)
             )),
             Ok((Status::Stopped, None)) => Some(format!(
-                "its error policy stopped it: see why with `prodigy dlq show {id}`, and resume it with `prodigy resume-job --force {id}` once the cause is fixed"
+                "its error policy stopped it: see why with `prodigy dlq show {id}`, and resume it with `{}` once the cause is fixed",
+                resume_command("resume-job", "--force", id)
             )),
-            _ => Some(format!("continue it with `prodigy resume-job {id}`")),
+            _ => Some(format!(
+                "continue it with `{}`",
+                resume_command("resume-job", "", id)
+            )),
         };
     }
     match Layout::find_session(home, id)
         .and_then(|(path, _)| prodigy_runtime::store::Checkpoint::load(&path).ok())
     {
         Some(c) if c.status == prodigy_runtime::store::SessionStatus::Completed => None,
-        Some(_) => Some(format!("continue it with `prodigy resume {id}`")),
+        Some(_) => Some(format!(
+            "continue it with `{}`",
+            resume_command("resume", "", id)
+        )),
         None => Some(format!(
             "its state is gone, so it cannot be continued (`prodigy resume-job {id}` or `prodigy resume {id}` would say more)"
         )),

@@ -149,11 +149,17 @@ fn reset_in_text(text: &str, now: u64) -> Option<u64> {
 /// written as a date, and are not seconds since the epoch.
 pub const LATEST_RESET: u64 = 253_402_300_799;
 
-/// `07:35 UTC` for EPOCH seconds, with the date before it when it is not the same day as
-/// NOW (`2026-11-27 07:35 UTC`).
+/// `07:35:00 UTC` for EPOCH seconds, with the date before it when it is not the same day as
+/// NOW (`2026-11-27 07:35:00 UTC`). To the second: a resume at the printed minute would come
+/// before a reset within that minute, and be refused.
 pub fn clock_text(epoch: u64, now: u64) -> String {
     let of_day = epoch % 86_400;
-    let time = format!("{:02}:{:02} UTC", of_day / 3600, of_day % 3600 / 60);
+    let time = format!(
+        "{:02}:{:02}:{:02} UTC",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    );
     if epoch / 86_400 == now / 86_400 {
         return time;
     }
@@ -574,7 +580,8 @@ mod tests {
             Some(now + 6 * 3600)
         );
         assert_eq!(reset_in_text("resets 7:35am (europe/paris)", now), None);
-        assert_eq!(clock_text(now + 5700, now), "07:35 UTC");
-        assert_eq!(clock_text(now + 86_400, now), "2026-11-27 06:00 UTC");
+        assert_eq!(clock_text(now + 5700, now), "07:35:00 UTC");
+        assert_eq!(clock_text(now + 5742, now), "07:35:42 UTC");
+        assert_eq!(clock_text(now + 86_400, now), "2026-11-27 06:00:00 UTC");
     }
 }

@@ -129,11 +129,11 @@ pub enum Message {
     /// A batch of map items failed (`error_collection: batched`): `item_N` and why.
     ItemsFailed(Vec<(String, String)>),
     /// Claude calls pause for the account's usage limit: `paused: Claude usage limit
-    /// (five_hour), resumes at 07:35 UTC`.
+    /// (five_hour), resumes at 07:35:00 UTC`.
     ClaudePaused {
         /// `five_hour`, `seven_day`, ...
         limit_type: String,
-        /// When calls start again, as a clock (`07:35 UTC`).
+        /// When calls start again, as a clock (`07:35:00 UTC`).
         resumes_at: String,
     },
     /// The usage limit's pause is over.
@@ -154,7 +154,7 @@ pub enum Message {
     ClaudeLimitStop {
         /// The limit.
         limit_type: String,
-        /// When it resets, as a clock (`07:35 UTC`).
+        /// When it resets, as a clock (`07:35:00 UTC`).
         resets_at: String,
         /// The `max_wait` it exceeds; `None` under `usage_limit: stop`.
         max_wait: Option<Duration>,

@@ -25,6 +25,7 @@ pub(super) fn finish_job(
     let id = &report.job_id;
     let events = report.events.display();
     let queued = queued_line(report.dlq_count);
+    let again = resume_command("resume-job", "", id);
     let code = match &report.outcome {
         JobOutcome::Completed => completed_job(&mut text, report, unmerged, strict, launched),
         JobOutcome::Stopped(reason) => {
@@ -38,8 +39,9 @@ pub(super) fn finish_job(
             }
             let _ = writeln!(
                 text,
-                "{}, then resume with: prodigy resume-job --force {id}",
-                stop_advice(reason, fix)
+                "{}, then resume with: {}",
+                stop_advice(reason, fix),
+                resume_command("resume-job", "--force", id)
             );
             exit_code::PROBLEMS
         }
@@ -58,7 +60,8 @@ pub(super) fn finish_job(
             }
             let _ = writeln!(
                 text,
-                "raise the budget and resume with: prodigy resume-job {id} --max-cost-usd AMOUNT"
+                "raise the budget and resume with: {}",
+                resume_command("resume-job", "--max-cost-usd AMOUNT", id)
             );
             exit_code::BUDGET
         }
@@ -74,7 +77,7 @@ pub(super) fn finish_job(
             if report.resumable {
                 let _ = writeln!(
                     text,
-                    "✗ {phase} failed: {what}; fix it{fix}, then resume with: prodigy resume-job {id}"
+                    "✗ {phase} failed: {what}; fix it{fix}, then resume with: {again}"
                 );
             } else {
                 // Nothing is left to resume from: the job runs again from the start.
@@ -89,7 +92,7 @@ pub(super) fn finish_job(
             let _ = writeln!(text, "events in {events}");
             let _ = writeln!(
                 text,
-                "✗ job {id} stopped in {phase}: {what}; {} pending; make room (or fix the permissions) under {}, then resume with: prodigy resume-job {id}",
+                "✗ job {id} stopped in {phase}: {what}; {} pending; make room (or fix the permissions) under {}, then resume with: {again}",
                 count(report.pending, "item"),
                 Layout::home().display()
             );
@@ -98,7 +101,7 @@ pub(super) fn finish_job(
         JobOutcome::Interrupted => {
             // Stopped for the usage limit: the caller's last line says when to resume.
             if signal != exit_code::CLAUDE_LIMIT {
-                let _ = writeln!(text, "interrupted; resume with: prodigy resume-job {id}");
+                let _ = writeln!(text, "interrupted; resume with: {again}");
             }
             interrupted(signal)
         }
@@ -124,6 +127,25 @@ pub(super) fn finish_job(
 }
 
 /// What a job's last lines say of the items in its dead letter queue; none when it is empty.
+/// `prodigy COMMAND [-y] [OPTIONS] ID`: the command that continues the run or job ID, as a
+/// hint prints it. Without a terminal to ask on, a resume that completes merges nothing
+/// unless it has `-y`; a hint printed there (a script, CI) carries `-y`, so that running it
+/// as printed does what it says.
+pub(crate) fn resume_command(command: &str, options: &str, id: &str) -> String {
+    use std::io::IsTerminal as _;
+    let yes = if std::io::stdin().is_terminal() {
+        ""
+    } else {
+        " -y"
+    };
+    let options = if options.is_empty() {
+        String::new()
+    } else {
+        format!(" {options}")
+    };
+    format!("prodigy {command}{yes}{options} {id}")
+}
+
 fn queued_line(dlq_count: u64) -> Option<String> {
     match dlq_count {
         0 => None,
@@ -291,19 +313,19 @@ pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &
         }
         RunOutcome::Failed if report.state_error.is_some() => {
             err(&format!(
-                "✗ session {} stopped: {}; make room (or fix the permissions) under {}, then resume with: prodigy resume {}\n",
+                "✗ session {} stopped: {}; make room (or fix the permissions) under {}, then resume with: {}\n",
                 report.session_id,
                 report.state_error.as_deref().unwrap_or_default(),
                 Layout::home().display(),
-                report.session_id
+                resume_command("resume", "", &report.session_id)
             ));
             exit_code::PROBLEMS
         }
         RunOutcome::Failed => {
             err(&format!(
-                "✗ step `{}` failed; fix it{fix}, then resume with: prodigy resume {}\n",
+                "✗ step `{}` failed; fix it{fix}, then resume with: {}\n",
                 report.failed_step.as_deref().unwrap_or("?"),
-                report.session_id
+                resume_command("resume", "", &report.session_id)
             ));
             exit_code::PROBLEMS
         }
@@ -311,8 +333,8 @@ pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &
             // Stopped for the usage limit: the caller's last line says when to resume.
             if signal != exit_code::CLAUDE_LIMIT {
                 err(&format!(
-                    "interrupted; resume with: prodigy resume {}\n",
-                    report.session_id
+                    "interrupted; resume with: {}\n",
+                    resume_command("resume", "", &report.session_id)
                 ));
             }
             interrupted(signal)
@@ -323,9 +345,9 @@ pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &
                 |r| prodigy_runtime::budget::describe(&r),
             );
             err(&format!(
-                "✗ session {} stopped: {reached}; raise the budget and resume with: prodigy resume {} --max-cost-usd AMOUNT (events in {})\n",
+                "✗ session {} stopped: {reached}; raise the budget and resume with: {} (events in {})\n",
                 report.session_id,
-                report.session_id,
+                resume_command("resume", "--max-cost-usd AMOUNT", &report.session_id),
                 report.events.display()
             ));
             exit_code::BUDGET
@@ -368,8 +390,9 @@ pub(crate) fn limit_stopped(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     err(&format!(
-        "paused: Claude usage limit ({}) resets at {}; after that, resume with: prodigy {again} {id}\n",
+        "paused: Claude usage limit ({}) resets at {}; after that, resume with: {}\n",
         stop.limit_type,
         prodigy_runtime::claude_limit::clock_text(stop.resets_at, now),
+        resume_command(again, "", id),
     ));
 }

@@ -23,7 +23,7 @@ use prodigy_runtime::worktree;
 
 mod args;
 mod dry;
-mod finish;
+pub(crate) mod finish;
 mod place;
 
 use args::JobArgs;
@@ -227,8 +227,9 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
     let Some((dir, repo)) = Layout::find_job(&home, &args.job) else {
         if Layout::find_session(&home, &args.job).is_some() {
             err(&format!(
-                "error: `{0}` is a standard run's session, not a MapReduce job: continue it with `prodigy resume {0}`\n",
-                args.job
+                "error: `{}` is a standard run's session, not a MapReduce job: continue it with `{}`\n",
+                args.job,
+                finish::resume_command("resume", "", &args.job)
             ));
         } else {
             err(&format!(
@@ -262,8 +263,9 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
         Ok(()) => {}
         Err(Refused::Stopped { job: id, reason }) => {
             err(&format!(
-                "error: job {id} stopped: {reason}; resumed as it is, it stops again at its next failure. See why with `prodigy dlq show {id}`; {}, then resume with: prodigy resume-job --force {id}\n",
+                "error: job {id} stopped: {reason}; resumed as it is, it stops again at its next failure. See why with `prodigy dlq show {id}`; {}, then resume with: {}\n",
                 stop_advice(&reason, &fix_in(checkpoint.worktree.as_ref())),
+                finish::resume_command("resume-job", "--force", &id),
             ));
             return exit_code::USAGE;
         }
@@ -499,8 +501,9 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
     let Some((path, repo)) = Layout::find_session(&home, &args.session) else {
         if Layout::find_job(&home, &args.session).is_some() {
             err(&format!(
-                "error: `{0}` is a MapReduce job, not a standard run's session: continue it with `prodigy resume-job {0}`\n",
-                args.session
+                "error: `{}` is a MapReduce job, not a standard run's session: continue it with `{}`\n",
+                args.session,
+                finish::resume_command("resume-job", "", &args.session)
             ));
         } else {
             err(&format!(

@@ -258,7 +258,7 @@ fn a_checkpoint_write_that_fails_stops_a_standard_run() {
     let ran = std::fs::read_to_string(&runs).unwrap();
     // Checkpoints are synced behind the steps, at most 16 of them behind.
     assert!(ran.lines().count() <= 19, "steps went on: {ran}");
-    let session = regex::Regex::new(r"prodigy resume (session-\S+)")
+    let session = regex::Regex::new(r"prodigy resume -y (session-\S+)")
         .unwrap()
         .captures(&text)
         .unwrap_or_else(|| panic!("no resume hint: {text}"))[1]

@@ -119,7 +119,7 @@ fn a_failed_run_says_to_fix_it_in_the_session_worktree() {
         "{last}"
     );
     assert!(
-        last.ends_with(&format!("prodigy resume {session}")),
+        last.ends_with(&format!("prodigy resume -y {session}")),
         "{last}"
     );
 }
@@ -439,7 +439,7 @@ fn a_job_stopped_by_max_failures_is_not_resumed_into_the_same_failures() {
     let last = last_line(&output);
     assert!(last.contains("raise `max_failures`"), "{last}");
     assert!(
-        last.contains(&format!("prodigy resume-job --force {job}")),
+        last.contains(&format!("prodigy resume-job -y --force {job}")),
         "{last}"
     );
     let runs = std::fs::read_to_string(&log).unwrap();
@@ -542,14 +542,14 @@ fn resume_and_resume_job_name_the_command_an_id_needs() {
     let output = scratch.run(&["resume", &job], &[]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains(&format!("continue it with `prodigy resume-job {job}`")),
+        stderr(&output).contains(&format!("continue it with `prodigy resume-job -y {job}`")),
         "{}",
         stderr(&output)
     );
     let output = scratch.run(&["resume-job", &session], &[]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains(&format!("continue it with `prodigy resume {session}`")),
+        stderr(&output).contains(&format!("continue it with `prodigy resume -y {session}`")),
         "{}",
         stderr(&output)
     );

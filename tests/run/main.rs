@@ -200,9 +200,9 @@ fn resume_id(output: &Output) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
     let at = last
-        .find("prodigy resume ")
+        .find("prodigy resume -y ")
         .unwrap_or_else(|| panic!("the last line gives no resume hint:\n{text}"));
-    last[at + "prodigy resume ".len()..]
+    last[at + "prodigy resume -y ".len()..]
         .split_whitespace()
         .next()
         .unwrap()

@@ -954,7 +954,7 @@ map:
     assert!(
         said.contains("`localhost` (port ")
             && said.contains("has answered none of prodigy's questions for 2 s")
-            && said.contains(&format!("prodigy resume-job {job}")),
+            && said.contains(&format!("prodigy resume-job -y {job}")),
         "the message names the controller and what to do:\n{said}"
     );
     // The tasks ran on without their coordinator; once the controller answers again the job

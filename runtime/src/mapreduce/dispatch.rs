@@ -789,7 +789,7 @@ impl Dispatcher<'_, '_> {
                 item_id: item_id(index),
             });
             if let Some(lost) = run.stop_job {
-                let next = format!("run `prodigy resume-job {}`", context.runner.session());
+                let next = format!("run `prodigy resume-job -y {}`", context.runner.session());
                 self.backend_lost(
                     lost.why("the job stops with its unfinished items pending", &next),
                 );
