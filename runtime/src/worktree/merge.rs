@@ -21,8 +21,9 @@ use crate::vars::Vars;
 /// ([`Runner::end_map_phase`]); the agents' work stays on the integration ref.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[error(
-    "cannot bring the agents' merged work (`refs/prodigy/{branch}`) into the session worktree {}: {source}; commit or remove the changes there that stand in the way",
-    path.display()
+    "cannot bring the agents' merged work (`refs/prodigy/{branch}`) into the session worktree {}: {source}; {}",
+    path.display(),
+    finish_map_advice(source)
 )]
 pub struct FinishMapError {
     /// The session branch.
@@ -33,23 +34,121 @@ pub struct FinishMapError {
     pub source: WorktreeError,
 }
 
+/// What to do about SOURCE, a failed end of the map phase: changes of the session's own that
+/// git refused to overwrite are the user's to commit or remove; anything else (a full disk)
+/// left nothing in the way, and resuming tries again.
+fn finish_map_advice(source: &WorktreeError) -> &'static str {
+    match source {
+        WorktreeError::Git { stderr, .. } if refused_to_start(stderr) => {
+            "commit or remove the changes there that stand in the way, then resume"
+        }
+        WorktreeError::Spawn(_)
+        | WorktreeError::Git { .. }
+        | WorktreeError::Lock { .. }
+        | WorktreeError::Conflict { .. } => {
+            "what the merge had begun to write was put back; make room (or fix the cause), then resume: it tries again"
+        }
+    }
+}
+
+/// Whether git's STDERR says a merge refused to start: changes in the worktree stand in the
+/// way, and nothing was written.
+fn refused_to_start(stderr: &str) -> bool {
+    stderr.contains("would be overwritten") || stderr.contains("Your local changes")
+}
+
+/// The file in a session worktree's own git directory that says a map phase's merge into it
+/// has begun: `FROM TO` (the session's commit before, the integration ref's). It stays
+/// while the merge may have left files half written (killed, or the disk full), so that
+/// the next try puts them back first ([`finish_map`]).
+pub(super) const FINISHING: &str = "prodigy-finishing-map";
+
 /// Ends a map phase: the agents' merged work comes into the session branch (a fast-forward
 /// unless the session committed meanwhile) and the integration ref goes. Nothing to do when
 /// no agent merged anything.
+///
+/// A merge that fails once it has begun writing (a full disk) leaves files git wrote only
+/// in part; those, and only those (the paths the merge changes, which git refuses to start
+/// on when they hold changes of their own), are put back as the session's commit has them,
+/// at once and again by the next try, so that `resume-job` goes on once there is room.
 pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> {
     let name = integration_ref(session);
+    let marker = git(&session.path, &["rev-parse", "--git-path", FINISHING])
+        .await
+        .map(|p| session.path.join(p.trim()))?;
+    if let Ok(text) = std::fs::read_to_string(&marker)
+        && let Some((from, to)) = text.trim().split_once(' ')
+    {
+        let head = git(&session.path, &["rev-parse", "HEAD"]).await?;
+        if head.trim() == from {
+            put_back(&session.path, from, to).await?;
+        }
+    }
     let Ok(head) = git(&session.path, &["rev-parse", "-q", "--verify", &name]).await else {
+        let _ = std::fs::remove_file(&marker);
         return Ok(());
     };
+    let to = head.trim();
+    let from = git(&session.path, &["rev-parse", "HEAD"]).await?;
+    let from = from.trim();
+    std::fs::write(&marker, format!("{from} {to}\n")).map_err(|e| WorktreeError::Git {
+        args: "merge".into(),
+        stderr: format!("cannot write `{}`: {e}", marker.display()),
+    })?;
     let message = format!("Merge the map agents' work ({})", session.branch);
-    git(
-        &session.path,
-        &["merge", "-q", "--ff", "-m", &message, head.trim()],
-    )
-    .await?;
+    let merged = git(&session.path, &["merge", "-q", "--ff", "-m", &message, to]).await;
+    if let Err(e) = merged {
+        // Refused before writing anything (changes of the session's own in the way): those
+        // are the user's, and stay. Anything else may have left files half written.
+        let refused = matches!(&e, WorktreeError::Git { stderr, .. } if refused_to_start(stderr));
+        if refused || put_back(&session.path, from, to).await.is_ok() {
+            let _ = std::fs::remove_file(&marker);
+        }
+        return Err(e);
+    }
     // Deleting a ref rewrites `packed-refs`, whose lock the end-of-phase sweep's branch
     // deletions may hold at this moment.
     super::git_retrying(&session.path, &["update-ref", "-d", &name]).await?;
+    let _ = std::fs::remove_file(&marker);
+    Ok(())
+}
+
+/// Puts back, in the worktree at DIR whose `HEAD` is still FROM, the paths a merge from FROM
+/// to TO changes, as FROM has them (in the index and on disk): a file FROM has is checked
+/// out again, one only TO has is removed.
+async fn put_back(dir: &Path, from: &str, to: &str) -> Result<(), WorktreeError> {
+    let changed = git(
+        dir,
+        &["diff", "--name-only", "-z", "--no-renames", from, to],
+    )
+    .await?;
+    let changed: Vec<&str> = changed.split('\0').filter(|p| !p.is_empty()).collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
+    // Only after a failure: the whole tree's names, once.
+    let kept = git(dir, &["ls-tree", "-r", "-z", "--name-only", from]).await?;
+    let kept: std::collections::HashSet<&str> =
+        kept.split('\0').filter(|p| !p.is_empty()).collect();
+    let (back, gone): (Vec<&str>, Vec<&str>) = changed.iter().partition(|p| kept.contains(*p));
+    let literal = |paths: &[&str]| -> Vec<String> {
+        paths.iter().map(|p| format!(":(literal){p}")).collect()
+    };
+    if !gone.is_empty() {
+        for path in &gone {
+            let _ = std::fs::remove_file(dir.join(path));
+        }
+        let specs = literal(&gone);
+        let mut args = vec!["rm", "-q", "--cached", "--ignore-unmatch", "--"];
+        args.extend(specs.iter().map(String::as_str));
+        git(dir, &args).await?;
+    }
+    if !back.is_empty() {
+        let specs = literal(&back);
+        let mut args = vec!["restore", "--source", from, "--staged", "--worktree", "--"];
+        args.extend(specs.iter().map(String::as_str));
+        git(dir, &args).await?;
+    }
     Ok(())
 }
 

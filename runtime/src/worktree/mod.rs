@@ -1458,4 +1458,79 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(repository(dir.path()), None);
     }
+
+    /// A map phase whose merge into the session worktree was cut short (a full disk, a
+    /// kill) left files git had begun to write: a file the merge adds, empty, and a tracked
+    /// one it changes, truncated. The next try puts exactly those back and merges, whatever
+    /// else the session holds; a merge that git refuses for the session's own changes leaves
+    /// them alone and says to commit or remove them.
+    #[tokio::test]
+    async fn a_map_merge_cut_short_is_put_back_and_tried_again() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        commit_file(&top, "a.txt", "a\n");
+        let session = create_session(&layout, &top, &prefix, "s10").await.unwrap();
+        let pool = Pool::default();
+        let agent = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        commit_file(&agent.path, "a.txt", "changed by the agent\n");
+        std::fs::create_dir_all(agent.path.join("new")).unwrap();
+        commit_file(&agent.path, "new/b.txt", "added by the agent\n");
+        merge_agent(&session, &pool, &agent, "merge").await.unwrap();
+        pool.release(agent);
+        pool.drain(&top).await;
+        // What git left when the disk filled: nothing committed, the files half written.
+        let from = git_sync(&session.path, &["rev-parse", "HEAD"]).unwrap();
+        let to = git_sync(&session.path, &["rev-parse", &integration_ref(&session)]).unwrap();
+        let marker = session
+            .path
+            .join(git_sync(&session.path, &["rev-parse", "--git-path", FINISHING]).unwrap());
+        std::fs::write(&marker, format!("{from} {to}\n")).unwrap();
+        std::fs::write(session.path.join("a.txt"), "").unwrap();
+        std::fs::create_dir_all(session.path.join("new")).unwrap();
+        std::fs::write(session.path.join("new/b.txt"), "").unwrap();
+        std::fs::write(session.path.join("mine.txt"), "the session's own\n").unwrap();
+        finish_map(&session).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(session.path.join("a.txt")).unwrap(),
+            "changed by the agent\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(session.path.join("new/b.txt")).unwrap(),
+            "added by the agent\n"
+        );
+        assert_eq!(git_sync(&session.path, &["rev-parse", "HEAD"]).unwrap(), to);
+        assert!(!marker.exists());
+        assert_eq!(
+            std::fs::read_to_string(session.path.join("mine.txt")).unwrap(),
+            "the session's own\n",
+            "what the merge does not touch is left alone"
+        );
+
+        // The session's own change in a file the agents changed: refused, kept, and said.
+        let agent = create_agent(&layout, &session, &pool, "item_1")
+            .await
+            .unwrap();
+        commit_file(&agent.path, "a.txt", "again\n");
+        merge_agent(&session, &pool, &agent, "merge").await.unwrap();
+        pool.release(agent);
+        pool.drain(&top).await;
+        std::fs::write(session.path.join("a.txt"), "the user's edit\n").unwrap();
+        let e = finish_map(&session).await.unwrap_err();
+        let said = FinishMapError {
+            branch: session.branch.clone(),
+            path: session.path.clone(),
+            source: e,
+        }
+        .to_string();
+        assert!(said.contains("commit or remove the changes"), "{said}");
+        assert_eq!(
+            std::fs::read_to_string(session.path.join("a.txt")).unwrap(),
+            "the user's edit\n"
+        );
+        assert!(!marker.exists());
+    }
 }
