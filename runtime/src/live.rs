@@ -362,6 +362,9 @@ struct Line<'a> {
     log: Option<Cow<'a, str>>,
     #[serde(borrow)]
     outcome: Option<Cow<'a, str>>,
+    /// How a job ended (`job_finished`).
+    #[serde(borrow)]
+    status: Option<Cow<'a, str>>,
     #[serde(borrow)]
     slurm_job_id: Option<Cow<'a, str>>,
     /// A task event's backend-neutral reference (`task_submitted`, `task_adopted`).
@@ -405,6 +408,7 @@ impl Line<'_> {
             "error" => &self.error,
             "log" => &self.log,
             "outcome" => &self.outcome,
+            "status" => &self.status,
             "slurm_job_id" => &self.slurm_job_id,
             _ => return None,
         };
@@ -911,7 +915,9 @@ impl Live {
             "reduce_started" => self.phase = Some("reduce".to_owned()),
             "job_finished" | "workflow_finished" => {
                 self.ended = true;
-                if kind == "job_finished" {
+                // A job that stopped, failed or was interrupted stays in the phase it was in:
+                // that is where it goes on.
+                if kind == "job_finished" && text("status").as_deref() == Some("completed") {
                     self.phase = Some("done".to_owned());
                 }
                 self.actors.clear();
@@ -1679,6 +1685,32 @@ mod tests {
         format!(
             r#"{{"timestamp":"2026-11-26T10:00:{at}.000Z","event_type":"{kind}","job_id":"{JOB}"{fields}}}"#
         ) + "\n"
+    }
+
+    #[test]
+    fn a_job_that_stopped_is_shown_in_the_phase_it_stopped_in() {
+        for (status, phase) in [
+            ("stopped", "reduce"),
+            ("interrupted", "reduce"),
+            ("failed", "reduce"),
+            ("completed", "done"),
+        ] {
+            let (home, file) = home();
+            let mut live = Live::open(home.path(), JOB).unwrap();
+            append(&file, &event("00", "job_started", r#","phase":"map""#));
+            append(&file, &event("01", "reduce_started", ""));
+            append(
+                &file,
+                &event(
+                    "02",
+                    "job_finished",
+                    &format!(r#","status":"{status}","dlq_count":0,"duration_secs":2.0"#),
+                ),
+            );
+            live.refresh();
+            let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+            assert_eq!(p.phase.as_deref(), Some(phase), "{status}");
+        }
     }
 
     #[test]
