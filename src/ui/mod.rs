@@ -657,19 +657,47 @@ async fn dlq_retry(State(app): State<Shared>, Path(id): Path<String>) -> Respons
         .env("PRODIGY_HOME", &app.home)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn();
-    match child {
-        Ok(mut child) => {
-            let pid = child.id();
-            // Reaped when it ends.
-            std::thread::spawn(move || child.wait());
-            axum::Json(json!({ "retrying": id, "pid": pid })).into_response()
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot start `dlq retry`: {e}\n"),
+            )
+                .into_response();
         }
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot start `dlq retry`: {e}\n"),
+    };
+    let pid = child.id();
+    // A retry that cannot start (a missing secret, no Claude CLI, a workflow that no longer
+    // compiles) ends at once, before it records anything the page could show: what it said
+    // is the answer then. One still going after RETRY_START has started.
+    let stderr = child.stderr.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = String::new();
+        if let Some(mut pipe) = stderr {
+            use std::io::Read as _;
+            let _ = (&mut pipe).take(64 * 1024).read_to_string(&mut said);
+            let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+        }
+        // Reaped when it ends.
+        let _ = tx.send((child.wait(), said));
+    });
+    let ended = tokio::task::spawn_blocking(move || rx.recv_timeout(RETRY_START)).await;
+    match ended {
+        Ok(Ok((Ok(status), said))) if !status.success() => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "`prodigy dlq retry {id}` could not start ({status}): {}\n",
+                said.trim()
+            ),
         )
             .into_response(),
+        _ => axum::Json(json!({ "retrying": id, "pid": pid })).into_response(),
     }
 }
+
+/// How long the answer to a DLQ retry waits for the retry to fail to start.
+const RETRY_START: std::time::Duration = std::time::Duration::from_secs(2);

@@ -513,6 +513,22 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
     );
     assert_eq!(status, 409, "its own origin passes: {body}");
 
+    // A retry that cannot start says why, to the page that asked.
+    let workflow = scratch.project().join("job.yml");
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    std::fs::write(&workflow, "name: [unclosed\n").unwrap();
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/runs/{id}/dlq-retry"),
+        &[("X-Prodigy-Token", &server.token)],
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.contains("could not start") && body.contains("job.yml"),
+        "{body}"
+    );
+    std::fs::write(&workflow, text).unwrap();
+
     // The item can pass now; the retry runs it and the DLQ empties.
     std::fs::write(scratch.dir.path().join("pass"), "").unwrap();
     let (status, body) = server.request(
