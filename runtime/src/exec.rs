@@ -301,13 +301,20 @@ async fn collected((buffer, task): (Shared, tokio::task::JoinHandle<()>)) -> Sha
     buffer
 }
 
-/// The longest line a watcher is given whole; a longer one (no JSON event of the CLI comes
-/// near it) is cut, so memory stays bounded.
-const WATCHED_LINE: usize = 64 << 20;
+/// The longest line of the Claude CLI's stream a watcher is given whole; a longer one (no
+/// JSON event of the CLI comes near it) is cut, so memory stays bounded. A shell command's
+/// lines, shown to a person, are cut at [`crate::logs::LONGEST_LINE`], as its log cuts them.
+pub const CLAUDE_LINE: usize = 64 << 20;
 
-/// Hands each line of a chunk of standard output to WATCH, without its `\r\n` or `\n`.
-fn watch_lines(lines: &mut crate::logs::LineSplitter, chunk: &[u8], watch: &mut dyn FnMut(&str)) {
-    lines.feed(chunk, WATCHED_LINE, &mut |split| watch_split(split, watch));
+/// Hands each line of a chunk of standard output to WATCH, without its `\r\n` or `\n`; a
+/// line longer than LONGEST in pieces.
+fn watch_lines(
+    lines: &mut crate::logs::LineSplitter,
+    chunk: &[u8],
+    longest: usize,
+    watch: &mut dyn FnMut(&str),
+) {
+    lines.feed(chunk, longest, &mut |split| watch_split(split, watch));
 }
 
 fn watch_split(split: crate::logs::Split<'_>, watch: &mut dyn FnMut(&str)) {
@@ -319,7 +326,7 @@ fn watch_split(split: crate::logs::Split<'_>, watch: &mut dyn FnMut(&str)) {
 
 /// Runs a command to completion, or until its timeout or `cancel` fires.
 pub async fn run(command: &Command, cancel: &mut watch::Receiver<bool>) -> Output {
-    run_watched(command, cancel, None).await
+    run_watched(command, cancel, None, crate::logs::LONGEST_LINE).await
 }
 
 /// Where a bare program name (`sh`) is on the PATH COMMAND runs with, found once per
@@ -398,6 +405,7 @@ pub async fn run_watched(
     command: &Command,
     cancel: &mut watch::Receiver<bool>,
     mut watch: Option<&mut dyn FnMut(&str)>,
+    longest: usize,
 ) -> Output {
     let started = Instant::now();
     let mut child = match process_for(command).spawn() {
@@ -457,7 +465,7 @@ pub async fn run_watched(
             }
             Some(chunk) = watch_rx.recv(), if watch.is_some() => {
                 if let Some(watch) = watch.as_deref_mut() {
-                    watch_lines(&mut lines, &chunk, watch);
+                    watch_lines(&mut lines, &chunk, longest, watch);
                 }
             }
         }
@@ -473,7 +481,7 @@ pub async fn run_watched(
     output.stderr = crate::lock(&read_err).text(whole.as_deref());
     if let Some(watch) = watch {
         while let Ok(chunk) = watch_rx.try_recv() {
-            watch_lines(&mut lines, &chunk, watch);
+            watch_lines(&mut lines, &chunk, longest, watch);
         }
         lines.finish(&mut |split| watch_split(split, watch));
     }
@@ -843,6 +851,27 @@ mod tests {
         assert!(!dir.path().join("never.log").exists());
     }
 
+    /// A line longer than what a watcher takes whole reaches it in pieces of at most that
+    /// size, all of it: memory stays bounded however long a command's line is.
+    #[tokio::test]
+    async fn a_long_line_reaches_a_watcher_in_bounded_pieces() {
+        let (_tx, mut cancel) = watch::channel(false);
+        let pieces = std::cell::RefCell::new(Vec::new());
+        let mut watch = |line: &str| pieces.borrow_mut().push(line.len());
+        let out = run_watched(
+            &sh("head -c 3500000 /dev/zero | tr '\\0' a; echo; echo end"),
+            &mut cancel,
+            Some(&mut watch),
+            1 << 20,
+        )
+        .await;
+        assert_eq!(out.code, Some(0));
+        let pieces = pieces.into_inner();
+        assert!(pieces.iter().all(|&n| n <= 1 << 20), "{pieces:?}");
+        assert_eq!(pieces.iter().sum::<usize>(), 3_500_000 + 3, "{pieces:?}");
+        assert_eq!(pieces.last(), Some(&3));
+    }
+
     #[tokio::test]
     async fn a_watcher_sees_each_line_before_the_command_ends() {
         let (_tx, mut cancel) = watch::channel(false);
@@ -853,6 +882,7 @@ mod tests {
             &sh("echo one; sleep 0.5; printf two"),
             &mut cancel,
             Some(&mut watch),
+            crate::logs::LONGEST_LINE,
         )
         .await;
         let seen = seen.into_inner();

@@ -65,12 +65,16 @@ impl Executor for LocalExecutor {
     fn run<'a, 'w: 'a>(&'a self, request: Request<'w>) -> LocalBoxFuture<'a, Output> {
         Box::pin(async move {
             let Request {
+                kind,
                 command,
                 watch,
                 mut cancel,
-                ..
             } = request;
-            crate::exec::run_watched(&command, &mut cancel, watch).await
+            let longest = match kind {
+                RequestKind::Claude { .. } => crate::exec::CLAUDE_LINE,
+                RequestKind::Shell { .. } => crate::logs::LONGEST_LINE,
+            };
+            crate::exec::run_watched(&command, &mut cancel, watch, longest).await
         })
     }
 }

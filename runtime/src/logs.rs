@@ -137,19 +137,29 @@ impl LineSplitter {
     /// chunk. When what waits outgrows LONGEST bytes it goes to OUT as a [`Split::Part`],
     /// cut at a character boundary, so memory stays bounded and no character is broken.
     pub fn feed(&mut self, chunk: &[u8], longest: usize, out: &mut dyn FnMut(Split<'_>)) {
+        // What waits holds no newline: only the new bytes are looked through, so that a
+        // long line costs each of its bytes one look, not one per chunk.
+        let mut from = self.partial.len();
         self.partial.extend_from_slice(chunk);
         let mut start = 0;
-        while let Some(end) = memchr::memchr(b'\n', &self.partial[start..]) {
-            out(Split::Line(&text(&self.partial[start..start + end])));
-            start += end + 1;
+        while let Some(end) = memchr::memchr(b'\n', &self.partial[from..]) {
+            let end = from + end;
+            out(Split::Line(&text(&self.partial[start..end])));
+            start = end + 1;
+            from = start;
         }
         self.partial.drain(..start);
-        if self.partial.len() > longest {
-            let cut = char_boundary(&self.partial);
-            let rest = self.partial.split_off(cut);
-            let part = std::mem::replace(&mut self.partial, rest);
-            out(Split::Part(&text(&part)));
+        // Pieces of at most LONGEST bytes (fewer to end on a whole character; never less
+        // than one character, so that each piece moves on).
+        let longest = longest.max(4);
+        let mut cut_at = 0;
+        while self.partial.len() - cut_at > longest {
+            let piece = &self.partial[cut_at..cut_at + longest];
+            let cut = char_boundary(piece);
+            out(Split::Part(&text(&piece[..cut])));
+            cut_at += cut;
         }
+        self.partial.drain(..cut_at);
     }
 
     /// Hands what is left, a last line without its `\n`, to OUT.
