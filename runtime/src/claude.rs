@@ -423,7 +423,10 @@ impl Streamed {
     /// Its tokens: as reported, the output at least what its content takes.
     fn tokens(&self) -> Tokens {
         Tokens {
-            output: self.reported.output.max(self.bytes.div_ceil(BYTES_PER_TOKEN)),
+            output: self
+                .reported
+                .output
+                .max(self.bytes.div_ceil(BYTES_PER_TOKEN)),
             ..self.reported
         }
     }
@@ -1433,7 +1436,10 @@ mod tests {
                                     "input": {"command": "cargo test"}}),
             ),
             r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"ok"}]}}"#,
-            &event("msg_2", &serde_json::json!({"type": "text", "text": "Fixed."})),
+            &event(
+                "msg_2",
+                &serde_json::json!({"type": "text", "text": "Fixed."}),
+            ),
         ]);
         let tokens = s.streamed_tokens();
         // msg_1: 300 + 4200 + `Bash` and `{"command":"cargo test"}` (4 + 24) bytes, a
