@@ -361,20 +361,11 @@ fn a_killed_coordinator_takes_its_claude_calls_with_it_and_resume_never_doubles_
     }
 }
 
-/// A Claude call running when its coordinator is killed with SIGKILL costs what it streamed:
-/// `resume-job` prices it from its log and counts it in the job's spend (its checkpoint's
-/// `claude_cost_usd`, which the budget reads) and in the resumed run's totals, as a
-/// `claude_finished` marked estimated, once.
-///
-/// The call is a stand-in for the CLI that prints the CLI's `system/init` and one
-/// `assistant` event of 4,200 characters of text whose usage, as the real CLI's, is
-/// `message_start`'s (`output_tokens: 1`), then waits (MARKER seconds) before its `result`.
-#[test]
-fn a_claude_call_running_at_a_kill_counts_in_the_job_spend_after_resume() {
-    let scratch = Scratch::new();
+/// The stand-in of [`a_claude_call_running_at_a_kill_counts_in_the_job_spend_after_resume`]:
+/// `system/init` and a long `assistant` event, then a pause of MARKER seconds, then the
+/// `ok` transcript's `result`.
+fn streaming_stand_in(scratch: &Scratch, marker: &str) -> std::path::PathBuf {
     let dir = scratch.dir.path();
-    let marker = format!("44.{:07}", std::process::id());
-    let _leftovers = Leftovers(marker.clone());
     let replay = super::root().join("tests/fixtures/claude/replay");
     let ok = std::fs::read_to_string(super::root().join("tests/fixtures/claude/ok.jsonl")).unwrap();
     let init = ok.lines().next().unwrap();
@@ -407,6 +398,24 @@ fn a_claude_call_running_at_a_kill_counts_in_the_job_spend_after_resume() {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    claude
+}
+
+/// A Claude call running when its coordinator is killed with SIGKILL costs what it streamed:
+/// `resume-job` prices it from its log and counts it in the job's spend (its checkpoint's
+/// `claude_cost_usd`, which the budget reads) and in the resumed run's totals, as a
+/// `claude_finished` marked estimated, once.
+///
+/// The call is a stand-in for the CLI that prints the CLI's `system/init` and one
+/// `assistant` event of 4,200 characters of text whose usage, as the real CLI's, is
+/// `message_start`'s (`output_tokens: 1`), then waits (MARKER seconds) before its `result`.
+#[test]
+fn a_claude_call_running_at_a_kill_counts_in_the_job_spend_after_resume() {
+    let scratch = Scratch::new();
+    let marker = format!("44.{:07}", std::process::id());
+    let _leftovers = Leftovers(marker.clone());
+    let claude = streaming_stand_in(&scratch, &marker);
+    let replay = super::root().join("tests/fixtures/claude/replay");
     std::fs::write(
         scratch.project().join("job.yml"),
         "mode: mapreduce\nmap:\n  input: \"seq 1 1\"\n  agent_template:\n    - claude: \"/work on ${item}\"\n",
