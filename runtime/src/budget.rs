@@ -137,6 +137,15 @@ impl Budget {
     }
 }
 
+/// Whether a job whose budget was reached as EARLIER says (its checkpoint's) is still out of
+/// money under BUDGET, the resumed job's: a limit no higher than the one reached pays for
+/// nothing more, and no agent is to start only to be stopped.
+#[must_use]
+pub fn still_reached(earlier: Option<Reached>, budget: Option<&Budget>) -> Option<Reached> {
+    let earlier = earlier?;
+    (budget?.limit() <= earlier.limit).then_some(earlier)
+}
+
 /// N calls or items as a factor of an amount.
 #[expect(
     clippy::cast_precision_loss,
@@ -234,6 +243,22 @@ mod tests {
         assert!(matches!(b.admit(spend(0.25, 0, None)), Admit::Reached(_)));
         assert!(b.stops_running());
         assert!(!Budget::new(1.0, OnBudget::Finish).stops_running());
+    }
+
+    #[test]
+    fn a_budget_reached_before_stays_reached_until_it_is_raised() {
+        let earlier = Reached {
+            spent: 0.5,
+            limit: 1.0,
+        };
+        let same = Budget::new(1.0, OnBudget::Stop);
+        assert_eq!(still_reached(Some(earlier), Some(&same)), Some(earlier));
+        let lower = Budget::new(0.75, OnBudget::Stop);
+        assert_eq!(still_reached(Some(earlier), Some(&lower)), Some(earlier));
+        let raised = Budget::new(2.0, OnBudget::Stop);
+        assert_eq!(still_reached(Some(earlier), Some(&raised)), None);
+        assert_eq!(still_reached(None, Some(&same)), None);
+        assert_eq!(still_reached(Some(earlier), None), None);
     }
 
     #[test]

@@ -392,12 +392,60 @@ pub struct Stream {
     pub rate_limit: Option<crate::claude_limit::RateLimitInfo>,
     /// The last line began an event that does not parse: the stream was cut inside it.
     cut: bool,
-    /// What the assistant messages reported using, for a call that ends without a
-    /// `result`: the messages before the last, and the last one's id and usage (the CLI
-    /// repeats a message's usage on each event of its content).
-    usage: (Tokens, Option<(Option<String>, Tokens)>),
+    /// What the assistant messages used, for a call that ends without a `result`: the
+    /// messages before the last, and the last one as far as it streamed (the CLI repeats a
+    /// message's usage on each event of its content).
+    usage: (Tokens, Option<Streamed>),
     /// The model the assistant messages name.
     assistant_model: Option<String>,
+}
+
+/// One assistant message as far as the stream showed it: its id, the usage its events
+/// reported, and the bytes of content they carried.
+#[derive(Clone, Debug, Default)]
+struct Streamed {
+    id: Option<String>,
+    reported: Tokens,
+    bytes: u64,
+}
+
+/// Bytes of streamed content counted as one output token, rounded up.
+///
+/// Each `assistant` event carries the usage of the API's `message_start`, whose
+/// `output_tokens` is 1 or so whatever the message goes on to say: the output a message
+/// cost is only in the `result`. Without one, it is estimated from what the message
+/// streamed (text, thinking, tool input as JSON): Claude's tokenizer averages about 3.5
+/// characters a token on English prose, so one token per 3 bytes errs high there, as an
+/// estimate that feeds the budget should (docs/claude.md).
+pub const BYTES_PER_TOKEN: u64 = 3;
+
+impl Streamed {
+    /// Its tokens: as reported, the output at least what its content takes.
+    fn tokens(&self) -> Tokens {
+        Tokens {
+            output: self
+                .reported
+                .output
+                .max(self.bytes.div_ceil(BYTES_PER_TOKEN)),
+            ..self.reported
+        }
+    }
+}
+
+/// The bytes of output a content block of an `assistant` event carries: its text, its
+/// thinking (redacted thinking's data), a tool call's input as JSON.
+fn content_bytes(block: &Value) -> u64 {
+    let len = |key: &str| block.get(key).and_then(Value::as_str).map_or(0, str::len);
+    let bytes = match block.get("type").and_then(Value::as_str) {
+        Some("text") => len("text"),
+        Some("thinking") => len("thinking"),
+        Some("redacted_thinking") => len("data"),
+        Some("tool_use" | "server_tool_use") => {
+            len("name") + block.get("input").map_or(0, |i| i.to_string().len())
+        }
+        _ => 0,
+    };
+    u64::try_from(bytes).unwrap_or(u64::MAX)
 }
 
 /// The string at KEY of V.
@@ -637,11 +685,9 @@ impl Stream {
 }
 
 impl Stream {
-    /// Counts the usage an `assistant` event reports, once per message.
+    /// Counts the usage an `assistant` event reports and the content it carries, once per
+    /// message: its usage is the last event's, its content the sum of its events'.
     fn note_usage(&mut self, event: &Value) {
-        let Some(usage) = event.pointer("/message/usage") else {
-            return;
-        };
         if let Some(model) = event.pointer("/message/model").and_then(Value::as_str) {
             self.assistant_model = Some(model.to_owned());
         }
@@ -649,26 +695,46 @@ impl Stream {
             .pointer("/message/id")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let tokens = Tokens::of(Some(usage));
+        let usage = event.pointer("/message/usage").map(|u| Tokens::of(Some(u)));
+        let bytes = event
+            .pointer("/message/content")
+            .and_then(Value::as_array)
+            .map_or(0, |blocks| {
+                blocks
+                    .iter()
+                    .map(content_bytes)
+                    .fold(0, u64::saturating_add)
+            });
+        if usage.is_none() && bytes == 0 {
+            return;
+        }
         let (done, last) = &mut self.usage;
         match last {
-            Some((last_id, last_tokens)) if id.is_some() && *last_id == id => {
-                *last_tokens = tokens;
+            Some(message) if id.is_some() && message.id == id => {
+                if let Some(usage) = usage {
+                    message.reported = usage;
+                }
+                message.bytes = message.bytes.saturating_add(bytes);
             }
             _ => {
-                if let Some((_, finished)) = last.take() {
-                    done.add(finished);
+                if let Some(finished) = last.take() {
+                    done.add(finished.tokens());
                 }
-                *last = Some((id, tokens));
+                *last = Some(Streamed {
+                    id,
+                    reported: usage.unwrap_or_default(),
+                    bytes,
+                });
             }
         }
     }
 
-    /// The tokens the assistant messages reported so far.
+    /// The tokens the assistant messages used so far: the input as reported, the output
+    /// at least what their streamed content takes ([`BYTES_PER_TOKEN`]).
     pub fn streamed_tokens(&self) -> Tokens {
         let (mut tokens, last) = self.usage.clone();
-        if let Some((_, last)) = last {
-            tokens.add(last);
+        if let Some(last) = last {
+            tokens.add(last.tokens());
         }
         tokens
     }
@@ -1334,6 +1400,65 @@ mod tests {
         let call = s.finish(End::Exited(0), None);
         assert!(!call.cost_estimated);
         assert_eq!(call.cost_usd.to_string(), "0.0081");
+    }
+
+    /// The CLI's `assistant` events carry the usage of `message_start` (`output_tokens: 1`)
+    /// however long the message: a call cut before its `result` is priced from what it
+    /// streamed instead, every event of a message counted, thinking and tool input too.
+    #[test]
+    fn a_call_cut_before_its_result_is_priced_from_what_it_streamed() {
+        let event = |id: &str, block: &Value| {
+            serde_json::json!({
+                "type": "assistant",
+                "message": {
+                    "id": id, "type": "message", "role": "assistant",
+                    "model": "claude-opus-4-8", "content": [block],
+                    "stop_reason": null,
+                    "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0,
+                              "cache_read_input_tokens": 3000, "output_tokens": 1}
+                }
+            })
+            .to_string()
+        };
+        let text = "The cause is in the parser. ".repeat(150);
+        assert_eq!(text.len(), 4200);
+        let thinking = "x".repeat(300);
+        let (s, _) = stream(&[
+            INIT,
+            &event(
+                "msg_1",
+                &serde_json::json!({"type": "thinking", "thinking": thinking, "signature": "sig"}),
+            ),
+            &event("msg_1", &serde_json::json!({"type": "text", "text": text})),
+            &event(
+                "msg_1",
+                &serde_json::json!({"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                    "input": {"command": "cargo test"}}),
+            ),
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"ok"}]}}"#,
+            &event(
+                "msg_2",
+                &serde_json::json!({"type": "text", "text": "Fixed."}),
+            ),
+        ]);
+        let tokens = s.streamed_tokens();
+        // msg_1: 300 + 4200 + `Bash` and `{"command":"cargo test"}` (4 + 24) bytes, a
+        // token per 3 bytes rounded up; msg_2's 6 bytes are 2 tokens.
+        assert_eq!(tokens.output, 1510 + 2);
+        // Input and cache as reported, once per message.
+        assert_eq!((tokens.input, tokens.cache_read), (24, 6000));
+        let (cost, _, estimated) = s.cost();
+        assert!(estimated);
+        // Opus: 24 × $5 + 1512 × $25 + 6000 × $0.50, a million tokens each; the usage the
+        // events reported alone (2 output tokens) would say $0.00317.
+        assert_eq!(cost.to_string(), "0.04092");
+        // A message's repeated usage is its last event's, its content the sum of its
+        // events': an event whose usage grew does not count the earlier ones again.
+        let (s, _) = stream(&[
+            &event("m", &serde_json::json!({"type": "text", "text": "abcdef"})),
+            &event("m", &serde_json::json!({"type": "text", "text": "ghi"})),
+        ]);
+        assert_eq!(s.streamed_tokens().output, 3);
     }
 
     #[test]

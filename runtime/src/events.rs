@@ -1035,6 +1035,11 @@ impl Sink {
         lock(&self.log).failed.clone()
     }
 
+    /// The place the events file's writes have reached ([`crate::spend`]).
+    pub fn mark(&self) -> Option<crate::spend::EventsMark> {
+        lock(&self.log).mark()
+    }
+
     /// The events file.
     pub fn path(&self) -> PathBuf {
         lock(&self.log).path.clone()

@@ -109,6 +109,10 @@ pub struct JobCheckpoint {
     /// included: its Claude budget is for the whole job (docs/language.md, "Claude budgets").
     #[serde(default, skip_serializing_if = "crate::budget::is_zero")]
     pub claude_cost_usd: f64,
+    /// How far this process's events had been written when `claude_cost_usd` was: a
+    /// `claude_finished` after it is not in the amount ([`crate::spend`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_counted_to: Option<crate::spend::EventsMark>,
     /// Set when the job stopped at its Claude budget: `resume-job` continues it without
     /// `--force` (with a larger `--max-cost-usd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -34,6 +34,7 @@ pub mod runs;
 pub mod sequence;
 pub mod session;
 pub mod slurm;
+pub mod spend;
 pub(crate) mod step;
 pub mod store;
 #[cfg(test)]

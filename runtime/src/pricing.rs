@@ -1,7 +1,8 @@
 //! What Claude models cost, to estimate the cost of a call that ended without the CLI's
 //! `result` event (a timeout, a stall, a signal), which is the only event that states a
 //! call's cost (docs/claude.md). The estimate prices the tokens the call's
-//! `assistant` messages reported; records mark it as estimated.
+//! `assistant` messages reported, their output at least what their streamed content takes
+//! (`claude::BYTES_PER_TOKEN`); records mark it as estimated.
 //!
 //! The table is Anthropic's list price in US dollars per million tokens, for input and
 //! output; reading from the prompt cache costs a tenth of the input price and writing to it

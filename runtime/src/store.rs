@@ -64,6 +64,13 @@ impl EventLog {
         }
     }
 
+    /// The place its writes have reached; none for a log that keeps nothing.
+    pub fn mark(&self) -> Option<crate::spend::EventsMark> {
+        let len = self.file.as_ref()?.metadata().ok()?.len();
+        let file = self.path.file_name()?.to_str()?.to_owned();
+        Some(crate::spend::EventsMark { file, offset: len })
+    }
+
     /// Appends an event: `timestamp`, `event_type`, `job_id`, and `fields`. The line is
     /// written before the caller acts on what it records. A line that cannot be written is
     /// left out whole, and the first such failure is kept in [`EventLog::failed`].

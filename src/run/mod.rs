@@ -274,6 +274,22 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
             return exit_code::USAGE;
         }
     }
+    // A job stopped at its budget and resumed under the same one would start agents only to
+    // stop them: nothing starts, and the user is told how to go on.
+    let budget = prodigy_runtime::budget::Budget::of(&plan, args.job_args.max_cost_usd);
+    if let Some(reached) =
+        prodigy_runtime::budget::still_reached(checkpoint.claude_budget_reached, budget.as_ref())
+    {
+        err(&format!(
+            "✗ job {id} not resumed: {}, and the budget is no larger; nothing was started
+raise the budget and resume with: prodigy resume-job {id} --max-cost-usd AMOUNT (more than {})
+",
+            prodigy_runtime::budget::describe(&reached),
+            prodigy_runtime::budget::usd(reached.limit),
+            id = checkpoint.job_id,
+        ));
+        return exit_code::BUDGET;
+    }
     let opts = from_cli(
         Options::resumed_job(&checkpoint, &file.text, Layout { home, repo }),
         args.grace,

@@ -160,3 +160,160 @@ fn max_cost_usd_must_be_a_positive_amount() {
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(stderr(&output).contains("above 0"), "{}", stderr(&output));
 }
+
+/// A stand-in for the Claude CLI in the scratch directory: it reads the prompt, whose last
+/// word is the item, and runs the shell CASES (`case $item in ... esac` arms) with `$replay`
+/// (the replay stub), `$logs` (the run's Claude logs) and `$dir` (the scratch directory).
+fn stand_in(scratch: &Scratch, cases: &str) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch.dir.path();
+    let path = dir.join("claude");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nreplay={replay}\nlogs={logs}\ndir={dir}\nfor last; do :; done\nif [ \"$last\" = --version ]; then exec $replay --version; fi\nprompt=$(cat)\nitem=${{prompt##* }}\n# Waits (10 s at most) until item_1's Claude log holds TEXT.\nuntil_item_1() {{\n  i=0\n  until grep -qs \"$1\" \"$logs\"/*/*/item_1/*.jsonl || [ $i -ge 200 ]; do i=$((i + 1)); sleep 0.05; done\n}}\ncase $item in\n{cases}\nesac\n",
+            replay = replay(),
+            logs = scratch.home().join("logs").display(),
+            dir = dir.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// `on_budget: stop` stops the running agents, but a call that already returned its
+/// `result` is kept: stopped while its CLI wound down, it ends as the result says, and its
+/// agent, whose last step it was, records its item as succeeded instead of leaving it to
+/// run (and be paid for) again.
+///
+/// Item 2's call returns its result, then its CLI lingers; item 1's ends once item 2's
+/// result is in its log. Then one agent at the average ($0.00026) beside item 2's call
+/// ($0.00026 so far) would pass the $0.0007: the budget is reached and item 2 stopped.
+#[test]
+fn on_budget_stop_keeps_a_call_that_returned_its_result() {
+    let scratch = Scratch::new();
+    let claude = stand_in(
+        &scratch,
+        "  1) until_item_1 '\"type\":\"result\"'; CLAUDE_REPLAY=ok exec $replay ;;\n  2) echo | CLAUDE_REPLAY=ok $replay; sleep 30 ;;\n  *) CLAUDE_REPLAY=ok exec $replay ;;",
+    );
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "mode: mapreduce\nclaude:\n  max_cost_usd: 0.0007\n  on_budget: stop\nmap:\n  input: \"seq 1 3\"\n  max_parallel: 2\n  agent_template:\n    - claude: \"work on ${item}\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let env = [
+        ("PRODIGY_CLAUDE_COMMAND", claude.as_str()),
+        ("IS_SANDBOX", "1"),
+    ];
+    let output = scratch.run(&["run", "--no-worktree", "job.yml"], &env);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(4), "{text}");
+    assert!(
+        text.contains("1 item not started, the running agents are stopped"),
+        "{text}"
+    );
+    let events = scratch.events();
+    let finished: Vec<_> = events
+        .iter()
+        .filter(|e| e["event_type"] == "claude_finished")
+        .collect();
+    assert_eq!(finished.len(), 2, "{finished:?}");
+    assert!(
+        finished.iter().all(|e| e["success"] == true),
+        "{finished:?}"
+    );
+    let completed: Vec<_> = events
+        .iter()
+        .filter(|e| e["event_type"] == "agent_completed")
+        .map(|e| e["item_id"].clone())
+        .collect();
+    let item_1: Vec<String> = events
+        .iter()
+        .filter(|e| e["item_id"] == "item_1")
+        .map(|e| format!("{} {}", e["event_type"], e))
+        .collect();
+    assert_eq!(
+        completed.len(),
+        2,
+        "item_1 is kept: {text}\n{}",
+        item_1.join("\n")
+    );
+    let job = job_id(&output);
+    let results = std::fs::read_to_string(
+        scratch
+            .state()
+            .join("mapreduce/jobs")
+            .join(&job)
+            .join("results.jsonl"),
+    )
+    .unwrap();
+    assert_eq!(
+        results.matches("\"status\":\"succeeded\"").count(),
+        2,
+        "{results}"
+    );
+}
+
+/// A job stopped at its budget and resumed under the same budget starts nothing: no agent
+/// begins only to be stopped, and the user is told the budget is spent and how to raise it.
+///
+/// Item 2's call is still running (no `result`) when item 1's ends and the budget is
+/// reached, and is stopped: $0.00026 is spent, and one more item at the average would still
+/// fit the $0.0007, but not two.
+#[test]
+fn a_resume_under_the_budget_it_stopped_at_starts_no_agent() {
+    let scratch = Scratch::new();
+    let claude = stand_in(
+        &scratch,
+        "  1) until_item_1 '\"subtype\":\"init\"'; CLAUDE_REPLAY=ok exec $replay ;;\n  2) echo | CLAUDE_REPLAY=ok $replay | head -n 1; sleep 30 ;;\n  *) CLAUDE_REPLAY=ok exec $replay ;;",
+    );
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "mode: mapreduce\nclaude:\n  max_cost_usd: 0.0007\n  on_budget: stop\nmap:\n  input: \"seq 1 4\"\n  max_parallel: 2\n  agent_template:\n    - claude: \"work on ${item}\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let env = [
+        ("PRODIGY_CLAUDE_COMMAND", claude.as_str()),
+        ("IS_SANDBOX", "1"),
+    ];
+    let output = scratch.run(&["run", "--no-worktree", "job.yml"], &env);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let job = job_id(&output);
+    let started = |scratch: &Scratch| {
+        scratch
+            .events()
+            .iter()
+            .filter(|e| e["event_type"] == "agent_started")
+            .count()
+    };
+    assert_eq!(started(&scratch), 2);
+    let output = scratch.run(&["resume-job", &job], &env);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(4), "{text}");
+    assert_eq!(started(&scratch), 2, "no agent started: {text}");
+    assert!(
+        text.contains("Claude budget reached ($0.0003 of $0.0007)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "prodigy resume-job {job} --max-cost-usd AMOUNT (more than $0.0007)"
+        )),
+        "{text}"
+    );
+    // Raised, it goes on.
+    let output = scratch.run(
+        &["resume-job", &job, "--max-cost-usd", "0.01"],
+        &[
+            ("PRODIGY_CLAUDE_COMMAND", replay().as_str()),
+            ("IS_SANDBOX", "1"),
+            ("CLAUDE_REPLAY", "ok"),
+        ],
+    );
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("completed: 4 succeeded"), "{text}");
+}

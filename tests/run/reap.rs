@@ -361,6 +361,135 @@ fn a_killed_coordinator_takes_its_claude_calls_with_it_and_resume_never_doubles_
     }
 }
 
+/// The stand-in of [`a_claude_call_running_at_a_kill_counts_in_the_job_spend_after_resume`]:
+/// `system/init` and a long `assistant` event, then a pause of MARKER seconds, then the
+/// `ok` transcript's `result`.
+fn streaming_stand_in(scratch: &Scratch, marker: &str) -> std::path::PathBuf {
+    let dir = scratch.dir.path();
+    let replay = super::root().join("tests/fixtures/claude/replay");
+    let ok = std::fs::read_to_string(super::root().join("tests/fixtures/claude/ok.jsonl")).unwrap();
+    let init = ok.lines().next().unwrap();
+    let result = ok.lines().last().unwrap();
+    let assistant = serde_json::json!({
+        "type": "assistant",
+        "message": {
+            "id": "msg_long", "type": "message", "role": "assistant",
+            "model": "claude-opus-4-8",
+            "content": [{"type": "text", "text": "The cause is in the parser. ".repeat(150)}],
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "output_tokens": 1}
+        },
+        "parent_tool_use_id": null, "session_id": "s-long"
+    });
+    std::fs::write(dir.join("streamed.jsonl"), format!("{init}\n{assistant}\n")).unwrap();
+    std::fs::write(dir.join("result.jsonl"), format!("{result}\n")).unwrap();
+    let claude = dir.join("claude");
+    std::fs::write(
+        &claude,
+        format!(
+            "#!/bin/sh\nfor last; do :; done\nif [ \"$last\" = --version ]; then exec {replay} --version; fi\ncat >/dev/null\ncat {dir}/streamed.jsonl\nsleep {marker}\ncat {dir}/result.jsonl\n",
+            replay = replay.display(),
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    claude
+}
+
+/// A Claude call running when its coordinator is killed with SIGKILL costs what it streamed:
+/// `resume-job` prices it from its log and counts it in the job's spend (its checkpoint's
+/// `claude_cost_usd`, which the budget reads) and in the resumed run's totals, as a
+/// `claude_finished` marked estimated, once.
+///
+/// The call is a stand-in for the CLI that prints the CLI's `system/init` and one
+/// `assistant` event of 4,200 characters of text whose usage, as the real CLI's, is
+/// `message_start`'s (`output_tokens: 1`), then waits (MARKER seconds) before its `result`.
+#[test]
+fn a_claude_call_running_at_a_kill_counts_in_the_job_spend_after_resume() {
+    let scratch = Scratch::new();
+    let marker = format!("44.{:07}", std::process::id());
+    let _leftovers = Leftovers(marker.clone());
+    let claude = streaming_stand_in(&scratch, &marker);
+    let replay = super::root().join("tests/fixtures/claude/replay");
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "mode: mapreduce\nmap:\n  input: \"seq 1 1\"\n  agent_template:\n    - claude: \"/work on ${item}\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let env = [
+        ("PRODIGY_CLAUDE_COMMAND", claude.to_str().unwrap()),
+        ("IS_SANDBOX", "1"),
+    ];
+    let child = scratch
+        .command(&["run", "--grace", GRACE, "job.yml"], &env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = scratch.home().join("logs");
+    let output = interrupt_when(child, nix::sys::signal::Signal::SIGKILL, |_| {
+        // Once the message is in the call's log, as the run read it.
+        watch::until_changed_under(&scratch.home(), "the streamed message", || {
+            let mut files = Vec::new();
+            super::collect_files(&logs, &mut files);
+            files
+                .iter()
+                .any(|f| std::fs::read_to_string(f).is_ok_and(|text| text.contains("msg_long")))
+        });
+    });
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    let job = only_job(&scratch);
+    let replay = replay.display().to_string();
+    let env = [
+        ("PRODIGY_CLAUDE_COMMAND", replay.as_str()),
+        ("IS_SANDBOX", "1"),
+        ("CLAUDE_REPLAY", "ok"),
+    ];
+    let spent = |scratch: &Scratch| {
+        let path = scratch
+            .state()
+            .join("mapreduce/jobs")
+            .join(&job)
+            .join("checkpoint.json");
+        let checkpoint: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        checkpoint["claude_cost_usd"].as_f64().unwrap_or(0.0)
+    };
+    let output = scratch.run(&["resume-job", "-y", "--grace", GRACE, &job], &env);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    // Opus: 12 input tokens at $5 and 4,200 bytes, 1,400 output tokens, at $25 a million
+    // (the usage the event reported alone would say $0.000085); then the `ok` call's $0.00026.
+    let killed = 0.03506;
+    assert!(
+        (spent(&scratch) - (killed + 0.00026)).abs() < 1e-9,
+        "{}",
+        spent(&scratch)
+    );
+    assert!(text.contains("2 Claude calls (1 failed)"), "{text}");
+    assert!(text.contains("(1 estimated)"), "{text}");
+    let finished: Vec<serde_json::Value> = scratch
+        .events()
+        .into_iter()
+        .filter(|e| e["event_type"] == "claude_finished")
+        .collect();
+    assert_eq!(finished.len(), 2, "{finished:?}");
+    assert_eq!(finished[0]["cost_usd"], killed, "{finished:?}");
+    assert_eq!(finished[0]["cost_estimated"], true);
+    assert_eq!(finished[0]["item_id"], "item_0");
+    assert_eq!(finished[0]["error_kind"], "unknown");
+    // Counted once: a resume of the completed job finds nothing more.
+    let output = scratch.run(&["resume-job", "-y", &job], &env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!((spent(&scratch) - (killed + 0.00026)).abs() < 1e-9);
+}
+
 /// What a step left running in the background goes when the run ends: nothing outlives
 /// prodigy, even after it succeeded.
 #[test]

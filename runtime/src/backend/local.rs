@@ -57,8 +57,13 @@ async fn run(runner: &Runner, d: Dispatch, vars: &mut Vars) -> Dispatched {
         halt,
     )
     .await;
+    // Stopped by the job (`on_budget: stop`, `--cancel-running`) once its last step had
+    // ended, the agent finished its work: its item's outcome is what its steps made of it,
+    // not a cancellation that would run it again.
+    let finished = why == Some(Stopped::Cancelled) && !*runner.cancel.borrow();
     let end = match (why, outcome) {
         (Some(Stopped::TimedOut), _) => Ended::TimedOut,
+        (Some(Stopped::Cancelled), o) if finished && o.continues_agent() => Ended::Succeeded,
         (Some(Stopped::Cancelled), _) | (None, Outcome::Cancelled) => Ended::Cancelled,
         // A step whose failure was only handled fails the item.
         (None, o) if o.continues_agent() => Ended::Succeeded,

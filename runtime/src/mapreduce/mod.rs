@@ -260,6 +260,54 @@ impl<'a> MapJob<'a> {
         self.spent_before + self.spent_elsewhere + crate::lock(&self.runner.claude_totals).cost_usd
     }
 
+    /// After a coordinator was killed, what its Claude calls cost that the checkpoint does
+    /// not hold ([`crate::spend`]): the calls that finished after it was written count in
+    /// what the job spent before, and the calls that were running are priced from their
+    /// logs, recorded as finished and counted as this process's, so that the budget and the
+    /// job's totals hold them, once.
+    fn count_uncounted_calls(&mut self) {
+        let events = self.runner.events_path();
+        let Some(dir) = events.parent() else {
+            return;
+        };
+        let found = crate::spend::uncounted(
+            &crate::spend::read_events(dir),
+            self.cp.claude_counted_to.as_ref(),
+        );
+        self.spent_before += found.finished.cost_usd;
+        for call in found.interrupted {
+            let Some(priced) = crate::spend::price(&call.log) else {
+                continue;
+            };
+            let event = crate::events::Event::ClaudeFinished {
+                step: call.step,
+                success: false,
+                error_kind: priced.verdict.kind,
+                message: Some(
+                    "the coordinator was killed while the call ran; its cost is the one its \
+                     log shows"
+                        .to_owned(),
+                ),
+                session_id: priced.session_id.clone(),
+                num_turns: priced.num_turns,
+                cost_usd: priced.cost_usd,
+                cost_estimated: priced.cost_estimated,
+                tokens: priced.tokens,
+                tool_calls: priced.tool_calls,
+                api_retries: priced.api_retries,
+                exit_code: None,
+                log: priced.log.clone(),
+                duration_secs: 0.0,
+            };
+            let agent = call
+                .agent
+                .as_ref()
+                .map(|(agent_id, item_id)| crate::events::AgentIds { agent_id, item_id });
+            self.runner.sink.record(&event, agent);
+            crate::lock(&self.runner.claude_totals).add(&priced);
+        }
+    }
+
     /// The first state write of the job that failed, its event log's included.
     fn write_failure(&self) -> Option<WriteFailure> {
         self.write_failed
@@ -307,6 +355,7 @@ impl<'a> MapJob<'a> {
         }
         self.cp.last_checkpoint_at = crate::store::timestamp();
         self.cp.claude_cost_usd = self.claude_spent();
+        self.cp.claude_counted_to = self.runner.sink.mark();
         // The DLQ's index catches up with its items at every checkpoint.
         let written = self
             .dlq
@@ -359,6 +408,9 @@ impl<'a> MapJob<'a> {
             "workflow",
             crate::runner::fields(json!({"name": self.plan.name, "id": self.cp.job_id})),
         );
+        if self.resumed_from.is_some() {
+            self.count_uncounted_calls();
+        }
         self.cp.status = Status::Running;
         self.cp.stop_reason = None;
         // After `resume-job --force` the new version is the job's workflow from now on, and

@@ -191,6 +191,7 @@ pub fn new_job_checkpoint(job_id: &str, opts: &Options) -> JobCheckpoint {
         stop_reason: None,
         error_metrics: None,
         claude_cost_usd: 0.0,
+        claude_counted_to: None,
         claude_budget_reached: None,
         worktree: opts.worktree.clone(),
     }

@@ -318,7 +318,10 @@ impl Runner {
         let checks = self
             .checks(step, vars, out, head_before, Outcome::Succeeded)
             .await;
-        if self.cancelled() {
+        // A check cut short by a cancellation does not pass: the step is cancelled. Checks
+        // that passed (none, for most steps) leave the command's success standing, so that a
+        // call that finished as the job was stopping is kept.
+        if self.cancelled() && !matches!(checks, Checks::Passed(_)) {
             return ControlFlow::Break(Outcome::Cancelled);
         }
         let ok = match checks {

@@ -365,6 +365,18 @@ impl Runner {
             // Stopped by prodigy as a failed call, not by the run stopping.
             out.cancelled = false;
         }
+        // A call stopped after its `result` arrived (the job stopping under `on_budget:
+        // stop` or `--cancel-running` while the CLI wound down) did its work, and it was
+        // paid for: it ends as the result says, with the exit code the CLI gives it.
+        let ended = match (&stream.result, ended) {
+            (Some(result), crate::claude::End::Killed) if out.cancelled => {
+                let code = i32::from(result.is_error);
+                out.cancelled = false;
+                out.code = Some(code);
+                crate::claude::End::Exited(code)
+            }
+            (_, ended) => ended,
+        };
         let limit = crate::claude_limit::of_stream(&stream, ended.code(), self.wall_secs());
         let mut call = stream.finish(ended, log_path);
         call.usage_limit = limit;

@@ -350,14 +350,32 @@ fn costly_call(secs_taken: u64) -> Reply {
         .takes(secs(secs_taken))
 }
 
+/// A Claude call of the fake CLI that has said nothing but its `system/init` and takes
+/// SECS: stopped before then, it has no `result`.
+fn call_without_result(secs_taken: u64) -> Reply {
+    let init = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
+    Reply::ok()
+        .stdout(&format!("{init}\n"))
+        .takes(secs(secs_taken))
+}
+
 /// Six items whose agents make one $0.25 Claude call each, two at a time, under a $1 budget
-/// with `on_budget: ON`; b's call takes 15s, the others 10s.
-async fn budget_job(on: &str) -> (Harness, crate::mapreduce::JobReport, super::Trace) {
+/// with `on_budget: ON`; b's call takes 15s, the others 10s. The fake prints a call's events
+/// as it starts; with `d_says_nothing`, d's call prints no `result` in its 10s.
+async fn budget_job(
+    on: &str,
+    d_says_nothing: bool,
+) -> (Harness, crate::mapreduce::JobReport, super::Trace) {
     let fake = ["a", "b", "c", "d", "e", "f"]
         .iter()
         .fold(FakeExecutor::new(), |fake, name| {
             let taken = if *name == "b" { 15 } else { 10 };
-            fake.script(&format!("/work {name}"), [costly_call(taken)])
+            let reply = if *name == "d" && d_says_nothing {
+                call_without_result(taken)
+            } else {
+                costly_call(taken)
+            };
+            fake.script(&format!("/work {name}"), [reply])
         });
     let harness = job_harness(fake);
     let yaml = format!(
@@ -385,7 +403,7 @@ map:
 #[tokio::test(start_paused = true)]
 async fn a_job_starts_no_agent_past_its_claude_budget_and_lets_the_running_one_finish() {
     let started = tokio::time::Instant::now();
-    let (harness, report, trace) = budget_job("finish").await;
+    let (harness, report, trace) = budget_job("finish", false).await;
     let JobOutcome::BudgetReached {
         reached,
         not_started,
@@ -412,7 +430,7 @@ async fn a_job_starts_no_agent_past_its_claude_budget_and_lets_the_running_one_f
 #[tokio::test(start_paused = true)]
 async fn on_budget_stop_cancels_the_running_agents_and_leaves_their_items_pending() {
     let started = tokio::time::Instant::now();
-    let (harness, report, trace) = budget_job("stop").await;
+    let (harness, report, trace) = budget_job("stop", true).await;
     assert!(
         matches!(
             report.outcome,
@@ -426,6 +444,32 @@ async fn on_budget_stop_cancels_the_running_agents_and_leaves_their_items_pendin
     assert!(started.elapsed() < secs(25), "{:?}", started.elapsed());
     assert!(
         trace.events().contains(&"agent_cancelled"),
+        "{}",
+        trace.text()
+    );
+}
+
+/// Under `on_budget: stop`, a running call that already returned its `result` is kept: d's
+/// call, whose events are all out when it is stopped at 20s, ends as its result says, and
+/// d, whose only step it was, succeeds instead of staying pending to be paid for again.
+#[tokio::test(start_paused = true)]
+async fn on_budget_stop_keeps_a_running_call_that_returned_its_result() {
+    let started = tokio::time::Instant::now();
+    let (harness, report, trace) = budget_job("stop", false).await;
+    assert!(
+        matches!(
+            report.outcome,
+            JobOutcome::BudgetReached { not_started: 2, .. }
+        ),
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(harness.fake.starts_of("/work d"), [secs(15)]);
+    assert_eq!(report.metrics.successful, 4);
+    // Stopped at 20s, not left to end at 25s.
+    assert!(started.elapsed() < secs(25), "{:?}", started.elapsed());
+    assert!(
+        !trace.events().contains(&"agent_cancelled"),
         "{}",
         trace.text()
     );
