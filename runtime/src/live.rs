@@ -1168,6 +1168,9 @@ impl Live {
     /// running step; the pending ones are what is neither done nor running.
     fn counts_now(&self) -> Counts {
         let mut counts = self.counts;
+        // What ran when the run's process died (or stopped) runs no more: it is pending, as
+        // `ls` and `resume-job` count it.
+        let live = self.is_running();
         if self.summary.kind == RunKind::Job {
             counts.succeeded = 0;
             counts.failed = 0;
@@ -1178,13 +1181,13 @@ impl Live {
                     ItemStatus::Succeeded => counts.succeeded += 1,
                     ItemStatus::Failed => counts.failed += 1,
                     ItemStatus::Skipped => counts.skipped += 1,
-                    ItemStatus::Running => counts.running += 1,
-                    ItemStatus::Pending | ItemStatus::Retrying => {}
+                    ItemStatus::Running if live => counts.running += 1,
+                    ItemStatus::Running | ItemStatus::Pending | ItemStatus::Retrying => {}
                 }
             }
             counts.dlq = self.dlq.len() as u64;
         } else {
-            counts.running = u64::from(self.actors.values().any(|a| a.step.is_some()));
+            counts.running = u64::from(live && self.actors.values().any(|a| a.step.is_some()));
         }
         counts.pending = counts.total.saturating_sub(done(counts) + counts.running);
         counts
@@ -1687,6 +1690,35 @@ mod tests {
         ) + "\n"
     }
 
+    /// A job whose process died counts what was running as pending, as `ls` and
+    /// `resume-job` do: nothing runs it any more.
+    #[test]
+    fn a_crashed_job_has_nothing_running() {
+        let (home, file) = home();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        append(&file, &event("00", "job_started", r#","phase":"map""#));
+        append(
+            &file,
+            &event(
+                "00",
+                "map_started",
+                r#","items":3,"pending":3,"max_parallel":2"#,
+            ),
+        );
+        append(
+            &file,
+            &event(
+                "01",
+                "agent_started",
+                r#","agent_id":"agent-0","item_id":"item_0","attempt":1"#,
+            ),
+        );
+        live.refresh();
+        let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+        assert_eq!(p.state, State::Crashed);
+        assert_eq!((p.counts.running, p.counts.pending), (0, 3));
+    }
+
     #[test]
     fn a_job_that_stopped_is_shown_in_the_phase_it_stopped_in() {
         for (status, phase) in [
@@ -1969,11 +2001,12 @@ mod tests {
                 r#","agent_id":"agent-1","item_id":"item_1","attempt":1"#,
             ),
         );
-        // Killed here; `resume-job` writes a second file.
+        // Killed here (nothing holds the job's lock): what ran is pending, as `ls` and
+        // `resume-job` count it. `resume-job` writes a second file.
         let mut live = Live::open(home.path(), JOB).unwrap();
         live.refresh();
         let p = live.picture(SystemTime::UNIX_EPOCH);
-        assert_eq!((p.counts.succeeded, p.counts.running), (1, 1));
+        assert_eq!((p.counts.succeeded, p.counts.running), (1, 0));
         let second = file.with_file_name("events-2026-11-26T110000Z.jsonl");
         std::fs::write(&second, event("03", "job_resumed", r#","phase":"map""#)).unwrap();
         live.refresh();

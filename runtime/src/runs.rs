@@ -203,6 +203,24 @@ fn read(dir: &Path, checkpoint: &Path, kind: RunKind, repo: &str) -> Result<Summ
                 JobStatus::Stopped => State::Stopped,
                 JobStatus::Interrupted => State::Interrupted,
             };
+            let mut items = Items {
+                total: c.items_total,
+                succeeded: c.successful_items,
+                failed: c.failed_items,
+                skipped: c.skipped_items,
+            };
+            // A crashed job's checkpoint lags its outcomes: `results.jsonl`, written first,
+            // is what `resume-job` goes on from, and what the events show.
+            if state == State::Crashed
+                && let Ok(results) = JobFiles::new(dir.to_owned()).load_results()
+            {
+                let count = |status: crate::jobstore::ItemStatus| {
+                    results.iter().filter(|r| r.status == status).count() as u64
+                };
+                items.succeeded = count(crate::jobstore::ItemStatus::Succeeded);
+                items.failed = count(crate::jobstore::ItemStatus::Failed);
+                items.skipped = count(crate::jobstore::ItemStatus::Skipped);
+            }
             Ok(Summary {
                 id: c.job_id,
                 kind,
@@ -212,12 +230,7 @@ fn read(dir: &Path, checkpoint: &Path, kind: RunKind, repo: &str) -> Result<Summ
                 workflow: c.workflow_file,
                 started_at: c.started_at,
                 updated_at: c.last_checkpoint_at,
-                items: Some(Items {
-                    total: c.items_total,
-                    succeeded: c.successful_items,
-                    failed: c.failed_items,
-                    skipped: c.skipped_items,
-                }),
+                items: Some(items),
             })
         }
     }
@@ -283,5 +296,34 @@ mod tests {
         assert_eq!(all.runs.len(), 4);
         assert_eq!(all.runs[0].id, "session-3");
         assert_eq!(all.unreadable.len(), 1);
+    }
+
+    /// A killed job's checkpoint lags its outcomes (written after them): its counts are
+    /// those of `results.jsonl`, which `resume-job` goes on from, the last one per item.
+    #[test]
+    fn a_crashed_jobs_counts_are_its_recorded_outcomes() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("state/a-1/mapreduce/jobs/mapreduce-2");
+        write(
+            &dir.join("checkpoint.json"),
+            &job("mapreduce-2", "running", "2026-11-02T10:00:00.000Z"),
+        );
+        let record = |index: usize, status: &str| {
+            format!(
+                r#"{{"item_id":"item_{index}","index":{index},"status":"{status}","attempts":1,"duration_secs":0.1}}"#
+            )
+        };
+        let lines = [
+            record(0, "succeeded"),
+            record(1, "failed"),
+            record(2, "succeeded"),
+            // Retried: the last outcome of item 1 counts.
+            record(1, "succeeded"),
+        ];
+        write(&dir.join("results.jsonl"), &(lines.join("\n") + "\n"));
+        let runs = list(home.path(), Some("a-1")).runs;
+        assert_eq!(runs[0].state, State::Crashed);
+        let items = runs[0].items.unwrap();
+        assert_eq!((items.succeeded, items.failed, items.total), (3, 0, 3));
     }
 }
