@@ -691,8 +691,9 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             };
             if summary.interrupted {
                 err(&format!(
-                    "interrupted after retrying {}; run `prodigy dlq retry {job}` again for the rest\n",
-                    count(summary.retried, "item")
+                    "interrupted after retrying {}; run `{}` again for the rest\n",
+                    count(summary.retried, "item"),
+                    crate::run::finish::resume_command("dlq retry", "", &job)
                 ));
                 return Ended {
                     vars,
@@ -737,8 +738,9 @@ fn retried(
     if summary.halted > 0 {
         let _ = writeln!(
             text,
-            "✗ the retry stopped with {} not run, its backend lost (said above); run `prodigy dlq retry {job}` again once it is back",
-            count(summary.halted, "item")
+            "✗ the retry stopped with {} not run, its backend lost (said above); run `{}` again once it is back",
+            count(summary.halted, "item"),
+            crate::run::finish::resume_command("dlq retry", "", job)
         );
     }
     if let Some(kept) = unmerged {

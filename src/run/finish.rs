@@ -231,7 +231,8 @@ fn completed_job(
     if let Some(queued) = queued {
         let _ = writeln!(
             text,
-            "{queued}: see why with `prodigy dlq show {id}`, retry with `prodigy dlq retry {id}`"
+            "{queued}: see why with `prodigy dlq show {id}`, retry with `{}`",
+            resume_command("dlq retry", "", id)
         );
     }
     let none_launched = none_launched(report, launched);

@@ -335,7 +335,7 @@ map:
     );
     // What to run next is the retry again, not a `resume-job` of the job.
     assert!(
-        text.contains(&format!("then run `prodigy dlq retry {job}` again")),
+        text.contains(&format!("then run `prodigy dlq retry -y {job}` again")),
         "{text}"
     );
     assert!(!text.contains("resume-job"), "{text}");

@@ -228,7 +228,7 @@ impl Retry<'_> {
                 if let Some(lost) = run.stop_job.as_ref().filter(|_| !self.backend_lost.get()) {
                     self.backend_lost.set(true);
                     self.halt.send_replace(true);
-                    let next = format!("run `prodigy dlq retry {}` again", self.job_id);
+                    let next = format!("run `prodigy dlq retry -y {}` again", self.job_id);
                     runner.say(Message::JobFailed(lost.why(
                         "the retry stops, its items left in the queue as they were",
                         &next,
