@@ -136,6 +136,28 @@ pub fn program(override_command: Option<&str>) -> Result<(String, Vec<String>), 
     })
 }
 
+/// The variable in which the CLI reads how many times it retries a failed API request
+/// itself (ten by default).
+pub const RETRIES_ENV: &str = "CLAUDE_CODE_MAX_RETRIES";
+
+/// The CLI's own retry budget when the user sets none: the run's rate governor sees every
+/// call and waits for all of them (docs/language.md §2, "Claude rate limits"), while each
+/// CLI retrying on its own for minutes keeps asking an API that refuses it, and holds its
+/// slot meanwhile. Two retries still ride out a single refused or dropped request.
+pub const RETRIES: u32 = 2;
+
+/// What to add to the environment ENV of a CLI prodigy starts: [`RETRIES_ENV`] set to
+/// [`RETRIES`], unless ENV already sets it (the step's or the workflow's `env`) or the CLI
+/// inherits prodigy's environment (INHERITS) and that sets it (INHERITED).
+pub fn retry_budget(
+    env: &[(String, String)],
+    inherits: bool,
+    inherited: Option<&std::ffi::OsStr>,
+) -> Option<(String, String)> {
+    let set = env.iter().any(|(name, _)| name == RETRIES_ENV) || (inherits && inherited.is_some());
+    (!set).then(|| (RETRIES_ENV.to_owned(), RETRIES.to_string()))
+}
+
 /// The whole argument list of a call: the program and its leading arguments, then
 /// `-p --output-format stream-json --verbose`, the permission mode and the settings. The
 /// prompt is not among them: the caller writes it to the CLI's standard input, which `-p`
@@ -1244,6 +1266,18 @@ mod tests {
             s.verdict(Some(1)).message,
             "Reached maximum number of turns (2)"
         );
+    }
+
+    #[test]
+    fn the_cli_gets_a_small_retry_budget_unless_the_user_set_one() {
+        let budget = Some((RETRIES_ENV.to_owned(), "2".to_owned()));
+        assert_eq!(retry_budget(&[], true, None), budget);
+        let own = [(RETRIES_ENV.to_owned(), "7".to_owned())];
+        assert_eq!(retry_budget(&own, true, None), None);
+        let inherited = std::ffi::OsStr::new("0");
+        assert_eq!(retry_budget(&[], true, Some(inherited)), None);
+        // `clear_env`: prodigy's environment does not reach the CLI.
+        assert_eq!(retry_budget(&[], false, Some(inherited)), budget);
     }
 
     #[test]

@@ -561,9 +561,7 @@ impl Runner {
             vars.environment_left_out()
         };
         env.extend(step_env);
-        if matches!(step.command, PlanCommand::Claude(_)) {
-            env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
-        }
+        claude_env(&mut env, step, &kind);
         // Secrets win over step env.
         if !step.clear_env {
             for secret in &self.plan.secrets {
@@ -630,5 +628,26 @@ impl Runner {
             cancel: io.cancel.unwrap_or_else(|| self.cancel_rx()),
         };
         self.executor.run(request).await
+    }
+}
+
+/// What the environment ENV of STEP's command (KIND) gets for Claude: `PRODIGY_AUTOMATION` for
+/// a `claude:` step, and the CLI's own retry budget for every Claude call, when the user set
+/// none (docs/claude.md).
+fn claude_env(
+    env: &mut Vec<(String, String)>,
+    step: &PlanStep,
+    kind: &crate::executor::RequestKind,
+) {
+    if matches!(step.command, PlanCommand::Claude(_)) {
+        env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
+    }
+    match kind {
+        crate::executor::RequestKind::Claude { .. } => {
+            let inherited = std::env::var_os(crate::claude::RETRIES_ENV);
+            let budget = crate::claude::retry_budget(env, !step.clear_env, inherited.as_deref());
+            env.extend(budget);
+        }
+        crate::executor::RequestKind::Shell { .. } => {}
     }
 }
