@@ -402,6 +402,12 @@ pub struct Stream {
     pub tool_calls: u32,
     /// API retries the CLI made.
     pub api_retries: u32,
+    /// Assistant messages the API answered (not the CLI's own `<synthetic>` message that
+    /// reports an API error): each shows that the API serves requests again.
+    pub api_answers: u32,
+    /// The id of the last message counted in `api_answers`: the CLI sends a message once
+    /// per block of its content, and one answer is one answer.
+    last_answer: Option<String>,
     /// The last `system/api_retry` event's error and status.
     last_retry: Option<(String, Option<u16>)>,
     /// `assistant.error` of the last assistant message that had one.
@@ -562,8 +568,17 @@ impl Stream {
     fn assistant(&mut self, event: &Value, notes: &mut Vec<Note>) {
         self.turns += 1;
         self.note_usage(event);
-        if let Some(error) = text(event, "error") {
-            self.assistant_error = Some(error);
+        let synthetic =
+            event.pointer("/message/model").and_then(Value::as_str) == Some("<synthetic>");
+        let id = event.pointer("/message/id").and_then(Value::as_str);
+        match text(event, "error") {
+            Some(error) => self.assistant_error = Some(error),
+            None if synthetic => {}
+            None if id.is_some() && id == self.last_answer.as_deref() => {}
+            None => {
+                self.api_answers += 1;
+                self.last_answer = id.map(str::to_owned);
+            }
         }
         let content = event
             .pointer("/message/content")
@@ -790,6 +805,8 @@ pub struct Call {
     pub tool_calls: u32,
     /// API retries the CLI made.
     pub api_retries: u32,
+    /// Assistant messages the API answered.
+    pub api_answers: u32,
     /// Its raw stream, on disk.
     pub log: Option<std::path::PathBuf>,
     /// The account's usage limit, when the call ended at it (set by the runner, which
@@ -812,6 +829,7 @@ impl Stream {
             tokens,
             tool_calls: self.tool_calls,
             api_retries: self.api_retries,
+            api_answers: self.api_answers,
             log,
             usage_limit: None,
         }
@@ -1278,6 +1296,26 @@ mod tests {
         assert_eq!(retry_budget(&[], true, Some(inherited)), None);
         // `clear_env`: prodigy's environment does not reach the CLI.
         assert_eq!(retry_budget(&[], false, Some(inherited)), budget);
+    }
+
+    #[test]
+    fn only_the_apis_own_answers_count_as_answers() {
+        let (ok, _) = stream(&[
+            r#"{"type":"assistant","message":{"model":"claude-opus-4-8","content":[{"type":"text","text":"Hi"}]}}"#,
+        ]);
+        assert_eq!(ok.api_answers, 1);
+        // One answer of two blocks, sent as two messages with its id, then another.
+        let (tool, _) = stream(&[
+            r#"{"type":"assistant","message":{"id":"m1","model":"m","content":[{"type":"text","text":"Running."}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m1","model":"m","content":[{"type":"tool_use","name":"Bash","input":{}}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m2","model":"m","content":[{"type":"text","text":"Done."}]}}"#,
+        ]);
+        assert_eq!(tool.api_answers, 2);
+        let (refused, _) = stream(&[
+            r#"{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error: 429"}]},"error":"rate_limit"}"#,
+            r#"{"type":"assistant","message":{"model":"<synthetic>","content":[]}}"#,
+        ]);
+        assert_eq!((refused.api_answers, refused.turns), (0, 2));
     }
 
     #[test]

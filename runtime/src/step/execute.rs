@@ -266,9 +266,14 @@ impl Runner {
                 log.line_flushed(line);
             }
             let turns = stream.turns;
+            let answers = stream.api_answers;
             let notes = stream.feed(line);
-            // The CLI retrying a 429 or 529 itself tells the rate governor too.
+            // The CLI retrying a 429 or 529 itself tells the rate governor too, and so does
+            // the API answering again.
             self.api_retries_seen(&notes);
+            if stream.api_answers > answers {
+                self.api_answered();
+            }
             let so_far = crate::progress::micros(stream.cost().0);
             if so_far > counted.get() {
                 self.live_cost_micros
