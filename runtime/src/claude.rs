@@ -136,6 +136,28 @@ pub fn program(override_command: Option<&str>) -> Result<(String, Vec<String>), 
     })
 }
 
+/// The variable in which the CLI reads how many times it retries a failed API request
+/// itself (ten by default).
+pub const RETRIES_ENV: &str = "CLAUDE_CODE_MAX_RETRIES";
+
+/// The CLI's own retry budget when the user sets none: the run's rate governor sees every
+/// call and waits for all of them (docs/language.md §2, "Claude rate limits"), while each
+/// CLI retrying on its own for minutes keeps asking an API that refuses it, and holds its
+/// slot meanwhile. Two retries still ride out a single refused or dropped request.
+pub const RETRIES: u32 = 2;
+
+/// What to add to the environment ENV of a CLI prodigy starts: [`RETRIES_ENV`] set to
+/// [`RETRIES`], unless ENV already sets it (the step's or the workflow's `env`) or the CLI
+/// inherits prodigy's environment (INHERITS) and that sets it (INHERITED).
+pub fn retry_budget(
+    env: &[(String, String)],
+    inherits: bool,
+    inherited: Option<&std::ffi::OsStr>,
+) -> Option<(String, String)> {
+    let set = env.iter().any(|(name, _)| name == RETRIES_ENV) || (inherits && inherited.is_some());
+    (!set).then(|| (RETRIES_ENV.to_owned(), RETRIES.to_string()))
+}
+
 /// The whole argument list of a call: the program and its leading arguments, then
 /// `-p --output-format stream-json --verbose`, the permission mode and the settings. The
 /// prompt is not among them: the caller writes it to the CLI's standard input, which `-p`
@@ -380,6 +402,12 @@ pub struct Stream {
     pub tool_calls: u32,
     /// API retries the CLI made.
     pub api_retries: u32,
+    /// Assistant messages the API answered (not the CLI's own `<synthetic>` message that
+    /// reports an API error): each shows that the API serves requests again.
+    pub api_answers: u32,
+    /// The id of the last message counted in `api_answers`: the CLI sends a message once
+    /// per block of its content, and one answer is one answer.
+    last_answer: Option<String>,
     /// The last `system/api_retry` event's error and status.
     last_retry: Option<(String, Option<u16>)>,
     /// `assistant.error` of the last assistant message that had one.
@@ -588,8 +616,17 @@ impl Stream {
     fn assistant(&mut self, event: &Value, notes: &mut Vec<Note>) {
         self.turns += 1;
         self.note_usage(event);
-        if let Some(error) = text(event, "error") {
-            self.assistant_error = Some(error);
+        let synthetic =
+            event.pointer("/message/model").and_then(Value::as_str) == Some("<synthetic>");
+        let id = event.pointer("/message/id").and_then(Value::as_str);
+        match text(event, "error") {
+            Some(error) => self.assistant_error = Some(error),
+            None if synthetic => {}
+            None if id.is_some() && id == self.last_answer.as_deref() => {}
+            None => {
+                self.api_answers += 1;
+                self.last_answer = id.map(str::to_owned);
+            }
         }
         let content = event
             .pointer("/message/content")
@@ -834,6 +871,8 @@ pub struct Call {
     pub tool_calls: u32,
     /// API retries the CLI made.
     pub api_retries: u32,
+    /// Assistant messages the API answered.
+    pub api_answers: u32,
     /// Its raw stream, on disk.
     pub log: Option<std::path::PathBuf>,
     /// The account's usage limit, when the call ended at it (set by the runner, which
@@ -856,6 +895,7 @@ impl Stream {
             tokens,
             tool_calls: self.tool_calls,
             api_retries: self.api_retries,
+            api_answers: self.api_answers,
             log,
             usage_limit: None,
         }
@@ -1310,6 +1350,38 @@ mod tests {
             s.verdict(Some(1)).message,
             "Reached maximum number of turns (2)"
         );
+    }
+
+    #[test]
+    fn the_cli_gets_a_small_retry_budget_unless_the_user_set_one() {
+        let budget = Some((RETRIES_ENV.to_owned(), "2".to_owned()));
+        assert_eq!(retry_budget(&[], true, None), budget);
+        let own = [(RETRIES_ENV.to_owned(), "7".to_owned())];
+        assert_eq!(retry_budget(&own, true, None), None);
+        let inherited = std::ffi::OsStr::new("0");
+        assert_eq!(retry_budget(&[], true, Some(inherited)), None);
+        // `clear_env`: prodigy's environment does not reach the CLI.
+        assert_eq!(retry_budget(&[], false, Some(inherited)), budget);
+    }
+
+    #[test]
+    fn only_the_apis_own_answers_count_as_answers() {
+        let (ok, _) = stream(&[
+            r#"{"type":"assistant","message":{"model":"claude-opus-4-8","content":[{"type":"text","text":"Hi"}]}}"#,
+        ]);
+        assert_eq!(ok.api_answers, 1);
+        // One answer of two blocks, sent as two messages with its id, then another.
+        let (tool, _) = stream(&[
+            r#"{"type":"assistant","message":{"id":"m1","model":"m","content":[{"type":"text","text":"Running."}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m1","model":"m","content":[{"type":"tool_use","name":"Bash","input":{}}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m2","model":"m","content":[{"type":"text","text":"Done."}]}}"#,
+        ]);
+        assert_eq!(tool.api_answers, 2);
+        let (refused, _) = stream(&[
+            r#"{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error: 429"}]},"error":"rate_limit"}"#,
+            r#"{"type":"assistant","message":{"model":"<synthetic>","content":[]}}"#,
+        ]);
+        assert_eq!((refused.api_answers, refused.turns), (0, 2));
     }
 
     #[test]

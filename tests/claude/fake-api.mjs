@@ -113,7 +113,11 @@ function plan(body) {
   const storm = /^storm-(429|529)-([0-9]+)$/.exec(scenario);
   if (storm !== null) {
     const now = Date.now() / 1000;
-    if (!resets.has(scenario)) resets.set(scenario, now + Number(storm[2]));
+    if (!resets.has(scenario)) {
+      resets.set(scenario, now + Number(storm[2]));
+      // When it starts and ends, for a benchmark to measure from.
+      logLine(`storm ${scenario} from ${now.toFixed(3)} until ${resets.get(scenario).toFixed(3)}`);
+    }
     if (now < resets.get(scenario)) return { error: Number(storm[1]), retryAfter: 1 };
   }
   const toolUse = () => ({

@@ -779,6 +779,20 @@ fn prodigy_as(
     home: &Path,
     args: &[&str],
 ) -> Output {
+    prodigy_with(credentials, Some("0"), claude, port, project, home, args)
+}
+
+/// [`prodigy_as`], with `CLAUDE_CODE_MAX_RETRIES` set to RETRIES in prodigy's environment, or
+/// not set at all.
+fn prodigy_with(
+    credentials: Credentials,
+    retries: Option<&str>,
+    claude: &Path,
+    port: u16,
+    project: &Path,
+    home: &Path,
+    args: &[&str],
+) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_prodigy"));
     for (key, _) in std::env::vars_os() {
         let key_str = key.to_string_lossy();
@@ -795,7 +809,7 @@ fn prodigy_as(
         .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
         .envs(credentials.variable().map(|v| (v, "dummy")))
         .env("IS_SANDBOX", "1")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .envs(retries.map(|r| ("CLAUDE_CODE_MAX_RETRIES", r)))
         .env("DISABLE_AUTOUPDATER", "1")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("GIT_AUTHOR_NAME", "test")
@@ -1089,6 +1103,53 @@ error_policy:
     assert!(count("claude_slots_changed") >= 1, "{events:?}");
     assert!(count("claude_call_repeated") >= 1, "{events:?}");
     assert_eq!(count("dlq_item_added"), 0, "{events:?}");
+}
+
+/// With the real CLI and no `CLAUDE_CODE_MAX_RETRIES` of the user's, a call through a storm
+/// makes one request and prodigy's two retries, not the CLI's own ten, so that the run's
+/// governor does the waiting; a step that sets the variable in its `env` keeps its own.
+#[test]
+fn prodigy_gives_the_real_cli_a_small_retry_budget_of_its_own() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(claude) = install_cli(scratch.path()) else {
+        return;
+    };
+    let (_server, port) = start_fake_api(scratch.path());
+    let home = scratch.path().join("home");
+    let project = scratch.path().join("project");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&project).unwrap();
+    fs::write(
+        project.join("wf.yml"),
+        r#"- claude: "Reply briefly. scenario:storm-429-120"
+  on_failure: true
+- claude: "Reply briefly. scenario:storm-529-120"
+  env:
+    CLAUDE_CODE_MAX_RETRIES: "0"
+  on_failure: true
+"#,
+    )
+    .unwrap();
+    let out = prodigy_with(
+        Credentials::ApiKey,
+        None,
+        &claude,
+        port,
+        &project,
+        &home,
+        &["run", "--no-worktree", "wf.yml"],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let requests = fs::read_to_string(scratch.path().join("fake-api.log")).unwrap_or_default();
+    assert_eq!(requests.matches("-> 429").count(), 3, "{requests}");
+    assert_eq!(requests.matches("-> 529").count(), 1, "{requests}");
+    let retries: Vec<Value> = events_under(&home)
+        .into_iter()
+        .filter(|e| e["event_type"] == "claude_finished")
+        .map(|e| e["api_retries"].clone())
+        .collect();
+    assert_eq!(retries, [2, 0], "{text}");
 }
 
 /// With the real CLI, an API that takes a request and never answers is found by

@@ -266,9 +266,14 @@ impl Runner {
                 log.line_flushed(line);
             }
             let turns = stream.turns;
+            let answers = stream.api_answers;
             let notes = stream.feed(line);
-            // The CLI retrying a 429 or 529 itself tells the rate governor too.
+            // The CLI retrying a 429 or 529 itself tells the rate governor too, and so does
+            // the API answering again.
             self.api_retries_seen(&notes);
+            if stream.api_answers > answers {
+                self.api_answered();
+            }
             let so_far = crate::progress::micros(stream.cost().0);
             if so_far > counted.get() {
                 self.live_cost_micros
@@ -573,9 +578,7 @@ impl Runner {
             vars.environment_left_out()
         };
         env.extend(step_env);
-        if matches!(step.command, PlanCommand::Claude(_)) {
-            env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
-        }
+        claude_env(&mut env, step, &kind);
         // Secrets win over step env.
         if !step.clear_env {
             for secret in &self.plan.secrets {
@@ -642,5 +645,26 @@ impl Runner {
             cancel: io.cancel.unwrap_or_else(|| self.cancel_rx()),
         };
         self.executor.run(request).await
+    }
+}
+
+/// What the environment ENV of STEP's command (KIND) gets for Claude: `PRODIGY_AUTOMATION` for
+/// a `claude:` step, and the CLI's own retry budget for every Claude call, when the user set
+/// none (docs/claude.md).
+fn claude_env(
+    env: &mut Vec<(String, String)>,
+    step: &PlanStep,
+    kind: &crate::executor::RequestKind,
+) {
+    if matches!(step.command, PlanCommand::Claude(_)) {
+        env.push(("PRODIGY_AUTOMATION".into(), "true".into()));
+    }
+    match kind {
+        crate::executor::RequestKind::Claude { .. } => {
+            let inherited = std::env::var_os(crate::claude::RETRIES_ENV);
+            let budget = crate::claude::retry_budget(env, !step.clear_env, inherited.as_deref());
+            env.extend(budget);
+        }
+        crate::executor::RequestKind::Shell { .. } => {}
     }
 }

@@ -217,8 +217,10 @@ impl Runner {
                     () = freed => {}
                     () = exec::cancelled(&mut cancel) => return Err(cancelled()),
                 },
+                // The API answering a running call ends the back-off early: ask again.
                 Admit::Wait(delay) => tokio::select! {
                     () = tokio::time::sleep(delay) => {}
+                    () = freed => {}
                     () = exec::cancelled(&mut cancel) => return Err(cancelled()),
                 },
             }
@@ -231,7 +233,9 @@ impl Runner {
         let answer = match out.claude.as_ref() {
             Some(call) if call.usage_limit.is_some() => Answer::Other,
             Some(call) => match call.verdict.kind {
-                None => Answer::Ok,
+                None => Answer::Ok {
+                    answers_counted: call.api_answers > 0,
+                },
                 Some(ErrorKind::RateLimit | ErrorKind::Overloaded) => {
                     Answer::RateLimited { retry_after: None }
                 }
@@ -272,6 +276,14 @@ impl Runner {
             );
             self.slots_changed(change);
         }
+    }
+
+    /// The API answered a request of a running Claude call: the shared back-off ends and
+    /// the slots grow again; the calls waiting for either ask again.
+    pub(crate) fn api_answered(&self) {
+        let change = lock(&self.claude_limit.governor).answered(self.started.elapsed());
+        self.claude_limit.slot_freed.notify_waiters();
+        self.slots_changed(change);
     }
 
     /// Records and shows CHANGE of the slots, if any.
@@ -523,8 +535,8 @@ commands:
 
     /// A 429 storm: the four calls running are refused at once; the governor halves the
     /// slots down to one and backs off (1 s, doubled per refusal: until 9 s), `patience`
-    /// makes the refused calls again as the same attempts, one at a time, and after five
-    /// successes a second slot opens; nothing fails.
+    /// makes the refused calls again as the same attempts, one at a time; the first success
+    /// opens a second slot and the second every slot; nothing fails.
     #[tokio::test(start_paused = true)]
     async fn a_rate_limit_storm_narrows_the_claude_calls_and_patience_repeats_them() {
         let mut fake = FakeExecutor::new();
@@ -569,17 +581,17 @@ error_policy:
             .filter(|at| *at > Duration::ZERO)
             .collect();
         later.sort();
-        // One call at a time from the end of the back-off, two after five successes.
+        // One call from the end of the back-off, two after its success, then the rest.
         assert_eq!(
             later,
-            [secs(9), secs(19), secs(29), secs(39), secs(49), secs(59)]
+            [secs(9), secs(19), secs(19), secs(29), secs(29), secs(29)]
         );
         let changes: Vec<&String> = trace
             .lines
             .iter()
             .filter(|l| l.starts_with("claude_slots_changed"))
             .collect();
-        assert_eq!(changes.len(), 3, "{changes:?}");
+        assert_eq!(changes.len(), 4, "{changes:?}");
         assert!(
             changes[0].contains(r#""reason":"rate_limited","slots":2"#),
             "{changes:?}"
@@ -592,10 +604,55 @@ error_policy:
             changes[2].contains(r#""reason":"recovered","slots":2"#),
             "{changes:?}"
         );
+        assert!(
+            changes[3].contains(r#""max":4,"reason":"recovered","slots":4"#),
+            "{changes:?}"
+        );
         let events = trace.events();
         let count = |kind: &str| events.iter().filter(|e| **e == kind).count();
         assert_eq!(count("claude_call_repeated"), 4, "{events:?}");
         assert_eq!(count("retry_scheduled"), 0, "{events:?}");
+    }
+
+    /// A refused call waits for a slot and then for a long shared back-off (the CLI of the
+    /// other call retrying a 429 after 30 s); the API answering that other call (an
+    /// `assistant` message) ends both at once, and the refused call starts again then, not
+    /// when the back-off would have ended.
+    #[tokio::test(start_paused = true)]
+    async fn the_api_answering_a_running_call_ends_the_back_off_of_the_waiting_ones() {
+        let answered = Reply::ok()
+            .stdout(&format!(
+                "{INIT}\n{}\n{}\n{}\n",
+                r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":30000,"error_status":429,"error":"rate_limit"}"#,
+                r#"{"type":"assistant","message":{"model":"claude-opus-4-8","content":[{"type":"text","text":"Done."}]}}"#,
+                r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"Done."}"#
+            ))
+            .paced(secs(5));
+        let fake = FakeExecutor::new().script("/work a", [answered]).script(
+            "/work b",
+            [refused(429).takes(secs(1)), done().takes(secs(1))],
+        );
+        let harness = Harness::new(fake);
+        items(&harness, &["a", "b"]);
+        let (report, trace) = harness
+            .run_job(
+                "mode: mapreduce\nclaude:\n  patience: 30m\nmap:\n  input: items.json\n  json_path: \"$[*]\"\n  max_parallel: 2\n  agent_template:\n    - claude: \"/work ${item.name}\"\n",
+                JobOptions::default(),
+            )
+            .await;
+        assert_eq!(report.outcome, JobOutcome::Completed);
+        // a: its retry at 10 s sets the back-off until 40 s, its answer comes at 15 s.
+        assert_eq!(harness.fake.starts_of("/work b"), [secs(0), secs(15)]);
+        let changes: Vec<&String> = trace
+            .lines
+            .iter()
+            .filter(|l| l.starts_with("claude_slots_changed"))
+            .collect();
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert!(
+            changes[1].contains(r#""max":2,"reason":"recovered","slots":2"#),
+            "{changes:?}"
+        );
     }
 
     /// The CLI retrying a 429 itself (`system/api_retry`), while two calls run, narrows the
