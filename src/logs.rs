@@ -178,15 +178,22 @@ fn summary(stream: &Stream) -> String {
         if turns == 1 { "" } else { "s" },
         if estimated { "~" } else { "" }
     );
-    // The exit code is not in the log: a `result` without `is_error` is taken as a success.
-    match stream.verdict(Some(0)) {
+    // The exit code is not in the log: a `result` without `is_error` is taken as a success;
+    // a call prodigy ended (a timeout, a stall) says so in its last line.
+    let verdict = match stream.ended_by_prodigy {
+        Some(end) => stream.verdict_after(end),
+        None => stream.verdict(Some(0)),
+    };
+    match verdict {
         verdict if verdict.kind.is_none() => format!("ok, {counts}"),
         verdict => {
             let kind = verdict
                 .kind
                 .map_or("unknown", prodigy_runtime::claude::ErrorKind::name);
             let first = verdict.message.lines().next().unwrap_or("");
-            let message = if stream.result.is_none() {
+            let message = if stream.ended_by_prodigy.is_some() {
+                first
+            } else if stream.result.is_none() {
                 "no result (still running, or the call was ended)"
             } else {
                 first
@@ -332,5 +339,21 @@ mod tests {
         stream.feed(r#"{"type":"assistant","message":{"id":"m","content":[],"usage":{"input_tokens":1000,"output_tokens":100}}}"#);
         let line = summary(&stream);
         assert!(line.contains("1 turn, ~$0.0045: no result"), "{line}");
+    }
+
+    /// A call prodigy stopped says how, as its events do: its log's last line is prodigy's.
+    #[test]
+    fn a_call_prodigy_stopped_says_stalled_or_timed_out_as_the_events_do() {
+        for (end, kind) in [
+            (prodigy_runtime::claude::End::Stalled, "failed (stalled)"),
+            (prodigy_runtime::claude::End::TimedOut, "failed (timeout)"),
+        ] {
+            let mut stream = Stream::default();
+            stream.feed(r#"{"type":"system","subtype":"init","session_id":"s","model":"claude-sonnet-4-5"}"#);
+            stream.feed(r#"{"type":"assistant","message":{"id":"m","content":[],"usage":{"input_tokens":1000,"output_tokens":100}}}"#);
+            stream.feed(&end.log_line().unwrap());
+            let line = summary(&stream);
+            assert!(line.starts_with(kind), "{line}");
+        }
     }
 }

@@ -426,6 +426,10 @@ pub struct Stream {
     usage: (Tokens, Option<Streamed>),
     /// The model the assistant messages name.
     assistant_model: Option<String>,
+    /// How prodigy ended the call, when it stopped the CLI itself: the last line of the
+    /// call's log says so ([`End::log_line`]), so that `prodigy logs` gives the verdict the
+    /// events gave.
+    pub ended_by_prodigy: Option<End>,
 }
 
 /// One assistant message as far as the stream showed it: its id, the usage its events
@@ -538,7 +542,7 @@ impl Stream {
         self.cut = false;
         if !matches!(
             head.kind.as_deref(),
-            Some("system" | "assistant" | "result" | "rate_limit_event")
+            Some("system" | "assistant" | "result" | "rate_limit_event" | PRODIGY_END)
         ) {
             return Vec::new();
         }
@@ -560,6 +564,13 @@ impl Stream {
                         model: self.model.clone(),
                     });
                 }
+            }
+            (Some(PRODIGY_END), _) => {
+                self.ended_by_prodigy = match event.get("ended").and_then(Value::as_str) {
+                    Some("timeout") => Some(End::TimedOut),
+                    Some("stalled") => Some(End::Stalled),
+                    _ => None,
+                };
             }
             (Some("system"), Some("api_retry")) => notes.push(self.api_retry(&event)),
             (Some("assistant"), _) => self.assistant(&event, &mut notes),
@@ -804,7 +815,22 @@ pub enum End {
     Stalled,
 }
 
+/// The `type` of the line prodigy adds at the end of a Claude call's log when it stopped the
+/// CLI itself ([`End::log_line`]); the CLI never writes it.
+const PRODIGY_END: &str = "prodigy_end";
+
 impl End {
+    /// The line a call's log ends with when prodigy ended it (a timeout, a stall), which
+    /// [`Stream::feed`] reads back: `None` when the CLI ended by itself or was killed.
+    pub fn log_line(self) -> Option<String> {
+        let ended = match self {
+            End::TimedOut => "timeout",
+            End::Stalled => "stalled",
+            End::Exited(_) | End::Killed => return None,
+        };
+        Some(format!(r#"{{"type":"{PRODIGY_END}","ended":"{ended}"}}"#))
+    }
+
     /// The exit code, when it exited.
     pub fn code(self) -> Option<i32> {
         match self {

@@ -306,13 +306,7 @@ impl Runner {
         let stall = settings.and_then(|s| s.stall_timeout);
         let (out, stalled) = self.stall_watchdog(call, stall, &heard, &stop_call).await;
         if let Some(log) = log.as_mut() {
-            log.finish();
-            if let Some(e) = &log.error {
-                self.say(Message::ClaudeLogNotWritten {
-                    path: log.path.clone(),
-                    why: e.to_string(),
-                });
-            }
+            self.end_claude_log(log, out.timed_out, stalled);
         }
         self.live_turns.fetch_sub(
             u64::from(stream.turns),
@@ -326,6 +320,28 @@ impl Runner {
             return out;
         }
         self.claude_result(step, out, stream, (stalled, shown), log_path)
+    }
+
+    /// Ends a Claude call's LOG: with the line that says prodigy ended the call (`timed_out`,
+    /// `stalled`), for `prodigy logs`, which reads only the log; a write that failed is said.
+    fn end_claude_log(&self, log: &mut crate::logs::LineLog, timed_out: bool, stalled: bool) {
+        let ended = if timed_out {
+            crate::claude::End::TimedOut.log_line()
+        } else if stalled {
+            crate::claude::End::Stalled.log_line()
+        } else {
+            None
+        };
+        if let Some(line) = ended {
+            log.line(&line);
+        }
+        log.finish();
+        if let Some(e) = &log.error {
+            self.say(Message::ClaudeLogNotWritten {
+                path: log.path.clone(),
+                why: e.to_string(),
+            });
+        }
     }
 
     /// Says the Claude call about to run: PROGRAM and ARGS quoted, and the prompt TEXT as
