@@ -730,7 +730,11 @@ fn setup_leftovers_text(left: &[Uncommitted], worktree: &std::path::Path) -> Str
 /// The rate governor's slots, as its line and the progress display show them.
 fn slots_text(slots: usize, max: usize) -> String {
     if slots < max {
-        format!("Claude: {slots} of {max} slots (rate limited)")
+        prodigy_runtime::live::Slots {
+            slots: slots as u64,
+            max: max as u64,
+        }
+        .text()
     } else {
         format!("Claude: {slots} of {max} slots")
     }
@@ -1069,7 +1073,7 @@ mod tests {
         assert_eq!(
             plain.claude_state().as_deref(),
             Some(
-                "paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots (rate limited)"
+                "paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots, rate limited"
             )
         );
         let tally = Tally {
@@ -1078,7 +1082,7 @@ mod tests {
         };
         assert_eq!(
             summary(tally, "closed", plain.claude_state().as_deref()),
-            "3 running, 0 failed, 0 in DLQ, breaker closed, paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots (rate limited)"
+            "3 running, 0 failed, 0 in DLQ, breaker closed, paused: Claude usage limit (five_hour), resumes at 07:35 UTC, Claude: 2 of 8 slots, rate limited"
         );
         plain.message(
             &Message::ClaudeResumed {

@@ -110,6 +110,9 @@ pub(crate) fn render(p: &Picture) -> String {
             pause.limit_type, pause.resets_at
         );
     }
+    if let Some(slots) = p.claude_slots {
+        let _ = writeln!(text, "{}", slots.text());
+    }
     let c = &p.counts;
     let done = c.succeeded + c.failed + c.skipped;
     let noun = if s.kind == RunKind::Job {

@@ -129,6 +129,23 @@ pub struct Pause {
     pub resets_at: String,
 }
 
+/// The Claude rate governor holding fewer calls than ran at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Slots {
+    /// Calls that may run at once now.
+    pub slots: u64,
+    /// The most that ran at once.
+    pub max: u64,
+}
+
+impl Slots {
+    /// `Claude: 2 of 8 slots, rate limited`, as `status`, the dashboard and the progress
+    /// line say it.
+    pub fn text(self) -> String {
+        format!("Claude: {} of {} slots, rate limited", self.slots, self.max)
+    }
+}
+
 /// One agent (or a standard run's own step) working now.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Agent {
@@ -237,6 +254,10 @@ pub struct Picture {
     /// The usage-limit pause, while paused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<Pause>,
+    /// The Claude rate governor, while it holds fewer calls than ran at once (`Claude: 2 of
+    /// 8 slots, rate limited`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claude_slots: Option<Slots>,
     /// A job's phase (`setup`, `map`, `reduce`), from its events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
@@ -376,6 +397,9 @@ struct Line<'a> {
     steps: Option<u64>,
     num_turns: Option<u64>,
     slurm_task_id: Option<u64>,
+    /// Claude calls that may run at once, and the most that ran (`claude_slots_changed`).
+    slots: Option<u64>,
+    max: Option<u64>,
     cost_usd: Option<f64>,
     duration_secs: Option<f64>,
 }
@@ -424,6 +448,8 @@ impl Line<'_> {
             "steps" => self.steps,
             "num_turns" => self.num_turns,
             "slurm_task_id" => self.slurm_task_id,
+            "slots" => self.slots,
+            "max" => self.max,
             _ => None,
         }
     }
@@ -447,6 +473,7 @@ fn folded(kind: &str) -> bool {
             | "claude_budget_reached"
             | "claude_limit_reached"
             | "claude_limit_lifted"
+            | "claude_slots_changed"
             | "CircuitOpen"
             | "CircuitHalfOpen"
             | "CircuitClosed"
@@ -686,6 +713,7 @@ pub struct Live {
     // The fold.
     phase: Option<String>,
     pause: Option<Pause>,
+    slots: Option<Slots>,
     breaker: Option<&'static str>,
     stopping: Option<String>,
     counts: Counts,
@@ -721,6 +749,7 @@ impl Live {
             shorts_loaded: false,
             phase: None,
             pause: None,
+            slots: None,
             breaker: None,
             stopping: None,
             counts: Counts::default(),
@@ -935,6 +964,12 @@ impl Live {
                 });
             }
             "claude_limit_lifted" => self.pause = None,
+            "claude_slots_changed" => {
+                self.slots = match (number("slots"), number("max")) {
+                    (Some(slots), Some(max)) if slots < max => Some(Slots { slots, max }),
+                    _ => None,
+                };
+            }
             "CircuitOpen" => self.breaker = Some("open"),
             "CircuitHalfOpen" => self.breaker = Some("half_open"),
             "CircuitClosed" => self.breaker = Some("closed"),
@@ -1150,6 +1185,7 @@ impl Live {
             summary: self.summary.clone(),
             state: self.state_now(),
             pause: self.pause.clone().filter(|_| live),
+            claude_slots: self.slots.filter(|_| live),
             phase: self.phase.clone(),
             counts,
             spend: self.spend_now(counts, live),
@@ -1688,6 +1724,46 @@ mod tests {
         format!(
             r#"{{"timestamp":"2026-11-26T10:00:{at}.000Z","event_type":"{kind}","job_id":"{JOB}"{fields}}}"#
         ) + "\n"
+    }
+
+    /// While the rate governor holds fewer Claude calls than ran, the picture says so; once
+    /// it recovers, or the run is no longer running, it does not.
+    #[test]
+    fn the_rate_governor_shows_while_it_holds_calls_back() {
+        let (home, file) = home();
+        let dir = home.path().join("state/p-1/mapreduce/jobs").join(JOB);
+        let lock = crate::store::SessionLock::acquire_in(&dir, "job").unwrap();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        append(&file, &event("00", "job_started", r#","phase":"map""#));
+        append(
+            &file,
+            &event(
+                "01",
+                "claude_slots_changed",
+                r#","slots":2,"max":8,"reason":"rate_limited""#,
+            ),
+        );
+        live.refresh();
+        let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
+        let slots = p.claude_slots.unwrap();
+        assert_eq!(slots.text(), "Claude: 2 of 8 slots, rate limited");
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            json["claude_slots"],
+            serde_json::json!({"slots": 2, "max": 8})
+        );
+        append(
+            &file,
+            &event(
+                "02",
+                "claude_slots_changed",
+                r#","slots":8,"max":8,"reason":"recovered""#,
+            ),
+        );
+        live.refresh();
+        let p = live.picture(parse("2026-11-26T10:00:06.000Z").unwrap());
+        assert_eq!(p.claude_slots, None);
+        drop(lock);
     }
 
     /// A job whose process died counts what was running as pending, as `ls` and

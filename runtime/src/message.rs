@@ -141,8 +141,8 @@ pub enum Message {
         /// The limit.
         limit_type: String,
     },
-    /// The rate governor lets SLOTS of MAX Claude calls run at once (`Claude: 2 of 8 slots
-    /// (rate limited)`); SLOTS equal to MAX: no limit any more.
+    /// The rate governor lets SLOTS of MAX Claude calls run at once (`Claude: 2 of 8 slots,
+    /// rate limited`); SLOTS equal to MAX: no limit any more.
     ClaudeSlots {
         /// Calls that may run at once.
         slots: usize,

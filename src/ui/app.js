@@ -125,7 +125,7 @@ async function runPage(id) {
 
 function draw(id, p) {
   const c = p.counts, s = p.summary;
-  $("#head").innerHTML = `<h2>${esc(s.kind)} ${esc(s.id)} ${state(p.state)} <span class="muted">${esc(p.phase ?? "")}</span></h2><p class="muted">${esc(s.workflow)} · started ${esc(s.started_at)} · ${secs(p.duration_secs)}</p>${p.pause ? `<p><b>Paused:</b> the Claude usage limit (${esc(p.pause.limit_type)}) resets at ${esc(p.pause.resets_at)}</p>` : ""}${p.stopping ? `<p><b>Stopping:</b> ${esc(p.stopping)}</p>` : ""}${p.reading ? `<p id="reading"><b>Reading its events:</b> ${Math.floor((100 * p.reading.read_bytes) / p.reading.total_bytes)}%, the figures below are of what is read so far</p>` : ""}`;
+  $("#head").innerHTML = `<h2>${esc(s.kind)} ${esc(s.id)} ${state(p.state)} <span class="muted">${esc(p.phase ?? "")}</span></h2><p class="muted">${esc(s.workflow)} · started ${esc(s.started_at)} · ${secs(p.duration_secs)}</p>${p.pause ? `<p><b>Paused:</b> the Claude usage limit (${esc(p.pause.limit_type)}) resets at ${esc(p.pause.resets_at)}</p>` : ""}${p.claude_slots ? `<p id="slots">Claude: ${p.claude_slots.slots} of ${p.claude_slots.max} slots, rate limited</p>` : ""}${p.stopping ? `<p><b>Stopping:</b> ${esc(p.stopping)}</p>` : ""}${p.reading ? `<p id="reading"><b>Reading its events:</b> ${Math.floor((100 * p.reading.read_bytes) / p.reading.total_bytes)}%, the figures below are of what is read so far</p>` : ""}`;
   const stat = (k, v, name) => `<div class="stat" data-stat="${k}"><b>${v}</b>${name}</div>`;
   $("#stats").innerHTML = [
     stat("done", `${c.succeeded + c.failed + c.skipped}/${c.total}`, "done"),
