@@ -610,3 +610,39 @@ map:
     );
     assert_eq!(p.git(&["status", "--porcelain"]), "");
 }
+
+/// An agent that cannot start in its container (here the engine runs `bash` on the prodigy
+/// program) says why on its standard error: that reaches the item's failure in the DLQ.
+#[test]
+fn an_agent_that_cannot_start_in_its_container_says_why_in_the_dlq() {
+    if !podman("an_agent_that_cannot_start_in_its_container_says_why_in_the_dlq") {
+        return;
+    }
+    let p = Project::new(&format!(
+        r#"name: container-no-start
+mode: mapreduce
+executor:
+  container:
+    image: {IMAGE}
+map:
+  input: "seq 1 1"
+  agent_template:
+    - shell: 'true'
+"#
+    ));
+    let out = p
+        .command(&["run", "-y", "--executor", "container", "wf.yml"])
+        .env("PRODIGY_CONTAINER_ARGS", "--entrypoint=/usr/bin/bash")
+        .output()
+        .unwrap();
+    let job = job_id(&out);
+    let _cleanup = Cleanup(job.clone());
+    let results = p.results(&job);
+    let error = results[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("ended without the agent's result")
+            && error.contains("cannot execute binary file"),
+        "{results:?}\n{}",
+        stderr(&out)
+    );
+}

@@ -278,6 +278,26 @@ async fn remove(o: &ContainerOptions, runner: &Runner, name: &str) {
     }
 }
 
+/// The last lines container NAME wrote, on either stream: the engine's `logs` gives the
+/// container's standard error on its own standard error, where an agent that could not
+/// start (or `prodigy agent` refusing) says why.
+async fn output(o: &ContainerOptions, name: &str) -> String {
+    let mut command = tokio::process::Command::new(&o.engine);
+    command
+        .args(["logs", "--tail", "20", name])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    crate::reap::mark(&mut command);
+    match command.output().await {
+        Ok(out) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            text
+        }
+        Err(e) => format!("(its output could not be read: {e})"),
+    }
+}
+
 /// Whether container NAME is still running; `None` when the engine could not tell.
 async fn running(o: &ContainerOptions, name: &str) -> Option<bool> {
     let args = ["inspect", "-f", "{{.State.Running}}", name].map(str::to_owned);
@@ -395,8 +415,7 @@ async fn wait(
                 }
                 let args = ["inspect", "-f", "{{.State.ExitCode}}", &name].map(str::to_owned);
                 let code = engine(&o.engine, &args).await.unwrap_or_default();
-                let args = ["logs", "--tail", "20", &name].map(str::to_owned);
-                let logs = engine(&o.engine, &args).await.unwrap_or_default();
+                let logs = output(o, &name).await;
                 remove(o, runner, &name).await;
                 return Dispatched::failed(
                     "container",
