@@ -865,14 +865,13 @@ fn claude_totals(dir: &Path) -> String {
             else {
                 return;
             };
-            let call = Totals {
-                calls: 1,
-                failed: u32::from(error_kind.is_some()),
-                turns: u64::from(num_turns),
+            let call = Totals::one_call(
+                error_kind.is_some(),
+                num_turns,
                 cost_usd,
-                estimated: u32::from(cost_estimated),
+                cost_estimated,
                 tokens,
-            };
+            );
             match steps.iter_mut().find(|(s, _)| *s == step) {
                 Some((_, totals)) => totals.merge(&call),
                 None => steps.push((step, call)),

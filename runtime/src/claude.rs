@@ -955,17 +955,35 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl Totals {
+    /// The totals of one call: FAILED or not, its TURNS, its cost (an ESTIMATED one or
+    /// not) and TOKENS, as a call or its `claude_finished` event gives them.
+    pub fn one_call(
+        failed: bool,
+        turns: u32,
+        cost_usd: f64,
+        estimated: bool,
+        tokens: Tokens,
+    ) -> Self {
+        Totals {
+            calls: 1,
+            failed: u32::from(failed),
+            turns: u64::from(turns),
+            cost_usd,
+            estimated: u32::from(estimated),
+            tokens,
+        }
+    }
+
     /// Counts CALL.
     pub fn add(&mut self, call: &Call) {
-        self.merge(&Totals {
-            calls: 1,
+        self.merge(&Totals::one_call(
             // A usage limit pauses the run; the call is made again and counted again.
-            failed: u32::from(call.verdict.kind.is_some() && call.usage_limit.is_none()),
-            turns: u64::from(call.num_turns),
-            cost_usd: call.cost_usd,
-            estimated: u32::from(call.cost_estimated),
-            tokens: call.tokens,
-        });
+            call.verdict.kind.is_some() && call.usage_limit.is_none(),
+            call.num_turns,
+            call.cost_usd,
+            call.cost_estimated,
+            call.tokens,
+        ));
     }
 
     /// Adds OTHER (counts saturate rather than overflow).

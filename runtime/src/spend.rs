@@ -111,14 +111,13 @@ pub fn uncounted(files: &[(String, Vec<u8>)], mark: Option<&EventsMark>) -> Unco
                         finished_logs.insert(log);
                     }
                     if !counted {
-                        found.finished.merge(&Totals {
-                            calls: 1,
-                            failed: u32::from(error_kind.is_some()),
-                            turns: u64::from(num_turns),
+                        found.finished.merge(&Totals::one_call(
+                            error_kind.is_some(),
+                            num_turns,
                             cost_usd,
-                            estimated: u32::from(cost_estimated),
+                            cost_estimated,
                             tokens,
-                        });
+                        ));
                     }
                 }
                 _ => {}
