@@ -754,9 +754,24 @@ fn a_silent_call_is_stopped_as_stalled() {
     );
     let finished = &events_of(&scratch, "claude_finished")[0];
     assert_eq!(finished["error_kind"], "stalled", "{finished}");
-    // Stopped after its first event, long before the stub's next line.
+    // Stopped after its first event, long before the stub's next line; the log ends with
+    // prodigy's line saying how, which `prodigy logs` reads.
     let log = std::fs::read_to_string(finished["log"].as_str().unwrap()).unwrap();
-    assert_eq!(log.lines().count(), 1, "{log}");
+    assert_eq!(log.lines().count(), 2, "{log}");
+    assert_eq!(
+        log.lines().last(),
+        Some(r#"{"type":"prodigy_end","ended":"stalled"}"#),
+        "{log}"
+    );
+    let runs = String::from_utf8_lossy(&scratch.run(&["logs"], &[]).stdout).into_owned();
+    let session = runs.split_whitespace().next().unwrap().to_owned();
+    let logs = scratch.run(&["logs", &session], &[]);
+    let listed = String::from_utf8_lossy(&logs.stdout).into_owned();
+    assert!(
+        listed.contains("failed (stalled)"),
+        "{listed}\n{}",
+        stderr(&logs)
+    );
     assert!(
         finished["duration_secs"].as_f64().unwrap() < 29.0,
         "{finished}"
