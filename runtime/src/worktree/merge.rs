@@ -117,6 +117,14 @@ pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> 
 /// to TO changes, as FROM has them (in the index and on disk): a file FROM has is checked
 /// out again, one only TO has is removed.
 async fn put_back(dir: &Path, from: &str, to: &str) -> Result<(), WorktreeError> {
+    // A merge that stopped on a conflict (the session committed meanwhile) is git's to
+    // undo: it knows what it wrote.
+    if git(dir, &["rev-parse", "-q", "--verify", "MERGE_HEAD"])
+        .await
+        .is_ok()
+    {
+        return git(dir, &["merge", "--abort"]).await.map(drop);
+    }
     let changed = git(
         dir,
         &["diff", "--name-only", "-z", "--no-renames", from, to],

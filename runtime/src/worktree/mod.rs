@@ -1532,5 +1532,23 @@ mod tests {
             "the user's edit\n"
         );
         assert!(!marker.exists());
+
+        // A conflict (the session committed in a file the agents changed): git undoes its
+        // merge, and nothing is left half merged.
+        commit_file(&session.path, "a.txt", "the session's\n");
+        finish_map(&session).await.unwrap_err();
+        assert!(
+            git_sync(
+                &session.path,
+                &["rev-parse", "-q", "--verify", "MERGE_HEAD"]
+            )
+            .is_none()
+        );
+        assert_eq!(uncommitted(&session.path), ["?? mine.txt"]);
+        assert_eq!(
+            std::fs::read_to_string(session.path.join("a.txt")).unwrap(),
+            "the session's\n"
+        );
+        assert!(!marker.exists());
     }
 }
