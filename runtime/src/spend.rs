@@ -14,13 +14,14 @@
 //! `job_resumed`): the calls of agents that ran elsewhere reach the job's spend through their
 //! results.
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::claude::{End, Stream, Totals};
 use crate::events::Event;
+// Every line the events file writes starts with its time and type: a glance reads the type.
+use crate::live::kind_of;
 
 /// A place in a job's events: a file of its events directory, and how many bytes of it had
 /// been written.
@@ -52,13 +53,6 @@ pub struct Uncounted {
     pub interrupted: Vec<Interrupted>,
 }
 
-/// An event's type, read without building the rest of it.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(borrow)]
-    event_type: Option<Cow<'a, str>>,
-}
-
 /// A map agent's ids, as the sink adds them to its events.
 #[derive(Deserialize)]
 struct Ids {
@@ -80,7 +74,7 @@ pub fn uncounted(files: &[(String, Vec<u8>)], mark: Option<&EventsMark>) -> Unco
         let lines = lines_of(bytes);
         let coordinator = lines
             .iter()
-            .any(|(_, line)| matches!(kind(line).as_deref(), Some("job_started" | "job_resumed")));
+            .any(|(_, line)| matches!(kind_of(line), Some("job_started" | "job_resumed")));
         if !coordinator {
             continue;
         }
@@ -128,14 +122,6 @@ pub fn uncounted(files: &[(String, Vec<u8>)], mark: Option<&EventsMark>) -> Unco
         .interrupted
         .retain(|call| !finished_logs.contains(&call.log));
     found
-}
-
-/// The type of the event on LINE, when it is one.
-fn kind(line: &[u8]) -> Option<String> {
-    serde_json::from_slice::<Head<'_>>(line)
-        .ok()
-        .and_then(|h| h.event_type)
-        .map(Cow::into_owned)
 }
 
 /// The whole lines of BYTES with the offset each starts at; a last line without its newline
