@@ -124,19 +124,27 @@ impl AgentBackend for ContainerOptions {
     }
 }
 
-/// Runs ENGINE with ARGS and returns its stdout.
-async fn engine(program: &str, args: &[String]) -> Result<String, ContainerError> {
-    let line = || format!("{program} {}", args.join(" "));
+/// Runs ENGINE with ARGS, marked as the run's, to its end.
+async fn run_engine(program: &str, args: &[&str]) -> std::io::Result<std::process::Output> {
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     crate::reap::mark(&mut command);
-    let out = command.output().await.map_err(|e| ContainerError {
-        command: line(),
-        message: e.to_string(),
-    })?;
+    command.output().await
+}
+
+/// Runs ENGINE with ARGS and returns its stdout.
+async fn engine(program: &str, args: &[String]) -> Result<String, ContainerError> {
+    let line = || format!("{program} {}", args.join(" "));
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_engine(program, &words)
+        .await
+        .map_err(|e| ContainerError {
+            command: line(),
+            message: e.to_string(),
+        })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -282,13 +290,7 @@ async fn remove(o: &ContainerOptions, runner: &Runner, name: &str) {
 /// container's standard error on its own standard error, where an agent that could not
 /// start (or `prodigy agent` refusing) says why.
 async fn output(o: &ContainerOptions, name: &str) -> String {
-    let mut command = tokio::process::Command::new(&o.engine);
-    command
-        .args(["logs", "--tail", "20", name])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    crate::reap::mark(&mut command);
-    match command.output().await {
+    match run_engine(&o.engine, &["logs", "--tail", "20", name]).await {
         Ok(out) => {
             let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&out.stderr));
