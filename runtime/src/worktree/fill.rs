@@ -205,17 +205,29 @@ const CONVERTING: [&str; 4] = ["filter", "working-tree-encoding", "ident", "eol"
 /// Read as git reads them, from every configuration file (system, global, the
 /// repository's, the worktree's).
 fn plain_checkout(dest: &Path) -> bool {
-    let get = |key: &str, kind: Option<&str>| {
-        let mut args = vec!["config"];
-        args.extend(kind);
-        args.extend(["--get", key]);
-        super::git_bytes(dest, &args, None)
-            .map(|out| String::from_utf8_lossy(&out).trim().to_ascii_lowercase())
-    };
-    // `git config --get` fails when the key is not set: git's default then.
-    let autocrlf = get("core.autocrlf", Some("--type=bool-or-str"));
-    let eol = get("core.eol", None);
-    let symlinks = get("core.symlinks", Some("--type=bool"));
+    // One git for the three keys: `KEY NL VALUE NUL` for each value set, in the order git
+    // reads its files, so that the last of a key is its value; none set: git's defaults.
+    let pattern = r"^core\.(autocrlf|eol|symlinks)$";
+    let args = [
+        "config",
+        "-z",
+        "--type=bool-or-str",
+        "--get-regexp",
+        pattern,
+    ];
+    let out = super::git_bytes(dest, &args, None).unwrap_or_default();
+    let (mut autocrlf, mut eol, mut symlinks) = (None, None, None);
+    for record in out.split(|&b| b == 0).filter(|r| !r.is_empty()) {
+        let text = String::from_utf8_lossy(record).to_ascii_lowercase();
+        let (key, value) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+        let value = Some(value.trim().to_owned());
+        match key {
+            "core.autocrlf" => autocrlf = value,
+            "core.eol" => eol = value,
+            "core.symlinks" => symlinks = value,
+            _ => {}
+        }
+    }
     autocrlf.is_none_or(|v| v == "false" || v == "input")
         && eol.is_none_or(|v| v != "crlf")
         && symlinks.is_none_or(|v| v != "false")
