@@ -267,6 +267,7 @@ pub async fn leave(
         Err(e) if succeeded => {
             return Left::Failed(format!("cannot tell which commits are the run's: {e}"));
         }
+        // A run that failed keeps its worktree as it is, whatever its HEAD holds.
         Err(_) => None,
     };
     match off {
