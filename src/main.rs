@@ -768,10 +768,26 @@ fn read_input(input: &str) -> Result<serde_json::Value, u8> {
         dir.display()
     ));
     prodigy_grammar::pipeline::parse_input(&text, prodigy_grammar::pipeline::InputKind::Text)
+        .map(say_numbers_as_text)
         .map_err(|e| {
             err(&format!("error: the map input `{}`: {e}\n", input.trim()));
             exit_code::USAGE
         })
+}
+
+/// INPUT's document, after saying (as `run` does) which of its numbers are passed as text.
+fn say_numbers_as_text(input: prodigy_grammar::pipeline::Input) -> serde_json::Value {
+    if let Some(first) = input.numbers_as_text.first() {
+        use prodigy_runtime::events::Reporter as _;
+        report::Terminal::for_flags().message(
+            &prodigy_runtime::message::Message::NumbersAsText {
+                count: input.numbers_as_text.len(),
+                first: first.clone(),
+            },
+            None,
+        );
+    }
+    input.document
 }
 
 /// The map input file PATH, read as `run` reads it: a regular file within the map input
@@ -783,10 +799,12 @@ fn read_input_file(path: &std::path::Path) -> Result<serde_json::Value, u8> {
             exit_code::USAGE
         })?;
     let kind = prodigy_grammar::pipeline::InputKind::of_file(&path.to_string_lossy());
-    prodigy_grammar::pipeline::parse_input(&text, kind).map_err(|e| {
-        err(&format!("error: `{}`: {e}\n", path.display()));
-        exit_code::USAGE
-    })
+    prodigy_grammar::pipeline::parse_input(&text, kind)
+        .map(say_numbers_as_text)
+        .map_err(|e| {
+            err(&format!("error: `{}`: {e}\n", path.display()));
+            exit_code::USAGE
+        })
 }
 
 /// Loads and checks a workflow for a command that needs it without errors (`run`, `graph`,

@@ -230,6 +230,7 @@ fn class(message: &Message) -> Class {
         | Message::InputFromProject { .. }
         | Message::NothingSelected { .. }
         | Message::DistinctMissing { .. }
+        | Message::NumbersAsText { .. }
         | Message::ItemsLoaded { .. }
         | Message::KeptWorktreeNotNoted { .. }
         | Message::AgentWorktreeKept { .. }
@@ -521,6 +522,12 @@ fn text(message: &Message) -> String {
         Message::DistinctMissing { field, missing } => format!(
             "warning: `distinct: {field}`: {missing} items have no `{}` and were kept as one",
             field.strip_prefix("item.").unwrap_or(field)
+        ),
+        Message::NumbersAsText { count: 1, first } => format!(
+            "note: the map input's number `{first}` is beyond what a 64-bit number holds: items carry it as the string it was written as"
+        ),
+        Message::NumbersAsText { count, first } => format!(
+            "note: {count} numbers in the map input are beyond what a 64-bit number holds (the first: `{first}`): items carry them as the strings they were written as"
         ),
         Message::ItemsLoaded { items, stages } => {
             format!("map: {} ({stages})", count(*items, "item"))
@@ -1434,6 +1441,15 @@ mod tests {
                     missing: 2,
                 },
                 "warning: `distinct: item.id`: 2 items have no `id` and were kept as one",
+                false,
+                false,
+            ),
+            (
+                Message::NumbersAsText {
+                    count: 2,
+                    first: "123456789012345678901".into(),
+                },
+                "note: 2 numbers in the map input are beyond what a 64-bit number holds (the first: `123456789012345678901`): items carry them as the strings they were written as",
                 false,
                 false,
             ),

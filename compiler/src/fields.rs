@@ -125,7 +125,7 @@ fn items(map: &MapPhase, surroundings: &Surroundings<'_>) -> Option<Vec<Value>> 
         json_path: map.json_path.as_ref().map(|p| p.parsed.clone()),
         ..Pipeline::default()
     };
-    Some(pipeline.apply(input).0)
+    Some(pipeline.apply(input.document).0)
 }
 
 #[cfg(test)]

@@ -235,7 +235,7 @@ fn static_item_count(plan: &plan::Plan, surroundings: &Surroundings<'_>) -> Opti
     }
     let text = (surroundings.read_file)(&map.input.value)?;
     let input = parse_input(&text, InputKind::of_file(&map.input.value)).ok()?;
-    Some(map.pipeline().apply(input).0.len())
+    Some(map.pipeline().apply(input.document).0.len())
 }
 
 /// W013: a plain `worktree.copy` path (no glob) that names no file of the checkout; W014:

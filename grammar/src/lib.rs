@@ -12,6 +12,7 @@
 //! [`ParseError`]s with spans local to the parsed string.
 
 mod error;
+pub mod exact;
 pub mod expr;
 pub mod jsonpath;
 mod lower;

@@ -154,22 +154,61 @@ impl InputKind {
     }
 }
 
+/// A map input read: its document, and the numbers in it a 64-bit value would change, kept as
+/// the strings they were written as ([`crate::exact`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Input {
+    /// The document the pipeline selects items from.
+    pub document: Value,
+    /// Each number passed as its text, in the order it appears.
+    pub numbers_as_text: Vec<String>,
+}
+
 /// The input document of TEXT read as KIND; a `.json` or `.jsonl` file that is not JSON is
 /// an error naming the line and column.
-pub fn parse_input(text: &str, kind: InputKind) -> Result<Value, String> {
-    match kind {
-        InputKind::Json => serde_json::from_str(text).map_err(|e| format!("not JSON: {e}")),
-        InputKind::JsonLines => text
+pub fn parse_input(text: &str, kind: InputKind) -> Result<Input, String> {
+    let (exact, numbers_as_text) = crate::exact::quote_inexact_numbers(text);
+    let document = match kind {
+        InputKind::Json => json(&exact, text).map_err(|e| format!("not JSON: {e}")),
+        InputKind::JsonLines => exact
             .lines()
+            .zip(text.lines())
             .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(n, l)| {
-                serde_json::from_str(l).map_err(|e| format!("line {}: not JSON: {e}", n + 1))
+            .filter(|(_, (l, _))| !l.trim().is_empty())
+            .map(|(n, (l, written))| {
+                json(l, written).map_err(|e| format!("line {}: not JSON: {e}", n + 1))
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
-        InputKind::Text => input_from_output(text),
-    }
+        // Output that is not one JSON value is items of its lines, digits as written.
+        InputKind::Text if !numbers_as_text.is_empty() && !is_json(&exact) => {
+            return Ok(Input {
+                document: input_from_output(text)?,
+                numbers_as_text: Vec::new(),
+            });
+        }
+        InputKind::Text => input_from_output(&exact),
+    }?;
+    Ok(Input {
+        document,
+        numbers_as_text,
+    })
+}
+
+/// EXACT (TEXT with its inexact numbers quoted) as JSON; an error is TEXT's, so that its
+/// column is where the user's text has it.
+fn json(exact: &str, text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str(exact).map_err(|e| {
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
+            .err()
+            .unwrap_or(e)
+    })
+}
+
+/// Whether TEXT, trimmed, is one JSON value.
+fn is_json(text: &str) -> bool {
+    let trimmed = text.trim();
+    !trimmed.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok()
 }
 
 /// The input document made from a command's stdout: the whole output when it is JSON,
@@ -212,16 +251,53 @@ mod input_tests {
     #[test]
     fn json_lines_are_values_and_broken_files_are_errors() {
         assert_eq!(
-            parse_input("{\"id\": 1}\n\n[2]\n", InputKind::of_file("a.JSONL")).unwrap(),
+            parse_input("{\"id\": 1}\n\n[2]\n", InputKind::of_file("a.JSONL"))
+                .unwrap()
+                .document,
             serde_json::json!([{"id": 1}, [2]])
         );
         let err = parse_input("{\"id\": 1}\n{oops\n", InputKind::JsonLines).unwrap_err();
         assert!(err.starts_with("line 2: not JSON"), "{err}");
         assert!(parse_input("[1,", InputKind::of_file("items.json")).is_err());
         assert_eq!(
-            parse_input("a\nb\n", InputKind::of_file("items.txt")).unwrap(),
+            parse_input("a\nb\n", InputKind::of_file("items.txt"))
+                .unwrap()
+                .document,
             serde_json::json!(["a", "b"])
         );
+    }
+
+    /// A number no 64-bit value holds reaches the item as the digits it was written with.
+    #[test]
+    fn numbers_beyond_64_bits_are_passed_as_written() {
+        let written = "[{\"id\": 123456789012345678901, \"n\": 7}]";
+        for kind in [InputKind::Json, InputKind::Text] {
+            let input = parse_input(written, kind).unwrap();
+            assert_eq!(
+                input.document,
+                serde_json::json!([{"id": "123456789012345678901", "n": 7}])
+            );
+            assert_eq!(input.numbers_as_text, ["123456789012345678901"]);
+        }
+        let lines = parse_input("{\"id\": 99999999999999999999}\n", InputKind::JsonLines).unwrap();
+        assert_eq!(
+            lines.document,
+            serde_json::json!([{"id": "99999999999999999999"}])
+        );
+        // Lines of text are items as written, and nothing was changed to say so.
+        let text = parse_input(
+            "fix 123456789012345678901\n-99999999999999999999\n",
+            InputKind::Text,
+        );
+        let text = text.unwrap();
+        assert_eq!(
+            text.document,
+            serde_json::json!(["fix 123456789012345678901", "-99999999999999999999"])
+        );
+        assert!(text.numbers_as_text.is_empty());
+        // A broken file's error is where the user's text has it.
+        let err = parse_input("[123456789012345678901, oops]", InputKind::Json).unwrap_err();
+        assert!(err.ends_with("line 1 column 25"), "{err}");
     }
 
     /// Items without the `distinct` field are counted, since they are kept as one.
@@ -257,11 +333,15 @@ mod input_tests {
         assert!(err.starts_with("not JSON: "), "{err}");
         // Lines that only look like JSON at the start are still items.
         assert_eq!(
-            parse_input("[1/2] build\n[2/2] test\n", InputKind::Text).unwrap(),
+            parse_input("[1/2] build\n[2/2] test\n", InputKind::Text)
+                .unwrap()
+                .document,
             serde_json::json!(["[1/2] build", "[2/2] test"])
         );
         assert_eq!(
-            parse_input("{\"id\": 1}\n{\"id\": 2}\n", InputKind::Text).unwrap(),
+            parse_input("{\"id\": 1}\n{\"id\": 2}\n", InputKind::Text)
+                .unwrap()
+                .document,
             serde_json::json!(["{\"id\": 1}", "{\"id\": 2}"])
         );
     }

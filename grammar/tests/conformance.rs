@@ -627,7 +627,10 @@ fn jsonpath(row: &Value) -> String {
                     + "\n"
             })
             .collect();
-        return parse_input(&out, InputKind::Text).unwrap().to_string();
+        return parse_input(&out, InputKind::Text)
+            .unwrap()
+            .document
+            .to_string();
     }
     match JsonPath::parse(row["path"].as_str().unwrap()) {
         Err(_) => "\"compile_err\"".into(),

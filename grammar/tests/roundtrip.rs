@@ -157,6 +157,24 @@ fn sort_spec() -> impl Strategy<Value = SortSpec<()>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+    /// JSON whose numbers a 64-bit value holds is read as it was: nothing is quoted.
+    #[test]
+    fn numbers_a_64_bit_value_holds_are_left_alone(
+        numbers in proptest::collection::vec(
+            prop_oneof![
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            ],
+            0..8,
+        )
+    ) {
+        let text = Value::Array(numbers).to_string();
+        let (quoted, kept) = prodigy_grammar::exact::quote_inexact_numbers(&text);
+        prop_assert!(kept.is_empty(), "{} kept {:?}", text, kept);
+        prop_assert_eq!(quoted.as_ref(), text.as_str());
+    }
+
     #[test]
     fn expressions_round_trip(e in expr()) {
         let text = e.to_string();

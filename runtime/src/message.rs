@@ -238,6 +238,14 @@ pub enum Message {
         /// The input as rendered.
         input: String,
     },
+    /// Numbers in the map input that no 64-bit value holds reach the items as the strings they
+    /// were written as (docs/language.md §7), so that an agent sees their digits unchanged.
+    NumbersAsText {
+        /// How many there are.
+        count: usize,
+        /// The first, as written.
+        first: String,
+    },
     /// Items without the `distinct` field were kept as one.
     DistinctMissing {
         /// The `distinct` expression as written.
@@ -581,6 +589,7 @@ impl Message {
             | Message::MergeStepsStarted { .. }
             | Message::SetupLeftovers { .. }
             | Message::DistinctMissing { .. }
+            | Message::NumbersAsText { .. }
             | Message::ItemsLoaded { .. }
             | Message::AgentWorktreeKept { .. }
             | Message::SparesKept { .. }

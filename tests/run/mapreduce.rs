@@ -950,3 +950,36 @@ fn dlq_list_shows_each_item_and_the_pattern_points_to_dlq_stats() {
         "{table}"
     );
 }
+
+/// A number no 64-bit value holds reaches the agent with the digits it was written with,
+/// in `${item.id}` and in `${item_json}`, and the run says it passes it as text.
+#[test]
+fn an_items_number_beyond_64_bits_reaches_the_agent_as_written() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("items.json"),
+        r#"[{"id": 123456789012345678901, "n": 1.50}]"#,
+    )
+    .unwrap();
+    let seen = scratch.dir.path().join("seen.txt");
+    std::fs::write(
+        scratch.project().join("wf.yml"),
+        format!(
+            "name: big\nmode: mapreduce\nmap:\n  input: items.json\n  agent_template:\n    - shell: \"printf '%s %s\\\\n' ${{item.id}} '${{item_json}}' >> {}\"\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    scratch.commit();
+    let output = scratch.run(&["run", "wf.yml"], &[]);
+    assert!(output.status.success(), "{}", shown(&output));
+    assert!(
+        stderr(&output).contains("note: the map input's number `123456789012345678901` is beyond what a 64-bit number holds: items carry it as the string it was written as"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(
+        std::fs::read_to_string(seen).unwrap(),
+        "123456789012345678901 {\"id\":\"123456789012345678901\",\"n\":1.5}\n"
+    );
+}

@@ -219,14 +219,20 @@ impl MapJob<'_> {
             .await?;
             (stdout, InputKind::Text)
         };
-        let document = prodigy_grammar::pipeline::parse_input(&text, kind).map_err(|why| {
+        let parsed = prodigy_grammar::pipeline::parse_input(&text, kind).map_err(|why| {
             ItemsError::Parse {
                 input: input.clone(),
                 why,
             }
         })?;
+        if let Some(first) = parsed.numbers_as_text.first() {
+            self.say(Message::NumbersAsText {
+                count: parsed.numbers_as_text.len(),
+                first: first.clone(),
+            });
+        }
         let pipeline = map.pipeline();
-        let (items, counts) = pipeline.apply(document);
+        let (items, counts) = pipeline.apply(parsed.document);
         self.runner.record(&crate::events::Event::InputLoaded {
             input: input.clone(),
             selected: counts.selected,
