@@ -428,7 +428,10 @@ impl SessionLock {
         };
         // A holder that lets go removes the file: the lock taken on the removed file's inode
         // is worth nothing, so try again on the new one.
-        for _ in 0..3 {
+        let mut tries = 0;
+        let mut waited = std::time::Duration::ZERO;
+        while tries < 3 {
+            tries += 1;
             let mut file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -441,6 +444,15 @@ impl SessionLock {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => {
                     let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                    // The holder it names is dead: what still holds the lock is a child it
+                    // was starting when it died, between fork and exec (the descriptor
+                    // closes at exec). That takes moments, longer on a loaded machine.
+                    if waited < DEAD_HOLDER_WAIT && !alive(holder.trim()) {
+                        std::thread::sleep(DEAD_HOLDER_POLL);
+                        waited += DEAD_HOLDER_POLL;
+                        tries -= 1;
+                        continue;
+                    }
                     return Err(LockError::Held {
                         what: what.to_owned(),
                         pid: holder.trim().to_owned(),
@@ -458,6 +470,22 @@ impl SessionLock {
         }
         Err(LockError::Unsteady { path })
     }
+}
+
+/// How long a lock whose named holder is dead is waited for, and how often it is tried.
+const DEAD_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+const DEAD_HOLDER_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Whether PID (a lock file's text) names a process that exists; text that is not a pid is
+/// taken as alive, so that only a holder known to be dead is waited for.
+fn alive(pid: &str) -> bool {
+    let Ok(pid) = pid.parse::<i32>() else {
+        return true;
+    };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// Whether a process runs the session or job ID (holds its lock), in any project under
@@ -784,6 +812,40 @@ mod tests {
         let taken = SessionLock::acquire(&layout, "s1").unwrap();
         drop(taken);
         assert!(!lock.exists());
+    }
+
+    /// A killed coordinator's child between fork and exec still holds its lock for a moment:
+    /// the next run waits for it rather than saying the dead process runs the job.
+    #[test]
+    fn a_lock_its_dead_holders_child_still_holds_is_waited_for() {
+        let home = tempfile::tempdir().unwrap();
+        let layout = demo_layout(&home);
+        let dir = layout.session_dir("s1");
+        private_dir(&dir).unwrap();
+        let path = crate::layout::lock(&dir);
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        std::fs::write(&path, gone.id().to_string()).unwrap();
+        // Another open file description holds it, as a forked child's would.
+        let holder = std::fs::File::open(&path).unwrap();
+        holder.lock().unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(holder);
+        });
+        let taken = SessionLock::acquire(&layout, "s1").unwrap();
+        releaser.join().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            std::process::id().to_string()
+        );
+        drop(taken);
+        // A live holder is named.
+        std::fs::write(&path, std::process::id().to_string()).unwrap();
+        let holder = std::fs::File::open(&path).unwrap();
+        holder.lock().unwrap();
+        let held = SessionLock::acquire(&layout, "s1").unwrap_err().to_string();
+        assert!(held.contains("already running in process"), "{held}");
     }
 
     #[test]
