@@ -9,7 +9,7 @@ use prodigy_runtime::backend::container::ContainerOptions;
 use prodigy_runtime::jobstore::JobFiles;
 use prodigy_runtime::layout::Layout;
 use prodigy_runtime::runner::Options;
-use prodigy_runtime::slurm::SlurmOptions;
+use prodigy_runtime::backend::slurm::SlurmOptions;
 
 use crate::{err, exit_code};
 
@@ -98,7 +98,7 @@ impl ExecutorChoice {
                     cpus: var("PRODIGY_CONTAINER_CPUS"),
                     memory: var("PRODIGY_CONTAINER_MEMORY"),
                     run_args: var("PRODIGY_CONTAINER_ARGS")
-                        .and_then(|text| prodigy_runtime::slurm::split_args(&text))
+                        .and_then(|text| prodigy_runtime::backend::slurm::split_args(&text))
                         .unwrap_or_default(),
                     poll: std::time::Duration::from_millis(50),
                 }))
@@ -138,7 +138,7 @@ impl ExecutorChoice {
             return Err(exit_code::USAGE);
         }
         if let Ok(text) = std::env::var("PRODIGY_SBATCH_ARGS")
-            && prodigy_runtime::slurm::split_args(&text).is_none()
+            && prodigy_runtime::backend::slurm::split_args(&text).is_none()
         {
             err(&format!(
                 "error: PRODIGY_SBATCH_ARGS=`{text}` cannot be split into words: an opening quote has no closing quote\n"
@@ -183,7 +183,7 @@ fn check_container(named: bool) -> Result<(), u8> {
         return Err(exit_code::USAGE);
     }
     if let Ok(text) = std::env::var("PRODIGY_CONTAINER_ARGS")
-        && prodigy_runtime::slurm::split_args(&text).is_none()
+        && prodigy_runtime::backend::slurm::split_args(&text).is_none()
     {
         err(&format!(
             "error: PRODIGY_CONTAINER_ARGS=`{text}` cannot be split into words: an opening quote has no closing quote\n"
@@ -197,7 +197,7 @@ fn check_container(named: bool) -> Result<(), u8> {
 fn sbatch_args() -> Vec<String> {
     std::env::var("PRODIGY_SBATCH_ARGS")
         .ok()
-        .and_then(|text| prodigy_runtime::slurm::split_args(&text))
+        .and_then(|text| prodigy_runtime::backend::slurm::split_args(&text))
         .unwrap_or_default()
 }
 

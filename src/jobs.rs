@@ -1052,7 +1052,7 @@ fn resume_hint(home: &Path, id: &str) -> Option<String> {
             Ok((Status::Completed, _)) => None,
             Ok((Status::Stopped, Some(reached))) => Some(format!(
                 "it stopped at its Claude budget ({}): resume it with `{}`",
-                prodigy_runtime::budget::usd(reached.limit),
+                prodigy_runtime::claude::budget::usd(reached.limit),
                 resume_command("resume-job", "--max-cost-usd AMOUNT", id)
             )),
             Ok((Status::Stopped, None)) => Some(format!(

@@ -243,7 +243,7 @@ pub(crate) fn retry_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan
 /// budgets").
 pub(crate) fn cost_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan) -> String {
     use prodigy_compiler::plan::{PlanCommand, StepId};
-    use prodigy_runtime::budget::usd;
+    use prodigy_runtime::claude::budget::usd;
     // The steps an agent runs, nested ones included: their cost is per item.
     let mut per_item = std::collections::BTreeSet::new();
     let mut todo: Vec<StepId> = plan
@@ -282,7 +282,7 @@ pub(crate) fn cost_table(file: &SourceFile, plan: &prodigy_compiler::plan::Plan)
             * if agent { u64::from(item_runs) } else { 1 };
         let budget = step.claude.as_ref().and_then(|c| c.max_budget_usd);
         let worst = if let Some(b) = budget {
-            let total = b * prodigy_runtime::budget::amount(runs);
+            let total = b * prodigy_runtime::claude::budget::amount(runs);
             if !agent {
                 once = once.map(|o| o + total);
             }

@@ -423,7 +423,7 @@ fn text(message: &Message) -> String {
             };
             format!(
                 "stopping: {}; {} not started{running}",
-                prodigy_runtime::budget::describe(reached),
+                prodigy_runtime::claude::budget::describe(reached),
                 count(*not_started, unit),
             )
         }

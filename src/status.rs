@@ -149,13 +149,13 @@ pub(crate) fn render(p: &Picture) -> String {
             "Claude: {} calls, {} turns, ${} spent",
             sp.calls,
             sp.turns,
-            prodigy_runtime::pricing::usd(sp.cost_usd)
+            prodigy_runtime::claude::pricing::usd(sp.cost_usd)
         );
         if let Some(more) = sp.forecast_usd {
             let _ = write!(
                 text,
                 ", ~${} more for the items left",
-                prodigy_runtime::pricing::usd(more)
+                prodigy_runtime::claude::pricing::usd(more)
             );
         }
         text.push('\n');

@@ -116,7 +116,7 @@ pub struct FailureDetail {
     /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
     /// both).
     #[serde(flatten)]
-    pub slurm: Option<crate::slurm::SlurmIds>,
+    pub slurm: Option<crate::backend::slurm::SlurmIds>,
 }
 
 impl FailureDetail {

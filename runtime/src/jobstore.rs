@@ -107,7 +107,7 @@ pub struct JobCheckpoint {
     pub worktree: Option<crate::worktree::SessionWorktree>,
     /// US dollars the job's Claude calls have cost so far, every process that ran it
     /// included: its Claude budget is for the whole job (docs/language.md, "Claude budgets").
-    #[serde(default, skip_serializing_if = "crate::budget::is_zero")]
+    #[serde(default, skip_serializing_if = "crate::claude::budget::is_zero")]
     pub claude_cost_usd: f64,
     /// How far this process's events had been written when `claude_cost_usd` was: a
     /// `claude_finished` after it is not in the amount ([`crate::spend`]).
@@ -116,7 +116,7 @@ pub struct JobCheckpoint {
     /// Set when the job stopped at its Claude budget: `resume-job` continues it without
     /// `--force` (with a larger `--max-cost-usd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude_budget_reached: Option<crate::budget::Reached>,
+    pub claude_budget_reached: Option<crate::claude::budget::Reached>,
 }
 
 /// How an item ended.
@@ -167,7 +167,7 @@ pub struct ItemRecord {
     /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
     /// both).
     #[serde(flatten)]
-    pub slurm: Option<crate::slurm::SlurmIds>,
+    pub slurm: Option<crate::backend::slurm::SlurmIds>,
     /// The commit that brought the agent's work into the session's merged work (its last
     /// commit when fast-forwarded to); absent when it merged nothing or ran without a
     /// worktree.

@@ -4,10 +4,7 @@
 
 pub mod backend;
 pub mod breaker;
-pub mod budget;
 pub mod claude;
-pub mod claude_governor;
-pub mod claude_limit;
 pub mod confine;
 pub mod dlq;
 pub mod durable;
@@ -26,14 +23,12 @@ pub mod mapreduce;
 pub mod merge_journal;
 pub mod message;
 pub(crate) mod notify;
-pub mod pricing;
 pub mod progress;
 pub mod reap;
 pub mod runner;
 pub mod runs;
 pub mod sequence;
 pub mod session;
-pub mod slurm;
 pub mod spend;
 pub(crate) mod step;
 pub mod store;

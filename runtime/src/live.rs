@@ -1159,7 +1159,7 @@ impl Live {
                 self.spend.cost_usd += cost;
                 if let Some(index) = index {
                     let row = self.row(index);
-                    row.cost_usd = crate::pricing::usd(row.cost_usd + cost);
+                    row.cost_usd = crate::claude::pricing::usd(row.cost_usd + cost);
                 }
             }
             _ => {}
@@ -1288,11 +1288,11 @@ impl Live {
     )]
     fn spend_now(&self, counts: Counts, live: bool) -> Spend {
         let mut spend = self.spend;
-        spend.cost_usd = crate::pricing::usd(spend.cost_usd);
+        spend.cost_usd = crate::claude::pricing::usd(spend.cost_usd);
         let done = done(counts);
         if self.summary.kind == RunKind::Job && done > 0 && live {
             let items_cost: f64 = self.items.values().map(|r| r.cost_usd).sum();
-            spend.forecast_usd = Some(crate::pricing::usd(
+            spend.forecast_usd = Some(crate::claude::pricing::usd(
                 items_cost / done as f64 * (counts.pending + counts.running) as f64,
             ));
         }

@@ -100,7 +100,7 @@ pub enum Message {
     /// The Claude budget is reached: no new Claude call starts.
     ClaudeBudgetReached {
         /// The spent amount and the limit.
-        reached: crate::budget::Reached,
+        reached: crate::claude::budget::Reached,
         /// What is left that will not start: items of a job, steps of a run.
         not_started: u64,
         /// `item` or `step`.

@@ -66,7 +66,7 @@ impl Tally {
         if self.claude_micros == 0 {
             return String::new();
         }
-        let dollars = |micros: u64| crate::budget::usd(crate::budget::amount(micros) / 1e6);
+        let dollars = |micros: u64| crate::claude::budget::usd(crate::claude::budget::amount(micros) / 1e6);
         let forecast = match self.forecast_micros {
             Some(micros) if micros > 0 => {
                 format!(", ~{} more for the items left", dollars(micros))

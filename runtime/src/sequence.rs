@@ -32,7 +32,7 @@ pub enum SequenceEvent {
         cancelled: bool,
         /// The first state write that failed.
         state_lost: Option<String>,
-        /// The Claude budget does not let the next step start ([`crate::budget`]).
+        /// The Claude budget does not let the next step start ([`crate::claude::budget`]).
         over_budget: bool,
     },
     /// The variables of the step about to start could not be refreshed (an env file or an

@@ -52,7 +52,7 @@ pub(super) fn finish_job(
             let _ = writeln!(
                 text,
                 "✗ job {id} stopped: {}; {} not started (events in {events})",
-                prodigy_runtime::budget::describe(reached),
+                prodigy_runtime::claude::budget::describe(reached),
                 count(*not_started, "item")
             );
             if let Some(queued) = &queued {
@@ -343,7 +343,7 @@ pub(super) fn finish(report: &Report, signal: u8, unmerged: Option<&str>, fix: &
         RunOutcome::BudgetReached => {
             let reached = report.budget.map_or_else(
                 || "Claude budget reached".to_owned(),
-                |r| prodigy_runtime::budget::describe(&r),
+                |r| prodigy_runtime::claude::budget::describe(&r),
             );
             err(&format!(
                 "✗ session {} stopped: {reached}; raise the budget and resume with: {} (events in {})\n",
@@ -385,7 +385,7 @@ fn continued_line(steps: &[prodigy_runtime::store::ContinuedStep]) -> String {
 pub(crate) fn limit_stopped(
     again: &str,
     id: &str,
-    stop: &prodigy_runtime::claude_limit::LimitStop,
+    stop: &prodigy_runtime::claude::limit::LimitStop,
 ) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -393,7 +393,7 @@ pub(crate) fn limit_stopped(
     err(&format!(
         "paused: Claude usage limit ({}) resets at {}; after that, resume with: {}\n",
         stop.limit_type,
-        prodigy_runtime::claude_limit::clock_text(stop.resets_at, now),
+        prodigy_runtime::claude::limit::clock_text(stop.resets_at, now),
         resume_command(again, "", id),
     ));
 }

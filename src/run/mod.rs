@@ -276,16 +276,16 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
     }
     // A job stopped at its budget and resumed under the same one would start agents only to
     // stop them: nothing starts, and the user is told how to go on.
-    let budget = prodigy_runtime::budget::Budget::of(&plan, args.job_args.max_cost_usd);
+    let budget = prodigy_runtime::claude::budget::Budget::of(&plan, args.job_args.max_cost_usd);
     if let Some(reached) =
-        prodigy_runtime::budget::still_reached(checkpoint.claude_budget_reached, budget.as_ref())
+        prodigy_runtime::claude::budget::still_reached(checkpoint.claude_budget_reached, budget.as_ref())
     {
         err(&format!(
             "✗ job {id} not resumed: {}, and the budget is no larger; nothing was started
 raise the budget and resume with: prodigy resume-job {id} --max-cost-usd AMOUNT (more than {})
 ",
-            prodigy_runtime::budget::describe(&reached),
-            prodigy_runtime::budget::usd(reached.limit),
+            prodigy_runtime::claude::budget::describe(&reached),
+            prodigy_runtime::claude::budget::usd(reached.limit),
             id = checkpoint.job_id,
         ));
         return exit_code::BUDGET;

@@ -4,7 +4,7 @@
 //! policy, the breaker, the DLQ, checkpoints, worktrees, the merge queue, resume) and asks
 //! an [`AgentBackend`] only to run the agent's steps for one item: submit it, learn how it
 //! ended, cancel it, and find what a killed coordinator left for the item. [`LocalBackend`] runs the
-//! steps in this process; [`crate::slurm`] as Slurm array tasks and [`container`] in one
+//! steps in this process; [`crate::backend::slurm`] as Slurm array tasks and [`container`] in one
 //! container per agent run `prodigy agent` ([`run_task`]), which writes a [`TaskResult`]
 //! atomically to a file the coordinator waits for. A task is named in records, the DLQ and
 //! the `task_*` events by a backend-neutral [`TaskRef`].
@@ -16,6 +16,7 @@
 pub mod container;
 mod local;
 pub mod noshare;
+pub mod slurm;
 
 pub use local::LocalBackend;
 
@@ -33,7 +34,7 @@ use tokio::time::Instant;
 
 use crate::dlq::{CommandTail, ErrorType};
 use crate::runner::{Runner, StepFailure};
-use crate::slurm::SlurmIds;
+use crate::backend::slurm::SlurmIds;
 use crate::vars::Vars;
 
 /// A future of a backend, on the coordinator's thread (a [`Runner`] is not `Send`).

@@ -36,7 +36,7 @@ use super::{
 use crate::dlq::ErrorType;
 use crate::message::Message;
 use crate::runner::Runner;
-use crate::slurm::SlurmOptions;
+use crate::backend::slurm::SlurmOptions;
 
 /// What starts the server of a job's repository (the binary's `serve` module).
 pub trait Serve: std::fmt::Debug + Send + Sync {
@@ -423,7 +423,7 @@ impl NoShare {
     /// Where item INDEX's outcome is written on the coordinator's disk.
     fn result_path(&self, job_dir: &Path, index: usize) -> PathBuf {
         match &self.launch {
-            Launch::Slurm(_) => crate::slurm::result_path(job_dir, index),
+            Launch::Slurm(_) => crate::backend::slurm::result_path(job_dir, index),
             Launch::Process { .. } => {
                 crate::layout::task_result(&crate::layout::backend_dir(job_dir, "noshare"), index)
             }
@@ -809,14 +809,14 @@ async fn dispatch(
     // Exactly when the backend adopts the earlier task: a task submitted again must not
     // find the earlier attempt's refs (its outcome would be taken for the new one's).
     let adopting = match &b.launch {
-        Launch::Slurm(_) => crate::slurm::adopted(runner, &d).await.is_some(),
+        Launch::Slurm(_) => crate::backend::slurm::adopted(runner, &d).await.is_some(),
         Launch::Process { .. } => false,
     };
     if !adopting {
         // An earlier task not adopted stops before the item's refs are cleaned: it pushes
         // nothing after them.
         if let Launch::Slurm(_) = &b.launch {
-            crate::slurm::replace_earlier(runner, &d).await;
+            crate::backend::slurm::replace_earlier(runner, &d).await;
         }
         let prepared = async {
             clean_refs(&served.bare, &d.job_id, index).await?;
@@ -1446,12 +1446,12 @@ mod tests {
 
     #[test]
     fn a_task_that_never_started_is_not_said_to_have_output() {
-        let (message, _) = crate::slurm::lost_task("7_3", "FAILED", "JobLaunchFailure");
+        let (message, _) = crate::backend::slurm::lost_task("7_3", "FAILED", "JobLaunchFailure");
         let said = never_started(&message, false, true);
         assert!(!said.contains("its output is in"), "{said}");
         assert!(said.contains("never started"), "{said}");
         assert!(said.contains("--no-shared-fs"), "{said}");
-        let (message, _) = crate::slurm::lost_task("7_3", "CANCELLED", "");
+        let (message, _) = crate::backend::slurm::lost_task("7_3", "CANCELLED", "");
         let said = never_started(&message, false, false);
         assert!(!said.contains("its output is in"), "{said}");
         assert!(!said.contains("--no-shared-fs"), "{said}");

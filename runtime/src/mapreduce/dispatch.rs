@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerAction, BreakerEvent, BreakerState};
-use crate::budget::{Admit, Budget, Reached, Spend};
+use crate::claude::budget::{Admit, Budget, Reached, Spend};
 use crate::dlq::{ErrorType, FailureDetail};
 use crate::events::Event;
 use crate::exec;
@@ -351,7 +351,7 @@ pub(crate) fn show_progress(
         claude_turns,
         claude_micros: crate::progress::micros(spending.spent),
         forecast_micros: spending.average.map(|a| {
-            crate::progress::micros(a * crate::budget::amount(spending.total.saturating_sub(done)))
+            crate::progress::micros(a * crate::claude::budget::amount(spending.total.saturating_sub(done)))
         }),
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
@@ -644,7 +644,7 @@ impl Dispatcher<'_, '_> {
     /// What an agent run has cost on average, once one ended.
     fn average_item_cost(&self) -> Option<f64> {
         let (sum, n) = self.item_costs;
-        (n > 0).then(|| sum / crate::budget::amount(n))
+        (n > 0).then(|| sum / crate::claude::budget::amount(n))
     }
 
     /// The agents to start while slots, items and the policy allow.

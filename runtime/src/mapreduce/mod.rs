@@ -70,7 +70,7 @@ pub enum JobOutcome {
     /// The Claude budget was reached: no new agent started; `not_started` items are pending.
     BudgetReached {
         /// The spent amount and the limit.
-        reached: crate::budget::Reached,
+        reached: crate::claude::budget::Reached,
         /// Items left pending.
         not_started: u64,
     },
@@ -551,7 +551,7 @@ impl<'a> MapJob<'a> {
         match &outcome {
             JobOutcome::Stopped(reason) => self.cp.stop_reason = Some(reason.clone()),
             JobOutcome::BudgetReached { reached, .. } => {
-                self.cp.stop_reason = Some(crate::budget::describe(reached));
+                self.cp.stop_reason = Some(crate::claude::budget::describe(reached));
                 self.cp.claude_budget_reached = Some(*reached);
             }
             JobOutcome::Completed

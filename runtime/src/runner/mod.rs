@@ -48,7 +48,7 @@ pub struct Options {
     /// (`PRODIGY_OUTPUT_LIMIT`).
     pub output_limit: usize,
     /// `--max-cost-usd`: the Claude budget of the run or job, over the workflow's
-    /// `claude.max_cost_usd` ([`crate::budget`]).
+    /// `claude.max_cost_usd` ([`crate::claude::budget`]).
     pub max_cost_usd: Option<f64>,
     /// What a resumed session's Claude calls cost before this process (from its
     /// checkpoint): its budget spans resumes.
@@ -169,7 +169,7 @@ pub enum RunOutcome {
     Failed,
     /// A signal stopped it.
     Interrupted,
-    /// The Claude budget was reached before a Claude step ([`crate::budget`]); it is where
+    /// The Claude budget was reached before a Claude step ([`crate::claude::budget`]); it is where
     /// a resume starts.
     BudgetReached,
 }
@@ -207,7 +207,7 @@ pub struct Report {
     /// the OS error. The outcome is then `Failed`, with no failed step.
     pub state_error: Option<String>,
     /// The Claude budget, when it was reached.
-    pub budget: Option<crate::budget::Reached>,
+    pub budget: Option<crate::claude::budget::Reached>,
 }
 
 /// Why a run could not start.
@@ -394,10 +394,9 @@ type PendingCheckpoint = standard::CheckpointWriter;
 
 use crate::lock;
 
-mod claude_check;
 mod env;
 mod standard;
-pub use claude_check::{check_claude, needs_claude};
+pub use crate::claude::preflight::{check_claude, needs_claude};
 
 impl Runner {
     /// A runner whose events go under `id` (a session or a MapReduce job), started at
@@ -685,7 +684,7 @@ impl Runner {
     /// What the Claude calls running now have cost so far (their streams' usage priced),
     /// for the Claude budget.
     pub(crate) fn live_claude_cost(&self) -> f64 {
-        crate::budget::amount(
+        crate::claude::budget::amount(
             self.live_cost_micros
                 .load(std::sync::atomic::Ordering::Relaxed),
         ) / 1e6

@@ -40,7 +40,7 @@ impl Runner {
         // Steps from START on run again: what they did before a resume no longer counts.
         lock(&self.continued).retain(|c| c.index < start);
         let mut machine = Sequence::new(start, total);
-        let mut budget = crate::budget::Budget::of(&self.plan, self.opts.max_cost_usd);
+        let mut budget = crate::claude::budget::Budget::of(&self.plan, self.opts.max_cost_usd);
         let mut event = self.ready(start, &mut budget);
         let ending = loop {
             let reaction = machine.on(event);
@@ -103,7 +103,7 @@ impl Runner {
     /// Whether the step at NEXT may start: a signal, a state that can no longer be written
     /// (a checkpoint write in flight that failed already counts), or, for a Claude step,
     /// the Claude BUDGET.
-    fn ready(&self, next: usize, budget: &mut Option<crate::budget::Budget>) -> SequenceEvent {
+    fn ready(&self, next: usize, budget: &mut Option<crate::claude::budget::Budget>) -> SequenceEvent {
         let cancelled = self.cancelled();
         let state_lost = self.state_failure();
         let over_budget = !cancelled && state_lost.is_none() && self.over_budget(next, budget);
@@ -116,8 +116,8 @@ impl Runner {
 
     /// Whether BUDGET keeps the step at NEXT from starting: a Claude step, when what was
     /// spent and an average call would pass it. Once reached, records and says so.
-    fn over_budget(&self, next: usize, budget: &mut Option<crate::budget::Budget>) -> bool {
-        use crate::budget::{Admit, Spend};
+    fn over_budget(&self, next: usize, budget: &mut Option<crate::claude::budget::Budget>) -> bool {
+        use crate::claude::budget::{Admit, Spend};
         let Some(budget) = budget.as_mut() else {
             return false;
         };

@@ -256,7 +256,7 @@ mod tests {
     fn a_job_stopped_at_its_claude_budget_resumes_without_force_unless_edited() {
         let mut c = job_checkpoint(Status::Stopped, "old");
         c.stop_reason = Some("Claude budget reached ($0.30 of $0.25)".into());
-        c.claude_budget_reached = Some(crate::budget::Reached {
+        c.claude_budget_reached = Some(crate::claude::budget::Reached {
             spent: 0.3,
             limit: 0.25,
         });

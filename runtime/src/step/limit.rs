@@ -11,8 +11,8 @@ use prodigy_plan::{self as plan, ClaudeLimits, PlanStep};
 use tokio::sync::watch;
 
 use crate::claude::ErrorKind;
-use crate::claude_governor::{Admit, Answer, Governor};
-use crate::claude_limit::{Gate, GateAction, GateEvent, LimitStop, clock_text};
+use crate::claude::governor::{Admit, Answer, Governor};
+use crate::claude::limit::{Gate, GateAction, GateEvent, LimitStop, clock_text};
 use crate::events::Event;
 use crate::exec::{self, Output};
 use crate::lock;
@@ -287,7 +287,7 @@ impl Runner {
     }
 
     /// Records and shows CHANGE of the slots, if any.
-    fn slots_changed(&self, change: Option<crate::claude_governor::Change>) {
+    fn slots_changed(&self, change: Option<crate::claude::governor::Change>) {
         let Some(change) = change else {
             return;
         };

@@ -13,6 +13,12 @@
 //! false, and it is not an unknown slash command (`Unknown command: …` with no turn taken).
 //! Everything else is a failure with an [`ErrorKind`].
 
+pub mod budget;
+pub mod governor;
+pub mod limit;
+pub mod preflight;
+pub mod pricing;
+
 use prodigy_plan::ClaudeSettings;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -417,7 +423,7 @@ pub struct Stream {
     /// Lines that were not JSON.
     pub garbage: u32,
     /// The last `rate_limit_event`'s `rate_limit_info` (a subscription's usage limit).
-    pub rate_limit: Option<crate::claude_limit::RateLimitInfo>,
+    pub rate_limit: Option<crate::claude::limit::RateLimitInfo>,
     /// The last line began an event that does not parse: the stream was cut inside it.
     cut: bool,
     /// What the assistant messages used, for a call that ends without a `result`: the
@@ -575,7 +581,7 @@ impl Stream {
             (Some("system"), Some("api_retry")) => notes.push(self.api_retry(&event)),
             (Some("assistant"), _) => self.assistant(&event, &mut notes),
             (Some("rate_limit_event"), _) => {
-                if let Some(info) = crate::claude_limit::RateLimitInfo::of(&event) {
+                if let Some(info) = crate::claude::limit::RateLimitInfo::of(&event) {
                     self.rate_limit = Some(info);
                 }
             }
@@ -788,17 +794,17 @@ impl Stream {
     }
 
     /// What the call cost and the tokens it used: the `result`'s figures, else an estimate
-    /// from the usage the stream reported ([`crate::pricing`]), marked as such (`true`).
+    /// from the usage the stream reported ([`crate::claude::pricing`]), marked as such (`true`).
     pub fn cost(&self) -> (f64, Tokens, bool) {
         if let Some(result) = &self.result {
-            return (crate::pricing::usd(result.cost_usd), result.tokens, false);
+            return (crate::claude::pricing::usd(result.cost_usd), result.tokens, false);
         }
         let tokens = self.streamed_tokens();
         if tokens.total() == 0 {
             return (0.0, tokens, false);
         }
         let model = self.assistant_model.as_deref().or(self.model.as_deref());
-        (crate::pricing::estimate(model, &tokens), tokens, true)
+        (crate::claude::pricing::estimate(model, &tokens), tokens, true)
     }
 }
 
@@ -903,7 +909,7 @@ pub struct Call {
     pub log: Option<std::path::PathBuf>,
     /// The account's usage limit, when the call ended at it (set by the runner, which
     /// knows the wall clock).
-    pub usage_limit: Option<crate::claude_limit::UsageLimit>,
+    pub usage_limit: Option<crate::claude::limit::UsageLimit>,
 }
 
 impl Stream {
@@ -991,7 +997,7 @@ impl Totals {
         self.calls = self.calls.saturating_add(other.calls);
         self.failed = self.failed.saturating_add(other.failed);
         self.turns = self.turns.saturating_add(other.turns);
-        self.cost_usd = crate::pricing::usd(self.cost_usd + other.cost_usd);
+        self.cost_usd = crate::claude::pricing::usd(self.cost_usd + other.cost_usd);
         self.estimated = self.estimated.saturating_add(other.estimated);
         self.tokens.add(other.tokens);
     }
