@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use prodigy_runtime::backend::AgentHost;
 use prodigy_runtime::backend::container::ContainerOptions;
+use prodigy_runtime::backend::slurm::SlurmOptions;
 use prodigy_runtime::jobstore::JobFiles;
 use prodigy_runtime::layout::Layout;
 use prodigy_runtime::runner::Options;
-use prodigy_runtime::backend::slurm::SlurmOptions;
 
 use crate::{err, exit_code};
 

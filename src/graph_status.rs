@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use prodigy_compiler::emit::{NodeState, NodeStatus, Status};
 use prodigy_compiler::ir::{Graph, Node, Phase};
+use prodigy_runtime::events::kind_of;
 use prodigy_runtime::layout::Layout;
-use prodigy_runtime::live::{EventFiles, kind_of};
+use prodigy_runtime::live::EventFiles;
 use serde_json::Value;
 
 /// A run or job found by its id: its workflow, the hash of the text it ran, its events.

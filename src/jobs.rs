@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prodigy_runtime::dlq::{DeadLetteredItem, Dlq};
+use prodigy_runtime::events::kind_of;
 use prodigy_runtime::jobstore::JobFiles;
 use prodigy_runtime::layout::Layout;
-use prodigy_runtime::live::{EventFiles, kind_of};
+use prodigy_runtime::live::EventFiles;
 use prodigy_runtime::runner::Options;
 
 use crate::run::{Ended, RunKind};

@@ -35,7 +35,7 @@ pub enum ErrorType {
     /// A Claude call failed, of this kind.
     ClaudeFailed {
         /// Why.
-        kind: crate::claude::ErrorKind,
+        kind: crate::claude::kinds::ErrorKind,
     },
     /// Anything else.
     Unknown,
@@ -55,7 +55,7 @@ impl ErrorType {
             "ResourceExhausted" => ErrorType::ResourceExhausted,
             "CircuitOpen" => ErrorType::CircuitOpen,
             "ClaudeFailed" => ErrorType::ClaudeFailed {
-                kind: crate::claude::ErrorKind::Unknown,
+                kind: crate::claude::kinds::ErrorKind::Unknown,
             },
             _ => ErrorType::Unknown,
         }
@@ -111,20 +111,20 @@ pub struct FailureDetail {
     /// The backend's task that ran it (`--executor slurm|container`). Records of earlier
     /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<crate::backend::TaskRef>,
+    pub task: Option<crate::backend::task::TaskRef>,
     /// The Slurm task as records of earlier versions name it (`slurm_job_id`,
     /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
     /// both).
     #[serde(flatten)]
-    pub slurm: Option<crate::backend::slurm::SlurmIds>,
+    pub slurm: Option<crate::backend::task::SlurmIds>,
 }
 
 impl FailureDetail {
     /// The task that ran it, however the record names it.
-    pub fn task_ref(&self) -> Option<crate::backend::TaskRef> {
+    pub fn task_ref(&self) -> Option<crate::backend::task::TaskRef> {
         self.task
             .clone()
-            .or_else(|| self.slurm.as_ref().map(crate::backend::TaskRef::from))
+            .or_else(|| self.slurm.as_ref().map(crate::backend::task::TaskRef::from))
     }
 }
 

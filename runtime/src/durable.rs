@@ -288,6 +288,16 @@ fn write_atomic_in(
     File::open(dir)?.sync_all()
 }
 
+/// A short stable hash of a text (FNV-1a, 64 bits), to notice a changed workflow.
+pub fn hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

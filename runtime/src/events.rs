@@ -6,17 +6,18 @@
 //! secrets, adds a map agent's ids, writes the events file and keeps the first write that
 //! failed, so that the run stops with it.
 
+pub use crate::store::EventsMark;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::claude::{ErrorKind, Tokens, Totals};
+use crate::claude::kinds::{ErrorKind, Tokens, Totals};
 use crate::jobstore::{JobPhase, Status};
 use crate::lock;
 use crate::machine::Outcome;
-use crate::mapreduce::ErrorMetrics;
+use crate::mapreduce::metrics::ErrorMetrics;
 use crate::message::Message;
 use crate::store::EventLog;
 use crate::vars::Secrets;
@@ -759,13 +760,13 @@ pub enum Event {
     #[serde(rename = "task_started")]
     TaskStarted {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
     },
     /// An item's task was submitted to its backend.
     #[serde(rename = "task_submitted")]
     TaskSubmitted {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
         /// The item's attempt.
         attempt: u32,
     },
@@ -773,7 +774,7 @@ pub enum Event {
     #[serde(rename = "task_adopted")]
     TaskAdopted {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
         /// The item's attempt.
         attempt: u32,
     },
@@ -781,7 +782,7 @@ pub enum Event {
     #[serde(rename = "task_cancelled")]
     TaskCancelled {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
         /// Why.
         reason: String,
     },
@@ -843,7 +844,7 @@ pub enum Event {
         /// The step.
         step: String,
         /// `rate_limit` or `overloaded`.
-        error_kind: crate::claude::ErrorKind,
+        error_kind: crate::claude::kinds::ErrorKind,
         /// Since the call was first refused.
         waited_secs: f64,
     },
@@ -906,7 +907,7 @@ pub enum ProgressUpdate {
     /// The latest counts.
     Counts {
         /// What is done.
-        tally: crate::progress::Tally,
+        tally: Tally,
         /// The breaker's state (`closed`, `open`, `half-open`, `off`).
         breaker: String,
     },
@@ -1036,13 +1037,117 @@ impl Sink {
     }
 
     /// The place the events file's writes have reached ([`crate::spend`]).
-    pub fn mark(&self) -> Option<crate::spend::EventsMark> {
+    pub fn mark(&self) -> Option<crate::store::EventsMark> {
         lock(&self.log).mark()
     }
 
     /// The events file.
     pub fn path(&self) -> PathBuf {
         lock(&self.log).path.clone()
+    }
+}
+
+/// An item's key in an event line, and its finder (built once).
+const ITEM: &[u8] = br#""item_id":""#;
+static ITEM_FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(ITEM));
+
+/// What an event line shows without parsing it, as the events file writes every event: it
+/// starts with its time and its kind, and ends with its item (and agent).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Glance<'a> {
+    pub(crate) kind: &'a str,
+    pub(crate) at: Option<&'a str>,
+    pub(crate) item: Option<u64>,
+}
+
+impl<'a> Glance<'a> {
+    /// The glance at LINE; none when it is not written so (it is then parsed).
+    pub(crate) fn of(line: &'a [u8]) -> Option<Glance<'a>> {
+        /// The plain string after KEY (`"key":"`) at FROM, when it has no escapes.
+        fn string(line: &[u8], from: usize) -> Option<&str> {
+            let rest = line.get(from..)?;
+            let end = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[end] != b'"' {
+                return None;
+            }
+            std::str::from_utf8(&rest[..end]).ok()
+        }
+        const AT: &[u8] = br#"{"timestamp":""#;
+        const KIND: &[u8] = br#""event_type":""#;
+        if !line.starts_with(AT) {
+            return None;
+        }
+        let at = string(line, AT.len())?;
+        let after = AT.len() + at.len() + 2;
+        if !line.get(after..)?.starts_with(KIND) {
+            return None;
+        }
+        let kind = string(line, after + KIND.len())?;
+        // The item is the origin's, written last; a value written before it may hold the
+        // same key, so the last one is taken.
+        let item = match ITEM_FINDER.rfind(line) {
+            Some(at) => Some(item_index(string(line, at + ITEM.len())?)?),
+            None => None,
+        };
+        Some(Glance {
+            kind,
+            at: Some(at),
+            item,
+        })
+    }
+}
+
+/// The kind of the event LINE, read from its bytes without parsing it when it is written as
+/// the events file writes every event (`None` otherwise: then parse it).
+pub fn kind_of(line: &[u8]) -> Option<&str> {
+    Glance::of(line).map(|g| g.kind)
+}
+
+/// N of `item_N`.
+pub(crate) fn item_index(item_id: &str) -> Option<u64> {
+    item_id.strip_prefix("item_")?.parse().ok()
+}
+
+/// What the map phase has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Items with an outcome.
+    pub done: u64,
+    /// Agents running.
+    pub running: u64,
+    /// Items that failed (dead-lettered, skipped or failed).
+    pub failed: u64,
+    /// Items in the DLQ.
+    pub dlq: u64,
+    /// Turns the Claude calls running now have taken so far (shown on the bar only: plain
+    /// lines stay the same from run to run).
+    pub claude_turns: u64,
+    /// What the job's Claude calls have cost so far, in millionths of a US dollar
+    /// (earlier processes included); whole numbers keep the tally comparable.
+    pub claude_micros: u64,
+    /// What the items left will cost at the average so far, in millionths of a US dollar
+    /// (docs/language.md, "Claude budgets"); `None` before an item finished.
+    pub forecast_micros: Option<u64>,
+}
+
+impl Tally {
+    /// `, Claude $1.20 spent, ~$3.60 more for the items left`, or nothing when nothing
+    /// was spent.
+    #[must_use]
+    pub fn spending(&self) -> String {
+        if self.claude_micros == 0 {
+            return String::new();
+        }
+        let dollars =
+            |micros: u64| crate::claude::budget::usd(crate::claude::budget::amount(micros) / 1e6);
+        let forecast = match self.forecast_micros {
+            Some(micros) if micros > 0 => {
+                format!(", ~{} more for the items left", dollars(micros))
+            }
+            Some(_) | None => String::new(),
+        };
+        format!(", Claude {} spent{forecast}", dollars(self.claude_micros))
     }
 }
 
@@ -1244,7 +1349,7 @@ mod tests {
             skipped: 1,
             failure_rate: 0.333_333_333_333_333_3,
             error_types: [("timeout".to_owned(), 3)].into(),
-            failure_patterns: vec![crate::mapreduce::FailurePattern {
+            failure_patterns: vec![crate::mapreduce::metrics::FailurePattern {
                 pattern: "timeout".into(),
                 frequency: 3,
                 suggestion: "raise the timeout".into(),
@@ -1252,8 +1357,8 @@ mod tests {
         }
     }
 
-    fn task(some: bool) -> crate::backend::TaskRef {
-        crate::backend::TaskRef {
+    fn task(some: bool) -> crate::backend::task::TaskRef {
+        crate::backend::task::TaskRef {
             backend: "slurm".into(),
             id: "12_3".into(),
             node: opt(some, "n1".into()),

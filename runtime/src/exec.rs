@@ -75,7 +75,7 @@ pub struct Output {
     /// Wall time.
     pub duration: Duration,
     /// What a Claude call's events said.
-    pub claude: Option<Box<crate::claude::Call>>,
+    pub claude: Option<Box<crate::claude::kinds::Call>>,
     /// Standard output was shown as it arrived.
     pub streamed: bool,
 }
@@ -112,7 +112,7 @@ impl Output {
     }
 
     /// Why a Claude call failed.
-    pub fn claude_error(&self) -> Option<crate::claude::ErrorKind> {
+    pub fn claude_error(&self) -> Option<crate::claude::kinds::ErrorKind> {
         self.claude.as_ref().and_then(|c| c.verdict.kind)
     }
 

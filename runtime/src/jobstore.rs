@@ -104,7 +104,7 @@ pub struct JobCheckpoint {
     pub error_metrics: Option<Value>,
     /// The session worktree the job works in (docs/language.md §11); resume continues in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worktree: Option<crate::worktree::SessionWorktree>,
+    pub worktree: Option<crate::worktree::records::SessionWorktree>,
     /// US dollars the job's Claude calls have cost so far, every process that ran it
     /// included: its Claude budget is for the whole job (docs/language.md, "Claude budgets").
     #[serde(default, skip_serializing_if = "crate::claude::budget::is_zero")]
@@ -112,7 +112,7 @@ pub struct JobCheckpoint {
     /// How far this process's events had been written when `claude_cost_usd` was: a
     /// `claude_finished` after it is not in the amount ([`crate::spend`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude_counted_to: Option<crate::spend::EventsMark>,
+    pub claude_counted_to: Option<crate::store::EventsMark>,
     /// Set when the job stopped at its Claude budget: `resume-job` continues it without
     /// `--force` (with a larger `--max-cost-usd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,16 +158,16 @@ pub struct ItemRecord {
     pub dead_lettered: bool,
     /// What its Claude calls cost, when it made any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude: Option<crate::claude::Totals>,
+    pub claude: Option<crate::claude::kinds::Totals>,
     /// The backend's task that ran it (`--executor slurm|container`). Records of earlier
     /// versions name a Slurm task by `slurm_job_id` and `slurm_task_id`, read here too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<crate::backend::TaskRef>,
+    pub task: Option<crate::backend::task::TaskRef>,
     /// The Slurm task as records of earlier versions name it (`slurm_job_id`,
     /// `slurm_task_id`), kept as read; new records leave it out (`task_ref()` answers for
     /// both).
     #[serde(flatten)]
-    pub slurm: Option<crate::backend::slurm::SlurmIds>,
+    pub slurm: Option<crate::backend::task::SlurmIds>,
     /// The commit that brought the agent's work into the session's merged work (its last
     /// commit when fast-forwarded to); absent when it merged nothing or ran without a
     /// worktree.
@@ -180,10 +180,10 @@ pub struct ItemRecord {
 
 impl ItemRecord {
     /// The task that ran it, however the record names it.
-    pub fn task_ref(&self) -> Option<crate::backend::TaskRef> {
+    pub fn task_ref(&self) -> Option<crate::backend::task::TaskRef> {
         self.task
             .clone()
-            .or_else(|| self.slurm.as_ref().map(crate::backend::TaskRef::from))
+            .or_else(|| self.slurm.as_ref().map(crate::backend::task::TaskRef::from))
     }
 }
 
@@ -200,7 +200,7 @@ pub struct ItemTrail {
     pub claude_logs: Vec<std::path::PathBuf>,
     /// The kind of the last Claude call that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude_error_kind: Option<crate::claude::ErrorKind>,
+    pub claude_error_kind: Option<crate::claude::kinds::ErrorKind>,
     /// The agent's commits merged into the job's work, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commits: Vec<String>,
@@ -208,7 +208,7 @@ pub struct ItemTrail {
 
 impl ItemTrail {
     /// Notes CALL, a Claude call the item made.
-    pub fn add_call(&mut self, call: &crate::claude::Call) {
+    pub fn add_call(&mut self, call: &crate::claude::kinds::Call) {
         if let Some(session) = &call.session_id {
             self.claude_sessions.push(session.clone());
         }

@@ -319,7 +319,7 @@ pub fn namespace(project: &Path) -> String {
         .and_then(|n| n.to_str())
         .filter(|n| !n.is_empty())
         .unwrap_or("project");
-    let digest = crate::store::hash(&top.to_string_lossy());
+    let digest = crate::durable::hash(&top.to_string_lossy());
     format!("{name}-{}", &digest[..8])
 }
 

@@ -11,7 +11,6 @@ pub mod durable;
 pub mod events;
 pub mod exec;
 pub mod executor;
-pub mod git;
 pub mod input;
 pub mod job;
 pub mod jobstore;
@@ -29,11 +28,11 @@ pub mod runner;
 pub mod runs;
 pub mod sequence;
 pub mod session;
-pub mod spend;
 pub(crate) mod step;
 pub mod store;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod text;
 pub mod vars;
 pub mod worktree;
 

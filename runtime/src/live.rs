@@ -9,6 +9,7 @@
 //! and the offsets of its event lines, so memory grows with the items, not with their
 //! output; an item's detail ([`Live::item`]) reads its lines back.
 
+use crate::events::{Glance, item_index};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read as _, Seek as _, SeekFrom};
@@ -502,57 +503,6 @@ fn folded(kind: &str) -> bool {
     )
 }
 
-/// An item's key in an event line, and its finder (built once).
-const ITEM: &[u8] = br#""item_id":""#;
-static ITEM_FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(ITEM));
-
-/// What an event line shows without parsing it, as the events file writes every event: it
-/// starts with its time and its kind, and ends with its item (and agent).
-#[derive(Debug, PartialEq)]
-struct Glance<'a> {
-    kind: &'a str,
-    at: Option<&'a str>,
-    item: Option<u64>,
-}
-
-impl<'a> Glance<'a> {
-    /// The glance at LINE; none when it is not written so (it is then parsed).
-    fn of(line: &'a [u8]) -> Option<Glance<'a>> {
-        /// The plain string after KEY (`"key":"`) at FROM, when it has no escapes.
-        fn string(line: &[u8], from: usize) -> Option<&str> {
-            let rest = line.get(from..)?;
-            let end = memchr::memchr2(b'"', b'\\', rest)?;
-            if rest[end] != b'"' {
-                return None;
-            }
-            std::str::from_utf8(&rest[..end]).ok()
-        }
-        const AT: &[u8] = br#"{"timestamp":""#;
-        const KIND: &[u8] = br#""event_type":""#;
-        if !line.starts_with(AT) {
-            return None;
-        }
-        let at = string(line, AT.len())?;
-        let after = AT.len() + at.len() + 2;
-        if !line.get(after..)?.starts_with(KIND) {
-            return None;
-        }
-        let kind = string(line, after + KIND.len())?;
-        // The item is the origin's, written last; a value written before it may hold the
-        // same key, so the last one is taken.
-        let item = match ITEM_FINDER.rfind(line) {
-            Some(at) => Some(item_index(string(line, at + ITEM.len())?)?),
-            None => None,
-        };
-        Some(Glance {
-            kind,
-            at: Some(at),
-            item,
-        })
-    }
-}
-
 /// A file read as it grows.
 #[derive(Debug, Default)]
 struct Tail {
@@ -674,12 +624,6 @@ impl EventFiles {
                 (read + tail.offset.min(len), size + len)
             })
     }
-}
-
-/// The kind of the event LINE, read from its bytes without parsing it when it is written as
-/// the events file writes every event (`None` otherwise: then parse it).
-pub fn kind_of(line: &[u8]) -> Option<&str> {
-    Glance::of(line).map(|g| g.kind)
 }
 
 /// A running Claude call's stream, read as it grows.
@@ -1626,11 +1570,6 @@ fn line_at(path: &Path, offset: u64) -> Option<String> {
         .read_line(&mut line)
         .ok()?;
     Some(line)
-}
-
-/// N of `item_N`.
-fn item_index(item_id: &str) -> Option<u64> {
-    item_id.strip_prefix("item_")?.parse().ok()
 }
 
 /// VALUE as one line of at most [`SHORT`] characters.

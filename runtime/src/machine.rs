@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::claude::ErrorKind;
+use crate::claude::kinds::ErrorKind;
 
 /// What a finished command did.
 #[derive(Clone, Debug, PartialEq, Eq)]

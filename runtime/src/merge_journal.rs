@@ -37,7 +37,7 @@ pub struct MergeIntent {
     pub duration_secs: f64,
     /// What its Claude calls cost, when it made any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude: Option<crate::claude::Totals>,
+    pub claude: Option<crate::claude::kinds::Totals>,
 }
 
 /// Why a line could not be added to the merge journal or the list of kept worktrees.

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::claude::{Note, Totals};
+use crate::claude::kinds::{Note, Totals};
 
 /// Which list of steps a numbered step belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,7 +220,7 @@ pub enum Message {
     /// `setup` left paths that no commit holds in the session's worktree.
     SetupLeftovers {
         /// The paths and why each is in no commit.
-        left: Vec<crate::worktree::Uncommitted>,
+        left: Vec<crate::worktree::records::Uncommitted>,
         /// The session's worktree.
         worktree: PathBuf,
     },
@@ -277,7 +277,7 @@ pub enum Message {
         path: PathBuf,
     },
     /// The end of a map phase could not delete some of the job's agent branches.
-    AgentBranchesLeft(crate::worktree::BranchesLeft),
+    AgentBranchesLeft(crate::worktree::records::BranchesLeft),
     /// The end of a map phase kept idle agent worktrees as spares for the next job
     /// (`worktree.persist`).
     SparesKept {
@@ -287,7 +287,7 @@ pub enum Message {
         dir: PathBuf,
     },
     /// A step left the session worktree off the run's branch: what became of its commits.
-    OffBranch(crate::worktree::OffBranch),
+    OffBranch(crate::worktree::records::OffBranch),
     /// An agent's merge is found done after a stop; the item is recorded as succeeded.
     MergeRecovered {
         /// `item_N`.
@@ -331,7 +331,7 @@ pub enum Message {
     /// kept. Why.
     SessionNotPrepared(String),
     /// Preparing a worktree found something worth a note.
-    WorktreeNote(crate::worktree::bootstrap::PrepareNote),
+    WorktreeNote(crate::worktree::records::PrepareNote),
     /// Merging a branch conflicts: `merge.on_conflict` runs.
     MergeConflict {
         /// The branch merged.
@@ -381,21 +381,21 @@ pub enum Message {
     /// `scancel` of a Slurm task failed.
     ScancelFailed {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
         /// Why.
         why: String,
     },
     /// `scancel` of a Slurm task had no answer within WAITED.
     ScancelUnanswered {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
         /// How long it was waited for.
         waited: Duration,
     },
     /// A cancelled Slurm task was not seen leaving the queue within WAITED.
     TaskStillQueued {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
         /// How long it was waited for.
         waited: Duration,
         /// Whether the run was interrupted (Ctrl-C, SIGTERM): it waited only its grace
@@ -403,14 +403,14 @@ pub enum Message {
         interrupted: bool,
     },
     /// A task's agent could not start on its node, which said why
-    /// ([`crate::backend::noshare::NotStarted`]); its item fails with the same words.
+    /// ([`crate::backend::task::NotStarted`]); its item fails with the same words.
     AgentNotStarted {
         /// The task.
-        task: crate::backend::TaskRef,
+        task: crate::backend::task::TaskRef,
         /// Its node.
         node: String,
         /// Why.
-        why: crate::backend::noshare::NotStarted,
+        why: crate::backend::task::NotStarted,
     },
     /// An item's Slurm task waits for the `sbatch` of the item before it in its slot,
     /// which has not answered for a while.
@@ -677,7 +677,7 @@ impl Message {
             },
             Message::DlqUnreadable(why) => Message::DlqUnreadable(mask(&why)),
             Message::AgentBranchesLeft(left) => {
-                Message::AgentBranchesLeft(crate::worktree::BranchesLeft {
+                Message::AgentBranchesLeft(crate::worktree::records::BranchesLeft {
                     why: mask(&left.why),
                     ..left
                 })
@@ -748,7 +748,7 @@ mod tests {
                 detail: "curl -H ***".into(),
             })
         );
-        let task = crate::backend::TaskRef {
+        let task = crate::backend::task::TaskRef {
             backend: "slurm".into(),
             id: "12_3".into(),
             node: None,

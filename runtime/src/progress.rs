@@ -4,78 +4,9 @@
 
 use std::sync::Arc;
 
+pub use crate::events::Tally;
 use crate::events::{ProgressUpdate, Reporter};
-
-/// TEXT as prodigy echoes it to a terminal: every control character but newline and tab
-/// (ESC, which starts colour and cursor sequences, carriage return, backspace, the C1
-/// controls, DEL) is written as a visible escape such as `\x1b`, so that what a command
-/// printed cannot move the cursor, clear the screen or retitle the window. A carriage return
-/// just before a newline (Windows line ends) is dropped. Files prodigy writes (logs,
-/// `output_file`, events) keep the bytes as they were.
-pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
-    let shown = |c: char| c == '\n' || c == '\t' || !c.is_control();
-    if text.chars().all(shown) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if shown(c) {
-            out.push(c);
-        } else if c == '\r' && chars.peek() == Some(&'\n') {
-            // A Windows line end: the newline follows.
-        } else {
-            let code = u32::from(c);
-            if code < 0x100 {
-                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{code:02x}"));
-            } else {
-                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\u{{{code:x}}}"));
-            }
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// What the map phase has done so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// Items with an outcome.
-    pub done: u64,
-    /// Agents running.
-    pub running: u64,
-    /// Items that failed (dead-lettered, skipped or failed).
-    pub failed: u64,
-    /// Items in the DLQ.
-    pub dlq: u64,
-    /// Turns the Claude calls running now have taken so far (shown on the bar only: plain
-    /// lines stay the same from run to run).
-    pub claude_turns: u64,
-    /// What the job's Claude calls have cost so far, in millionths of a US dollar
-    /// (earlier processes included); whole numbers keep the tally comparable.
-    pub claude_micros: u64,
-    /// What the items left will cost at the average so far, in millionths of a US dollar
-    /// (docs/language.md, "Claude budgets"); `None` before an item finished.
-    pub forecast_micros: Option<u64>,
-}
-
-impl Tally {
-    /// `, Claude $1.20 spent, ~$3.60 more for the items left`, or nothing when nothing
-    /// was spent.
-    #[must_use]
-    pub fn spending(&self) -> String {
-        if self.claude_micros == 0 {
-            return String::new();
-        }
-        let dollars = |micros: u64| crate::claude::budget::usd(crate::claude::budget::amount(micros) / 1e6);
-        let forecast = match self.forecast_micros {
-            Some(micros) if micros > 0 => {
-                format!(", ~{} more for the items left", dollars(micros))
-            }
-            Some(_) | None => String::new(),
-        };
-        format!(", Claude {} spent{forecast}", dollars(self.claude_micros))
-    }
-}
+pub use crate::text::{count, visible};
 
 /// US dollars in whole millionths, rounded (negative and non-finite amounts are 0).
 #[must_use]
@@ -117,21 +48,6 @@ impl Progress {
     /// Ends the display.
     pub fn finish(self) {
         self.reporter.progress(&ProgressUpdate::Finished);
-    }
-}
-
-/// `1 item`, `2 items`: N and NOUN, made plural unless N is 1 (with `es` after a
-/// sibilant, as in `2 branches`).
-pub fn count<N: Copy + std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> String {
-    if n == N::from(1) {
-        format!("1 {noun}")
-    } else if ["s", "sh", "ch", "x", "z"]
-        .iter()
-        .any(|end| noun.ends_with(end))
-    {
-        format!("{n} {noun}es")
-    } else {
-        format!("{n} {noun}s")
     }
 }
 

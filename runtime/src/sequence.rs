@@ -19,8 +19,34 @@
 
 use crate::machine::Outcome;
 use crate::message::Message;
-use crate::runner::RunOutcome;
 use crate::store::SessionStatus;
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Every step succeeded or was allowed to fail.
+    Succeeded,
+    /// A step failed the workflow.
+    Failed,
+    /// A signal stopped it.
+    Interrupted,
+    /// The Claude budget was reached before a Claude step ([`crate::claude::budget`]); it is where
+    /// a resume starts.
+    BudgetReached,
+}
+
+impl RunOutcome {
+    /// The session status a run that ended so is saved with.
+    pub fn status(self) -> crate::store::SessionStatus {
+        match self {
+            RunOutcome::Succeeded => crate::store::SessionStatus::Completed,
+            RunOutcome::Failed => crate::store::SessionStatus::Failed,
+            RunOutcome::Interrupted | RunOutcome::BudgetReached => {
+                crate::store::SessionStatus::Interrupted
+            }
+        }
+    }
+}
 
 /// What the dispatcher tells the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]

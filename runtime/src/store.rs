@@ -65,10 +65,10 @@ impl EventLog {
     }
 
     /// The place its writes have reached; none for a log that keeps nothing.
-    pub fn mark(&self) -> Option<crate::spend::EventsMark> {
+    pub fn mark(&self) -> Option<EventsMark> {
         let len = self.file.as_ref()?.metadata().ok()?.len();
         let file = self.path.file_name()?.to_str()?.to_owned();
-        Some(crate::spend::EventsMark { file, offset: len })
+        Some(EventsMark { file, offset: len })
     }
 
     /// Appends an event: `timestamp`, `event_type`, `job_id`, and `fields`. The line is
@@ -125,7 +125,7 @@ pub struct Checkpoint {
     pub updated_at: String,
     /// The session worktree the run works in (docs/language.md §11); resume continues in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worktree: Option<crate::worktree::SessionWorktree>,
+    pub worktree: Option<crate::worktree::records::SessionWorktree>,
     /// The steps so far that failed and were continued, so that a resumed run still reports
     /// them at its end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -133,7 +133,7 @@ pub struct Checkpoint {
     /// What the session's Claude calls have cost so far, earlier processes included: its
     /// Claude budget spans resumes (docs/language.md, "Claude budgets").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claude: Option<crate::claude::Totals>,
+    pub claude: Option<crate::claude::kinds::Totals>,
     /// Which save of the session this is: each save has a greater number than the one
     /// before, in every process that runs the session, so that a journal record a
     /// compaction has already folded into `checkpoint.json` never wins over it.
@@ -515,15 +515,7 @@ impl Drop for SessionLock {
     }
 }
 
-/// A short stable hash of a text (FNV-1a, 64 bits), to notice a changed workflow.
-pub fn hash(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
+pub use crate::durable::hash;
 
 /// A new session id: the time, the process and a counter, so runs started in the same
 /// second (in one process or several) differ.
@@ -558,6 +550,16 @@ fn id_of(prefix: &str, now: std::time::Duration, pid: u32, n: u32) -> String {
 /// `json!` of a step's identity for events.
 pub fn step_fields(index: Option<usize>, label: &str, id: u32) -> Value {
     json!({"step": label, "step_index": index, "step_id": id})
+}
+
+/// A place in a job's events: a file of its events directory, and how many bytes of it had
+/// been written.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EventsMark {
+    /// The file's name (`events-STAMP.jsonl`).
+    pub file: String,
+    /// Its length then.
+    pub offset: u64,
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! the runtime's session lifecycle (`prodigy_runtime::session`), print what it did, and map
 //! how it ended to an exit code.
 
+use prodigy_runtime::claude::budget::still_reached;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -277,9 +278,8 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
     // A job stopped at its budget and resumed under the same one would start agents only to
     // stop them: nothing starts, and the user is told how to go on.
     let budget = prodigy_runtime::claude::budget::Budget::of(&plan, args.job_args.max_cost_usd);
-    if let Some(reached) =
-        prodigy_runtime::claude::budget::still_reached(checkpoint.claude_budget_reached, budget.as_ref())
-    {
+    let reached = still_reached(checkpoint.claude_budget_reached, budget.as_ref());
+    if let Some(reached) = reached {
         err(&format!(
             "✗ job {id} not resumed: {}, and the budget is no larger; nothing was started
 raise the budget and resume with: prodigy resume-job {id} --max-cost-usd AMOUNT (more than {})

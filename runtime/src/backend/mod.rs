@@ -17,6 +17,9 @@ pub mod container;
 mod local;
 pub mod noshare;
 pub mod slurm;
+pub mod task;
+
+pub use task::{SlurmIds, TaskRef};
 
 pub use local::LocalBackend;
 
@@ -34,7 +37,6 @@ use tokio::time::Instant;
 
 use crate::dlq::{CommandTail, ErrorType};
 use crate::runner::{Runner, StepFailure};
-use crate::backend::slurm::SlurmIds;
 use crate::vars::Vars;
 
 /// A future of a backend, on the coordinator's thread (a [`Runner`] is not `Send`).
@@ -115,51 +117,6 @@ impl std::ops::Deref for AgentHost {
 
     fn deref(&self) -> &Self::Target {
         &*self.0
-    }
-}
-
-/// The task that ran an item on a backend, as records, the DLQ and events name it. Reads
-/// the `slurm_job_id`/`slurm_task_id` pair that records of earlier versions hold too.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "TaskRefWire")]
-pub struct TaskRef {
-    /// The backend: `slurm`, `container`.
-    pub backend: String,
-    /// Its id there: `JOB_TASK` on Slurm, the container's name.
-    pub id: String,
-    /// The node (Slurm) or host (container) that ran it, when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum TaskRefWire {
-    Current {
-        backend: String,
-        id: String,
-        #[serde(default)]
-        node: Option<String>,
-    },
-    Slurm(SlurmIds),
-}
-
-impl From<TaskRefWire> for TaskRef {
-    fn from(wire: TaskRefWire) -> Self {
-        match wire {
-            TaskRefWire::Current { backend, id, node } => TaskRef { backend, id, node },
-            TaskRefWire::Slurm(ids) => TaskRef::from(&ids),
-        }
-    }
-}
-
-impl From<&SlurmIds> for TaskRef {
-    fn from(ids: &SlurmIds) -> Self {
-        TaskRef {
-            backend: "slurm".to_owned(),
-            id: ids.task(),
-            node: None,
-        }
     }
 }
 

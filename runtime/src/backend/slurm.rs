@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub use crate::backend::task::SlurmIds;
 use crate::backend::{
     AgentBackend, Dispatch, Dispatched, Ended, Pending, TaskEnd, TaskRef, TaskResult,
 };
@@ -304,23 +305,6 @@ fn unreachable(slurm: &SlurmOptions, task: Option<TaskRef>) -> Dispatched {
         }),
         task,
         ..Dispatched::not_submitted()
-    }
-}
-
-/// The Slurm ids of the task that ran an item, as `squeue -j` takes them together
-/// (`JOB_TASK`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlurmIds {
-    /// The array job's id.
-    pub slurm_job_id: String,
-    /// The array task's id (the item's index).
-    pub slurm_task_id: usize,
-}
-
-impl SlurmIds {
-    /// `JOB_TASK`, the form `squeue -j`, `scontrol` and `scancel` take.
-    pub fn task(&self) -> String {
-        format!("{}_{}", self.slurm_job_id, self.slurm_task_id)
     }
 }
 

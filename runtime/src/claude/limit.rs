@@ -99,25 +99,6 @@ pub fn usage_limit(
     })
 }
 
-/// The usage limit a call ended at, from its STREAM once the CLI ended with CODE (`None`:
-/// a signal, a timeout or a cancellation ended it, and the call was not refused); WALL is
-/// the wall clock in seconds since the epoch.
-pub fn of_stream(
-    stream: &crate::claude::Stream,
-    code: Option<i32>,
-    wall: u64,
-) -> Option<UsageLimit> {
-    let verdict = stream.verdict(code);
-    verdict.kind?;
-    code?;
-    usage_limit(
-        stream.rate_limit.as_ref(),
-        stream.result.as_ref().and_then(|r| r.api_error_status),
-        &verdict.message,
-        wall,
-    )
-}
-
 /// `resets 7:35am (utc)` (lowercased) as the next such time after NOW, in seconds since the
 /// epoch; `None` when the text names no time or another zone.
 fn reset_in_text(text: &str, now: u64) -> Option<u64> {

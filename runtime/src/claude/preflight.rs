@@ -4,7 +4,37 @@
 use prodigy_plan::{Plan, PlanCommand, StepId};
 
 use crate::exec;
-use crate::runner::StartError;
+
+/// Why the Claude CLI a run needs cannot be used (a run's `StartError::Claude`).
+#[derive(Debug, thiserror::Error)]
+pub enum ClaudeUnusable {
+    /// `PRODIGY_CLAUDE_COMMAND` cannot be split into words.
+    #[error("{0}")]
+    ClaudeCommand(String),
+    /// The Claude program does not answer `--version`.
+    #[error(
+        "`{program} --version` failed: {why}; check the Claude Code CLI installation (or PRODIGY_CLAUDE_COMMAND)"
+    )]
+    ClaudeVersion {
+        /// The program.
+        program: String,
+        /// What went wrong.
+        why: crate::claude::VersionError,
+    },
+    /// Running as root without `IS_SANDBOX=1`.
+    #[error(
+        "running as root, the Claude Code CLI refuses `--dangerously-skip-permissions`; set `IS_SANDBOX=1` when this machine or container is a sandbox, or run as another user"
+    )]
+    ClaudeAsRoot,
+    /// The Claude program is missing.
+    #[error(
+        "the workflow has `claude` steps but `{program}` is not installed (or not executable); install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
+    )]
+    ClaudeMissing {
+        /// The program looked for.
+        program: String,
+    },
+}
 
 /// Checks, before anything is made (a worktree, a branch, a lock), that the programs that
 /// running ROOTS needs work: when one of them, or a step they can lead to, is a `claude`
@@ -13,23 +43,23 @@ use crate::runner::StartError;
 ///
 /// # Errors
 ///
-/// [`StartError::ClaudeMissing`], [`StartError::ClaudeVersion`],
-/// [`StartError::ClaudeAsRoot`], [`StartError::ClaudeCommand`].
+/// [`ClaudeUnusable::ClaudeMissing`], [`ClaudeUnusable::ClaudeVersion`],
+/// [`ClaudeUnusable::ClaudeAsRoot`], [`ClaudeUnusable::ClaudeCommand`].
 pub fn check_claude(
     plan: &Plan,
     roots: &[StepId],
     claude_command: Option<&str>,
-) -> Result<(), StartError> {
+) -> Result<(), ClaudeUnusable> {
     if !needs_claude(plan, roots) {
         return Ok(());
     }
     let (program, leading) = crate::claude::program(claude_command)
-        .map_err(|e| StartError::ClaudeCommand(e.to_string()))?;
+        .map_err(|e| ClaudeUnusable::ClaudeCommand(e.to_string()))?;
     if exec::find_executable(&program).is_none() {
-        return Err(StartError::ClaudeMissing { program });
+        return Err(ClaudeUnusable::ClaudeMissing { program });
     }
     let version = crate::claude::ask_version(&program, &leading).map_err(|why| {
-        StartError::ClaudeVersion {
+        ClaudeUnusable::ClaudeVersion {
             program: program.clone(),
             why,
         }
@@ -41,7 +71,7 @@ pub fn check_claude(
         && nix::unistd::geteuid().is_root()
         && std::env::var("IS_SANDBOX").as_deref() != Ok("1")
     {
-        return Err(StartError::ClaudeAsRoot);
+        return Err(ClaudeUnusable::ClaudeAsRoot);
     }
     Ok(())
 }

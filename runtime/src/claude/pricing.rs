@@ -10,7 +10,7 @@
 //! found by the first row whose name part its name contains, and a model no row names is
 //! priced as the current Opus, the dearest current family, so that an estimate errs high.
 
-use crate::claude::Tokens;
+use crate::claude::kinds::Tokens;
 
 /// One row: a part of the model's name, then the input and output prices per million tokens.
 type Row = (&'static str, f64, f64);
@@ -51,16 +51,7 @@ pub fn estimate(model: Option<&str>, tokens: &Tokens) -> f64 {
     usd(cost)
 }
 
-/// An amount in US dollars rounded to a hundred-millionth, so that it is written as the
-/// decimal it stands for (`0.0081`, not the float noise `0.008100000000000001` that sums
-/// and the CLI's own figures carry).
-pub fn usd(amount: f64) -> f64 {
-    if amount.is_finite() {
-        (amount * 1e8).round() / 1e8
-    } else {
-        0.0
-    }
-}
+pub use super::kinds::usd;
 
 #[cfg(test)]
 mod tests {

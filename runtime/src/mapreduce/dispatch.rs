@@ -351,7 +351,9 @@ pub(crate) fn show_progress(
         claude_turns,
         claude_micros: crate::progress::micros(spending.spent),
         forecast_micros: spending.average.map(|a| {
-            crate::progress::micros(a * crate::claude::budget::amount(spending.total.saturating_sub(done)))
+            crate::progress::micros(
+                a * crate::claude::budget::amount(spending.total.saturating_sub(done)),
+            )
         }),
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));

@@ -24,7 +24,7 @@ mod dispatch;
 mod dlq_retry;
 mod error;
 mod merge;
-mod metrics;
+pub mod metrics;
 mod reduce;
 mod setup;
 pub(crate) use error::{MapError, StateLost, StateWriteError, WriteFailure};
@@ -270,13 +270,13 @@ impl<'a> MapJob<'a> {
         let Some(dir) = events.parent() else {
             return;
         };
-        let found = crate::spend::uncounted(
-            &crate::spend::read_events(dir),
+        let found = crate::claude::spend::uncounted(
+            &crate::claude::spend::read_events(dir),
             self.cp.claude_counted_to.as_ref(),
         );
         self.spent_before += found.finished.cost_usd;
         for call in found.interrupted {
-            let Some(priced) = crate::spend::price(&call.log) else {
+            let Some(priced) = crate::claude::spend::price(&call.log) else {
                 continue;
             };
             let event = crate::events::Event::ClaudeFinished {

@@ -160,32 +160,7 @@ impl Options {
     }
 }
 
-/// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunOutcome {
-    /// Every step succeeded or was allowed to fail.
-    Succeeded,
-    /// A step failed the workflow.
-    Failed,
-    /// A signal stopped it.
-    Interrupted,
-    /// The Claude budget was reached before a Claude step ([`crate::claude::budget`]); it is where
-    /// a resume starts.
-    BudgetReached,
-}
-
-impl RunOutcome {
-    /// The session status a run that ended so is saved with.
-    pub fn status(self) -> crate::store::SessionStatus {
-        match self {
-            RunOutcome::Succeeded => crate::store::SessionStatus::Completed,
-            RunOutcome::Failed => crate::store::SessionStatus::Failed,
-            RunOutcome::Interrupted | RunOutcome::BudgetReached => {
-                crate::store::SessionStatus::Interrupted
-            }
-        }
-    }
-}
+pub use crate::sequence::RunOutcome;
 
 /// What a run reports.
 #[derive(Clone, Debug)]
@@ -221,32 +196,9 @@ pub enum StartError {
         /// What is missing.
         why: String,
     },
-    /// `PRODIGY_CLAUDE_COMMAND` cannot be split into words.
-    #[error("{0}")]
-    ClaudeCommand(String),
-    /// The Claude program does not answer `--version`.
-    #[error(
-        "`{program} --version` failed: {why}; check the Claude Code CLI installation (or PRODIGY_CLAUDE_COMMAND)"
-    )]
-    ClaudeVersion {
-        /// The program.
-        program: String,
-        /// What went wrong.
-        why: crate::claude::VersionError,
-    },
-    /// Running as root without `IS_SANDBOX=1`.
-    #[error(
-        "running as root, the Claude Code CLI refuses `--dangerously-skip-permissions`; set `IS_SANDBOX=1` when this machine or container is a sandbox, or run as another user"
-    )]
-    ClaudeAsRoot,
-    /// The Claude program is missing.
-    #[error(
-        "the workflow has `claude` steps but `{program}` is not installed (or not executable); install the Claude Code CLI or set PRODIGY_CLAUDE_COMMAND to another agent CLI"
-    )]
-    ClaudeMissing {
-        /// The program looked for.
-        program: String,
-    },
+    /// The Claude CLI a step needs cannot be used.
+    #[error(transparent)]
+    Claude(#[from] crate::claude::preflight::ClaudeUnusable),
     /// An env value could not be computed.
     #[error("env `{name}`: {why}")]
     Env {

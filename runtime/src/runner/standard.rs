@@ -33,7 +33,7 @@ impl Runner {
             .iter()
             .any(|v| matches!(v.name.as_str(), "step" | "workflow" | "git"))
         {
-            crate::git::head(&self.workdir()).await
+            crate::worktree::facts::head(&self.workdir()).await
         } else {
             None
         };
@@ -103,7 +103,11 @@ impl Runner {
     /// Whether the step at NEXT may start: a signal, a state that can no longer be written
     /// (a checkpoint write in flight that failed already counts), or, for a Claude step,
     /// the Claude BUDGET.
-    fn ready(&self, next: usize, budget: &mut Option<crate::claude::budget::Budget>) -> SequenceEvent {
+    fn ready(
+        &self,
+        next: usize,
+        budget: &mut Option<crate::claude::budget::Budget>,
+    ) -> SequenceEvent {
         let cancelled = self.cancelled();
         let state_lost = self.state_failure();
         let over_budget = !cancelled && state_lost.is_none() && self.over_budget(next, budget);
@@ -196,7 +200,7 @@ impl Runner {
         }
         let label = self.label_of(index);
         let before = match git_base {
-            Some(_) => crate::git::head(&self.workdir()).await,
+            Some(_) => crate::worktree::facts::head(&self.workdir()).await,
             None => None,
         };
         self.say(Message::StepStarted {
@@ -232,9 +236,12 @@ impl Runner {
     pub(crate) async fn git_context(&self, vars: &mut Vars, base: &str, before: &str) {
         let project = &self.workdir();
         for (name, from) in [("step", before), ("workflow", base)] {
-            vars.merge(name, fields(crate::git::changes(project, from).await));
+            vars.merge(
+                name,
+                fields(crate::worktree::facts::changes(project, from).await),
+            );
         }
-        vars.set("git", crate::git::status(project).await);
+        vars.set("git", crate::worktree::facts::status(project).await);
     }
 
     /// Hands the checkpoint to the run's writer, which makes it durable on a blocking

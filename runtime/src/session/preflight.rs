@@ -84,6 +84,7 @@ pub fn preflight(
     if git && !git_installed() {
         return Err(PreflightError::NoGit);
     }
-    crate::runner::check_claude(plan, roots, claude_command)?;
+    crate::runner::check_claude(plan, roots, claude_command)
+        .map_err(crate::runner::StartError::from)?;
     Ok(())
 }

@@ -35,7 +35,7 @@ pub(crate) enum StepCommitError {
     Author(#[source] RenderError),
     /// Git refused the commit.
     #[error(transparent)]
-    Git(#[from] crate::git::CommitError),
+    Git(#[from] crate::worktree::facts::CommitError),
 }
 
 impl Runner {
@@ -48,7 +48,7 @@ impl Runner {
         what: &'static str,
         before: Option<&str>,
     ) -> Result<(), StepCommitError> {
-        let after = crate::git::head(&self.workdir()).await;
+        let after = crate::worktree::facts::head(&self.workdir()).await;
         if after.is_some() && after.as_deref() != before {
             return Ok(());
         }
@@ -91,7 +91,7 @@ impl Runner {
             .and_then(|c| c.author.as_ref())
             .map(|t| t.parsed.render(vars).map_err(StepCommitError::Author))
             .transpose()?;
-        let options = crate::git::CommitOptions {
+        let options = crate::worktree::facts::CommitOptions {
             message,
             author,
             sign: config.is_some_and(|c| c.sign),
@@ -107,6 +107,6 @@ impl Runner {
                 .flatten()
                 .map(str::to_owned),
         };
-        Ok(crate::git::commit(&self.workdir(), &options).await?)
+        Ok(crate::worktree::facts::commit(&self.workdir(), &options).await?)
     }
 }

@@ -56,7 +56,7 @@ impl Runner {
             return outcome;
         }
         let head_before = if step.commit_required || step.auto_commit || !step.outputs.is_empty() {
-            crate::git::head(&self.workdir()).await
+            crate::worktree::facts::head(&self.workdir()).await
         } else {
             None
         };

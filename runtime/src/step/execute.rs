@@ -398,7 +398,7 @@ impl Runner {
             }
             (_, ended) => ended,
         };
-        let limit = crate::claude::limit::of_stream(&stream, ended.code(), self.wall_secs());
+        let limit = stream.usage_limit(ended.code(), self.wall_secs());
         let mut call = stream.finish(ended, log_path);
         call.usage_limit = limit;
         out.streamed = shown;

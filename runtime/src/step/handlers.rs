@@ -62,7 +62,7 @@ impl Runner {
             strategy: on_failure.strategy,
         });
         let head_before = if on_failure.commit_required {
-            crate::git::head(&self.workdir()).await
+            crate::worktree::facts::head(&self.workdir()).await
         } else {
             None
         };
@@ -182,7 +182,7 @@ impl Runner {
         if let (Some(id), Some(before)) = (&step.step_id, &head_before)
             && !step.outputs.is_empty()
         {
-            let changed = crate::git::changes(&self.workdir(), before).await;
+            let changed = crate::worktree::facts::changes(&self.workdir(), before).await;
             let files: Vec<&str> = changed["files_changed"]
                 .as_array()
                 .map(|a| a.iter().filter_map(Value::as_str).collect())

@@ -148,7 +148,7 @@ impl Runner {
                 self.say(Message::PromptPreview(self.preview(&prompt.parsed, vars)));
             }
             let head_before = if on_incomplete.commit_required {
-                crate::git::head(&self.workdir()).await
+                crate::worktree::facts::head(&self.workdir()).await
             } else {
                 None
             };

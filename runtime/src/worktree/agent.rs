@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::records::BranchesLeft;
 use super::stamps::{Known, Stamps};
 use super::watch::Watcher;
 use super::{
@@ -222,7 +223,9 @@ impl Pool {
             if reset.is_err() || self.clean(&path).await.is_err() {
                 continue;
             }
-            let base = crate::git::head(&path).await.unwrap_or_default();
+            let base = crate::worktree::facts::head(&path)
+                .await
+                .unwrap_or_default();
             self.idle().push(AgentWorktree {
                 workdir: path.clone(),
                 path,
@@ -344,16 +347,6 @@ pub struct Swept {
     pub locks: usize,
     /// The agent branches that are still there, and why.
     pub left: Option<BranchesLeft>,
-}
-
-/// Agent branches [`sweep_agents`] could not delete (none named when they could not even
-/// be listed), and why: git's message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BranchesLeft {
-    /// The branches still there.
-    pub branches: Vec<String>,
-    /// Why: git's first error.
-    pub why: String,
 }
 
 /// What git adds to a file's name for its lock (`refs/heads/x.lock`): git's, not a path of

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use prodigy_plan::PlanWorktree;
 
+pub use super::records::PrepareNote;
 use super::{WorktreeError, git};
 use crate::message::Message;
 use crate::runner::Runner;
@@ -84,40 +85,6 @@ pub struct Prepared {
     pub needs_setup: bool,
     /// Whether the worktree was not prepared before (its notes are said then only).
     pub first: bool,
-}
-
-/// What preparing a worktree found worth a note (said as `note: …`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PrepareNote {
-    /// A `worktree.copy` entry names a file git tracks: every worktree has it already.
-    CopyTracked {
-        /// The entry.
-        entry: String,
-    },
-    /// A `worktree.copy` entry matches no untracked file of the checkout.
-    CopyMatchesNothing {
-        /// The entry.
-        entry: String,
-        /// The user's checkout.
-        source: PathBuf,
-    },
-    /// A file `worktree.copy` matches is inside a linked directory: not copied.
-    CopyThroughLink {
-        /// The file, relative to the worktree's root.
-        file: String,
-    },
-    /// A `worktree.link` entry is no directory of the checkout.
-    LinkNotADirectory {
-        /// The entry.
-        entry: String,
-        /// The user's checkout.
-        source: PathBuf,
-    },
-    /// A `worktree.link` entry exists in the worktree already (tracked?): not linked.
-    LinkExists {
-        /// The entry.
-        entry: String,
-    },
 }
 
 /// Prepares the worktree at WORKTREE (its root) from the user's checkout at SOURCE (the

@@ -1,6 +1,7 @@
 //! Bringing a session's work back: the end of a map phase, and the session branch merged
 //! into the branch the run started from (with the workflow's `merge` steps, or `git merge`).
 
+use super::records::OffBranch;
 use crate::message::Message;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -180,62 +181,6 @@ pub fn session_changes(session: &SessionWorktree) -> (Vec<String>, Vec<String>) 
         .map(str::to_owned)
         .collect();
     (commits, files)
-}
-
-/// Where a step left the session worktree's `HEAD` when it is not on the run's branch (a
-/// step that switched to a branch of its own, or checked a commit out), and what became of
-/// its commits ([`follow_head`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OffBranch {
-    /// `HEAD` descends from the run's branch: the branch was moved to it and the worktree
-    /// put back on it, so that its commits are merged like the others.
-    Followed {
-        /// Where `HEAD` was: a branch's name, or `None` for a detached `HEAD`.
-        head: Option<String>,
-        /// The run's branch.
-        branch: String,
-        /// Commits it gained.
-        commits: usize,
-    },
-    /// `HEAD` does not descend from the run's branch: its commits cannot be merged as the
-    /// run's work. They stay on KEPT (the branch `HEAD` was on, or one made for a detached
-    /// `HEAD`, so that removing the worktree never loses them).
-    Diverged {
-        /// Where `HEAD` was: a branch's name, or `None` for a detached `HEAD`.
-        head: Option<String>,
-        /// The run's branch.
-        branch: String,
-        /// The branch that holds `HEAD`'s commits.
-        kept: String,
-    },
-}
-
-impl std::fmt::Display for OffBranch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let was = |head: &Option<String>| {
-            head.as_ref()
-                .map_or_else(|| "a detached HEAD".to_owned(), |b| format!("branch `{b}`"))
-        };
-        match self {
-            OffBranch::Followed {
-                head,
-                branch,
-                commits,
-            } => write!(
-                f,
-                "a step left the run's worktree on {} instead of the run's branch `{branch}`; the {} made there {} from `{branch}`, which now points at {} and is merged as the run's work",
-                was(head),
-                crate::progress::count(*commits, "commit"),
-                if *commits == 1 { "descends" } else { "descend" },
-                if *commits == 1 { "it" } else { "them" }
-            ),
-            OffBranch::Diverged { head, branch, kept } => write!(
-                f,
-                "a step left the run's worktree on {}, whose commits do not descend from the run's branch `{branch}`: they are not the run's work and are not merged; they are on branch `{kept}` (merge or drop it yourself)",
-                was(head),
-            ),
-        }
-    }
 }
 
 /// Brings the session worktree's `HEAD` back to the run's branch when a step moved it off

@@ -52,23 +52,6 @@ pub enum WorktreeError {
     },
 }
 
-/// The session worktree of a run, as its checkpoint keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionWorktree {
-    /// The worktree's root.
-    pub path: PathBuf,
-    /// Where commands run: the project directory's place inside the worktree.
-    pub workdir: PathBuf,
-    /// `prodigy-{session_id}`.
-    pub branch: String,
-    /// The branch the run started from (`None` on a detached HEAD).
-    pub target_branch: Option<String>,
-    /// The commit the session branched from.
-    pub base_commit: String,
-    /// The user's repository (its top level).
-    pub repo: PathBuf,
-}
-
 /// A map agent's worktree.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentWorktree {
@@ -261,26 +244,6 @@ pub async fn changes(dir: &Path) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
-}
-
-/// A path in a working tree that no commit holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Uncommitted {
-    /// Relative to the top of the working tree; directories end with `/`.
-    pub path: String,
-    /// What it is.
-    pub kind: UncommittedKind,
-}
-
-/// Why a path is in no commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UncommittedKind {
-    /// New or changed, not committed.
-    Changed,
-    /// Matched by `.gitignore`.
-    Ignored,
-    /// An empty directory: git keeps none, committed or not.
-    EmptyDir,
 }
 
 /// What the working tree at TOP holds that no commit does: what `git status` shows
@@ -665,9 +628,11 @@ pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), 
 
 mod agent;
 pub mod bootstrap;
+pub mod facts;
 mod fill;
 mod list;
 mod merge;
+pub mod records;
 mod refs;
 mod spare;
 mod stamps;
@@ -676,6 +641,7 @@ mod watch;
 pub use agent::*;
 pub use list::*;
 pub use merge::*;
+pub use records::{BranchesLeft, OffBranch, SessionWorktree, Uncommitted, UncommittedKind};
 pub(crate) use refs::{head_from_files, head_in_git_dir};
 
 #[cfg(test)]

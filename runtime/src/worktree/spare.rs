@@ -40,7 +40,7 @@ pub(super) async fn park(layout: &Layout, repo: &Path, path: &Path, keep: &[Stri
     if clean(path, keep).await.is_err() {
         return false;
     }
-    let Some(head) = crate::git::head(path).await else {
+    let Some(head) = crate::worktree::facts::head(path).await else {
         return false;
     };
     if git(path, &["update-ref", "--no-deref", "HEAD", &head])

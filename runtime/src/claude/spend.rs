@@ -14,24 +14,15 @@
 //! `job_resumed`): the calls of agents that ran elsewhere reach the job's spend through their
 //! results.
 
+pub use crate::store::EventsMark;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::claude::{End, Stream, Totals};
 use crate::events::Event;
 // Every line the events file writes starts with its time and type: a glance reads the type.
-use crate::live::kind_of;
-
-/// A place in a job's events: a file of its events directory, and how many bytes of it had
-/// been written.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EventsMark {
-    /// The file's name (`events-STAMP.jsonl`).
-    pub file: String,
-    /// Its length then.
-    pub offset: u64,
-}
+use crate::events::kind_of;
 
 /// A Claude call that has a `claude_started` and no `claude_finished`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,7 +154,7 @@ pub fn read_events(dir: &Path) -> Vec<(String, Vec<u8>)> {
 /// The call whose stream is in LOG, as it ended when its process was killed: its cost the
 /// `result`'s, or estimated from what it streamed; `None` when the log cannot be read.
 #[must_use]
-pub fn price(log: &Path) -> Option<crate::claude::Call> {
+pub fn price(log: &Path) -> Option<crate::claude::kinds::Call> {
     let text = std::fs::read(log).ok()?;
     let mut stream = Stream::default();
     for line in String::from_utf8_lossy(&text).lines() {
