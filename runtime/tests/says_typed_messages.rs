@@ -1,4 +1,4 @@
-//! The runtime says typed messages (ARCHITECTURE.md, `message`): nothing under
+//! The runtime says typed messages (ARCHITECTURE.md, invariant 14): nothing under
 //! `runtime/src` words a message as free text (`Message::warning(…)`, `Message::Text`, …);
 //! each is a `Message` variant with its data, worded by the binary's reporter. A command's
 //! own output is `Message::Output` / `Message::Result`.
@@ -62,7 +62,7 @@ fn the_runtime_says_no_free_text() {
     assert!(
         found.is_empty(),
         "the runtime says typed messages: add a `Message` variant with its data and word it \
-         in `src/report.rs` (ARCHITECTURE.md, `message`):\n{}",
+         in `src/report.rs` (ARCHITECTURE.md, invariant 14):\n{}",
         found.join("\n")
     );
 }

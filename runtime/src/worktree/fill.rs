@@ -387,7 +387,11 @@ fn copy_one(from: &Path, to: &Path, entry: &Entry, buffer: &mut [u8]) -> Option<
 }
 
 /// Git keeps the low 32 bits of each field.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "git's index keeps the low 32 bits of each stat field, as these casts do"
+)]
 fn stat_of(meta: &Metadata) -> Stat {
     Stat {
         ctime: (meta.ctime() as u32, meta.ctime_nsec() as u32),
