@@ -215,7 +215,7 @@ fn untrue_lint_claims(text: &str, manifest: &str) -> Vec<String> {
     for word in backticked(text) {
         if word.starts_with("clippy::")
             && !claimed.contains(word)
-            && !lints.get(word).is_some_and(|level| level != "allow")
+            && lints.get(word).is_none_or(|level| level == "allow")
         {
             problems.push(format!(
                 "`{word}` is named but not on in [workspace.lints.clippy]"
