@@ -397,3 +397,30 @@ fn node(graph: &Graph, wanted: &dyn Fn(&Node) -> bool) -> Option<usize> {
         .find(|(_, n)| wanted(n))
         .map(|(i, _)| i.index())
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every event `graph --status` matches on is one the runtime writes: a renamed event
+    /// fails here rather than leaving the picture without it.
+    #[test]
+    fn the_events_it_reads_are_events() {
+        let source = include_str!("graph_status.rs");
+        let body = |name: &str| {
+            let start = source.find(name).unwrap_or_default();
+            let end = start + source[start..].find("\n    }\n").unwrap_or_default();
+            &source[start..end]
+        };
+        let all = prodigy_runtime::events::vocabulary();
+        let read = prodigy_runtime::events::arm_names(body("    fn reads(kind: &str)"));
+        assert!(read.len() > 15, "the scan found too few: {read:?}");
+        let unknown: Vec<&String> = read.iter().filter(|n| !all.contains(n)).collect();
+        assert!(unknown.is_empty(), "not events: {unknown:?}");
+        // What it lets through, it reads.
+        let feed = body("    fn feed(&mut self");
+        let unread: Vec<&String> = read
+            .iter()
+            .filter(|n| !feed.contains(&format!("\"{n}\"")))
+            .collect();
+        assert!(unread.is_empty(), "let through and not read: {unread:?}");
+    }
+}

@@ -880,6 +880,62 @@ impl<'de> Deserialize<'de> for Event {
     }
 }
 
+/// The `event_type` of every [`Event`] variant, as its events file writes it, sorted: the one
+/// vocabulary that readers of events (the read model, `graph --status`, `events`) are held to
+/// by their tests. Read from serde's own list of the variants, which its error for an
+/// unknown one names; variants that share a written name ([`SHARED_TYPES`]) under it.
+pub fn vocabulary() -> Vec<String> {
+    let unknown = serde_json::json!({ "event_type": "" });
+    let message = match Event::deserialize(unknown) {
+        Err(e) => e.to_string(),
+        Ok(_) => String::new(),
+    };
+    let listed = message
+        .split_once("expected one of ")
+        .map_or("", |(_, list)| list);
+    let mut names: Vec<String> = listed
+        .split(", ")
+        .map(|n| n.trim().trim_matches('`').to_owned())
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            SHARED_TYPES
+                .iter()
+                .find(|(_, _, second)| *second == n)
+                .map_or(n, |(first, _, _)| (*first).to_owned())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The names SOURCE's `match` arms name: each line whose pattern (before `=>` and any
+/// `if` guard) is only string literals joined by `|`. For the tests that hold a reader of
+/// events (the read model, `graph --status`, `events`) to [`vocabulary`].
+pub fn arm_names(source: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for line in source.lines() {
+        let pattern = line.trim().trim_start_matches('|');
+        let pattern = pattern.split("=>").next().unwrap_or_default();
+        let pattern = pattern.split(" if ").next().unwrap_or_default().trim();
+        let literals: Vec<&str> = pattern
+            .split('|')
+            .map(str::trim)
+            .map(|n| n.strip_prefix('"').and_then(|n| n.strip_suffix('"')))
+            .collect::<Option<Vec<&str>>>()
+            .unwrap_or_default();
+        if literals
+            .iter()
+            .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        {
+            names.extend(literals.iter().map(|n| (*n).to_owned()));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
 impl Event {
     /// The event's fields as its file holds them, `event_type` first.
     pub fn to_json(&self) -> serde_json::Map<String, Value> {

@@ -456,51 +456,54 @@ impl Line<'_> {
     }
 }
 
-/// Whether [`Live::fold`] reads events of KIND (its `match` names these; the others are
-/// only placed).
+/// The events [`Live::fold`] reads (its `match` names these; the others are only placed),
+/// sorted. Its tests hold it to [`crate::events::vocabulary`]: every event is here or in
+/// `NOT_FOLDED`, with why.
+const FOLDED: &[&str] = &[
+    "CircuitClosed",
+    "CircuitHalfOpen",
+    "CircuitOpen",
+    "agent_cancelled",
+    "agent_completed",
+    "agent_failed",
+    "agent_rejected",
+    "agent_started",
+    "claude_budget_reached",
+    "claude_finished",
+    "claude_limit_lifted",
+    "claude_limit_reached",
+    "claude_slots_changed",
+    "claude_started",
+    "dlq_item_added",
+    "dlq_item_removed",
+    "dlq_item_updated",
+    "dlq_retry_finished",
+    "dlq_retry_started",
+    "input_loaded",
+    "item_retry_scheduled",
+    "item_skipped",
+    "job_finished",
+    "job_resumed",
+    "job_started",
+    "job_stopping",
+    "map_started",
+    "reduce_started",
+    "retry_scheduled",
+    "setup_started",
+    "slurm_task_adopted",
+    "slurm_task_submitted",
+    "step_finished",
+    "step_skipped",
+    "step_started",
+    "task_adopted",
+    "task_submitted",
+    "workflow_finished",
+    "workflow_started",
+];
+
+/// Whether [`Live::fold`] reads events of KIND.
 fn folded(kind: &str) -> bool {
-    matches!(
-        kind,
-        "job_started"
-            | "job_resumed"
-            | "workflow_started"
-            | "setup_started"
-            | "input_loaded"
-            | "map_started"
-            | "reduce_started"
-            | "job_finished"
-            | "workflow_finished"
-            | "job_stopping"
-            | "claude_budget_reached"
-            | "claude_limit_reached"
-            | "claude_limit_lifted"
-            | "claude_slots_changed"
-            | "CircuitOpen"
-            | "CircuitHalfOpen"
-            | "CircuitClosed"
-            | "agent_started"
-            | "task_submitted"
-            | "task_adopted"
-            | "slurm_task_submitted"
-            | "slurm_task_adopted"
-            | "agent_completed"
-            | "agent_failed"
-            | "agent_cancelled"
-            | "agent_rejected"
-            | "item_retry_scheduled"
-            | "item_skipped"
-            | "dlq_item_added"
-            | "dlq_item_removed"
-            | "dlq_item_updated"
-            | "dlq_retry_started"
-            | "dlq_retry_finished"
-            | "step_started"
-            | "step_finished"
-            | "step_skipped"
-            | "retry_scheduled"
-            | "claude_started"
-            | "claude_finished"
-    )
+    FOLDED.binary_search(&kind).is_ok()
 }
 
 /// A file read as it grows.
@@ -1619,6 +1622,100 @@ pub fn default_id(home: &Path, repo: Option<&str>) -> Option<String> {
         .find(|r| r.state == runs::State::Running)
         .or_else(|| listing.runs.first())
         .map(|r| r.id.clone())
+}
+
+#[cfg(test)]
+mod vocabulary_tests {
+    use super::FOLDED;
+
+    /// Names of earlier versions' events, which the read model still folds.
+    const LEGACY: &[&str] = &["slurm_task_adopted", "slurm_task_submitted"];
+
+    /// The events the read model does not fold, and why: with [`FOLDED`], every event.
+    const NOT_FOLDED: &[&str] = &[
+        // A step's attempts, handlers, validation and captures: `step_*` and `retry_scheduled`
+        // carry what the read model shows of a step; `logs` and `events` show the rest.
+        "attempt_finished",
+        "attempt_started",
+        "capture_failed",
+        "exit_code_handler_started",
+        "fallback_started",
+        "handler_finished",
+        "handler_started",
+        "item_handler_finished",
+        "item_handler_started",
+        "step_failed",
+        "step_failed_continued",
+        "step_validation_finished",
+        "success_handler_started",
+        "validation_finished",
+        "variable_captured",
+        // Merges, worktrees and checkpoints: the job's state files say where it is.
+        "agent_merge_failed",
+        "agent_merge_recovered",
+        "agent_merged",
+        "agent_worktree_kept",
+        "agent_worktrees_swept",
+        "checkpoint_saved",
+        "merge_conflict_handler_finished",
+        "merge_conflict_handler_started",
+        "merge_finished",
+        "merge_started",
+        "setup_left_uncommitted",
+        "worktree_prepared",
+        // Phase ends: the next phase's start, or the job's end, is what changes the picture.
+        "map_finished",
+        "reduce_finished",
+        "setup_finished",
+        // A repeated Claude call is one call; a task's start and cancel show as its agent's.
+        "claude_call_repeated",
+        "task_cancelled",
+        "task_started",
+        // What the run says about itself, not about its items.
+        "internal_error",
+        "notification_finished",
+        "state_write_failed",
+    ];
+
+    /// Every event is folded by the read model or listed as not, and the names are events.
+    #[test]
+    fn every_event_is_folded_or_said_why_not() {
+        let all = crate::events::vocabulary();
+        assert!(all.len() > 50, "the vocabulary was not read: {all:?}");
+        assert!(FOLDED.is_sorted(), "FOLDED is searched: keep it sorted");
+        let mut listed: Vec<&str> = FOLDED
+            .iter()
+            .filter(|k| !LEGACY.contains(k))
+            .chain(NOT_FOLDED)
+            .copied()
+            .collect();
+        listed.sort_unstable();
+        let unlisted: Vec<&String> = all
+            .iter()
+            .filter(|k| !listed.contains(&k.as_str()))
+            .collect();
+        let unknown: Vec<&&str> = listed
+            .iter()
+            .filter(|k| !all.iter().any(|a| a == *k))
+            .collect();
+        assert!(
+            unlisted.is_empty() && unknown.is_empty(),
+            "events neither folded nor in NOT_FOLDED: {unlisted:?}; names that are no event: {unknown:?}"
+        );
+        let both: Vec<&&str> = NOT_FOLDED.iter().filter(|k| FOLDED.contains(k)).collect();
+        assert!(both.is_empty(), "folded and not: {both:?}");
+    }
+
+    /// The arms of [`super::Live::fold`]'s `match` name exactly the events in [`FOLDED`], so
+    /// that an event let through is read, and one read is let through.
+    #[test]
+    fn the_folds_arms_are_the_folded_events() {
+        let source = include_str!("live.rs");
+        let start = source.find("    fn fold(&mut self").unwrap();
+        let end = start + source[start..].find("\n    }\n").unwrap();
+        let arms = crate::events::arm_names(&source[start..end]);
+        assert_eq!(arms, FOLDED);
+    }
 }
 
 #[cfg(test)]
