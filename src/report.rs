@@ -231,6 +231,7 @@ fn class(message: &Message) -> Class {
         | Message::NothingSelected { .. }
         | Message::DistinctMissing { .. }
         | Message::NumbersAsText { .. }
+        | Message::IntegrationRefLeft(_)
         | Message::ItemsLoaded { .. }
         | Message::KeptWorktreeNotNoted { .. }
         | Message::AgentWorktreeKept { .. }
@@ -522,6 +523,10 @@ fn text(message: &Message) -> String {
         Message::DistinctMissing { field, missing } => format!(
             "warning: `distinct: {field}`: {missing} items have no `{}` and were kept as one",
             field.strip_prefix("item.").unwrap_or(field)
+        ),
+        Message::IntegrationRefLeft(left) => format!(
+            "warning: the map phase's work is merged, but `{}` could not be deleted ({}); the next map phase's end deletes it",
+            left.name, left.why
         ),
         Message::NumbersAsText { count: 1, first } => format!(
             "note: the map input's number `{first}` is beyond what a 64-bit number holds: items carry it as the string it was written as"

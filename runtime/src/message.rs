@@ -238,6 +238,8 @@ pub enum Message {
         /// The input as rendered.
         input: String,
     },
+    /// A map phase's work is merged, but its integration ref could not be deleted.
+    IntegrationRefLeft(crate::worktree::records::RefLeft),
     /// Numbers in the map input that no 64-bit value holds reach the items as the strings they
     /// were written as (docs/language.md §7), so that an agent sees their digits unchanged.
     NumbersAsText {
@@ -590,6 +592,7 @@ impl Message {
             | Message::SetupLeftovers { .. }
             | Message::DistinctMissing { .. }
             | Message::NumbersAsText { .. }
+            | Message::IntegrationRefLeft(_)
             | Message::ItemsLoaded { .. }
             | Message::AgentWorktreeKept { .. }
             | Message::SparesKept { .. }

@@ -502,13 +502,17 @@ impl Runner {
                 dir: self.opts.layout.worktrees_dir(),
             });
         }
-        crate::worktree::finish_map(session)
+        let left = crate::worktree::finish_map(session)
             .await
             .map_err(|source| crate::worktree::FinishMapError {
                 branch: session.branch.clone(),
                 path: session.path.clone(),
                 source,
-            })
+            })?;
+        if let Some(left) = left {
+            self.say(crate::message::Message::IntegrationRefLeft(left));
+        }
+        Ok(())
     }
 
     /// Whether the workflow has `merge` steps.

@@ -1,7 +1,7 @@
 //! Bringing a session's work back: the end of a map phase, and the session branch merged
 //! into the branch the run started from (with the workflow's `merge` steps, or `git merge`).
 
-use super::records::OffBranch;
+use super::records::{OffBranch, RefLeft};
 use crate::message::Message;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -72,7 +72,12 @@ pub(super) const FINISHING: &str = "prodigy-finishing-map";
 /// in part; those, and only those (the paths the merge changes, which git refuses to start
 /// on when they hold changes of their own), are put back as the session's commit has them,
 /// at once and again by the next try, so that `resume-job` goes on once there is room.
-pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> {
+///
+/// Once the merge is done, the integration ref goes; when it cannot (a lock a killed git
+/// left, or one held for longer than the wait), the job goes on: its work is in the session
+/// branch, the ref is named ([`RefLeft`]), and the next map phase's end deletes it (merging
+/// it again is a fast-forward to where the branch is).
+pub async fn finish_map(session: &SessionWorktree) -> Result<Option<RefLeft>, WorktreeError> {
     let name = integration_ref(session);
     let marker = git(&session.path, &["rev-parse", "--git-path", FINISHING])
         .await
@@ -87,7 +92,7 @@ pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> 
     }
     let Ok(head) = git(&session.path, &["rev-parse", "-q", "--verify", &name]).await else {
         let _ = std::fs::remove_file(&marker);
-        return Ok(());
+        return Ok(None);
     };
     let to = head.trim();
     let from = git(&session.path, &["rev-parse", "HEAD"]).await?;
@@ -107,11 +112,14 @@ pub async fn finish_map(session: &SessionWorktree) -> Result<(), WorktreeError> 
         }
         return Err(e);
     }
+    let _ = std::fs::remove_file(&marker);
     // Deleting a ref rewrites `packed-refs`, whose lock the end-of-phase sweep's branch
     // deletions may hold at this moment.
-    super::git_retrying(&session.path, &["update-ref", "-d", &name]).await?;
-    let _ = std::fs::remove_file(&marker);
-    Ok(())
+    let deleted = super::git_retrying(&session.path, &["update-ref", "-d", &name]).await;
+    Ok(deleted.err().map(|e| RefLeft {
+        name,
+        why: e.to_string(),
+    }))
 }
 
 /// Puts back, in the worktree at DIR whose `HEAD` is still FROM, the paths a merge from FROM

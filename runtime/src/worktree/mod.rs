@@ -1425,6 +1425,46 @@ mod tests {
         assert_eq!(repository(dir.path()), None);
     }
 
+    /// A lock a killed git left on `packed-refs` does not fail a map phase whose work is
+    /// merged: the integration ref is named, and the next end of a map phase deletes it.
+    #[tokio::test]
+    async fn an_integration_ref_that_cannot_be_deleted_does_not_undo_the_merge() {
+        let project = repo();
+        let home = tempfile::tempdir().unwrap();
+        let layout = layout(home.path());
+        let (top, prefix) = repository(project.path()).unwrap();
+        commit_file(&top, "a.txt", "a\n");
+        // Git gives up on the held lock at once (not after its default second).
+        git_sync(&top, &["config", "core.packedRefsTimeout", "0"]).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s11").await.unwrap();
+        let pool = Pool::default();
+        let agent = create_agent(&layout, &session, &pool, "item_0")
+            .await
+            .unwrap();
+        commit_file(&agent.path, "a.txt", "changed by the agent\n");
+        merge_agent(&session, &pool, &agent, "merge").await.unwrap();
+        pool.release(agent);
+        pool.drain(&top).await;
+        let name = integration_ref(&session);
+        let to = git_sync(&session.path, &["rev-parse", &name]).unwrap();
+        git_sync(&top, &["pack-refs", "--all"]).unwrap();
+        let lock = top.join(".git/packed-refs.lock");
+        std::fs::write(&lock, "").unwrap();
+        let left = finish_map(&session).await.unwrap().unwrap();
+        assert_eq!(left.name, name);
+        assert!(left.why.contains("packed-refs.lock"), "{}", left.why);
+        assert_eq!(git_sync(&session.path, &["rev-parse", "HEAD"]).unwrap(), to);
+        assert_eq!(
+            std::fs::read_to_string(session.path.join("a.txt")).unwrap(),
+            "changed by the agent\n"
+        );
+        // Once the lock is gone, the next end of a map phase deletes the ref.
+        std::fs::remove_file(&lock).unwrap();
+        assert_eq!(finish_map(&session).await.unwrap(), None);
+        assert!(git_sync(&session.path, &["rev-parse", "-q", "--verify", &name]).is_none());
+        assert_eq!(git_sync(&session.path, &["rev-parse", "HEAD"]).unwrap(), to);
+    }
+
     /// A map phase whose merge into the session worktree was cut short (a full disk, a
     /// kill) left files git had begun to write: a file the merge adds, empty, and a tracked
     /// one it changes, truncated. The next try puts exactly those back and merges, whatever

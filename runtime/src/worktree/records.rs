@@ -143,3 +143,13 @@ pub enum PrepareNote {
         entry: String,
     },
 }
+
+/// The integration ref of a map phase whose merged work is in the session branch but that
+/// could not be deleted ([`super::finish_map`]): the next map phase's end deletes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefLeft {
+    /// The ref (`refs/prodigy/…`).
+    pub name: String,
+    /// Why: git's message.
+    pub why: String,
+}
