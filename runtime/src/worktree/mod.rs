@@ -99,6 +99,10 @@ const GIT_OPTIONS: [&str; 9] = [
 ];
 
 /// Runs git in DIR: its exit code, standard output and standard error.
+///
+/// A git whose caller stops waiting (a run interrupted mid-merge) is left to finish, never
+/// killed: git killed while it changes refs leaves their lock files behind (`packed-refs.lock`),
+/// and every later ref change in the repository fails until someone removes them.
 async fn git_output(
     dir: &Path,
     args: &[&str],
@@ -108,7 +112,7 @@ async fn git_output(
         .args(args)
         .current_dir(dir)
         .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
+        .kill_on_drop(false)
         .output()
         .await
         .map_err(WorktreeError::Spawn)?;
