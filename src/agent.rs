@@ -37,14 +37,14 @@ impl ExecutorChoice {
 
     /// The runtime's executor; without a shared filesystem (`--no-shared-fs`), its agents
     /// see only the repository served at SERVE (src/noshare.rs).
-    pub(crate) fn executor_with(
+    pub(crate) fn host_with(
         self,
         no_shared_fs: bool,
         serve: Option<std::net::SocketAddr>,
     ) -> AgentHost {
         use prodigy_runtime::backend::noshare::{Launch, NoShare};
         if !no_shared_fs {
-            return self.executor();
+            return self.host();
         }
         let launch = match self {
             ExecutorChoice::Slurm => Launch::Slurm(slurm_options()),
@@ -83,7 +83,7 @@ impl ExecutorChoice {
     }
 
     /// The runtime's executor: Slurm tasks run this very program.
-    pub(crate) fn executor(self) -> AgentHost {
+    pub(crate) fn host(self) -> AgentHost {
         match self {
             ExecutorChoice::Local => AgentHost::local(),
             ExecutorChoice::Slurm => AgentHost::new(Arc::new(slurm_options())),

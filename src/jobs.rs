@@ -659,7 +659,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let (no_shared_fs, serve) =
         args.executor
             .no_shared_fs(&plan, args.no_shared_fs, args.serve_addr);
-    let executor = args.executor.executor_with(no_shared_fs, serve);
+    let executor = args.executor.host_with(no_shared_fs, serve);
     let job = args.job.clone();
     let total = usize::try_from(checkpoint.items_total).unwrap_or(usize::MAX);
     let completed = checkpoint.status == prodigy_runtime::jobstore::Status::Completed;

@@ -50,41 +50,7 @@ pub enum LiveError {
     },
 }
 
-/// How a run stands, as the dashboard shows it: the checkpoint's state, and whether its
-/// Claude calls wait for a usage limit to reset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    /// A live process runs it.
-    Running,
-    /// A live process runs it, but its Claude calls wait for the usage limit to reset.
-    Paused,
-    /// Its checkpoint says running, but no process holds it.
-    Crashed,
-    /// It ended well.
-    Completed,
-    /// A step or the error policy failed it.
-    Failed,
-    /// The error policy or the budget stopped it.
-    Stopped,
-    /// A signal stopped it.
-    Interrupted,
-}
-
-impl State {
-    /// The word shown.
-    pub fn word(self) -> &'static str {
-        match self {
-            State::Running => "running",
-            State::Paused => "paused at the usage limit",
-            State::Crashed => "crashed",
-            State::Completed => "completed",
-            State::Failed => "failed",
-            State::Stopped => "stopped",
-            State::Interrupted => "interrupted",
-        }
-    }
-}
+pub use crate::runs::State;
 
 /// The counts of a job's items (a standard run's steps).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -193,10 +159,11 @@ pub struct StepLive {
     pub retries: u64,
 }
 
-/// How an item stands.
+/// How an item stands now, as the read model shows it: waiting, running or retrying, or how
+/// it ended (the outcome its record holds, [`crate::jobstore::ItemStatus`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ItemStatus {
+pub enum Standing {
     /// Not started.
     Pending,
     /// An agent works on it.
@@ -219,7 +186,7 @@ pub struct ItemRow {
     /// N.
     pub index: u64,
     /// How it stands.
-    pub status: ItemStatus,
+    pub status: Standing,
     /// Attempts started.
     pub attempts: u32,
     /// The last finished attempt's duration.
@@ -801,7 +768,7 @@ impl Live {
         self.items.entry(index).or_insert_with(|| ItemRow {
             item_id: format!("item_{index}"),
             index,
-            status: ItemStatus::Pending,
+            status: Standing::Pending,
             attempts: 0,
             duration_secs: None,
             cost_usd: 0.0,
@@ -872,8 +839,8 @@ impl Live {
                 if kind == "job_resumed" {
                     // Items that were running start again.
                     for row in self.items.values_mut() {
-                        if row.status == ItemStatus::Running || row.status == ItemStatus::Retrying {
-                            row.status = ItemStatus::Pending;
+                        if row.status == Standing::Running || row.status == Standing::Retrying {
+                            row.status = Standing::Pending;
                         }
                     }
                 }
@@ -924,7 +891,7 @@ impl Live {
                 let attempt = number("attempt").and_then(|n| u32::try_from(n).ok());
                 if let Some(index) = index {
                     let row = self.row(index);
-                    row.status = ItemStatus::Running;
+                    row.status = Standing::Running;
                     row.attempts = attempt.unwrap_or(row.attempts + 1);
                     row.agent_id = text("agent_id");
                 }
@@ -970,10 +937,10 @@ impl Live {
                     let error = text("error");
                     let row = self.row(index);
                     match kind {
-                        "agent_completed" => row.status = ItemStatus::Succeeded,
-                        "agent_cancelled" => row.status = ItemStatus::Pending,
+                        "agent_completed" => row.status = Standing::Succeeded,
+                        "agent_cancelled" => row.status = Standing::Pending,
                         _ => {
-                            row.status = ItemStatus::Failed;
+                            row.status = Standing::Failed;
                             row.error = error.or_else(|| text("reason"));
                         }
                     }
@@ -990,12 +957,12 @@ impl Live {
             "item_retry_scheduled" => {
                 self.counts.retries += 1;
                 if let Some(index) = index {
-                    self.row(index).status = ItemStatus::Retrying;
+                    self.row(index).status = Standing::Retrying;
                 }
             }
             "item_skipped" => {
                 if let Some(index) = index {
-                    self.row(index).status = ItemStatus::Skipped;
+                    self.row(index).status = Standing::Skipped;
                 }
             }
             "dlq_item_added" => {
@@ -1009,7 +976,7 @@ impl Live {
                     self.dlq.remove(&id);
                     let row = self.row(index);
                     row.in_dlq = false;
-                    row.status = ItemStatus::Succeeded;
+                    row.status = Standing::Succeeded;
                 }
             }
             // A retried item that failed again stays in the DLQ, failed.
@@ -1017,7 +984,7 @@ impl Live {
                 if let Some(index) = index {
                     let row = self.row(index);
                     row.in_dlq = true;
-                    row.status = ItemStatus::Failed;
+                    row.status = Standing::Failed;
                 }
             }
             "dlq_retry_started" => self.ended = false,
@@ -1161,11 +1128,11 @@ impl Live {
             counts.running = 0;
             for row in self.items.values() {
                 match row.status {
-                    ItemStatus::Succeeded => counts.succeeded += 1,
-                    ItemStatus::Failed => counts.failed += 1,
-                    ItemStatus::Skipped => counts.skipped += 1,
-                    ItemStatus::Running if live => counts.running += 1,
-                    ItemStatus::Running | ItemStatus::Pending | ItemStatus::Retrying => {}
+                    Standing::Succeeded => counts.succeeded += 1,
+                    Standing::Failed => counts.failed += 1,
+                    Standing::Skipped => counts.skipped += 1,
+                    Standing::Running if live => counts.running += 1,
+                    Standing::Running | Standing::Pending | Standing::Retrying => {}
                 }
             }
             counts.dlq = self.dlq.len() as u64;
@@ -1180,13 +1147,8 @@ impl Live {
     /// paused.
     fn state_now(&self) -> State {
         match self.summary.state {
-            runs::State::Running if self.pause.is_some() => State::Paused,
-            runs::State::Running => State::Running,
-            runs::State::Crashed => State::Crashed,
-            runs::State::Completed => State::Completed,
-            runs::State::Failed => State::Failed,
-            runs::State::Stopped => State::Stopped,
-            runs::State::Interrupted => State::Interrupted,
+            State::Running if self.pause.is_some() => State::Paused,
+            state => state,
         }
     }
 
@@ -1288,7 +1250,7 @@ impl Live {
     /// DESCENDING), the page of LIMIT rows from OFFSET; and how many matched.
     pub fn rows(
         &self,
-        filter: Option<ItemStatus>,
+        filter: Option<Standing>,
         sort: &str,
         descending: bool,
         offset: usize,
@@ -1298,7 +1260,7 @@ impl Live {
         let pending = ItemRow {
             item_id: String::new(),
             index: 0,
-            status: ItemStatus::Pending,
+            status: Standing::Pending,
             attempts: 0,
             duration_secs: None,
             cost_usd: 0.0,
@@ -1312,9 +1274,7 @@ impl Live {
         // Items never seen are pending; they get a row only when a page shows them.
         let mut rows: Vec<(u64, Option<&ItemRow>)> = (0..total)
             .map(|i| (i, self.items.get(&i)))
-            .filter(|(_, r)| {
-                filter.is_none_or(|f| r.map_or(ItemStatus::Pending, |r| r.status) == f)
-            })
+            .filter(|(_, r)| filter.is_none_or(|f| r.map_or(Standing::Pending, |r| r.status) == f))
             .collect();
         let order = |a: &(u64, Option<&ItemRow>), b: &(u64, Option<&ItemRow>)| {
             let (x, y) = (a.1.unwrap_or(&pending), b.1.unwrap_or(&pending));
@@ -1365,7 +1325,7 @@ impl Live {
         let row = self.items.get(&index).cloned().unwrap_or_else(|| ItemRow {
             item_id: item_id.to_owned(),
             index,
-            status: ItemStatus::Pending,
+            status: Standing::Pending,
             attempts: 0,
             duration_secs: None,
             cost_usd: 0.0,
@@ -1965,7 +1925,7 @@ mod tests {
         assert!((p.spend.cost_usd - 0.5).abs() < 1e-9);
         assert_eq!(p.steps[0].failed, 0, "the step itself never finished");
 
-        let (rows, matched) = live.rows(Some(ItemStatus::Failed), "index", false, 0, 10);
+        let (rows, matched) = live.rows(Some(Standing::Failed), "index", false, 0, 10);
         assert_eq!(matched, 1);
         assert_eq!(rows[0].item_id, "item_0");
         assert_eq!(rows[0].short, r#"{"n":1}"#);
@@ -2064,7 +2024,7 @@ mod tests {
         );
         let old = rows[1].task.as_ref().unwrap();
         assert_eq!((old.backend.as_str(), old.id.as_str()), ("slurm", "42_1"));
-        assert_eq!(rows[2].status, ItemStatus::Failed);
+        assert_eq!(rows[2].status, Standing::Failed);
         assert!(rows[2].in_dlq);
         let p = live.picture(parse("2026-11-26T10:00:05.000Z").unwrap());
         assert_eq!(p.counts.running, 0);
@@ -2293,7 +2253,7 @@ mod tests {
         let detail = live.item("item_2").unwrap();
         assert_eq!(detail.events.len(), 1);
         assert_eq!(detail.events[0]["event_type"], "attempt_finished");
-        assert_eq!(live.item("item_1").unwrap().row.status, ItemStatus::Running);
+        assert_eq!(live.item("item_1").unwrap().row.status, Standing::Running);
         assert_eq!(live.last_at.as_deref(), Some("2026-11-26T10:00:04.000Z"));
     }
 

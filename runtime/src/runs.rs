@@ -9,12 +9,16 @@ use serde::Serialize;
 use crate::jobstore::{JobFiles, JobStoreError, Status as JobStatus};
 use crate::store::{Checkpoint, CheckpointError, SessionStatus, is_locked};
 
-/// How a run or job stands.
+/// How a run or job stands: what `prodigy ls` reads from its state on disk, and what the
+/// read model shows (`status`, the dashboard), which alone says [`State::Paused`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     /// A live process holds its lock.
     Running,
+    /// A live process runs it, but its Claude calls wait for the usage limit to reset (its
+    /// events say so; its state on disk says running).
+    Paused,
     /// Its checkpoint says running, but no process holds its lock: it was killed.
     Crashed,
     /// Every step (or phase) ran.
@@ -32,6 +36,7 @@ impl State {
     pub fn word(self) -> &'static str {
         match self {
             State::Running => "running",
+            State::Paused => "paused at the usage limit",
             State::Crashed => "crashed",
             State::Completed => "completed",
             State::Failed => "failed",
@@ -44,7 +49,7 @@ impl State {
     pub fn resumable(self) -> bool {
         match self {
             State::Crashed | State::Failed | State::Stopped | State::Interrupted => true,
-            State::Running | State::Completed => false,
+            State::Running | State::Paused | State::Completed => false,
         }
     }
 }

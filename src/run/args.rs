@@ -111,9 +111,7 @@ impl JobArgs {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             cancel_running: self.cancel_running,
             strict: self.strict,
-            executor: self
-                .executor
-                .executor_with(self.no_shared_fs, self.serve_addr),
+            host: self.executor.host_with(self.no_shared_fs, self.serve_addr),
         }
     }
 }

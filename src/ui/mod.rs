@@ -29,7 +29,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prodigy_runtime::layout::{Layout, RunKind};
-use prodigy_runtime::live::{ItemStatus, Live};
+use prodigy_runtime::live::{Live, Standing};
 use prodigy_runtime::runs;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -535,7 +535,7 @@ async fn items(
 ) -> Response {
     let filter = match page.status.as_deref().filter(|s| !s.is_empty()) {
         None => None,
-        Some(s) => match serde_json::from_value::<ItemStatus>(Value::String(s.to_owned())) {
+        Some(s) => match serde_json::from_value::<Standing>(Value::String(s.to_owned())) {
             Ok(status) => Some(status),
             Err(_) => {
                 return (StatusCode::BAD_REQUEST, format!("no item status `{s}`\n"))

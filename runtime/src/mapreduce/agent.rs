@@ -28,7 +28,7 @@ pub(crate) struct AgentSpec {
     pub(crate) grace: Option<Duration>,
     pub(crate) cancel_running: bool,
     pub(crate) total: usize,
-    pub(crate) executor: crate::backend::AgentHost,
+    pub(crate) host: crate::backend::AgentHost,
     /// Whether a Slurm task a killed coordinator left for an item is adopted (the map
     /// phase, whose pending items have no outcome yet; not `dlq retry`, whose items do).
     pub(crate) adopt: bool,
@@ -41,7 +41,7 @@ impl AgentSpec {
         plan: &Plan,
         cancel_running: bool,
         total: usize,
-        executor: crate::backend::AgentHost,
+        host: crate::backend::AgentHost,
     ) -> Self {
         let Some(map) = &plan.map else {
             return AgentSpec {
@@ -51,7 +51,7 @@ impl AgentSpec {
                 grace: None,
                 cancel_running,
                 total,
-                executor,
+                host,
                 adopt: true,
                 parallel: 1,
             };
@@ -84,7 +84,7 @@ impl AgentSpec {
             grace: config.map(|c| c.cleanup_grace_period),
             cancel_running,
             total,
-            executor,
+            host,
             adopt: true,
             parallel: 1,
         }
@@ -269,10 +269,10 @@ pub(crate) fn scope_for(
 
 /// Runs one agent for ITEM; HALT says the job stops (a Slurm task not yet running is not
 /// started), CANCEL that the running agents are cancelled. Its worktree, its preparation
-/// and the merge of its work are the coordinator's; its steps run where the executor says.
+/// and the merge of its work are the coordinator's; its steps run where its host (the `--executor` backend) says.
 #[expect(
     clippy::too_many_arguments,
-    reason = "the agent's inputs and its two stop signals, all borrowed from the dispatcher"
+    reason = "the agent's inputs and its two stop signals, all borrowed from the scheduler"
 )]
 pub(crate) async fn run_agent(
     runner: &Runner,
@@ -335,8 +335,8 @@ pub(crate) async fn run_agent(
             steps: spec.steps.clone(),
             stop,
         };
-        // The steps run where the executor says; everything around them stays here.
-        let done = spec.executor.dispatch(&agent, dispatch, &mut vars).await;
+        // The steps run where the host says; everything around them stays here.
+        let done = spec.host.dispatch(&agent, dispatch, &mut vars).await;
         AgentRun::dispatched(done, started.elapsed())
     };
     if let (Some(session), Some(worktree)) = (&runner.opts.worktree, worktree) {
@@ -372,12 +372,7 @@ async fn agent_worktree(
     };
     if spec.adopt {
         let job_dir = runner.opts.layout.job_dir(runner.session());
-        if let Some(adopted) = spec
-            .executor
-            .adoptable(runner, &job_dir, index)
-            .await
-            .flatten()
-        {
+        if let Some(adopted) = spec.host.adoptable(runner, &job_dir, index).await.flatten() {
             return Ok(Some(adopted));
         }
     }

@@ -81,7 +81,7 @@ pub async fn retry_dead_letters(
     job_id: &str,
     parallel: Option<usize>,
     total: usize,
-    executor: &crate::backend::AgentHost,
+    host: &crate::backend::AgentHost,
 ) -> Result<RetrySummary, super::RetryError> {
     let max_parallel = max_parallel(&runner.plan, vars, parallel)?;
     let dlq = Dlq::new(&runner.opts.layout, job_id);
@@ -90,9 +90,9 @@ pub async fn retry_dead_letters(
     let spec = AgentSpec {
         adopt: false,
         parallel: max_parallel,
-        ..AgentSpec::new(&runner.plan, false, total, executor.clone())
+        ..AgentSpec::new(&runner.plan, false, total, host.clone())
     };
-    executor.end_earlier(runner, job_id).await;
+    host.end_earlier(runner, job_id).await;
     let (halt_tx, halt_rx) = watch::channel(false);
     runner.record(&crate::events::Event::DlqRetryStarted { items: ids.len() });
     let mut summary = RetrySummary::default();

@@ -343,7 +343,7 @@ impl MapJob<'_> {
         let Some(session) = runner.worktree() else {
             return;
         };
-        if self.opts.executor.outlives_coordinator() {
+        if self.opts.host.outlives_coordinator() {
             return;
         }
         let keep = kept_worktrees(runner, self.files.dir(), &self.dlq);

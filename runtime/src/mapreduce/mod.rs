@@ -20,23 +20,23 @@ use crate::runner::Runner;
 use crate::vars::Vars;
 
 mod agent;
-mod dispatch;
 mod dlq_retry;
 mod error;
 mod merge;
 pub mod metrics;
 mod reduce;
+mod schedule;
 mod setup;
 pub(crate) use error::{MapError, StateLost, StateWriteError, WriteFailure};
 pub use error::{MaxParallelError, RetryError};
 pub use setup::{ItemsError, setup_and_items};
 
 pub(crate) use agent::*;
-pub(crate) use dispatch::*;
 pub use dlq_retry::*;
 pub(crate) use merge::*;
 pub use metrics::*;
 pub(crate) use reduce::*;
+pub(crate) use schedule::*;
 
 /// How to run a job, beyond the workflow.
 #[derive(Clone, Debug, Default)]
@@ -50,7 +50,7 @@ pub struct JobOptions {
     /// of completing it with no items.
     pub strict: bool,
     /// Where the agents run (`--executor`).
-    pub executor: crate::backend::AgentHost,
+    pub host: crate::backend::AgentHost,
 }
 
 /// How a job ended.

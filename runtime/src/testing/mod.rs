@@ -1,5 +1,5 @@
 //! Test support: a scripted [`FakeExecutor`] and a harness that runs a workflow's plan with
-//! it, so that whole orchestrations (retries, handlers, the map phase's dispatcher) run with
+//! it, so that whole orchestrations (retries, handlers, the map phase's scheduler) run with
 //! no process, on tokio's paused clock, and their event traces can be snapshotted.
 
 use std::collections::{HashMap, VecDeque};

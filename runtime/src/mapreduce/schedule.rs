@@ -1,9 +1,9 @@
-//! The map phase's dispatcher: admits items up to `max_parallel` under the error policy and
+//! The map phase's scheduler: admits items up to `max_parallel` under the error policy and
 //! the circuit breaker, collects each agent's outcome, and writes it before acting on it.
 //!
-//! [`Dispatcher`] owns the job machine, the breaker and the queue; the work in flight
+//! [`Scheduler`] owns the job machine, the breaker and the queue; the work in flight
 //! (agents, `on_item_failure` handlers, retry timers) runs as futures that each end in one
-//! message ([`Done`]), and the dispatcher reacts to each message in turn: it records the
+//! message ([`Done`]), and the scheduler reacts to each message in turn: it records the
 //! outcome, feeds the machines, and answers with the work to start next ([`Work`]).
 
 use crate::mapreduce::{MapError, MaxParallelError};
@@ -50,11 +50,11 @@ impl MapJob<'_> {
                 plan,
                 self.opts.cancel_running,
                 items.len(),
-                self.opts.executor.clone(),
+                self.opts.host.clone(),
             )
         };
         // What an earlier coordinator of the job left on the backend goes before items run.
-        spec.executor.end_earlier(runner, runner.session()).await;
+        spec.host.end_earlier(runner, runner.session()).await;
         let (halt_tx, halt_rx) = watch::channel(false);
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let context = Context {
@@ -66,8 +66,8 @@ impl MapJob<'_> {
             halt: halt_rx,
             cancel: cancel_rx,
         };
-        let dispatcher = Dispatcher::new(self, records, max_parallel, halt_tx, cancel_tx);
-        let ended = dispatcher.run(&context).await;
+        let scheduler = Scheduler::new(self, records, max_parallel, halt_tx, cancel_tx);
+        let ended = scheduler.run(&context).await;
         self.map_ended(ended)
     }
 
@@ -98,7 +98,7 @@ impl MapJob<'_> {
         Ok((items, records))
     }
 
-    /// How the map phase ended, once the dispatcher has nothing in flight: its counts
+    /// How the map phase ended, once the scheduler has nothing in flight: its counts
     /// and checkpoint written.
     fn map_ended(&mut self, ended: Ended) -> Result<MapEnd, MapError> {
         let Ended {
@@ -372,7 +372,7 @@ pub(crate) struct Context<'c> {
     cancel: watch::Receiver<bool>,
 }
 
-/// Work the dispatcher starts; each ends in one [`Done`] message.
+/// Work the scheduler starts; each ends in one [`Done`] message.
 pub(crate) enum Work<'c> {
     /// An agent for ITEM.
     Agent {
@@ -466,9 +466,9 @@ fn start<'c>(work: Work<'c>, context: &'c Context<'c>) -> LocalBoxFuture<'c, Don
     }
 }
 
-/// The map phase's dispatcher: it owns the job machine, the breaker, the queue of items and
+/// The map phase's scheduler: it owns the job machine, the breaker, the queue of items and
 /// the records of their outcomes, and reacts to each [`Done`] message.
-pub(crate) struct Dispatcher<'j, 'a> {
+pub(crate) struct Scheduler<'j, 'a> {
     job: &'j mut MapJob<'a>,
     machine: Job,
     breaker: Option<Breaker>,
@@ -503,7 +503,7 @@ pub(crate) struct Dispatcher<'j, 'a> {
     max_parallel: usize,
 }
 
-/// What the dispatcher leaves when nothing is in flight any more.
+/// What the scheduler leaves when nothing is in flight any more.
 struct Ended {
     records: Vec<Option<ItemRecord>>,
     batch: Vec<(String, String)>,
@@ -512,8 +512,8 @@ struct Ended {
     budget: Option<Budget>,
 }
 
-impl<'j, 'a> Dispatcher<'j, 'a> {
-    /// The dispatcher of JOB's map phase over RECORDS (`None`: the item has no outcome
+impl<'j, 'a> Scheduler<'j, 'a> {
+    /// The scheduler of JOB's map phase over RECORDS (`None`: the item has no outcome
     /// yet), under the job's error policy, breaker and budget; says what it will run.
     fn new(
         job: &'j mut MapJob<'a>,
@@ -564,7 +564,7 @@ impl<'j, 'a> Dispatcher<'j, 'a> {
             monitored,
         );
         let cancel_running = job.opts.cancel_running;
-        Dispatcher {
+        Scheduler {
             job,
             machine,
             breaker,
@@ -592,7 +592,7 @@ impl<'j, 'a> Dispatcher<'j, 'a> {
     }
 }
 
-impl Dispatcher<'_, '_> {
+impl Scheduler<'_, '_> {
     /// Starts work and reacts to what ends until nothing runs and nothing may start.
     async fn run<'c>(mut self, context: &'c Context<'c>) -> Ended {
         let mut running: FuturesUnordered<LocalBoxFuture<'c, Done>> = FuturesUnordered::new();
@@ -657,7 +657,7 @@ impl Dispatcher<'_, '_> {
             && self.lost.is_none()
             && !runner.cancelled()
             && self.job.write_failed.is_none()
-            && self.agents < context.spec.executor.admit_limit(self.max_parallel)
+            && self.agents < context.spec.host.admit_limit(self.max_parallel)
         {
             let Some((index, attempt)) = self.pending.pop_front() else {
                 break;
