@@ -257,7 +257,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
     {
         Ok(x) => x,
         Err(e) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return exit_code::USAGE;
         }
     };
@@ -298,7 +298,7 @@ pub(crate) fn agent(args: &AgentArgs) -> u8 {
     };
     let total = items.len();
     if let Err(e) = prodigy_runtime::backend::mark_started(result) {
-        err(&format!("error: {e}\n"));
+        crate::err_diagnostic(&e);
         return exit_code::USAGE;
     }
     let result = crate::run::block_on(async move {

@@ -123,7 +123,7 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
     let items = match queue.items() {
         Ok(items) => items,
         Err(e) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return exit_code::USAGE;
         }
     };
@@ -171,7 +171,7 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
             exit_code::OK
         }
         Err(e) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             exit_code::USAGE
         }
     }
@@ -346,7 +346,7 @@ pub(crate) fn dlq(command: &DlqCommand) -> u8 {
 /// The items of QUEUE, or the exit code after saying why they cannot be read.
 fn queue_items(queue: &Dlq) -> Result<Vec<DeadLetteredItem>, u8> {
     queue.items().map_err(|e| {
-        err(&format!("error: {e}\n"));
+        crate::err_diagnostic(&e);
         exit_code::USAGE
     })
 }
@@ -433,7 +433,7 @@ fn dlq_show(queue: &Dlq, job: &str, item: Option<&str>, format: Format) -> u8 {
                 return exit_code::USAGE;
             }
             Err(e) => {
-                err(&format!("error: {e}\n"));
+                crate::err_diagnostic(&e);
                 return exit_code::USAGE;
             }
         },
@@ -623,7 +623,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
     let checkpoint = match files.load_checkpoint() {
         Ok(c) => c,
         Err(e) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return exit_code::USAGE;
         }
     };
@@ -682,7 +682,7 @@ fn retry(args: &RetryArgs, located: &Located, queue: &Dlq) -> u8 {
             {
                 Ok(s) => s,
                 Err(e) => {
-                    err(&format!("error: {e}\n"));
+                    crate::err_diagnostic(&e);
                     return Ended {
                         vars,
                         merge: None,

@@ -603,6 +603,20 @@ pub(crate) fn err(text: &str) {
     err_styled(&report::marked(&prodigy_runtime::progress::visible(text)));
 }
 
+/// Says the error E on stderr: `error: MESSAGE`, then `  help: HELP` when E has one, so
+/// that what a typed error advises reaches the user.
+pub(crate) fn err_diagnostic<E: miette::Diagnostic + ?Sized>(e: &E) {
+    err(&error_text(e));
+}
+
+/// The text [`err_diagnostic`] writes.
+fn error_text<E: miette::Diagnostic + ?Sized>(e: &E) -> String {
+    match e.help() {
+        Some(help) => format!("error: {e}\n  help: {help}\n"),
+        None => format!("error: {e}\n"),
+    }
+}
+
 /// Writes prodigy's own styled text (coloured diagnostics) to stderr as it is.
 pub(crate) fn err_styled(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
@@ -759,7 +773,7 @@ fn read_input(input: &str) -> Result<serde_json::Value, u8> {
         &mut cancelled,
     ))?;
     let text = text.map_err(|e| {
-        err(&format!("error: {e}\n"));
+        crate::err_diagnostic(&e);
         exit_code::USAGE
     })?;
     note(&format!(
@@ -795,7 +809,7 @@ fn say_numbers_as_text(input: prodigy_grammar::pipeline::Input) -> serde_json::V
 fn read_input_file(path: &std::path::Path) -> Result<serde_json::Value, u8> {
     let text = prodigy_runtime::input::read_file(path, prodigy_runtime::input::MAX_INPUT_SIZE)
         .map_err(|e| {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             exit_code::USAGE
         })?;
     let kind = prodigy_grammar::pipeline::InputKind::of_file(&path.to_string_lossy());
@@ -816,7 +830,7 @@ pub(crate) fn load_checked(
     let file = match SourceFile::load(path) {
         Ok(file) => file,
         Err(e) if e.is_unreadable() => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return Err(exit_code::USAGE);
         }
         Err(e) => {
@@ -891,6 +905,28 @@ fn graph(args: &GraphArgs) -> u8 {
 
 #[cfg(test)]
 mod tests {
+    /// A typed error's help is said under it; one without help is its message alone.
+    #[test]
+    fn an_error_says_its_help() {
+        let full = prodigy_runtime::backend::TaskFileError {
+            path: std::path::PathBuf::from("/state/item_1.job"),
+            source: std::io::Error::from(std::io::ErrorKind::StorageFull),
+        };
+        let text = super::error_text(&full);
+        assert!(
+            text.starts_with("error: cannot write `/state/item_1.job`: "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("\n  help: check the free space and permissions there\n"),
+            "{text}"
+        );
+        let bare = prodigy_runtime::runner::StartError::Claude(
+            prodigy_runtime::claude::preflight::ClaudeUnusable::ClaudeAsRoot,
+        );
+        assert_eq!(super::error_text(&bare).lines().count(), 1);
+    }
+
     use super::{Color, wants_color};
     use std::ffi::OsStr;
 

@@ -9,7 +9,7 @@ use prodigy_runtime::runner::{Options, Runner};
 use prodigy_runtime::vars::Vars;
 
 use super::block_on;
-use crate::{err, exit_code, out};
+use crate::{exit_code, out};
 
 /// Prints the steps with their commands rendered as far as the starting variables allow
 /// (env files, env, the profile, params and args; secrets as `***`; nothing is run).
@@ -20,7 +20,7 @@ pub(super) fn dry_run(plan: prodigy_compiler::plan::Plan, opts: Options) -> u8 {
     let vars = match block_on(runner.preview_vars()) {
         Ok(Ok(vars)) => vars,
         Ok(Err(e)) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return exit_code::PROBLEMS;
         }
         Err(code) => return code,

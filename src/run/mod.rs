@@ -137,7 +137,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
     let isolate = match session::choose_place(&plan, &project, how) {
         Ok(isolate) => isolate,
         Err(e) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return match e {
                 PlaceError::NoGit { .. }
                 | PlaceError::CommitOutsideRepository { .. }
@@ -215,7 +215,7 @@ pub(crate) fn run(args: &RunArgs) -> u8 {
 pub(crate) fn preflight(plan: &Plan, roots: &[StepId], git: bool) -> Result<(), u8> {
     let claude = std::env::var("PRODIGY_CLAUDE_COMMAND").ok();
     session::preflight(plan, roots, git, claude.as_deref()).map_err(|e| {
-        err(&format!("error: {e}\n"));
+        crate::err_diagnostic(&e);
         exit_code::PROBLEMS
     })
 }
@@ -244,7 +244,7 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
     let checkpoint = match JobFiles::new(dir).load_checkpoint() {
         Ok(c) => c,
         Err(e) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return exit_code::USAGE;
         }
     };
@@ -271,7 +271,7 @@ pub(crate) fn resume_job(args: &ResumeJobArgs) -> u8 {
             return exit_code::USAGE;
         }
         Err(e @ (Refused::JobEdited { .. } | Refused::SessionEdited { .. })) => {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return exit_code::USAGE;
         }
     }
@@ -534,7 +534,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         Ok(c) => c,
         Err(e) => {
             // It names the file, and says whether it is damaged or could not be read.
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             return exit_code::USAGE;
         }
     };
@@ -551,7 +551,7 @@ pub(crate) fn resume(args: &ResumeArgs) -> u8 {
         Err(code) => return code,
     };
     if let Err(e) = session::resume::check_session(&checkpoint, &file.text, args.force) {
-        err(&format!("error: {e}\n"));
+        crate::err_diagnostic(&e);
         return exit_code::USAGE;
     }
     // After `--force` the new version is the session's workflow from now on.
@@ -631,7 +631,7 @@ pub(crate) async fn start(
     session::start(plan, opts, reporter, cancel, kind, id, started_at, saved)
         .await
         .map_err(|e| {
-            err(&format!("error: {e}\n"));
+            crate::err_diagnostic(&e);
             match e {
                 StartFailed::Locked(_) | StartFailed::Store(_) | StartFailed::Survivors(_) => {
                     exit_code::USAGE

@@ -69,7 +69,7 @@ impl Place {
                 ));
             }
             Err(e) => {
-                err(&format!("error: {e}\n"));
+                crate::err_diagnostic(&e);
                 return Err(exit_code::PROBLEMS);
             }
         }

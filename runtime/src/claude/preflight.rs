@@ -6,7 +6,7 @@ use prodigy_plan::{Plan, PlanCommand, StepId};
 use crate::exec;
 
 /// Why the Claude CLI a run needs cannot be used (a run's `StartError::Claude`).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum ClaudeUnusable {
     /// `PRODIGY_CLAUDE_COMMAND` cannot be split into words.
     #[error("{0}")]

@@ -186,7 +186,7 @@ pub struct Report {
 }
 
 /// Why a run could not start.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum StartError {
     /// A secret's source is missing.
     #[error("secret `{name}`: {why}")]
@@ -198,6 +198,7 @@ pub enum StartError {
     },
     /// The Claude CLI a step needs cannot be used.
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Claude(#[from] crate::claude::preflight::ClaudeUnusable),
     /// An env value could not be computed.
     #[error("env `{name}`: {why}")]
