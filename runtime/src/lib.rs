@@ -21,7 +21,6 @@ pub mod machine;
 pub mod mapreduce;
 pub mod merge_journal;
 pub mod message;
-pub(crate) mod notify;
 pub mod progress;
 pub mod reap;
 pub mod runner;

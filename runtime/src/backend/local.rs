@@ -34,7 +34,7 @@ impl AgentBackend for LocalBackend {
         _runner: &'a Runner,
         _job_dir: &'a std::path::Path,
         _index: usize,
-    ) -> Pending<'a, Option<Option<crate::worktree::AgentWorktree>>> {
+    ) -> Pending<'a, Option<Option<crate::worktree::records::AgentWorktree>>> {
         // Nothing outlives a killed coordinator here: its agents died with it.
         Box::pin(async { None })
     }

@@ -80,7 +80,7 @@ pub trait AgentBackend: std::fmt::Debug + Send + Sync {
         runner: &'a Runner,
         job_dir: &'a Path,
         index: usize,
-    ) -> Pending<'a, Option<Option<crate::worktree::AgentWorktree>>>;
+    ) -> Pending<'a, Option<Option<crate::worktree::records::AgentWorktree>>>;
 
     /// Ends what earlier coordinators of job JOB left running on this backend before any
     /// item runs again (resume, `dlq retry`); a backend that adopts its tasks leaves them.
@@ -500,7 +500,7 @@ pub struct Dispatch {
     /// The item's attempt.
     pub attempt: u32,
     /// The agent's worktree.
-    pub worktree: Option<crate::worktree::AgentWorktree>,
+    pub worktree: Option<crate::worktree::records::AgentWorktree>,
     /// The agent's timeout, counted from when its task starts.
     pub timeout: Option<Duration>,
     /// Set when running agents are cancelled (`--cancel-running`).

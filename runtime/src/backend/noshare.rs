@@ -671,7 +671,7 @@ impl AgentBackend for NoShare {
         runner: &'a Runner,
         job_dir: &'a Path,
         index: usize,
-    ) -> Pending<'a, Option<Option<crate::worktree::AgentWorktree>>> {
+    ) -> Pending<'a, Option<Option<crate::worktree::records::AgentWorktree>>> {
         match &self.launch {
             Launch::Slurm(s) => s.adoptable(runner, job_dir, index),
             Launch::Process { .. } => Box::pin(async { None }),

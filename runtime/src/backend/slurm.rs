@@ -80,7 +80,7 @@ impl AgentBackend for SlurmOptions {
         runner: &'a Runner,
         job_dir: &'a Path,
         index: usize,
-    ) -> Pending<'a, Option<Option<crate::worktree::AgentWorktree>>> {
+    ) -> Pending<'a, Option<Option<crate::worktree::records::AgentWorktree>>> {
         Box::pin(async move { adoptable(runner, job_dir, index).await.map(|s| s.worktree) })
     }
 }
@@ -326,7 +326,7 @@ pub struct Submitted {
     pub workdir: Option<PathBuf>,
     /// Its agent worktree, which a coordinator that adopts the task merges from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worktree: Option<crate::worktree::AgentWorktree>,
+    pub worktree: Option<crate::worktree::records::AgentWorktree>,
 }
 
 /// A problem running an agent through Slurm.

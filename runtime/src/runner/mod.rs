@@ -290,8 +290,8 @@ pub struct RunState {
     pub(crate) executor: Arc<dyn crate::executor::Executor>,
     /// The run's Claude calls at the account's usage limit ([`crate::step`]'s `limit`).
     pub(crate) claude_limit: crate::step::ClaudeLimitState,
-    /// Notifications fired and not run yet ([`crate::notify`]).
-    pub(crate) notify_queue: Mutex<Vec<crate::notify::Fired>>,
+    /// Notifications fired and not run yet ([`crate::runner::notify`]).
+    pub(crate) notify_queue: Mutex<Vec<crate::runner::notify::Fired>>,
 }
 
 /// What a map agent adds to the steps it runs: its ids on every event, its own cancel
@@ -348,6 +348,9 @@ type PendingCheckpoint = standard::CheckpointWriter;
 use crate::lock;
 
 mod env;
+mod merge_back;
+pub(crate) mod notify;
+mod prepare;
 mod standard;
 pub use crate::claude::preflight::{check_claude, needs_claude};
 

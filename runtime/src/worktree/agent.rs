@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::records::BranchesLeft;
+use super::records::{BranchesLeft, Readied};
 use super::stamps::{Known, Stamps};
 use super::watch::Watcher;
 use super::{
@@ -36,22 +36,6 @@ pub struct Pool {
     stamps: std::sync::Mutex<std::collections::HashMap<PathBuf, Known>>,
     /// What each slot's item touched, for the release ([`Pool::changes`]).
     watch: std::sync::Mutex<Watcher>,
-}
-
-/// How an agent's worktree was readied for its item: the one place that says when a
-/// worktree's own setup (dependencies, copied files) is due.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Readied {
-    /// A new worktree was checked out for this agent's slot: nothing of a previous item is
-    /// in it, and neither is anything the clean keeps.
-    #[default]
-    Created,
-    /// A slot's worktree moved to this item: the base checked out, everything untracked and
-    /// ignored removed except what [`Pool::keep_ignored`] names.
-    Moved,
-    /// A spare an earlier job kept ([`Pool::persist`]) taken for a new slot: cleaned like a
-    /// moved one, and prepared afresh (this workflow's `worktree.setup` runs in it).
-    Spare,
 }
 
 impl Pool {
@@ -688,7 +672,7 @@ async fn tracked_changes(
 
 /// What `git merge-tree --write-tree --name-only` printed for a conflict (the tree, the
 /// conflicted paths, a blank line, then git's messages): the paths and the messages.
-pub(super) fn conflict(out: &str) -> (Vec<String>, String) {
+pub(crate) fn conflict(out: &str) -> (Vec<String>, String) {
     let mut sections = out.splitn(2, "\n\n");
     let files = sections
         .next()
@@ -907,7 +891,7 @@ async fn claim_spare<F: Fn(u32) -> String>(
 /// The ref the map agents' work is merged into while the map phase runs: the session
 /// branch's working tree is not touched by each merge, and the phase ends with one merge of
 /// this ref into the session branch ([`finish_map`]).
-pub(super) fn integration_ref(session: &SessionWorktree) -> String {
+pub(crate) fn integration_ref(session: &SessionWorktree) -> String {
     format!("refs/prodigy/{}", session.branch)
 }
 

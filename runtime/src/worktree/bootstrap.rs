@@ -16,12 +16,9 @@ use prodigy_plan::PlanWorktree;
 
 pub use super::records::PrepareNote;
 use super::{WorktreeError, git};
-use crate::message::Message;
-use crate::runner::Runner;
-use crate::vars::Vars;
 
 /// The block of `info/exclude` lines prodigy adds.
-const EXCLUDE_HEADER: &str =
+pub(crate) const EXCLUDE_HEADER: &str =
     "# prodigy: files copied or linked into its worktrees (worktree: copy, link)";
 
 /// Why a worktree could not be prepared.
@@ -67,7 +64,7 @@ pub enum PrepareError {
     },
 }
 
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BootstrapError {
+pub(crate) fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BootstrapError {
     let path = path.to_owned();
     move |source| BootstrapError::Io { what, path, source }
 }
@@ -156,14 +153,14 @@ pub(crate) async fn forget_prepared(worktree: &Path) -> Result<(), BootstrapErro
 }
 
 /// The worktree's own git directory (`.git/worktrees/NAME`), which git removes with it.
-async fn own_git_dir(worktree: &Path) -> Result<PathBuf, WorktreeError> {
+pub(crate) async fn own_git_dir(worktree: &Path) -> Result<PathBuf, WorktreeError> {
     let dir = git(worktree, &["rev-parse", "--absolute-git-dir"]).await?;
     Ok(PathBuf::from(dir.trim()))
 }
 
 /// Copies the untracked files of SOURCE that ENTRIES name (paths or globs, `*` within a
 /// directory, `**` across) into WORKTREE, modes kept.
-async fn copy(
+pub(crate) async fn copy(
     source: &Path,
     worktree: &Path,
     entries: &[String],
@@ -228,7 +225,7 @@ async fn copy(
 }
 
 /// Whether a directory on the way from WORKTREE to FILE (relative to it) is a symbolic link.
-fn through_link(worktree: &Path, file: &str) -> bool {
+pub(crate) fn through_link(worktree: &Path, file: &str) -> bool {
     let mut at = worktree.to_path_buf();
     let parts: Vec<&str> = file.split('/').collect();
     for part in &parts[..parts.len().saturating_sub(1)] {
@@ -255,7 +252,7 @@ pub(crate) fn is_prepared(prep: &PlanWorktree, path: &str) -> bool {
 }
 
 /// Symlinks the directories of SOURCE that ENTRIES name into WORKTREE.
-fn link(
+pub(crate) fn link(
     source: &Path,
     worktree: &Path,
     entries: &[String],
@@ -298,7 +295,7 @@ static EXCLUDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Adds what DONE copied and linked to the repository's `info/exclude`, as anchored paths
 /// (no trailing `/`: a symlink is no directory to git), each line once.
-async fn exclude(worktree: &Path, done: &Prepared) -> Result<(), BootstrapError> {
+pub(crate) async fn exclude(worktree: &Path, done: &Prepared) -> Result<(), BootstrapError> {
     if done.copied.is_empty() && done.linked.is_empty() {
         return Ok(());
     }
@@ -340,7 +337,7 @@ async fn exclude(worktree: &Path, done: &Prepared) -> Result<(), BootstrapError>
 }
 
 /// NAME as a literal gitignore pattern.
-fn escape(name: &str) -> String {
+pub(crate) fn escape(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
         if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#') {
@@ -349,100 +346,6 @@ fn escape(name: &str) -> String {
         out.push(c);
     }
     out
-}
-
-impl Runner {
-    /// Prepares the run's session worktree, if it works in one, as [`Runner::prepare_worktree`]
-    /// does, with the starting variables VARS; says why when it cannot (the run then does not
-    /// start, and its worktree is kept).
-    ///
-    /// # Errors
-    ///
-    /// What failed: preparing the worktree, or a `setup` step.
-    pub async fn prepare_session(&self, vars: &Vars) -> Result<(), PrepareError> {
-        let Some(session) = self.worktree() else {
-            return Ok(());
-        };
-        let root = session.path.clone();
-        self.prepare_worktree(&root, false, &mut vars.clone())
-            .await
-            .inspect_err(|e| {
-                self.say(Message::SessionNotPrepared(e.to_string()));
-            })
-    }
-
-    /// Prepares the worktree at ROOT (a session's or, AGENT, a map agent's) as the workflow's
-    /// `worktree:` says, and runs its `setup` steps there when they have not run in it yet,
-    /// with VARS. The error names what failed: the worktree or its setup is unusable.
-    pub(crate) async fn prepare_worktree(
-        &self,
-        root: &Path,
-        agent: bool,
-        vars: &mut Vars,
-    ) -> Result<(), PrepareError> {
-        let Some(session) = self.worktree() else {
-            return Ok(());
-        };
-        let repo = session.repo.clone();
-        self.prepare_worktree_of(&repo, root, agent, vars).await
-    }
-
-    /// [`Runner::prepare_worktree`] for a worktree of REPO that is not the run's own (the
-    /// throwaway worktree of `prodigy items --run-setup`).
-    ///
-    /// # Errors
-    ///
-    /// The worktree or its `setup` is unusable: the message names what failed.
-    pub async fn prepare_worktree_of(
-        &self,
-        repo: &Path,
-        root: &Path,
-        agent: bool,
-        vars: &mut Vars,
-    ) -> Result<(), PrepareError> {
-        let prep = &self.plan.worktree;
-        if prep.is_empty() {
-            return Ok(());
-        }
-        let unusable = |source| PrepareError::Prepare {
-            root: root.to_path_buf(),
-            source,
-        };
-        let done = prepare(repo, root, prep, agent).await.map_err(unusable)?;
-        // A reused worktree would only repeat them.
-        if done.first {
-            for note in &done.notes {
-                self.say(Message::WorktreeNote(note.clone()));
-            }
-        }
-        self.record(&crate::events::Event::WorktreePrepared {
-            path: root.to_path_buf(),
-            copied: done.copied.clone(),
-            linked: done.linked.clone(),
-            setup: done.needs_setup,
-        });
-        if !done.needs_setup {
-            return Ok(());
-        }
-        let total = prep.setup.len();
-        for (index, &id) in prep.setup.iter().enumerate() {
-            let outcome = self.run_step(id, vars, Some(index)).await;
-            if !outcome.continues() {
-                let label = self
-                    .plan
-                    .step(id)
-                    .map(|s| s.label.clone())
-                    .unwrap_or_default();
-                return Err(PrepareError::Setup {
-                    number: index + 1,
-                    total,
-                    label,
-                    root: root.to_path_buf(),
-                });
-            }
-        }
-        mark_prepared(root).await.map_err(unusable)
-    }
 }
 
 #[cfg(test)]

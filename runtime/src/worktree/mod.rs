@@ -14,8 +14,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::layout::Layout;
 
 /// Why a git operation failed.
@@ -52,23 +50,6 @@ pub enum WorktreeError {
     },
 }
 
-/// A map agent's worktree.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AgentWorktree {
-    /// The worktree's root.
-    pub path: PathBuf,
-    /// Where the agent's commands run.
-    pub workdir: PathBuf,
-    /// Its branch.
-    pub branch: String,
-    /// The session commit it branched from.
-    pub base: String,
-    /// Whether the worktree is new or a slot's moved to this item (not saved: it matters
-    /// only where the worktree is made).
-    #[serde(skip)]
-    pub readied: Readied,
-}
-
 /// How an agent's commits came back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Merged {
@@ -103,7 +84,7 @@ const GIT_OPTIONS: [&str; 9] = [
 /// A git whose caller stops waiting (a run interrupted mid-merge) is left to finish, never
 /// killed: git killed while it changes refs leaves their lock files behind (`packed-refs.lock`),
 /// and every later ref change in the repository fails until someone removes them.
-async fn git_output(
+pub(crate) async fn git_output(
     dir: &Path,
     args: &[&str],
 ) -> Result<(Option<i32>, String, String), WorktreeError> {
@@ -187,7 +168,7 @@ fn git_bytes(dir: &Path, args: &[&str], stdin: Option<Vec<u8>>) -> Option<Vec<u8
     (out.status.success() && written).then_some(out.stdout)
 }
 
-fn git_sync(dir: &Path, args: &[&str]) -> Option<String> {
+pub(crate) fn git_sync(dir: &Path, args: &[&str]) -> Option<String> {
     let out = git_bytes(dir, args, None)?;
     Some(String::from_utf8_lossy(&out).trim().to_owned())
 }
@@ -635,18 +616,20 @@ pub mod bootstrap;
 pub mod facts;
 mod fill;
 mod list;
-mod merge;
+pub(crate) mod merge;
 pub mod records;
-mod refs;
-mod spare;
+pub(crate) mod refs;
+pub(crate) mod spare;
 mod stamps;
 mod watch;
 
 pub use agent::*;
 pub use list::*;
 pub use merge::*;
-pub use records::{BranchesLeft, OffBranch, SessionWorktree, Uncommitted, UncommittedKind};
-pub(crate) use refs::{head_from_files, head_in_git_dir};
+pub use records::{
+    AgentWorktree, BranchesLeft, OffBranch, Readied, SessionWorktree, Uncommitted, UncommittedKind,
+};
+pub(crate) use refs::head_from_files;
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,39 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+/// How an agent's worktree was readied for its item: the one place that says when a
+/// worktree's own setup (dependencies, copied files) is due.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readied {
+    /// A new worktree was checked out for this agent's slot: nothing of a previous item is
+    /// in it, and neither is anything the clean keeps.
+    #[default]
+    Created,
+    /// A slot's worktree moved to this item: the base checked out, everything untracked and
+    /// ignored removed except what [`super::Pool::keep_ignored`] names.
+    Moved,
+    /// A spare an earlier job kept ([`super::Pool::persist`]) taken for a new slot: cleaned like a
+    /// moved one, and prepared afresh (this workflow's `worktree.setup` runs in it).
+    Spare,
+}
+
+/// A map agent's worktree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentWorktree {
+    /// The worktree's root.
+    pub path: PathBuf,
+    /// Where the agent's commands run.
+    pub workdir: PathBuf,
+    /// Its branch.
+    pub branch: String,
+    /// The session commit it branched from.
+    pub base: String,
+    /// Whether the worktree is new or a slot's moved to this item (not saved: it matters
+    /// only where the worktree is made).
+    #[serde(skip)]
+    pub readied: Readied,
+}
+
 /// The session worktree of a run, as its checkpoint keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionWorktree {

@@ -64,7 +64,7 @@ pub(super) async fn park(layout: &Layout, repo: &Path, path: &Path, keep: &[Stri
 
 /// [`park`]s the worktree at PATH and deletes its BRANCH, else [`remove`]s both; true when
 /// it was kept.
-pub(super) async fn park_or_remove(
+pub(crate) async fn park_or_remove(
     layout: &Layout,
     repo: &Path,
     path: &Path,

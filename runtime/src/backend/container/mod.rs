@@ -94,7 +94,7 @@ impl AgentBackend for ContainerOptions {
         _runner: &'a Runner,
         _job_dir: &'a Path,
         _index: usize,
-    ) -> Pending<'a, Option<Option<crate::worktree::AgentWorktree>>> {
+    ) -> Pending<'a, Option<Option<crate::worktree::records::AgentWorktree>>> {
         Box::pin(async { None })
     }
 

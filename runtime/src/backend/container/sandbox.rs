@@ -210,7 +210,7 @@ impl Sandbox {
         };
         let private = self.dir.join("git");
         // Read from the private directory's files, not by a git there: the agent wrote it.
-        let Some(head) = crate::worktree::head_in_git_dir(&private) else {
+        let Some(head) = crate::worktree::refs::head_in_git_dir(&private) else {
             return Err(SandboxError::NoHead { dir: private });
         };
         if head != *base {
