@@ -47,7 +47,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "execution",
-        &["exec", "executor", "reap", "input", "claude", "backend"],
+        &[
+            "exec",
+            "executor",
+            "reap",
+            "input",
+            "claude",
+            "backend",
+            "worktree::command",
+        ],
     ),
     (
         "orchestration",
@@ -66,7 +74,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 const KNOWN: &[&str] = &[
     "backend -> mapreduce",
     "backend -> runner",
-    "backend -> worktree",
     "mapreduce -> runner",
     "mapreduce -> session",
     "mapreduce -> step",

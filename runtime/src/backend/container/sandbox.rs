@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use crate::backend::Dispatch;
 use crate::runner::Runner;
-use crate::worktree::{WorktreeError, git};
+use crate::worktree::command::{WorktreeError, git};
 
 /// What one attempt's container mounts, and the private git directory behind it.
 pub(super) struct Sandbox {
