@@ -16,7 +16,7 @@ use super::{
 use crate::vars::Vars;
 
 /// Why a map phase's merged work did not come into the session worktree
-/// ([`Runner::end_map_phase`]); the agents' work stays on the integration ref.
+/// ([`crate::runner::Runner::end_map_phase`]); the agents' work stays on the integration ref.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[error(
     "cannot bring the agents' merged work (`refs/prodigy/{branch}`) into the session worktree {}: {source}; {}",
@@ -398,7 +398,7 @@ pub enum MergeBack {
     },
 }
 
-/// Why bringing the session back failed ([`Runner::merge_session`]).
+/// Why bringing the session back failed ([`crate::runner::Runner::merge_session`]).
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum MergeBackError {
     /// The run started on a detached HEAD.
@@ -443,7 +443,7 @@ pub enum MergeBackError {
 }
 
 /// Why `merge.on_conflict` did not resolve a conflicted merge, with what its last step
-/// printed ([`Runner::resolve_conflict`]).
+/// printed ([`crate::runner::Runner::resolve_conflict`]).
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[error("{failure}{}", printed(log))]
 pub struct ResolveError {
