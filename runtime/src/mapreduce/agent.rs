@@ -1,6 +1,7 @@
 //! One map agent: its worktree, its item's variables and scope, its steps, its timeout, and
 //! the `on_item_failure` handler when it fails.
 
+use crate::backend::Ended;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -91,19 +92,10 @@ impl AgentSpec {
     }
 }
 
-/// How an agent's run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RunEnd {
-    Succeeded,
-    Failed,
-    TimedOut,
-    Cancelled,
-}
-
 /// An agent's run.
 #[derive(Clone, Debug)]
 pub(crate) struct AgentRun {
-    pub(crate) end: RunEnd,
+    pub(crate) end: Ended,
     pub(crate) output: Option<String>,
     pub(crate) failure: Option<StepFailure>,
     pub(crate) duration: Duration,
@@ -125,14 +117,8 @@ pub(crate) struct AgentRun {
 impl AgentRun {
     /// What a backend reported, DURATION after the agent started.
     pub(crate) fn dispatched(done: crate::backend::Dispatched, duration: Duration) -> Self {
-        let end = match done.end {
-            crate::backend::Ended::Succeeded => RunEnd::Succeeded,
-            crate::backend::Ended::Failed => RunEnd::Failed,
-            crate::backend::Ended::TimedOut => RunEnd::TimedOut,
-            crate::backend::Ended::Cancelled => RunEnd::Cancelled,
-        };
         AgentRun {
-            end,
+            end: done.end,
             output: done.output,
             failure: done.failure,
             duration,
@@ -155,7 +141,7 @@ impl AgentRun {
 
     pub(crate) fn failed(step: &str, message: String, error_type: ErrorType) -> Self {
         AgentRun {
-            end: RunEnd::Failed,
+            end: Ended::Failed,
             output: None,
             failure: Some(StepFailure {
                 step: step.into(),
@@ -176,7 +162,7 @@ impl AgentRun {
 
     pub(crate) fn error_type(&self) -> ErrorType {
         match (self.end, &self.failure) {
-            (RunEnd::TimedOut, _) => ErrorType::Timeout,
+            (Ended::TimedOut, _) => ErrorType::Timeout,
             (_, Some(f)) => f.error_type.clone(),
             (_, None) => ErrorType::Unknown,
         }
@@ -184,7 +170,7 @@ impl AgentRun {
 
     pub(crate) fn message(&self, timeout: Option<Duration>) -> String {
         match (self.end, &self.failure) {
-            (RunEnd::TimedOut, _) => format!(
+            (Ended::TimedOut, _) => format!(
                 "agent timed out after {}",
                 humantime::format_duration(timeout.unwrap_or_default())
             ),

@@ -6,10 +6,11 @@ use futures::stream::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::backend::Ended;
 use crate::dlq::Dlq;
 use crate::jobstore::{ItemRecord, ItemStatus, JobFiles};
 use crate::mapreduce::{
-    AgentSpec, RunEnd, failure_detail, failure_of, item_index, max_parallel, merged_run, run_agent,
+    AgentSpec, failure_detail, failure_of, item_index, max_parallel, merged_run, run_agent,
     sweep_job_agents,
 };
 use crate::runner::Runner;
@@ -220,7 +221,7 @@ impl Retry<'_> {
         match run.end {
             // The backend was lost (for this item, or another whose loss stopped it): the
             // item stays in the queue as it was, and no further item starts.
-            RunEnd::Cancelled
+            Ended::Cancelled
                 if run.stop_job.is_some() || (*self.halt.borrow() && !runner.cancelled()) =>
             {
                 summary.halted += 1;
@@ -235,8 +236,8 @@ impl Retry<'_> {
                     )));
                 }
             }
-            RunEnd::Cancelled => summary.interrupted = true,
-            RunEnd::Succeeded => {
+            Ended::Cancelled => summary.interrupted = true,
+            Ended::Succeeded => {
                 summary.retried += 1;
                 summary.succeeded += 1;
                 let record = ItemRecord {
@@ -265,7 +266,7 @@ impl Retry<'_> {
                     how: DlqRetried::Succeeded,
                 });
             }
-            RunEnd::Failed | RunEnd::TimedOut => {
+            Ended::Failed | Ended::TimedOut => {
                 summary.retried += 1;
                 summary.still_failing += 1;
                 let message = runner.mask(&run.message(self.spec.timeout));

@@ -1,9 +1,10 @@
 //! Merging an agent's worktree into the session worktree, with `merge.on_conflict` when
 //! the merge conflicts.
 
+use crate::backend::Ended;
 use crate::dlq::ErrorType;
 use crate::jobstore::{ItemRecord, ItemStatus};
-use crate::mapreduce::{AgentRun, MapJob, RunEnd, agent_id, artifacts, item_id};
+use crate::mapreduce::{AgentRun, MapJob, agent_id, artifacts, item_id};
 use crate::message::Message;
 use crate::runner::{Runner, StepFailure};
 use crate::vars::Vars;
@@ -83,14 +84,14 @@ pub(crate) async fn merge_back(
     run: &mut AgentRun,
     vars: &mut Vars,
 ) {
-    if run.end == RunEnd::Succeeded {
+    if run.end == Ended::Succeeded {
         merge_succeeded(runner, session, worktree, (index, attempt), run, vars).await;
         return;
     }
     let committed = matches!(crate::worktree::agent_head(&worktree).await, Ok(Some(_)));
     let left = crate::worktree::changes(&worktree.path).await;
     let kept = committed || !left.is_empty();
-    if kept && run.end != RunEnd::Cancelled {
+    if kept && run.end != Ended::Cancelled {
         let logs = run.failure.as_ref().map(|f| f.message.clone());
         run.artifacts = Some(artifacts(runner, &worktree, &left, logs));
     } else if !kept {
@@ -261,7 +262,7 @@ async fn fail_item(
     failure: StepFailure,
     logs: Option<String>,
 ) {
-    run.end = RunEnd::Failed;
+    run.end = Ended::Failed;
     run.failure = Some(failure);
     let left = crate::worktree::changes(&worktree.path).await;
     run.artifacts = Some(artifacts(runner, worktree, &left, logs));
@@ -407,7 +408,7 @@ pub(crate) async fn merged_run(
         item: intent.item_id.clone(),
     });
     Some(AgentRun {
-        end: RunEnd::Succeeded,
+        end: Ended::Succeeded,
         output: intent.output.clone(),
         failure: None,
         // Read from `merges.jsonl`: a damaged value is no duration, never a panic.

@@ -27,8 +27,8 @@ use crate::exec;
 use crate::job::{ItemAction, ItemEvent, Job, JobPolicy, JobState, StopReason};
 use crate::jobstore::{ItemRecord, ItemStatus};
 use crate::mapreduce::{
-    AgentRun, AgentSpec, MapJob, RunEnd, StateLost, StateWriteError, agent_id, breaker_name,
-    describe, failure_of, item_id, repair_dlq, run_agent, run_item_handler, tally,
+    AgentRun, AgentSpec, MapJob, StateLost, StateWriteError, agent_id, breaker_name, describe,
+    failure_of, item_id, repair_dlq, run_agent, run_item_handler, tally,
 };
 use crate::progress::{Progress, Tally};
 use crate::runner::Runner;
@@ -783,7 +783,7 @@ impl Scheduler<'_, '_> {
                 return None;
             }
         };
-        if run.end == RunEnd::Cancelled {
+        if run.end == crate::backend::Ended::Cancelled {
             // Interrupted, cancelled by `--cancel-running`, or its backend cannot go on: the
             // item stays pending.
             runner.record(&Event::AgentCancelled {
@@ -799,7 +799,7 @@ impl Scheduler<'_, '_> {
             return None;
         }
         self.feed_breaker(index, &run, admission, runner);
-        let next = if run.end == RunEnd::Succeeded {
+        let next = if run.end == crate::backend::Ended::Succeeded {
             self.on_succeeded(index, attempt, &run, context);
             None
         } else {
@@ -869,7 +869,7 @@ impl Scheduler<'_, '_> {
         let (Some(b), true) = (self.breaker.as_mut(), counts_for_breaker) else {
             return;
         };
-        let event = if run.end == RunEnd::Succeeded {
+        let event = if run.end == crate::backend::Ended::Succeeded {
             BreakerEvent::Success
         } else {
             BreakerEvent::Failure
