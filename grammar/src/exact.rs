@@ -98,7 +98,7 @@ fn number_end(bytes: &[u8], start: usize) -> usize {
 }
 
 /// Whether `serde_json` reads TOKEN into a value equal to what it says: an integer within
-/// `u64` or `i64`, or a number whose `f64` is the same decimal number once written shortest.
+/// `u64` or `i64`, or a number whose `f64` `serde_json` writes as the same decimal number.
 fn fits(token: &str) -> bool {
     if token.parse::<u64>().is_ok() || token.parse::<i64>().is_ok() {
         return true;
@@ -107,10 +107,10 @@ fn fits(token: &str) -> bool {
         // Not a number after all (a lone `-`): not ours to change.
         return true;
     };
-    if !float.is_finite() {
-        return false;
-    }
-    decimal(token) == decimal(&format!("{float:e}"))
+    // What `serde_json` writes of the `f64` is what an agent would see: the same decimal
+    // number, or not. (Rust's own formatting may pick other shortest digits.)
+    serde_json::Number::from_f64(float)
+        .is_some_and(|written| decimal(token) == decimal(&written.to_string()))
 }
 
 /// A decimal number as (negative, significant digits, the exponent of their first digit);
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn text_without_such_numbers_is_not_copied() {
-        let text = r#"{"a": [1, -2, 0.1, 2.5e-3, 1E+2], "b": "x\"1234567890123456789012\""}"#;
+        let text = r#"{"a": [1, -2, 0.1, 2.5e-3, 1E+2, 873354127078754.2], "b": "x\"1234567890123456789012\""}"#;
         let (quoted, kept) = quote_inexact_numbers(text);
         assert!(matches!(quoted, Cow::Borrowed(_)));
         assert!(kept.is_empty());
