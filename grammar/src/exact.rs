@@ -139,7 +139,12 @@ fn decimal(token: &str) -> (bool, String, i64) {
     }
     let width = i64::try_from(whole.len()).unwrap_or(i64::MAX);
     let skipped = i64::try_from(leading).unwrap_or(0);
-    (negative, digits.to_owned(), exponent + width - skipped)
+    // An exponent near `i64`'s ends (`0.01e-9223372036854775808`) must not overflow.
+    (
+        negative,
+        digits.to_owned(),
+        exponent.saturating_add(width).saturating_sub(skipped),
+    )
 }
 
 #[cfg(test)]
@@ -190,6 +195,11 @@ mod tests {
         assert_eq!(decimal("0.001"), decimal("1e-3"));
         assert_eq!(decimal("-0.0"), decimal("0"));
         assert_ne!(decimal("-1"), decimal("1"));
+        // Exponents at `i64`'s ends neither overflow nor pass for zero.
+        assert_eq!(decimal("0.0001e-9223372036854775808").1, "1");
+        let (_, kept) =
+            quote_inexact_numbers("[0.0001e-9223372036854775808, 1e9223372036854775807]");
+        assert_eq!(kept.len(), 2);
         assert_ne!(
             decimal("123456789012345678901"),
             decimal("1.2345678901234568e20")
