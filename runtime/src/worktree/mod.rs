@@ -1249,6 +1249,34 @@ mod tests {
         assert_eq!(repository(dir.path()), None);
     }
 
+    /// A git whose caller stops waiting (a run interrupted mid-merge drops the future) is left
+    /// to finish: killed, it would leave its lock files behind.
+    #[tokio::test]
+    async fn a_git_whose_caller_stops_waiting_finishes_its_work() {
+        let project = repo();
+        let top = project.path();
+        let hook = top.join(".git/hooks/pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\nsleep 1\n").unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&hook, mode).unwrap();
+        let commit = git(top, &["commit", "-q", "--allow-empty", "-m", "second"]);
+        // The hook makes git outlast the wait: the future is dropped with git running.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), commit)
+                .await
+                .is_err()
+        );
+        let count = || git_sync(top, &["rev-list", "--count", "HEAD"]);
+        for _ in 0..600 {
+            if count().as_deref() == Some("2") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(count().as_deref(), Some("2"), "the commit was not made");
+        assert!(!top.join(".git/index.lock").exists());
+    }
+
     /// A lock a killed git left on `packed-refs` does not fail a map phase whose work is
     /// merged: the integration ref is named, and the next end of a map phase deletes it.
     #[tokio::test]
