@@ -368,4 +368,13 @@ pub struct Merge {
     /// Steps that resolve a merge that conflicts (an agent's work into the session, or the
     /// session back without `commands`), run in a worktree holding the conflicted merge.
     pub on_conflict: Vec<Step>,
+    /// `verify`: steps run on each candidate of the map agents' merge queue, in a scratch
+    /// worktree holding it; the integration ref moves only to a candidate that passed.
+    pub verify: Vec<Step>,
+    /// `batch`: how many queued candidates are verified at once (default 1).
+    pub batch: Option<Spanned<u32>>,
+    /// `redispatch`: how many times a refused candidate goes back to its agent (default 0).
+    pub redispatch: Option<Spanned<u32>>,
+    /// `protect`: globs of paths no agent may change.
+    pub protect: Vec<Spanned<String>>,
 }

@@ -120,6 +120,29 @@ struct Labels<'a> {
 }
 
 impl Labels<'_> {
+    /// `merge queue: verified in batches of 4; protects tests/**, Cargo.lock`.
+    fn verify_label(&self) -> String {
+        let Some(merge) = &self.plan.merge else {
+            return "merge queue".to_owned();
+        };
+        let mut parts = Vec::new();
+        if !merge.verify.is_empty() {
+            parts.push(if merge.batch > 1 {
+                format!("verified in batches of {}", merge.batch)
+            } else {
+                "verified one at a time".to_owned()
+            });
+        }
+        if !merge.protect.is_empty() {
+            parts.push(format!("protects {}", merge.protect.join(", ")));
+        }
+        if parts.is_empty() {
+            "merge queue".to_owned()
+        } else {
+            format!("merge queue: {}", parts.join("; "))
+        }
+    }
+
     fn node(&self, node: &Node) -> String {
         match node {
             Node::Start => "start".to_owned(),
@@ -152,6 +175,10 @@ impl Labels<'_> {
                 phase: Phase::Merge,
                 ..
             } => "merge".to_owned(),
+            Node::Phase {
+                phase: Phase::Verify,
+                ..
+            } => self.verify_label(),
             Node::Step { step } => self.step(*step),
             Node::Fallback { step } => format!("fallback of {}", self.step(*step)),
             Node::Breaker { .. } => match self
@@ -259,6 +286,10 @@ impl Labels<'_> {
                 Some(format!("item {}", retry_label(*retries, schedule)))
             }
             Edge::OnItemFailure { action } => Some(format!("on_item_failure: {action}")),
+            Edge::Redispatch { times } => Some(format!(
+                "refused: back to its agent, {times} time{} at most",
+                if *times == 1 { "" } else { "s" }
+            )),
             Edge::Stop { why } => Some(format!("job stops ({why})")),
         }
     }
@@ -395,7 +426,7 @@ pub fn dot_status(graph: &Graph, plan: &Plan, status: Option<&Status>) -> String
                 attrs.push("color=red".to_owned());
             }
             Edge::OnItemFailure { .. } => attrs.push("color=red, style=bold".to_owned()),
-            Edge::Retry { .. } | Edge::ItemRetry { .. } => {
+            Edge::Retry { .. } | Edge::ItemRetry { .. } | Edge::Redispatch { .. } => {
                 attrs.push("color=orange, style=dashed".to_owned());
             }
             Edge::Continue => attrs.push("color=gray, style=dashed".to_owned()),
@@ -488,7 +519,10 @@ pub fn mermaid_status(graph: &Graph, plan: &Plan, status: Option<&Status>) -> St
     }
     for (from, to, edge) in graph.edges() {
         let arrow = match edge {
-            Edge::Retry { .. } | Edge::ItemRetry { .. } | Edge::Continue => "-.->",
+            Edge::Retry { .. }
+            | Edge::ItemRetry { .. }
+            | Edge::Redispatch { .. }
+            | Edge::Continue => "-.->",
             Edge::OnFailure
             | Edge::Fallback
             | Edge::Reject

@@ -65,6 +65,9 @@ pub enum Phase {
     Reduce,
     /// `merge`.
     Merge,
+    /// The verified merge queue (`merge.verify`, `merge.protect`, `merge.redispatch`): each
+    /// agent's work, before it reaches the merged work.
+    Verify,
 }
 
 /// How control moves.
@@ -110,6 +113,12 @@ pub enum Edge {
     OnItemFailure {
         /// `dlq`, `retry`, `skip`, `stop` or `custom:NAME`.
         action: String,
+    },
+    /// Work the verified merge queue refused goes back to its agent, which runs the item
+    /// again on the merged work (`merge.redispatch`).
+    Redispatch {
+        /// Re-dispatches at most.
+        times: u32,
     },
     /// The job stops: no new agent starts and the reduce does not run.
     Stop {
@@ -180,11 +189,29 @@ pub fn build(plan: &Plan) -> Graph {
             b.g.add_edge(node, breaker, Edge::Next);
             b.g.add_edge(breaker, item_failed, Edge::Reject);
         }
-        let agents = b.chain(Exit::at(node), &map.steps, Edge::FanOut, agent_ends);
+        let mut agents = b.chain(Exit::at(node), &map.steps, Edge::FanOut, agent_ends);
         let first =
             b.g.edges(node)
                 .find(|e| matches!(e.weight(), Edge::FanOut))
                 .map(|e| e.target());
+        // The verified merge queue: an agent's work is verified before it lands; refused
+        // work (a failed verification, a conflict, a protected path) goes back to its
+        // agent, then fails the item.
+        if let Some(merge) = plan.merge.as_ref().filter(|m| m.queued()) {
+            let queue = b.g.add_node(Node::Phase {
+                phase: Phase::Verify,
+                origin: span_of(plan, &merge.verify),
+            });
+            b.link(&agents, queue, Edge::Next);
+            b.g.add_edge(queue, item_failed, Edge::OnFailure);
+            if merge.redispatch > 0
+                && let Some(first) = first
+            {
+                let times = merge.redispatch;
+                b.g.add_edge(queue, first, Edge::Redispatch { times });
+            }
+            agents = b.chain(Exit::at(queue), &merge.verify, Edge::Next, agent_ends);
+        }
         let job = &plan.job_policy;
         if job.max_attempts > 1
             && let Some(first) = first
@@ -531,8 +558,12 @@ impl Graph {
     /// Kahn's algorithm with an explicit queue: no recursion, so a workflow of any length
     /// is checked in constant stack space (petgraph's cycle check recurses once per node).
     pub fn has_unbounded_cycle(&self) -> bool {
-        let bounded =
-            |e: &Edge| matches!(e, Edge::Retry { .. } | Edge::ItemRetry { .. } | Edge::FanIn);
+        let bounded = |e: &Edge| {
+            matches!(
+                e,
+                Edge::Retry { .. } | Edge::ItemRetry { .. } | Edge::Redispatch { .. } | Edge::FanIn
+            )
+        };
         let mut incoming = vec![0usize; self.graph.node_bound()];
         for edge in self.graph.edge_references() {
             if !bounded(edge.weight()) {

@@ -214,6 +214,7 @@ pub(crate) fn all_steps(workflow: &ast::Workflow) -> Vec<&ast::Step> {
         workflow.reduce.as_ref(),
         workflow.merge.as_ref().map(|m| &m.commands),
         workflow.merge.as_ref().map(|m| &m.on_conflict),
+        workflow.merge.as_ref().map(|m| &m.verify),
     ]
     .into_iter()
     .flatten()

@@ -45,6 +45,8 @@ const MERGE_FIELDS: &[&str] = &[
     "file_count",
     "modified_files",
 ];
+/// What a map agent sent back by the verified merge queue sees (empty on its first run).
+const VERIFY_FIELDS: &[&str] = &["output", "reason", "attempt"];
 /// What `merge.on_conflict` steps see: the conflicted merge, not the commits of a merge back.
 const CONFLICT_FIELDS: &[&str] = &[
     "worktree",
@@ -109,6 +111,8 @@ enum Section {
     Merge,
     /// `merge.on_conflict`: resolving a conflicted merge.
     MergeConflict,
+    /// `merge.verify`: testing a candidate of the merge queue (`${merge.*}`, no `${map.*}`).
+    MergeVerify,
     /// A named handler run for a failed map item.
     ItemHandler,
     /// A `notify:` command: `${event.*}`.
@@ -199,6 +203,9 @@ struct Checker<'a> {
     diagnostics: Vec<Diagnostic>,
     /// Every capture name in the workflow with where it is defined, for "defined later".
     all_captures: BTreeMap<String, Span>,
+    /// The map agents' merges go through the verified queue: `${verify.*}` is defined in
+    /// their steps (and those steps' handlers).
+    verify_vars: bool,
 }
 
 /// Checks every reference in the workflow against the variables in scope where it is used.
@@ -207,6 +214,12 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
         source,
         diagnostics: Vec::new(),
         all_captures: BTreeMap::new(),
+        verify_vars: workflow.map.is_some()
+            && workflow.merge.as_ref().is_some_and(|m| {
+                !m.verify.is_empty()
+                    || !m.protect.is_empty()
+                    || m.redispatch.as_ref().is_some_and(|r| r.value > 0)
+            }),
     };
     let all_steps = workflow
         .commands
@@ -341,6 +354,17 @@ impl Checker<'_> {
                 },
             );
         }
+        // `merge.verify` runs during the map phase, on candidates of the merge queue: it
+        // sees what setup captured, and `${merge.*}`, but not what reduce captures.
+        if let Some(merge) = &workflow.merge {
+            self.steps(
+                &merge.verify,
+                &mut Scope {
+                    phase: Section::MergeVerify,
+                    ..after_setup.clone()
+                },
+            );
+        }
         let mut before_merge = Scope {
             phase: Section::Reduce,
             ..after_setup.clone()
@@ -360,14 +384,21 @@ impl Checker<'_> {
     }
 
     /// The `merge` and `merge.on_conflict` steps, which see what the run captured
-    /// (`before_merge`) but no step's own variables.
+    /// (`before_merge`) but no step's own variables; and, in a workflow without a map
+    /// phase (where it has no effect), `merge.verify`.
     fn merge(&mut self, workflow: &Workflow, before_merge: &Scope) {
         let Some(merge) = &workflow.merge else {
             return;
         };
+        let verify: &[Step] = if workflow.map.is_none() {
+            &merge.verify
+        } else {
+            &[]
+        };
         for (steps, phase) in [
-            (&merge.commands, Section::Merge),
-            (&merge.on_conflict, Section::MergeConflict),
+            (&merge.commands[..], Section::Merge),
+            (&merge.on_conflict[..], Section::MergeConflict),
+            (verify, Section::MergeVerify),
         ] {
             self.steps(
                 steps,
@@ -790,7 +821,7 @@ impl Checker<'_> {
                 }
             }
             "merge" => {
-                if scope.phase == Section::Merge {
+                if matches!(scope.phase, Section::Merge | Section::MergeVerify) {
                     closed(self, MERGE_FIELDS, "`merge`");
                 } else if scope.phase == Section::MergeConflict {
                     closed(self, CONFLICT_FIELDS, "`merge`");
@@ -800,6 +831,18 @@ impl Checker<'_> {
                         format!("`{path}` is only defined in `merge` steps"),
                         "no merge is running here",
                         "move the step into `merge:`".to_owned(),
+                    );
+                }
+            }
+            "verify" => {
+                if scope.phase == Section::Map && self.verify_vars {
+                    closed(self, VERIFY_FIELDS, "`verify`");
+                } else {
+                    self.error(
+                        span,
+                        format!("`{path}` is only defined in map agents whose merges are verified"),
+                        "no verified merge queue sends work back here",
+                        "set `merge.verify` or `merge.redispatch`, and read it in `map.agent_template`".to_owned(),
                     );
                 }
             }
@@ -1476,6 +1519,49 @@ mod tests {
         assert_eq!(codes(job), []);
         let shell = "commands:\n  - shell: echo 1\nmerge:\n  - shell: echo ${shell.output}\n";
         assert_eq!(codes(shell), [Code::UndefinedVariable]);
+    }
+
+    #[test]
+    fn verify_variables_are_defined_in_agents_whose_merges_are_verified() {
+        let job = |merge: &str, template: &str| {
+            format!(
+                "mode: mapreduce\nmap:\n  input: x.json\n  agent_template:\n    - shell: echo {template}\nmerge:\n{merge}"
+            )
+        };
+        let verify = "  verify:\n    - shell: make test\n";
+        let read = "${verify.output|shell} ${verify.reason|shell} ${verify.attempt}";
+        assert_eq!(codes(&job(verify, read)), []);
+        assert_eq!(codes(&job("  redispatch: 2\n", read)), []);
+        assert_eq!(codes(&job("  protect: [test.sh]\n", read)), []);
+        // A field the queue does not set, and a queue that is not verified.
+        assert_eq!(
+            codes(&job(verify, "${verify.log}")),
+            [Code::UndefinedVariable]
+        );
+        assert_eq!(
+            codes(&job("  redispatch: 0\n", "${verify.reason|shell}")),
+            [Code::UndefinedVariable]
+        );
+        // Outside the agents: the verify steps, reduce.
+        let in_verify = "  verify:\n    - shell: echo ${verify.reason|shell}\n";
+        assert_eq!(codes(&job(in_verify, "1")), [Code::UndefinedVariable]);
+    }
+
+    #[test]
+    fn verify_steps_see_the_candidate_and_setups_captures_but_not_reduces() {
+        let job = |verify: &str| {
+            format!(
+                "mode: mapreduce\nsetup:\n  - shell: echo 1\n    capture: version\nmap:\n  input: x.json\n  agent_template:\n    - shell: \"true\"\nreduce:\n  - shell: echo 2\n    capture: total\nmerge:\n  verify:\n    - shell: echo {verify}\n"
+            )
+        };
+        assert_eq!(
+            codes(&job(
+                "${version|shell} ${merge.commit_count} ${merge.worktree|shell}"
+            )),
+            []
+        );
+        assert_eq!(codes(&job("${map.total}")), [Code::UndefinedVariable]);
+        assert_ne!(codes(&job("${total|shell}")), []);
     }
 
     #[test]

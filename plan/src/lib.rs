@@ -525,6 +525,44 @@ pub struct PlanMerge {
     pub timeout: Option<Duration>,
     /// Steps that resolve a conflicted merge (none: a conflict is not resolved).
     pub on_conflict: Vec<StepId>,
+    /// Steps that test each candidate of the map agents' merge queue (none: no test).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verify: Vec<StepId>,
+    /// How many queued candidates are verified at once (at least 1).
+    #[serde(skip_serializing_if = "is_one")]
+    pub batch: u32,
+    /// How many times a refused candidate goes back to its agent.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub redispatch: u32,
+    /// Globs of paths no map agent may change.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
+}
+
+/// Whether N is 1 (`merge.batch`'s default, left out of the plan's JSON).
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// Whether N is 0 (`merge.redispatch`'s default, left out of the plan's JSON).
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl PlanMerge {
+    /// Whether the map agents' merges go through the verified queue: `verify`, `protect` or
+    /// `redispatch` is set (`${verify.*}` is then defined in the agents' steps).
+    pub fn queued(&self) -> bool {
+        !self.verify.is_empty() || !self.protect.is_empty() || self.redispatch > 0
+    }
 }
 
 /// What a step's `retry_config` can cost in time.

@@ -82,6 +82,7 @@ codes! {
     OutputFileEscapes = "V109", Error, "an `output_file` that leaves the project";
     WorktreePathEscapes = "V110", Error, "a `worktree` path that is absolute or leaves the repository";
     UnknownNotifyEvent = "V111", Error, "a `notify` entry names an event that does not exist";
+    InvalidGlob = "V112", Error, "a `merge.protect` entry that is not a glob";
     Unreachable = "G001", Warning, "a step or handler that can never run";
     RetryNeverFires = "G002", Warning, "a retry policy that can never retry";
     RetryOutlastsTimeout = "G003", Warning, "a retry schedule longer than the time allowed for it";

@@ -296,14 +296,20 @@ impl Lowerer<'_> {
         })
     }
 
-    /// `merge`: a list of steps or `{commands, timeout}`.
-    pub(crate) fn merge(&mut self, node: &Node) -> Option<Merge> {
+    /// `merge`: a list of steps or `{commands, timeout, on_conflict, verify, batch,
+    /// redispatch, protect}`. The merge queue's keys (`verify` and after) act on the map
+    /// agents' merges: in a workflow without a map phase they have no effect.
+    pub(crate) fn merge(&mut self, node: &Node, mapreduce: bool) -> Option<Merge> {
         if node.as_map().is_none() {
             let commands = self.steps(node, "`merge`", Ctx::default());
             return Some(Merge {
                 commands,
                 timeout: None,
                 on_conflict: Vec::new(),
+                verify: Vec::new(),
+                batch: None,
+                redispatch: None,
+                protect: Vec::new(),
             });
         }
         let f = self
@@ -311,8 +317,33 @@ impl Lowerer<'_> {
             .within("merge");
         let steps = |lw: &mut Self, c: &Node, what: &str| Some(lw.steps(c, what, Ctx::default()));
         let on_conflict = f.read(self, "on_conflict", steps).unwrap_or_default();
-        // `on_conflict` alone keeps the default merge back, with a resolver.
-        let commands = if on_conflict.is_empty() {
+        let verify = f.read(self, "verify", steps).unwrap_or_default();
+        let batch = f.u32(self, "batch", 1);
+        let redispatch = f.u32(self, "redispatch", 0);
+        let protect = f.strings(self, "protect").unwrap_or_default();
+        for glob in &protect {
+            if let Err(e) = globset::Glob::new(&glob.value) {
+                self.push(
+                    Diagnostic::new(Code::InvalidGlob, format!("`{}` is not a glob", glob.value))
+                        .with_primary(glob.span, e.kind().to_string())
+                        .with_help("write a glob such as `tests/**` or `Cargo.lock`".to_owned()),
+                );
+            }
+        }
+        let queue = ["verify", "batch", "redispatch", "protect"];
+        if !mapreduce {
+            for key in queue {
+                if let Some(entry) = f.entry(key) {
+                    self.no_effect(
+                        entry,
+                        "the merge queue holds map agents' work, and this workflow has no map phase",
+                        "remove it, or add `mode: mapreduce` with a `map` phase",
+                    );
+                }
+            }
+        }
+        // `on_conflict` or the queue's keys alone keep the default merge back.
+        let commands = if on_conflict.is_empty() && !queue.iter().any(|k| f.has(k)) {
             f.require(
                 self,
                 "commands",
@@ -328,6 +359,10 @@ impl Lowerer<'_> {
             commands,
             timeout,
             on_conflict,
+            verify,
+            batch,
+            redispatch,
+            protect,
         })
     }
 

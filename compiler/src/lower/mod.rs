@@ -476,7 +476,7 @@ impl Lowerer<'_> {
             wf.handlers = self.handlers(handlers);
         }
         if let Some(merge) = fields.node("merge") {
-            wf.merge = self.merge(merge);
+            wf.merge = self.merge(merge, mapreduce);
         }
         if let Some(entry) = fields.entry("slurm") {
             wf.slurm = self.slurm(&entry.value);

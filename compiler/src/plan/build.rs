@@ -75,6 +75,10 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         steps: builder.list(&m.commands, Role::Main),
         timeout: m.timeout.as_ref().map(|t| t.value),
         on_conflict: builder.list(&m.on_conflict, Role::Main),
+        verify: builder.list(&m.verify, Role::Main),
+        batch: m.batch.as_ref().map_or(1, |b| b.value.max(1)),
+        redispatch: m.redispatch.as_ref().map_or(0, |r| r.value),
+        protect: m.protect.iter().map(|p| p.value.clone()).collect(),
     });
     let handlers: Vec<(String, Vec<StepId>)> = workflow
         .handlers

@@ -202,6 +202,26 @@ pub static MERGE: Shape = Shape {
             Ty::Steps,
             "Steps that resolve a merge that conflicts (a map agent's work, or the session merged back without `commands`), run in a worktree holding the conflicted merge with `${merge.*}` and `${merge.conflicted_files}` set; without them a conflict goes to the DLQ (or fails the merge back).",
         ),
+        key(
+            "verify",
+            Ty::Steps,
+            "Steps that test each candidate of the map agents' merge queue (the merged work with one or more agents' commits on top), run in a scratch worktree holding it with `${merge.*}` set; the merged work moves only to a candidate they pass.",
+        ),
+        key(
+            "batch",
+            Ty::Int { min: 1 },
+            "How many queued candidates `verify` tests at once, stacked in queue order; a failed batch is bisected to find the failing ones (default 1).",
+        ),
+        key(
+            "redispatch",
+            Ty::Int { min: 0 },
+            "How many times an agent whose work failed `verify`, conflicted or touched a protected path runs its item again on the current merged work, with `${verify.output}`, `${verify.reason}` and `${verify.attempt}` (default 0: the item goes to the DLQ).",
+        ),
+        key(
+            "protect",
+            Ty::List(&Ty::Text),
+            "Globs of paths no map agent may change (a test runner, CI configuration, lockfiles); an agent's work that touches one is refused before verification.",
+        ),
     ],
 };
 
