@@ -147,6 +147,9 @@ impl<'g> Fold<'g> {
                 | "map_finished"
                 | "reduce_started"
                 | "reduce_finished"
+                | "verify_started"
+                | "verify_finished"
+                | "item_redispatched"
                 | "step_started"
                 | "attempt_started"
                 | "fallback_started"
@@ -205,6 +208,23 @@ impl<'g> Fold<'g> {
                 t.running = 0;
                 t.succeeded += 1;
             }),
+            // The verified merge queue: its verifications, refusals and re-dispatches.
+            "verify_started" => bump(phase(Phase::Verify), &mut |t| {
+                t.started += 1;
+                t.running += 1;
+            }),
+            "verify_finished" => {
+                let passed = event["passed"] == true;
+                bump(phase(Phase::Verify), &mut |t| {
+                    t.running = t.running.saturating_sub(1);
+                    if passed {
+                        t.succeeded += 1;
+                    } else {
+                        t.failed += 1;
+                    }
+                });
+            }
+            "item_redispatched" => bump(phase(Phase::Verify), &mut |t| t.retries += 1),
             "step_started" => {
                 let node = event["step_id"].as_u64().and_then(step_node);
                 if let Some(node) = node {

@@ -235,6 +235,7 @@ fn class(message: &Message) -> Class {
         | Message::ItemsLoaded { .. }
         | Message::KeptWorktreeNotNoted { .. }
         | Message::AgentWorktreeKept { .. }
+        | Message::ItemSentBack { .. }
         | Message::AgentBranchesLeft(_)
         | Message::SparesKept { .. }
         | Message::MergeRecovered { .. }
@@ -558,6 +559,14 @@ fn text(message: &Message) -> String {
             "warning: {item} left {} in {}; only commits are merged, so that worktree is kept (`prodigy worktree clean` removes it)",
             count(*changes, "uncommitted change"),
             path.display()
+        ),
+        Message::ItemSentBack {
+            item,
+            reason,
+            attempt,
+            of,
+        } => format!(
+            "{item}: the merge queue refused its work ({reason}); its agent runs it again on the merged work (re-dispatch {attempt} of {of}, `${{verify.output}}` says why)"
         ),
         Message::MergeRecovered { item } => {
             format!("{item}: its work was merged before the job stopped; recorded as succeeded")
@@ -927,13 +936,17 @@ impl Display {
 
 /// The counts of a map phase as its lines show them, PAUSED (the usage limit's pause) last.
 fn summary(tally: Tally, breaker: &str, paused: Option<&str>) -> String {
-    let summary = format!(
+    let mut summary = format!(
         "{} running, {} failed, {} in DLQ, breaker {breaker}{}",
         tally.running,
         tally.failed,
         tally.dlq,
         tally.spending()
     );
+    if let Some(queue) = tally.queue {
+        summary.push_str(", ");
+        summary.push_str(&queue.text());
+    }
     match paused {
         Some(paused) => format!("{summary}, {paused}"),
         None => summary,

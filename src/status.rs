@@ -113,6 +113,17 @@ pub(crate) fn render(p: &Picture) -> String {
     if let Some(slots) = p.claude_slots {
         let _ = writeln!(text, "{}", slots.text());
     }
+    if let Some(queue) = &p.queue {
+        let _ = writeln!(text, "{}", queue.counts.text());
+        if let Some(failure) = &queue.last_failure {
+            let first = failure.output.lines().next().unwrap_or_default();
+            let _ = writeln!(
+                text,
+                "last failed verification ({}): {first}",
+                failure.item_ids.join(", ")
+            );
+        }
+    }
     let c = &p.counts;
     let done = c.succeeded + c.failed + c.skipped;
     let noun = if s.kind == RunKind::Job {

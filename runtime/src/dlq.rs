@@ -26,6 +26,10 @@ pub enum ErrorType {
     WorktreeError,
     /// Merging the agent's commits back conflicted.
     MergeConflict,
+    /// The agent's work failed `merge.verify` on the merged work (after its re-dispatches).
+    VerifyFailed,
+    /// The agent's work changed a path `merge.protect` protects.
+    ProtectedPath,
     /// `commit_required` and no commit was made.
     CommitValidationFailed,
     /// Out of memory, disk or processes.
@@ -51,6 +55,8 @@ impl ErrorType {
             "ValidationFailed" => ErrorType::ValidationFailed,
             "WorktreeError" => ErrorType::WorktreeError,
             "MergeConflict" => ErrorType::MergeConflict,
+            "VerifyFailed" => ErrorType::VerifyFailed,
+            "ProtectedPath" => ErrorType::ProtectedPath,
             "CommitValidationFailed" => ErrorType::CommitValidationFailed,
             "ResourceExhausted" => ErrorType::ResourceExhausted,
             "CircuitOpen" => ErrorType::CircuitOpen,
@@ -69,6 +75,8 @@ impl ErrorType {
             ErrorType::ValidationFailed => "ValidationFailed",
             ErrorType::WorktreeError => "WorktreeError",
             ErrorType::MergeConflict => "MergeConflict",
+            ErrorType::VerifyFailed => "VerifyFailed",
+            ErrorType::ProtectedPath => "ProtectedPath",
             ErrorType::CommitValidationFailed => "CommitValidationFailed",
             ErrorType::ResourceExhausted => "ResourceExhausted",
             ErrorType::CircuitOpen => "CircuitOpen",

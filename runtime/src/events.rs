@@ -648,6 +648,59 @@ pub enum Event {
         /// The DLQ's classification.
         error_type: String,
     },
+    /// An agent's work joined the verified merge queue.
+    #[serde(rename = "merge_queued")]
+    MergeQueued {
+        /// `item_<index>`.
+        item_id: String,
+    },
+    /// `merge.verify` began on a candidate: the merged work with these items' work stacked
+    /// on top, in queue order.
+    #[serde(rename = "verify_started")]
+    VerifyStarted {
+        /// The items whose work the candidate holds.
+        item_ids: Vec<String>,
+        /// The candidate commit.
+        candidate: String,
+        /// Whether it is part of bisecting a failed batch.
+        bisecting: bool,
+    },
+    /// `merge.verify` ended on a candidate.
+    #[serde(rename = "verify_finished")]
+    VerifyFinished {
+        /// The items whose work the candidate holds.
+        item_ids: Vec<String>,
+        /// The candidate commit.
+        candidate: String,
+        /// Whether every step passed.
+        passed: bool,
+        /// How long it took.
+        duration_secs: f64,
+        /// What the failing step printed (secrets masked), when it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+    },
+    /// The merge queue refused an item's work, which goes back to its agent or to the DLQ.
+    #[serde(rename = "merge_refused")]
+    MergeRefused {
+        /// `item_<index>`.
+        item_id: String,
+        /// `verify_failed`, `conflict` or `protected`.
+        reason: String,
+        /// The conflicted or protected paths (none for a failed verification).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        paths: Vec<String>,
+    },
+    /// A refused item's agent runs again on the current merged work (`merge.redispatch`).
+    #[serde(rename = "item_redispatched")]
+    ItemRedispatched {
+        /// `item_<index>`.
+        item_id: String,
+        /// `verify_failed`, `conflict` or `protected`.
+        reason: String,
+        /// The re-dispatch's number, from 1.
+        attempt: u32,
+    },
     /// The breaker half-opens: this item probes.
     #[serde(rename = "CircuitHalfOpen")]
     CircuitHalfOpen {
@@ -1165,6 +1218,44 @@ pub(crate) fn item_index(item_id: &str) -> Option<u64> {
     item_id.strip_prefix("item_")?.parse().ok()
 }
 
+/// The verified merge queue (`merge.verify`) as the progress line, `status` and the
+/// dashboard show it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueCounts {
+    /// Candidates waiting.
+    pub queued: u64,
+    /// Candidates in the verification running now.
+    pub verifying: u64,
+    /// Verifications run.
+    pub verifications: u64,
+    /// Candidates landed.
+    pub landed: u64,
+    /// Candidates refused.
+    pub refused: u64,
+    /// Items sent back to their agents.
+    pub redispatched: u64,
+}
+
+impl QueueCounts {
+    /// `verify: batch of 4 running, 3 queued, 2 re-dispatched`.
+    #[must_use]
+    pub fn text(&self) -> String {
+        let running = match self.verifying {
+            0 => "idle".to_owned(),
+            1 => "1 candidate running".to_owned(),
+            n => format!("batch of {n} running"),
+        };
+        format!(
+            "verify: {running}, {} queued, {} landed, {} re-dispatched ({} run{})",
+            self.queued,
+            self.landed,
+            self.redispatched,
+            self.verifications,
+            if self.verifications == 1 { "" } else { "s" }
+        )
+    }
+}
+
 /// What the map phase has done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
@@ -1185,6 +1276,8 @@ pub struct Tally {
     /// What the items left will cost at the average so far, in millionths of a US dollar
     /// (docs/language.md, "Claude budgets"); `None` before an item finished.
     pub forecast_micros: Option<u64>,
+    /// The verified merge queue, when the job has one.
+    pub queue: Option<QueueCounts>,
 }
 
 impl Tally {
@@ -1704,6 +1797,31 @@ mod tests {
                 error: "text with spaces".into(),
                 error_type: "text with spaces".into(),
             },
+            Event::MergeQueued {
+                item_id: "text with spaces".into(),
+            },
+            Event::VerifyStarted {
+                item_ids: words(some),
+                candidate: "text with spaces".into(),
+                bisecting: some,
+            },
+            Event::VerifyFinished {
+                item_ids: words(some),
+                candidate: "text with spaces".into(),
+                passed: some,
+                duration_secs: 1.25,
+                output: opt(some, "text with spaces".into()),
+            },
+            Event::MergeRefused {
+                item_id: "text with spaces".into(),
+                reason: "text with spaces".into(),
+                paths: words(some),
+            },
+            Event::ItemRedispatched {
+                item_id: "text with spaces".into(),
+                reason: "text with spaces".into(),
+                attempt: 3,
+            },
             Event::CircuitHalfOpen {
                 item_id: "text with spaces".into(),
             },
@@ -1878,10 +1996,15 @@ mod tests {
             Event::ClaudeSlotsChanged { .. } => 73,
             Event::NotificationFinished { .. } => 74,
             Event::ClaudeCallRepeated { .. } => 75,
+            Event::VerifyStarted { .. } => 76,
+            Event::VerifyFinished { .. } => 77,
+            Event::MergeRefused { .. } => 78,
+            Event::ItemRedispatched { .. } => 79,
+            Event::MergeQueued { .. } => 80,
         }
     }
 
-    const VARIANTS: usize = 76;
+    const VARIANTS: usize = 81;
 
     /// Every variant reads back from its line, as the one it was (`checkpoint_saved`,
     /// `variable_captured` and `dlq_item_added` name two variants each), and writes the

@@ -113,6 +113,90 @@ impl Slots {
     }
 }
 
+/// The verified merge queue as `status` and the dashboard show it: its counts, and what
+/// the last failed verification printed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueView {
+    /// The counts.
+    #[serde(flatten)]
+    pub counts: crate::events::QueueCounts,
+    /// The items whose work is being verified now.
+    pub verifying_items: Vec<String>,
+    /// What the last failed verification printed, with the items it held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<QueueFailure>,
+}
+
+/// A failed verification, as the queue's view keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueFailure {
+    /// The items of the candidate.
+    pub item_ids: Vec<String>,
+    /// What the failing step printed.
+    pub output: String,
+}
+
+/// The queue as the fold keeps it: its view, and the items waiting.
+#[derive(Clone, Debug, Default)]
+struct QueueFold {
+    view: QueueView,
+    waiting: BTreeSet<String>,
+}
+
+impl QueueFold {
+    /// Takes in one of the queue's events, KIND, of LINE.
+    fn take(&mut self, kind: &str, line: &Line<'_>) {
+        let items = || -> Vec<String> {
+            line.item_ids
+                .iter()
+                .flatten()
+                .map(|i| i.as_ref().to_owned())
+                .collect()
+        };
+        let item = line.item_id.as_deref().map(str::to_owned);
+        let counts = &mut self.view.counts;
+        match kind {
+            "merge_queued" => {
+                self.waiting.extend(item);
+            }
+            "verify_started" => {
+                let items = items();
+                for i in &items {
+                    self.waiting.remove(i);
+                }
+                counts.verifying = items.len() as u64;
+                counts.verifications += 1;
+                self.view.verifying_items = items;
+            }
+            "verify_finished" => {
+                counts.verifying = 0;
+                self.view.verifying_items.clear();
+                if line.passed == Some(false) {
+                    self.view.last_failure = Some(QueueFailure {
+                        item_ids: items(),
+                        output: line.output.as_deref().unwrap_or_default().to_owned(),
+                    });
+                }
+            }
+            "merge_refused" => {
+                counts.refused += 1;
+                if let Some(item) = &item {
+                    self.waiting.remove(item);
+                }
+            }
+            "item_redispatched" => counts.redispatched += 1,
+            "agent_merged" => {
+                counts.landed += 1;
+                if let Some(item) = &item {
+                    self.waiting.remove(item);
+                }
+            }
+            _ => {}
+        }
+        self.view.counts.queued = self.waiting.len() as u64;
+    }
+}
+
 /// One agent (or a standard run's own step) working now.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Agent {
@@ -229,6 +313,9 @@ pub struct Picture {
     /// A job's phase (`setup`, `map`, `reduce`), from its events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// The verified merge queue (`merge.verify`), when the job has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueView>,
     /// The item counts (a standard run: its steps).
     pub counts: Counts,
     /// The Claude spend.
@@ -370,6 +457,14 @@ struct Line<'a> {
     max: Option<u64>,
     cost_usd: Option<f64>,
     duration_secs: Option<f64>,
+    /// The items of a candidate of the verified merge queue (`verify_started`, …).
+    #[serde(borrow)]
+    item_ids: Option<Vec<Cow<'a, str>>>,
+    /// Whether a verification passed (`verify_finished`).
+    passed: Option<bool>,
+    /// What a failed verification printed (`verify_finished`).
+    #[serde(borrow)]
+    output: Option<Cow<'a, str>>,
 }
 
 /// The task a task event names.
@@ -433,6 +528,7 @@ const FOLDED: &[&str] = &[
     "agent_cancelled",
     "agent_completed",
     "agent_failed",
+    "agent_merged",
     "agent_rejected",
     "agent_started",
     "claude_budget_reached",
@@ -447,6 +543,7 @@ const FOLDED: &[&str] = &[
     "dlq_retry_finished",
     "dlq_retry_started",
     "input_loaded",
+    "item_redispatched",
     "item_retry_scheduled",
     "item_skipped",
     "job_finished",
@@ -454,6 +551,8 @@ const FOLDED: &[&str] = &[
     "job_started",
     "job_stopping",
     "map_started",
+    "merge_queued",
+    "merge_refused",
     "reduce_started",
     "retry_scheduled",
     "setup_started",
@@ -464,6 +563,8 @@ const FOLDED: &[&str] = &[
     "step_started",
     "task_adopted",
     "task_submitted",
+    "verify_finished",
+    "verify_started",
     "workflow_finished",
     "workflow_started",
 ];
@@ -630,6 +731,7 @@ pub struct Live {
     slots: Option<Slots>,
     breaker: Option<&'static str>,
     stopping: Option<String>,
+    queue: Option<QueueFold>,
     counts: Counts,
     spend: Spend,
     items: BTreeMap<u64, ItemRow>,
@@ -666,6 +768,7 @@ impl Live {
             slots: None,
             breaker: None,
             stopping: None,
+            queue: None,
             counts: Counts::default(),
             spend: Spend::default(),
             items: BTreeMap::new(),
@@ -836,6 +939,13 @@ impl Live {
                 if self.summary.kind == RunKind::Job {
                     self.breaker.get_or_insert("closed");
                 }
+                if let Some(queue) = &mut self.queue {
+                    // A new process: what waited or was being verified runs again.
+                    queue.waiting.clear();
+                    queue.view.counts.queued = 0;
+                    queue.view.counts.verifying = 0;
+                    queue.view.verifying_items.clear();
+                }
                 if kind == "job_resumed" {
                     // Items that were running start again.
                     for row in self.items.values_mut() {
@@ -849,6 +959,17 @@ impl Live {
                 }
             }
             "setup_started" => self.phase = Some("setup".to_owned()),
+            "merge_queued" | "verify_started" | "verify_finished" | "merge_refused"
+            | "item_redispatched" => {
+                self.queue
+                    .get_or_insert_with(QueueFold::default)
+                    .take(kind, event);
+            }
+            "agent_merged" => {
+                if let Some(queue) = &mut self.queue {
+                    queue.take(kind, event);
+                }
+            }
             "input_loaded" => self.counts.total = number("items").unwrap_or(0),
             "map_started" => {
                 self.phase = Some("map".to_owned());
@@ -1101,6 +1222,7 @@ impl Live {
             pause: self.pause.clone().filter(|_| live),
             claude_slots: self.slots.filter(|_| live),
             phase: self.phase.clone(),
+            queue: self.queue.as_ref().map(|q| q.view.clone()),
             counts,
             spend: self.spend_now(counts, live),
             breaker: self.breaker,
@@ -1613,7 +1735,6 @@ mod vocabulary_tests {
         // Merges, worktrees and checkpoints: the job's state files say where it is.
         "agent_merge_failed",
         "agent_merge_recovered",
-        "agent_merged",
         "agent_worktree_kept",
         "agent_worktrees_swept",
         "checkpoint_saved",

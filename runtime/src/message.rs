@@ -269,6 +269,18 @@ pub enum Message {
         /// Why the journal was not written.
         why: String,
     },
+    /// The merge queue refused an item's work, and its agent runs the item again on the
+    /// merged work (`merge.redispatch`).
+    ItemSentBack {
+        /// `item_N`.
+        item: String,
+        /// `verify_failed`, `conflict` or `protected`.
+        reason: &'static str,
+        /// The re-dispatch's number, from 1.
+        attempt: u32,
+        /// `merge.redispatch`.
+        of: u32,
+    },
     /// A map agent left uncommitted changes: its worktree is kept.
     AgentWorktreeKept {
         /// `item_N`.
@@ -595,6 +607,7 @@ impl Message {
             | Message::IntegrationRefLeft(_)
             | Message::ItemsLoaded { .. }
             | Message::AgentWorktreeKept { .. }
+            | Message::ItemSentBack { .. }
             | Message::SparesKept { .. }
             | Message::OffBranch(_)
             | Message::MergeRecovered { .. }

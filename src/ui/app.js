@@ -110,7 +110,7 @@ async function runPage(id) {
   table = { status: "", sort: "index", desc: false, offset: 0, limit: 50 };
   $("#main").innerHTML = `<div id="head"></div><div class="stats" id="stats"></div><div class="actions" id="actions"></div>
   <div class="cols"><div><h3>Plan</h3><div class="graph" id="graph"></div></div>
-  <div><h3>Running agents</h3><div id="agents"></div>
+  <div><h3>Running agents</h3><div id="agents"></div><div id="queue"></div>
   <h3>Items</h3><p>status <select id="status"><option value="">every</option>${["pending","running","retrying","succeeded","failed","skipped"].map((s) => `<option>${s}</option>`).join("")}</select> <span class="pager"><button id="prev">◀</button><button id="next">▶</button><span id="pos"></span></span></p>
   <div id="items"></div><div id="detail" hidden></div></div></div>`;
   $("#status").onchange = () => { table.status = $("#status").value; table.offset = 0; loadItems(id); };
@@ -146,6 +146,15 @@ function draw(id, p) {
   if ($("#stop")) $("#stop").onclick = () => act("stop");
   $("#agents").innerHTML = p.agents.length ? `<table id="agents-table"><tr><th>agent</th><th>item</th><th>step</th><th>elapsed</th><th>activity</th></tr>${p.agents.map((a) => `<tr class="row" data-item="${esc(a.item_id ?? "")}"><td>${esc(a.agent_id)}</td><td>${esc(a.item_id ?? "-")}</td><td>${esc(a.step ?? "-")}</td><td>${secs(a.elapsed_secs)}</td><td>${a.tool ? esc(a.tool) : ""}${a.turns != null ? ` <span class="muted">turn ${a.turns}</span>` : ""}${a.task ? ` ${task(a.task)}` : ""}</td></tr>`).join("")}</table>` : `<p class="muted">none</p>`;
   document.querySelectorAll("#agents-table tr.row").forEach((tr) => { if (tr.dataset.item) tr.onclick = () => openItem(id, tr.dataset.item); });
+  // The verified merge queue's lane: queued, verifying, landed, sent back, and what the last
+  // failed verification printed.
+  const q = p.queue;
+  $("#queue").innerHTML = q ? `<h3>Merge queue</h3><div class="stats" id="queue-lane">${[
+    stat("queued", q.queued, "queued"),
+    stat("verifying", q.verifying, `verifying${q.verifying_items.length ? ` (${esc(q.verifying_items.join(", "))})` : ""}`),
+    stat("landed", q.landed, "landed"), stat("sent-back", q.redispatched, "sent back"),
+    stat("refused", q.refused, "refused"), stat("verifications", q.verifications, "verifications"),
+  ].join("")}</div>${q.last_failure ? `<p>last failed verification (${esc(q.last_failure.item_ids.join(", "))}):</p><pre id="queue-output">${esc(q.last_failure.output)}</pre>` : ""}` : "";
   // The graph and the table at most twice a second.
   if (!graphTimer) {
     graphTimer = setTimeout(async () => {

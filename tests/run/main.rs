@@ -817,6 +817,7 @@ mod paths;
 mod reap;
 mod secrets;
 mod variables;
+mod verify;
 mod worktree;
 
 #[test]

@@ -135,6 +135,9 @@ pub struct Continuation {
     pub kind: ErrorKind,
     /// What it said: the call's error message, or why the check failed.
     pub message: String,
+    /// The call runs in a fresh checkout of the merged work, not where the failed attempt
+    /// left its edits: the verified merge queue sent the item back (`merge.redispatch`).
+    pub sent_back: bool,
 }
 
 impl Continuation {
@@ -152,6 +155,14 @@ impl Continuation {
         } else {
             message
         };
+        if self.sent_back {
+            return format!(
+                "Your earlier work on this task in this session was not merged: {message}\n\
+                 The working directory now holds the current merged work, without your \
+                 earlier changes: do the task again on it, so that this does not happen \
+                 again.\n\n{prompt}"
+            );
+        }
         format!(
             "The previous attempt at this task failed ({kind}: {message}). Its work in this \
              session and in the working directory is kept: continue from where it stopped, \
@@ -931,6 +942,7 @@ mod tests {
             session_id: "sess-1".to_owned(),
             kind: ErrorKind::MaxTurns,
             message: "Reached maximum number of turns (3)".to_owned(),
+            sent_back: false,
         };
         continued.resume(&mut args);
         assert!(!fresh.contains(&"--resume".to_owned()));

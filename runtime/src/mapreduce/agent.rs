@@ -16,7 +16,8 @@ use tokio::time::Instant;
 
 use crate::dlq::{ErrorType, FailureDetail, WorktreeArtifacts};
 use crate::exec;
-use crate::mapreduce::{agent_id, item_id, item_vars, merge_back};
+use crate::mapreduce::verify::SentBack;
+use crate::mapreduce::{Queueing, agent_id, item_id, item_vars, merge_back};
 use crate::runner::{AgentScope, Runner, StepFailure};
 use crate::vars::Vars;
 use crate::worktree::AgentWorktree;
@@ -112,6 +113,8 @@ pub(crate) struct AgentRun {
     pub(crate) trail: crate::jobstore::ItemTrail,
     /// Why the job stops, when its backend cannot go on ([`crate::backend::Dispatched`]).
     pub(crate) stop_job: Option<crate::backend::BackendLost>,
+    /// Why the verified merge queue refused its work, when it did.
+    pub(crate) refusal: Option<crate::mapreduce::verify::Refusal>,
 }
 
 impl AgentRun {
@@ -128,6 +131,7 @@ impl AgentRun {
             merge_commit: None,
             trail: done.trail,
             stop_job: done.stop_job,
+            refusal: None,
         }
     }
 
@@ -157,6 +161,7 @@ impl AgentRun {
             merge_commit: None,
             trail: crate::jobstore::ItemTrail::default(),
             stop_job: None,
+            refusal: None,
         }
     }
 
@@ -249,13 +254,19 @@ pub(crate) fn scope_for(
         claude: RefCell::new(crate::claude::Totals::default()),
         trail: RefCell::new(crate::jobstore::ItemTrail::default()),
         workdir,
+        sessions: RefCell::new(HashMap::new()),
+        sent_back: RefCell::new(None),
     };
     (Rc::new(scope), tx)
 }
 
 /// Runs one agent for ITEM; HALT says the job stops (a Slurm task not yet running is not
 /// started), CANCEL that the running agents are cancelled. Its worktree, its preparation
-/// and the merge of its work are the coordinator's; its steps run where its host (the `--executor` backend) says.
+/// and the merge of its work are the coordinator's; its steps run where its host (the
+/// `--executor` backend) says. Work the verified merge queue refuses sends the item back
+/// to its agent up to `merge.redispatch` times, each time from the merged work as it is
+/// then, with `${verify.*}` saying why; that is not an item retry, and the breaker hears
+/// only of how the last run ended.
 #[expect(
     clippy::too_many_arguments,
     reason = "the agent's inputs and its two stop signals, all borrowed from the scheduler"
@@ -270,24 +281,105 @@ pub(crate) async fn run_agent(
     halt: watch::Receiver<bool>,
     cancel: Option<watch::Receiver<bool>>,
 ) -> AgentRun {
+    let merge = runner.plan.merge.as_ref();
+    let queued = merge.is_some_and(prodigy_plan::PlanMerge::queued);
+    let most = merge.map_or(0, |m| m.redispatch);
+    let mut sent_back: Option<SentBack> = None;
+    loop {
+        let dispatches = sent_back.as_ref().map_or(0, |s| s.attempt);
+        let once = Once {
+            base,
+            item,
+            index,
+            attempt,
+            queued,
+            sent_back: sent_back.as_ref(),
+            send_back: dispatches < most,
+        };
+        let (run, sessions) = run_once(runner, spec, &once, halt.clone(), cancel.clone()).await;
+        let Some(refusal) = run.refusal.as_ref().filter(|_| dispatches < most) else {
+            return run;
+        };
+        let next = SentBack {
+            reason: refusal.reason,
+            output: refusal.output.clone(),
+            attempt: dispatches + 1,
+            sessions,
+        };
+        runner
+            .verify_queue
+            .redispatched
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        runner.record(&crate::events::Event::ItemRedispatched {
+            item_id: item_id(index),
+            reason: next.reason.name().to_owned(),
+            attempt: next.attempt,
+        });
+        runner.say(crate::message::Message::ItemSentBack {
+            item: item_id(index),
+            reason: next.reason.name(),
+            attempt: next.attempt,
+            of: most,
+        });
+        sent_back = Some(next);
+    }
+}
+
+/// One run of an agent's item: what [`run_once`] needs besides the stop signals.
+struct Once<'a> {
+    base: &'a Vars,
+    item: &'a Value,
+    index: usize,
+    attempt: u32,
+    /// Whether the merge queue is verified: `${verify.*}` is then set, from the refusal
+    /// that sent the item back (empty on its first run).
+    queued: bool,
+    /// The refusal that sent the item back, when one did.
+    sent_back: Option<&'a SentBack>,
+    /// Whether a refusal of this run's work sends the item back again.
+    send_back: bool,
+}
+
+/// One run of the agent for ONCE's item, in a fresh worktree from the merged work; with
+/// the session of each of its Claude steps, by label, for a re-dispatch to continue.
+async fn run_once(
+    runner: &Runner,
+    spec: &AgentSpec,
+    once: &Once<'_>,
+    halt: watch::Receiver<bool>,
+    cancel: Option<watch::Receiver<bool>>,
+) -> (AgentRun, HashMap<String, String>) {
+    let Once {
+        base,
+        item,
+        index,
+        attempt,
+        ..
+    } = *once;
     let worktree = match agent_worktree(runner, spec, index).await {
         Ok(worktree) => worktree,
-        Err(run) => return run,
+        Err(run) => return (run, HashMap::new()),
     };
     let mut vars = base.clone();
     item_vars(&mut vars, item, index, spec.total);
+    if once.queued {
+        vars.set("verify", SentBack::vars(once.sent_back));
+    }
     let (scope, stop) = scope_for(
         Some(index),
         Some(spec),
         worktree.as_ref().map(|w| w.workdir.clone()),
     );
+    if let Some(sent) = once.sent_back {
+        *scope.sent_back.borrow_mut() = Some((sent.sessions.clone(), sent.message()));
+    }
     runner.record(&crate::events::Event::AgentStarted {
         agent_id: agent_id(index),
         item_id: item_id(index),
         attempt,
     });
     let started = Instant::now();
-    let agent = runner.in_agent(scope);
+    let agent = runner.in_agent(scope.clone());
     // `worktree:` copies, links and, once per worktree, `setup` (docs/language.md §11).
     let prepared = match &worktree {
         Some(w) => {
@@ -332,6 +424,10 @@ pub(crate) async fn run_agent(
         if let Err(e) = crate::reap::end_item(&agent_id(index), grace).await {
             run = AgentRun::failed("processes", e.to_string(), ErrorType::WorktreeError);
         }
+        let queueing = Queueing {
+            base,
+            send_back: once.send_back,
+        };
         merge_back(
             runner,
             session,
@@ -339,10 +435,12 @@ pub(crate) async fn run_agent(
             (index, attempt),
             &mut run,
             &mut vars,
+            &queueing,
         )
         .await;
     }
-    run
+    let sessions = scope.sessions.borrow().clone();
+    (run, sessions)
 }
 
 /// The worktree item INDEX's agent works in: the one a task a killed coordinator left

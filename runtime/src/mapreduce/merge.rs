@@ -4,6 +4,7 @@
 use crate::backend::Ended;
 use crate::dlq::ErrorType;
 use crate::jobstore::{ItemRecord, ItemStatus};
+use crate::mapreduce::verify::{self, Verdict};
 use crate::mapreduce::{AgentRun, MapJob, agent_id, artifacts, item_id};
 use crate::message::Message;
 use crate::runner::{Runner, StepFailure};
@@ -11,6 +12,7 @@ use crate::vars::Vars;
 use crate::worktree::{
     AgentWorktree, ResolveError, ResolveFailure, SessionWorktree, WorktreeError,
 };
+use prodigy_plan::PlanMerge;
 
 /// An agent's merge conflicted: `merge.on_conflict` resolves it in the agent's worktree (the
 /// session's merged work merged into the agent's branch), and the agent's new head is merged
@@ -71,6 +73,14 @@ fn journal_intent(
     crate::merge_journal::append(&dir, &intent)
 }
 
+/// How an agent's work meets the merge queue: the job's variables (for `merge.verify`) and
+/// whether a refusal sends the item back to its agent (`merge.redispatch` left), so that
+/// its worktree is let go rather than kept for the DLQ.
+pub(crate) struct Queueing<'a> {
+    pub(crate) base: &'a Vars,
+    pub(crate) send_back: bool,
+}
+
 /// After an agent in a worktree: a successful agent's commits go into the session's merged
 /// work through the merge queue and its worktree goes back to the pool (kept instead when
 /// it left uncommitted changes); a conflict fails the item with `MergeConflict`. The
@@ -83,9 +93,19 @@ pub(crate) async fn merge_back(
     (index, attempt): (usize, u32),
     run: &mut AgentRun,
     vars: &mut Vars,
+    queueing: &Queueing<'_>,
 ) {
     if run.end == Ended::Succeeded {
-        merge_succeeded(runner, session, worktree, (index, attempt), run, vars).await;
+        merge_succeeded(
+            runner,
+            session,
+            worktree,
+            (index, attempt),
+            run,
+            vars,
+            queueing,
+        )
+        .await;
         return;
     }
     let committed = matches!(crate::worktree::agent_head(&worktree).await, Ok(Some(_)));
@@ -108,21 +128,44 @@ async fn merge_succeeded(
     (index, attempt): (usize, u32),
     run: &mut AgentRun,
     vars: &mut Vars,
+    queueing: &Queueing<'_>,
 ) {
     let merged = match crate::worktree::agent_head(&worktree).await {
+        Ok(Some(head)) if runner.plan.merge.as_ref().is_some_and(PlanMerge::queued) => {
+            // Journalled before the ref moves, so that a kill after the merge and before
+            // the outcome is written is recognised on resume (`merge_journal`); a kill
+            // before it lands leaves the item to run again, verified again.
+            if let Err(why) = journal_intent(runner, &worktree, index, attempt, run, &head) {
+                journal_failed(runner, &worktree, run, &why).await;
+                return;
+            }
+            match through_queue(runner, session, &worktree, index, &head, vars, queueing).await {
+                Verdict::Landed(stacked) => {
+                    run.merge_commit = Some(stacked.commit);
+                    Ok(if stacked.fast_forward {
+                        crate::worktree::Merged::FastForward
+                    } else {
+                        crate::worktree::Merged::MergeCommit
+                    })
+                }
+                Verdict::Refused(refusal) => {
+                    refuse_item(runner, worktree, index, run, refusal, queueing.send_back).await;
+                    return;
+                }
+                Verdict::Failed(e) => Err(e),
+                Verdict::Interrupted => {
+                    // Nothing of it landed: the item stays pending, and runs again.
+                    run.end = Ended::Cancelled;
+                    return;
+                }
+            }
+        }
         Ok(Some(head)) => {
             let _queue = runner.merge_queue.lock().await;
             // Journalled before the ref moves, so that a kill after the merge and before
             // the outcome is written is recognised on resume (`merge_journal`).
             if let Err(why) = journal_intent(runner, &worktree, index, attempt, run, &head) {
-                let failure = StepFailure {
-                    step: "merge".into(),
-                    message: format!("the merge was not attempted: {why}"),
-                    error_type: ErrorType::WorktreeError,
-                    output: None,
-                    log: None,
-                };
-                fail_item(runner, &worktree, run, failure, None).await;
+                journal_failed(runner, &worktree, run, &why).await;
                 return;
             }
             merge_under_queue(runner, session, &worktree, index, &head, run, vars).await
@@ -133,6 +176,116 @@ async fn merge_succeeded(
     match merged {
         Ok(how) => merged_cleanly(runner, worktree, index, how, run).await,
         Err(e) => merge_failed(runner, &worktree, run, &e).await,
+    }
+}
+
+/// The merge journal could not be written: the merge is not attempted, and the item fails.
+async fn journal_failed(
+    runner: &Runner,
+    worktree: &AgentWorktree,
+    run: &mut AgentRun,
+    why: &crate::merge_journal::JournalError,
+) {
+    let failure = StepFailure {
+        step: "merge".into(),
+        message: format!("the merge was not attempted: {why}"),
+        error_type: ErrorType::WorktreeError,
+        output: None,
+        log: None,
+    };
+    fail_item(runner, worktree, run, failure, None).await;
+}
+
+/// Item INDEX's work, up to HEAD, through the verified queue. A conflict goes to
+/// `merge.on_conflict` first when the workflow has it: the resolver merges the merged work
+/// into the agent's branch, and the resolved head queues again, once.
+async fn through_queue(
+    runner: &Runner,
+    session: &SessionWorktree,
+    worktree: &AgentWorktree,
+    index: usize,
+    head: &str,
+    vars: &mut Vars,
+    queueing: &Queueing<'_>,
+) -> Verdict {
+    let verdict = verify::submit(runner, session, worktree, (index, head), queueing.base).await;
+    let Verdict::Refused(refusal) = verdict else {
+        return verdict;
+    };
+    if refusal.reason != verify::Reason::Conflict || !runner.resolves_conflicts() {
+        return Verdict::Refused(refusal);
+    }
+    let resolved = async {
+        let current = runner.agent_worktrees.integration(session).await?;
+        runner
+            .resolve_conflict(
+                crate::worktree::Conflicted {
+                    dir: &worktree.path,
+                    other: &current,
+                    source_branch: &worktree.branch,
+                    target_branch: &session.branch,
+                    item: Some(index),
+                    workdir: Some(worktree.workdir.clone()),
+                },
+                vars,
+            )
+            .await?;
+        crate::worktree::agent_head(worktree)
+            .await?
+            .ok_or_else(|| ResolveError::from(ResolveFailure::NoCommit))
+    };
+    match resolved.await {
+        Ok(head) => verify::submit(runner, session, worktree, (index, &head), queueing.base).await,
+        Err(why) => Verdict::Refused(verify::Refusal {
+            output: format!(
+                "{}\n`merge.on_conflict` did not resolve it: {why}",
+                refusal.output
+            ),
+            ..refusal
+        }),
+    }
+}
+
+/// The queue refused item INDEX's work: the item fails at its merge with the refusal's
+/// classification. When it goes back to its agent (`send_back`), its worktree is let go (the
+/// agent starts again from the merged work); else it is kept for the DLQ, with
+/// `${verify.output}` as its logs.
+async fn refuse_item(
+    runner: &Runner,
+    worktree: AgentWorktree,
+    index: usize,
+    run: &mut AgentRun,
+    refusal: verify::Refusal,
+    send_back: bool,
+) {
+    let message = match refusal.reason {
+        verify::Reason::VerifyFailed => {
+            "its work failed `merge.verify` on the merged work".to_owned()
+        }
+        verify::Reason::Conflict => format!(
+            "its work conflicts with the merged work in {}",
+            refusal.paths.join(", ")
+        ),
+        verify::Reason::Protected => format!(
+            "its work changes protected paths (`merge.protect`): {}",
+            refusal.paths.join(", ")
+        ),
+    };
+    let failure = StepFailure {
+        step: "merge".into(),
+        message,
+        error_type: refusal.reason.error_type(),
+        output: refusal.tail.clone(),
+        log: None,
+    };
+    let logs = refusal.output.clone();
+    run.refusal = Some(refusal);
+    if send_back {
+        run.end = Ended::Failed;
+        run.failure = Some(failure);
+        let_go(runner, worktree, index).await;
+    } else {
+        fail_item(runner, &worktree, run, failure, Some(logs)).await;
     }
 }
 
@@ -196,6 +349,12 @@ async fn merged_cleanly(
             merge: format!("{how:?}"),
         });
     }
+    let_go(runner, worktree, index).await;
+}
+
+/// The worktree of item INDEX's agent, its work merged or dropped, goes back to the pool,
+/// or is kept (and noted) when the agent left uncommitted changes, which are never wiped.
+async fn let_go(runner: &Runner, worktree: AgentWorktree, index: usize) {
     let left = runner.agent_worktrees.changes(&worktree).await;
     if left.is_empty() {
         runner.agent_worktrees.release(worktree);
@@ -419,5 +578,6 @@ pub(crate) async fn merged_run(
         merge_commit: Some(commit),
         trail: crate::jobstore::ItemTrail::default(),
         stop_job: None,
+        refusal: None,
     })
 }

@@ -27,6 +27,7 @@ pub mod metrics;
 mod reduce;
 mod schedule;
 mod setup;
+pub(crate) mod verify;
 pub(crate) use error::{MapError, StateLost, StateWriteError, WriteFailure};
 pub use error::{MaxParallelError, RetryError};
 pub use setup::{ItemsError, setup_and_items};

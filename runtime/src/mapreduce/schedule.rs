@@ -332,7 +332,11 @@ pub(crate) struct Spending {
     pub(crate) total: u64,
 }
 
-/// Shows the job's counts on the progress display.
+/// Shows the job's counts on the progress display; QUEUE: the verified merge queue's.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the scheduler's counts, each borrowed where it lives"
+)]
 pub(crate) fn show_progress(
     progress: &mut Progress,
     job: &Job,
@@ -341,6 +345,7 @@ pub(crate) fn show_progress(
     breaker: Option<&Breaker>,
     claude_turns: u64,
     spending: Spending,
+    queue: Option<crate::events::QueueCounts>,
 ) {
     let done = job.counts().finished();
     let tally = Tally {
@@ -355,6 +360,7 @@ pub(crate) fn show_progress(
                 a * crate::claude::budget::amount(spending.total.saturating_sub(done)),
             )
         }),
+        queue,
     };
     progress.update(tally, breaker.map_or("off", |b| breaker_name(b.state())));
 }
@@ -640,6 +646,12 @@ impl Scheduler<'_, '_> {
             self.breaker.as_ref(),
             runner.live_claude_turns(),
             spending,
+            runner
+                .plan
+                .merge
+                .as_ref()
+                .is_some_and(prodigy_plan::PlanMerge::queued)
+                .then(|| runner.verify_queue.counts()),
         );
     }
 

@@ -197,16 +197,32 @@ impl Runner {
         workdir: Option<PathBuf>,
         vars: &mut Vars,
     ) -> PhaseEnd {
+        self.run_phase_in(steps, timeout, item, workdir, vars)
+            .await
+            .0
+    }
+
+    /// [`Runner::run_merge_phase`], with the step that failed, when one did.
+    pub(crate) async fn run_phase_in(
+        &self,
+        steps: &[prodigy_plan::StepId],
+        timeout: Option<Duration>,
+        item: Option<usize>,
+        workdir: Option<PathBuf>,
+        vars: &mut Vars,
+    ) -> (PhaseEnd, Option<crate::runner::StepFailure>) {
         let (scope, stop) = crate::mapreduce::scope_for(item, None, workdir);
-        let agent = self.in_agent(scope);
+        let agent = self.in_agent(scope.clone());
         let body = agent.run_phase(steps, vars);
         let (outcome, why) = crate::mapreduce::guarded(self, stop, body, timeout, None).await;
-        match (why, outcome.continues()) {
+        let end = match (why, outcome.continues()) {
             (Some(crate::mapreduce::Stopped::TimedOut), _) => PhaseEnd::TimedOut,
             (Some(crate::mapreduce::Stopped::Cancelled), _) => PhaseEnd::Interrupted,
             (None, false) => PhaseEnd::StepFailed,
             (None, true) => PhaseEnd::Completed,
-        }
+        };
+        let failure = scope.failure.borrow_mut().take();
+        (end, failure)
     }
 
     /// The workflow's `merge` steps, under their `timeout` and stopped like any step

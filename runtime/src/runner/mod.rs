@@ -270,6 +270,8 @@ pub struct RunState {
     pub(crate) env_warned: Mutex<std::collections::HashSet<(String, String)>>,
     /// Map agents' merges into the session worktree, one at a time.
     pub(crate) merge_queue: tokio::sync::Mutex<()>,
+    /// The verified merge queue's waiting candidates and counts (`merge.verify`).
+    pub(crate) verify_queue: crate::mapreduce::verify::Queue,
     /// Map agents' worktrees between two items.
     pub(crate) agent_worktrees: crate::worktree::Pool,
     /// The steps of a standard run that failed and were continued.
@@ -316,6 +318,11 @@ pub(crate) struct AgentScope {
     pub claude: std::cell::RefCell<crate::claude::Totals>,
     /// The item's Claude sessions, logs and last failed kind, for `results.jsonl`.
     pub trail: std::cell::RefCell<crate::jobstore::ItemTrail>,
+    /// The session of each Claude step's last call, by step label, for a re-dispatch.
+    pub sessions: std::cell::RefCell<std::collections::HashMap<String, String>>,
+    /// An item the verified merge queue sent back: the refused run's sessions by step
+    /// label, and why its work came back, for a Claude step with `on_retry: continue`.
+    pub sent_back: std::cell::RefCell<Option<(std::collections::HashMap<String, String>, String)>>,
 }
 
 /// How a command's output is followed and kept.
@@ -417,6 +424,7 @@ impl Runner {
             env_cache: Mutex::new(std::collections::HashMap::new()),
             env_warned: Mutex::new(std::collections::HashSet::new()),
             merge_queue: tokio::sync::Mutex::new(()),
+            verify_queue: crate::mapreduce::verify::Queue::default(),
             agent_worktrees,
             continued: Mutex::new(Vec::new()),
             log_seq: std::sync::atomic::AtomicU64::new(1),

@@ -201,10 +201,12 @@ impl Runner {
         // A retry: `on_retry: continue` goes on with the failed attempt's session, and the
         // step's own prompt reads that attempt's `claude.*` (a handler's calls in between do
         // not change them).
-        let resume = runs
-            .last
-            .as_ref()
-            .and_then(|o| continuation(step, o, runs.check_error.as_deref()));
+        let resume = match &runs.last {
+            Some(o) => continuation(step, o, runs.check_error.as_deref()),
+            // An item the verified merge queue sent back: its first attempt goes on with
+            // the refused run's session.
+            None => super::sent_back_continuation(step, self.agent()),
+        };
         if matches!(step.command, PlanCommand::Claude(_)) {
             match &runs.last {
                 Some(failed) => set_claude_vars(vars, failed),

@@ -430,6 +430,9 @@ impl Runner {
         if let Some(a) = self.agent() {
             a.claude.borrow_mut().add(&call);
             a.trail.borrow_mut().add_call(&call);
+            if let Some(session) = call.session_id.clone().filter(|s| !s.is_empty()) {
+                a.sessions.borrow_mut().insert(step.label.clone(), session);
+            }
         }
         out.claude = Some(Box::new(call));
         out

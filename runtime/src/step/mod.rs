@@ -218,6 +218,28 @@ pub(crate) fn continuation(
         session_id,
         kind,
         message,
+        sent_back: false,
+    })
+}
+
+/// The session the first attempt of STEP continues in an item the verified merge queue sent
+/// back (`merge.redispatch`): the refused run's session of the same step, told why its work
+/// came back, when the step asks for it (`claude: {on_retry: continue}`).
+pub(crate) fn sent_back_continuation(
+    step: &PlanStep,
+    agent: Option<&crate::runner::AgentScope>,
+) -> Option<crate::claude::Continuation> {
+    match step.claude.as_ref().and_then(|c| c.on_retry) {
+        Some(OnRetry::Continue) => {}
+        Some(OnRetry::Fresh) | None => return None,
+    }
+    let sent = agent?.sent_back.borrow();
+    let (sessions, message) = sent.as_ref()?;
+    Some(crate::claude::Continuation {
+        session_id: sessions.get(&step.label)?.clone(),
+        kind: crate::claude::ErrorKind::Unknown,
+        message: message.clone(),
+        sent_back: true,
     })
 }
 

@@ -669,6 +669,7 @@ async fn a_continued_retry_resumes_the_failed_session() {
         session_id: "s-fix".to_owned(),
         kind: crate::claude::ErrorKind::MaxTurns,
         message: "Reached maximum number of turns (3)".to_owned(),
+        sent_back: false,
     };
     let handled = crate::claude::Continuation {
         session_id: "s-build".to_owned(),

@@ -194,8 +194,11 @@ impl Pool {
         let keep: Vec<std::path::PathBuf> = keep.iter().map(|p| canonical(p)).collect();
         clear_stale_locks(session, before).await;
         let mut taken = 0;
+        // The verified queue's scratch worktree is the queue's own: never an agent's slot.
+        let scratch = canonical(&super::candidate::scratch_path(layout, session));
         for (path, _) in leftover_agents(layout, session).await {
-            if keep.contains(&path) || self.idle().iter().any(|a| a.path == path) {
+            if path == scratch || keep.contains(&path) || self.idle().iter().any(|a| a.path == path)
+            {
                 continue;
             }
             // A kill may have left git's index lock, or a merge half done.
@@ -307,7 +310,7 @@ impl Pool {
     }
 
     /// Moves the integration ref from CURRENT to NEW.
-    async fn advance(
+    pub(crate) async fn advance(
         &self,
         session: &SessionWorktree,
         new: &str,
@@ -945,63 +948,15 @@ pub async fn merge_head(
     message: &str,
 ) -> Result<Merged, WorktreeError> {
     let current = pool.integration(session).await?;
-    // A fast-forward only when the agent's history contains everything merged so far (an
-    // agent may have reset its branch below where it started).
-    if current == agent.base
-        && git(
-            &session.path,
-            &["merge-base", "--is-ancestor", &current, theirs],
-        )
-        .await
-        .is_ok()
-    {
-        pool.advance(session, theirs, &current).await?;
-        return Ok(Merged::FastForward);
-    }
-    let (code, out, err) = git_output(
-        &session.path,
-        &[
-            "merge-tree",
-            "--write-tree",
-            "--name-only",
-            &current,
-            theirs,
-        ],
-    )
-    .await?;
-    match code {
-        Some(0) => {
-            let tree = out.lines().next().unwrap_or_default().trim().to_owned();
-            let commit = git(
-                &session.path,
-                &[
-                    "commit-tree",
-                    &tree,
-                    "-p",
-                    &current,
-                    "-p",
-                    theirs,
-                    "-m",
-                    message,
-                ],
-            )
-            .await?;
-            pool.advance(session, commit.trim(), &current).await?;
-            Ok(Merged::MergeCommit)
-        }
-        Some(1) => {
-            let (files, output) = conflict(&out);
-            Err(WorktreeError::Conflict {
-                branch: agent.branch.clone(),
-                files,
-                output,
-            })
-        }
-        _ => Err(WorktreeError::Git {
-            args: "merge-tree --write-tree".into(),
-            stderr: err,
-        }),
-    }
+    let agent_side = (agent.base.as_str(), agent.branch.as_str());
+    let how = (message, true);
+    let stacked = super::candidate::stack(session, agent_side, &current, theirs, how).await?;
+    pool.advance(session, &stacked.commit, &current).await?;
+    Ok(if stacked.fast_forward {
+        Merged::FastForward
+    } else {
+        Merged::MergeCommit
+    })
 }
 
 /// The commit that brought HEAD, an agent's last commit, into the session's merged work

@@ -449,6 +449,7 @@ pub async fn reopen(saved: &SessionWorktree) -> Result<(SessionWorktree, bool), 
 
 mod agent;
 pub mod bootstrap;
+pub mod candidate;
 pub mod facts;
 mod fill;
 mod list;
