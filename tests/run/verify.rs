@@ -428,3 +428,33 @@ fn a_kill_after_a_verified_landing_is_recorded_on_resume() {
     let ran: Vec<String> = told(&scratch);
     assert_eq!(ran, ["g1 first 0", "g2 first 0"], "each item ran once");
 }
+
+/// `merge.on_conflict` is still tried first: the resolver settles the conflict in the
+/// agent's worktree, the resolved work queues again and is verified, and nothing goes back
+/// to its agent.
+#[test]
+fn a_conflict_resolver_is_tried_before_the_item_goes_back() {
+    let scratch = Scratch::new();
+    greeting_project(&scratch);
+    std::fs::write(scratch.project().join("shared.txt"), "base\n").unwrap();
+    scratch.commit();
+    let start = scratch.git(&["rev-parse", "HEAD"]);
+    let file = job(
+        &scratch,
+        &["d", "e"],
+        2,
+        "  redispatch: 1\n  on_conflict:\n    - shell: \"printf 'd\\\\ne\\\\n' > shared.txt && git add shared.txt && git commit -q --no-edit\"\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
+    assert!(text.contains("running `merge.on_conflict`"), "{text}");
+    assert_every_state_green(&scratch, start.trim());
+    assert_eq!(events_named(&scratch, "item_redispatched").len(), 0);
+    let shared = std::fs::read_to_string(scratch.project().join("shared.txt")).unwrap();
+    assert_eq!(shared, "d\ne\n");
+    // The resolved work was verified like any other.
+    let verified = events_named(&scratch, "verify_finished");
+    assert_eq!(verified.len(), 2, "{verified:?}");
+}

@@ -25,6 +25,22 @@ pub(crate) async fn resolve_agent_conflict(
     vars: &mut Vars,
     message: &str,
 ) -> Result<Result<crate::worktree::Merged, WorktreeError>, ResolveError> {
+    let head = resolve_in_agent(runner, session, worktree, index, vars).await?;
+    Ok(
+        crate::worktree::merge_head(session, &runner.agent_worktrees, worktree, &head, message)
+            .await,
+    )
+}
+
+/// Runs `merge.on_conflict` in the worktree of item INDEX's agent on the merge of the
+/// session's merged work into its branch; returns the agent's new head.
+async fn resolve_in_agent(
+    runner: &Runner,
+    session: &SessionWorktree,
+    worktree: &AgentWorktree,
+    index: usize,
+    vars: &mut Vars,
+) -> Result<String, ResolveError> {
     let current = runner.agent_worktrees.integration(session).await?;
     runner
         .resolve_conflict(
@@ -39,13 +55,9 @@ pub(crate) async fn resolve_agent_conflict(
             vars,
         )
         .await?;
-    let head = crate::worktree::agent_head(worktree)
+    Ok(crate::worktree::agent_head(worktree)
         .await?
-        .ok_or(ResolveFailure::NoCommit)?;
-    Ok(
-        crate::worktree::merge_head(session, &runner.agent_worktrees, worktree, &head, message)
-            .await,
-    )
+        .ok_or(ResolveFailure::NoCommit)?)
 }
 
 /// Appends the merge of HEAD, the last commit of the agent for item INDEX, to the job's
@@ -215,25 +227,7 @@ async fn through_queue(
     if refusal.reason != verify::Reason::Conflict || !runner.resolves_conflicts() {
         return Verdict::Refused(refusal);
     }
-    let resolved = async {
-        let current = runner.agent_worktrees.integration(session).await?;
-        runner
-            .resolve_conflict(
-                crate::worktree::Conflicted {
-                    dir: &worktree.path,
-                    other: &current,
-                    source_branch: &worktree.branch,
-                    target_branch: &session.branch,
-                    item: Some(index),
-                    workdir: Some(worktree.workdir.clone()),
-                },
-                vars,
-            )
-            .await?;
-        crate::worktree::agent_head(worktree)
-            .await?
-            .ok_or_else(|| ResolveError::from(ResolveFailure::NoCommit))
-    };
+    let resolved = resolve_in_agent(runner, session, worktree, index, vars);
     match resolved.await {
         Ok(head) => verify::submit(runner, session, worktree, (index, &head), queueing.base).await,
         Err(why) => Verdict::Refused(verify::Refusal {

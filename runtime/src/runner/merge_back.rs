@@ -76,14 +76,15 @@ impl Runner {
             worktree: c.dir.to_owned(),
         });
         let ended = self
-            .run_merge_phase(
+            .run_phase_in(
                 &merge.on_conflict,
                 merge.timeout,
                 c.item,
                 c.workdir.clone(),
                 vars,
             )
-            .await;
+            .await
+            .0;
         let result = match ended {
             PhaseEnd::TimedOut => Err(ResolveFailure::TimedOut {
                 timeout: merge.timeout.unwrap_or_default(),
@@ -186,23 +187,10 @@ impl Runner {
         }
     }
 
-    /// Runs STEPS (the `merge` or `merge.on_conflict` steps) as an agent would, for ITEM
-    /// in WORKDIR if given, under TIMEOUT and stopped like any step (SIGTERM to the process
-    /// groups, then SIGKILL after the grace period).
-    async fn run_merge_phase(
-        &self,
-        steps: &[prodigy_plan::StepId],
-        timeout: Option<Duration>,
-        item: Option<usize>,
-        workdir: Option<PathBuf>,
-        vars: &mut Vars,
-    ) -> PhaseEnd {
-        self.run_phase_in(steps, timeout, item, workdir, vars)
-            .await
-            .0
-    }
-
-    /// [`Runner::run_merge_phase`], with the step that failed, when one did.
+    /// Runs STEPS (the `merge`, `merge.on_conflict` or `merge.verify` steps) as an agent
+    /// would, for ITEM in WORKDIR if given, under TIMEOUT and stopped like any step (SIGTERM
+    /// to the process groups, then SIGKILL after the grace period); with the step that
+    /// failed, when one did.
     pub(crate) async fn run_phase_in(
         &self,
         steps: &[prodigy_plan::StepId],
@@ -240,8 +228,9 @@ impl Runner {
             worktree: session.path.clone(),
         });
         match self
-            .run_merge_phase(&merge.steps, merge.timeout, None, None, vars)
+            .run_phase_in(&merge.steps, merge.timeout, None, None, vars)
             .await
+            .0
         {
             PhaseEnd::TimedOut => {
                 return Err(MergeBackError::TimedOut {
