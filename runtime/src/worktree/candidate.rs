@@ -154,6 +154,10 @@ pub async fn scratch(
 ) -> Result<(PathBuf, bool), WorktreeError> {
     let path = scratch_path(layout, session);
     if path.join(".git").exists() {
+        // A kill mid-checkout may have left git's index lock.
+        if let Ok(gitdir) = git(&path, &["rev-parse", "--absolute-git-dir"]).await {
+            let _ = std::fs::remove_file(Path::new(gitdir.trim()).join("index.lock"));
+        }
         let moved = async {
             git(&path, &["checkout", "-q", "-f", "--detach", commit]).await?;
             git(&path, &["clean", "-q", "-ffd"]).await
@@ -161,7 +165,9 @@ pub async fn scratch(
         if moved.await.is_ok() {
             return Ok((path, false));
         }
-        // Damaged (a kill mid-checkout): made again.
+    }
+    if path.exists() {
+        // Damaged, or half made (a kill mid-`worktree add`): made again.
         super::remove(&session.repo, &path, "").await;
     }
     let _admin = admin(&session.repo).await?;
@@ -225,6 +231,74 @@ pub fn protected<'a>(protect: &[String], changed: &'a [String]) -> Vec<&'a str> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worktree::{create_session, git_sync, repository};
+
+    /// The scratch worktree is a real checkout of each candidate in turn, keeps ignored
+    /// build output between them, drops what a verification left untracked, and is made
+    /// again when a kill left it half made or locked.
+    #[tokio::test]
+    async fn the_scratch_worktree_follows_the_candidates_and_survives_a_kill() {
+        let project = tempfile::tempdir().unwrap();
+        let dir = project.path();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["config", "user.email", "t@example.invalid"],
+            &["config", "user.name", "t"],
+        ] {
+            git_sync(dir, args).unwrap();
+        }
+        std::fs::write(dir.join(".gitignore"), "/target\n").unwrap();
+        std::fs::write(dir.join("a.txt"), "one\n").unwrap();
+        git_sync(dir, &["add", "-A"]).unwrap();
+        git_sync(dir, &["commit", "-q", "-m", "one"]).unwrap();
+        let first = git_sync(dir, &["rev-parse", "HEAD"]).unwrap();
+        std::fs::write(dir.join("a.txt"), "two\n").unwrap();
+        git_sync(dir, &["commit", "-q", "-am", "two"]).unwrap();
+        let second = git_sync(dir, &["rev-parse", "HEAD"]).unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            home: home.path().to_owned(),
+            repo: "demo".into(),
+        };
+        let (top, prefix) = repository(dir).unwrap();
+        let session = create_session(&layout, &top, &prefix, "s1").await.unwrap();
+        let (path, made) = scratch(&layout, &session, first.trim()).await.unwrap();
+        assert!(made);
+        assert_eq!(
+            std::fs::read_to_string(path.join("a.txt")).unwrap(),
+            "one\n"
+        );
+        std::fs::create_dir_all(path.join("target")).unwrap();
+        std::fs::write(path.join("target/cache"), "built").unwrap();
+        std::fs::write(path.join("left.txt"), "by a step").unwrap();
+        let (again, made) = scratch(&layout, &session, second.trim()).await.unwrap();
+        assert_eq!((again.as_path(), made), (path.as_path(), false));
+        assert_eq!(
+            std::fs::read_to_string(path.join("a.txt")).unwrap(),
+            "two\n"
+        );
+        assert!(path.join("target/cache").is_file(), "build output stays");
+        assert!(!path.join("left.txt").exists(), "untracked files go");
+        // A kill left git's index lock: the next candidate is checked out all the same.
+        let gitdir = git_sync(&path, &["rev-parse", "--absolute-git-dir"]).unwrap();
+        std::fs::write(Path::new(gitdir.trim()).join("index.lock"), "").unwrap();
+        scratch(&layout, &session, first.trim()).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(path.join("a.txt")).unwrap(),
+            "one\n"
+        );
+        // A kill in the middle of `worktree add` left a directory that is no worktree.
+        crate::worktree::remove(&session.repo, &path, "").await;
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("half"), "").unwrap();
+        let (_, made) = scratch(&layout, &session, second.trim()).await.unwrap();
+        assert!(made);
+        assert_eq!(
+            std::fs::read_to_string(path.join("a.txt")).unwrap(),
+            "two\n"
+        );
+        assert!(!path.join("half").exists());
+    }
 
     #[test]
     fn a_protect_glob_with_a_slash_is_anchored_and_one_without_matches_names() {
