@@ -648,6 +648,15 @@ pub enum Event {
         /// The DLQ's classification.
         error_type: String,
     },
+    /// A resumed job moved the integration ref to a candidate that passed `merge.verify`
+    /// before the killed process could.
+    #[serde(rename = "verified_landed")]
+    VerifiedLanded {
+        /// The candidate commit.
+        candidate: String,
+        /// The items whose work it holds.
+        item_ids: Vec<String>,
+    },
     /// An agent's work joined the verified merge queue.
     #[serde(rename = "merge_queued")]
     MergeQueued {
@@ -1800,6 +1809,10 @@ mod tests {
             Event::MergeQueued {
                 item_id: "text with spaces".into(),
             },
+            Event::VerifiedLanded {
+                candidate: "text with spaces".into(),
+                item_ids: words(some),
+            },
             Event::VerifyStarted {
                 item_ids: words(some),
                 candidate: "text with spaces".into(),
@@ -2001,10 +2014,11 @@ mod tests {
             Event::MergeRefused { .. } => 78,
             Event::ItemRedispatched { .. } => 79,
             Event::MergeQueued { .. } => 80,
+            Event::VerifiedLanded { .. } => 81,
         }
     }
 
-    const VARIANTS: usize = 81;
+    const VARIANTS: usize = 82;
 
     /// Every variant reads back from its line, as the one it was (`checkpoint_saved`,
     /// `variable_captured` and `dlq_item_added` name two variants each), and writes the

@@ -1733,6 +1733,7 @@ mod vocabulary_tests {
         "validation_finished",
         "variable_captured",
         // Merges, worktrees and checkpoints: the job's state files say where it is.
+        "verified_landed",
         "agent_merge_failed",
         "agent_merge_recovered",
         "agent_worktree_kept",

@@ -126,25 +126,73 @@ fn ends_a_line(file: &mut std::fs::File) -> bool {
 pub(crate) fn kill_point_after_merge() {
     static AFTER: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     static MERGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let after = AFTER.get_or_init(|| {
+    kill_point(KILL_AFTER_MERGES_ENV, &AFTER, &MERGES);
+}
+
+/// The test hook `PRODIGY_FAULT_KILL_AFTER_VERIFIED` (CONTRIBUTING.md, "Fault injection"):
+/// in debug builds, the process kills itself with SIGKILL right after the Nth verified
+/// candidate was journalled, before the integration ref moves to it.
+pub(crate) fn kill_point_after_verified() {
+    static AFTER: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static VERIFIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    kill_point(KILL_AFTER_VERIFIED_ENV, &AFTER, &VERIFIED);
+}
+
+/// Kills the process with SIGKILL when the environment variable ENV (read once, into
+/// AFTER) names the count COUNT reaches now; only in debug builds.
+fn kill_point(
+    env: &str,
+    after: &std::sync::OnceLock<Option<u64>>,
+    count: &std::sync::atomic::AtomicU64,
+) {
+    let after = after.get_or_init(|| {
         if !cfg!(debug_assertions) {
             return None;
         }
-        std::env::var(KILL_AFTER_MERGES_ENV)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        std::env::var(env).ok()?.trim().parse().ok()
     });
     let Some(after) = after else { return };
-    let merged = MERGES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-    if merged == *after {
+    let reached = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    if reached == *after {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGKILL);
     }
 }
 
 /// The name of the kill hook's environment variable.
 pub const KILL_AFTER_MERGES_ENV: &str = "PRODIGY_FAULT_KILL_AFTER_MERGES";
+
+/// The name of the verified queue's kill hook's environment variable.
+pub const KILL_AFTER_VERIFIED_ENV: &str = "PRODIGY_FAULT_KILL_AFTER_VERIFIED";
+
+/// A candidate of the verified merge queue that passed `merge.verify`, journalled before
+/// the integration ref moves from BASE to it: a process killed in between leaves the ref at
+/// BASE, and resume moves it on without verifying the same state again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verified {
+    /// The candidate commit.
+    pub verified: String,
+    /// The integration ref it was stacked on.
+    pub base: String,
+    /// The items whose work it holds (their places in `items.json`).
+    pub items: Vec<usize>,
+}
+
+/// Appends VERIFIED to the journal in the job directory DIR, with one write.
+///
+/// # Errors
+///
+/// The journal could not be opened or written (the path and the OS error).
+pub fn append_verified(dir: &Path, verified: &Verified) -> Result<(), JournalError> {
+    append_line(&crate::layout::merges(dir), verified)
+}
+
+/// The last verified candidate in the journal of the job directory DIR.
+pub fn last_verified(dir: &Path) -> Option<Verified> {
+    let text = std::fs::read_to_string(crate::layout::merges(dir)).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find_map(|line| serde_json::from_str::<Verified>(line).ok())
+}
 
 /// The intents in the journal of the job directory DIR, the last one per item winning; torn
 /// or unreadable lines are skipped (an intent that was not written was not acted on).
@@ -175,6 +223,26 @@ mod tests {
             duration_secs: 0.5,
             claude: None,
         }
+    }
+
+    #[test]
+    fn a_verified_line_and_an_intent_do_not_read_as_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job");
+        let verified = |c: &str| Verified {
+            verified: c.into(),
+            base: "b".into(),
+            items: vec![0, 2],
+        };
+        append(&job, &intent(0, "h0")).unwrap();
+        append_verified(&job, &verified("c1")).unwrap();
+        append(&job, &intent(2, "h2")).unwrap();
+        append_verified(&job, &verified("c2")).unwrap();
+        append(&job, &intent(3, "h3")).unwrap();
+        let heads: Vec<String> = load(&job).into_iter().map(|i| i.head).collect();
+        assert_eq!(heads, ["h0", "h2", "h3"]);
+        assert_eq!(last_verified(&job), Some(verified("c2")));
+        assert_eq!(last_verified(dir.path()), None);
     }
 
     #[test]

@@ -458,3 +458,38 @@ fn a_conflict_resolver_is_tried_before_the_item_goes_back() {
     let verified = events_named(&scratch, "verify_finished");
     assert_eq!(verified.len(), 2, "{verified:?}");
 }
+
+/// `kill -9` after a candidate passed and was journalled as verified, before the
+/// integration ref moved to it (`PRODIGY_FAULT_KILL_AFTER_VERIFIED`): `resume-job` lands it
+/// without verifying the same state again, and its item is recorded from the merge journal
+/// without running again.
+#[test]
+fn a_kill_between_verifying_and_landing_lands_on_resume_without_verifying_again() {
+    let scratch = Scratch::new();
+    greeting_project(&scratch);
+    let start = scratch.git(&["rev-parse", "HEAD"]);
+    let file = job(&scratch, &["g1", "g2"], 1, "");
+    let output = scratch.run(
+        &["run", "-y", &file],
+        &[("PRODIGY_FAULT_KILL_AFTER_VERIFIED", "1")],
+    );
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    let job = only_job(&scratch);
+    let output = scratch.run(&["resume-job", "-y", &job], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
+    assert!(
+        text.contains("item_0: its work was merged before the job stopped"),
+        "{text}"
+    );
+    assert_every_state_green(&scratch, start.trim());
+    assert_eq!(
+        told(&scratch),
+        ["g1 first 0", "g2 first 0"],
+        "each item ran once"
+    );
+    let verified = events_named(&scratch, "verify_started");
+    assert_eq!(verified.len(), 2, "g1 once, g2 once: {verified:?}");
+    assert_eq!(events_named(&scratch, "verified_landed").len(), 1);
+}

@@ -427,6 +427,7 @@ impl MapJob<'_> {
     /// merged work holds it, the item succeeded. Its outcome is written now, with the merge
     /// commit, and it does not run again (`merge_journal`).
     pub(crate) async fn recover_merged(&mut self, records: &mut [Option<ItemRecord>]) {
+        self.land_verified().await;
         for intent in crate::merge_journal::load(self.files.dir()) {
             if !matches!(records.get(intent.index), Some(None)) {
                 continue;
@@ -462,6 +463,34 @@ impl MapJob<'_> {
 }
 
 impl MapJob<'_> {
+    /// A candidate of the verified queue that passed and was journalled, where the killed
+    /// process did not move the integration ref to it (the ref is still where the candidate
+    /// was stacked): the ref moves now, and its items' intents then find their work merged.
+    async fn land_verified(&self) {
+        let Some(session) = &self.runner.opts.worktree else {
+            return;
+        };
+        let Some(verified) = crate::merge_journal::last_verified(self.files.dir()) else {
+            return;
+        };
+        let pool = &self.runner.agent_worktrees;
+        let at_base = pool
+            .integration(session)
+            .await
+            .is_ok_and(|current| current == verified.base);
+        if at_base
+            && pool
+                .advance(session, &verified.verified, &verified.base)
+                .await
+                .is_ok()
+        {
+            self.runner.record(&crate::events::Event::VerifiedLanded {
+                candidate: verified.verified.clone(),
+                item_ids: verified.items.iter().map(|&i| item_id(i)).collect(),
+            });
+        }
+    }
+
     /// After a map phase in which every item was decided: [`sweep_job_agents`].
     pub(crate) async fn sweep_agents(&self) {
         sweep_job_agents(self.runner, self.files.dir(), &self.dlq).await;

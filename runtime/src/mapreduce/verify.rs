@@ -301,6 +301,10 @@ impl Settler<'_> {
                 Some(failed) if !dropped => failed,
                 Some(_) | None => self.verify(&stacked, &start, &top, bisecting).await,
             };
+            let tested = match tested {
+                Tested::Passed => self.journal_verified(&stacked, &start, &top),
+                other => other,
+            };
             match tested {
                 Tested::Passed => match pool.advance(self.session, &top, &start).await {
                     Ok(()) => {
@@ -350,6 +354,32 @@ impl Settler<'_> {
                 }
             }
         })
+    }
+
+    /// Journals TOP, the top of STACKED on START, as verified before the ref moves to it
+    /// (`merge_journal::Verified`); a journal that cannot be written lands nothing.
+    fn journal_verified(
+        &self,
+        stacked: &[(Submission, Stacked)],
+        start: &str,
+        top: &str,
+    ) -> Tested {
+        let verified = crate::merge_journal::Verified {
+            verified: top.to_owned(),
+            base: start.to_owned(),
+            items: stacked.iter().map(|(s, _)| s.index).collect(),
+        };
+        let dir = self.runner.opts.layout.job_dir(self.runner.session());
+        match crate::merge_journal::append_verified(&dir, &verified) {
+            Ok(()) => {
+                crate::merge_journal::kill_point_after_verified();
+                Tested::Passed
+            }
+            Err(e) => Tested::Broken(WorktreeError::Git {
+                args: "merge journal".into(),
+                stderr: e.to_string(),
+            }),
+        }
     }
 
     /// Stacks BATCH on START in order; a candidate that conflicts is refused at once (with
