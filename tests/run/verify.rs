@@ -493,3 +493,55 @@ fn a_kill_between_verifying_and_landing_lands_on_resume_without_verifying_again(
     assert_eq!(verified.len(), 2, "g1 once, g2 once: {verified:?}");
     assert_eq!(events_named(&scratch, "verified_landed").len(), 1);
 }
+
+/// The red pair and the weakened runner again, killed at each landing and each verified
+/// candidate in turn (a re-dispatch may be under way), then resumed: every item lands once,
+/// the test runner is untouched, and no state is red.
+#[test]
+fn kills_at_each_landing_of_a_job_with_redispatches_lose_nothing() {
+    for (hook, at) in [
+        ("PRODIGY_FAULT_KILL_AFTER_MERGES", "1"),
+        ("PRODIGY_FAULT_KILL_AFTER_MERGES", "2"),
+        ("PRODIGY_FAULT_KILL_AFTER_VERIFIED", "2"),
+        ("PRODIGY_FAULT_KILL_AFTER_VERIFIED", "3"),
+    ] {
+        let scratch = Scratch::new();
+        greeting_project(&scratch);
+        let start = scratch.git(&["rev-parse", "HEAD"]);
+        let file = job(
+            &scratch,
+            &["a", "b", "c"],
+            3,
+            "  redispatch: 2\n  protect: [test.sh]\n",
+        );
+        let output = scratch.run(&["run", "-y", &file], &[(hook, at)]);
+        assert_eq!(
+            output.status.code(),
+            None,
+            "{hook}={at}: {}",
+            stderr(&output)
+        );
+        let job = only_job(&scratch);
+        let output = scratch.run(&["resume-job", "-y", &job], &[]);
+        let text = stderr(&output);
+        assert!(output.status.success(), "{hook}={at}: {text}");
+        assert!(
+            text.contains("3 succeeded, 0 failed"),
+            "{hook}={at}: {text}"
+        );
+        assert_every_state_green(&scratch, start.trim());
+        let project = scratch.project();
+        assert_eq!(
+            std::fs::read_to_string(project.join("test.sh")).unwrap(),
+            TEST_RUNNER
+        );
+        assert!(project.join("tests/b.sh").is_file() && project.join("c.txt").is_file());
+        let range = format!("{}..main^2", start.trim());
+        let commits = scratch.git(&["log", "--format=%s", &range]);
+        for item in ["a", "b", "c"] {
+            let subject = format!("item {item}");
+            let landed = commits.lines().filter(|l| *l == subject).count();
+            assert_eq!(landed, 1, "{hook}={at}: {item} landed once: {commits}");
+        }
+    }
+}
