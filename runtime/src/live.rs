@@ -195,6 +195,13 @@ impl QueueFold {
         }
         self.view.counts.queued = self.waiting.len() as u64;
     }
+
+    /// ITEM's agent ended: its work waits no more (landed without a verification, refused,
+    /// or the agent stopped).
+    fn ended(&mut self, item: &str) {
+        self.waiting.remove(item);
+        self.view.counts.queued = self.waiting.len() as u64;
+    }
 }
 
 /// One agent (or a standard run's own step) working now.
@@ -922,6 +929,11 @@ impl Live {
         let index = item.and_then(item_index);
         if let Some(index) = index {
             self.row(index).lines.push((file, offset));
+        }
+        if matches!(kind, "agent_completed" | "agent_failed" | "agent_cancelled")
+            && let (Some(queue), Some(item)) = (&mut self.queue, item)
+        {
+            queue.ended(item);
         }
         // Who does it: a map agent, else the run itself.
         let actor_key: &str = event
@@ -1882,6 +1894,90 @@ mod tests {
         let p = live.picture(parse("2026-11-26T10:00:06.000Z").unwrap());
         assert_eq!(p.claude_slots, None);
         drop(lock);
+    }
+
+    /// The verified merge queue's lane: what waits, what is being verified, what landed
+    /// and went back, and what the last failed verification printed.
+    #[test]
+    fn the_merge_queue_is_folded_from_its_events() {
+        let (home, file) = home();
+        let mut live = Live::open(home.path(), JOB).unwrap();
+        let lines = [
+            ("00", "job_started", r#","phase":"map""#),
+            ("01", "merge_queued", r#","item_id":"item_0""#),
+            ("01", "merge_queued", r#","item_id":"item_1""#),
+            ("01", "merge_queued", r#","item_id":"item_2""#),
+            (
+                "02",
+                "verify_started",
+                r#","item_ids":["item_0","item_1"],"candidate":"c","bisecting":false"#,
+            ),
+        ];
+        for (at, kind, fields) in lines {
+            append(&file, &event(at, kind, fields));
+        }
+        live.refresh();
+        let q = live
+            .picture(parse("2026-11-26T10:00:03.000Z").unwrap())
+            .queue
+            .unwrap();
+        assert_eq!((q.counts.queued, q.counts.verifying), (1, 2));
+        assert_eq!(q.verifying_items, ["item_0", "item_1"]);
+        let lines = [
+            (
+                "03",
+                "verify_finished",
+                r#","item_ids":["item_0","item_1"],"candidate":"c","passed":false,"duration_secs":1.0,"output":"FAILED: tests/b.sh""#,
+            ),
+            (
+                "03",
+                "agent_merged",
+                r#","branch":"b","merge":"MergeCommit""#,
+            ),
+            (
+                "03",
+                "merge_refused",
+                r#","item_id":"item_1","reason":"verify_failed""#,
+            ),
+            (
+                "03",
+                "item_redispatched",
+                r#","item_id":"item_1","reason":"verify_failed","attempt":1"#,
+            ),
+            // Landed with no verification of its own (`merge.protect` alone).
+            (
+                "04",
+                "agent_completed",
+                r#","agent_id":"agent-2","item_id":"item_2","attempt":1"#,
+            ),
+        ];
+        for (at, kind, fields) in lines {
+            append(&file, &event(at, kind, fields));
+        }
+        live.refresh();
+        let q = live
+            .picture(parse("2026-11-26T10:00:05.000Z").unwrap())
+            .queue
+            .unwrap();
+        let c = q.counts;
+        assert_eq!(
+            (
+                c.queued,
+                c.verifying,
+                c.verifications,
+                c.landed,
+                c.refused,
+                c.redispatched
+            ),
+            (0, 0, 1, 1, 1, 1)
+        );
+        let failure = q.last_failure.unwrap();
+        assert_eq!(failure.output, "FAILED: tests/b.sh");
+        assert_eq!(failure.item_ids, ["item_0", "item_1"]);
+        assert_eq!(
+            c.text(),
+            "verify: idle, 0 queued, 1 landed, 1 re-dispatched (1 run)"
+        );
     }
 
     /// A job whose process died counts what was running as pending, as `ls` and
