@@ -377,4 +377,6 @@ pub struct Merge {
     pub redispatch: Option<Spanned<u32>>,
     /// `protect`: globs of paths no agent may change.
     pub protect: Vec<Spanned<String>>,
+    /// `integrity`: what the test-integrity verdict does (`off`, `warn`, `fail`).
+    pub integrity: Option<Spanned<prodigy_plan::Integrity>>,
 }

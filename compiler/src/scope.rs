@@ -219,6 +219,9 @@ pub fn check(workflow: &Workflow, source: &str) -> Vec<Diagnostic> {
                 !m.verify.is_empty()
                     || !m.protect.is_empty()
                     || m.redispatch.as_ref().is_some_and(|r| r.value > 0)
+                    || m.integrity
+                        .as_ref()
+                        .is_some_and(|i| i.value != prodigy_plan::Integrity::Off)
             }),
     };
     let all_steps = workflow
@@ -1533,6 +1536,11 @@ mod tests {
         assert_eq!(codes(&job(verify, read)), []);
         assert_eq!(codes(&job("  redispatch: 2\n", read)), []);
         assert_eq!(codes(&job("  protect: [test.sh]\n", read)), []);
+        assert_eq!(codes(&job("  integrity: fail\n", read)), []);
+        assert_eq!(
+            codes(&job("  integrity: off\n", "${verify.reason|shell}")),
+            [Code::UndefinedVariable]
+        );
         // A field the queue does not set, and a queue that is not verified.
         assert_eq!(
             codes(&job(verify, "${verify.log}")),

@@ -33,10 +33,10 @@ pub use policy::{
 pub use vocab::{
     Capture, CaptureFormat, CaptureSource, CaptureStreams, ClaudeBudget, ClaudeLimits,
     ClaudeSettings, CommitConfig, Condition, Container, DEFAULT_NOTIFY_TIMEOUT, EVENT_FIELDS,
-    EnvValue, EnvVar, ErrorCollection, ForeachInput, MaxParallel, Mode, Multiline, NotifyEvent,
-    OnBudget, OnRetry, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource, Slurm,
-    StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction, TimeoutConfig,
-    TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
+    EnvValue, EnvVar, ErrorCollection, ForeachInput, Integrity, MaxParallel, Mode, Multiline,
+    NotifyEvent, OnBudget, OnRetry, Parsed, Pattern, Profile, RetryExhausted, Secret, SecretSource,
+    Slurm, StepOutput, StepValidate, Strategy, SuccessCriteria, Template, TimeoutAction,
+    TimeoutConfig, TimeoutPolicy, UsageLimitMode, ValidationCheck, WriteFile, WriteFormat,
 };
 
 /// One `notify:` entry (docs/language.md §2, "Notifications").
@@ -537,6 +537,9 @@ pub struct PlanMerge {
     /// Globs of paths no map agent may change.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub protect: Vec<String>,
+    /// `merge.integrity`, when the workflow sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<Integrity>,
 }
 
 /// Whether N is 1 (`merge.batch`'s default, left out of the plan's JSON).
@@ -558,10 +561,19 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl PlanMerge {
-    /// Whether the map agents' merges go through the verified queue: `verify`, `protect` or
-    /// `redispatch` is set (`${verify.*}` is then defined in the agents' steps).
+    /// Whether the map agents' merges go through the verified queue: `verify`, `protect`,
+    /// `redispatch` or `integrity` (other than `off`) is set (`${verify.*}` is then defined
+    /// in the agents' steps).
     pub fn queued(&self) -> bool {
-        !self.verify.is_empty() || !self.protect.is_empty() || self.redispatch > 0
+        !self.verify.is_empty()
+            || !self.protect.is_empty()
+            || self.redispatch > 0
+            || self.integrity.is_some_and(|i| i != Integrity::Off)
+    }
+
+    /// What the test-integrity verdict does: `warn` unless the workflow says otherwise.
+    pub fn integrity(&self) -> Integrity {
+        self.integrity.unwrap_or_default()
     }
 }
 

@@ -287,6 +287,20 @@ pub struct ClaudeSettings {
     pub on_retry: Option<OnRetry>,
 }
 
+/// `merge.integrity`: what the test-integrity verdict of an agent's work does at the merge
+/// queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Integrity {
+    /// The verdict is not computed.
+    Off,
+    /// The verdict is recorded and shown; nothing is refused (the default).
+    #[default]
+    Warn,
+    /// Work whose verdict is `fail` is refused (and sent back, with `merge.redispatch`).
+    Fail,
+}
+
 /// `claude.on_retry`: what a retried call of a step does with the failed attempt's session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -30,6 +30,8 @@ pub enum ErrorType {
     VerifyFailed,
     /// The agent's work changed a path `merge.protect` protects.
     ProtectedPath,
+    /// The agent's work weakened the tests (`merge.integrity: fail`).
+    IntegrityFailed,
     /// `commit_required` and no commit was made.
     CommitValidationFailed,
     /// Out of memory, disk or processes.
@@ -57,6 +59,7 @@ impl ErrorType {
             "MergeConflict" => ErrorType::MergeConflict,
             "VerifyFailed" => ErrorType::VerifyFailed,
             "ProtectedPath" => ErrorType::ProtectedPath,
+            "IntegrityFailed" => ErrorType::IntegrityFailed,
             "CommitValidationFailed" => ErrorType::CommitValidationFailed,
             "ResourceExhausted" => ErrorType::ResourceExhausted,
             "CircuitOpen" => ErrorType::CircuitOpen,
@@ -77,6 +80,7 @@ impl ErrorType {
             ErrorType::MergeConflict => "MergeConflict",
             ErrorType::VerifyFailed => "VerifyFailed",
             ErrorType::ProtectedPath => "ProtectedPath",
+            ErrorType::IntegrityFailed => "IntegrityFailed",
             ErrorType::CommitValidationFailed => "CommitValidationFailed",
             ErrorType::ResourceExhausted => "ResourceExhausted",
             ErrorType::CircuitOpen => "CircuitOpen",

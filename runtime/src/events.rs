@@ -657,6 +657,18 @@ pub enum Event {
         /// The items whose work it holds.
         item_ids: Vec<String>,
     },
+    /// The test-integrity verdict of an agent's work (`merge.integrity`).
+    #[serde(rename = "integrity_checked")]
+    IntegrityChecked {
+        /// `item_<index>`.
+        item_id: String,
+        /// `pass`, `warn` or `fail`.
+        verdict: String,
+        /// Each finding: its level, what it is and where (`fail: a skip marker added
+        /// (tests/a.py:3)`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        findings: Vec<String>,
+    },
     /// An agent's work joined the verified merge queue.
     #[serde(rename = "merge_queued")]
     MergeQueued {
@@ -1813,6 +1825,11 @@ mod tests {
                 candidate: "text with spaces".into(),
                 item_ids: words(some),
             },
+            Event::IntegrityChecked {
+                item_id: "text with spaces".into(),
+                verdict: "text with spaces".into(),
+                findings: words(some),
+            },
             Event::VerifyStarted {
                 item_ids: words(some),
                 candidate: "text with spaces".into(),
@@ -2015,10 +2032,11 @@ mod tests {
             Event::ItemRedispatched { .. } => 79,
             Event::MergeQueued { .. } => 80,
             Event::VerifiedLanded { .. } => 81,
+            Event::IntegrityChecked { .. } => 82,
         }
     }
 
-    const VARIANTS: usize = 82;
+    const VARIANTS: usize = 83;
 
     /// Every variant reads back from its line, as the one it was (`checkpoint_saved`,
     /// `variable_captured` and `dlq_item_added` name two variants each), and writes the

@@ -1745,6 +1745,7 @@ mod vocabulary_tests {
         "validation_finished",
         "variable_captured",
         // Merges, worktrees and checkpoints: the job's state files say where it is.
+        "integrity_checked",
         "verified_landed",
         "agent_merge_failed",
         "agent_merge_recovered",

@@ -61,6 +61,26 @@ fn agents(scratch: &Scratch) -> std::path::PathBuf {
             "e",
             "if [ \"$1\" = conflict ]; then echo e >> shared.txt; else echo e > shared.txt; fi\n",
         ),
+        // Skips a Python test; sent back, adds one instead.
+        (
+            "skippy",
+            "if [ \"$1\" = integrity ]; then printf 'def test_more():\\n    assert 1\\n' >> tests/test_api.py; else printf '@pytest.mark.skip\\n' >> tests/test_api.py; fi\n",
+        ),
+        // Deletes a Rust test file; sent back, adds a line of code.
+        (
+            "delrs",
+            "if [ \"$1\" = integrity ]; then echo '// more' >> src/lib.rs; else git rm -q tests/smoke.rs; fi\n",
+        ),
+        // Removes an assertion; sent back, leaves it.
+        (
+            "noassert",
+            "if [ \"$1\" = integrity ]; then echo '# noted' >> tests/test_api.py; else sed -i '/assert total/d' tests/test_api.py; fi\n",
+        ),
+        // Adds a JavaScript test: honest.
+        (
+            "honestjs",
+            "printf \"it('adds', () => {\\n  expect(add(1, 2)).toBe(3);\\n});\\n\" >> src/app.test.js\n",
+        ),
         // Breaks the tests, whatever it is told.
         // Commits a red state, then its fix: only its last commit is verified.
         (
@@ -544,4 +564,82 @@ fn kills_at_each_landing_of_a_job_with_redispatches_lose_nothing() {
             assert_eq!(landed, 1, "{hook}={at}: {item} landed once: {commits}");
         }
     }
+}
+
+/// `merge.integrity: fail`: the agents that skip a test, delete a test file or remove an
+/// assertion are refused with the findings and sent back (`${verify.reason}` is
+/// `integrity`); the honest one passes; every test file is whole at the end.
+#[test]
+fn work_that_weakens_the_tests_is_refused_and_sent_back_with_the_findings() {
+    let scratch = Scratch::new();
+    let project = scratch.project();
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::create_dir_all(project.join("tests")).unwrap();
+    std::fs::write(
+        project.join("tests/test_api.py"),
+        "def test_total():\n    assert total == 3\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("tests/smoke.rs"), "#[test]\nfn smoke() {}\n").unwrap();
+    std::fs::write(project.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
+    std::fs::write(project.join("src/app.test.js"), "// tests\n").unwrap();
+    greeting_project(&scratch);
+    let file = job(
+        &scratch,
+        &["skippy", "delrs", "noassert", "honestjs"],
+        2,
+        "  integrity: fail\n  redispatch: 1\n",
+    );
+    let output = scratch.run(&["run", "-y", &file], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("4 succeeded, 0 failed"), "{text}");
+    let told = told(&scratch);
+    for gaming in ["skippy", "delrs", "noassert"] {
+        assert!(
+            told.contains(&format!("{gaming} integrity 1")),
+            "{gaming} was sent back: {told:?}"
+        );
+    }
+    assert!(
+        !told.iter().any(|l| l.starts_with("honestjs integrity")),
+        "{told:?}"
+    );
+    let checked = events_named(&scratch, "integrity_checked");
+    let first_verdicts: Vec<(String, String)> = checked
+        .iter()
+        .map(|e| {
+            (
+                e["item_id"].as_str().unwrap().to_owned(),
+                e["verdict"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        first_verdicts.contains(&("item_3".to_owned(), "pass".to_owned())),
+        "{checked:?}"
+    );
+    let fails = checked.iter().filter(|e| e["verdict"] == "fail").count();
+    assert_eq!(fails, 3, "{checked:?}");
+    let findings: Vec<String> = checked
+        .iter()
+        .flat_map(|e| e["findings"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f.as_str().map(str::to_owned))
+        .collect();
+    for expected in [
+        "fail: a skip marker added: `@pytest.mark.skip` (tests/test_api.py:",
+        "fail: a test file deleted (tests/smoke.rs)",
+        "fail: 1 assertion(s) removed (tests/test_api.py:2)",
+    ] {
+        assert!(
+            findings.iter().any(|f| f.starts_with(expected)),
+            "{expected}: {findings:?}"
+        );
+    }
+    assert!(project.join("tests/smoke.rs").is_file());
+    let api = std::fs::read_to_string(project.join("tests/test_api.py")).unwrap();
+    assert!(
+        api.contains("assert total == 3") && !api.contains("skip"),
+        "{api}"
+    );
 }

@@ -310,6 +310,7 @@ impl Lowerer<'_> {
                 batch: None,
                 redispatch: None,
                 protect: Vec::new(),
+                integrity: None,
             });
         }
         let f = self
@@ -321,6 +322,15 @@ impl Lowerer<'_> {
         let batch = f.u32(self, "batch", 1);
         let redispatch = f.u32(self, "redispatch", 0);
         let protect = f.strings(self, "protect").unwrap_or_default();
+        let integrity = f.choice(
+            self,
+            "integrity",
+            &[
+                ("off", prodigy_plan::Integrity::Off),
+                ("warn", prodigy_plan::Integrity::Warn),
+                ("fail", prodigy_plan::Integrity::Fail),
+            ],
+        );
         for glob in &protect {
             if let Err(e) = globset::Glob::new(&glob.value) {
                 self.push(
@@ -330,7 +340,7 @@ impl Lowerer<'_> {
                 );
             }
         }
-        let queue = ["verify", "batch", "redispatch", "protect"];
+        let queue = ["verify", "batch", "redispatch", "protect", "integrity"];
         if !mapreduce {
             for key in queue {
                 if let Some(entry) = f.entry(key) {
@@ -363,6 +373,7 @@ impl Lowerer<'_> {
             batch,
             redispatch,
             protect,
+            integrity,
         })
     }
 

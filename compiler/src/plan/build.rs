@@ -79,6 +79,7 @@ pub fn plan(workflow: &ast::Workflow, file: &SourceFile) -> Plan {
         batch: m.batch.as_ref().map_or(1, |b| b.value.max(1)),
         redispatch: m.redispatch.as_ref().map_or(0, |r| r.value),
         protect: m.protect.iter().map(|p| p.value.clone()).collect(),
+        integrity: m.integrity.as_ref().map(|i| i.value),
     });
     let handlers: Vec<(String, Vec<StepId>)> = workflow
         .handlers

@@ -222,6 +222,11 @@ pub static MERGE: Shape = Shape {
             Ty::List(&Ty::Text),
             "Globs of paths no map agent may change (a test runner, CI configuration, lockfiles); an agent's work that touches one is refused before verification.",
         ),
+        key(
+            "integrity",
+            Ty::Enum(&["off", "warn", "fail"]),
+            "The test-integrity verdict of each agent's work (tests deleted, skipped or with assertions removed, expected output rewritten, CI changed): `warn` records it (the default), `fail` refuses work whose verdict is `fail` (and sends it back with `merge.redispatch`), `off` skips it.",
+        ),
     ],
 };
 

@@ -264,6 +264,10 @@ async fn refuse_item(
             "its work changes protected paths (`merge.protect`): {}",
             refusal.paths.join(", ")
         ),
+        verify::Reason::Integrity => format!(
+            "its work weakens the tests (`merge.integrity: fail`) at {}",
+            refusal.paths.join(", ")
+        ),
     };
     let failure = StepFailure {
         step: "merge".into(),

@@ -22,6 +22,7 @@ use crate::vars::Vars;
 mod agent;
 mod dlq_retry;
 mod error;
+pub(crate) mod integrity;
 mod merge;
 pub mod metrics;
 mod reduce;

@@ -38,6 +38,8 @@ pub(crate) enum Reason {
     Conflict,
     /// It changes a path of `merge.protect`.
     Protected,
+    /// Its test-integrity verdict is `fail` (`merge.integrity: fail`).
+    Integrity,
 }
 
 impl Reason {
@@ -47,6 +49,7 @@ impl Reason {
             Reason::VerifyFailed => "verify_failed",
             Reason::Conflict => "conflict",
             Reason::Protected => "protected",
+            Reason::Integrity => "integrity",
         }
     }
 
@@ -56,6 +59,7 @@ impl Reason {
             Reason::VerifyFailed => ErrorType::VerifyFailed,
             Reason::Conflict => ErrorType::MergeConflict,
             Reason::Protected => ErrorType::ProtectedPath,
+            Reason::Integrity => ErrorType::IntegrityFailed,
         }
     }
 }
@@ -117,6 +121,7 @@ impl SentBack {
             Reason::VerifyFailed => "failed `merge.verify` on the merged work",
             Reason::Conflict => "conflicts with the merged work",
             Reason::Protected => "changes a protected path",
+            Reason::Integrity => "weakens the tests",
         };
         format!("your work {what}:\n{}", self.output.trim_end())
     }
@@ -174,6 +179,9 @@ pub(crate) async fn submit(
     let Some(merge) = runner.plan.merge.as_ref() else {
         return Verdict::Interrupted;
     };
+    if let Some(refusal) = integrity_refusal(runner, session, (index, head)).await {
+        return refused(runner, index, refusal);
+    }
     if !merge.protect.is_empty() {
         let current = match runner.agent_worktrees.integration(session).await {
             Ok(c) => c,
@@ -243,6 +251,57 @@ pub(crate) async fn submit(
         };
         settler.settle(taken, None, false).await;
     }
+}
+
+/// The test-integrity verdict of item INDEX's work up to HEAD, recorded (`merge.integrity`
+/// other than `off`); a refusal when it is `fail` and the workflow says `fail`. Git failing
+/// to give the diff is a `warn` finding, never a refusal.
+async fn integrity_refusal(
+    runner: &Runner,
+    session: &SessionWorktree,
+    (index, head): (usize, &str),
+) -> Option<Refusal> {
+    use crate::mapreduce::integrity;
+    let mode = runner.plan.merge.as_ref()?.integrity();
+    if mode == prodigy_plan::Integrity::Off {
+        return None;
+    }
+    let verdict = match candidate::work_diff(&runner.agent_worktrees, session, head).await {
+        Ok((patch, fork)) => {
+            let old = |path: &str| candidate::file_at(session, &fork, path);
+            integrity::judge(&patch, &old)
+        }
+        Err(e) => integrity::Verdict {
+            findings: vec![integrity::Finding {
+                level: integrity::Level::Warn,
+                what: format!("no verdict: {e}"),
+                place: head.to_owned(),
+            }],
+        },
+    };
+    let level = verdict.level();
+    runner.record(&crate::events::Event::IntegrityChecked {
+        item_id: item_id(index),
+        verdict: level.name().to_owned(),
+        findings: verdict.text().lines().map(str::to_owned).collect(),
+    });
+    (mode == prodigy_plan::Integrity::Fail && level == integrity::Level::Fail).then(|| {
+        let paths: Vec<String> = verdict
+            .findings
+            .iter()
+            .filter(|f| f.level == integrity::Level::Fail)
+            .map(|f| f.place.clone())
+            .collect();
+        Refusal {
+            reason: Reason::Integrity,
+            output: format!(
+                "the work weakens the tests (`merge.integrity: fail`):\n{}keep every test, its assertions and the test configuration as they are, and make the change pass them",
+                verdict.text()
+            ),
+            paths,
+            tail: None,
+        }
+    })
 }
 
 /// Counts and records a refusal of item INDEX's work.

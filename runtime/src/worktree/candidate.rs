@@ -112,6 +112,35 @@ pub async fn changed_paths(
         .collect())
 }
 
+/// The diff of an agent's work up to THEIRS since it and the merged work parted (`git diff
+/// -U0 --find-renames`), with that fork point, for the test-integrity verdict.
+///
+/// # Errors
+///
+/// When git cannot read the merged work or compare.
+pub async fn work_diff(
+    pool: &super::Pool,
+    session: &SessionWorktree,
+    theirs: &str,
+) -> Result<(String, String), WorktreeError> {
+    let current = pool.integration(session).await?;
+    let fork = git(&session.path, &["merge-base", &current, theirs]).await?;
+    let fork = fork.trim().to_owned();
+    let patch = git(
+        &session.path,
+        &["diff", "--no-color", "-U0", "--find-renames", &fork, theirs],
+    )
+    .await?;
+    Ok((patch, fork))
+}
+
+/// The text of PATH at commit AT, when it has one.
+pub fn file_at(session: &SessionWorktree, at: &str, path: &str) -> Option<String> {
+    let spec = format!("{at}:{path}");
+    super::command::git_bytes(&session.path, &["show", &spec], None)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// What an agent whose work conflicts with BASE (the merged work) is told: the conflicted
 /// FILES, then both sides' hunks in them since THEIRS and BASE parted.
 pub async fn conflict_report(
