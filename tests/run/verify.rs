@@ -252,6 +252,19 @@ fn a_red_pair_and_a_weakened_runner_go_back_to_their_agents_and_the_branch_stays
         shown.contains("verify: idle, 0 queued, 3 landed, 2 re-dispatched"),
         "{shown}"
     );
+    // `graph --status` counts the queue's verifications, failures and re-dispatches.
+    let graph = scratch.run(&["graph", "--status", &job, "--format", "mermaid"], &[]);
+    let graph = String::from_utf8_lossy(&graph.stdout).into_owned();
+    let queue_node = graph
+        .lines()
+        .find(|l| l.contains("merge queue: verified one at a time; protects test.sh"))
+        .unwrap_or_default();
+    let verifications = events_named(&scratch, "verify_started").len();
+    assert!(
+        queue_node.contains(&format!("ran {verifications}"))
+            && queue_node.contains("retried 2 times"),
+        "{graph}"
+    );
     // The scratch worktree goes with the job.
     let worktrees = scratch.git(&["worktree", "list"]);
     assert!(!worktrees.contains("agent-verify"), "{worktrees}");

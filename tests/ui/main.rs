@@ -782,3 +782,120 @@ fn with_allow_actions_stop_interrupts_a_running_job_as_ctrl_c_does() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A finished job of the verified merge queue (issue 42): two changes green alone and red
+/// together, the second sent back once with the failing output.
+fn verified_job(scratch: &Scratch) -> String {
+    let project = scratch.project();
+    std::fs::create_dir_all(project.join("tests")).unwrap();
+    std::fs::write(project.join("greet.sh"), "greet() { echo \"hello $1\"; }\n").unwrap();
+    std::fs::write(
+        project.join("test.sh"),
+        "for t in tests/*.sh; do sh \"$t\" || { echo \"FAILED: $t\"; exit 1; }; done\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("tests/base.sh"),
+        ". ./greet.sh\n[ \"$(greet x)\" = \"hello x\" ]\n",
+    )
+    .unwrap();
+    scratch.commit();
+    // Item a makes greet say "hi"; item b adds a test expecting what greet says when it
+    // starts (sent back, what it says then).
+    let agent = "if [ \\\"$ITEM\\\" = a ]; then sed -i s/hello/hi/ greet.sh tests/base.sh; else want=$(. ./greet.sh; greet b); printf '. ./greet.sh\\\\n[ \\\"$(greet b)\\\" = \\\"%s\\\" ]\\\\n' \\\"$want\\\" > tests/b.sh; fi; sleep 0.3; git add -A && git commit -qm \\\"item $ITEM\\\"";
+    let workflow = format!(
+        "mode: mapreduce\nmap:\n  input: \"printf 'a\\\\nb\\\\n'\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"{agent}\"\nmerge:\n  verify:\n    - shell: \"sh test.sh\"\n  redispatch: 1\n"
+    );
+    let file = scratch.dir.path().join("verified.yml");
+    std::fs::write(&file, workflow).unwrap();
+    let output = scratch.run(&["run", "-y", &file.display().to_string()], &[]);
+    let text = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{text}");
+    let jobs = scratch.state().join("mapreduce/jobs");
+    let mut ids: Vec<String> = std::fs::read_dir(jobs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    ids.pop().unwrap()
+}
+
+/// The dashboard's merge-queue lane: its counts and the last failed verification's output,
+/// in a real browser.
+#[test]
+fn a_browser_shows_the_merge_queue_lane_with_the_failed_verification() {
+    const TEST: &str = "ui::a_browser_shows_the_merge_queue_lane";
+    if !external::tool_available(TEST, "chromedriver", "chromium-driver") {
+        return;
+    }
+    let port = free_port();
+    let driver = Driver(
+        std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let scratch = Scratch::new();
+    let id = verified_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (landed, sent_back, output) = runtime.block_on(async {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".to_owned(),
+            serde_json::json!({
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1400,1000"]
+            }),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            match fantoccini::ClientBuilder::new(
+                hyper_util::client::legacy::connect::HttpConnector::new(),
+            )
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            {
+                Ok(client) => break client,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "chromedriver: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        client.goto(&server.url()).await.unwrap();
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        // The lane is redrawn with every update: read it whole, in the page, until it is there.
+        let read = "const t = (s) => document.querySelector(s)?.textContent ?? null; \
+            return [t(\"#queue-lane [data-stat='landed'] b\"), \
+                    t(\"#queue-lane [data-stat='sent-back'] b\"), t('#queue-output')];";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (landed, sent_back, output) = loop {
+            let got = client.execute(read, vec![]).await.unwrap();
+            let field = |i: usize| got[i].as_str().map(str::to_owned);
+            if let (Some(l), Some(s), Some(o)) = (field(0), field(1), field(2)) {
+                break (l, s, o);
+            }
+            assert!(Instant::now() < deadline, "no merge-queue lane: {got}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        client.close().await.unwrap();
+        (landed, sent_back, output)
+    });
+    assert_eq!((landed.as_str(), sent_back.as_str()), ("2", "1"));
+    assert!(output.contains("FAILED: tests/"), "{output}");
+    drop(driver);
+}

@@ -297,6 +297,20 @@ pub async fn run_task(
         crate::runner::fields(json!({"name": runner.plan.name, "id": runner.session()})),
     );
     crate::mapreduce::item_vars(&mut vars, item, index, total);
+    // `${verify.*}` is defined where the merge queue is verified; a task does not carry
+    // why its item came back, so it reads as a first run's (docs/mapreduce.md, "Verified
+    // integration").
+    if runner
+        .plan
+        .merge
+        .as_ref()
+        .is_some_and(prodigy_plan::PlanMerge::queued)
+    {
+        vars.set(
+            "verify",
+            json!({ "output": "", "reason": "", "attempt": 0 }),
+        );
+    }
     let (scope, stop) = crate::mapreduce::scope_for(Some(index), Some(&spec), workdir);
     let started = Instant::now();
     let task = TaskRef::from_env();
