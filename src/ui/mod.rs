@@ -572,15 +572,21 @@ async fn updates(State(app): State<Shared>, Path(id): Path<String>) -> Response 
     if watch(&app, &id).is_none() {
         return not_found("such run or job");
     }
-    let stream = futures::stream::unfold((app, id, String::new()), |(app, id, last)| async move {
+    let stream = futures::stream::unfold((app, id, None), |(app, id, last)| async move {
+        // After an update, the next waits REFRESH at least: at most four a second.
+        if last.is_some() {
+            tokio::time::sleep(REFRESH).await;
+        }
+        let last: String = last.unwrap_or_default();
         loop {
             let now = SystemTime::now();
             let picture = with_live(&app, &id, move |live, _| live.picture(now)).await?;
             let mut value = serde_json::to_value(&picture).ok()?;
-            // Elapsed times change every tick; they alone do not make an update.
+            // Elapsed times and the rate change every tick; they alone do not make an update.
             let mut same_as = value.clone();
             same_as["duration_secs"] = Value::Null;
             same_as["eta_secs"] = Value::Null;
+            same_as["items_per_min"] = Value::Null;
             if let Some(agents) = same_as["agents"].as_array_mut() {
                 for a in agents {
                     a["elapsed_secs"] = Value::Null;
@@ -590,7 +596,10 @@ async fn updates(State(app): State<Shared>, Path(id): Path<String>) -> Response 
             if key != last {
                 value["actions"] = Value::Bool(app.allow_actions);
                 let event = Event::default().event("picture").data(value.to_string());
-                return Some((Ok::<_, std::convert::Infallible>(event), (app, id, key)));
+                return Some((
+                    Ok::<_, std::convert::Infallible>(event),
+                    (app, id, Some(key)),
+                ));
             }
             tokio::time::sleep(REFRESH).await;
         }

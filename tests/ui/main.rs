@@ -899,3 +899,43 @@ fn a_browser_shows_the_merge_queue_lane_with_the_failed_verification() {
     assert!(output.contains("FAILED: tests/"), "{output}");
     drop(driver);
 }
+
+/// A page watching a running job gets at most a few updates a second (four, as the server's
+/// refresh allows), however fast the rate and the elapsed times move.
+#[test]
+fn a_running_job_streams_at_most_a_few_updates_a_second() {
+    let scratch = Scratch::new();
+    let mut job = slow_job(&scratch);
+    let id = job_id(&scratch, &mut job);
+    let server = Server::start(&scratch, &[]);
+    let mut stream = std::net::TcpStream::connect(&server.address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let request = format!(
+        "GET /api/runs/{id}/updates HTTP/1.1\r\nHost: {}\r\nX-Prodigy-Token: {}\r\nAccept: text/event-stream\r\n\r\n",
+        server.address, server.token
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 65536];
+    while started.elapsed() < Duration::from_secs(5) {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let text = String::from_utf8_lossy(&received);
+    let updates = text.matches("event: picture").count();
+    assert!(updates >= 1, "no update: {text}");
+    assert!(updates <= 22, "{updates} updates in 5 s");
+    job.kill();
+    job.finish();
+}
