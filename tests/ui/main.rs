@@ -919,7 +919,7 @@ fn a_running_job_streams_at_most_a_few_updates_a_second() {
     stream.write_all(request.as_bytes()).unwrap();
     let started = Instant::now();
     let mut received = Vec::new();
-    let mut buf = [0u8; 65536];
+    let mut buf = [0u8; 16384];
     while started.elapsed() < Duration::from_secs(5) {
         match stream.read(&mut buf) {
             Ok(0) => break,
