@@ -77,6 +77,9 @@ pub(crate) fn logs(args: &LogsArgs) -> u8 {
                 .or_default();
         }
     }
+    // Items in their order (`item_2` before `item_10`), then the run's own steps.
+    let mut owners: Vec<_> = owners.into_iter().collect();
+    owners.sort_by_key(|(owner, _)| owner_order(owner));
     for (owner, owner_steps) in &owners {
         if args.item.as_ref().is_some_and(|item| item != owner) {
             continue;
@@ -271,6 +274,15 @@ fn is_step_file(file: &Path) -> bool {
 
 fn is_claude_log(file: &Path) -> bool {
     file.extension().is_some_and(|e| e == "jsonl")
+}
+
+/// Where OWNER's logs come in a listing: map items by their number, then anything else
+/// by name (`steps`, the run's own).
+fn owner_order(owner: &str) -> (u8, u64, String) {
+    match owner.strip_prefix("item_").and_then(|n| n.parse().ok()) {
+        Some(n) => (0, n, String::new()),
+        None => (1, 0, owner.to_owned()),
+    }
 }
 
 fn sorted_entries(dir: &Path) -> Vec<PathBuf> {

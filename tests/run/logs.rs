@@ -128,6 +128,38 @@ fn a_job_shows_its_reduce_output_and_keeps_each_items_steps() {
     assert_eq!(reduce, "reduced 2 of 2\n");
 }
 
+/// Items are listed in their order, `item_2` before `item_10`, then the run's own steps.
+#[test]
+fn logs_list_items_in_their_order() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.project().join("wf.yml"), JOB).unwrap();
+    let items: Vec<String> = (0..12).map(|n| format!("{{\"n\": {n}}}")).collect();
+    std::fs::write(
+        scratch.project().join("items.json"),
+        format!("[{}]", items.join(", ")),
+    )
+    .unwrap();
+    let run = scratch.run(&["run", "--no-worktree", "wf.yml"], &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let id = run_id(&run);
+    let listed = stdout(&scratch.run(&["logs", &id], &[]));
+    let owners: Vec<&str> =
+        listed
+            .lines()
+            .filter_map(|l| l.split('/').next())
+            .fold(Vec::new(), |mut seen, o| {
+                if seen.last() != Some(&o) {
+                    seen.push(o);
+                }
+                seen
+            });
+    let expected: Vec<String> = (0..12)
+        .map(|n| format!("item_{n}"))
+        .chain(["steps".to_owned()])
+        .collect();
+    assert_eq!(owners, expected, "{listed}");
+}
+
 /// The run's logs directory, `logs/{repo}/{id}`.
 fn logs_dir(scratch: &Scratch, id: &str) -> std::path::PathBuf {
     scratch.home().join("logs").join(scratch.repo()).join(id)
