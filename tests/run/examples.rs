@@ -311,3 +311,57 @@ fn verified_fix_example_keeps_every_state_green() {
         );
     }
 }
+
+/// `claude-stand-in.sh`, the stand-in docs/claude.md shows: a Claude workflow runs with it
+/// as its CLI, and each call's answer is its prompt's first line.
+#[test]
+fn the_claude_stand_in_example_runs_a_claude_workflow() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "commands:\n  - claude: \"/summarize the README\"\n    capture: summary\n  - shell: \"echo got: ${summary|shell}\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let stand_in = root().join("workflows/examples/claude-stand-in.sh");
+    let output = scratch.run(
+        &["run", "-v", "--no-worktree", "job.yml"],
+        &[("PRODIGY_CLAUDE_COMMAND", stand_in.to_str().unwrap())],
+    );
+    let text = shown(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("got: done: /summarize the README"), "{text}");
+}
+
+/// A program that prints plain text in place of the CLI's stream-json fails its call, and
+/// the error says what the protocol is and where it is written down.
+#[test]
+fn a_stand_in_that_prints_plain_text_is_told_about_stream_json() {
+    let scratch = Scratch::new();
+    let plain = scratch.dir.path().join("bin/plain-claude");
+    std::fs::write(
+        &plain,
+        "#!/bin/sh\nfor a; do [ \"$a\" = --version ] && { echo 1.0; exit 0; }; done\ncat >/dev/null\necho 'I fixed it.'\necho 'All done.'\n",
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&plain).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&plain, perms).unwrap();
+    std::fs::write(
+        scratch.project().join("job.yml"),
+        "commands:\n  - claude: \"/fix it\"\n",
+    )
+    .unwrap();
+    scratch.commit();
+    let output = scratch.run(
+        &["run", "--no-worktree", "job.yml"],
+        &[("PRODIGY_CLAUDE_COMMAND", plain.to_str().unwrap())],
+    );
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("printed no stream-json event (2 lines of other text)"),
+        "{text}"
+    );
+    assert!(text.contains("A stand-in for the Claude CLI"), "{text}");
+}

@@ -482,7 +482,17 @@ impl Stream {
     /// code, `None` when a signal, a timeout or a cancellation ended it).
     pub fn verdict(&self, code: Option<i32>) -> Verdict {
         let Some(result) = &self.result else {
+            let no_event = self.session_id.is_none() && self.turns == 0 && !self.cut;
             let why = match code {
+                // A program that prints plain text (a stand-in written without the protocol).
+                Some(_) if no_event && self.garbage > 0 => format!(
+                    "the Claude CLI printed no stream-json event ({} line{} of other text): \
+                     a program named by `PRODIGY_CLAUDE_COMMAND` must print \
+                     `--output-format stream-json` events, one JSON object a line, ending \
+                     with a `result` event (docs/claude.md, \"A stand-in for the Claude CLI\")",
+                    self.garbage,
+                    if self.garbage == 1 { "" } else { "s" }
+                ),
                 Some(0) => "the Claude CLI exited without a `result` event".to_owned(),
                 Some(code) => {
                     format!("the Claude CLI exited with code {code} without a `result` event")
