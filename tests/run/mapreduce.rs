@@ -929,7 +929,7 @@ fn dlq_list_shows_each_item_and_the_pattern_points_to_dlq_stats() {
     let job = job_id(&output);
     assert!(
         text.contains(&format!(
-            "pattern: CommandFailed ×3: see which items failed and why with `prodigy dlq stats {job}`"
+            "pattern: CommandFailed ×3: Review error logs for more details: `prodigy dlq stats {job}` shows which items failed and why"
         )),
         "{text}"
     );

@@ -94,9 +94,10 @@ pub fn error_metrics(records: &[ItemRecord], total: u64, job: &str) -> ErrorMetr
             match dominant_cause(messages.get(kind).map_or(&[][..], Vec::as_slice)) {
                 Cause::Network => "Check network connectivity and retry settings".to_owned(),
                 Cause::Permission => "Verify file permissions and access rights".to_owned(),
-                Cause::Other => {
-                    format!("see which items failed and why with `prodigy dlq stats {job}`")
-                }
+                // The documented words first (a user's tooling may match them), then how.
+                Cause::Other => format!(
+                    "Review error logs for more details: `prodigy dlq stats {job}` shows which items failed and why"
+                ),
             }
         };
         metrics.failure_patterns.push(FailurePattern {

@@ -722,7 +722,7 @@ mod tests {
         ];
         assert_eq!(
             error_metrics(&records, 3, "job").failure_patterns[0].suggestion,
-            "see which items failed and why with `prodigy dlq stats job`"
+            "Review error logs for more details: `prodigy dlq stats job` shows which items failed and why"
         );
     }
 
