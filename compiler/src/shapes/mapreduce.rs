@@ -268,7 +268,7 @@ pub static ERROR_POLICY: Shape = Shape {
         key(
             "retry_config",
             Ty::Object(&POLICY_RETRY),
-            "Retries of failed items, for `on_item_failure: retry`.",
+            "Runs a failed item again before `on_item_failure` decides its fate (`dlq`, the default, or `retry`, `skip`, `stop`, `custom:NAME`): with `max_attempts: 3` an item runs up to three times, then goes to the DLQ.",
         ),
     ],
 };
