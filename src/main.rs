@@ -250,6 +250,19 @@ struct GuardArgs {
 }
 
 /// The command line, with the exit status table after the long help.
+/// The command line as completions offer it: without prodigy's own hidden subcommands
+/// (`agent`, `guard`), which the completion generators would list.
+fn completed_command() -> clap::Command {
+    let full = cli_command();
+    let mut shown = clap::Command::new("prodigy")
+        .args(full.get_arguments().cloned())
+        .subcommand_required(full.is_subcommand_required_set());
+    for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+        shown = shown.subcommand(sub.clone());
+    }
+    shown
+}
+
 fn cli_command() -> clap::Command {
     Cli::command().after_long_help(exit_code::help())
 }
@@ -415,7 +428,7 @@ fn schema(markdown: bool) -> u8 {
 /// `prodigy completions`: the completion script for SHELL.
 fn completions(shell: clap_complete::Shell) -> u8 {
     let mut text = Vec::new();
-    clap_complete::generate(shell, &mut cli_command(), "prodigy", &mut text);
+    clap_complete::generate(shell, &mut completed_command(), "prodigy", &mut text);
     let text = String::from_utf8_lossy(&text);
     if shell == clap_complete::Shell::Bash {
         out(&bash_completion(&text, &bash_words(&cli_command())));
@@ -549,7 +562,11 @@ fn bash_completion(script: &str, words: &[(String, Words)]) -> String {
 /// synopsis, description and options.
 fn man_page() -> std::io::Result<String> {
     fn sections(command: &clap::Command, path: &str, out: &mut Vec<u8>) -> std::io::Result<()> {
-        for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+        // The hidden subcommands (`agent`, `guard`) are prodigy's own, not the user's.
+        for sub in command
+            .get_subcommands()
+            .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+        {
             let name = format!("{path} {}", sub.get_name());
             let sub = sub.clone().bin_name(name.clone());
             let man = clap_mangen::Man::new(sub.clone());

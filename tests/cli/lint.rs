@@ -408,7 +408,10 @@ fn completions_for_every_shell() {
             .assert()
             .code(0)
             .stdout(predicate::str::contains("prodigy"))
-            .stdout(predicate::str::contains("resume-job"));
+            .stdout(predicate::str::contains("resume-job"))
+            .stdout(predicate::str::contains("dlq"))
+            // prodigy's own hidden subcommands are not offered.
+            .stdout(predicate::str::contains("guard").not());
     }
     prodigy().args(["completions", "tcsh"]).assert().code(2);
 }
@@ -511,6 +514,10 @@ fn the_man_page_has_every_subcommand() {
             page.contains(&format!(".SH \"{section}\"")),
             "no section {section}"
         );
+    }
+    // prodigy's own hidden subcommands are not the user's.
+    for hidden in ["PRODIGY AGENT", "PRODIGY GUARD"] {
+        assert!(!page.contains(&format!(".SH \"{hidden}\"")), "{hidden}");
     }
     assert!(page.contains("\\-\\-stdin\\-filename"));
     assert!(page.contains("Exit status:"));
