@@ -242,6 +242,9 @@ pub struct Call {
     /// The account's usage limit, when the call ended at it (set by the runner, which
     /// knows the wall clock).
     pub usage_limit: Option<crate::claude::limit::UsageLimit>,
+    /// The run was stopping (Ctrl-C, the job stopping) and ended the call: it did not fail
+    /// (set by the runner).
+    pub cancelled: bool,
 }
 
 /// What several calls cost, for the end of a run, a job and an item.
@@ -293,8 +296,9 @@ impl Totals {
     /// Counts CALL.
     pub fn add(&mut self, call: &Call) {
         self.merge(&Totals::one_call(
-            // A usage limit pauses the run; the call is made again and counted again.
-            call.verdict.kind.is_some() && call.usage_limit.is_none(),
+            // A usage limit pauses the run, and a cancelled call is made again on resume:
+            // neither failed.
+            call.verdict.kind.is_some() && call.usage_limit.is_none() && !call.cancelled,
             call.num_turns,
             call.cost_usd,
             call.cost_estimated,

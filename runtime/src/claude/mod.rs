@@ -724,6 +724,7 @@ impl Stream {
             api_answers: self.api_answers,
             log,
             usage_limit: None,
+            cancelled: false,
         }
     }
 }
@@ -1190,6 +1191,19 @@ mod tests {
             Some(ErrorKind::Network)
         );
         assert_eq!(s.verdict_after(End::Killed).kind, Some(ErrorKind::Network));
+    }
+
+    #[test]
+    fn a_call_the_run_cancelled_is_counted_but_not_as_failed() {
+        let mut call = Stream::default().finish(End::Killed, None);
+        assert!(call.verdict.kind.is_some());
+        let mut totals = Totals::default();
+        totals.add(&call);
+        assert_eq!((totals.calls, totals.failed), (1, 1));
+        call.cancelled = true;
+        let mut totals = Totals::default();
+        totals.add(&call);
+        assert_eq!((totals.calls, totals.failed), (1, 0));
     }
 
     #[test]

@@ -401,6 +401,7 @@ impl Runner {
         let limit = stream.usage_limit(ended.code(), self.wall_secs());
         let mut call = stream.finish(ended, log_path);
         call.usage_limit = limit;
+        call.cancelled = out.cancelled;
         out.streamed = shown;
         // `${shell.output}`: the final text, then what the CLI wrote on standard error.
         out.interleaved = None;
