@@ -577,6 +577,7 @@ impl Checker<'_> {
         .into_iter()
         .peekable();
         let mut rebaser = template.rebaser(self.source);
+        self.foreign_braces(template, scope, &mut rebaser);
         let sets = if shell {
             assigned(&template.value)
         } else {
@@ -670,6 +671,63 @@ impl Checker<'_> {
                     self.diagnostics.push(diagnostic);
                 }
             }
+        }
+    }
+
+    /// W015 for `{{ item }}`, a variable prodigy knows in the braces of Jinja, Handlebars
+    /// or Go templates: prodigy leaves it as text, and the command gets the braces.
+    fn foreign_braces(
+        &mut self,
+        template: &Template,
+        scope: &Scope,
+        rebaser: &mut crate::ast::Rebaser<'_>,
+    ) {
+        let text = &template.value;
+        let mut from = 0;
+        while let Some(open) = text.get(from..).and_then(|t| t.find("{{")) {
+            let start = from + open;
+            let Some(close) = text.get(start + 2..).and_then(|t| t.find("}}")) else {
+                break;
+            };
+            let end = start + 2 + close + 2;
+            from = end;
+            // `${{ ... }}` is GitHub Actions' own, in a workflow file that is not ours.
+            if text[..start].ends_with('$') {
+                continue;
+            }
+            let inner = text[start + 2..end - 2].trim();
+            let root = inner.split(['.', '[']).next().unwrap_or_default();
+            let plain = !inner.is_empty()
+                && inner
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']'));
+            let known = ITEM_NAMES.contains(&root)
+                || matches!(
+                    root,
+                    "map"
+                        | "merge"
+                        | "shell"
+                        | "claude"
+                        | "workflow"
+                        | "step"
+                        | "error"
+                        | "validation"
+                        | "verify"
+                        | "env"
+                )
+                || scope.names.contains_key(root);
+            if !plain || !known {
+                continue;
+            }
+            let span = rebaser.span(prodigy_grammar::Span::new(start, end));
+            self.diagnostics.push(
+                Diagnostic::new(
+                    Code::ForeignBraces,
+                    format!("`{{{{ {inner} }}}}` is another tool's template syntax"),
+                )
+                .with_primary(span, "prodigy leaves this as text")
+                .with_help(format!("write `${{{inner}}}`")),
+            );
         }
     }
 

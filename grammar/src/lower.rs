@@ -738,6 +738,27 @@ fn expr_error(text: &str, err: &pest::error::Error<ex::Rule>) -> ParseError {
         )
         .help("join conditions with `&&` or `||`, and quote text values: `'text'`");
     }
+    // `item.name.starts_with('a')`: a function called as a method, as in Python or Rust.
+    if rest.starts_with('(')
+        && let Some((subject, method)) = prev.rsplit_once('.')
+        && !subject.is_empty()
+        && FUNCTIONS.iter().any(|(n, _, _)| *n == method)
+    {
+        let inner = rest[1..].split(')').next().unwrap_or("").trim();
+        let call = if inner.is_empty() {
+            format!("{method}({subject})")
+        } else {
+            format!("{method}({subject}, {inner})")
+        };
+        let start = text[..pos].trim_end().len() - prev.len();
+        return ParseError::new(
+            ParseErrorKind::Expression,
+            format!("`{method}` is a function, not a method"),
+            Span::new(start, pos),
+            "called on a value",
+        )
+        .help(format!("functions take the value first: write `{call}`"));
+    }
     match rest.chars().next() {
         Some(c) => mk(format!("unexpected `{c}`"), "the expression cannot continue here")
             .help("expected a value, a path such as `item.score`, or an operator such as `==`, `&&` or `||`"),

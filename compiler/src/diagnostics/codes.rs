@@ -103,6 +103,7 @@ codes! {
     MissingMapInput = "W012", Warning, "a map input file that does not exist, which no `setup` step makes";
     MissingCopy = "W013", Warning, "a `worktree.copy` entry that names no file of the checkout";
     TrackedCopy = "W014", Warning, "a `worktree.copy` entry that names a file git tracks";
+    ForeignBraces = "W015", Warning, "a variable in another tool's `{{ ... }}` braces, which prodigy leaves as text";
     Unreadable = "F001", Error, "a workflow file that cannot be read";
     NotUtf8 = "F002", Error, "a workflow file that is not UTF-8 text";
     EmptyFile = "F003", Error, "a workflow file with no YAML document in it";
