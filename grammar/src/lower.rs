@@ -648,6 +648,35 @@ fn word_at(text: &str, pos: usize) -> &str {
     &rest[..end]
 }
 
+/// `item.name.starts_with('a')` at POS (the `(`), PREV the token before it: a function
+/// called as a method, as in Python or Rust, explained with the call to write.
+fn method_call(text: &str, pos: usize, prev: &str) -> Option<ParseError> {
+    let rest = &text[pos..];
+    let (subject, method) = prev.rsplit_once('.')?;
+    if !rest.starts_with('(')
+        || subject.is_empty()
+        || !FUNCTIONS.iter().any(|(n, _, _)| *n == method)
+    {
+        return None;
+    }
+    let inner = rest[1..].split(')').next().unwrap_or("").trim();
+    let call = if inner.is_empty() {
+        format!("{method}({subject})")
+    } else {
+        format!("{method}({subject}, {inner})")
+    };
+    let start = text[..pos].trim_end().len() - prev.len();
+    Some(
+        ParseError::new(
+            ParseErrorKind::Expression,
+            format!("`{method}` is a function, not a method"),
+            Span::new(start, pos),
+            "called on a value",
+        )
+        .help(format!("functions take the value first: write `{call}`")),
+    )
+}
+
 fn expr_error(text: &str, err: &pest::error::Error<ex::Rule>) -> ParseError {
     let pos = error_pos(err).min(text.len());
     let rest = &text[pos..];
@@ -738,26 +767,8 @@ fn expr_error(text: &str, err: &pest::error::Error<ex::Rule>) -> ParseError {
         )
         .help("join conditions with `&&` or `||`, and quote text values: `'text'`");
     }
-    // `item.name.starts_with('a')`: a function called as a method, as in Python or Rust.
-    if rest.starts_with('(')
-        && let Some((subject, method)) = prev.rsplit_once('.')
-        && !subject.is_empty()
-        && FUNCTIONS.iter().any(|(n, _, _)| *n == method)
-    {
-        let inner = rest[1..].split(')').next().unwrap_or("").trim();
-        let call = if inner.is_empty() {
-            format!("{method}({subject})")
-        } else {
-            format!("{method}({subject}, {inner})")
-        };
-        let start = text[..pos].trim_end().len() - prev.len();
-        return ParseError::new(
-            ParseErrorKind::Expression,
-            format!("`{method}` is a function, not a method"),
-            Span::new(start, pos),
-            "called on a value",
-        )
-        .help(format!("functions take the value first: write `{call}`"));
+    if let Some(method) = method_call(text, pos, prev) {
+        return method;
     }
     match rest.chars().next() {
         Some(c) => mk(format!("unexpected `{c}`"), "the expression cannot continue here")
