@@ -543,7 +543,7 @@ fn check_emits_the_plan_and_explains_retries() {
         .clone();
     let plan: serde_json::Value = serde_json::from_slice(&output).unwrap();
     assert_eq!(plan["version"], 1);
-    assert_eq!(plan["commands"].as_array().unwrap().len(), 4);
+    assert_eq!(plan["commands"].as_array().unwrap().len(), 5);
     prodigy()
         .args(["check", "--explain-retries", example])
         .assert()
