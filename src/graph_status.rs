@@ -120,6 +120,8 @@ struct Fold<'g> {
     /// The steps running in each agent (or in the run itself: ""), innermost last.
     stacks: BTreeMap<String, Vec<usize>>,
     dlq: BTreeSet<String>,
+    /// Every item that went into the DLQ, also those since retried or cleared.
+    dlq_passed: BTreeSet<String>,
     ended: Option<bool>,
 }
 
@@ -130,6 +132,7 @@ impl<'g> Fold<'g> {
             tally: BTreeMap::new(),
             stacks: BTreeMap::new(),
             dlq: BTreeSet::new(),
+            dlq_passed: BTreeSet::new(),
             ended: None,
         }
     }
@@ -293,6 +296,7 @@ impl<'g> Fold<'g> {
             }),
             "dlq_item_added" => {
                 if let Some(item) = item {
+                    self.dlq_passed.insert(item.clone());
                     self.dlq.insert(item);
                 }
             }
@@ -313,6 +317,7 @@ impl<'g> Fold<'g> {
             graph,
             tally,
             dlq,
+            dlq_passed,
             ended,
             ..
         } = self;
@@ -370,19 +375,9 @@ impl<'g> Fold<'g> {
             s.note = format!("{}, {} runs", items(s.items_ran), s.count);
         }
         if let Some(node) = node(graph, &|n| matches!(n, Node::Dlq))
-            && !dlq.is_empty()
+            && let Some(state) = dlq_status(&dlq, &dlq_passed)
         {
-            status.insert(
-                node,
-                NodeStatus {
-                    state: NodeState::Failed,
-                    count: dlq.len() as u64,
-                    retries: 0,
-                    items_ran: 0,
-                    items_failed: dlq.len() as u64,
-                    note: items(dlq.len() as u64),
-                },
-            );
+            status.insert(node, state);
         }
         let end = match ended {
             Some(true) => {
@@ -416,6 +411,30 @@ fn node(graph: &Graph, wanted: &dyn Fn(&Node) -> bool) -> Option<usize> {
         .nodes()
         .find(|(_, n)| wanted(n))
         .map(|(i, _)| i.index())
+}
+
+/// The DLQ node's status: the items in it (failed), else the items that went through it
+/// and left it, retried or cleared (reached); `None` when none went in.
+fn dlq_status(dlq: &BTreeSet<String>, passed: &BTreeSet<String>) -> Option<NodeStatus> {
+    let n = |set: &BTreeSet<String>| set.len() as u64;
+    if !dlq.is_empty() {
+        return Some(NodeStatus {
+            state: NodeState::Failed,
+            count: n(dlq),
+            retries: 0,
+            items_ran: 0,
+            items_failed: n(dlq),
+            note: items(n(dlq)),
+        });
+    }
+    (!passed.is_empty()).then(|| NodeStatus {
+        state: NodeState::Succeeded,
+        count: n(passed),
+        retries: 0,
+        items_ran: 0,
+        items_failed: 0,
+        note: format!("{} went through, none left", items(n(passed))),
+    })
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ pub(crate) enum Format {
 
 /// `dlq clear`: empties the queue of JOB, after asking on a terminal (not with YES); a dry
 /// run only lists what would go.
-fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
+fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool, layout: &Layout) -> u8 {
     let items = match queue.items() {
         Ok(items) => items,
         Err(e) => {
@@ -164,6 +164,15 @@ fn clear(queue: &Dlq, job: &str, yes: bool, dry_run: bool) -> u8 {
     }
     match queue.clear() {
         Ok(n) => {
+            // The job's events say so too, for `status`, the dashboard and `graph --status`.
+            if let Ok(mut log) = prodigy_runtime::store::EventLog::open(layout, job) {
+                for i in &items {
+                    log.record(
+                        "dlq_item_removed",
+                        serde_json::json!({ "item_id": i.item_id }),
+                    );
+                }
+            }
             err(&format!(
                 "removed {} from the dead letter queue of {job}\n",
                 count(n, "item")
@@ -511,7 +520,7 @@ fn dlq_clear(located: &Located, queue: &Dlq, job: &str, yes: bool, dry_run: bool
             Some(Ok(lock)) => Some(lock),
             None => None,
         };
-    clear(queue, job, yes, dry_run)
+    clear(queue, job, yes, dry_run, &located.layout)
 }
 
 /// `prodigy dlq stats`: how many items JOB's queue holds, by error type and signature.

@@ -77,6 +77,25 @@ fn a_finished_job_is_drawn_with_each_nodes_state_and_counts() {
     assert_eq!(status("success")["state"], "succeeded");
 }
 
+/// Items that went through the DLQ and left it (cleared here) still mark it reached.
+#[test]
+fn a_dlq_emptied_after_the_job_is_drawn_as_reached() {
+    let (scratch, id) = finished_job();
+    let cleared = scratch.run(&["dlq", "clear", "-y", &id], &[]);
+    assert_eq!(cleared.status.code(), Some(0), "{cleared:?}");
+    let (_, json, _) = graph(&scratch, &["graph", "--status", &id, "--format", "json"]);
+    let json: Value = serde_json::from_str(&json).unwrap();
+    let dlq = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["label"] == "dead letter queue")
+        .unwrap()["status"]
+        .clone();
+    assert_eq!(dlq["state"], "succeeded", "{dlq}");
+    assert_eq!(dlq["note"], "1 item went through, none left", "{dlq}");
+}
+
 #[test]
 fn a_job_still_writing_its_events_is_drawn_as_far_as_it_got() {
     let (scratch, id) = finished_job();

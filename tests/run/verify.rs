@@ -81,6 +81,11 @@ fn agents(scratch: &Scratch) -> std::path::PathBuf {
             "honestjs",
             "printf \"it('adds', () => {\\n  expect(add(1, 2)).toBe(3);\\n});\\n\" >> src/app.test.js\n",
         ),
+        // Breaks the tests, after thinking as long as the `g` agents.
+        (
+            "slowbad",
+            "sleep 0.5\nprintf '[ 1 = 2 ]\\n' > tests/bad.sh\n",
+        ),
         // Breaks the tests, whatever it is told.
         // Commits a red state, then its fix: only its last commit is verified.
         (
@@ -352,7 +357,13 @@ fn a_failed_batch_is_bisected_and_the_good_candidates_land() {
     let start = scratch.git(&["rev-parse", "HEAD"]);
     // The first candidate's verification is slow: the others queue behind it.
     let slow = scratch.dir.path().join("slow-once");
-    let file = job(&scratch, &["b", "g1", "g2", "bad", "g3"], 5, "  batch: 4\n");
+    // `b` is first; the others finish together and queue behind its slow verification.
+    let file = job(
+        &scratch,
+        &["b", "g1", "g2", "slowbad", "g3"],
+        5,
+        "  batch: 4\n",
+    );
     let text = std::fs::read_to_string(&file).unwrap().replace(
         "    - shell: \"sh test.sh\"\n",
         &format!(
