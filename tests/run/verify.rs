@@ -173,6 +173,45 @@ fn assert_every_state_green(scratch: &Scratch, start: &str) {
     }
 }
 
+/// Each of ITEMS' work (its agent's `item NAME` commit) is in the merged work once.
+fn assert_landed_once(scratch: &Scratch, start: &str, items: &[&str], context: &str) {
+    let range = format!("{start}..main^2");
+    let commits = scratch.git(&["log", "--format=%s", &range]);
+    for item in items {
+        let subject = format!("item {item}");
+        let landed = commits.lines().filter(|l| *l == subject).count();
+        assert_eq!(landed, 1, "{context}: {item} landed once: {commits}");
+    }
+}
+
+/// A job of `g1` and `g2`, one agent at a time, killed by the fault hook HOOK at its first
+/// count, then resumed: both items succeed, the first recorded from the merge journal,
+/// each run once, no state red. Returns the scratch and what the resumed run printed.
+fn killed_at_first_then_resumed(hook: &str) -> (Scratch, String) {
+    let scratch = Scratch::new();
+    greeting_project(&scratch);
+    let start = scratch.git(&["rev-parse", "HEAD"]);
+    let file = job(&scratch, &["g1", "g2"], 1, "");
+    let output = scratch.run(&["run", "-y", &file], &[(hook, "1")]);
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    let job = only_job(&scratch);
+    let output = scratch.run(&["resume-job", "-y", &job], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
+    assert!(
+        text.contains("item_0: its work was merged before the job stopped"),
+        "{text}"
+    );
+    assert_every_state_green(&scratch, start.trim());
+    assert_eq!(
+        told(&scratch),
+        ["g1 first 0", "g2 first 0"],
+        "each item ran once"
+    );
+    (scratch, text)
+}
+
 fn events_named(scratch: &Scratch, name: &str) -> Vec<serde_json::Value> {
     scratch
         .events()
@@ -433,16 +472,7 @@ fn a_kill_during_a_verification_runs_it_again_on_resume() {
         scratch.git(&["log", "--graph", "--format=%h [%p] %s", "--all"])
     );
 
-    let range = format!("{}..main^2", start.trim());
-    let commits = scratch.git(&["log", "--format=%s", &range]);
-    for item in ["a", "b", "g1"] {
-        let subject = format!("item {item}");
-        assert_eq!(
-            commits.lines().filter(|l| *l == subject).count(),
-            1,
-            "{item}'s work landed once: {commits}"
-        );
-    }
+    assert_landed_once(&scratch, start.trim(), &["a", "b", "g1"], "after a kill");
 }
 
 /// `kill -9` right after a verified candidate landed, before its item's outcome is written
@@ -450,27 +480,7 @@ fn a_kill_during_a_verification_runs_it_again_on_resume() {
 /// merge journal, without running or verifying it again.
 #[test]
 fn a_kill_after_a_verified_landing_is_recorded_on_resume() {
-    let scratch = Scratch::new();
-    greeting_project(&scratch);
-    let start = scratch.git(&["rev-parse", "HEAD"]);
-    let file = job(&scratch, &["g1", "g2"], 1, "");
-    let output = scratch.run(
-        &["run", "-y", &file],
-        &[("PRODIGY_FAULT_KILL_AFTER_MERGES", "1")],
-    );
-    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
-    let job = only_job(&scratch);
-    let output = scratch.run(&["resume-job", "-y", &job], &[]);
-    let text = stderr(&output);
-    assert!(output.status.success(), "{text}");
-    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
-    assert!(
-        text.contains("its work was merged before the job stopped"),
-        "{text}"
-    );
-    assert_every_state_green(&scratch, start.trim());
-    let ran: Vec<String> = told(&scratch);
-    assert_eq!(ran, ["g1 first 0", "g2 first 0"], "each item ran once");
+    killed_at_first_then_resumed("PRODIGY_FAULT_KILL_AFTER_MERGES");
 }
 
 /// `merge.on_conflict` is still tried first: the resolver settles the conflict in the
@@ -509,30 +519,7 @@ fn a_conflict_resolver_is_tried_before_the_item_goes_back() {
 /// without running again.
 #[test]
 fn a_kill_between_verifying_and_landing_lands_on_resume_without_verifying_again() {
-    let scratch = Scratch::new();
-    greeting_project(&scratch);
-    let start = scratch.git(&["rev-parse", "HEAD"]);
-    let file = job(&scratch, &["g1", "g2"], 1, "");
-    let output = scratch.run(
-        &["run", "-y", &file],
-        &[("PRODIGY_FAULT_KILL_AFTER_VERIFIED", "1")],
-    );
-    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
-    let job = only_job(&scratch);
-    let output = scratch.run(&["resume-job", "-y", &job], &[]);
-    let text = stderr(&output);
-    assert!(output.status.success(), "{text}");
-    assert!(text.contains("2 succeeded, 0 failed"), "{text}");
-    assert!(
-        text.contains("item_0: its work was merged before the job stopped"),
-        "{text}"
-    );
-    assert_every_state_green(&scratch, start.trim());
-    assert_eq!(
-        told(&scratch),
-        ["g1 first 0", "g2 first 0"],
-        "each item ran once"
-    );
+    let (scratch, _) = killed_at_first_then_resumed("PRODIGY_FAULT_KILL_AFTER_VERIFIED");
     let verified = events_named(&scratch, "verify_started");
     assert_eq!(verified.len(), 2, "g1 once, g2 once: {verified:?}");
     assert_eq!(events_named(&scratch, "verified_landed").len(), 1);
@@ -580,13 +567,12 @@ fn kills_at_each_landing_of_a_job_with_redispatches_lose_nothing() {
             TEST_RUNNER
         );
         assert!(project.join("tests/b.sh").is_file() && project.join("c.txt").is_file());
-        let range = format!("{}..main^2", start.trim());
-        let commits = scratch.git(&["log", "--format=%s", &range]);
-        for item in ["a", "b", "c"] {
-            let subject = format!("item {item}");
-            let landed = commits.lines().filter(|l| *l == subject).count();
-            assert_eq!(landed, 1, "{hook}={at}: {item} landed once: {commits}");
-        }
+        assert_landed_once(
+            &scratch,
+            start.trim(),
+            &["a", "b", "c"],
+            &format!("{hook}={at}"),
+        );
     }
 }
 

@@ -567,6 +567,49 @@ fn free_port() -> u16 {
 /// chromedriver, stopped by its pid when dropped.
 struct Driver(Child);
 
+/// chromedriver on a free port of loopback, stopped by its pid when dropped.
+fn chromedriver() -> (Driver, u16) {
+    let port = free_port();
+    let driver = Driver(
+        std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    (driver, port)
+}
+
+/// A headless Chromium session through the chromedriver on PORT, once it listens.
+async fn browser(port: u16) -> fantoccini::Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        serde_json::json!({
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1400,1000"]
+        }),
+    );
+    // chromedriver takes a moment to listen.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match fantoccini::ClientBuilder::new(
+            hyper_util::client::legacy::connect::HttpConnector::new(),
+        )
+        .capabilities(caps.clone())
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        {
+            Ok(client) => return client,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "chromedriver: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
 impl Drop for Driver {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -584,15 +627,7 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
     if !external::tool_available(TEST, "chromedriver", "chromium-driver") {
         return;
     }
-    let port = free_port();
-    let driver = Driver(
-        std::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (driver, port) = chromedriver();
     let scratch = Scratch::new();
     let mut job = slow_job(&scratch);
     let id = job_id(&scratch, &mut job);
@@ -602,31 +637,7 @@ fn a_browser_sees_a_running_job_change_without_reloading_and_opens_an_item_s_cla
         .build()
         .unwrap();
     let shot = runtime.block_on(async {
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".to_owned(),
-            serde_json::json!({
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1400,1000"]
-            }),
-        );
-        // chromedriver takes a moment to listen.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let client = loop {
-            match fantoccini::ClientBuilder::new(
-                hyper_util::client::legacy::connect::HttpConnector::new(),
-            )
-            .capabilities(caps.clone())
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            {
-                Ok(client) => break client,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "chromedriver: {e}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        };
+        let client = browser(port).await;
         client.goto(&server.url()).await.unwrap();
         let row = Locator::Css(&format!("#runs tr[data-id='{id}']"));
         client
@@ -800,9 +811,9 @@ fn verified_job(scratch: &Scratch) -> String {
     )
     .unwrap();
     scratch.commit();
-    // Item a makes greet say "hi"; item b adds a test expecting what greet says when it
-    // starts (sent back, what it says then).
-    let agent = "if [ \\\"$ITEM\\\" = a ]; then sed -i s/hello/hi/ greet.sh tests/base.sh; else want=$(. ./greet.sh; greet b); printf '. ./greet.sh\\\\n[ \\\"$(greet b)\\\" = \\\"%s\\\" ]\\\\n' \\\"$want\\\" > tests/b.sh; fi; sleep 0.3; git add -A && git commit -qm \\\"item $ITEM\\\"";
+    // Item a makes greet say "hi" (sent back, in every test); item b adds a test expecting
+    // what greet says when it starts (sent back, what it says then).
+    let agent = "if [ \\\"$ITEM\\\" = a ]; then sed -i s/hello/hi/ greet.sh tests/base.sh; if [ -n \\\"$VERIFY__REASON\\\" ]; then sed -i s/hello/hi/g tests/*.sh; fi; else want=$(. ./greet.sh; greet b); printf '. ./greet.sh\\\\n[ \\\"$(greet b)\\\" = \\\"%s\\\" ]\\\\n' \\\"$want\\\" > tests/b.sh; fi; sleep 0.3; git add -A && git commit -qm \\\"item $ITEM\\\"";
     let workflow = format!(
         "mode: mapreduce\nmap:\n  input: \"printf 'a\\\\nb\\\\n'\"\n  max_parallel: 2\n  agent_template:\n    - shell: \"{agent}\"\nmerge:\n  verify:\n    - shell: \"sh test.sh\"\n  redispatch: 1\n"
     );
@@ -827,15 +838,7 @@ fn a_browser_shows_the_merge_queue_lane_with_the_failed_verification() {
     if !external::tool_available(TEST, "chromedriver", "chromium-driver") {
         return;
     }
-    let port = free_port();
-    let driver = Driver(
-        std::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (driver, port) = chromedriver();
     let scratch = Scratch::new();
     let id = verified_job(&scratch);
     let server = Server::start(&scratch, &[]);
@@ -844,30 +847,7 @@ fn a_browser_shows_the_merge_queue_lane_with_the_failed_verification() {
         .build()
         .unwrap();
     let (landed, sent_back, output) = runtime.block_on(async {
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".to_owned(),
-            serde_json::json!({
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1400,1000"]
-            }),
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let client = loop {
-            match fantoccini::ClientBuilder::new(
-                hyper_util::client::legacy::connect::HttpConnector::new(),
-            )
-            .capabilities(caps.clone())
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            {
-                Ok(client) => break client,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "chromedriver: {e}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        };
+        let client = browser(port).await;
         client.goto(&server.url()).await.unwrap();
         client
             .wait()
