@@ -215,7 +215,7 @@ pub static MERGE: Shape = Shape {
         key(
             "redispatch",
             Ty::Int { min: 0 },
-            "How many times an agent whose work failed `verify`, conflicted or touched a protected path runs its item again on the current merged work, with `${verify.output}`, `${verify.reason}` and `${verify.attempt}` (default 0: the item goes to the DLQ).",
+            "How many times an agent whose work failed `verify`, conflicted, touched a protected path or weakened the tests (`integrity: fail`) runs its item again on the current merged work, with `${verify.output}`, `${verify.reason}` and `${verify.attempt}` (default 0: the item goes to the DLQ).",
         ),
         key(
             "protect",
