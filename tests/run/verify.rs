@@ -387,16 +387,13 @@ fn a_conflict_goes_back_to_its_agent_with_both_sides() {
     assert_eq!(refused[0]["paths"][0], "shared.txt");
 }
 
-/// `merge.batch`: candidates that queue while a verification runs are verified together;
-/// a batch that fails is bisected, the failing candidate found, and the others land.
-#[test]
-fn a_failed_batch_is_bisected_and_the_good_candidates_land() {
+/// A job of five items at `batch: 4` whose first candidate (`b`, the quickest agent) is
+/// verified slowly, so that the other four (one of them breaking the tests) queue behind
+/// it and are verified as one batch, which fails and is bisected.
+fn batch_job() -> (Scratch, String) {
     let scratch = Scratch::new();
     greeting_project(&scratch);
-    let start = scratch.git(&["rev-parse", "HEAD"]);
-    // The first candidate's verification is slow: the others queue behind it.
     let slow = scratch.dir.path().join("slow-once");
-    // `b` is first; the others finish together and queue behind its slow verification.
     let file = job(
         &scratch,
         &["b", "g1", "g2", "slowbad", "g3"],
@@ -411,6 +408,46 @@ fn a_failed_batch_is_bisected_and_the_good_candidates_land() {
         ),
     );
     std::fs::write(&file, text).unwrap();
+    (scratch, file)
+}
+
+/// `kill -9` in the middle of a bisection, right after its first half passed and was
+/// journalled (the second verified candidate): `resume-job` lands that half without
+/// verifying it again, settles the rest, and no state is red.
+#[test]
+fn a_kill_in_the_middle_of_a_bisection_loses_nothing() {
+    let (scratch, file) = batch_job();
+    let start = scratch.git(&["rev-parse", "HEAD"]);
+    let output = scratch.run(
+        &["run", "-y", &file],
+        &[("PRODIGY_FAULT_KILL_AFTER_VERIFIED", "2")],
+    );
+    assert_eq!(output.status.code(), None, "killed: {}", stderr(&output));
+    let bisecting = events_named(&scratch, "verify_started")
+        .iter()
+        .any(|e| e["bisecting"] == true);
+    assert!(bisecting, "the kill came during the bisection");
+    let job = only_job(&scratch);
+    let output = scratch.run(&["resume-job", "-y", &job], &[]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("4 succeeded, 1 failed"), "{text}");
+    assert_every_state_green(&scratch, start.trim());
+    assert_landed_once(
+        &scratch,
+        start.trim(),
+        &["b", "g1", "g2", "g3"],
+        "bisection",
+    );
+    assert_eq!(events_named(&scratch, "verified_landed").len(), 1);
+}
+
+/// `merge.batch`: candidates that queue while a verification runs are verified together;
+/// a batch that fails is bisected, the failing candidate found, and the others land.
+#[test]
+fn a_failed_batch_is_bisected_and_the_good_candidates_land() {
+    let (scratch, file) = batch_job();
+    let start = scratch.git(&["rev-parse", "HEAD"]);
     let output = scratch.run(&["run", "-y", &file], &[]);
     let text = stderr(&output);
     assert!(output.status.success(), "{text}");
