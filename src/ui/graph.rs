@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use prodigy_runtime::live::Picture;
+use prodigy_runtime::live::{Picture, State};
 use serde_json::Value;
 
 const WIDTH: usize = 260;
@@ -136,12 +136,58 @@ fn node_state(
             },
             picture.breaker.unwrap_or("closed").replace('_', "-"),
         ),
-        "phase" => {
-            let phase = node["phase"].as_str().unwrap_or_default();
-            let now = picture.phase.as_deref() == Some(phase);
-            (if now { "running" } else { "idle" }, String::new())
-        }
+        "phase" => (
+            phase_state(node["phase"].as_str().unwrap_or_default(), picture),
+            String::new(),
+        ),
+        // The ends, as `graph --status` colours them once the run reached them.
+        "start" => ("done", String::new()),
+        "success" => (
+            if picture.state == State::Completed {
+                "done"
+            } else {
+                "idle"
+            },
+            String::new(),
+        ),
+        "failure" => (
+            match picture.state {
+                State::Failed | State::Stopped => "failed",
+                State::Running
+                | State::Paused
+                | State::Crashed
+                | State::Completed
+                | State::Interrupted => "idle",
+            },
+            String::new(),
+        ),
         _ => ("idle", String::new()),
+    }
+}
+
+/// The state of the phase node PHASE: the job's current phase runs (while it runs), the
+/// phases before it are done, and a completed job's are all done.
+fn phase_state(phase: &str, picture: &Picture) -> &'static str {
+    // A job's phases in the order it goes through them (the verified queue runs with map).
+    let rank = |p: &str| match p {
+        "setup" => Some(0),
+        "map" | "verify" => Some(1),
+        "reduce" => Some(2),
+        "merge" => Some(3),
+        "done" => Some(4),
+        _ => None,
+    };
+    if picture.state == State::Completed {
+        return "done";
+    }
+    let (Some(this), Some(now)) = (rank(phase), picture.phase.as_deref().and_then(rank)) else {
+        return "idle";
+    };
+    let live = matches!(picture.state, State::Running | State::Paused);
+    match this.cmp(&now) {
+        std::cmp::Ordering::Less => "done",
+        std::cmp::Ordering::Equal if live => "running",
+        std::cmp::Ordering::Equal | std::cmp::Ordering::Greater => "idle",
     }
 }
 

@@ -919,3 +919,25 @@ fn a_running_job_streams_at_most_a_few_updates_a_second() {
     job.kill();
     job.finish();
 }
+
+/// A finished job's plan is coloured as `graph --status` colours it: the start, every phase
+/// it went through and the success end are done, not left idle.
+#[test]
+fn a_finished_jobs_plan_colours_its_ends_and_phases() {
+    let scratch = Scratch::new();
+    let id = verified_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let (status, svg) = server.request(
+        "GET",
+        &format!("/api/runs/{id}/graph.svg"),
+        &[("X-Prodigy-Token", &server.token)],
+    );
+    assert_eq!(status, 200, "{svg}");
+    for class in ["node start done", "node success done", "node phase done"] {
+        assert!(
+            svg.contains(&format!("class=\"{class}\"")),
+            "no {class}: {svg}"
+        );
+    }
+    assert!(!svg.contains("class=\"node phase idle\""), "{svg}");
+}
