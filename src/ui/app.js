@@ -140,7 +140,11 @@ function draw(id, p) {
   $("#actions").innerHTML = p.actions ? `${s.kind === "job" && c.dlq > 0 && p.state !== "running" ? `<button id="retry">Retry the ${c.dlq} DLQ items</button>` : ""}${p.state === "running" || p.state === "paused" ? `<button id="stop">Stop</button>` : ""}<span id="acted" class="muted"></span>` : "";
   const act = async (what) => {
     const r = await call(`/api/runs/${encodeURIComponent(id)}/${what}`, { method: "POST" });
-    $("#acted").textContent = r.ok ? ` ${what}: requested` : ` ${what}: ${await r.text()}`;
+    // What the server says is shown whole: a retry that ends at once says how it went.
+    const text = (await r.text()).trim();
+    let said = text;
+    try { said = JSON.parse(text).said ?? ""; } catch { /* plain text: an error */ }
+    $("#acted").textContent = r.ok ? ` ${what}: requested${said ? `: ${said}` : ""}` : ` ${what}: ${said}`;
   };
   if ($("#retry")) $("#retry").onclick = () => act("dlq-retry");
   if ($("#stop")) $("#stop").onclick = () => act("stop");
@@ -179,6 +183,15 @@ async function loadItems(id) {
   document.querySelectorAll("#items-table tr.row").forEach((tr) => (tr.onclick = () => openItem(id, tr.dataset.item)));
 }
 
+// A DLQ error type as `prodigy dlq show` names it: `CommandFailed (exit 1)`,
+// `ClaudeFailed (rate_limit)`, `Timeout`.
+function errorType(t) {
+  if (typeof t === "string") return t;
+  const [name, fields] = Object.entries(t ?? {})[0] ?? ["Unknown", {}];
+  const detail = fields && (fields.kind ?? (fields.exit_code != null ? `exit ${fields.exit_code}` : null));
+  return detail != null ? `${name} (${detail})` : name;
+}
+
 async function openItem(id, item) {
   const d = await getJson(`/api/runs/${encodeURIComponent(id)}/items/${encodeURIComponent(item)}`);
   const box = $("#detail");
@@ -189,8 +202,10 @@ async function openItem(id, item) {
   <h4>Attempts</h4><table><tr><th>step</th><th>run</th><th>attempt</th><th>exit</th><th>duration</th></tr>${attempts.map((e) => `<tr><td>${esc(e.step)}</td><td>${e.run}</td><td>${e.attempt}</td><td>${e.exit_code ?? (e.timed_out ? "timed out" : "-")}</td><td>${secs(e.duration_secs)}</td></tr>`).join("")}</table>
   <h4>Output</h4>${d.outputs.map((o) => `<div class="output"><p><b>${esc(o.step ?? "step " + o.number)}</b> <span class="muted">attempt ${o.attempt || "?"} · ${esc(o.outcome ?? "running")} · ${o.output_bytes} bytes${o.truncated ? ", its end" : ""}</span></p><pre>${esc(o.tail)}</pre></div>`).join("") || '<p class="muted">none</p>'}
   <h4>Claude calls</h4>${d.claude.map((c, i) => `<div class="claude-call"><p><b>call ${i + 1}</b> <span class="muted">${c.turns} turns, ${c.tool_calls} tool calls · ${esc(c.log)}</span></p><pre>${esc(c.lines.join("\n"))}${c.result ? "\n= " + esc(c.result) : ""}</pre></div>`).join("") || '<p class="muted">none</p>'}
-  ${d.dlq ? `<h4>DLQ entry</h4>${d.dlq.failure_history.map((f) => `<p>${esc(f.timestamp)} ${esc(f.error_type)}: ${esc(f.error_message)} <span class="muted">(${esc(f.step_failed)})</span></p>${f.command_output ? `<pre>exit ${f.command_output.exit_code ?? "-"}\n${esc(f.command_output.stdout)}${esc(f.command_output.stderr)}</pre>` : ""}`).join("")}` : ""}
+  ${d.dlq ? `<h4>DLQ entry</h4>${d.dlq.failure_history.map((f) => `<p>${esc(f.timestamp)} ${esc(errorType(f.error_type))}: ${esc(f.error_message)} <span class="muted">(${esc(f.step_failed)})</span></p>${f.command_output ? `<pre>exit ${f.command_output.exit_code ?? "-"}\n${esc(f.command_output.stdout)}${esc(f.command_output.stderr)}</pre>` : ""}`).join("")}` : ""}
   <details><summary>events (${d.events.length})</summary><pre>${esc(d.events.map((e) => JSON.stringify(e)).join("\n"))}</pre></details>`;
+  // An item far down the list: its details come into view.
+  box.scrollIntoView({ block: "start" });
 }
 
 route();

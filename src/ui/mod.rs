@@ -704,6 +704,11 @@ async fn dlq_retry(State(app): State<Shared>, Path(id): Path<String>) -> Respons
             ),
         )
             .into_response(),
+        // It ended already: what it said is the answer (the items that failed again).
+        Ok(Ok((Ok(_), said))) => {
+            axum::Json(json!({ "retrying": id, "pid": pid, "finished": true, "said": said.trim() }))
+                .into_response()
+        }
         _ => axum::Json(json!({ "retrying": id, "pid": pid })).into_response(),
     }
 }

@@ -941,3 +941,54 @@ fn a_finished_jobs_plan_colours_its_ends_and_phases() {
     }
     assert!(!svg.contains("class=\"node phase idle\""), "{svg}");
 }
+
+/// An item's DLQ entry names its error type as `dlq show` does (`CommandFailed (exit 1)`),
+/// never `[object Object]`.
+#[test]
+fn a_browser_shows_a_dlq_entrys_error_type_by_name() {
+    const TEST: &str = "ui::a_browser_shows_a_dlq_entrys_error_type";
+    if !external::tool_available(TEST, "chromedriver", "chromium-driver") {
+        return;
+    }
+    let (driver, port) = chromedriver();
+    let scratch = Scratch::new();
+    let id = finished_job(&scratch);
+    let server = Server::start(&scratch, &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let detail = runtime.block_on(async {
+        let client = browser(port).await;
+        client.goto(&server.url()).await.unwrap();
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        // Item 2 (`item_1`) failed into the DLQ. The table is redrawn with the updates: the
+        // item is opened from the page itself.
+        let open = "const r = document.querySelector(\"#items-table tr[data-item='item_1']\"); \
+            if (r) r.click(); \
+            return document.querySelector('#detail')?.textContent ?? '';";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let text = loop {
+            let got = client.execute(open, vec![]).await.unwrap();
+            let text = got.as_str().unwrap_or_default().to_owned();
+            if text.contains("DLQ entry") {
+                break text;
+            }
+            assert!(Instant::now() < deadline, "no DLQ entry: {text}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        client.close().await.unwrap();
+        text
+    });
+    assert!(detail.contains("CommandFailed (exit 1)"), "{detail}");
+    assert!(!detail.contains("[object Object]"), "{detail}");
+    drop(driver);
+}
