@@ -975,7 +975,9 @@ fn new_bar(total: u64, done: u64, target: ProgressDrawTarget) -> ProgressBar {
         Speed::of(state.len().unwrap_or(0), state.pos(), done, state.elapsed())
     };
     if let Ok(style) =
-        ProgressStyle::with_template("{spinner} map [{bar:30}] {pos}/{len} {msg} {rate} ETA {left}")
+        // The counts last, cut to the terminal's width (`wide_msg`): a long line would wrap
+        // and the bar would be redrawn over the lines above it.
+        ProgressStyle::with_template("{spinner} map [{bar:30}] {pos}/{len} {rate} ETA {left} {wide_msg}")
     {
         let style = style
             .progress_chars("=> ")
