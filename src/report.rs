@@ -975,9 +975,7 @@ fn new_bar(total: u64, done: u64, target: ProgressDrawTarget) -> ProgressBar {
         Speed::of(state.len().unwrap_or(0), state.pos(), done, state.elapsed())
     };
     if let Ok(style) =
-        // The counts last, cut to the terminal's width (`wide_msg`): a long line would wrap
-        // and the bar would be redrawn over the lines above it.
-        ProgressStyle::with_template("{spinner} map [{bar:30}] {pos}/{len} {rate} ETA {left} {wide_msg}")
+        ProgressStyle::with_template("{spinner} map [{bar:30}] {pos}/{len} {msg} {rate} ETA {left}")
     {
         let style = style
             .progress_chars("=> ")
