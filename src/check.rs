@@ -394,12 +394,19 @@ fn write_in_place(path: &Path, text: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A unified diff of a file's fix, as `diff -u` prints it.
+/// A unified diff of a file's fix: a relative NAME under git's `a/` and `b/` (for
+/// `git apply` and `patch -p1`), an absolute one as it is (as `diff -u` prints it), never
+/// `a//tmp/...`.
 fn diff(name: &str, before: &str, after: &str) -> String {
+    let (old, new) = if Path::new(name).is_absolute() {
+        (name.to_owned(), name.to_owned())
+    } else {
+        (format!("a/{name}"), format!("b/{name}"))
+    };
     similar::TextDiff::from_lines(before, after)
         .unified_diff()
         .context_radius(3)
-        .header(&format!("a/{name}"), &format!("b/{name}"))
+        .header(&old, &new)
         .to_string()
 }
 

@@ -156,10 +156,17 @@ fn fix_dry_run_prints_a_unified_diff_and_writes_nothing() {
         .assert()
         .code(0)
         .stdout(format!(
-            "--- a/{name}\n+++ b/{name}\n@@ -1,4 +1,4 @@\n commands:\n   - shell: make   # build it\n     retry_config:\n-      max_attemps: 3  # keep\n+      max_attempts: 3  # keep\n"
+            "--- {name}\n+++ {name}\n@@ -1,4 +1,4 @@\n commands:\n   - shell: make   # build it\n     retry_config:\n-      max_attemps: 3  # keep\n+      max_attempts: 3  # keep\n"
         ))
         .stderr(predicate::str::contains("would fix 1 problem in 1 file"));
     assert_eq!(read(&path), TYPO);
+    // A relative name gets git's `a/` and `b/`, for `git apply` and `patch -p1`.
+    prodigy()
+        .current_dir(dir.path())
+        .args(["check", "--no-shellcheck", "--fix", "--dry-run", "w.yml"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("--- a/w.yml\n+++ b/w.yml\n"));
     // `--dry-run` only means something with `--fix`.
     prodigy()
         .args(["check", "--dry-run", &name])
