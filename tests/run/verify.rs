@@ -1,5 +1,5 @@
 //! The verified merge queue end to end (`merge.verify`, `merge.batch`, `merge.redispatch`,
-//! `merge.protect`; docs/guide.md, "Verified integration"), on a small repository whose
+//! `merge.protect`; docs/mapreduce.md, "Verified integration"), on a small repository whose
 //! test suite (`sh test.sh`) runs every `tests/*.sh`: changes green alone and red together,
 //! textual conflicts, and an agent that weakens the test runner. Each test checks what a
 //! user would: the original test suite passes at every first-parent commit of the merged

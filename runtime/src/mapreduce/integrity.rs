@@ -1,5 +1,5 @@
 //! The test-integrity verdict of an agent's work (`merge.integrity`, docs/mapreduce.md,
-//! "Test integrity"): deterministic, read from the diff between where the agent's work
+//! "Verified integration"): deterministic, read from the diff between where the agent's work
 //! began and its last commit, with no model. It looks for what weakens a test suite while
 //! keeping it green: test files deleted, test functions removed, skip markers added,
 //! assertions removed, expected-output files rewritten, the test runner or CI changed.

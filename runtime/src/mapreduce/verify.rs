@@ -1,4 +1,4 @@
-//! The verified merge queue (docs/guide.md, "Verified integration"): an agent's work
+//! The verified merge queue (docs/mapreduce.md, "Verified integration"): an agent's work
 //! reaches the job's integration ref only once `merge.verify` has passed on the merged work
 //! with it on top.
 //!

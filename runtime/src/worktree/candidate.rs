@@ -1,4 +1,4 @@
-//! Candidates of the verified merge queue (docs/guide.md, "Verified integration"): an
+//! Candidates of the verified merge queue (docs/mapreduce.md, "Verified integration"): an
 //! agent's work stacked on the merged work without moving the integration ref, the scratch
 //! worktree that holds a candidate while `merge.verify` tests it, and what a refused
 //! candidate's agent is told.
