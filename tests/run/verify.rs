@@ -81,11 +81,6 @@ fn agents(scratch: &Scratch) -> std::path::PathBuf {
             "honestjs",
             "printf \"it('adds', () => {\\n  expect(add(1, 2)).toBe(3);\\n});\\n\" >> src/app.test.js\n",
         ),
-        // Breaks the tests, after thinking as long as the `g` agents.
-        (
-            "slowbad",
-            "sleep 0.5\nprintf '[ 1 = 2 ]\\n' > tests/bad.sh\n",
-        ),
         // Breaks the tests, whatever it is told.
         // Commits a red state, then its fix: only its last commit is verified.
         (
@@ -387,24 +382,50 @@ fn a_conflict_goes_back_to_its_agent_with_both_sides() {
     assert_eq!(refused[0]["paths"][0], "shared.txt");
 }
 
-/// A job of five items at `batch: 4` whose first candidate (`b`, the quickest agent) is
-/// verified slowly, so that the other four (one of them breaking the tests) queue behind
-/// it and are verified as one batch, which fails and is bisected.
+/// A job of five items at `batch: 4`: `b`'s candidate is verified first, and its
+/// verification waits until the other four (one of them breaking the tests), which start
+/// only then, have all queued behind it; they are verified as one batch, which fails and is
+/// bisected. Nothing here hangs on timing, however busy the machine.
 fn batch_job() -> (Scratch, String) {
     let scratch = Scratch::new();
     greeting_project(&scratch);
-    let slow = scratch.dir.path().join("slow-once");
+    let first = scratch.dir.path().join("first-verification");
+    let agents = agents(&scratch);
+    for (name, body) in [
+        (
+            "w1",
+            "printf '. ./greet.sh\\n[ -n \"$(greet 1)\" ]\\n' > tests/w1.sh",
+        ),
+        (
+            "w2",
+            "printf '. ./greet.sh\\n[ -n \"$(greet 2)\" ]\\n' > tests/w2.sh",
+        ),
+        (
+            "w3",
+            "printf '. ./greet.sh\\n[ -n \"$(greet 3)\" ]\\n' > tests/w3.sh",
+        ),
+        ("wbad", "printf '[ 1 = 2 ]\\n' > tests/bad.sh"),
+    ] {
+        let wait = format!(
+            "until [ -e {first} ]; do sleep 0.05; done\n",
+            first = first.display()
+        );
+        std::fs::write(agents.join(format!("{name}.sh")), format!("{wait}{body}\n")).unwrap();
+    }
     let file = job(
         &scratch,
-        &["b", "g1", "g2", "slowbad", "g3"],
+        &["b", "w1", "w2", "wbad", "w3"],
         5,
         "  batch: 4\n",
     );
+    // The first verification lets the others start, and waits until all five are queued.
+    let events = scratch.home().join("events");
     let text = std::fs::read_to_string(&file).unwrap().replace(
         "    - shell: \"sh test.sh\"\n",
         &format!(
-            "    - shell: \"[ -e {slow} ] || {{ touch {slow}; sleep 2; }}\"\n    - shell: \"sh test.sh\"\n",
-            slow = slow.display()
+            "    - shell: \"[ -e {first} ] || {{ touch {first}; n=0; until [ $(cat {events}/*/*/*.jsonl | grep -c merge_queued) -ge 5 ] || [ $n -ge 600 ]; do n=$((n + 1)); sleep 0.1; done; }}\"\n    - shell: \"sh test.sh\"\n",
+            first = first.display(),
+            events = events.display()
         ),
     );
     std::fs::write(&file, text).unwrap();
@@ -436,7 +457,7 @@ fn a_kill_in_the_middle_of_a_bisection_loses_nothing() {
     assert_landed_once(
         &scratch,
         start.trim(),
-        &["b", "g1", "g2", "g3"],
+        &["b", "w1", "w2", "w3"],
         "bisection",
     );
     assert_eq!(events_named(&scratch, "verified_landed").len(), 1);
