@@ -114,7 +114,7 @@ fn files(patch: &str) -> Vec<FileDiff> {
             // `@@ -a[,b] +c[,d] @@`
             let mut parts = hunk.split_whitespace();
             let start = |p: Option<&str>| -> usize {
-                p.and_then(|s| s[1..].split(',').next().and_then(|n| n.parse().ok()))
+                p.and_then(|s| s.get(1..)?.split(',').next().and_then(|n| n.parse().ok()))
                     .unwrap_or(0)
             };
             old_line = start(parts.next());
@@ -526,6 +526,20 @@ mod tests {
             &["    assert total == 4"],
         );
         assert_eq!(levels(&changed).0, Level::Pass);
+    }
+
+    #[test]
+    fn a_malformed_diff_is_read_without_panicking() {
+        for patch in [
+            "diff --git a/t.py b/t.py\n@@ é +ü @@\n+@pytest.mark.skip\n",
+            "@@ -1 +1 @@\n-assert x\n",
+            "diff --git \n+++\n---\n@@\n",
+        ] {
+            let _ = judge(patch, &old_text);
+        }
+        // What can be read of it still counts: the skip marker of the first.
+        let first = "diff --git a/t.py b/t.py\n@@ é +ü @@\n+@pytest.mark.skip\n";
+        assert_eq!(judge(first, &old_text).level(), Level::Fail);
     }
 
     #[test]
