@@ -555,6 +555,43 @@ fn with_allow_actions_the_page_retries_the_dlq_and_a_cookie_alone_is_refused() {
     }
 }
 
+/// The page of run ID in a browser session through the chromedriver on PORT, opened from
+/// the runs list of SERVER as a user would.
+async fn open_run(port: u16, server: &Server, id: &str) -> fantoccini::Client {
+    let client = browser(port).await;
+    client.goto(&server.url()).await.unwrap();
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+}
+
+/// Runs SCRIPT in the page until READY finds what it returned complete (the page is redrawn
+/// with every update, so what is read is read whole, in one script); fails with MISSING
+/// after 30 s.
+async fn poll<T>(
+    client: &fantoccini::Client,
+    script: &str,
+    missing: &str,
+    ready: impl Fn(&Value) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = client.execute(script, vec![]).await.unwrap();
+        if let Some(found) = ready(&got) {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{missing}: {got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A free port on loopback.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -847,31 +884,16 @@ fn a_browser_shows_the_merge_queue_lane_with_the_failed_verification() {
         .build()
         .unwrap();
     let (landed, sent_back, output) = runtime.block_on(async {
-        let client = browser(port).await;
-        client.goto(&server.url()).await.unwrap();
-        client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        let client = open_run(port, &server, &id).await;
         // The lane is redrawn with every update: read it whole, in the page, until it is there.
         let read = "const t = (s) => document.querySelector(s)?.textContent ?? null; \
             return [t(\"#queue-lane [data-stat='landed'] b\"), \
                     t(\"#queue-lane [data-stat='sent-back'] b\"), t('#queue-output')];";
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let (landed, sent_back, output) = loop {
-            let got = client.execute(read, vec![]).await.unwrap();
+        let (landed, sent_back, output) = poll(&client, read, "no merge-queue lane", |got| {
             let field = |i: usize| got[i].as_str().map(str::to_owned);
-            if let (Some(l), Some(s), Some(o)) = (field(0), field(1), field(2)) {
-                break (l, s, o);
-            }
-            assert!(Instant::now() < deadline, "no merge-queue lane: {got}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+            Some((field(0)?, field(1)?, field(2)?))
+        })
+        .await;
         client.close().await.unwrap();
         (landed, sent_back, output)
     });
@@ -959,32 +981,18 @@ fn a_browser_shows_a_dlq_entrys_error_type_by_name() {
         .build()
         .unwrap();
     let detail = runtime.block_on(async {
-        let client = browser(port).await;
-        client.goto(&server.url()).await.unwrap();
-        client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(&format!("#runs tr[data-id='{id}']")))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        let client = open_run(port, &server, &id).await;
         // Item 2 (`item_1`) failed into the DLQ. The table is redrawn with the updates: the
         // item is opened from the page itself.
         let open = "const r = document.querySelector(\"#items-table tr[data-item='item_1']\"); \
             if (r) r.click(); \
             return document.querySelector('#detail')?.textContent ?? '';";
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let text = loop {
-            let got = client.execute(open, vec![]).await.unwrap();
-            let text = got.as_str().unwrap_or_default().to_owned();
-            if text.contains("DLQ entry") {
-                break text;
-            }
-            assert!(Instant::now() < deadline, "no DLQ entry: {text}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        let text = poll(&client, open, "no DLQ entry", |got| {
+            got.as_str()
+                .filter(|t| t.contains("DLQ entry"))
+                .map(str::to_owned)
+        })
+        .await;
         client.close().await.unwrap();
         text
     });
