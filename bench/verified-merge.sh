@@ -201,11 +201,14 @@ st=$(cut -d' ' -f1 "$TMP/s.txt" | median)
 row() {
     local name="$1" file="$2" t="$3"
     read -r _ landed red runs < <(sort -n "$file" | awk -v t="$t" '$1 == t')
-    printf '%-22s %7s %6s %18s %10.2f s\n' "$name" "$landed/$N" "$red" \
+    # The spread of the wall times: the fastest and the slowest run.
+    local spread
+    spread=$(cut -d' ' -f1 "$file" | sort -n | awk '{a[NR] = $1} END {printf "%.2f-%.2f", a[1] / 1e6, a[NR] / 1e6}')
+    printf '%-22s %7s %6s %18s %10.2f s (%s)\n' "$name" "$landed/$N" "$red" \
         "$(awk -v r="$runs" -v l="$landed" 'BEGIN { if (l > 0) printf "%.2f", r / l; else print "-" }')" \
-        "$(awk -v t="$t" 'BEGIN { print t / 1e6 }')"
+        "$(awk -v t="$t" 'BEGIN { print t / 1e6 }')" "$spread"
 }
-printf '%-22s %7s %6s %18s %12s\n' "" landed red "suite runs/landed" "wall (median)"
+printf '%-22s %7s %6s %18s %12s\n' "" landed red "suite runs/landed" "wall: median (spread)"
 row "prodigy (verified)" "$TMP/p.txt" "$pt"
 row "serial loop" "$TMP/s.txt" "$st"
 awk -v p="$pt" -v s="$st" 'BEGIN { printf "prodigy / serial loop: %.2fx\n", p / s }'
